@@ -1,0 +1,110 @@
+"""Logging and every Prometheus metric of federator, in one place.
+
+`configure_logging` is the only place structlog is configured: JSON lines
+when stderr is not a TTY, a readable console otherwise. Every metric lives in
+`METRICS` (one registry per process; tests may build their own `Metrics`).
+Nothing here may log or label a credential: label values are names, never
+tokens or kubeconfig bodies.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_configured = False
+
+
+def configure_logging(*, level: str = "info", json: bool | None = None) -> None:
+    """Configure structlog once per process. `json=None` picks JSON unless stderr is a TTY."""
+    global _configured
+    use_json = (not sys.stderr.isatty()) if json is None else json
+    lvl = logging.getLevelName(level.upper())
+    if not isinstance(lvl, int):
+        raise ValueError(f"unknown log level {level!r}")
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if use_json:
+        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    else:
+        processors += [structlog.dev.ConsoleRenderer(colors=False)]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    _configured = True
+
+
+def get_logger(name: str) -> Any:
+    """A bound structlog logger named after its component."""
+    return structlog.get_logger(component=name)
+
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass
+class Metrics:
+    """Every metric federator exports. Add new ones here, nowhere else."""
+
+    registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        # store
+        self.store_ops = Counter(
+            "federator_store_operations_total", "Store operations", ["backend", "op", "result"], registry=r
+        )
+        self.store_op_seconds = Histogram(
+            "federator_store_operation_seconds", "Store operation latency", ["backend", "op"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.store_retries = Counter(
+            "federator_store_retries_total", "Store operations retried after a transient error",
+            ["backend", "op"], registry=r,
+        )
+        self.store_watch_events = Counter(
+            "federator_store_watch_events_total", "Watch events delivered by the store", ["backend"], registry=r
+        )
+        self.leader = Gauge(
+            "federator_leader", "1 while this process holds the hub leadership", ["backend"], registry=r
+        )
+        self.leader_transitions = Counter(
+            "federator_leader_transitions_total", "Leadership gained or lost", ["backend", "event"], registry=r
+        )
+        # loops
+        self.loop_phase_seconds = Histogram(
+            "federator_loop_phase_seconds", "Time spent per phase of each background loop",
+            ["loop", "phase"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        # API servers (hub and simulator)
+        self.api_requests = Counter(
+            "federator_api_requests_total", "API requests", ["server", "verb", "resource", "code"], registry=r
+        )
+        self.api_request_seconds = Histogram(
+            "federator_api_request_seconds", "API request latency", ["server", "verb"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.api_watchers = Gauge(
+            "federator_api_watchers", "Open watch streams", ["server", "resource"], registry=r
+        )
+        # simulator
+        self.sim_pods_bound = Counter(
+            "federator_sim_pods_bound_total", "Pods bound by the simulated gang scheduler", ["cluster"], registry=r
+        )
+        self.sim_faults = Counter(
+            "federator_sim_faults_total", "Faults injected into simulated clusters", ["cluster", "fault"], registry=r
+        )
+
+
+METRICS = Metrics()
