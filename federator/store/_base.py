@@ -396,6 +396,13 @@ class EventLog:
             del self._revs[: self._start]
             self._start = 0
 
+    def trim_to_size(self, max_events: int) -> None:
+        """Forget the oldest revisions until at most about `max_events` remain
+        (a cache in front of durable history; never splits a revision)."""
+        excess = len(self) - max_events
+        if excess > 0:
+            self.trim_before(self._revs[self._start + excess - 1] + 1)
+
     async def wait_past(self, revision: int) -> None:
         """Return once an event with revision > `revision` exists, or the log closes."""
         while self.last_revision <= revision and not self.closed:

@@ -1,0 +1,522 @@
+"""EtcdStore: the store protocol over a real etcd v3 cluster.
+
+This is the only module that imports an etcd client. The client is
+`etcd3aio` (asyncio, grpc.aio, Python 3.11+, maintained, ships protobuf
+stubs generated for protobuf >= 5). We chose it over the unmaintained
+`etcd3` 0.12, whose generated stubs break with protobuf >= 4, and over
+`etcd-sdk-python` (a blocking client that would need a thread per call).
+We use etcd3aio for its channel set-up (ConnectionManager: round-robin over
+the endpoints, gRPC keepalives) and its generated gRPC stubs, and drive the
+RPCs ourselves, for two reasons:
+- its watch helper yields the server's "compacted" response and then waits
+  on a stream the server has cancelled, i.e. a watch from a compacted
+  revision hangs (python-etcd3 has the same bug); our watch raises
+  `Compacted` with the compact revision instead;
+- its unary retries have no jitter and no overall budget; ours retry
+  UNAVAILABLE with capped exponential backoff plus jitter, log what they
+  wait for, and raise `StoreUnavailable` once the budget is spent.
+
+Writes are retried only on UNAVAILABLE (the request did not reach a server);
+a write that timed out is reported as StoreUnavailable, never silently
+retried, because it may have been applied. A watch that loses its server
+reconnects from the revision after the last event it delivered, within the
+same budget, and otherwise raises StoreUnavailable: it never hangs silently.
+
+Lease TTLs are whole seconds in etcd (rounded up here), and etcd enforces a
+minimum TTL derived from its election timeout.
+
+This module must never import anything of the hub or the API, and must never
+let a grpc error escape: every failure is a StoreError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+from etcd3aio import _protobuf as pb  # generated etcd v3 stubs shipped with etcd3aio
+from etcd3aio.connections import ConnectionManager
+
+from federator.obs import Metrics, get_logger
+from federator.store._base import (
+    DEFAULT_PREFIX,
+    BaseStore,
+    check_lease_id,
+    check_prefix_arg,
+    prefix_end,
+)
+from federator.store.protocol import (
+    Compacted,
+    Compare,
+    Delete,
+    Event,
+    EventType,
+    FutureRevision,
+    Get,
+    KeyValue,
+    LeaseNotFound,
+    Op,
+    Put,
+    RangeResult,
+    StoreError,
+    StoreUnavailable,
+    TxnResult,
+)
+
+_log = get_logger("store.etcd")
+rpc = pb.rpc_pb2
+T = TypeVar("T")
+
+_TARGETS = {
+    "version": rpc.Compare.VERSION,
+    "create": rpc.Compare.CREATE,
+    "mod": rpc.Compare.MOD,
+    "value": rpc.Compare.VALUE,
+    "lease": rpc.Compare.LEASE,
+}
+_FIELDS = {"version": "version", "create": "create_revision", "mod": "mod_revision", "value": "value", "lease": "lease"}
+_RESULTS = {"=": rpc.Compare.EQUAL, ">": rpc.Compare.GREATER, "<": rpc.Compare.LESS, "!=": rpc.Compare.NOT_EQUAL}
+_MAX_MESSAGE = 256 * 1024 * 1024
+
+
+def _enc(key: str) -> bytes:
+    return key.encode("utf-8")
+
+
+def _kv(m: Any) -> KeyValue:
+    return KeyValue(m.key.decode("utf-8"), bytes(m.value), m.create_revision, m.mod_revision, m.version, m.lease)
+
+
+class _Retry:
+    """Capped exponential backoff with full jitter, bounded by a time budget."""
+
+    def __init__(self, *, budget_seconds: float, base_seconds: float = 0.05, cap_seconds: float = 2.0) -> None:
+        self.budget = budget_seconds
+        self.deadline = time.monotonic() + budget_seconds
+        self.base = base_seconds
+        self.cap = cap_seconds
+        self.attempt = 0
+
+    def next_delay(self) -> float | None:
+        """Seconds to wait before the next attempt, or None if the budget is spent."""
+        self.attempt += 1
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        delay = min(self.cap, self.base * 2 ** (self.attempt - 1))
+        return min(remaining, random.uniform(delay / 2, delay))
+
+
+class EtcdStore(BaseStore):
+    """The store protocol over etcd v3. Build it with `await EtcdStore.connect([...])`."""
+
+    backend_name = "etcd"
+
+    def __init__(
+        self,
+        *,
+        endpoints: Sequence[str],
+        prefix: str,
+        metrics: Metrics | None,
+        retry_budget_seconds: float,
+        request_timeout_seconds: float,
+    ) -> None:
+        super().__init__(prefix=prefix, metrics=metrics)
+        self.endpoints = list(endpoints)
+        self._where = ",".join(self.endpoints)
+        self._budget = retry_budget_seconds
+        self._timeout = request_timeout_seconds
+        manager = ConnectionManager(self.endpoints, keepalive_time_ms=5_000, keepalive_timeout_ms=5_000)
+        # Reconnect fast after etcd comes back (gRPC's default backoff grows to 120 s),
+        # and accept large ranges.
+        manager.grpc_options += [
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2_000),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+        ]
+        self._channel = manager.get_channel()
+        self._kv_stub = pb.rpc_pb2_grpc.KVStub(self._channel)
+        self._lease_stub = pb.rpc_pb2_grpc.LeaseStub(self._channel)
+        self._watch_stub = pb.rpc_pb2_grpc.WatchStub(self._channel)
+        self._known_compact = 0
+        self._closed = False
+        self._watch_calls: set[Any] = set()
+
+    @classmethod
+    async def connect(
+        cls,
+        endpoints: Sequence[str],
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        metrics: Metrics | None = None,
+        connect_timeout_seconds: float = 10.0,
+        retry_budget_seconds: float = 10.0,
+        request_timeout_seconds: float = 5.0,
+    ) -> EtcdStore:
+        """Connect and check that etcd answers (retrying for at most
+        `connect_timeout_seconds`); StoreUnavailable if it never does."""
+        if not endpoints:
+            raise StoreError("etcd store needs at least one endpoint HOST:PORT")
+        store = cls(
+            endpoints=endpoints,
+            prefix=prefix,
+            metrics=metrics,
+            retry_budget_seconds=retry_budget_seconds,
+            request_timeout_seconds=request_timeout_seconds,
+        )
+        try:
+            revision = await store._call(
+                "connect", lambda t: store._kv_stub.Range(rpc.RangeRequest(key=_enc(prefix), count_only=True), timeout=t),
+                idempotent=True, budget_seconds=connect_timeout_seconds,
+            )
+        except BaseException:
+            await store._channel.close()
+            raise
+        _log.info("etcd store connected", endpoints=store._where, revision=revision.header.revision)
+        return store
+
+    # ------------------------------------------------------------ RPC with retries
+
+    async def _call(
+        self,
+        op: str,
+        fn: Callable[[float], Awaitable[T]],
+        *,
+        idempotent: bool,
+        budget_seconds: float | None = None,
+    ) -> T:
+        if self._closed:
+            raise StoreUnavailable(f"etcd store ({self._where}) is closed")
+        retry = _Retry(budget_seconds=self._budget if budget_seconds is None else budget_seconds)
+        while True:
+            try:
+                return await fn(self._timeout)
+            except grpc.aio.AioRpcError as e:
+                code = e.code()
+                retriable = code == grpc.StatusCode.UNAVAILABLE or (
+                    idempotent and code == grpc.StatusCode.DEADLINE_EXCEEDED
+                )
+                if not retriable:
+                    raise self._translate(e, op) from None
+                delay = retry.next_delay()
+                if delay is None:
+                    raise StoreUnavailable(
+                        f"etcd at {self._where} unavailable: {op} failed {retry.attempt} times "
+                        f"within its {retry.budget:g}s retry budget; last error {code.name}: {e.details()}"
+                    ) from None
+                self._metrics.retry(op)
+                _log.warning(
+                    "etcd unavailable; retrying", op=op, endpoints=self._where, attempt=retry.attempt,
+                    wait_seconds=round(delay, 3), error=f"{code.name}: {e.details()}",
+                )
+                await asyncio.sleep(delay)
+
+    def _translate(self, e: grpc.aio.AioRpcError, op: str) -> StoreError:
+        code, details = e.code(), e.details() or ""
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return StoreUnavailable(
+                f"etcd at {self._where}: {op} timed out after {self._timeout}s; its outcome is unknown"
+            )
+        if "request is too large" in details or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return StoreError(f"etcd at {self._where} refused {op} as too large: {details}")
+        return StoreError(f"etcd at {self._where}: {op} failed: {code.name}: {details}")
+
+    # ------------------------------------------------------------ reads
+
+    async def _get(self, key: str) -> KeyValue | None:
+        resp = await self._call(
+            "get", lambda t: self._kv_stub.Range(rpc.RangeRequest(key=_enc(key)), timeout=t), idempotent=True
+        )
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    async def _range(
+        self, prefix: str, *, limit: int, start_after: str | None, revision: int | None
+    ) -> RangeResult:
+        end = _enc(prefix_end(prefix))
+        start = _enc(prefix)
+        if start_after is not None and start_after >= prefix:
+            start = _enc(start_after) + b"\x00"
+        request = rpc.RangeRequest(key=start, range_end=end, limit=limit, revision=revision or 0)
+        resp = await self._range_call(request, revision)
+        count = resp.count
+        at = revision or resp.header.revision
+        if start != _enc(prefix):
+            counted = await self._range_call(
+                rpc.RangeRequest(key=_enc(prefix), range_end=end, count_only=True, revision=at), at
+            )
+            count = counted.count
+        return RangeResult(kvs=tuple(_kv(m) for m in resp.kvs), revision=at, more=resp.more, count=count)
+
+    async def _range_call(self, request: Any, revision: int | None) -> Any:
+        try:
+            return await self._call("range", lambda t: self._kv_stub.Range(request, timeout=t), idempotent=True)
+        except StoreError as e:
+            if revision and "compacted" in str(e):
+                raise Compacted(revision, await self._find_compact_revision()) from None
+            if revision and "future revision" in str(e):
+                raise FutureRevision(revision, await self.current_revision()) from None
+            raise
+
+    # ------------------------------------------------------------ writes
+
+    async def _txn(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+    ) -> TxnResult:
+        request = rpc.TxnRequest(
+            compare=[self._compare(c) for c in compares],
+            success=[self._op(o) for o in success],
+            failure=[self._op(o) for o in failure],
+        )
+        try:
+            resp = await self._call("txn", lambda t: self._kv_stub.Txn(request, timeout=t), idempotent=False)
+        except StoreError as e:
+            if "lease not found" in str(e):
+                leases = [o.lease for o in (*success, *failure) if isinstance(o, Put) and o.lease]
+                raise LeaseNotFound(leases[0] if leases else 0) from None
+            raise
+        rev = resp.header.revision
+        ops = success if resp.succeeded else failure
+        results: list[KeyValue | None] = []
+        for op, r in zip(ops, resp.responses, strict=True):
+            if isinstance(op, Get):
+                kvs = r.response_range.kvs
+                results.append(_kv(kvs[0]) if kvs else None)
+            elif isinstance(op, Put):
+                put = r.response_put
+                if put.HasField("prev_kv"):
+                    prev = _kv(put.prev_kv)
+                    results.append(KeyValue(op.key, bytes(op.value), prev.create_revision, rev, prev.version + 1, op.lease))
+                else:
+                    results.append(KeyValue(op.key, bytes(op.value), rev, rev, 1, op.lease))
+            else:
+                prevs = r.response_delete_range.prev_kvs
+                results.append(_kv(prevs[0]) if prevs else None)
+        return TxnResult(succeeded=resp.succeeded, revision=rev, results=tuple(results))
+
+    @staticmethod
+    def _compare(c: Compare) -> Any:
+        value = bytes(c.value) if c.target == "value" else c.value  # type: ignore[arg-type]
+        return rpc.Compare(key=_enc(c.key), target=_TARGETS[c.target], result=_RESULTS[c.op], **{_FIELDS[c.target]: value})
+
+    @staticmethod
+    def _op(op: Op) -> Any:
+        if isinstance(op, Get):
+            return rpc.RequestOp(request_range=rpc.RangeRequest(key=_enc(op.key)))
+        if isinstance(op, Put):
+            return rpc.RequestOp(
+                request_put=rpc.PutRequest(key=_enc(op.key), value=bytes(op.value), lease=op.lease, prev_kv=True)
+            )
+        return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=_enc(op.key), prev_kv=True))
+
+    # ------------------------------------------------------------ revisions and compaction
+
+    async def current_revision(self) -> int:
+        resp = await self._call(
+            "revision",
+            lambda t: self._kv_stub.Range(rpc.RangeRequest(key=_enc(self.prefix), count_only=True), timeout=t),
+            idempotent=True,
+        )
+        return int(resp.header.revision)
+
+    async def compact(self, revision: int) -> None:
+        if not isinstance(revision, int) or isinstance(revision, bool):
+            raise StoreError(f"compact revision must be an int, not {revision!r}")
+        try:
+            await self._timed(
+                "compact",
+                lambda: self._call(
+                    "compact",
+                    lambda t: self._kv_stub.Compact(rpc.CompactionRequest(revision=revision), timeout=t),
+                    idempotent=True,
+                ),
+            )
+        except StoreError as e:
+            if "compacted" in str(e):
+                raise Compacted(revision, await self._find_compact_revision()) from None
+            if "future revision" in str(e):
+                raise FutureRevision(revision, await self.current_revision()) from None
+            raise
+        self._known_compact = max(self._known_compact, revision)
+
+    async def compact_revision(self) -> int:
+        return await self._find_compact_revision()
+
+    async def _find_compact_revision(self) -> int:
+        """etcd does not report its compact revision directly; find the oldest
+        readable revision by bisection (range at a compacted revision fails).
+        0 means nothing was ever compacted."""
+
+        async def readable(rev: int) -> bool:
+            try:
+                await self._call(
+                    "compact_revision",
+                    lambda t: self._kv_stub.Range(
+                        rpc.RangeRequest(key=_enc(self.prefix), count_only=True, revision=rev), timeout=t
+                    ),
+                    idempotent=True,
+                )
+            except StoreError as e:
+                if "compacted" in str(e):
+                    return False
+                raise
+            return True
+
+        lo = max(1, self._known_compact)
+        if lo == 1 and await readable(1):
+            return 0
+        hi = await self.current_revision()
+        if await readable(lo):
+            return lo if lo > 1 else 0
+        while lo < hi:  # invariant: lo unreadable, hi readable
+            mid = (lo + hi) // 2
+            if mid == lo:
+                break
+            if await readable(mid):
+                hi = mid
+            else:
+                lo = mid
+        self._known_compact = max(self._known_compact, hi)
+        return hi
+
+    # ------------------------------------------------------------ watch
+
+    def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
+        """Events under `prefix` with revision >= from_revision, then live
+        ones; from_revision <= 0 means "only what happens from now on"."""
+        check_prefix_arg(self.prefix, prefix)
+        if not isinstance(from_revision, int) or isinstance(from_revision, bool):
+            raise StoreError(f"from_revision must be an int, not {from_revision!r}")
+        if self._closed:
+            raise StoreUnavailable(f"etcd store ({self._where}) is closed")
+        return self._watch(prefix, from_revision)
+
+    async def _watch(self, prefix: str, from_revision: int) -> AsyncIterator[Event]:
+        cursor = from_revision if from_revision > 0 else 0
+        retry: _Retry | None = None
+        while True:
+            if self._closed:
+                raise StoreUnavailable(f"etcd store ({self._where}) was closed while a watch was open")
+            call = self._watch_stub.Watch()
+            self._watch_calls.add(call)
+            try:
+                await call.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+                    key=_enc(prefix), range_end=_enc(prefix_end(prefix)), start_revision=cursor,
+                    prev_kv=True, progress_notify=True,
+                )))
+                while True:
+                    resp = await call.read()
+                    if resp is grpc.aio.EOF:
+                        raise StoreUnavailable(f"etcd at {self._where} ended a watch stream")
+                    if resp.compact_revision > 0:
+                        self._known_compact = max(self._known_compact, resp.compact_revision)
+                        raise Compacted(cursor, resp.compact_revision)
+                    if resp.canceled:
+                        raise StoreError(f"etcd at {self._where} cancelled a watch on {prefix!r}: {resp.cancel_reason}")
+                    if resp.created:
+                        if cursor == 0:
+                            cursor = resp.header.revision + 1
+                        retry = None  # connected again: a later loss gets a fresh budget
+                        continue
+                    if not resp.events:
+                        # A progress notification: everything up to here was sent.
+                        cursor = max(cursor, resp.header.revision + 1)
+                        continue
+                    for e in resp.events:
+                        ev = self._event(e)
+                        cursor = ev.revision + 1
+                        self._metrics.watch_events.inc()
+                        yield ev
+            except grpc.aio.AioRpcError as e:
+                if self._closed:
+                    raise StoreUnavailable(f"etcd store ({self._where}) was closed while a watch was open") from None
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                    grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+                    raise self._translate(e, "watch") from None
+                if retry is None:
+                    retry = _Retry(budget_seconds=self._budget)
+                delay = retry.next_delay()
+                if delay is None:
+                    raise StoreUnavailable(
+                        f"etcd at {self._where} unavailable: watch on {prefix!r} could not resume from "
+                        f"revision {cursor} within {self._budget}s; last error {e.code().name}: {e.details()}"
+                    ) from None
+                self._metrics.retry("watch")
+                _log.warning(
+                    "etcd watch lost; resuming", prefix=prefix, from_revision=cursor, attempt=retry.attempt,
+                    wait_seconds=round(delay, 3), error=f"{e.code().name}: {e.details()}",
+                )
+                await asyncio.sleep(delay)
+            finally:
+                call.cancel()
+                self._watch_calls.discard(call)
+
+    @staticmethod
+    def _event(e: Any) -> Event:
+        prev = _kv(e.prev_kv) if e.HasField("prev_kv") else None
+        if e.type == pb.kv_pb2.Event.DELETE:
+            key = e.kv.key.decode("utf-8")
+            kv = replace(prev, mod_revision=e.kv.mod_revision) if prev else KeyValue(key, b"", 0, e.kv.mod_revision, 0, 0)
+            return Event(EventType.DELETE, kv, prev)
+        return Event(EventType.PUT, _kv(e.kv), prev)
+
+    # ------------------------------------------------------------ leases
+
+    async def lease_grant(self, ttl_seconds: float) -> int:
+        if not isinstance(ttl_seconds, (int, float)) or isinstance(ttl_seconds, bool) or not ttl_seconds > 0:
+            raise StoreError(f"lease TTL must be a number of seconds > 0, not {ttl_seconds!r}")
+        ttl = max(1, math.ceil(ttl_seconds))
+        resp = await self._call(
+            "lease_grant", lambda t: self._lease_stub.LeaseGrant(rpc.LeaseGrantRequest(TTL=ttl), timeout=t),
+            idempotent=False,
+        )
+        if resp.error:
+            raise StoreError(f"etcd at {self._where} refused a lease: {resp.error}")
+        return int(resp.ID)
+
+    async def lease_keepalive(self, lease: int) -> None:
+        check_lease_id(lease)
+
+        async def once(timeout: float) -> Any:
+            call = self._lease_stub.LeaseKeepAlive(timeout=timeout)
+            try:
+                await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
+                return await call.read()
+            finally:
+                call.cancel()
+
+        resp = await self._call("lease_keepalive", once, idempotent=True)
+        if resp is grpc.aio.EOF or resp.TTL <= 0:
+            raise LeaseNotFound(lease)
+
+    async def lease_revoke(self, lease: int) -> None:
+        check_lease_id(lease)
+        try:
+            await self._call(
+                "lease_revoke",
+                lambda t: self._lease_stub.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease), timeout=t),
+                idempotent=True,
+            )
+        except StoreError as e:
+            if "not found" in str(e):
+                raise LeaseNotFound(lease) from None
+            raise
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for call in list(self._watch_calls):
+            call.cancel()
+        await self._channel.close()
+        _log.info("etcd store closed", endpoints=self._where)
