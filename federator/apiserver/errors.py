@@ -1,0 +1,285 @@
+"""Kubernetes `Status` errors, shaped exactly as kube-apiserver sends them.
+
+Every error a client can cause leaves the API as an `ApiError`, rendered by
+`to_status()` into a `kind: Status` body (kube-api-notes §2): the HTTP code,
+the machine-readable `reason`, a message in kube's wording and, for
+validation errors, `details.causes` naming each field.
+
+`details.kind` holds the resource plural for NotFound, AlreadyExists and
+Conflict, and the Kind for Invalid -- as kube does. This module must never do
+I/O and never import a store or HTTP framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from federator.apiserver.registry import ResourceType
+
+#: kube-apiserver's default request body limit (AS/pkg/server/config.go).
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+
+OPTIMISTIC_LOCK_MESSAGE = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+# Cause reasons (AM/pkg/apis/meta/v1/types.go CauseType*) and the message
+# prefixes kube's field.Error prints for them.
+_CAUSE_PREFIX = {
+    "FieldValueRequired": "Required value",
+    "FieldValueInvalid": "Invalid value",
+    "FieldValueNotSupported": "Unsupported value",
+    "FieldValueForbidden": "Forbidden",
+    "FieldValueDuplicate": "Duplicate value",
+    "FieldValueTooLong": "Too long",
+    "FieldValueTypeInvalid": "Invalid value",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One field-level validation failure (kube's field.Error).
+
+    `field` is the JSON path (`spec.containers[0].name`); `reason` one of the
+    CauseType names above; `detail` the human explanation; `value` the bad
+    value when there is one worth echoing."""
+
+    field: str
+    reason: str = "FieldValueInvalid"
+    detail: str = ""
+    value: Any = None
+    has_value: bool = False
+
+    @classmethod
+    def required(cls, field: str, detail: str = "") -> FieldError:
+        return cls(field, "FieldValueRequired", detail)
+
+    @classmethod
+    def invalid(cls, field: str, value: Any, detail: str) -> FieldError:
+        return cls(field, "FieldValueInvalid", detail, value, True)
+
+    @classmethod
+    def wrong_type(cls, field: str, value: Any, expected: str) -> FieldError:
+        return cls(field, "FieldValueTypeInvalid", f"must be {expected}", value, True)
+
+    @classmethod
+    def not_supported(cls, field: str, value: Any, allowed: Iterable[str]) -> FieldError:
+        choices = ", ".join(f'"{a}"' for a in allowed)
+        return cls(field, "FieldValueNotSupported", f"supported values: {choices}", value, True)
+
+    @classmethod
+    def forbidden(cls, field: str, detail: str) -> FieldError:
+        return cls(field, "FieldValueForbidden", detail)
+
+    @classmethod
+    def duplicate(cls, field: str, value: Any) -> FieldError:
+        return cls(field, "FieldValueDuplicate", "", value, True)
+
+    def cause_message(self) -> str:
+        """The text after `<field>: ` in kube's error string."""
+        prefix = _CAUSE_PREFIX.get(self.reason, "Invalid value")
+        parts = [prefix]
+        if self.has_value:
+            parts.append(_render_value(self.value))
+        if self.detail:
+            parts.append(self.detail)
+        return ": ".join(parts)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.cause_message()}"
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return str(value)
+
+
+FieldErrorLike = FieldError | tuple[str, str]
+
+
+def as_field_error(e: FieldErrorLike) -> FieldError:
+    """Accept (field, message) pairs from simple validators as FieldValueInvalid."""
+    if isinstance(e, FieldError):
+        return e
+    field, message = e
+    return FieldError(field, "FieldValueInvalid", message)
+
+
+class ApiError(Exception):
+    """An error with a Kubernetes Status body. Raise it anywhere below a
+    handler; the app's error middleware renders it."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        retry_after_seconds: int | None = None,
+        status_metadata: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.retry_after_seconds = retry_after_seconds
+        self.status_metadata = status_metadata
+
+    def to_status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": dict(self.status_metadata or {}),
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        details = dict(self.details) if self.details else {}
+        if self.retry_after_seconds is not None:
+            details["retryAfterSeconds"] = self.retry_after_seconds
+        if details:
+            status["details"] = details
+        return status
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _resource_details(rt: ResourceType | None, name: str) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name}
+    if rt is not None:
+        if rt.group:
+            details["group"] = rt.group
+        details["kind"] = rt.plural
+    return details
+
+
+def _qualified(rt: ResourceType | None, fallback: str = "") -> str:
+    return rt.qualified_resource if rt is not None else fallback
+
+
+def not_found(rt: ResourceType | None, name: str, *, resource: str = "") -> ApiError:
+    what = _qualified(rt, resource)
+    return ApiError(404, "NotFound", f'{what} "{name}" not found', details=_resource_details(rt, name))
+
+
+def already_exists(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(
+        409, "AlreadyExists", f'{rt.qualified_resource} "{name}" already exists',
+        details=_resource_details(rt, name),
+    )
+
+
+def conflict(rt: ResourceType, name: str, why: str = OPTIMISTIC_LOCK_MESSAGE, *, resource: str = "") -> ApiError:
+    what = resource or rt.qualified_resource
+    return ApiError(
+        409, "Conflict", f'Operation cannot be fulfilled on {what} "{name}": {why}',
+        details=_resource_details(rt, name),
+    )
+
+
+def invalid(rt: ResourceType, name: str, causes: Sequence[FieldErrorLike]) -> ApiError:
+    errors = [as_field_error(c) for c in causes]
+    if len(errors) == 1:
+        summary = str(errors[0])
+    else:
+        summary = "[" + ", ".join(str(e) for e in errors) + "]"
+    details: dict[str, Any] = {"name": name}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.kind
+    details["causes"] = [
+        {"reason": e.reason, "message": e.cause_message(), "field": e.field} for e in errors
+    ]
+    return ApiError(422, "Invalid", f'{rt.qualified_kind} "{name}" is invalid: {summary}', details=details)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def expired(message: str, *, continue_token: str | None = None) -> ApiError:
+    meta = {"continue": continue_token} if continue_token else None
+    return ApiError(410, "Expired", message, status_metadata=meta)
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
+
+
+def unsupported_media(content_type: str, accepted: Iterable[str]) -> ApiError:
+    listed = ", ".join(accepted)
+    return ApiError(
+        415, "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: {listed}",
+        details={"causes": [{"reason": "UnexpectedServerResponse", "message": content_type}]} if content_type else None,
+    )
+
+
+def not_acceptable(accepted: Iterable[str]) -> ApiError:
+    listed = ", ".join(accepted)
+    return ApiError(406, "NotAcceptable", f"only the following media types are accepted: {listed}")
+
+
+def method_not_allowed(what: str = "") -> ApiError:
+    message = "the server does not allow this method on the requested resource"
+    if what:
+        message += f" ({what})"
+    return ApiError(405, "MethodNotAllowed", message)
+
+
+def forbidden(rt: ResourceType | None, name: str, why: str, *, resource: str = "") -> ApiError:
+    what = _qualified(rt, resource)
+    subject = f'{what} "{name}"' if name else what
+    return ApiError(403, "Forbidden", f"{subject} is forbidden: {why}", details=_resource_details(rt, name))
+
+
+def unauthorized(message: str = "Unauthorized") -> ApiError:
+    return ApiError(401, "Unauthorized", message)
+
+
+def internal(message: str) -> ApiError:
+    return ApiError(500, "InternalError", f"Internal error occurred: {message}",
+                    details={"causes": [{"message": message}]})
+
+
+def service_unavailable(message: str, *, retry_after_seconds: int | None = None) -> ApiError:
+    return ApiError(503, "ServiceUnavailable", message, retry_after_seconds=retry_after_seconds)
+
+
+def too_many_requests(message: str, *, retry_after_seconds: int = 1) -> ApiError:
+    return ApiError(429, "TooManyRequests", message, retry_after_seconds=retry_after_seconds)
+
+
+def timeout(message: str, *, retry_after_seconds: int | None = None) -> ApiError:
+    return ApiError(504, "Timeout", message, retry_after_seconds=retry_after_seconds)
+
+
+def success_status(*, code: int = 200, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A `status: Success` Status (DELETE of kinds that don't return the
+    object, pods/binding with code 201)."""
+    status: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+    if details:
+        status["details"] = details
+    if code != 200:
+        status["code"] = code
+    return status
