@@ -264,7 +264,7 @@ class BaseStore:
         return result
 
     async def put(self, key: str, value: bytes, *, lease: int = 0) -> KeyValue:
-        op = Put(key, bytes(value) if not isinstance(value, bytes) else value, lease)
+        op = Put(key, value, lease)
         check_txn(self.prefix, (), ((op,),))
         result: TxnResult = await self._timed("put", lambda: self._txn((), (op,), ()))
         kv = result.results[0]

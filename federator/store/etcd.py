@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
-from etcd3aio import _protobuf as pb  # generated etcd v3 stubs shipped with etcd3aio
+from etcd3aio import _protobuf  # generated etcd v3 stubs shipped with etcd3aio
 from etcd3aio.connections import ConnectionManager
 
 from federator.obs import Metrics, get_logger
@@ -71,7 +71,8 @@ from federator.store.protocol import (
 )
 
 _log = get_logger("store.etcd")
-rpc = pb.rpc_pb2
+pb: Any = _protobuf  # generated modules: untyped
+rpc: Any = pb.rpc_pb2
 T = TypeVar("T")
 
 _TARGETS = {
@@ -304,7 +305,7 @@ class EtcdStore(BaseStore):
 
     @staticmethod
     def _compare(c: Compare) -> Any:
-        value = bytes(c.value) if c.target == "value" else c.value  # type: ignore[arg-type]
+        value = bytes(c.value) if isinstance(c.value, (bytes, bytearray)) else c.value
         return rpc.Compare(key=_enc(c.key), target=_TARGETS[c.target], result=_RESULTS[c.op], **{_FIELDS[c.target]: value})
 
     @staticmethod

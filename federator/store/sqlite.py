@@ -228,6 +228,8 @@ class SqliteStore(BaseStore):
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             finally:
                 os.close(fd)
+            if holder == str(os.getpid()):
+                raise StoreUnavailable(f"sqlite store {self.path} is already open in this process") from None
             raise StoreUnavailable(
                 f"sqlite store {self.path} is in use by another process (pid {holder}); "
                 "only one hub may write a store file"

