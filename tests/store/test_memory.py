@@ -1,0 +1,59 @@
+"""memory-only behaviour: the bounded history window used by the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from federator.store.memory import MemoryStore
+from federator.store.protocol import Compacted, Event, StoreError, StoreUnavailable
+
+PREFIX = "/federator/"
+
+
+async def test_bounded_window_compacts_and_old_watches_get_compacted() -> None:
+    store = MemoryStore(retain_revisions=100)
+    first = await store.put(PREFIX + "k", b"0")
+    for i in range(500):
+        await store.put(PREFIX + f"k{i % 7}", str(i).encode())
+    now = await store.current_revision()
+    assert await store.compact_revision() == now - 99
+    with pytest.raises(Compacted) as err:
+        async with asyncio.timeout(5):
+            async for _ in store.watch(PREFIX, from_revision=first.mod_revision):
+                pass
+    assert err.value.compact_revision == now - 99
+    got: list[Event] = []
+    async with asyncio.timeout(5):
+        async for ev in store.watch(PREFIX, from_revision=now - 99):
+            got.append(ev)
+            if len(got) == 100:
+                break
+    assert [ev.revision for ev in got] == list(range(now - 99, now + 1))
+    await store.close()
+
+
+async def test_a_watcher_that_falls_behind_the_window_gets_compacted_not_stale_data() -> None:
+    store = MemoryStore(retain_revisions=50)
+    start = await store.current_revision() + 1
+    watch = store.watch(PREFIX, from_revision=start)
+    await store.put(PREFIX + "a", b"1")
+    first = await anext(watch)
+    assert first.kv.value == b"1"
+    for i in range(200):  # the watcher does not read meanwhile
+        await store.put(PREFIX + "a", str(i).encode())
+    with pytest.raises(Compacted):
+        async with asyncio.timeout(5):
+            async for _ in watch:
+                pass
+    await store.close()
+
+
+async def test_closed_memory_store_refuses_work() -> None:
+    store = MemoryStore()
+    await store.close()
+    with pytest.raises(StoreUnavailable):
+        await store.put(PREFIX + "k", b"1")
+    with pytest.raises(StoreError):
+        MemoryStore(retain_revisions=0)
