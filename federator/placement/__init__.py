@@ -1,1 +1,80 @@
-"""federator.placement"""
+"""federator.placement: pure gang placement over frozen cluster snapshots.
+
+Given pending gangs (GangRequest) and immutable snapshots of every member
+cluster (ClusterSnapshot), `run_cycle` chooses for each gang the one cluster
+where all of it fits node by node, on the right fabric and GPU model,
+nearest its data, and says for every other cluster why not. Decisions
+reserve what they take (reservation.py) until the member shows the pods.
+
+This package must never do I/O, use asyncio, read clocks, or import the
+store, the API server, member clients or the simulator (import-linter
+checks it). Time and state come in as arguments and go out as values.
+"""
+
+from federator.placement.cycle import CycleResult, evaluate_gang, queue_order, run_cycle
+from federator.placement.decision import Decision, Hold, PodAssignment, Rejection, ScoreBreakdown, Unplaced
+from federator.placement.framework import PluginRegistry, Profile, ProfileError
+from federator.placement.gang import (
+    GangRequest,
+    LabelRequirement,
+    LabelSelector,
+    Network,
+    RoleRequest,
+    Toleration,
+)
+from federator.placement.reservation import (
+    EMPTY_BOOK,
+    Reservation,
+    ReservationBook,
+    ReservationKind,
+    assume,
+    reconcile_reservations,
+)
+from federator.placement.resources import Resources
+from federator.placement.snapshot import (
+    ClusterInfo,
+    ClusterSnapshot,
+    Fabric,
+    Location,
+    NodeState,
+    RdmaKind,
+    Taint,
+    TaintEffect,
+)
+
+__all__ = [
+    "EMPTY_BOOK",
+    "ClusterInfo",
+    "ClusterSnapshot",
+    "CycleResult",
+    "Decision",
+    "Fabric",
+    "GangRequest",
+    "Hold",
+    "LabelRequirement",
+    "LabelSelector",
+    "Location",
+    "Network",
+    "NodeState",
+    "PluginRegistry",
+    "PodAssignment",
+    "Profile",
+    "ProfileError",
+    "RdmaKind",
+    "Rejection",
+    "Reservation",
+    "ReservationBook",
+    "ReservationKind",
+    "Resources",
+    "RoleRequest",
+    "ScoreBreakdown",
+    "Taint",
+    "TaintEffect",
+    "Toleration",
+    "Unplaced",
+    "assume",
+    "evaluate_gang",
+    "queue_order",
+    "reconcile_reservations",
+    "run_cycle",
+]

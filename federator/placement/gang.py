@@ -1,0 +1,289 @@
+"""GangRequest: what one training job asks of placement, in placement's own terms.
+
+The controllers translate a TrainingJob into a GangRequest (roles with
+replicas and per-pod requests, network, GPU models, datasets, selectors,
+tolerations, priority, submission time). Placement never sees the API types.
+
+All-or-nothing is the point: a gang is placed whole into one cluster or not
+at all. Validation here rejects requests that could never be honoured or
+that are hostile in size (more than `MAX_GANG_PODS` pods), with a message
+naming the field; it must never silently fix a request up.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from immutables import Map
+
+from federator.placement.resources import Resources
+from federator.placement.snapshot import Taint, TaintEffect
+
+__all__ = [
+    "MAX_GANG_PODS",
+    "GangRequest",
+    "LabelRequirement",
+    "LabelSelector",
+    "Network",
+    "RoleRequest",
+    "SelectorOperator",
+    "Toleration",
+    "TolerationOperator",
+]
+
+# A gang larger than this is a typo or an attack; no member cluster runs one.
+MAX_GANG_PODS = 10_000
+_MAX_NAME = 253
+
+
+class Network(StrEnum):
+    """The fabric a gang needs.
+
+    - rdma: an RDMA cluster (InfiniBand or RoCE); pods asking `rdma/hca` get devices.
+    - ethernet: an Ethernet cluster. The gang was built for TCP collectives, and
+      keeping such gangs off RDMA clusters leaves those for gangs that need them.
+    - any: either.
+    """
+
+    RDMA = "rdma"
+    ETHERNET = "ethernet"
+    ANY = "any"
+
+
+class SelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRequirement:
+    key: str
+    operator: SelectorOperator
+    values: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            raise ValueError("matchExpressions[].key must not be empty")
+        operator = SelectorOperator(self.operator)
+        object.__setattr__(self, "operator", operator)
+        values = frozenset(self.values)
+        object.__setattr__(self, "values", values)
+        if operator in (SelectorOperator.IN, SelectorOperator.NOT_IN) and not values:
+            raise ValueError(f"matchExpressions[{self.key}]: operator {operator.value} needs values")
+        if operator in (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST) and values:
+            raise ValueError(f"matchExpressions[{self.key}]: operator {operator.value} takes no values")
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        op = self.operator
+        if op is SelectorOperator.EXISTS:
+            return self.key in labels
+        if op is SelectorOperator.DOES_NOT_EXIST:
+            return self.key not in labels
+        value = labels.get(self.key)
+        if op is SelectorOperator.IN:
+            return value is not None and value in self.values
+        return value is None or value not in self.values
+
+    def describe(self) -> str:
+        if self.operator in (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST):
+            return f"{self.key} {self.operator.value}"
+        return f"{self.key} {self.operator.value} ({', '.join(sorted(self.values))})"
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """Kubernetes label selector semantics: every matchLabels pair and every expression must hold."""
+
+    match_labels: Mapping[str, str] = field(default_factory=Map)
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+    def __post_init__(self) -> None:
+        labels = self.match_labels
+        if not isinstance(labels, Mapping):
+            raise TypeError("matchLabels must be a mapping")
+        for key, value in labels.items():
+            if not isinstance(key, str) or not key or not isinstance(value, str):
+                raise ValueError(f"matchLabels must map non-empty strings to strings, got {key!r}: {value!r}")
+        object.__setattr__(self, "match_labels", Map(labels))
+        object.__setattr__(self, "match_expressions", tuple(self.match_expressions))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        return all(requirement.matches(labels) for requirement in self.match_expressions)
+
+    def first_mismatch(self, labels: Mapping[str, str]) -> str | None:
+        """The first term that fails, for messages; None if the selector matches."""
+        for key in sorted(self.match_labels):
+            if labels.get(key) != self.match_labels[key]:
+                return f"{key}={self.match_labels[key]}"
+        for requirement in self.match_expressions:
+            if not requirement.matches(labels):
+                return requirement.describe()
+        return None
+
+    def is_empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Kubernetes toleration semantics (an empty key with Exists tolerates every taint)."""
+
+    key: str = ""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str = ""
+    effect: TaintEffect | None = None
+
+    def __post_init__(self) -> None:
+        operator = TolerationOperator(self.operator)
+        object.__setattr__(self, "operator", operator)
+        if self.effect is not None:
+            object.__setattr__(self, "effect", TaintEffect(self.effect))
+        if not self.key and operator is not TolerationOperator.EXISTS:
+            raise ValueError("a toleration with an empty key must use operator Exists")
+        if operator is TolerationOperator.EXISTS and self.value:
+            raise ValueError(f"toleration {self.key!r}: operator Exists takes no value")
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect is not None and self.effect is not taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator is TolerationOperator.EXISTS:
+            return True
+        return self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRequest:
+    """One role of a gang (e.g. "ps", "worker"): `replicas` identical pods each requesting `requests`."""
+
+    name: str
+    replicas: int
+    requests: Resources
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str) or len(self.name) > 63:
+            raise ValueError(f"role name must be 1-63 characters, got {self.name!r}")
+        if type(self.replicas) is not int or self.replicas < 1:
+            raise ValueError(f"role {self.name!r}: replicas must be a positive integer, got {self.replicas!r}")
+        if not isinstance(self.requests, Resources):
+            raise TypeError(f"role {self.name!r}: requests must be Resources")
+
+
+def _fit_order_key(role: RoleRequest) -> tuple[int, int, int, int, str]:
+    r = role.requests
+    return (-r.gpu, -r.rdma, -r.cpu_milli, -r.memory, role.name)
+
+
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    """A whole gang to place: every pod of every role, into one cluster, or nowhere.
+
+    `key` is the job's "namespace/name" (for people), `uid` its identity (for
+    reservations and for matching the member's pods). `excluded_clusters`
+    maps a cluster name to the time (seconds, same clock as `now`) until
+    which the gang must not go there, e.g. after being pulled back from it.
+    """
+
+    key: str
+    uid: str
+    roles: tuple[RoleRequest, ...]
+    network: Network = Network.ANY
+    gpu_models: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = ()
+    cluster_selector: LabelSelector | None = None
+    node_selector: Mapping[str, str] = field(default_factory=Map)
+    tolerations: tuple[Toleration, ...] = ()
+    priority: int = 0
+    submitted_at: float = 0.0
+    excluded_clusters: Mapping[str, float] = field(default_factory=Map)
+    # Derived in __post_init__.
+    fit_order: tuple[RoleRequest, ...] = field(init=False, compare=False, repr=False)
+    total: Resources = field(init=False, compare=False, repr=False)
+    pod_count: int = field(init=False, compare=False, repr=False)
+    rdma_pod_count: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("key", "uid"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or len(value) > _MAX_NAME:
+                raise ValueError(f"gang {name} must be 1-{_MAX_NAME} characters, got {value!r}")
+        roles = tuple(self.roles)
+        if not roles:
+            raise ValueError(f"gang {self.key}: roles must not be empty")
+        names = [role.name for role in roles]
+        if len(set(names)) != len(names):
+            raise ValueError(f"gang {self.key}: role names must be unique, got {names}")
+        object.__setattr__(self, "roles", roles)
+        object.__setattr__(self, "network", Network(self.network))
+        for name in ("gpu_models", "datasets"):
+            values = tuple(getattr(self, name))
+            if any(not isinstance(v, str) or not v for v in values) or len(set(values)) != len(values):
+                raise ValueError(f"gang {self.key}: {name} must be distinct non-empty strings, got {values!r}")
+            object.__setattr__(self, name, values)
+        if self.cluster_selector is not None and not isinstance(self.cluster_selector, LabelSelector):
+            raise TypeError(f"gang {self.key}: cluster_selector must be a LabelSelector")
+        node_selector = self.node_selector
+        if not isinstance(node_selector, Mapping) or any(
+            not isinstance(k, str) or not isinstance(v, str) for k, v in node_selector.items()
+        ):
+            raise ValueError(f"gang {self.key}: node_selector must map strings to strings")
+        object.__setattr__(self, "node_selector", Map(node_selector))
+        object.__setattr__(self, "tolerations", tuple(self.tolerations))
+        if type(self.priority) is not int:
+            raise TypeError(f"gang {self.key}: priority must be an int")
+        if not isinstance(self.submitted_at, int | float) or not math.isfinite(self.submitted_at):
+            raise ValueError(f"gang {self.key}: submitted_at must be a finite number")
+        excluded = self.excluded_clusters
+        if not isinstance(excluded, Mapping) or any(
+            not isinstance(k, str) or not isinstance(v, int | float) or not math.isfinite(v) for k, v in excluded.items()
+        ):
+            raise ValueError(f"gang {self.key}: excluded_clusters must map cluster names to finite times")
+        object.__setattr__(self, "excluded_clusters", Map(excluded))
+        pod_count = sum(role.replicas for role in roles)
+        if pod_count > MAX_GANG_PODS:
+            raise ValueError(f"gang {self.key}: {pod_count} pods exceeds the limit of {MAX_GANG_PODS}")
+        object.__setattr__(self, "pod_count", pod_count)
+        object.__setattr__(self, "fit_order", tuple(sorted(roles, key=_fit_order_key)))
+        total = Resources()
+        for role in roles:
+            total = total + role.requests.times(role.replicas)
+        object.__setattr__(self, "total", total)
+        object.__setattr__(self, "rdma_pod_count", sum(r.replicas for r in roles if r.requests.rdma > 0))
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.total.gpu > 0
+
+    def tolerates(self, taints: tuple[Taint, ...]) -> bool:
+        """True if every taint that blocks scheduling is tolerated by one of the gang's tolerations."""
+        for taint in taints:
+            if taint.blocks_scheduling and not any(t.tolerates(taint) for t in self.tolerations):
+                return False
+        return True
+
+    def describe_size(self, gpu_model: str | None = None) -> str:
+        """E.g. "8 pods of 8 A100 GPUs with RDMA" for a one-role gang, "10 pods, 32 A100 GPUs" otherwise."""
+        model = f"{gpu_model} " if gpu_model else ""
+        rdma = " with RDMA" if self.total.rdma else ""
+        if len(self.roles) == 1:
+            role = self.roles[0]
+            if role.requests.gpu:
+                return f"{role.replicas} pods of {role.requests.gpu} {model}GPUs{rdma}"
+            return f"{role.replicas} pods of {role.requests.describe()}"
+        return f"{self.pod_count} pods, {self.total.gpu} {model}GPUs{rdma}"

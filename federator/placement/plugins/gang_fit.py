@@ -1,0 +1,159 @@
+"""Filter "gang-fit": every pod of the gang must land on a node, node by node; leaves the fit for scores.
+
+Three stages, cheapest first, each with its own reason code:
+1. ExceedsCapacity: even with every schedulable node empty, the nodes of
+   the accepted GPU models could not hold the gang (allocatable-GPU
+   histogram; O(models x distinct GPU counts)). Such a gang never fits.
+2. InsufficientCpu / InsufficientMemory / InsufficientGpu: the free totals,
+   or the free GPUs counted node by node (free-GPU histogram), are short.
+   64 free GPUs spread one per node hold no pod of 8 GPUs: this stage says
+   "at most 0 fit" without visiting a node.
+3. GangDoesNotFit: the packing of `nodefit.fit_gang` (CPU, memory, GPUs,
+   RDMA devices, node selector, taints) cannot place every pod.
+With several acceptable GPU models, each is tried in order; the reason
+reported is the one that came closest.
+
+Pure: reads the snapshot; writes only the evaluation context.
+"""
+
+from __future__ import annotations
+
+from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.gang import GangRequest, RoleRequest
+from federator.placement.nodefit import candidate_gpu_models, fit_gang
+from federator.placement.plugins.gpu_model import reject_for_models
+from federator.placement.quantity import format_bytes, format_cpu
+from federator.placement.snapshot import ClusterIndex, ClusterSnapshot
+
+EXCEEDS_CAPACITY = "ExceedsCapacity"
+INSUFFICIENT_CPU = "InsufficientCpu"
+INSUFFICIENT_MEMORY = "InsufficientMemory"
+INSUFFICIENT_GPU = "InsufficientGpu"
+DOES_NOT_FIT = "GangDoesNotFit"
+
+_STAGE = {EXCEEDS_CAPACITY: 0, INSUFFICIENT_GPU: 1, DOES_NOT_FIT: 2}
+
+
+def _needs(gang: GangRequest, role: RoleRequest, model: str | None) -> str:
+    if len(gang.roles) == 1:
+        return f"needs {gang.describe_size(model)}"
+    return f"role {role.name!r} needs {role.replicas} pods of {role.requests.describe(gpu_model=model)} each"
+
+
+def _gpu_shortfall(
+    gang: GangRequest, index: ClusterIndex, model: str, *, capacity: bool
+) -> tuple[RoleRequest, int] | None:
+    """First GPU role that the histogram bound says cannot fit, with the bound; None if all may fit."""
+    for role in gang.fit_order:
+        gpus = role.requests.gpu
+        if not gpus:
+            break  # fit_order puts GPU roles first
+        if capacity:
+            bound = index.max_pods_by_capacity(model, gpus)
+        else:
+            bound = index.max_pods_by_free_gpus(model, gpus)
+        if bound < role.replicas:
+            return role, bound
+    return None
+
+
+def _histogram_text(index: ClusterIndex, model: str) -> str:
+    parts = [f"{count} nodes with {k}" for k, count in reversed(index.free_gpu_histogram(model)) if k]
+    return ", ".join(parts[:4]) if parts else "none"
+
+
+class GangFitFilter:
+    name = "gang-fit"
+
+    def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
+        index = snapshot.index
+        total = gang.total
+        if total.cpu_milli > index.free_cpu_milli:
+            return FilterResult.reject(
+                INSUFFICIENT_CPU,
+                f"needs {format_cpu(total.cpu_milli)} cpu in all; "
+                f"{format_cpu(index.free_cpu_milli)} free on schedulable nodes",
+                needed_millicores=total.cpu_milli,
+                free_millicores=index.free_cpu_milli,
+            )
+        if total.memory > index.free_memory:
+            return FilterResult.reject(
+                INSUFFICIENT_MEMORY,
+                f"needs {format_bytes(total.memory)} memory in all; "
+                f"{format_bytes(index.free_memory)} free on schedulable nodes",
+                needed_bytes=total.memory,
+                free_bytes=index.free_memory,
+            )
+        if not gang.needs_gpu:
+            fit = fit_gang(gang, snapshot, gpu_model=None)
+            if fit.ok:
+                ctx.fit = fit
+                return FilterResult.passed()
+            role = next(r for r in gang.roles if r.name == fit.failed_role)
+            return FilterResult.reject(
+                DOES_NOT_FIT,
+                f"{_needs(gang, role, None)}; at most {fit.failed_role_fit} fit node by node",
+                pods_needed=role.replicas,
+                pods_fit=fit.failed_role_fit,
+            )
+        models = ctx.gpu_models if ctx.gpu_models is not None else candidate_gpu_models(gang, index)
+        if not models:
+            return reject_for_models(gang, snapshot)
+        best: tuple[int, int, FilterResult] | None = None
+        for model in models:
+            result = self._try_model(gang, snapshot, ctx, model)
+            if result is None:
+                return FilterResult.passed()
+            rank = (_STAGE[result.code], int(result.numbers.get("pods_fit", 0)))
+            if best is None or rank > best[:2]:
+                best = (rank[0], rank[1], result)
+        assert best is not None
+        return best[2]
+
+    def _try_model(
+        self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, model: str
+    ) -> FilterResult | None:
+        index = snapshot.index
+        short = _gpu_shortfall(gang, index, model, capacity=False)
+        if short is not None:
+            # Capacity bounds free GPUs from above, so it is only worth checking once the free bound fails.
+            never = _gpu_shortfall(gang, index, model, capacity=True)
+            if never is not None:
+                role, bound = never
+                return FilterResult.reject(
+                    EXCEEDS_CAPACITY,
+                    f"{_needs(gang, role, model)}; even with every schedulable node empty at most {bound} fit",
+                    pods_needed=role.replicas,
+                    pods_fit=bound,
+                )
+            role, bound = short
+            return FilterResult.reject(
+                INSUFFICIENT_GPU,
+                f"{_needs(gang, role, model)}; at most {bound} fit "
+                f"(free {model} GPUs per node: {_histogram_text(index, model)})",
+                pods_needed=role.replicas,
+                pods_fit=bound,
+                free_gpus=index.free_gpu_by_model.get(model, 0),
+            )
+        free_gpus = index.free_gpu_by_model.get(model, 0)
+        if gang.total.gpu > free_gpus:
+            return FilterResult.reject(
+                INSUFFICIENT_GPU,
+                f"needs {gang.total.gpu} {model} GPUs in all; {free_gpus} free",
+                pods_needed=gang.pod_count,
+                pods_fit=0,
+                gpus_needed=gang.total.gpu,
+                free_gpus=free_gpus,
+            )
+        fit = fit_gang(gang, snapshot, gpu_model=model)
+        if fit.ok:
+            ctx.fit = fit
+            return None
+        role = next(r for r in gang.roles if r.name == fit.failed_role)
+        return FilterResult.reject(
+            DOES_NOT_FIT,
+            f"{_needs(gang, role, model)}; at most {fit.failed_role_fit} fit node by node "
+            "(free cpu, memory, GPUs, rdma/hca, node selector and taints)",
+            pods_needed=role.replicas,
+            pods_fit=fit.failed_role_fit,
+        )

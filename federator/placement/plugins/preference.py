@@ -1,0 +1,26 @@
+"""Score "preference": on-prem before cloud, unless the profile prefers another location (or none).
+
+Raw score 1 for a cluster at the profile's `prefer_location`, else 0;
+normalised as raw x 100. Its default weight outweighs packing, topology,
+headroom and cost together, so it decides between otherwise similar fits;
+data locality still outweighs it. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from federator.placement.framework import EvalContext
+from federator.placement.gang import GangRequest
+from federator.placement.snapshot import ClusterSnapshot
+
+
+class PreferenceScore:
+    name = "preference"
+
+    def score(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> float:
+        preferred = ctx.profile.prefer_location
+        return 1.0 if preferred is not None and snapshot.info.location is preferred else 0.0
+
+    def normalize(self, raw: Mapping[str, float]) -> dict[str, float]:
+        return {cluster: 100.0 * value for cluster, value in raw.items()}
