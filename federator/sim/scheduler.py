@@ -1,0 +1,1013 @@
+"""The simulated cluster's scheduler: gang scheduling as Volcano, the
+scheduler-plugins coscheduling plugin and kube-batch do it, plus the default
+scheduler for pods without a group.
+
+Two halves:
+- `SchedulerState` + `schedule_cycle`: pure. The state is an informer-style
+  cache of nodes, pods and PodGroups with a `ClusterLedger` of node usage; a
+  cycle takes the pending pods (gangs as one unit), places them with
+  `fit.CyclePlanner` and returns the binds and the reasons for the rest. A
+  gang is bound all-or-nothing: only once `minMember` of its pods (counting
+  members already bound) fit node by node.
+- `run_gang_scheduler`: the loop. It lists and watches nodes, pods and every
+  PodGroup kind through `ObjectStorage` (in-process, not HTTP), runs cycles
+  when something changed, binds, writes PodScheduled=False conditions and
+  FailedScheduling events for pods that do not fit, and keeps PodGroup status
+  (phase, counts, conditions) as the real scheduler of that kind does.
+
+It serves only pods whose spec.schedulerName the profile lists. It must
+never bind a part of a gang (below minMember) and never overcommit a node;
+it never imports anything of the hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from federator.apiserver.errors import ApiError
+from federator.obs import METRICS
+from federator.sim.fit import (
+    ClusterLedger,
+    CyclePlanner,
+    InvalidPodSpec,
+    PodRequirements,
+    explain,
+    node_info,
+    pod_requirements,
+)
+
+if TYPE_CHECKING:
+    from federator.apiserver.registry import Registry, ResourceType
+    from federator.apiserver.storage import ObjectStorage
+    from federator.sim.profile import ClusterProfile
+
+JSON = dict[str, Any]
+
+# ---------------------------------------------------------------- group kinds
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKind:
+    """One gang scheduler's PodGroup API and how a pod names its group."""
+
+    scheduler_type: str
+    group: str
+    version: str
+    #: pod label naming the group (coscheduling)
+    pod_label: str | None
+    #: pod annotations naming the group, first found wins (Volcano, kube-batch)
+    pod_annotations: tuple[str, ...]
+    #: status has conditions (Volcano, kube-batch); coscheduling has none
+    has_conditions: bool
+    plural: str = "podgroups"
+
+    def group_of(self, pod: Mapping[str, Any]) -> str | None:
+        meta = pod.get("metadata") or {}
+        if self.pod_label:
+            value = (meta.get("labels") or {}).get(self.pod_label)
+            if value:
+                return str(value)
+        annotations = meta.get("annotations") or {}
+        for key in self.pod_annotations:
+            value = annotations.get(key)
+            if value:
+                return str(value)
+        return None
+
+
+VOLCANO = GroupKind(
+    scheduler_type="volcano", group="scheduling.volcano.sh", version="v1beta1", pod_label=None,
+    pod_annotations=("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"), has_conditions=True,
+)
+COSCHEDULING = GroupKind(
+    scheduler_type="coscheduling", group="scheduling.x-k8s.io", version="v1alpha1",
+    pod_label="scheduling.x-k8s.io/pod-group", pod_annotations=(), has_conditions=False,
+)
+KUBE_BATCH = GroupKind(
+    scheduler_type="kube-batch", group="scheduling.incubator.k8s.io", version="v1alpha1", pod_label=None,
+    pod_annotations=("scheduling.k8s.io/group-name",), has_conditions=True,
+)
+GROUP_KINDS: dict[str, GroupKind] = {k.scheduler_type: k for k in (VOLCANO, COSCHEDULING, KUBE_BATCH)}
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+# ---------------------------------------------------------------- cache
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def pod_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def group_key(kind: GroupKind, namespace: str, name: str) -> str:
+    return f"{kind.group}/{namespace}/{name}"
+
+
+@dataclass(slots=True)
+class PodEntry:
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    rv: int
+    scheduler_name: str
+    node_name: str
+    phase: str
+    deleting: bool
+    group: str | None
+    requirements: PodRequirements | None
+    invalid: str | None
+    priority: int
+    seq: int
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+    @property
+    def holds_resources(self) -> bool:
+        return self.bound and self.phase not in TERMINAL_PHASES
+
+
+@dataclass(slots=True)
+class GroupVerdict:
+    """The last scheduling outcome of a gang: scheduled, or why not."""
+
+    scheduled: bool
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(slots=True)
+class GroupEntry:
+    key: str
+    kind: GroupKind
+    namespace: str
+    name: str
+    uid: str
+    rv: int
+    min_member: int
+    obj: JSON
+    members: set[str] = field(default_factory=set)
+    verdict: GroupVerdict | None = None
+    first_attempt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    #: pod key -> node name, accounted in the ledger (assumed until written)
+    binds: dict[str, str]
+    #: pod key -> FitError-style message
+    unschedulable: dict[str, str]
+    #: groups whose verdict changed this cycle
+    groups: set[str]
+    #: True when pending work was left for the next cycle
+    more: bool
+
+
+class SchedulerState:
+    """What the scheduler knows: nodes (in a ledger), pods and PodGroups.
+    Fed by watch events; changed by `schedule_cycle`. Pure and synchronous."""
+
+    def __init__(self, *, scheduler_types: Mapping[str, str]) -> None:
+        #: schedulerName -> scheduler type ("volcano", "default", ...)
+        self.scheduler_types = dict(scheduler_types)
+        self.ledger = ClusterLedger()
+        self.pods: dict[str, PodEntry] = {}
+        self.groups: dict[str, GroupEntry] = {}
+        self._orphans: dict[str, set[str]] = {}  # group key -> members whose group does not exist yet
+        self.pending: dict[str, None] = {}  # insertion-ordered set of pod keys
+        #: unit key -> (ledger generation, unit version) of its last failed attempt
+        self._attempts: dict[str, tuple[int, tuple[int, ...]]] = {}
+        #: pods whose bind is being written: a watch event showing them
+        #: unbound must not undo the assumption
+        self.in_flight: set[str] = set()
+        self._seq = 0
+        self.dirty_groups: set[str] = set()
+
+    # ------------------------------------------------------------ nodes
+
+    def apply_node(self, obj: Mapping[str, Any]) -> None:
+        self.ledger.upsert_node(node_info(obj))
+
+    def delete_node(self, name: str) -> None:
+        self.ledger.remove_node(name)
+
+    # ------------------------------------------------------------ pods
+
+    def _group_for(self, pod: Mapping[str, Any], scheduler_name: str, namespace: str) -> str | None:
+        kind = GROUP_KINDS.get(self.scheduler_types.get(scheduler_name, ""))
+        if kind is None:
+            return None
+        name = kind.group_of(pod)
+        return group_key(kind, namespace, name) if name else None
+
+    def apply_pod(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        key = pod_key(namespace, name)
+        rv = _rv(obj)
+        old = self.pods.get(key)
+        uid = str(meta.get("uid") or "")
+        if old is not None and old.uid == uid and rv and rv <= old.rv:
+            return  # stale: we already know a newer version (e.g. our own bind)
+        if old is not None and old.uid != uid:
+            self.delete_pod(namespace, name)
+            old = None
+        scheduler_name = str(spec.get("schedulerName") or "default-scheduler")
+        node_name = str(spec.get("nodeName") or "")
+        if key in self.in_flight and old is not None and not node_name:
+            node_name = old.node_name  # our bind is being written
+        phase = str(status.get("phase") or "Pending")
+        requirements: PodRequirements | None = None
+        invalid: str | None = None
+        try:
+            requirements = pod_requirements(obj)
+        except InvalidPodSpec as e:
+            invalid = str(e)
+        priority = spec.get("priority")
+        if old is None:
+            self._seq += 1
+        entry = PodEntry(
+            key=key, namespace=namespace, name=name, uid=uid, rv=rv, scheduler_name=scheduler_name,
+            node_name=node_name, phase=phase, deleting=bool(meta.get("deletionTimestamp")),
+            group=self._group_for(obj, scheduler_name, namespace), requirements=requirements, invalid=invalid,
+            priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+            seq=old.seq if old is not None else self._seq,
+        )
+        self.pods[key] = entry
+        if old is not None and old.group != entry.group:
+            self._leave_group(old)
+        if entry.group is not None:
+            self._join_group(entry)
+        # resources
+        if entry.holds_resources and entry.requirements is not None:
+            self.ledger.account(key, entry.node_name, entry.requirements.requests)
+        elif entry.holds_resources:
+            self.ledger.account(key, entry.node_name, (("pods", 1),))
+        else:
+            self.ledger.release(key)
+        # pending set
+        if not entry.bound and not entry.deleting and scheduler_name in self.scheduler_types \
+                and entry.phase not in TERMINAL_PHASES:
+            self.pending[key] = None
+        else:
+            self.pending.pop(key, None)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        key = pod_key(namespace, name)
+        entry = self.pods.pop(key, None)
+        self.pending.pop(key, None)
+        self.ledger.release(key)
+        if entry is not None:
+            self._leave_group(entry)
+
+    def _join_group(self, entry: PodEntry) -> None:
+        assert entry.group is not None
+        g = self.groups.get(entry.group)
+        if g is not None:
+            g.members.add(entry.key)
+        else:
+            self._orphans.setdefault(entry.group, set()).add(entry.key)
+        self.dirty_groups.add(entry.group)
+
+    def _leave_group(self, entry: PodEntry) -> None:
+        if entry.group is None:
+            return
+        g = self.groups.get(entry.group)
+        if g is not None:
+            g.members.discard(entry.key)
+        orphans = self._orphans.get(entry.group)
+        if orphans is not None:
+            orphans.discard(entry.key)
+            if not orphans:
+                del self._orphans[entry.group]
+        self.dirty_groups.add(entry.group)
+
+    # ------------------------------------------------------------ groups
+
+    def apply_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        key = group_key(kind, namespace, name)
+        rv = _rv(obj)
+        old = self.groups.get(key)
+        uid = str(meta.get("uid") or "")
+        if old is not None and old.uid == uid and rv and rv < old.rv:
+            return
+        raw_min = (obj.get("spec") or {}).get("minMember", 0)
+        min_member = raw_min if isinstance(raw_min, int) and not isinstance(raw_min, bool) and raw_min >= 0 else 0
+        entry = GroupEntry(key=key, kind=kind, namespace=namespace, name=name, uid=uid, rv=rv,
+                           min_member=min_member, obj=dict(obj))
+        if old is not None and old.uid == uid:
+            entry.members = old.members
+            entry.verdict = old.verdict
+            entry.first_attempt = old.first_attempt
+        else:
+            entry.members = self._orphans.pop(key, set()) | (old.members if old is not None else set())
+        self.groups[key] = entry
+        self.dirty_groups.add(key)
+
+    def delete_group(self, kind: GroupKind, namespace: str, name: str) -> None:
+        key = group_key(kind, namespace, name)
+        entry = self.groups.pop(key, None)
+        if entry is not None and entry.members:
+            self._orphans.setdefault(key, set()).update(entry.members)
+
+    # ------------------------------------------------------------ assume / forget
+
+    def bound(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        """The bind of `key` was written (obj is the stored pod)."""
+        self.in_flight.discard(key)
+        if obj is not None:
+            self.apply_pod(obj)
+
+    def forget(self, key: str) -> None:
+        """The bind of `key` failed: undo the assumption."""
+        self.in_flight.discard(key)
+        entry = self.pods.get(key)
+        self.ledger.release(key)
+        if entry is not None:
+            entry.node_name = ""
+            if not entry.deleting and entry.phase not in TERMINAL_PHASES:
+                self.pending[key] = None
+            if entry.group:
+                self.dirty_groups.add(entry.group)
+
+    def members_of(self, group: GroupEntry) -> list[PodEntry]:
+        return [self.pods[k] for k in group.members if k in self.pods]
+
+
+# ---------------------------------------------------------------- the cycle
+
+
+def _gang_message(group: GroupEntry, *, total: int, pending: int, fitted: int, need: int, why: str) -> str:
+    return (
+        f"{pending}/{total} tasks in gang unschedulable: pod group is not ready, {group.min_member} minAvailable; "
+        f"only {fitted} of the {need} pods still needed fit: {why}"
+    )
+
+
+def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResult:
+    """Place pending pods (gangs all-or-nothing) onto nodes, accounting the
+    placements in `state.ledger` and marking them assumed. Pods and gangs that
+    did not fit, and whose situation has not changed since they last failed,
+    are skipped."""
+    planner = CyclePlanner(state.ledger)
+    binds: dict[str, str] = {}
+    unschedulable: dict[str, str] = {}
+    touched_groups: set[str] = set()
+    pods = state.pods
+    generation = state.ledger.generation
+
+    # Units: a gang (every pending member of one group) or a single pod.
+    gangs: dict[str, list[PodEntry]] = {}
+    units: list[tuple[int, int, str, list[PodEntry]]] = []
+    for key in state.pending:
+        entry = pods.get(key)
+        if entry is None:
+            continue
+        if entry.group is not None:
+            members = gangs.get(entry.group)
+            if members is None:
+                gangs[entry.group] = members = []
+                units.append((0, 0, entry.group, members))
+            members.append(entry)
+        else:
+            units.append((-entry.priority, entry.seq, key, [entry]))
+    ordered: list[tuple[int, int, str, list[PodEntry]]] = []
+    for prio, seq, unit_key, members in units:
+        if unit_key in gangs:
+            prio = min(-m.priority for m in members)
+            seq = min(m.seq for m in members)
+            members.sort(key=lambda m: (-m.priority, m.seq))
+        ordered.append((prio, seq, unit_key, members))
+    ordered.sort(key=lambda u: (u[0], u[1]))
+
+    budget = max_pods
+    more = False
+    for _, _, unit_key, members in ordered:
+        if budget <= 0:
+            more = True
+            break
+        if unit_key in gangs:
+            group = state.groups.get(unit_key)
+            bound_ready = 0
+            if group is not None:
+                for m in state.members_of(group):
+                    if m.bound and not m.deleting and m.phase != "Failed":
+                        bound_ready += 1
+            # Pod specs are immutable where it matters (requests,
+            # nodeSelector); what can change a gang's fate besides free
+            # capacity is its membership and minMember.
+            version: tuple[int, ...] = (group.min_member if group else -1, len(members), bound_ready)
+        else:
+            bound_ready = 0
+            group = None
+            version = (0,)
+        last = state._attempts.get(unit_key)
+        if last is not None and last == (generation, version):
+            continue
+        budget -= len(members)
+        invalid = [m for m in members if m.requirements is None]
+        for m in invalid:
+            unschedulable[m.key] = f"pod spec cannot be scheduled: {m.invalid}"
+        if unit_key not in gangs:
+            entry = members[0]
+            if entry.requirements is None:
+                state._attempts[unit_key] = (generation, version)
+                continue
+            node = planner.place_one(entry.key, entry.requirements)
+            if node is None:
+                unschedulable[entry.key] = explain(entry.requirements, state.ledger.ordered_nodes())
+                state._attempts[unit_key] = (generation, version)
+            else:
+                binds[entry.key] = node
+                state._attempts.pop(unit_key, None)
+            continue
+        # a gang
+        touched_groups.add(unit_key)
+        if group is None:
+            ns, name = unit_key.split("/", 2)[1:]
+            msg = f'podgroup "{ns}/{name}" not found'
+            for m in members:
+                unschedulable.setdefault(m.key, msg)
+            state._attempts[unit_key] = (generation, version)
+            continue
+        if group.first_attempt is None:
+            group.first_attempt = _now()
+        valid = [m for m in members if m.requirements is not None]
+        need = max(0, group.min_member - bound_ready)
+        total = len(group.members)
+        if len(valid) < need:
+            msg = (
+                f"{len(members)}/{total} tasks in gang unschedulable: pod group is not ready, "
+                f"{group.min_member} minAvailable, {bound_ready + len(valid)} schedulable pods exist"
+            )
+            group.verdict = GroupVerdict(scheduled=False, reason="NotEnoughTasks", message=msg)
+            for m in valid:
+                unschedulable[m.key] = msg
+            state._attempts[unit_key] = (generation, version)
+            continue
+        outcome = planner.place_gang([(m.key, m.requirements) for m in valid if m.requirements], need=need)
+        if outcome.committed:
+            binds.update(outcome.placed)
+            if outcome.placed or need == 0:
+                group.verdict = GroupVerdict(scheduled=True, reason="tasks in gang are ready to be scheduled")
+            left = [m for m in valid if m.key not in outcome.placed]
+            for m in left:
+                unschedulable[m.key] = outcome.message or "no node fits"
+            if left:
+                state._attempts[unit_key] = (generation, version)
+            else:
+                state._attempts.pop(unit_key, None)
+        else:
+            why = outcome.message or "no node fits"
+            msg = _gang_message(group, total=total, pending=len(members), fitted=outcome.fitted, need=need, why=why)
+            group.verdict = GroupVerdict(scheduled=False, reason="NotEnoughResources", message=msg)
+            for m in valid:
+                unschedulable[m.key] = msg
+            state._attempts[unit_key] = (generation, version)
+
+    for key, node in binds.items():
+        entry = pods[key]
+        entry.node_name = node
+        state.pending.pop(key, None)
+        state.in_flight.add(key)
+        if entry.group:
+            touched_groups.add(entry.group)
+    state.dirty_groups |= touched_groups
+    # Attempts recorded this cycle were made at `generation`; binds do not
+    # free capacity, so they stay valid.
+    return CycleResult(binds=binds, unschedulable=unschedulable, groups=touched_groups, more=more)
+
+
+# ---------------------------------------------------------------- group status
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCounts:
+    pending: int  # not bound
+    starting: int  # bound, not running yet
+    running: int
+    succeeded: int
+    failed: int
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.starting + self.running + self.succeeded + self.failed
+
+
+def count_members(members: Iterable[PodEntry]) -> GroupCounts:
+    pending = starting = running = succeeded = failed = 0
+    for m in members:
+        if m.phase == "Succeeded":
+            succeeded += 1
+        elif m.phase == "Failed":
+            failed += 1
+        elif m.phase == "Running":
+            running += 1
+        elif m.bound:
+            starting += 1
+        else:
+            pending += 1
+    return GroupCounts(pending, starting, running, succeeded, failed)
+
+
+def group_phase(kind: GroupKind, min_member: int, c: GroupCounts) -> str:
+    """The phase the real scheduler of `kind` would show."""
+    active = c.running + c.succeeded
+    all_done = c.total > 0 and c.pending == c.starting == c.running == 0
+    ever_scheduled = c.starting + c.running + c.succeeded + c.failed > 0
+    if kind is COSCHEDULING:
+        # scheduler-plugins: Pending | Scheduling | Running | Finished | Failed | Unknown
+        if all_done and c.succeeded >= min_member and c.failed == 0:
+            return "Finished"
+        if c.failed > 0 and active < min_member:
+            return "Failed"
+        if c.running > 0 and active >= min_member:
+            return "Running"
+        if ever_scheduled:
+            return "Scheduling"
+        return "Pending"
+    if kind is VOLCANO:
+        # Volcano: Pending | Inqueue | Running | Unknown | Completed
+        if all_done and c.succeeded >= min_member:
+            return "Completed"
+        if c.running > 0 and active >= min_member:
+            return "Running"
+        if ever_scheduled and active + c.starting < min_member:
+            return "Unknown"
+        if active + c.starting >= min_member and ever_scheduled:
+            return "Inqueue"
+        return "Pending"
+    # kube-batch: Pending | Running | Unknown
+    if c.running > 0 and active >= min_member:
+        return "Running"
+    if ever_scheduled and active + c.starting < min_member:
+        return "Unknown"
+    return "Pending"
+
+
+def desired_group_status(group: GroupEntry, members: Iterable[PodEntry], *, now: str) -> JSON:
+    """The status to write for `group`, keeping condition timestamps when the
+    condition itself did not change (so an unchanged group is not rewritten)."""
+    c = count_members(members)
+    kind = group.kind
+    old: JSON = dict(group.obj.get("status") or {})
+    status: JSON = {"phase": group_phase(kind, group.min_member, c)}
+    for name, value in (("running", c.running), ("succeeded", c.succeeded), ("failed", c.failed)):
+        if value:
+            status[name] = value
+    if kind is COSCHEDULING:
+        start = old.get("scheduleStartTime") or group.first_attempt
+        if start:
+            status["scheduleStartTime"] = start
+        if old.get("occupiedBy"):
+            status["occupiedBy"] = old["occupiedBy"]
+        return status
+    verdict = group.verdict
+    conditions = list(old.get("conditions") or [])
+    if verdict is not None and (verdict.scheduled or status["phase"] in ("Pending", "Inqueue", "Unknown")):
+        wanted = {
+            "type": "Scheduled" if verdict.scheduled else "Unschedulable",
+            "status": "True",
+            "reason": verdict.reason,
+            "message": verdict.message,
+        }
+        prev = next((cd for cd in conditions if isinstance(cd, dict) and cd.get("type") == wanted["type"]), None)
+        if prev is not None and all(prev.get(k) == v for k, v in wanted.items()):
+            conditions = [prev]
+        else:
+            wanted["transitionID"] = str(uuid.uuid4())
+            wanted["lastTransitionTime"] = now
+            conditions = [wanted]
+    if conditions:
+        status["conditions"] = conditions
+    return status
+
+
+# ---------------------------------------------------------------- the loop
+
+#: How many pods one cycle considers at most (the rest go to the next cycle).
+CYCLE_MAX_PODS = 2000
+#: Events from the scheduler stay this long (kube-apiserver's default --event-ttl is 1h).
+EVENT_TTL_SECONDS = 3600.0
+
+
+class GangScheduler:
+    """The scheduler of one simulated cluster (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        storage: ObjectStorage,
+        registry: Registry,
+        cluster: ClusterProfile,
+        logger: Any,
+        cycle_max_pods: int = CYCLE_MAX_PODS,
+    ) -> None:
+        self.storage = storage
+        self.cluster = cluster
+        self.log = logger
+        self.cycle_max_pods = cycle_max_pods
+        pods = registry.get("", "v1", "pods")
+        nodes = registry.get("", "v1", "nodes")
+        if pods is None or nodes is None:
+            raise RuntimeError("the simulator's registry must serve pods and nodes")
+        self.pods_rt: ResourceType = pods
+        self.nodes_rt: ResourceType = nodes
+        self.events_rt: ResourceType | None = registry.get("", "v1", "events")
+        self.group_rts: dict[str, tuple[GroupKind, ResourceType]] = {}
+        for spec in cluster.gang_schedulers:
+            kind = GROUP_KINDS[spec.type]
+            rt = registry.get(kind.group, kind.version, kind.plural)
+            if rt is None:
+                raise RuntimeError(f"the registry does not serve {kind.plural}.{kind.group}/{kind.version}")
+            self.group_rts[kind.group] = (kind, rt)
+        self.scheduler_types = {s.name: s.type for s in cluster.schedulers}
+        self.state = SchedulerState(scheduler_types=self.scheduler_types)
+        self._wake = asyncio.Event()
+        #: pod key -> (uid, last message written) so unchanged reasons are not rewritten
+        self._reported: dict[str, tuple[str, str]] = {}
+        self._events: dict[str, float] = {}  # "ns/name" of our Events -> created (monotonic)
+        self._restart = asyncio.Event()
+
+    # ------------------------------------------------------------ informers
+
+    async def _sync(self) -> list[tuple[ResourceType, str, GroupKind | None]]:
+        """List everything into a fresh state; return what to watch from where."""
+        state = SchedulerState(scheduler_types=self.scheduler_types)
+        watches: list[tuple[ResourceType, str, GroupKind | None]] = []
+        nodes = await self.storage.list(self.nodes_rt)
+        for obj in nodes.items:
+            state.apply_node(obj)
+        watches.append((self.nodes_rt, nodes.resource_version, None))
+        for kind, rt in self.group_rts.values():
+            groups = await self.storage.list(rt)
+            for obj in groups.items:
+                state.apply_group(kind, obj)
+            watches.append((rt, groups.resource_version, kind))
+        pods = await self.storage.list(self.pods_rt)
+        for obj in pods.items:
+            state.apply_pod(obj)
+        watches.append((self.pods_rt, pods.resource_version, None))
+        self.state = state
+        self._reported = {k: v for k, v in self._reported.items() if k in state.pods}
+        return watches
+
+    async def _watch(self, rt: ResourceType, resource_version: str, kind: GroupKind | None) -> None:
+        try:
+            async for ev in self.storage.watch(rt, resource_version=resource_version):
+                if ev.type == "BOOKMARK":
+                    continue
+                self._apply(rt, kind, ev.type, ev.object)
+                self._wake.set()
+        except ApiError as e:
+            self.log.info("watch ended; re-listing", resource=rt.plural, code=e.code, reason=e.reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the loop re-lists; say why
+            self.log.warning("watch failed; re-listing", resource=rt.plural, error=str(e))
+        self._restart.set()
+        self._wake.set()
+
+    def _apply(self, rt: ResourceType, kind: GroupKind | None, type_: str, obj: JSON) -> None:
+        state = self.state
+        meta = obj.get("metadata") or {}
+        if rt is self.nodes_rt:
+            if type_ == "DELETED":
+                state.delete_node(str(meta.get("name")))
+            else:
+                state.apply_node(obj)
+        elif rt is self.pods_rt:
+            if type_ == "DELETED":
+                state.delete_pod(str(meta.get("namespace")), str(meta.get("name")))
+                self._reported.pop(pod_key(str(meta.get("namespace")), str(meta.get("name"))), None)
+            else:
+                state.apply_pod(obj)
+        elif kind is not None:
+            if type_ == "DELETED":
+                state.delete_group(kind, str(meta.get("namespace")), str(meta.get("name")))
+            else:
+                state.apply_group(kind, obj)
+
+    # ------------------------------------------------------------ main loop
+
+    async def run(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        while not stop.is_set():
+            tasks: list[asyncio.Task[None]] = []
+            try:
+                watches = await self._sync()
+                self._restart.clear()
+                for rt, rv, kind in watches:
+                    tasks.append(asyncio.create_task(
+                        self._watch(rt, rv, kind), name=f"sim-scheduler-watch-{self.cluster.name}-{rt.plural}"
+                        f"{'-' + rt.group if rt.group else ''}"))
+                self.log.info("scheduler synced", nodes=len(self.state.ledger.nodes), pods=len(self.state.pods),
+                              pending=len(self.state.pending), groups=len(self.state.groups))
+                attempt = 0
+                await self._serve(stop)
+            except _RestartNeeded:
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - keep scheduling; log and back off
+                attempt += 1
+                delay = min(10.0, 0.1 * 2 ** min(attempt, 8)) * random.uniform(0.5, 1.0)
+                self.log.warning("scheduler loop failed; re-listing after backoff", error=f"{type(e).__name__}: {e}",
+                                 wait_seconds=round(delay, 2), attempt=attempt)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+            finally:
+                for t in tasks:
+                    t.cancel()
+                for t in tasks:
+                    try:
+                        await t
+                    except asyncio.CancelledError:
+                        pass
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        stop_wait = asyncio.ensure_future(stop.wait())
+        try:
+            self._wake.set()
+            while not stop.is_set():
+                wake_wait = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await asyncio.wait({stop_wait, wake_wait}, timeout=self._next_gc_in(),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    wake_wait.cancel()
+                if stop.is_set():
+                    return
+                if self._restart.is_set():
+                    raise _RestartNeeded()
+                self._wake.clear()
+                await self._one_round()
+                await self._gc_events()
+        finally:
+            stop_wait.cancel()
+
+    async def _one_round(self) -> None:
+        """Cycle, then write binds, reasons and group statuses. Yields to the
+        watch tasks between cycles so the cache stays fresh."""
+        state = self.state
+        more = True
+        while more:
+            t0 = time.perf_counter()
+            result = schedule_cycle(state, max_pods=self.cycle_max_pods)
+            METRICS.loop_phase_seconds.labels(loop="sim-scheduler", phase="cycle").observe(time.perf_counter() - t0)
+            more = result.more
+            t0 = time.perf_counter()
+            bound = await self._write_binds(result.binds)
+            if bound:
+                METRICS.sim_pods_bound.labels(cluster=self.cluster.name).inc(bound)
+            METRICS.loop_phase_seconds.labels(loop="sim-scheduler", phase="bind").observe(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await self._write_unschedulable(result.unschedulable)
+            await self._write_group_statuses()
+            METRICS.loop_phase_seconds.labels(loop="sim-scheduler", phase="status").observe(time.perf_counter() - t0)
+            if self._restart.is_set():
+                raise _RestartNeeded()
+            await asyncio.sleep(0)  # let watch events in before the next cycle
+
+    # ------------------------------------------------------------ writes
+
+    async def _write_binds(self, binds: Mapping[str, str]) -> int:
+        done = 0
+        for key, node in binds.items():
+            entry = self.state.pods.get(key)
+            if entry is None:
+                self.state.forget(key)
+                continue
+            try:
+                obj = await bind_pod(self.storage, self.pods_rt, namespace=entry.namespace, name=entry.name,
+                                     uid=entry.uid, node_name=node)
+            except ApiError as e:
+                self.log.info("bind failed", pod=key, node=node, code=e.code, reason=e.reason, message=e.message)
+                obj = None
+            if obj is None:
+                self.state.forget(key)
+                continue
+            self.state.bound(key, obj)
+            self._reported.pop(key, None)
+            done += 1
+        return done
+
+    async def _write_unschedulable(self, reasons: Mapping[str, str]) -> None:
+        for key, message in reasons.items():
+            entry = self.state.pods.get(key)
+            if entry is None or self._reported.get(key) == (entry.uid, message):
+                continue
+            self._reported[key] = (entry.uid, message)
+            try:
+                await self._set_unschedulable(entry, message)
+                await self._record_event(entry, message)
+            except ApiError as e:
+                if e.code != 404:
+                    self.log.info("could not report unschedulable pod", pod=key, code=e.code, message=e.message)
+
+    async def _set_unschedulable(self, entry: PodEntry, message: str) -> None:
+        now = _now()
+
+        def mutate(pod: JSON) -> JSON | None:
+            meta = pod.get("metadata") or {}
+            if meta.get("uid") != entry.uid or (pod.get("spec") or {}).get("nodeName"):
+                return None
+            status = pod.setdefault("status", {})
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            prev = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+            if prev and prev.get("status") == "False" and prev.get("message") == message:
+                return None
+            conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                               "message": message, "lastProbeTime": None, "lastTransitionTime": now})
+            status["conditions"] = conditions
+            status.setdefault("phase", "Pending")
+            return pod
+
+        await self.storage.guaranteed_update(self.pods_rt, namespace=entry.namespace, name=entry.name,
+                                             mutate=mutate, subresource="status")
+
+    async def _record_event(self, entry: PodEntry, message: str) -> None:
+        """One FailedScheduling Event per pod, updated in place (count, last
+        timestamp, message) like kube's event correlator aggregates."""
+        if self.events_rt is None:
+            return
+        now = _now()
+        suffix = hashlib.sha256(entry.uid.encode()).hexdigest()[:16]
+        name = f"{entry.name[:230]}.{suffix}"
+        reporter = self._reporter(entry)
+
+        def mutate(ev: JSON) -> JSON | None:
+            ev["count"] = int(ev.get("count") or 1) + 1
+            ev["lastTimestamp"] = now
+            ev["message"] = message
+            return ev
+
+        try:
+            await self.storage.guaranteed_update(self.events_rt, namespace=entry.namespace, name=name, mutate=mutate)
+            return
+        except ApiError as e:
+            if e.code != 404:
+                raise
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": entry.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": entry.namespace,
+                               "name": entry.name, "uid": entry.uid},
+            "reason": "FailedScheduling", "message": message, "type": "Warning",
+            "source": {"component": reporter}, "reportingComponent": reporter,
+            "reportingInstance": f"{reporter}-{self.cluster.name}",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            await self.storage.create(self.events_rt, event, namespace=entry.namespace)
+            self._events[f"{entry.namespace}/{name}"] = time.monotonic()
+        except ApiError as e:
+            if e.code != 409:
+                raise
+
+    def _reporter(self, entry: PodEntry) -> str:
+        return entry.scheduler_name
+
+    def _next_gc_in(self) -> float | None:
+        if not self._events:
+            return None
+        oldest = min(self._events.values())
+        return max(0.05, oldest + EVENT_TTL_SECONDS - time.monotonic())
+
+    async def _gc_events(self) -> None:
+        if self.events_rt is None or not self._events:
+            return
+        cutoff = time.monotonic() - EVENT_TTL_SECONDS
+        for key in [k for k, t in self._events.items() if t < cutoff]:
+            del self._events[key]
+            ns, name = key.split("/", 1)
+            try:
+                await self.storage.delete(self.events_rt, namespace=ns, name=name)
+            except ApiError:
+                pass
+
+    async def _write_group_statuses(self) -> None:
+        state = self.state
+        dirty, state.dirty_groups = state.dirty_groups, set()
+        now = _now()
+        for key in dirty:
+            group = state.groups.get(key)
+            if group is None:
+                continue
+            desired = desired_group_status(group, state.members_of(group), now=now)
+            if desired == (group.obj.get("status") or {}):
+                continue
+            kind_rt = self.group_rts.get(group.kind.group)
+            if kind_rt is None:
+                continue
+            rt = kind_rt[1]
+            uid = group.uid
+
+            def mutate(obj: JSON, desired: JSON = desired, uid: str = uid) -> JSON | None:
+                if (obj.get("metadata") or {}).get("uid") != uid or obj.get("status") == desired:
+                    return None
+                obj["status"] = desired
+                return obj
+
+            try:
+                written = await self.storage.guaranteed_update(
+                    rt, namespace=group.namespace, name=group.name, mutate=mutate,
+                    subresource="status" if rt.status_subresource else None)
+            except ApiError as e:
+                if e.code != 404:
+                    self.log.info("could not update podgroup status", group=key, code=e.code, message=e.message)
+                continue
+            if written is not None:
+                state.apply_group(group.kind, written)
+                state.dirty_groups.discard(key)
+
+
+class _RestartNeeded(Exception):
+    """A watch ended or expired (410): re-list everything."""
+
+
+async def bind_pod(
+    storage: ObjectStorage, pods_rt: ResourceType, *, namespace: str, name: str, uid: str, node_name: str
+) -> JSON | None:
+    """Bind a pod the way POST pods/binding does: set spec.nodeName and the
+    PodScheduled=True condition. None when the pod is gone, was replaced,
+    is already bound or is being deleted."""
+    now = _now()
+
+    def set_node(pod: JSON) -> JSON | None:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        if meta.get("uid") != uid or spec.get("nodeName") or meta.get("deletionTimestamp"):
+            return None
+        spec["nodeName"] = node_name
+        pod["spec"] = spec
+        return pod
+
+    try:
+        pod = await storage.guaranteed_update(pods_rt, namespace=namespace, name=name, mutate=set_node)
+    except ApiError as e:
+        if e.code == 404:
+            return None
+        raise
+    if pod is None:
+        return None
+
+    def set_condition(pod: JSON) -> JSON | None:
+        if (pod.get("metadata") or {}).get("uid") != uid:
+            return None
+        status = pod.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": now})
+        status["conditions"] = conditions
+        status.setdefault("phase", "Pending")
+        return pod
+
+    try:
+        updated = await storage.guaranteed_update(pods_rt, namespace=namespace, name=name, mutate=set_condition,
+                                                  subresource="status")
+    except ApiError as e:
+        if e.code == 404:
+            return None
+        raise
+    return updated if updated is not None else pod
+
+
+async def run_gang_scheduler(
+    *,
+    storage: ObjectStorage,
+    registry: Registry,
+    cluster: ClusterProfile,
+    stop: asyncio.Event,
+    logger: Any,
+) -> None:
+    """Run the cluster's scheduler until `stop` is set (the entry point
+    `federator.sim.server` starts as a named task)."""
+    scheduler = GangScheduler(storage=storage, registry=registry, cluster=cluster, logger=logger)
+    await scheduler.run(stop)
