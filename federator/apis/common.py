@@ -1,0 +1,772 @@
+"""Building blocks shared by the hub's API kinds (TrainingJob, MemberCluster).
+
+What lives here: the API group and version, `ValidationSettings` (the
+configurable caps), name and label validation in Kubernetes' own words
+(DNS-1123 labels and subdomains, qualified names), Kubernetes resource
+quantities, RFC 3339 timestamps, `ObjectMeta`, `Condition`, `LabelSelector`,
+and the translation of pydantic errors into kube-style `(field path, message)`
+pairs.
+
+This is the bottom layer: it imports only pydantic and the standard library,
+does no I/O and keeps no global mutable state. It must never echo a value it
+was told is secret (see `SECRET_PATH_PREFIXES` in the kinds) and never render
+more than a short prefix of any hostile input in an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+__all__ = [
+    "API_GROUP",
+    "API_VERSION",
+    "GROUP_VERSION",
+    "MAX_QUANTITY",
+    "SEMANTIC_ERROR",
+    "AnnotationMap",
+    "ApiModel",
+    "Condition",
+    "ConditionStatus",
+    "DNSLabel",
+    "DNSSubdomain",
+    "FieldError",
+    "HIDDEN_VALUE_ERROR",
+    "REDACTED",
+    "LabelMap",
+    "LabelSelector",
+    "LabelSelectorRequirement",
+    "ObjectMeta",
+    "OwnerReference",
+    "Quantity",
+    "QuantityError",
+    "Timestamp",
+    "ValidationSettings",
+    "dns1123_label_errors",
+    "dns1123_subdomain_errors",
+    "errors_from_validation",
+    "field_path",
+    "format_time",
+    "label_key_errors",
+    "label_value_errors",
+    "parse_quantity",
+    "parse_time",
+    "raise_semantic",
+    "settings_of",
+]
+
+API_GROUP = "federator.dev"
+API_VERSION = "v1alpha1"
+GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
+
+FieldError = tuple[str, str]
+"""A kube-style validation cause: (dotted field path such as "spec.roles[1].replicas", message)."""
+
+# The pydantic error type used for rules that the kinds' semantic passes report
+# themselves, with exact paths; `errors_from_validation` callers drop it to
+# avoid reporting the same problem twice.
+SEMANTIC_ERROR = "federator_semantic"
+# A validator raises this error type when its input must not be repeated back
+# (a URL with a password in it, say): the message shows "<redacted>" instead.
+HIDDEN_VALUE_ERROR = "federator_hidden_value"
+REDACTED = "<redacted>"
+"""What the hub shows in place of a stored credential."""
+
+# Kubernetes stores quantities as int64; nothing above can exist in a cluster.
+MAX_QUANTITY = 2**63 - 1
+_MAX_QUANTITY_TEXT = 64
+_MAX_EXPONENT = 30
+# How much of a hostile value an error message may repeat.
+_MAX_RENDERED = 64
+
+
+# --------------------------------------------------------------------------- quantities
+
+
+class QuantityError(ValueError):
+    """A quantity that is not valid Kubernetes syntax, or not valid for its use."""
+
+
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIXES = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 10**3), "": Fraction(1),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+}
+# The pattern controller-gen puts on resource.Quantity fields; RE2-compatible for CRDs.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QUANTITY_RE = re.compile(
+    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)))?$"
+)
+
+
+def parse_quantity(value: object) -> Fraction:
+    """The exact value of a Kubernetes quantity ("8", "500m", "32Gi", "1e3", or an int)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise QuantityError(f"must be a quantity string or an integer, not {_json_type(value)}")
+    if isinstance(value, int):
+        if abs(value) > MAX_QUANTITY:
+            raise QuantityError("is out of range")
+        return Fraction(value)
+    if not value:
+        raise QuantityError("must not be empty")
+    if len(value) > _MAX_QUANTITY_TEXT:
+        raise QuantityError(f"must be at most {_MAX_QUANTITY_TEXT} characters")
+    match = _QUANTITY_RE.match(value)
+    if match is None:
+        raise QuantityError(
+            "quantities must match the regular expression "
+            "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (e.g. \"8\", \"500m\", \"32Gi\")"
+        )
+    number = Fraction(match["number"])
+    if match["exp"] is not None:
+        exponent = Fraction(match["exp"])
+        if exponent.denominator != 1 or abs(exponent) > _MAX_EXPONENT:
+            raise QuantityError("has an exponent out of range")
+        number *= Fraction(10) ** int(exponent)
+    elif match["suffix"] is not None:
+        suffix = match["suffix"]
+        number *= _BINARY_SUFFIXES[suffix] if suffix in _BINARY_SUFFIXES else _DECIMAL_SUFFIXES[suffix]
+    if match["sign"] == "-":
+        number = -number
+    if abs(number) > MAX_QUANTITY:
+        raise QuantityError("is out of range")
+    return number
+
+
+def _validate_quantity(value: object) -> str | int:
+    """Keep the submitted form (so stored objects round-trip); reject bad or negative ones."""
+    try:
+        amount = parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+    if amount < 0:
+        raise ValueError("must be greater than or equal to 0")
+    assert isinstance(value, int | str)  # parse_quantity accepted it
+    return value
+
+
+Quantity = Annotated[
+    str | int,
+    PlainValidator(_validate_quantity),
+    WithJsonSchema({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": QUANTITY_PATTERN,
+        "x-kubernetes-int-or-string": True,
+    }),
+]
+"""A non-negative Kubernetes quantity, kept as submitted ("8", "500m", "32Gi" or 4)."""
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationSettings:
+    """Caps that make a spec "absurd". Passed to validation as pydantic context.
+
+    Quantities are Kubernetes strings so that an operator configures them the
+    way they write a pod spec ("64Ti", not 70368744177664).
+    """
+
+    max_replicas_per_role: int = 1024
+    max_total_replicas: int = 8192
+    max_roles: int = 32
+    max_cpu_per_pod: str = "1024"
+    max_memory_per_pod: str = "64Ti"
+    max_gpus_per_pod: int = 64
+    max_rdma_per_pod: int = 64
+    max_bandwidth_gbps: float = 100_000.0
+    max_cost_per_gpu_hour: float = 1_000_000.0
+    max_requeues: int = 1000
+    # A request that produces thousands of errors gets the first N and a count.
+    max_errors: int = 100
+    cpu_cap: Fraction = field(init=False, repr=False)
+    memory_cap: Fraction = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("max_replicas_per_role", "max_total_replicas", "max_roles", "max_gpus_per_pod",
+                     "max_rdma_per_pod", "max_requeues", "max_errors"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"ValidationSettings.{name} must be a positive integer, got {value!r}")
+        for name in ("max_bandwidth_gbps", "max_cost_per_gpu_hour"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"ValidationSettings.{name} must be a positive number, got {value!r}")
+        try:
+            cpu_cap = parse_quantity(self.max_cpu_per_pod)
+            memory_cap = parse_quantity(self.max_memory_per_pod)
+        except QuantityError as exc:
+            raise ValueError(f"ValidationSettings: {exc}") from None
+        if cpu_cap <= 0 or memory_cap <= 0:
+            raise ValueError("ValidationSettings: resource caps must be positive")
+        object.__setattr__(self, "cpu_cap", cpu_cap)
+        object.__setattr__(self, "memory_cap", memory_cap)
+
+
+_DEFAULT_SETTINGS = ValidationSettings()
+
+
+def settings_of(info: ValidationInfo | None) -> ValidationSettings:
+    """The settings a validation runs under: `context={"settings": ...}`, else the defaults."""
+    context = info.context if info is not None else None
+    if isinstance(context, Mapping):
+        settings = context.get("settings")
+        if isinstance(settings, ValidationSettings):
+            return settings
+    return _DEFAULT_SETTINGS
+
+
+# --------------------------------------------------------------------------- base model
+
+
+class ApiModel(BaseModel):
+    """Base of every API object part: camelCase on the wire, unknown fields rejected.
+
+    Only the wire (alias) names validate, so `max_requeues` is an unknown field
+    just as it is for kube-apiserver. Python code that builds objects passes
+    `by_name=True` to `model_validate`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
+        allow_inf_nan=False,
+        frozen=True,
+        hide_input_in_errors=True,
+    )
+
+
+def raise_semantic(errors: list[FieldError]) -> None:
+    """Used by model validators: fail with every cross-field error in one message."""
+    if errors:
+        text = "; ".join(f"{path}: {message}" if path else message for path, message in errors)
+        raise PydanticCustomError(SEMANTIC_ERROR, "{text}", {"text": text})
+
+
+# --------------------------------------------------------------------------- names and labels
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
+_DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
+_DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_SUBDOMAIN}$")
+_QUALIFIED_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_QUALIFIED_NAME_RE = re.compile(rf"^{_QUALIFIED_NAME}$")
+_LABEL_KEY_PATTERN = rf"^({_DNS1123_SUBDOMAIN}/)?{_QUALIFIED_NAME}$"
+_LABEL_VALUE_PATTERN = rf"^({_QUALIFIED_NAME})?$"
+
+
+def dns1123_label_errors(value: str) -> list[str]:
+    """Why `value` is not an RFC 1123 label (Kubernetes' wording); empty when it is one."""
+    errors: list[str] = []
+    if len(value) > 63:
+        errors.append("must be no more than 63 characters")
+    if not _DNS1123_LABEL_RE.match(value):
+        errors.append(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+            "and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc', "
+            f"regex used for validation is '{_DNS1123_LABEL}')"
+        )
+    return errors
+
+
+def dns1123_subdomain_errors(value: str) -> list[str]:
+    """Why `value` is not an RFC 1123 subdomain (Kubernetes' wording); empty when it is one."""
+    errors: list[str] = []
+    if len(value) > 253:
+        errors.append("must be no more than 253 characters")
+    if not _DNS1123_SUBDOMAIN_RE.match(value):
+        errors.append(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+            "and must start and end with an alphanumeric character (e.g. 'example.com', "
+            f"regex used for validation is '{_DNS1123_SUBDOMAIN}')"
+        )
+    return errors
+
+
+def _qualified_name_errors(value: str) -> list[str]:
+    errors: list[str] = []
+    if not value:
+        errors.append("name part must be non-empty")
+    elif len(value) > 63:
+        errors.append("name part must be no more than 63 characters")
+    if value and not _QUALIFIED_NAME_RE.match(value):
+        errors.append(
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+            f"with an alphanumeric character (regex used for validation is '{_QUALIFIED_NAME}')"
+        )
+    return errors
+
+
+def label_key_errors(key: str) -> list[str]:
+    """Why `key` is not a valid label or annotation key ([prefix/]name)."""
+    prefix, slash, name = key.rpartition("/")
+    if not slash:
+        return _qualified_name_errors(key)
+    errors: list[str] = []
+    if not prefix:
+        errors.append("prefix part must be non-empty")
+    else:
+        errors += [f"prefix part {e}" for e in dns1123_subdomain_errors(prefix)]
+    return errors + _qualified_name_errors(name)
+
+
+def label_value_errors(value: str) -> list[str]:
+    """Why `value` is not a valid label value (empty is valid)."""
+    errors: list[str] = []
+    if len(value) > 63:
+        errors.append("must be no more than 63 characters")
+    if value and not _QUALIFIED_NAME_RE.match(value):
+        errors.append(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+            f"and must start and end with an alphanumeric character (regex used for validation is "
+            f"'({_QUALIFIED_NAME})?')"
+        )
+    return errors
+
+
+def _checker(explain: Callable[[str], list[str]]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        problems = explain(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    return check
+
+
+DNSLabel = Annotated[
+    StrictStr,
+    AfterValidator(_checker(dns1123_label_errors)),
+    WithJsonSchema({"type": "string", "maxLength": 63, "pattern": f"^{_DNS1123_LABEL}$"}),
+]
+"""A lowercase RFC 1123 label: at most 63 characters of [a-z0-9-], alphanumeric at both ends."""
+
+DNSSubdomain = Annotated[
+    StrictStr,
+    AfterValidator(_checker(dns1123_subdomain_errors)),
+    WithJsonSchema({"type": "string", "maxLength": 253, "pattern": f"^{_DNS1123_SUBDOMAIN}$"}),
+]
+"""A lowercase RFC 1123 subdomain (dot-separated labels, at most 253 characters)."""
+
+LabelKey = Annotated[
+    StrictStr,
+    AfterValidator(_checker(label_key_errors)),
+    WithJsonSchema({"type": "string", "maxLength": 317, "pattern": _LABEL_KEY_PATTERN}),
+]
+LabelValue = Annotated[
+    StrictStr,
+    AfterValidator(_checker(label_value_errors)),
+    WithJsonSchema({"type": "string", "maxLength": 63, "pattern": _LABEL_VALUE_PATTERN}),
+]
+LabelMap = dict[LabelKey, LabelValue]
+"""A Kubernetes label map (keys [prefix/]name, values at most 63 characters)."""
+
+_MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+
+def _check_annotation_size(value: dict[str, str]) -> dict[str, str]:
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in value.items())
+    if total > _MAX_ANNOTATIONS_BYTES:
+        raise ValueError(f"Too long: must have at most {_MAX_ANNOTATIONS_BYTES} bytes")
+    return value
+
+
+AnnotationMap = Annotated[dict[LabelKey, StrictStr], AfterValidator(_check_annotation_size)]
+"""Annotations: label-style keys, free-text values, 256 KiB in total (kube-apiserver's limit)."""
+
+
+# --------------------------------------------------------------------------- time
+
+_RFC3339_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
+
+
+def parse_time(value: str) -> datetime:
+    """An RFC 3339 timestamp as an aware datetime (UTC)."""
+    if not _RFC3339_RE.match(value):
+        raise ValueError("must be an RFC 3339 timestamp such as \"2024-05-01T12:00:00Z\"")
+    text = value
+    fraction = re.search(r"\.(\d+)", text)
+    if fraction and len(fraction.group(1)) > 6:  # datetime keeps microseconds only
+        text = text.replace(fraction.group(0), "." + fraction.group(1)[:6], 1)
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        raise ValueError("must be an RFC 3339 timestamp such as \"2024-05-01T12:00:00Z\"") from None
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with whole seconds, the way Kubernetes writes metav1.Time."""
+    if moment.tzinfo is None:
+        raise ValueError("format_time needs an aware datetime")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_time(value: str) -> str:
+    parse_time(value)
+    return value
+
+
+Timestamp = Annotated[
+    StrictStr, AfterValidator(_check_time), WithJsonSchema({"type": "string", "format": "date-time"})
+]
+"""An RFC 3339 timestamp string, kept as submitted."""
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+class OwnerReference(ApiModel):
+    """Identifies an owning object; the garbage collector deletes dependents of a deleted owner."""
+
+    api_version: StrictStr = Field(alias="apiVersion", min_length=1, max_length=316)
+    kind: StrictStr = Field(min_length=1, max_length=63)
+    name: StrictStr = Field(min_length=1, max_length=253)
+    uid: StrictStr = Field(min_length=1, max_length=128)
+    controller: bool | None = Field(default=None, strict=True)
+    block_owner_deletion: bool | None = Field(default=None, alias="blockOwnerDeletion", strict=True)
+
+
+class ObjectMeta(ApiModel):
+    """Standard Kubernetes object metadata. The server sets uid, resourceVersion and the timestamps."""
+
+    name: StrictStr | None = Field(default=None, description="Name, unique within the namespace (or cluster).")
+    generate_name: StrictStr | None = Field(
+        default=None, alias="generateName", max_length=253,
+        description="Prefix from which the server generates a unique name when name is empty.",
+    )
+    namespace: StrictStr | None = Field(default=None, description="Namespace of a namespaced object.")
+    uid: StrictStr | None = Field(default=None, max_length=128)
+    resource_version: StrictStr | None = Field(default=None, alias="resourceVersion", max_length=64)
+    generation: StrictInt | None = Field(default=None, ge=0)
+    creation_timestamp: Timestamp | None = Field(default=None, alias="creationTimestamp")
+    deletion_timestamp: Timestamp | None = Field(default=None, alias="deletionTimestamp")
+    deletion_grace_period_seconds: StrictInt | None = Field(default=None, alias="deletionGracePeriodSeconds", ge=0)
+    labels: LabelMap | None = None
+    annotations: AnnotationMap | None = None
+    owner_references: list[OwnerReference] | None = Field(default=None, alias="ownerReferences", max_length=64)
+    finalizers: list[Annotated[StrictStr, AfterValidator(_checker(label_key_errors))]] | None = Field(
+        default=None, max_length=64
+    )
+    managed_fields: list[dict[str, Any]] | None = Field(default=None, alias="managedFields")
+    self_link: StrictStr | None = Field(default=None, alias="selfLink")
+
+
+def metadata_errors(metadata: object, *, namespaced: bool, path: str = "metadata") -> list[FieldError]:
+    """Name and namespace rules that depend on the kind: names are RFC 1123 labels.
+
+    Names must be labels (not just subdomains) because the hub puts them into
+    label values and pod names on member clusters, where 63 characters is the limit.
+    """
+    if not isinstance(metadata, Mapping):
+        return []  # the model reports the type error
+    errors: list[FieldError] = []
+    name = metadata.get("name")
+    generate_name = metadata.get("generateName")
+    if isinstance(name, str) and name:
+        errors += [(f"{path}.name", f"Invalid value: {_render(name)}: {e}") for e in dns1123_label_errors(name)]
+    elif name is None or name == "":
+        if not generate_name:
+            errors.append((f"{path}.name", "Required value: name or generateName is required"))
+        elif isinstance(generate_name, str) and dns1123_label_errors(generate_name + "a"):
+            errors.append((f"{path}.generateName", f"Invalid value: {_render(generate_name)}: "
+                           "must be the prefix of an RFC 1123 label"))
+    namespace = metadata.get("namespace")
+    if namespaced:
+        if isinstance(namespace, str) and namespace:
+            errors += [(f"{path}.namespace", f"Invalid value: {_render(namespace)}: {e}")
+                       for e in dns1123_label_errors(namespace)]
+    elif namespace not in (None, ""):
+        errors.append((f"{path}.namespace", "Forbidden: not allowed on this type"))
+    return errors
+
+
+# --------------------------------------------------------------------------- conditions and selectors
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+_CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+_CONDITION_TYPE = rf"^({_DNS1123_SUBDOMAIN}/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+
+
+class Condition(ApiModel):
+    """One aspect of an object's state, in the shape of metav1.Condition."""
+
+    type: StrictStr = Field(max_length=316, pattern=_CONDITION_TYPE, description="Type in CamelCase, e.g. Ready.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: StrictStr = Field(
+        default="", max_length=1024, pattern=rf"({_CONDITION_REASON})|^$",
+        description="Machine-readable CamelCase reason for the last transition.",
+    )
+    message: StrictStr = Field(default="", max_length=32768, description="Human-readable details.")
+    last_transition_time: Timestamp = Field(
+        alias="lastTransitionTime", description="When status last changed (RFC 3339)."
+    )
+    observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
+
+
+def duplicate_errors(items: object, *, path: str, key: str) -> list[FieldError]:
+    """`path[i].key: Duplicate value` for each list entry whose `key` was seen before."""
+    if not isinstance(items, list):
+        return []
+    seen: set[str] = set()
+    errors: list[FieldError] = []
+    for index, item in enumerate(items):
+        value = item.get(key) if isinstance(item, Mapping) else None
+        if isinstance(value, str):
+            if value in seen:
+                errors.append((f"{path}[{index}].{key}", f"Duplicate value: {_render(value)}"))
+            seen.add(value)
+    return errors
+
+
+def duplicate_scalar_errors(items: object, *, path: str) -> list[FieldError]:
+    """`path[i]: Duplicate value` for repeated strings in a list that is a set."""
+    if not isinstance(items, list):
+        return []
+    seen: set[str] = set()
+    errors: list[FieldError] = []
+    for index, value in enumerate(items):
+        if isinstance(value, str):
+            if value in seen:
+                errors.append((f"{path}[{index}]", f"Duplicate value: {_render(value)}"))
+            seen.add(value)
+    return errors
+
+
+class LabelSelectorRequirement(ApiModel):
+    """key, operator (In, NotIn, Exists, DoesNotExist) and values, as in metav1.LabelSelectorRequirement."""
+
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[StrictStr] | None = Field(default=None, max_length=256)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> LabelSelectorRequirement:
+        raise_semantic(selector_requirement_errors(self.model_dump(exclude_none=True), path=""))
+        return self
+
+
+def selector_requirement_errors(requirement: object, *, path: str) -> list[FieldError]:
+    if not isinstance(requirement, Mapping):
+        return []
+    operator = requirement.get("operator")
+    values = requirement.get("values")
+    where = f"{path}.values" if path else "values"
+    if operator in ("In", "NotIn") and not values:
+        return [(where, f"Required value: must be specified when `operator` is '{operator}'")]
+    if operator in ("Exists", "DoesNotExist") and values:
+        return [(where, f"Forbidden: may not be specified when `operator` is '{operator}'")]
+    return []
+
+
+class LabelSelector(ApiModel):
+    """Selects objects by label: every matchLabels pair and every matchExpressions requirement must hold."""
+
+    match_labels: LabelMap | None = Field(default=None, alias="matchLabels")
+    match_expressions: list[LabelSelectorRequirement] | None = Field(
+        default=None, alias="matchExpressions", max_length=64
+    )
+
+
+def selector_errors(selector: object, *, path: str) -> list[FieldError]:
+    if not isinstance(selector, Mapping):
+        return []
+    expressions = selector.get("matchExpressions")
+    errors: list[FieldError] = []
+    if isinstance(expressions, list):
+        for index, requirement in enumerate(expressions):
+            errors += selector_requirement_errors(requirement, path=f"{path}.matchExpressions[{index}]")
+    return errors
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def _render(value: object) -> str:
+    """A short JSON rendering of a submitted value, safe to put in a message."""
+    if isinstance(value, Mapping) or isinstance(value, list | tuple):
+        return _json_type(value)
+    try:
+        text = json.dumps(value, ensure_ascii=True, allow_nan=True)
+    except (TypeError, ValueError):
+        text = _json_type(value)
+    if len(text) > _MAX_RENDERED:
+        text = text[:_MAX_RENDERED] + "..."
+    return text
+
+
+_TYPE_NAMES = {
+    "int_type": "integer", "int_parsing": "integer", "int_from_float": "integer",
+    "float_type": "number", "float_parsing": "number", "finite_number": "finite number",
+    "string_type": "string", "bool_type": "boolean", "bool_parsing": "boolean",
+    "list_type": "array", "tuple_type": "array", "dict_type": "object", "model_type": "object",
+    "model_attributes_type": "object", "mapping_type": "object",
+}
+_BOUND_WORDS = {
+    "greater_than": "greater than", "greater_than_equal": "greater than or equal to",
+    "less_than": "less than", "less_than_equal": "less than or equal to",
+}
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated and Optional layers off a field annotation."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+            continue
+        if origin in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(members) == 1:
+                annotation = members[0]
+                continue
+        return annotation
+
+
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def field_path(model: type[BaseModel], loc: Iterable[int | str]) -> str:
+    """Kube-style path for a pydantic error location: fields dotted, list indexes and map keys in []."""
+    parts: list[str] = []
+    current: Any = model
+    for element in loc:
+        current = _unwrap(current)
+        if element == "[key]":
+            continue  # the error is about the map key itself; the key is already in the path
+        if isinstance(element, int):
+            parts.append(f"[{element}]")
+            args = typing.get_args(current)
+            current = args[0] if args else Any
+            continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            found = next((f for n, f in current.model_fields.items() if (f.alias or n) == element), None)
+            if not _IDENTIFIER_RE.match(element):
+                parts.append(f"[{element}]")  # e.g. resources[nvidia.com/gpu], as kube writes map keys
+            else:
+                parts.append(f".{element}" if parts else element)
+            current = found.annotation if found is not None else Any
+            continue
+        if typing.get_origin(current) in (dict, Mapping) or current is dict:
+            parts.append(f"[{element}]")
+            args = typing.get_args(current)
+            current = args[1] if len(args) == 2 else Any
+            continue
+        parts.append(f".{element}" if parts else str(element))
+        current = Any
+    return "".join(parts)
+
+
+def _message(error: ErrorDetails, *, secret: bool) -> str:
+    kind = error["type"]
+    value = error.get("input")
+    shown = REDACTED if secret or kind == HIDDEN_VALUE_ERROR else _render(value)
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "Required value"
+    if kind == "extra_forbidden":
+        return "Forbidden: field not declared in schema"
+    if kind in _TYPE_NAMES:
+        return f"Invalid value: {shown}: must be of type {_TYPE_NAMES[kind]}"
+    if kind == "literal_error":
+        expected = ctx.get("expected", "")
+        allowed = ", ".join(f'"{part.strip(chr(39))}"' for part in re.split(r", | or ", str(expected)) if part)
+        return f"Unsupported value: {shown}: supported values: {allowed}"
+    if kind in _BOUND_WORDS:
+        bound = next(iter(ctx.values()), "")
+        return f"Invalid value: {shown}: must be {_BOUND_WORDS[kind]} {bound}"
+    if kind in ("too_long", "too_short"):
+        if isinstance(value, str):
+            if kind == "too_long":
+                return f"Too long: may not be more than {ctx.get('max_length')} characters"
+            return f"Invalid value: {shown}: must be at least {ctx.get('min_length')} characters"
+        if kind == "too_long":
+            return f"Too many: {ctx.get('actual_length')}: must have at most {ctx.get('max_length')} items"
+        return f"Required value: must have at least {ctx.get('min_length')} items"
+    if kind == "string_pattern_mismatch":
+        return f"Invalid value: {shown}: must match the regular expression {ctx.get('pattern')!r}"
+    if kind == "value_error":
+        return f"Invalid value: {shown}: {ctx.get('error', error['msg'])}"
+    if kind == SEMANTIC_ERROR:
+        return str(ctx.get("text", error["msg"]))
+    if kind == HIDDEN_VALUE_ERROR:
+        return f"Invalid value: {shown}: {error['msg']}"
+    return f"Invalid value: {shown}: {error['msg']}"
+
+
+def errors_from_validation(
+    exc: ValidationError,
+    *,
+    model: type[BaseModel],
+    secret_prefixes: Iterable[str] = (),
+    drop_semantic: bool = True,
+) -> list[FieldError]:
+    """Every pydantic error as (kube-style path, kube-style message).
+
+    A value under one of `secret_prefixes` (e.g. "spec.connection.credentials")
+    is never repeated in a message, whatever is wrong with it.
+    """
+    prefixes = tuple(secret_prefixes)
+    result: list[FieldError] = []
+    for error in exc.errors(include_url=False, include_context=True, include_input=True):
+        if drop_semantic and error["type"] == SEMANTIC_ERROR:
+            continue
+        path = field_path(model, error["loc"])
+        secret = any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in prefixes)
+        result.append((path, _message(error, secret=secret)))
+    return result
+
+
+def finish_errors(errors: list[FieldError], settings: ValidationSettings) -> list[FieldError]:
+    """Deduplicate, keep submission order, and cap the count so hostile input stays cheap to answer."""
+    unique = list(dict.fromkeys(errors))
+    if len(unique) > settings.max_errors:
+        extra = len(unique) - settings.max_errors
+        unique = unique[: settings.max_errors] + [("", f"and {extra} more errors")]
+    return unique

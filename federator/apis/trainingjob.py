@@ -1,0 +1,390 @@
+"""TrainingJob (federator.dev/v1alpha1, namespaced, short name tj): a gang to run whole in one cluster.
+
+The spec is what a researcher submits (roles with pod templates, placement
+needs, failover policy, priority, suspend); the status is what the hub's
+controllers write (phase, conditions, placement with its why-not table,
+history, pod counts per role). `validate_trainingjob` returns every bad field
+of a submitted object as kube-style (path, message) pairs, which the hub's API
+server turns into a 422 Invalid Status.
+
+Bottom layer: pydantic and stdlib only, no I/O. Validation never changes the
+submitted object; stored objects keep the exact form the user sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from federator.apis.common import (
+    ApiModel,
+    Condition,
+    DNSLabel,
+    DNSSubdomain,
+    FieldError,
+    LabelMap,
+    LabelSelector,
+    ObjectMeta,
+    Quantity,
+    Timestamp,
+    ValidationSettings,
+    duplicate_errors,
+    duplicate_scalar_errors,
+    errors_from_validation,
+    finish_errors,
+    metadata_errors,
+    parse_quantity,
+    raise_semantic,
+    selector_errors,
+    settings_of,
+)
+
+__all__ = [
+    "KIND",
+    "PLURAL",
+    "SHORT_NAMES",
+    "SINGULAR",
+    "EnvVar",
+    "Failover",
+    "HistoryEntry",
+    "JobPhase",
+    "PlacementSpec",
+    "PlacementStatus",
+    "PodCounts",
+    "PodTemplate",
+    "ResourceRequests",
+    "Role",
+    "Toleration",
+    "TrainingJob",
+    "TrainingJobSpec",
+    "TrainingJobStatus",
+    "WhyNotRow",
+    "trainingjob_validator",
+    "validate_trainingjob",
+]
+
+KIND = "TrainingJob"
+PLURAL = "trainingjobs"
+SINGULAR = "trainingjob"
+SHORT_NAMES = ("tj",)
+CATEGORIES = ("federator",)
+
+JobPhase = Literal["Pending", "Placed", "Admitted", "Running", "Succeeded", "Failed", "Requeued"]
+NetworkRequirement = Literal["rdma", "ethernet", "any"]
+
+# Kubernetes' rule for environment variable names (validation.IsEnvVarName).
+_ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+_MAX_TEXT = 4096
+
+
+def _check_image(value: str) -> str:
+    if not value or value != value.strip() or any(c.isspace() for c in value):
+        raise ValueError("must be a non-empty image reference without whitespace")
+    return value
+
+
+ImageRef = Annotated[
+    StrictStr, Field(max_length=1024), AfterValidator(_check_image)
+]
+# Model and dataset names are free-form identifiers but travel in node labels,
+# so they follow the label-value rules (minus emptiness).
+_NAME_TOKEN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+NameToken = Annotated[StrictStr, Field(min_length=1, max_length=63, pattern=_NAME_TOKEN)]
+
+
+class EnvVar(ApiModel):
+    """An environment variable for every container of the role."""
+
+    name: StrictStr = Field(min_length=1, max_length=256, pattern=_ENV_NAME)
+    value: StrictStr = Field(default="", max_length=32768)
+
+
+class ResourceRequests(ApiModel):
+    """What one pod of the role needs. Quantities as in a pod spec ("8", "500m", "32Gi", 4)."""
+
+    cpu: Quantity | None = Field(default=None, description="CPU cores, e.g. \"8\" or \"500m\".")
+    memory: Quantity | None = Field(default=None, description="Memory in bytes, e.g. \"32Gi\".")
+    gpu: Quantity | None = Field(default=None, alias="nvidia.com/gpu", description="Whole NVIDIA GPUs.")
+    rdma_hca: Quantity | None = Field(default=None, alias="rdma/hca", description="Whole RDMA host channel adapters.")
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu_cap(cls, value: str | int | None, info: ValidationInfo) -> str | int | None:
+        cap = settings_of(info).cpu_cap
+        if value is not None and parse_quantity(value) > cap:
+            raise ValueError(f"must be at most {settings_of(info).max_cpu_per_pod} per pod")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_cap(cls, value: str | int | None, info: ValidationInfo) -> str | int | None:
+        settings = settings_of(info)
+        if value is not None and parse_quantity(value) > settings.memory_cap:
+            raise ValueError(f"must be at most {settings.max_memory_per_pod} per pod")
+        return value
+
+    @field_validator("gpu", "rdma_hca")
+    @classmethod
+    def _device_count(cls, value: str | int | None, info: ValidationInfo) -> str | int | None:
+        if value is None:
+            return None
+        amount = parse_quantity(value)
+        if amount.denominator != 1:
+            raise ValueError("must be a whole number")
+        settings = settings_of(info)
+        cap = settings.max_gpus_per_pod if info.field_name == "gpu" else settings.max_rdma_per_pod
+        if amount > cap:
+            raise ValueError(f"must be at most {cap} per pod")
+        return value
+
+
+class Toleration(ApiModel):
+    """Lets the role's pods onto nodes with a matching taint (as in a pod spec)."""
+
+    key: StrictStr | None = Field(default=None, max_length=317)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: StrictStr | None = Field(default=None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: StrictInt | None = Field(default=None, alias="tolerationSeconds", ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        raise_semantic(_toleration_errors(self.model_dump(exclude_none=True), path=""))
+        return self
+
+
+def _toleration_errors(toleration: object, *, path: str) -> list[FieldError]:
+    if not isinstance(toleration, Mapping):
+        return []
+    at = (lambda f: f"{path}.{f}") if path else (lambda f: f)
+    errors: list[FieldError] = []
+    if toleration.get("operator") == "Exists" and toleration.get("value"):
+        errors.append((at("value"), "Invalid value: must be empty when `operator` is 'Exists'"))
+    if not toleration.get("key") and toleration.get("operator") not in (None, "Exists"):
+        errors.append((at("operator"), "Invalid value: must be 'Exists' when `key` is empty"))
+    if toleration.get("tolerationSeconds") is not None and toleration.get("effect") != "NoExecute":
+        errors.append((at("effect"), "Invalid value: must be 'NoExecute' when `tolerationSeconds` is set"))
+    return errors
+
+
+class PodTemplate(ApiModel):
+    """The pod every replica of a role runs: one container, as in a minimal pod spec."""
+
+    image: ImageRef = Field(description="Container image, e.g. trainer:1.4.")
+    command: list[Annotated[StrictStr, Field(max_length=_MAX_TEXT)]] | None = Field(default=None, max_length=256)
+    args: list[Annotated[StrictStr, Field(max_length=_MAX_TEXT)]] | None = Field(default=None, max_length=1024)
+    env: list[EnvVar] | None = Field(
+        default=None, max_length=256,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    resources: ResourceRequests | None = Field(default=None, description="Requests of one pod.")
+    node_selector: LabelMap | None = Field(default=None, alias="nodeSelector")
+    tolerations: list[Toleration] | None = Field(default=None, max_length=64)
+
+
+class Role(ApiModel):
+    """One kind of pod in the gang (e.g. ps, worker): all its replicas start together with the rest."""
+
+    name: DNSLabel = Field(description="Role name, unique in the job; part of pod names.")
+    replicas: StrictInt = Field(ge=1, description="Number of pods of this role.")
+    template: PodTemplate
+
+    @field_validator("replicas")
+    @classmethod
+    def _replica_cap(cls, value: int, info: ValidationInfo) -> int:
+        cap = settings_of(info).max_replicas_per_role
+        if value > cap:
+            raise ValueError(f"must be less than or equal to {cap}")
+        return value
+
+
+class PlacementSpec(ApiModel):
+    """What a cluster must offer to take the gang."""
+
+    network: NetworkRequirement = Field(default="any", description="rdma, ethernet or any.")
+    gpu_models: list[NameToken] | None = Field(
+        default=None, alias="gpuModels", max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Acceptable GPU models (any of them), e.g. [A100, H100].",
+    )
+    datasets: list[DNSSubdomain] | None = Field(
+        default=None, max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Datasets the job reads; clusters that cache them are preferred.",
+    )
+    cluster_selector: LabelSelector | None = Field(
+        default=None, alias="clusterSelector", description="Only clusters whose labels match."
+    )
+
+
+class Failover(ApiModel):
+    """What happens when the cluster running the gang is lost."""
+
+    on_cluster_loss: Literal["requeue", "fail"] = Field(default="requeue", alias="onClusterLoss")
+    max_requeues: StrictInt = Field(default=3, alias="maxRequeues", ge=0)
+
+    @field_validator("max_requeues")
+    @classmethod
+    def _requeue_cap(cls, value: int, info: ValidationInfo) -> int:
+        cap = settings_of(info).max_requeues
+        if value > cap:
+            raise ValueError(f"must be less than or equal to {cap}")
+        return value
+
+
+class TrainingJobSpec(ApiModel):
+    """The desired gang."""
+
+    roles: list[Role] = Field(
+        min_length=1,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="The gang's roles; every pod of every role runs in one cluster, or none does.",
+    )
+    placement: PlacementSpec | None = None
+    failover: Failover | None = None
+    priority: StrictInt = Field(default=0, ge=-(2**31), le=2**31 - 1, description="Higher places first.")
+    suspend: StrictBool = Field(default=False, description="While true the job is not placed (or is removed).")
+
+    @field_validator("roles")
+    @classmethod
+    def _role_caps(cls, value: list[Role], info: ValidationInfo) -> list[Role]:
+        settings = settings_of(info)
+        if len(value) > settings.max_roles:
+            raise ValueError(f"must have at most {settings.max_roles} roles")
+        return value
+
+
+class WhyNotRow(ApiModel):
+    """Why one cluster did not take the job: the filter that rejected it, a reason code and a message."""
+
+    cluster: StrictStr = Field(max_length=253)
+    filter: StrictStr = Field(max_length=128)
+    reason: StrictStr = Field(max_length=128, description="Machine-readable code, e.g. InsufficientGPU.")
+    message: StrictStr = Field(default="", max_length=_MAX_TEXT)
+
+
+class PlacementStatus(ApiModel):
+    """The current placement decision."""
+
+    cluster: StrictStr | None = Field(default=None, max_length=253)
+    epoch: StrictInt = Field(default=0, ge=0, description="Fencing epoch; +1 on every requeue.")
+    decision_resource_version: StrictStr | None = Field(default=None, alias="decisionResourceVersion", max_length=64)
+    why_not: list[WhyNotRow] | None = Field(default=None, alias="whyNot", max_length=1024)
+
+
+class HistoryEntry(ApiModel):
+    """One step in the job's life (placed, requeued, ...)."""
+
+    time: Timestamp
+    event: StrictStr = Field(max_length=128)
+    cluster: StrictStr | None = Field(default=None, max_length=253)
+    epoch: StrictInt | None = Field(default=None, ge=0)
+    message: StrictStr = Field(default="", max_length=_MAX_TEXT)
+
+
+class PodCounts(ApiModel):
+    """Pods of one role by phase."""
+
+    pending: StrictInt = Field(default=0, ge=0)
+    running: StrictInt = Field(default=0, ge=0)
+    succeeded: StrictInt = Field(default=0, ge=0)
+    failed: StrictInt = Field(default=0, ge=0)
+
+
+class TrainingJobStatus(ApiModel):
+    """What the hub observed and decided. Written only through the status subresource."""
+
+    phase: JobPhase | None = None
+    conditions: list[Condition] | None = Field(
+        default=None, max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    placement: PlacementStatus | None = None
+    history: list[HistoryEntry] | None = Field(
+        default=None, max_length=256, description="Most recent last; controllers keep the newest entries."
+    )
+    pod_counts: dict[DNSLabel, PodCounts] | None = Field(default=None, alias="podCounts")
+    requeues: StrictInt = Field(default=0, ge=0)
+    observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
+
+
+class TrainingJob(ApiModel):
+    """A gang of pods (e.g. parameter servers and workers) that the hub places whole into one member cluster."""
+
+    api_version: Literal["federator.dev/v1alpha1"] = Field(default="federator.dev/v1alpha1", alias="apiVersion")
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: ObjectMeta
+    spec: TrainingJobSpec
+    status: TrainingJobStatus | None = None
+
+    @model_validator(mode="after")
+    def _cross_field(self, info: ValidationInfo) -> TrainingJob:
+        raise_semantic(_semantic_errors(self.model_dump(exclude_none=True), settings_of(info)))
+        return self
+
+
+def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> list[FieldError]:
+    """Rules across fields, with exact paths. Tolerates any shape (it runs on raw input too)."""
+    errors = metadata_errors(obj.get("metadata"), namespaced=True)
+    spec = obj.get("spec")
+    if isinstance(spec, Mapping):
+        roles = spec.get("roles")
+        errors += duplicate_errors(roles, path="spec.roles", key="name")
+        if isinstance(roles, list):
+            total = sum(r["replicas"] for r in roles if isinstance(r, Mapping) and type(r.get("replicas")) is int)
+            if total > settings.max_total_replicas:
+                errors.append(("spec.roles", f"Invalid value: {total}: the gang may have at most "
+                                             f"{settings.max_total_replicas} pods in all"))
+            for index, role in enumerate(roles):
+                template = role.get("template") if isinstance(role, Mapping) else None
+                if isinstance(template, Mapping):
+                    where = f"spec.roles[{index}].template"
+                    errors += duplicate_errors(template.get("env"), path=f"{where}.env", key="name")
+                    tolerations = template.get("tolerations")
+                    if isinstance(tolerations, list):
+                        for t_index, toleration in enumerate(tolerations):
+                            errors += _toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
+        placement = spec.get("placement")
+        if isinstance(placement, Mapping):
+            errors += duplicate_scalar_errors(placement.get("gpuModels"), path="spec.placement.gpuModels")
+            errors += duplicate_scalar_errors(placement.get("datasets"), path="spec.placement.datasets")
+            errors += selector_errors(placement.get("clusterSelector"), path="spec.placement.clusterSelector")
+    status = obj.get("status")
+    if isinstance(status, Mapping):
+        errors += duplicate_errors(status.get("conditions"), path="status.conditions", key="type")
+    return errors
+
+
+def validate_trainingjob(obj: object, *, settings: ValidationSettings | None = None) -> list[FieldError]:
+    """Every problem with a submitted TrainingJob, as (field path, message); empty when it is valid."""
+    settings = settings or ValidationSettings()
+    if not isinstance(obj, Mapping):
+        return [("", "Invalid value: must be a JSON object")]
+    errors: list[FieldError] = []
+    try:
+        TrainingJob.model_validate(obj, context={"settings": settings})
+    except ValidationError as exc:
+        errors += errors_from_validation(exc, model=TrainingJob)
+    errors += _semantic_errors(obj, settings)
+    return finish_errors(errors, settings)
+
+
+def trainingjob_validator(settings: ValidationSettings | None = None) -> Callable[[dict[str, Any]], list[FieldError]]:
+    """The apiserver's `ResourceType.validate` hook for TrainingJob under `settings`."""
+    chosen = settings or ValidationSettings()
+
+    def validate(obj: dict[str, Any]) -> list[FieldError]:
+        return validate_trainingjob(obj, settings=chosen)
+
+    return validate
+
