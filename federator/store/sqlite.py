@@ -37,9 +37,11 @@ import asyncio
 import fcntl
 import os
 import queue
+import random
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -139,11 +141,24 @@ class _Stop:
 
 
 @dataclass(slots=True)
+class _Read:
+    value: Any
+
+
+_DEFER = object()
+#: Commits between two WAL checkpoints (run by the worker thread).
+_CHECKPOINT_EVERY = 1000
+
+
+@dataclass(slots=True)
 class _WriteOutcome:
     result: Any
     revision: int
     events: list[Event]
     compact_revision: int
+
+
+_Outcome = _WriteOutcome | _Read | BaseException
 
 
 class SqliteStore(BaseStore):
@@ -160,7 +175,12 @@ class SqliteStore(BaseStore):
         self._thread: threading.Thread | None = None
         self._lock_fd: int | None = None
         self._closed = False
-        # Worker-thread state (touched only by the worker thread).
+        # Connection state: used by the worker thread, or inline on the loop
+        # thread while it holds _conn_lock and no job is outstanding.
+        self._conn_lock = threading.Lock()
+        self._outstanding = 0  # jobs submitted and not yet delivered (loop side)
+        self._commits_since_checkpoint = 0
+        self._busy_budget = 2.0
         self._w_conn: sqlite3.Connection | None = None
         self._w_revision = 0
         self._w_compact = 0
@@ -171,7 +191,6 @@ class SqliteStore(BaseStore):
         self._leases: dict[int, tuple[float, float]] = {}  # id -> (ttl, deadline on loop clock)
         self._lease_changed = asyncio.Event()
         self._expiry_task: asyncio.Task[None] | None = None
-        self._failure: StoreError | None = None
 
     # ------------------------------------------------------------ open / close
 
@@ -194,6 +213,7 @@ class SqliteStore(BaseStore):
         if retain_revisions is not None and retain_revisions < 1:
             raise StoreError(f"retain_revisions must be >= 1 or None, not {retain_revisions!r}")
         store = cls(path=Path(path), prefix=prefix, metrics=metrics, retain_revisions=retain_revisions)
+        store._busy_budget = busy_timeout_seconds
         store._take_file_lock()
         try:
             store._start_worker()
@@ -272,7 +292,7 @@ class SqliteStore(BaseStore):
     def _connect(self, busy_timeout_seconds: float) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=True
+                self.path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as e:
             raise StoreUnavailable(
@@ -290,19 +310,20 @@ class SqliteStore(BaseStore):
                     batch.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
-            for job in batch:
-                if isinstance(job, _Stop):
-                    stop = True
-                    break
-                if job.writes:
-                    pending.append(job)
-                    continue
-                # A read never runs inside an uncommitted group.
+            with self._conn_lock:
+                for job in batch:
+                    if isinstance(job, _Stop):
+                        stop = True
+                        break
+                    if job.writes:
+                        pending.append(job)
+                        continue
+                    # A read never runs inside an uncommitted group.
+                    self._flush(pending)
+                    pending = []
+                    self._run_read(job)
                 self._flush(pending)
                 pending = []
-                self._run_read(job)
-            self._flush(pending)
-            pending = []
         if self._w_conn is not None:
             self._w_conn.close()
             self._w_conn = None
@@ -311,22 +332,64 @@ class SqliteStore(BaseStore):
         try:
             result = job.fn(self._w_conn)  # type: ignore[arg-type]  # None only for the open job
         except BaseException as e:  # noqa: BLE001 - delivered to the awaiting coroutine
-            self._deliver_error([job], self._translate(e))
+            failed: list[tuple[_Job, _Outcome]] = [(job, self._translate(e))]
+            self._loop.call_soon_threadsafe(self._delivered, failed)
         else:
-            self._loop.call_soon_threadsafe(_resolve, job.future, result)
+            done: list[tuple[_Job, _Outcome]] = [(job, _Read(result))]
+            self._loop.call_soon_threadsafe(self._delivered, done)
+
+    def _begin(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
+        """BEGIN IMMEDIATE. The connection never blocks inside SQLite (busy
+        timeout 0): the worker retries a busy file here with capped
+        exponential backoff and jitter, the loop thread (wait=False) gives
+        up at once and hands the job to the worker."""
+        retry_until = time.monotonic() + self._busy_budget
+        delay = 0.01
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return True
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                if not wait:
+                    return False
+                remaining = retry_until - time.monotonic()
+                if remaining <= 0:
+                    raise
+                pause = min(remaining, random.uniform(delay / 2, delay))
+                _log.warning("sqlite store locked by another connection; retrying",
+                             path=str(self.path), wait_seconds=round(pause, 3))
+                self._metrics.retry("begin")
+                time.sleep(pause)
+                delay = min(delay * 2, 0.5)
 
     def _flush(self, jobs: list[_Job]) -> None:
         """Run consecutive write jobs in one transaction, then acknowledge them."""
         if not jobs:
             return
+        try:
+            outcomes = self._write_group(jobs, wait=True)
+        except BaseException as e:  # noqa: BLE001 - the whole group failed; nothing was committed
+            error = self._translate(e)
+            failed: list[tuple[_Job, _Outcome]] = [(job, error) for job in jobs]
+            self._loop.call_soon_threadsafe(self._delivered, failed)
+            return
+        assert outcomes is not None
+        done: list[tuple[_Job, _Outcome]] = list(zip(jobs, outcomes, strict=True))
+        self._loop.call_soon_threadsafe(self._delivered, done)
+
+    def _write_group(self, jobs: Sequence[_Job], *, wait: bool) -> list[_WriteOutcome | StoreError] | None:
+        """One transaction for all `jobs` (caller holds _conn_lock). None if
+        the file was busy and wait=False; raises if the transaction failed."""
         conn = self._w_conn
         if conn is None:
-            self._deliver_error(jobs, StoreUnavailable(f"sqlite store {self.path} is not open"))
-            return
+            raise StoreUnavailable(f"sqlite store {self.path} is not open")
         start_rev, start_compact = self._w_revision, self._w_compact
-        outcomes: list[tuple[_Job, _WriteOutcome | StoreError]] = []
+        outcomes: list[_WriteOutcome | StoreError] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            if not self._begin(conn, wait=wait):
+                return None
             # A savepoint per job lets one job's refusal (say LeaseNotFound)
             # leave the others of its group intact; a lone job needs none.
             grouped = len(jobs) > 1
@@ -339,27 +402,22 @@ class SqliteStore(BaseStore):
                 except StoreError as e:
                     conn.execute("ROLLBACK TO job" if grouped else "ROLLBACK")
                     self._w_revision, self._w_compact = saved
-                    outcomes.append((job, e))
+                    outcomes.append(e)
                 else:
-                    outcomes.append((job, outcome))
+                    outcomes.append(outcome)
                 if grouped:
                     conn.execute("RELEASE job")
             if conn.in_transaction:
                 conn.execute("COMMIT")
-        except BaseException as e:  # noqa: BLE001 - the whole group failed; nothing was committed
+        except BaseException:
             try:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
             self._w_revision, self._w_compact = start_rev, start_compact
-            self._deliver_error(jobs, self._translate(e))
-            return
-        self._loop.call_soon_threadsafe(self._committed, outcomes)
-
-    def _deliver_error(self, jobs: Sequence[_Job], error: BaseException) -> None:
-        for job in jobs:
-            self._loop.call_soon_threadsafe(_reject, job.future, error)
+            raise
+        return outcomes
 
     def _translate(self, e: BaseException) -> BaseException:
         if isinstance(e, StoreError):
@@ -385,28 +443,77 @@ class SqliteStore(BaseStore):
         if self._closed and self._thread is None:
             raise StoreUnavailable(f"sqlite store {self.path} is closed")
         future: asyncio.Future[Any] = self._loop.create_future()
+        self._outstanding += 1
         self._jobs.put(_Job(fn, future, writes))
         return future
+
+    def _try_inline(self, fn: Callable[[sqlite3.Connection], Any], *, writes: bool) -> Any:
+        """Run a short job on the loop thread when the worker is idle: saves
+        two thread hand-offs per operation. Returns _DEFER when it cannot
+        (work is queued, or the file is busy), and the caller submits it.
+        Jobs run here never wait: the connection's busy timeout is 0."""
+        if self._outstanding or self._w_conn is None or not self._conn_lock.acquire(blocking=False):
+            return _DEFER
+        try:
+            if not writes:
+                return fn(self._w_conn)
+            try:
+                outcomes = self._write_group([_Job(fn, None, True)], wait=False)  # type: ignore[arg-type]
+            except BaseException as e:  # noqa: BLE001
+                raise self._translate(e) from None
+        finally:
+            self._conn_lock.release()
+        if outcomes is None:
+            return _DEFER
+        outcome = outcomes[0]
+        if isinstance(outcome, StoreError):
+            raise outcome
+        self._publish(outcome)
+        return outcome.result
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], Any], *, writes: bool, inline: bool = True) -> Any:
+        self._check_open()
+        if inline:
+            result = self._try_inline(fn, writes=writes)
+            if result is not _DEFER:
+                return result
+        return await self._submit(fn, writes=writes)
 
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailable(f"sqlite store {self.path} is closed")
 
-    def _committed(self, outcomes: list[tuple[_Job, _WriteOutcome | StoreError]]) -> None:
-        """Runs on the loop after a COMMIT: publish events first, then wake
-        the writers, so a writer that then watches sees its own write."""
-        for job, outcome in outcomes:
+    def _publish(self, outcome: _WriteOutcome) -> None:
+        if outcome.events:
+            self._log.append(outcome.revision, outcome.events)
+            self._log.trim_to_size(_CACHED_EVENTS)
+            self._commits_since_checkpoint += 1
+            if self._commits_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed:
+                # The connection does not auto-checkpoint (that would stall
+                # an inline write); the worker does it, off the loop.
+                self._commits_since_checkpoint = 0
+                self._submit(self._w_checkpoint, writes=False)
+        self._revision = max(self._revision, outcome.revision)
+        self._compact_revision = max(self._compact_revision, outcome.compact_revision)
+
+    def _delivered(self, outcomes: list[tuple[_Job, _Outcome]]) -> None:
+        """Runs on the loop after the worker finished jobs: publish events
+        first, then wake the callers, so a writer that then watches sees its
+        own write."""
+        for _, outcome in outcomes:
             if isinstance(outcome, _WriteOutcome):
-                if outcome.events:
-                    self._log.append(outcome.revision, outcome.events)
-                    self._log.trim_to_size(_CACHED_EVENTS)
-                self._revision = max(self._revision, outcome.revision)
-                self._compact_revision = max(self._compact_revision, outcome.compact_revision)
+                self._publish(outcome)
         for job, outcome in outcomes:
-            if isinstance(outcome, _WriteOutcome):
-                _resolve(job.future, outcome.result)
-            else:
+            self._outstanding -= 1
+            if isinstance(outcome, BaseException):
                 _reject(job.future, outcome)
+            elif isinstance(outcome, _Read):
+                _resolve(job.future, outcome.value)
+            else:
+                _resolve(job.future, outcome.result)
+
+    def _w_checkpoint(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     # ------------------------------------------------------------ worker: open
 
@@ -435,6 +542,7 @@ class SqliteStore(BaseStore):
             if mode.lower() != "wal":
                 raise StoreUnavailable(f"sqlite store {self.path} cannot use WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute("PRAGMA wal_autocheckpoint=0")
             if not tables:
                 # One transaction, so a crash here leaves no half-made store.
                 conn.executescript(
@@ -442,7 +550,7 @@ class SqliteStore(BaseStore):
                     + f"PRAGMA application_id={_APPLICATION_ID}; PRAGMA user_version={_SCHEMA_VERSION};"
                     "INSERT INTO meta(name, value) VALUES ('revision', 1), ('compact_revision', 0); COMMIT;"
                 )
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin(conn, wait=True)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version != _SCHEMA_VERSION:
                 raise StoreError(
@@ -463,6 +571,8 @@ class SqliteStore(BaseStore):
             check = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
             if check != "ok":
                 raise StoreError(f"sqlite store {self.path} is corrupt: {check}")
+            # From now on the connection never blocks inside SQLite: see _begin.
+            conn.execute("PRAGMA busy_timeout=0")
         except sqlite3.Error as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -667,15 +777,17 @@ class SqliteStore(BaseStore):
 
     async def _get(self, key: str) -> KeyValue | None:
         self._check_open()
-        result: KeyValue | None = await self._submit(lambda conn: self._w_get(conn, key), writes=False)
+        result: KeyValue | None = await self._run(lambda conn: self._w_get(conn, key), writes=False)
         return result
 
     async def _range(
         self, prefix: str, *, limit: int, start_after: str | None, revision: int | None
     ) -> RangeResult:
         self._check_open()
-        result: RangeResult = await self._submit(
-            lambda conn: self._w_range(conn, prefix, limit, start_after, revision), writes=False
+        # Small pages inline; a whole-prefix range may be large: the worker reads it.
+        result: RangeResult = await self._run(
+            lambda conn: self._w_range(conn, prefix, limit, start_after, revision),
+            writes=False, inline=0 < limit <= 100,
         )
         return result
 
@@ -689,7 +801,7 @@ class SqliteStore(BaseStore):
                 held = self._leases.get(op.lease)
                 if held is None or held[1] <= now:
                     raise LeaseNotFound(op.lease)
-        result: TxnResult = await self._submit(
+        result: TxnResult = await self._run(
             lambda conn: self._w_txn(conn, compares, success, failure), writes=True
         )
         return result
@@ -728,7 +840,7 @@ class SqliteStore(BaseStore):
         self._check_open()
         if not isinstance(revision, int) or isinstance(revision, bool):
             raise StoreError(f"compact revision must be an int, not {revision!r}")
-        await self._timed("compact", lambda: self._submit(lambda conn: self._w_compact_job(conn, revision), writes=True))
+        await self._timed("compact", lambda: self._run(lambda conn: self._w_compact_job(conn, revision), writes=True, inline=False))
 
     async def compact_revision(self) -> int:
         self._check_open()
@@ -738,7 +850,7 @@ class SqliteStore(BaseStore):
         self._check_open()
         if not isinstance(ttl_seconds, (int, float)) or isinstance(ttl_seconds, bool) or not ttl_seconds > 0:
             raise StoreError(f"lease TTL must be a number of seconds > 0, not {ttl_seconds!r}")
-        lease_id: int = await self._submit(lambda conn: self._w_lease_grant(conn, float(ttl_seconds)), writes=True)
+        lease_id: int = await self._run(lambda conn: self._w_lease_grant(conn, float(ttl_seconds)), writes=True)
         self._leases[lease_id] = (float(ttl_seconds), self._loop.time() + ttl_seconds)
         self._ensure_expiry_task()
         return lease_id
@@ -767,7 +879,7 @@ class SqliteStore(BaseStore):
         self._leases.pop(lease, None)
         self._lease_changed.set()
         try:
-            await self._submit(lambda conn: self._w_revoke(conn, lease), writes=True)
+            await self._run(lambda conn: self._w_revoke(conn, lease), writes=True)
         except LeaseNotFound:
             pass
 
