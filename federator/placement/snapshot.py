@@ -229,6 +229,9 @@ class ClusterIndex:
     free_cpu_milli: int
     free_memory: int
     free_rdma: int
+    # Allocatable CPU and memory of the eligible nodes: what could fit if they were empty.
+    capacity_cpu_milli: int
+    capacity_memory: int
     rdma_nodes: int
     eligible_nodes: int
     not_ready_nodes: int
@@ -285,6 +288,8 @@ _EMPTY_INDEX = ClusterIndex(
     free_cpu_milli=0,
     free_memory=0,
     free_rdma=0,
+    capacity_cpu_milli=0,
+    capacity_memory=0,
     rdma_nodes=0,
     eligible_nodes=0,
     not_ready_nodes=0,
@@ -321,6 +326,8 @@ class _IndexDraft:
             base.eligible_nodes,
             base.not_ready_nodes,
             base.unschedulable_nodes,
+            base.capacity_cpu_milli,
+            base.capacity_memory,
         ]
 
     def _capacity_of(self, model: str) -> dict[int, int]:
@@ -339,7 +346,7 @@ class _IndexDraft:
     def change(self, old: NodeState | None, new: NodeState | None) -> None:
         if old is not None and new is not None and old.eligible and new.eligible:
             if old.model_key == new.model_key and old.free.gpu == new.free.gpu and (
-                old.allocatable.gpu == new.allocatable.gpu
+                old.allocatable is new.allocatable or old.allocatable == new.allocatable
             ):
                 # Same bucket and same capacity: only the totals move.
                 self._move_totals(old, -1)
@@ -381,6 +388,8 @@ class _IndexDraft:
             c[6] += sign
             return
         c[4] += sign
+        c[7] += sign * node.allocatable.cpu_milli
+        c[8] += sign * node.allocatable.memory
         self._move_totals(node, sign)
         capacity = self._capacity_of(node.model_key)
         capacity[node.allocatable.gpu] = capacity.get(node.allocatable.gpu, 0) + sign
@@ -468,6 +477,8 @@ class _IndexDraft:
             free_cpu_milli=c[0],
             free_memory=c[1],
             free_rdma=c[2],
+            capacity_cpu_milli=c[7],
+            capacity_memory=c[8],
             rdma_nodes=c[3],
             eligible_nodes=c[4],
             not_ready_nodes=c[5],

@@ -1,9 +1,10 @@
 """Filter "gang-fit": every pod of the gang must land on a node, node by node; leaves the fit for scores.
 
 Three stages, cheapest first, each with its own reason code:
-1. ExceedsCapacity: even with every schedulable node empty, the nodes of
-   the accepted GPU models could not hold the gang (allocatable-GPU
-   histogram; O(models x distinct GPU counts)). Such a gang never fits.
+1. ExceedsCapacity: even with every schedulable node empty, the cluster
+   could not hold the gang: CPU or memory totals, or, for every accepted
+   GPU model, the allocatable-GPU histogram (O(models x distinct GPU
+   counts)). Such a gang never fits there.
 2. InsufficientCpu / InsufficientMemory / InsufficientGpu: the free totals,
    or the free GPUs counted node by node (free-GPU histogram), are short.
    64 free GPUs spread one per node hold no pod of 8 GPUs: this stage says
@@ -68,6 +69,25 @@ class GangFitFilter:
     def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
         index = snapshot.index
         total = gang.total
+        models: tuple[str, ...] = ()
+        if gang.needs_gpu:
+            models = ctx.gpu_models if ctx.gpu_models is not None else candidate_gpu_models(gang, index)
+            if not models:
+                return reject_for_models(gang, snapshot)
+            never = self._exceeds_capacity(gang, index, models)
+            if never is not None:
+                return never
+        if total.cpu_milli > index.capacity_cpu_milli or total.memory > index.capacity_memory:
+            return FilterResult.reject(
+                EXCEEDS_CAPACITY,
+                f"needs {format_cpu(total.cpu_milli)} cpu and {format_bytes(total.memory)} memory in all; "
+                f"the schedulable nodes have {format_cpu(index.capacity_cpu_milli)} cpu and "
+                f"{format_bytes(index.capacity_memory)} memory even when empty",
+                needed_millicores=total.cpu_milli,
+                capacity_millicores=index.capacity_cpu_milli,
+                needed_bytes=total.memory,
+                capacity_bytes=index.capacity_memory,
+            )
         if total.cpu_milli > index.free_cpu_milli:
             return FilterResult.reject(
                 INSUFFICIENT_CPU,
@@ -96,9 +116,6 @@ class GangFitFilter:
                 pods_needed=role.replicas,
                 pods_fit=fit.failed_role_fit,
             )
-        models = ctx.gpu_models if ctx.gpu_models is not None else candidate_gpu_models(gang, index)
-        if not models:
-            return reject_for_models(gang, snapshot)
         best: tuple[int, int, FilterResult] | None = None
         for model in models:
             result = self._try_model(gang, snapshot, ctx, model)
@@ -110,15 +127,34 @@ class GangFitFilter:
         assert best is not None
         return best[2]
 
+    @staticmethod
+    def _exceeds_capacity(gang: GangRequest, index: ClusterIndex, models: tuple[str, ...]) -> FilterResult | None:
+        """The closest ExceedsCapacity if no model could ever hold the gang; None if one could."""
+        closest: tuple[RoleRequest, int, str] | None = None
+        for model in models:
+            short = _gpu_shortfall(gang, index, model, capacity=True)
+            if short is None:
+                return None
+            if closest is None or short[1] > closest[1]:
+                closest = (short[0], short[1], model)
+        assert closest is not None
+        role, bound, model = closest
+        return FilterResult.reject(
+            EXCEEDS_CAPACITY,
+            f"{_needs(gang, role, model)}; even with every schedulable node empty at most {bound} fit",
+            pods_needed=role.replicas,
+            pods_fit=bound,
+        )
+
     def _try_model(
         self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, model: str
     ) -> FilterResult | None:
         index = snapshot.index
         short = _gpu_shortfall(gang, index, model, capacity=False)
         if short is not None:
-            # Capacity bounds free GPUs from above, so it is only worth checking once the free bound fails.
             never = _gpu_shortfall(gang, index, model, capacity=True)
             if never is not None:
+                # Another accepted model could hold the gang some day; this one never can.
                 role, bound = never
                 return FilterResult.reject(
                     EXCEEDS_CAPACITY,
