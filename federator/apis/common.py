@@ -75,6 +75,7 @@ __all__ = [
     "parse_time",
     "raise_semantic",
     "settings_of",
+    "split_cause",
 ]
 
 API_GROUP = "federator.dev"
@@ -727,7 +728,7 @@ def _message(error: ErrorDetails, *, secret: bool) -> str:
                 return f"Too long: may not be more than {ctx.get('max_length')} characters"
             return f"Invalid value: {shown}: must be at least {ctx.get('min_length')} characters"
         if kind == "too_long":
-            return f"Too many: {ctx.get('actual_length')}: must have at most {ctx.get('max_length')} items"
+            return f"Invalid value: {ctx.get('actual_length')} items: must have at most {ctx.get('max_length')} items"
         return f"Required value: must have at least {ctx.get('min_length')} items"
     if kind == "string_pattern_mismatch":
         return f"Invalid value: {shown}: must match the regular expression {ctx.get('pattern')!r}"
@@ -768,5 +769,31 @@ def finish_errors(errors: list[FieldError], settings: ValidationSettings) -> lis
     unique = list(dict.fromkeys(errors))
     if len(unique) > settings.max_errors:
         extra = len(unique) - settings.max_errors
-        unique = unique[: settings.max_errors] + [("", f"and {extra} more errors")]
+        unique = unique[: settings.max_errors] + [("", f"Invalid value: too many errors, {extra} more not shown")]
     return unique
+
+
+# The kube field.Error prefixes of our messages, and the Status cause reason of each.
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Invalid value", "FieldValueInvalid"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+)
+
+
+def split_cause(message: str) -> tuple[str, str]:
+    """(Status cause reason, detail) for one of our messages, e.g.
+    "Duplicate value: \"ps\"" -> ("FieldValueDuplicate", "\"ps\"").
+
+    An API server that renders causes as `<prefix>: <detail>` from the reason
+    reproduces the message exactly.
+    """
+    for prefix, reason in _CAUSE_REASONS:
+        if message == prefix:
+            return reason, ""
+        if message.startswith(prefix + ": "):
+            return reason, message[len(prefix) + 2:]
+    return "FieldValueInvalid", message

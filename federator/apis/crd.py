@@ -18,7 +18,7 @@ import copy
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ __all__ = [
     "KINDS",
     "KindInfo",
     "PrinterColumn",
+    "column_getter",
     "crd",
     "crd_filename",
     "main",
@@ -107,6 +108,41 @@ KINDS: Mapping[str, KindInfo] = {
         ),
     ),
 }
+
+_SEGMENT = re.compile(r'\.([A-Za-z0-9_\-/]+)|\[\?\(@\.([A-Za-z0-9_]+)=="([^"]*)"\)\]')
+
+
+def column_getter(json_path: str) -> Callable[[Mapping[str, Any]], Any]:
+    """A cell getter for the JSONPath subset printer columns use: `.a.b` and `.list[?(@.key=="v")].field`.
+
+    Returns "" when any step is missing, like kubectl's printer.
+    """
+    steps: list[tuple[str, str, str]] = []
+    position = 0
+    while position < len(json_path):
+        match = _SEGMENT.match(json_path, position)
+        if match is None:
+            raise ValueError(f"unsupported JSONPath {json_path!r} at {position}")
+        steps.append((match[1] or "", match[2] or "", match[3] or ""))
+        position = match.end()
+
+    def cell(obj: Mapping[str, Any]) -> Any:
+        current: Any = obj
+        for field, key, wanted in steps:
+            if field:
+                if not isinstance(current, Mapping) or field not in current:
+                    return ""
+                current = current[field]
+            else:
+                if not isinstance(current, list):
+                    return ""
+                current = next((i for i in current if isinstance(i, Mapping) and i.get(key) == wanted), None)
+            if current is None:
+                return ""
+        return current
+
+    return cell
+
 
 # Keywords of pydantic's JSON Schema that a structural CRD schema cannot carry.
 _DROPPED_KEYWORDS = {"title", "uniqueItems", "propertyNames", "examples", "$schema"}

@@ -1,0 +1,90 @@
+"""Quantities, names, timestamps, error-path rendering and printer-column getters."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from fractions import Fraction
+
+import pytest
+
+from federator.apis.common import (
+    QuantityError,
+    dns1123_label_errors,
+    dns1123_subdomain_errors,
+    format_time,
+    label_key_errors,
+    label_value_errors,
+    parse_quantity,
+    parse_time,
+    split_cause,
+)
+from federator.apis.crd import column_getter
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("8", Fraction(8)), ("500m", Fraction(1, 2)), ("32Gi", Fraction(32 * 2**30)), ("1k", Fraction(1000)),
+    ("1e3", Fraction(1000)), ("1.5", Fraction(3, 2)), (".5", Fraction(1, 2)), ("100n", Fraction(1, 10**7)),
+    ("2E", Fraction(2 * 10**18)), ("+4", Fraction(4)), ("-1", Fraction(-1)), (4, Fraction(4)), ("1E-3", Fraction(1, 1000)),
+])
+def test_quantities(text: str | int, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", [
+    "", "eight", "1.2.3", "1Gb", "1 Gi", " 1", "1e", "Gi", "1e999", "1e1.5", "9" * 65, "99999999999Ei", True, 1.5,
+    None, [1], 2**64,
+])
+def test_bad_quantities(text: object) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+def test_names() -> None:
+    assert dns1123_label_errors("resnet-ps") == []
+    assert dns1123_label_errors("a" * 63) == []
+    assert dns1123_label_errors("a" * 64) == ["must be no more than 63 characters"]
+    for bad in ("Resnet", "-a", "a-", "a.b", "a_b", ""):
+        assert dns1123_label_errors(bad), bad
+    assert dns1123_subdomain_errors("imagenet.v2") == []
+    assert dns1123_subdomain_errors("a..b")
+    assert label_key_errors("federator.dev/dataset.imagenet") == []
+    assert label_key_errors("tier") == []
+    assert label_key_errors("/x") and label_key_errors("a/b/c") and label_key_errors("x" * 64)
+    assert label_value_errors("") == [] and label_value_errors("research") == []
+    assert label_value_errors("-x") and label_value_errors("x" * 64)
+
+
+def test_time() -> None:
+    moment = parse_time("2024-05-01T12:00:00Z")
+    assert moment == datetime(2024, 5, 1, 12, tzinfo=UTC)
+    assert parse_time("2024-05-01T14:00:00.123456789+02:00") == datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    assert format_time(moment) == "2024-05-01T12:00:00Z"
+    for bad in ("2024-05-01", "2024-05-01 12:00:00Z", "2024-13-01T12:00:00Z", "yesterday", "2024-05-01T12:00:00"):
+        with pytest.raises(ValueError):
+            parse_time(bad)
+    with pytest.raises(ValueError):
+        format_time(datetime(2024, 5, 1))  # naive
+
+
+@pytest.mark.parametrize(("message", "cause"), [
+    ("Required value", ("FieldValueRequired", "")),
+    ("Invalid value: 0: must be greater than or equal to 1", ("FieldValueInvalid", "0: must be greater than or equal to 1")),
+    ('Unsupported value: "x": supported values: "a"', ("FieldValueNotSupported", '"x": supported values: "a"')),
+    ("Forbidden: field not declared in schema", ("FieldValueForbidden", "field not declared in schema")),
+    ('Duplicate value: "ps"', ("FieldValueDuplicate", '"ps"')),
+    ("Too long: may not be more than 63 characters", ("FieldValueTooLong", "may not be more than 63 characters")),
+    ("something else", ("FieldValueInvalid", "something else")),
+])
+def test_split_cause(message: str, cause: tuple[str, str]) -> None:
+    assert split_cause(message) == cause
+
+
+def test_column_getter() -> None:
+    ready = column_getter('.status.conditions[?(@.type=="Ready")].status')
+    obj = {"status": {"conditions": [{"type": "Synced", "status": "False"}, {"type": "Ready", "status": "True"}]}}
+    assert ready(obj) == "True"
+    assert ready({}) == "" and ready({"status": {"conditions": "junk"}}) == ""
+    assert column_getter(".spec.network.type")({"spec": {"network": {"type": "rdma"}}}) == "rdma"
+    assert column_getter(".status.placement.cluster")({"status": {"placement": None}}) == ""
+    with pytest.raises(ValueError):
+        column_getter(".spec[0]")
