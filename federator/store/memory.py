@@ -15,6 +15,7 @@ I/O or block; it must never be used where data has to survive the process.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -146,8 +147,6 @@ class MemoryStore(BaseStore):
         ordered = sorted(state)
         count = len(ordered)
         if start_after is not None:
-            import bisect
-
             ordered = ordered[bisect.bisect_right(ordered, start_after):]
         more = bool(limit) and len(ordered) > limit
         if limit:

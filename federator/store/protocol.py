@@ -1,7 +1,7 @@
 """The revisioned key-value store protocol, shaped like etcd v3's data model.
 
 Every backend (memory, sqlite, etcd) implements `Store` and passes the one
-contract suite in tests/test_store_contract.py. Keys are str, values bytes.
+contract suite in tests/store/test_contract.py. Keys are str, values bytes.
 One store-wide revision increases by one per committed write transaction;
 every key remembers its create_revision, mod_revision and version.
 
@@ -73,9 +73,9 @@ CompareOp = Literal["=", "!=", "<", ">"]
 
 @dataclass(frozen=True, slots=True)
 class Compare:
-    """A guard on one key. A missing key has mod=create=version=lease=0 and
-    value b"" (etcd's convention), so `Compare(k, "create", "=", 0)` means
-    "k does not exist"."""
+    """A guard on one key. A missing key has mod=create=version=lease=0, so
+    `Compare(k, "create", "=", 0)` means "k does not exist". As in etcd, a
+    compare on the *value* of a missing key is always false."""
 
     key: str
     target: CompareTarget
@@ -249,7 +249,11 @@ class Store(Protocol):
     def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
         """Events on keys under `prefix` with revision >= from_revision, in
         revision order, then live ones. Raises Compacted (from the iterator)
-        when from_revision is older than the oldest retained revision."""
+        when from_revision is older than the oldest retained revision, also
+        later for a watcher that fell behind a bounded history. from_revision
+        <= 0 means "only events after the watch starts". When the store is
+        closed or unreachable past its retry budget, the iterator raises
+        StoreUnavailable; it never ends silently."""
         ...
 
     async def current_revision(self) -> int: ...
@@ -259,7 +263,8 @@ class Store(Protocol):
         ...
 
     async def compact_revision(self) -> int:
-        """The oldest revision still retained for watch and range."""
+        """The oldest revision still retained for watch and range (the last
+        compaction point; 0 if the store was never compacted)."""
         ...
 
     async def lease_grant(self, ttl_seconds: float) -> int: ...

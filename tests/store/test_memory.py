@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from federator.store.memory import MemoryStore
-from federator.store.protocol import Compacted, Event, StoreError, StoreUnavailable
+from federator.store.protocol import Compacted, Event, RevisionMismatch, StoreError, StoreUnavailable
 
 PREFIX = "/federator/"
 
@@ -57,3 +57,18 @@ async def test_closed_memory_store_refuses_work() -> None:
         await store.put(PREFIX + "k", b"1")
     with pytest.raises(StoreError):
         MemoryStore(retain_revisions=0)
+
+
+async def test_operations_are_counted_in_the_store_metrics() -> None:
+    from federator.obs import Metrics
+
+    metrics = Metrics()
+    store = MemoryStore(metrics=metrics)
+    kv = await store.put(PREFIX + "k", b"1")
+    with pytest.raises(RevisionMismatch):
+        await store.update(PREFIX + "k", b"2", expected_mod_revision=kv.mod_revision + 5)
+    sample = metrics.registry.get_sample_value
+    assert sample("federator_store_operations_total", {"backend": "memory", "op": "put", "result": "ok"}) == 1
+    assert sample("federator_store_operations_total", {"backend": "memory", "op": "update", "result": "conflict"}) == 1
+    assert sample("federator_store_operation_seconds_count", {"backend": "memory", "op": "put"}) == 1
+    await store.close()
