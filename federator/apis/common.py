@@ -53,6 +53,7 @@ __all__ = [
     "DNSLabel",
     "DNSSubdomain",
     "FieldError",
+    "GENERIC_METADATA_FIELDS",
     "HIDDEN_VALUE_ERROR",
     "REDACTED",
     "LabelMap",
@@ -759,13 +760,32 @@ def errors_from_validation(
         if drop_semantic and error["type"] == SEMANTIC_ERROR:
             continue
         path = field_path(model, error["loc"])
-        secret = any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in prefixes)
+        secret = _under(path, prefixes)
         result.append((path, _message(error, secret=secret)))
     return result
 
 
-def finish_errors(errors: list[FieldError], settings: ValidationSettings) -> list[FieldError]:
-    """Deduplicate, keep submission order, and cap the count so hostile input stays cheap to answer."""
+# ObjectMeta fields that a kube-style API server checks for every kind by itself.
+GENERIC_METADATA_FIELDS = (
+    "metadata.name", "metadata.generateName", "metadata.namespace", "metadata.labels",
+    "metadata.annotations", "metadata.finalizers", "metadata.ownerReferences",
+)
+
+
+def _under(path: str, prefixes: Iterable[str]) -> bool:
+    return any(path == p or path.startswith((p + ".", p + "[")) for p in prefixes)
+
+
+def finish_errors(
+    errors: list[FieldError], settings: ValidationSettings, *, include_generic_metadata: bool = True
+) -> list[FieldError]:
+    """Deduplicate, keep submission order, and cap the count so hostile input stays cheap to answer.
+
+    `include_generic_metadata=False` leaves out what the API server reports itself
+    (`GENERIC_METADATA_FIELDS`), so a bad name is not reported twice.
+    """
+    if not include_generic_metadata:
+        errors = [e for e in errors if not _under(e[0], GENERIC_METADATA_FIELDS)]
     unique = list(dict.fromkeys(errors))
     if len(unique) > settings.max_errors:
         extra = len(unique) - settings.max_errors

@@ -409,7 +409,9 @@ def _semantic_errors(obj: Mapping[str, Any]) -> list[FieldError]:
     return errors
 
 
-def validate_membercluster(obj: object, *, settings: ValidationSettings | None = None) -> list[FieldError]:
+def validate_membercluster(
+    obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
+) -> list[FieldError]:
     """Every problem with a MemberCluster registration, as (field path, message); never echoes a credential."""
     settings = settings or ValidationSettings()
     if not isinstance(obj, Mapping):
@@ -420,17 +422,21 @@ def validate_membercluster(obj: object, *, settings: ValidationSettings | None =
     except ValidationError as exc:
         errors += errors_from_validation(exc, model=MemberCluster, secret_prefixes=SECRET_PATH_PREFIXES)
     errors += _semantic_errors(obj)
-    return finish_errors(errors, settings)
+    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
 
 
 def membercluster_validator(
-    settings: ValidationSettings | None = None,
+    settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
 ) -> Callable[[dict[str, Any]], list[FieldError]]:
-    """The apiserver's `ResourceType.validate` hook for MemberCluster under `settings`."""
+    """The apiserver's `ResourceType.validate` hook for MemberCluster under `settings`.
+
+    By default it leaves out the metadata checks a kube-style API server makes
+    for every kind (name format, labels, ...), so no field is reported twice.
+    """
     chosen = settings or ValidationSettings()
 
     def validate(obj: dict[str, Any]) -> list[FieldError]:
-        return validate_membercluster(obj, settings=chosen)
+        return validate_membercluster(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
 
     return validate
 

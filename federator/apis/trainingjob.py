@@ -365,7 +365,9 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
     return errors
 
 
-def validate_trainingjob(obj: object, *, settings: ValidationSettings | None = None) -> list[FieldError]:
+def validate_trainingjob(
+    obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
+) -> list[FieldError]:
     """Every problem with a submitted TrainingJob, as (field path, message); empty when it is valid."""
     settings = settings or ValidationSettings()
     if not isinstance(obj, Mapping):
@@ -376,15 +378,20 @@ def validate_trainingjob(obj: object, *, settings: ValidationSettings | None = N
     except ValidationError as exc:
         errors += errors_from_validation(exc, model=TrainingJob)
     errors += _semantic_errors(obj, settings)
-    return finish_errors(errors, settings)
+    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
 
 
-def trainingjob_validator(settings: ValidationSettings | None = None) -> Callable[[dict[str, Any]], list[FieldError]]:
-    """The apiserver's `ResourceType.validate` hook for TrainingJob under `settings`."""
+def trainingjob_validator(
+    settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
+) -> Callable[[dict[str, Any]], list[FieldError]]:
+    """The apiserver's `ResourceType.validate` hook for TrainingJob under `settings`.
+
+    By default it leaves out the metadata checks a kube-style API server makes
+    for every kind (name format, labels, ...), so no field is reported twice.
+    """
     chosen = settings or ValidationSettings()
 
     def validate(obj: dict[str, Any]) -> list[FieldError]:
-        return validate_trainingjob(obj, settings=chosen)
+        return validate_trainingjob(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
 
     return validate
-

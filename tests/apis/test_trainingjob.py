@@ -303,3 +303,15 @@ def test_generate_name_instead_of_name() -> None:
     assert validate_trainingjob(job) == []
     job["metadata"]["generateName"] = "ResNet_"
     assert [p for p, _ in validate_trainingjob(job)] == ["metadata.generateName"]
+
+
+def test_apiserver_hook_leaves_generic_metadata_checks_to_the_apiserver() -> None:
+    job = example()
+    job["metadata"]["name"] = "Bad_Name"
+    job["metadata"]["labels"] = {"team": "-x-"}
+    job["metadata"]["colour"] = "blue"
+    job["spec"]["roles"][0]["replicas"] = 0
+    full = {p for p, _ in validate_trainingjob(job)}
+    assert {"metadata.name", "metadata.labels[team]", "metadata.colour", "spec.roles[0].replicas"} <= full
+    hook = {p for p, _ in trainingjob_validator()(job)}
+    assert hook == {"metadata.colour", "spec.roles[0].replicas"}
