@@ -5,10 +5,12 @@ Three stages, cheapest first, each with its own reason code:
    could not hold the gang: CPU or memory totals, or, for every accepted
    GPU model, the allocatable-GPU histogram (O(models x distinct GPU
    counts)). Such a gang never fits there.
-2. InsufficientCpu / InsufficientMemory / InsufficientGpu: the free totals,
-   or the free GPUs counted node by node (free-GPU histogram), are short.
-   64 free GPUs spread one per node hold no pod of 8 GPUs: this stage says
-   "at most 0 fit" without visiting a node.
+2. InsufficientGpu, then InsufficientCpu / InsufficientMemory: the free
+   GPUs counted node by node (free-GPU histogram), the free GPU total, or
+   the free CPU or memory totals are short. 64 free GPUs spread one per node
+   hold no pod of 8 GPUs: this stage says "at most 0 fit" without visiting a
+   node. GPUs are checked before CPU and memory because they are what a
+   training gang is usually short of, and so the most useful reason.
 3. GangDoesNotFit: the packing of `nodefit.fit_gang` (CPU, memory, GPUs,
    RDMA devices, node selector, taints) cannot place every pod.
 With several acceptable GPU models, each is tried in order; the reason
@@ -32,7 +34,7 @@ INSUFFICIENT_MEMORY = "InsufficientMemory"
 INSUFFICIENT_GPU = "InsufficientGpu"
 DOES_NOT_FIT = "GangDoesNotFit"
 
-_STAGE = {EXCEEDS_CAPACITY: 0, INSUFFICIENT_GPU: 1, DOES_NOT_FIT: 2}
+_STAGE = {EXCEEDS_CAPACITY: 0, INSUFFICIENT_GPU: 1, INSUFFICIENT_CPU: 2, INSUFFICIENT_MEMORY: 2, DOES_NOT_FIT: 3}
 
 
 def _needs(gang: GangRequest, role: RoleRequest, model: str | None) -> str:
@@ -55,6 +57,26 @@ def _gpu_shortfall(
             bound = index.max_pods_by_free_gpus(model, gpus)
         if bound < role.replicas:
             return role, bound
+    return None
+
+
+def _free_totals_short(gang: GangRequest, index: ClusterIndex) -> FilterResult | None:
+    total = gang.total
+    if total.cpu_milli > index.free_cpu_milli:
+        return FilterResult.reject(
+            INSUFFICIENT_CPU,
+            f"needs {format_cpu(total.cpu_milli)} cpu in all; {format_cpu(index.free_cpu_milli)} free on schedulable nodes",
+            needed_millicores=total.cpu_milli,
+            free_millicores=index.free_cpu_milli,
+        )
+    if total.memory > index.free_memory:
+        return FilterResult.reject(
+            INSUFFICIENT_MEMORY,
+            f"needs {format_bytes(total.memory)} memory in all; "
+            f"{format_bytes(index.free_memory)} free on schedulable nodes",
+            needed_bytes=total.memory,
+            free_bytes=index.free_memory,
+        )
     return None
 
 
@@ -88,23 +110,10 @@ class GangFitFilter:
                 needed_bytes=total.memory,
                 capacity_bytes=index.capacity_memory,
             )
-        if total.cpu_milli > index.free_cpu_milli:
-            return FilterResult.reject(
-                INSUFFICIENT_CPU,
-                f"needs {format_cpu(total.cpu_milli)} cpu in all; "
-                f"{format_cpu(index.free_cpu_milli)} free on schedulable nodes",
-                needed_millicores=total.cpu_milli,
-                free_millicores=index.free_cpu_milli,
-            )
-        if total.memory > index.free_memory:
-            return FilterResult.reject(
-                INSUFFICIENT_MEMORY,
-                f"needs {format_bytes(total.memory)} memory in all; "
-                f"{format_bytes(index.free_memory)} free on schedulable nodes",
-                needed_bytes=total.memory,
-                free_bytes=index.free_memory,
-            )
         if not gang.needs_gpu:
+            short = _free_totals_short(gang, index)
+            if short is not None:
+                return short
             fit = fit_gang(gang, snapshot, gpu_model=None)
             if fit.ok:
                 ctx.fit = fit
@@ -181,6 +190,9 @@ class GangFitFilter:
                 gpus_needed=gang.total.gpu,
                 free_gpus=free_gpus,
             )
+        short_totals = _free_totals_short(gang, index)
+        if short_totals is not None:
+            return short_totals
         fit = fit_gang(gang, snapshot, gpu_model=model)
         if fit.ok:
             ctx.fit = fit
