@@ -1,0 +1,296 @@
+"""Development-mode TLS material and kubeconfigs for the hub.
+
+`ensure_dev_tls(state_dir)` creates (or reuses, while still valid) a
+self-signed CA and a server certificate for 127.0.0.1 / ::1 / localhost under
+`<state_dir>/tls/`; `server_ssl_context` turns them into the context the hub's
+HTTPS listener uses; `write_kubeconfig` writes a kubeconfig that kubectl and
+the official Python client accept (CA inlined as certificate-authority-data,
+bearer token, default namespace).
+
+For development and tests only: a production hub is given its certificate and
+key. Private keys and kubeconfigs (which hold tokens) are created with mode
+0600 from the first byte (never written wider, then narrowed) and replaced
+atomically; this module never logs or prints a key or token.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import os
+import ssl
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+__all__ = [
+    "DEFAULT_HOSTS",
+    "DevTLS",
+    "ensure_dev_tls",
+    "generate_ca",
+    "generate_server_certificate",
+    "server_ssl_context",
+    "write_kubeconfig",
+    "write_private_file",
+]
+
+DEFAULT_HOSTS: tuple[str, ...] = ("127.0.0.1", "::1", "localhost")
+CA_VALID_DAYS = 365
+SERVER_VALID_DAYS = 90
+# Regenerate a certificate that would expire within this window rather than hand out one about to break.
+_RENEW_BEFORE = dt.timedelta(days=7)
+# Issue certificates slightly in the past so a client whose clock is a little behind still accepts them.
+_CLOCK_SKEW = dt.timedelta(minutes=5)
+
+PrivateKey = ec.EllipticCurvePrivateKey
+
+
+@dataclass(frozen=True, slots=True)
+class DevTLS:
+    """Where the development TLS files are."""
+
+    directory: Path
+    ca_cert: Path
+    ca_key: Path
+    server_cert: Path
+    server_key: Path
+
+    def ca_pem(self) -> bytes:
+        return self.ca_cert.read_bytes()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _new_key() -> PrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def generate_ca(*, common_name: str = "federator-dev-ca", valid_days: int = CA_VALID_DAYS) -> tuple[bytes, bytes]:
+    """A self-signed CA: (certificate PEM, private key PEM)."""
+    key = _new_key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, "federator development")])
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(now + dt.timedelta(days=valid_days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                          key_encipherment=False, data_encipherment=False, key_agreement=False,
+                          encipher_only=False, decipher_only=False),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def _san(hosts: Sequence[str]) -> list[x509.GeneralName]:
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return names
+
+
+def generate_server_certificate(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    *,
+    hosts: Sequence[str] = DEFAULT_HOSTS,
+    valid_days: int = SERVER_VALID_DAYS,
+) -> tuple[bytes, bytes]:
+    """A server certificate for `hosts` (IPs and DNS names as SANs), signed by the CA: (cert PEM, key PEM)."""
+    if not hosts:
+        raise ValueError("a server certificate needs at least one host")
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError("the CA key must be an EC key (as generate_ca makes)")
+    key = _new_key()
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(min(now + dt.timedelta(days=valid_days), ca_cert.not_valid_after_utc))
+        .add_extension(x509.SubjectAlternativeName(_san(hosts)), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
+                          content_commitment=False, data_encipherment=False, key_agreement=False,
+                          encipher_only=False, decipher_only=False),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def write_private_file(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Write `data` atomically; the file has `mode` from creation on (no window with wider permissions)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)  # mkstemp creates 0600 already; be explicit for other modes
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _still_good(tls: DevTLS, hosts: Sequence[str]) -> bool:
+    """Whether existing files form a usable chain for `hosts` that does not expire soon."""
+    try:
+        ca = x509.load_pem_x509_certificate(tls.ca_cert.read_bytes())
+        server = x509.load_pem_x509_certificate(tls.server_cert.read_bytes())
+        server_key = serialization.load_pem_private_key(tls.server_key.read_bytes(), password=None)
+        serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
+    except (OSError, ValueError):
+        return False
+    deadline = _now() + _RENEW_BEFORE
+    if ca.not_valid_after_utc < deadline or server.not_valid_after_utc < deadline:
+        return False
+    if server.issuer != ca.subject:
+        return False
+    try:
+        server.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    if server.public_key().public_bytes(serialization.Encoding.DER, spki) != server_key.public_key().public_bytes(
+        serialization.Encoding.DER, spki
+    ):
+        return False
+    try:
+        san = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    return set(_san(hosts)) <= set(san)
+
+
+def ensure_dev_tls(state_dir: str | os.PathLike[str], *, hosts: Sequence[str] = DEFAULT_HOSTS) -> DevTLS:
+    """The dev CA and server certificate under `<state_dir>/tls/`, created or renewed as needed.
+
+    Reuses valid existing files (so kubeconfigs written earlier keep working);
+    a new CA is made only when the old one is unusable or about to expire.
+    """
+    directory = Path(state_dir) / "tls"
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    tls = DevTLS(
+        directory=directory,
+        ca_cert=directory / "ca.crt",
+        ca_key=directory / "ca.key",
+        server_cert=directory / "server.crt",
+        server_key=directory / "server.key",
+    )
+    if _still_good(tls, hosts):
+        return tls
+    ca_cert_pem: bytes | None = None
+    ca_key_pem: bytes | None = None
+    try:
+        ca = x509.load_pem_x509_certificate(tls.ca_cert.read_bytes())
+        if ca.not_valid_after_utc > _now() + _RENEW_BEFORE:
+            ca_cert_pem, ca_key_pem = tls.ca_cert.read_bytes(), tls.ca_key.read_bytes()
+            serialization.load_pem_private_key(ca_key_pem, password=None)
+    except (OSError, ValueError):
+        ca_cert_pem = ca_key_pem = None
+    if ca_cert_pem is None or ca_key_pem is None:
+        ca_cert_pem, ca_key_pem = generate_ca()
+        write_private_file(tls.ca_key, ca_key_pem)
+        write_private_file(tls.ca_cert, ca_cert_pem, mode=0o644)
+    server_cert_pem, server_key_pem = generate_server_certificate(ca_cert_pem, ca_key_pem, hosts=hosts)
+    write_private_file(tls.server_key, server_key_pem)
+    write_private_file(tls.server_cert, server_cert_pem, mode=0o644)
+    return tls
+
+
+def server_ssl_context(cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]) -> ssl.SSLContext:
+    """The TLS context of an HTTPS listener: TLS 1.2+, the given certificate chain and key."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile=os.fspath(cert_file), keyfile=os.fspath(key_file))
+    return context
+
+
+def write_kubeconfig(
+    path: str | os.PathLike[str],
+    *,
+    server: str,
+    ca_pem: bytes | None,
+    token: str,
+    user: str,
+    namespace: str = "default",
+    cluster_name: str = "federator",
+    context_name: str | None = None,
+) -> Path:
+    """Write a kubeconfig (mode 0600) with one cluster, user and context, which is current.
+
+    `ca_pem=None` writes no CA (for a plain-http server); an https server
+    should always get its CA, never insecure-skip-tls-verify.
+    """
+    if not token or any(c.isspace() for c in token):
+        raise ValueError("token must be non-empty and contain no whitespace")
+    if not server.startswith(("https://", "http://")):
+        raise ValueError("server must be an http:// or https:// URL")
+    context = context_name or f"{user}@{cluster_name}"
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
+            raise ValueError("ca_pem must be a PEM certificate")
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode("ascii")
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": cluster_name, "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": cluster_name, "user": user, "namespace": namespace}}],
+        "current-context": context,
+    }
+    target = Path(path)
+    write_private_file(target, yaml.safe_dump(document, sort_keys=False).encode("utf-8"))
+    return target
