@@ -378,6 +378,9 @@ class ClusterProfile(_Model):
             raise ValueError(f"{total} nodes in all pools; at most {MAX_NODES_PER_CLUSTER}")
         if self.background_load is not None and self.background_load.scheduler == "gang" and not self.gang_schedulers:
             raise ValueError("backgroundLoad.scheduler is 'gang' but the cluster runs no gang scheduler")
+        if self.background_load is not None and self.background_load.scheduler == "default" and not any(
+                s.type == "default" for s in self.schedulers):
+            raise ValueError("backgroundLoad.scheduler is 'default' but the cluster runs no default scheduler")
         return self
 
     # -- conveniences for the simulator's controllers

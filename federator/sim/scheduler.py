@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
 from federator.obs import METRICS
+from federator.sim import kinds
 from federator.sim.fit import (
     ClusterLedger,
     CyclePlanner,
@@ -232,8 +233,10 @@ class SchedulerState:
             old = None
         scheduler_name = str(spec.get("schedulerName") or "default-scheduler")
         node_name = str(spec.get("nodeName") or "")
-        if key in self.in_flight and old is not None and not node_name:
-            node_name = old.node_name  # our bind is being written
+        if old is not None and old.node_name and not node_name:
+            # spec.nodeName never goes back to unset: this event predates our
+            # bind (written, or being written)
+            node_name = old.node_name
         phase = str(status.get("phase") or "Pending")
         requirements: PodRequirements | None = None
         invalid: str | None = None
@@ -333,7 +336,8 @@ class SchedulerState:
     # ------------------------------------------------------------ assume / forget
 
     def bound(self, key: str, obj: Mapping[str, Any] | None) -> None:
-        """The bind of `key` was written (obj is the stored pod)."""
+        """The bind of `key` was written (obj, if given, is the stored pod;
+        otherwise the watch brings it)."""
         self.in_flight.discard(key)
         if obj is not None:
             self.apply_pod(obj)
@@ -805,15 +809,15 @@ class GangScheduler:
                 self.state.forget(key)
                 continue
             try:
-                obj = await bind_pod(self.storage, self.pods_rt, namespace=entry.namespace, name=entry.name,
-                                     uid=entry.uid, node_name=node)
+                ok = await bind_pod(self.storage, namespace=entry.namespace, name=entry.name, uid=entry.uid,
+                                    node_name=node)
             except ApiError as e:
                 self.log.info("bind failed", pod=key, node=node, code=e.code, reason=e.reason, message=e.message)
-                obj = None
-            if obj is None:
+                ok = False
+            if not ok:
                 self.state.forget(key)
                 continue
-            self.state.bound(key, obj)
+            self.state.bound(key, None)
             self._reported.pop(key, None)
             done += 1
         return done
@@ -953,50 +957,20 @@ class _RestartNeeded(Exception):
 
 
 async def bind_pod(
-    storage: ObjectStorage, pods_rt: ResourceType, *, namespace: str, name: str, uid: str, node_name: str
-) -> JSON | None:
-    """Bind a pod the way POST pods/binding does: set spec.nodeName and the
-    PodScheduled=True condition. None when the pod is gone, was replaced,
-    is already bound or is being deleted."""
-    now = _now()
-
-    def set_node(pod: JSON) -> JSON | None:
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        if meta.get("uid") != uid or spec.get("nodeName") or meta.get("deletionTimestamp"):
-            return None
-        spec["nodeName"] = node_name
-        pod["spec"] = spec
-        return pod
-
+    storage: ObjectStorage, *, namespace: str, name: str, uid: str, node_name: str
+) -> bool:
+    """Bind through the same code as POST pods/binding (one write: nodeName
+    plus PodScheduled=True). False when the pod is gone, was replaced, is
+    already bound or is being deleted."""
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": uid},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}}
     try:
-        pod = await storage.guaranteed_update(pods_rt, namespace=namespace, name=name, mutate=set_node)
+        await kinds.bind_pod(storage, namespace=namespace, pod_name=name, binding=binding)
     except ApiError as e:
-        if e.code == 404:
-            return None
+        if e.code in (404, 409):
+            return False
         raise
-    if pod is None:
-        return None
-
-    def set_condition(pod: JSON) -> JSON | None:
-        if (pod.get("metadata") or {}).get("uid") != uid:
-            return None
-        status = pod.setdefault("status", {})
-        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                           "lastTransitionTime": now})
-        status["conditions"] = conditions
-        status.setdefault("phase", "Pending")
-        return pod
-
-    try:
-        updated = await storage.guaranteed_update(pods_rt, namespace=namespace, name=name, mutate=set_condition,
-                                                  subresource="status")
-    except ApiError as e:
-        if e.code == 404:
-            return None
-        raise
-    return updated if updated is not None else pod
+    return True
 
 
 async def run_gang_scheduler(

@@ -1,0 +1,660 @@
+"""The simulated cluster's kubelets (all nodes in one loop) and the node
+operations that faults use.
+
+The loop lists and watches pods and nodes through `ObjectStorage` and keeps
+one timer heap for every pod of the cluster (no task per pod):
+- a bound pod turns Running after the profile's start delay (or the pod's
+  `sim.federator.dev/start-delay-seconds` annotation);
+- a Running pod turns Succeeded after `sim.federator.dev/duration-seconds`
+  (else the profile's default run time, for pods whose restartPolicy is not
+  Always), or Failed after `sim.federator.dev/fail-after-seconds` with exit
+  code `sim.federator.dev/exit-code` (default 1);
+- a pod on a node that is not Ready is failed (reason NodeLost);
+- a bound pod with a deletionTimestamp is removed after the profile's
+  termination time (capped by its grace period), unless its node is down:
+  a dead kubelet cannot finish a delete, so such pods stay Terminating, as
+  in a real cluster.
+
+`fail_node`, `recover_node` and `set_unhealthy_gpus` change Node objects the
+way the node lifecycle controller and the device plugin would. This module
+never schedules pods and never imports anything of the hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import heapq
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from federator.apiserver.errors import ApiError
+from federator.obs import METRICS
+from federator.sim.fit import GPU, QuantityError, resource_units
+from federator.sim.profile import node_conditions
+
+if TYPE_CHECKING:
+    from federator.apiserver.registry import Registry, ResourceType
+    from federator.apiserver.storage import ObjectStorage
+    from federator.sim.profile import ClusterProfile
+
+JSON = dict[str, Any]
+
+ANNOTATION_DURATION = "sim.federator.dev/duration-seconds"
+ANNOTATION_FAIL_AFTER = "sim.federator.dev/fail-after-seconds"
+ANNOTATION_EXIT_CODE = "sim.federator.dev/exit-code"
+ANNOTATION_START_DELAY = "sim.federator.dev/start-delay-seconds"
+#: on a Node: how many of its GPUs the device plugin reports unhealthy
+ANNOTATION_UNHEALTHY_GPUS = "sim.federator.dev/unhealthy-gpus"
+
+UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
+TERMINAL = frozenset({"Succeeded", "Failed"})
+
+_START, _FINISH, _TERMINATE = 0, 1, 2
+
+
+def _stamp(when: datetime | None = None) -> str:
+    return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_stamp(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _seconds(annotations: Mapping[str, Any], key: str) -> float | None:
+    """A non-negative number of seconds from an annotation; None if absent or
+    malformed (a bad annotation must not crash the kubelet)."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    if not value >= 0 or value == float("inf"):
+        return None
+    return value
+
+
+@dataclass(slots=True)
+class _Pod:
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    phase: str
+    deleting: bool
+    grace: float
+    annotations: dict[str, Any]
+    restart_policy: str
+    started_at: datetime | None
+    scheduled: set[int]
+
+
+def _hex(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()
+
+
+def _pod_ip(uid: str) -> str:
+    h = int(_hex(uid)[:8], 16)
+    return f"10.{128 + (h >> 16) % 64}.{(h >> 8) & 255}.{h & 255 or 1}"
+
+
+def _qos_class(pod: Mapping[str, Any]) -> str:
+    requests_seen = limits_seen = False
+    guaranteed = True
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = (c or {}).get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        requests_seen |= bool(req)
+        limits_seen |= bool(lim)
+        for r in ("cpu", "memory"):
+            if r not in lim or (r in req and str(req[r]) != str(lim[r])):
+                guaranteed = False
+    if not requests_seen and not limits_seen:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _container_statuses(pod: Mapping[str, Any], *, state: JSON, ready: bool, started: bool) -> list[JSON]:
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    out = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        name = str((c or {}).get("name") or "main")
+        image = str((c or {}).get("image") or "busybox")
+        ref = image if "/" in image else f"docker.io/library/{image}"
+        out.append({
+            "name": name, "image": image, "imageID": f"{ref.split(':')[0]}@sha256:{_hex(image)[:64]}",
+            "containerID": f"containerd://{_hex(uid, name)[:64]}", "ready": ready, "started": started,
+            "restartCount": 0, "state": state, "lastState": {},
+        })
+    return out
+
+
+def _set_condition(status: JSON, type_: str, value: str, now: str, reason: str | None = None) -> None:
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != type_]
+    cond: JSON = {"type": type_, "status": value, "lastProbeTime": None, "lastTransitionTime": now}
+    if reason:
+        cond["reason"] = reason
+    conditions.append(cond)
+    status["conditions"] = conditions
+
+
+class _RestartNeeded(Exception):
+    """A watch ended or expired (410): re-list everything."""
+
+
+class Kubelet:
+    """The kubelets of every node of one simulated cluster."""
+
+    def __init__(self, *, storage: ObjectStorage, registry: Registry, cluster: ClusterProfile, logger: Any) -> None:
+        pods = registry.get("", "v1", "pods")
+        nodes = registry.get("", "v1", "nodes")
+        if pods is None or nodes is None:
+            raise RuntimeError("the simulator's registry must serve pods and nodes")
+        self.pods_rt: ResourceType = pods
+        self.nodes_rt: ResourceType = nodes
+        self.storage = storage
+        self.cluster = cluster
+        self.timings = cluster.kubelet
+        self.log = logger
+        self.pods: dict[str, _Pod] = {}
+        self.by_node: dict[str, set[str]] = {}
+        self.node_ready: dict[str, bool] = {}
+        self.node_ip: dict[str, str] = {}
+        self._heap: list[tuple[float, int, int, str, str]] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._restart = asyncio.Event()
+        #: nodes that went down and whose pods must be failed
+        self._lost_nodes: set[str] = set()
+        #: pod uid -> monotonic time this kubelet started it (precise run times)
+        self._started: dict[str, float] = {}
+
+    # ------------------------------------------------------------ cache
+
+    def _push(self, due: float, action: int, pod: _Pod) -> None:
+        if action in pod.scheduled:
+            return
+        pod.scheduled.add(action)
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, action, pod.key, pod.uid))
+        self._wake.set()
+
+    def apply_node(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        status = obj.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        was = self.node_ready.get(name)
+        self.node_ready[name] = ready
+        for a in status.get("addresses") or []:
+            if a.get("type") == "InternalIP":
+                self.node_ip[name] = str(a.get("address"))
+        if not ready and was is not False:
+            self._lost_nodes.add(name)
+            self._wake.set()
+        elif ready and was is False:
+            self._lost_nodes.discard(name)
+            for key in list(self.by_node.get(name, ())):
+                pod = self.pods.get(key)
+                if pod is not None:
+                    self._plan(pod)
+
+    def delete_node(self, name: str) -> None:
+        self.node_ready.pop(name, None)
+
+    def apply_pod(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        key = f"{namespace}/{name}"
+        node = str(spec.get("nodeName") or "")
+        old = self.pods.get(key)
+        uid = str(meta.get("uid") or "")
+        if not node:
+            if old is not None:
+                self._forget(key)
+            return
+        if old is not None and (old.uid != uid or old.node != node):
+            self._forget(key)
+            old = None
+        grace = meta.get("deletionGracePeriodSeconds")
+        pod = _Pod(
+            key=key, namespace=namespace, name=name, uid=uid, node=node,
+            phase=str(status.get("phase") or "Pending"), deleting=bool(meta.get("deletionTimestamp")),
+            grace=float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else 30.0,
+            annotations=dict(meta.get("annotations") or {}),
+            restart_policy=str(spec.get("restartPolicy") or "Always"),
+            started_at=_parse_stamp(status.get("startTime")),
+            scheduled=old.scheduled if old is not None else set(),
+        )
+        self.pods[key] = pod
+        self.by_node.setdefault(node, set()).add(key)
+        self._plan(pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._forget(f"{namespace}/{name}")
+
+    def _forget(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is not None:
+            self._started.pop(pod.uid, None)
+            keys = self.by_node.get(pod.node)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.by_node[pod.node]
+
+    def _run_seconds(self, pod: _Pod) -> tuple[float, bool] | None:
+        """(seconds after start, fails) for a pod's end, or None to run on."""
+        fail_after = _seconds(pod.annotations, ANNOTATION_FAIL_AFTER)
+        duration = _seconds(pod.annotations, ANNOTATION_DURATION)
+        if fail_after is not None and (duration is None or fail_after <= duration):
+            return fail_after, True
+        if duration is not None:
+            return duration, False
+        if self.timings.default_run_seconds is not None and pod.restart_policy != "Always":
+            return self.timings.default_run_seconds, False
+        return None
+
+    def _plan(self, pod: _Pod) -> None:
+        """Put the pod's next step on the timer heap (each step at most once)."""
+        now = time.monotonic()
+        ready = self.node_ready.get(pod.node, False)
+        if pod.deleting:
+            if ready:
+                self._push(now + min(self.timings.termination_seconds, pod.grace), _TERMINATE, pod)
+            return
+        if not ready:
+            if pod.phase not in TERMINAL:
+                self._lost_nodes.add(pod.node)
+                self._wake.set()
+            return
+        if pod.phase == "Pending":
+            delay = _seconds(pod.annotations, ANNOTATION_START_DELAY)
+            self._push(now + (self.timings.start_delay_seconds if delay is None else delay), _START, pod)
+        elif pod.phase == "Running":
+            end = self._run_seconds(pod)
+            if end is not None:
+                started = self._started.get(pod.uid)
+                if started is not None:
+                    due = started + end[0]
+                else:
+                    # started before this kubelet (re)listed: the status's
+                    # whole-second startTime is the best we know
+                    elapsed = 0.0
+                    if pod.started_at is not None:
+                        elapsed = max(0.0, (datetime.now(UTC) - pod.started_at).total_seconds())
+                    due = now + max(0.0, end[0] - elapsed)
+                self._push(due, _FINISH, pod)
+
+    # ------------------------------------------------------------ informers
+
+    async def _sync(self) -> list[tuple[ResourceType, str]]:
+        self.pods.clear()
+        self.by_node.clear()
+        self.node_ready.clear()
+        self._heap.clear()
+        self._lost_nodes.clear()
+        nodes = await self.storage.list(self.nodes_rt)
+        for obj in nodes.items:
+            self.apply_node(obj)
+        self._lost_nodes = {n for n, ok in self.node_ready.items() if not ok}
+        pods = await self.storage.list(self.pods_rt)
+        for obj in pods.items:
+            self.apply_pod(obj)
+        return [(self.nodes_rt, nodes.resource_version), (self.pods_rt, pods.resource_version)]
+
+    async def _watch(self, rt: ResourceType, resource_version: str) -> None:
+        try:
+            async for ev in self.storage.watch(rt, resource_version=resource_version):
+                if ev.type == "BOOKMARK":
+                    continue
+                meta = ev.object.get("metadata") or {}
+                if rt is self.nodes_rt:
+                    if ev.type == "DELETED":
+                        self.delete_node(str(meta.get("name")))
+                    else:
+                        self.apply_node(ev.object)
+                elif ev.type == "DELETED":
+                    self.delete_pod(str(meta.get("namespace")), str(meta.get("name")))
+                else:
+                    self.apply_pod(ev.object)
+        except ApiError as e:
+            self.log.info("kubelet watch ended; re-listing", resource=rt.plural, code=e.code, reason=e.reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - re-list, and say why
+            self.log.warning("kubelet watch failed; re-listing", resource=rt.plural, error=str(e))
+        self._restart.set()
+        self._wake.set()
+
+    # ------------------------------------------------------------ loop
+
+    async def run(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        while not stop.is_set():
+            tasks: list[asyncio.Task[None]] = []
+            try:
+                watches = await self._sync()
+                self._restart.clear()
+                for rt, rv in watches:
+                    tasks.append(asyncio.create_task(self._watch(rt, rv),
+                                                     name=f"sim-kubelet-watch-{self.cluster.name}-{rt.plural}"))
+                attempt = 0
+                await self._serve(stop)
+            except _RestartNeeded:
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - keep the kubelet alive; back off and re-list
+                attempt += 1
+                delay = min(10.0, 0.1 * 2 ** min(attempt, 8)) * random.uniform(0.5, 1.0)
+                self.log.warning("kubelet loop failed; re-listing after backoff", error=f"{type(e).__name__}: {e}",
+                                 wait_seconds=round(delay, 2), attempt=attempt)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+            finally:
+                for t in tasks:
+                    t.cancel()
+                for t in tasks:
+                    try:
+                        await t
+                    except asyncio.CancelledError:
+                        pass
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        stop_wait = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                if self._restart.is_set():
+                    raise _RestartNeeded()
+                await self._fail_lost_nodes()
+                await self._fire_due()
+                if self._restart.is_set():
+                    raise _RestartNeeded()
+                timeout = None
+                if self._heap:
+                    timeout = max(0.0, self._heap[0][0] - time.monotonic())
+                if timeout == 0.0 or self._lost_nodes:
+                    await asyncio.sleep(0)
+                    continue
+                self._wake.clear()
+                wake_wait = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await asyncio.wait({stop_wait, wake_wait}, timeout=timeout,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    wake_wait.cancel()
+        finally:
+            stop_wait.cancel()
+
+    async def _fire_due(self) -> None:
+        now = time.monotonic()
+        fired = 0
+        t0 = time.perf_counter()
+        while self._heap and self._heap[0][0] <= now and fired < 1000:
+            _, _, action, key, uid = heapq.heappop(self._heap)
+            pod = self.pods.get(key)
+            if pod is None or pod.uid != uid:
+                continue
+            pod.scheduled.discard(action)
+            fired += 1
+            try:
+                if action == _TERMINATE:
+                    await self._terminate(pod)
+                elif pod.deleting:
+                    continue
+                elif action == _START and pod.phase == "Pending" and self.node_ready.get(pod.node):
+                    await self._start(pod)
+                elif action == _FINISH and pod.phase == "Running" and self.node_ready.get(pod.node):
+                    end = self._run_seconds(pod)
+                    if end is not None:
+                        await self._finish(pod, failed=end[1])
+            except ApiError as e:
+                if e.code != 404:
+                    self.log.info("kubelet write failed", pod=key, code=e.code, message=e.message)
+        if fired:
+            METRICS.loop_phase_seconds.labels(loop="sim-kubelet", phase="timers").observe(time.perf_counter() - t0)
+
+    # ------------------------------------------------------------ pod transitions
+
+    async def _write_status(self, pod: _Pod, change: Callable[[JSON], JSON | None]) -> JSON | None:
+        def mutate(obj: JSON) -> JSON | None:
+            meta = obj.get("metadata") or {}
+            if meta.get("uid") != pod.uid or (obj.get("spec") or {}).get("nodeName") != pod.node:
+                return None
+            return change(obj)
+
+        written = await self.storage.guaranteed_update(self.pods_rt, namespace=pod.namespace, name=pod.name,
+                                                       mutate=mutate, subresource="status")
+        if written is not None:
+            self.apply_pod(written)
+        return written
+
+    async def _start(self, pod: _Pod) -> None:
+        now_dt = datetime.now(UTC)
+        now = _stamp(now_dt)
+        host_ip = self.node_ip.get(pod.node, "10.0.0.1")
+
+        def change(obj: JSON) -> JSON | None:
+            status = obj.setdefault("status", {})
+            if status.get("phase") not in (None, "", "Pending"):
+                return None
+            status["phase"] = "Running"
+            status["hostIP"] = host_ip
+            status["hostIPs"] = [{"ip": host_ip}]
+            ip = _pod_ip(pod.uid)
+            status["podIP"] = ip
+            status["podIPs"] = [{"ip": ip}]
+            status["startTime"] = now
+            status.setdefault("qosClass", _qos_class(obj))
+            for t in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"):
+                _set_condition(status, t, "True", now)
+            status["containerStatuses"] = _container_statuses(
+                obj, state={"running": {"startedAt": now}}, ready=True, started=True)
+            return obj
+
+        self._started[pod.uid] = time.monotonic()
+        await self._write_status(pod, change)
+
+    async def _finish(self, pod: _Pod, *, failed: bool) -> None:
+        now = _stamp()
+        exit_code = 0
+        if failed:
+            raw = pod.annotations.get(ANNOTATION_EXIT_CODE, 1)
+            try:
+                exit_code = int(raw)
+            except (TypeError, ValueError):
+                exit_code = 1
+            if exit_code == 0 or not -(2**31) <= exit_code < 2**31:
+                exit_code = 1
+
+        def change(obj: JSON) -> JSON | None:
+            status = obj.setdefault("status", {})
+            if status.get("phase") != "Running":
+                return None
+            status["phase"] = "Failed" if failed else "Succeeded"
+            started = status.get("startTime") or now
+            term = {"exitCode": exit_code, "reason": "Error" if failed else "Completed", "startedAt": started,
+                    "finishedAt": now, "containerID": ""}
+            statuses = _container_statuses(obj, state={}, ready=False, started=False)
+            for cs in statuses:
+                cs["state"] = {"terminated": {**term, "containerID": cs["containerID"]}}
+            status["containerStatuses"] = statuses
+            _set_condition(status, "Ready", "False", now, "PodCompleted" if not failed else "PodFailed")
+            _set_condition(status, "ContainersReady", "False", now, "PodCompleted" if not failed else "PodFailed")
+            return obj
+
+        await self._write_status(pod, change)
+
+    async def _terminate(self, pod: _Pod) -> None:
+        if not self.node_ready.get(pod.node):
+            return  # a dead kubelet cannot finish the delete
+        try:
+            await self.storage.delete(self.pods_rt, namespace=pod.namespace, name=pod.name, grace_period_seconds=0,
+                                      precondition_uid=pod.uid)
+        except ApiError as e:
+            if e.code not in (404, 409):
+                raise
+
+    async def _fail_lost_nodes(self) -> None:
+        if not self._lost_nodes:
+            return
+        lost, self._lost_nodes = self._lost_nodes, set()
+        now = _stamp()
+        for node in sorted(lost):
+            if self.node_ready.get(node, False):
+                continue
+            for key in sorted(self.by_node.get(node, ())):
+                pod = self.pods.get(key)
+                if pod is None or pod.phase in TERMINAL:
+                    continue
+                message = f"Node {node} which was running pod {pod.name} is unresponsive"
+
+                def change(obj: JSON, message: str = message) -> JSON | None:
+                    status = obj.setdefault("status", {})
+                    if status.get("phase") in TERMINAL:
+                        return None
+                    was_running = status.get("phase") == "Running"
+                    status["phase"] = "Failed"
+                    status["reason"] = "NodeLost"
+                    status["message"] = message
+                    _set_condition(status, "Ready", "False", now, "PodFailed")
+                    _set_condition(status, "ContainersReady", "False", now, "PodFailed")
+                    term = {"terminated": {"exitCode": 137, "reason": "NodeLost", "finishedAt": now,
+                                           "startedAt": status.get("startTime") or now}}
+                    statuses = _container_statuses(obj, state=term, ready=False, started=False) if was_running \
+                        else _container_statuses(obj, state={"waiting": {"reason": "NodeLost"}}, ready=False,
+                                                 started=False)
+                    status["containerStatuses"] = statuses
+                    return obj
+
+                try:
+                    await self._write_status(pod, change)
+                except ApiError as e:
+                    if e.code != 404:
+                        self.log.info("could not fail pod of lost node", pod=key, node=node, message=e.message)
+
+
+async def run_kubelet(
+    *,
+    storage: ObjectStorage,
+    registry: Registry,
+    cluster: ClusterProfile,
+    stop: asyncio.Event,
+    logger: Any,
+) -> None:
+    """Run the kubelets of every node of the cluster until `stop` is set."""
+    await Kubelet(storage=storage, registry=registry, cluster=cluster, logger=logger).run(stop)
+
+
+# ---------------------------------------------------------------- node operations (faults)
+
+
+def _nodes_rt(registry: Registry) -> ResourceType:
+    rt = registry.get("", "v1", "nodes")
+    if rt is None:
+        raise RuntimeError("the registry does not serve nodes")
+    return rt
+
+
+async def fail_node(storage: ObjectStorage, registry: Registry, *, node: str) -> JSON | None:
+    """The node's kubelet stops reporting: Ready=Unknown (NodeStatusUnknown)
+    and the unreachable taints, as the node lifecycle controller writes them.
+    The kubelet loop then fails the node's pods. Raises ApiError 404."""
+    rt = _nodes_rt(registry)
+    now = _stamp()
+
+    def taint(obj: JSON) -> JSON | None:
+        spec = obj.setdefault("spec", {})
+        taints = [t for t in spec.get("taints") or [] if t.get("key") != UNREACHABLE_TAINT_KEY]
+        taints += [{"key": UNREACHABLE_TAINT_KEY, "effect": "NoSchedule", "timeAdded": now},
+                   {"key": UNREACHABLE_TAINT_KEY, "effect": "NoExecute", "timeAdded": now}]
+        spec["taints"] = taints
+        return obj
+
+    def unknown(obj: JSON) -> JSON | None:
+        status = obj.setdefault("status", {})
+        status["conditions"] = node_conditions(ready=None, now=now)
+        return obj
+
+    await storage.guaranteed_update(rt, namespace=None, name=node, mutate=taint)
+    return await storage.guaranteed_update(rt, namespace=None, name=node, mutate=unknown,
+                                           subresource="status" if rt.status_subresource else None)
+
+
+async def recover_node(storage: ObjectStorage, registry: Registry, *, node: str) -> JSON | None:
+    """The node's kubelet reports again: Ready=True, unreachable taints gone."""
+    rt = _nodes_rt(registry)
+    now = _stamp()
+
+    def untaint(obj: JSON) -> JSON | None:
+        spec = obj.setdefault("spec", {})
+        taints = spec.get("taints") or []
+        kept = [t for t in taints if t.get("key") != UNREACHABLE_TAINT_KEY]
+        if len(kept) == len(taints):
+            return None
+        spec["taints"] = kept
+        return obj
+
+    def ready(obj: JSON) -> JSON | None:
+        status = obj.setdefault("status", {})
+        status["conditions"] = node_conditions(ready=True, now=now)
+        return obj
+
+    await storage.guaranteed_update(rt, namespace=None, name=node, mutate=untaint)
+    return await storage.guaranteed_update(rt, namespace=None, name=node, mutate=ready,
+                                           subresource="status" if rt.status_subresource else None)
+
+
+async def set_unhealthy_gpus(storage: ObjectStorage, registry: Registry, *, node: str, count: int) -> JSON | None:
+    """The device plugin reports `count` of the node's GPUs unhealthy:
+    allocatable nvidia.com/gpu = capacity - count (pods already running keep
+    running, as in a real cluster). count 0 heals them. Raises ValueError
+    for a count outside 0..capacity, ApiError 404 for an unknown node."""
+    rt = _nodes_rt(registry)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"unhealthy GPU count must be an integer >= 0, not {count!r}")
+    current = await storage.get(rt, namespace=None, name=node)
+    try:
+        capacity = resource_units(GPU, ((current.get("status") or {}).get("capacity") or {}).get(GPU, "0"))
+    except QuantityError:
+        capacity = 0
+    if count > capacity:
+        raise ValueError(f"node {node} has {capacity} GPUs; cannot mark {count} unhealthy")
+
+    def annotate(obj: JSON) -> JSON | None:
+        meta = obj.setdefault("metadata", {})
+        annotations = dict(meta.get("annotations") or {})
+        if count:
+            annotations[ANNOTATION_UNHEALTHY_GPUS] = str(count)
+        else:
+            annotations.pop(ANNOTATION_UNHEALTHY_GPUS, None)
+        meta["annotations"] = annotations
+        return obj
+
+    def allocatable(obj: JSON) -> JSON | None:
+        status = obj.setdefault("status", {})
+        alloc = dict(status.get("allocatable") or {})
+        alloc[GPU] = str(capacity - count)
+        status["allocatable"] = alloc
+        return obj
+
+    await storage.guaranteed_update(rt, namespace=None, name=node, mutate=annotate)
+    return await storage.guaranteed_update(rt, namespace=None, name=node, mutate=allocatable,
+                                           subresource="status" if rt.status_subresource else None)
