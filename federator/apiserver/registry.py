@@ -29,6 +29,9 @@ Defaulter = Callable[[JSONObject], None]
 #: (object, requested grace seconds or None) -> effective grace seconds;
 #: 0 deletes at once, >0 only sets deletionTimestamp (something else finishes).
 GracePolicy = Callable[[JSONObject, "int | None"], int]
+#: (proposed, stored) -> the object to store, for a write through a named
+#: subresource such as pods/binding (the strategy decides what may change).
+SubresourceStrategy = Callable[[JSONObject, JSONObject], JSONObject]
 #: Extracts a field-selector value (always a string, "" when absent).
 FieldGetter = Callable[[JSONObject], str]
 
@@ -105,6 +108,9 @@ class ResourceType:
     return_deleted_object: bool = False
     #: extra field selectors besides metadata.name and metadata.namespace
     field_selectors: Mapping[str, FieldGetter] = field(default_factory=dict)
+    #: extra writable subresources besides status ("binding" for pods); used
+    #: by ObjectStorage.update/guaranteed_update(subresource=...)
+    subresource_strategies: Mapping[str, SubresourceStrategy] = field(default_factory=dict)
     defaults: Defaulter | None = None
     validate: Validator | None = None
     validate_update: UpdateValidator | None = None

@@ -1,28 +1,97 @@
 """Typed object access over a revisioned `Store`: the one implementation of
-Kubernetes object semantics (resourceVersion, generation, finalizers,
-graceful deletion, status subresource, list paging, watch) that both the HTTP
-handlers and in-process controllers use.
+Kubernetes object semantics that both the HTTP handlers and in-process
+controllers (the simulator's scheduler and kubelet, later the hub) use.
+
+- resourceVersion is the store's mod_revision of the object's key (a string);
+  it is not stored in the value but stamped on every read;
+- create sets uid, creationTimestamp (RFC 3339, whole seconds), generation 1,
+  drops server-owned fields and, for kinds with /status, the status;
+- update is a compare-and-swap on resourceVersion (409 Conflict), keeps
+  immutable metadata, bumps generation when anything outside metadata
+  changed, and writes nothing when nothing changed;
+- delete honours finalizers and graceful deletion (deletionTimestamp, then
+  whoever owns the grace period finishes it); removing the last finalizer of
+  a terminating object deletes it;
+- list pages with limit/continue on one consistent revision; a compacted
+  revision gives 410 Expired;
+- watch fans one store watch per resource out to all watchers (watchcache).
+
+Key layout: <store prefix>registry/<group or "core">/<plural>/<namespace or "_">/<name>.
 
 INTERFACE NOTES for other helpers (changes against notes-apiserver-iface.md):
 - `ResourceType.graceful_delete` is a GracePolicy callable (obj, requested
-  grace seconds | None) -> effective seconds, not a bool.
-- validators return FieldError objects or (field, message) pairs.
+  grace seconds | None) -> effective seconds, not a bool;
+- validators return FieldError objects or (field, message) pairs;
 - `delete()` returns the deleted or terminating object; `delete_ex()` also
-  says whether it is gone.
-- every write method takes `dry_run: bool = False` (keyword).
-- objects returned by get/list/watch are fresh dicts: callers may mutate them.
+  says whether it is gone;
+- write methods take `dry_run: bool = False` (keyword);
+- objects returned by get/list/watch are fresh dicts: callers may mutate them;
+- call `await storage.start()` once (SimCluster does, from its cleanup_ctx)
+  to start the watch cache early, and `await storage.close()` at the end.
 
 This module must never import aiohttp, the simulator or the hub.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import datetime as dt
+import random
+import re
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from federator.apiserver import errors
+from federator.apiserver.errors import ApiError, FieldError, FieldErrorLike
+from federator.apiserver.patch import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    PatchApplyError,
+    PatchError,
+    apply_patch,
+)
 from federator.apiserver.registry import JSONObject, Registry, ResourceType
-from federator.store.protocol import Store
+from federator.apiserver.selectors import (
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+    validate_label_key,
+    validate_label_value,
+)
+from federator.apiserver.watchcache import CachedEvent, FeedReset, ResourceFeed, follow
+from federator.obs import get_logger
+from federator.store.protocol import (
+    Compacted,
+    Compare,
+    Delete,
+    FutureRevision,
+    Get,
+    KeyExists,
+    Put,
+    Store,
+    ValueTooLarge,
+)
+
+_log = get_logger("apiserver.storage")
+
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SERVER_OWNED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                      "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
+_MAX_ANNOTATIONS_BYTES = 256 * 1024
+_UPDATE_RETRIES = 16
+
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,40 +111,622 @@ class WatchEvent:
 @dataclass(frozen=True, slots=True)
 class DeleteResult:
     object: JSONObject
-    #: True when the object is gone; False when it is terminating (grace
+    #: True when the object is gone; False while it is terminating (grace
     #: period or finalizers pending).
     deleted: bool
 
 
 Mutator = Callable[[JSONObject], "JSONObject | None"]
+# Aliases so that annotations inside ObjectStorage (which has a `list`
+# method) do not resolve `list` to that method.
+_Batch = list[tuple[str, "CachedEvent | JSONObject"]]
+_PatchBody = bytes | JSONObject | list[Any]
+
+
+def rfc3339(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _copy(obj: Any) -> Any:
+    return orjson.loads(orjson.dumps(obj))
+
+
+def _encode(obj: JSONObject) -> bytes:
+    """Serialize for the store, without metadata.resourceVersion (the store's
+    mod_revision is the resourceVersion)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "resourceVersion" in meta:
+        stored = dict(obj)
+        stored["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
+        return orjson.dumps(stored)
+    return orjson.dumps(obj)
+
+
+def _decode(value: bytes, revision: int) -> JSONObject:
+    obj: JSONObject = orjson.loads(value)
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = obj["metadata"] = {}
+    meta["resourceVersion"] = str(revision)
+    return obj
+
+
+def _same_ignoring_rv(a: JSONObject, b: JSONObject) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k, v in a.items():
+        if k == "metadata":
+            ma, mb = v or {}, b.get(k) or {}
+            if {x: y for x, y in ma.items() if x != "resourceVersion"} != \
+                    {x: y for x, y in mb.items() if x != "resourceVersion"}:
+                return False
+        elif v != b[k]:
+            return False
+    return True
+
+
+def _outside_metadata(obj: JSONObject) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}
+
+
+def parse_resource_version(value: str | None, *, what: str = "resourceVersion") -> int | None:
+    """None for unset/"", the int otherwise; 400 for a non-numeric value."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.isdigit() or len(value) > 19:
+        raise errors.bad_request(f"invalid {what}: {value!r}: must be a non-negative integer string")
+    return int(value)
+
+
+# ---------------------------------------------------------------- continue tokens
+
+
+def encode_continue(revision: int, start_after: str, consumed: int = 0) -> str:
+    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start_after, "n": consumed})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[int, str, int]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = orjson.loads(base64.urlsafe_b64decode(padded.encode()))
+        rv, start, consumed = data["rv"], data["start"], data.get("n", 0)
+        if data.get("v") != "meta.k8s.io/v1" or not isinstance(rv, int) or not isinstance(start, str):
+            raise ValueError("unexpected content")
+        if isinstance(rv, bool) or rv < 1 or not start or start.startswith("/") or ".." in start.split("/"):
+            raise ValueError("unexpected content")
+        if not isinstance(consumed, int) or isinstance(consumed, bool) or consumed < 0:
+            raise ValueError("unexpected content")
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
+        raise errors.bad_request(f"continue key is not valid: {e}") from None
+    return rv, start, consumed
+
+
+_CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
+
+
+# ---------------------------------------------------------------- metadata checks
+
+
+def _name_error(name: str, fmt: str, field: str = "metadata.name") -> FieldError | None:
+    if fmt == "label":
+        if len(name) > 63 or not _DNS1123_LABEL.match(name):
+            return FieldError.invalid(
+                field, name,
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+                "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
+                "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+            )
+        return None
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        return FieldError.invalid(
+            field, name,
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+            "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation "
+            "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        )
+    return None
+
+
+def validate_metadata(meta: Any) -> list[FieldError]:
+    """Type and syntax checks of the user-settable ObjectMeta fields."""
+    if not isinstance(meta, dict):
+        return [FieldError.wrong_type("metadata", meta, "an object")]
+    errs: list[FieldError] = []
+    for field in ("name", "generateName", "namespace"):
+        v = meta.get(field)
+        if v is not None and not isinstance(v, str):
+            errs.append(FieldError.wrong_type(f"metadata.{field}", v, "a string"))
+    for field in ("labels", "annotations"):
+        m = meta.get(field)
+        if m is None:
+            continue
+        if not isinstance(m, dict):
+            errs.append(FieldError.wrong_type(f"metadata.{field}", m, "a map of string to string"))
+            continue
+        for k, v in m.items():
+            if not isinstance(v, str):
+                errs.append(FieldError.wrong_type(f"metadata.{field}.{k}", v, "a string"))
+                continue
+            if (why := validate_label_key(k)) is not None:
+                errs.append(FieldError.invalid(f"metadata.{field}", k, why))
+            if field == "labels" and (why := validate_label_value(v)) is not None:
+                errs.append(FieldError.invalid(f"metadata.labels.{k}", v, why))
+        if field == "annotations" and sum(len(k) + len(v) for k, v in m.items() if isinstance(v, str)) \
+                > _MAX_ANNOTATIONS_BYTES:
+            errs.append(FieldError("metadata.annotations", "FieldValueTooLong",
+                                   f"must have at most {_MAX_ANNOTATIONS_BYTES} bytes"))
+    fin = meta.get("finalizers")
+    if fin is not None:
+        if not isinstance(fin, list):
+            errs.append(FieldError.wrong_type("metadata.finalizers", fin, "a list of strings"))
+        else:
+            for i, f in enumerate(fin):
+                if not isinstance(f, str):
+                    errs.append(FieldError.wrong_type(f"metadata.finalizers[{i}]", f, "a string"))
+                elif (why := validate_label_key(f)) is not None:
+                    errs.append(FieldError.invalid(f"metadata.finalizers[{i}]", f, why))
+    owners = meta.get("ownerReferences")
+    if owners is not None:
+        if not isinstance(owners, list):
+            errs.append(FieldError.wrong_type("metadata.ownerReferences", owners, "a list"))
+        else:
+            controllers = 0
+            for i, ref in enumerate(owners):
+                path = f"metadata.ownerReferences[{i}]"
+                if not isinstance(ref, dict):
+                    errs.append(FieldError.wrong_type(path, ref, "an object"))
+                    continue
+                for req in ("apiVersion", "kind", "name", "uid"):
+                    v = ref.get(req)
+                    if v is None or v == "":
+                        errs.append(FieldError.required(f"{path}.{req}"))
+                    elif not isinstance(v, str):
+                        errs.append(FieldError.wrong_type(f"{path}.{req}", v, "a string"))
+                for flag in ("controller", "blockOwnerDeletion"):
+                    v = ref.get(flag)
+                    if v is not None and not isinstance(v, bool):
+                        errs.append(FieldError.wrong_type(f"{path}.{flag}", v, "a boolean"))
+                if ref.get("controller") is True:
+                    controllers += 1
+            if controllers > 1:
+                errs.append(FieldError.invalid("metadata.ownerReferences", "", "Only one reference can have Controller set to true"))
+    return errs
+
+
+def _check_type_meta(rt: ResourceType, obj: JSONObject) -> None:
+    """Fill a missing apiVersion/kind (in-process callers) and refuse a wrong one."""
+    api_version = obj.get("apiVersion")
+    kind = obj.get("kind")
+    if api_version in (None, ""):
+        obj["apiVersion"] = rt.api_version
+    elif api_version != rt.api_version:
+        raise errors.bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version})"
+        )
+    if kind in (None, ""):
+        obj["kind"] = rt.kind
+    elif kind != rt.kind:
+        raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+
+
+# ---------------------------------------------------------------- storage
 
 
 class ObjectStorage:
-    def __init__(self, store: Store, registry: Registry, *, watch_cache_events: int = 4096) -> None:
+    """Kubernetes object semantics over one Store (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        watch_cache_events: int = 4096,
+        clock: Callable[[], dt.datetime] = utc_now,
+        enforce_namespaces: bool | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
+        self._clock = clock
+        self._watch_cache_events = watch_cache_events
+        self._feeds: dict[str, ResourceFeed] = {}
+        self._closed = False
+        self._namespace_rt = registry.get("", "v1", "namespaces")
+        if enforce_namespaces is None:
+            enforce_namespaces = self._namespace_rt is not None
+        self._enforce_namespaces = enforce_namespaces and self._namespace_rt is not None
+        self._root = f"{store.prefix}registry/"
+
+    # ------------------------------------------------------------ keys
+
+    def collection_prefix(self, rt: ResourceType, namespace: str | None = None) -> str:
+        base = f"{self._root}{rt.storage_group}/{rt.plural}/"
+        if not rt.namespaced:
+            return base + "_/"
+        if namespace:
+            return f"{base}{namespace}/"
+        return base
+
+    def object_key(self, rt: ResourceType, namespace: str | None, name: str) -> str:
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            raise errors.not_found(rt, str(name))
+        if rt.namespaced:
+            if not namespace or "/" in namespace:
+                raise errors.bad_request(f"a namespace is required for {rt.qualified_resource}")
+            return f"{self._root}{rt.storage_group}/{rt.plural}/{namespace}/{name}"
+        return f"{self._root}{rt.storage_group}/{rt.plural}/_/{name}"
+
+    def _now(self) -> str:
+        return rfc3339(self._clock())
+
+    # ------------------------------------------------------------ reads
 
     async def get(self, rt: ResourceType, *, namespace: str | None, name: str) -> JSONObject:
-        raise NotImplementedError
+        key = self.object_key(rt, namespace, name)
+        kv = await self.store.get(key)
+        if kv is None:
+            raise errors.not_found(rt, name)
+        return _decode(kv.value, kv.mod_revision)
+
+    async def current_resource_version(self) -> str:
+        return str(await self.store.current_revision())
 
     async def list(
         self,
         rt: ResourceType,
         *,
         namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
         limit: int = 0,
         continue_token: str | None = None,
         resource_version: str | None = None,
         resource_version_match: str | None = None,
     ) -> ObjectList:
-        raise NotImplementedError
+        lsel, fsel = self.parse_selectors(rt, label_selector, field_selector)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise errors.bad_request(f"limit must be a non-negative integer, not {limit!r}")
+        revision, start_after, skipped = await self._list_start(
+            rt, limit=limit, continue_token=continue_token,
+            resource_version=resource_version, resource_version_match=resource_version_match,
+        )
+        if rt.namespaced and not namespace:
+            namespace = fsel.single_value("metadata.namespace") or None
+        prefix = self.collection_prefix(rt, namespace)
+        single = fsel.single_value("metadata.name")
+        if single is not None and (namespace or not rt.namespaced) and start_after is None:
+            return await self._list_single(rt, prefix, single, revision, lsel, fsel)
+        items: list[JSONObject] = []
+        last_key: str | None = None
+        more = False
+        filtering = not (lsel.empty and fsel.empty)
+        rel_start = prefix + start_after if start_after is not None else None
+        count: int | None = None
+        while True:
+            want = 0 if limit == 0 else (limit - len(items)) * (4 if filtering else 1)
+            try:
+                rr = await self.store.range(prefix, limit=want, start_after=rel_start, revision=revision)
+            except Compacted:
+                if continue_token:
+                    raise errors.expired(_CONTINUE_EXPIRED) from None
+                raise errors.expired("The resourceVersion for the provided list is too old.") from None
+            except FutureRevision as e:
+                raise errors.timeout(f"Too large resource version: {e.requested}, current: {e.current}",
+                                     retry_after_seconds=1) from None
+            revision = rr.revision
+            if count is None:
+                count = rr.count
+            stopped_at: int | None = None
+            for i, kv in enumerate(rr.kvs):
+                obj = _decode(kv.value, kv.mod_revision)
+                if filtering and not (lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)):
+                    continue
+                items.append(obj)
+                if limit and len(items) >= limit:
+                    stopped_at = i
+                    break
+            if stopped_at is not None:
+                last_key = rr.kvs[stopped_at].key
+                more = stopped_at < len(rr.kvs) - 1 or rr.more
+                break
+            if not rr.more or not rr.kvs:
+                break
+            rel_start = rr.kvs[-1].key
+        token = None
+        remaining = None
+        if more and last_key is not None:
+            consumed = skipped + len(items)
+            token = encode_continue(revision, last_key[len(prefix):], consumed)
+            if not filtering and count is not None:
+                remaining = max(0, count - consumed)
+        return ObjectList(items=items, resource_version=str(revision), continue_token=token, remaining=remaining)
+
+    async def _list_single(
+        self, rt: ResourceType, prefix: str, name: str, revision: int | None,
+        lsel: LabelSelector, fsel: FieldSelector,
+    ) -> ObjectList:
+        key = prefix + name
+        if "/" in name:
+            return ObjectList(items=[], resource_version=await self.current_resource_version())
+        try:
+            rr = await self.store.range(key, limit=1, revision=revision)
+        except Compacted:
+            raise errors.expired("The resourceVersion for the provided list is too old.") from None
+        except FutureRevision as e:
+            raise errors.timeout(f"Too large resource version: {e.requested}, current: {e.current}",
+                                 retry_after_seconds=1) from None
+        items = []
+        if rr.kvs and rr.kvs[0].key == key:
+            obj = _decode(rr.kvs[0].value, rr.kvs[0].mod_revision)
+            if lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj):
+                items.append(obj)
+        return ObjectList(items=items, resource_version=str(rr.revision))
+
+    async def _list_start(
+        self, rt: ResourceType, *, limit: int, continue_token: str | None,
+        resource_version: str | None, resource_version_match: str | None,
+    ) -> tuple[int | None, str | None, int]:
+        """(revision to read at or None for current, key to start after,
+        items consumed by earlier pages)."""
+        rv = parse_resource_version(resource_version)
+        if resource_version_match not in (None, "", "Exact", "NotOlderThan"):
+            raise errors.invalid(rt, "", [FieldError.not_supported(
+                "resourceVersionMatch", resource_version_match, ["Exact", "NotOlderThan"])])
+        if continue_token:
+            if rv not in (None, 0):
+                raise errors.bad_request("specifying resource version is not allowed when using continue")
+            if resource_version_match:
+                raise errors.invalid(rt, "", [FieldError.forbidden(
+                    "resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided")])
+            return decode_continue(continue_token)
+        if resource_version_match:
+            if rv is None:
+                raise errors.invalid(rt, "", [FieldError.forbidden(
+                    "resourceVersionMatch", "resourceVersionMatch is forbidden unless resourceVersion is provided")])
+            if resource_version_match == "Exact":
+                if rv == 0:
+                    raise errors.invalid(rt, "", [FieldError.forbidden(
+                        "resourceVersionMatch", 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"')])
+                return rv, None, 0
+        if rv is None or rv == 0:
+            return None, None, 0
+        current = await self.store.current_revision()
+        if rv > current:
+            raise errors.timeout(f"Too large resource version: {rv}, current: {current}", retry_after_seconds=1)
+        if limit and not resource_version_match:
+            return rv, None, 0  # kube: resourceVersion=N with limit and no continue reads exactly at N
+        return None, None, 0
+
+    def parse_selectors(
+        self, rt: ResourceType, label_selector: str | LabelSelector | None,
+        field_selector: str | FieldSelector | None,
+    ) -> tuple[LabelSelector, FieldSelector]:
+        try:
+            lsel = label_selector if isinstance(label_selector, LabelSelector) else parse_label_selector(label_selector)
+            fsel = field_selector if isinstance(field_selector, FieldSelector) else parse_field_selector(
+                field_selector, rt.field_selectors, resource=rt.qualified_resource,
+                label_selector=label_selector if isinstance(label_selector, str) else "",
+            )
+        except SelectorError as e:
+            raise errors.bad_request(str(e)) from None
+        return lsel, fsel
+
+    # ------------------------------------------------------------ create
+
+    async def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
+        if not self._enforce_namespaces or not rt.namespaced:
+            return
+        ns_rt = self._namespace_rt
+        assert ns_rt is not None
+        kv = await self.store.get(self.object_key(ns_rt, None, namespace))
+        if kv is None:
+            raise errors.not_found(ns_rt, namespace)
+        ns = orjson.loads(kv.value)
+        if (ns.get("metadata") or {}).get("deletionTimestamp"):
+            raise errors.forbidden(
+                rt, (ns.get("metadata") or {}).get("name", ""),
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+            )
+
+    def prepare_create(self, rt: ResourceType, obj: Any, *, namespace: str | None) -> JSONObject:
+        """The object as it will be stored (without name generation), or ApiError."""
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
+        new: JSONObject = _copy(obj)
+        _check_type_meta(rt, new)
+        meta = new.get("metadata")
+        if meta is None:
+            meta = new["metadata"] = {}
+        meta_errs = validate_metadata(meta)
+        if meta_errs:
+            name = meta.get("name") if isinstance(meta, dict) and isinstance(meta.get("name"), str) else ""
+            raise errors.invalid(rt, name or "", meta_errs)
+        if meta.get("resourceVersion") not in (None, ""):
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace is None:
+                namespace = body_ns or None
+            if not namespace:
+                raise errors.bad_request(f"a namespace is required to create {rt.qualified_resource}")
+            if body_ns not in (None, "", namespace):
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        for field in _SERVER_OWNED_META:
+            meta.pop(field, None)
+        if not meta.get("name") and not meta.get("generateName"):
+            raise errors.invalid(rt, "", [FieldError.required("metadata.name", "name or generateName is required")])
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self._now()
+        meta["generation"] = 1
+        if rt.drops_status_on_create:
+            new.pop("status", None)
+        if rt.defaults is not None:
+            rt.defaults(new)
+        return new
+
+    def _validate(self, rt: ResourceType, obj: JSONObject, old: JSONObject | None = None) -> None:
+        meta = obj["metadata"]
+        name = meta.get("name", "")
+        errs: list[FieldErrorLike] = []
+        if name:
+            if (ne := _name_error(name, rt.name_format)) is not None:
+                errs.append(ne)
+        if rt.validate is not None:
+            errs.extend(rt.validate(obj))
+        if old is not None and rt.validate_update is not None:
+            errs.extend(rt.validate_update(obj, old))
+        if errs:
+            raise errors.invalid(rt, name, errs)
 
     async def create(
         self, rt: ResourceType, obj: JSONObject, *, namespace: str | None, dry_run: bool = False
     ) -> JSONObject:
-        raise NotImplementedError
+        new = self.prepare_create(rt, obj, namespace=namespace)
+        meta = new["metadata"]
+        ns = meta.get("namespace")
+        if ns:
+            await self._check_namespace(rt, ns)
+        generate = not meta.get("name")
+        for attempt in range(8):
+            if generate:
+                prefix = meta["generateName"]
+                meta["name"] = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+                if attempt == 0:
+                    gen_err = _name_error(prefix + "a", rt.name_format, "metadata.generateName")
+                    if gen_err is not None:
+                        raise errors.invalid(rt, "", [gen_err])
+            self._validate(rt, new)
+            key = self.object_key(rt, ns, meta["name"])
+            value = _encode(new)
+            if dry_run:
+                if await self.store.get(key) is not None:
+                    if generate:
+                        continue
+                    raise errors.already_exists(rt, meta["name"])
+                return new
+            try:
+                kv = await self.store.create(key, value)
+            except KeyExists:
+                if generate:
+                    continue
+                raise errors.already_exists(rt, meta["name"]) from None
+            except ValueTooLarge as e:
+                raise errors.too_large(e.limit) from None
+            meta["resourceVersion"] = str(kv.mod_revision)
+            return new
+        raise errors.already_exists(rt, meta["name"])
+
+    # ------------------------------------------------------------ update
+
+    def _prepare_update(
+        self, rt: ResourceType, obj: JSONObject, old: JSONObject, *, subresource: str | None
+    ) -> JSONObject:
+        old_meta = old["metadata"]
+        if subresource == "status":
+            if not rt.status_subresource:
+                raise errors.not_found(None, "status", resource=f"{rt.qualified_resource}/status")
+            new: JSONObject = _copy(old)
+            if "status" in obj:
+                new["status"] = _copy(obj["status"])
+            else:
+                new.pop("status", None)
+            if rt.defaults is not None:
+                rt.defaults(new)
+            self._validate(rt, new, old)
+            return new
+        if subresource is not None:
+            strategy = rt.subresource_strategies.get(subresource)
+            if strategy is None:
+                raise errors.not_found(None, subresource, resource=f"{rt.qualified_resource}/{subresource}")
+            new = strategy(_copy(obj), _copy(old))
+            for field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                          "generation", "name", "namespace", "finalizers"):
+                if field in old_meta:
+                    new["metadata"][field] = old_meta[field]
+            if rt.defaults is not None:
+                rt.defaults(new)
+            self._validate(rt, new, None)
+            return new
+        new = _copy(obj)
+        _check_type_meta(rt, new)
+        meta = new.get("metadata")
+        meta_errs = validate_metadata(meta)
+        if meta_errs:
+            raise errors.invalid(rt, old_meta.get("name", ""), meta_errs)
+        assert isinstance(meta, dict)
+        for field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                      "generation", "name", "namespace"):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        for field in ("selfLink", "managedFields"):
+            meta.pop(field, None)
+        if rt.status_subresource:
+            if "status" in old:
+                new["status"] = _copy(old["status"])
+            else:
+                new.pop("status", None)
+        if old_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if added:
+                raise errors.invalid(rt, old_meta.get("name", ""), [FieldError.forbidden(
+                    "metadata.finalizers", f"no new finalizers can be added if the object is being deleted, "
+                    f"found new finalizers {sorted(added)!r}")])
+        if rt.defaults is not None:
+            rt.defaults(new)
+        self._validate(rt, new, old)
+        if _outside_metadata(new) != _outside_metadata(old):
+            meta["generation"] = int(old_meta.get("generation") or 0) + 1
+        return new
+
+    async def _write_update(
+        self, rt: ResourceType, key: str, mod_revision: int, old: JSONObject, new: JSONObject, *, dry_run: bool
+    ) -> JSONObject:
+        """CAS-write `new` over the stored revision; raises Conflict on a lost race."""
+        meta = new["metadata"]
+        meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if _same_ignoring_rv(new, old):
+            return old
+        old_meta = old["metadata"]
+        delete_now = (
+            not meta.get("finalizers")
+            and bool(old_meta.get("deletionTimestamp"))
+            and not old_meta.get("deletionGracePeriodSeconds")
+        )
+        if dry_run:
+            return new
+        if delete_now:
+            r = await self.store.txn([Compare(key, "mod", "=", mod_revision)], [Delete(key)], [Get(key)])
+            if not r.succeeded:
+                raise errors.conflict(rt, meta.get("name", ""))
+            meta["resourceVersion"] = str(r.revision)
+            return new
+        try:
+            r = await self.store.txn(
+                [Compare(key, "mod", "=", mod_revision)], [Put(key, _encode(new))], [Get(key)]
+            )
+        except ValueTooLarge as e:
+            raise errors.too_large(e.limit) from None
+        if not r.succeeded:
+            raise errors.conflict(rt, meta.get("name", ""))
+        meta["resourceVersion"] = str(r.revision)
+        return new
 
     async def update(
         self,
@@ -87,7 +738,90 @@ class ObjectStorage:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> JSONObject:
-        raise NotImplementedError
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise errors.invalid(rt, name or "", [FieldError.required("metadata")])
+        body_name = meta.get("name")
+        if name is None:
+            name = body_name
+        elif body_name not in (None, "") and body_name != name:
+            raise errors.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        if not isinstance(name, str) or not name:
+            raise errors.invalid(rt, "", [FieldError.required("metadata.name")])
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace is None:
+                namespace = body_ns
+            elif body_ns not in (None, "") and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request")
+        key = self.object_key(rt, namespace, name)
+        kv = await self.store.get(key)
+        if kv is None:
+            raise errors.not_found(rt, name)
+        rv = meta.get("resourceVersion")
+        if rv in (None, ""):
+            if not rt.allow_unconditional_update:
+                raise errors.invalid(rt, name, [FieldError.invalid(
+                    "metadata.resourceVersion", 0, "must be specified for an update")])
+        else:
+            if not isinstance(rv, str):
+                raise errors.invalid(rt, name, [FieldError.wrong_type("metadata.resourceVersion", rv, "a string")])
+            parse_resource_version(rv)
+            if rv != str(kv.mod_revision):
+                raise errors.conflict(rt, name)
+        old = _decode(kv.value, kv.mod_revision)
+        new = self._prepare_update(rt, obj, old, subresource=subresource)
+        return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
+
+    async def guaranteed_update(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None,
+        name: str,
+        mutate: Mutator,
+        subresource: str | None = None,
+    ) -> JSONObject | None:
+        """Read, mutate, CAS-write; retry on conflict. `mutate` gets a fresh
+        copy and returns the new object, or None to skip the write (the
+        result is then None)."""
+        key = self.object_key(rt, namespace, name)
+        for attempt in range(_UPDATE_RETRIES):
+            kv = await self.store.get(key)
+            if kv is None:
+                raise errors.not_found(rt, name)
+            old = _decode(kv.value, kv.mod_revision)
+            proposed = mutate(_decode(kv.value, kv.mod_revision))
+            if proposed is None:
+                return None
+            new = self._prepare_update(rt, proposed, old, subresource=subresource)
+            try:
+                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False)
+            except ApiError as e:
+                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
+                    raise
+                await _backoff(attempt, what=f"conflict updating {rt.plural}/{name}")
+        raise errors.conflict(rt, name)  # pragma: no cover - loop always returns or raises
+
+    # ------------------------------------------------------------ patch
+
+    def decode_patch(self, rt: ResourceType, patch: _PatchBody, content_type: str) -> Any:
+        ct = content_type.split(";", 1)[0].strip().lower()
+        if ct == STRATEGIC_MERGE_PATCH and not rt.supports_strategic_merge:
+            raise errors.unsupported_media(ct, [JSON_PATCH, MERGE_PATCH, APPLY_PATCH])
+        if ct not in PATCH_TYPES:
+            accepted = [JSON_PATCH, MERGE_PATCH] + ([STRATEGIC_MERGE_PATCH] if rt.supports_strategic_merge else [])
+            raise errors.unsupported_media(ct, accepted)
+        if isinstance(patch, (bytes, bytearray, memoryview)):
+            try:
+                return orjson.loads(patch)
+            except orjson.JSONDecodeError as e:
+                raise errors.bad_request(f"error decoding patch: {e}") from None
+        return patch
 
     async def patch(
         self,
@@ -95,12 +829,55 @@ class ObjectStorage:
         *,
         namespace: str | None,
         name: str,
-        patch: bytes | JSONObject | list[Any],
+        patch: _PatchBody,
         content_type: str,
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> JSONObject:
-        raise NotImplementedError
+        doc = self.decode_patch(rt, patch, content_type)
+        ct = content_type.split(";", 1)[0].strip().lower()
+        key = self.object_key(rt, namespace, name)
+        for attempt in range(_UPDATE_RETRIES):
+            kv = await self.store.get(key)
+            if kv is None:
+                raise errors.not_found(rt, name)
+            old = _decode(kv.value, kv.mod_revision)
+            current_rv = old["metadata"]["resourceVersion"]
+            try:
+                patched = apply_patch(_decode(kv.value, kv.mod_revision), doc, ct, rt.strategic_merge)
+            except PatchError as e:
+                raise errors.bad_request(str(e)) from None
+            except PatchApplyError as e:
+                raise errors.ApiError(
+                    422, "Invalid", f"the server rejected our request due to an error in our request: {e}"
+                ) from None
+            if not isinstance(patched, dict):
+                raise errors.bad_request("the patched object is not a JSON object")
+            pmeta = patched.get("metadata")
+            if not isinstance(pmeta, dict):
+                raise errors.invalid(rt, name, [FieldError.wrong_type("metadata", pmeta, "an object")])
+            patched_rv = pmeta.get("resourceVersion")
+            precondition = patched_rv not in (None, "") and patched_rv != current_rv
+            if precondition:
+                raise errors.conflict(rt, name)
+            if pmeta.get("name") not in (None, name):
+                raise errors.bad_request(
+                    f"the name of the object ({pmeta.get('name')}) does not match the name on the URL ({name})")
+            if rt.namespaced and pmeta.get("namespace") not in (None, namespace):
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request")
+            pmeta["name"] = name
+            pmeta["resourceVersion"] = current_rv
+            new = self._prepare_update(rt, patched, old, subresource=subresource)
+            try:
+                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
+            except ApiError as e:
+                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
+                    raise
+                await _backoff(attempt, what=f"conflict patching {rt.plural}/{name}")
+        raise errors.conflict(rt, name)  # pragma: no cover
+
+    # ------------------------------------------------------------ delete
 
     async def delete(
         self,
@@ -113,32 +890,242 @@ class ObjectStorage:
         precondition_uid: str | None = None,
         dry_run: bool = False,
     ) -> JSONObject:
-        raise NotImplementedError
+        result = await self.delete_ex(
+            rt, namespace=namespace, name=name, grace_period_seconds=grace_period_seconds,
+            precondition_resource_version=precondition_resource_version,
+            precondition_uid=precondition_uid, dry_run=dry_run,
+        )
+        return result.object
 
-    async def guaranteed_update(
+    async def delete_ex(
         self,
         rt: ResourceType,
         *,
         namespace: str | None,
         name: str,
-        mutate: Mutator,
-        subresource: str | None = None,
-    ) -> JSONObject | None:
-        raise NotImplementedError
+        grace_period_seconds: int | None = None,
+        precondition_resource_version: str | None = None,
+        precondition_uid: str | None = None,
+        dry_run: bool = False,
+    ) -> DeleteResult:
+        if grace_period_seconds is not None and (
+            not isinstance(grace_period_seconds, int) or isinstance(grace_period_seconds, bool)
+            or grace_period_seconds < 0
+        ):
+            raise errors.bad_request(f"gracePeriodSeconds must be a non-negative integer, not {grace_period_seconds!r}")
+        key = self.object_key(rt, namespace, name)
+        for attempt in range(_UPDATE_RETRIES):
+            kv = await self.store.get(key)
+            if kv is None:
+                raise errors.not_found(rt, name)
+            old = _decode(kv.value, kv.mod_revision)
+            meta = old["metadata"]
+            if precondition_uid and precondition_uid != meta.get("uid"):
+                raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: {precondition_uid}, "
+                                                f"UID in object meta: {meta.get('uid')}")
+            if precondition_resource_version and precondition_resource_version != meta["resourceVersion"]:
+                raise errors.conflict(rt, name, "Precondition failed: ResourceVersion in precondition: "
+                                                f"{precondition_resource_version}, ResourceVersion in object meta: "
+                                                f"{meta['resourceVersion']}")
+            grace = 0
+            if rt.graceful_delete is not None:
+                grace = max(0, int(rt.graceful_delete(old, grace_period_seconds)))
+            finalizers = meta.get("finalizers") or []
+            try:
+                if meta.get("deletionTimestamp"):
+                    current_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
+                    if not finalizers and (grace == 0 or current_grace == 0):
+                        return await self._delete_now(rt, key, kv.mod_revision, old, dry_run=dry_run)
+                    if grace < current_grace:
+                        return DeleteResult(await self._mark_terminating(
+                            rt, key, kv.mod_revision, old, grace, dry_run=dry_run), False)
+                    return DeleteResult(old, False)
+                if finalizers or grace > 0:
+                    return DeleteResult(await self._mark_terminating(
+                        rt, key, kv.mod_revision, old, grace, dry_run=dry_run, bump_generation=True), False)
+                return await self._delete_now(rt, key, kv.mod_revision, old, dry_run=dry_run)
+            except ApiError as e:
+                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
+                    raise
+                await _backoff(attempt, what=f"conflict deleting {rt.plural}/{name}")
+        raise errors.conflict(rt, name)  # pragma: no cover
 
-    def watch(
+    async def _delete_now(
+        self, rt: ResourceType, key: str, mod_revision: int, old: JSONObject, *, dry_run: bool
+    ) -> DeleteResult:
+        if dry_run:
+            return DeleteResult(old, True)
+        r = await self.store.txn([Compare(key, "mod", "=", mod_revision)], [Delete(key)], [Get(key)])
+        if not r.succeeded:
+            if r.results and r.results[0] is None:
+                raise errors.not_found(rt, old["metadata"].get("name", ""))
+            raise errors.conflict(rt, old["metadata"].get("name", ""))
+        old["metadata"]["resourceVersion"] = str(r.revision)
+        return DeleteResult(old, True)
+
+    async def _mark_terminating(
+        self, rt: ResourceType, key: str, mod_revision: int, old: JSONObject, grace: int,
+        *, dry_run: bool, bump_generation: bool = False,
+    ) -> JSONObject:
+        new: JSONObject = _copy(old)
+        meta = new["metadata"]
+        meta["deletionTimestamp"] = rfc3339(self._clock() + dt.timedelta(seconds=grace))
+        meta["deletionGracePeriodSeconds"] = grace
+        if bump_generation and meta.get("generation"):
+            meta["generation"] = int(meta["generation"]) + 1
+        return await self._write_update(rt, key, mod_revision, old, new, dry_run=dry_run)
+
+    # ------------------------------------------------------------ watch
+
+    def feed(self, rt: ResourceType) -> ResourceFeed:
+        prefix = self.collection_prefix(rt)
+        feed = self._feeds.get(prefix)
+        if feed is None or feed.closed and not self._closed:
+            feed = ResourceFeed(self.store, prefix, capacity=self._watch_cache_events,
+                                name=f"{rt.qualified_resource}")
+            self._feeds[prefix] = feed
+        return feed
+
+    async def start(self) -> None:
+        """Start the watch cache of every registered kind (optional: feeds
+        also start on first use)."""
+        for rt in self.registry:
+            if "watch" in rt.verbs:
+                await self.feed(rt).ensure_started()
+
+    def wake_watchers(self) -> None:
+        """Wake every watcher so it re-checks its stop condition."""
+        for feed in self._feeds.values():
+            feed._wake()
+
+    async def close(self) -> None:
+        self._closed = True
+        feeds = list(self._feeds.values())
+        self._feeds.clear()
+        for feed in feeds:
+            await feed.close()
+
+    async def watch_start(
+        self, rt: ResourceType, *, resource_version: str | None
+    ) -> tuple[int, bool]:
+        """Validate a watch's resourceVersion: (first revision to follow,
+        whether synthetic ADDED events of the current state come first)."""
+        rv = parse_resource_version(resource_version)
+        if rv is None or rv == 0:
+            return 0, True
+        current = await self.store.current_revision()
+        if rv > current:
+            raise errors.timeout(f"Too large resource version: {rv}, current: {current}", retry_after_seconds=1)
+        compact = await self.store.compact_revision()
+        if rv + 1 < compact:
+            raise errors.expired(f"too old resource version: {rv} ({compact})")
+        return rv + 1, False
+
+    async def watch_batches(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None,
+        from_revision: int,
+        initial: bool,
+        lsel: LabelSelector,
+        fsel: FieldSelector,
+        stop: Callable[[], bool],
+        idle_timeout: float | None,
+    ) -> AsyncIterator[tuple[_Batch, int]]:
+        """(batch, progress revision) pairs for one watcher. A batch holds
+        (event type, event) pairs already filtered by namespace and selectors
+        (with kube's ADDED/DELETED transitions when an object starts or stops
+        matching); synthetic initial events come as ("ADDED", object dict).
+        The progress revision is the newest revision this watcher has fully
+        seen (a valid bookmark). Empty batches mark idle timeouts or events
+        that were all filtered out. Raises ApiError 410 when the start
+        revision is compacted."""
+        feed = self.feed(rt)
+        if not self._closed:
+            try:
+                await feed.ensure_started()
+            except Exception:  # noqa: BLE001 - fall back to reading the store directly
+                pass
+        if initial:
+            listing = await self.list(rt, namespace=namespace, label_selector=lsel, field_selector=fsel)
+            from_revision = int(listing.resource_version) + 1
+            yield [("ADDED", obj) for obj in listing.items], from_revision - 1
+        ns_prefix = self.collection_prefix(rt, namespace) if rt.namespaced and namespace else None
+        filtering = not (lsel.empty and fsel.empty)
+
+        def matches(obj: JSONObject | None) -> bool:
+            if obj is None:
+                return False
+            return lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)
+
+        progress = from_revision - 1
+        try:
+            async for batch in follow(feed, self.store, from_revision=from_revision, stop=stop,
+                                      idle_timeout=idle_timeout):
+                if batch:
+                    progress = batch[-1].revision
+                out: _Batch = []
+                for ev in batch:
+                    if ns_prefix is not None and not ev.key.startswith(ns_prefix):
+                        continue
+                    if not filtering:
+                        out.append((ev.type, ev))
+                        continue
+                    now_matches = matches(ev.obj())
+                    if ev.type != "MODIFIED":
+                        if now_matches:
+                            out.append((ev.type, ev))
+                        continue
+                    prev = ev.prev()
+                    was_matching = matches(prev) if prev is not None else now_matches
+                    if now_matches and was_matching:
+                        out.append(("MODIFIED", ev))
+                    elif now_matches:
+                        out.append(("ADDED", ev))
+                    elif was_matching:
+                        out.append(("DELETED", ev))
+                yield out, progress
+        except Compacted as e:
+            raise errors.expired(f"too old resource version: {from_revision - 1} ({e.compact_revision})") from None
+        except FeedReset:
+            return
+
+    async def watch(
         self,
         rt: ResourceType,
         *,
         namespace: str | None = None,
         resource_version: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
+        stop: asyncio.Event | None = None,
     ) -> AsyncIterator[WatchEvent]:
-        raise NotImplementedError
+        """In-process watch: WatchEvent(type, fresh object dict). With no
+        resource_version (or "0") the current objects come first as ADDED.
+        Raises ApiError(410) when resource_version is older than the store
+        retains, also later if this watcher falls behind compaction. Ends
+        when `stop` is set (checked between events) or the storage closes."""
+        lsel, fsel = self.parse_selectors(rt, label_selector, field_selector)
+        from_revision, initial = await self.watch_start(rt, resource_version=resource_version)
 
-    async def current_resource_version(self) -> str:
-        raise NotImplementedError
+        def should_stop() -> bool:
+            return self._closed or (stop is not None and stop.is_set())
 
-    async def close(self) -> None:
-        raise NotImplementedError
+        async for batch in self.watch_batches(
+            rt, namespace=namespace, from_revision=from_revision, initial=initial, lsel=lsel, fsel=fsel,
+            stop=should_stop, idle_timeout=1.0 if stop is not None else None,
+        ):
+            for typ, ev in batch[0]:
+                if should_stop():
+                    return
+                obj = ev.fresh_copy() if isinstance(ev, CachedEvent) else ev
+                yield WatchEvent(typ, obj)
+
+
+async def _backoff(attempt: int, *, what: str) -> None:
+    """Capped exponential backoff with full jitter between CAS retries."""
+    delay = min(0.2, 0.002 * (2 ** attempt)) * random.random()
+    _log.debug("retrying after a write conflict", waiting_for=what, attempt=attempt + 1, delay_s=round(delay, 4))
+    await asyncio.sleep(delay)
+

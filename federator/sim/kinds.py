@@ -1,0 +1,1067 @@
+"""The kinds a simulated member cluster serves, as kube-apiserver shapes them.
+
+Namespace, Node (+status), Pod (+status, +binding), Event, and PodGroup in
+the three gang-scheduler API groups (kube-api-notes §11), each with its real
+field names (`minMember`), the pod label or annotation that ties a pod to its
+group, validation of required fields and types (what the official Python
+client's models require, §12), server-side defaults, field selectors, Table
+columns and an OpenAPI schema for `kubectl explain`.
+
+`sim_registry()` is the registry a SimCluster serves; `sim_subresources()`
+the pods/binding subresource and the bindings resource.
+
+This module describes kinds and answers bindings; it must never import the
+hub, and never keep state of its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from federator.apiserver import errors
+from federator.apiserver.app import Subresource, SubresourceRequest, VerbOnlyResource, decode_body, json_response
+from federator.apiserver.errors import ApiError, FieldError
+from federator.apiserver.registry import (
+    JSONObject,
+    Registry,
+    ResourceType,
+    SMPListStrategy,
+    TableColumn,
+    jsonpath_cell,
+)
+from federator.apiserver.selectors import path_getter
+from federator.sim.fit import QuantityError, parse_quantity
+
+# ---------------------------------------------------------------- gang-scheduler wiring (kube-api-notes §11)
+
+VOLCANO_GROUP = "scheduling.volcano.sh"
+COSCHEDULING_GROUP = "scheduling.x-k8s.io"
+KUBE_BATCH_GROUP = "scheduling.incubator.k8s.io"
+
+#: Volcano and kube-batch: the pod annotation naming its PodGroup
+GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.volcano.sh/group-name"
+#: scheduler-plugins coscheduling: the pod label naming its PodGroup
+COSCHEDULING_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_CONDITION_STATUSES = ("True", "False", "Unknown")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------- validation helpers
+
+
+class _Checker:
+    """Collects field errors while walking an object."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def object_at(self, value: Any, path: str, *, required: bool = False) -> dict[str, Any] | None:
+        if value is None:
+            if required:
+                self.errors.append(FieldError.required(path))
+            return None
+        if not isinstance(value, dict):
+            self.errors.append(FieldError.wrong_type(path, value, "an object"))
+            return None
+        return value
+
+    def list_at(self, value: Any, path: str, *, required: bool = False) -> list[Any] | None:
+        if value is None:
+            if required:
+                self.errors.append(FieldError.required(path))
+            return None
+        if not isinstance(value, list):
+            self.errors.append(FieldError.wrong_type(path, value, "a list"))
+            return None
+        return value
+
+    def string(self, value: Any, path: str, *, required: bool = False) -> str | None:
+        if value is None or (required and value == ""):
+            if required:
+                self.errors.append(FieldError.required(path))
+            return None
+        if not isinstance(value, str):
+            self.errors.append(FieldError.wrong_type(path, value, "a string"))
+            return None
+        return value
+
+    def integer(self, value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None,
+            required: bool = False) -> int | None:
+        if value is None:
+            if required:
+                self.errors.append(FieldError.required(path))
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.errors.append(FieldError.wrong_type(path, value, "an integer"))
+            return None
+        if minimum is not None and value < minimum:
+            self.errors.append(FieldError.invalid(path, value, f"must be greater than or equal to {minimum}"))
+        if maximum is not None and value > maximum:
+            self.errors.append(FieldError.invalid(path, value, f"must be less than or equal to {maximum}"))
+        return value
+
+    def boolean(self, value: Any, path: str) -> None:
+        if value is not None and not isinstance(value, bool):
+            self.errors.append(FieldError.wrong_type(path, value, "a boolean"))
+
+    def one_of(self, value: Any, path: str, allowed: Iterable[str], *, required: bool = False) -> None:
+        s = self.string(value, path, required=required)
+        allowed = tuple(allowed)
+        if s is not None and s not in allowed:
+            self.errors.append(FieldError.not_supported(path, s, allowed))
+
+    def string_map(self, value: Any, path: str) -> dict[str, Any] | None:
+        m = self.object_at(value, path)
+        if m is None:
+            return None
+        for k, v in m.items():
+            if not isinstance(v, str):
+                self.errors.append(FieldError.wrong_type(f"{path}.{k}", v, "a string"))
+        return m
+
+    def quantities(self, value: Any, path: str) -> None:
+        m = self.object_at(value, path)
+        if m is None:
+            return
+        for name, qty in m.items():
+            if isinstance(qty, bool) or not isinstance(qty, (str, int, float)):
+                self.errors.append(FieldError.wrong_type(f"{path}.{name}", qty, "a quantity string"))
+                continue
+            try:
+                number = parse_quantity(qty)
+            except QuantityError as e:
+                self.errors.append(FieldError.invalid(f"{path}.{name}", qty, str(e)))
+                continue
+            if number < 0:
+                self.errors.append(FieldError.invalid(f"{path}.{name}", qty, "must be greater than or equal to 0"))
+
+    def dns_label(self, value: Any, path: str, *, required: bool = False) -> None:
+        s = self.string(value, path, required=required)
+        if s is not None and (len(s) > 63 or not _DNS1123_LABEL.match(s)):
+            self.errors.append(FieldError.invalid(
+                path, s, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+                         "and must start and end with an alphanumeric character"))
+
+    def conditions(self, value: Any, path: str) -> None:
+        items = self.list_at(value, path)
+        if items is None:
+            return
+        for i, c in enumerate(items):
+            p = f"{path}[{i}]"
+            c = self.object_at(c, p)
+            if c is None:
+                continue
+            self.string(c.get("type"), f"{p}.type", required=True)
+            self.one_of(c.get("status"), f"{p}.status", _CONDITION_STATUSES, required=True)
+            for f in ("reason", "message"):
+                self.string(c.get(f), f"{p}.{f}")
+
+
+# ---------------------------------------------------------------- Namespace
+
+
+def _namespace_defaults(ns: JSONObject) -> None:
+    spec = ns.get("spec")
+    if not isinstance(spec, dict):
+        spec = ns["spec"] = {}
+    spec.setdefault("finalizers", ["kubernetes"])
+    status = ns.get("status")
+    if not isinstance(status, dict):
+        status = ns["status"] = {}
+    terminating = bool((ns.get("metadata") or {}).get("deletionTimestamp"))
+    status["phase"] = "Terminating" if terminating else status.get("phase") or "Active"
+
+
+def _validate_namespace(ns: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    spec = c.object_at(ns.get("spec"), "spec")
+    if spec is not None:
+        fins = c.list_at(spec.get("finalizers"), "spec.finalizers")
+        for i, f in enumerate(fins or []):
+            c.string(f, f"spec.finalizers[{i}]", required=True)
+    status = c.object_at(ns.get("status"), "status")
+    if status is not None:
+        c.one_of(status.get("phase"), "status.phase", ("Active", "Terminating"))
+    return c.errors
+
+
+NAMESPACES = ResourceType(
+    group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
+    short_names=("ns",), verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+    name_format="label", defaults=_namespace_defaults, validate=_validate_namespace,
+    columns=(TableColumn("Status", jsonpath_cell("status", "phase"),
+                         description="The status of the namespace"),),
+    strategic_merge={
+        "metadata.finalizers": SMPListStrategy(None),
+        "metadata.ownerReferences": SMPListStrategy("uid"),
+        "status.conditions": SMPListStrategy("type"),
+    },
+    openapi_schema={"properties": {
+        "spec": {"type": "object", "description": "Spec defines the behavior of the Namespace.",
+                 "properties": {"finalizers": {"type": "array", "items": {"type": "string"},
+                                               "description": "Finalizers is an opaque list of values that must be empty to permanently remove object from storage."}}},
+        "status": {"type": "object", "description": "Status describes the current status of a Namespace.",
+                   "properties": {"phase": {"type": "string", "description": "Phase is the current lifecycle phase of the namespace."}}},
+    }},
+    description="Namespace provides a scope for Names. Use of multiple namespaces is optional.",
+)
+
+
+# ---------------------------------------------------------------- Node
+
+
+def _condition(obj: JSONObject, type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == type_:
+            return c
+    return None
+
+
+def _node_status_cell(node: JSONObject) -> str:
+    ready = _condition(node, "Ready")
+    text = "Ready" if ready is not None and ready.get("status") == "True" else (
+        "Unknown" if ready is None else "NotReady")
+    if (node.get("spec") or {}).get("unschedulable"):
+        text += ",SchedulingDisabled"
+    return text
+
+
+def _node_roles_cell(node: JSONObject) -> str:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k)
+    if labels.get("kubernetes.io/role"):
+        roles.append(labels["kubernetes.io/role"])
+    return ",".join(r for r in roles if r) or "<none>"
+
+
+def _node_address(kind: str) -> Callable[[JSONObject], str]:
+    def cell(node: JSONObject) -> str:
+        for a in (node.get("status") or {}).get("addresses") or []:
+            if isinstance(a, dict) and a.get("type") == kind:
+                return str(a.get("address", ""))
+        return "<none>"
+
+    return cell
+
+
+def _node_defaults(node: JSONObject) -> None:
+    if not isinstance(node.get("spec"), dict):
+        node["spec"] = {}
+    status = node.get("status")
+    if not isinstance(status, dict):
+        node["status"] = {}
+
+
+def _validate_node(node: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    spec = c.object_at(node.get("spec"), "spec")
+    if spec is not None:
+        c.boolean(spec.get("unschedulable"), "spec.unschedulable")
+        taints = c.list_at(spec.get("taints"), "spec.taints")
+        for i, t in enumerate(taints or []):
+            p = f"spec.taints[{i}]"
+            t = c.object_at(t, p)
+            if t is None:
+                continue
+            key = c.string(t.get("key"), f"{p}.key", required=True)
+            if key is not None and not _qualified_key(key):
+                c.errors.append(FieldError.invalid(f"{p}.key", key, "must be a qualified name"))
+            c.string(t.get("value"), f"{p}.value")
+            c.one_of(t.get("effect"), f"{p}.effect", _TAINT_EFFECTS, required=True)
+        c.string(spec.get("podCIDR"), "spec.podCIDR")
+        c.string(spec.get("providerID"), "spec.providerID")
+    status = c.object_at(node.get("status"), "status")
+    if status is not None:
+        c.quantities(status.get("capacity"), "status.capacity")
+        c.quantities(status.get("allocatable"), "status.allocatable")
+        c.conditions(status.get("conditions"), "status.conditions")
+        addresses = c.list_at(status.get("addresses"), "status.addresses")
+        for i, a in enumerate(addresses or []):
+            a = c.object_at(a, f"status.addresses[{i}]")
+            if a is not None:
+                c.string(a.get("type"), f"status.addresses[{i}].type", required=True)
+                c.string(a.get("address"), f"status.addresses[{i}].address", required=True)
+        c.object_at(status.get("nodeInfo"), "status.nodeInfo")
+    return c.errors
+
+
+def _qualified_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    return bool(name) and len(name) <= 63 and bool(_QUALIFIED.match(name)) and len(prefix) <= 253
+
+
+_OBJECT_META_SMP = {
+    "metadata.finalizers": SMPListStrategy(None),
+    "metadata.ownerReferences": SMPListStrategy("uid"),
+}
+
+NODES = ResourceType(
+    group="", version="v1", kind="Node", plural="nodes", singular="node", namespaced=False,
+    short_names=("no",), reset_status_on_create=False,
+    field_selectors={"spec.unschedulable": path_getter("spec.unschedulable")},
+    defaults=_node_defaults, validate=_validate_node,
+    columns=(
+        TableColumn("Status", _node_status_cell, description="The status of the node"),
+        TableColumn("Roles", _node_roles_cell, description="The roles of the node"),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+        TableColumn("Version", jsonpath_cell("status", "nodeInfo", "kubeletVersion"),
+                    description="Kubelet Version reported by the node."),
+        TableColumn("Internal-IP", _node_address("InternalIP"), priority=1,
+                    description="List of addresses reachable to the node. Queried from cloud provider, if available."),
+        TableColumn("External-IP", _node_address("ExternalIP"), priority=1,
+                    description="List of addresses reachable to the node. Queried from cloud provider, if available."),
+        TableColumn("OS-Image", jsonpath_cell("status", "nodeInfo", "osImage"), priority=1,
+                    description="OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
+        TableColumn("Kernel-Version", jsonpath_cell("status", "nodeInfo", "kernelVersion"), priority=1,
+                    description="Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
+        TableColumn("Container-Runtime", jsonpath_cell("status", "nodeInfo", "containerRuntimeVersion"), priority=1,
+                    description="ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+    ),
+    strategic_merge={
+        **_OBJECT_META_SMP,
+        "spec.podCIDRs": SMPListStrategy(None),
+        "status.conditions": SMPListStrategy("type"),
+        "status.addresses": SMPListStrategy("type"),
+    },
+    openapi_schema={"properties": {
+        "spec": {"type": "object", "description": "Spec defines the behavior of a node.", "properties": {
+            "unschedulable": {"type": "boolean", "description": "Unschedulable controls node schedulability of new pods."},
+            "taints": {"type": "array", "description": "If specified, the node's taints.",
+                       "items": {"type": "object", "required": ["key", "effect"], "properties": {
+                           "key": {"type": "string"}, "value": {"type": "string"},
+                           "effect": {"type": "string", "enum": list(_TAINT_EFFECTS)}}}},
+            "podCIDR": {"type": "string", "description": "PodCIDR represents the pod IP range assigned to the node."},
+        }},
+        "status": {"type": "object", "description": "Most recently observed status of the node.", "properties": {
+            "capacity": {"type": "object", "additionalProperties": {"type": "string"},
+                         "description": "Capacity represents the total resources of a node."},
+            "allocatable": {"type": "object", "additionalProperties": {"type": "string"},
+                            "description": "Allocatable represents the resources of a node that are available for scheduling."},
+            "conditions": {"type": "array", "items": {"type": "object"},
+                           "description": "Conditions is an array of current observed node conditions."},
+            "nodeInfo": {"type": "object", "description": "Set of ids/uuids to uniquely identify the node."},
+        }},
+    }},
+    description="Node is a worker node in Kubernetes. Each node will have a unique identifier in the cache (i.e. in etcd).",
+)
+
+
+# ---------------------------------------------------------------- Pod
+
+
+def pod_grace_period(pod: JSONObject, requested: int | None) -> int:
+    """K/pkg/registry/core/pod/strategy.go CheckGracefulDelete: unscheduled
+    or finished pods go at once; otherwise the requested grace, else the
+    pod's terminationGracePeriodSeconds (default 30)."""
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        return 0
+    if requested is not None:
+        return requested
+    grace = spec.get("terminationGracePeriodSeconds")
+    return grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else 30
+
+
+def _qos_class(spec: JSONObject) -> str:
+    containers = [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
+    requests_any = False
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") or {}
+        req = res.get("requests") or {}
+        lim = res.get("limits") or {}
+        if req or lim:
+            requests_any = True
+        for r in ("cpu", "memory"):
+            if r not in lim or (r in req and req[r] != lim[r]):
+                guaranteed = False
+    if guaranteed and requests_any:
+        return "Guaranteed"
+    return "Burstable" if requests_any else "BestEffort"
+
+
+def _container_defaults(c: JSONObject) -> None:
+    image = c.get("image")
+    if "imagePullPolicy" not in c and isinstance(image, str):
+        tagged = ":" in image.rsplit("/", 1)[-1] or "@" in image
+        c["imagePullPolicy"] = "IfNotPresent" if tagged and not image.endswith(":latest") else "Always"
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    res = c.get("resources")
+    if not isinstance(res, dict):
+        c["resources"] = {}
+    elif isinstance(res.get("limits"), dict) and "requests" not in res:
+        # kube defaults requests to limits when only limits are set
+        res["requests"] = dict(res["limits"])
+
+
+def _pod_defaults(pod: JSONObject) -> None:
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return  # validation reports it
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("priority", 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    spec.setdefault("serviceAccountName", "default")
+    for field in ("containers", "initContainers"):
+        for c in spec.get(field) or []:
+            if isinstance(c, dict):
+                _container_defaults(c)
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        status = pod["status"] = {}
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", _qos_class(spec))
+
+
+def _validate_container(c: _Checker, container: Any, path: str, names: set[str]) -> None:
+    ctr = c.object_at(container, path)
+    if ctr is None:
+        return
+    c.dns_label(ctr.get("name"), f"{path}.name", required=True)
+    name = ctr.get("name")
+    if isinstance(name, str) and name:
+        if name in names:
+            c.errors.append(FieldError.duplicate(f"{path}.name", name))
+        names.add(name)
+    c.string(ctr.get("image"), f"{path}.image", required=True)
+    for f in ("command", "args"):
+        items = c.list_at(ctr.get(f), f"{path}.{f}")
+        for i, v in enumerate(items or []):
+            c.string(v, f"{path}.{f}[{i}]")
+    res = c.object_at(ctr.get("resources"), f"{path}.resources")
+    if res is not None:
+        c.quantities(res.get("requests"), f"{path}.resources.requests")
+        c.quantities(res.get("limits"), f"{path}.resources.limits")
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if isinstance(req, dict) and isinstance(lim, dict):
+            for r, q in req.items():
+                if r in lim:
+                    try:
+                        if parse_quantity(q) > parse_quantity(lim[r]):
+                            c.errors.append(FieldError.invalid(
+                                f"{path}.resources.requests", q, f"must be less than or equal to {r} limit of {lim[r]}"))
+                    except (QuantityError, TypeError):
+                        pass
+    ports = c.list_at(ctr.get("ports"), f"{path}.ports")
+    for i, port in enumerate(ports or []):
+        pp = f"{path}.ports[{i}]"
+        port = c.object_at(port, pp)
+        if port is not None:
+            c.integer(port.get("containerPort"), f"{pp}.containerPort", minimum=1, maximum=65535, required=True)
+            c.one_of(port.get("protocol"), f"{pp}.protocol", ("TCP", "UDP", "SCTP"))
+    env = c.list_at(ctr.get("env"), f"{path}.env")
+    for i, e in enumerate(env or []):
+        e = c.object_at(e, f"{path}.env[{i}]")
+        if e is not None:
+            c.string(e.get("name"), f"{path}.env[{i}].name", required=True)
+            c.string(e.get("value"), f"{path}.env[{i}].value")
+    c.one_of(ctr.get("imagePullPolicy"), f"{path}.imagePullPolicy", ("Always", "IfNotPresent", "Never"))
+
+
+def _validate_pod(pod: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    spec = c.object_at(pod.get("spec"), "spec", required=True)
+    if spec is not None:
+        containers = c.list_at(spec.get("containers"), "spec.containers", required=True)
+        if containers is not None and not containers:
+            c.errors.append(FieldError.required("spec.containers"))
+        names: set[str] = set()
+        for i, ctr in enumerate(containers or []):
+            _validate_container(c, ctr, f"spec.containers[{i}]", names)
+        for i, ctr in enumerate(c.list_at(spec.get("initContainers"), "spec.initContainers") or []):
+            _validate_container(c, ctr, f"spec.initContainers[{i}]", names)
+        c.one_of(spec.get("restartPolicy"), "spec.restartPolicy", ("Always", "OnFailure", "Never"))
+        c.integer(spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds", minimum=0)
+        c.integer(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1)
+        c.integer(spec.get("priority"), "spec.priority")
+        for f in ("nodeName", "schedulerName", "serviceAccountName", "priorityClassName", "hostname", "subdomain"):
+            c.string(spec.get(f), f"spec.{f}")
+        c.string_map(spec.get("nodeSelector"), "spec.nodeSelector")
+        c.object_at(spec.get("affinity"), "spec.affinity")
+        c.boolean(spec.get("hostNetwork"), "spec.hostNetwork")
+        tolerations = c.list_at(spec.get("tolerations"), "spec.tolerations")
+        for i, t in enumerate(tolerations or []):
+            p = f"spec.tolerations[{i}]"
+            t = c.object_at(t, p)
+            if t is None:
+                continue
+            c.string(t.get("key"), f"{p}.key")
+            c.one_of(t.get("operator"), f"{p}.operator", ("Exists", "Equal"))
+            c.string(t.get("value"), f"{p}.value")
+            effect = t.get("effect")
+            if effect not in (None, ""):
+                c.one_of(effect, f"{p}.effect", _TAINT_EFFECTS)
+            c.integer(t.get("tolerationSeconds"), f"{p}.tolerationSeconds")
+            if t.get("operator") == "Exists" and t.get("value") not in (None, ""):
+                c.errors.append(FieldError.invalid(f"{p}.operator", "Exists",
+                                                   "value must be empty when `operator` is 'Exists'"))
+            if not t.get("key") and t.get("operator") not in ("Exists",):
+                c.errors.append(FieldError.invalid(f"{p}.operator", t.get("operator") or "",
+                                                   "operator must be Exists when `key` is empty, which means "
+                                                   "\"match all values and all keys\""))
+        for i, v in enumerate(c.list_at(spec.get("volumes"), "spec.volumes") or []):
+            v = c.object_at(v, f"spec.volumes[{i}]")
+            if v is not None:
+                c.dns_label(v.get("name"), f"spec.volumes[{i}].name", required=True)
+    status = c.object_at(pod.get("status"), "status")
+    if status is not None:
+        c.one_of(status.get("phase"), "status.phase", _POD_PHASES)
+        c.conditions(status.get("conditions"), "status.conditions")
+        statuses = c.list_at(status.get("containerStatuses"), "status.containerStatuses")
+        for i, cs in enumerate(statuses or []):
+            p = f"status.containerStatuses[{i}]"
+            cs = c.object_at(cs, p)
+            if cs is None:
+                continue
+            # V1ContainerStatus requires these four
+            c.string(cs.get("name"), f"{p}.name", required=True)
+            c.string(cs.get("image"), f"{p}.image", required=True)
+            c.string(cs.get("imageID"), f"{p}.imageID", required=True)
+            if not isinstance(cs.get("ready"), bool):
+                c.errors.append(FieldError.required(f"{p}.ready") if cs.get("ready") is None
+                                else FieldError.wrong_type(f"{p}.ready", cs.get("ready"), "a boolean"))
+            c.integer(cs.get("restartCount"), f"{p}.restartCount", minimum=0, required=True)
+    return c.errors
+
+
+_MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")
+
+
+def _validate_pod_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
+    """Pod specs are immutable except images, tolerations, deadlines and
+    scheduling gates; spec.nodeName may only go from unset to set (a bind)."""
+    new_spec, old_spec = new.get("spec"), old.get("spec")
+    if not isinstance(new_spec, dict) or not isinstance(old_spec, dict):
+        return []
+    a, b = _copy(new_spec), _copy(old_spec)
+    for s in (a, b):
+        for f in _MUTABLE_POD_SPEC:
+            s.pop(f, None)
+        for field in ("containers", "initContainers"):
+            for ctr in s.get(field) or []:
+                if isinstance(ctr, dict):
+                    ctr.pop("image", None)
+    if not b.get("nodeName"):
+        a.pop("nodeName", None)
+        b.pop("nodeName", None)
+    if a != b:
+        return [FieldError.forbidden(
+            "spec", "pod updates may not change fields other than `spec.containers[*].image`, "
+                    "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
+                    "(only additions to existing tolerations), `spec.terminationGracePeriodSeconds` "
+                    "(allow it to be set to 1 if it was previously negative)")]
+    return []
+
+
+def _copy(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+def _pod_ready_cell(pod: JSONObject) -> str:
+    total = len((pod.get("spec") or {}).get("containers") or [])
+    ready = sum(1 for cs in (pod.get("status") or {}).get("containerStatuses") or []
+                if isinstance(cs, dict) and cs.get("ready"))
+    return f"{ready}/{total}"
+
+
+def _pod_status_cell(pod: JSONObject) -> str:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    status = pod.get("status") or {}
+    reason = status.get("reason")
+    if reason:
+        return str(reason)
+    for cs in status.get("containerStatuses") or []:
+        waiting = ((cs or {}).get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return str(waiting["reason"])
+        terminated = ((cs or {}).get("state") or {}).get("terminated") or {}
+        if terminated.get("reason") and status.get("phase") not in ("Succeeded", "Failed"):
+            return str(terminated["reason"])
+    if status.get("phase") == "Succeeded":
+        return "Completed"
+    if status.get("phase") == "Failed":
+        return "Error"
+    return str(status.get("phase") or "Pending")
+
+
+def _pod_restarts_cell(pod: JSONObject) -> int:
+    return sum(int((cs or {}).get("restartCount") or 0)
+               for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict))
+
+
+def _pod_bind_strategy(proposed: JSONObject, stored: JSONObject) -> JSONObject:
+    """pods/binding: the stored pod with spec.nodeName, the binding's
+    annotations and the PodScheduled condition taken from `proposed`, in one
+    write (what POST pods/binding does)."""
+    result = stored
+    node = (proposed.get("spec") or {}).get("nodeName")
+    result.setdefault("spec", {})["nodeName"] = node
+    annotations = (proposed.get("metadata") or {}).get("annotations")
+    if annotations is not None:
+        result["metadata"]["annotations"] = annotations
+    status = proposed.get("status")
+    if isinstance(status, dict):
+        result["status"] = status
+    return result
+
+
+_POD_SMP: dict[str, SMPListStrategy] = {
+    **_OBJECT_META_SMP,
+    "spec.containers": SMPListStrategy("name"),
+    "spec.initContainers": SMPListStrategy("name"),
+    "spec.ephemeralContainers": SMPListStrategy("name"),
+    "spec.volumes": SMPListStrategy("name", retain_keys=True),
+    "spec.imagePullSecrets": SMPListStrategy("name"),
+    "spec.hostAliases": SMPListStrategy("ip"),
+    "spec.topologySpreadConstraints": SMPListStrategy("topologyKey"),
+    "spec.resourceClaims": SMPListStrategy("name", retain_keys=True),
+    "spec.schedulingGates": SMPListStrategy("name"),
+    "status.conditions": SMPListStrategy("type"),
+    "status.podIPs": SMPListStrategy("ip"),
+    "status.hostIPs": SMPListStrategy("ip"),
+}
+for _ctr in ("spec.containers[]", "spec.initContainers[]", "spec.ephemeralContainers[]"):
+    _POD_SMP[f"{_ctr}.ports"] = SMPListStrategy("containerPort")
+    _POD_SMP[f"{_ctr}.env"] = SMPListStrategy("name")
+    _POD_SMP[f"{_ctr}.volumeMounts"] = SMPListStrategy("mountPath")
+    _POD_SMP[f"{_ctr}.volumeDevices"] = SMPListStrategy("devicePath")
+
+_CONTAINER_SCHEMA = {
+    "type": "object", "required": ["name"],
+    "description": "A single application container that you want to run within a pod.",
+    "properties": {
+        "name": {"type": "string", "description": "Name of the container specified as a DNS_LABEL."},
+        "image": {"type": "string", "description": "Container image name."},
+        "command": {"type": "array", "items": {"type": "string"}, "description": "Entrypoint array."},
+        "args": {"type": "array", "items": {"type": "string"}, "description": "Arguments to the entrypoint."},
+        "resources": {"type": "object", "description": "Compute Resources required by this container.",
+                      "properties": {"requests": {"type": "object", "additionalProperties": {"type": "string"}},
+                                     "limits": {"type": "object", "additionalProperties": {"type": "string"}}}},
+    },
+}
+
+PODS = ResourceType(
+    group="", version="v1", kind="Pod", plural="pods", singular="pod", namespaced=True,
+    short_names=("po",), categories=("all",), allow_unconditional_update=True,
+    graceful_delete=pod_grace_period, return_deleted_object=True,
+    field_selectors={
+        "spec.nodeName": path_getter("spec.nodeName"),
+        "spec.restartPolicy": path_getter("spec.restartPolicy"),
+        "spec.schedulerName": path_getter("spec.schedulerName"),
+        "spec.serviceAccountName": path_getter("spec.serviceAccountName"),
+        "spec.hostNetwork": lambda p: "true" if (p.get("spec") or {}).get("hostNetwork") else "false",
+        "status.phase": path_getter("status.phase"),
+        "status.podIP": path_getter("status.podIP"),
+        "status.nominatedNodeName": path_getter("status.nominatedNodeName"),
+    },
+    subresource_strategies={"binding": _pod_bind_strategy},
+    defaults=_pod_defaults, validate=_validate_pod, validate_update=_validate_pod_update,
+    columns=(
+        TableColumn("Ready", _pod_ready_cell, description="The aggregate readiness state of this pod for accepting traffic."),
+        TableColumn("Status", _pod_status_cell, description="The aggregate status of the containers in this pod."),
+        TableColumn("Restarts", _pod_restarts_cell, type="string",
+                    description="The number of times the containers in this pod have been restarted."),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+        TableColumn("IP", jsonpath_cell("status", "podIP", default="<none>"), priority=1,
+                    description="IP address allocated to the pod. Routable at least within the cluster."),
+        TableColumn("Node", jsonpath_cell("spec", "nodeName", default="<none>"), priority=1,
+                    description="Name of the Node this pod runs on"),
+        TableColumn("Nominated Node", jsonpath_cell("status", "nominatedNodeName", default="<none>"), priority=1,
+                    description="Name of the node on which this pod is nominated to run"),
+        TableColumn("Readiness Gates", lambda p: "<none>", priority=1,
+                    description="The readiness gates of this pod"),
+    ),
+    strategic_merge=_POD_SMP,
+    openapi_schema={"properties": {
+        "spec": {"type": "object", "required": ["containers"],
+                 "description": "Specification of the desired behavior of the pod.", "properties": {
+                     "containers": {"type": "array", "items": _CONTAINER_SCHEMA,
+                                    "description": "List of containers belonging to the pod."},
+                     "initContainers": {"type": "array", "items": _CONTAINER_SCHEMA},
+                     "nodeName": {"type": "string", "description": "NodeName indicates in which node this pod is scheduled."},
+                     "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"},
+                                      "description": "NodeSelector is a selector which must be true for the pod to fit on a node."},
+                     "schedulerName": {"type": "string", "description": "If specified, the pod will be dispatched by specified scheduler."},
+                     "tolerations": {"type": "array", "items": {"type": "object"}, "description": "If specified, the pod's tolerations."},
+                     "restartPolicy": {"type": "string", "description": "Restart policy for all containers within the pod."},
+                     "terminationGracePeriodSeconds": {"type": "integer", "format": "int64",
+                                                       "description": "Optional duration in seconds the pod needs to terminate gracefully."},
+                 }},
+        "status": {"type": "object", "description": "Most recently observed status of the pod.", "properties": {
+            "phase": {"type": "string", "description": "The phase of a Pod is a simple, high-level summary of where the Pod is in its lifecycle."},
+            "conditions": {"type": "array", "items": {"type": "object"}},
+            "podIP": {"type": "string"},
+        }},
+    }},
+    description="Pod is a collection of containers that can run on a host.",
+)
+
+
+# ---------------------------------------------------------------- Event
+
+
+def _event_defaults(ev: JSONObject) -> None:
+    ev.setdefault("type", "Normal")
+    if "count" not in ev and ev.get("series") is None:
+        ev["count"] = 1
+    now = _now()
+    if not ev.get("firstTimestamp") and not ev.get("eventTime"):
+        ev["firstTimestamp"] = now
+    if not ev.get("lastTimestamp") and not ev.get("eventTime"):
+        ev["lastTimestamp"] = ev.get("firstTimestamp") or now
+    if not isinstance(ev.get("source"), dict) and not ev.get("reportingComponent"):
+        ev["source"] = {}
+
+
+def _validate_event(ev: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    involved = c.object_at(ev.get("involvedObject"), "involvedObject", required=True)
+    if involved is not None:
+        for f in ("kind", "name", "namespace", "uid", "apiVersion", "fieldPath", "resourceVersion"):
+            c.string(involved.get(f), f"involvedObject.{f}")
+        ns = involved.get("namespace")
+        ev_ns = (ev.get("metadata") or {}).get("namespace")
+        if isinstance(ns, str) and ns and ev_ns and ns != ev_ns:
+            c.errors.append(FieldError.invalid("involvedObject.namespace", ns, "does not match event.namespace"))
+    for f in ("reason", "message", "reportingComponent", "reportingInstance", "action"):
+        c.string(ev.get(f), f)
+    c.one_of(ev.get("type"), "type", ("Normal", "Warning"))
+    c.integer(ev.get("count"), "count", minimum=0)
+    return c.errors
+
+
+def _event_object_cell(ev: JSONObject) -> str:
+    inv = ev.get("involvedObject") or {}
+    return f"{str(inv.get('kind', '')).lower()}/{inv.get('name', '')}"
+
+
+EVENTS = ResourceType(
+    group="", version="v1", kind="Event", plural="events", singular="event", namespaced=True,
+    short_names=("ev",), status_subresource=False,
+    field_selectors={
+        **{f"involvedObject.{f}": path_getter(f"involvedObject.{f}") for f in (
+            "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+        "reason": path_getter("reason"),
+        "reportingComponent": path_getter("reportingComponent"),
+        "source": path_getter("source.component"),
+        "type": path_getter("type"),
+    },
+    defaults=_event_defaults, validate=_validate_event,
+    columns=(
+        TableColumn("Last Seen", lambda e: e.get("lastTimestamp") or e.get("eventTime") or None, type="date",
+                    description="Time when this Event was last observed."),
+        TableColumn("Type", jsonpath_cell("type"), description="Type of this event (Normal, Warning)."),
+        TableColumn("Reason", jsonpath_cell("reason"), description="Short, machine understandable string."),
+        TableColumn("Object", _event_object_cell, description="The object that this event is about."),
+        TableColumn("Message", jsonpath_cell("message"), description="A human-readable description of the status."),
+    ),
+    strategic_merge=dict(_OBJECT_META_SMP),
+    openapi_schema={"properties": {
+        "involvedObject": {"type": "object", "description": "The object that this event is about."},
+        "reason": {"type": "string"}, "message": {"type": "string"}, "type": {"type": "string"},
+        "count": {"type": "integer", "format": "int32"},
+    }},
+    description="Event is a report of an event somewhere in the cluster.",
+)
+
+
+# ---------------------------------------------------------------- PodGroups
+
+
+def _podgroup_validator(*, phases: tuple[str, ...], spec_ints: tuple[str, ...], spec_strs: tuple[str, ...],
+                        min_resources: bool, min_task_member: bool) -> Callable[[JSONObject], list[FieldError]]:
+    def validate(pg: JSONObject) -> list[FieldError]:
+        c = _Checker()
+        spec = c.object_at(pg.get("spec"), "spec")
+        if spec is not None:
+            c.integer(spec.get("minMember"), "spec.minMember", minimum=0, maximum=2**31 - 1)
+            for f in spec_ints:
+                c.integer(spec.get(f), f"spec.{f}", minimum=0, maximum=2**31 - 1)
+            for f in spec_strs:
+                c.string(spec.get(f), f"spec.{f}")
+            if min_resources:
+                c.quantities(spec.get("minResources"), "spec.minResources")
+            elif "minResources" in spec:
+                c.errors.append(FieldError.forbidden("spec.minResources", "not a field of this PodGroup version"))
+            if min_task_member:
+                mtm = c.object_at(spec.get("minTaskMember"), "spec.minTaskMember")
+                for k, v in (mtm or {}).items():
+                    c.integer(v, f"spec.minTaskMember.{k}", minimum=0, maximum=2**31 - 1)
+        status = c.object_at(pg.get("status"), "status")
+        if status is not None:
+            c.one_of(status.get("phase"), "status.phase", phases)
+            for f in ("running", "succeeded", "failed"):
+                c.integer(status.get(f), f"status.{f}", minimum=0)
+            if "conditions" in status:
+                c.conditions(status.get("conditions"), "status.conditions")
+        return c.errors
+
+    return validate
+
+
+def _queue_default(pg: JSONObject) -> None:
+    spec = pg.get("spec")
+    if isinstance(spec, dict) and not spec.get("queue"):
+        spec["queue"] = "default"
+
+
+def _pg_schema(spec_props: dict[str, Any], phases: tuple[str, ...], description: str) -> dict[str, Any]:
+    return {"properties": {
+        "spec": {"type": "object", "description": "Specification of the desired behavior of the pod group.",
+                 "properties": spec_props},
+        "status": {"type": "object", "description": "Status represents the current information about a pod group.",
+                   "properties": {
+                       "phase": {"type": "string", "enum": list(phases), "description": "Current phase of PodGroup."},
+                       "running": {"type": "integer", "format": "int32", "description": "The number of actively running pods."},
+                       "succeeded": {"type": "integer", "format": "int32", "description": "The number of pods which reached phase Succeeded."},
+                       "failed": {"type": "integer", "format": "int32", "description": "The number of pods which reached phase Failed."},
+                   }},
+    }, "description": description}
+
+
+_MIN_MEMBER = {"type": "integer", "format": "int32", "minimum": 0,
+               "description": "MinMember defines the minimal number of members/tasks to run the pod group; "
+                              "if there's not enough resources to start all tasks, the scheduler will not start anyone."}
+_VOLCANO_PHASES = ("Pending", "Inqueue", "Running", "Unknown", "Completed")
+_COSCHED_PHASES = ("Pending", "Running", "Scheduling", "Unknown", "Finished", "Failed")
+_KUBE_BATCH_PHASES = ("Pending", "Running", "Unknown")
+
+
+def _podgroup(group: str, version: str, *, short_names: tuple[str, ...], status_subresource: bool,
+              phases: tuple[str, ...], validate: Callable[[JSONObject], list[FieldError]],
+              defaults: Callable[[JSONObject], None] | None, columns: tuple[TableColumn, ...],
+              schema: dict[str, Any], openapi_name: str) -> ResourceType:
+    return ResourceType(
+        group=group, version=version, kind="PodGroup", plural="podgroups", singular="podgroup", namespaced=True,
+        short_names=short_names, status_subresource=status_subresource,
+        field_selectors={"status.phase": path_getter("status.phase")},
+        defaults=defaults, validate=validate, columns=columns, strategic_merge=None,
+        openapi_schema=schema, openapi_name=openapi_name,
+        description=schema.get("description", ""),
+    )
+
+
+VOLCANO_PODGROUPS = _podgroup(
+    VOLCANO_GROUP, "v1beta1", short_names=("pg", "podgroup-v1beta1"), status_subresource=False,
+    phases=_VOLCANO_PHASES,
+    validate=_podgroup_validator(phases=_VOLCANO_PHASES, spec_ints=(), spec_strs=("queue", "priorityClassName"),
+                                 min_resources=True, min_task_member=True),
+    defaults=_queue_default,
+    columns=(
+        TableColumn("Status", jsonpath_cell("status", "phase", default=None), description="Current phase of PodGroup."),
+        TableColumn("minMember", jsonpath_cell("spec", "minMember", default=None), type="integer",
+                    description="MinMember defines the minimal number of members/tasks to run the pod group."),
+        TableColumn("RUNNINGS", jsonpath_cell("status", "running", default=None), type="integer",
+                    description="The number of actively running pods."),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+        TableColumn("QUEUE", jsonpath_cell("spec", "queue", default=None), priority=1,
+                    description="Queue defines the queue to allocate resource for PodGroup."),
+    ),
+    schema=_pg_schema({
+        "minMember": _MIN_MEMBER,
+        "minTaskMember": {"type": "object", "additionalProperties": {"type": "integer", "format": "int32"},
+                          "description": "MinTaskMember defines the minimal number of pods to run each task in the pod group."},
+        "queue": {"type": "string", "default": "default", "description": "Queue defines the queue to allocate resource for PodGroup."},
+        "priorityClassName": {"type": "string", "description": "If specified, indicates the PodGroup's priority."},
+        "minResources": {"type": "object", "additionalProperties": {"type": "string"},
+                         "description": "MinResources defines the minimal resource of members/tasks to run the pod group."},
+    }, _VOLCANO_PHASES, "PodGroup is a collection of Pod; used for batch workload (Volcano)."),
+    openapi_name="io.volcano.scheduling.v1beta1.PodGroup",
+)
+
+COSCHEDULING_PODGROUPS = _podgroup(
+    COSCHEDULING_GROUP, "v1alpha1", short_names=("pg", "pgs"), status_subresource=True, phases=_COSCHED_PHASES,
+    validate=_podgroup_validator(phases=_COSCHED_PHASES, spec_ints=("scheduleTimeoutSeconds",), spec_strs=(),
+                                 min_resources=True, min_task_member=False),
+    defaults=None,
+    columns=(
+        TableColumn("Phase", jsonpath_cell("status", "phase", default=None), description="Current phase of PodGroup."),
+        TableColumn("MinMember", jsonpath_cell("spec", "minMember", default=None), type="integer",
+                    description="MinMember defines the minimal number of members/tasks to run the pod group."),
+        TableColumn("Running", jsonpath_cell("status", "running", default=None), type="integer",
+                    description="The number of actively running pods."),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+    ),
+    schema=_pg_schema({
+        "minMember": _MIN_MEMBER,
+        "minResources": {"type": "object", "additionalProperties": {"type": "string"},
+                         "description": "MinResources defines the minimal resource of members/tasks to run the pod group."},
+        "scheduleTimeoutSeconds": {"type": "integer", "format": "int32",
+                                   "description": "ScheduleTimeoutSeconds defines the maximal time of members/tasks to wait before run the pod group."},
+    }, _COSCHED_PHASES, "PodGroup is a collection of Pod; used for batch workload (scheduler-plugins coscheduling)."),
+    openapi_name="io.x-k8s.scheduling.v1alpha1.PodGroup",
+)
+
+KUBE_BATCH_PODGROUPS = _podgroup(
+    KUBE_BATCH_GROUP, "v1alpha1", short_names=("podgroup-v1alpha1",), status_subresource=False,
+    phases=_KUBE_BATCH_PHASES,
+    validate=_podgroup_validator(phases=_KUBE_BATCH_PHASES, spec_ints=(), spec_strs=("queue", "priorityClassName"),
+                                 min_resources=False, min_task_member=False),
+    defaults=None,
+    columns=(
+        TableColumn("Phase", jsonpath_cell("status", "phase", default=None), description="Current phase of PodGroup."),
+        TableColumn("MinMember", jsonpath_cell("spec", "minMember", default=None), type="integer",
+                    description="MinMember defines the minimal number of members/tasks to run the pod group."),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+        TableColumn("Queue", jsonpath_cell("spec", "queue", default=None), priority=1,
+                    description="Queue defines the queue to allocate resource for PodGroup."),
+    ),
+    schema=_pg_schema({
+        "minMember": _MIN_MEMBER,
+        "queue": {"type": "string", "description": "Queue defines the queue to allocate resource for PodGroup."},
+        "priorityClassName": {"type": "string", "description": "If specified, indicates the PodGroup's priority."},
+    }, _KUBE_BATCH_PHASES, "PodGroup is a collection of Pod; used for batch workload (kube-batch)."),
+    openapi_name="io.k8s.incubator.scheduling.v1alpha1.PodGroup",
+)
+
+PODGROUP_KINDS: Mapping[str, ResourceType] = {
+    "volcano": VOLCANO_PODGROUPS,
+    "coscheduling": COSCHEDULING_PODGROUPS,
+    "kube-batch": KUBE_BATCH_PODGROUPS,
+}
+
+
+def sim_registry(gang_schedulers: Iterable[str] | None = None) -> Registry:
+    """The kinds a simulated member cluster serves. `gang_schedulers` limits
+    the PodGroup groups to those schedulers' (volcano, coscheduling,
+    kube-batch); None serves all three."""
+    registry = Registry([NAMESPACES, NODES, PODS, EVENTS])
+    wanted = list(PODGROUP_KINDS) if gang_schedulers is None else list(dict.fromkeys(gang_schedulers))
+    for name in wanted:
+        rt = PODGROUP_KINDS.get(name)
+        if rt is None:
+            raise ValueError(f"unknown gang scheduler {name!r}; known: {sorted(PODGROUP_KINDS)}")
+        registry.add(rt)
+    return registry
+
+
+# ---------------------------------------------------------------- pods/binding (kube-api-notes §11)
+
+
+def _decode_binding(body: bytes, content_type: str) -> JSONObject:
+    obj = decode_body(body, content_type)
+    if not isinstance(obj, dict):
+        raise errors.bad_request("the request body must be a Binding object")
+    if obj.get("kind") not in (None, "", "Binding"):
+        raise errors.bad_request(f"the kind in the data ({obj.get('kind')}) does not match the expected kind (Binding)")
+    if obj.get("apiVersion") not in (None, "", "v1"):
+        raise errors.bad_request(
+            f"the API version in the data ({obj.get('apiVersion')}) does not match the expected API version (v1)")
+    return obj
+
+
+_BINDING_RT = ResourceType(group="", version="v1", kind="Binding", plural="bindings", singular="binding",
+                           namespaced=True, verbs=("create",), status_subresource=False)
+
+
+async def bind_pod(storage: Any, *, namespace: str, pod_name: str, binding: JSONObject,
+                   dry_run: bool = False) -> None:
+    """Apply a Binding to a pod in one write, with kube's checks (409 when
+    the pod is already bound or being deleted)."""
+    meta = binding.get("metadata") if isinstance(binding.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    target = binding.get("target")
+    errs: list[FieldError] = []
+    if not isinstance(target, dict):
+        errs.append(FieldError.required("target"))
+        target = {}
+    node = target.get("name")
+    if not isinstance(node, str) or not node:
+        errs.append(FieldError.required("target.name"))
+    if target.get("kind") not in (None, "", "Node"):
+        errs.append(FieldError.invalid("target.kind", target.get("kind"), "must be empty or 'Node'"))
+    annotations = meta.get("annotations")
+    if annotations is not None and (not isinstance(annotations, dict)
+                                    or not all(isinstance(v, str) for v in annotations.values())):
+        errs.append(FieldError.wrong_type("metadata.annotations", annotations, "a map of string to string"))
+    if errs:
+        raise errors.invalid(_BINDING_RT, pod_name, errs)
+    if meta.get("name") not in (None, "", pod_name):
+        raise errors.bad_request(
+            f"the name of the object ({meta.get('name')}) does not match the name on the URL ({pod_name})")
+    expected_uid = meta.get("uid") or None
+    now = _now()
+
+    def conflict(why: str) -> ApiError:
+        return errors.conflict(PODS, pod_name, why, resource="pods/binding")
+
+    def bind(pod: JSONObject) -> JSONObject:
+        pmeta = pod["metadata"]
+        if expected_uid and pmeta.get("uid") != expected_uid:
+            raise conflict(f"Precondition failed: UID in precondition: {expected_uid}, "
+                           f"UID in object meta: {pmeta.get('uid')}")
+        if pmeta.get("deletionTimestamp"):
+            raise conflict(f"pod {pod_name} is being deleted, cannot be assigned to a host")
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            raise conflict(f'pod {pod_name} is already assigned to node "{bound}"')
+        pod.setdefault("spec", {})["nodeName"] = node
+        if annotations:
+            merged = dict(pmeta.get("annotations") or {})
+            merged.update(annotations)
+            pmeta["annotations"] = merged
+        status = pod.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": now})
+        status["conditions"] = conditions
+        return pod
+
+    if dry_run:
+        bind(await storage.get(PODS, namespace=namespace, name=pod_name))
+        return
+    await storage.guaranteed_update(PODS, namespace=namespace, name=pod_name, mutate=bind, subresource="binding")
+
+
+def _binding_created() -> web.Response:
+    return json_response(errors.success_status(code=201), status=201)
+
+
+async def _pod_binding_handler(req: SubresourceRequest) -> web.StreamResponse:
+    binding = _decode_binding(req.body, req.request.headers.get("Content-Type", ""))
+    assert req.namespace is not None
+    await bind_pod(req.storage, namespace=req.namespace, pod_name=req.name, binding=binding, dry_run=req.dry_run)
+    return _binding_created()
+
+
+async def _bindings_handler(req: SubresourceRequest) -> web.StreamResponse:
+    binding = _decode_binding(req.body, req.request.headers.get("Content-Type", ""))
+    name = (binding.get("metadata") or {}).get("name") if isinstance(binding.get("metadata"), dict) else None
+    if not isinstance(name, str) or not name:
+        raise errors.invalid(_BINDING_RT, "", [FieldError.required("metadata.name")])
+    assert req.namespace is not None
+    await bind_pod(req.storage, namespace=req.namespace, pod_name=name, binding=binding, dry_run=req.dry_run)
+    return _binding_created()
+
+
+def sim_subresources() -> tuple[list[Subresource], list[VerbOnlyResource]]:
+    """pods/binding and bindings, for build_api_app."""
+    return (
+        [Subresource(group="", version="v1", plural="pods", name="binding", kind="Binding", verbs=("create",),
+                     handler=_pod_binding_handler)],
+        [VerbOnlyResource(group="", version="v1", plural="bindings", singular="binding", kind="Binding",
+                          namespaced=True, verbs=("create",), handler=_bindings_handler)],
+    )

@@ -1,0 +1,303 @@
+"""SimCluster: one simulated member cluster, in-process.
+
+A MemoryStore with a bounded history window (older revisions are compacted,
+so a watch that falls too far behind gets 410 exactly as from a real
+apiserver), an ObjectStorage over it, and the kube-style API app on a
+127.0.0.1 port with bearer-token authentication (401 without the token).
+It serves HTTPS (kubectl sends a bearer token only over TLS) with a
+development CA: the caller's (`tls=`, shared by every cluster of one `federator
+sim` process) or a fresh one in a temporary directory. The app's cleanup_ctx seeds the namespaces and the profile's nodes and runs
+the cluster's controllers (gang scheduler, kubelet, optional background
+load) as named tasks; the fault middleware runs first in the chain and the
+admin side lives under /_sim/ (faults; request statistics at /_sim/stats).
+
+`write_kubeconfig()` writes a kubeconfig (server URL, token, cluster and
+context named after the cluster) that kubectl and the official client use.
+
+This module must never import anything of the hub, and never log the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import secrets
+import ssl
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from federator.apiserver.app import ApiServerState, Principal, api_state, build_api_app, json_response
+from federator.apiserver.errors import ApiError
+from federator.apiserver.registry import Registry
+from federator.apiserver.storage import ObjectStorage
+from federator.devcerts import DevTLS, ensure_dev_tls, server_ssl_context, write_kubeconfig
+from federator.obs import METRICS, Metrics, get_logger
+from federator.sim import kinds
+from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_middleware
+from federator.sim.profile import ClusterProfile, initial_nodes
+from federator.store.memory import MemoryStore
+
+#: History a simulated cluster keeps for watches (revisions); kube-apiserver's
+#: watch cache plus etcd's compaction keep roughly the last few minutes.
+DEFAULT_RETAINED_REVISIONS = 50_000
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+STATS_PATH = "/_sim/stats"
+
+ControllerEntry = Callable[..., Awaitable[None]]
+
+
+def _bearer_authenticator(token: str) -> Callable[[web.Request], Awaitable[Principal | None]]:
+    expected = f"Bearer {token}".encode()
+
+    async def authenticate(request: web.Request) -> Principal | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value:
+            return None
+        if hmac.compare_digest(f"Bearer {value.strip()}".encode(), expected):
+            return Principal(name="sim-admin", groups=("system:masters",))
+        return None
+
+    return authenticate
+
+
+def _controllers(profile: ClusterProfile) -> list[tuple[str, ControllerEntry, dict[str, Any]]]:
+    """(task name, entry point, extra kwargs) of the controllers this cluster runs."""
+    from federator.sim.kubelet import run_kubelet
+    from federator.sim.scheduler import run_gang_scheduler
+
+    found: list[tuple[str, ControllerEntry, dict[str, Any]]] = [
+        ("scheduler", run_gang_scheduler, {}),
+        ("kubelet", run_kubelet, {}),
+    ]
+    if profile.background_load is not None:
+        try:
+            from federator.sim.load import run_background_load
+        except ImportError:  # pragma: no cover - load.py lands with the controllers
+            get_logger("sim.server").warning("background load requested but federator.sim.load is missing",
+                                             cluster=profile.name)
+        else:
+            import random
+
+            found.append(("load", run_background_load, {"rng": random.Random(profile.name)}))
+    return found
+
+
+class _TLSSiteListener(SiteListener):
+    """The faults' listener control, reopening the site with TLS."""
+
+    def __init__(self, runner: web.BaseRunner, *, host: str, port: int, ssl_context: ssl.SSLContext) -> None:
+        super().__init__(runner, host=host, port=port)
+        self.ssl_context = ssl_context
+
+    async def reopen(self) -> None:
+        if self.runner.sites:
+            return
+        site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context)
+        await site.start()
+
+
+class SimCluster:
+    """One simulated member cluster served on 127.0.0.1 (see module docstring).
+
+    Use as `async with SimCluster(profile) as cluster:` or start()/stop()."""
+
+    def __init__(
+        self,
+        profile: ClusterProfile,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        retained_revisions: int = DEFAULT_RETAINED_REVISIONS,
+        run_controllers: bool = True,
+        metrics: Metrics | None = None,
+        bookmark_interval: float = 10.0,
+        max_body_bytes: int | None = None,
+        tls: DevTLS | None = None,
+    ) -> None:
+        self.profile = profile
+        self.name = profile.name
+        self.host = host
+        self._requested_port = port
+        self.token = token or secrets.token_urlsafe(32)
+        self.run_controllers = run_controllers
+        self.metrics = metrics or METRICS
+        self.log = get_logger("sim").bind(cluster=profile.name)
+        self.store = MemoryStore(prefix=f"/sim/{profile.name}/", retain_revisions=retained_revisions,
+                                 metrics=self.metrics)
+        gang_types = [s.type for s in profile.gang_schedulers]
+        self.registry: Registry = kinds.sim_registry(gang_types or None)
+        self.storage = ObjectStorage(self.store, self.registry)
+        self.faults = FaultState(cluster=profile.name, storage=self.storage, registry=self.registry)
+        self._authenticate = _bearer_authenticator(self.token)
+        subresources, verb_only = kinds.sim_subresources()
+        extra: dict[str, Any] = {}
+        if max_body_bytes is not None:
+            extra["max_body_bytes"] = max_body_bytes
+        self.app = build_api_app(
+            storage=self.storage,
+            registry=self.registry,
+            server_name=f"sim:{profile.name}",
+            authenticate=self._authenticate,
+            middlewares=[fault_middleware(self.faults)],
+            version_info=_version_info(profile.kubernetes_version),
+            subresources=subresources,
+            verb_only_resources=verb_only,
+            bookmark_interval=bookmark_interval,
+            metrics=self.metrics,
+            **extra,
+        )
+        self.app.router.add_routes(admin_routes(self.faults, authenticate=self._authenticate))
+        self.app.router.add_get(STATS_PATH, self._stats)
+        self.app.cleanup_ctx.append(self._cluster_ctx)
+        self._runner: web.AppRunner | None = None
+        self._tls = tls
+        self._tls_tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.port = 0
+        self.stopped = asyncio.Event()
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The PEM CA certificate clients must trust (after start())."""
+        if self._tls is None:
+            raise RuntimeError("the cluster has not started")
+        return self._tls.ca_pem()
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls_tmp = tempfile.TemporaryDirectory(prefix=f"federator-sim-{self.name}-")
+            self._tls = ensure_dev_tls(self._tls_tmp.name)
+        return server_ssl_context(self._tls.server_cert, self._tls.server_key)
+
+    @property
+    def api(self) -> ApiServerState:
+        return api_state(self.app)
+
+    async def start(self) -> None:
+        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
+        await runner.setup()
+        ssl_context = self._ssl_context()
+        site = web.TCPSite(runner, self.host, self._requested_port, reuse_address=True, ssl_context=ssl_context)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self._requested_port
+        self._runner = runner
+        self.faults.listener = _TLSSiteListener(runner, host=self.host, port=self.port, ssl_context=ssl_context)
+        self.log.info("simulated cluster serving", url=self.url, nodes=self.profile.node_count)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        if self._tls_tmp is not None:
+            self._tls_tmp.cleanup()
+            self._tls_tmp = None
+            self._tls = None
+        self.stopped.set()
+
+    async def __aenter__(self) -> SimCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _cluster_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        await self._seed()
+        stop = asyncio.Event()
+        if self.run_controllers:
+            for name, entry, kwargs in _controllers(self.profile):
+                task = asyncio.get_running_loop().create_task(
+                    self._supervise(name, entry(storage=self.storage, registry=self.registry, cluster=self.profile,
+                                                stop=stop, logger=self.log.bind(controller=name), **kwargs)),
+                    name=f"sim:{self.name}:{name}",
+                )
+                self.tasks[name] = task
+        try:
+            yield
+        finally:
+            stop.set()
+            for task in self.tasks.values():
+                task.cancel()
+            for name, task in list(self.tasks.items()):
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+            self.tasks.clear()
+            await self.faults.clear()
+            await self.storage.close()
+            await self.store.close()
+
+    async def _supervise(self, name: str, coro: Awaitable[None]) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a dead controller must be visible, not silent
+            self.log.error("controller failed", controller=name, error=repr(e), exc_info=True)
+            raise
+
+    async def _seed(self) -> None:
+        ns_rt = kinds.NAMESPACES
+        for ns in SYSTEM_NAMESPACES:
+            try:
+                await self.storage.create(ns_rt, {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": ns}}, namespace=None)
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+        for node in initial_nodes(self.profile):
+            try:
+                await self.storage.create(kinds.NODES, node, namespace=None)
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+
+    # ------------------------------------------------------------ admin
+
+    async def _stats(self, request: web.Request) -> web.StreamResponse:
+        if await self._authenticate(request) is None:
+            return json_response(ApiError(401, "Unauthorized", "Unauthorized").to_status(), status=401)
+        return json_response(self.stats())
+
+    def stats(self) -> dict[str, Any]:
+        """Requests served per verb and resource (e.g. LIST calls on resume)."""
+        counts = self.api.counts
+        by_verb: dict[str, dict[str, int]] = {}
+        for (verb, resource), n in sorted(counts.items()):
+            by_verb.setdefault(verb, {})[resource] = n
+        return {"cluster": self.name, "requests": by_verb, "openWatches": self.api.open_watches}
+
+    def list_count(self, resource: str) -> int:
+        """LIST requests served for `resource` ("pods", "podgroups.scheduling.volcano.sh")."""
+        return self.api.count("list", resource)
+
+    # ------------------------------------------------------------ kubeconfig
+
+    def write_kubeconfig(self, path: str | os.PathLike[str], *, namespace: str = "default") -> Path:
+        """Write this cluster's kubeconfig (mode 0600: it holds the token);
+        cluster and context are named after the cluster."""
+        return write_kubeconfig(
+            path, server=self.url, ca_pem=self.ca_pem, token=self.token, user=f"{self.name}-admin",
+            namespace=namespace, cluster_name=self.name, context_name=self.name,
+        )
+
+
+def _version_info(kubernetes_version: str) -> dict[str, str]:
+    parts = kubernetes_version.lstrip("v").split(".")
+    return {"major": parts[0], "minor": parts[1] if len(parts) > 1 else "0", "gitVersion": kubernetes_version}
