@@ -347,7 +347,7 @@ class EventLog:
         self._start = 0  # index of the first live entry (trimmed lazily, in bulk)
         self.last_revision = last_revision
         self.first_revision = last_revision + 1
-        self._wakeup = asyncio.Event()
+        self._waiters: set[_Waiter] = set()
         self.closed = False
 
     def __len__(self) -> int:
@@ -358,16 +358,29 @@ class EventLog:
             self._revs.append(revision)
             self._events.append(ev)
         self.last_revision = revision
-        self._wake()
+        if not self._waiters:
+            return
+        # Wake only the watchers these events concern; move the others'
+        # cursors past them, so a quiet watcher never falls behind a
+        # compaction for events it would have skipped anyway.
+        woken = []
+        for waiter in self._waiters:
+            prefix = waiter.prefix
+            if any(ev.kv.key.startswith(prefix) for ev in events):
+                woken.append(waiter)
+            else:
+                waiter.cursor = revision + 1
+        for waiter in woken:
+            self._waiters.discard(waiter)
+            if not waiter.future.done():
+                waiter.future.set_result(None)
 
     def close(self) -> None:
         self.closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        wakeup = self._wakeup
-        self._wakeup = asyncio.Event()
-        wakeup.set()
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_result(None)
+        self._waiters.clear()
 
     def events_from(self, revision: int, *, max_events: int = 10_000) -> list[Event] | None:
         """Events with revision >= `revision` (at most about `max_events`,
@@ -403,10 +416,28 @@ class EventLog:
         if excess > 0:
             self.trim_before(self._revs[self._start + excess - 1] + 1)
 
-    async def wait_past(self, revision: int) -> None:
-        """Return once an event with revision > `revision` exists, or the log closes."""
-        while self.last_revision <= revision and not self.closed:
-            await self._wakeup.wait()
+    async def wait_for(self, prefix: str, cursor: int) -> int:
+        """Wait until an event under `prefix` with revision >= `cursor`
+        exists (or the log closes); returns the cursor to read from, moved
+        past the revisions that held nothing under `prefix`."""
+        if self.closed or self.last_revision >= cursor:
+            return cursor
+        waiter = _Waiter(prefix, cursor, asyncio.get_running_loop().create_future())
+        self._waiters.add(waiter)
+        try:
+            await waiter.future
+        finally:
+            self._waiters.discard(waiter)
+        return waiter.cursor
+
+
+class _Waiter:
+    __slots__ = ("prefix", "cursor", "future")
+
+    def __init__(self, prefix: str, cursor: int, future: asyncio.Future[None]) -> None:
+        self.prefix = prefix
+        self.cursor = cursor
+        self.future = future
 
 
 def watch_closed_error(what: str) -> StoreUnavailable:
@@ -448,7 +479,7 @@ async def iterate_log(
                 yield ev
             continue
         if not batch:
-            await log.wait_past(cursor - 1)
+            cursor = await log.wait_for(prefix, cursor)
             continue
         for ev in batch:
             if ev.kv.key.startswith(prefix):

@@ -456,10 +456,13 @@ class SqliteStore(BaseStore):
             return _DEFER
         try:
             if not writes:
-                return fn(self._w_conn)
+                try:
+                    return fn(self._w_conn)
+                except sqlite3.Error as e:
+                    raise self._translate(e) from None
             try:
                 outcomes = self._write_group([_Job(fn, None, True)], wait=False)  # type: ignore[arg-type]
-            except BaseException as e:  # noqa: BLE001
+            except sqlite3.Error as e:
                 raise self._translate(e) from None
         finally:
             self._conn_lock.release()

@@ -72,3 +72,26 @@ async def test_operations_are_counted_in_the_store_metrics() -> None:
     assert sample("federator_store_operations_total", {"backend": "memory", "op": "update", "result": "conflict"}) == 1
     assert sample("federator_store_operation_seconds_count", {"backend": "memory", "op": "put"}) == 1
     await store.close()
+
+
+async def test_a_quiet_watcher_is_not_compacted_by_unrelated_writes() -> None:
+    store = MemoryStore(retain_revisions=20)
+    got: list[Event] = []
+    waiting = asyncio.Event()
+
+    async def follow() -> None:
+        watch = store.watch(PREFIX + "namespaces/", from_revision=await store.current_revision() + 1)
+        waiting.set()
+        async for ev in watch:
+            got.append(ev)
+            return
+
+    task = asyncio.create_task(follow())
+    await waiting.wait()
+    for i in range(200):  # far more unrelated revisions than the window holds, without yielding
+        await store.put(PREFIX + f"pods/p{i % 5}", b"x")
+    ns = await store.put(PREFIX + "namespaces/default", b"ns")
+    async with asyncio.timeout(5):
+        await task
+    assert got[0].kv == ns
+    await store.close()
