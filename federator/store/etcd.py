@@ -372,11 +372,9 @@ class EtcdStore(BaseStore):
             return True
 
         lo = max(1, self._known_compact)
-        if lo == 1 and await readable(1):
-            return 0
-        hi = await self.current_revision()
-        if await readable(lo):
+        if await readable(lo):  # the common case: nothing compacted since we last looked
             return lo if lo > 1 else 0
+        hi = await self.current_revision()
         while lo < hi:  # invariant: lo unreadable, hi readable
             mid = (lo + hi) // 2
             if mid == lo:
