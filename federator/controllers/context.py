@@ -1,0 +1,74 @@
+"""What every hub controller is handed: the hub's store, its object storage and
+registry, settings, metrics and the leader's fencing token.
+
+`hub.py` builds one `HubContext` per hub process and passes it to each
+controller's cleanup_ctx factory (`async def ctx(hub: HubContext) ->
+AsyncIterator[None]`). Controllers read and write hub objects only through
+`storage` (never raw store keys of another component), attach `fencing` to
+writes that must not come from a deposed leader, and get their settings from
+here, never from globals. This module holds types only; it must never start
+anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from federator.apiserver.registry import Registry, ResourceType
+from federator.apiserver.storage import ObjectStorage
+from federator.obs import Metrics
+from federator.store.leader import FencingToken
+from federator.store.protocol import Store
+
+HUB_GROUP = "federator.dev"
+HUB_VERSION = "v1alpha1"
+HUB_API_VERSION = f"{HUB_GROUP}/{HUB_VERSION}"
+
+
+@dataclass(frozen=True, slots=True)
+class HubSettings:
+    """Tunables of the hub's loops. Defaults suit a dev hub; tests shorten them."""
+
+    #: where the hub keeps kubeconfigs it writes, certs and the sqlite file
+    state_dir: Path = Path(".federator")
+    #: failed probes before a member cluster turns Reachable=False
+    unreachable_after_failures: int = 3
+    #: a lost watch that does not recover within this turns Reachable=False
+    watch_loss_grace_seconds: float = 15.0
+    #: seconds between health probes of each member
+    probe_interval_seconds: float = 5.0
+    #: at most this many checkpoint flushes per second per hub (all clusters)
+    checkpoint_interval_seconds: float = 0.5
+    #: reflector reconnect backoff (capped exponential with jitter)
+    backoff_initial_seconds: float = 0.2
+    backoff_max_seconds: float = 10.0
+    #: replica cap per role for TrainingJob validation
+    max_replicas_per_role: int = 1024
+    #: extra knobs for later controllers, by name
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class HubContext:
+    store: Store
+    storage: ObjectStorage
+    registry: Registry
+    settings: HubSettings
+    metrics: Metrics
+    #: the leader's fencing token; None until leadership is held
+    fencing: FencingToken | None = None
+    #: shared in-process state controllers publish for each other (e.g. the
+    #: latest ClusterSnapshot per cluster), by well-known name
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def kind(self, kind: str) -> ResourceType:
+        rt = self.registry.by_kind(HUB_API_VERSION, kind)
+        if rt is None:
+            raise LookupError(f"hub registry has no kind {kind!r}")
+        return rt
+
+
+ControllerFactory = Callable[[HubContext], AsyncIterator[None]]
