@@ -67,6 +67,8 @@ class Principal:
 
 
 Authenticator = Callable[[web.Request], Awaitable[Principal | None]]
+#: Where the authenticated Principal of a request is kept.
+PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("federator_api_principal", Principal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -724,7 +726,7 @@ def _auth_middleware(state: ApiServerState) -> Any:
             principal = await state.authenticate(request)
             if principal is None:
                 raise errors.unauthorized()
-            request["principal"] = principal
+            request[PRINCIPAL_KEY] = principal
         return await handler(request)
 
     return middleware

@@ -132,7 +132,7 @@ class SimCluster:
         self.store = MemoryStore(prefix=f"/sim/{profile.name}/", retain_revisions=retained_revisions,
                                  metrics=self.metrics)
         gang_types = [s.type for s in profile.gang_schedulers]
-        self.registry: Registry = kinds.sim_registry(gang_types or None)
+        self.registry: Registry = kinds.sim_registry(gang_types)
         self.storage = ObjectStorage(self.store, self.registry)
         self.faults = FaultState(cluster=profile.name, storage=self.storage, registry=self.registry)
         self._authenticate = _bearer_authenticator(self.token)
