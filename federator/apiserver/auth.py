@@ -72,7 +72,8 @@ RESEARCHER_GROUP: Final = "federator:researcher"
 VIEWER_GROUP: Final = "federator:viewer"
 NAMESPACE_GROUP_PREFIX: Final = "ns:"
 FEDERATOR_GROUP: Final = "federator.dev"
-PRINCIPAL_KEY: Final = "principal"  # the key build_api_app uses too
+# Where the middleware leaves the authenticated principal for handlers and logs.
+PRINCIPAL_KEY: Final = web.RequestKey("federator.principal", Principal)
 
 READ_VERBS: Final = frozenset({"get", "list", "watch"})
 RESEARCHER_JOB_VERBS: Final = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
@@ -279,8 +280,8 @@ class TokenAuthenticator:
 
     async def authenticate(self, request: web.Request) -> Principal | None:
         """The request's principal, or None (the caller answers 401). Logs why, never the token."""
-        cached = request.get(PRINCIPAL_KEY)
-        if isinstance(cached, Principal):
+        cached: Principal | None = request.get(PRINCIPAL_KEY)
+        if cached is not None:
             return cached
         values = request.headers.getall("Authorization", [])
         if len(values) > 1:
