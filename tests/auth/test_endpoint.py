@@ -281,3 +281,27 @@ async def test_no_token_reaches_the_logs(hub: Hub, caplog: pytest.LogCaptureFixt
     for token in (*TOKENS.values(), WRONG_TOKEN):
         assert token not in text
         assert token[-12:] not in text
+
+
+@needs_kubectl
+async def test_kubectl_explain_and_server_side_validation(hub: Hub) -> None:
+    code, out, err = await kubectl(hub, "researcher", "explain", "tj.spec")
+    assert code == 0, err
+    assert "KIND:" in out and "TrainingJob" in out
+    assert "roles" in out and "placement" in out and "failover" in out
+    code, out, err = await kubectl(hub, "researcher", "explain", "tj.spec.placement.network")
+    assert code == 0, err
+    assert "rdma, ethernet or any" in out
+
+    bad = yaml.safe_load(EXAMPLE_YAML)
+    bad["metadata"]["namespace"] = "default"
+    bad["spec"]["roles"][0]["replicas"] = 0
+    bad["spec"]["roles"][1]["name"] = "ps"
+    bad["spec"]["placement"]["network"] = "carrier-pigeon"
+    code, out, err = await kubectl(hub, "researcher", "create", "-f", "-", stdin=yaml.safe_dump(bad))
+    assert code != 0
+    assert 'The TrainingJob "resnet-ps" is invalid' in err
+    for field in ("spec.roles[0].replicas", "spec.roles[1].name", "spec.placement.network"):
+        assert field in err
+    code, out, err = await kubectl(hub, "researcher", "get", "tj", "-o", "name")
+    assert code == 0 and out == "", "a rejected job must not be stored"
