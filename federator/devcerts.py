@@ -16,12 +16,15 @@ atomically; this module never logs or prints a key or token.
 from __future__ import annotations
 
 import base64
+import csv
 import datetime as dt
+import io
+import secrets
 import ipaddress
 import os
 import ssl
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = [
     "DEFAULT_HOSTS",
+    "DEV_USERS",
+    "DevCredentials",
     "DevTLS",
+    "ensure_dev_credentials",
     "ensure_dev_tls",
     "generate_ca",
     "generate_server_certificate",
@@ -294,3 +300,57 @@ def write_kubeconfig(
     target = Path(path)
     write_private_file(target, yaml.safe_dump(document, sort_keys=False).encode("utf-8"))
     return target
+
+
+DEV_USERS: tuple[tuple[str, str], ...] = (
+    ("admin", "federator:admin"),
+    ("researcher", "federator:researcher,ns:default"),
+)
+"""The users dev mode creates: (user name, groups column of the token file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DevCredentials:
+    """The dev token file and one kubeconfig per dev user found in it."""
+
+    token_file: Path
+    kubeconfigs: Mapping[str, Path]
+
+
+def _read_dev_tokens(token_file: Path) -> dict[str, str]:
+    """user -> token for the dev users in an existing token file (other lines are left alone)."""
+    wanted = {user for user, _ in DEV_USERS}
+    tokens: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(token_file.read_text(encoding="utf-8"))):
+        if len(row) >= 3 and not row[0].lstrip().startswith("#") and row[1].strip() in wanted:
+            tokens[row[1].strip()] = row[0].strip()
+    return tokens
+
+
+def ensure_dev_credentials(
+    state_dir: str | os.PathLike[str], *, server: str, ca_pem: bytes | None
+) -> DevCredentials:
+    """Dev-mode access to a hub at `server`: `<state_dir>/tokens.csv` and a kubeconfig per dev user.
+
+    A missing token file is created with random tokens for `DEV_USERS` (admin,
+    and a researcher for namespace default); an existing one is never
+    rewritten, so tokens survive restarts and hand edits are kept. The
+    kubeconfigs are rewritten every time, because the server address may change.
+    """
+    directory = Path(state_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    token_file = directory / "tokens.csv"
+    if not token_file.exists():
+        lines = ["# token,user,uid,groups  (kube-apiserver --token-auth-file format; see federator/apiserver/auth.py)"]
+        for user, groups in DEV_USERS:
+            lines.append(f'{secrets.token_urlsafe(32)},{user},{user}-{secrets.token_hex(4)},"{groups}"')
+        write_private_file(token_file, ("\n".join(lines) + "\n").encode("utf-8"))
+    tokens = _read_dev_tokens(token_file)
+    kubeconfigs: dict[str, Path] = {}
+    for user, _groups in DEV_USERS:
+        if user in tokens:
+            kubeconfigs[user] = write_kubeconfig(
+                directory / f"{user}.kubeconfig", server=server, ca_pem=ca_pem, token=tokens[user], user=user,
+                namespace="default", cluster_name="federator", context_name=f"federator-{user}",
+            )
+    return DevCredentials(token_file=token_file, kubeconfigs=kubeconfigs)

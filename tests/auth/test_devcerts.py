@@ -9,13 +9,20 @@ import ssl
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from federator.devcerts import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
+from federator.devcerts import (
+    ensure_dev_credentials,
+    ensure_dev_tls,
+    generate_ca,
+    server_ssl_context,
+    write_kubeconfig,
+)
 
 
 def _mode(path: Path) -> int:
@@ -157,3 +164,37 @@ def test_kubectl_reads_the_kubeconfig(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=30, check=True,
     )
     assert result.stdout == "vision https://127.0.0.1:6443"
+
+
+def test_dev_credentials_give_an_admin_and_a_default_researcher(tmp_path: Path) -> None:
+    from federator.apiserver.auth import TokenAuthenticator, authorize
+
+    tls = ensure_dev_tls(tmp_path)
+    first = ensure_dev_credentials(tmp_path, server="https://127.0.0.1:40001", ca_pem=tls.ca_pem())
+    assert set(first.kubeconfigs) == {"admin", "researcher"}
+    assert _mode(first.token_file) == 0o600
+    assert all(_mode(p) == 0o600 for p in first.kubeconfigs.values())
+    authenticator = TokenAuthenticator.from_file(first.token_file)
+
+    def principal_of(kubeconfig: Path) -> Any:
+        token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+        assert len(token) >= 32
+        return authenticator.principal_for_token(token)
+
+    admin = principal_of(first.kubeconfigs["admin"])
+    researcher = principal_of(first.kubeconfigs["researcher"])
+    assert admin is not None and researcher is not None
+    assert authorize(admin, verb="create", group="federator.dev", resource="memberclusters", namespace=None)[0]
+    assert authorize(researcher, verb="create", group="federator.dev", resource="trainingjobs",
+                     namespace="default")[0]
+    assert not authorize(researcher, verb="list", group="federator.dev", resource="trainingjobs",
+                         namespace="vision")[0]
+
+    # A restart on another port keeps the tokens and rewrites the kubeconfigs.
+    tokens_before = first.token_file.read_text()
+    second = ensure_dev_credentials(tmp_path, server="https://127.0.0.1:40002", ca_pem=tls.ca_pem())
+    assert second.token_file.read_text() == tokens_before
+    assert yaml.safe_load(second.kubeconfigs["admin"].read_text())["clusters"][0]["cluster"]["server"] == (
+        "https://127.0.0.1:40002"
+    )
+    assert principal_of(second.kubeconfigs["researcher"]) == researcher
