@@ -202,6 +202,14 @@ class SimCluster:
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
         if runner is not None:
+            for site in list(runner.sites):
+                await site.stop()
+            # Cut open connections at once: a TLS close waits for the peer's
+            # close_notify, which an idle pooled client never sends.
+            server = runner.server
+            for conn in list(server.connections if server is not None else ()):
+                if conn.transport is not None:
+                    conn.transport.abort()
             await runner.cleanup()
         if self._tls_tmp is not None:
             self._tls_tmp.cleanup()
