@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     from federator import cli_up  # local imports keep `federator --help` fast
 
     cli_up.register(sub)
+
+    from federator import cli_sim
+
+    cli_sim.register(sub)
     return parser
 
 

@@ -1,0 +1,171 @@
+"""`federator sim`: serve simulated member clusters from one process.
+
+    federator sim --profile clusterconfigs/sim/onprem-rdma-a100.yaml [--profile ...]
+                  [--state-dir .federator/sim] [--port-base 7443]
+
+Each profile (a file, or a directory of *.yaml) becomes one SimCluster on
+127.0.0.1 (HTTPS with a development CA under the state dir, bearer token);
+a kubeconfig per cluster is written to <state-dir>/<cluster>.kubeconfig and
+an index of all of them to <state-dir>/clusters.json. Runs until Ctrl-C or
+SIGTERM, then stops every cluster cleanly.
+
+Sub-commands of `federator sim` (e.g. `federator sim fault ...`) register
+themselves through `federator.cli_simfault.register(subparsers)` when that
+module exists. This module never prints or logs a token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from federator.sim.profile import ClusterProfile
+
+DEFAULT_STATE_DIR = ".federator/sim"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "sim",
+        help="serve simulated member clusters (kube-style API, gang scheduler, kubelet) from one process",
+        description=(
+            "Serve one simulated Kubernetes member cluster per profile on 127.0.0.1 and write a kubeconfig for "
+            "each. kubectl and the kubernetes Python client work against them. Stops on Ctrl-C."
+        ),
+        epilog="Example: federator sim --profile clusterconfigs/sim/ --port-base 7443",
+    )
+    p.add_argument("--profile", action="append", default=[], metavar="PATH",
+                   help="a cluster profile YAML file, or a directory of them (repeatable)")
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                   help=f"where kubeconfigs and the development CA go (default: {DEFAULT_STATE_DIR})")
+    p.add_argument("--port-base", type=int, default=None, metavar="N",
+                   help="serve cluster i on port N+i (default: free random ports)")
+    p.set_defaults(handler=_cmd_sim)
+    try:
+        cli_simfault = importlib.import_module("federator.cli_simfault")
+    except ModuleNotFoundError as e:
+        if e.name != "federator.cli_simfault":
+            raise
+        return
+    nested = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    nested.required = False
+    cli_simfault.register(nested)
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    from federator.cli import UserError
+
+    nested_handler = getattr(args, "sim_handler", None)
+    if nested_handler is not None:
+        result: int = nested_handler(args)
+        return result
+    if not args.profile:
+        raise UserError("federator sim needs at least one --profile FILE_OR_DIRECTORY")
+    profiles = _load(args.profile)
+    port_base: int | None = args.port_base
+    if port_base is not None and not (1 <= port_base and port_base + len(profiles) - 1 <= 65535):
+        raise UserError(f"--port-base {port_base}: ports {port_base}..{port_base + len(profiles) - 1} "
+                        "must lie within 1..65535")
+    from federator.obs import configure_logging
+
+    configure_logging(level=args.log_level)
+    return asyncio.run(serve(profiles, state_dir=Path(args.state_dir), port_base=port_base))
+
+
+def _load(paths: list[str]) -> list[ClusterProfile]:
+    from federator.cli import UserError
+    from federator.sim.profile import ProfileError, load_profiles
+
+    profiles: list[ClusterProfile] = []
+    where: dict[str, str] = {}
+    for path in paths:
+        try:
+            loaded = load_profiles(path)
+        except ProfileError as e:
+            raise UserError(str(e)) from None
+        for prof in loaded:
+            if prof.name in where:
+                raise UserError(f"{path}: cluster {prof.name!r} is also defined in {where[prof.name]}")
+            where[prof.name] = path
+            profiles.append(prof)
+    return profiles
+
+
+async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: int | None,
+                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
+    """Serve `profiles` until SIGINT/SIGTERM (or `stop`); 0 on a clean stop."""
+    from federator.cli import UserError
+    from federator.devcerts import ensure_dev_tls
+    from federator.sim.server import SimCluster
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tls = ensure_dev_tls(state_dir)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread / platform
+            pass
+    clusters: list[SimCluster] = []
+    try:
+        for i, prof in enumerate(profiles):
+            port = port_base + i if port_base is not None else 0
+            cluster = SimCluster(prof, port=port, tls=tls)
+            try:
+                await cluster.start()
+            except OSError as e:
+                await cluster.stop()
+                raise UserError(f"cluster {prof.name}: cannot listen on 127.0.0.1:{port}: "
+                                f"{e.strerror or e}") from None
+            clusters.append(cluster)
+        index = []
+        for cluster in clusters:
+            path = cluster.write_kubeconfig(state_dir / f"{cluster.name}.kubeconfig")
+            index.append({"name": cluster.name, "server": cluster.url, "kubeconfig": str(path),
+                          "nodes": cluster.profile.node_count,
+                          "schedulers": [s.name for s in cluster.profile.schedulers]})
+        _write_index(state_dir / "clusters.json", index)
+        _print_usage(index, state_dir)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+    finally:
+        for cluster in reversed(clusters):
+            await cluster.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover
+                pass
+    print("federator sim: all clusters stopped", flush=True)
+    return 0
+
+
+def _write_index(path: Path, index: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"clusters": index}, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _print_usage(index: list[dict[str, Any]], state_dir: Path) -> None:
+    width = max(len(c["name"]) for c in index)
+    lines = [f"federator sim: serving {len(index)} simulated cluster(s); Ctrl-C stops them"]
+    for c in index:
+        lines.append(f"  {c['name']:<{width}}  {c['server']}  {c['nodes']} nodes  "
+                     f"schedulers: {', '.join(c['schedulers'])}  kubeconfig: {c['kubeconfig']}")
+    first = index[0]["kubeconfig"]
+    lines += [
+        "Try:",
+        f"  kubectl --kubeconfig {first} get nodes",
+        f"  kubectl --kubeconfig {first} get pods -A -w",
+        f"Index of all clusters: {state_dir / 'clusters.json'}",
+    ]
+    print("\n".join(lines), flush=True)
