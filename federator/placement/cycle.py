@@ -5,11 +5,13 @@
    holds of gangs that left the queue (`reservation`).
 2. Build the assumed view of every cluster: fresh snapshot + reservations.
 3. Order the queue: priority (desc), then submission time, then key, uid.
-4. For each gang: run the profile's filters on every cluster (the first "no"
-   is that cluster's reason), score the clusters that pass, take the best
-   (ties by cluster name), reserve its node-level fit: the view of that
-   cluster for the next gang is a new snapshot with the gang's amounts
-   allocated. Nothing is mutated; the result carries the new views and book.
+4. For each gang (`evaluate_gang`): run the profile's cheap filters on every
+   cluster (the first "no" is that cluster's reason), bound each survivor's
+   score, fit node by node in bound order only the clusters that could still
+   win, take the best (ties by cluster name), reserve its node-level fit:
+   the view of that cluster for the next gang is a new snapshot with the
+   gang's amounts allocated. Nothing is mutated; the result carries the new
+   views and book.
 
 Head-of-line rule: bounded backfill with hold aging.
 - A gang that fits nowhere does not block the queue: the gangs behind it
@@ -46,7 +48,15 @@ from dataclasses import dataclass
 from immutables import Map
 
 from federator.placement.decision import Decision, Hold, PodAssignment, Rejection, ScoreBreakdown, ScoreTable, Unplaced
-from federator.placement.framework import GANG_FIT, EvalContext, PluginRegistry, Profile, ResolvedProfile
+from federator.placement.framework import ScorePlugin
+from federator.placement.framework import (
+    GANG_FIT,
+    EvalContext,
+    FederationStats,
+    PluginRegistry,
+    Profile,
+    ResolvedProfile,
+)
 from federator.placement.gang import GangRequest
 from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang_on_capacity, node_accepts_gang
 from federator.placement.plugins import default_registry
@@ -65,7 +75,7 @@ from federator.placement.reservation import (
 from federator.placement.resources import Resources
 from federator.placement.snapshot import ClusterSnapshot
 
-__all__ = ["CycleResult", "GangEvaluation", "dataset_catalog", "evaluate_gang", "queue_order", "run_cycle"]
+__all__ = ["CycleResult", "GangEvaluation", "evaluate_gang", "queue_order", "run_cycle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,8 @@ class GangEvaluation:
     why_not: Mapping[str, Rejection]
     ranked: tuple[ScoreBreakdown, ...]
     fits: Mapping[str, GangFit]
+    # Clusters that passed the cheap filters but whose score bound could not beat the winner.
+    outranked: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,55 +107,7 @@ def queue_order(gangs: Iterable[GangRequest]) -> list[GangRequest]:
     return sorted(gangs, key=lambda g: (-g.priority, g.submitted_at, g.key, g.uid))
 
 
-def dataset_catalog(snapshots: Iterable[ClusterSnapshot]) -> Map[str, int]:
-    """Size of every dataset any cluster declares (the largest declaration wins)."""
-    sizes: dict[str, int] = {}
-    for snapshot in snapshots:
-        for name, size in snapshot.info.datasets.items():
-            if size > sizes.get(name, -1):
-                sizes[name] = size
-    return Map(sizes)
-
-
-def _rank(
-    gang: GangRequest,
-    passed: list[tuple[ClusterSnapshot, EvalContext]],
-    resolved: ResolvedProfile,
-) -> tuple[ScoreBreakdown, ...]:
-    if not passed:
-        return ()
-    totals = {snapshot.name: 0.0 for snapshot, _ in passed}
-    raws: list[dict[str, float]] = []
-    norms: list[dict[str, float]] = []
-    for plugin, weight in resolved.scores:
-        raw = {snapshot.name: plugin.score(gang, snapshot, ctx) for snapshot, ctx in passed}
-        norm = plugin.normalize(raw)
-        for name in totals:
-            totals[name] += norm[name] * weight
-        raws.append(raw)
-        norms.append(norm)
-    table = ScoreTable(
-        plugins=tuple(plugin.name for plugin, _ in resolved.scores),
-        weights=tuple(weight for _, weight in resolved.scores),
-        raw=tuple(raws),
-        normalized=tuple(norms),
-    )
-    breakdowns: list[ScoreBreakdown] = []
-    for snapshot, ctx in passed:
-        name = snapshot.name
-        fit = ctx.fit
-        breakdowns.append(
-            ScoreBreakdown(
-                cluster=name,
-                # Rounded so that float noise never decides between equal clusters; the name does.
-                total=round(totals[name], 6),
-                gpu_model=fit.gpu_model if fit is not None else None,
-                nodes_used=fit.nodes_used if fit is not None else 0,
-                table=table,
-            )
-        )
-    breakdowns.sort(key=lambda b: (-b.total, b.cluster))
-    return tuple(breakdowns)
+_BOUND_SLACK = 1e-9  # keeps a bound >= the exact total despite float summation order
 
 
 def evaluate_gang(
@@ -152,28 +116,103 @@ def evaluate_gang(
     resolved: ResolvedProfile,
     *,
     now: float,
-    dataset_sizes: Mapping[str, int],
+    federation: FederationStats,
 ) -> GangEvaluation:
-    """Filter every view (in the given order), then score and rank the ones that pass."""
-    why_not: dict[str, Rejection] = {}
-    passed: list[tuple[ClusterSnapshot, EvalContext]] = []
+    """Filter every view, then fit and score, best bound first, the clusters that could win.
+
+    Exactness of the pruning: a cluster's total is the sum over score
+    plugins of weight x normalised score, and normalisation does not depend
+    on the other clusters. Plugins that do not read the fit are exact before
+    it; those that do are at most 100. So `bound` = exact part + 100 x their
+    weights is >= the cluster's total. Clusters are fitted in order of
+    (bound desc, name); once the best total found beats a cluster's bound
+    (or equals it and wins the tie on name), that cluster cannot be chosen
+    and is listed in `outranked` with its bound instead of being fitted.
+    The choice is therefore the one an exhaustive evaluation makes
+    (`Profile.exhaustive` does that, for fuller explanations).
+    """
     profile = resolved.profile
-    filters = resolved.filters
+    why_not: dict[str, Rejection] = {}
+    pre = [(plugin, weight) for plugin, weight in resolved.scores if not plugin.needs_fit]
+    post = [(plugin, weight) for plugin, weight in resolved.scores if plugin.needs_fit]
+    post_max = sum(100.0 * weight for _, weight in post)
+    candidates: list[tuple[float, str, ClusterSnapshot, EvalContext, float]] = []
+    cheap_checks = resolved.cheap_checks
     for snapshot in views:
-        ctx = EvalContext(now=now, profile=profile, dataset_sizes=dataset_sizes)
-        for plugin in filters:
-            result = plugin.filter(gang, snapshot, ctx)
+        ctx = EvalContext(now=now, profile=profile, federation=federation)
+        for filter_name, check in cheap_checks:
+            result = check(gang, snapshot, ctx)
             if not result.ok:
-                why_not[snapshot.name] = Rejection(
-                    snapshot.name, plugin.name, result.code, result.message, result.numbers
-                )
+                why_not[snapshot.name] = Rejection(snapshot.name, filter_name, result.code, result.message, result.numbers)
+                break
+        else:
+            partial = 0.0
+            for plugin, weight in pre:
+                partial += weight * plugin.normalize(plugin.score(gang, snapshot, ctx), gang, ctx)
+            candidates.append((round(partial + post_max + _BOUND_SLACK, 6), snapshot.name, snapshot, ctx, partial))
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+
+    best: tuple[float, str] | None = None
+    outranked: dict[str, float] = {}
+    scored: list[tuple[str, EvalContext, float, list[float], list[float]]] = []
+    for bound, name, snapshot, ctx, partial in candidates:
+        if best is not None and not profile.exhaustive and (bound < best[0] or (bound == best[0] and name > best[1])):
+            outranked[name] = bound
+            continue
+        for filter_name, check in resolved.exact_checks:
+            result = check(gang, snapshot, ctx)
+            if not result.ok:
+                why_not[name] = Rejection(name, filter_name, result.code, result.message, result.numbers)
                 break
         else:
             if ctx.fit is None or not ctx.fit.ok:
-                raise RuntimeError(f"filter {GANG_FIT!r} passed {snapshot.name} without leaving a fit")
-            passed.append((snapshot, ctx))
-    fits = {snapshot.name: ctx.fit for snapshot, ctx in passed if ctx.fit is not None}
-    return GangEvaluation(why_not=why_not, ranked=_rank(gang, passed, resolved), fits=fits)
+                raise RuntimeError(f"filter {GANG_FIT!r} passed {name} without leaving a fit")
+            post_raws = [plugin.score(gang, snapshot, ctx) for plugin, _ in post]
+            post_norms = [plugin.normalize(raw, gang, ctx) for (plugin, _), raw in zip(post, post_raws, strict=True)]
+            total = partial
+            for norm, (_, weight) in zip(post_norms, post, strict=True):
+                total += weight * norm
+            total = round(total, 6)
+            # The breakdown's pre-fit parts are recomputed only for the few clusters scored in full.
+            raws = [plugin.score(gang, snapshot, ctx) for plugin, _ in pre]
+            norms = [plugin.normalize(raw, gang, ctx) for (plugin, _), raw in zip(pre, raws, strict=True)]
+            scored.append((name, ctx, total, raws + post_raws, norms + post_norms))
+            if best is None or total > best[0] or (total == best[0] and name < best[1]):
+                best = (total, name)
+    return GangEvaluation(
+        why_not=why_not,
+        ranked=_breakdowns(scored, pre, post),
+        fits={name: ctx.fit for name, ctx, _, _, _ in scored if ctx.fit is not None},
+        outranked=outranked,
+    )
+
+
+def _breakdowns(
+    scored: list[tuple[str, EvalContext, float, list[float], list[float]]],
+    pre: list[tuple[ScorePlugin, float]],
+    post: list[tuple[ScorePlugin, float]],
+) -> tuple[ScoreBreakdown, ...]:
+    if not scored:
+        return ()
+    columns = pre + post
+    table = ScoreTable(
+        plugins=tuple(plugin.name for plugin, _ in columns),
+        weights=tuple(weight for _, weight in columns),
+        raw=tuple({name: raws[i] for name, _, _, raws, _ in scored} for i in range(len(columns))),
+        normalized=tuple({name: norms[i] for name, _, _, _, norms in scored} for i in range(len(columns))),
+    )
+    breakdowns = [
+        ScoreBreakdown(
+            cluster=name,
+            total=total,
+            gpu_model=ctx.fit.gpu_model if ctx.fit is not None else None,
+            nodes_used=ctx.fit.nodes_used if ctx.fit is not None else 0,
+            table=table,
+        )
+        for name, ctx, total, _, _ in scored
+    ]
+    breakdowns.sort(key=lambda b: (-b.total, b.cluster))
+    return tuple(breakdowns)
 
 
 def _assignment(gang: GangRequest, fit: GangFit) -> tuple[PodAssignment, ...]:
@@ -279,7 +318,7 @@ def run_cycle(
 
     book, released_list = expire_reservations(reservations, now=now)
     released = list(released_list)
-    for name in sorted(snapshots):
+    for name in sorted(book.clusters() & snapshots.keys()):
         book, shown = reconcile_reservations(book, snapshots[name], now=now)
         released.extend(shown)
     pending_uids = {gang.uid for gang in pending}
@@ -290,8 +329,12 @@ def run_cycle(
                 Release(reservation.gang_uid, reservation.cluster, reservation.kind, ReleaseReason.DROPPED)
             )
 
-    views: dict[str, ClusterSnapshot] = {name: assume(snapshots[name], book) for name in sorted(snapshots)}
-    dataset_sizes = dataset_catalog(snapshots.values())
+    names = sorted(snapshots)
+    reserved = book.clusters()
+    views: dict[str, ClusterSnapshot] = {
+        name: assume(snapshots[name], book) if name in reserved else snapshots[name] for name in names
+    }
+    federation = FederationStats.of(snapshots[name] for name in names)
     holds: dict[str, Reservation] = {r.gang_uid: r for r in book.holds()}
     holder_priority = {gang.uid: gang.priority for gang in pending}
     holds_per_cluster: Counter[str] = Counter(r.cluster for r in holds.values())
@@ -312,11 +355,16 @@ def run_cycle(
             for uid, hold in holds.items()
             if uid == gang.uid or holder_priority[uid] < gang.priority
         ]
-        gang_views = dict(views)
-        for hold in ignored:
-            gang_views[hold.cluster] = gang_views[hold.cluster].with_allocation_changes(hold.amounts, release=True)
-        ordered = [gang_views[name] for name in sorted(gang_views)]
-        evaluation = evaluate_gang(gang, ordered, resolved, now=now, dataset_sizes=dataset_sizes)
+        gang_views = views
+        if ignored:
+            gang_views = dict(views)
+            for hold in ignored:
+                gang_views[hold.cluster] = gang_views[hold.cluster].with_allocation_changes(
+                    hold.amounts, release=True
+                )
+        evaluation = evaluate_gang(
+            gang, [gang_views[name] for name in names], resolved, now=now, federation=federation
+        )
 
         if evaluation.ranked:
             best = evaluation.ranked[0]
@@ -358,6 +406,7 @@ def run_cycle(
                     decided_at=now,
                     why_not=Map(evaluation.why_not),
                     scores=evaluation.ranked,
+                    outranked=Map(evaluation.outranked),
                 )
             )
             continue

@@ -3,8 +3,10 @@
 These are plain frozen values: the placement controller records them,
 `explain` renders them, `federator describe job` shows them. "Why not
 cluster X" is always answerable: every cluster that was not chosen appears
-either in `why_not` (a filter rejected it, with a code and numbers) or in
-`scores` (it passed but ranked lower).
+in `why_not` (a filter rejected it, with a code and numbers), in `scores`
+(it passed but ranked lower), or in `outranked` (it passed the cheap
+filters but even its best possible score was below the chosen one's, so it
+was not fitted node by node).
 
 Pure: no I/O.
 """
@@ -108,8 +110,10 @@ class Decision:
     decided_at: float
     # Clusters a filter rejected, by name; the chosen cluster is never here.
     why_not: Mapping[str, Rejection]
-    # Every cluster that passed all filters, best first (the chosen one is first).
+    # Every cluster fitted and scored, best first (the chosen one is first).
     scores: tuple[ScoreBreakdown, ...]
+    # Clusters that could not beat the chosen one: name -> the most they could have scored.
+    outranked: Mapping[str, float] = field(default_factory=Map)
 
     @property
     def nodes(self) -> frozenset[str]:

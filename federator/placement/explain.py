@@ -73,9 +73,14 @@ def render_decision(decision: Decision) -> str:
         *_assignment_lines(decision),
         "Scores (normalised x weight):",
         *render_scores(decision.scores),
-        "Why not the other clusters:",
-        *render_why_not(decision.why_not),
     ]
+    if decision.outranked:
+        best = decision.scores[0].total if decision.scores else 0.0
+        lines.append(f"Outranked (passed the cheap filters, but could score at most this, below {best:.1f}):")
+        rows = [(name, f"{decision.outranked[name]:.1f}") for name in sorted(decision.outranked)]
+        lines.extend(_table(("CLUSTER", "AT MOST"), rows))
+    lines.append("Why not the other clusters:")
+    lines.extend(render_why_not(decision.why_not))
     return "\n".join(lines)
 
 

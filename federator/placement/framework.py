@@ -4,11 +4,22 @@ Shape borrowed from kube-scheduler and Volcano:
 - a filter plugin answers `filter(gang, snapshot, ctx) -> FilterResult`:
   ok, or a stable code, a sentence and the numbers behind it;
 - a score plugin answers `score(gang, snapshot, ctx) -> float` (raw, higher
-  is better) and `normalize(raw by cluster) -> 0..100 by cluster`;
+  is better) and `normalize(raw, gang, ctx) -> 0..100`. Normalisation is
+  absolute: it may use cycle-wide reference values (`FederationStats`: the
+  largest bandwidth, the cheapest GPU-hour, the largest node, dataset sizes)
+  but never the other candidates, so a cluster's score does not depend on
+  which other clusters passed. That is what lets the cycle prune: a plugin
+  that does not need the node-level fit (`needs_fit = False`) is exact before
+  the fit, the others are at most 100, so a cluster whose upper bound cannot
+  beat the best total found so far is never fitted node by node;
 - a Profile lists the filters in the order they run (cheap first; the first
   "no" is the cluster's reason) and a weight per score plugin;
+- a filter may be deferred (`DeferredFilter`): its `precheck` (O(1)
+  necessary conditions) runs in its place in the chain, its exact `filter`
+  only for clusters that could still win (gang-fit is the one that is);
 - the ranking is the weighted sum of normalised scores, ties broken by
-  cluster name, so the same inputs always give the same order.
+  cluster name, so the same inputs always give the same order. Pruning never
+  changes the choice: see `cycle.evaluate_gang`.
 
 `EvalContext` is the per-(gang, cluster) scratch of one evaluation, like
 kube-scheduler's CycleState: the gpu-model filter leaves the models to try,
@@ -21,7 +32,7 @@ Pure: no I/O, no clocks (time comes in as `now`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -29,16 +40,19 @@ from immutables import Map
 
 from federator.placement.gang import GangRequest
 from federator.placement.nodefit import GangFit
+from federator.placement.resources import ZERO, Resources
 from federator.placement.snapshot import ClusterSnapshot, Location
 
 __all__ = [
     "DEFAULT_FILTERS",
     "DEFAULT_WEIGHTS",
     "GANG_FIT",
+    "PASSED",
+    "DeferredFilter",
     "EvalContext",
+    "FederationStats",
     "FilterPlugin",
     "FilterResult",
-    "MaxNormalized",
     "PluginRegistry",
     "Profile",
     "ProfileError",
@@ -93,6 +107,8 @@ class FilterResult:
 
 
 _PASSED = FilterResult(True)
+# The one "ok" result; plugins return it instead of building a new one per cluster.
+PASSED = _PASSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +125,9 @@ class Profile:
     # A gang unplaced this long after submission may take a head-of-line hold.
     hold_after_seconds: float = 600.0
     max_holds_per_cluster: int = 1
+    # Fit and score every cluster that passes the cheap filters, even those that cannot win
+    # (same decisions, fuller explanations, slower): for describe and debugging.
+    exhaustive: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "filters", tuple(self.filters))
@@ -137,16 +156,52 @@ class Profile:
             raise ProfileError(f"profile {self.name!r}: max_holds_per_cluster must be a non-negative int")
 
 
+@dataclass(frozen=True, slots=True)
+class FederationStats:
+    """Cycle-wide reference values for absolute score normalisation, computed once per cycle."""
+
+    # Size of every dataset any cluster declares (the largest declaration wins): name -> bytes.
+    dataset_sizes: Mapping[str, int] = field(default_factory=Map)
+    max_bandwidth_gbps: float = 0.0
+    min_cost_per_gpu_hour: float = 0.0
+    # Componentwise maximum of the allocatable of every schedulable node in the federation.
+    max_node_allocatable: Resources = ZERO
+
+    @classmethod
+    def of(cls, snapshots: Iterable[ClusterSnapshot]) -> FederationStats:
+        sizes: dict[str, int] = {}
+        bandwidth = 0.0
+        cost: float | None = None
+        cpu = memory = gpu = rdma = 0
+        for snapshot in snapshots:
+            info = snapshot.info
+            for name, size in info.datasets.items():
+                if size > sizes.get(name, -1):
+                    sizes[name] = size
+            bandwidth = max(bandwidth, float(info.bandwidth_gbps))
+            cost = float(info.cost_per_gpu_hour) if cost is None else min(cost, float(info.cost_per_gpu_hour))
+            largest = snapshot.index.max_node_allocatable
+            cpu = max(cpu, largest.cpu_milli)
+            memory = max(memory, largest.memory)
+            gpu = max(gpu, largest.gpu)
+            rdma = max(rdma, largest.rdma)
+        return cls(
+            dataset_sizes=Map(sizes),
+            max_bandwidth_gbps=bandwidth,
+            min_cost_per_gpu_hour=cost or 0.0,
+            max_node_allocatable=Resources(cpu, memory, gpu, rdma),
+        )
+
+
 class EvalContext:
     """Scratch of one (gang, cluster) evaluation; see the module docstring."""
 
-    __slots__ = ("now", "profile", "dataset_sizes", "gpu_models", "fit")
+    __slots__ = ("now", "profile", "federation", "gpu_models", "fit")
 
-    def __init__(self, *, now: float, profile: Profile, dataset_sizes: Mapping[str, int]) -> None:
+    def __init__(self, *, now: float, profile: Profile, federation: FederationStats) -> None:
         self.now = now
         self.profile = profile
-        # Size of every dataset any cluster declares: name -> bytes.
-        self.dataset_sizes = dataset_sizes
+        self.federation = federation
         # Set by the gpu-model filter: models to try, in order; None = not filtered yet.
         self.gpu_models: tuple[str, ...] | None = None
         # Set by the gang-fit filter when the gang fits.
@@ -162,23 +217,32 @@ class FilterPlugin(Protocol):
 
 
 @runtime_checkable
+class DeferredFilter(Protocol):
+    """A filter with a cheap necessary check (`precheck`) and an expensive exact one (`filter`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def precheck(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult: ...
+
+    def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult: ...
+
+
+@runtime_checkable
 class ScorePlugin(Protocol):
     @property
     def name(self) -> str: ...
 
+    # True if `score` reads `ctx.fit` (the node-level fit); such scores are bounded by 100 before the fit.
+    @property
+    def needs_fit(self) -> bool: ...
+
     def score(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> float: ...
 
-    def normalize(self, raw: Mapping[str, float]) -> dict[str, float]: ...
+    def normalize(self, raw: float, gang: GangRequest, ctx: EvalContext) -> float: ...
 
 
-class MaxNormalized:
-    """Default normalisation: raw / max(raw) * 100 (all zero -> all zero); proportions are kept."""
-
-    def normalize(self, raw: Mapping[str, float]) -> dict[str, float]:
-        top = max(raw.values(), default=0.0)
-        if top <= 0:
-            return {cluster: 0.0 for cluster in raw}
-        return {cluster: 100.0 * max(0.0, value) / top for cluster, value in raw.items()}
+Check = Callable[[GangRequest, ClusterSnapshot, EvalContext], FilterResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +250,10 @@ class ResolvedProfile:
     profile: Profile
     filters: tuple[FilterPlugin, ...]
     scores: tuple[tuple[ScorePlugin, float], ...]
+    # (filter name, check) in profile order, with deferred filters' prechecks in their place.
+    cheap_checks: tuple[tuple[str, Check], ...] = ()
+    # (filter name, exact check) of the deferred filters, in profile order.
+    exact_checks: tuple[tuple[str, Check], ...] = ()
 
 
 class PluginRegistry:
@@ -194,6 +262,7 @@ class PluginRegistry:
     def __init__(self, *, filters: Iterable[FilterPlugin], scores: Iterable[ScorePlugin]) -> None:
         self._filters: dict[str, FilterPlugin] = {}
         self._scores: dict[str, ScorePlugin] = {}
+        self._resolved: dict[Profile, ResolvedProfile] = {}
         for plugin in filters:
             if plugin.name in self._filters:
                 raise ProfileError(f"filter plugin {plugin.name!r} registered twice")
@@ -212,6 +281,15 @@ class PluginRegistry:
         return tuple(self._scores)
 
     def resolve(self, profile: Profile) -> ResolvedProfile:
+        """Plugins of a profile; resolved once per profile (registries and profiles are immutable)."""
+        resolved = self._resolved.get(profile)
+        if resolved is None:
+            resolved = self._resolve(profile)
+            if len(self._resolved) < 64:
+                self._resolved[profile] = resolved
+        return resolved
+
+    def _resolve(self, profile: Profile) -> ResolvedProfile:
         unknown = [name for name in profile.filters if name not in self._filters]
         if unknown:
             raise ProfileError(
@@ -222,12 +300,23 @@ class PluginRegistry:
             raise ProfileError(
                 f"profile {profile.name!r}: unknown score {unknown[0]!r}; known: {', '.join(self._scores)}"
             )
+        filters = tuple(self._filters[name] for name in profile.filters)
+        cheap: list[tuple[str, Check]] = []
+        exact: list[tuple[str, Check]] = []
+        for plugin in filters:
+            if isinstance(plugin, DeferredFilter):
+                cheap.append((plugin.name, plugin.precheck))
+                exact.append((plugin.name, plugin.filter))
+            else:
+                cheap.append((plugin.name, plugin.filter))
         return ResolvedProfile(
             profile=profile,
-            filters=tuple(self._filters[name] for name in profile.filters),
+            filters=filters,
             scores=tuple(
                 (self._scores[name], float(weight))
                 for name, weight in sorted(profile.weights.items())
                 if weight > 0
             ),
+            cheap_checks=tuple(cheap),
+            exact_checks=tuple(exact),
         )

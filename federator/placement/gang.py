@@ -217,6 +217,8 @@ class GangRequest:
     total: Resources = field(init=False, compare=False, repr=False)
     pod_count: int = field(init=False, compare=False, repr=False)
     rdma_pod_count: int = field(init=False, compare=False, repr=False)
+    # What the pods ask, role by role in fit order: gangs with the same shape pack the same way.
+    shape: tuple[tuple[str, int, int, int, int, int], ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("key", "uid"):
@@ -259,7 +261,16 @@ class GangRequest:
         if pod_count > MAX_GANG_PODS:
             raise ValueError(f"gang {self.key}: {pod_count} pods exceeds the limit of {MAX_GANG_PODS}")
         object.__setattr__(self, "pod_count", pod_count)
-        object.__setattr__(self, "fit_order", tuple(sorted(roles, key=_fit_order_key)))
+        fit_order = tuple(sorted(roles, key=_fit_order_key))
+        object.__setattr__(self, "fit_order", fit_order)
+        object.__setattr__(
+            self,
+            "shape",
+            tuple(
+                (r.name, r.replicas, r.requests.cpu_milli, r.requests.memory, r.requests.gpu, r.requests.rdma)
+                for r in fit_order
+            ),
+        )
         total = Resources()
         for role in roles:
             total = total + role.requests.times(role.replicas)

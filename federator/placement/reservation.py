@@ -143,6 +143,10 @@ class ReservationBook:
     def for_cluster(self, cluster: str) -> tuple[Reservation, ...]:
         return tuple(r for r in self if r.cluster == cluster)
 
+    def clusters(self) -> frozenset[str]:
+        """Clusters that have at least one reservation."""
+        return frozenset(r.cluster for r in self.by_gang.values())
+
     def holds(self) -> tuple[Reservation, ...]:
         return tuple(r for r in self if r.kind is ReservationKind.HOLD)
 

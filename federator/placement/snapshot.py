@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -206,6 +206,8 @@ class NodeState:
 
 
 BucketKey = tuple[str, int]
+# Distinct gang shapes remembered per index; beyond this, answers are computed, not stored.
+_MEMO_LIMIT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,11 +240,24 @@ class ClusterIndex:
     unschedulable_nodes: int
     # dataset -> number of nodes (any state) caching it locally.
     node_datasets: Map[str, int]
+    # Allocatable shapes of the eligible nodes -> node count, and their componentwise maximum.
+    shapes: Map[Resources, int] = field(default_factory=Map)
+    max_node_allocatable: Resources = ZERO
     # GPU models (not CPU_ONLY) ordered by free GPUs (desc), then name: the try order of "any model".
     models_by_free: tuple[str, ...] = ()
     # Memo of the histogram bounds below, keyed (from capacity?, model, GPUs per pod). The index is
     # immutable, so a bound once computed stays true; the memo only saves recomputing it per gang.
     _bounds: dict[tuple[bool, str, int], int] = field(default_factory=dict, compare=False, repr=False)
+    # Memo for plugins whose answers are functions of this index alone (see `remember`).
+    _memo: dict[Hashable, object] = field(default_factory=dict, compare=False, repr=False)
+
+    def recall(self, key: Hashable) -> object | None:
+        return self._memo.get(key)
+
+    def remember(self, key: Hashable, value: object) -> None:
+        """Memoise a value that depends only on this (immutable) index and `key`. Bounded in size."""
+        if len(self._memo) < _MEMO_LIMIT:
+            self._memo[key] = value
 
     @property
     def gpu_models(self) -> tuple[str, ...]:
@@ -309,6 +324,7 @@ class _IndexDraft:
         "_free_gpu",
         "_datasets",
         "_counters",
+        "_shapes",
     )
 
     def __init__(self, base: ClusterIndex) -> None:
@@ -318,6 +334,7 @@ class _IndexDraft:
         self._capacity: dict[str, dict[int, int]] = {}
         self._free_gpu: dict[str, int] = {}
         self._datasets: dict[str, int] = {}
+        self._shapes: dict[Resources, int] | None = None
         self._counters = [
             base.free_cpu_milli,
             base.free_memory,
@@ -393,6 +410,9 @@ class _IndexDraft:
         self._move_totals(node, sign)
         capacity = self._capacity_of(node.model_key)
         capacity[node.allocatable.gpu] = capacity.get(node.allocatable.gpu, 0) + sign
+        if self._shapes is None:
+            self._shapes = dict(self._base.shapes)
+        self._shapes[node.allocatable] = self._shapes.get(node.allocatable, 0) + sign
         key = (node.model_key, node.free.gpu)
         bucket: tuple[str, ...] = self._buckets.get(key, ())
         pos = bisect_left(bucket, node.name)
@@ -467,6 +487,17 @@ class _IndexDraft:
                 elif name in ds_mutation:
                     del ds_mutation[name]
             datasets = ds_mutation.finish()
+        shapes = base.shapes
+        max_node = base.max_node_allocatable
+        if self._shapes is not None:
+            live = {shape: count for shape, count in self._shapes.items() if count}
+            shapes = Map(live)
+            max_node = Resources(
+                max((r.cpu_milli for r in live), default=0),
+                max((r.memory for r in live), default=0),
+                max((r.gpu for r in live), default=0),
+                max((r.rdma for r in live), default=0),
+            )
         c = self._counters
         return ClusterIndex(
             buckets=buckets,
@@ -484,6 +515,8 @@ class _IndexDraft:
             not_ready_nodes=c[5],
             unschedulable_nodes=c[6],
             node_datasets=datasets,
+            shapes=shapes,
+            max_node_allocatable=max_node,
             models_by_free=tuple(
                 sorted((m for m in capacity if m != CPU_ONLY), key=lambda m: (-free_gpu.get(m, 0), m))
             ),

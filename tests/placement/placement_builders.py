@@ -218,23 +218,26 @@ def run_filter(
     plugin: object, g: GangRequest, snapshot: ClusterSnapshot, *, now: float = 0.0, profile: object = None
 ) -> tuple[object, object]:
     """Run one filter plugin alone; returns (FilterResult, EvalContext)."""
-    from federator.placement.framework import EvalContext, Profile
+    from federator.placement.framework import EvalContext, FederationStats, Profile
 
-    ctx = EvalContext(now=now, profile=profile or Profile(), dataset_sizes={})  # type: ignore[arg-type]
+    ctx = EvalContext(now=now, profile=profile or Profile(), federation=FederationStats.of([snapshot]))  # type: ignore[arg-type]
     return plugin.filter(g, snapshot, ctx), ctx  # type: ignore[attr-defined]
 
 
 def score_columns(
     plugin_name: str, g: GangRequest, snapshots: Sequence[ClusterSnapshot], *, profile: object = None
 ) -> dict[str, tuple[float, float]]:
-    """Evaluate the gang with the default plugins; return {cluster: (raw, normalised)} of one score plugin."""
-    from federator.placement.cycle import dataset_catalog, evaluate_gang
-    from federator.placement.framework import Profile
+    """Evaluate the gang exhaustively with the default plugins; {cluster: (raw, normalised)} of one score."""
+    import dataclasses
+
+    from federator.placement.cycle import evaluate_gang
+    from federator.placement.framework import FederationStats, Profile
     from federator.placement.plugins import default_registry
 
-    resolved = default_registry().resolve(profile or Profile())  # type: ignore[arg-type]
+    chosen = dataclasses.replace(profile or Profile(), exhaustive=True)  # type: ignore[type-var]
+    resolved = default_registry().resolve(chosen)
     evaluation = evaluate_gang(
-        g, sorted(snapshots, key=lambda s: s.name), resolved, now=0.0, dataset_sizes=dataset_catalog(snapshots)
+        g, sorted(snapshots, key=lambda s: s.name), resolved, now=0.0, federation=FederationStats.of(snapshots)
     )
     out: dict[str, tuple[float, float]] = {}
     for breakdown in evaluation.ranked:

@@ -152,24 +152,34 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("exhaustive", [False, True], ids=["pruned", "exhaustive"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_case(case: Case) -> None:
+def test_case(case: Case, exhaustive: bool) -> None:
     snapshots = by_name(*case.clusters)
-    result = run_cycle(case.gangs, snapshots, Profile(), now=case.now)
+    result = run_cycle(case.gangs, snapshots, Profile(exhaustive=exhaustive), now=case.now)
     placed = {d.gang_key: d.cluster for d in result.decisions}
     unplaced = {u.gang_key: u for u in result.unplaced}
     assert set(placed) | set(unplaced) == {g.key for g in case.gangs}
     for key, expected in case.placed.items():
         assert placed.get(key) == expected, f"{key}: placed {placed.get(key)}, expected {expected}"
     why_not = {d.gang_key: d.why_not for d in result.decisions} | {u.gang_key: u.why_not for u in result.unplaced}
+    outranked = {d.gang_key: d.outranked for d in result.decisions}
     for (key, cluster_name), code in case.reasons.items():
+        if not exhaustive and cluster_name in outranked.get(key, {}):
+            continue  # not fitted: it could not have won anyway
         assert why_not[key][cluster_name].code == code, why_not[key][cluster_name]
     for (key, cluster_name), text in case.messages.items():
         assert text in why_not[key][cluster_name].message
-    # Every cluster not chosen is either rejected with a reason or ranked lower.
+    # Every cluster not chosen is rejected with a reason, ranked lower, or outranked by its bound.
     for decision in result.decisions:
-        assert decision.scores[0].cluster == decision.cluster
-        assert set(decision.why_not) | {s.cluster for s in decision.scores} == set(snapshots)
+        chosen = decision.scores[0]
+        assert chosen.cluster == decision.cluster
+        scored = {s.cluster for s in decision.scores}
+        assert set(decision.why_not) | scored | set(decision.outranked) == set(snapshots)
+        assert len(decision.why_not) + len(scored) + len(decision.outranked) == len(snapshots)
+        for name, bound in decision.outranked.items():
+            assert bound < chosen.total or (bound == chosen.total and name > chosen.cluster)
+        assert not exhaustive or not decision.outranked
         assert decision.cluster not in decision.why_not
         assert decision.resource_version == snapshots[decision.cluster].resource_version
     for entry in result.unplaced:

@@ -11,7 +11,6 @@ from federator.placement.framework import (
     EvalContext,
     FilterPlugin,
     FilterResult,
-    MaxNormalized,
     PluginRegistry,
     ScorePlugin,
 )
@@ -57,18 +56,25 @@ def test_unknown_plugin_names_are_errors() -> None:
         default_registry().resolve(Profile(weights={"vibes": 1.0}))
 
 
-def test_max_normalisation() -> None:
-    assert MaxNormalized().normalize({"a": 2.0, "b": 1.0, "c": 0.0}) == {"a": 100.0, "b": 50.0, "c": 0.0}
-    assert MaxNormalized().normalize({"a": 0.0}) == {"a": 0.0}
-
-
 def test_ties_are_broken_by_cluster_name() -> None:
     snaps = by_name(cluster("zeta", nodes("n", 2)), cluster("alpha", nodes("n", 2)), cluster("mid", nodes("n", 2)))
-    result = run_cycle([gang("g")], snaps, Profile(), now=0.0)
-    decision = result.decisions[0]
+    decision = run_cycle([gang("g")], snaps, Profile(exhaustive=True), now=0.0).decisions[0]
     assert [s.cluster for s in decision.scores] == ["alpha", "mid", "zeta"]
     assert decision.cluster == "alpha"
     assert len({s.total for s in decision.scores}) == 1
+    # Pruned: the same choice; the others could at best tie, and lose the tie on name, so they are not fitted.
+    pruned = run_cycle([gang("g")], snaps, Profile(), now=0.0).decisions[0]
+    assert pruned.cluster == "alpha" and [s.cluster for s in pruned.scores] == ["alpha"]
+    assert dict(pruned.outranked) == {"mid": pruned.scores[0].total, "zeta": pruned.scores[0].total}
+
+
+def test_pruning_fits_only_clusters_that_could_win() -> None:
+    # Ten identical clusters, one of which holds the gang's data: it wins on locality before any fit elsewhere.
+    clusters = [cluster(f"c{i}", nodes("n", 4), datasets={"d": 10**12} if i == 7 else {}) for i in range(10)]
+    decision = run_cycle([gang("g", datasets=["d"])], by_name(*clusters), Profile(), now=0.0).decisions[0]
+    assert decision.cluster == "c7"
+    assert [s.cluster for s in decision.scores] == ["c7"]
+    assert set(decision.outranked) == {f"c{i}" for i in range(10) if i != 7}
 
 
 def test_weights_change_the_choice() -> None:

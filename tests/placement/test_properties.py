@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -173,16 +174,36 @@ def test_every_cluster_not_chosen_has_a_reason(snapshots: dict[str, ClusterSnaps
     for decision in result.decisions:
         scored = [s.cluster for s in decision.scores]
         assert scored[0] == decision.cluster
-        assert set(scored).isdisjoint(decision.why_not)
-        assert set(scored) | set(decision.why_not) == set(snapshots)
+        parts = [set(scored), set(decision.why_not), set(decision.outranked)]
+        assert sum(len(p) for p in parts) == len(snapshots) and set.union(*parts) == set(snapshots)
         totals = [s.total for s in decision.scores]
         assert totals == sorted(totals, reverse=True)
+        best = decision.scores[0]
+        for name, bound in decision.outranked.items():
+            assert bound < best.total or (bound == best.total and name > best.cluster)
     for entry in result.unplaced:
         assert set(entry.why_not) == set(snapshots)
     for why_not in [d.why_not for d in result.decisions] + [u.why_not for u in result.unplaced]:
         for name, rejection in why_not.items():
             assert rejection.cluster == name
             assert rejection.filter and rejection.code and rejection.message
+
+
+@SETTINGS
+@given(snapshots=clusters(), pending=gangs())
+def test_pruning_never_changes_a_decision(snapshots: dict[str, ClusterSnapshot], pending: list[GangRequest]) -> None:
+    pruned = run_cycle(pending, snapshots, PROFILE, now=1000.0)
+    full = run_cycle(pending, snapshots, dataclasses.replace(PROFILE, exhaustive=True), now=1000.0)
+    assert [(d.gang_uid, d.cluster, d.assignment) for d in pruned.decisions] == [
+        (d.gang_uid, d.cluster, d.assignment) for d in full.decisions
+    ]
+    assert [u.gang_uid for u in pruned.unplaced] == [u.gang_uid for u in full.unplaced]
+    for short, long in zip(pruned.decisions, full.decisions, strict=True):
+        assert short.scores[0] == long.scores[0]
+        assert short.scores[0].parts == long.scores[0].parts
+        exact = {s.cluster: s.total for s in long.scores}
+        for name, bound in short.outranked.items():
+            assert name in long.why_not or exact[name] <= bound
 
 
 def _independent_max_pods(g: GangRequest, snapshot: ClusterSnapshot) -> int:
@@ -219,7 +240,8 @@ def _independent_max_pods(g: GangRequest, snapshot: ClusterSnapshot) -> int:
 @given(snapshots=clusters(), pending=gangs(count=1, single_role=True))
 def test_gang_fit_is_exact_for_one_role_gangs(snapshots: dict[str, ClusterSnapshot], pending: list[GangRequest]) -> None:
     (g,) = pending
-    result = run_cycle([g], snapshots, PROFILE, now=0.0)
+    # Exhaustive, so that every cluster that passes the cheap filters is fitted node by node.
+    result = run_cycle([g], snapshots, dataclasses.replace(PROFILE, exhaustive=True), now=0.0)
     why_not = result.decisions[0].why_not if result.decisions else result.unplaced[0].why_not
     for name, snapshot in snapshots.items():
         fits = _independent_max_pods(g, snapshot)

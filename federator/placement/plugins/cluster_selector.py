@@ -7,7 +7,7 @@ fails. Pure.
 
 from __future__ import annotations
 
-from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest
 from federator.placement.snapshot import ClusterSnapshot
 
@@ -20,6 +20,6 @@ class ClusterSelectorFilter:
     def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
         selector = gang.cluster_selector
         if selector is None or selector.matches(snapshot.info.labels):
-            return FilterResult.passed()
+            return PASSED
         term = selector.first_mismatch(snapshot.info.labels)
         return FilterResult.reject(SELECTOR_MISMATCH, f"cluster labels do not satisfy the cluster selector: {term}")

@@ -1,13 +1,12 @@
 """Score "cost": cheaper GPU-hours score higher.
 
 Raw score: the cluster's declared cost per GPU-hour. Normalised as
-cheapest / this x 100, so the cheapest passing cluster scores 100 and one
-twice as dear scores 50; a free cluster (cost 0) scores 100. Pure.
+cheapest in the federation / this x 100, so the cheapest cluster scores
+100 and one twice as dear scores 50; a free cluster (cost 0) scores 100.
+Does not need the node-level fit. Pure.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 from federator.placement.framework import EvalContext
 from federator.placement.gang import GangRequest
@@ -16,10 +15,12 @@ from federator.placement.snapshot import ClusterSnapshot
 
 class CostScore:
     name = "cost"
+    needs_fit = False
 
     def score(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> float:
         return float(snapshot.info.cost_per_gpu_hour)
 
-    def normalize(self, raw: Mapping[str, float]) -> dict[str, float]:
-        cheapest = min(raw.values(), default=0.0)
-        return {cluster: 100.0 if value <= 0 else 100.0 * cheapest / value for cluster, value in raw.items()}
+    def normalize(self, raw: float, gang: GangRequest, ctx: EvalContext) -> float:
+        if raw <= 0:
+            return 100.0
+        return min(100.0, 100.0 * ctx.federation.min_cost_per_gpu_hour / raw)

@@ -7,7 +7,7 @@ while so the next decision does not send it straight back. Pure.
 
 from __future__ import annotations
 
-from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest
 from federator.placement.snapshot import ClusterSnapshot
 
@@ -27,4 +27,4 @@ class ExclusionFilter:
                 until=until,
                 seconds_left=remaining,
             )
-        return FilterResult.passed()
+        return PASSED

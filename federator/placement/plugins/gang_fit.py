@@ -16,12 +16,16 @@ Three stages, cheapest first, each with its own reason code:
 With several acceptable GPU models, each is tried in order; the reason
 reported is the one that came closest.
 
+It is a deferred filter: `precheck` runs stages 1 and 2 in the filter
+chain, and the cycle calls `filter` (all three stages) only for clusters
+that could still win the gang.
+
 Pure: reads the snapshot; writes only the evaluation context.
 """
 
 from __future__ import annotations
 
-from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest, RoleRequest
 from federator.placement.nodefit import candidate_gpu_models, fit_gang
 from federator.placement.plugins.gpu_model import reject_for_models
@@ -88,7 +92,29 @@ def _histogram_text(index: ClusterIndex, model: str) -> str:
 class GangFitFilter:
     name = "gang-fit"
 
+    def precheck(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
+        """Stages 1 and 2: O(models x distinct GPU counts), no node visited.
+
+        The answer depends only on the snapshot index, the gang's shape and the
+        models to try, so it is memoised on the (immutable) index: the next gang
+        of the same shape is answered by one lookup while the cluster is unchanged.
+        """
+        models = ctx.gpu_models
+        if models is None and gang.needs_gpu:
+            models = candidate_gpu_models(gang, snapshot.index)
+        key = ("gang-fit", gang.shape, gang.gpu_models, models)
+        known = snapshot.index.recall(key)
+        if isinstance(known, FilterResult):
+            return known
+        result = self._check(gang, snapshot, ctx, node_fit=False)
+        snapshot.index.remember(key, result)
+        return result
+
     def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
+        """All three stages; on success `ctx.fit` holds the node-level fit."""
+        return self._check(gang, snapshot, ctx, node_fit=True)
+
+    def _check(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, *, node_fit: bool) -> FilterResult:
         index = snapshot.index
         total = gang.total
         models: tuple[str, ...] = ()
@@ -114,10 +140,12 @@ class GangFitFilter:
             short = _free_totals_short(gang, index)
             if short is not None:
                 return short
+            if not node_fit:
+                return PASSED
             fit = fit_gang(gang, snapshot, gpu_model=None)
             if fit.ok:
                 ctx.fit = fit
-                return FilterResult.passed()
+                return PASSED
             role = next(r for r in gang.roles if r.name == fit.failed_role)
             return FilterResult.reject(
                 DOES_NOT_FIT,
@@ -127,9 +155,9 @@ class GangFitFilter:
             )
         best: tuple[int, int, FilterResult] | None = None
         for model in models:
-            result = self._try_model(gang, snapshot, ctx, model)
+            result = self._try_model(gang, snapshot, ctx, model, node_fit=node_fit)
             if result is None:
-                return FilterResult.passed()
+                return PASSED
             rank = (_STAGE[result.code], int(result.numbers.get("pods_fit", 0)))
             if best is None or rank > best[:2]:
                 best = (rank[0], rank[1], result)
@@ -156,7 +184,7 @@ class GangFitFilter:
         )
 
     def _try_model(
-        self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, model: str
+        self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, model: str, *, node_fit: bool
     ) -> FilterResult | None:
         index = snapshot.index
         short = _gpu_shortfall(gang, index, model, capacity=False)
@@ -193,6 +221,8 @@ class GangFitFilter:
         short_totals = _free_totals_short(gang, index)
         if short_totals is not None:
             return short_totals
+        if not node_fit:
+            return None
         fit = fit_gang(gang, snapshot, gpu_model=model)
         if fit.ok:
             ctx.fit = fit

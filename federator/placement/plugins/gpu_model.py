@@ -7,7 +7,7 @@ Pure.
 
 from __future__ import annotations
 
-from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest
 from federator.placement.nodefit import candidate_gpu_models
 from federator.placement.snapshot import ClusterSnapshot
@@ -32,9 +32,9 @@ class GpuModelFilter:
     def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
         if not gang.needs_gpu:
             ctx.gpu_models = ()
-            return FilterResult.passed()
+            return PASSED
         models = candidate_gpu_models(gang, snapshot.index)
         if not models:
             return reject_for_models(gang, snapshot)
         ctx.gpu_models = models
-        return FilterResult.passed()
+        return PASSED

@@ -7,7 +7,7 @@ going to a cluster. Pure: reads the snapshot only.
 
 from __future__ import annotations
 
-from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest
 from federator.placement.snapshot import ClusterSnapshot
 
@@ -35,4 +35,4 @@ class HealthFilter:
                 not_ready=index.not_ready_nodes,
                 unschedulable=index.unschedulable_nodes,
             )
-        return FilterResult.passed()
+        return PASSED

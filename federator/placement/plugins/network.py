@@ -11,7 +11,7 @@ to its GPUs is decided node by node by the gang-fit filter. Pure.
 
 from __future__ import annotations
 
-from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest, Network
 from federator.placement.snapshot import ClusterSnapshot, Fabric
 
@@ -44,4 +44,4 @@ class NetworkFilter:
                     devices_free=index.free_rdma,
                     nodes_with_free=index.rdma_nodes,
                 )
-        return FilterResult.passed()
+        return PASSED

@@ -9,7 +9,7 @@ never by a lookup from here.
 
 from __future__ import annotations
 
-from federator.placement.framework import EvalContext, FilterResult
+from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest
 from federator.placement.snapshot import ClusterSnapshot
 
@@ -18,4 +18,4 @@ class QuotaFilter:
     name = "quota"
 
     def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
-        return FilterResult.passed()
+        return PASSED

@@ -17,5 +17,5 @@ def test_rdma_gang_prefers_devices_to_spare() -> None:
     roomy = cluster("roomy", nodes("n", 8), bandwidth=200)
     tight = cluster("tight", nodes("n", 2), bandwidth=200)
     cols = score_columns("network-headroom", g, [roomy, tight])
-    assert cols["roomy"] == (150.0, 100.0)  # 6 of 8 devices left
+    assert cols["roomy"] == (150.0, 75.0)  # 6 of 8 devices left, at the federation's top bandwidth
     assert cols["tight"] == (0.0, 0.0)  # takes the last two
