@@ -331,7 +331,7 @@ class ObjectStorage:
         store: Store,
         registry: Registry,
         *,
-        watch_cache_events: int = 4096,
+        watch_cache_events: int = 1024,
         clock: Callable[[], dt.datetime] = utc_now,
         enforce_namespaces: bool | None = None,
     ) -> None:
@@ -577,6 +577,8 @@ class ObjectStorage:
             new.pop("status", None)
         if rt.defaults is not None:
             rt.defaults(new)
+        if rt.create_defaults is not None:
+            rt.create_defaults(new)
         return new
 
     def _validate(self, rt: ResourceType, obj: JSONObject, old: JSONObject | None = None) -> None:
@@ -688,6 +690,9 @@ class ObjectStorage:
                 raise errors.invalid(rt, old_meta.get("name", ""), [FieldError.forbidden(
                     "metadata.finalizers", f"no new finalizers can be added if the object is being deleted, "
                     f"found new finalizers {sorted(added)!r}")])
+        if rt.prepare_update is not None:
+            new = rt.prepare_update(new, _copy(old))
+            meta = new["metadata"]
         if rt.defaults is not None:
             rt.defaults(new)
         self._validate(rt, new, old)

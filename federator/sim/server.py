@@ -44,7 +44,7 @@ from federator.store.memory import MemoryStore
 
 #: History a simulated cluster keeps for watches (revisions); kube-apiserver's
 #: watch cache plus etcd's compaction keep roughly the last few minutes.
-DEFAULT_RETAINED_REVISIONS = 50_000
+DEFAULT_RETAINED_REVISIONS = 20_000
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 STATS_PATH = "/_sim/stats"
 

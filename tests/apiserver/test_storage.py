@@ -372,3 +372,58 @@ async def test_watch_from_compacted_revision_is_410(storage: ObjectStorage, stor
             break
     assert (e.value.code, e.value.reason) == (410, "Expired")
     assert e.value.message.startswith("too old resource version: ")
+
+
+async def test_slow_watcher_falls_back_to_the_store(store: MemoryStore) -> None:
+    from apitest_support import make_registry
+
+    storage = ObjectStorage(store, make_registry(), watch_cache_events=16)
+    try:
+        await storage.start()
+        rv = (await storage.list(WIDGETS)).resource_version
+        seen: list[str] = []
+        stream = storage.watch(WIDGETS, resource_version=rv)
+        w0 = await storage.create(WIDGETS, widget("w0"), namespace="ns1")
+        first = await asyncio.wait_for(stream.__anext__(), 5)
+        seen.append(first.object["metadata"]["name"])
+        # 100 more events while this watcher does not read: the cache keeps only ~32
+        for i in range(1, 101):
+            await storage.create(WIDGETS, widget(f"w{i}"), namespace="ns1")
+        async for ev in stream:  # the watcher was dropped from the cache: its stream ends
+            seen.append(ev.object["metadata"]["name"])
+        assert len(seen) < 101
+        last_rv = w0["metadata"]["resourceVersion"] if len(seen) == 1 else None
+        assert last_rv is not None
+        # resuming from the last resourceVersion seen reads the store (still retained): nothing is lost
+        resumed = []
+        async for ev in storage.watch(WIDGETS, resource_version=last_rv):
+            resumed.append(ev.object["metadata"]["name"])
+            if len(resumed) == 100:
+                break
+        assert resumed == [f"w{i}" for i in range(1, 101)]
+    finally:
+        await storage.close()
+
+
+async def test_watch_cache_restarts_after_falling_behind_compaction(storage: ObjectStorage, store: MemoryStore) -> None:
+    await storage.start()
+    rv = (await storage.list(WIDGETS)).resource_version
+    stream = storage.watch(WIDGETS, resource_version=rv)
+    await storage.create(WIDGETS, widget("w0"), namespace="ns1")
+    first = await asyncio.wait_for(stream.__anext__(), 5)
+    # 300 writes without yielding to the loop: the store's 200-revision window moves past the cache
+    for i in range(1, 301):
+        await storage.create(WIDGETS, widget(f"w{i}"), namespace="ns1")
+    leftover = [ev async for ev in stream]
+    assert leftover == []  # the watcher ends instead of skipping events silently
+    with pytest.raises(ApiError) as e:
+        async for _ in storage.watch(WIDGETS, resource_version=first.object["metadata"]["resourceVersion"]):
+            break
+    assert e.value.code == 410
+    # the cache recovers for new watchers
+    rv = (await storage.list(WIDGETS)).resource_version
+    stream = storage.watch(WIDGETS, resource_version=rv)
+    await storage.create(WIDGETS, widget("fresh"), namespace="ns1")
+    ev = await asyncio.wait_for(stream.__anext__(), 5)
+    assert ev.object["metadata"]["name"] == "fresh"
+    await stream.aclose()
