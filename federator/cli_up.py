@@ -1,8 +1,10 @@
-"""`federator up`: run the hub on its embedded default (sqlite in ./.federator/).
+"""`federator up`: run the hub (API server, leadership, controllers) until Ctrl-C.
 
-At this stage of the project the hub is its store and its leadership: it opens
-the store, takes the leader lease, reports what it holds, and keeps running
-until Ctrl-C. Later issues add the API server, cluster sync and controllers.
+With no flags it is a development hub: sqlite store in ./.federator/, HTTPS on
+127.0.0.1:6443 with a CA and certificate generated under the state dir, a
+generated token file, and two kubeconfigs (admin, and researcher in namespace
+`default`) written next to them. This module only declares the flags; the
+work is in federator/hub.py.
 """
 
 from __future__ import annotations
@@ -14,15 +16,36 @@ from typing import Any
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "up",
-        help="run the hub (sqlite store in ./.federator/ unless --store is given)",
-        description="Run the federator hub until interrupted (Ctrl-C stops it cleanly).",
+        help="run the hub: its Kubernetes-style API (TrainingJob, MemberCluster) and controllers",
+        description=(
+            "Run the federator hub until interrupted (Ctrl-C or SIGTERM stop it cleanly). "
+            "With no TLS flags and no --token-file it runs in development mode: it generates a CA and "
+            "server certificate, a token file and two kubeconfigs (STATE_DIR/admin.kubeconfig, "
+            "STATE_DIR/researcher.kubeconfig for namespace default) and prints how to use them."
+        ),
+        epilog="Example: federator up; export KUBECONFIG=.federator/admin.kubeconfig; kubectl get tj -A",
     )
     p.add_argument(
         "--store", default="sqlite://.federator/hub.db",
         help="store URL: sqlite://PATH (default: sqlite://.federator/hub.db), "
              "etcd://HOST:PORT[,HOST:PORT...], or memory://",
     )
-    p.add_argument("--state-dir", default=".federator", help="where the hub keeps its files (default: .federator)")
+    p.add_argument("--state-dir", default=".federator",
+                   help="where the hub keeps its dev certificates, token file and kubeconfigs (default: .federator)")
+    p.add_argument("--listen", default="127.0.0.1:6443", metavar="HOST:PORT",
+                   help="address of the HTTPS API (default: 127.0.0.1:6443; port 0 picks a free one)")
+    p.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM); with --tls-key, no dev CA is made")
+    p.add_argument("--tls-key", metavar="FILE", help="server private key (PEM)")
+    p.add_argument("--tls-ca", metavar="FILE",
+                   help="CA (PEM) to put into generated kubeconfigs when --tls-cert is given")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="bearer tokens in kube-apiserver --token-auth-file format (token,user,uid,\"groups\"); "
+                        "groups federator:admin | federator:researcher + ns:NAMESPACE | federator:viewer. "
+                        "Default: a generated STATE_DIR/tokens.csv")
+    p.add_argument("--clusters", metavar="DIR",
+                   help="apply every MemberCluster registration (*.yaml, *.yml, *.json) in DIR at start")
+    p.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
+                   help="log verbosity (default: info)")
     p.set_defaults(handler=_cmd_up)
 
 

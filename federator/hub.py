@@ -1,52 +1,569 @@
-"""The hub process: wires store + API + controllers into one aiohttp app.
+"""The hub process: store + API + controllers in one aiohttp application.
 
-At this stage `run_hub` (behind `federator up`) runs what exists: it opens
-the store named by --store (creating the state directory for sqlite), takes
-the hub leadership (a lease-backed leader key whose create revision is the
-fencing token later controllers attach to their writes), reports what it
-holds, and runs until Ctrl-C or SIGTERM; then it releases leadership and
-closes the store cleanly. Later issues replace the body with the aiohttp app.
+`build_hub_app` wires, in its cleanup_ctx (so everything starts and stops
+with the app, in this order and back):
+
+1. the hub store (`open_store(url)`), closed last;
+2. the hub leadership (a lease-backed leader key; its create revision is the
+   fencing token controllers attach to writes); a standby hub campaigns in a
+   named task and serves the API meanwhile;
+3. the kube-style API (`federator.apiserver.build_api_app` over an
+   `ObjectStorage` on the hub store, kinds from `federator.hubapi`) with
+   bearer-token authentication and role authorization (401/403 Status);
+   MemberCluster registrations from `--clusters DIR` are applied at start;
+4. the controllers (`HUB_CONTROLLERS` below: the one list of what the hub
+   runs), entered once leadership is held, each as a cleanup_ctx-style async
+   generator over one shared `HubContext`.
+
+Losing leadership stops the controllers and the hub (exit code 1; a
+supervisor restarts it as a standby). `run_hub` (behind `federator up`) adds
+TLS (given, or a development CA under the state dir), a token file (given, or
+generated) and, in development mode, admin and researcher kubeconfigs.
 
 It must never import federator.sim: the hub cannot tell a simulator from a
-real cluster; only the CLI starts both.
+real cluster; only the CLI starts both. It never logs a token, a kubeconfig
+body or a MemberCluster's credentials.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import secrets
 import signal
 import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+import yaml
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from federator import __version__
-from federator.obs import configure_logging, get_logger
+from federator.apiserver.app import build_api_app
+from federator.apiserver.auth import TokenAuthenticator, TokenFileError, auth_middleware
+from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError
+from federator.apiserver.registry import JSONObject
+from federator.apiserver.storage import ObjectStorage
+from federator.controllers.context import ControllerFactory, HubContext, HubSettings
+from federator.devcerts import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
+from federator.hubapi import hub_registry, validation_settings
+from federator.obs import METRICS, Metrics, configure_logging, get_logger
 from federator.store.leader import FencingToken, LeaderElection
 from federator.store.open import open_store
-from federator.store.protocol import StoreError
+from federator.store.protocol import (
+    Compare,
+    Event,
+    KeyValue,
+    Op,
+    RangeResult,
+    Store,
+    StoreError,
+    TxnResult,
+)
 
 _log = get_logger("hub")
 
 #: How long a crashed leader's key outlives it (etcd; sqlite revokes at open).
 LEADER_TTL_SECONDS = 10.0
+HUB_SERVER_NAME = "hub"
+#: The store prefix of the hub's keys (same as open_store's default).
+HUB_STORE_PREFIX = "/federator/"
+DEFAULT_LISTEN = "127.0.0.1:6443"
+
+
+def hub_controllers() -> list[ControllerFactory]:
+    """THE list of controllers `federator up` runs, in start order (stopped in
+    reverse). Each is `async def factory(hub: HubContext) -> AsyncIterator[None]`
+    (set up, yield, tear down), started once this hub holds the leadership.
+    Add a controller by appending it here (imports stay local so that
+    `federator --help` stays fast)."""
+    controllers: list[ControllerFactory] = []
+    # issue 4 (member-cluster sync) appends here:
+    #   from federator.controllers.membercluster import member_sync
+    #   controllers.append(member_sync)
+    return controllers
+
+
+#: Finalizers put on every new TrainingJob. Only list one whose controller is
+#: in hub_controllers(): a finalizer nobody removes makes deletion hang. The
+#: lifecycle controller (issue 7) adds hubapi.MEMBER_CLEANUP_FINALIZER here.
+JOB_FINALIZERS: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- the store slot
+
+
+class _StoreSlot:
+    """The hub store as seen before it is open: the API app and its
+    ObjectStorage are built synchronously, the store is opened in the app's
+    cleanup_ctx and plugged in here. Every call goes to the opened store."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._target: Store | None = None
+
+    def plug(self, store: Store) -> None:
+        if store.prefix != self.prefix:
+            raise StoreError(f"hub store prefix {store.prefix!r} differs from the expected {self.prefix!r}")
+        self._target = store
+
+    def unplug(self) -> None:
+        self._target = None
+
+    @property
+    def target(self) -> Store:
+        if self._target is None:
+            raise StoreError("the hub store is not open (the hub is starting or has stopped)")
+        return self._target
+
+    async def get(self, key: str) -> KeyValue | None:
+        return await self.target.get(key)
+
+    async def range(self, prefix: str, *, limit: int = 0, start_after: str | None = None,
+                    revision: int | None = None) -> RangeResult:
+        return await self.target.range(prefix, limit=limit, start_after=start_after, revision=revision)
+
+    async def put(self, key: str, value: bytes, *, lease: int = 0) -> KeyValue:
+        return await self.target.put(key, value, lease=lease)
+
+    async def create(self, key: str, value: bytes, *, lease: int = 0) -> KeyValue:
+        return await self.target.create(key, value, lease=lease)
+
+    async def update(self, key: str, value: bytes, *, expected_mod_revision: int, lease: int = 0) -> KeyValue:
+        return await self.target.update(key, value, expected_mod_revision=expected_mod_revision, lease=lease)
+
+    async def delete(self, key: str, *, expected_mod_revision: int | None = None) -> KeyValue:
+        return await self.target.delete(key, expected_mod_revision=expected_mod_revision)
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        return await self.target.txn(compares, success, failure)
+
+    def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
+        return self.target.watch(prefix, from_revision=from_revision)
+
+    async def current_revision(self) -> int:
+        return await self.target.current_revision()
+
+    async def compact(self, revision: int) -> None:
+        await self.target.compact(revision)
+
+    async def compact_revision(self) -> int:
+        return await self.target.compact_revision()
+
+    async def lease_grant(self, ttl_seconds: float) -> int:
+        return await self.target.lease_grant(ttl_seconds)
+
+    async def lease_keepalive(self, lease: int) -> None:
+        await self.target.lease_keepalive(lease)
+
+    async def lease_revoke(self, lease: int) -> None:
+        await self.target.lease_revoke(lease)
+
+    async def close(self) -> None:
+        await self.target.close()
+
+
+# ---------------------------------------------------------------- the app
+
+
+@dataclass
+class HubState:
+    """What a running hub app exposes to run_hub, tests and benchmarks."""
+
+    context: HubContext
+    store_url: str
+    #: set while this hub holds the leadership (controllers run)
+    leading: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set when leadership, once held, was lost (the hub must stop)
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set when a controller failed to start or died (the hub must stop)
+    failed: asyncio.Event = field(default_factory=asyncio.Event)
+    leader_key: str = ""
+    holder: str = ""
+    #: registrations applied from --clusters at start: name -> "created" | "updated" | "unchanged"
+    registrations: dict[str, str] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+
+HUB_STATE: web.AppKey[HubState] = web.AppKey("federator_hub_state", HubState)
+
+
+def hub_state(app: web.Application) -> HubState:
+    return app[HUB_STATE]
+
+
+class RegistrationError(Exception):
+    """A --clusters registration file that cannot be applied (one line: file and reason)."""
+
+
+def build_hub_app(
+    settings: HubSettings,
+    *,
+    store_url: str,
+    controllers: Sequence[ControllerFactory],
+    authenticator: TokenAuthenticator,
+    job_finalizers: Sequence[str] = JOB_FINALIZERS,
+    metrics: Metrics | None = None,
+    clusters_dir: Path | None = None,
+    leader_ttl_seconds: float = LEADER_TTL_SECONDS,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    bookmark_interval: float = 10.0,
+) -> web.Application:
+    """The hub as one aiohttp Application (see the module docstring). Serve it
+    with an AppRunner; nothing is opened before the runner sets it up."""
+    metrics = metrics or METRICS
+    slot = _StoreSlot(HUB_STORE_PREFIX)
+    registry = hub_registry(
+        validation_settings(max_replicas_per_role=settings.max_replicas_per_role,
+                            extra=settings.extra.get("validation")),
+        job_finalizers=job_finalizers,
+    )
+    storage = ObjectStorage(slot, registry)
+    context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics)
+    state = HubState(context=context, store_url=store_url)
+    app = build_api_app(
+        storage=storage, registry=registry, server_name=HUB_SERVER_NAME,
+        # auth_middleware authenticates (401) and authorizes (403); the app's own
+        # authenticate hook would only repeat the first half.
+        middlewares=[auth_middleware(authenticator, logger=get_logger("hub.auth"))],
+        version_info={"gitVersion": f"v{_semver(__version__)}", "federatorVersion": __version__},
+        max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics,
+        start_storage=False,
+    )
+    app[HUB_STATE] = state
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/metrics", metrics_handler)
+
+    async def store_ctx(_: web.Application) -> AsyncIterator[None]:
+        _log.info("hub starting", version=__version__, store=store_url)
+        store = await open_store(store_url, prefix=HUB_STORE_PREFIX, metrics=metrics)
+        slot.plug(store)
+        try:
+            yield
+        finally:
+            slot.unplug()
+            await store.close()
+
+    async def leadership_ctx(_: web.Application) -> AsyncIterator[None]:
+        election = LeaderElection(slot.target, name="hub", ttl_seconds=leader_ttl_seconds)
+        state.leader_key = election.key
+        first = await election.try_acquire()
+        if first is not None:
+            _took_lead(state, election, first)
+        else:
+            holder = await election.current_leader()
+            _log.info("waiting for leadership", leader_key=election.key,
+                      held_by=holder.value.decode(errors="replace") if holder else "nobody")
+            state.tasks["campaign"] = asyncio.create_task(_campaign(state, election), name="hub-campaign")
+        state.tasks["leadership-watch"] = asyncio.create_task(
+            _watch_leadership(state, election), name="hub-leadership-watch")
+        try:
+            yield
+        finally:
+            for name in ("leadership-watch", "campaign"):
+                task = state.tasks.pop(name, None)
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await election.resign()
+
+    async def api_ctx(app_: web.Application) -> AsyncIterator[None]:
+        await storage.start()
+        try:
+            if clusters_dir is not None:
+                state.registrations = await apply_registrations(storage, clusters_dir)
+            yield
+        finally:
+            await storage.close()
+
+    async def controllers_ctx(_: web.Application) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(_run_controllers(state, controllers, stop), name="hub-controllers")
+        state.tasks["controllers"] = task
+        try:
+            yield
+        finally:
+            stop.set()
+            try:
+                await task
+            except Exception as e:  # noqa: BLE001 - logged; shutdown goes on
+                _log.error("controllers failed while stopping", error=repr(e))
+            state.tasks.pop("controllers", None)
+
+    for ctx in (store_ctx, leadership_ctx, api_ctx, controllers_ctx):
+        app.cleanup_ctx.append(ctx)
+    return app
+
+
+def _semver(version: str) -> str:
+    # kubectl parses gitVersion as semver; a dev suffix like "0.1.dev3" is not one.
+    parts = [p for p in version.split(".")[:3] if p.isdigit()]
+    while len(parts) < 3:
+        parts.append("0")
+    return ".".join(parts)
+
+
+def _took_lead(state: HubState, election: LeaderElection, token: FencingToken) -> None:
+    state.context.fencing = token
+    state.holder = election.holder
+    state.leading.set()
+    _log.info("hub leads", leader_key=election.key, leader_token=token.revision, holder=election.holder)
+
+
+async def _campaign(state: HubState, election: LeaderElection) -> None:
+    token = await election.campaign()
+    _took_lead(state, election, token)
+
+
+async def _watch_leadership(state: HubState, election: LeaderElection) -> None:
+    await election.lost.wait()
+    if state.leading.is_set():
+        _log.error("hub leadership lost", leader_key=election.key)
+        state.leading.clear()
+        state.context.fencing = None
+        state.lost.set()
+
+
+async def _run_controllers(state: HubState, controllers: Sequence[ControllerFactory], stop: asyncio.Event) -> None:
+    """Enter every controller once leadership is held; leave them (in reverse)
+    on stop or on leadership loss."""
+    waiters = [asyncio.create_task(stop.wait(), name="hub-controllers-stop"),
+               asyncio.create_task(state.leading.wait(), name="hub-controllers-lead")]
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+    if stop.is_set() or not controllers:
+        return
+    entered: list[tuple[str, AsyncIterator[None]]] = []
+    try:
+        for factory in controllers:
+            name = getattr(factory, "__name__", repr(factory))
+            generator = factory(state.context)
+            try:
+                await generator.__anext__()
+            except Exception as e:  # noqa: BLE001 - a controller that cannot start stops the hub
+                _log.error("controller failed to start", controller=name, error=repr(e), exc_info=True)
+                state.failed.set()
+                return
+            entered.append((name, generator))
+            _log.info("controller started", controller=name)
+        done = [asyncio.create_task(stop.wait(), name="hub-controllers-stop"),
+                asyncio.create_task(state.lost.wait(), name="hub-controllers-lost")]
+        await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in done:
+            waiter.cancel()
+    finally:
+        for name, generator in reversed(entered):
+            try:
+                await generator.__anext__()
+            except StopAsyncIteration:
+                _log.info("controller stopped", controller=name)
+            except Exception as e:  # noqa: BLE001 - one failing teardown must not skip the others
+                _log.error("controller failed while stopping", controller=name, error=repr(e), exc_info=True)
+            else:
+                _log.error("controller yielded twice; closing it", controller=name)
+                aclose = getattr(generator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+
+# ---------------------------------------------------------------- registrations (--clusters DIR)
+
+
+_REGISTRATION_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def read_registrations(directory: Path) -> list[tuple[Path, JSONObject]]:
+    """Every MemberCluster document in `directory` (*.yaml, *.yml, *.json, sorted
+    by name), or RegistrationError naming the file and what is wrong."""
+    if not directory.is_dir():
+        raise RegistrationError(f"--clusters {directory}: not a directory")
+    found: list[tuple[Path, JSONObject]] = []
+    for path in sorted(directory.iterdir()):
+        if path.suffix not in _REGISTRATION_SUFFIXES or not path.is_file():
+            continue
+        try:
+            documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+        except (OSError, UnicodeDecodeError) as e:
+            raise RegistrationError(f"{path}: cannot read it ({e})") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise RegistrationError(f"{path}: not valid YAML{where}") from None
+        for index, document in enumerate(documents):
+            if not isinstance(document, dict) or document.get("kind") != "MemberCluster":
+                kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
+                raise RegistrationError(f"{path}: document {index + 1} is a {kind!s}, not a MemberCluster")
+            found.append((path, document))
+    return found
+
+
+async def apply_registrations(storage: ObjectStorage, directory: Path) -> dict[str, str]:
+    """Apply every registration of `directory` to the hub (create, or replace
+    the spec and labels of an existing one; status is the controllers').
+    Returns name -> "created" | "updated" | "unchanged"."""
+    rt = storage.registry.by_kind("federator.dev/v1alpha1", "MemberCluster")
+    assert rt is not None
+    outcome: dict[str, str] = {}
+    for path, document in read_registrations(directory):
+        name = str((document.get("metadata") or {}).get("name", ""))
+        try:
+            try:
+                await storage.create(rt, document, namespace=None)
+                outcome[name] = "created"
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+
+                def replace(stored: JSONObject, wanted: JSONObject = document) -> JSONObject | None:
+                    meta = stored["metadata"]
+                    wanted_meta = wanted.get("metadata") or {}
+                    if stored.get("spec") == wanted.get("spec") and meta.get("labels") == wanted_meta.get("labels"):
+                        return None
+                    stored["spec"] = wanted.get("spec")
+                    if "labels" in wanted_meta:
+                        meta["labels"] = wanted_meta["labels"]
+                    return stored
+
+                changed = await storage.guaranteed_update(rt, namespace=None, name=name, mutate=replace)
+                outcome[name] = "updated" if changed is not None else "unchanged"
+        except ApiError as e:
+            raise RegistrationError(f"{path}: {e.message}") from None
+        _log.info("cluster registration applied", cluster=name, file=str(path), result=outcome[name])
+    return outcome
+
+
+# ---------------------------------------------------------------- federator up
+
+
+@dataclass(frozen=True, slots=True)
+class DevAccess:
+    """What development mode generated (paths only; the tokens stay in the files)."""
+
+    token_file: Path
+    kubeconfigs: dict[str, Path]
+
+
+DEV_USERS: tuple[tuple[str, str, str], ...] = (
+    # (kubeconfig name, user, groups)
+    ("admin", "admin", "federator:admin"),
+    ("researcher", "researcher", "federator:researcher,ns:default"),
+)
+
+
+def ensure_dev_token_file(state_dir: Path) -> tuple[Path, dict[str, str]]:
+    """`<state_dir>/tokens.csv` with an admin and a researcher (namespace
+    default) token; reused while it parses, so old kubeconfigs keep working.
+    Returns the path and kubeconfig name -> token (for writing kubeconfigs)."""
+    path = state_dir / "tokens.csv"
+    if path.exists():
+        try:
+            from federator.apiserver.auth import parse_token_file
+
+            rows = parse_token_file(path.read_text(encoding="utf-8"), source=f"token file {path}")
+            by_user = {principal.name: token for token, principal, _uid, _line in rows}
+            if all(user in by_user for _, user, _ in DEV_USERS):
+                return path, {name: by_user[user] for name, user, _ in DEV_USERS}
+        except (OSError, UnicodeDecodeError, TokenFileError):
+            pass  # regenerate below: it is ours, in our state dir
+    tokens = {name: secrets.token_urlsafe(32) for name, _, _ in DEV_USERS}
+    lines = ["# Development tokens written by `federator up` (kube --token-auth-file format)."]
+    lines += [f'{tokens[name]},{user},uid-{user},"{groups}"' for name, user, groups in DEV_USERS]
+    write_private_file(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    return path, tokens
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 as [::1]:PORT) -> (host, port); ValueError otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"--listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:6443")
+    return host.strip("[]"), int(port)
 
 
 def run_hub(args: argparse.Namespace) -> int:
     """Run the hub until interrupted; returns the process exit code."""
     configure_logging(level=getattr(args, "log_level", "info"))
-    store_url: str = args.store
-    state_dir = Path(args.state_dir)
     try:
-        _prepare_state(store_url, state_dir)
-    except OSError as e:
-        print(f"error: cannot create the hub's state directory: {e}", file=sys.stderr)
+        plan = _plan(args)
+    except (ValueError, OSError, TokenFileError, RegistrationError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_serve(store_url))
+        return asyncio.run(_serve(plan))
+    except RegistrationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except StoreError as e:
         _log.error("hub stopped: store error", error=str(e))
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        _log.error("hub stopped", error=str(e))
+        print(f"error: cannot serve on {plan.host}:{plan.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    store_url: str
+    state_dir: Path
+    host: str
+    port: int
+    cert: Path
+    key: Path
+    ca_pem: bytes | None
+    token_file: Path
+    dev_tokens: dict[str, str] | None
+    clusters_dir: Path | None
+    kubeconfig_dir: Path
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    store_url: str = args.store
+    state_dir = Path(args.state_dir)
+    host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
+    _prepare_state(store_url, state_dir)
+    cert_arg, key_arg = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    if (cert_arg is None) != (key_arg is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    ca_pem: bytes | None
+    if cert_arg is None or key_arg is None:
+        tls = ensure_dev_tls(state_dir)
+        cert, key, ca_pem = tls.server_cert, tls.server_key, tls.ca_pem()
+    else:
+        cert, key = Path(cert_arg), Path(key_arg)
+        for what, path in (("--tls-cert", cert), ("--tls-key", key)):
+            if not path.is_file():
+                raise ValueError(f"{what} {path}: no such file")
+        ca_arg = getattr(args, "tls_ca", None)
+        ca_pem = Path(ca_arg).read_bytes() if ca_arg else None
+    # Fail here, with one line, on a certificate/key that does not load.
+    try:
+        server_ssl_context(cert, key)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        raise ValueError(f"TLS certificate {cert} / key {key} cannot be used: {e}") from None
+    token_arg = getattr(args, "token_file", None)
+    dev_tokens: dict[str, str] | None = None
+    if token_arg is None:
+        token_file, dev_tokens = ensure_dev_token_file(state_dir)
+    else:
+        token_file = Path(token_arg)
+        TokenAuthenticator.from_file(token_file)  # one clear line now, not a traceback later
+    clusters = getattr(args, "clusters", None)
+    clusters_dir = Path(clusters) if clusters else None
+    if clusters_dir is not None:
+        read_registrations(clusters_dir)  # malformed files fail before anything starts
+    return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
+                 ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
+                 kubeconfig_dir=state_dir)
 
 
 def _prepare_state(store_url: str, state_dir: Path) -> None:
@@ -57,64 +574,104 @@ def _prepare_state(store_url: str, state_dir: Path) -> None:
             db_path.parent.mkdir(parents=True, exist_ok=True)
 
 
-async def _serve(store_url: str) -> int:
+def write_dev_kubeconfigs(directory: Path, *, server: str, ca_pem: bytes | None,
+                          tokens: dict[str, str]) -> dict[str, Path]:
+    """admin.kubeconfig and researcher.kubeconfig (namespace default) under `directory`."""
+    written: dict[str, Path] = {}
+    for name, user, _groups in DEV_USERS:
+        written[name] = write_kubeconfig(
+            directory / f"{name}.kubeconfig", server=server, ca_pem=ca_pem, token=tokens[name], user=user,
+            namespace="default", cluster_name="federator", context_name=f"{name}@federator",
+        )
+    return written
+
+
+def _client_host(host: str) -> str:
+    if host in ("0.0.0.0", "", "*"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+async def _serve(plan: _Plan) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    _log.info("hub starting", version=__version__, store=store_url)
-    store = await open_store(store_url)
-    election = LeaderElection(store, name="hub", ttl_seconds=LEADER_TTL_SECONDS)
+    settings = HubSettings(state_dir=plan.state_dir, extra={"clusters_dir": plan.clusters_dir})
+    authenticator = TokenAuthenticator.from_file(plan.token_file, logger=get_logger("hub.auth"))
+    app = build_hub_app(settings, store_url=plan.store_url, controllers=hub_controllers(),
+                        authenticator=authenticator, clusters_dir=plan.clusters_dir)
+    state = hub_state(app)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
     exit_code = 0
     try:
-        token = await _lead_or_stop(election, stop)
-        if token is None:
+        await runner.setup()
+        site = web.TCPSite(runner, plan.host, plan.port, ssl_context=server_ssl_context(plan.cert, plan.key))
+        await site.start()
+        port = runner.addresses[0][1] if runner.addresses else plan.port
+        url = f"https://{_client_host(plan.host)}:{port}"
+        kubeconfigs: dict[str, Path] = {}
+        if plan.dev_tokens is not None:
+            kubeconfigs = write_dev_kubeconfigs(plan.kubeconfig_dir, server=url, ca_pem=plan.ca_pem,
+                                                tokens=plan.dev_tokens)
+        _log.info("hub serving", url=url, token_file=str(plan.token_file),
+                  kubeconfigs={k: str(v) for k, v in kubeconfigs.items()})
+        if not await _wait_first(stop, state.leading):
+            _log.info("hub stopping", reason="signal")
             return 0
+        fencing = state.context.fencing
         _log.info(
-            "hub ready",
-            store=store_url,
-            revision=await store.current_revision(),
-            leader_key=election.key,
-            leader_token=token.revision,
-            holder=election.holder,
-            note="API server and member clusters arrive in later issues; Ctrl-C stops the hub",
+            "hub ready", url=url, store=plan.store_url, revision=await state.context.store.current_revision(),
+            leader_key=state.leader_key, leader_token=fencing.revision if fencing else None, holder=state.holder,
+            kubeconfigs={k: str(v) for k, v in kubeconfigs.items()},
+            registrations=state.registrations or None,
         )
-        stopped = asyncio.create_task(stop.wait(), name="hub-stop-signal")
-        lost = asyncio.create_task(election.lost.wait(), name="hub-leadership-watch")
-        await asyncio.wait({stopped, lost}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (stopped, lost):
-            task.cancel()
-        if election.lost.is_set() and not stop.is_set():
-            _log.error("hub stopping: leadership lost", leader_key=election.key)
+        _print_next_steps(url, kubeconfigs)
+        await _wait_first(stop, state.lost, state.failed)
+        if state.lost.is_set() and not stop.is_set():
+            _log.error("hub stopping: leadership lost", leader_key=state.leader_key)
+            exit_code = 1
+        elif state.failed.is_set() and not stop.is_set():
+            _log.error("hub stopping: a controller failed")
             exit_code = 1
         else:
             _log.info("hub stopping", reason="signal")
     finally:
-        await election.resign()
-        await store.close()
+        await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     _log.info("hub stopped", exit_code=exit_code)
     return exit_code
 
 
-async def _lead_or_stop(election: LeaderElection, stop: asyncio.Event) -> FencingToken | None:
-    """Campaign for leadership; None if a stop signal came first."""
-    first = await election.try_acquire()
-    if first is not None:
-        return first
-    holder = await election.current_leader()
-    _log.info("waiting for leadership", leader_key=election.key,
-              held_by=holder.value.decode(errors="replace") if holder else "nobody")
-    campaign = asyncio.create_task(election.campaign(), name="hub-campaign")
-    stopped = asyncio.create_task(stop.wait(), name="hub-stop-signal")
-    await asyncio.wait({campaign, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    if campaign.done():
-        return campaign.result()
-    campaign.cancel()
+async def _wait_first(*events: asyncio.Event) -> bool:
+    """Wait until one of `events` is set; True if it was not the first (stop)."""
+    waiters = [asyncio.create_task(e.wait(), name=f"hub-wait-{i}") for i, e in enumerate(events)]
     try:
-        await campaign
-    except asyncio.CancelledError:
-        pass
-    return None
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return not events[0].is_set()
+
+
+def _print_next_steps(url: str, kubeconfigs: dict[str, Path]) -> None:
+    """Tell a person at a terminal how to use the hub (stdout; logs go to stderr)."""
+    lines = [f"federator hub {__version__} is serving {url}"]
+    if kubeconfigs:
+        admin, researcher = kubeconfigs.get("admin"), kubeconfigs.get("researcher")
+        lines += [
+            f"  admin kubeconfig:      {admin}",
+            f"  researcher kubeconfig: {researcher} (namespace default)",
+            "Try:",
+            f"  export KUBECONFIG={admin}",
+            "  kubectl get tj -A                              # TrainingJobs in every namespace",
+            "  kubectl get mc                                 # registered member clusters",
+            "  federator submit -f examples/resnet-ps.yaml    # the example job (namespace vision)",
+            "  federator get jobs -A -w                       # watch jobs",
+        ]
+    lines.append("Ctrl-C stops the hub.")
+    print("\n".join(lines), flush=True)
+

@@ -24,6 +24,7 @@ This module must never import the simulator or the hub.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -156,6 +157,11 @@ def status_response(err: ApiError) -> web.Response:
     return json_response(err.to_status(), status=err.code, headers=headers)
 
 
+def _shown(rt: ResourceType, obj: JSONObject) -> JSONObject:
+    """The object as the API shows it (ResourceType.present, e.g. credentials redacted)."""
+    return rt.present(obj) if rt.present is not None else obj
+
+
 def _not_found() -> ApiError:
     return ApiError(404, "NotFound", _NOT_FOUND_MESSAGE, details={})
 
@@ -184,7 +190,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
         try:
             docs = list(yaml.load_all(body, Loader=_NoAliasLoader))  # noqa: S506 - SafeLoader subclass
         except yaml.YAMLError as e:
-            raise errors.bad_request(f"error decoding request body as YAML: {e}") from None
+            raise errors.bad_request(f"error decoding request body as YAML: {_yaml_problem(e)}") from None
         if len(docs) != 1:
             raise errors.bad_request(f"expected exactly one YAML document in the request body, got {len(docs)}")
         try:
@@ -192,6 +198,16 @@ def decode_body(body: bytes, content_type: str) -> Any:
         except TypeError as e:
             raise errors.bad_request(f"error decoding request body as YAML: {e}") from None
     raise errors.unsupported_media(ct, [JSON_CT, "application/yaml"])
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's message without its snippet of the offending line: a body may
+    carry a credential, and an error must never echo it."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{error.problem or error.context or 'malformed YAML'}{where}"
+    return type(error).__name__
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -478,6 +494,8 @@ class _Handlers:
     # ------------------------------------------------------------ verbs
 
     def _render_list(self, request: web.Request, rt: ResourceType, listing: ObjectList) -> web.Response:
+        if rt.present is not None:
+            listing = dataclasses.replace(listing, items=[rt.present(item) for item in listing.items])
         if wants_table(request.headers.get("Accept", "")):
             return json_response(build_table(
                 rt, listing.items, resource_version=listing.resource_version,
@@ -496,6 +514,7 @@ class _Handlers:
                               "items": listing.items})
 
     def _render_object(self, request: web.Request, rt: ResourceType, obj: JSONObject, *, status: int = 200) -> web.Response:
+        obj = _shown(rt, obj)
         if request.method == "GET" and wants_table(request.headers.get("Accept", "")):
             rv = (obj.get("metadata") or {}).get("resourceVersion", "")
             return json_response(build_table(rt, [obj], resource_version=rv,
@@ -575,7 +594,7 @@ class _Handlers:
         if rt.namespaced and t.namespace is None:
             raise errors.method_not_allowed(f"create {rt.qualified_resource} needs a namespace in the path")
         created = await self.state.storage.create(rt, obj, namespace=t.namespace, dry_run=_dry_run(request.query))
-        return json_response(created, status=201)
+        return json_response(_shown(rt, created), status=201)
 
     def _check_body_kind(self, rt: ResourceType, obj: JSONObject) -> None:
         """kube decodes the body against the URL's kind: a body of another
@@ -607,7 +626,7 @@ class _Handlers:
             rt, obj, namespace=t.namespace, name=t.name, subresource=t.subresource,
             dry_run=_dry_run(request.query),
         )
-        return json_response(updated)
+        return json_response(_shown(rt, updated))
 
     async def _patch(self, request: web.Request, t: _Target) -> web.StreamResponse:
         rt = t.rt
@@ -623,7 +642,7 @@ class _Handlers:
             rt, namespace=t.namespace, name=t.name, patch=doc, content_type=ct,
             subresource=t.subresource, dry_run=_dry_run(request.query),
         )
-        return json_response(patched)
+        return json_response(_shown(rt, patched))
 
     async def _delete_options(self, request: web.Request) -> JSONObject:
         opts: JSONObject = {}
@@ -656,7 +675,7 @@ class _Handlers:
             dry_run=_dry_run(request.query, opts),
         )
         if not result.deleted or rt.return_deleted_object:
-            return json_response(result.object)
+            return json_response(_shown(rt, result.object))
         meta = result.object.get("metadata") or {}
         details: JSONObject = {"name": t.name, "kind": rt.plural, "uid": meta.get("uid", "")}
         if rt.group:

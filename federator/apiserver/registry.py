@@ -112,12 +112,23 @@ class ResourceType:
     #: by ObjectStorage.update/guaranteed_update(subresource=...)
     subresource_strategies: Mapping[str, SubresourceStrategy] = field(default_factory=dict)
     defaults: Defaulter | None = None
+    #: Like `defaults`, but only on create (e.g. a cleanup finalizer, which an
+    #: update must not put back once a controller removed it).
+    create_defaults: Defaulter | None = None
     validate: Validator | None = None
     validate_update: UpdateValidator | None = None
     #: "subdomain" (RFC 1123 DNS subdomain, most kinds) or "label" (namespaces)
     name_format: str = "subdomain"
     #: Table columns between NAME and AGE
     columns: tuple[TableColumn, ...] = ()
+    #: What the HTTP API shows of a stored object (every response, list item,
+    #: watch event and Table row passes through it), e.g. credentials
+    #: redacted. Never applied to in-process ObjectStorage reads.
+    present: Callable[[JSONObject], JSONObject] | None = None
+    #: (proposed, stored) -> the object to validate and store, for updates and
+    #: patches of the main resource (e.g. a redacted credential sent back
+    #: keeps its stored value).
+    prepare_update: SubresourceStrategy | None = None
     #: strategic merge patch list strategies by dotted path ("spec.containers",
     #: "spec.containers[].env"); None means SMP is refused with 415 (custom kinds).
     strategic_merge: Mapping[str, SMPListStrategy] | None = None

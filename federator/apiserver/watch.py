@@ -177,7 +177,12 @@ async def _stream(
             if batch:
                 chunks: list[bytes] = []
                 for event_type, ev in batch:
-                    if table is not None:
+                    if rt.present is not None:
+                        # Shown differently from how it is stored (e.g. redacted): encode per watcher.
+                        shown = rt.present(ev.obj() if isinstance(ev, CachedEvent) else ev)
+                        chunks.append(table.line(event_type, shown) if table is not None
+                                      else event_line(event_type, shown))
+                    elif table is not None:
                         obj = ev.obj() if isinstance(ev, CachedEvent) else ev
                         chunks.append(table.line(event_type, obj))
                     elif isinstance(ev, CachedEvent):
