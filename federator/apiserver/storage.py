@@ -978,6 +978,8 @@ class ObjectStorage:
         meta["deletionGracePeriodSeconds"] = grace
         if bump_generation and meta.get("generation"):
             meta["generation"] = int(meta["generation"]) + 1
+        if rt.defaults is not None:
+            rt.defaults(new)  # lets a kind reflect termination (a namespace's phase)
         return await self._write_update(rt, key, mod_revision, old, new, dry_run=dry_run)
 
     # ------------------------------------------------------------ watch

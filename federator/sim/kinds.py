@@ -200,10 +200,35 @@ def _validate_namespace(ns: JSONObject) -> list[FieldError]:
     return c.errors
 
 
+def namespace_grace_period(ns: JSONObject, requested: int | None) -> int:
+    """A namespace with spec.finalizers (the "kubernetes" one by default)
+    only turns Terminating; the simulator's namespace controller empties it,
+    finalizes it (subresource "finalize") and then deletes it."""
+    return 1 if (ns.get("spec") or {}).get("finalizers") else 0
+
+
+def _namespace_finalize(proposed: JSONObject, stored: JSONObject) -> JSONObject:
+    """namespaces/finalize: only spec.finalizers changes."""
+    spec = stored.setdefault("spec", {})
+    fins = (proposed.get("spec") or {}).get("finalizers")
+    spec["finalizers"] = fins if isinstance(fins, list) else []
+    return stored
+
+
+def _validate_namespace_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
+    new_f = (new.get("spec") or {}).get("finalizers")
+    old_f = (old.get("spec") or {}).get("finalizers")
+    if new_f != old_f:
+        return [FieldError.forbidden("spec.finalizers", "may only be changed through the finalize subresource")]
+    return []
+
+
 NAMESPACES = ResourceType(
     group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
     short_names=("ns",), verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
     name_format="label", defaults=_namespace_defaults, validate=_validate_namespace,
+    validate_update=_validate_namespace_update, graceful_delete=namespace_grace_period,
+    subresource_strategies={"finalize": _namespace_finalize},
     columns=(TableColumn("Status", jsonpath_cell("status", "phase"),
                          description="The status of the namespace"),),
     strategic_merge={

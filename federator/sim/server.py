@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+import random
 import secrets
 import ssl
 import tempfile
@@ -235,6 +236,8 @@ class SimCluster:
                     name=f"sim:{self.name}:{name}",
                 )
                 self.tasks[name] = task
+        self.tasks["namespaces"] = asyncio.get_running_loop().create_task(
+            self._supervise("namespaces", self._namespace_controller(stop)), name=f"sim:{self.name}:namespaces")
         try:
             yield
         finally:
@@ -275,6 +278,81 @@ class SimCluster:
             except ApiError as e:
                 if e.code != 409:
                     raise
+
+    # ------------------------------------------------------------ namespace lifecycle
+
+    async def _namespace_controller(self, stop: asyncio.Event) -> None:
+        """kube's namespace controller, reduced: a Terminating namespace has
+        its contents deleted (pods gracefully, through the kubelet), is then
+        finalized and removed."""
+        running: dict[str, asyncio.Task[None]] = {}
+        attempt = 0
+        while not stop.is_set():
+            try:
+                async for ev in self.storage.watch(kinds.NAMESPACES, stop=stop):
+                    attempt = 0
+                    meta = ev.object["metadata"]
+                    name = meta["name"]
+                    if ev.type == "DELETED" or not meta.get("deletionTimestamp"):
+                        continue
+                    task = running.get(name)
+                    if task is None or task.done():
+                        running[name] = asyncio.get_running_loop().create_task(
+                            self._finalize_namespace(name, stop), name=f"sim:{self.name}:namespace:{name}")
+            except ApiError as e:
+                # 410 after a compaction: watch again from a fresh list
+                attempt += 1
+                delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
+                self.log.info("namespace watch ended; watching again", code=e.code, wait_s=round(delay, 3))
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                except TimeoutError:
+                    pass
+        for task in running.values():
+            task.cancel()
+        for task in running.values():
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _finalize_namespace(self, namespace: str, stop: asyncio.Event) -> None:
+        namespaced = [rt for rt in self.registry if rt.namespaced and "delete" in rt.verbs]
+        attempt = 0
+        while not stop.is_set():
+            remaining = 0
+            for rt in namespaced:
+                for obj in (await self.storage.list(rt, namespace=namespace)).items:
+                    remaining += 1
+                    if obj["metadata"].get("deletionTimestamp"):
+                        continue  # already going (a pod's kubelet finishes it)
+                    try:
+                        await self.storage.delete(rt, namespace=namespace, name=obj["metadata"]["name"])
+                    except ApiError as e:
+                        if e.code != 404:
+                            raise
+            if remaining == 0:
+                break
+            attempt += 1
+            delay = min(1.0, 0.02 * 2 ** attempt) * (0.5 + random.random() / 2)
+            self.log.debug("namespace not empty yet", namespace=namespace, objects=remaining, wait_s=round(delay, 3))
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+                return
+            except TimeoutError:
+                pass
+
+        def finalize(ns: dict[str, Any]) -> dict[str, Any]:
+            ns.setdefault("spec", {})["finalizers"] = []
+            return ns
+
+        try:
+            await self.storage.guaranteed_update(kinds.NAMESPACES, namespace=None, name=namespace, mutate=finalize,
+                                                 subresource="finalize")
+            await self.storage.delete(kinds.NAMESPACES, namespace=None, name=namespace, grace_period_seconds=0)
+        except ApiError as e:
+            if e.code != 404:
+                raise
 
     # ------------------------------------------------------------ admin
 

@@ -260,3 +260,52 @@ def test_kinds_module_registers_real_group_wiring() -> None:
     reg = kinds.sim_registry(["volcano"])
     assert reg.get("scheduling.volcano.sh", "v1beta1", "podgroups") is not None
     assert reg.get("scheduling.x-k8s.io", "v1alpha1", "podgroups") is None
+
+
+def test_namespace_deletion_empties_it_first(sim_cluster: ThreadedSim, api_client: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api_client)
+    ns = sim_cluster.new_namespace("del")
+    v1.create_namespaced_pod(ns, pod("plain", scheduler="nobody"))
+    held = pod("held", scheduler="nobody")
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    v1.create_namespaced_pod(ns, held)
+    assert v1.read_namespace(ns).status.phase == "Active"
+    v1.delete_namespace(ns)
+    deadline = time.monotonic() + 10
+    # the controller deletes what it can; the finalizer holds "held" (and so the namespace)
+    while [p.metadata.name for p in v1.list_namespaced_pod(ns).items] != ["held"]:
+        assert time.monotonic() < deadline, "the namespace controller did not delete the plain pod"
+        time.sleep(0.05)
+    terminating = v1.read_namespace(ns)
+    assert terminating.status.phase == "Terminating" and terminating.metadata.deletion_timestamp is not None
+    with pytest.raises(ApiException) as e:
+        v1.create_namespaced_pod(ns, pod("late"))
+    assert e.value.status == 403 and status_body(e.value)["reason"] == "Forbidden"
+    assert "because it is being terminated" in status_body(e.value)["message"]
+    v1.patch_namespaced_pod("held", ns, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/hold"]}})
+    while True:
+        try:
+            v1.read_namespace(ns)
+        except ApiException as gone:
+            assert gone.status == 404
+            break
+        assert time.monotonic() < deadline, "the namespace was never removed"
+        time.sleep(0.05)
+
+
+def test_admin_stats_endpoint(sim_cluster: ThreadedSim, api_client: client.ApiClient) -> None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    client.CoreV1Api(api_client).list_node()
+    ctx = ssl.create_default_context(cadata=sim_cluster.c.ca_pem.decode())
+    req = urllib.request.Request(sim_cluster.c.url + "/_sim/stats",
+                                 headers={"Authorization": f"Bearer {sim_cluster.c.token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+        stats = json.loads(resp.read())
+    assert stats["cluster"] == "apitest" and stats["requests"]["list"]["nodes"] >= 1
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(sim_cluster.c.url + "/_sim/stats", context=ctx, timeout=10)
+    assert e.value.code == 401
+    e.value.close()

@@ -218,3 +218,11 @@ def test_no_token_is_refused(sim_cluster: ThreadedSim, tmp_path: Path) -> None:
     proc = kc("get", "pods", check=False)
     assert proc.returncode != 0
     assert "error: You must be logged in to the server" in proc.stderr
+
+
+def test_delete_namespace_waits_until_it_is_empty_and_gone(sim_cluster: ThreadedSim, kubectl: Kubectl) -> None:
+    ns = sim_cluster.new_namespace("kc")
+    kubectl("run", "resident", "-n", ns, "--image=trainer:1.4", "--restart=Never")
+    assert kubectl("delete", "namespace", ns).stdout.strip() == f'namespace "{ns}" deleted'
+    proc = kubectl("get", "namespace", ns, check=False)
+    assert proc.returncode != 0 and f'namespaces "{ns}" not found' in proc.stderr
