@@ -51,6 +51,7 @@ from federator.placement.decision import Decision, Hold, PodAssignment, Rejectio
 from federator.placement.framework import ScorePlugin
 from federator.placement.framework import (
     GANG_FIT,
+    BoundedScore,
     EvalContext,
     FederationStats,
     PluginRegistry,
@@ -123,8 +124,9 @@ def evaluate_gang(
     Exactness of the pruning: a cluster's total is the sum over score
     plugins of weight x normalised score, and normalisation does not depend
     on the other clusters. Plugins that do not read the fit are exact before
-    it; those that do are at most 100. So `bound` = exact part + 100 x their
-    weights is >= the cluster's total. Clusters are fitted in order of
+    it; those that do are at most 100, or at most their `bound` (a
+    `BoundedScore` proves a tighter one from the index). So `bound` = exact
+    part + those maxima x their weights is >= the cluster's total. Clusters are fitted in order of
     (bound desc, name); once the best total found beats a cluster's bound
     (or equals it and wins the tie on name), that cluster cannot be chosen
     and is listed in `outranked` with its bound instead of being fitted.
@@ -135,7 +137,9 @@ def evaluate_gang(
     why_not: dict[str, Rejection] = {}
     pre = [(plugin, weight) for plugin, weight in resolved.scores if not plugin.needs_fit]
     post = [(plugin, weight) for plugin, weight in resolved.scores if plugin.needs_fit]
-    post_max = sum(100.0 * weight for _, weight in post)
+    # Fit-dependent scores are at most 100, or at most what their plugin's `bound` says before the fit.
+    post_fixed = sum(100.0 * weight for plugin, weight in post if not isinstance(plugin, BoundedScore))
+    post_bounded = [(plugin, weight) for plugin, weight in post if isinstance(plugin, BoundedScore)]
     candidates: list[tuple[float, str, ClusterSnapshot, EvalContext, float]] = []
     cheap_checks = resolved.cheap_checks
     for snapshot in views:
@@ -149,7 +153,10 @@ def evaluate_gang(
             partial = 0.0
             for plugin, weight in pre:
                 partial += weight * plugin.normalize(plugin.score(gang, snapshot, ctx), gang, ctx)
-            candidates.append((round(partial + post_max + _BOUND_SLACK, 6), snapshot.name, snapshot, ctx, partial))
+            bound = partial + post_fixed
+            for bounded, weight in post_bounded:
+                bound += weight * bounded.bound(gang, snapshot, ctx)
+            candidates.append((round(bound + _BOUND_SLACK, 6), snapshot.name, snapshot, ctx, partial))
     candidates.sort(key=lambda c: (-c[0], c[1]))
 
     best: tuple[float, str] | None = None

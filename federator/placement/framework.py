@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_WEIGHTS",
     "GANG_FIT",
     "PASSED",
+    "BoundedScore",
     "DeferredFilter",
     "EvalContext",
     "FederationStats",
@@ -240,6 +241,18 @@ class ScorePlugin(Protocol):
     def score(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> float: ...
 
     def normalize(self, raw: float, gang: GangRequest, ctx: EvalContext) -> float: ...
+
+
+@runtime_checkable
+class BoundedScore(Protocol):
+    """A fit-dependent score that can bound itself before the fit, from the snapshot index alone.
+
+    `bound` must be >= `normalize(score(...))` for every fit the gang-fit
+    filter could produce on this snapshot; the cycle relies on it to skip
+    fitting clusters that cannot win.
+    """
+
+    def bound(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> float: ...
 
 
 Check = Callable[[GangRequest, ClusterSnapshot, EvalContext], FilterResult]

@@ -6,7 +6,8 @@ Heuristic (deterministic, documented because decisions depend on it):
   the speed of the slowest GPU); pods without GPUs may use any node.
 - Each role first tops up nodes this gang already uses (tightest first),
   then walks the free-GPU buckets of the snapshot index in ascending order
-  of free GPUs (best fit), nodes in name order within a bucket, and puts as
+  of free GPUs (best fit), untainted buckets before tainted ones (which a
+  gang without tolerations skips), nodes in name order within a bucket, and puts as
   many pods on each node as its free CPU, memory, GPUs and RDMA allow.
   Best fit keeps whole free nodes whole for the next big gang.
 - A node is a candidate only if it is ready, schedulable, matches the gang's
@@ -30,7 +31,7 @@ from typing import NamedTuple
 
 from federator.placement.gang import GangRequest
 from federator.placement.resources import Resources
-from federator.placement.snapshot import ClusterIndex, ClusterSnapshot, NodeState
+from federator.placement.snapshot import BucketKey, ClusterIndex, ClusterSnapshot, NodeState
 
 __all__ = [
     "GangFit",
@@ -119,6 +120,8 @@ def fit_gang(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_model: str | N
     index = snapshot.index
     buckets = index.buckets
     restricted = bool(gang.node_selector)
+    # Nodes with a blocking taint are indexed apart; a gang without tolerations never visits them.
+    tolerant = bool(gang.tolerations)
     # Free resources left on the nodes this gang uses: [cpu, memory, gpu, rdma].
     used: dict[str, list[int]] = {}
     rejected: set[str] = set()
@@ -147,11 +150,18 @@ def fit_gang(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_model: str | N
             if rg:
                 if gpu_model is None:
                     raise ValueError("a gang with GPU pods needs a gpu_model to fit against")
-                keys: tuple[tuple[str, int], ...] | list[tuple[str, int]] = [
-                    (gpu_model, k) for k in index.free_counts_by_model.get(gpu_model, ()) if k >= rg
+                keys: list[BucketKey] = [
+                    (gpu_model, k, False) for k in index.free_counts.get((gpu_model, False), ()) if k >= rg
                 ]
+                if tolerant:
+                    keys.extend(
+                        (gpu_model, k, True) for k in index.free_counts.get((gpu_model, True), ()) if k >= rg
+                    )
+                    keys.sort(key=lambda key: (key[1], key[2]))
+            elif tolerant:
+                keys = list(index.bucket_order)
             else:
-                keys = index.bucket_order
+                keys = [key for key in index.bucket_order if not key[2]]
             for key in keys:
                 for name in buckets[key]:
                     if name in used or name in rejected:

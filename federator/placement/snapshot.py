@@ -12,7 +12,8 @@ Cost model (what callers may rely on):
 - `index` holds the aggregates placement needs to reject a cluster in O(1)
   (free GPUs per model, histograms of free and allocatable GPUs per node,
   free RDMA devices) and the node buckets it packs from: eligible node names
-  grouped by (GPU model, free GPU count), each bucket a name-sorted tuple.
+  grouped by (GPU model, free GPU count, has a blocking taint), each bucket a
+  name-sorted tuple.
   An update adjusts the counters for the changed nodes and re-slices the two
   buckets each changed node leaves and enters (a C-level tuple copy of one
   bucket, not a Python loop over the cluster).
@@ -37,6 +38,7 @@ from federator.placement.resources import ZERO, Resources
 
 __all__ = [
     "CPU_ONLY",
+    "BucketKey",
     "UNKNOWN_GPU_MODEL",
     "ClusterIndex",
     "ClusterInfo",
@@ -171,6 +173,8 @@ class NodeState:
     free: Resources = field(init=False, compare=False, repr=False)
     # Index bucket this node belongs to: its GPU model, CPU_ONLY or UNKNOWN_GPU_MODEL.
     model_key: str = field(init=False, compare=False, repr=False)
+    # True if a NoSchedule/NoExecute taint keeps untolerating pods off: indexed apart.
+    blocked: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -188,6 +192,10 @@ class NodeState:
         else:
             key = self.gpu_model or UNKNOWN_GPU_MODEL
         object.__setattr__(self, "model_key", key)
+        for taint in self.taints:
+            if not isinstance(taint, Taint):
+                raise TypeError(f"node {self.name!r}: taints must be Taint values")
+        object.__setattr__(self, "blocked", any(taint.blocks_scheduling for taint in self.taints))
 
     @property
     def eligible(self) -> bool:
@@ -202,10 +210,14 @@ class NodeState:
         object.__setattr__(node, "allocated", allocated)
         object.__setattr__(node, "free", self.allocatable.minus_clamped(allocated))
         object.__setattr__(node, "model_key", self.model_key)
+        object.__setattr__(node, "blocked", self.blocked)
         return node
 
 
-BucketKey = tuple[str, int]
+# (model key, free GPUs, blocked by a taint)
+BucketKey = tuple[str, int, bool]
+# (model key, blocked by a taint)
+PoolKey = tuple[str, bool]
 # Distinct gang shapes remembered per index; beyond this, answers are computed, not stored.
 _MEMO_LIMIT = 4096
 
@@ -219,11 +231,12 @@ class ClusterIndex:
     nodes; `ClusterSnapshot` keeps it consistent.
     """
 
-    # (model key, free GPUs) -> names of eligible nodes in that state, sorted.
+    # (model key, free GPUs, blocked) -> names of eligible nodes in that state, sorted. Nodes with a
+    # blocking taint sit in buckets of their own, so gangs without tolerations never visit them.
     buckets: Map[BucketKey, tuple[str, ...]]
-    # model key -> ascending free-GPU counts that have a non-empty bucket.
-    free_counts_by_model: Map[str, tuple[int, ...]]
-    # All non-empty bucket keys ordered by (free GPUs, model): the scan order for GPU-less pods.
+    # (model key, blocked) -> ascending free-GPU counts that have a non-empty bucket.
+    free_counts: Map[PoolKey, tuple[int, ...]]
+    # All non-empty bucket keys ordered by (free GPUs, blocked, model): the scan order for GPU-less pods.
     bucket_order: tuple[BucketKey, ...]
     # model key -> {allocatable GPUs per node -> eligible node count}: what could fit if all were free.
     capacity_by_model: Map[str, Map[int, int]]
@@ -264,9 +277,21 @@ class ClusterIndex:
         """GPU models with at least one eligible node, sorted."""
         return tuple(sorted(m for m in self.capacity_by_model if m != CPU_ONLY))
 
+    def free_counts_of(self, model: str, *, tolerant: bool) -> tuple[int, ...]:
+        """Ascending free-GPU counts of a model's non-empty buckets; with `tolerant`, tainted ones too."""
+        clean = self.free_counts.get((model, False), ())
+        if not tolerant:
+            return clean
+        tainted = self.free_counts.get((model, True), ())
+        return tuple(sorted(set(clean) | set(tainted))) if tainted else clean
+
     def free_gpu_histogram(self, model: str) -> tuple[tuple[int, int], ...]:
         """((free GPUs, eligible nodes with exactly that many), ...) for one model, ascending."""
-        return tuple((k, len(self.buckets[(model, k)])) for k in self.free_counts_by_model.get(model, ()))
+        buckets = self.buckets
+        return tuple(
+            (k, len(buckets.get((model, k, False), ())) + len(buckets.get((model, k, True), ())))
+            for k in self.free_counts_of(model, tolerant=True)
+        )
 
     def max_pods_by_free_gpus(self, model: str, gpus_per_pod: int) -> int:
         """Upper bound on pods of `gpus_per_pod` GPUs that fit, counting free GPUs node by node only."""
@@ -274,10 +299,9 @@ class ClusterIndex:
         total = self._bounds.get(key)
         if total is None:
             total = 0
-            buckets = self.buckets
-            for k in self.free_counts_by_model.get(model, ()):
+            for k, count in self.free_gpu_histogram(model):
                 if k >= gpus_per_pod:
-                    total += len(buckets[(model, k)]) * (k // gpus_per_pod)
+                    total += count * (k // gpus_per_pod)
             self._bounds[key] = total
         return total
 
@@ -296,7 +320,7 @@ class ClusterIndex:
 
 _EMPTY_INDEX = ClusterIndex(
     buckets=Map(),
-    free_counts_by_model=Map(),
+    free_counts=Map(),
     bucket_order=(),
     capacity_by_model=Map(),
     free_gpu_by_model=Map(),
@@ -362,8 +386,11 @@ class _IndexDraft:
 
     def change(self, old: NodeState | None, new: NodeState | None) -> None:
         if old is not None and new is not None and old.eligible and new.eligible:
-            if old.model_key == new.model_key and old.free.gpu == new.free.gpu and (
-                old.allocatable is new.allocatable or old.allocatable == new.allocatable
+            if (
+                old.model_key == new.model_key
+                and old.free.gpu == new.free.gpu
+                and old.blocked == new.blocked
+                and (old.allocatable is new.allocatable or old.allocatable == new.allocatable)
             ):
                 # Same bucket and same capacity: only the totals move.
                 self._move_totals(old, -1)
@@ -413,7 +440,7 @@ class _IndexDraft:
         if self._shapes is None:
             self._shapes = dict(self._base.shapes)
         self._shapes[node.allocatable] = self._shapes.get(node.allocatable, 0) + sign
-        key = (node.model_key, node.free.gpu)
+        key = (node.model_key, node.free.gpu, node.blocked)
         bucket: tuple[str, ...] = self._buckets.get(key, ())
         pos = bisect_left(bucket, node.name)
         if sign > 0:
@@ -433,31 +460,34 @@ class _IndexDraft:
     def freeze(self) -> ClusterIndex:
         base = self._base
         buckets = self._buckets.finish()
-        counts_by_model = base.free_counts_by_model
+        counts = base.free_counts
         bucket_order = base.bucket_order
-        models = {model for model, _ in self._touched}
-        if models:
-            updates = {}
-            for model in models:
-                present = set(counts_by_model.get(model, ()))
-                for touched_model, k in self._touched:
-                    if touched_model != model:
+        pools = {(model, blocked) for model, _, blocked in self._touched}
+        if pools:
+            updates: dict[PoolKey, tuple[int, ...]] = {}
+            for pool in pools:
+                present = set(counts.get(pool, ()))
+                for model, k, blocked in self._touched:
+                    if (model, blocked) != pool:
                         continue
-                    if (model, k) in buckets:
+                    if (model, k, blocked) in buckets:
                         present.add(k)
                     else:
                         present.discard(k)
-                updates[model] = tuple(sorted(present))
-            if any(updates[m] != counts_by_model.get(m, ()) for m in updates):
-                mutation = counts_by_model.mutate()
-                for model, ks in updates.items():
+                updates[pool] = tuple(sorted(present))
+            if any(updates[pool] != counts.get(pool, ()) for pool in updates):
+                mutation = counts.mutate()
+                for pool, ks in updates.items():
                     if ks:
-                        mutation[model] = ks
-                    elif model in mutation:
-                        del mutation[model]
-                counts_by_model = mutation.finish()
+                        mutation[pool] = ks
+                    elif pool in mutation:
+                        del mutation[pool]
+                counts = mutation.finish()
                 bucket_order = tuple(
-                    sorted(((m, k) for m, ks in counts_by_model.items() for k in ks), key=lambda b: (b[1], b[0]))
+                    sorted(
+                        ((m, k, b) for (m, b), ks in counts.items() for k in ks),
+                        key=lambda key: (key[1], key[2], key[0]),
+                    )
                 )
         capacity = base.capacity_by_model
         if self._capacity:
@@ -501,7 +531,7 @@ class _IndexDraft:
         c = self._counters
         return ClusterIndex(
             buckets=buckets,
-            free_counts_by_model=counts_by_model,
+            free_counts=counts,
             bucket_order=bucket_order,
             capacity_by_model=capacity,
             free_gpu_by_model=free_gpu,

@@ -36,8 +36,8 @@ def test_index_aggregates() -> None:
     assert index.free_gpu_by_model["A100"] == 8 + 0 + 5
     assert index.free_gpu_by_model["H100"] == 6
     assert index.free_gpu_histogram("A100") == ((0, 1), (5, 1), (8, 1))
-    assert index.buckets[("A100", 8)] == ("n1",)
-    assert index.buckets[(CPU_ONLY, 0)] == ("cpu1",)
+    assert index.buckets[("A100", 8, False)] == ("n1",)
+    assert index.buckets[(CPU_ONLY, 0, False)] == ("cpu1",)
     assert index.gpu_models == ("A100", "H100")
     assert index.models_by_free == ("A100", "H100")
     assert index.free_rdma == 3  # n1, n3, h1 (n2 uses its HCA; cpu1 has none)
@@ -46,6 +46,24 @@ def test_index_aggregates() -> None:
     assert index.max_pods_by_free_gpus("A100", 4) == 2 + 1
     assert index.max_pods_by_capacity("A100", 8) == 3
     assert snap.datasets_present == {"imagenet"}
+
+
+def test_nodes_with_blocking_taints_are_bucketed_apart() -> None:
+    snap = cluster(
+        "a",
+        [
+            node("clean"),
+            node("hard", taints=[Taint("dedicated", "infra")]),
+            node("soft", taints=[Taint("maintenance", "", "PreferNoSchedule")]),  # type: ignore[arg-type]
+        ],
+    )
+    assert snap.index.buckets[("A100", 8, False)] == ("clean", "soft")
+    assert snap.index.buckets[("A100", 8, True)] == ("hard",)
+    assert snap.index.free_counts_of("A100", tolerant=False) == (8,)
+    assert snap.index.free_gpu_histogram("A100") == ((8, 3),)
+    untainted = snap.with_nodes([node("hard")])
+    assert untainted.index.buckets[("A100", 8, False)] == ("clean", "hard", "soft")
+    assert ("A100", 8, True) not in untainted.index.buckets
 
 
 def test_gpu_node_without_model_is_indexed_as_unknown() -> None:
@@ -84,6 +102,7 @@ def test_random_updates_keep_the_index_equal_to_a_rebuild() -> None:
                         ready=rng.random() > 0.1,
                         schedulable=rng.random() > 0.1,
                         datasets=rng.sample(["d1", "d2", "d3"], rng.randrange(3)),
+                        taints=rng.choice([[], [Taint("dedicated", "infra")], [Taint("soft", "", "PreferNoSchedule")]]),  # type: ignore[list-item]
                     )
                 ]
             )
