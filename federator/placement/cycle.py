@@ -294,6 +294,14 @@ def _choose_hold(
     return best[1], best[2], best[0]
 
 
+def _never_fits(evaluation: GangEvaluation) -> bool:
+    """True if every cluster that passes the other filters lacks the capacity, even with all nodes free."""
+    rejections = evaluation.why_not.values()
+    return any(r.code == EXCEEDS_CAPACITY for r in rejections) and all(
+        r.code == EXCEEDS_CAPACITY or r.filter != GANG_FIT for r in rejections
+    )
+
+
 def _validate_inputs(gangs: Sequence[GangRequest], snapshots: Mapping[str, ClusterSnapshot]) -> None:
     for name, snapshot in snapshots.items():
         if not isinstance(snapshot, ClusterSnapshot):
@@ -418,9 +426,7 @@ def run_cycle(
             )
             continue
 
-        never_fits = bool(evaluation.why_not) and all(
-            r.code == EXCEEDS_CAPACITY or r.filter != GANG_FIT for r in evaluation.why_not.values()
-        ) and any(r.code == EXCEEDS_CAPACITY for r in evaluation.why_not.values())
+        never_fits = _never_fits(evaluation)
         hold_out: Hold | None = None
         if own_hold is not None and _hold_still_valid(
             own_hold, gang, evaluation, gang_views.get(own_hold.cluster)

@@ -139,5 +139,6 @@ class Unplaced:
     why_not: Mapping[str, Rejection]
     # Set when the gang has (or just got) a head-of-line hold.
     hold: Hold | None = None
-    # True when the gang could not fit any cluster even if every node were free.
+    # True when every cluster that passes the other filters (health, selector, fabric, model...)
+    # lacks the capacity for the gang even with every node free: waiting will not help.
     never_fits: bool = False

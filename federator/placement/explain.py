@@ -86,7 +86,7 @@ def render_decision(decision: Decision) -> str:
 
 def render_unplaced(unplaced: Unplaced) -> str:
     if unplaced.never_fits:
-        headline = f"{unplaced.gang_key} fits no cluster, even with every node free"
+        headline = f"{unplaced.gang_key} fits no eligible cluster, even with every node free"
     else:
         headline = f"{unplaced.gang_key} is waiting: no cluster can take the whole gang now"
     lines = [headline]

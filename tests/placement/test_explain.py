@@ -43,4 +43,4 @@ def test_unplaced_with_and_without_hold() -> None:
     text = render_unplaced(old.unplaced[0])
     assert "Holding 2 nodes in a for it (50% of what it needs there is already free): n-000, n-001" in text
     never = run_cycle([gang("ns/huge", pods=9, gpus=8)], snaps, Profile(), now=0.0)
-    assert render_unplaced(never.unplaced[0]).startswith("ns/huge fits no cluster, even with every node free")
+    assert render_unplaced(never.unplaced[0]).startswith("ns/huge fits no eligible cluster, even with every node free")

@@ -39,14 +39,22 @@ class PackingScore:
         index = snapshot.index
         gpus = gang.total.gpu
         models = ctx.gpu_models if ctx.gpu_models is not None else candidate_gpu_models(gang, index)
+        tolerant = bool(gang.tolerations)
+        # A function of the (immutable) index and these three values only: memoised on the index.
+        key = ("packing-bound", gpus, models, tolerant)
+        known = index.recall(key)
+        if isinstance(known, float):
+            return known
         best = 0.0
         for model in models:
             capacity = max(index.capacity_by_model.get(model, {0: 0}), default=0)
-            counts = index.free_counts_of(model, tolerant=bool(gang.tolerations))
+            counts = index.free_counts_of(model, tolerant=tolerant)
             smallest = next((k for k in counts if k >= gpus), None)
             if smallest is None or capacity <= 0:
                 continue
             best = max(best, 1.0 - (smallest - gpus) / capacity)
             if best >= 1.0:
                 break
-        return 100.0 * min(1.0, best) if models else 100.0
+        bound = 100.0 * min(1.0, best) if models else 100.0
+        index.remember(key, bound)
+        return bound
