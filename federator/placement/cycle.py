@@ -114,8 +114,8 @@ _BOUND_SLACK = 1e-9  # keeps a bound >= the exact total despite float summation 
 def evaluate_gang(
     gang: GangRequest,
     views: Sequence[ClusterSnapshot],
-    resolved: ResolvedProfile,
     *,
+    resolved: ResolvedProfile,
     now: float,
     federation: FederationStats,
 ) -> GangEvaluation:
@@ -188,7 +188,7 @@ def evaluate_gang(
                 best = (total, name)
     return GangEvaluation(
         why_not=why_not,
-        ranked=_breakdowns(scored, pre, post),
+        ranked=_breakdowns(scored, pre=pre, post=post),
         fits={name: ctx.fit for name, ctx, _, _, _ in scored if ctx.fit is not None},
         outranked=outranked,
     )
@@ -196,6 +196,7 @@ def evaluate_gang(
 
 def _breakdowns(
     scored: list[tuple[str, EvalContext, float, list[float], list[float]]],
+    *,
     pre: list[tuple[ScorePlugin, float]],
     post: list[tuple[ScorePlugin, float]],
 ) -> tuple[ScoreBreakdown, ...]:
@@ -235,7 +236,7 @@ def _assignment(gang: GangRequest, fit: GangFit) -> tuple[PodAssignment, ...]:
 
 
 def _hold_still_valid(
-    hold: Reservation, gang: GangRequest, evaluation: GangEvaluation, view: ClusterSnapshot | None
+    hold: Reservation, gang: GangRequest, *, evaluation: GangEvaluation, view: ClusterSnapshot | None
 ) -> bool:
     if view is None:
         return False
@@ -249,7 +250,7 @@ def _hold_still_valid(
     return True
 
 
-def _ready_fraction(gang: GangRequest, view: ClusterSnapshot, amounts: Mapping[str, Resources]) -> float:
+def _ready_fraction(gang: GangRequest, view: ClusterSnapshot, *, amounts: Mapping[str, Resources]) -> float:
     """Share of the held amount (GPUs, or CPU for GPU-less gangs) that is already free on the held nodes."""
     wanted = 0
     free = 0
@@ -266,6 +267,7 @@ def _ready_fraction(gang: GangRequest, view: ClusterSnapshot, amounts: Mapping[s
 
 def _choose_hold(
     gang: GangRequest,
+    *,
     evaluation: GangEvaluation,
     views: Mapping[str, ClusterSnapshot],
     holds_per_cluster: Counter[str],
@@ -286,7 +288,7 @@ def _choose_hold(
             fit = fit_gang_on_capacity(gang, view, gpu_model=model)
             if not fit.ok:
                 continue
-            fraction = _ready_fraction(gang, view, fit.node_amounts(gang))
+            fraction = _ready_fraction(gang, view, amounts=fit.node_amounts(gang))
             if best is None or fraction > best[0]:
                 best = (fraction, cluster, fit)
     if best is None:
@@ -378,7 +380,7 @@ def run_cycle(
                     hold.amounts, release=True
                 )
         evaluation = evaluate_gang(
-            gang, [gang_views[name] for name in names], resolved, now=now, federation=federation
+            gang, [gang_views[name] for name in names], resolved=resolved, now=now, federation=federation
         )
 
         if evaluation.ranked:
@@ -429,11 +431,11 @@ def run_cycle(
         never_fits = _never_fits(evaluation)
         hold_out: Hold | None = None
         if own_hold is not None and _hold_still_valid(
-            own_hold, gang, evaluation, gang_views.get(own_hold.cluster)
+            own_hold, gang, evaluation=evaluation, view=gang_views.get(own_hold.cluster)
         ):
             view = gang_views[own_hold.cluster]
             hold_out = Hold(
-                own_hold.cluster, tuple(sorted(own_hold.amounts)), _ready_fraction(gang, view, own_hold.amounts)
+                own_hold.cluster, tuple(sorted(own_hold.amounts)), _ready_fraction(gang, view, amounts=own_hold.amounts)
             )
         else:
             if own_hold is not None:
@@ -447,7 +449,13 @@ def run_cycle(
                 released.append(Release(gang.uid, own_hold.cluster, ReservationKind.HOLD, ReleaseReason.DROPPED))
             aged = now - gang.submitted_at >= profile.hold_after_seconds
             if aged and not never_fits and profile.max_holds_per_cluster > 0:
-                choice = _choose_hold(gang, evaluation, gang_views, holds_per_cluster, profile)
+                choice = _choose_hold(
+                    gang,
+                    evaluation=evaluation,
+                    views=gang_views,
+                    holds_per_cluster=holds_per_cluster,
+                    profile=profile,
+                )
                 if choice is not None:
                     cluster, capacity_fit, fraction = choice
                     amounts = capacity_fit.node_amounts(gang)

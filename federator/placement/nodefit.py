@@ -102,6 +102,7 @@ def candidate_gpu_models(gang: GangRequest, index: ClusterIndex) -> tuple[str, .
 
 
 def _pods_on(left: list[int], rc: int, rm: int, rg: int, rr: int, need: int) -> int:
+    # Positional on purpose: called per node in the packing loop, where keyword passing costs.
     n = need
     if rg:
         n = min(n, left[2] // rg)
@@ -205,12 +206,13 @@ def fit_gang(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_model: str | N
                 failed_role_fit=fit_count,
             )
         placed += role.replicas
-    return _finish(gang, snapshot, gpu_model, placements, used)
+    return _finish(gang, snapshot, gpu_model=gpu_model, placements=placements, used=used)
 
 
 def _finish(
     gang: GangRequest,
     snapshot: ClusterSnapshot,
+    *,
     gpu_model: str | None,
     placements: list[RolePlacement],
     used: dict[str, list[int]],
@@ -298,4 +300,4 @@ def fit_gang_on_capacity(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_mo
                 failed_role_fit=fit_count,
             )
         placed += role.replicas
-    return _finish(gang, snapshot, gpu_model, placements, used)
+    return _finish(gang, snapshot, gpu_model=gpu_model, placements=placements, used=used)

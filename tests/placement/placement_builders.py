@@ -237,7 +237,7 @@ def score_columns(
     chosen = dataclasses.replace(profile or Profile(), exhaustive=True)  # type: ignore[type-var]
     resolved = default_registry().resolve(chosen)
     evaluation = evaluate_gang(
-        g, sorted(snapshots, key=lambda s: s.name), resolved, now=0.0, federation=FederationStats.of(snapshots)
+        g, sorted(snapshots, key=lambda s: s.name), resolved=resolved, now=0.0, federation=FederationStats.of(snapshots)
     )
     out: dict[str, tuple[float, float]] = {}
     for breakdown in evaluation.ranked:

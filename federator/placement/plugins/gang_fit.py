@@ -41,14 +41,14 @@ DOES_NOT_FIT = "GangDoesNotFit"
 _STAGE = {EXCEEDS_CAPACITY: 0, INSUFFICIENT_GPU: 1, INSUFFICIENT_CPU: 2, INSUFFICIENT_MEMORY: 2, DOES_NOT_FIT: 3}
 
 
-def _needs(gang: GangRequest, role: RoleRequest, model: str | None) -> str:
+def _needs(gang: GangRequest, role: RoleRequest, *, model: str | None) -> str:
     if len(gang.roles) == 1:
         return f"needs {gang.describe_size(model)}"
     return f"role {role.name!r} needs {role.replicas} pods of {role.requests.describe(gpu_model=model)} each"
 
 
 def _gpu_shortfall(
-    gang: GangRequest, index: ClusterIndex, model: str, *, capacity: bool
+    gang: GangRequest, index: ClusterIndex, *, model: str, capacity: bool
 ) -> tuple[RoleRequest, int] | None:
     """First GPU role that the histogram bound says cannot fit, with the bound; None if all may fit."""
     for role in gang.fit_order:
@@ -122,7 +122,7 @@ class GangFitFilter:
             models = ctx.gpu_models if ctx.gpu_models is not None else candidate_gpu_models(gang, index)
             if not models:
                 return reject_for_models(gang, snapshot)
-            never = self._exceeds_capacity(gang, index, models)
+            never = self._exceeds_capacity(gang, index, models=models)
             if never is not None:
                 return never
         if total.cpu_milli > index.capacity_cpu_milli or total.memory > index.capacity_memory:
@@ -149,13 +149,13 @@ class GangFitFilter:
             role = next(r for r in gang.roles if r.name == fit.failed_role)
             return FilterResult.reject(
                 DOES_NOT_FIT,
-                f"{_needs(gang, role, None)}; at most {fit.failed_role_fit} fit node by node",
+                f"{_needs(gang, role, model=None)}; at most {fit.failed_role_fit} fit node by node",
                 pods_needed=role.replicas,
                 pods_fit=fit.failed_role_fit,
             )
         best: tuple[int, int, FilterResult] | None = None
         for model in models:
-            result = self._try_model(gang, snapshot, ctx, model, node_fit=node_fit)
+            result = self._try_model(gang, snapshot, ctx, model=model, node_fit=node_fit)
             if result is None:
                 return PASSED
             rank = (_STAGE[result.code], int(result.numbers.get("pods_fit", 0)))
@@ -165,11 +165,11 @@ class GangFitFilter:
         return best[2]
 
     @staticmethod
-    def _exceeds_capacity(gang: GangRequest, index: ClusterIndex, models: tuple[str, ...]) -> FilterResult | None:
+    def _exceeds_capacity(gang: GangRequest, index: ClusterIndex, *, models: tuple[str, ...]) -> FilterResult | None:
         """The closest ExceedsCapacity if no model could ever hold the gang; None if one could."""
         closest: tuple[RoleRequest, int, str] | None = None
         for model in models:
-            short = _gpu_shortfall(gang, index, model, capacity=True)
+            short = _gpu_shortfall(gang, index, model=model, capacity=True)
             if short is None:
                 return None
             if closest is None or short[1] > closest[1]:
@@ -178,31 +178,31 @@ class GangFitFilter:
         role, bound, model = closest
         return FilterResult.reject(
             EXCEEDS_CAPACITY,
-            f"{_needs(gang, role, model)}; even with every schedulable node empty at most {bound} fit",
+            f"{_needs(gang, role, model=model)}; even with every schedulable node empty at most {bound} fit",
             pods_needed=role.replicas,
             pods_fit=bound,
         )
 
     def _try_model(
-        self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, model: str, *, node_fit: bool
+        self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, *, model: str, node_fit: bool
     ) -> FilterResult | None:
         index = snapshot.index
-        short = _gpu_shortfall(gang, index, model, capacity=False)
+        short = _gpu_shortfall(gang, index, model=model, capacity=False)
         if short is not None:
-            never = _gpu_shortfall(gang, index, model, capacity=True)
+            never = _gpu_shortfall(gang, index, model=model, capacity=True)
             if never is not None:
                 # Another accepted model could hold the gang some day; this one never can.
                 role, bound = never
                 return FilterResult.reject(
                     EXCEEDS_CAPACITY,
-                    f"{_needs(gang, role, model)}; even with every schedulable node empty at most {bound} fit",
+                    f"{_needs(gang, role, model=model)}; even with every schedulable node empty at most {bound} fit",
                     pods_needed=role.replicas,
                     pods_fit=bound,
                 )
             role, bound = short
             return FilterResult.reject(
                 INSUFFICIENT_GPU,
-                f"{_needs(gang, role, model)}; at most {bound} fit "
+                f"{_needs(gang, role, model=model)}; at most {bound} fit "
                 f"(free {model} GPUs per node: {_histogram_text(index, model)})",
                 pods_needed=role.replicas,
                 pods_fit=bound,
@@ -230,7 +230,7 @@ class GangFitFilter:
         role = next(r for r in gang.roles if r.name == fit.failed_role)
         return FilterResult.reject(
             DOES_NOT_FIT,
-            f"{_needs(gang, role, model)}; at most {fit.failed_role_fit} fit node by node "
+            f"{_needs(gang, role, model=model)}; at most {fit.failed_role_fit} fit node by node "
             "(free cpu, memory, GPUs, rdma/hca, node selector and taints)",
             pods_needed=role.replicas,
             pods_fit=fit.failed_role_fit,
