@@ -26,11 +26,6 @@ class UserError(Exception):
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _cmd_version(args: argparse.Namespace) -> int:
-    print(f"federator {__version__}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="federator",
@@ -49,12 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("version", help="print the version")
-    p.set_defaults(handler=_cmd_version)
-
-    from federator import cli_up  # local imports keep `federator --help` fast
+    from federator import cli_jobs, cli_up  # local imports keep `federator --help` fast
 
     cli_up.register(sub)
+    cli_jobs.register(sub)  # submit, get, describe, delete, cluster, kubeconfig, version
 
     from federator import cli_sim
 

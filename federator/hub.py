@@ -228,7 +228,8 @@ def build_hub_app(
         # auth_middleware authenticates (401) and authorizes (403); the app's own
         # authenticate hook would only repeat the first half.
         middlewares=[auth_middleware(authenticator, logger=get_logger("hub.auth"))],
-        version_info={"gitVersion": f"v{_semver(__version__)}", "federatorVersion": __version__},
+        # gitVersion stays kube-like (kubectl warns on a skewed minor); ours rides along.
+        version_info={"federatorVersion": __version__},
         max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics,
         start_storage=False,
     )
@@ -300,14 +301,6 @@ def build_hub_app(
     for ctx in (store_ctx, leadership_ctx, api_ctx, controllers_ctx):
         app.cleanup_ctx.append(ctx)
     return app
-
-
-def _semver(version: str) -> str:
-    # kubectl parses gitVersion as semver; a dev suffix like "0.1.dev3" is not one.
-    parts = [p for p in version.split(".")[:3] if p.isdigit()]
-    while len(parts) < 3:
-        parts.append("0")
-    return ".".join(parts)
 
 
 def _took_lead(state: HubState, election: LeaderElection, token: FencingToken) -> None:
