@@ -5,7 +5,7 @@ Bars (issue 5): 20x500 >= 2,000 decisions/s with p99 <= 2 ms; 100x1000 >= 500 de
 
 Workload (seeded; stated here because the trace carries none of it):
 - Gang sizes: `num_gpu` of the jobs in the Microsoft ITP traces (read from
-  ../shared/traces/itp or --trace DIR; never copied into the project),
+  ../shared/traces/itp, or --trace DIR or FILE.csv; never copied into the project),
   sampled with replacement. A job of g <= 8 GPUs is one pod of g GPUs; a
   bigger one is g/8 pods of 8 GPUs (the multi-node jobs). Each pod asks
   8 cores and 64Gi per GPU. Multi-node jobs need RDMA (one rdma/hca per
@@ -70,16 +70,22 @@ BARS = {"20x500": (2000.0, 2.0), "100x1000": (500.0, None)}
 
 
 def read_gpu_counts(trace: Path) -> list[int]:
-    files = sorted(trace.glob("cluster*.csv"))
+    """`num_gpu` of every job in a trace CSV, or in every cluster*.csv of a trace directory."""
+    files = [trace] if trace.is_file() else sorted(trace.glob("cluster*.csv"))
     if not files:
-        raise SystemExit(f"no cluster*.csv in {trace}: give the ITP trace directory with --trace")
+        raise SystemExit(f"no cluster*.csv in {trace}: give the ITP trace directory or a CSV with --trace")
     counts: list[int] = []
     for path in files:
         with path.open(newline="") as handle:
             for row in csv.DictReader(handle):
-                gpus = int(row["num_gpu"])
+                try:
+                    gpus = int(row["num_gpu"])
+                except (KeyError, TypeError, ValueError) as error:
+                    raise SystemExit(f"{path}: not an ITP trace (bad num_gpu in {row}): {error}") from None
                 if gpus > 0:
                     counts.append(gpus)
+    if not counts:
+        raise SystemExit(f"{trace}: no job with GPUs")
     return counts
 
 

@@ -51,7 +51,6 @@ from federator.placement.decision import Decision, Hold, PodAssignment, Rejectio
 from federator.placement.framework import ScorePlugin
 from federator.placement.framework import (
     GANG_FIT,
-    BoundedScore,
     EvalContext,
     FederationStats,
     PluginRegistry,
@@ -135,11 +134,11 @@ def evaluate_gang(
     """
     profile = resolved.profile
     why_not: dict[str, Rejection] = {}
-    pre = [(plugin, weight) for plugin, weight in resolved.scores if not plugin.needs_fit]
-    post = [(plugin, weight) for plugin, weight in resolved.scores if plugin.needs_fit]
+    pre = list(resolved.pre_fit_scores)
+    post = list(resolved.post_fit_scores)
     # Fit-dependent scores are at most 100, or at most what their plugin's `bound` says before the fit.
-    post_fixed = sum(100.0 * weight for plugin, weight in post if not isinstance(plugin, BoundedScore))
-    post_bounded = [(plugin, weight) for plugin, weight in post if isinstance(plugin, BoundedScore)]
+    post_fixed = resolved.unbounded_max
+    post_bounded = resolved.bounded_scores
     candidates: list[tuple[float, str, ClusterSnapshot, EvalContext, float]] = []
     cheap_checks = resolved.cheap_checks
     for snapshot in views:

@@ -267,6 +267,12 @@ class ResolvedProfile:
     cheap_checks: tuple[tuple[str, Check], ...] = ()
     # (filter name, exact check) of the deferred filters, in profile order.
     exact_checks: tuple[tuple[str, Check], ...] = ()
+    # Scores split once here (Protocol isinstance checks are slow): exact before the fit, and after it.
+    pre_fit_scores: tuple[tuple[ScorePlugin, float], ...] = ()
+    post_fit_scores: tuple[tuple[ScorePlugin, float], ...] = ()
+    # Post-fit scores that bound themselves before the fit, and the fixed maximum of the others.
+    bounded_scores: tuple[tuple[BoundedScore, float], ...] = ()
+    unbounded_max: float = 0.0
 
 
 class PluginRegistry:
@@ -322,14 +328,25 @@ class PluginRegistry:
                 exact.append((plugin.name, plugin.filter))
             else:
                 cheap.append((plugin.name, plugin.filter))
+        scores = tuple(
+            (self._scores[name], float(weight)) for name, weight in sorted(profile.weights.items()) if weight > 0
+        )
+        post = tuple((score, weight) for score, weight in scores if score.needs_fit)
+        bounded: list[tuple[BoundedScore, float]] = []
+        unbounded_max = 0.0
+        for score, weight in post:
+            if isinstance(score, BoundedScore):
+                bounded.append((score, weight))
+            else:
+                unbounded_max += 100.0 * weight
         return ResolvedProfile(
             profile=profile,
             filters=filters,
-            scores=tuple(
-                (self._scores[name], float(weight))
-                for name, weight in sorted(profile.weights.items())
-                if weight > 0
-            ),
+            scores=scores,
             cheap_checks=tuple(cheap),
             exact_checks=tuple(exact),
+            pre_fit_scores=tuple((score, weight) for score, weight in scores if not score.needs_fit),
+            post_fit_scores=post,
+            bounded_scores=tuple(bounded),
+            unbounded_max=unbounded_max,
         )

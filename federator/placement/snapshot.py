@@ -388,16 +388,19 @@ class _IndexDraft:
         if old is not None and new is not None and old.eligible and new.eligible:
             if (
                 old.model_key == new.model_key
-                and old.free.gpu == new.free.gpu
                 and old.blocked == new.blocked
                 and (old.allocatable is new.allocatable or old.allocatable == new.allocatable)
             ):
-                # Same bucket and same capacity: only the totals move.
+                # Same capacity (the usual case: an allocation changed): only the totals move, and the
+                # node changes bucket if its free GPU count did.
                 self._move_totals(old, -1)
                 self._move_totals(new, +1)
                 if old.datasets != new.datasets:
                     self._move_datasets(old, -1)
                     self._move_datasets(new, +1)
+                if old.free.gpu != new.free.gpu:
+                    self._move_bucket(old, -1)
+                    self._move_bucket(new, +1)
                 return
         if old is not None:
             self._apply(old, -1)
@@ -440,6 +443,9 @@ class _IndexDraft:
         if self._shapes is None:
             self._shapes = dict(self._base.shapes)
         self._shapes[node.allocatable] = self._shapes.get(node.allocatable, 0) + sign
+        self._move_bucket(node, sign)
+
+    def _move_bucket(self, node: NodeState, sign: int) -> None:
         key = (node.model_key, node.free.gpu, node.blocked)
         bucket: tuple[str, ...] = self._buckets.get(key, ())
         pos = bisect_left(bucket, node.name)
