@@ -253,6 +253,9 @@ class ClusterIndex:
     unschedulable_nodes: int
     # dataset -> number of nodes (any state) caching it locally.
     node_datasets: Map[str, int]
+    # (label key, value) -> number of eligible nodes carrying it: a node selector no node can
+    # satisfy is rejected without visiting a node.
+    node_labels: Map[tuple[str, str], int] = field(default_factory=Map)
     # Allocatable shapes of the eligible nodes -> node count, and their componentwise maximum.
     shapes: Map[Resources, int] = field(default_factory=Map)
     max_node_allocatable: Resources = ZERO
@@ -349,6 +352,7 @@ class _IndexDraft:
         "_datasets",
         "_counters",
         "_shapes",
+        "_labels",
     )
 
     def __init__(self, base: ClusterIndex) -> None:
@@ -359,6 +363,7 @@ class _IndexDraft:
         self._free_gpu: dict[str, int] = {}
         self._datasets: dict[str, int] = {}
         self._shapes: dict[Resources, int] | None = None
+        self._labels: dict[tuple[str, str], int] = {}
         self._counters = [
             base.free_cpu_milli,
             base.free_memory,
@@ -398,6 +403,9 @@ class _IndexDraft:
                 if old.datasets != new.datasets:
                     self._move_datasets(old, -1)
                     self._move_datasets(new, +1)
+                if old.labels is not new.labels and old.labels != new.labels:
+                    self._move_labels(old, -1)
+                    self._move_labels(new, +1)
                 if old.free.gpu != new.free.gpu:
                     self._move_bucket(old, -1)
                     self._move_bucket(new, +1)
@@ -421,6 +429,14 @@ class _IndexDraft:
             current = self._base.free_gpu_by_model.get(model, 0)
         self._free_gpu[model] = current + sign * free.gpu
 
+    def _move_labels(self, node: NodeState, sign: int) -> None:
+        base = self._base.node_labels
+        for pair in node.labels.items():
+            count = self._labels.get(pair)
+            if count is None:
+                count = base.get(pair, 0)
+            self._labels[pair] = count + sign
+
     def _move_datasets(self, node: NodeState, sign: int) -> None:
         for name in node.datasets:
             self._adjust_dataset(name, sign)
@@ -435,6 +451,7 @@ class _IndexDraft:
             c[6] += sign
             return
         c[4] += sign
+        self._move_labels(node, sign)
         c[7] += sign * node.allocatable.cpu_milli
         c[8] += sign * node.allocatable.memory
         self._move_totals(node, sign)
@@ -523,6 +540,15 @@ class _IndexDraft:
                 elif name in ds_mutation:
                     del ds_mutation[name]
             datasets = ds_mutation.finish()
+        labels = base.node_labels
+        if self._labels:
+            label_mutation = labels.mutate()
+            for pair, count in self._labels.items():
+                if count:
+                    label_mutation[pair] = count
+                elif pair in label_mutation:
+                    del label_mutation[pair]
+            labels = label_mutation.finish()
         shapes = base.shapes
         max_node = base.max_node_allocatable
         if self._shapes is not None:
@@ -551,6 +577,7 @@ class _IndexDraft:
             not_ready_nodes=c[5],
             unschedulable_nodes=c[6],
             node_datasets=datasets,
+            node_labels=labels,
             shapes=shapes,
             max_node_allocatable=max_node,
             models_by_free=tuple(

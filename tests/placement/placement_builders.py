@@ -245,3 +245,10 @@ def score_columns(
             if part.plugin == plugin_name:
                 out[breakdown.cluster] = (part.raw, part.normalized)
     return out
+
+
+def context_for(snapshot: ClusterSnapshot, *, now: float = 0.0) -> object:
+    """A fresh evaluation context for calling one plugin method directly."""
+    from federator.placement.framework import EvalContext, FederationStats, Profile
+
+    return EvalContext(now=now, profile=Profile(), federation=FederationStats.of([snapshot]))

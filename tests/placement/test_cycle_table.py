@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 from placement_builders import GI, by_name, check_decisions, cluster, gang, node, nodes
 
-from federator.placement import ClusterSnapshot, GangRequest, Profile, run_cycle
+from federator.placement import ClusterSnapshot, GangRequest, Profile, Taint, run_cycle
 
 
 @dataclass
@@ -142,12 +142,14 @@ CASES = [
     Case(
         name="node selector and taints are honoured cluster by cluster",
         clusters=[
-            cluster("tainted", nodes("n", 4, taints=[], labels={"pool": "batch"})),
-            cluster("labelled", [node("x", labels={"pool": "train"}), node("y", labels={"pool": "train"})]),
+            cluster("a-tainted", nodes("n", 4, taints=[Taint("dedicated", "infra")], labels={"pool": "train"})),
+            cluster("b-other-pool", nodes("n", 4, labels={"pool": "batch"})),
+            cluster("c-labelled", [node("x", labels={"pool": "train"}), node("y", labels={"pool": "train"})]),
         ],
         gangs=[gang("g", pods=2, gpus=8, node_selector={"pool": "train"})],
-        placed={"g": "labelled"},
-        reasons={("g", "tainted"): "GangDoesNotFit"},
+        placed={"g": "c-labelled"},
+        reasons={("g", "a-tainted"): "GangDoesNotFit", ("g", "b-other-pool"): "NoMatchingNodes"},
+        messages={("g", "b-other-pool"): "no schedulable node has label pool=train"},
     ),
 ]
 

@@ -43,6 +43,10 @@ def test_index_aggregates() -> None:
     assert index.free_rdma == 3  # n1, n3, h1 (n2 uses its HCA; cpu1 has none)
     assert index.rdma_nodes == 3
     assert index.node_datasets["imagenet"] == 2
+    labelled = cluster("b", [node("x", labels={"pool": "train"}), node("y", labels={"pool": "train"}, ready=False)])
+    assert dict(labelled.index.node_labels) == {("pool", "train"): 1}  # eligible nodes only
+    relabelled = labelled.with_nodes([node("x", labels={"pool": "serve"})])
+    assert dict(relabelled.index.node_labels) == {("pool", "serve"): 1}
     assert index.max_pods_by_free_gpus("A100", 4) == 2 + 1
     assert index.max_pods_by_capacity("A100", 8) == 3
     assert snap.datasets_present == {"imagenet"}
@@ -102,6 +106,7 @@ def test_random_updates_keep_the_index_equal_to_a_rebuild() -> None:
                         ready=rng.random() > 0.1,
                         schedulable=rng.random() > 0.1,
                         datasets=rng.sample(["d1", "d2", "d3"], rng.randrange(3)),
+                        labels={"pool": rng.choice(["train", "serve"])} if rng.random() < 0.7 else {},
                         taints=rng.choice([[], [Taint("dedicated", "infra")], [Taint("soft", "", "PreferNoSchedule")]]),  # type: ignore[list-item]
                     )
                 ]

@@ -1,6 +1,7 @@
 """Filter "gang-fit": every pod of the gang must land on a node, node by node; leaves the fit for scores.
 
-Three stages, cheapest first, each with its own reason code:
+Three stages, cheapest first, each with its own reason code (after
+NoMatchingNodes: a node-selector label no schedulable node carries):
 1. ExceedsCapacity: even with every schedulable node empty, the cluster
    could not hold the gang: CPU or memory totals, or, for every accepted
    GPU model, the allocatable-GPU histogram (O(models x distinct GPU
@@ -37,6 +38,7 @@ INSUFFICIENT_CPU = "InsufficientCpu"
 INSUFFICIENT_MEMORY = "InsufficientMemory"
 INSUFFICIENT_GPU = "InsufficientGpu"
 DOES_NOT_FIT = "GangDoesNotFit"
+NO_MATCHING_NODES = "NoMatchingNodes"
 
 _STAGE = {EXCEEDS_CAPACITY: 0, INSUFFICIENT_GPU: 1, INSUFFICIENT_CPU: 2, INSUFFICIENT_MEMORY: 2, DOES_NOT_FIT: 3}
 
@@ -61,6 +63,22 @@ def _gpu_shortfall(
             bound = index.max_pods_by_free_gpus(model, gpus)
         if bound < role.replicas:
             return role, bound
+    return None
+
+
+def _selector_unmatched(gang: GangRequest, index: ClusterIndex) -> FilterResult | None:
+    """A node selector term that no schedulable node carries: O(selector size), no node visited."""
+    if not gang.node_selector:
+        return None
+    labels = index.node_labels
+    for key in sorted(gang.node_selector):
+        value = gang.node_selector[key]
+        if labels.get((key, value), 0) == 0:
+            return FilterResult.reject(
+                NO_MATCHING_NODES,
+                f"no schedulable node has label {key}={value} (the gang's node selector)",
+                schedulable_nodes=index.eligible_nodes,
+            )
     return None
 
 
@@ -99,6 +117,9 @@ class GangFitFilter:
         models to try, so it is memoised on the (immutable) index: the next gang
         of the same shape is answered by one lookup while the cluster is unchanged.
         """
+        unmatched = _selector_unmatched(gang, snapshot.index)
+        if unmatched is not None:
+            return unmatched
         models = ctx.gpu_models
         if models is None and gang.needs_gpu:
             models = candidate_gpu_models(gang, snapshot.index)
@@ -116,6 +137,9 @@ class GangFitFilter:
 
     def _check(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, *, node_fit: bool) -> FilterResult:
         index = snapshot.index
+        unmatched = _selector_unmatched(gang, index)
+        if unmatched is not None:
+            return unmatched
         total = gang.total
         models: tuple[str, ...] = ()
         if gang.needs_gpu:

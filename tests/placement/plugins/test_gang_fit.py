@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from placement_builders import GI, cluster, gang, node, nodes, run_filter
+from placement_builders import GI, cluster, context_for, gang, node, nodes, run_filter
 
 from federator.placement import Resources, RoleRequest
 from federator.placement.plugins.gang_fit import (
@@ -11,6 +11,7 @@ from federator.placement.plugins.gang_fit import (
     INSUFFICIENT_CPU,
     INSUFFICIENT_GPU,
     INSUFFICIENT_MEMORY,
+    NO_MATCHING_NODES,
     GangFitFilter,
 )
 
@@ -112,3 +113,12 @@ def test_exceeds_capacity_only_when_no_model_ever_could() -> None:
     assert result.code == INSUFFICIENT_GPU and "H100" in result.message  # type: ignore[attr-defined]
     result, _ = run_filter(GangFitFilter(), gang("g", pods=4, gpus=8, models=["A100", "H100"]), snap)
     assert result.code == EXCEEDS_CAPACITY and "at most 3 fit" in result.message  # type: ignore[attr-defined]
+
+
+def test_node_selector_nobody_matches_is_rejected_without_visiting_nodes() -> None:
+    snap = cluster("a", nodes("n", 3, labels={"pool": "serve"}) + [node("down", labels={"pool": "train"}, ready=False)])
+    g = gang("g", node_selector={"pool": "train", "zone": "b"})
+    for check in (GangFitFilter().precheck, GangFitFilter().filter):
+        result = check(g, snap, context_for(snap))  # type: ignore[arg-type]
+        assert result.code == NO_MATCHING_NODES  # not-ready nodes do not count
+        assert result.message == "no schedulable node has label pool=train (the gang's node selector)"
