@@ -19,6 +19,7 @@ Other test areas reuse it with `from ..hub.hubtest_support import start_hub`
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import ssl
@@ -90,7 +91,9 @@ class RunningHub:
         if payload is not None:
             sent.setdefault("Content-Type", "application/json")
         async with aiohttp.ClientSession() as session:
-            async with session.request(method, self.url + path, ssl=self._ssl, headers=sent, data=payload,
+            # aiohttp warns about large bytes bodies (they are sent in one go); a file object streams.
+            sendable: Any = io.BytesIO(payload) if payload is not None and len(payload) > 512 * 1024 else payload
+            async with session.request(method, self.url + path, ssl=self._ssl, headers=sent, data=sendable,
                                        timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 text = await response.text()
                 if response.content_type == "application/json":
