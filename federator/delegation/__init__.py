@@ -1,1 +1,40 @@
-"""federator.delegation"""
+"""federator.delegation: one adapter per member scheduler renders a placed gang as that scheduler's
+PodGroup plus pods and reads their state back (see `adapter.py`). Pure data and functions; the
+dispatch controller does the I/O through `clusters/client.py`."""
+
+from federator.delegation.adapter import (
+    Adapter,
+    GangPhase,
+    GangStatus,
+    Gvk,
+    JobCondition,
+    MemberObject,
+    Ownership,
+    RenderError,
+    RoleCounts,
+    SchedulerAdapter,
+    hub_selector,
+    ownership_of,
+    selector_for,
+    stale_selector,
+)
+from federator.delegation.registry import ADAPTERS, adapter_for
+
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "GangPhase",
+    "GangStatus",
+    "Gvk",
+    "JobCondition",
+    "MemberObject",
+    "Ownership",
+    "RenderError",
+    "RoleCounts",
+    "SchedulerAdapter",
+    "adapter_for",
+    "hub_selector",
+    "ownership_of",
+    "selector_for",
+    "stale_selector",
+]

@@ -1,0 +1,961 @@
+"""Delegation adapters: how a placed gang becomes objects in a member cluster, and how their state reads back.
+
+The shape is Kueue's MultiKueueAdapter (SyncJob / DeleteRemoteObject / GVK):
+one adapter per member scheduler (volcano, coscheduling, kube-batch,
+default), and each is *data* (`SchedulerAdapter`: API group, version, kind,
+the pod label or annotation that ties a pod to its PodGroup, which spec
+fields the PodGroup has, which of its phases mean "the gang is scheduled").
+All behaviour is here, shared:
+
+- `SchedulerAdapter.render(job, ...)`: the TrainingJob (a stored hub object,
+  a plain dict) as a list of `MemberObject`s in dispatch order, PodGroup
+  first, then the pods role by role, index by index.
+- `SchedulerAdapter.read_status(podgroup, pods)`: a `GangStatus` (job phase
+  Placed / Admitted / Running / Succeeded / Failed, pod counts per role, and
+  a reason and message that explain a wait or a failure).
+- `selector_for`, `stale_selector`, `hub_selector`: label selectors to list
+  and delete a job's member objects (one epoch, every other epoch, or
+  everything this hub made), and `gvk_list()`: the kinds an adapter creates.
+- `ownership_of(obj, ...)`: whether an object found in a member (e.g. a 409
+  on create) is this dispatch's own, an older epoch's, a newer epoch's or
+  someone else's, so a re-dispatch after a crash creates nothing twice and
+  never deletes what it does not own.
+
+Names are deterministic, so re-dispatch after a crash finds what it already
+created instead of creating it again:
+
+- pods: `<job>-<token>-<role>-<index>`, where `<token>` is five characters
+  hashed from the job's uid. Pod names become hostnames, which must be
+  DNS-1123 labels of at most 63 characters (the kubelet truncates longer
+  names, and truncation could make two pods share a hostname), so every name
+  stays a DNS-1123 label of at most 63 characters: when the plain form is
+  too long, it becomes `<job>-<role>` cut short, an 8-character hash of
+  (uid, role) and the index, so the index stays readable and two long roles
+  still differ. The uid token keeps two jobs apart that would otherwise
+  render the same string (job `a-b` role `c` and job `a` role `b-c` both
+  give `a-b-c-0`) and keeps a re-created job of the same name clear of the
+  old job's pods while they terminate. Pod names do *not* carry the epoch:
+  a pod name is a per-cluster lock across epochs, so a gang re-placed into
+  the same cluster cannot start while a pod of its older epoch still
+  exists there (the create answers 409 until the fenced copy is gone), and
+  hostnames stay the same across requeues.
+- PodGroups: `<job>-<token>-e<epoch>`, also a DNS-1123 label of at most 63
+  characters, because coscheduling names the group in a pod *label* value.
+  A new epoch gets a fresh PodGroup, so its status (phase, conditions,
+  scheduleStartTime) never carries over from an older attempt, and pods of
+  an older epoch never count towards the new group's minMember.
+
+Every member object carries the labels `federator.dev/hub`,
+`federator.dev/job-uid`, `federator.dev/job-namespace`,
+`federator.dev/job-name`, `federator.dev/epoch` (pods also
+`federator.dev/role` and `federator.dev/index`) and the annotations
+`federator.dev/job` (namespace/name) and `federator.dev/gang` (the roles and
+replicas, so a status reader knows how many pods there should be).
+
+Pods get the role's template (image, command, args, env, resources as
+requests and limits, nodeSelector, tolerations), `restartPolicy: Never`
+(a gang member that fails fails the gang), the cluster's schedulerName and,
+when placement chose a node, a *preferred* node affinity for it: a hint the
+member scheduler may ignore. The adapter never binds a pod itself; the
+member's scheduler decides.
+
+Pure: no I/O, no asyncio, no global mutable state. It must never bind a
+pod, never produce a name that is not a DNS-1123 label of at most 63
+characters, and never render part of a job: bad input raises `RenderError`
+naming the field, and nothing is returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from pydantic import ValidationError
+
+from federator.apis.common import (
+    ValidationSettings,
+    dns1123_label_errors,
+    dns1123_subdomain_errors,
+    label_value_errors,
+)
+from federator.apis.trainingjob import Role, TrainingJob, validate_trainingjob
+from federator.placement.decision import PodAssignment
+from federator.placement.gang import MAX_GANG_PODS
+from federator.placement.quantity import QuantityError
+from federator.placement.resources import Resources
+
+__all__ = [
+    "ANNOTATION_GANG",
+    "ANNOTATION_JOB",
+    "ANNOTATION_NODE_HINT",
+    "LABEL_EPOCH",
+    "LABEL_HUB",
+    "LABEL_INDEX",
+    "LABEL_JOB_NAME",
+    "LABEL_JOB_NAMESPACE",
+    "LABEL_JOB_UID",
+    "LABEL_MANAGED_BY",
+    "LABEL_ROLE",
+    "MANAGED_BY",
+    "MAX_EPOCH",
+    "MAX_NAME_LENGTH",
+    "POD_GVK",
+    "Adapter",
+    "GangPhase",
+    "GangStatus",
+    "Gvk",
+    "JobCondition",
+    "MemberObject",
+    "NO_GANG_GUARANTEE",
+    "Ownership",
+    "PodGroupKind",
+    "RenderError",
+    "RoleCounts",
+    "SchedulerAdapter",
+    "hub_selector",
+    "ownership_of",
+    "podgroup_name",
+    "pod_name",
+    "selector_for",
+    "stale_selector",
+]
+
+JSON = dict[str, Any]
+
+# ---------------------------------------------------------------- labels and annotations
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "federator"
+LABEL_HUB = "federator.dev/hub"
+LABEL_JOB_UID = "federator.dev/job-uid"
+LABEL_JOB_NAMESPACE = "federator.dev/job-namespace"
+LABEL_JOB_NAME = "federator.dev/job-name"
+LABEL_EPOCH = "federator.dev/epoch"
+LABEL_ROLE = "federator.dev/role"
+LABEL_INDEX = "federator.dev/index"
+#: "<namespace>/<name>" of the TrainingJob on the hub
+ANNOTATION_JOB = "federator.dev/job"
+#: the gang's roles and replicas, "ps=2,worker=8", so a reader knows how many pods there should be
+ANNOTATION_GANG = "federator.dev/gang"
+#: the node placement chose for this pod (also a preferred node affinity); the member scheduler decides
+ANNOTATION_NODE_HINT = "federator.dev/node-hint"
+
+#: Pod names become hostnames: DNS-1123 labels, at most 63 characters. PodGroup
+#: names travel in a pod label value (coscheduling): at most 63 characters too.
+MAX_NAME_LENGTH = 63
+#: Epochs are label values and name suffixes; int32 is far beyond any requeue cap.
+MAX_EPOCH = 2**31 - 1
+
+# Kubernetes' own alphabet for generated name suffixes: no vowels, so no words.
+_TOKEN_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_UID_TOKEN_LENGTH = 5
+_TRUNCATION_HASH_LENGTH = 8
+
+# Render parses a job the hub's API server already accepted, perhaps under caps
+# wider than the defaults; it enforces only what it must (a gang that no member
+# can hold, names that would not be valid). The validator is the API's job.
+_RENDER_SETTINGS = ValidationSettings(
+    max_replicas_per_role=MAX_GANG_PODS,
+    max_total_replicas=MAX_GANG_PODS,
+    max_roles=MAX_GANG_PODS,
+    max_cpu_per_pod="1M",
+    max_memory_per_pod="1Ei",
+    max_gpus_per_pod=1_000_000,
+    max_rdma_per_pod=1_000_000,
+)
+_MAX_ERRORS_SHOWN = 5
+
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+class RenderError(ValueError):
+    """A job that cannot be rendered for a member cluster; the message names the field."""
+
+
+# ---------------------------------------------------------------- kinds and objects
+
+
+@dataclass(frozen=True, slots=True)
+class Gvk:
+    """A member API collection: group, version, kind, plural and scope."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """"pods", "podgroups.scheduling.volcano.sh": how people and metrics name the collection."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+POD_GVK = Gvk(group="", version="v1", kind="Pod", plural="pods")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberObject:
+    """One object to create in a member cluster: where it goes and its body (a JSON object)."""
+
+    gvk: Gvk
+    namespace: str
+    name: str
+    body: JSON = field(compare=True)
+
+    @property
+    def api_version(self) -> str:
+        return self.gvk.api_version
+
+    @property
+    def kind(self) -> str:
+        return self.gvk.kind
+
+    @property
+    def plural(self) -> str:
+        return self.gvk.plural
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        labels: Mapping[str, str] = self.body["metadata"].get("labels") or {}
+        return labels
+
+    def owned_by(self, owner: Mapping[str, Any]) -> MemberObject:
+        """A copy whose ownerReferences point at `owner`, an object as the member returned it (with a uid).
+
+        Pods are owned by their PodGroup: when a member's garbage collector
+        sees the group deleted (or never created, after a crash between the
+        two creates) it deletes the pods too. The reference is not a
+        controller reference and does not block the owner's deletion.
+        """
+        meta = owner.get("metadata") if isinstance(owner, Mapping) else None
+        if not isinstance(meta, Mapping):
+            raise RenderError("owner has no metadata")
+        uid, name = meta.get("uid"), meta.get("name")
+        api_version, kind = owner.get("apiVersion"), owner.get("kind")
+        if not all(isinstance(v, str) and v for v in (uid, name, api_version, kind)):
+            raise RenderError("owner needs apiVersion, kind, metadata.name and metadata.uid")
+        if meta.get("namespace") not in (None, self.namespace):
+            raise RenderError(f"owner {kind}/{name} is in namespace {meta.get('namespace')!r}, "
+                              f"not {self.namespace!r}: owner references cannot cross namespaces")
+        body = _copy_json(self.body)
+        body["metadata"]["ownerReferences"] = [{
+            "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+            "controller": False, "blockOwnerDeletion": False,
+        }]
+        return MemberObject(gvk=self.gvk, namespace=self.namespace, name=self.name, body=body)
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- status
+
+
+class GangPhase(StrEnum):
+    """The job phases a member's objects can show (TrainingJob.status.phase)."""
+
+    PLACED = "Placed"  # delegated; the member's scheduler has not scheduled the whole gang yet
+    ADMITTED = "Admitted"  # the gang is scheduled: every pod bound to a node
+    RUNNING = "Running"  # every pod runs (or already succeeded)
+    SUCCEEDED = "Succeeded"  # every pod succeeded
+    FAILED = "Failed"  # a pod failed (restartPolicy Never: the gang cannot complete)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleCounts:
+    """Pods of one role by phase; pods that should exist but do not are counted as pending."""
+
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.running + self.succeeded + self.failed
+
+    def as_dict(self) -> dict[str, int]:
+        """The TrainingJob.status.podCounts entry."""
+        return {"pending": self.pending, "running": self.running, "succeeded": self.succeeded,
+                "failed": self.failed}
+
+
+@dataclass(frozen=True, slots=True)
+class GangStatus:
+    """What a member's PodGroup and pods say about one gang."""
+
+    phase: GangPhase
+    #: role -> counts, every expected role present
+    counts: Mapping[str, RoleCounts]
+    #: pods the gang should have (from the objects' gang annotation or the caller), and how many of them exist
+    expected: int
+    existing: int
+    #: pods bound to a node (spec.nodeName set)
+    bound: int
+    #: CamelCase code and a sentence: why the gang waits, why it failed, or what it is doing
+    reason: str
+    message: str
+    #: the member PodGroup's phase, if there is a PodGroup
+    podgroup_phase: str | None = None
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.expected - self.existing)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCondition:
+    """A condition the lifecycle controller puts into TrainingJob.status.conditions."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str
+
+
+class Ownership(StrEnum):
+    """How an object found in a member cluster relates to one dispatch (job uid + epoch + hub)."""
+
+    CURRENT = "current"  # ours, this epoch: the create already happened
+    STALE = "stale"  # ours, an older epoch: fence it (delete) before creating the new epoch's objects
+    NEWER = "newer"  # ours, a newer epoch: this dispatch is outdated and must not touch anything
+    FOREIGN = "foreign"  # another job's, another hub's, or not federator's: never delete it
+
+
+# ---------------------------------------------------------------- selectors
+
+
+def _check_label_value(value: str, what: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise RenderError(f"{what} must be a non-empty string")
+    problems = label_value_errors(value)
+    if problems:
+        raise RenderError(f"{what} {value[:80]!r} cannot be a label value: {problems[0]}")
+
+
+def _check_epoch(epoch: int) -> None:
+    if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
+        raise RenderError(f"epoch must be an integer from 0 to {MAX_EPOCH}, got {epoch!r}")
+
+
+def selector_for(job_uid: str, epoch: int | None = None) -> str:
+    """Label selector for a job's member objects (of one epoch, if given)."""
+    _check_label_value(job_uid, "job uid")
+    selector = f"{LABEL_JOB_UID}={job_uid}"
+    if epoch is not None:
+        _check_epoch(epoch)
+        selector += f",{LABEL_EPOCH}={epoch}"
+    return selector
+
+
+def stale_selector(job_uid: str, current_epoch: int) -> str:
+    """Label selector for a job's member objects of every epoch but `current_epoch` (to fence them).
+
+    Objects of a *newer* epoch match too; `ownership_of` tells them apart
+    before anything is deleted.
+    """
+    _check_label_value(job_uid, "job uid")
+    _check_epoch(current_epoch)
+    return f"{LABEL_JOB_UID}={job_uid},{LABEL_EPOCH}!={current_epoch}"
+
+
+def hub_selector(hub_id: str) -> str:
+    """Label selector for everything a hub created in a member (for GC of orphans)."""
+    _check_label_value(hub_id, "hub id")
+    return f"{LABEL_HUB}={hub_id}"
+
+
+def ownership_of(obj: Mapping[str, Any], *, job_uid: str, epoch: int, hub_id: str) -> Ownership:
+    """How `obj` (as read from a member) relates to the dispatch of `job_uid` at `epoch` by `hub_id`."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return Ownership.FOREIGN
+    if labels.get(LABEL_HUB) != hub_id or labels.get(LABEL_JOB_UID) != job_uid:
+        return Ownership.FOREIGN
+    raw = labels.get(LABEL_EPOCH)
+    if not isinstance(raw, str) or not raw.isdigit() or len(raw) > 10:
+        return Ownership.FOREIGN
+    found = int(raw)
+    if found == epoch:
+        return Ownership.CURRENT
+    return Ownership.STALE if found < epoch else Ownership.NEWER
+
+
+# ---------------------------------------------------------------- names
+
+
+def _token(text: str, length: int) -> str:
+    number = int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
+    chars = []
+    for _ in range(length):
+        number, digit = divmod(number, len(_TOKEN_ALPHABET))
+        chars.append(_TOKEN_ALPHABET[digit])
+    return "".join(chars)
+
+
+def _shorten(head: str, tail: str) -> str:
+    """`head` cut so that head + tail fits MAX_NAME_LENGTH, never ending in '-'."""
+    room = MAX_NAME_LENGTH - len(tail)
+    return head[:room].rstrip("-") + tail
+
+
+def pod_name(*, job_name: str, job_uid: str, role: str, index: int) -> str:
+    """The member pod name of pod `index` of `role` (see the module docstring)."""
+    plain = f"{job_name}-{_token(job_uid, _UID_TOKEN_LENGTH)}-{role}-{index}"
+    if len(plain) <= MAX_NAME_LENGTH:
+        return plain
+    return _shorten(f"{job_name}-{role}", f"-{_token(f'{job_uid}/{role}', _TRUNCATION_HASH_LENGTH)}-{index}")
+
+
+def podgroup_name(*, job_name: str, job_uid: str, epoch: int) -> str:
+    """The member PodGroup name of the job's gang at `epoch` (see the module docstring)."""
+    return _shorten(job_name, f"-{_token(job_uid, _UID_TOKEN_LENGTH)}-e{epoch}")
+
+
+# ---------------------------------------------------------------- quantities
+
+
+def _format_memory(size: int) -> str:
+    """Bytes exactly: the largest binary unit that divides them, else plain bytes (never rounded)."""
+    for suffix, factor in _BINARY_SUFFIXES:
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{suffix}"
+    return str(size)
+
+
+def _gang_min_resources(total: Resources) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if total.cpu_milli:
+        out["cpu"] = str(total.cpu_milli // 1000) if total.cpu_milli % 1000 == 0 else f"{total.cpu_milli}m"
+    if total.memory:
+        out["memory"] = _format_memory(total.memory)
+    if total.gpu:
+        out["nvidia.com/gpu"] = str(total.gpu)
+    if total.rdma:
+        out["rdma/hca"] = str(total.rdma)
+    return out
+
+
+# ---------------------------------------------------------------- the adapter
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupKind:
+    """A gang scheduler's PodGroup API and how pods join a group (kube-api-notes §11)."""
+
+    gvk: Gvk
+    #: how a pod names its group: a label (coscheduling) or an annotation (Volcano, kube-batch)
+    member_key: str
+    member_by: Literal["label", "annotation"]
+    #: spec.minResources exists in this version
+    has_min_resources: bool
+    #: spec.queue exists; None = leave it out
+    queue: str | None
+    #: coscheduling's spec.scheduleTimeoutSeconds (None = the scheduler's default)
+    schedule_timeout_seconds: int | None
+    #: status.phase values that mean the whole gang was scheduled
+    admitted_phases: frozenset[str]
+    #: status.phase values that mean the gang failed
+    failed_phases: frozenset[str]
+
+
+class Adapter(Protocol):
+    """What the dispatch, status and GC controllers need of a member scheduler's adapter."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gang_guarantee(self) -> bool: ...
+
+    def render(
+        self,
+        job: Mapping[str, Any],
+        *,
+        cluster_scheduler_name: str,
+        epoch: int,
+        hub_id: str,
+        namespace: str,
+        assignment: Iterable[PodAssignment] = (),
+    ) -> list[MemberObject]: ...
+
+    def read_status(
+        self,
+        podgroup: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        *,
+        expected: Mapping[str, int] | None = None,
+    ) -> GangStatus: ...
+
+    def gvk_list(self) -> tuple[Gvk, ...]: ...
+
+    def selector_for(self, job_uid: str, epoch: int | None = None) -> str: ...
+
+    def job_conditions(self) -> tuple[JobCondition, ...]: ...
+
+
+NO_GANG_GUARANTEE = "the default scheduler gives no gang guarantee: pods may start partially"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerAdapter:
+    """One member scheduler, as data; see the module docstring. Customise with `dataclasses.replace`."""
+
+    name: str
+    #: the pod schedulerName of the scheduler's standard install (MemberCluster may override)
+    default_scheduler_name: str
+    #: None: pods only (the default scheduler)
+    pod_group: PodGroupKind | None
+
+    @property
+    def gang_guarantee(self) -> bool:
+        return self.pod_group is not None
+
+    def gvk_list(self) -> tuple[Gvk, ...]:
+        """The kinds this adapter creates, in creation order (delete in reverse)."""
+        return (self.pod_group.gvk, POD_GVK) if self.pod_group is not None else (POD_GVK,)
+
+    def selector_for(self, job_uid: str, epoch: int | None = None) -> str:
+        return selector_for(job_uid, epoch)
+
+    def job_conditions(self) -> tuple[JobCondition, ...]:
+        """The GangGuarantee condition the lifecycle controller writes into the job once it is placed here."""
+        if self.pod_group is None:
+            return (JobCondition(type="GangGuarantee", status="False", reason="DefaultScheduler",
+                                 message=NO_GANG_GUARANTEE),)
+        return (JobCondition(
+            type="GangGuarantee", status="True", reason="PodGroup",
+            message=f"{self.name} starts the gang all or nothing ({self.pod_group.gvk.kind} "
+                    f"{self.pod_group.gvk.api_version} with minMember = every pod)"),)
+
+    # ------------------------------------------------------------ render
+
+    def render(
+        self,
+        job: Mapping[str, Any],
+        *,
+        cluster_scheduler_name: str,
+        epoch: int,
+        hub_id: str,
+        namespace: str,
+        assignment: Iterable[PodAssignment] = (),
+    ) -> list[MemberObject]:
+        """The member objects of `job` at `epoch`, in dispatch order (PodGroup first, then pods).
+
+        `namespace` is the member namespace (the dispatcher makes sure it
+        exists); `assignment` (from the placement Decision) gives each pod a
+        node hint. Raises RenderError, naming the field, for anything that
+        would not make valid member objects.
+        """
+        model = _parse_job(job)
+        meta = model.metadata
+        job_uid, job_name, job_namespace = meta.uid, meta.name, meta.namespace
+        if not job_uid or not job_name or not job_namespace:
+            raise RenderError("metadata.uid, metadata.name and metadata.namespace are required "
+                              "(render a job as the hub stored it)")
+        where = f"TrainingJob {job_namespace}/{job_name}"
+        _check_label_value(job_uid, f"{where}: metadata.uid")
+        _check_label_value(hub_id, "hub id")
+        _check_epoch(epoch)
+        for problem in dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]:
+            raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problem}")
+        if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name:
+            raise RenderError("cluster_scheduler_name must be a non-empty string")
+        for problem in dns1123_subdomain_errors(cluster_scheduler_name):
+            raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problem}")
+        roles = model.spec.roles
+        total_pods = sum(role.replicas for role in roles)
+        if total_pods > MAX_GANG_PODS:
+            raise RenderError(f"{where}: spec.roles: {total_pods} pods exceeds the limit of {MAX_GANG_PODS} "
+                              "per gang")
+        hints = _node_hints(assignment, roles, where=where)
+
+        common_labels = {
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_HUB: hub_id,
+            LABEL_JOB_UID: job_uid,
+            LABEL_JOB_NAMESPACE: job_namespace,
+            LABEL_JOB_NAME: job_name,
+            LABEL_EPOCH: str(epoch),
+        }
+        common_annotations = {
+            ANNOTATION_JOB: f"{job_namespace}/{job_name}",
+            ANNOTATION_GANG: ",".join(f"{role.name}={role.replicas}" for role in roles),
+        }
+        objects: list[MemberObject] = []
+        group = self.pod_group
+        group_name: str | None = None
+        if group is not None:
+            group_name = podgroup_name(job_name=job_name, job_uid=job_uid, epoch=epoch)
+            objects.append(self._render_podgroup(
+                group, name=group_name, namespace=namespace, roles=roles, total_pods=total_pods,
+                labels=common_labels, annotations=common_annotations, where=where))
+        seen: set[str] = {group_name} if group_name else set()
+        for role in roles:
+            container, user_env = _container_of(role, where=where)
+            for index in range(role.replicas):
+                name = pod_name(job_name=job_name, job_uid=job_uid, role=role.name, index=index)
+                if name in seen or dns1123_label_errors(name):  # cannot happen; refuse rather than send it
+                    raise RenderError(f"{where}: rendered pod name {name!r} is not a unique DNS-1123 label")
+                seen.add(name)
+                pod_container = _copy_json(container)
+                pod_container["env"] = _gang_env(job_namespace=job_namespace, job_name=job_name, role=role,
+                                                 index=index, gang_size=total_pods, epoch=epoch, user_env=user_env)
+                objects.append(self._render_pod(
+                    role, index=index, name=name, namespace=namespace, container=pod_container,
+                    scheduler_name=cluster_scheduler_name, group_name=group_name,
+                    labels=common_labels, annotations=common_annotations, node=hints.get((role.name, index))))
+        return objects
+
+    def _render_podgroup(
+        self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role], total_pods: int,
+        labels: Mapping[str, str], annotations: Mapping[str, str], where: str,
+    ) -> MemberObject:
+        spec: JSON = {"minMember": total_pods}
+        if group.has_min_resources:
+            total = Resources()
+            for role in roles:
+                total = total + _requests_of(role, where=where).times(role.replicas)
+            min_resources = _gang_min_resources(total)
+            if min_resources:
+                spec["minResources"] = min_resources
+        if group.queue is not None:
+            spec["queue"] = group.queue
+        if group.schedule_timeout_seconds is not None:
+            spec["scheduleTimeoutSeconds"] = group.schedule_timeout_seconds
+        body: JSON = {
+            "apiVersion": group.gvk.api_version,
+            "kind": group.gvk.kind,
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
+                         "annotations": dict(annotations)},
+            "spec": spec,
+        }
+        return MemberObject(gvk=group.gvk, namespace=namespace, name=name, body=body)
+
+    def _render_pod(
+        self, role: Role, *, index: int, name: str, namespace: str, container: JSON, scheduler_name: str,
+        group_name: str | None, labels: Mapping[str, str], annotations: Mapping[str, str], node: str | None,
+    ) -> MemberObject:
+        pod_labels = {**labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
+        pod_annotations = dict(annotations)
+        group = self.pod_group
+        if group is not None and group_name is not None:
+            if group.member_by == "label":
+                pod_labels[group.member_key] = group_name
+            else:
+                pod_annotations[group.member_key] = group_name
+        template = role.template
+        spec: JSON = {
+            "schedulerName": scheduler_name,
+            "restartPolicy": "Never",
+            "containers": [container],
+        }
+        if template.node_selector:
+            spec["nodeSelector"] = dict(template.node_selector)
+        if template.tolerations:
+            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in template.tolerations]
+        if node is not None:
+            pod_annotations[ANNOTATION_NODE_HINT] = node
+            spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100,
+                "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]},
+            }]}}
+        body: JSON = {
+            "apiVersion": POD_GVK.api_version,
+            "kind": POD_GVK.kind,
+            "metadata": {"name": name, "namespace": namespace, "labels": pod_labels,
+                         "annotations": pod_annotations},
+            "spec": spec,
+        }
+        return MemberObject(gvk=POD_GVK, namespace=namespace, name=name, body=body)
+
+    # ------------------------------------------------------------ status
+
+    def read_status(
+        self,
+        podgroup: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        *,
+        expected: Mapping[str, int] | None = None,
+    ) -> GangStatus:
+        """The gang's state from its member PodGroup (None if there is none or it is gone) and pods.
+
+        `expected` (role -> replicas) comes from the job when the caller has
+        it; otherwise the objects' `federator.dev/gang` annotation says it.
+        """
+        pod_list = [p for p in pods if isinstance(p, Mapping)]
+        roles = dict(expected) if expected is not None else _expected_from(podgroup, pod_list)
+        observed: dict[str, list[_PodView]] = {}
+        for pod in pod_list:
+            view = _PodView.of(pod)
+            observed.setdefault(view.role, []).append(view)
+        counts: dict[str, RoleCounts] = {}
+        for role in list(roles) + [r for r in observed if r not in roles]:
+            views = observed.get(role, [])
+            phases = [v.phase for v in views]
+            missing = max(0, roles.get(role, 0) - len(views))
+            counts[role] = RoleCounts(
+                pending=sum(1 for p in phases if p not in ("Running", "Succeeded", "Failed")) + missing,
+                running=phases.count("Running"),
+                succeeded=phases.count("Succeeded"),
+                failed=phases.count("Failed"),
+            )
+        views = sorted((v for vs in observed.values() for v in vs), key=lambda v: (v.role, v.index, v.name))
+        expected_total = sum(roles.values()) if roles else len(views)
+        existing = len(views)
+        bound = sum(1 for v in views if v.bound)
+        group_phase = _podgroup_phase(podgroup)
+
+        def status(phase: GangPhase, reason: str, message: str) -> GangStatus:
+            return GangStatus(phase=phase, counts=counts, expected=expected_total, existing=existing, bound=bound,
+                              reason=reason, message=message, podgroup_phase=group_phase)
+
+        group = self.pod_group
+        failed = [v for v in views if v.phase == "Failed"]
+        if failed:
+            first = failed[0]
+            why = f": {first.failure}" if first.failure else ""
+            return status(GangPhase.FAILED, "PodFailed",
+                          f"{len(failed)} of {expected_total} pods failed; first: pod {first.name} "
+                          f"({first.role} {first.index}){why}")
+        if group is not None and group_phase in group.failed_phases:
+            return status(GangPhase.FAILED, "PodGroupFailed",
+                          f"{group.gvk.kind} {_name_of(podgroup)} is in phase {group_phase}")
+        complete = existing >= expected_total > 0
+        if complete and all(v.phase == "Succeeded" for v in views):
+            return status(GangPhase.SUCCEEDED, "Succeeded", f"all {existing} pods succeeded")
+        if complete and all(v.phase in ("Running", "Succeeded") for v in views):
+            return status(GangPhase.RUNNING, "Running", f"all {existing} pods are running")
+        admitted_by_group = group is not None and group_phase in group.admitted_phases
+        if complete and (bound == existing or admitted_by_group):
+            return status(GangPhase.ADMITTED, "Scheduled",
+                          f"{self.name} scheduled the gang: {bound} of {existing} pods bound, "
+                          f"{sum(1 for v in views if v.phase == 'Running')} running")
+        reason, message = self._why_waiting(podgroup, views, expected_total=expected_total, existing=existing,
+                                            bound=bound)
+        return status(GangPhase.PLACED, reason, message)
+
+    def _why_waiting(
+        self, podgroup: Mapping[str, Any] | None, views: Sequence[_PodView], *, expected_total: int, existing: int,
+        bound: int,
+    ) -> tuple[str, str]:
+        group = self.pod_group
+        if existing == 0 and podgroup is None:
+            return ("NotCreated", "no member objects of this gang exist yet")
+        if existing < expected_total:
+            return ("PodsMissing", f"{expected_total - existing} of {expected_total} pods do not exist in the "
+                                   "member cluster (dispatch incomplete, or pods were deleted there)")
+        if group is not None and podgroup is None:
+            return ("PodGroupMissing", f"the gang's {group.gvk.kind} ({group.gvk.key}) does not exist in the "
+                                       "member cluster")
+        condition = _unschedulable_condition(podgroup)
+        if condition is not None:
+            reason = condition.get("reason")
+            message = condition.get("message")
+            return (reason if isinstance(reason, str) and _camel(reason) else "Unschedulable",
+                    f"{group.gvk.kind if group else 'PodGroup'} {_name_of(podgroup)}: "
+                    f"{message if isinstance(message, str) and message else 'unschedulable'}")
+        note = "" if group is not None else f"; {NO_GANG_GUARANTEE}"
+        for view in views:
+            if not view.bound and view.unschedulable:
+                return ("Unschedulable", f"{bound} of {existing} pods bound; pod {view.name}: "
+                                         f"{view.unschedulable}{note}")
+        phase = _podgroup_phase(podgroup)
+        in_phase = f" ({group.gvk.kind} phase {phase})" if group is not None and phase else ""
+        return ("WaitingForScheduler", f"{bound} of {existing} pods bound; waiting for {self.name}{in_phase}{note}")
+
+
+# ---------------------------------------------------------------- render helpers
+
+
+def _parse_job(job: Mapping[str, Any]) -> TrainingJob:
+    if not isinstance(job, Mapping):
+        raise RenderError(f"a TrainingJob must be a JSON object, not {type(job).__name__}")
+    # Status is the controllers' business; only what is rendered is checked.
+    subset = {k: job[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in job}
+    try:
+        return TrainingJob.model_validate(subset, context={"settings": _RENDER_SETTINGS})
+    except ValidationError:
+        errors = validate_trainingjob(subset, settings=_RENDER_SETTINGS) or [("", "invalid TrainingJob")]
+        shown = "; ".join(f"{path}: {message}" if path else message for path, message in errors[:_MAX_ERRORS_SHOWN])
+        more = f" (and {len(errors) - _MAX_ERRORS_SHOWN} more)" if len(errors) > _MAX_ERRORS_SHOWN else ""
+        raise RenderError(f"cannot render TrainingJob: {shown}{more}") from None
+
+
+def _node_hints(
+    assignment: Iterable[PodAssignment], roles: Sequence[Role], *, where: str
+) -> dict[tuple[str, int], str]:
+    replicas = {role.name: role.replicas for role in roles}
+    hints: dict[tuple[str, int], str] = {}
+    for pod in assignment:
+        if not isinstance(pod, PodAssignment):
+            raise RenderError(f"{where}: assignment entries must be PodAssignment, not {type(pod).__name__}")
+        if pod.role not in replicas or not 0 <= pod.index < replicas[pod.role]:
+            raise RenderError(f"{where}: the assignment names pod {pod.role} {pod.index}, which the job does not "
+                              "have (a decision for another job or an older spec)")
+        if dns1123_subdomain_errors(pod.node) if isinstance(pod.node, str) else True:
+            raise RenderError(f"{where}: the assignment's node {str(pod.node)[:80]!r} is not a valid node name")
+        hints[(pod.role, pod.index)] = pod.node
+    return hints
+
+
+def _requests_of(role: Role, *, where: str) -> Resources:
+    resources = role.template.resources
+    if resources is None:
+        return Resources()
+    try:
+        return Resources.from_kube(resources.model_dump(by_alias=True, exclude_none=True))
+    except (QuantityError, ValueError) as exc:
+        raise RenderError(f"{where}: role {role.name}: resources: {exc}") from None
+
+
+def _container_of(role: Role, *, where: str) -> tuple[JSON, list[JSON]]:
+    """The role's container without env, and the user's env (rendered once per role, copied per pod)."""
+    template = role.template
+    container: JSON = {"name": role.name, "image": template.image}
+    if template.command:
+        container["command"] = list(template.command)
+    if template.args:
+        container["args"] = list(template.args)
+    if template.resources is not None:
+        requests = {name: str(value) for name, value in
+                    template.resources.model_dump(by_alias=True, exclude_none=True).items()}
+        if requests:
+            _requests_of(role, where=where)  # refuse what no member could parse
+            # Limits equal requests: extended resources (GPUs, HCAs) require it, and it makes the pods
+            # Guaranteed, so a member under memory pressure does not evict a gang member first.
+            container["resources"] = {"requests": requests, "limits": dict(requests)}
+    user_env: list[JSON] = [{"name": e.name, "value": e.value} for e in template.env or ()]
+    return container, user_env
+
+
+def _gang_env(*, job_namespace: str, job_name: str, role: Role, index: int, gang_size: int, epoch: int,
+              user_env: Sequence[JSON]) -> list[JSON]:
+    """What a training process needs to find its place in the gang, then the user's env (whose names win)."""
+    ours = (
+        ("FEDERATOR_JOB_NAMESPACE", job_namespace),
+        ("FEDERATOR_JOB_NAME", job_name),
+        ("FEDERATOR_ROLE", role.name),
+        ("FEDERATOR_ROLE_INDEX", str(index)),
+        ("FEDERATOR_ROLE_REPLICAS", str(role.replicas)),
+        ("FEDERATOR_GANG_SIZE", str(gang_size)),
+        ("FEDERATOR_EPOCH", str(epoch)),
+    )
+    user_names = {e["name"] for e in user_env}
+    return [{"name": n, "value": v} for n, v in ours if n not in user_names] + [dict(e) for e in user_env]
+
+
+# ---------------------------------------------------------------- status helpers
+
+
+@dataclass(frozen=True, slots=True)
+class _PodView:
+    name: str
+    role: str
+    index: int
+    phase: str
+    bound: bool
+    unschedulable: str
+    failure: str
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> _PodView:
+        meta = _mapping(pod.get("metadata"))
+        labels = _mapping(meta.get("labels"))
+        spec = _mapping(pod.get("spec"))
+        status = _mapping(pod.get("status"))
+        raw_index = labels.get(LABEL_INDEX)
+        index = int(raw_index) if isinstance(raw_index, str) and raw_index.isdigit() and len(raw_index) < 10 else -1
+        unschedulable = ""
+        for condition in status.get("conditions") or ():
+            if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled" \
+                    and condition.get("status") == "False":
+                unschedulable = str(condition.get("message") or condition.get("reason") or "unschedulable")
+        phase = status.get("phase")
+        return cls(
+            name=str(meta.get("name") or ""),
+            role=str(labels.get(LABEL_ROLE) or ""),
+            index=index,
+            phase=phase if isinstance(phase, str) and phase else "Pending",
+            bound=bool(spec.get("nodeName")),
+            unschedulable=unschedulable,
+            failure=_failure_of(status),
+        )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _failure_of(status: Mapping[str, Any]) -> str:
+    parts = [str(status[k]) for k in ("reason", "message") if isinstance(status.get(k), str) and status[k]]
+    for cs in status.get("containerStatuses") or ():
+        terminated = _mapping(_mapping(_mapping(cs).get("state")).get("terminated"))
+        if terminated:
+            code = terminated.get("exitCode")
+            reason = terminated.get("reason")
+            parts.append(f"container {_mapping(cs).get('name')} terminated"
+                         + (f" ({reason})" if reason else "") + (f" with exit code {code}" if code is not None else ""))
+            break
+    return "; ".join(parts)
+
+
+def _podgroup_phase(podgroup: Mapping[str, Any] | None) -> str | None:
+    if podgroup is None:
+        return None
+    phase = _mapping(podgroup.get("status")).get("phase")
+    return phase if isinstance(phase, str) and phase else None
+
+
+def _name_of(obj: Mapping[str, Any] | None) -> str:
+    return str(_mapping(_mapping(obj).get("metadata")).get("name") or "")
+
+
+def _unschedulable_condition(podgroup: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if podgroup is None:
+        return None
+    for condition in _mapping(podgroup.get("status")).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Unschedulable" \
+                and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def _camel(reason: str) -> bool:
+    return reason[:1].isalpha() and all(c.isalnum() or c in "_,:" for c in reason) and len(reason) <= 128
+
+
+def _expected_from(podgroup: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Role -> replicas from the first object with a well-formed gang annotation; {} if none has one."""
+    for obj in ([podgroup] if podgroup is not None else []) + list(pods):
+        annotations = _mapping(_mapping(obj.get("metadata")).get("annotations"))
+        parsed = _parse_gang(annotations.get(ANNOTATION_GANG))
+        if parsed is not None:
+            return parsed
+    return {}
+
+
+def _parse_gang(text: Any) -> dict[str, int] | None:
+    if not isinstance(text, str) or not text or len(text) > 64 * 1024:
+        return None
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        role, sep, count = part.partition("=")
+        if not sep or not role or role in out or not count.isdigit() or len(count) > 6:
+            return None
+        out[role] = int(count)
+    return out
