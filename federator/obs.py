@@ -98,6 +98,52 @@ class Metrics:
         self.api_watchers = Gauge(
             "federator_api_watchers", "Open watch streams", ["server", "resource"], registry=r
         )
+        # member clusters (clusters/): label values are cluster names, never URLs or credentials
+        self.member_requests = Counter(
+            "federator_member_requests_total", "Requests the hub sent to member clusters",
+            ["cluster", "verb", "code"], registry=r,
+        )
+        self.member_request_seconds = Histogram(
+            "federator_member_request_seconds", "Member request latency (to response headers)",
+            ["cluster", "verb"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.member_watch_events = Counter(
+            "federator_member_watch_events_total", "Watch events received from member clusters",
+            ["cluster", "resource", "type"], registry=r,
+        )
+        self.member_relists = Counter(
+            "federator_member_relists_total", "Full LISTs of a member resource by reason (initial, expired)",
+            ["cluster", "resource", "reason"], registry=r,
+        )
+        self.member_watch_restarts = Counter(
+            "federator_member_watch_restarts_total", "Member watches re-established, by why they ended",
+            ["cluster", "resource", "reason"], registry=r,
+        )
+        self.member_sync_lag_seconds = Histogram(
+            "federator_member_sync_lag_seconds", "From a member watch batch arriving to the new snapshot",
+            ["cluster"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.member_condition = Gauge(
+            "federator_member_condition", "1 when the member cluster's condition is True",
+            ["cluster", "condition"], registry=r,
+        )
+        self.member_condition_transitions = Counter(
+            "federator_member_condition_transitions_total", "Member cluster condition changes",
+            ["cluster", "condition", "status"], registry=r,
+        )
+        self.member_snapshot_nodes = Gauge(
+            "federator_member_snapshot_nodes", "Nodes in the member cluster's latest snapshot", ["cluster"],
+            registry=r,
+        )
+        self.checkpoint_flushes = Counter(
+            "federator_checkpoint_flushes_total", "Checkpoint flushes (one store txn each)", ["result"], registry=r,
+        )
+        self.checkpoint_keys_written = Counter(
+            "federator_checkpoint_keys_written_total", "Checkpoint shard keys written or deleted", registry=r,
+        )
+        self.checkpoint_bytes_written = Counter(
+            "federator_checkpoint_bytes_written_total", "Checkpoint bytes written", registry=r,
+        )
         # simulator
         self.sim_pods_bound = Counter(
             "federator_sim_pods_bound_total", "Pods bound by the simulated gang scheduler", ["cluster"], registry=r

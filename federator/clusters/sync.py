@@ -1,0 +1,392 @@
+"""ClusterSync: everything the hub runs for one member cluster.
+
+A `MemberClient` built from the MemberCluster's `spec.connection`; one
+`Reflector` per synced resource (Nodes, Pods, and the PodGroups of the
+cluster's gang scheduler) feeding a `SnapshotBuilder`; a probe loop and a
+`ClusterHealth`; and, for the checkpoint writer, the identity and builder
+of the cluster (`CheckpointSource`).
+
+Started from a stored checkpoint, it publishes the checkpoint's snapshot
+at once (marked unhealthy: stale until every reflector has resumed) and
+resumes each watch from the stored resourceVersion; without one, it lists.
+Every applied batch publishes a new frozen snapshot through `on_snapshot`.
+
+The loops are named asyncio tasks owned by the sync (`start`/`stop`),
+which the hub's membercluster controller owns in turn. Nothing here writes
+the hub's API objects, and nothing logs a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from federator.clusters.checkpoint import CheckpointIdentity, CheckpointWriter, StoredCheckpoint, endpoint_hash
+from federator.clusters.client import (
+    NODES,
+    PODS,
+    ClientTimeouts,
+    KubeconfigError,
+    MemberClient,
+    MemberClientError,
+    ResourceKind,
+    podgroup_resource,
+)
+from federator.clusters.health import ClusterHealth, HealthSettings, rfc3339
+from federator.clusters.reflector import Backoff, Reflector
+from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
+from federator.obs import METRICS, Metrics, get_logger
+from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
+
+__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "synced_resources"]
+
+_DNS_SUBDOMAIN_MAX = 253
+
+
+@dataclass(frozen=True, slots=True)
+class SyncSettings:
+    health: HealthSettings = field(default_factory=HealthSettings)
+    probe_interval_seconds: float = 5.0
+    backoff: Backoff = field(default_factory=Backoff)
+    #: each watch asks the member to end it after a random time in this range (client-go: 5-10 min)
+    watch_timeout_seconds: tuple[int, int] = (300, 600)
+    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
+    page_size: int = 500
+
+
+def synced_resources(spec: Mapping[str, Any]) -> tuple[ResourceKind, ...]:
+    """Nodes, Pods, and the PodGroup kind of the cluster's gang scheduler (none for the default scheduler)."""
+    scheduler = spec.get("scheduler") if isinstance(spec.get("scheduler"), Mapping) else {}
+    assert isinstance(scheduler, Mapping)
+    podgroups = podgroup_resource(str(scheduler.get("name") or "default"))
+    return (NODES, PODS) if podgroups is None else (NODES, PODS, podgroups)
+
+
+def cluster_info(spec: Mapping[str, Any], *, healthy: bool) -> ClusterInfo:
+    """Placement's ClusterInfo from a (validated) MemberCluster spec."""
+    location = spec.get("location") or {}
+    network = spec.get("network") or {}
+    datasets = {}
+    for ds in spec.get("datasets") or []:
+        if isinstance(ds, Mapping) and isinstance(ds.get("name"), str) and isinstance(ds.get("sizeBytes"), int):
+            datasets[ds["name"]] = ds["sizeBytes"]
+    fabric = Fabric.RDMA if network.get("type") == "rdma" else Fabric.ETHERNET
+    rdma_kind = network.get("rdmaKind")
+    return ClusterInfo(
+        location=Location.CLOUD if location.get("type") == "cloud" else Location.ON_PREM,
+        fabric=fabric,
+        provider=str(location.get("provider") or ""),
+        region=str(location.get("region") or ""),
+        rdma_kind=RdmaKind(rdma_kind) if fabric is Fabric.RDMA and rdma_kind in ("infiniband", "roce") else None,
+        bandwidth_gbps=float(network.get("bandwidthGbps") or 0.0),
+        labels={str(k): str(v) for k, v in (spec.get("labels") or {}).items()},
+        cost_per_gpu_hour=float(spec.get("costPerGpuHour") or 0.0),
+        datasets=datasets,
+        cordoned=spec.get("cordoned") is True,
+        healthy=healthy,
+    )
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _valid_dataset_name(name: str) -> bool:
+    return len(name) <= _DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.match(name) is not None
+
+
+SnapshotCallback = Callable[[str, ClusterSnapshot], None]
+AppliedCallback = Callable[[str, str, Sequence[tuple[str, Mapping[str, Any]]], float], None]
+
+
+class ClusterSync:
+    """One member cluster's sync (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        uid: str,
+        spec: Mapping[str, Any],
+        settings: SyncSettings | None = None,
+        writer: CheckpointWriter | None = None,
+        stored: StoredCheckpoint | None = None,
+        on_snapshot: SnapshotCallback | None = None,
+        on_status_change: Callable[[str, bool], None] | None = None,
+        on_applied: AppliedCallback | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.name = name
+        self.uid = uid
+        self.spec = spec
+        self.settings = settings or SyncSettings()
+        self.writer = writer
+        self.stored = stored
+        self.metrics = metrics or METRICS
+        self.on_snapshot = on_snapshot or (lambda name, snap: None)
+        self.on_status_change = on_status_change or (lambda name, urgent: None)
+        self.on_applied = on_applied
+        self.log = get_logger("clusters.sync").bind(cluster=name)
+        self.resources = synced_resources(spec)
+        self.resource_keys = tuple(r.key for r in self.resources)
+        self.health = ClusterHealth(cluster=name, resources=self.resource_keys, settings=self.settings.health,
+                                    metrics=self.metrics)
+        self.builder = SnapshotBuilder(cluster=name, info=cluster_info(spec, healthy=False),
+                                       resources=self.resource_keys)
+        self.client: MemberClient | None = None
+        self.identity = CheckpointIdentity(uid=uid, endpoint="", resources=self.resource_keys)
+        self.reflectors: dict[str, Reflector] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._synced_once = False
+        self._last_lag = 0.0
+        self._rng = random.Random()
+        self._stopped = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.client_error: str | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Build the client (local work only), seed from the checkpoint, start the loops."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self._connect()
+        except KubeconfigError as e:
+            self.client_error = str(e)
+            self.log.warning("cannot build a client for the member; will retry", error=str(e))
+            self._spawn("connect", self._connect_loop())
+            self.on_status_change(self.name, True)
+            return
+        self._begin()
+
+    async def _connect(self) -> None:
+        self.client = await MemberClient.from_connection(
+            self.spec.get("connection") or {}, cluster=self.name, timeouts=self.settings.timeouts,
+            metrics=self.metrics)
+        self.client_error = None
+        self.identity = CheckpointIdentity(uid=self.uid, endpoint=endpoint_hash(self.client.server),
+                                           resources=self.resource_keys)
+
+    async def _connect_loop(self) -> None:
+        attempt = 0
+        while True:
+            delay = self.settings.backoff.delay(attempt, self._rng)
+            self.log.info("waiting before rebuilding the member client", waiting_for="a usable kubeconfig",
+                          delay_s=round(delay, 3), attempt=attempt + 1)
+            await asyncio.sleep(delay)
+            attempt += 1
+            try:
+                await self._connect()
+            except KubeconfigError as e:
+                if str(e) != self.client_error:
+                    self.client_error = str(e)
+                    self.on_status_change(self.name, True)
+                continue
+            self.on_status_change(self.name, True)
+            self._begin()
+            return
+
+    def _begin(self) -> None:
+        assert self.client is not None
+        resume: dict[str, str] = {}
+        stored, self.stored = self.stored, None
+        if stored is not None:
+            problem = stored.problem(self.identity)
+            if problem is None:
+                try:
+                    self.builder = SnapshotBuilder.restore(
+                        cluster=self.name, info=self.builder.info, resources=self.resource_keys,
+                        resource_versions=stored.resource_versions, shard_count=stored.shard_count,
+                        shards=(stored.shards[i] for i in range(stored.shard_count)))
+                    resume = dict(stored.resource_versions)
+                    self.health.resuming = True
+                    self._synced_once = True
+                    self.log.info("snapshot loaded from checkpoint; resuming watches",
+                                  nodes=len(self.builder.snapshot.nodes), resource_versions=resume,
+                                  age_s=round(max(0.0, time.time() - stored.written_at), 1))
+                except ValueError as e:
+                    self.log.warning("checkpoint unusable; re-listing", reason=str(e))
+            else:
+                self.log.info("checkpoint not reused; re-listing", reason=problem)
+        self._publish(self.builder.snapshot)
+        if self.writer is not None:
+            self.writer.register(self, stored=stored)
+        for resource in self.resources:
+            reflector = Reflector(
+                client=self.client, resource=resource, sink=self, listener=self, backoff=self.settings.backoff,
+                resume_from=resume.get(resource.key), watch_timeout_seconds=self.settings.watch_timeout_seconds,
+                page_size=self.settings.page_size, metrics=self.metrics, rng=self._rng,
+            )
+            self.reflectors[resource.key] = reflector
+            self._spawn(f"reflector:{resource.key}", reflector.run())
+        self._spawn("health", self._health_loop())
+
+    def _spawn(self, what: str, coro: Any) -> None:
+        name = f"member:{self.name}:{what}"
+        task = asyncio.get_running_loop().create_task(self._supervised(what, coro), name=name)
+        self.tasks[what] = task
+
+    async def _supervised(self, what: str, coro: Any) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a dead loop must be visible, not silent
+            self.log.error("member sync loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
+            raise
+
+    async def stop(self) -> None:
+        self._stopped = True
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # noqa: BLE001 - already logged by _supervised
+                pass
+        self.tasks.clear()
+        if self.client is not None:
+            await self.client.close()
+
+    def update_spec(self, spec: Mapping[str, Any]) -> None:
+        """A spec change that keeps the connection and scheduler (labels, cost, datasets, cordon, network...)."""
+        self.spec = spec
+        self._publish(self.builder.set_info(cluster_info(spec, healthy=self.health.ready)))
+
+    def needs_restart(self, spec: Mapping[str, Any]) -> bool:
+        return (spec.get("connection") != self.spec.get("connection")
+                or synced_resources(spec) != self.resources)
+
+    # ------------------------------------------------------------ CheckpointSource
+
+    def checkpoint_ready(self) -> bool:
+        return self._synced_once and self.client is not None
+
+    # ------------------------------------------------------------ ReflectorSink
+
+    def known(self, resource: str) -> Mapping[str, str]:
+        return self.builder.known(resource)
+
+    def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
+              received_at: float) -> None:
+        rv_before = self.builder.resource_versions.get(resource)
+        result = self.builder.apply(resource, events, resource_version=resource_version)
+        self._publish(result.snapshot)
+        assert self._loop is not None
+        lag = self._loop.time() - received_at
+        if events:
+            self._last_lag = lag
+            self.metrics.member_sync_lag_seconds.labels(cluster=self.name).observe(lag)
+        if not self._synced_once and all(self.builder.resource_versions.get(k) for k in self.resource_keys):
+            self._synced_once = True
+        if self.writer is not None and (self.builder.has_dirty or rv_before != resource_version):
+            self.writer.touch(self.name)
+        if self.on_applied is not None:
+            self.on_applied(self.name, resource, events, received_at)
+
+    def _publish(self, snapshot: ClusterSnapshot) -> None:
+        self.metrics.member_snapshot_nodes.labels(cluster=self.name).set(len(snapshot.nodes))
+        self.on_snapshot(self.name, snapshot)
+
+    @property
+    def snapshot(self) -> ClusterSnapshot:
+        return self.builder.snapshot
+
+    # ------------------------------------------------------------ ReflectorListener
+
+    def watch_established(self, resource: str) -> None:
+        assert self._loop is not None
+        self.health.watch_established(resource, now=self._loop.time())
+        self._evaluate()
+
+    def watch_lost(self, resource: str, error: MemberClientError) -> None:
+        assert self._loop is not None
+        self.health.watch_lost(resource, error, now=self._loop.time(), now_wall=time.time())
+        self._evaluate()
+
+    def relisting(self, resource: str, reason: str) -> None:
+        assert self._loop is not None
+        self.health.relisting(resource, now=self._loop.time())
+        self._evaluate()
+
+    # ------------------------------------------------------------ health
+
+    async def _health_loop(self) -> None:
+        assert self.client is not None and self._loop is not None
+        interval = self.settings.probe_interval_seconds
+        next_probe = self._loop.time()
+        while True:
+            now = self._loop.time()
+            if now >= next_probe:
+                try:
+                    await self.client.probe()
+                    self.health.probe_succeeded()
+                except MemberClientError as e:
+                    self.health.probe_failed(e, now_wall=time.time())
+                next_probe = self._loop.time() + interval
+            self._evaluate()
+            now = self._loop.time()
+            deadline = self.health.next_deadline(now)
+            wake = next_probe if deadline is None else min(next_probe, deadline + 0.01)
+            await asyncio.sleep(max(0.01, wake - now))
+
+    def _evaluate(self) -> None:
+        assert self._loop is not None
+        was_ready = self.health.ready
+        changed = self.health.evaluate(now=self._loop.time())
+        if self.health.ready != was_ready:
+            info = dataclasses.replace(self.builder.info, healthy=self.health.ready)
+            self._publish(self.builder.set_info(info))
+        if changed:
+            self.on_status_change(self.name, True)
+
+    # ------------------------------------------------------------ status
+
+    def sync_lag_seconds(self) -> float:
+        """How far behind the member the snapshot may be: the last batch's processing lag while every
+        resource is watched, else the time since a watch went down."""
+        assert self._loop is not None or self.client is None
+        if self.health.synced or self._loop is None:
+            lag = self._last_lag
+            return round(lag, 3) if lag < 1 else float(round(lag))
+        since = self.health.out_of_sync_since
+        if since is None:
+            return 0.0
+        return float(round(max(0.0, self._loop.time() - since)))
+
+    def status(self) -> dict[str, Any]:
+        """MemberCluster.status as this sync sees it (conditions, loss of contact, capacity, ...)."""
+        if self.client_error is not None:
+            wall = time.time()
+            first = self.health.first_loss_of_contact
+            if first is None:
+                self.health.first_loss_of_contact = first = wall
+            status: dict[str, Any] = {
+                "conditions": [
+                    {"type": t, "status": "False", "reason": "KubeconfigInvalid", "message": self.client_error[:1024],
+                     "lastTransitionTime": rfc3339(self.health.conditions[t].last_transition)}
+                    for t in ("Reachable", "Synced", "Ready")],
+                "firstLossOfContact": rfc3339(first),
+            }
+            return status
+        snapshot = self.builder.snapshot
+        status = {
+            "conditions": self.health.status_conditions(),
+            "capacity": capacity_summary(snapshot),
+            "datasetsSeen": [d for d in datasets_seen(snapshot) if _valid_dataset_name(d)][:4096],
+            "observedResourceVersions": {k: v[:64] for k, v in self.builder.resource_versions.items() if v},
+            "syncLagSeconds": self.sync_lag_seconds(),
+        }
+        if self.health.first_loss_of_contact is not None:
+            status["firstLossOfContact"] = rfc3339(self.health.first_loss_of_contact)
+        if self.health.last_synced_at is not None:
+            status["lastSyncTime"] = rfc3339(self.health.last_synced_at)
+        return status

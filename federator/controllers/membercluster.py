@@ -1,0 +1,309 @@
+"""The member-cluster sync controller: one `ClusterSync` per registered MemberCluster.
+
+`member_sync(hub)` is a cleanup_ctx-style factory (hub.py lists it with the
+other controllers). While the hub runs it
+- loads every stored checkpoint (one range read) and publishes each
+  cluster's checkpointed snapshot at once, unhealthy until re-synced;
+- watches MemberCluster objects through `hub.storage` and starts, restarts
+  (connection or scheduler changed) and stops per-cluster syncs; other spec
+  changes (labels, cost, datasets, cordon, fabric) only update the
+  snapshot's ClusterInfo;
+- publishes the latest frozen snapshot of every cluster in
+  `hub.shared["snapshots"]` (name -> ClusterSnapshot; placement reads it)
+  and the syncs themselves in `hub.shared["member_syncs"]`;
+- writes MemberCluster.status (conditions, first loss of contact, capacity,
+  datasets seen, observed resourceVersions, sync lag), rate-limited: a
+  condition change within `STATUS_DEBOUNCE_SECONDS`, everything else at
+  most every `member_status_interval_seconds` (HubSettings.extra, default 5);
+- runs one `CheckpointWriter` for all clusters and removes a deleted
+  cluster's checkpoint.
+
+Every loop is a named task started and stopped by the factory. Credentials
+live only in the spec this controller reads in-process; they never reach a
+log line, metric, status or error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
+from federator.clusters.client import ClientTimeouts
+from federator.clusters.health import HealthSettings
+from federator.clusters.reflector import Backoff
+from federator.clusters.sync import ClusterSync, SyncSettings
+from federator.controllers.context import HubContext
+from federator.obs import get_logger
+from federator.placement.snapshot import ClusterSnapshot
+from federator.store.protocol import StoreError
+
+__all__ = ["MemberSyncController", "member_sync", "sync_settings"]
+
+KIND = "MemberCluster"
+SNAPSHOTS = "snapshots"
+SYNCS = "member_syncs"
+STATUS_DEBOUNCE_SECONDS = 0.2
+
+_log = get_logger("controllers.membercluster")
+
+
+def sync_settings(hub: HubContext) -> SyncSettings:
+    """SyncSettings from HubSettings (plus optional `extra` knobs, for tests and benchmarks)."""
+    s = hub.settings
+    extra = s.extra
+    watch_timeout = extra.get("member_watch_timeout_seconds", (300, 600))
+    return SyncSettings(
+        health=HealthSettings(unreachable_after_failures=s.unreachable_after_failures,
+                              watch_loss_grace_seconds=s.watch_loss_grace_seconds),
+        probe_interval_seconds=s.probe_interval_seconds,
+        backoff=Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds),
+        watch_timeout_seconds=(int(watch_timeout[0]), int(watch_timeout[1])),
+        timeouts=ClientTimeouts(
+            connect=float(extra.get("member_connect_timeout_seconds", 5.0)),
+            request=float(extra.get("member_request_timeout_seconds", 30.0)),
+            probe=float(extra.get("member_probe_timeout_seconds", 3.0)),
+            watch_idle=float(extra.get("member_watch_idle_seconds", 90.0)),
+        ),
+    )
+
+
+class MemberSyncController:
+    """See the module docstring. Use `member_sync(hub)` to run it."""
+
+    def __init__(self, hub: HubContext) -> None:
+        self.hub = hub
+        self.rt = hub.kind(KIND)
+        self.settings = sync_settings(hub)
+        extra = hub.settings.extra
+        self.status_interval = float(extra.get("member_status_interval_seconds", 5.0))
+        self.writer = CheckpointWriter(
+            hub.store, interval=hub.settings.checkpoint_interval_seconds, metrics=hub.metrics,
+            meta_refresh_seconds=float(extra.get("checkpoint_meta_refresh_seconds", 30.0)),
+        )
+        self.syncs: dict[str, ClusterSync] = {}
+        self.snapshots: dict[str, ClusterSnapshot] = hub.shared.setdefault(SNAPSHOTS, {})
+        hub.shared[SYNCS] = self.syncs
+        self._stored: dict[str, StoredCheckpoint] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._status_due: dict[str, bool] = {}  # name -> urgent
+        self._status_wake = asyncio.Event()
+        self._last_status: dict[str, float] = {}
+        self._written_status: dict[str, dict[str, Any]] = {}
+        self._rng = random.Random()
+        #: hook for benchmarks: called with (cluster, resource, events, received_at) after each batch
+        self.on_applied = extra.get("member_on_applied")
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._stored = await load_checkpoints(self.hub.store)
+        listing = await self.hub.storage.list(self.rt)
+        present = set()
+        for obj in listing.items:
+            present.add(obj["metadata"]["name"])
+            await self._upsert(obj)
+        for name in set(self._stored) - present:
+            _log.info("removing the checkpoint of a cluster that is no longer registered", cluster=name)
+            self.writer.unregister(name, delete=True)
+        self._stored.clear()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
+                             name="membersync:watch"),
+            loop.create_task(self._supervised("checkpoint", self.writer.run()), name="membersync:checkpoint"),
+            loop.create_task(self._supervised("status", self._status_loop()), name="membersync:status"),
+        ]
+        _log.info("member sync started", clusters=sorted(self.syncs))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
+                pass
+        self._tasks.clear()
+        for sync in list(self.syncs.values()):
+            await sync.stop()
+        try:
+            # the builders outlive their stopped loops: this persists their final state
+            await self.writer.flush_all()
+        except StoreError as e:
+            _log.warning("final checkpoint flush failed", error=str(e))
+        self.syncs.clear()
+        _log.info("member sync stopped")
+
+    async def _supervised(self, what: str, coro: Any) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a dead loop must be visible
+            _log.error("member sync loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
+            raise
+
+    # ------------------------------------------------------------ MemberCluster objects
+
+    async def _watch_loop(self, resource_version: str) -> None:
+        attempt = 0
+        rv: str | None = resource_version
+        while True:
+            try:
+                if rv is None:
+                    listing = await self.hub.storage.list(self.rt)
+                    names = set()
+                    for obj in listing.items:
+                        names.add(obj["metadata"]["name"])
+                        await self._upsert(obj)
+                    for name in set(self.syncs) - names:
+                        await self._remove(name)
+                    rv = listing.resource_version
+                async for event in self.hub.storage.watch(self.rt, resource_version=rv):
+                    attempt = 0
+                    obj = event.object
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if event.type == "DELETED":
+                        await self._remove(obj["metadata"]["name"], uid=obj["metadata"].get("uid"))
+                    elif event.type in ("ADDED", "MODIFIED"):
+                        await self._upsert(obj)
+            except ApiError as e:
+                if e.code == 410:
+                    _log.info("MemberCluster watch expired; re-listing")
+                    rv = None
+                    continue
+                delay = self.settings.backoff.delay(attempt, self._rng)
+                attempt += 1
+                _log.warning("MemberCluster watch failed; retrying", waiting_for="the hub store",
+                             delay_s=round(delay, 3), error=str(e))
+                rv = None
+                await asyncio.sleep(delay)
+            except StoreError as e:
+                delay = self.settings.backoff.delay(attempt, self._rng)
+                attempt += 1
+                _log.warning("MemberCluster watch failed; retrying", waiting_for="the hub store",
+                             delay_s=round(delay, 3), error=str(e))
+                rv = None
+                await asyncio.sleep(delay)
+
+    async def _upsert(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name, uid = meta.get("name"), meta.get("uid", "")
+        spec = obj.get("spec")
+        if not isinstance(name, str) or not isinstance(spec, Mapping):
+            return
+        current = self.syncs.get(name)
+        if current is not None:
+            if current.uid == uid and not current.needs_restart(spec):
+                if spec != current.spec:
+                    current.update_spec(spec)
+                    self._mark_status(name, urgent=False)
+                return
+            same_object = current.uid == uid
+            _log.info("restarting member sync", cluster=name,
+                      reason="connection or scheduler changed" if same_object else "cluster re-created")
+            await self._remove(name, keep_checkpoint=False)
+        sync = ClusterSync(
+            name=name, uid=str(uid), spec=spec, settings=self.settings, writer=self.writer,
+            stored=self._stored.get(name), on_snapshot=self._publish, on_status_change=self._status_changed,
+            on_applied=self.on_applied, metrics=self.hub.metrics,
+        )
+        self.syncs[name] = sync
+        await sync.start()
+        self._mark_status(name, urgent=True)
+        _log.info("member sync running", cluster=name, resources=list(sync.resource_keys))
+
+    async def _remove(self, name: str, *, uid: str | None = None, keep_checkpoint: bool = False) -> None:
+        sync = self.syncs.get(name)
+        if sync is None or (uid is not None and sync.uid != uid):
+            return
+        del self.syncs[name]
+        self.writer.unregister(name, delete=not keep_checkpoint)
+        await sync.stop()
+        self.snapshots.pop(name, None)
+        self._status_due.pop(name, None)
+        self._written_status.pop(name, None)
+        _log.info("member sync stopped", cluster=name)
+
+    def _publish(self, name: str, snapshot: ClusterSnapshot) -> None:
+        if name in self.syncs:
+            self.snapshots[name] = snapshot
+
+    # ------------------------------------------------------------ status
+
+    def _status_changed(self, name: str, urgent: bool) -> None:
+        self._mark_status(name, urgent=urgent)
+
+    def _mark_status(self, name: str, *, urgent: bool) -> None:
+        self._status_due[name] = self._status_due.get(name, False) or urgent
+        if urgent:
+            self._status_wake.set()
+
+    async def _status_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await asyncio.wait_for(self._status_wake.wait(), timeout=min(1.0, self.status_interval))
+            except TimeoutError:
+                pass
+            self._status_wake.clear()
+            await asyncio.sleep(STATUS_DEBOUNCE_SECONDS)
+            now = loop.time()
+            for name, sync in list(self.syncs.items()):
+                urgent = self._status_due.get(name, False)
+                last = self._last_status.get(name, float("-inf"))
+                if not urgent and now - last < self.status_interval:
+                    continue
+                status = sync.status()
+                if status == self._written_status.get(name) and not urgent:
+                    self._last_status[name] = now
+                    continue
+                try:
+                    await self._write_status(sync, status)
+                except (ApiError, StoreError) as e:
+                    _log.warning("could not write MemberCluster status; will retry", cluster=name, error=str(e))
+                    self._status_wake.set()
+                    continue
+                self._status_due.pop(name, None)
+                self._last_status[name] = now
+                self._written_status[name] = status
+
+    async def _write_status(self, sync: ClusterSync, status: dict[str, Any]) -> None:
+        def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
+            meta = obj.get("metadata") or {}
+            if meta.get("uid") != sync.uid:
+                return None  # a different object of the same name: its own sync writes it
+            merged = dict(obj.get("status") or {})
+            for key in ("firstLossOfContact", "lastSyncTime", "capacity", "datasetsSeen"):
+                if key not in status:
+                    merged.pop(key, None)
+            merged.update(status)
+            generation = meta.get("generation")
+            if isinstance(generation, int):
+                merged["observedGeneration"] = generation
+            if merged == obj.get("status"):
+                return None
+            obj["status"] = merged
+            return obj
+
+        try:
+            await self.hub.storage.guaranteed_update(self.rt, namespace=None, name=sync.name, mutate=mutate,
+                                                     subresource="status")
+        except ApiError as e:
+            if e.code != 404:
+                raise
+
+
+async def member_sync(hub: HubContext) -> AsyncIterator[None]:
+    """cleanup_ctx-style factory: runs member-cluster sync while the hub runs."""
+    controller = MemberSyncController(hub)
+    hub.shared["member_sync_controller"] = controller
+    await controller.start()
+    try:
+        yield
+    finally:
+        await controller.stop()
