@@ -793,7 +793,11 @@ def _parse_job(job: Mapping[str, Any]) -> TrainingJob:
         errors = validate_trainingjob(subset, settings=_RENDER_SETTINGS) or [("", "invalid TrainingJob")]
         shown = "; ".join(f"{path}: {message}" if path else message for path, message in errors[:_MAX_ERRORS_SHOWN])
         more = f" (and {len(errors) - _MAX_ERRORS_SHOWN} more)" if len(errors) > _MAX_ERRORS_SHOWN else ""
-        raise RenderError(f"cannot render TrainingJob: {shown}{more}") from None
+        meta = job.get("metadata")
+        who = ""
+        if isinstance(meta, Mapping) and isinstance(meta.get("namespace"), str) and isinstance(meta.get("name"), str):
+            who = f" {meta['namespace'][:63]}/{meta['name'][:63]}"
+        raise RenderError(f"cannot render TrainingJob{who}: {shown}{more}") from None
 
 
 def _node_hints(
