@@ -57,6 +57,7 @@ __all__ = [
     "SHORT_NAMES",
     "SINGULAR",
     "EnvVar",
+    "ExcludedCluster",
     "Failover",
     "HistoryEntry",
     "JobPhase",
@@ -273,6 +274,13 @@ class WhyNotRow(ApiModel):
     message: StrictStr = Field(default="", max_length=_MAX_TEXT)
 
 
+class ExcludedCluster(ApiModel):
+    """A cluster the job must not be placed in until `until` (e.g. after its gang was pulled back from it)."""
+
+    cluster: StrictStr = Field(max_length=253)
+    until: Timestamp
+
+
 class PlacementStatus(ApiModel):
     """The current placement decision."""
 
@@ -280,6 +288,10 @@ class PlacementStatus(ApiModel):
     epoch: StrictInt = Field(default=0, ge=0, description="Fencing epoch; +1 on every requeue.")
     decision_resource_version: StrictStr | None = Field(default=None, alias="decisionResourceVersion", max_length=64)
     why_not: list[WhyNotRow] | None = Field(default=None, alias="whyNot", max_length=1024)
+    excluded_clusters: list[ExcludedCluster] | None = Field(
+        default=None, alias="excludedClusters", max_length=256,
+        description="Clusters this job must avoid for a while (pulled back from them), with until when.",
+    )
 
 
 class HistoryEntry(ApiModel):

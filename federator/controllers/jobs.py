@@ -1,0 +1,491 @@
+"""TrainingJob helpers shared by the job-lifecycle controllers (placement, dispatch, status sync, stuck, cleanup).
+
+The contract between those controllers lives here:
+
+- `gang_request(job, now=...)`: a stored TrainingJob as placement's
+  `GangRequest` (roles, network, GPU models, datasets, selectors,
+  tolerations, priority, submission time, excluded clusters).
+- `update_job_status(hub, namespace=..., name=..., mutate=...)`: a
+  read-mutate-CAS write of the status subresource, fenced with the leader's
+  token when the hub holds one, so a deposed leader cannot write.
+- `history_entry`, `append_history`, `set_condition`, `set_phase`,
+  `requeue`: how status changes are spelled. Phase transitions are logged
+  with the job and cluster keys.
+- the shared in-process state (`hub.shared`): the reservation book
+  (`reservations(hub)`), member clients and cluster specs (through the
+  member syncs that `controllers/membercluster.py` publishes), the hub id
+  written into every member object's labels.
+
+Lifecycle phases: Pending -> Placed (decision recorded, write-ahead, BEFORE
+dispatch) -> Admitted (the member's gang scheduler admitted the gang) ->
+Running -> Succeeded | Failed. A pulled-back gang (stuck, cluster lost,
+failed dispatch) goes back to Pending with `placement.cluster` cleared and
+its epoch kept; the next decision takes epoch + 1, so every placement of a
+job has a fresh, larger epoch (the first one is 1).
+
+status.placement = {cluster, epoch, decisionResourceVersion, whyNot,
+excludedClusters: [{cluster, until}]}.
+
+This module does no I/O of its own except `update_job_status` (the hub
+store through `hub.storage`); it never talks to a member cluster and never
+starts a task.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.apiserver.storage import ObjectStorage
+from federator.apis.common import format_time, parse_time
+from federator.controllers.context import HubContext
+from federator.obs import get_logger
+from federator.placement import (
+    EMPTY_BOOK,
+    GangRequest,
+    LabelRequirement,
+    LabelSelector,
+    Network,
+    Reservation,
+    ReservationBook,
+    Resources,
+    RoleRequest,
+    Toleration,
+)
+from federator.placement.gang import SelectorOperator, TolerationOperator
+from federator.placement.snapshot import TaintEffect
+from federator.store.leader import FencingToken, fenced_txn
+from federator.store.protocol import Compare, Op, Store, TxnResult
+
+__all__ = [
+    "ACTIVE_PHASES",
+    "DEFAULT_HUB_ID",
+    "JOB_KIND",
+    "MAX_HISTORY",
+    "PHASE_ADMITTED",
+    "PHASE_FAILED",
+    "PHASE_PENDING",
+    "PHASE_PLACED",
+    "PHASE_REQUEUED",
+    "PHASE_RUNNING",
+    "PHASE_SUCCEEDED",
+    "RESERVATIONS",
+    "SNAPSHOTS",
+    "TERMINAL_PHASES",
+    "JobRef",
+    "ReservationLedger",
+    "append_history",
+    "cluster_scheduler",
+    "current_placement",
+    "excluded_clusters",
+    "gang_request",
+    "history_entry",
+    "hub_id",
+    "job_ref",
+    "member_client",
+    "parse_timestamp",
+    "requeue",
+    "reservations",
+    "set_condition",
+    "set_phase",
+    "timestamp",
+    "update_job_status",
+]
+
+_log = get_logger("controllers.jobs")
+
+JOB_KIND = "TrainingJob"
+PHASE_PENDING = "Pending"
+PHASE_PLACED = "Placed"
+PHASE_ADMITTED = "Admitted"
+PHASE_RUNNING = "Running"
+PHASE_SUCCEEDED = "Succeeded"
+PHASE_FAILED = "Failed"
+PHASE_REQUEUED = "Requeued"
+TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
+#: phases in which the job holds (or is about to hold) member objects in status.placement.cluster
+ACTIVE_PHASES = frozenset({PHASE_PLACED, PHASE_ADMITTED, PHASE_RUNNING})
+#: TrainingJobStatus.history keeps at most 256 entries; we keep the newest
+MAX_HISTORY = 64
+MAX_WHY_NOT = 1024
+
+#: hub.shared keys
+SNAPSHOTS = "snapshots"  # name -> ClusterSnapshot (membercluster.py)
+MEMBER_SYNCS = "member_syncs"  # name -> ClusterSync (membercluster.py)
+RESERVATIONS = "reservations"  # ReservationLedger (placement.py creates it)
+
+DEFAULT_HUB_ID = "federator"
+
+
+# ---------------------------------------------------------------- time
+
+
+def timestamp(now: float) -> str:
+    """Seconds since the epoch as RFC 3339 (UTC, whole seconds) the way status fields hold them."""
+    return format_time(dt.datetime.fromtimestamp(now, dt.UTC))
+
+
+def parse_timestamp(value: Any) -> float | None:
+    """An RFC 3339 string as seconds since the epoch; None when it is absent or malformed."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value).timestamp()
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- identity
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def job_ref(job: Mapping[str, Any]) -> JobRef:
+    meta = job.get("metadata") or {}
+    return JobRef(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
+                  uid=str(meta.get("uid") or ""))
+
+
+def hub_id(hub: HubContext) -> str:
+    """The identity this hub writes into member objects' `federator.dev/hub` label.
+
+    Stable across restarts (crash recovery and GC find their objects by it):
+    `HubSettings.extra["hub_id"]`, else DEFAULT_HUB_ID."""
+    value = hub.settings.extra.get("hub_id", DEFAULT_HUB_ID)
+    return str(value)
+
+
+def current_placement(job: Mapping[str, Any]) -> tuple[str | None, int]:
+    """(cluster, epoch) of the job's current placement; cluster None when not placed."""
+    placement = ((job.get("status") or {}).get("placement")) or {}
+    cluster = placement.get("cluster")
+    epoch = placement.get("epoch")
+    return (cluster if isinstance(cluster, str) and cluster else None,
+            epoch if type(epoch) is int and epoch >= 0 else 0)
+
+
+def phase_of(job: Mapping[str, Any]) -> str:
+    phase = (job.get("status") or {}).get("phase")
+    return phase if isinstance(phase, str) and phase else PHASE_PENDING
+
+
+# ---------------------------------------------------------------- TrainingJob -> GangRequest
+
+
+def _labels_selector(raw: Any) -> LabelSelector | None:
+    if not isinstance(raw, Mapping):
+        return None
+    match_labels = raw.get("matchLabels") or {}
+    expressions = tuple(
+        LabelRequirement(key=str(e.get("key")), operator=SelectorOperator(str(e.get("operator"))),
+                         values=frozenset(str(v) for v in (e.get("values") or ())))
+        for e in (raw.get("matchExpressions") or ())
+        if isinstance(e, Mapping)
+    )
+    selector = LabelSelector(match_labels={str(k): str(v) for k, v in match_labels.items()},
+                             match_expressions=expressions)
+    return None if selector.is_empty() else selector
+
+
+def _toleration(raw: Mapping[str, Any]) -> Toleration:
+    effect = raw.get("effect")
+    return Toleration(
+        key=str(raw.get("key") or ""),
+        operator=TolerationOperator(raw.get("operator") or "Equal"),
+        value=str(raw.get("value") or ""),
+        effect=TaintEffect(effect) if effect else None,
+    )
+
+
+def excluded_clusters(job: Mapping[str, Any], *, now: float) -> dict[str, float]:
+    """status.placement.excludedClusters still in force at `now`: cluster -> until (seconds)."""
+    placement = ((job.get("status") or {}).get("placement")) or {}
+    out: dict[str, float] = {}
+    for item in placement.get("excludedClusters") or ():
+        if not isinstance(item, Mapping):
+            continue
+        cluster, until = item.get("cluster"), parse_timestamp(item.get("until"))
+        if isinstance(cluster, str) and cluster and until is not None and until > now:
+            out[cluster] = max(until, out.get(cluster, until))
+    return out
+
+
+def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
+    """The stored TrainingJob `job` as a placement GangRequest.
+
+    Per-role nodeSelectors are merged into one gang selector (keys on which
+    roles disagree are left out: the member scheduler still enforces each
+    pod's own selector); tolerations are the union over roles (likewise).
+    Raises ValueError (or a placement QuantityError, a ValueError) naming
+    the field when the job cannot be expressed.
+    """
+    ref = job_ref(job)
+    spec = job.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"TrainingJob {ref.key}: spec is missing")
+    roles: list[RoleRequest] = []
+    node_selector: dict[str, str] = {}
+    conflicting: set[str] = set()
+    tolerations: list[Toleration] = []
+    for index, role in enumerate(spec.get("roles") or ()):
+        template = role.get("template") or {}
+        try:
+            requests = Resources.from_kube(template.get("resources") or {})
+        except ValueError as e:
+            raise ValueError(f"TrainingJob {ref.key}: spec.roles[{index}].template.resources: {e}") from None
+        roles.append(RoleRequest(name=str(role.get("name")), replicas=int(role.get("replicas") or 0),
+                                 requests=requests))
+        for key, value in (template.get("nodeSelector") or {}).items():
+            if key in node_selector and node_selector[key] != value:
+                conflicting.add(key)
+            node_selector.setdefault(str(key), str(value))
+        for raw in template.get("tolerations") or ():
+            toleration = _toleration(raw)
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    for key in conflicting:
+        node_selector.pop(key, None)
+    placement = spec.get("placement") or {}
+    created = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+    priority = spec.get("priority", 0)
+    return GangRequest(
+        key=ref.key,
+        uid=ref.uid,
+        roles=tuple(roles),
+        network=Network(placement.get("network") or "any"),
+        gpu_models=tuple(placement.get("gpuModels") or ()),
+        datasets=tuple(placement.get("datasets") or ()),
+        cluster_selector=_labels_selector(placement.get("clusterSelector")),
+        node_selector=node_selector,
+        tolerations=tuple(tolerations),
+        priority=priority if type(priority) is int else 0,
+        submitted_at=created if created is not None else now,
+        excluded_clusters=excluded_clusters(job, now=now),
+    )
+
+
+# ---------------------------------------------------------------- status spelling
+
+
+def history_entry(event: str, *, cluster: str | None, epoch: int | None, message: str, now: float) -> dict[str, Any]:
+    entry: dict[str, Any] = {"time": timestamp(now), "event": event, "message": message[:4096]}
+    if cluster:
+        entry["cluster"] = cluster
+    if epoch is not None:
+        entry["epoch"] = epoch
+    return entry
+
+
+def append_history(status: dict[str, Any], entry: Mapping[str, Any]) -> None:
+    """Append `entry` to status.history, keeping the newest MAX_HISTORY entries."""
+    history = list(status.get("history") or ())
+    history.append(dict(entry))
+    status["history"] = history[-MAX_HISTORY:]
+
+
+def set_condition(
+    status: dict[str, Any], *, type: str, state: str, reason: str, message: str, now: float,
+) -> bool:
+    """Set condition `type` to `state` ("True" | "False" | "Unknown"). lastTransitionTime moves only
+    when the state changes. Returns True if anything changed."""
+    conditions = [dict(c) for c in (status.get("conditions") or ()) if isinstance(c, Mapping)]
+    for condition in conditions:
+        if condition.get("type") == type:
+            if (condition.get("status"), condition.get("reason"), condition.get("message")) == (
+                    state, reason, message[:32768]):
+                return False
+            if condition.get("status") != state:
+                condition["lastTransitionTime"] = timestamp(now)
+            condition.update(status=state, reason=reason, message=message[:32768])
+            status["conditions"] = conditions
+            return True
+    conditions.append({"type": type, "status": state, "reason": reason, "message": message[:32768],
+                       "lastTransitionTime": timestamp(now)})
+    status["conditions"] = conditions
+    return True
+
+
+def remove_condition(status: dict[str, Any], type: str) -> bool:
+    conditions = [c for c in (status.get("conditions") or ()) if not (isinstance(c, Mapping) and c.get("type") == type)]
+    if len(conditions) == len(status.get("conditions") or ()):
+        return False
+    status["conditions"] = conditions
+    return True
+
+
+def set_phase(
+    status: dict[str, Any], phase: str, *, reason: str, message: str, now: float, job: str, cluster: str | None = None,
+) -> bool:
+    """Set status.phase, logging the transition with the job and cluster keys. True if it changed."""
+    previous = status.get("phase")
+    if previous == phase:
+        return False
+    status["phase"] = phase
+    _log.info("job phase", job=job, cluster=cluster, phase=phase, previous=previous, reason=reason,
+              message=message[:256], at=timestamp(now))
+    return True
+
+
+def requeue(
+    status: dict[str, Any], *, reason: str, message: str, now: float, job: str,
+    exclude_until: float | None = None, count: bool = True,
+) -> None:
+    """Send the job back to the placement queue: phase Pending, no cluster, same epoch (the next
+    decision takes epoch + 1), a history entry; optionally exclude the cluster it left until
+    `exclude_until`, and count the requeue in status.requeues."""
+    placement = dict(status.get("placement") or {})
+    cluster = placement.get("cluster")
+    epoch = placement.get("epoch") if type(placement.get("epoch")) is int else 0
+    if exclude_until is not None and isinstance(cluster, str) and cluster:
+        kept = [e for e in placement.get("excludedClusters") or ()
+                if isinstance(e, Mapping) and e.get("cluster") != cluster
+                and (parse_timestamp(e.get("until")) or 0) > now]
+        kept.append({"cluster": cluster, "until": timestamp(math.ceil(exclude_until))})
+        placement["excludedClusters"] = kept
+    placement.pop("cluster", None)
+    placement.pop("decisionResourceVersion", None)
+    placement["epoch"] = epoch
+    status["placement"] = placement
+    if count:
+        status["requeues"] = int(status.get("requeues") or 0) + 1
+    append_history(status, history_entry("Requeued", cluster=cluster if isinstance(cluster, str) else None,
+                                         epoch=epoch, message=message, now=now))
+    set_phase(status, PHASE_PENDING, reason=reason, message=message, now=now, job=job,
+              cluster=cluster if isinstance(cluster, str) else None)
+    status.pop("podCounts", None)
+
+
+# ---------------------------------------------------------------- fenced status writes
+
+
+class _FencedStore:
+    """A Store view whose transactions carry the leader's fencing compare (FencedOut when deposed).
+
+    Only `get` and `txn` are used by ObjectStorage's update path; everything
+    else is delegated unchanged."""
+
+    def __init__(self, inner: Store, token: FencingToken) -> None:
+        self._inner = inner
+        self._token = token
+        self.prefix = inner.prefix
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        return await fenced_txn(self._inner, self._token, compares, success, failure)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _writer(hub: HubContext) -> ObjectStorage:
+    token = hub.fencing
+    if token is None:
+        return hub.storage
+    cache: dict[int, ObjectStorage] = hub.shared.setdefault("_fenced_storage", {})
+    storage = cache.get(token.revision)
+    if storage is None:
+        cache.clear()
+        storage = ObjectStorage(_FencedStore(hub.store, token), hub.registry)
+        cache[token.revision] = storage
+    return storage
+
+
+async def update_job_status(
+    hub: HubContext,
+    *,
+    namespace: str,
+    name: str,
+    mutate: Callable[[dict[str, Any]], dict[str, Any] | None],
+    uid: str | None = None,
+) -> dict[str, Any] | None:
+    """Read the job, `mutate(job)` (a fresh copy; change job["status"], return the job, or None to
+    skip), CAS-write the status subresource, retrying on conflict. Fenced with the leader's token
+    when the hub holds one (raises store FencedOut when deposed).
+
+    Returns the stored job, or None when skipped, when the job is gone (404) or when `uid` is given
+    and the stored job is another object of the same name.
+    """
+    def guarded(job: dict[str, Any]) -> dict[str, Any] | None:
+        if uid is not None and (job.get("metadata") or {}).get("uid") != uid:
+            return None
+        job.setdefault("status", {})
+        return mutate(job)
+
+    try:
+        return await _writer(hub).guaranteed_update(hub.kind(JOB_KIND), namespace=namespace, name=name,
+                                                    mutate=guarded, subresource="status")
+    except ApiError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+# ---------------------------------------------------------------- shared state
+
+
+class ReservationLedger:
+    """The hub's one reservation book (placement's assumed state), shared by the job controllers.
+
+    Placement replaces `book` after each cycle; dispatch, status sync and
+    pull-back call `forget` (idempotent) when a gang's reservation must go."""
+
+    def __init__(self) -> None:
+        self.book: ReservationBook = EMPTY_BOOK
+
+    def forget(self, gang_uid: str) -> bool:
+        had = self.book.get(gang_uid) is not None
+        self.book = self.book.forget(gang_uid)
+        return had
+
+    def get(self, gang_uid: str) -> Reservation | None:
+        return self.book.get(gang_uid)
+
+    def __len__(self) -> int:
+        return len(self.book)
+
+
+def reservations(hub: HubContext) -> ReservationLedger:
+    ledger = hub.shared.get(RESERVATIONS)
+    if not isinstance(ledger, ReservationLedger):
+        ledger = ReservationLedger()
+        hub.shared[RESERVATIONS] = ledger
+    return ledger
+
+
+def _sync_of(hub: HubContext, cluster: str) -> Any:
+    syncs = hub.shared.get(MEMBER_SYNCS) or {}
+    return syncs.get(cluster)
+
+
+def member_client(hub: HubContext, cluster: str) -> Any:
+    """The MemberClient member sync holds for `cluster` (None when not registered or not connected).
+
+    Typed Any so that controllers above `clusters` do not import it just for the annotation."""
+    sync = _sync_of(hub, cluster)
+    return getattr(sync, "client", None) if sync is not None else None
+
+
+def cluster_scheduler(hub: HubContext, cluster: str) -> tuple[str, str | None] | None:
+    """(scheduler kind, spec.scheduler.schedulerName override) of a registered cluster, or None."""
+    sync = _sync_of(hub, cluster)
+    spec = getattr(sync, "spec", None) if sync is not None else None
+    if not isinstance(spec, Mapping):
+        return None
+    scheduler = spec.get("scheduler") or {}
+    kind = scheduler.get("name")
+    if not isinstance(kind, str):
+        return None
+    override = scheduler.get("schedulerName")
+    return kind, override if isinstance(override, str) and override else None
