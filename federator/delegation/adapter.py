@@ -772,8 +772,8 @@ class SchedulerAdapter:
         note = "" if group is not None else f"; {NO_GANG_GUARANTEE}"
         for view in views:
             if not view.bound and view.unschedulable:
-                return ("Unschedulable", f"{bound} of {existing} pods bound; pod {view.name}: "
-                                         f"{view.unschedulable}{note}")
+                return ("Unschedulable", f"pod {view.name}: {view.unschedulable} ({bound} of {existing} pods "
+                                         f"bound){note}")
         phase = _podgroup_phase(podgroup)
         in_phase = f" ({group.gvk.kind} phase {phase})" if group is not None and phase else ""
         return ("WaitingForScheduler", f"{bound} of {existing} pods bound; waiting for {self.name}{in_phase}{note}")

@@ -129,7 +129,7 @@ CASES = [
      f"PodGroup resnet-ps-", (PS, WORKERS)),
     (s_group_says_unschedulable, "kube-batch", GangPhase.PLACED, "NotEnoughResources", GANG_MESSAGE, (PS, WORKERS)),
     (s_pods_say_unschedulable, "coscheduling", GangPhase.PLACED, "Unschedulable",
-     f"0 of 4 pods bound; pod resnet-ps-", (PS, WORKERS)),
+     "pod resnet-ps-vkk42-ps-0: 0/4 nodes are available: 4 Insufficient cpu. (0 of 4 pods bound)", (PS, WORKERS)),
     (s_pods_say_unschedulable, "default", GangPhase.PLACED, "Unschedulable", NO_GANG_GUARANTEE, (PS, WORKERS)),
     (s_one_pod_missing, "volcano", GangPhase.PLACED, "PodsMissing", "1 of 4 pods do not exist", (PS, WORKERS)),
     (s_one_pod_missing, "default", GangPhase.PLACED, "PodsMissing", "1 of 4 pods do not exist", (PS, WORKERS)),

@@ -1,0 +1,283 @@
+"""The adapters against a real member: a SimCluster running Volcano-, coscheduling- and kube-batch-style
+gang schedulers and the default scheduler, reached with the official `kubernetes` client over HTTPS with
+its kubeconfig. What an adapter renders is created as the dispatch controller will create it (PodGroup,
+then pods owned by it), the member schedules it (or says why not), and read_status reads it back through
+the adapter's own label selectors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from delegation_support import make_job, wait_until
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from simapi_support import ThreadedSim
+
+from federator.delegation import (
+    GangPhase,
+    GangStatus,
+    MemberObject,
+    Ownership,
+    adapter_for,
+    ownership_of,
+    selector_for,
+    stale_selector,
+)
+from federator.delegation.adapter import NO_GANG_GUARANTEE, POD_GVK, SchedulerAdapter
+
+HUB = "hub-test"
+GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+ON_GPU_NODES = {"federator.test/pool": "gpu"}
+SCHEDULER_NAMES = {"volcano": "volcano", "coscheduling": "scheduler-plugins-scheduler",
+                   "kube-batch": "kube-batch", "default": "default-scheduler"}
+ANNOTATION_DURATION = "sim.federator.dev/duration-seconds"
+ANNOTATION_FAIL_AFTER = "sim.federator.dev/fail-after-seconds"
+
+JSON = dict[str, Any]
+
+
+def gpu_job(*, workers: int, gpus: int, name: str = "llm") -> JSON:
+    """One CPU-only parameter server (on a CPU node) and `workers` GPU workers (on the tainted GPU nodes)."""
+    return make_job(name=name, roles=[
+        {"name": "ps", "replicas": 1,
+         "template": {"image": "trainer:1.4", "resources": {"cpu": "2", "memory": "4Gi"},
+                      "nodeSelector": {"federator.test/pool": "cpu"}}},
+        {"name": "worker", "replicas": workers,
+         "template": {"image": "trainer:1.4", "resources": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": gpus},
+                      "nodeSelector": ON_GPU_NODES, "tolerations": GPU_TOLERATION}},
+    ])
+
+
+class Member:
+    """The member cluster as the hub's dispatcher sees it: the official client and one namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = namespace
+
+    def create(self, obj: MemberObject) -> JSON:
+        """Create one object; the member's stored copy comes back as a dict."""
+        if obj.gvk == POD_GVK:
+            resp = self.core.create_namespaced_pod(obj.namespace, obj.body, _preload_content=False)
+            created: JSON = json.loads(resp.data)
+            return created
+        g = obj.gvk
+        return dict(self.custom.create_namespaced_custom_object(g.group, g.version, obj.namespace, g.plural,
+                                                                obj.body))
+
+    def dispatch(self, objects: list[MemberObject]) -> list[JSON]:
+        """What the dispatch controller does: the PodGroup first, then pods owned by the created group."""
+        created: list[JSON] = []
+        group: JSON | None = None
+        for obj in objects:
+            if obj.gvk != POD_GVK:
+                group = self.create(obj)
+                created.append(group)
+            else:
+                created.append(self.create(obj.owned_by(group) if group is not None else obj))
+        return created
+
+    def pods(self, selector: str) -> list[JSON]:
+        resp = self.core.list_namespaced_pod(self.namespace, label_selector=selector, _preload_content=False)
+        items: list[JSON] = json.loads(resp.data)["items"]
+        return items
+
+    def pod(self, name: str) -> JSON:
+        resp = self.core.read_namespaced_pod(name, self.namespace, _preload_content=False)
+        pod: JSON = json.loads(resp.data)
+        return pod
+
+    def podgroups(self, adapter: SchedulerAdapter, selector: str) -> list[JSON]:
+        if adapter.pod_group is None:
+            return []
+        g = adapter.pod_group.gvk
+        listed = self.custom.list_namespaced_custom_object(g.group, g.version, self.namespace, g.plural,
+                                                           label_selector=selector)
+        items: list[JSON] = listed["items"]
+        return items
+
+    def status(self, adapter: SchedulerAdapter, job_uid: str, epoch: int = 0) -> GangStatus:
+        selector = selector_for(job_uid, epoch)
+        groups = self.podgroups(adapter, selector)
+        assert len(groups) <= 1, groups
+        return adapter.read_status(groups[0] if groups else None, self.pods(selector))
+
+    def delete_job(self, adapter: SchedulerAdapter, selector: str) -> None:
+        """GC by label selector: pods, then the PodGroup; wait until the pods are really gone."""
+        self.core.delete_collection_namespaced_pod(self.namespace, label_selector=selector, grace_period_seconds=0)
+        if adapter.pod_group is not None:
+            g = adapter.pod_group.gvk
+            for group in self.podgroups(adapter, selector):
+                self.custom.delete_namespaced_custom_object(g.group, g.version, self.namespace, g.plural,
+                                                            group["metadata"]["name"])
+        wait_until(f"pods matching {selector} to be deleted", lambda: not self.pods(selector))
+
+
+@pytest.fixture
+def ns(member: ThreadedSim, member_api: client.ApiClient) -> Iterator[Member]:
+    m = Member(member_api, member.new_namespace("dlg"))
+    yield m
+    # free the member's capacity for the next test
+    m.delete_job(adapter_for("default"), "app.kubernetes.io/managed-by=federator")
+
+
+def render(adapter: SchedulerAdapter, job: JSON, namespace: str, *, epoch: int = 0) -> list[MemberObject]:
+    return adapter.render(job, cluster_scheduler_name=SCHEDULER_NAMES[adapter.name], epoch=epoch, hub_id=HUB,
+                          namespace=namespace)
+
+
+@pytest.mark.parametrize("name", ["volcano", "coscheduling", "kube-batch", "default"])
+def test_gang_is_accepted_scheduled_and_runs(name: str, ns: Member) -> None:
+    adapter = adapter_for(name)
+    job = gpu_job(workers=2, gpus=8)
+    uid = job["metadata"]["uid"]
+    objects = render(adapter, job, ns.namespace)
+    created = ns.dispatch(objects)
+    # the member stored exactly what was rendered (plus its own metadata and defaults)
+    for obj, stored in zip(objects, created, strict=True):
+        assert stored["metadata"]["name"] == obj.name
+        assert stored["metadata"]["labels"] == obj.labels
+        assert stored["metadata"]["annotations"] == obj.body["metadata"]["annotations"]
+        assert stored["spec"]["minMember" if obj.gvk != POD_GVK else "schedulerName"] == \
+            obj.body["spec"]["minMember" if obj.gvk != POD_GVK else "schedulerName"]
+    if adapter.pod_group is not None:
+        group_uid = created[0]["metadata"]["uid"]
+        assert all(p["metadata"]["ownerReferences"][0]["uid"] == group_uid for p in created[1:])
+
+    admitted = wait_until(f"{name} to admit the gang",
+                          lambda: (s := ns.status(adapter, uid)).phase in (GangPhase.ADMITTED, GangPhase.RUNNING)
+                          and s)
+    assert admitted.bound == admitted.expected == 3
+    running = wait_until(f"{name} gang to run", lambda: (s := ns.status(adapter, uid)).phase is GangPhase.RUNNING
+                         and s)
+    assert {role: c.as_dict() for role, c in running.counts.items()} == {
+        "ps": {"pending": 0, "running": 1, "succeeded": 0, "failed": 0},
+        "worker": {"pending": 0, "running": 2, "succeeded": 0, "failed": 0},
+    }
+    # the member honoured nodeSelector and tolerations: workers on the two GPU nodes, one each, ps on a CPU node
+    pods = {p["metadata"]["labels"]["federator.dev/role"] + p["metadata"]["labels"]["federator.dev/index"]:
+            p["spec"]["nodeName"] for p in ns.pods(selector_for(uid))}
+    assert pods["ps0"] in ("cpu-0000", "cpu-0001")
+    assert sorted([pods["worker0"], pods["worker1"]]) == ["gpu-0000", "gpu-0001"]
+    if adapter.pod_group is not None:
+        (group,) = ns.podgroups(adapter, selector_for(uid, 0))
+        assert group["status"]["phase"] == "Running" and running.podgroup_phase == "Running"
+
+
+@pytest.mark.parametrize(("name", "reason", "explained_by"), [
+    ("volcano", "NotEnoughResources", "PodGroup"),
+    ("kube-batch", "NotEnoughResources", "PodGroup"),
+    ("coscheduling", "Unschedulable", "pod"),
+])
+def test_gang_that_does_not_fit_stays_unbound_and_says_why(
+    name: str, reason: str, explained_by: str, ns: Member
+) -> None:
+    adapter = adapter_for(name)
+    job = gpu_job(workers=3, gpus=8)  # three whole GPU nodes; the member has two
+    uid = job["metadata"]["uid"]
+    ns.dispatch(render(adapter, job, ns.namespace))
+    waiting = wait_until(f"{name} to explain the wait",
+                         lambda: (s := ns.status(adapter, uid)).reason == reason and s)
+    assert waiting.phase is GangPhase.PLACED
+    assert waiting.bound == 0 and waiting.existing == waiting.expected == 4
+    assert waiting.message.startswith(explained_by)
+    assert "minAvailable" in waiting.message and "nvidia.com/gpu" in waiting.message
+    # all or nothing: the two workers that would fit and the parameter server were not bound either
+    assert all(not p["spec"].get("nodeName") for p in ns.pods(selector_for(uid)))
+
+
+def test_default_scheduler_binds_pods_one_by_one_without_a_gang_guarantee(ns: Member) -> None:
+    adapter = adapter_for("default")
+    job = gpu_job(workers=3, gpus=8)
+    uid = job["metadata"]["uid"]
+    ns.dispatch(render(adapter, job, ns.namespace))
+    partial = wait_until("the default scheduler to start part of the gang",
+                         lambda: (s := ns.status(adapter, uid)).bound == 3 and s.reason == "Unschedulable" and s)
+    assert partial.phase is GangPhase.PLACED
+    assert partial.message.endswith(NO_GANG_GUARANTEE) and "3 of 4 pods bound" in partial.message
+    assert "Insufficient nvidia.com/gpu" in partial.message
+    started = wait_until("the bound pods to run", lambda: (s := ns.status(adapter, uid)).counts["worker"].running
+                         == 2 and s)
+    assert started.counts["worker"].pending == 1 and started.counts["ps"].running == 1
+
+
+def test_gang_runs_to_success(ns: Member) -> None:
+    adapter = adapter_for("coscheduling")
+    job = gpu_job(workers=2, gpus=4)
+    uid = job["metadata"]["uid"]
+    objects = render(adapter, job, ns.namespace)
+    for obj in objects[1:]:  # the member's kubelet: each pod's process exits 0 after a moment
+        obj.body["metadata"]["annotations"][ANNOTATION_DURATION] = "0.3"
+    ns.dispatch(objects)
+    done = wait_until("the gang to succeed", lambda: (s := ns.status(adapter, uid)).phase is GangPhase.SUCCEEDED
+                      and s)
+    assert done.counts["worker"].succeeded == 2 and done.counts["ps"].succeeded == 1
+    assert done.podgroup_phase == "Finished"
+
+
+def test_a_failed_member_fails_the_gang(ns: Member) -> None:
+    adapter = adapter_for("kube-batch")
+    job = gpu_job(workers=2, gpus=4)
+    uid = job["metadata"]["uid"]
+    objects = render(adapter, job, ns.namespace)
+    victim = objects[-1]
+    victim.body["metadata"]["annotations"][ANNOTATION_FAIL_AFTER] = "0.2"
+    ns.dispatch(objects)
+    failed = wait_until("the gang to fail", lambda: (s := ns.status(adapter, uid)).phase is GangPhase.FAILED and s)
+    assert failed.reason == "PodFailed" and f"pod {victim.name} (worker 1)" in failed.message
+    assert failed.counts["worker"].failed == 1
+
+
+def test_redispatch_after_a_crash_creates_nothing_twice_and_fences_older_epochs(ns: Member) -> None:
+    adapter = adapter_for("volcano")
+    job = gpu_job(workers=2, gpus=2)
+    uid = job["metadata"]["uid"]
+    first = render(adapter, job, ns.namespace, epoch=0)
+    ns.dispatch(first[:2])  # the hub died after the PodGroup and one pod
+
+    # restart: render again (identical), create what is missing, treat AlreadyExists as done if it is ours
+    again = render(adapter, job, ns.namespace, epoch=0)
+    assert again == first
+    group = None
+    outcomes = []
+    for obj in again:
+        try:
+            created = ns.create(obj.owned_by(group) if group is not None and obj.gvk == POD_GVK else obj)
+            outcomes.append("created")
+        except ApiException as e:
+            assert e.status == 409 and json.loads(e.body)["reason"] == "AlreadyExists"
+            created = (ns.podgroups(adapter, selector_for(uid, 0))[0] if obj.gvk != POD_GVK
+                       else ns.pod(obj.name))
+            assert ownership_of(created, job_uid=uid, epoch=0, hub_id=HUB) is Ownership.CURRENT
+            outcomes.append("exists")
+        if obj.gvk != POD_GVK:
+            group = created
+    assert outcomes == ["exists", "exists", "created", "created"]
+    assert len(ns.pods(selector_for(uid))) == 3 and len(ns.podgroups(adapter, selector_for(uid))) == 1
+    wait_until("epoch 0 to run", lambda: ns.status(adapter, uid, 0).phase is GangPhase.RUNNING)
+
+    # the gang is pulled back and re-placed into the same cluster at epoch 1: the pod names are a lock
+    second = render(adapter, job, ns.namespace, epoch=1)
+    assert [o.name for o in second[1:]] == [o.name for o in first[1:]] and second[0].name != first[0].name
+    ns.create(second[0])
+    with pytest.raises(ApiException) as blocked:
+        ns.create(second[1])
+    assert blocked.value.status == 409
+    found = ns.pod(second[1].name)
+    assert ownership_of(found, job_uid=uid, epoch=1, hub_id=HUB) is Ownership.STALE
+    # fencing: everything of other epochs goes first, found through the stale selector
+    stale = ns.pods(stale_selector(uid, 1))
+    assert len(stale) == 3 and all(ownership_of(p, job_uid=uid, epoch=1, hub_id=HUB) is Ownership.STALE
+                                   for p in stale)
+    ns.delete_job(adapter, stale_selector(uid, 1))
+    assert [g["metadata"]["name"] for g in ns.podgroups(adapter, selector_for(uid))] == [second[0].name]
+    new_group = ns.podgroups(adapter, selector_for(uid, 1))[0]
+    for obj in second[1:]:
+        ns.create(obj.owned_by(new_group))
+    status = wait_until("epoch 1 to run", lambda: (s := ns.status(adapter, uid, 1)).phase is GangPhase.RUNNING
+                        and s)
+    assert status.existing == 3 and not ns.pods(stale_selector(uid, 1))
