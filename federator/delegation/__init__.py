@@ -3,6 +3,8 @@ PodGroup plus pods and reads their state back (see `adapter.py`). Pure data and 
 dispatch controller does the I/O through `clusters/client.py`."""
 
 from federator.delegation.adapter import (
+    NO_GANG_GUARANTEE,
+    POD_GVK,
     Adapter,
     GangPhase,
     GangStatus,
@@ -15,6 +17,8 @@ from federator.delegation.adapter import (
     SchedulerAdapter,
     hub_selector,
     ownership_of,
+    pod_name,
+    podgroup_name,
     selector_for,
     stale_selector,
 )
@@ -22,6 +26,8 @@ from federator.delegation.registry import ADAPTERS, adapter_for
 
 __all__ = [
     "ADAPTERS",
+    "NO_GANG_GUARANTEE",
+    "POD_GVK",
     "Adapter",
     "GangPhase",
     "GangStatus",
@@ -35,6 +41,8 @@ __all__ = [
     "adapter_for",
     "hub_selector",
     "ownership_of",
+    "pod_name",
+    "podgroup_name",
     "selector_for",
     "stale_selector",
 ]

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
@@ -208,7 +208,7 @@ class MemberObject:
     gvk: Gvk
     namespace: str
     name: str
-    body: JSON = field(compare=True)
+    body: JSON
 
     @property
     def api_version(self) -> str:
@@ -480,6 +480,9 @@ class Adapter(Protocol):
     def name(self) -> str: ...
 
     @property
+    def default_scheduler_name(self) -> str: ...
+
+    @property
     def gang_guarantee(self) -> bool: ...
 
     def render(
@@ -571,12 +574,14 @@ class SchedulerAdapter:
         _check_label_value(job_uid, f"{where}: metadata.uid")
         _check_label_value(hub_id, "hub id")
         _check_epoch(epoch)
-        for problem in dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]:
-            raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problem}")
+        problems = dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]
+        if problems:
+            raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problems[0]}")
         if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name:
             raise RenderError("cluster_scheduler_name must be a non-empty string")
-        for problem in dns1123_subdomain_errors(cluster_scheduler_name):
-            raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problem}")
+        problems = dns1123_subdomain_errors(cluster_scheduler_name)
+        if problems:
+            raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problems[0]}")
         roles = model.spec.roles
         total_pods = sum(role.replicas for role in roles)
         if total_pods > MAX_GANG_PODS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from federator.delegation.adapter import SchedulerAdapter
+from federator.delegation.adapter import Adapter, SchedulerAdapter
 from federator.delegation.coscheduling import COSCHEDULING
 from federator.delegation.default import DEFAULT
 from federator.delegation.kubebatch import KUBE_BATCH
@@ -19,6 +19,8 @@ from federator.delegation.volcano import VOLCANO
 __all__ = ["ADAPTERS", "adapter_for"]
 
 ADAPTERS: Mapping[str, SchedulerAdapter] = {a.name: a for a in (VOLCANO, COSCHEDULING, KUBE_BATCH, DEFAULT)}
+# mypy checks here that every adapter satisfies the protocol the controllers program against.
+_PROTOCOL_CHECK: tuple[Adapter, ...] = tuple(ADAPTERS.values())
 
 
 def adapter_for(scheduler_name: str) -> SchedulerAdapter:
