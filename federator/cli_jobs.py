@@ -250,7 +250,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     for where, documents in batches:
         for index, document in enumerate(documents, start=1):
             try:
-                _check_kind(document, "TrainingJob", where, index)
+                _check_kind(document, "TrainingJob", "<stdin>" if where == "-" else where, index)
             except InputError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
@@ -645,7 +645,7 @@ def _cmd_cluster_add(args: argparse.Namespace) -> int:
                 raise InputError("cluster add takes either -f FILE or NAME with flags, not both")
             documents = read_documents(args.filename)
             for index, document in enumerate(documents, start=1):
-                _check_kind(document, "MemberCluster", args.filename, index)
+                _check_kind(document, "MemberCluster", "<stdin>" if args.filename == "-" else args.filename, index)
         else:
             documents = [registration_from_flags(args)]
     except InputError as e:

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import yaml
 
 API_GROUP = "federator.dev"
 API_VERSION = "v1alpha1"
@@ -88,7 +89,11 @@ def load_connection(*, kubeconfig: str | None = None, context: str | None = None
         contexts, active = list_kube_config_contexts(config_file=expanded)  # type: ignore[no-untyped-call]
     except ConfigException as e:
         raise HubError(f"error: cannot use kubeconfig {path}: {_first_line(str(e))}") from None
-    except (OSError, ValueError, TypeError, KeyError) as e:  # malformed YAML or fields the loader trips on
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise HubError(f"error: cannot use kubeconfig {path}: not valid YAML{at}") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:  # fields the loader trips on
         raise HubError(f"error: cannot use kubeconfig {path}: {type(e).__name__}: {_first_line(str(e))}") from None
     chosen = next((c for c in contexts or [] if c.get("name") == context), None) if context else active
     namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"

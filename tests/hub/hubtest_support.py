@@ -38,7 +38,7 @@ from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES
 from federator.controllers.context import ControllerFactory, HubContext, HubSettings
 from federator.devcerts import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
 from federator.hub import HubState, build_hub_app, hub_state
-from federator.obs import Metrics
+from federator.obs import Metrics, get_logger
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_PATH = "/apis/federator.dev/v1alpha1"
@@ -106,9 +106,11 @@ class RunningHub:
         process = await asyncio.create_subprocess_exec(
             "kubectl", "--kubeconfig", str(self.kubeconfigs[who]), "--cache-dir", str(self.directory / "kubectl-cache"),
             "--request-timeout", "20s", *args,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), timeout)
+        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin is not None else None),
+                                          timeout)
         assert process.returncode is not None
         return process.returncode, out.decode(), err.decode()
 
@@ -121,9 +123,11 @@ class RunningHub:
             environment["KUBECONFIG"] = str(self.kubeconfigs[who])
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "federator.cli", *args, cwd=str(ROOT), env=environment,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), timeout)
+        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin is not None else None),
+                                          timeout)
         assert process.returncode is not None
         return process.returncode, out.decode(), err.decode()
 
@@ -151,7 +155,7 @@ async def start_hub(
         settings or HubSettings(state_dir=directory / "state"),
         store_url=store_url or f"sqlite://{directory / 'hub.db'}",
         controllers=controllers,
-        authenticator=TokenAuthenticator.from_file(token_file),
+        authenticator=TokenAuthenticator.from_file(token_file, logger=get_logger("hub.auth")),
         job_finalizers=job_finalizers,
         metrics=metrics,
         clusters_dir=clusters_dir,

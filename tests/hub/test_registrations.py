@@ -1,0 +1,81 @@
+"""`federator up --clusters DIR`: every MemberCluster registration in the directory is
+applied at start (created, then updated in place on a later start), and a bad file
+stops the hub before anything starts, naming the file and the field."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from federator.hub import RegistrationError, read_registrations
+
+from .hubtest_support import ROOT, clusters_url, start_hub
+from .test_credentials import MEMBER_TOKEN, token_cluster
+
+
+def _write(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "onprem.yaml").write_text(yaml.safe_dump(token_cluster("onprem-a100")))
+    (directory / "cloud.yml").write_text(yaml.safe_dump_all([token_cluster("cloud-h100"), token_cluster("cloud-small")]))
+    (directory / "README.md").write_text("not a registration")
+
+
+async def test_registrations_are_applied_at_start_and_updated_on_restart(tmp_path: Path) -> None:
+    clusters = tmp_path / "clusters"
+    _write(clusters)
+    async with start_hub(tmp_path / "hub", clusters_dir=clusters) as hub:
+        assert hub.state.registrations == {"cloud-h100": "created", "cloud-small": "created",
+                                           "onprem-a100": "created"}
+        status, listing = await hub.request("GET", clusters_url(), who="viewer")
+        assert status == 200
+        assert [i["metadata"]["name"] for i in listing["items"]] == ["cloud-h100", "cloud-small", "onprem-a100"]
+        assert all(i["spec"]["connection"]["credentials"] == {"token": "<redacted>"} for i in listing["items"])
+        rt = hub.context.kind("MemberCluster")
+        stored = await hub.context.storage.get(rt, namespace=None, name="onprem-a100")
+        assert stored["spec"]["connection"]["credentials"]["token"] == MEMBER_TOKEN
+        # Status belongs to the controllers: a restart must not wipe it.
+        stored["status"] = {"capacity": {"nodes": 4}}
+        await hub.context.storage.update(rt, stored, subresource="status")
+
+    changed = token_cluster("onprem-a100")
+    changed["spec"]["cordoned"] = True
+    (clusters / "onprem.yaml").write_text(yaml.safe_dump(changed))
+    async with start_hub(tmp_path / "hub", clusters_dir=clusters) as hub:
+        assert hub.state.registrations == {"cloud-h100": "unchanged", "cloud-small": "unchanged",
+                                           "onprem-a100": "updated"}
+        rt = hub.context.kind("MemberCluster")
+        stored = await hub.context.storage.get(rt, namespace=None, name="onprem-a100")
+        assert stored["spec"]["cordoned"] is True and stored["status"] == {"capacity": {"nodes": 4}}
+
+
+def test_read_registrations_refuses_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(RegistrationError, match="not a directory"):
+        read_registrations(tmp_path / "missing")
+    (tmp_path / "a.yaml").write_text("kind: [unclosed\n")
+    with pytest.raises(RegistrationError, match=r"a.yaml: not valid YAML at line \d"):
+        read_registrations(tmp_path)
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Pod\n")
+    with pytest.raises(RegistrationError, match=r"a.yaml: document 1 is a Pod, not a MemberCluster"):
+        read_registrations(tmp_path)
+
+
+async def test_an_invalid_registration_stops_federator_up_with_one_line(tmp_path: Path) -> None:
+    clusters = tmp_path / "clusters"
+    clusters.mkdir()
+    (clusters / "bad.yaml").write_text(yaml.safe_dump(token_cluster("bad", bandwidth=-1)))
+    state = tmp_path / "state"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "federator.cli", "up", "--state-dir", str(state), "--store",
+        f"sqlite://{state / 'hub.db'}", "--listen", "127.0.0.1:0", "--clusters", str(clusters), cwd=str(ROOT),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    lines = [line for line in err.decode().splitlines() if not line.startswith("{")]
+    assert len(lines) == 1, err.decode()
+    assert lines[0].startswith(f"error: {clusters / 'bad.yaml'}: MemberCluster.federator.dev \"bad\" is invalid: "
+                               "spec.network.bandwidthGbps")
+    assert MEMBER_TOKEN not in err.decode()
