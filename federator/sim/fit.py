@@ -411,22 +411,26 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
 
 def static_misfit(placement: Placement, node: NodeInfo) -> str | None:
     """The reason (kube-scheduler wording) why a pod with this placement can
-    never go to `node` as it is now, or None. Resources are not considered."""
+    never go to `node` as it is now, or None. Resources are not considered.
+    Checks run in kube-scheduler's filter order (NodeUnschedulable,
+    TaintToleration, NodeAffinity); readiness comes last because a real
+    cluster expresses it as a taint (node.kubernetes.io/not-ready or
+    unreachable) that the taint check reports first."""
     if node.unschedulable and not any(t.tolerates(_UNSCHEDULABLE_TAINT) for t in placement.tolerations):
         return REASON_UNSCHEDULABLE
-    if not node.ready:
-        return REASON_NOT_READY
+    for taint in node.taints:
+        if taint.effect == "PreferNoSchedule":
+            continue
+        if not any(t.tolerates(taint) for t in placement.tolerations):
+            return f"node(s) had untolerated taint {taint.describe()}"
     labels = node.labels
     for key, value in placement.node_selector:
         if labels.get(key) != value:
             return REASON_SELECTOR
     if placement.affinity_terms and not any(term.matches(labels) for term in placement.affinity_terms):
         return REASON_SELECTOR
-    for taint in node.taints:
-        if taint.effect == "PreferNoSchedule":
-            continue
-        if not any(t.tolerates(taint) for t in placement.tolerations):
-            return f"node(s) had untolerated taint {taint.describe()}"
+    if not node.ready:
+        return REASON_NOT_READY
     return None
 
 
@@ -483,11 +487,16 @@ class ClusterLedger:
     def upsert_node(self, info: NodeInfo) -> None:
         old = self.nodes.get(info.name)
         if old is not None:
-            info.used = old.used
+            # update in place: ordered_nodes() and planners hold this object
+            old.allocatable = info.allocatable
+            old.labels = info.labels
+            old.taints = info.taints
+            old.unschedulable = info.unschedulable
+            old.ready = info.ready
         else:
             self._order = None
             info.used = {}
-        self.nodes[info.name] = info
+            self.nodes[info.name] = info
         self.generation += 1
 
     def remove_node(self, name: str) -> None:

@@ -280,6 +280,11 @@ def test_ledger_releases_and_generation() -> None:
     ledger.account("ns/q", "a", (("nvidia.com/gpu", 2),))
     ledger.upsert_node(node_info(node("a", gpu=8)))
     assert ledger.nodes["a"].free("nvidia.com/gpu") == 6
+    # an update (taint, readiness) is seen through ordered_nodes()
+    assert ledger.ordered_nodes()[0].ready
+    ledger.upsert_node(node_info(node("a", gpu=8, ready="False")))
+    assert not ledger.ordered_nodes()[0].ready
+    assert ledger.nodes["a"].free("nvidia.com/gpu") == 6
     ledger.remove_node("a")
     ledger.upsert_node(node_info(node("a", gpu=8)))
     ledger.reattach()

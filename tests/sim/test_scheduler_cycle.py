@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from federator.sim.fit import node_info, pod_requirements, resource_units
+from federator.sim.fit import node_info, pod_requirements, resource_units, static_misfit
 from federator.sim.scheduler import (
     COSCHEDULING,
     KUBE_BATCH,
@@ -61,6 +61,12 @@ class Model:
     def add_node(self, name: str, *, cpu: int, gpus: int) -> None:
         self.nodes[name] = make_node(name, cpu=cpu, gpus=gpus)
         self.state.apply_node(self.nodes[name])
+
+    def toggle_cordon(self, name: str) -> None:
+        node = copy.deepcopy(self.nodes[name])
+        node["spec"]["unschedulable"] = not node["spec"].get("unschedulable", False)
+        self.nodes[name] = node
+        self.state.apply_node(node)
 
     def add_group(self, kind: GroupKind, name: str, min_member: int) -> None:
         self.uid += 1
@@ -122,6 +128,7 @@ class Model:
             entry = self.state.pods[key]
             assert entry.scheduler_name in SCHEDULERS
             assert not entry.deleting
+            assert not self.nodes[node]["spec"].get("unschedulable"), (key, node)
             if stale_echo:
                 # a watch event from before the bind arrives while it is in flight
                 self.state.apply_pod(self.pods[key])
@@ -190,7 +197,8 @@ class Model:
             for node, obj in self.nodes.items():
                 info = node_info(obj)
                 info.used = dict(used[node])
-                assert not info.fits(entry.requirements.requests), (key, node)
+                if static_misfit(entry.requirements.placement, info) is None:
+                    assert not info.fits(entry.requirements.requests), (key, node)
 
 
 kinds = st.sampled_from([VOLCANO, COSCHEDULING, KUBE_BATCH])
@@ -202,11 +210,14 @@ op = st.one_of(
     st.tuples(st.just("finish"), st.integers(0, 1000), st.sampled_from(["Succeeded", "Failed"])),
     st.tuples(st.just("delete-group"), st.integers(0, 1000)),
     st.tuples(st.just("node"), st.integers(1, 16), st.integers(0, 8)),
+    st.tuples(st.just("cordon"), st.integers(0, 100)),
     st.tuples(st.just("cycle"), st.frozensets(st.integers(0, 8), max_size=3), st.booleans()),
 )
 
 
 @settings(max_examples=200, deadline=None)
+@example(nodes=[(4, 0)], ops=[("single", "default-scheduler", 0, 100, 0), ("cycle", frozenset(), False),
+                              ("cordon", 0), ("single", "default-scheduler", 0, 100, 0)])  # node update after a bind
 @given(nodes=st.lists(st.tuples(st.integers(1, 32), st.integers(0, 8)), min_size=1, max_size=5),
        ops=st.lists(op, min_size=1, max_size=40))
 def test_cycle_never_splits_a_gang_nor_overcommits(
@@ -242,6 +253,8 @@ def test_cycle_never_splits_a_gang_nor_overcommits(
             m.delete_group(sorted(m.groups)[o[1] % len(m.groups)])
         elif o[0] == "node":
             m.add_node(f"n{len(m.nodes)}", cpu=o[1], gpus=o[2])
+        elif o[0] == "cordon":
+            m.toggle_cordon(sorted(m.nodes)[o[1] % len(m.nodes)])
         elif o[0] == "cycle":
             m.cycle(fail=o[1], stale_echo=o[2])
         m.check()
