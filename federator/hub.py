@@ -80,9 +80,13 @@ def hub_controllers() -> list[ControllerFactory]:
     Add a controller by appending it here (imports stay local so that
     `federator --help` stays fast)."""
     controllers: list[ControllerFactory] = []
-    # issue 4 (member-cluster sync) appends here:
-    #   from federator.controllers.membercluster import member_sync
-    #   controllers.append(member_sync)
+    from federator.controllers.membercluster import member_sync
+    controllers.append(member_sync)
+    # job lifecycle (issue 7): dispatch before placement (placement hands decisions to the dispatcher)
+    from federator.controllers.dispatch import job_dispatch
+    controllers.append(job_dispatch)
+    from federator.controllers.placement import job_placement
+    controllers.append(job_placement)
     return controllers
 
 

@@ -144,6 +144,33 @@ class Metrics:
         self.checkpoint_bytes_written = Counter(
             "federator_checkpoint_bytes_written_total", "Checkpoint bytes written", registry=r,
         )
+        # job placement and dispatch (controllers/placement.py, controllers/dispatch.py)
+        self.placement_decisions = Counter(
+            "federator_placement_decisions_total", "Placement outcomes per gang and cycle (placed, unplaced)",
+            ["result"], registry=r,
+        )
+        self.dispatches = Counter(
+            "federator_dispatches_total", "Gang dispatches to member clusters by result (ok, failed)",
+            ["cluster", "result"], registry=r,
+        )
+        self.dispatch_seconds = Histogram(
+            "federator_dispatch_seconds", "From dispatch start to every member object created", ["cluster"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.job_requeues = Counter(
+            "federator_job_requeues_total", "Jobs sent back to the placement queue, by reason", ["reason"],
+            registry=r,
+        )
+        # job lifecycle (controllers/status_sync.py, stuck.py, cleanup.py)
+        self.member_orphans_collected = Counter(
+            "federator_member_orphans_collected_total",
+            "Member objects the GC deleted because their job or epoch no longer exists there",
+            ["cluster", "reason"], registry=r,
+        )
+        self.gangs_pulled_back = Counter(
+            "federator_gangs_pulled_back_total",
+            "Gangs pulled back from a member whose scheduler did not admit them in time", ["cluster"], registry=r,
+        )
         # simulator
         self.sim_pods_bound = Counter(
             "federator_sim_pods_bound_total", "Pods bound by the simulated gang scheduler", ["cluster"], registry=r

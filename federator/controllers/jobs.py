@@ -82,12 +82,15 @@ __all__ = [
     "cluster_scheduler",
     "current_placement",
     "excluded_clusters",
+    "fenced_storage",
     "gang_request",
     "history_entry",
     "hub_id",
     "job_ref",
     "member_client",
     "parse_timestamp",
+    "phase_of",
+    "remove_condition",
     "requeue",
     "reservations",
     "set_condition",
@@ -400,6 +403,12 @@ def _writer(hub: HubContext) -> ObjectStorage:
         storage = ObjectStorage(_FencedStore(hub.store, token), hub.registry)
         cache[token.revision] = storage
     return storage
+
+
+def fenced_storage(hub: HubContext) -> ObjectStorage:
+    """The hub's ObjectStorage whose writes carry the leader's fencing token (plain storage while no
+    token is held, e.g. in tests without leadership). For writes other than status (finalizers)."""
+    return _writer(hub)
 
 
 async def update_job_status(

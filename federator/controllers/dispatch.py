@@ -1,0 +1,559 @@
+"""Dispatch: turn a recorded placement decision into member objects, idempotently.
+
+`Dispatcher.dispatch(job, cluster=..., epoch=...)` takes a TrainingJob whose
+status already holds the decision (phase Placed, placement.cluster and
+placement.epoch written BEFORE this runs: the write-ahead rule), renders it
+with the cluster's delegation adapter (PodGroup first, then the pods; labels
+carry the job uid, role, index, epoch and this hub's id), makes sure the
+member namespace exists, and creates each object through the MemberClient
+that member sync holds for the cluster. An object that already exists with
+the same job uid and epoch counts as created, so a re-dispatch after a crash
+creates nothing twice; a pod of an *older* epoch of the same job blocks its
+name (pod names are a per-cluster lock across epochs) and is deleted first,
+then the create is retried for a while.
+
+A failed dispatch (member unreachable, a 4xx/5xx, a foreign object in the
+way) deletes what this epoch created (best effort; leftovers are orphans the
+GC removes), forgets the gang's reservation (idempotent) and requeues the job
+with capped exponential backoff and jitter (`RetryBook`): status back to
+Pending with a history entry saying what failed and how long it waits.
+
+`job_dispatch(hub)` is the controller factory: it publishes the Dispatcher in
+`hub.shared["dispatcher"]` for the placement loop and, on start (the hub just
+gained the leadership), re-dispatches every job in phase Placed in a named
+task: the crash-recovery path. It must run after member_sync and before
+job_placement in hub_controllers().
+
+Test-only crash hook: when the environment variable FEDERATOR_TEST_CRASH_AT
+is `after-decision` (placement.py, after the decision is written and before
+dispatch), `mid-dispatch` (after about half of a job's objects exist) or
+`after-dispatch` (after every object exists, before the Dispatched status
+write), the process kills itself with SIGKILL at that point, once; with
+FEDERATOR_TEST_CRASH_JOB=namespace/name only for that job. Unset, it is
+inert (one dict lookup).
+
+Must never: create a member object before the decision is in the job's
+status, delete an object that is not this job's (uid, hub) or is of a newer
+epoch, or log credentials (MemberClient errors never carry them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
+from federator.controllers.context import HubContext
+from federator.controllers.jobs import (
+    JOB_KIND,
+    PHASE_FAILED,
+    PHASE_PLACED,
+    append_history,
+    cluster_scheduler,
+    current_placement,
+    history_entry,
+    hub_id,
+    job_ref,
+    member_client,
+    phase_of,
+    requeue,
+    reservations,
+    set_condition,
+    set_phase,
+    update_job_status,
+)
+from federator.delegation import MemberObject, Ownership, RenderError, adapter_for, ownership_of, selector_for
+from federator.delegation.adapter import Gvk
+from federator.obs import get_logger
+from federator.placement.decision import PodAssignment
+from federator.store.protocol import StoreError
+
+__all__ = [
+    "CRASH_ENV",
+    "CRASH_JOB_ENV",
+    "DISPATCHER",
+    "NAMESPACES",
+    "DispatchResult",
+    "Dispatcher",
+    "RetryBook",
+    "crash_point",
+    "job_dispatch",
+]
+
+_log = get_logger("controllers.dispatch")
+
+DISPATCHER = "dispatcher"
+CRASH_ENV = "FEDERATOR_TEST_CRASH_AT"
+CRASH_JOB_ENV = "FEDERATOR_TEST_CRASH_JOB"
+CRASH_POINTS = frozenset({"after-decision", "mid-dispatch", "after-dispatch"})
+NAMESPACES = ResourceKind(group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False)
+
+#: how long a create waits for a same-named pod of an older epoch to disappear
+_STALE_WAIT_SECONDS = 10.0
+
+
+def crash_point(point: str, *, job: str) -> None:
+    """Test-only: SIGKILL this process at `point` when FEDERATOR_TEST_CRASH_AT says so (see module doc)."""
+    wanted = os.environ.get(CRASH_ENV)
+    if wanted is None or wanted != point:
+        return
+    only = os.environ.get(CRASH_JOB_ENV)
+    if only and only != job:
+        return
+    _log.warning("test crash hook: killing the hub", point=point, job=job)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _resource_of(gvk: Gvk) -> ResourceKind:
+    if gvk.group == "" and gvk.plural == "pods":
+        return PODS
+    return ResourceKind(group=gvk.group, version=gvk.version, plural=gvk.plural, kind=gvk.kind,
+                        namespaced=gvk.namespaced)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchResult:
+    ok: bool
+    cluster: str
+    epoch: int
+    created: int = 0
+    existing: int = 0
+    error: str = ""
+    #: False when retrying cannot help (the job cannot be rendered); the job is failed instead
+    retryable: bool = True
+    #: the dispatch was skipped because the job moved on (another epoch, deleted, no longer Placed)
+    outdated: bool = False
+
+
+class DispatchError(Exception):
+    def __init__(self, message: str, *, retryable: bool = True, outdated: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.outdated = outdated
+
+
+class RetryBook:
+    """Capped exponential backoff with full jitter per job uid, for requeued dispatches."""
+
+    def __init__(self, *, initial: float, maximum: float, rng: random.Random | None = None) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._rng = rng or random.Random()
+        self._attempts: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+
+    def failed(self, uid: str, *, now: float) -> float:
+        """Record a failure; the delay before the job may be placed again."""
+        attempt = self._attempts.get(uid, 0)
+        self._attempts[uid] = attempt + 1
+        cap = min(self.maximum, self.initial * float(2 ** min(attempt, 30)))
+        delay = cap / 2 + self._rng.random() * cap / 2
+        self._not_before[uid] = now + delay
+        return delay
+
+    def succeeded(self, uid: str) -> None:
+        self._attempts.pop(uid, None)
+        self._not_before.pop(uid, None)
+
+    def not_before(self, uid: str) -> float:
+        return self._not_before.get(uid, 0.0)
+
+    def attempts(self, uid: str) -> int:
+        return self._attempts.get(uid, 0)
+
+    def forget(self, uid: str) -> None:
+        self.succeeded(uid)
+
+
+class Dispatcher:
+    """See the module docstring."""
+
+    def __init__(self, hub: HubContext, *, on_requeued: Callable[[float], None] | None = None) -> None:
+        self.hub = hub
+        extra = hub.settings.extra
+        self.retries = RetryBook(initial=float(extra.get("dispatch_backoff_initial_seconds", 0.5)),
+                                 maximum=float(extra.get("dispatch_backoff_max_seconds", 30.0)))
+        self.concurrency = int(extra.get("dispatch_object_concurrency", 16))
+        self.client_wait_seconds = float(extra.get("dispatch_client_wait_seconds", 30.0))
+        #: called with the requeue delay after a failed dispatch (placement wakes up then)
+        self.on_requeued = on_requeued
+        self._namespaces: dict[str, set[str]] = {}
+        self._hub_id = hub_id(hub)
+        self._recovering: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ the dispatch
+
+    async def dispatch(
+        self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment] = (),
+        wait_for_client: float = 0.0,
+    ) -> DispatchResult:
+        """Create `job`'s member objects for (cluster, epoch); on failure clean up, forget and requeue."""
+        ref = job_ref(job)
+        started = time.monotonic()
+        metrics = self.hub.metrics
+        try:
+            created, existing = await self._create_all(job, cluster=cluster, epoch=epoch, assignment=assignment,
+                                                       wait_for_client=wait_for_client)
+        except DispatchError as e:
+            if e.outdated:
+                _log.info("dispatch skipped: the job moved on", job=ref.key, cluster=cluster, epoch=epoch,
+                          reason=str(e))
+                return DispatchResult(ok=False, cluster=cluster, epoch=epoch, error=str(e), outdated=True)
+            metrics.dispatches.labels(cluster=cluster, result="failed").inc()
+            await self._failed(job, cluster=cluster, epoch=epoch, error=str(e), retryable=e.retryable)
+            return DispatchResult(ok=False, cluster=cluster, epoch=epoch, error=str(e), retryable=e.retryable)
+        metrics.dispatches.labels(cluster=cluster, result="ok").inc()
+        metrics.dispatch_seconds.labels(cluster=cluster).observe(time.monotonic() - started)
+        crash_point("after-dispatch", job=ref.key)
+        self.retries.succeeded(ref.uid)
+        await self._record_dispatched(job, cluster=cluster, epoch=epoch, created=created, existing=existing)
+        return DispatchResult(ok=True, cluster=cluster, epoch=epoch, created=created, existing=existing)
+
+    async def _client(self, cluster: str, *, wait: float) -> Any:
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while True:
+            client = member_client(self.hub, cluster)
+            if client is not None:
+                return client
+            if time.monotonic() >= deadline:
+                raise DispatchError(f"cluster {cluster} has no connected member client (not registered, or its "
+                                    f"connection cannot be built)")
+            _log.info("dispatch waiting for the member client", cluster=cluster, waiting_for="member sync to connect",
+                      delay_s=round(delay, 3))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _create_all(
+        self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment],
+        wait_for_client: float,
+    ) -> tuple[int, int]:
+        ref = job_ref(job)
+        scheduler = cluster_scheduler(self.hub, cluster)
+        if scheduler is None:
+            if wait_for_client > 0:
+                await self._client(cluster, wait=wait_for_client)
+                scheduler = cluster_scheduler(self.hub, cluster)
+            if scheduler is None:
+                raise DispatchError(f"cluster {cluster} is not registered with a scheduler")
+        kind, override = scheduler
+        try:
+            adapter = adapter_for(kind)
+            objects = adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
+                                     epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
+                                     assignment=assignment)
+        except (RenderError, KeyError) as e:
+            raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
+        client = await self._client(cluster, wait=wait_for_client)
+        await self._ensure_namespace(client, cluster=cluster, namespace=ref.namespace)
+        created = existing = 0
+        total = len(objects)
+        half = max(1, total // 2)
+        done = 0
+        first, rest = objects[0], objects[1:]
+        owner: Mapping[str, Any] | None = None
+        state, stored = await self._create_one(client, first, ref_uid=ref.uid, epoch=epoch, cluster=cluster)
+        created, existing = created + (state == "created"), existing + (state == "existing")
+        done += 1
+        if done >= half and total > 1:
+            crash_point("mid-dispatch", job=ref.key)
+        if first.gvk.kind != "Pod":
+            owner = stored
+        semaphore = asyncio.Semaphore(self.concurrency)
+
+        async def create(obj: MemberObject) -> str:
+            nonlocal done
+            body = obj.owned_by(owner) if owner is not None else obj
+            async with semaphore:
+                result, _ = await self._create_one(client, body, ref_uid=ref.uid, epoch=epoch, cluster=cluster)
+            done += 1
+            if done == half and total > 1:
+                crash_point("mid-dispatch", job=ref.key)
+            return result
+
+        if rest:
+            results = await asyncio.gather(*(create(obj) for obj in rest), return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            for r in results:
+                if r == "created":
+                    created += 1
+                elif r == "existing":
+                    existing += 1
+            if errors:
+                outdated = [e for e in errors if isinstance(e, DispatchError) and e.outdated]
+                if outdated:
+                    raise outdated[0]
+                first_error = errors[0]
+                if isinstance(first_error, DispatchError):
+                    raise first_error
+                if isinstance(first_error, Exception):
+                    raise DispatchError(f"creating member objects in {cluster}: {first_error}") from None
+                raise first_error
+        return created, existing
+
+    async def _ensure_namespace(self, client: Any, *, cluster: str, namespace: str) -> None:
+        known = self._namespaces.setdefault(cluster, set())
+        if namespace in known:
+            return
+        try:
+            await client.get(NAMESPACES, namespace=None, name=namespace)
+        except MemberApiError as e:
+            if e.code != 404:
+                raise DispatchError(f"reading namespace {namespace} in {cluster}: {e}") from None
+            try:
+                await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": namespace,
+                                                              "labels": {"app.kubernetes.io/managed-by": "federator"}}},
+                                    namespace=None)
+                _log.info("created member namespace", cluster=cluster, namespace=namespace)
+            except MemberApiError as e2:
+                if e2.code != 409:
+                    raise DispatchError(f"creating namespace {namespace} in {cluster}: {e2}") from None
+            except MemberClientError as e2:
+                raise DispatchError(f"creating namespace {namespace} in {cluster}: {e2}") from None
+        except MemberClientError as e:
+            raise DispatchError(f"reading namespace {namespace} in {cluster}: {e}") from None
+        known.add(namespace)
+
+    async def _create_one(
+        self, client: Any, obj: MemberObject, *, ref_uid: str, epoch: int, cluster: str,
+    ) -> tuple[str, dict[str, Any]]:
+        """Create `obj`; ("created" | "existing", the member's object). AlreadyExists of this epoch is fine."""
+        resource = _resource_of(obj.gvk)
+        what = f"{obj.kind} {obj.namespace}/{obj.name} in {cluster}"
+        deadline = time.monotonic() + _STALE_WAIT_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                stored = await client.create(resource, obj.body, namespace=obj.namespace)
+                return "created", stored
+            except MemberApiError as e:
+                if e.code == 404 and obj.namespace in self._namespaces.get(cluster, set()):
+                    # the namespace went away since we saw it: make it again, once per attempt
+                    self._namespaces[cluster].discard(obj.namespace)
+                    await self._ensure_namespace(client, cluster=cluster, namespace=obj.namespace)
+                    continue
+                if e.code != 409:
+                    raise DispatchError(f"creating {what}: {e}") from None
+            except MemberClientError as e:
+                raise DispatchError(f"creating {what}: {e}") from None
+            try:
+                found = await client.get(resource, namespace=obj.namespace, name=obj.name)
+            except MemberApiError as e:
+                if e.code == 404:
+                    continue  # deleted in between: create again
+                raise DispatchError(f"reading {what} after AlreadyExists: {e}") from None
+            except MemberClientError as e:
+                raise DispatchError(f"reading {what} after AlreadyExists: {e}") from None
+            owned = ownership_of(found, job_uid=ref_uid, epoch=epoch, hub_id=self._hub_id)
+            if owned is Ownership.CURRENT:
+                return "existing", found
+            if owned is Ownership.NEWER:
+                raise DispatchError(f"{what} belongs to a newer epoch of the job", outdated=True)
+            if owned is Ownership.FOREIGN:
+                raise DispatchError(f"{what} already exists and is not this job's (another job, hub or owner)",
+                                    retryable=True)
+            # an older epoch of this job still holds the name: fence it, then try again
+            if time.monotonic() >= deadline:
+                raise DispatchError(f"{what}: a pod of an older epoch still holds the name after "
+                                    f"{_STALE_WAIT_SECONDS:.0f}s")
+            if not (found.get("metadata") or {}).get("deletionTimestamp"):
+                _log.info("deleting an older epoch's object that holds the name", cluster=cluster,
+                          object=f"{obj.kind} {obj.namespace}/{obj.name}", epoch=epoch)
+                try:
+                    await client.delete(resource, namespace=obj.namespace, name=obj.name, grace_period_seconds=0,
+                                        precondition_uid=(found.get("metadata") or {}).get("uid"))
+                except MemberApiError as e:
+                    if e.code not in (404, 409):
+                        raise DispatchError(f"deleting the older epoch's {what}: {e}") from None
+                except MemberClientError as e:
+                    raise DispatchError(f"deleting the older epoch's {what}: {e}") from None
+            _log.info("create waits for an older epoch's object to go", cluster=cluster,
+                      object=f"{obj.kind} {obj.namespace}/{obj.name}", waiting_for="the old object's deletion",
+                      delay_s=round(delay, 3))
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, 1.0)
+
+    # ------------------------------------------------------------ after the dispatch
+
+    async def _record_dispatched(
+        self, job: Mapping[str, Any], *, cluster: str, epoch: int, created: int, existing: int,
+    ) -> None:
+        ref = job_ref(job)
+        now = time.time()
+        message = f"{created + existing} member objects in {cluster} ({created} created, {existing} already there)"
+
+        def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            if current_placement(stored) != (cluster, epoch):
+                return None
+            status = stored["status"]
+            changed = set_condition(status, type="Dispatched", state="True", reason="MemberObjectsCreated",
+                                    message=message, now=now)
+            if not changed:
+                return None
+            append_history(status, history_entry("Dispatched", cluster=cluster, epoch=epoch, message=message,
+                                                 now=now))
+            return stored
+
+        try:
+            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            # informational only: the objects exist and status sync takes over
+            _log.warning("could not record the dispatch in the job's status", job=ref.key, cluster=cluster,
+                         error=str(e))
+
+    async def _cleanup_epoch(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> int:
+        """Delete this epoch's objects of the job in `cluster` (best effort); how many were deleted."""
+        ref = job_ref(job)
+        client = member_client(self.hub, cluster)
+        scheduler = cluster_scheduler(self.hub, cluster)
+        if client is None or scheduler is None:
+            return 0
+        try:
+            gvks = adapter_for(scheduler[0]).gvk_list()
+            selector = selector_for(ref.uid, epoch)
+        except (KeyError, RenderError):
+            return 0
+        deleted = 0
+        for gvk in reversed(gvks):  # pods first, then the PodGroup
+            resource = _resource_of(gvk)
+            try:
+                listing = await client.list(resource, namespace=ref.namespace, label_selector=selector)
+            except MemberClientError as e:
+                _log.info("cleanup after a failed dispatch could not list; the GC will collect leftovers",
+                          job=ref.key, cluster=cluster, resource=resource.key, error=str(e))
+                return deleted
+            for item in listing.items:
+                if ownership_of(item, job_uid=ref.uid, epoch=epoch, hub_id=self._hub_id) is not Ownership.CURRENT:
+                    continue
+                meta = item.get("metadata") or {}
+                try:
+                    await client.delete(resource, namespace=ref.namespace, name=str(meta.get("name")),
+                                        grace_period_seconds=0, precondition_uid=meta.get("uid"))
+                    deleted += 1
+                except MemberApiError as e:
+                    if e.code not in (404, 409):
+                        _log.info("cleanup delete failed; the GC will collect it", job=ref.key, cluster=cluster,
+                                  error=str(e))
+                except MemberClientError as e:
+                    _log.info("cleanup after a failed dispatch stopped; the GC will collect leftovers",
+                              job=ref.key, cluster=cluster, error=str(e))
+                    return deleted
+        return deleted
+
+    async def _failed(
+        self, job: Mapping[str, Any], *, cluster: str, epoch: int, error: str, retryable: bool,
+    ) -> None:
+        ref = job_ref(job)
+        deleted = await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
+        reservations(self.hub).forget(ref.uid)
+        now = time.time()
+        if not retryable:
+            message = f"dispatch to {cluster} cannot succeed: {error}"
+            _log.error("dispatch failed for good", job=ref.key, cluster=cluster, epoch=epoch, error=error)
+
+            def fail(stored: dict[str, Any]) -> dict[str, Any] | None:
+                if current_placement(stored) != (cluster, epoch):
+                    return None
+                status = stored["status"]
+                append_history(status, history_entry("DispatchFailed", cluster=cluster, epoch=epoch,
+                                                     message=message, now=now))
+                set_condition(status, type="Dispatched", state="False", reason="RenderFailed", message=message,
+                              now=now)
+                set_phase(status, PHASE_FAILED, reason="RenderFailed", message=message, now=now, job=ref.key,
+                          cluster=cluster)
+                return stored
+
+            await self._write(ref, fail)
+            return
+        delay = self.retries.failed(ref.uid, now=now)
+        attempt = self.retries.attempts(ref.uid)
+        message = (f"dispatch to {cluster} failed (attempt {attempt}): {error}; removed {deleted} partly created "
+                   f"objects; placing again in {delay:.1f}s")
+        _log.warning("dispatch failed; requeued with backoff", job=ref.key, cluster=cluster, epoch=epoch,
+                     error=error, attempt=attempt, delay_s=round(delay, 3),
+                     waiting_for=f"cluster {cluster} to accept the gang (or another cluster to fit it)")
+        self.hub.metrics.job_requeues.labels(reason="DispatchFailed").inc()
+
+        def back(stored: dict[str, Any]) -> dict[str, Any] | None:
+            if current_placement(stored) != (cluster, epoch) or phase_of(stored) != PHASE_PLACED:
+                return None
+            status = stored["status"]
+            set_condition(status, type="Dispatched", state="False", reason="DispatchFailed", message=message, now=now)
+            requeue(status, reason="DispatchFailed", message=message, now=now, job=ref.key, count=False)
+            return stored
+
+        await self._write(ref, back)
+        if self.on_requeued is not None:
+            self.on_requeued(delay)
+
+    async def _write(self, ref: Any, mutate: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+        try:
+            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            # the job stays Placed; the next hub start re-dispatches it
+            _log.error("could not requeue the job after a failed dispatch", job=ref.key, error=str(e))
+
+    # ------------------------------------------------------------ crash recovery
+
+    async def recover(self) -> int:
+        """Re-dispatch every job in phase Placed (idempotent). Returns how many were dispatched."""
+        rt = self.hub.kind(JOB_KIND)
+        listing = await self.hub.storage.list(rt)
+        placed = [job for job in listing.items if phase_of(job) == PHASE_PLACED
+                  and current_placement(job)[0] is not None
+                  and not (job.get("metadata") or {}).get("deletionTimestamp")]
+        if not placed:
+            return 0
+        _log.info("re-dispatching placed jobs after a hub start", jobs=len(placed))
+        semaphore = asyncio.Semaphore(32)
+        ok = 0
+
+        async def one(job: dict[str, Any]) -> None:
+            nonlocal ok
+            cluster, epoch = current_placement(job)
+            assert cluster is not None
+            async with semaphore:
+                result = await self.dispatch(job, cluster=cluster, epoch=epoch,
+                                             wait_for_client=self.client_wait_seconds)
+            ok += result.ok
+
+        await asyncio.gather(*(one(job) for job in placed))
+        _log.info("re-dispatch after start done", jobs=len(placed), ok=ok)
+        return ok
+
+
+async def job_dispatch(hub: HubContext) -> AsyncIterator[None]:
+    """cleanup_ctx-style factory: publishes the Dispatcher and re-dispatches Placed jobs on start."""
+    dispatcher = Dispatcher(hub)
+    hub.shared[DISPATCHER] = dispatcher
+    recovered = asyncio.Event()
+    hub.shared["dispatch_recovered"] = recovered
+
+    async def recover() -> None:
+        try:
+            await dispatcher.recover()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed recovery must be visible
+            _log.error("re-dispatch of placed jobs failed", error=f"{type(e).__name__}: {e}", exc_info=True)
+        finally:
+            recovered.set()
+
+    task = asyncio.create_task(recover(), name="dispatch:recover")
+    try:
+        yield
+    finally:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        hub.shared.pop(DISPATCHER, None)

@@ -1,0 +1,496 @@
+"""The placement loop: pending TrainingJobs -> placement decisions -> write-ahead -> dispatch.
+
+`job_placement(hub)` (a cleanup_ctx-style factory; hub.py lists it after
+member_sync and job_dispatch) keeps an index of every TrainingJob through a
+list + watch of `hub.storage` and runs placement cycles:
+
+1. collect: jobs in phase Pending (or Requeued, or none yet) that are not
+   suspended, not being deleted, not in dispatch backoff and not in flight,
+   as `GangRequest`s (`jobs.gang_request`; status.placement.excludedClusters
+   become `excluded_clusters`);
+2. decide: `placement.run_cycle` over the latest frozen snapshots
+   (`hub.shared["snapshots"]`) with the hub's reservation book
+   (`hub.shared["reservations"]`, a `jobs.ReservationLedger`); the new book
+   (with each decision's reservation: "assume") replaces the old one;
+3. for each decision, in its own task: write the decision into the job's
+   status FIRST (phase Placed, cluster, epoch = previous epoch + 1,
+   decisionResourceVersion, why-not table, history entry; fenced), and only
+   then dispatch it (`controllers/dispatch.py`). If the write-ahead fails or
+   is refused (the job changed meanwhile), the reservation is forgotten and
+   nothing is dispatched;
+4. for each gang that fits nowhere: phase Pending, the why-not table in
+   status.placement.whyNot and a condition `Schedulable=False` with reason
+   `NoClusterFits` (or `TooLargeForAnyCluster` when no cluster could take it
+   even empty, `NoClusters` when none is registered). Written only when the
+   reasons change (and at most every few seconds when only numbers change).
+
+Cycles run on job events, on snapshot changes (polled and debounced) and on
+a periodic tick (expired reservations, backoffs that ran out). Phase timings
+go to `metrics.loop_phase_seconds{loop="placement"}`.
+
+Must never: dispatch before the decision is stored, place a job that holds a
+placement (phase Placed/Admitted/Running) again, or do I/O inside the pure
+placement call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.controllers.context import HubContext
+from federator.controllers.dispatch import DISPATCHER, Dispatcher, crash_point
+from federator.controllers.jobs import (
+    JOB_KIND,
+    PHASE_PENDING,
+    PHASE_PLACED,
+    PHASE_REQUEUED,
+    SNAPSHOTS,
+    append_history,
+    current_placement,
+    gang_request,
+    history_entry,
+    job_ref,
+    phase_of,
+    reservations,
+    set_condition,
+    set_phase,
+    update_job_status,
+)
+from federator.obs import get_logger
+from federator.placement import Decision, GangRequest, Profile, Rejection, Unplaced, run_cycle
+from federator.placement.snapshot import ClusterSnapshot
+from federator.store.protocol import StoreError
+
+__all__ = ["CycleReport", "PlacementController", "job_placement", "why_not_rows"]
+
+_log = get_logger("controllers.placement")
+
+PLACEMENT = "placement_controller"
+SCHEDULABLE = "Schedulable"
+_ELIGIBLE_PHASES = frozenset({PHASE_PENDING, PHASE_REQUEUED})
+_MAX_WHY_NOT_ROWS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    pending: int
+    placed: int
+    unplaced: int
+    seconds: float
+
+
+def why_not_rows(why_not: Mapping[str, Rejection]) -> list[dict[str, str]]:
+    """status.placement.whyNot rows, sorted by cluster name."""
+    rows = []
+    for name in sorted(why_not)[:_MAX_WHY_NOT_ROWS]:
+        r = why_not[name]
+        rows.append({"cluster": r.cluster[:253], "filter": r.filter[:128], "reason": r.code[:128],
+                     "message": r.message[:4096]})
+    return rows
+
+
+def _rv(job: Mapping[str, Any]) -> int:
+    try:
+        return int((job.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class PlacementController:
+    """See the module docstring. Use `job_placement(hub)` to run it."""
+
+    def __init__(self, hub: HubContext, *, dispatcher: Dispatcher) -> None:
+        self.hub = hub
+        self.rt = hub.kind(JOB_KIND)
+        self.dispatcher = dispatcher
+        dispatcher.on_requeued = self._wake_after
+        extra = hub.settings.extra
+        profile = extra.get("placement_profile")
+        self.profile: Profile = profile if isinstance(profile, Profile) else Profile()
+        self.tick_seconds = float(extra.get("placement_tick_seconds", 1.0))
+        self.snapshot_poll_seconds = float(extra.get("placement_snapshot_poll_seconds", 0.1))
+        self.debounce_seconds = float(extra.get("placement_debounce_seconds", 0.005))
+        self.unplaced_refresh_seconds = float(extra.get("placement_unplaced_refresh_seconds", 5.0))
+        self.max_inflight = int(extra.get("placement_max_inflight", 64))
+        self.ledger = reservations(hub)
+        #: uid -> the newest stored TrainingJob seen
+        self.jobs: dict[str, dict[str, Any]] = {}
+        #: uids whose decision is being written or dispatched
+        self.inflight: set[str] = set()
+        #: uid -> (reasons signature, when written) of the last unplaced status write
+        self._unplaced_written: dict[str, tuple[Any, float]] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._work: set[asyncio.Task[None]] = set()
+        self._semaphore = asyncio.Semaphore(self.max_inflight)
+        self._rng = random.Random()
+        self._snapshot_signature: tuple[tuple[str, int], ...] = ()
+        self.cycles = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        listing = await self.hub.storage.list(self.rt)
+        for job in listing.items:
+            self._remember(job)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
+                             name="placement:watch"),
+            loop.create_task(self._supervised("cycle", self._cycle_loop()), name="placement:cycle"),
+        ]
+        self._wake.set()
+        _log.info("placement loop started", jobs=len(self.jobs))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in list(self._work):
+            task.cancel()
+        for task in [*self._tasks, *self._work]:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
+                pass
+        self._tasks.clear()
+        self._work.clear()
+        _log.info("placement loop stopped")
+
+    async def _supervised(self, what: str, coro: Any) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a dead loop must be visible
+            _log.error("placement loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
+            raise
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _wake_after(self, delay: float) -> None:
+        asyncio.get_running_loop().call_later(max(0.0, delay) + 0.01, self._wake.set)
+
+    # ------------------------------------------------------------ the job index
+
+    def _remember(self, job: dict[str, Any]) -> bool:
+        """Keep the newer of `job` and what the index holds; True if `job` was newer."""
+        uid = job_ref(job).uid
+        if not uid:
+            return False
+        known = self.jobs.get(uid)
+        if known is not None and _rv(known) >= _rv(job):
+            return False
+        self.jobs[uid] = job
+        return True
+
+    def _forget_job(self, uid: str) -> None:
+        self.jobs.pop(uid, None)
+        self._unplaced_written.pop(uid, None)
+        self.dispatcher.retries.forget(uid)
+        held = self.ledger.get(uid)
+        if held is not None and uid not in self.inflight:
+            self.ledger.forget(uid)
+
+    async def _watch_loop(self, resource_version: str) -> None:
+        attempt = 0
+        rv: str | None = resource_version
+        while True:
+            try:
+                if rv is None:
+                    listing = await self.hub.storage.list(self.rt)
+                    seen = set()
+                    for job in listing.items:
+                        seen.add(job_ref(job).uid)
+                        self._remember(job)
+                    for uid in set(self.jobs) - seen:
+                        self._forget_job(uid)
+                    rv = listing.resource_version
+                    self._wake.set()
+                async for event in self.hub.storage.watch(self.rt, resource_version=rv):
+                    attempt = 0
+                    job = event.object
+                    rv = (job.get("metadata") or {}).get("resourceVersion") or rv
+                    if event.type == "DELETED":
+                        self._forget_job(job_ref(job).uid)
+                    elif event.type in ("ADDED", "MODIFIED"):
+                        if self._remember(job) and self._eligible(job, now=time.time()):
+                            self._wake.set()
+            except (ApiError, StoreError) as e:
+                if isinstance(e, ApiError) and e.code == 410:
+                    _log.info("TrainingJob watch expired; re-listing")
+                    rv = None
+                    continue
+                delay = min(10.0, 0.1 * 2 ** min(attempt, 10)) * (0.5 + self._rng.random() / 2)
+                attempt += 1
+                _log.warning("TrainingJob watch failed; retrying", waiting_for="the hub store",
+                             delay_s=round(delay, 3), error=str(e))
+                rv = None
+                await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------ the cycle
+
+    def _eligible(self, job: Mapping[str, Any], *, now: float) -> bool:
+        meta = job.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return False
+        if phase_of(job) not in _ELIGIBLE_PHASES:
+            return False
+        if (job.get("spec") or {}).get("suspend") is True:
+            return False
+        uid = str(meta.get("uid") or "")
+        if uid in self.inflight:
+            return False
+        return self.dispatcher.retries.not_before(uid) <= now
+
+    def _snapshots(self) -> dict[str, ClusterSnapshot]:
+        published = self.hub.shared.get(SNAPSHOTS) or {}
+        return {name: snap for name, snap in published.items() if isinstance(snap, ClusterSnapshot)}
+
+    def _signature(self, snapshots: Mapping[str, ClusterSnapshot]) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted((name, id(snap)) for name, snap in snapshots.items()))
+
+    async def _cycle_loop(self) -> None:
+        last_tick = time.monotonic()
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.snapshot_poll_seconds)
+            except TimeoutError:
+                pass
+            woke = self._wake.is_set()
+            now_mono = time.monotonic()
+            ticked = now_mono - last_tick >= self.tick_seconds
+            snapshots = self._snapshots()
+            signature = self._signature(snapshots)
+            changed = signature != self._snapshot_signature
+            if not (woke or ticked or changed):
+                continue
+            if woke and self.debounce_seconds > 0:
+                await asyncio.sleep(self.debounce_seconds)  # coalesce a burst of job events into one cycle
+            self._wake.clear()
+            if ticked:
+                last_tick = now_mono
+            self._snapshot_signature = signature
+            await self.run_once()
+
+    async def run_once(self) -> CycleReport:
+        """One placement cycle (see the module docstring); decisions are written and dispatched in tasks."""
+        metrics = self.hub.metrics.loop_phase_seconds
+        started = time.perf_counter()
+        now = time.time()
+        snapshots = self._snapshots()
+        gangs: list[GangRequest] = []
+        jobs_by_uid: dict[str, dict[str, Any]] = {}
+        for uid, job in list(self.jobs.items()):
+            if not self._eligible(job, now=now):
+                continue
+            try:
+                gangs.append(gang_request(job, now=now))
+            except (ValueError, TypeError) as e:
+                await self._unschedulable_spec(job, str(e), now=now)
+                continue
+            jobs_by_uid[uid] = job
+        collected = time.perf_counter()
+        metrics.labels(loop="placement", phase="collect").observe(collected - started)
+        if not gangs and len(self.ledger) == 0:
+            return CycleReport(pending=0, placed=0, unplaced=0, seconds=collected - started)
+        result = run_cycle(gangs, snapshots, self.profile, now=now, reservations=self.ledger.book)
+        # Assume: the new book holds every decision's reservation before anything is written.
+        self.ledger.book = result.reservations
+        decided = time.perf_counter()
+        metrics.labels(loop="placement", phase="decide").observe(decided - collected)
+        self.cycles += 1
+        for decision in result.decisions:
+            job = jobs_by_uid[decision.gang_uid]
+            self.inflight.add(decision.gang_uid)
+            self.hub.metrics.placement_decisions.labels(result="placed").inc()
+            self._spawn(self._place(job, decision), name=f"placement:place:{decision.gang_key}")
+        for unplaced in result.unplaced:
+            self.hub.metrics.placement_decisions.labels(result="unplaced").inc()
+            await self._record_unplaced(jobs_by_uid[unplaced.gang_uid], unplaced, snapshots=snapshots, now=now)
+        recorded = time.perf_counter()
+        metrics.labels(loop="placement", phase="unplaced").observe(recorded - decided)
+        return CycleReport(pending=len(gangs), placed=len(result.decisions), unplaced=len(result.unplaced),
+                           seconds=recorded - started)
+
+    def _spawn(self, coro: Any, *, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    # ------------------------------------------------------------ a decision: write-ahead, then dispatch
+
+    async def _place(self, job: dict[str, Any], decision: Decision) -> None:
+        ref = job_ref(job)
+        metrics = self.hub.metrics.loop_phase_seconds
+        try:
+            async with self._semaphore:
+                started = time.perf_counter()
+                stored = await self._write_decision(job, decision)
+                written = time.perf_counter()
+                metrics.labels(loop="placement", phase="record").observe(written - started)
+                if stored is None:
+                    self.ledger.forget(ref.uid)
+                    return
+                self._remember(stored)
+                cluster, epoch = current_placement(stored)
+                assert cluster == decision.cluster
+                crash_point("after-decision", job=ref.key)
+                result = await self.dispatcher.dispatch(stored, cluster=decision.cluster, epoch=epoch,
+                                                        assignment=decision.assignment)
+                metrics.labels(loop="placement", phase="dispatch").observe(time.perf_counter() - written)
+                if not result.ok:
+                    self.ledger.forget(ref.uid)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one job's failure must not stop the loop
+            self.ledger.forget(ref.uid)
+            _log.error("placing a job failed; it stays in the queue", job=ref.key, cluster=decision.cluster,
+                       error=f"{type(e).__name__}: {e}", exc_info=not isinstance(e, (ApiError, StoreError)))
+        finally:
+            self.inflight.discard(ref.uid)
+            self._wake.set()
+
+    async def _write_decision(self, job: Mapping[str, Any], decision: Decision) -> dict[str, Any] | None:
+        ref = job_ref(job)
+        now = time.time()
+        rows = why_not_rows(decision.why_not)
+
+        def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            if (stored.get("metadata") or {}).get("deletionTimestamp") or (stored.get("spec") or {}).get("suspend"):
+                return None
+            if phase_of(stored) not in _ELIGIBLE_PHASES:
+                return None  # someone placed or finished it meanwhile: never place twice
+            status = stored["status"]
+            _, previous_epoch = current_placement(stored)
+            epoch = previous_epoch + 1
+            placement = dict(status.get("placement") or {})
+            placement.update(cluster=decision.cluster, epoch=epoch,
+                             decisionResourceVersion=decision.resource_version[:64] or "0", whyNot=rows)
+            status["placement"] = placement
+            model = f" on {decision.gpu_model}" if decision.gpu_model else ""
+            message = (f"placed in {decision.cluster}{model} ({len(decision.assignment)} pods on "
+                       f"{len(decision.nodes)} nodes) at epoch {epoch}")
+            append_history(status, history_entry("Placed", cluster=decision.cluster, epoch=epoch, message=message,
+                                                 now=now))
+            set_condition(status, type=SCHEDULABLE, state="True", reason="Placed", message=message, now=now)
+            set_phase(status, PHASE_PLACED, reason="Placed", message=message, now=now, job=ref.key,
+                      cluster=decision.cluster)
+            return stored
+
+        try:
+            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                             uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not record the placement decision; the job stays in the queue", job=ref.key,
+                         cluster=decision.cluster, error=str(e))
+            return None
+        if stored is None:
+            _log.info("placement decision not recorded: the job changed meanwhile", job=ref.key,
+                      cluster=decision.cluster)
+        self._unplaced_written.pop(ref.uid, None)
+        return stored
+
+    # ------------------------------------------------------------ fits nowhere
+
+    async def _record_unplaced(
+        self, job: Mapping[str, Any], unplaced: Unplaced, *, snapshots: Mapping[str, ClusterSnapshot], now: float,
+    ) -> None:
+        rows = why_not_rows(unplaced.why_not)
+        if not snapshots:
+            reason, message = "NoClusters", "no member cluster is registered (or none has been synced yet)"
+        elif unplaced.never_fits:
+            reason = "TooLargeForAnyCluster"
+            message = "the gang is larger than any cluster that could take it, even with every node free"
+        else:
+            reason = "NoClusterFits"
+            message = f"no cluster can take the whole gang now ({len(rows)} of {len(snapshots)} rejected)"
+        if rows:
+            detail = "; ".join(f"{r['cluster']}: {r['reason']} ({r['message']})" for r in rows[:8])
+            message = f"{message}: {detail}"
+        if unplaced.hold is not None:
+            message += (f"; holding {len(unplaced.hold.nodes)} nodes in {unplaced.hold.cluster} "
+                        f"({unplaced.hold.ready_fraction:.0%} ready)")
+        signature = (reason, tuple((r["cluster"], r["filter"], r["reason"]) for r in rows),
+                     unplaced.hold.cluster if unplaced.hold else None)
+        status = job.get("status") or {}
+        stored_rows = (status.get("placement") or {}).get("whyNot")
+        already = self._unplaced_written.get(job_ref(job).uid)
+        if already is not None and already[0] == signature and (
+                stored_rows == rows or now - already[1] < self.unplaced_refresh_seconds):
+            return
+        ref = job_ref(job)
+
+        def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            if phase_of(stored) not in _ELIGIBLE_PHASES or current_placement(stored)[0] is not None:
+                return None
+            st = stored["status"]
+            placement = dict(st.get("placement") or {})
+            placement["whyNot"] = rows
+            placement.setdefault("epoch", 0)
+            changed = placement != st.get("placement")
+            st["placement"] = placement
+            changed = set_condition(st, type=SCHEDULABLE, state="False", reason=reason, message=message,
+                                    now=now) or changed
+            if st.get("phase") is None:
+                set_phase(st, PHASE_PENDING, reason=reason, message=message, now=now, job=ref.key)
+                changed = True
+            if not changed:
+                return None
+            if already is None or already[0][0] != reason:
+                append_history(st, history_entry("Unschedulable", cluster=None, epoch=None, message=message,
+                                                 now=now))
+            return stored
+
+        try:
+            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                             uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not record why the job fits nowhere", job=ref.key, error=str(e))
+            return
+        self._unplaced_written[ref.uid] = (signature, now)
+        if stored is not None:
+            self._remember(stored)
+
+    async def _unschedulable_spec(self, job: Mapping[str, Any], error: str, *, now: float) -> None:
+        ref = job_ref(job)
+        signature = ("InvalidSpec", error)
+        if self._unplaced_written.get(ref.uid, (None, 0.0))[0] == signature:
+            return
+
+        def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            st = stored["status"]
+            changed = set_condition(st, type=SCHEDULABLE, state="False", reason="InvalidSpec", message=error,
+                                    now=now)
+            if st.get("phase") is None:
+                set_phase(st, PHASE_PENDING, reason="InvalidSpec", message=error, now=now, job=ref.key)
+                changed = True
+            return stored if changed else None
+
+        try:
+            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not record why the job cannot be placed", job=ref.key, error=str(e))
+            return
+        self._unplaced_written[ref.uid] = (signature, now)
+
+
+async def job_placement(hub: HubContext) -> AsyncIterator[None]:
+    """cleanup_ctx-style factory: runs the placement loop while the hub runs (after job_dispatch)."""
+    dispatcher = hub.shared.get(DISPATCHER)
+    if not isinstance(dispatcher, Dispatcher):
+        raise RuntimeError("job_placement needs job_dispatch to run before it (hub.shared['dispatcher'])")
+    controller = PlacementController(hub, dispatcher=dispatcher)
+    hub.shared[PLACEMENT] = controller
+    await controller.start()
+    try:
+        yield
+    finally:
+        await controller.stop()
+        hub.shared.pop(PLACEMENT, None)

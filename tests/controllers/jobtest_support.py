@@ -1,0 +1,308 @@
+"""Helpers for the placement / dispatch / crash tests: real SimClusters + a real hub with the job controllers.
+
+- `sim_profile(...)`: small simulated cluster profiles (GPU + CPU pools, a gang scheduler, datasets);
+- `Federation`: starts SimClusters on the test's loop (HTTPS, tokens, scheduler and kubelet running),
+  writes their kubeconfigs, registers them with a hub as MemberClusters through the hub API, and reads
+  member state through each member's kubeconfig (`MemberClient`);
+- `submit`, `get_job`, `wait_job`: the hub's public API through the official `kubernetes.aio` client;
+- `member_objects(...)`: a job's PodGroups and pods in one member, by label;
+- `wait_until`: polling with a deadline (never bare sleeps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import yaml
+from kubernetes.aio import client as kube_client
+from kubernetes.aio import config as kube_config
+
+from federator.clusters.client import PODS, MemberClient, podgroup_resource
+from federator.controllers.context import HubSettings
+from federator.delegation.adapter import LABEL_JOB_UID
+from federator.sim.profile import ClusterProfile, parse_profile
+from federator.sim.server import SimCluster
+
+T = TypeVar("T")
+API = "federator.dev/v1alpha1"
+GROUP, VERSION, PLURAL = "federator.dev", "v1alpha1", "trainingjobs"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_FILE = ROOT / "examples" / "resnet-ps.yaml"
+
+
+def sim_profile(name: str, *, scheduler: str = "volcano", gpu_nodes: int = 4, cpu_nodes: int = 2,
+                product: str = "NVIDIA-A100-SXM4-80GB", fabric: str = "infiniband",
+                datasets: bool = True, gpus: int = 8, start_delay: float = 0.05) -> ClusterProfile:
+    schedulers = [{"type": "default"}] if scheduler == "default" else [{"type": scheduler}, {"type": "default"}]
+    gpu_pool: dict[str, Any] = {"name": "gpu", "count": gpu_nodes, "cpu": "64", "memory": "512Gi", "gpus": gpus,
+                                "gpuProduct": product}
+    if fabric != "ethernet":
+        gpu_pool["rdmaHca"] = 4
+    pools: list[dict[str, Any]] = [gpu_pool]
+    if cpu_nodes:
+        cpu_pool: dict[str, Any] = {"name": "cpu", "count": cpu_nodes, "cpu": "32", "memory": "128Gi"}
+        if fabric != "ethernet":
+            cpu_pool["rdmaHca"] = 4
+        pools.append(cpu_pool)
+    data: dict[str, Any] = {
+        "apiVersion": "sim.federator.dev/v1alpha1", "kind": "ClusterProfile", "name": name,
+        "location": {"type": "on-prem", "region": "lab-1", "site": "lab"},
+        "network": {"fabric": fabric, "bandwidthGbps": 200},
+        "schedulers": schedulers,
+        "kubelet": {"startDelaySeconds": start_delay, "terminationSeconds": 0.05},
+        "nodePools": pools,
+    }
+    if datasets:
+        data["datasets"] = [{"name": "imagenet-22k", "size": "100Gi", "pools": ["gpu"]}]
+    return parse_profile(data, source="tests/controllers")
+
+
+def registration(name: str, kubeconfig: Path, *, scheduler: str, network: str, location: str = "onPrem",
+                 datasets: bool = False, cost: float = 1.5, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    net: dict[str, Any] = {"type": network, "bandwidthGbps": 200.0}
+    if network == "rdma":
+        net["rdmaKind"] = "infiniband"
+    spec: dict[str, Any] = {
+        "connection": {"kubeconfigPath": str(kubeconfig)},
+        "location": {"type": location, "region": "lab-1"} if location == "onPrem"
+        else {"type": "cloud", "provider": "gcp", "region": "us-central1"},
+        "network": net,
+        "scheduler": {"name": scheduler},
+        "labels": labels if labels is not None else {"tier": "research"},
+        "costPerGpuHour": cost,
+    }
+    if datasets:
+        spec["datasets"] = [{"name": "imagenet-22k", "sizeBytes": 107374182400}]
+    return {"apiVersion": API, "kind": "MemberCluster", "metadata": {"name": name}, "spec": spec}
+
+
+#: the clusters of the issue: on-prem RDMA A100 with the dataset (volcano), a second RDMA A100 cluster
+#: without it (kube-batch), cloud Ethernet H100 (coscheduling), a small cloud Ethernet cluster (default).
+STANDARD = {
+    "onprem-rdma-a100": dict(profile=dict(scheduler="volcano"), reg=dict(scheduler="volcano", network="rdma",
+                                                                         datasets=True)),
+    "onprem-rdma-nodata": dict(profile=dict(scheduler="kube-batch", datasets=False),
+                               reg=dict(scheduler="kube-batch", network="rdma")),
+    "cloud-eth-h100": dict(profile=dict(scheduler="coscheduling", product="H100-80GB-HBM3", fabric="ethernet",
+                                        datasets=False),
+                           reg=dict(scheduler="coscheduling", network="ethernet", location="cloud", cost=3.9)),
+    "cloud-small": dict(profile=dict(scheduler="default", product="NVIDIA-L4", fabric="ethernet", datasets=False,
+                                     gpu_nodes=2, cpu_nodes=1, gpus=4),
+                        reg=dict(scheduler="default", network="ethernet", location="cloud", cost=0.8,
+                                 labels={"tier": "dev"})),
+}
+
+
+def fast_settings(state_dir: Path, **extra: Any) -> HubSettings:
+    knobs: dict[str, Any] = {
+        "member_status_interval_seconds": 0.3, "member_watch_idle_seconds": 5.0,
+        "member_probe_timeout_seconds": 1.0, "member_connect_timeout_seconds": 1.0,
+        "member_request_timeout_seconds": 5.0,
+        "dispatch_backoff_initial_seconds": 0.2, "dispatch_backoff_max_seconds": 1.0,
+        "placement_tick_seconds": 0.2, "placement_unplaced_refresh_seconds": 0.5,
+    }
+    knobs.update(extra)
+    overrides = {k: knobs.pop(k) for k in ("unreachable_after_failures", "watch_loss_grace_seconds") if k in knobs}
+    return HubSettings(state_dir=state_dir, probe_interval_seconds=0.2, checkpoint_interval_seconds=0.1,
+                       backoff_initial_seconds=0.05, backoff_max_seconds=0.4,
+                       unreachable_after_failures=int(overrides.get("unreachable_after_failures", 2)),
+                       watch_loss_grace_seconds=float(overrides.get("watch_loss_grace_seconds", 1.0)),
+                       extra=knobs)
+
+
+async def wait_until(check: Callable[[], Awaitable[T | None]] | Callable[[], T | None], *, timeout: float = 20.0,
+                     interval: float = 0.05, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        last = result
+        if result:
+            return result  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+class Federation:
+    """SimClusters with kubeconfigs in `workdir`, and member clients to read them."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.sims: dict[str, SimCluster] = {}
+        self.kubeconfigs: dict[str, Path] = {}
+        self.registrations: dict[str, dict[str, Any]] = {}
+        self._clients: dict[str, MemberClient] = {}
+
+    async def start(self, names: list[str] | None = None, **overrides: dict[str, Any]) -> None:
+        for name in names or list(STANDARD):
+            conf = STANDARD[name]
+            prof = {**conf["profile"], **overrides.get(name, {})}
+            sim = SimCluster(sim_profile(name, **prof), bookmark_interval=0.5)
+            await sim.start()
+            self.sims[name] = sim
+            self.kubeconfigs[name] = sim.write_kubeconfig(self.workdir / f"{name}.kubeconfig")
+            self.registrations[name] = registration(name, self.kubeconfigs[name], **conf["reg"])
+
+    def write_registrations(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, body in self.registrations.items():
+            (directory / f"{name}.yaml").write_text(yaml.safe_dump(body))
+        return directory
+
+    async def client(self, name: str) -> MemberClient:
+        if name not in self._clients:
+            self._clients[name] = await MemberClient.from_kubeconfig(self.kubeconfigs[name], cluster=name)
+        return self._clients[name]
+
+    async def member_objects(self, name: str, uid: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(PodGroups, pods) of the job `uid` in cluster `name`, from the member's API."""
+        client = await self.client(name)
+        selector = f"{LABEL_JOB_UID}={uid}"
+        pods = (await client.list_all(PODS, label_selector=selector)).items
+        kind = podgroup_resource(STANDARD[name]["reg"]["scheduler"])  # type: ignore[index]
+        groups = (await client.list_all(kind, label_selector=selector)).items if kind is not None else []
+        return groups, pods
+
+    async def where(self, uid: str) -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+        """Every cluster holding objects of job `uid` (live ones: not being deleted)."""
+        found = {}
+        for name in self.sims:
+            groups, pods = await self.member_objects(name, uid)
+            groups = [g for g in groups if not g["metadata"].get("deletionTimestamp")]
+            pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            if groups or pods:
+                found[name] = (groups, pods)
+        return found
+
+    async def fault(self, name: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """POST to the sim's admin fault API (/_sim/faults/...) with its bearer token."""
+        sim = self.sims[name]
+        import ssl
+
+        ctx = ssl.create_default_context(cadata=sim.ca_pem().decode())
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{sim.url}/_sim/faults/{path}", json=body or {}, ssl=ctx,
+                                    headers={"Authorization": f"Bearer {sim.token}"}) as response:
+                assert response.status == 200, await response.text()
+                result: dict[str, Any] = await response.json()
+                return result
+
+    async def stop(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+        for sim in self.sims.values():
+            await sim.stop()
+        self.sims.clear()
+
+
+class HubApi:
+    """The hub's public API through the official kubernetes.aio client (a hub kubeconfig)."""
+
+    def __init__(self, api_client: kube_client.ApiClient) -> None:
+        self.api_client = api_client
+        self.objects = kube_client.CustomObjectsApi(api_client)
+
+    @classmethod
+    async def connect(cls, kubeconfig: Path) -> HubApi:
+        configuration = kube_client.Configuration()
+        await kube_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        return cls(kube_client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self.objects.create_cluster_custom_object(GROUP, VERSION, "memberclusters",
+                                                                                body)
+        return result
+
+    async def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+        ns = body["metadata"]["namespace"]
+        result: dict[str, Any] = await self.objects.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        return result
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                                name)
+        return result
+
+    async def patch(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self.objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                                  name, patch)
+        return result
+
+    async def delete(self, namespace: str, name: str) -> None:
+        await self.objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    async def list(self) -> list[dict[str, Any]]:
+        result = await self.objects.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        items: list[dict[str, Any]] = result["items"]
+        return items
+
+    async def wait_job(self, namespace: str, name: str, check: Callable[[dict[str, Any]], bool], *,
+                       timeout: float = 20.0, what: str = "job state") -> dict[str, Any]:
+        async def probe() -> dict[str, Any] | None:
+            job = await self.get(namespace, name)
+            return job if check(job) else None
+
+        return await wait_until(probe, timeout=timeout, what=f"{namespace}/{name}: {what}")
+
+    async def wait_cluster_ready(self, name: str, *, timeout: float = 20.0) -> None:
+        async def ready() -> bool:
+            obj = await self.objects.get_cluster_custom_object(GROUP, VERSION, "memberclusters", name)
+            conditions = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or ()}
+            return conditions.get("Ready") == "True"
+
+        await wait_until(ready, timeout=timeout, what=f"cluster {name} Ready")
+
+
+def example_job(name: str = "resnet-ps", namespace: str = "vision", **spec_changes: Any) -> dict[str, Any]:
+    obj = yaml.safe_load(EXAMPLE_FILE.read_text())
+    assert isinstance(obj, dict)
+    obj["metadata"] = {"name": name, "namespace": namespace}
+    obj["spec"].update(spec_changes)
+    return obj
+
+
+def gpu_job(name: str, *, namespace: str = "team-a", workers: int = 2, gpus: int = 4, network: str = "any",
+            models: list[str] | None = None, rdma: bool = False, **spec: Any) -> dict[str, Any]:
+    resources: dict[str, Any] = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": gpus}
+    if rdma:
+        resources["rdma/hca"] = 1
+    placement: dict[str, Any] = {"network": network}
+    if models:
+        placement["gpuModels"] = models
+    body = {
+        "apiVersion": API, "kind": "TrainingJob", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"roles": [{"name": "worker", "replicas": workers,
+                            "template": {"image": "trainer:1.4", "resources": resources}}],
+                 "placement": placement, **spec},
+    }
+    return copy.deepcopy(body)
+
+
+def phase(job: dict[str, Any]) -> str | None:
+    return (job.get("status") or {}).get("phase")
+
+
+def placement_of(job: dict[str, Any]) -> dict[str, Any]:
+    return (job.get("status") or {}).get("placement") or {}
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (job.get("status") or {}).get("conditions") or ():
+        if c.get("type") == type_:
+            return dict(c)
+    return None
