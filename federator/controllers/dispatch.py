@@ -199,12 +199,15 @@ class Dispatcher:
         started = time.monotonic()
         metrics = self.hub.metrics
         try:
+            await self._check_current(ref, cluster=cluster, epoch=epoch)
             created, existing = await self._create_all(job, cluster=cluster, epoch=epoch, assignment=assignment,
                                                        wait_for_client=wait_for_client)
         except DispatchError as e:
             if e.outdated:
                 _log.info("dispatch skipped: the job moved on", job=ref.key, cluster=cluster, epoch=epoch,
                           reason=str(e))
+                # whatever this outdated dispatch made is of a superseded epoch: take it away again
+                await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
                 return DispatchResult(ok=False, cluster=cluster, epoch=epoch, error=str(e), outdated=True)
             metrics.dispatches.labels(cluster=cluster, result="failed").inc()
             await self._failed(job, cluster=cluster, epoch=epoch, error=str(e), retryable=e.retryable)
@@ -215,6 +218,24 @@ class Dispatcher:
         self.retries.succeeded(ref.uid)
         await self._record_dispatched(job, cluster=cluster, epoch=epoch, created=created, existing=existing)
         return DispatchResult(ok=True, cluster=cluster, epoch=epoch, created=created, existing=existing)
+
+    async def _check_current(self, ref: Any, *, cluster: str, epoch: int) -> None:
+        """The stored job must still hold this decision (phase Placed at (cluster, epoch)): the write-ahead
+        rule, checked against the store rather than the caller's copy."""
+        try:
+            stored = await self.hub.storage.get(self.hub.kind(JOB_KIND), namespace=ref.namespace, name=ref.name)
+        except ApiError as e:
+            if e.code == 404:
+                raise DispatchError("the job no longer exists", outdated=True) from None
+            raise DispatchError(f"reading the job from the hub store: {e}") from None
+        except StoreError as e:
+            raise DispatchError(f"reading the job from the hub store: {e}") from None
+        if (stored.get("metadata") or {}).get("uid") != ref.uid:
+            raise DispatchError("the job was re-created", outdated=True)
+        if current_placement(stored) != (cluster, epoch) or phase_of(stored) != PHASE_PLACED:
+            now_cluster, now_epoch = current_placement(stored)
+            raise DispatchError(f"the job is now {phase_of(stored)} at cluster {now_cluster} epoch {now_epoch}",
+                                outdated=True)
 
     async def _client(self, cluster: str, *, wait: float) -> Any:
         deadline = time.monotonic() + wait

@@ -190,7 +190,7 @@ class Federation:
         sim = self.sims[name]
         import ssl
 
-        ctx = ssl.create_default_context(cadata=sim.ca_pem().decode())
+        ctx = ssl.create_default_context(cadata=sim.ca_pem.decode())
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{sim.url}/_sim/faults/{path}", json=body or {}, ssl=ctx,
                                     headers={"Authorization": f"Bearer {sim.token}"}) as response:

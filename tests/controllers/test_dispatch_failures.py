@@ -1,0 +1,163 @@
+"""Failed dispatches: forget the reservation, clean up what was partly created, requeue with backoff,
+and succeed once the member accepts the gang again. Real SimClusters and a real hub.
+
+- a member outage (503 from every API request, via the simulator's admin fault API) during dispatch:
+  the job goes back to Pending with a DispatchFailed history entry, is retried with backoff, and lands
+  whole once the outage ends, at a later epoch, with no object of a failed epoch left behind;
+- a multi-object dispatch that fails half way (a foreign pod already holds one of the gang's pod names):
+  what this epoch created is deleted, the reservation is forgotten, the job is requeued; once the
+  foreign pod is gone the next epoch lands whole;
+- a dispatch with a stale job (a newer epoch already recorded) touches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federator.clusters.client import PODS
+from federator.controllers.dispatch import Dispatcher
+from federator.controllers.jobs import reservations
+from federator.delegation.adapter import LABEL_EPOCH, pod_name
+from federator.hub import hub_controllers
+
+from ..hub.hubtest_support import RunningHub, start_hub
+from .jobtest_support import Federation, HubApi, condition, fast_settings, gpu_job, phase, placement_of, wait_until
+
+
+class Env:
+    def __init__(self, hub: RunningHub, api: HubApi, fed: Federation) -> None:
+        self.hub, self.api, self.fed = hub, api, fed
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        dispatcher = self.hub.context.shared["dispatcher"]
+        assert isinstance(dispatcher, Dispatcher)
+        return dispatcher
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    fed = Federation(tmp_path / "members")
+    await fed.start(["cloud-eth-h100", "cloud-small"])
+    # health must not turn the cluster away during the outage: the dispatch itself has to fail
+    settings = fast_settings(tmp_path / "hub" / "state", unreachable_after_failures=1000,
+                             watch_loss_grace_seconds=600.0)
+    try:
+        async with start_hub(tmp_path / "hub", controllers=hub_controllers(), settings=settings) as hub:
+            api = await HubApi.connect(hub.kubeconfigs["admin"])
+            try:
+                for body in fed.registrations.values():
+                    await api.register(body)
+                for name in fed.registrations:
+                    await api.wait_cluster_ready(name)
+                yield Env(hub, api, fed)
+            finally:
+                await api.close()
+    finally:
+        await fed.stop()
+
+
+def _events(job: dict[str, Any]) -> list[str]:
+    return [h["event"] for h in (job.get("status") or {}).get("history") or ()]
+
+
+async def test_member_outage_requeues_with_backoff_then_succeeds(env: Env) -> None:
+    await env.fed.fault("cloud-eth-h100", "outage", {"seconds": 2.0, "mode": "503"})
+    created = await env.api.submit(gpu_job("during-outage", workers=3, gpus=8, models=["H100"]))
+    uid = created["metadata"]["uid"]
+    # the failed dispatch is recorded: back to Pending, a history entry saying what it waits for
+    failed = await env.api.wait_job("team-a", "during-outage", lambda j: "Requeued" in _events(j),
+                                    what="a requeue after the failed dispatch")
+    requeued = [h for h in failed["status"]["history"] if h["event"] == "Requeued"][0]
+    assert "dispatch to cloud-eth-h100 failed" in requeued["message"] and "placing again in" in requeued["message"]
+    assert "503" in requeued["message"]
+    # after the outage the job lands whole, at a later epoch than the first attempt
+    job = await env.api.wait_job(
+        "team-a", "during-outage", lambda j: (condition(j, "Dispatched") or {}).get("status") == "True",
+        timeout=30, what="dispatched after the outage")
+    assert placement_of(job)["cluster"] == "cloud-eth-h100"
+    epoch = placement_of(job)["epoch"]
+    assert epoch >= 2
+    assert phase(job) in ("Placed", "Admitted", "Running")
+    placed_epochs = [h["epoch"] for h in job["status"]["history"] if h["event"] == "Placed"]
+    assert placed_epochs == list(range(1, epoch + 1))  # one decision per attempt, epochs strictly increasing
+    where = await env.fed.where(uid)
+    assert list(where) == ["cloud-eth-h100"]
+    groups, pods = where["cloud-eth-h100"]
+    assert len(groups) == 1 and len(pods) == 3
+    assert {o["metadata"]["labels"][LABEL_EPOCH] for o in groups + pods} == {str(epoch)}
+    assert env.hub.metrics.dispatches.labels(cluster="cloud-eth-h100", result="failed")._value.get() >= 1
+    assert env.dispatcher.retries.attempts(uid) == 0  # reset by the success
+
+
+async def test_half_done_dispatch_is_cleaned_up_forgotten_and_requeued(env: Env) -> None:
+    # submit suspended to learn the uid, then block one of the gang's pod names with a foreign pod
+    created = await env.api.submit(gpu_job("blocked", workers=4, gpus=4, models=["H100"], suspend=True))
+    uid = created["metadata"]["uid"]
+    member = await env.fed.client("cloud-eth-h100")
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    from federator.controllers.dispatch import NAMESPACES
+
+    await member.create(NAMESPACES, namespace, namespace=None)
+    blocker = pod_name(job_name="blocked", job_uid=uid, role="worker", index=3)
+    await member.create(PODS, {"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": blocker, "namespace": "team-a", "labels": {"app": "other"}},
+                               "spec": {"schedulerName": "default-scheduler",
+                                        "containers": [{"name": "c", "image": "busybox"}]}}, namespace="team-a")
+    await env.api.patch("team-a", "blocked", {"spec": {"suspend": False}})
+
+    failed = await env.api.wait_job("team-a", "blocked", lambda j: "Requeued" in _events(j),
+                                    what="a requeue after the half-done dispatch")
+    message = [h for h in failed["status"]["history"] if h["event"] == "Requeued"][0]["message"]
+    assert "is not this job's" in message, message
+    # this epoch's objects are gone again: only the foreign pod is left, and nothing is reserved
+    async def cleaned() -> bool:
+        groups, pods = await env.fed.member_objects("cloud-eth-h100", uid)
+        return not groups and not pods
+
+    await wait_until(cleaned, what="the failed epoch's objects deleted")
+    assert (await member.get(PODS, namespace="team-a", name=blocker))["metadata"]["labels"] == {"app": "other"}
+    # the reservation is forgotten (unless a new attempt already holds one for a newer epoch)
+    held = reservations(env.hub.context).get(uid)
+    current = await env.api.get("team-a", "blocked")
+    assert held is None or placement_of(current).get("epoch", 0) > 1
+
+    # the foreign pod goes away: the next attempt lands whole
+    await member.delete(PODS, namespace="team-a", name=blocker, grace_period_seconds=0)
+    job = await env.api.wait_job(
+        "team-a", "blocked", lambda j: (condition(j, "Dispatched") or {}).get("status") == "True",
+        timeout=30, what="dispatched once the name is free")
+    epoch = placement_of(job)["epoch"]
+    assert epoch >= 2
+
+    async def whole() -> bool:
+        groups, pods = await env.fed.member_objects("cloud-eth-h100", uid)
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return len(groups) == 1 and len(live) == 4 and all(
+            o["metadata"]["labels"][LABEL_EPOCH] == str(epoch) for o in groups + live)
+
+    await wait_until(whole, what="the gang whole at the new epoch")
+
+
+async def test_a_stale_dispatch_touches_nothing(env: Env) -> None:
+    created = await env.api.submit(gpu_job("fresh", workers=2, gpus=4, models=["H100"]))
+    job = await env.api.wait_job(
+        "team-a", "fresh", lambda j: (condition(j, "Dispatched") or {}).get("status") == "True",
+        what="dispatched")
+    epoch = placement_of(job)["epoch"]
+    before = await env.fed.where(created["metadata"]["uid"])
+    # an outdated dispatcher (e.g. a deposed hub's) at an older epoch: the PodGroup name differs per epoch,
+    # but the pods hold their names and belong to a newer epoch, so it must back off and delete nothing
+    stale = await env.dispatcher.dispatch(job, cluster="cloud-eth-h100", epoch=epoch - 1 if epoch > 1 else 0)
+    assert not stale.ok and stale.outdated
+    after = await env.fed.where(created["metadata"]["uid"])
+    live_before = sorted(p["metadata"]["uid"] for p in before["cloud-eth-h100"][1])
+    live_after = sorted(p["metadata"]["uid"] for p in after["cloud-eth-h100"][1])
+    assert live_after == live_before
+    # the job itself is untouched (still at its epoch, still dispatched)
+    current = await env.api.get("team-a", "fresh")
+    assert placement_of(current)["epoch"] == epoch and "Requeued" not in _events(current)
