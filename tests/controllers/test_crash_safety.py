@@ -1,0 +1,222 @@
+"""Crash safety: kill -9 a real hub process at each point of a job's delegation, restart it, and check
+that every job ends with exactly one copy (one epoch) in exactly one cluster, and that none is lost.
+
+The member clusters are real SimClusters served by this test process; the hub is `federator up
+--clusters DIR --store sqlite://...` in a subprocess. The dispatcher's test-only crash hook
+(FEDERATOR_TEST_CRASH_AT + FEDERATOR_TEST_CRASH_JOB, see federator/controllers/dispatch.py) makes the hub
+SIGKILL itself:
+
+(a) after-decision: the decision is in the job's status, nothing exists in the member yet;
+(b) mid-dispatch: the PodGroup and about half of the pods exist;
+(c) after-dispatch: every object exists, the dispatch is not recorded in the job's status yet.
+
+Each crash is checked to have happened where it should (the member state at the crash), then the next
+hub start re-dispatches the Placed jobs. At the end every job (the three targets and bystanders
+submitted around the crashes) is dispatched at epoch 1 (never placed twice), its objects live in one
+cluster only, and objects that existed before a restart were not re-created (same uids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federator.apiserver.storage import ObjectStorage
+from federator.delegation.adapter import LABEL_EPOCH
+from federator.hub import HUB_STORE_PREFIX
+from federator.hubapi import hub_registry
+from federator.store.open import open_store
+
+from .jobtest_support import API, ROOT, Federation, HubApi, condition, gpu_job, placement_of, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class HubProcess:
+    """`federator up` in a subprocess; logs go to a file; `url` and kubeconfig come from its 'hub ready' line."""
+
+    def __init__(self, workdir: Path, clusters_dir: Path) -> None:
+        self.workdir = workdir
+        self.clusters_dir = clusters_dir
+        self.state_dir = workdir / "state"
+        self.store_url = f"sqlite://{workdir / 'hub.db'}"
+        self.process: asyncio.subprocess.Process | None = None
+        self.runs = 0
+        self.log: Path | None = None
+
+    async def start(self, *, crash_at: str | None = None, crash_job: str | None = None) -> HubApi:
+        self.runs += 1
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log = self.workdir / f"hub-{self.runs}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FEDERATOR_TEST_CRASH")}
+        env["PYTHONUNBUFFERED"] = "1"
+        if crash_at:
+            env["FEDERATOR_TEST_CRASH_AT"] = crash_at
+        if crash_job:
+            env["FEDERATOR_TEST_CRASH_JOB"] = crash_job
+        with self.log.open("wb") as sink:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "federator.cli", "up", "--store", self.store_url,
+                "--state-dir", str(self.state_dir), "--listen", "127.0.0.1:0",
+                "--clusters", str(self.clusters_dir), "--log-level", "info",
+                cwd=str(ROOT), env=env, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink,
+            )
+
+        def ready() -> bool:
+            assert self.process is not None and self.log is not None
+            if self.process.returncode is not None:
+                raise AssertionError(f"hub exited early ({self.process.returncode}):\n{self.log.read_text()[-4000:]}")
+            return '"hub ready"' in self.log.read_text()
+
+        await wait_until(ready, timeout=60, interval=0.1, what="the hub subprocess to be ready")
+        return await HubApi.connect(self.state_dir / "admin.kubeconfig")
+
+    async def killed(self, *, timeout: float = 60.0) -> None:
+        """Wait for the hub to kill itself at its crash point."""
+        assert self.process is not None
+        code = await asyncio.wait_for(self.process.wait(), timeout)
+        assert code == -signal.SIGKILL, f"hub exited with {code}, not SIGKILL:\n{self.tail()}"
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.process.wait(), 20)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+    def tail(self) -> str:
+        return self.log.read_text()[-4000:] if self.log is not None and self.log.exists() else ""
+
+    def crash_logged(self, point: str) -> bool:
+        assert self.log is not None
+        for line in self.log.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") == "test crash hook: killing the hub" and record.get("point") == point:
+                return True
+        return False
+
+
+@pytest.fixture
+async def fed(tmp_path: Path) -> AsyncIterator[Federation]:
+    federation = Federation(tmp_path / "members")
+    await federation.start(["onprem-rdma-a100", "cloud-eth-h100"], **{
+        "onprem-rdma-a100": {"gpu_nodes": 4, "cpu_nodes": 2},
+        "cloud-eth-h100": {"gpu_nodes": 2, "cpu_nodes": 1},
+    })
+    try:
+        yield federation
+    finally:
+        await federation.stop()
+
+
+def cpu_job(name: str, *, pods: int, namespace: str = "crash") -> dict[str, Any]:
+    """Many small pods: a dispatch of many objects (so 'mid-dispatch' is really in the middle)."""
+    body = gpu_job(name, namespace=namespace, workers=pods, gpus=0)
+    body["spec"]["roles"][0]["template"]["resources"] = {"cpu": "500m", "memory": "1Gi"}
+    return body
+
+
+async def stored_jobs(store_url: str) -> dict[str, dict[str, Any]]:
+    """The hub's TrainingJobs read straight from its sqlite file while the hub is down."""
+    store = await open_store(store_url, prefix=HUB_STORE_PREFIX)
+    storage = ObjectStorage(store, hub_registry())
+    try:
+        listing = await storage.list(storage.registry.by_kind(API, "TrainingJob"))  # type: ignore[arg-type]
+        return {job["metadata"]["name"]: job for job in listing.items}
+    finally:
+        await storage.close()
+        await store.close()
+
+
+async def crashed_state(hub: HubProcess, fed: Federation, name: str) -> tuple[dict[str, Any], int, int]:
+    """(job as stored, member pods of it, member PodGroups of it) right after a crash."""
+    job = (await stored_jobs(hub.store_url))[name]
+    where = await fed.where(job["metadata"]["uid"])
+    groups = sum(len(g) for g, _ in where.values())
+    pods = sum(len(p) for _, p in where.values())
+    return job, pods, groups
+
+
+async def test_kill_9_at_every_dispatch_point_leaves_one_copy_of_every_job(tmp_path: Path, fed: Federation) -> None:
+    hub = HubProcess(tmp_path / "hub", fed.write_registrations(tmp_path / "clusters"))
+    sizes = {"a": 6, "b": 40, "c": 6}
+    targets = {**sizes, **{f"by-{i}": 3 for i in range(4)}}
+    try:
+        # (a) killed between the decision and the dispatch: decided (Placed, epoch 1), nothing in any member
+        api = await hub.start(crash_at="after-decision", crash_job="crash/a")
+        await api.submit(cpu_job("by-0", pods=3))
+        await api.submit(cpu_job("a", pods=sizes["a"]))
+        await hub.killed()
+        await api.close()
+        assert hub.crash_logged("after-decision")
+        job, pods, groups = await crashed_state(hub, fed, "a")
+        assert job["status"]["phase"] == "Placed" and placement_of(job)["epoch"] == 1
+        assert (pods, groups) == (0, 0)
+
+        # (b) killed in the middle of a 41-object dispatch (the restart first re-dispatches (a))
+        api = await hub.start(crash_at="mid-dispatch", crash_job="crash/b")
+        await api.submit(cpu_job("by-1", pods=3))
+        await api.submit(cpu_job("b", pods=sizes["b"]))
+        await hub.killed()
+        await api.close()
+        assert hub.crash_logged("mid-dispatch")
+        job, pods, groups = await crashed_state(hub, fed, "b")
+        assert job["status"]["phase"] == "Placed" and placement_of(job)["epoch"] == 1
+        assert groups == 1 and 0 < pods < sizes["b"], (groups, pods)
+
+        # (c) killed after every object exists, before the dispatch is recorded
+        api = await hub.start(crash_at="after-dispatch", crash_job="crash/c")
+        await api.submit(cpu_job("by-2", pods=3))
+        await api.submit(cpu_job("c", pods=sizes["c"]))
+        await hub.killed()
+        await api.close()
+        assert hub.crash_logged("after-dispatch")
+        job, pods, groups = await crashed_state(hub, fed, "c")
+        assert job["status"]["phase"] == "Placed" and condition(job, "Dispatched") is None
+        assert (pods, groups) == (sizes["c"], 1)
+        before_c = await fed.where(job["metadata"]["uid"])
+        uids_c = {p["metadata"]["uid"] for _, live in before_c.values() for p in live}
+
+        # a clean start: every Placed job is re-dispatched, idempotently
+        api = await hub.start()
+        await api.submit(cpu_job("by-3", pods=3))
+
+        async def all_dispatched() -> bool:
+            for name in targets:
+                if (condition(await api.get("crash", name), "Dispatched") or {}).get("status") != "True":
+                    return False
+            return True
+
+        await wait_until(all_dispatched, timeout=60, what="every job dispatched after the last restart")
+        listed = {j["metadata"]["name"]: j for j in await api.list()}
+        await api.close()
+        assert set(listed) == set(targets), "a job was lost or invented"
+        for name, size in targets.items():
+            job = listed[name]
+            placement = placement_of(job)
+            placed = [h for h in job["status"]["history"] if h["event"] == "Placed"]
+            assert placement["epoch"] == 1 and len(placed) == 1, f"{name} placed again: {job['status']['history']}"
+            where = await fed.where(job["metadata"]["uid"])
+            assert list(where) == [placement["cluster"]], f"{name} lives in {list(where)}"
+            groups_, live = where[placement["cluster"]]
+            assert len(live) == size and len({p["metadata"]["name"] for p in live}) == size, (name, len(live))
+            assert len(groups_) == 1
+            assert {o["metadata"]["labels"][LABEL_EPOCH] for o in groups_ + live} == {"1"}
+        after_c = await fed.where(listed["c"]["metadata"]["uid"])
+        assert {p["metadata"]["uid"] for _, live in after_c.values() for p in live} == uids_c, \
+            "objects of (c) were re-created"
+    finally:
+        await hub.stop()
