@@ -141,8 +141,10 @@ class FaultState:
         task.add_done_callback(self._timers.discard)
 
     def _cancel_timers(self, name: str) -> None:
+        current = asyncio.current_task()
         for t in list(self._timers):
-            if t.get_name() == f"sim-fault-{self.cluster}-{name}":
+            # never the running timer itself (end_outage runs inside one)
+            if t is not current and t.get_name() == f"sim-fault-{self.cluster}-{name}":
                 t.cancel()
 
     def snapshot(self) -> dict[str, Any]:
