@@ -3,8 +3,10 @@
 With no flags it is a development hub: sqlite store in ./.federator/, HTTPS on
 127.0.0.1:6443 with a CA and certificate generated under the state dir, a
 generated token file, and two kubeconfigs (admin, and researcher in namespace
-`default`) written next to them. This module only declares the flags; the
-work is in federator/hub.py.
+`default`) written next to them, plus simulated member clusters from
+clusterconfigs/sim/ registered with the hub (unless --clusters DIR or
+--no-sim). This module only declares the flags; the work is in
+federator/hub.py and federator/devclusters.py.
 """
 
 from __future__ import annotations
@@ -43,13 +45,18 @@ def register(sub: Any) -> None:
                         "groups federator:admin | federator:researcher + ns:NAMESPACE | federator:viewer. "
                         "Default: a generated STATE_DIR/tokens.csv")
     p.add_argument("--clusters", metavar="DIR",
-                   help="apply every MemberCluster registration (*.yaml, *.yml, *.json) in DIR at start")
+                   help="apply every MemberCluster registration (*.yaml, *.yml, *.json) in DIR at start "
+                        "(real clusters: no simulated clusters are started)")
     p.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
                    help="log verbosity (default: info)")
+    from federator.devclusters import add_arguments as add_devcluster_arguments
+
+    add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-run-seconds
     p.set_defaults(handler=_cmd_up)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from federator.hub import run_hub
+    # Simulated member clusters next to the hub unless --clusters or --no-sim (federator/devclusters.py).
+    from federator.devclusters import run_up
 
-    return run_hub(args)
+    return run_up(args)

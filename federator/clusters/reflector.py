@@ -121,8 +121,11 @@ class Reflector:
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
         logger: Any = None,
+        label_selector: str | None = None,
     ) -> None:
         self.client = client
+        #: only objects matching this selector flow into the sink (e.g. a hub's own member objects)
+        self.label_selector = label_selector or None
         self.resource = resource
         self.key = resource.key
         self.sink = sink
@@ -189,7 +192,8 @@ class Reflector:
         await asyncio.sleep(delay)
 
     async def _relist(self, reason: str, loop: asyncio.AbstractEventLoop) -> None:
-        result: ListResult = await self.client.list_all(self.resource, page_size=self.page_size)
+        result: ListResult = await self.client.list_all(self.resource, page_size=self.page_size,
+                                                         label_selector=self.label_selector)
         received = loop.time()
         self.lists += 1
         self.metrics.member_relists.labels(cluster=self.client.cluster, resource=self.key, reason=reason).inc()
@@ -212,6 +216,7 @@ class Reflector:
         cluster = self.client.cluster
         async for batch in self.client.watch_batches(
             self.resource, resource_version=self.resource_version, timeout_seconds=timeout, on_open=opened,
+            label_selector=self.label_selector,
         ):
             received = loop.time()
             events: list[Event] = []

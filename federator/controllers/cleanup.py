@@ -1,0 +1,385 @@
+"""Deletion and garbage collection of the member objects this hub created.
+
+`member_cleanup(hub)` (a cleanup_ctx-style factory, listed in hub.py after
+status sync, whose member object index and job cache it reads) runs two
+duties:
+
+- **Deletion (finalizer).** Every TrainingJob carries
+  `hubapi.MEMBER_CLEANUP_FINALIZER` while this controller runs. When a job is
+  deleted (deletionTimestamp set), its member objects in every cluster (any
+  epoch) are deleted, pods first, each with a uid precondition so that a
+  newer object of the same name is never touched. Once every cluster's index
+  shows none of them left, the finalizer is removed (fenced) and the API
+  server removes the job. A cluster that stays unreachable does not block a
+  deletion forever: after `cleanup_grace_seconds` (HubSettings.extra, default
+  60) the finalizer goes anyway and the GC collects the leftovers when the
+  cluster returns (they are orphans then).
+- **GC and the epoch fence.** Periodically (`member_gc_interval_seconds`,
+  default 30), and at once for a cluster whose watches come back after a loss
+  of contact, every object labelled by this hub is checked against a fresh
+  read of its job: an object whose job no longer exists (or is another
+  object of the same name), whose epoch is older than the job's current one,
+  or whose job is no longer placed in that cluster at that epoch (pulled
+  back, requeued) is deleted and counted
+  (`federator_member_orphans_collected_total{cluster,reason}`). The read of
+  the job happens after the object was seen, and the hub writes a decision
+  before it creates objects, so a live object is never mistaken for an
+  orphan. Until the first pass after a (re)connection has issued its
+  deletes, `cluster_fenced(hub, cluster)` is False: dispatch into a returning
+  cluster waits for the fence, so an older epoch's copy is killed before a
+  newer one can start there.
+
+It never deletes an object that another hub or job owns (selectors and
+ownership labels), never deletes a job, and never logs an object body or a
+credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.clusters.client import MemberApiError, MemberClientError
+from federator.controllers.context import HubContext
+from federator.controllers.jobs import (
+    JOB_KIND,
+    current_placement,
+    fenced_storage,
+    job_ref,
+    member_client,
+    parse_timestamp,
+    reservations,
+)
+from federator.controllers.status_sync import (
+    JOB_CACHE,
+    MEMBER_OBJECTS,
+    JobCache,
+    MemberObject,
+    MemberObjects,
+    lifecycle_tick_seconds,
+)
+from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.obs import get_logger
+from federator.store.protocol import StoreError
+
+__all__ = [
+    "FENCE",
+    "DeleteOutcome",
+    "GarbageCollector",
+    "JobFinalizer",
+    "cluster_fenced",
+    "delete_member_objects",
+    "member_cleanup",
+    "orphan_reason",
+]
+
+_log = get_logger("controllers.cleanup")
+
+#: hub.shared key: cluster -> True once the first GC pass since (re)connection issued its deletes
+FENCE = "member_fence"
+
+
+def cluster_fenced(hub: HubContext, cluster: str) -> bool:
+    """True when the epoch fence of `cluster` holds: since the hub last (re)gained contact with it, a GC
+    pass deleted every object of an older epoch. Dispatch into `cluster` should wait until then."""
+    fence = hub.shared.get(FENCE)
+    if not isinstance(fence, dict):
+        return True  # no GC running (tests of other controllers): nothing to wait for
+    return bool(fence.get(cluster, False))
+
+
+# ---------------------------------------------------------------- deleting member objects
+
+
+@dataclass
+class DeleteOutcome:
+    requested: int = 0
+    already_gone: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+async def delete_member_objects(client: Any, objects: Sequence[MemberObject], *, cluster: str) -> DeleteOutcome:
+    """Delete `objects` from one member (pods first, as given), each guarded by its uid: a 404 or a
+    failed uid precondition (409: a newer object of that name) counts as already gone. Objects
+    already terminating are left to finish."""
+    outcome = DeleteOutcome()
+    for obj in objects:
+        if obj.deleting:
+            continue
+        try:
+            await client.delete(obj.resource, namespace=obj.namespace or None, name=obj.name,
+                                precondition_uid=obj.uid or None)
+            outcome.requested += 1
+        except MemberApiError as e:
+            if e.code in (404, 409):
+                outcome.already_gone += 1
+            else:
+                outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e.code} {e.reason}")
+        except MemberClientError as e:
+            outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e}")
+    if outcome.failed:
+        _log.warning("some member objects could not be deleted; will retry", cluster=cluster,
+                     failed=len(outcome.failed), first=outcome.failed[0][:256])
+    return outcome
+
+
+def _member_objects(hub: HubContext) -> MemberObjects:
+    objects = hub.shared.get(MEMBER_OBJECTS)
+    if not isinstance(objects, MemberObjects):
+        raise LookupError("member cleanup needs the status sync controller (its member object index) to run "
+                          "before it: list status_sync before member_cleanup in hub_controllers()")
+    return objects
+
+
+def _job_cache(hub: HubContext) -> JobCache:
+    jobs = hub.shared.get(JOB_CACHE)
+    if not isinstance(jobs, JobCache):
+        raise LookupError("member cleanup needs the status sync controller (its job cache) to run before it")
+    return jobs
+
+
+# ---------------------------------------------------------------- deletion with the finalizer
+
+
+class JobFinalizer:
+    """Deletes a deleted job's member objects, then removes its finalizer."""
+
+    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache) -> None:
+        self.hub = hub
+        self.objects = objects
+        self.jobs = jobs
+        self.rt = hub.kind(JOB_KIND)
+        self.grace = float(hub.settings.extra.get("cleanup_grace_seconds", 60.0))
+        self.dirty: set[str] = set()
+        self.wake = asyncio.Event()
+        jobs.subscribe(self._job_changed)
+
+    def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
+        if job is not None and _deleting_with_finalizer(job):
+            self.dirty.add(uid)
+            self.wake.set()
+
+    def pending(self) -> list[str]:
+        return [uid for uid, job in self.jobs.jobs.items() if _deleting_with_finalizer(job)]
+
+    async def finalize(self, uid: str) -> bool:
+        """One step for a deleted job; True once its finalizer is removed (or the job is gone)."""
+        job = self.jobs.get(uid)
+        if job is None or not _deleting_with_finalizer(job):
+            return True
+        ref = job_ref(job)
+        left: list[str] = []
+        unknown: list[str] = []
+        for cluster, index in sorted(self.objects.clusters.items()):
+            if not index.ready:
+                unknown.append(cluster)
+                continue
+            mine = index.objects_of(uid)
+            if not mine:
+                continue
+            left.append(cluster)
+            client = member_client(self.hub, cluster)
+            if client is None:
+                continue
+            outcome = await delete_member_objects(client, mine, cluster=cluster)
+            if outcome.requested:
+                _log.info("deleting a deleted job's member objects", job=ref.key, cluster=cluster,
+                          requested=outcome.requested)
+        registered = set((self.hub.shared.get("member_syncs") or {}))
+        unknown += sorted(registered - set(self.objects.clusters))
+        reservations(self.hub).forget(uid)
+        if left or unknown:
+            deleted_at = parse_timestamp((job.get("metadata") or {}).get("deletionTimestamp"))
+            if deleted_at is None or time.time() - deleted_at < self.grace:
+                return False
+            _log.warning("removing the cleanup finalizer although member objects may remain; the GC collects "
+                         "them when the cluster answers", job=ref.key, clusters_with_objects=left,
+                         clusters_not_synced=unknown, grace_s=self.grace)
+        await self._remove_finalizer(ref.namespace, ref.name, uid)
+        _log.info("job's member objects deleted; finalizer removed", job=ref.key)
+        return True
+
+    async def _remove_finalizer(self, namespace: str, name: str, uid: str) -> None:
+        def mutate(job: dict[str, Any]) -> dict[str, Any] | None:
+            meta = job.get("metadata") or {}
+            finalizers = list(meta.get("finalizers") or ())
+            if meta.get("uid") != uid or MEMBER_CLEANUP_FINALIZER not in finalizers:
+                return None
+            meta["finalizers"] = [f for f in finalizers if f != MEMBER_CLEANUP_FINALIZER]
+            return job
+
+        try:
+            await fenced_storage(self.hub).guaranteed_update(self.rt, namespace=namespace, name=name, mutate=mutate)
+        except ApiError as e:
+            if e.code != 404:
+                raise
+
+
+def _deleting_with_finalizer(job: dict[str, Any]) -> bool:
+    meta = job.get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and MEMBER_CLEANUP_FINALIZER in (meta.get("finalizers") or ())
+
+
+# ---------------------------------------------------------------- GC and fence
+
+
+def orphan_reason(obj: MemberObject, job: dict[str, Any] | None) -> str | None:
+    """Why `obj` (seen in cluster obj.cluster) must go given a fresh read of its job, or None if it is live.
+
+    Reasons: "job-gone", "unlabelled", "stale-epoch", "not-placed-here". A job being deleted is left
+    to the finalizer path."""
+    if obj.epoch is None or not obj.job_uid:
+        return "unlabelled"
+    if job is None or (job.get("metadata") or {}).get("uid") != obj.job_uid:
+        return "job-gone"
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    cluster, epoch = current_placement(job)
+    if obj.epoch < epoch:
+        return "stale-epoch"
+    if obj.epoch == epoch and cluster != obj.cluster:
+        return "not-placed-here"
+    return None  # live (or, impossibly, newer than the job: never delete what we cannot explain)
+
+
+class GarbageCollector:
+    """Periodic GC of orphaned member objects; the epoch fence on reconnection."""
+
+    def __init__(self, hub: HubContext, *, objects: MemberObjects) -> None:
+        self.hub = hub
+        self.objects = objects
+        self.rt = hub.kind(JOB_KIND)
+        self.interval = float(hub.settings.extra.get("member_gc_interval_seconds", 30.0))
+        self.fence: dict[str, bool] = hub.shared.setdefault(FENCE, {})
+        self._last_pass: dict[str, float] = {}
+        #: (cluster, reason) -> objects deleted since start (tests read it; the metric is the public face)
+        self.collected: dict[tuple[str, str], int] = {}
+        self.passes = 0
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        for cluster in list(self.fence):
+            if cluster not in self.objects.clusters:
+                del self.fence[cluster]
+                self._last_pass.pop(cluster, None)
+        for cluster, index in list(self.objects.clusters.items()):
+            reachable = self.objects.reachable(cluster) and index.ready
+            if not reachable:
+                if self.fence.get(cluster, True):
+                    _log.info("cluster out of contact: fence raised until the next GC pass", cluster=cluster)
+                self.fence[cluster] = False
+                continue
+            due = not self.fence.get(cluster, False) or now - self._last_pass.get(cluster, float("-inf")) >= \
+                self.interval
+            if not due:
+                continue
+            complete = await self.collect(cluster)
+            self._last_pass[cluster] = now
+            if complete and not self.fence.get(cluster, False):
+                self.fence[cluster] = True
+                _log.info("epoch fence holds: older epochs deleted", cluster=cluster)
+
+    async def collect(self, cluster: str) -> bool:
+        """One GC pass over `cluster`; True when every orphan's delete was accepted (or it was gone)."""
+        index = self.objects.get(cluster)
+        client = member_client(self.hub, cluster)
+        if index is None or client is None:
+            return False
+        started = time.perf_counter()
+        self.passes += 1
+        by_job: dict[tuple[str, str, str], list[MemberObject]] = {}
+        for obj in index.objects_of():
+            by_job.setdefault((obj.job_namespace, obj.job_name, obj.job_uid), []).append(obj)
+        complete = True
+        for (namespace, name, _uid), found in sorted(by_job.items()):
+            job = await self._read_job(namespace, name)
+            doomed: dict[str, list[MemberObject]] = {}
+            for obj in found:
+                reason = orphan_reason(obj, job)
+                if reason is not None:
+                    doomed.setdefault(reason, []).append(obj)
+            for reason, objs in sorted(doomed.items()):
+                outcome = await delete_member_objects(client, objs, cluster=cluster)
+                if outcome.failed:
+                    complete = False
+                counted = outcome.requested
+                if counted:
+                    key = (cluster, reason)
+                    self.collected[key] = self.collected.get(key, 0) + counted
+                    self.hub.metrics.member_orphans_collected.labels(cluster=cluster, reason=reason).inc(counted)
+                    _log.info("orphaned member objects deleted", cluster=cluster, reason=reason, deleted=counted,
+                              job=f"{namespace}/{name}", epochs=sorted({o.epoch for o in objs if o.epoch is not None}))
+        self.hub.metrics.loop_phase_seconds.labels(loop="member_gc", phase="collect").observe(
+            time.perf_counter() - started)
+        return complete
+
+    async def _read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if not namespace or not name:
+            return None
+        try:
+            return await self.hub.storage.get(self.rt, namespace=namespace, name=name)
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+
+# ---------------------------------------------------------------- the controller
+
+
+async def _loop(hub: HubContext, finalizer: JobFinalizer, gc: GarbageCollector) -> None:
+    tick = lifecycle_tick_seconds(hub)
+    while True:
+        try:
+            await asyncio.wait_for(finalizer.wake.wait(), timeout=tick)
+        except TimeoutError:
+            pass
+        finalizer.wake.clear()
+        uids: Iterable[str] = set(finalizer.dirty) | set(finalizer.pending())
+        finalizer.dirty.clear()
+        started = time.perf_counter()
+        for uid in uids:
+            try:
+                await finalizer.finalize(uid)
+            except (ApiError, StoreError) as e:
+                _log.warning("could not finish a job deletion; will retry", job_uid=uid, error=str(e))
+        hub.metrics.loop_phase_seconds.labels(loop="member_cleanup", phase="finalize").observe(
+            time.perf_counter() - started)
+        try:
+            await gc.tick()
+        except (ApiError, StoreError) as e:
+            _log.warning("GC pass failed; will retry", error=str(e))
+
+
+async def member_cleanup(hub: HubContext) -> AsyncIterator[None]:
+    """cleanup_ctx-style factory: job finalizer and member GC (needs status_sync started before it)."""
+    objects = _member_objects(hub)
+    jobs = _job_cache(hub)
+    finalizer = JobFinalizer(hub, objects=objects, jobs=jobs)
+    gc = GarbageCollector(hub, objects=objects)
+    hub.shared["member_gc"] = gc
+    task = asyncio.get_running_loop().create_task(_supervised(_loop(hub, finalizer, gc)), name="membercleanup:loop")
+    try:
+        yield
+    finally:
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
+            pass
+        hub.shared.pop("member_gc", None)
+        hub.shared.pop(FENCE, None)
+
+
+async def _supervised(coro: Any) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a dead loop must be visible
+        _log.error("member cleanup loop failed", error=f"{type(e).__name__}: {e}", exc_info=True)
+        raise

@@ -1,0 +1,700 @@
+"""Status sync: member PodGroup and pod state flows into TrainingJob.status.
+
+Three parts, all started by the `status_sync(hub)` cleanup_ctx factory (hub.py
+lists it after member sync):
+
+- `MemberObjects` (published as `hub.shared["member_objects"]`): for every
+  member cluster that member sync holds a client for, one list/watch per
+  member kind the hub creates there (Pods, and the PodGroups of the cluster's
+  gang scheduler), cluster-wide, restricted by label selector to the objects
+  *this hub* labelled (`federator.dev/hub=<hub id>`). It reuses member sync's
+  `MemberClient` (no second connection) and the `Reflector` (resume from the
+  last resourceVersion, re-list only after 410, capped backoff with jitter),
+  so there is one watch per cluster and kind, never one per job. Objects are
+  kept slimmed (metadata, nodeName, status) and indexed by job uid and
+  epoch; the GC (cleanup.py) and the stuck-gang detector (stuck.py) read the
+  same index.
+- `JobCache` (published as `hub.shared["job_cache"]`): a list+watch of the
+  hub's TrainingJobs, with subscribers notified of every change.
+- `StatusSync`: for every job in an active phase (Placed, Admitted, Running)
+  it reads the gang's member objects of the job's current cluster and epoch
+  through that cluster's adapter (`read_status` -> GangStatus) and writes
+  phase (never backwards: Placed -> Admitted -> Running -> Succeeded |
+  Failed), pod counts per role, the GangGuarantee and Admitted conditions
+  (the Admitted condition's message explains a wait with the member's own
+  words: an Unschedulable PodGroup condition, a pod's PodScheduled=False
+  message), and a history entry per transition. Writes go through
+  `jobs.update_job_status` (fenced, only when something changed) and are
+  skipped when the job moved on (another cluster or epoch) meanwhile. Once
+  the member's snapshot shows every pod of the gang bound, the gang's
+  placement reservation is released (invariant 4: never double-booked,
+  never counted twice).
+
+It never creates or deletes member objects, never decides placement, and
+never logs an object body or a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.clusters.client import NODES, PODS, MemberClientError, ResourceKind
+from federator.clusters.reflector import Backoff, Reflector
+from federator.controllers.context import HubContext
+from federator.controllers.jobs import (
+    ACTIVE_PHASES,
+    JOB_KIND,
+    MEMBER_SYNCS,
+    PHASE_ADMITTED,
+    PHASE_FAILED,
+    PHASE_PLACED,
+    PHASE_RUNNING,
+    PHASE_SUCCEEDED,
+    SNAPSHOTS,
+    TERMINAL_PHASES,
+    append_history,
+    cluster_scheduler,
+    current_placement,
+    history_entry,
+    hub_id,
+    job_ref,
+    reservations,
+    set_condition,
+    set_phase,
+    update_job_status,
+)
+from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapter_for, hub_selector
+from federator.delegation.adapter import LABEL_EPOCH, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
+from federator.obs import get_logger
+from federator.placement.reservation import ReservationKind
+from federator.store.protocol import StoreError
+
+__all__ = [
+    "JOB_CACHE",
+    "MEMBER_OBJECTS",
+    "PULLING_BACK",
+    "ClusterObjects",
+    "JobCache",
+    "MemberObject",
+    "MemberObjects",
+    "StatusSync",
+    "expected_roles",
+    "gang_status",
+    "lifecycle_tick_seconds",
+    "release_if_shown",
+    "status_sync",
+    "synced_status",
+]
+
+_log = get_logger("controllers.status_sync")
+
+MEMBER_OBJECTS = "member_objects"
+JOB_CACHE = "job_cache"
+#: uid -> pull-back in progress (stuck.py); status sync leaves those jobs alone
+PULLING_BACK = "pulling_back"
+CONDITION_ADMITTED = "Admitted"
+CONDITION_GANG_GUARANTEE = "GangGuarantee"
+CONDITION_COMPLETE = "Complete"
+CONDITION_FAILED = "Failed"
+
+_PHASE_RANK = {PHASE_PLACED: 0, PHASE_ADMITTED: 1, PHASE_RUNNING: 2, PHASE_SUCCEEDED: 3, PHASE_FAILED: 3}
+_GANG_PHASE = {GangPhase.PLACED: PHASE_PLACED, GangPhase.ADMITTED: PHASE_ADMITTED, GangPhase.RUNNING: PHASE_RUNNING,
+               GangPhase.SUCCEEDED: PHASE_SUCCEEDED, GangPhase.FAILED: PHASE_FAILED}
+# What a gang missing objects after admission means: someone deleted them in the member.
+_MISSING_REASONS = frozenset({"PodsMissing", "PodGroupMissing", "NotCreated"})
+
+
+def lifecycle_tick_seconds(hub: HubContext) -> float:
+    """How often the lifecycle loops re-check everything (HubSettings.extra, default 1 s)."""
+    return max(0.01, float(hub.settings.extra.get("lifecycle_tick_seconds", 1.0)))
+
+
+# ---------------------------------------------------------------- member objects
+
+
+@dataclass(frozen=True, slots=True)
+class MemberObject:
+    """One object this hub made in a member cluster, as last seen there."""
+
+    cluster: str
+    resource: ResourceKind
+    namespace: str
+    name: str
+    uid: str
+    job_uid: str
+    job_namespace: str
+    job_name: str
+    #: None when the epoch label is missing or malformed
+    epoch: int | None
+    deleting: bool
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What status sync, GC and stuck detection read of a member object (not its spec or env)."""
+    meta = _mapping(obj.get("metadata"))
+    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
+                                      "deletionTimestamp") if k in meta}
+    slim: dict[str, Any] = {"metadata": kept_meta}
+    for key in ("apiVersion", "kind"):
+        if key in obj:
+            slim[key] = obj[key]
+    spec = _mapping(obj.get("spec"))
+    if spec.get("nodeName"):
+        slim["spec"] = {"nodeName": spec["nodeName"]}
+    elif "minMember" in spec:
+        slim["spec"] = {"minMember": spec["minMember"]}
+    status = obj.get("status")
+    if isinstance(status, Mapping):
+        slim["status"] = status
+    return slim
+
+
+def _epoch_of(labels: Mapping[str, Any]) -> int | None:
+    raw = labels.get(LABEL_EPOCH)
+    return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 10 else None
+
+
+def _key_of(obj: Mapping[str, Any]) -> str:
+    meta = _mapping(obj.get("metadata"))
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return ""
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+
+
+class ClusterObjects:
+    """This hub's Pods and PodGroups in one member cluster, indexed by job uid (a ReflectorSink)."""
+
+    def __init__(self, cluster: str, resources: Sequence[ResourceKind],
+                 on_change: Callable[[str, set[str]], None]) -> None:
+        self.cluster = cluster
+        self.resources = tuple(resources)
+        self._by_key_resource = {r.key: r for r in self.resources}
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {r.key: {} for r in self.resources}
+        self._by_job: dict[str, set[tuple[str, str]]] = {}
+        self._job_of: dict[tuple[str, str], str] = {}
+        self.synced: set[str] = set()
+        self.on_change = on_change
+        #: bumped on every applied batch (tests and waiters poll it)
+        self.generation = 0
+
+    @property
+    def podgroup_resource(self) -> ResourceKind | None:
+        return next((r for r in self.resources if r.key != PODS.key), None)
+
+    @property
+    def ready(self) -> bool:
+        """Every kind has been listed at least once: absence in the index means absence in the member."""
+        return all(r.key in self.synced for r in self.resources)
+
+    # ReflectorSink
+
+    def known(self, resource: str) -> Mapping[str, str]:
+        return {key: str(_mapping(obj.get("metadata")).get("resourceVersion") or "")
+                for key, obj in self.objects.get(resource, {}).items()}
+
+    def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
+              received_at: float) -> None:
+        store = self.objects.get(resource)
+        if store is None:
+            return
+        touched: set[str] = set()
+        for kind, obj in events:
+            key = _key_of(obj)
+            if not key:
+                continue
+            ref = (resource, key)
+            old_job = self._job_of.pop(ref, None)
+            if old_job is not None:
+                touched.add(old_job)
+                members = self._by_job.get(old_job)
+                if members is not None:
+                    members.discard(ref)
+                    if not members:
+                        del self._by_job[old_job]
+            if kind == "DELETED":
+                store.pop(key, None)
+                continue
+            slim = _slim(obj)
+            store[key] = slim
+            job_uid = _mapping(_mapping(slim["metadata"]).get("labels")).get(LABEL_JOB_UID)
+            if isinstance(job_uid, str) and job_uid:
+                self._job_of[ref] = job_uid
+                self._by_job.setdefault(job_uid, set()).add(ref)
+                touched.add(job_uid)
+        self.synced.add(resource)
+        self.generation += 1
+        if touched:
+            self.on_change(self.cluster, touched)
+
+    # reads
+
+    def gang(self, job_uid: str, epoch: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """(PodGroup, pods) of the job's gang at `epoch` in this cluster."""
+        podgroup: dict[str, Any] | None = None
+        pods: list[dict[str, Any]] = []
+        for resource, key in sorted(self._by_job.get(job_uid, ())):
+            obj = self.objects[resource].get(key)
+            if obj is None or _epoch_of(_mapping(_mapping(obj.get("metadata")).get("labels"))) != epoch:
+                continue
+            if resource == PODS.key:
+                pods.append(obj)
+            else:
+                podgroup = obj
+        return podgroup, pods
+
+    def objects_of(self, job_uid: str | None = None) -> list[MemberObject]:
+        """Every indexed object (of one job, if given), pods first (delete order)."""
+        refs: Iterable[tuple[str, str]]
+        if job_uid is None:
+            refs = [(r, k) for r, objs in self.objects.items() for k in objs]
+        else:
+            refs = self._by_job.get(job_uid, ())
+        out: list[MemberObject] = []
+        for resource, key in refs:
+            obj = self.objects.get(resource, {}).get(key)
+            if obj is None:
+                continue
+            meta = _mapping(obj.get("metadata"))
+            labels = _mapping(meta.get("labels"))
+            out.append(MemberObject(
+                cluster=self.cluster, resource=self._by_key_resource[resource],
+                namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
+                uid=str(meta.get("uid") or ""), job_uid=str(labels.get(LABEL_JOB_UID) or ""),
+                job_namespace=str(labels.get(LABEL_JOB_NAMESPACE) or ""),
+                job_name=str(labels.get(LABEL_JOB_NAME) or ""), epoch=_epoch_of(labels),
+                deleting=bool(meta.get("deletionTimestamp")),
+            ))
+        out.sort(key=lambda o: (o.resource.key != PODS.key, o.namespace, o.name))
+        return out
+
+    def job_uids(self) -> set[str]:
+        return set(self._by_job)
+
+
+class _ClusterWatch:
+    """The reflectors of one cluster's ClusterObjects, over member sync's client."""
+
+    def __init__(self, *, objects: ClusterObjects, client: Any, selector: str, backoff: Backoff,
+                 watch_timeout_seconds: tuple[int, int]) -> None:
+        self.objects = objects
+        self.client = client
+        self.tasks: list[asyncio.Task[None]] = []
+        self.lost: dict[str, str] = {}
+        rng = random.Random()
+        self.reflectors = [
+            Reflector(client=client, resource=resource, sink=objects, listener=self, backoff=backoff,
+                      watch_timeout_seconds=watch_timeout_seconds, rng=rng, label_selector=selector,
+                      logger=get_logger("controllers.status_sync.reflector"))
+            for resource in objects.resources
+        ]
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for reflector in self.reflectors:
+            self.tasks.append(loop.create_task(
+                self._supervised(reflector), name=f"statussync:{self.objects.cluster}:{reflector.key}"))
+
+    async def _supervised(self, reflector: Reflector) -> None:
+        try:
+            await reflector.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a dead loop must be visible
+            _log.error("member object watch failed", cluster=self.objects.cluster, resource=reflector.key,
+                       error=f"{type(e).__name__}: {e}", exc_info=True)
+            raise
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
+                pass
+        self.tasks.clear()
+
+    # ReflectorListener
+
+    def watch_established(self, resource: str) -> None:
+        self.lost.pop(resource, None)
+
+    def watch_lost(self, resource: str, error: MemberClientError) -> None:
+        self.lost[resource] = str(error)[:256]
+
+    def relisting(self, resource: str, reason: str) -> None:
+        pass
+
+
+class MemberObjects:
+    """Every member cluster's ClusterObjects, following member sync's clusters and clients."""
+
+    def __init__(self, hub: HubContext) -> None:
+        self.hub = hub
+        self.selector = hub_selector(hub_id(hub))
+        self.clusters: dict[str, ClusterObjects] = {}
+        self._watches: dict[str, _ClusterWatch] = {}
+        self._listeners: list[Callable[[str, set[str]], None]] = []
+        s = hub.settings
+        self.backoff = Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds)
+        timeout = s.extra.get("member_watch_timeout_seconds", (300, 600))
+        self.watch_timeout_seconds = (int(timeout[0]), int(timeout[1]))
+
+    def subscribe(self, listener: Callable[[str, set[str]], None]) -> None:
+        """`listener(cluster, job_uids)` after every batch that touched those jobs' objects."""
+        self._listeners.append(listener)
+
+    def _changed(self, cluster: str, job_uids: set[str]) -> None:
+        for listener in self._listeners:
+            listener(cluster, job_uids)
+
+    def get(self, cluster: str) -> ClusterObjects | None:
+        return self.clusters.get(cluster)
+
+    def reachable(self, cluster: str) -> bool:
+        """Member sync says the cluster is Ready and our own watches are up."""
+        sync = (self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster)
+        health = getattr(sync, "health", None)
+        watch = self._watches.get(cluster)
+        return bool(getattr(health, "ready", False)) and watch is not None and not watch.lost
+
+    async def refresh(self) -> None:
+        """Start, restart (new client or scheduler) and stop per-cluster watches to match member sync."""
+        syncs: Mapping[str, Any] = self.hub.shared.get(MEMBER_SYNCS) or {}
+        for name in list(self._watches):
+            if name not in syncs:
+                await self._watches.pop(name).stop()
+                gone = self.clusters.pop(name, None)
+                if gone is not None and gone.job_uids():
+                    self._changed(name, gone.job_uids())
+        for name, sync in list(syncs.items()):
+            client = getattr(sync, "client", None)
+            if client is None:
+                continue
+            resources = tuple(r for r in getattr(sync, "resources", ()) if r.key != NODES.key)
+            watch = self._watches.get(name)
+            if watch is not None and watch.client is client and watch.objects.resources == resources:
+                continue
+            if watch is not None:
+                await watch.stop()
+            objects = self.clusters.get(name)
+            if objects is None or objects.resources != resources:
+                objects = ClusterObjects(name, resources, self._changed)
+                self.clusters[name] = objects
+            watch = _ClusterWatch(objects=objects, client=client, selector=self.selector, backoff=self.backoff,
+                                  watch_timeout_seconds=self.watch_timeout_seconds)
+            self._watches[name] = watch
+            watch.start()
+            _log.info("watching this hub's member objects", cluster=name, resources=[r.key for r in resources],
+                      selector=self.selector)
+
+    async def stop(self) -> None:
+        for watch in self._watches.values():
+            await watch.stop()
+        self._watches.clear()
+
+
+# ---------------------------------------------------------------- hub jobs
+
+
+JobListener = Callable[[str, dict[str, Any] | None], None]
+
+
+class JobCache:
+    """The hub's TrainingJobs by uid, kept by a list+watch (re-list after 410); notifies subscribers."""
+
+    def __init__(self, hub: HubContext) -> None:
+        self.hub = hub
+        self.rt = hub.kind(JOB_KIND)
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._listeners: list[JobListener] = []
+        self._rng = random.Random()
+        self.synced = asyncio.Event()
+
+    def subscribe(self, listener: JobListener) -> None:
+        """`listener(uid, job or None when deleted)` on every change."""
+        self._listeners.append(listener)
+
+    def get(self, uid: str) -> dict[str, Any] | None:
+        return self.jobs.get(uid)
+
+    def _set(self, job: dict[str, Any]) -> None:
+        uid = (job.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid:
+            self.jobs[uid] = job
+            for listener in self._listeners:
+                listener(uid, job)
+
+    def _drop(self, uid: str) -> None:
+        if self.jobs.pop(uid, None) is not None:
+            for listener in self._listeners:
+                listener(uid, None)
+
+    async def _relist(self) -> str:
+        listing = await self.hub.storage.list(self.rt)
+        present = set()
+        for job in listing.items:
+            present.add(job["metadata"]["uid"])
+            self._set(job)
+        for uid in set(self.jobs) - present:
+            self._drop(uid)
+        self.synced.set()
+        return listing.resource_version
+
+    async def run(self) -> None:
+        attempt = 0
+        rv: str | None = None
+        s = self.hub.settings
+        backoff = Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds)
+        while True:
+            try:
+                if rv is None:
+                    rv = await self._relist()
+                async for event in self.hub.storage.watch(self.rt, resource_version=rv):
+                    attempt = 0
+                    obj = event.object
+                    meta = obj.get("metadata") or {}
+                    rv = meta.get("resourceVersion") or rv
+                    if event.type == "DELETED":
+                        self._drop(str(meta.get("uid") or ""))
+                    elif event.type in ("ADDED", "MODIFIED"):
+                        self._set(obj)
+                rv = None  # the storage closed the watch: list again
+            except (ApiError, StoreError) as e:
+                expired = isinstance(e, ApiError) and e.code == 410
+                rv = None
+                if expired:
+                    _log.info("TrainingJob watch expired; re-listing")
+                    continue
+                delay = backoff.delay(attempt, self._rng)
+                attempt += 1
+                _log.warning("TrainingJob watch failed; retrying", waiting_for="the hub store",
+                             delay_s=round(delay, 3), error=str(e))
+                await asyncio.sleep(delay)
+
+
+# ---------------------------------------------------------------- the status computation (pure)
+
+
+def expected_roles(job: Mapping[str, Any]) -> dict[str, int]:
+    """role -> replicas from the job's spec."""
+    out: dict[str, int] = {}
+    for role in _mapping(job.get("spec")).get("roles") or ():
+        if isinstance(role, Mapping) and isinstance(role.get("name"), str) and type(role.get("replicas")) is int:
+            out[role["name"]] = role["replicas"]
+    return out
+
+
+def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: SchedulerAdapter, *,
+                epoch: int) -> GangStatus:
+    uid = str(_mapping(job.get("metadata")).get("uid") or "")
+    podgroup, pods = objects.gang(uid, epoch)
+    return adapter.read_status(podgroup, pods, expected=expected_roles(job))
+
+
+def synced_status(job: Mapping[str, Any], gs: GangStatus, *, adapter: SchedulerAdapter, cluster: str, epoch: int,
+                  now: float) -> dict[str, Any] | None:
+    """The job's status after folding in what the member shows (`gs`), or None when nothing changes.
+
+    The phase only moves forward (a member showing less than before, e.g. a
+    watch that re-listed, never undoes an admission), except that a gang
+    whose objects vanish from the member after admission has failed: its
+    pods cannot come back (restartPolicy Never)."""
+    ref = job_ref(job)
+    old = _mapping(job.get("status"))
+    status = copy.deepcopy(dict(old))
+    raw_phase = status.get("phase")
+    current: str = raw_phase if isinstance(raw_phase, str) and raw_phase in _PHASE_RANK else PHASE_PLACED
+    rank = _PHASE_RANK.get(current, 0)
+    target = _GANG_PHASE[gs.phase]
+    reason, message = gs.reason, gs.message
+    if gs.phase is GangPhase.PLACED and rank >= _PHASE_RANK[PHASE_ADMITTED] and gs.reason in _MISSING_REASONS \
+            and current not in TERMINAL_PHASES:
+        target, reason = PHASE_FAILED, "MemberObjectsDeleted"
+        message = f"the gang's objects were deleted in cluster {cluster} after it was admitted: {gs.message}"
+    new_phase: str = target if _PHASE_RANK[target] > rank or (target in TERMINAL_PHASES and current not in
+                                                            TERMINAL_PHASES) else current
+    if current in TERMINAL_PHASES:
+        new_phase = current
+    for condition in adapter.job_conditions():
+        set_condition(status, type=condition.type, state=condition.status, reason=condition.reason,
+                      message=condition.message, now=now)
+    admitted = _PHASE_RANK.get(new_phase, 0) >= _PHASE_RANK[PHASE_ADMITTED]
+    if admitted:
+        if not _condition_true(old, CONDITION_ADMITTED):
+            set_condition(status, type=CONDITION_ADMITTED, state="True", reason="Scheduled",
+                          message=f"cluster {cluster} scheduled the gang (epoch {epoch})", now=now)
+    else:
+        set_condition(status, type=CONDITION_ADMITTED, state="False", reason=reason,
+                      message=f"cluster {cluster}: {message}", now=now)
+    if new_phase == PHASE_SUCCEEDED:
+        set_condition(status, type=CONDITION_COMPLETE, state="True", reason=reason, message=message, now=now)
+    elif new_phase == PHASE_FAILED:
+        set_condition(status, type=CONDITION_FAILED, state="True", reason=reason,
+                      message=f"cluster {cluster}: {message}", now=now)
+    if current not in TERMINAL_PHASES or new_phase != current:
+        status["podCounts"] = {role: counts.as_dict() for role, counts in gs.counts.items()}
+    if new_phase != current:
+        set_phase(status, new_phase, reason=reason, message=message, now=now, job=ref.key, cluster=cluster)
+        append_history(status, history_entry(new_phase, cluster=cluster, epoch=epoch, message=message, now=now))
+    return None if status == old else status
+
+
+def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
+    return any(isinstance(c, Mapping) and c.get("type") == type_ and c.get("status") == "True"
+               for c in status.get("conditions") or ())
+
+
+def release_if_shown(hub: HubContext, job_uid: str) -> bool:
+    """Forget the gang's placed reservation once its cluster's snapshot shows every pod bound (then the
+    nodes' allocation counts them; keeping it would count them twice). True if released."""
+    ledger = reservations(hub)
+    reservation = ledger.get(job_uid)
+    if reservation is None or reservation.kind is not ReservationKind.PLACED:
+        return False
+    snapshot = (hub.shared.get(SNAPSHOTS) or {}).get(reservation.cluster)
+    if snapshot is None or snapshot.resource_version == reservation.resource_version:
+        return False
+    if snapshot.bound_pods.get(job_uid, 0) < reservation.pods:
+        return False
+    ledger.forget(job_uid)
+    _log.info("reservation released: the member shows the gang", job_uid=job_uid, cluster=reservation.cluster,
+              pods=reservation.pods)
+    return True
+
+
+# ---------------------------------------------------------------- the controller
+
+
+@dataclass
+class _Work:
+    dirty: set[str] = field(default_factory=set)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def mark(self, uids: Iterable[str]) -> None:
+        self.dirty.update(uids)
+        self.wake.set()
+
+
+class StatusSync:
+    """See the module docstring. Run it with `status_sync(hub)`."""
+
+    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache) -> None:
+        self.hub = hub
+        self.objects = objects
+        self.jobs = jobs
+        self.tick = lifecycle_tick_seconds(hub)
+        self.work = _Work()
+        objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
+        jobs.subscribe(lambda uid, _job: self.work.mark((uid,)))
+
+    async def run(self) -> None:
+        metrics = self.hub.metrics.loop_phase_seconds
+        while True:
+            try:
+                await asyncio.wait_for(self.work.wake.wait(), timeout=self.tick)
+            except TimeoutError:
+                pass
+            self.work.wake.clear()
+            started = time.perf_counter()
+            await self.objects.refresh()
+            metrics.labels(loop="status_sync", phase="refresh").observe(time.perf_counter() - started)
+            started = time.perf_counter()
+            dirty, self.work.dirty = self.work.dirty, set()
+            # Every active job is looked at on each tick too: a reservation may wait for the snapshot.
+            for uid, job in list(self.jobs.jobs.items()):
+                if (job.get("status") or {}).get("phase") in ACTIVE_PHASES:
+                    dirty.add(uid)
+            for uid in dirty:
+                try:
+                    await self.reconcile(uid)
+                except (ApiError, StoreError) as e:
+                    _log.warning("could not write job status; will retry", job_uid=uid, error=str(e))
+                    self.work.dirty.add(uid)
+            metrics.labels(loop="status_sync", phase="reconcile").observe(time.perf_counter() - started)
+
+    async def reconcile(self, uid: str) -> None:
+        job = self.jobs.get(uid)
+        if job is None:
+            return
+        phase = (job.get("status") or {}).get("phase")
+        cluster, epoch = current_placement(job)
+        if phase not in ACTIVE_PHASES or cluster is None or uid in (self.hub.shared.get(PULLING_BACK) or ()):
+            return
+        objects = self.objects.get(cluster)
+        scheduler = cluster_scheduler(self.hub, cluster)
+        if objects is None or not objects.ready or scheduler is None:
+            return  # not watched (yet): absence in the index would mean nothing
+        try:
+            adapter = adapter_for(scheduler[0])
+        except KeyError:
+            return
+        gs = gang_status(job, objects, adapter, epoch=epoch)
+        now = time.time()
+        if gs.expected > 0 and gs.bound >= gs.expected:
+            release_if_shown(self.hub, uid)
+        if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now) is None:
+            return
+        ref = job_ref(job)
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            fresh_phase = (fresh.get("status") or {}).get("phase")
+            if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
+                return None  # the job moved on (requeued, another epoch) since we looked
+            new = synced_status(fresh, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now)
+            if new is None:
+                return None
+            fresh["status"] = new
+            return fresh
+
+        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
+
+
+async def status_sync(hub: HubContext) -> AsyncIterator[None]:
+    """cleanup_ctx-style factory: member object watches, the job cache and the status loop."""
+    objects = MemberObjects(hub)
+    jobs = JobCache(hub)
+    controller = StatusSync(hub, objects=objects, jobs=jobs)
+    hub.shared[MEMBER_OBJECTS] = objects
+    hub.shared[JOB_CACHE] = jobs
+    loop = asyncio.get_running_loop()
+    tasks = [
+        loop.create_task(_supervised("jobs", jobs.run()), name="statussync:jobs"),
+        loop.create_task(_supervised("status", controller.run()), name="statussync:status"),
+    ]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
+                pass
+        await objects.stop()
+        hub.shared.pop(MEMBER_OBJECTS, None)
+        hub.shared.pop(JOB_CACHE, None)
+
+
+async def _supervised(what: str, coro: Any) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a dead loop must be visible
+        _log.error("status sync loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
+        raise

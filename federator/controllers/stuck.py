@@ -1,0 +1,247 @@
+"""Stuck gangs: placed in a member cluster whose scheduler does not admit them in time, pulled back.
+
+The hub's snapshot can be wrong for a moment (local load arrived, a node
+went bad, another tenant's gang got there first), so a gang the hub placed
+may sit in the member's queue. `stuck_gangs(hub)` (a cleanup_ctx-style
+factory, listed after status sync, whose job cache and member object index
+it reads) checks every tick for jobs in phase Placed whose placement
+(history entry "Placed" of the current epoch, else when this hub first saw
+it) is older than `stuck_timeout_seconds` (HubSettings.extra, default 120)
+while the member, reachable and watched, still shows the gang unadmitted.
+Such a gang is pulled back, every step recorded in the job's history:
+
+1. "NotAdmitted": why (the member's own explanation) and for how long; the
+   Admitted condition says the gang is being pulled back;
+2. its member objects of that epoch are deleted (pods first, uid-guarded)
+   and the hub waits until the member shows none left, so the gang can
+   never run in two clusters at once (with the default scheduler part of
+   it may have started);
+3. "ClusterExcluded": the cluster is excluded for this job until
+   now + `stuck_exclusion_seconds` (default 600) in
+   status.placement.excludedClusters, which placement honours;
+4. "Requeued" (`jobs.requeue`): back to Pending with the cluster cleared;
+   the next placement takes epoch + 1; the reservation is forgotten.
+
+Status sync leaves a job alone while it is being pulled back
+(`hub.shared["pulling_back"]`). A cluster that is out of contact is not
+judged here (losing a cluster is failover's business). This module never
+deletes objects of another epoch, job or hub, and never logs an object
+body or a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.controllers.cleanup import delete_member_objects
+from federator.controllers.context import HubContext
+from federator.controllers.jobs import (
+    PHASE_PLACED,
+    append_history,
+    cluster_scheduler,
+    current_placement,
+    history_entry,
+    job_ref,
+    member_client,
+    parse_timestamp,
+    requeue,
+    reservations,
+    set_condition,
+    timestamp,
+    update_job_status,
+)
+from federator.controllers.status_sync import (
+    CONDITION_ADMITTED,
+    JOB_CACHE,
+    MEMBER_OBJECTS,
+    PULLING_BACK,
+    JobCache,
+    MemberObjects,
+    gang_status,
+    lifecycle_tick_seconds,
+)
+from federator.delegation import GangPhase, adapter_for
+from federator.obs import get_logger
+from federator.store.protocol import StoreError
+
+__all__ = ["StuckGangs", "placed_at", "stuck_gangs"]
+
+_log = get_logger("controllers.stuck")
+
+
+def placed_at(job: Mapping[str, Any], *, epoch: int) -> float | None:
+    """When the job was placed at `epoch`: the newest "Placed" history entry of that epoch."""
+    history = ((job.get("status") or {}).get("history")) or ()
+    for entry in reversed(list(history)):
+        if isinstance(entry, Mapping) and entry.get("event") == PHASE_PLACED and entry.get("epoch") == epoch:
+            return parse_timestamp(entry.get("time"))
+    return None
+
+
+@dataclass
+class _PullBack:
+    cluster: str
+    epoch: int
+    why: str
+    started: float
+
+
+class StuckGangs:
+    """See the module docstring. Run it with `stuck_gangs(hub)`."""
+
+    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache) -> None:
+        self.hub = hub
+        self.objects = objects
+        self.jobs = jobs
+        extra = hub.settings.extra
+        self.timeout = float(extra.get("stuck_timeout_seconds", 120.0))
+        self.exclusion = float(extra.get("stuck_exclusion_seconds", 600.0))
+        self.first_seen: dict[tuple[str, int], float] = {}
+        self.pulling: dict[str, _PullBack] = hub.shared.setdefault(PULLING_BACK, {})
+        #: pull-backs completed since start (tests read it; the metric is the public face)
+        self.pulled_back = 0
+
+    async def tick(self) -> None:
+        now = time.time()
+        seen: set[tuple[str, int]] = set()
+        for uid, job in list(self.jobs.jobs.items()):
+            cluster, epoch = current_placement(job)
+            if uid in self.pulling:
+                await self._continue(uid, job, now=now)
+                continue
+            if (job.get("status") or {}).get("phase") != PHASE_PLACED or cluster is None:
+                continue
+            if (job.get("metadata") or {}).get("deletionTimestamp"):
+                continue  # the finalizer deletes it anyway
+            seen.add((uid, epoch))
+            since = placed_at(job, epoch=epoch) or self.first_seen.setdefault((uid, epoch), now)
+            if now - since < self.timeout:
+                continue
+            await self._begin(uid, job, cluster=cluster, epoch=epoch, since=since, now=now)
+        for key in set(self.first_seen) - seen:
+            del self.first_seen[key]
+
+    async def _begin(self, uid: str, job: dict[str, Any], *, cluster: str, epoch: int, since: float,
+                     now: float) -> None:
+        index = self.objects.get(cluster)
+        scheduler = cluster_scheduler(self.hub, cluster)
+        if index is None or not index.ready or scheduler is None or not self.objects.reachable(cluster):
+            return  # out of contact: not ours to judge
+        try:
+            adapter = adapter_for(scheduler[0])
+        except KeyError:
+            return
+        gs = gang_status(job, index, adapter, epoch=epoch)
+        if gs.phase is not GangPhase.PLACED:
+            return  # admitted (or further): status sync will say so
+        waited = round(now - since)
+        why = (f"cluster {cluster} did not admit the gang within {self.timeout:g}s (placed {waited}s ago): "
+               f"{gs.message}")
+        ref = job_ref(job)
+
+        def mark(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            status = fresh["status"]
+            if status.get("phase") != PHASE_PLACED or current_placement(fresh) != (cluster, epoch):
+                return None
+            append_history(status, history_entry("NotAdmitted", cluster=cluster, epoch=epoch, message=why, now=now))
+            set_condition(status, type=CONDITION_ADMITTED, state="False", reason="NotAdmittedInTime",
+                          message=f"pulling the gang back from cluster {cluster}: {why}", now=now)
+            return fresh
+
+        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mark, uid=uid)
+        if stored is None:
+            return
+        self.pulling[uid] = _PullBack(cluster=cluster, epoch=epoch, why=why, started=now)
+        self.hub.metrics.gangs_pulled_back.labels(cluster=cluster).inc()
+        _log.warning("gang not admitted in time; pulling it back", job=ref.key, cluster=cluster, epoch=epoch,
+                     waited_s=waited, reason=gs.reason)
+        await self._continue(uid, stored, now=now)
+
+    async def _continue(self, uid: str, job: dict[str, Any], *, now: float) -> None:
+        pull = self.pulling[uid]
+        ref = job_ref(job)
+        if (job.get("status") or {}).get("phase") != PHASE_PLACED or current_placement(job) != (pull.cluster,
+                                                                                                 pull.epoch):
+            del self.pulling[uid]  # someone else moved it on (deleted, failed over): nothing left to do
+            return
+        index = self.objects.get(pull.cluster)
+        client = member_client(self.hub, pull.cluster)
+        if index is None or client is None or not index.ready:
+            return  # wait for the member: its objects must be seen gone before the gang may go elsewhere
+        left = [o for o in index.objects_of(uid) if o.epoch == pull.epoch]
+        if left:
+            await delete_member_objects(client, left, cluster=pull.cluster)
+            return
+        until = now + self.exclusion
+        deleted_message = f"the gang's member objects of epoch {pull.epoch} are gone from cluster {pull.cluster}"
+        excluded_message = f"cluster {pull.cluster} excluded for this job until {timestamp(until)}"
+
+        def pull_back(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            status = fresh["status"]
+            if status.get("phase") != PHASE_PLACED or current_placement(fresh) != (pull.cluster, pull.epoch):
+                return None
+            append_history(status, history_entry("PulledBack", cluster=pull.cluster, epoch=pull.epoch,
+                                                 message=deleted_message, now=now))
+            append_history(status, history_entry("ClusterExcluded", cluster=pull.cluster, epoch=pull.epoch,
+                                                 message=excluded_message, now=now))
+            requeue(status, reason="NotAdmitted", message=pull.why, now=now, job=ref.key, exclude_until=until)
+            set_condition(status, type=CONDITION_ADMITTED, state="False", reason="PulledBack",
+                          message=f"pulled back from cluster {pull.cluster}: {pull.why}", now=now)
+            return fresh
+
+        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=pull_back, uid=uid)
+        reservations(self.hub).forget(uid)
+        del self.pulling[uid]
+        self.pulled_back += 1
+        _log.info("gang pulled back and requeued", job=ref.key, cluster=pull.cluster, epoch=pull.epoch,
+                  excluded_until=timestamp(until))
+
+
+async def _loop(hub: HubContext, stuck: StuckGangs) -> None:
+    tick = lifecycle_tick_seconds(hub)
+    while True:
+        await asyncio.sleep(tick)
+        started = time.perf_counter()
+        try:
+            await stuck.tick()
+        except (ApiError, StoreError) as e:
+            _log.warning("stuck-gang check failed; will retry", error=str(e))
+        hub.metrics.loop_phase_seconds.labels(loop="stuck_gangs", phase="check").observe(
+            time.perf_counter() - started)
+
+
+async def stuck_gangs(hub: HubContext) -> AsyncIterator[None]:
+    """cleanup_ctx-style factory: the stuck-gang loop (needs status_sync started before it)."""
+    objects = hub.shared.get(MEMBER_OBJECTS)
+    jobs = hub.shared.get(JOB_CACHE)
+    if not isinstance(objects, MemberObjects) or not isinstance(jobs, JobCache):
+        raise LookupError("stuck_gangs needs the status sync controller to run before it: list status_sync "
+                          "before stuck_gangs in hub_controllers()")
+    stuck = StuckGangs(hub, objects=objects, jobs=jobs)
+    hub.shared["stuck_gangs"] = stuck
+    task = asyncio.get_running_loop().create_task(_supervised(_loop(hub, stuck)), name="stuckgangs:loop")
+    try:
+        yield
+    finally:
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
+            pass
+        hub.shared.pop("stuck_gangs", None)
+        hub.shared.pop(PULLING_BACK, None)
+
+
+async def _supervised(coro: Any) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a dead loop must be visible
+        _log.error("stuck-gang loop failed", error=f"{type(e).__name__}: {e}", exc_info=True)
+        raise

@@ -1,0 +1,370 @@
+"""Development member clusters for `federator up`: simulated clusters started next to the hub.
+
+With no `--clusters DIR` and no `--no-sim`, `federator up` runs the hub *and*
+one simulated member cluster (`federator.sim.server.SimCluster`) per profile
+of `clusterconfigs/sim/` (or `--sim-profile PATH`, repeatable), so the whole
+mission runs on a laptop:
+
+1. every SimCluster serves HTTPS on its own 127.0.0.1 port (a development CA
+   under `<state-dir>/sim/tls/`), with its own bearer token, and its
+   kubeconfig is written to `<state-dir>/sim/<cluster>.kubeconfig` (mode 0600);
+2. a MemberCluster registration is generated from each profile (location,
+   fabric, gang scheduler, labels, cost, datasets, GPU models) with an
+   absolute `kubeconfigPath`, written to `<state-dir>/sim/registrations/`,
+   and handed to the hub as its `--clusters` directory, so the hub applies
+   it at start exactly as it applies a platform team's registrations;
+3. the hub then runs as `federator up --clusters <that dir>` would.
+
+The simulated clusters run on their own event loop in a background thread
+of the same process: a member's scheduler and kubelets never stall the
+hub's loop (as a real member's would not), and the hub reaches them only
+through their HTTPS endpoints and kubeconfigs, like any member. Ctrl-C
+stops the hub first (its member watches close), then the clusters.
+
+Profiles without `kubelet.defaultRunSeconds` get `--sim-run-seconds`
+(default 60): a simulated training pod then succeeds after that long, so a
+submitted job goes all the way to Succeeded.
+
+This is the CLI layer: it may import `federator.sim` (the hub may not). It
+never prints or logs a member token (kubeconfigs hold them, mode 0600).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from federator.sim.profile import ClusterProfile
+    from federator.sim.server import SimCluster
+
+__all__ = [
+    "DEFAULT_PROFILES",
+    "DEFAULT_SIM_RUN_SECONDS",
+    "DevCluster",
+    "DevClusterError",
+    "DevClusters",
+    "add_arguments",
+    "default_profiles_dir",
+    "registration_for",
+    "run_up",
+]
+
+#: Profiles `federator up` simulates by default (relative to the working directory, else the source tree).
+DEFAULT_PROFILES = "clusterconfigs/sim"
+#: How long a simulated training pod runs when its profile does not say.
+DEFAULT_SIM_RUN_SECONDS = 60.0
+#: Label on generated registrations, so people (and `kubectl get mc -l`) can tell dev clusters apart.
+DEV_CLUSTER_LABEL = "federator.dev/simulated"
+_START_TIMEOUT_SECONDS = 120.0
+_STOP_TIMEOUT_SECONDS = 30.0
+_SOURCE_ROOT = Path(__file__).resolve().parents[1]
+
+
+class DevClusterError(Exception):
+    """Simulated clusters that cannot be loaded or started (one line: which and why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DevCluster:
+    """One running simulated member cluster, as `federator up` registered it."""
+
+    name: str
+    server: str
+    kubeconfig: Path
+    registration: Path
+    scheduler: str
+    #: "rdma" or "ethernet", as registered
+    network: str
+    nodes: int
+    gpus: int
+    description: str
+
+
+# ---------------------------------------------------------------- flags
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dev-cluster flags of `federator up`."""
+    group = parser.add_argument_group("simulated member clusters (development mode)")
+    group.add_argument("--no-sim", action="store_true",
+                       help="start no simulated clusters (the hub runs with whatever clusters are registered)")
+    group.add_argument("--sim-profile", action="append", default=[], metavar="PATH",
+                       help=f"a simulated cluster profile, or a directory of them (repeatable; default: "
+                            f"{DEFAULT_PROFILES}/). Ignored with --clusters or --no-sim")
+    group.add_argument("--sim-port-base", type=int, default=None, metavar="N",
+                       help="serve simulated cluster i on port N+i (default: free random ports)")
+    group.add_argument("--sim-run-seconds", type=float, default=DEFAULT_SIM_RUN_SECONDS, metavar="SECONDS",
+                       help="how long a simulated training pod runs before it succeeds, for profiles that set "
+                            f"no kubelet.defaultRunSeconds (default: {DEFAULT_SIM_RUN_SECONDS:g})")
+
+
+def default_profiles_dir() -> Path:
+    """clusterconfigs/sim under the working directory, else under the source tree."""
+    here = Path(DEFAULT_PROFILES)
+    if here.is_dir():
+        return here
+    return _SOURCE_ROOT / DEFAULT_PROFILES
+
+
+# ---------------------------------------------------------------- profiles and registrations
+
+
+def load_dev_profiles(paths: Sequence[str | os.PathLike[str]], *, run_seconds: float) -> list[ClusterProfile]:
+    """The profiles to simulate (every file of each path), with `run_seconds` as the default pod run time
+    where a profile has none. DevClusterError names the file and the field on bad input."""
+    from federator.sim.profile import ProfileError, load_profiles
+
+    if not (0 < run_seconds <= 7 * 24 * 3600):
+        raise DevClusterError(f"--sim-run-seconds {run_seconds:g}: must be more than 0 and at most a week")
+    chosen = [Path(p) for p in paths] or [default_profiles_dir()]
+    profiles: list[ClusterProfile] = []
+    seen: dict[str, Path] = {}
+    for path in chosen:
+        try:
+            loaded = load_profiles(path)
+        except ProfileError as e:
+            raise DevClusterError(str(e)) from None
+        for profile in loaded:
+            if profile.name in seen:
+                raise DevClusterError(f"{path}: cluster {profile.name!r} is also defined in {seen[profile.name]}")
+            seen[profile.name] = path
+            if profile.kubelet.default_run_seconds is None:
+                kubelet = profile.kubelet.model_copy(update={"default_run_seconds": run_seconds})
+                profile = profile.model_copy(update={"kubelet": kubelet})
+            profiles.append(profile)
+    if not profiles:
+        raise DevClusterError(f"no simulated cluster profiles in {', '.join(str(p) for p in chosen)}")
+    return profiles
+
+
+def _gang_scheduler(profile: ClusterProfile) -> tuple[str, str]:
+    """(MemberCluster scheduler name, pod schedulerName): the profile's first gang scheduler, else default."""
+    gang = profile.gang_schedulers
+    chosen = gang[0] if gang else next(s for s in profile.schedulers if s.type == "default")
+    return chosen.type, chosen.name
+
+
+def registration_for(profile: ClusterProfile, *, kubeconfig: Path) -> dict[str, Any]:
+    """The MemberCluster that registers the simulated cluster of `profile`, reached through `kubeconfig`."""
+    from federator.clusters.snapshot_builder import gpu_model_name
+
+    scheduler, scheduler_name = _gang_scheduler(profile)
+    network: dict[str, Any] = {"type": "rdma" if profile.network.rdma else "ethernet",
+                               "bandwidthGbps": float(profile.network.bandwidth_gbps)}
+    if profile.network.rdma:
+        network["rdmaKind"] = profile.network.fabric  # infiniband | roce
+    location: dict[str, Any] = {"type": "cloud" if profile.location.type == "cloud" else "onPrem",
+                                "region": profile.location.region}
+    provider = profile.location.provider or profile.location.site
+    if provider:
+        location["provider"] = provider
+    models = sorted({m for m in (gpu_model_name(p.gpu_product or "") for p in profile.node_pools if p.gpus) if m})
+    spec: dict[str, Any] = {
+        "connection": {"kubeconfigPath": str(kubeconfig.resolve()), "context": profile.name},
+        "location": location,
+        "network": network,
+        "scheduler": {"name": scheduler, "schedulerName": scheduler_name},
+        "costPerGpuHour": float(profile.cost_per_gpu_hour),
+    }
+    if profile.labels:
+        spec["labels"] = dict(profile.labels)
+    if models:
+        spec["gpuModels"] = models
+    if profile.datasets:
+        spec["datasets"] = [{"name": d.name, "sizeBytes": d.size_bytes} for d in profile.datasets]
+    return {
+        "apiVersion": "federator.dev/v1alpha1",
+        "kind": "MemberCluster",
+        "metadata": {"name": profile.name, "labels": {DEV_CLUSTER_LABEL: "true"},
+                     "annotations": {"federator.dev/description": profile.description[:1024]}},
+        "spec": spec,
+    }
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- the clusters
+
+
+class DevClusters:
+    """SimClusters on a background thread's event loop (see the module docstring).
+
+    `start()` blocks until every cluster serves and its kubeconfig and
+    registration are written (or raises DevClusterError, with everything it
+    started stopped again); `stop()` stops them all and joins the thread."""
+
+    def __init__(self, profiles: Sequence[ClusterProfile], *, state_dir: Path, port_base: int | None = None) -> None:
+        if port_base is not None and not (1 <= port_base and port_base + len(profiles) - 1 <= 65535):
+            raise DevClusterError(f"--sim-port-base {port_base}: ports {port_base}..{port_base + len(profiles) - 1}"
+                                  " must lie within 1..65535")
+        self.profiles = list(profiles)
+        self.directory = state_dir / "sim"
+        self.registrations_dir = self.directory / "registrations"
+        self.port_base = port_base
+        self.clusters: list[DevCluster] = []
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self, *, timeout: float = _START_TIMEOUT_SECONDS) -> list[DevCluster]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.registrations_dir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="federator-devclusters", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise DevClusterError(f"the simulated clusters did not start within {timeout:g}s")
+        if self._error is not None:
+            error, self._error = self._error, None
+            self.stop()
+            if isinstance(error, DevClusterError):
+                raise error
+            raise DevClusterError(f"the simulated clusters failed to start: {type(error).__name__}: {error}")
+        return self.clusters
+
+    def stop(self) -> None:
+        loop, stop, thread = self._loop, self._stop, self._thread
+        if loop is not None and stop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # the loop already finished
+                pass
+        if thread is not None:
+            thread.join(_STOP_TIMEOUT_SECONDS)
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as e:  # noqa: BLE001 - reported to start(); the thread must not die silently
+            self._error = self._error or e
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        from federator.devcerts import ensure_dev_tls
+        from federator.obs import Metrics, get_logger
+        from federator.sim.server import SimCluster
+
+        log = get_logger("devclusters")
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        tls = ensure_dev_tls(self.directory)
+        # The simulators' own API and scheduler metrics must not mix with the hub's /metrics.
+        metrics = Metrics()
+        started: list[SimCluster] = []
+        try:
+            for index, profile in enumerate(self.profiles):
+                port = self.port_base + index if self.port_base is not None else 0
+                cluster = SimCluster(profile, port=port, tls=tls, metrics=metrics)
+                try:
+                    await cluster.start()
+                except OSError as e:
+                    await cluster.stop()
+                    raise DevClusterError(f"simulated cluster {profile.name}: cannot listen on 127.0.0.1:{port}: "
+                                          f"{e.strerror or e}") from None
+                started.append(cluster)
+                self.clusters.append(self._register(cluster))
+            self._remove_stale_registrations()
+            log.info("simulated clusters serving", clusters={c.name: c.server for c in self.clusters})
+            self._ready.set()
+            await self._stop.wait()
+        except BaseException as e:
+            self._error = e
+            raise
+        finally:
+            for cluster in reversed(started):
+                await cluster.stop()
+
+    def _register(self, cluster: SimCluster) -> DevCluster:
+        kubeconfig = cluster.write_kubeconfig(self.directory / f"{cluster.name}.kubeconfig")
+        document = registration_for(cluster.profile, kubeconfig=kubeconfig)
+        path = self.registrations_dir / f"{cluster.name}.yaml"
+        header = ("# Generated by `federator up` for its simulated cluster; rewritten at every start.\n"
+                  f"# Profile: {cluster.profile.name} ({cluster.profile.description})\n")
+        _write_atomically(path, header + yaml.safe_dump(document, sort_keys=False))
+        return DevCluster(
+            name=cluster.name, server=cluster.url, kubeconfig=kubeconfig, registration=path,
+            scheduler=document["spec"]["scheduler"]["name"], network=document["spec"]["network"]["type"], nodes=cluster.profile.node_count,
+            gpus=cluster.profile.gpu_count, description=cluster.profile.description,
+        )
+
+    def _remove_stale_registrations(self) -> None:
+        """Registrations of clusters this run does not simulate would point the hub at a dead kubeconfig."""
+        running = {f"{c.name}.yaml" for c in self.clusters}
+        for path in self.registrations_dir.glob("*.yaml"):
+            if path.name not in running:
+                path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- federator up
+
+
+def _example_path() -> Path:
+    here = Path("examples/resnet-ps.yaml")
+    return here if here.is_file() else _SOURCE_ROOT / "examples" / "resnet-ps.yaml"
+
+
+def _print_clusters(clusters: Sequence[DevCluster], *, registrations: Path, admin_kubeconfig: Path | None) -> None:
+    """What a person at the terminal needs (stdout; logs go to stderr). No token is printed."""
+    width = max(len(c.name) for c in clusters)
+    lines = [f"federator up: {len(clusters)} simulated member cluster(s), registered from {registrations}/"]
+    for c in clusters:
+        lines.append(f"  {c.name:<{width}}  {c.scheduler:<12}  {c.nodes:>4} nodes {c.gpus:>4} GPUs  {c.server}"
+                     f"  kubeconfig: {c.kubeconfig}")
+    admin = str(admin_kubeconfig) if admin_kubeconfig is not None else "HUB_KUBECONFIG"
+    # The design example needs RDMA: show the pods of the first RDMA cluster, where it should land.
+    first = next((c for c in clusters if c.network == "rdma"), clusters[0])
+    lines += [
+        "Once the hub is ready (below), submit the example and watch it land, run and succeed:",
+        f"  federator submit --kubeconfig {admin} -f {_example_path()}",
+        f"  kubectl --kubeconfig {admin} get tj -A -w",
+        f"  kubectl --kubeconfig {first.kubeconfig} get pods -A -l federator.dev/job-name=resnet-ps -w",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """`federator up`: the hub, with simulated member clusters unless --clusters or --no-sim."""
+    from federator.hub import run_hub
+
+    if getattr(args, "clusters", None) or getattr(args, "no_sim", False):
+        return run_hub(args)
+    from federator.obs import configure_logging
+
+    configure_logging(level=getattr(args, "log_level", "info"))
+    state_dir = Path(args.state_dir)
+    try:
+        profiles = load_dev_profiles(args.sim_profile, run_seconds=float(args.sim_run_seconds))
+        clusters = DevClusters(profiles, state_dir=state_dir, port_base=args.sim_port_base)
+    except DevClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        try:
+            running = clusters.start()
+        except DevClusterError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        admin = state_dir / "admin.kubeconfig" if getattr(args, "token_file", None) is None else None
+        _print_clusters(running, registrations=clusters.registrations_dir, admin_kubeconfig=admin)
+        args.clusters = str(clusters.registrations_dir)
+        return run_hub(args)
+    finally:
+        clusters.stop()

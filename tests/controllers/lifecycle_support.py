@@ -1,0 +1,149 @@
+"""Helpers of the lifecycle tests (status sync, stuck gangs, deletion and GC).
+
+`lifecycle_env(...)` starts real SimClusters (jobtest_support.STANDARD profiles; simulated pods run
+for `run_seconds` then succeed), a real hub (sqlite, HTTPS, token auth) running every lifecycle
+controller with short timings, registers the clusters through the hub API and waits until they are
+Ready. Each cluster's registration carries the label `federator.test/cluster=<name>`, so a job can
+be aimed at one cluster with `aimed_job(...)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from federator.apis.common import parse_time
+from federator.clusters.client import PODS, MemberClient
+from federator.controllers.cleanup import GarbageCollector, member_cleanup
+from federator.controllers.context import ControllerFactory
+from federator.controllers.dispatch import job_dispatch
+from federator.controllers.membercluster import member_sync
+from federator.controllers.placement import job_placement
+from federator.controllers.status_sync import MemberObjects, status_sync
+from federator.controllers.stuck import StuckGangs, stuck_gangs
+from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.sim.server import SimCluster
+
+from ..hub.hubtest_support import RunningHub, start_hub
+from .jobtest_support import API, STANDARD, Federation, HubApi, fast_settings, registration, sim_profile
+
+CLUSTER_LABEL = "federator.test/cluster"
+
+#: The hub's controllers for these tests, in hub_controllers() order.
+LIFECYCLE: Sequence[ControllerFactory] = (member_sync, job_dispatch, job_placement, status_sync, stuck_gangs,
+                                          member_cleanup)
+
+
+class RunningFederation(Federation):
+    """jobtest_support's Federation whose simulated pods finish after `run_seconds`."""
+
+    def __init__(self, workdir: Path, *, run_seconds: float | None) -> None:
+        super().__init__(workdir)
+        self.run_seconds = run_seconds
+
+    async def start(self, names: list[str] | None = None, **overrides: dict[str, Any]) -> None:
+        for name in names or list(STANDARD):
+            conf = STANDARD[name]
+            prof = sim_profile(name, **{**conf["profile"], **overrides.get(name, {})})
+            if self.run_seconds is not None:
+                prof = prof.model_copy(update={"kubelet": prof.kubelet.model_copy(
+                    update={"default_run_seconds": self.run_seconds})})
+            sim = SimCluster(prof, bookmark_interval=0.5)
+            await sim.start()
+            self.sims[name] = sim
+            self.kubeconfigs[name] = sim.write_kubeconfig(self.workdir / f"{name}.kubeconfig")
+            body = registration(name, self.kubeconfigs[name], **conf["reg"])  # type: ignore[arg-type]
+            body["spec"]["labels"] = {**body["spec"]["labels"], CLUSTER_LABEL: name}
+            self.registrations[name] = body
+
+
+@dataclass
+class Env:
+    hub: RunningHub
+    api: HubApi
+    fed: RunningFederation
+
+    @property
+    def objects(self) -> MemberObjects:
+        found = self.hub.context.shared["member_objects"]
+        assert isinstance(found, MemberObjects)
+        return found
+
+    @property
+    def gc(self) -> GarbageCollector:
+        found = self.hub.context.shared["member_gc"]
+        assert isinstance(found, GarbageCollector)
+        return found
+
+    @property
+    def stuck(self) -> StuckGangs:
+        found = self.hub.context.shared["stuck_gangs"]
+        assert isinstance(found, StuckGangs)
+        return found
+
+    async def member(self, name: str) -> MemberClient:
+        return await self.fed.client(name)
+
+    async def live_pods(self, cluster: str, uid: str) -> list[dict[str, Any]]:
+        _, pods = await self.fed.member_objects(cluster, uid)
+        return pods
+
+
+@contextlib.asynccontextmanager
+async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float | None = 2.0,
+                        profile_overrides: dict[str, dict[str, Any]] | None = None,
+                        **extra: Any) -> AsyncIterator[Env]:
+    fed = RunningFederation(tmp_path / "members", run_seconds=run_seconds)
+    await fed.start(names, **(profile_overrides or {}))
+    knobs: dict[str, Any] = {"lifecycle_tick_seconds": 0.1, "member_gc_interval_seconds": 0.5,
+                             "stuck_timeout_seconds": 30.0, "cleanup_grace_seconds": 30.0}
+    knobs.update(extra)
+    try:
+        async with start_hub(tmp_path / "hub", controllers=LIFECYCLE, job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
+                             settings=fast_settings(tmp_path / "hub" / "state", **knobs)) as hub:
+            api = await HubApi.connect(hub.kubeconfigs["admin"])
+            try:
+                for body in fed.registrations.values():
+                    await api.register(body)
+                for name in fed.registrations:
+                    await api.wait_cluster_ready(name)
+                yield Env(hub, api, fed)
+            finally:
+                await api.close()
+    finally:
+        await fed.stop()
+
+
+def aimed_job(name: str, cluster: str, *, namespace: str = "team-a", workers: int = 2, gpus: int = 4,
+              ps: int = 1) -> dict[str, Any]:
+    """A small PS + worker gang that only `cluster` may take."""
+    roles: list[dict[str, Any]] = []
+    if ps:
+        roles.append({"name": "ps", "replicas": ps,
+                      "template": {"image": "trainer:1.4", "resources": {"cpu": "2", "memory": "8Gi"}}})
+    roles.append({"name": "worker", "replicas": workers,
+                  "template": {"image": "trainer:1.4",
+                               "resources": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": gpus}}})
+    return {
+        "apiVersion": API, "kind": "TrainingJob", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"roles": roles, "placement": {"clusterSelector": {"matchLabels": {CLUSTER_LABEL: cluster}}}},
+    }
+
+
+def events(job: dict[str, Any]) -> list[str]:
+    return [h["event"] for h in (job.get("status") or {}).get("history") or ()]
+
+
+def history(job: dict[str, Any], event: str) -> list[dict[str, Any]]:
+    return [h for h in (job.get("status") or {}).get("history") or () if h["event"] == event]
+
+
+def seconds(stamp: str) -> float:
+    return parse_time(stamp).timestamp()
+
+
+async def list_pods(client: MemberClient, selector: str) -> list[dict[str, Any]]:
+    return (await client.list_all(PODS, label_selector=selector)).items
