@@ -39,7 +39,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from federator.apiserver.errors import ApiError
@@ -131,6 +131,8 @@ class PlacementController:
         self._semaphore = asyncio.Semaphore(self.max_inflight)
         self._rng = random.Random()
         self._snapshot_signature: tuple[tuple[str, int], ...] = ()
+        #: jobs found Placed at start (decided by an earlier hub): their reservations are rebuilt
+        self._unreserved: set[str] = set()
         self.cycles = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -139,6 +141,8 @@ class PlacementController:
         listing = await self.hub.storage.list(self.rt)
         for job in listing.items:
             self._remember(job)
+            if phase_of(job) == PHASE_PLACED and self.ledger.get(job_ref(job).uid) is None:
+                self._unreserved.add(job_ref(job).uid)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
@@ -296,6 +300,8 @@ class PlacementController:
                 await self._unschedulable_spec(job, str(e), now=now)
                 continue
             jobs_by_uid[uid] = job
+        if self._unreserved:
+            self._rebuild_reservations(snapshots, now=now)
         collected = time.perf_counter()
         metrics.labels(loop="placement", phase="collect").observe(collected - started)
         if not gangs and len(self.ledger) == 0:
@@ -318,6 +324,41 @@ class PlacementController:
         metrics.labels(loop="placement", phase="unplaced").observe(recorded - decided)
         return CycleReport(pending=len(gangs), placed=len(result.decisions), unplaced=len(result.unplaced),
                            seconds=recorded - started)
+
+    def _rebuild_reservations(self, snapshots: Mapping[str, ClusterSnapshot], *, now: float) -> None:
+        """Reserve again what jobs decided before this hub started hold, until their pods show as bound.
+
+        A job left in phase Placed by a crashed hub has member pods that may not be bound yet, so the
+        snapshot does not count them; without a reservation the next decision could take the same
+        room. The amounts come from fitting the gang on its cluster's snapshot (health and cordon
+        ignored: the decision is already made); a cluster not synced yet is tried again next cycle."""
+        for uid in list(self._unreserved):
+            job = self.jobs.get(uid)
+            cluster, _ = current_placement(job) if job is not None else (None, 0)
+            if job is None or phase_of(job) != PHASE_PLACED or cluster is None or self.ledger.get(uid) is not None:
+                self._unreserved.discard(uid)
+                continue
+            snapshot = snapshots.get(cluster)
+            if snapshot is None:
+                continue
+            self._unreserved.discard(uid)
+            try:
+                gang = gang_request(job, now=now)
+            except (ValueError, TypeError):
+                continue
+            if snapshot.bound_pods.get(uid, 0) >= gang.pod_count:
+                continue
+            view = snapshot.with_info(replace(snapshot.info, healthy=True, cordoned=False))
+            gang = replace(gang, excluded_clusters={})
+            result = run_cycle([gang], {cluster: view}, self.profile, now=now, reservations=self.ledger.book)
+            rebuilt = result.reservations.get(uid)
+            if result.decisions and rebuilt is not None:
+                self.ledger.book = self.ledger.book.reserve(rebuilt)
+                _log.info("reservation rebuilt for a job placed before this hub started", job=gang.key,
+                          cluster=cluster, pods=gang.pod_count)
+            else:
+                _log.info("no room found to re-reserve for a job placed before this hub started; its member "
+                          "pods will show in the snapshot once bound", job=gang.key, cluster=cluster)
 
     def _spawn(self, coro: Any, *, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)

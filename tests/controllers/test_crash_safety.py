@@ -97,16 +97,20 @@ class HubProcess:
     def tail(self) -> str:
         return self.log.read_text()[-4000:] if self.log is not None and self.log.exists() else ""
 
-    def crash_logged(self, point: str) -> bool:
+    def logged(self, event: str, **fields: Any) -> bool:
+        """True if this run's log has a JSON line with `event` and these fields."""
         assert self.log is not None
         for line in self.log.read_text().splitlines():
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if record.get("event") == "test crash hook: killing the hub" and record.get("point") == point:
+            if record.get("event") == event and all(record.get(k) == v for k, v in fields.items()):
                 return True
         return False
+
+    def crash_logged(self, point: str) -> bool:
+        return self.logged("test crash hook: killing the hub", point=point)
 
 
 @pytest.fixture
@@ -173,6 +177,8 @@ async def test_kill_9_at_every_dispatch_point_leaves_one_copy_of_every_job(tmp_p
         await hub.killed()
         await api.close()
         assert hub.crash_logged("mid-dispatch")
+        # the restart rebuilt the reservation of (a), decided by the crashed hub, before placing anything
+        assert hub.logged("reservation rebuilt for a job placed before this hub started", job="crash/a")
         job, pods, groups = await crashed_state(hub, fed, "b")
         assert job["status"]["phase"] == "Placed" and placement_of(job)["epoch"] == 1
         assert groups == 1 and 0 < pods < sizes["b"], (groups, pods)
