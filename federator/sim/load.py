@@ -189,10 +189,11 @@ class BackgroundLoadLoop:
         self.live = live
         if self.group_rt is not None:
             groups = await self.storage.list(self.group_rt, namespace=self.load.namespace, label_selector=selector)
+            # arrive() creates a group and its pods before this loop runs
+            # again, so a group without pods here is finished, not starting
             for g in groups.items:
                 name = g["metadata"]["name"]
-                created = _epoch(g["metadata"].get("creationTimestamp"))
-                if name not in groups_in_use and (created is None or now - created > 5):
+                if name not in groups_in_use:
                     try:
                         await self.storage.delete(self.group_rt, namespace=self.load.namespace, name=name)
                     except ApiError as e:
