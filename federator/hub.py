@@ -48,7 +48,7 @@ from federator.apiserver.registry import JSONObject
 from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import ControllerFactory, HubContext, HubSettings
 from federator.devcerts import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
-from federator.hubapi import hub_registry, validation_settings
+from federator.hubapi import MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
 from federator.obs import METRICS, Metrics, configure_logging, get_logger
 from federator.store.leader import FencingToken, LeaderElection
 from federator.store.open import open_store
@@ -87,13 +87,21 @@ def hub_controllers() -> list[ControllerFactory]:
     controllers.append(job_dispatch)
     from federator.controllers.placement import job_placement
     controllers.append(job_placement)
+    # job lifecycle (issue 7): status sync first (its member object index and job cache serve the next two)
+    from federator.controllers.status_sync import status_sync
+    controllers.append(status_sync)
+    from federator.controllers.stuck import stuck_gangs
+    controllers.append(stuck_gangs)
+    from federator.controllers.cleanup import member_cleanup
+    controllers.append(member_cleanup)
     return controllers
 
 
 #: Finalizers put on every new TrainingJob. Only list one whose controller is
-#: in hub_controllers(): a finalizer nobody removes makes deletion hang. The
-#: lifecycle controller (issue 7) adds hubapi.MEMBER_CLEANUP_FINALIZER here.
-JOB_FINALIZERS: tuple[str, ...] = ()
+#: in hub_controllers(): a finalizer nobody removes makes deletion hang.
+#: member_cleanup (controllers/cleanup.py) removes MEMBER_CLEANUP_FINALIZER
+#: once the job's member objects are gone.
+JOB_FINALIZERS: tuple[str, ...] = (MEMBER_CLEANUP_FINALIZER,)
 
 
 # ---------------------------------------------------------------- the store slot

@@ -506,13 +506,14 @@ def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: Schedu
 
 
 def synced_status(job: Mapping[str, Any], gs: GangStatus, *, adapter: SchedulerAdapter, cluster: str, epoch: int,
-                  now: float) -> dict[str, Any] | None:
+                  now: float, quiet: bool = False) -> dict[str, Any] | None:
     """The job's status after folding in what the member shows (`gs`), or None when nothing changes.
 
     The phase only moves forward (a member showing less than before, e.g. a
     watch that re-listed, never undoes an admission), except that a gang
     whose objects vanish from the member after admission has failed: its
-    pods cannot come back (restartPolicy Never)."""
+    pods cannot come back (restartPolicy Never). `quiet` computes without
+    logging the transition (the dry run before the write that logs it)."""
     ref = job_ref(job)
     old = _mapping(job.get("status"))
     status = copy.deepcopy(dict(old))
@@ -548,7 +549,10 @@ def synced_status(job: Mapping[str, Any], gs: GangStatus, *, adapter: SchedulerA
     if current not in TERMINAL_PHASES or new_phase != current:
         status["podCounts"] = {role: counts.as_dict() for role, counts in gs.counts.items()}
     if new_phase != current:
-        set_phase(status, new_phase, reason=reason, message=message, now=now, job=ref.key, cluster=cluster)
+        if quiet:
+            status["phase"] = new_phase
+        else:
+            set_phase(status, new_phase, reason=reason, message=message, now=now, job=ref.key, cluster=cluster)
         append_history(status, history_entry(new_phase, cluster=cluster, epoch=epoch, message=message, now=now))
     return None if status == old else status
 
@@ -646,7 +650,7 @@ class StatusSync:
         now = time.time()
         if gs.expected > 0 and gs.bound >= gs.expected:
             release_if_shown(self.hub, uid)
-        if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now) is None:
+        if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
             return
         ref = job_ref(job)
 

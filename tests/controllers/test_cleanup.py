@@ -1,0 +1,144 @@
+"""Deletion and GC of member objects: real SimClusters, a real hub with every lifecycle controller.
+
+- deleting a TrainingJob deletes its member objects first (finalizer), then the job;
+- orphans (this hub's objects whose job is gone, of an older epoch, or without job labels) are deleted
+  and counted in /metrics; another hub's objects and the live gang are never touched;
+- the epoch fence: while a cluster is out of contact the fence is down; when it answers again, objects of
+  an older epoch written meanwhile are deleted before the fence holds again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federator.apiserver.errors import ApiError
+from federator.clusters.client import PODS
+from federator.controllers.cleanup import cluster_fenced
+from federator.delegation.adapter import (
+    LABEL_EPOCH,
+    LABEL_HUB,
+    LABEL_JOB_NAME,
+    LABEL_JOB_NAMESPACE,
+    LABEL_JOB_UID,
+)
+from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.sim import kinds
+
+from .jobtest_support import phase, placement_of, wait_until
+from .lifecycle_support import aimed_job, lifecycle_env, list_pods
+
+pytestmark = pytest.mark.slow
+CLUSTER = "onprem-rdma-a100"
+
+
+def _pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            # no scheduler answers to this name: the pod stays Pending and takes no room
+            "spec": {"schedulerName": "nobody", "restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox"}]}}
+
+
+def _ours(job_uid: str, epoch: int, *, namespace: str = "team-a", name: str = "ghost") -> dict[str, str]:
+    return {LABEL_HUB: "federator", LABEL_JOB_UID: job_uid, LABEL_EPOCH: str(epoch),
+            LABEL_JOB_NAMESPACE: namespace, LABEL_JOB_NAME: name}
+
+
+async def test_deleting_a_job_deletes_its_member_objects_first(tmp_path: Path) -> None:
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        created = await env.api.submit(aimed_job("short-lived", CLUSTER))
+        uid = created["metadata"]["uid"]
+        assert MEMBER_CLEANUP_FINALIZER in created["metadata"]["finalizers"]
+        await env.api.wait_job("team-a", "short-lived", lambda j: phase(j) == "Running", what="running")
+        groups, pods = await env.fed.member_objects(CLUSTER, uid)
+        assert len(groups) == 1 and len(pods) == 3
+
+        await env.api.delete("team-a", "short-lived")
+
+        async def job_gone() -> bool:
+            try:
+                job = await env.api.get("team-a", "short-lived")
+            except Exception as e:  # the official client's ApiException
+                assert getattr(e, "status", None) == 404, e
+                return True
+            # while it exists, it is being deleted and still holds the finalizer
+            assert job["metadata"]["deletionTimestamp"]
+            assert MEMBER_CLEANUP_FINALIZER in job["metadata"]["finalizers"]
+            return False
+
+        await wait_until(job_gone, timeout=20, what="the job to be deleted")
+        # the finalizer went only after the member showed nothing left: no waiting here
+        groups, pods = await env.fed.member_objects(CLUSTER, uid)
+        assert groups == [] and pods == []
+
+
+async def test_orphans_are_collected_and_counted_and_nothing_else_is_touched(tmp_path: Path) -> None:
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        created = await env.api.submit(aimed_job("live", CLUSTER))
+        uid = created["metadata"]["uid"]
+        job = await env.api.wait_job("team-a", "live", lambda j: phase(j) == "Running", what="running")
+        epoch = placement_of(job)["epoch"]
+        assert epoch >= 1
+        client = await env.member(CLUSTER)
+        await client.create(PODS, _pod("ghost-of-a-deleted-job", _ours(str(uuid.uuid4()), 1)), namespace="default")
+        await client.create(PODS, _pod("live-older-epoch", _ours(uid, epoch - 1, name="live")), namespace="default")
+        await client.create(PODS, _pod("ours-without-a-job", {LABEL_HUB: "federator"}), namespace="default")
+        foreign = _ours(str(uuid.uuid4()), 1)
+        foreign[LABEL_HUB] = "another-hub"
+        await client.create(PODS, _pod("another-hubs-pod", foreign), namespace="default")
+
+        async def collected() -> bool:
+            names = {p["metadata"]["name"] for p in await list_pods(client, "app.kubernetes.io/managed-by!=x")
+                     if not p["metadata"].get("deletionTimestamp")}
+            return not names & {"ghost-of-a-deleted-job", "live-older-epoch", "ours-without-a-job"}
+
+        await wait_until(collected, timeout=20, what="the orphans to be deleted")
+        assert env.gc.collected == {(CLUSTER, "job-gone"): 1, (CLUSTER, "stale-epoch"): 1,
+                                    (CLUSTER, "unlabelled"): 1}
+        status, text = await env.hub.request("GET", "/metrics")
+        assert status == 200
+        for reason in ("job-gone", "stale-epoch", "unlabelled"):
+            line = (f'federator_member_orphans_collected_total{{cluster="{CLUSTER}",reason="{reason}"}} 1.0')
+            assert line in text, reason
+        # another hub's pod and the live gang are untouched
+        await client.get(PODS, namespace="default", name="another-hubs-pod")
+        live = [p for p in await env.live_pods(CLUSTER, uid) if not p["metadata"].get("deletionTimestamp")]
+        assert len([p for p in live if p["metadata"]["labels"][LABEL_EPOCH] == str(epoch)]) == 3
+        assert phase(await env.api.get("team-a", "live")) == "Running"
+
+
+async def test_the_epoch_fence_deletes_older_epochs_when_a_cluster_returns(tmp_path: Path) -> None:
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        created = await env.api.submit(aimed_job("steady", CLUSTER))
+        uid = created["metadata"]["uid"]
+        job = await env.api.wait_job("team-a", "steady", lambda j: phase(j) == "Running", what="running")
+        epoch = placement_of(job)["epoch"]
+        await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), what="the fence to hold at first")
+
+        sim = env.fed.sims[CLUSTER]
+        await sim.faults.start_outage(30, mode="refuse")
+        await wait_until(lambda: not cluster_fenced(env.hub.context, CLUSTER), what="the fence to drop")
+        # While the hub cannot see it, an older epoch's copy appears in the member (e.g. a copy the
+        # hub had written off while the cluster was away).
+        await sim.storage.create(kinds.PODS, _pod("steady-epoch-zero", _ours(uid, epoch - 1, name="steady")),
+                                 namespace="default")
+        assert not cluster_fenced(env.hub.context, CLUSTER)
+        await sim.faults.end_outage()
+
+        await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), timeout=20,
+                         what="the fence to hold again")
+        # the fence holds only once the older epoch's delete was issued
+        async def gone() -> bool:
+            try:
+                pod = await sim.storage.get(kinds.PODS, namespace="default", name="steady-epoch-zero")
+            except ApiError as e:
+                return e.code == 404
+            return bool(pod["metadata"].get("deletionTimestamp"))
+
+        assert await gone()
+        assert env.gc.collected.get((CLUSTER, "stale-epoch")) == 1
+        assert phase(await env.api.get("team-a", "steady")) == "Running"
