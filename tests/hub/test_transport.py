@@ -213,7 +213,7 @@ async def _read_until(stream: asyncio.StreamReader, event: str, deadline: float)
 async def _start_up(state: Path, *extra: str) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "federator.cli", "up", "--store", f"sqlite://{state / 'hub.db'}",
-        "--state-dir", str(state), "--listen", "127.0.0.1:0", *extra,
+        "--state-dir", str(state), "--listen", "127.0.0.1:0", "--no-sim", *extra,
         cwd=str(state.parent), env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
@@ -289,7 +289,7 @@ async def test_federator_up_bad_flags_give_one_line(tmp_path: Path, args: tuple[
     state = tmp_path / "state"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "federator.cli", "up", "--state-dir", str(state),
-        "--store", f"sqlite://{state / 'hub.db'}", "--listen", "127.0.0.1:0", *args,
+        "--store", f"sqlite://{state / 'hub.db'}", "--listen", "127.0.0.1:0", "--no-sim", *args,
         cwd=str(ROOT), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode not in (0, None)

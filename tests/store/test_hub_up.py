@@ -18,7 +18,7 @@ def _up(tmp_path: Path, db: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "federator.cli", "up", "--store", f"sqlite://{db}",
-         "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0"],
+         "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0", "--no-sim"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
 
