@@ -296,3 +296,31 @@ async def test_federator_up_bad_flags_give_one_line(tmp_path: Path, args: tuple[
     lines = [line for line in err.decode().splitlines() if not line.startswith("{")]
     assert len(lines) == 1 and lines[0].startswith(message), err.decode()
     assert b"Traceback" not in err
+
+
+async def test_federator_up_with_given_tls_and_token_file(tmp_path: Path) -> None:
+    from federator.devcerts import generate_ca, generate_server_certificate, write_private_file
+
+    ca_pem, ca_key = generate_ca(common_name="production-ca")
+    cert_pem, key_pem = generate_server_certificate(ca_pem, ca_key)
+    for name, data in (("ca.crt", ca_pem), ("server.crt", cert_pem), ("server.key", key_pem)):
+        write_private_file(tmp_path / name, data)
+    token_file = tmp_path / "tokens.csv"
+    write_private_file(token_file, f'{TOKENS["viewer"]},carol,uid-carol,"federator:viewer"\n'.encode())
+    state = tmp_path / "state"
+    process, ready = await _start_up(state, "--tls-cert", str(tmp_path / "server.crt"), "--tls-key",
+                                     str(tmp_path / "server.key"), "--token-file", str(token_file))
+    try:
+        assert ready["kubeconfigs"] == {}  # no generated tokens, so no kubeconfigs to write
+        assert not (state / "tls").exists() and not (state / "tokens.csv").exists()
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(ready["url"] + jobs_url(), ssl=context,
+                                   headers={"Authorization": f"Bearer {TOKENS['viewer']}"}) as response:
+                assert response.status == 200 and (await response.json())["kind"] == "TrainingJobList"
+            async with session.get(ready["url"] + jobs_url(), ssl=context,
+                                   headers={"Authorization": f"Bearer {TOKENS['admin']}"}) as response:
+                assert response.status == 401
+    finally:
+        code, _ = await _stop(process)
+    assert code == 0
