@@ -427,3 +427,10 @@ async def test_watch_cache_restarts_after_falling_behind_compaction(storage: Obj
     ev = await asyncio.wait_for(stream.__anext__(), 5)
     assert ev.object["metadata"]["name"] == "fresh"
     await stream.aclose()
+
+
+async def test_object_larger_than_the_store_accepts_is_413(storage: ObjectStorage) -> None:
+    with pytest.raises(ApiError) as e:
+        await storage.create(THINGS, thing("huge", blob="x" * 2_000_000), namespace="ns1")
+    assert (e.value.code, e.value.reason) == (413, "RequestEntityTooLarge")
+    assert (await storage.list(THINGS)).items == []
