@@ -191,6 +191,8 @@ def decode_body(body: bytes, content_type: str) -> Any:
             docs = list(yaml.load_all(body, Loader=_NoAliasLoader))  # noqa: S506 - SafeLoader subclass
         except yaml.YAMLError as e:
             raise errors.bad_request(f"error decoding request body as YAML: {_yaml_problem(e)}") from None
+        except RecursionError:
+            raise errors.bad_request("the request body is nested too deeply") from None
         if len(docs) != 1:
             raise errors.bad_request(f"expected exactly one YAML document in the request body, got {len(docs)}")
         try:

@@ -173,6 +173,27 @@ def _outside_metadata(obj: JSONObject) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}
 
 
+#: Deepest nesting accepted in a request body (orjson encodes at most 254 levels).
+MAX_NESTING_DEPTH = 100
+
+
+def check_nesting(value: Any, *, limit: int = MAX_NESTING_DEPTH) -> None:
+    """400 for a document nested deeper than `limit` (iterative: hostile
+    input must not exhaust the stack)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            raise errors.bad_request(f"the request body is nested more than {limit} levels deep")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
 def parse_resource_version(value: str | None, *, what: str = "resourceVersion") -> int | None:
     """None for unset/"", the int otherwise; 400 for a non-numeric value."""
     if value is None or value == "":
@@ -542,6 +563,7 @@ class ObjectStorage:
         """The object as it will be stored (without name generation), or ApiError."""
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
+        check_nesting(obj)
         new: JSONObject = _copy(obj)
         _check_type_meta(rt, new)
         meta = new.get("metadata")
@@ -745,6 +767,7 @@ class ObjectStorage:
     ) -> JSONObject:
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
+        check_nesting(obj)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             raise errors.invalid(rt, name or "", [FieldError.required("metadata")])
@@ -823,10 +846,13 @@ class ObjectStorage:
             raise errors.unsupported_media(ct, accepted)
         if isinstance(patch, (bytes, bytearray, memoryview)):
             try:
-                return orjson.loads(patch)
+                doc = orjson.loads(patch)
             except orjson.JSONDecodeError as e:
                 raise errors.bad_request(f"error decoding patch: {e}") from None
-        return patch
+        else:
+            doc = patch
+        check_nesting(doc)
+        return doc
 
     async def patch(
         self,

@@ -348,3 +348,22 @@ async def test_list_counts_are_recorded(api: Api) -> None:
     await api.request("GET", f"{W}/widgets")
     await api.request("GET", f"{NSW}")
     assert state.count("list", "widgets.test.federator.dev") == before + 2
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b'{"metadata":{"name":"deep"},"spec":{"size":1,"x":' + b"[" * 300 + b"]" * 300 + b"}}", "application/json"),
+        (b"[" * 2000 + b"]" * 2000, "application/json"),
+        (b"spec: " + b"[" * 5000 + b"]" * 5000 + b"\n", "application/yaml"),
+    ],
+)
+async def test_deeply_nested_bodies_are_400(api: Api, body: bytes, content_type: str) -> None:
+    status, resp_body, _ = await api.request("POST", NSW, data=body, headers={"Content-Type": content_type})
+    assert_status(status, resp_body, 400, "BadRequest")
+    await api.request("POST", NSW, json=widget("w1"))
+    deep_patch = b'{"spec":{"x":' + b"[" * 300 + b"]" * 300 + b"}}"
+    status, resp_body, _ = await api.request("PATCH", f"{NSW}/w1", data=deep_patch,
+                                             headers={"Content-Type": "application/merge-patch+json"})
+    assert_status(status, resp_body, 400, "BadRequest")
+    assert await stored_widgets(api) == ["w1"]
