@@ -447,8 +447,12 @@ async def update_job_status(
 class ReservationLedger:
     """The hub's one reservation book (placement's assumed state), shared by the job controllers.
 
-    Placement replaces `book` after each cycle; dispatch, status sync and
-    pull-back call `forget` (idempotent) when a gang's reservation must go."""
+    Placement replaces `book` after each cycle; dispatch, status sync,
+    pull-back and deletion cleanup call `forget` (idempotent) when a gang's
+    reservation must go: after its member objects were deleted. A deleted
+    job's reservation is NOT dropped by placement (its pods may still get
+    bound); it ends when the snapshot shows them, when cleanup forgets it,
+    or at its TTL."""
 
     def __init__(self) -> None:
         self.book: ReservationBook = EMPTY_BOOK

@@ -195,12 +195,12 @@ class PlacementController:
         return True
 
     def _forget_job(self, uid: str) -> None:
+        # The job's reservation stays: its member pods may still exist and get bound (until the cleanup
+        # deletes them, which forgets the reservation, or the snapshot shows them, which releases it).
         self.jobs.pop(uid, None)
         self._unplaced_written.pop(uid, None)
+        self._unreserved.discard(uid)
         self.dispatcher.retries.forget(uid)
-        held = self.ledger.get(uid)
-        if held is not None and uid not in self.inflight:
-            self.ledger.forget(uid)
 
     async def _watch_loop(self, resource_version: str) -> None:
         attempt = 0
