@@ -184,7 +184,8 @@ class ClusterHealth:
             if self.resuming and not w.ever_synced:
                 synced = ("False", "Resuming", f"snapshot loaded from a checkpoint; {resource} not resumed yet")
             elif not w.ever_synced:
-                synced = ("False", "Listing", f"{resource} not listed yet")
+                synced = ("False", "ListFailing", f"{resource} cannot be listed: {w.error}") if w.error \
+                    else ("False", "Listing", f"{resource} not listed yet")
             elif w.relisting:
                 synced = ("False", "Relisting", f"{resource} is being re-listed")
             elif w.down_since is not None and now - w.down_since < grace and \

@@ -33,6 +33,7 @@ from federator.clusters.client import (
     PODS,
     ClientTimeouts,
     KubeconfigError,
+    MemberApiError,
     MemberClient,
     MemberClientError,
     ResourceKind,
@@ -329,6 +330,12 @@ class ClusterSync:
                 try:
                     await self.client.probe()
                     self.health.probe_succeeded()
+                except MemberApiError as e:
+                    # It answered: an auth problem shows in Synced (the reflectors fail), not in Reachable.
+                    if e.code in (401, 403):
+                        self.health.probe_succeeded()
+                    else:
+                        self.health.probe_failed(e, now_wall=time.time())
                 except MemberClientError as e:
                     self.health.probe_failed(e, now_wall=time.time())
                 next_probe = self._loop.time() + interval
