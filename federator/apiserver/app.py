@@ -556,7 +556,7 @@ class _Handlers:
             resource_version=q.get("resourceVersion") or None,
             label_selector=lsel,
             field_selector=fsel,
-            timeout_seconds=float(timeout) if timeout is not None else None,
+            timeout_seconds=float(timeout) if timeout else None,  # 0 means the default, as in kube
             allow_bookmarks=parse_bool(q.get("allowWatchBookmarks")),
             send_initial_events=send_initial,
             table=wants_table(request.headers.get("Accept", "")),

@@ -66,10 +66,10 @@ def age(value: Any, now: dt.datetime) -> str:
 
 
 def column_definitions(rt: ResourceType) -> list[dict[str, Any]]:
-    cols: list[dict[str, Any]] = [
-        {"name": "Name", "type": "string", "format": "name", "priority": 0,
-         "description": "Name must be unique within a namespace. Cannot be updated."},
-    ]
+    cols: list[dict[str, Any]] = []
+    if not _has_name(rt):
+        cols.append({"name": "Name", "type": "string", "format": "name", "priority": 0,
+                     "description": "Name must be unique within a namespace. Cannot be updated."})
     for c in rt.columns:
         cols.append({
             "name": c.name, "type": "string" if c.type == "date" else c.type, "format": c.format,
@@ -83,9 +83,15 @@ def column_definitions(rt: ResourceType) -> list[dict[str, Any]]:
     return cols
 
 
+def _has_name(rt: ResourceType) -> bool:
+    """A kind may place NAME itself (events show it only with -o wide)."""
+    return any(c.name == "Name" for c in rt.columns)
+
+
 def _has_age(rt: ResourceType) -> bool:
-    """A kind may place AGE itself (nodes print VERSION after it)."""
-    return any(c.name == "Age" for c in rt.columns)
+    """A kind may place AGE itself (nodes print VERSION after it); a kind that
+    places NAME itself lays out every column (events have no AGE)."""
+    return _has_name(rt) or any(c.name == "Age" for c in rt.columns)
 
 
 def _row_object(obj: JSONObject, include_object: str) -> JSONObject | None:
@@ -98,7 +104,7 @@ def _row_object(obj: JSONObject, include_object: str) -> JSONObject | None:
 
 def table_row(rt: ResourceType, obj: JSONObject, *, now: dt.datetime, include_object: str = "Metadata") -> JSONObject:
     meta = obj.get("metadata") or {}
-    cells: list[Any] = [meta.get("name", "")]
+    cells: list[Any] = [] if _has_name(rt) else [meta.get("name", "")]
     for c in rt.columns:
         try:
             value = c.cell(obj)

@@ -778,6 +778,13 @@ def _validate_event(ev: JSONObject) -> list[FieldError]:
     return c.errors
 
 
+def _event_source_cell(ev: JSONObject) -> str:
+    source = ev.get("source") or {}
+    component = source.get("component") or ev.get("reportingComponent") or ""
+    host = source.get("host")
+    return f"{component}, {host}" if host else str(component)
+
+
 def _event_object_cell(ev: JSONObject) -> str:
     inv = ev.get("involvedObject") or {}
     return f"{str(inv.get('kind', '')).lower()}/{inv.get('name', '')}"
@@ -795,13 +802,23 @@ EVENTS = ResourceType(
         "type": path_getter("type"),
     },
     defaults=_event_defaults, validate=_validate_event,
+    # kube's event columns: NAME only with -o wide (K/pkg/printers/internalversion/printers.go)
     columns=(
         TableColumn("Last Seen", lambda e: e.get("lastTimestamp") or e.get("eventTime") or None, type="date",
                     description="Time when this Event was last observed."),
         TableColumn("Type", jsonpath_cell("type"), description="Type of this event (Normal, Warning)."),
         TableColumn("Reason", jsonpath_cell("reason"), description="Short, machine understandable string."),
         TableColumn("Object", _event_object_cell, description="The object that this event is about."),
+        TableColumn("Subobject", jsonpath_cell("involvedObject", "fieldPath"), priority=1,
+                    description="The field of the object that this event is about."),
+        TableColumn("Source", _event_source_cell, priority=1, description="The component reporting this event."),
         TableColumn("Message", jsonpath_cell("message"), description="A human-readable description of the status."),
+        TableColumn("First Seen", lambda e: e.get("firstTimestamp") or e.get("eventTime") or None, type="date",
+                    priority=1, description="The time at which the event was first recorded."),
+        TableColumn("Count", jsonpath_cell("count", default=1), type="integer", priority=1,
+                    description="The number of times this event has occurred."),
+        TableColumn("Name", jsonpath_cell("metadata", "name"), format="name", priority=1,
+                    description="Name must be unique within a namespace."),
     ),
     strategic_merge=dict(_OBJECT_META_SMP),
     openapi_schema={"properties": {

@@ -226,3 +226,22 @@ def test_delete_namespace_waits_until_it_is_empty_and_gone(sim_cluster: Threaded
     assert kubectl("delete", "namespace", ns).stdout.strip() == f'namespace "{ns}" deleted'
     proc = kubectl("get", "namespace", ns, check=False)
     assert proc.returncode != 0 and f'namespaces "{ns}" not found' in proc.stderr
+
+
+def test_get_events_has_kubes_columns(sim_cluster: ThreadedSim, kubectl: Kubectl) -> None:
+    from federator.sim import kinds
+
+    ns = sim_cluster.new_namespace("kc")
+
+    async def record() -> None:
+        await sim_cluster.c.storage.create(kinds.EVENTS, {
+            "metadata": {"name": "pod-x.1"}, "involvedObject": {"kind": "Pod", "name": "pod-x", "namespace": ns},
+            "reason": "FailedScheduling", "message": "0/4 nodes are available", "type": "Warning",
+            "source": {"component": "volcano"}}, namespace=ns)
+
+    sim_cluster.run(record)
+    lines = kubectl("get", "events", "-n", ns).stdout.splitlines()
+    assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert lines[1].split()[1:5] == ["Warning", "FailedScheduling", "pod/pod-x", "0/4"]
+    wide = kubectl("get", "events", "-n", ns, "-o", "wide").stdout.splitlines()[0]
+    assert "SOURCE" in wide and "NAME" in wide
