@@ -384,7 +384,7 @@ class _Handlers:
                      if s.group == group and s.version == version]
 
             def build() -> JSONObject:
-                doc = api_resource_list(state.registry, group, version, extra_subresources=extra)
+                doc = api_resource_list(state.registry, group=group, version=version, extra_subresources=extra)
                 for vo in state.verb_only.values():
                     if vo.group == group and vo.version == version:
                         doc["resources"].append({

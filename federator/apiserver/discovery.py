@@ -3,7 +3,8 @@
 
 Only the legacy format is served; clients that ask for aggregated discovery
 fall back automatically because the response Content-Type is plain
-application/json. Pure functions of the registry: no I/O.
+application/json. Pure functions of the registry: this module must never do
+I/O, and never serve aggregated discovery (clients would misparse it, §7).
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ def _resource_entry(rt: ResourceType) -> JSONObject:
 
 def api_resource_list(
     registry: Registry,
+    *,
     group: str,
     version: str,
-    *,
     extra_subresources: Iterable[tuple[str, str, str, tuple[str, ...]]] = (),
 ) -> JSONObject:
     """The APIResourceList of one group/version. `extra_subresources` are

@@ -12,7 +12,9 @@
 
 PATCH bodies advertise merge-patch and json-patch only: built-in kinds then
 get their strategic merge patches from kubectl's compiled-in types, which
-know the real merge keys. Pure: builds documents, does no I/O.
+know the real merge keys. Pure: it builds documents and must never do I/O;
+it must never advertise strategic merge patch for a kind whose merge keys it
+does not publish (kubectl would then build wrong patches).
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def _paths_for(rt: ResourceType) -> dict[str, JSONObject]:
     return paths
 
 
-def group_version_document(registry: Registry, group: str, version: str) -> JSONObject:
+def group_version_document(registry: Registry, *, group: str, version: str) -> JSONObject:
     paths: dict[str, JSONObject] = {}
     schemas: dict[str, JSONObject] = {}
     for rt in registry.in_group_version(group, version):
@@ -151,7 +153,7 @@ class OpenAPISpecs:
     def __init__(self, registry: Registry) -> None:
         self.documents: dict[str, OpenAPIDocument] = {}
         for group, version in registry.group_versions():
-            body = orjson.dumps(group_version_document(registry, group, version))
+            body = orjson.dumps(group_version_document(registry, group=group, version=version))
             digest = hashlib.sha512(body).hexdigest()[:32].upper()
             path = _gv_path(group, version)
             self.documents[path] = OpenAPIDocument(path, body, digest)

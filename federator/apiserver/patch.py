@@ -190,13 +190,13 @@ _DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
 SMPSchema = Mapping[str, SMPListStrategy]
 
 
-def strategic_merge_patch(target: Any, patch: Any, schema: SMPSchema) -> Any:
+def strategic_merge_patch(target: Any, patch: Any, *, schema: SMPSchema) -> Any:
     """Apply an SMP to `target`; lists listed in `schema` (dotted paths, `[]`
     for list elements) merge, every other list is replaced."""
     if not isinstance(patch, dict):
         raise PatchError("a strategic merge patch must be a JSON object")
     base = copy.deepcopy(target) if isinstance(target, dict) else {}
-    merged = _smp_map(base, patch, schema, "")
+    merged = _smp_map(base, patch, schema=schema, path="")
     return merged if merged is not None else {}
 
 
@@ -204,7 +204,7 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _smp_map(original: dict[str, Any], patch: dict[str, Any], schema: SMPSchema, path: str) -> dict[str, Any] | None:
+def _smp_map(original: dict[str, Any], patch: dict[str, Any], *, schema: SMPSchema, path: str) -> dict[str, Any] | None:
     directive = patch.get(_DIRECTIVE)
     if directive is not None:
         if directive == "delete":
@@ -240,7 +240,7 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any], schema: SMPSchema,
             result.pop(key, None)
         elif isinstance(value, dict):
             current = result.get(key)
-            merged = _smp_map(current if isinstance(current, dict) else {}, value, schema, field_path)
+            merged = _smp_map(current if isinstance(current, dict) else {}, value, schema=schema, path=field_path)
             if merged is None:
                 result.pop(key, None)
             else:
@@ -255,7 +255,8 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any], schema: SMPSchema,
                 result[key] = _merge_primitives(current if isinstance(current, list) else [], value)
             else:
                 result[key] = _merge_keyed(
-                    current if isinstance(current, list) else [], value, strategy, schema, field_path + "[]"
+                    current if isinstance(current, list) else [], value, strategy=strategy, schema=schema,
+                    elem_path=field_path + "[]",
                 )
         else:
             result[key] = copy.deepcopy(value)
@@ -263,7 +264,7 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any], schema: SMPSchema,
         current = result.get(field)
         if isinstance(current, list):
             strategy = schema.get(_join(path, field))
-            result[field] = _apply_order(current, order, strategy.merge_key if strategy else None)
+            result[field] = _apply_order(current, order, merge_key=strategy.merge_key if strategy else None)
     if retain is not None:
         keep = set(retain)
         for key in list(result):
@@ -285,7 +286,7 @@ def _merge_primitives(current: list[Any], patch: list[Any]) -> list[Any]:
 
 
 def _merge_keyed(
-    current: list[Any], patch: list[Any], strategy: SMPListStrategy, schema: SMPSchema, elem_path: str
+    current: list[Any], patch: list[Any], *, strategy: SMPListStrategy, schema: SMPSchema, elem_path: str
 ) -> list[Any]:
     key = strategy.merge_key
     assert key is not None
@@ -308,7 +309,7 @@ def _merge_keyed(
         if idx is None:
             out.append(_strip(elem))
         else:
-            merged = _smp_map(out[idx], elem, schema, elem_path)
+            merged = _smp_map(out[idx], elem, schema=schema, path=elem_path)
             if merged is None:
                 out.pop(idx)
             else:
@@ -316,7 +317,7 @@ def _merge_keyed(
     return out
 
 
-def _apply_order(items: list[Any], order: list[Any], merge_key: str | None) -> list[Any]:
+def _apply_order(items: list[Any], order: list[Any], *, merge_key: str | None) -> list[Any]:
     def ident(v: Any) -> Any:
         if merge_key is not None and isinstance(v, dict):
             return v.get(merge_key)
@@ -359,7 +360,7 @@ def _strip(value: Any) -> Any:
     return value
 
 
-def apply_patch(target: Any, patch: Any, content_type: str, schema: SMPSchema | None) -> Any:
+def apply_patch(target: Any, patch: Any, *, content_type: str, schema: SMPSchema | None) -> Any:
     """Dispatch on the PATCH Content-Type (already normalised, no parameters)."""
     if content_type == MERGE_PATCH:
         if not isinstance(patch, dict):
@@ -370,5 +371,5 @@ def apply_patch(target: Any, patch: Any, content_type: str, schema: SMPSchema | 
     if content_type == STRATEGIC_MERGE_PATCH:
         if schema is None:
             raise PatchError("strategic merge patch is not supported for this kind")
-        return strategic_merge_patch(target, patch, schema)
+        return strategic_merge_patch(target, patch, schema=schema)
     raise PatchError(f"unsupported patch type {content_type!r}")

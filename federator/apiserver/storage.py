@@ -206,7 +206,7 @@ def parse_resource_version(value: str | None, *, what: str = "resourceVersion") 
 # ---------------------------------------------------------------- continue tokens
 
 
-def encode_continue(revision: int, start_after: str, consumed: int = 0) -> str:
+def encode_continue(revision: int, start_after: str, *, consumed: int = 0) -> str:
     raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start_after, "n": consumed})
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -467,7 +467,7 @@ class ObjectStorage:
         remaining = None
         if more and last_key is not None:
             consumed = skipped + len(items)
-            token = encode_continue(revision, last_key[len(prefix):], consumed)
+            token = encode_continue(revision, last_key[len(prefix):], consumed=consumed)
             if not filtering and count is not None:
                 remaining = max(0, count - consumed)
         return ObjectList(items=items, resource_version=str(revision), continue_token=token, remaining=remaining)
@@ -875,7 +875,8 @@ class ObjectStorage:
             old = _decode(kv.value, kv.mod_revision)
             current_rv = old["metadata"]["resourceVersion"]
             try:
-                patched = apply_patch(_decode(kv.value, kv.mod_revision), doc, ct, rt.strategic_merge)
+                patched = apply_patch(_decode(kv.value, kv.mod_revision), doc, content_type=ct,
+                                      schema=rt.strategic_merge)
             except PatchError as e:
                 raise errors.bad_request(str(e)) from None
             except PatchApplyError as e:

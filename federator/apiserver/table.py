@@ -3,7 +3,7 @@
 kubectl prints cells verbatim, so ages are rendered here with kube's
 HumanDuration. Rows carry a PartialObjectMetadata (or the full object, or
 nothing, per `includeObject`) so that `-A` and `--show-labels` work. Pure:
-no I/O.
+it must never do I/O or touch a store.
 """
 
 from __future__ import annotations

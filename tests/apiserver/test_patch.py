@@ -138,7 +138,7 @@ POD = {
 
 def smp(patch: dict[str, Any]) -> Any:
     before = copy.deepcopy(POD)
-    out = strategic_merge_patch(POD, patch, SCHEMA)
+    out = strategic_merge_patch(POD, patch, schema=SCHEMA)
     assert POD == before
     return out
 
@@ -194,17 +194,20 @@ def test_smp_retain_keys() -> None:
 
 def test_smp_errors() -> None:
     with pytest.raises(PatchError):
-        strategic_merge_patch(POD, ["not", "a", "map"], SCHEMA)  # type: ignore[arg-type]
+        strategic_merge_patch(POD, ["not", "a", "map"], schema=SCHEMA)
     with pytest.raises(PatchError):
-        strategic_merge_patch(POD, {"spec": {"containers": [{"image": "no-name"}]}}, SCHEMA)
+        strategic_merge_patch(POD, {"spec": {"containers": [{"image": "no-name"}]}}, schema=SCHEMA)
     with pytest.raises(PatchError):
-        strategic_merge_patch(POD, {"spec": {"$patch": "explode"}}, SCHEMA)
+        strategic_merge_patch(POD, {"spec": {"$patch": "explode"}}, schema=SCHEMA)
 
 
 def test_apply_patch_dispatch() -> None:
-    assert apply_patch({"a": 1}, {"b": 2}, "application/merge-patch+json", None) == {"a": 1, "b": 2}
-    assert apply_patch({"a": 1}, [{"op": "remove", "path": "/a"}], "application/json-patch+json", None) == {}
+    def apply(target: Any, patch: Any, ct: str) -> Any:
+        return apply_patch(target, patch, content_type=ct, schema=None)
+
+    assert apply({"a": 1}, {"b": 2}, "application/merge-patch+json") == {"a": 1, "b": 2}
+    assert apply({"a": 1}, [{"op": "remove", "path": "/a"}], "application/json-patch+json") == {}
     with pytest.raises(PatchError):
-        apply_patch({"a": 1}, {"b": 2}, "application/strategic-merge-patch+json", None)
+        apply({"a": 1}, {"b": 2}, "application/strategic-merge-patch+json")
     with pytest.raises(PatchError):
-        apply_patch({"a": 1}, [1], "application/merge-patch+json", None)
+        apply({"a": 1}, [1], "application/merge-patch+json")

@@ -311,7 +311,7 @@ async def test_malformed_continue_token(storage: ObjectStorage, token: str) -> N
 
 
 def test_continue_token_roundtrip() -> None:
-    assert decode_continue(encode_continue(42, "ns1/w3", 7)) == (42, "ns1/w3", 7)
+    assert decode_continue(encode_continue(42, "ns1/w3", consumed=7)) == (42, "ns1/w3", 7)
 
 
 async def test_list_resource_version_semantics(storage: ObjectStorage, store: MemoryStore) -> None:
