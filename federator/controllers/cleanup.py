@@ -191,7 +191,6 @@ class JobFinalizer:
                           requested=outcome.requested)
         registered = set((self.hub.shared.get("member_syncs") or {}))
         unknown += sorted(registered - set(self.objects.clusters))
-        reservations(self.hub).forget(uid)
         if left or unknown:
             deleted_at = parse_timestamp((job.get("metadata") or {}).get("deletionTimestamp"))
             if deleted_at is None or time.time() - deleted_at < self.grace:
@@ -199,6 +198,8 @@ class JobFinalizer:
             _log.warning("removing the cleanup finalizer although member objects may remain; the GC collects "
                          "them when the cluster answers", job=ref.key, clusters_with_objects=left,
                          clusters_not_synced=unknown, grace_s=self.grace)
+        # The reservation goes with the member objects (never before: pods still there may get bound).
+        reservations(self.hub).forget(uid)
         await self._remove_finalizer(ref.namespace, ref.name, uid)
         _log.info("job's member objects deleted; finalizer removed", job=ref.key)
         return True

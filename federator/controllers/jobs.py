@@ -122,6 +122,8 @@ MEMBER_SYNCS = "member_syncs"  # name -> ClusterSync (membercluster.py)
 RESERVATIONS = "reservations"  # ReservationLedger (placement.py creates it)
 
 DEFAULT_HUB_ID = "federator"
+#: The toleration delegated GPU pods get for the conventional GPU node taint (nvidia.com/gpu:NoSchedule).
+GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EXISTS, effect=TaintEffect.NO_SCHEDULE)
 
 
 # ---------------------------------------------------------------- time
@@ -259,6 +261,10 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
             toleration = _toleration(raw)
             if toleration not in tolerations:
                 tolerations.append(toleration)
+        if requests.gpu > 0 and GPU_TOLERATION not in tolerations:
+            # Delegated GPU pods carry this toleration (delegation.extended_resource_tolerations, what the
+            # ExtendedResourceToleration admission plugin adds), so GPU nodes tainted nvidia.com/gpu fit.
+            tolerations.append(GPU_TOLERATION)
     for key in conflicting:
         node_selector.pop(key, None)
     placement = spec.get("placement") or {}

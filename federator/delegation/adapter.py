@@ -91,6 +91,7 @@ __all__ = [
     "ANNOTATION_GANG",
     "ANNOTATION_JOB",
     "ANNOTATION_NODE_HINT",
+    "EXTENDED_RESOURCES",
     "LABEL_EPOCH",
     "LABEL_HUB",
     "LABEL_INDEX",
@@ -115,6 +116,7 @@ __all__ = [
     "RenderError",
     "RoleCounts",
     "SchedulerAdapter",
+    "extended_resource_tolerations",
     "hub_selector",
     "ownership_of",
     "podgroup_name",
@@ -671,8 +673,10 @@ class SchedulerAdapter:
         }
         if template.node_selector:
             spec["nodeSelector"] = dict(template.node_selector)
-        if template.tolerations:
-            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in template.tolerations]
+        tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in template.tolerations or ()]
+        tolerations += extended_resource_tolerations(container, present=tolerations)
+        if tolerations:
+            spec["tolerations"] = tolerations
         if node is not None:
             pod_annotations[ANNOTATION_NODE_HINT] = node
             spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
@@ -820,6 +824,39 @@ def _node_hints(
             raise RenderError(f"{where}: the assignment's node {str(pod.node)[:80]!r} is not a valid node name")
         hints[(pod.role, pod.index)] = pod.node
     return hints
+
+
+#: Extended resources whose nodes are conventionally tainted with the resource name (NoSchedule): GPU
+#: nodes (`nvidia.com/gpu=present:NoSchedule`). RDMA HCAs sit on CPU nodes too and are not tainted.
+EXTENDED_RESOURCES = ("nvidia.com/gpu",)
+
+
+def _tolerated(present: Sequence[Mapping[str, Any]], key: str) -> bool:
+    for t in present:
+        if t.get("effect") not in (None, "", "NoSchedule"):
+            continue
+        if (t.get("key") in (None, "") and t.get("operator") == "Exists") or \
+                (t.get("key") == key and t.get("operator") == "Exists"):
+            return True
+    return False
+
+
+def extended_resource_tolerations(container: Mapping[str, Any], *, present: Sequence[Mapping[str, Any]] = ()
+                                  ) -> list[JSON]:
+    """What kube-apiserver's ExtendedResourceToleration admission plugin adds to a pod, for the resources
+    of EXTENDED_RESOURCES the container requests (GPUs): `{key: <resource>, operator: Exists, effect:
+    NoSchedule}`, unless `present` already tolerates that. GPU nodes are tainted with the resource name so
+    that only pods asking for GPUs land there; the hub renders the toleration itself, so a gang lands the
+    same on members with and without the plugin (placement assumes the same: controllers/jobs.py)."""
+    resources = _mapping(container.get("resources"))
+    requests = _mapping(resources.get("requests")) or _mapping(resources.get("limits"))
+    added: list[JSON] = []
+    for name in EXTENDED_RESOURCES:
+        quantity = requests.get(name)
+        if quantity in (None, "", "0", 0) or _tolerated([*present, *added], name):
+            continue
+        added.append({"key": name, "operator": "Exists", "effect": "NoSchedule"})
+    return added
 
 
 def _requests_of(role: Role, *, where: str) -> Resources:
