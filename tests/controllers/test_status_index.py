@@ -1,0 +1,120 @@
+"""The member object index of status sync (ClusterObjects) and the GC's orphan rule, without I/O.
+
+The index is what status sync, the stuck-gang detector and the GC read of a member; it is fed by a
+Reflector (list + watch events, and the DELETED events of a re-list that carry only a name). Hostile or
+malformed objects (no name, labels that are not a map, an epoch that is not a number) must neither
+crash it nor be attributed to a job's gang.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from federator.clusters.client import PODS, podgroup_resource
+from federator.controllers.cleanup import orphan_reason
+from federator.controllers.status_sync import ClusterObjects, MemberObject
+from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
+
+VOLCANO_GROUPS = podgroup_resource("volcano")
+assert VOLCANO_GROUPS is not None
+
+
+def _obj(name: str, *, uid: str = "job-1", epoch: Any = "2", rv: str = "1", namespace: str = "vision",
+         **extra: Any) -> dict[str, Any]:
+    labels: Any = {LABEL_HUB: "federator", LABEL_JOB_UID: uid, LABEL_EPOCH: epoch, LABEL_JOB_NAMESPACE: "vision",
+                   LABEL_JOB_NAME: "resnet"}
+    body: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                                         "resourceVersion": rv, "labels": labels},
+                            "spec": {"nodeName": "n1", "containers": [{"env": [{"name": "SECRET", "value": "x"}]}]},
+                            "status": {"phase": "Running"}}
+    body.update(extra)
+    return body
+
+
+@pytest.fixture
+def index() -> tuple[ClusterObjects, list[tuple[str, set[str]]]]:
+    changes: list[tuple[str, set[str]]] = []
+    return ClusterObjects("c1", (PODS, VOLCANO_GROUPS), lambda cluster, uids: changes.append((cluster, uids))), changes
+
+
+def test_the_index_follows_events_and_groups_a_gang_by_job_and_epoch(
+        index: tuple[ClusterObjects, list[tuple[str, set[str]]]]) -> None:
+    objects, changes = index
+    assert not objects.ready
+    objects.apply(PODS.key, [("ADDED", _obj("p0")), ("ADDED", _obj("p1")), ("ADDED", _obj("old", epoch="1"))],
+                  resource_version="5", received_at=0.0)
+    assert not objects.ready  # PodGroups not listed yet: absence there means nothing
+    objects.apply(VOLCANO_GROUPS.key, [("ADDED", _obj("pg", spec={"minMember": 2}))], resource_version="6",
+                  received_at=0.0)
+    assert objects.ready and changes == [("c1", {"job-1"}), ("c1", {"job-1"})]
+    group, pods = objects.gang("job-1", 2)
+    assert group is not None and group["metadata"]["name"] == "pg" and group["spec"] == {"minMember": 2}
+    assert sorted(p["metadata"]["name"] for p in pods) == ["p0", "p1"]
+    # slimmed: the pod spec keeps only nodeName (no env, no secrets)
+    assert pods[0]["spec"] == {"nodeName": "n1"}
+    listed = objects.objects_of("job-1")
+    assert [o.name for o in listed] == ["old", "p0", "p1", "pg"]  # pods first: the delete order
+    assert {o.epoch for o in listed} == {1, 2} and all(o.cluster == "c1" for o in listed)
+    # a re-list's DELETED carries only the name; MODIFIED moves an object between epochs
+    objects.apply(PODS.key, [("DELETED", {"metadata": {"name": "old", "namespace": "vision"}}),
+                             ("MODIFIED", _obj("p1", epoch="3", rv="7"))], resource_version="8", received_at=0.0)
+    assert [o.name for o in objects.objects_of("job-1")] == ["p0", "p1", "pg"]
+    assert [p["metadata"]["name"] for p in objects.gang("job-1", 2)[1]] == ["p0"]
+    assert objects.known(PODS.key) == {"vision/p0": "1", "vision/p1": "7"}
+    objects.apply(PODS.key, [("DELETED", _obj("p0")), ("DELETED", _obj("p1"))], resource_version="9",
+                  received_at=0.0)
+    objects.apply(VOLCANO_GROUPS.key, [("DELETED", _obj("pg"))], resource_version="10", received_at=0.0)
+    assert objects.objects_of() == [] and objects.job_uids() == set()
+
+
+def test_malformed_objects_neither_crash_the_index_nor_join_a_gang(
+        index: tuple[ClusterObjects, list[tuple[str, set[str]]]]) -> None:
+    objects, _ = index
+    nameless = {"metadata": {"namespace": "vision", "labels": {LABEL_JOB_UID: "job-1"}}}
+    bad_labels = {"metadata": {"name": "weird", "namespace": "vision", "labels": ["not", "a", "map"]}}
+    no_meta: dict[str, Any] = {"kind": "Pod"}
+    objects.apply(PODS.key, [("ADDED", nameless), ("ADDED", bad_labels), ("ADDED", no_meta),
+                             ("ADDED", _obj("garbage-epoch", epoch="two")),
+                             ("ADDED", _obj("huge-epoch", epoch="1" * 40))], resource_version="3", received_at=0.0)
+    assert objects.gang("job-1", 2) == (None, [])
+    listed = {o.name: o for o in objects.objects_of()}
+    assert set(listed) == {"weird", "garbage-epoch", "huge-epoch"}
+    assert listed["garbage-epoch"].epoch is None and listed["huge-epoch"].epoch is None
+    assert listed["weird"].job_uid == ""
+    # objects of an unknown resource are ignored
+    objects.apply("nodes", [("ADDED", _obj("n1"))], resource_version="4", received_at=0.0)
+    assert "nodes" not in objects.objects
+
+
+def _member(epoch: int | None = 2, *, cluster: str = "c1", job_uid: str = "job-1") -> MemberObject:
+    return MemberObject(cluster=cluster, resource=PODS, namespace="vision", name="p0", uid="u", job_uid=job_uid,
+                        job_namespace="vision", job_name="resnet", epoch=epoch, deleting=False)
+
+
+def _job(cluster: str | None, epoch: int, *, uid: str = "job-1", deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"uid": uid, "name": "resnet", "namespace": "vision"}
+    if deleting:
+        meta["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    placement: dict[str, Any] = {"epoch": epoch}
+    if cluster:
+        placement["cluster"] = cluster
+    return {"metadata": meta, "status": {"placement": placement}}
+
+
+@pytest.mark.parametrize(("obj", "job", "reason"), [
+    (_member(2), _job("c1", 2), None),  # live
+    (_member(2), None, "job-gone"),
+    (_member(2), _job("c1", 2, uid="a-new-job-of-the-same-name"), "job-gone"),
+    (_member(1), _job("c1", 2), "stale-epoch"),
+    (_member(1), _job("c2", 2), "stale-epoch"),
+    (_member(2), _job(None, 2), "not-placed-here"),  # pulled back / requeued, not placed again yet
+    (_member(2), _job("c2", 2), "not-placed-here"),
+    (_member(3), _job("c1", 2), None),  # newer than the job: never delete what cannot be explained
+    (_member(None), _job("c1", 2), "unlabelled"),
+    (_member(2, job_uid=""), _job("c1", 2), "unlabelled"),
+    (_member(1), _job("c1", 2, deleting=True), None),  # the finalizer path deletes it
+])
+def test_the_orphan_rule(obj: MemberObject, job: dict[str, Any] | None, reason: str | None) -> None:
+    assert orphan_reason(obj, job) == reason
