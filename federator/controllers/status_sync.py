@@ -28,7 +28,9 @@ lists it after member sync):
   skipped when the job moved on (another cluster or epoch) meanwhile. Once
   the member's snapshot shows every pod of the gang bound, the gang's
   placement reservation is released (invariant 4: never double-booked,
-  never counted twice).
+  never counted twice). Work is driven by events (a member batch touching a
+  job's objects, a job change); a full pass over the active jobs runs at
+  most every `status_resync_seconds` (HubSettings.extra, default 5).
 
 It never creates or deletes member objects, never decides placement, and
 never logs an object body or a credential.
@@ -601,12 +603,17 @@ class StatusSync:
         self.objects = objects
         self.jobs = jobs
         self.tick = lifecycle_tick_seconds(hub)
+        #: a full pass over every active job at most this often (events drive everything else)
+        self.resync = max(self.tick, float(hub.settings.extra.get("status_resync_seconds", 5.0)))
         self.work = _Work()
+        #: gangs the member shows fully bound whose reservation waits for the cluster's snapshot
+        self.awaiting_release: set[str] = set()
         objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
         jobs.subscribe(lambda uid, _job: self.work.mark((uid,)))
 
     async def run(self) -> None:
         metrics = self.hub.metrics.loop_phase_seconds
+        last_full = float("-inf")
         while True:
             try:
                 await asyncio.wait_for(self.work.wake.wait(), timeout=self.tick)
@@ -618,10 +625,12 @@ class StatusSync:
             metrics.labels(loop="status_sync", phase="refresh").observe(time.perf_counter() - started)
             started = time.perf_counter()
             dirty, self.work.dirty = self.work.dirty, set()
-            # Every active job is looked at on each tick too: a reservation may wait for the snapshot.
-            for uid, job in list(self.jobs.jobs.items()):
-                if (job.get("status") or {}).get("phase") in ACTIVE_PHASES:
-                    dirty.add(uid)
+            dirty |= self.awaiting_release
+            if time.monotonic() - last_full >= self.resync:
+                # Now and then every active job, e.g. one whose cluster's index became ready meanwhile.
+                last_full = time.monotonic()
+                dirty.update(uid for uid, job in list(self.jobs.jobs.items())
+                             if (job.get("status") or {}).get("phase") in ACTIVE_PHASES)
             for uid in dirty:
                 try:
                     await self.reconcile(uid)
@@ -631,6 +640,7 @@ class StatusSync:
             metrics.labels(loop="status_sync", phase="reconcile").observe(time.perf_counter() - started)
 
     async def reconcile(self, uid: str) -> None:
+        self.awaiting_release.discard(uid)
         job = self.jobs.get(uid)
         if job is None:
             return
@@ -648,8 +658,9 @@ class StatusSync:
             return
         gs = gang_status(job, objects, adapter, epoch=epoch)
         now = time.time()
-        if gs.expected > 0 and gs.bound >= gs.expected:
-            release_if_shown(self.hub, uid)
+        if gs.expected > 0 and gs.bound >= gs.expected and not release_if_shown(self.hub, uid) \
+                and reservations(self.hub).get(uid) is not None:
+            self.awaiting_release.add(uid)
         if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
             return
         ref = job_ref(job)
