@@ -248,6 +248,11 @@ def _dry_run(query: Any, body: JSONObject | None = None) -> bool:
     return "All" in values
 
 
+def _field_validation(query: Mapping[str, str]) -> str:
+    """kube's server-side field validation; unset means Warn (kube >= 1.27)."""
+    return query.get("fieldValidation") or "Warn"
+
+
 def _include_object(query: Mapping[str, str]) -> str:
     value = query.get("includeObject") or "Metadata"
     if value not in ("None", "Metadata", "Object"):
@@ -595,7 +600,8 @@ class _Handlers:
         self._check_body_kind(rt, obj)
         if rt.namespaced and t.namespace is None:
             raise errors.method_not_allowed(f"create {rt.qualified_resource} needs a namespace in the path")
-        created = await self.state.storage.create(rt, obj, namespace=t.namespace, dry_run=_dry_run(request.query))
+        created = await self.state.storage.create(rt, obj, namespace=t.namespace, dry_run=_dry_run(request.query),
+                                                  field_validation=_field_validation(request.query))
         return json_response(_shown(rt, created), status=201)
 
     def _check_body_kind(self, rt: ResourceType, obj: JSONObject) -> None:
@@ -626,7 +632,7 @@ class _Handlers:
         self._check_body_kind(rt, obj)
         updated = await self.state.storage.update(
             rt, obj, namespace=t.namespace, name=t.name, subresource=t.subresource,
-            dry_run=_dry_run(request.query),
+            dry_run=_dry_run(request.query), field_validation=_field_validation(request.query),
         )
         return json_response(_shown(rt, updated))
 
@@ -643,6 +649,7 @@ class _Handlers:
         patched = await storage.patch(
             rt, namespace=t.namespace, name=t.name, patch=doc, content_type=ct,
             subresource=t.subresource, dry_run=_dry_run(request.query),
+            field_validation=_field_validation(request.query),
         )
         return json_response(_shown(rt, patched))
 

@@ -32,6 +32,8 @@ GracePolicy = Callable[[JSONObject, "int | None"], int]
 #: (proposed, stored) -> the object to store, for a write through a named
 #: subresource such as pods/binding (the strategy decides what may change).
 SubresourceStrategy = Callable[[JSONObject, JSONObject], JSONObject]
+#: Paths (JSON keys / list indexes) of fields the kind does not know.
+UnknownFields = Callable[[JSONObject], Sequence[tuple[str | int, ...]]]
 #: Extracts a field-selector value (always a string, "" when absent).
 FieldGetter = Callable[[JSONObject], str]
 
@@ -117,6 +119,9 @@ class ResourceType:
     create_defaults: Defaulter | None = None
     validate: Validator | None = None
     validate_update: UpdateValidator | None = None
+    #: finds unknown fields for fieldValidation (Strict -> 400, Warn/Ignore ->
+    #: dropped); None keeps whatever a client sends
+    unknown_fields: UnknownFields | None = None
     #: "subdomain" (RFC 1123 DNS subdomain, most kinds) or "label" (namespaces)
     name_format: str = "subdomain"
     #: Table columns between NAME and AGE

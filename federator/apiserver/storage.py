@@ -325,6 +325,43 @@ def validate_metadata(meta: Any) -> list[FieldError]:
     return errs
 
 
+FIELD_VALIDATION_VALUES = ("Ignore", "Warn", "Strict")
+
+
+def _drop_unknown_fields(rt: ResourceType, obj: JSONObject, field_validation: str | None) -> None:
+    """kube's server-side field validation: Strict refuses unknown fields
+    (400), Warn and Ignore drop them; None (in-process writes) skips."""
+    if field_validation is None or rt.unknown_fields is None:
+        return
+    if field_validation not in FIELD_VALIDATION_VALUES:
+        raise errors.bad_request(
+            f'fieldValidation must be one of "Ignore", "Warn" or "Strict", not "{field_validation}"')
+    unknown = list(rt.unknown_fields(obj))
+    if not unknown:
+        return
+    if field_validation == "Strict":
+        listed = ", ".join(f'unknown field "{path}"' for path in sorted(_loc_text(loc) for loc in unknown))
+        raise errors.bad_request(
+            f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: {listed}')
+    for loc in sorted(unknown, key=len, reverse=True):
+        parent: Any = obj
+        for part in loc[:-1]:
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                parent = None
+                break
+        if isinstance(parent, dict):
+            parent.pop(loc[-1], None)
+
+
+def _loc_text(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 def _check_type_meta(rt: ResourceType, obj: JSONObject) -> None:
     """Fill a missing apiVersion/kind (in-process callers) and refuse a wrong one."""
     api_version = obj.get("apiVersion")
@@ -559,13 +596,16 @@ class ObjectStorage:
                 f"unable to create new content in namespace {namespace} because it is being terminated",
             )
 
-    def prepare_create(self, rt: ResourceType, obj: Any, *, namespace: str | None) -> JSONObject:
+    def prepare_create(
+        self, rt: ResourceType, obj: Any, *, namespace: str | None, field_validation: str | None = None
+    ) -> JSONObject:
         """The object as it will be stored (without name generation), or ApiError."""
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
         check_nesting(obj)
         new: JSONObject = _copy(obj)
         _check_type_meta(rt, new)
+        _drop_unknown_fields(rt, new, field_validation)
         meta = new.get("metadata")
         if meta is None:
             meta = new["metadata"] = {}
@@ -618,9 +658,13 @@ class ObjectStorage:
             raise errors.invalid(rt, name, errs)
 
     async def create(
-        self, rt: ResourceType, obj: JSONObject, *, namespace: str | None, dry_run: bool = False
+        self, rt: ResourceType, obj: JSONObject, *, namespace: str | None, dry_run: bool = False,
+        field_validation: str | None = None,
     ) -> JSONObject:
-        new = self.prepare_create(rt, obj, namespace=namespace)
+        """Create `obj`. `field_validation` (as the HTTP query parameter:
+        "Strict", "Warn", "Ignore") handles unknown fields; None (in-process
+        callers) leaves them alone."""
+        new = self.prepare_create(rt, obj, namespace=namespace, field_validation=field_validation)
         meta = new["metadata"]
         ns = meta.get("namespace")
         if ns:
@@ -658,7 +702,8 @@ class ObjectStorage:
     # ------------------------------------------------------------ update
 
     def _prepare_update(
-        self, rt: ResourceType, obj: JSONObject, old: JSONObject, *, subresource: str | None
+        self, rt: ResourceType, obj: JSONObject, old: JSONObject, *, subresource: str | None,
+        field_validation: str | None = None,
     ) -> JSONObject:
         old_meta = old["metadata"]
         if subresource == "status":
@@ -669,6 +714,7 @@ class ObjectStorage:
                 new["status"] = _copy(obj["status"])
             else:
                 new.pop("status", None)
+            _drop_unknown_fields(rt, new, field_validation)
             if rt.defaults is not None:
                 rt.defaults(new)
             self._validate(rt, new, old)
@@ -688,6 +734,7 @@ class ObjectStorage:
             return new
         new = _copy(obj)
         _check_type_meta(rt, new)
+        _drop_unknown_fields(rt, new, field_validation)
         meta = new.get("metadata")
         meta_errs = validate_metadata(meta)
         if meta_errs:
@@ -764,6 +811,7 @@ class ObjectStorage:
         name: str | None = None,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str | None = None,
     ) -> JSONObject:
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
@@ -802,7 +850,7 @@ class ObjectStorage:
             if rv != str(kv.mod_revision):
                 raise errors.conflict(rt, name)
         old = _decode(kv.value, kv.mod_revision)
-        new = self._prepare_update(rt, obj, old, subresource=subresource)
+        new = self._prepare_update(rt, obj, old, subresource=subresource, field_validation=field_validation)
         return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
 
     async def guaranteed_update(
@@ -864,6 +912,7 @@ class ObjectStorage:
         content_type: str,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str | None = None,
     ) -> JSONObject:
         doc = self.decode_patch(rt, patch, content_type)
         ct = content_type.split(";", 1)[0].strip().lower()
@@ -900,7 +949,8 @@ class ObjectStorage:
                     "the namespace of the provided object does not match the namespace sent on the request")
             pmeta["name"] = name
             pmeta["resourceVersion"] = current_rv
-            new = self._prepare_update(rt, patched, old, subresource=subresource)
+            new = self._prepare_update(rt, patched, old, subresource=subresource,
+                                       field_validation=field_validation)
             try:
                 return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
             except ApiError as e:

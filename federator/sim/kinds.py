@@ -61,6 +61,113 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# ---------------------------------------------------------------- the official client's models as schema
+#
+# Whatever the simulator serves must deserialize in the official Python
+# client, whose models (pydantic, strict types) are the most faithful schema
+# at hand: built-in kinds are checked against them. Imported on first use
+# (the package is large).
+
+_CLIENT_MODELS: dict[str, Any] = {}
+_PYDANTIC_TEXT = {
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "bool_type": "must be a boolean",
+    "bool_parsing": "must be a boolean",
+    "float_type": "must be a number",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "list_type": "must be a list",
+    "datetime_type": "must be an RFC 3339 timestamp",
+    "datetime_parsing": "must be an RFC 3339 timestamp",
+    "datetime_from_date_parsing": "must be an RFC 3339 timestamp",
+}
+
+
+def _client_model(name: str) -> Any:
+    model = _CLIENT_MODELS.get(name)
+    if model is None:
+        import kubernetes.client.models as models
+
+        model = _CLIENT_MODELS[name] = getattr(models, name)
+    return model
+
+
+def _model_problems(obj: JSONObject, model_name: str) -> list[dict[str, Any]]:
+    from pydantic import ValidationError
+
+    try:
+        _client_model(model_name).model_validate(obj, by_alias=True, by_name=False)
+    except ValidationError as e:
+        return [dict(err) for err in e.errors(include_url=False)]
+    return []
+
+
+def _loc_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def client_schema_errors(obj: JSONObject, model_name: str) -> list[FieldError]:
+    """Type errors and missing required fields, as the official client sees
+    them (unknown fields are fieldValidation's business, see unknown_fields)."""
+    out: list[FieldError] = []
+    for err in _model_problems(obj, model_name):
+        kind = err.get("type", "")
+        if kind == "extra_forbidden":
+            continue
+        path = _loc_path(tuple(err.get("loc") or ()))
+        if kind == "missing":
+            out.append(FieldError.required(path))
+        else:
+            detail = _PYDANTIC_TEXT.get(kind, str(err.get("msg", "is not valid")))
+            out.append(FieldError("" + path, "FieldValueTypeInvalid", detail, err.get("input"), True))
+    return out
+
+
+def client_unknown_fields(model_name: str) -> Callable[[JSONObject], list[tuple[str | int, ...]]]:
+    def unknown(obj: JSONObject) -> list[tuple[str | int, ...]]:
+        return [tuple(err.get("loc") or ()) for err in _model_problems(obj, model_name)
+                if err.get("type") == "extra_forbidden"]
+
+    return unknown
+
+
+def _with_client_schema(
+    model_name: str, validate: Callable[[JSONObject], list[FieldError]]
+) -> Callable[[JSONObject], list[FieldError]]:
+    """Our semantic checks first; the client model's type checks for fields
+    those did not already report."""
+
+    def check(obj: JSONObject) -> list[FieldError]:
+        errs = validate(obj)
+        seen = {e.field for e in errs}
+        for e in client_schema_errors(obj, model_name):
+            if e.field not in seen and not any(e.field.startswith(s + ".") or e.field.startswith(s + "[")
+                                               for s in seen):
+                errs.append(e)
+        return errs
+
+    return check
+
+
+def _quantity_strings(resources: Any) -> None:
+    """kube accepts JSON numbers for quantities and serves strings; so do we."""
+    if isinstance(resources, dict):
+        for name, qty in list(resources.items()):
+            if isinstance(qty, bool):
+                continue
+            if isinstance(qty, int):
+                resources[name] = str(qty)
+            elif isinstance(qty, float) and qty == qty and qty not in (float("inf"), float("-inf")):
+                resources[name] = format(qty, "f").rstrip("0").rstrip(".") or "0"
+
+
 # ---------------------------------------------------------------- validation helpers
 
 
@@ -226,7 +333,9 @@ def _validate_namespace_update(new: JSONObject, old: JSONObject) -> list[FieldEr
 NAMESPACES = ResourceType(
     group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
     short_names=("ns",), verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-    name_format="label", defaults=_namespace_defaults, validate=_validate_namespace,
+    name_format="label", defaults=_namespace_defaults,
+    validate=_with_client_schema("V1Namespace", _validate_namespace),
+    unknown_fields=client_unknown_fields("V1Namespace"),
     validate_update=_validate_namespace_update, graceful_delete=namespace_grace_period,
     subresource_strategies={"finalize": _namespace_finalize},
     columns=(TableColumn("Status", jsonpath_cell("status", "phase"),
@@ -290,6 +399,9 @@ def _node_defaults(node: JSONObject) -> None:
     status = node.get("status")
     if not isinstance(status, dict):
         node["status"] = {}
+    else:
+        _quantity_strings(status.get("capacity"))
+        _quantity_strings(status.get("allocatable"))
 
 
 def _validate_node(node: JSONObject) -> list[FieldError]:
@@ -339,7 +451,8 @@ NODES = ResourceType(
     group="", version="v1", kind="Node", plural="nodes", singular="node", namespaced=False,
     short_names=("no",), reset_status_on_create=False,
     field_selectors={"spec.unschedulable": path_getter("spec.unschedulable")},
-    defaults=_node_defaults, validate=_validate_node,
+    defaults=_node_defaults, validate=_with_client_schema("V1Node", _validate_node),
+    unknown_fields=client_unknown_fields("V1Node"),
     columns=(
         TableColumn("Status", _node_status_cell, description="The status of the node"),
         TableColumn("Roles", _node_roles_cell, description="The roles of the node"),
@@ -431,9 +544,12 @@ def _container_defaults(c: JSONObject) -> None:
     res = c.get("resources")
     if not isinstance(res, dict):
         c["resources"] = {}
-    elif isinstance(res.get("limits"), dict) and "requests" not in res:
-        # kube defaults requests to limits when only limits are set
-        res["requests"] = dict(res["limits"])
+    else:
+        _quantity_strings(res.get("requests"))
+        _quantity_strings(res.get("limits"))
+        if isinstance(res.get("limits"), dict) and "requests" not in res:
+            # kube defaults requests to limits when only limits are set
+            res["requests"] = dict(res["limits"])
 
 
 def _pod_defaults(pod: JSONObject) -> None:
@@ -703,7 +819,8 @@ PODS = ResourceType(
         "status.nominatedNodeName": path_getter("status.nominatedNodeName"),
     },
     subresource_strategies={"binding": _pod_bind_strategy},
-    defaults=_pod_defaults, validate=_validate_pod, validate_update=_validate_pod_update,
+    defaults=_pod_defaults, validate=_with_client_schema("V1Pod", _validate_pod),
+    validate_update=_validate_pod_update, unknown_fields=client_unknown_fields("V1Pod"),
     columns=(
         TableColumn("Ready", _pod_ready_cell, description="The aggregate readiness state of this pod for accepting traffic."),
         TableColumn("Status", _pod_status_cell, description="The aggregate status of the containers in this pod."),
@@ -801,7 +918,8 @@ EVENTS = ResourceType(
         "source": path_getter("source.component"),
         "type": path_getter("type"),
     },
-    defaults=_event_defaults, validate=_validate_event,
+    defaults=_event_defaults, validate=_with_client_schema("CoreV1Event", _validate_event),
+    unknown_fields=client_unknown_fields("CoreV1Event"),
     # kube's event columns: NAME only with -o wide (K/pkg/printers/internalversion/printers.go)
     columns=(
         TableColumn("Last Seen", lambda e: e.get("lastTimestamp") or e.get("eventTime") or None, type="date",

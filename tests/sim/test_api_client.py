@@ -309,3 +309,57 @@ def test_admin_stats_endpoint(sim_cluster: ThreadedSim, api_client: client.ApiCl
         urllib.request.urlopen(sim_cluster.c.url + "/_sim/stats", context=ctx, timeout=10)
     assert e.value.code == 401
     e.value.close()
+
+
+def test_types_follow_the_official_client_models(sim_cluster: ThreadedSim) -> None:
+    from simapi_support import raw_request
+
+    ns = sim_cluster.new_namespace("types")
+    base = pod("typed", scheduler="nobody")
+    cases = [
+        ({"ports": [{"containerPort": "80"}]}, "spec.containers[0].ports[0].containerPort"),
+        ({"env": [{"name": "A", "value": 1}]}, "spec.containers[0].env[0].value"),
+        ({"resources": {"requests": {"cpu": True}}}, "spec.containers[0].resources.requests.cpu"),
+    ]
+    for extra, field in cases:
+        bad = json.loads(json.dumps(base))
+        bad["spec"]["containers"][0].update(extra)
+        status, body = raw_request(sim_cluster, "POST", f"/api/v1/namespaces/{ns}/pods", json.dumps(bad).encode())
+        assert status == 422 and body["reason"] == "Invalid", body
+        assert field in [c["field"] for c in body["details"]["causes"]], body
+    bad = json.loads(json.dumps(base))
+    bad["spec"]["affinity"] = {"nodeAffinity": 3}
+    status, body = raw_request(sim_cluster, "POST", f"/api/v1/namespaces/{ns}/pods", json.dumps(bad).encode())
+    assert status == 422
+    assert body["details"]["causes"] == [{"reason": "FieldValueTypeInvalid", "field": "spec.affinity.nodeAffinity",
+                                          "message": "Invalid value: 3: must be an object"}]
+    # numbers are fine for quantities, and served as strings
+    good = json.loads(json.dumps(base))
+    good["spec"]["containers"][0]["resources"] = {"requests": {"cpu": 2, "memory": 1.5}}
+    status, body = raw_request(sim_cluster, "POST", f"/api/v1/namespaces/{ns}/pods", json.dumps(good).encode())
+    assert status == 201, body
+    assert body["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2", "memory": "1.5"}
+    status, body = raw_request(sim_cluster, "GET", f"/api/v1/namespaces/{ns}/pods")
+    assert [p["metadata"]["name"] for p in body["items"]] == ["typed"]
+
+
+def test_field_validation_of_unknown_fields(sim_cluster: ThreadedSim) -> None:
+    from simapi_support import raw_request
+
+    ns = sim_cluster.new_namespace("fv")
+    body = pod("fv", scheduler="nobody")
+    body["spec"]["bogusField"] = 1
+    body["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    data = json.dumps(body).encode()
+    status, resp = raw_request(sim_cluster, "POST", f"/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", data)
+    assert status == 400 and resp["reason"] == "BadRequest"
+    assert resp["message"] == ('Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+                               'unknown field "spec.bogusField", unknown field "spec.containers[0].imagePullPolicyy"')
+    status, resp = raw_request(sim_cluster, "POST", f"/api/v1/namespaces/{ns}/pods?fieldValidation=Maybe", data)
+    assert status == 400
+    status, resp = raw_request(sim_cluster, "GET", f"/api/v1/namespaces/{ns}/pods")
+    assert resp["items"] == []
+    # Warn (the default) and Ignore store the object without the unknown fields
+    status, resp = raw_request(sim_cluster, "POST", f"/api/v1/namespaces/{ns}/pods", data)
+    assert status == 201 and "bogusField" not in resp["spec"]
+    assert "imagePullPolicyy" not in resp["spec"]["containers"][0]

@@ -206,6 +206,18 @@ spec: {{minMember: -3}}
     assert proc.returncode != 0 and 'Error from server (NotFound): pods "nope" not found' in proc.stderr
     proc = kubectl("get", "pods", "-n", ns, "-l", "bad key=x", check=False)
     assert proc.returncode != 0
+    typo = write(tmp_path / "typo.yaml", f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: typo, namespace: {ns}}}
+spec:
+  containers: [{{name: main, image: trainer:1.4}}]
+  nodeSelectr: {{disk: ssd}}
+""")
+    proc = kubectl("apply", "-f", str(typo), check=False)  # kubectl asks for fieldValidation=Strict
+    assert proc.returncode != 0
+    assert 'strict decoding error: unknown field "spec.nodeSelectr"' in proc.stderr
+    assert kubectl("get", "pods", "-n", ns, "-o", "name").stdout.strip() == ""
     unknown = write(tmp_path / "unknown.yaml", "apiVersion: example.com/v1\nkind: Nope\nmetadata: {name: x}\n")
     proc = kubectl("apply", "-f", str(unknown), check=False)
     assert proc.returncode != 0 and "ensure CRDs are installed first" in proc.stderr
