@@ -576,7 +576,7 @@ def _pod_defaults(pod: JSONObject) -> None:
     status.setdefault("qosClass", _qos_class(spec))
 
 
-def _validate_container(c: _Checker, container: Any, path: str, names: set[str]) -> None:
+def _validate_container(c: _Checker, container: Any, *, path: str, names: set[str]) -> None:
     ctr = c.object_at(container, path)
     if ctr is None:
         return
@@ -630,9 +630,9 @@ def _validate_pod(pod: JSONObject) -> list[FieldError]:
             c.errors.append(FieldError.required("spec.containers"))
         names: set[str] = set()
         for i, ctr in enumerate(containers or []):
-            _validate_container(c, ctr, f"spec.containers[{i}]", names)
+            _validate_container(c, ctr, path=f"spec.containers[{i}]", names=names)
         for i, ctr in enumerate(c.list_at(spec.get("initContainers"), "spec.initContainers") or []):
-            _validate_container(c, ctr, f"spec.initContainers[{i}]", names)
+            _validate_container(c, ctr, path=f"spec.initContainers[{i}]", names=names)
         c.one_of(spec.get("restartPolicy"), "spec.restartPolicy", ("Always", "OnFailure", "Never"))
         c.integer(spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds", minimum=0)
         c.integer(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1)
@@ -984,11 +984,19 @@ def _podgroup_validator(*, phases: tuple[str, ...], spec_ints: tuple[str, ...], 
 
 def _queue_default(pg: JSONObject) -> None:
     spec = pg.get("spec")
-    if isinstance(spec, dict) and not spec.get("queue"):
-        spec["queue"] = "default"
+    if isinstance(spec, dict):
+        if not spec.get("queue"):
+            spec["queue"] = "default"
+        _quantity_strings(spec.get("minResources"))
 
 
-def _pg_schema(spec_props: dict[str, Any], phases: tuple[str, ...], description: str) -> dict[str, Any]:
+def _min_resources_strings(pg: JSONObject) -> None:
+    spec = pg.get("spec")
+    if isinstance(spec, dict):
+        _quantity_strings(spec.get("minResources"))
+
+
+def _pg_schema(spec_props: dict[str, Any], *, phases: tuple[str, ...], description: str) -> dict[str, Any]:
     return {"properties": {
         "spec": {"type": "object", "description": "Specification of the desired behavior of the pod group.",
                  "properties": spec_props},
@@ -1048,7 +1056,7 @@ VOLCANO_PODGROUPS = _podgroup(
         "priorityClassName": {"type": "string", "description": "If specified, indicates the PodGroup's priority."},
         "minResources": {"type": "object", "additionalProperties": {"type": "string"},
                          "description": "MinResources defines the minimal resource of members/tasks to run the pod group."},
-    }, _VOLCANO_PHASES, "PodGroup is a collection of Pod; used for batch workload (Volcano)."),
+    }, phases=_VOLCANO_PHASES, description="PodGroup is a collection of Pod; used for batch workload (Volcano)."),
     openapi_name="io.volcano.scheduling.v1beta1.PodGroup",
 )
 
@@ -1056,7 +1064,7 @@ COSCHEDULING_PODGROUPS = _podgroup(
     COSCHEDULING_GROUP, "v1alpha1", short_names=("pg", "pgs"), status_subresource=True, phases=_COSCHED_PHASES,
     validate=_podgroup_validator(phases=_COSCHED_PHASES, spec_ints=("scheduleTimeoutSeconds",), spec_strs=(),
                                  min_resources=True, min_task_member=False),
-    defaults=None,
+    defaults=_min_resources_strings,
     columns=(
         TableColumn("Phase", jsonpath_cell("status", "phase", default=None), description="Current phase of PodGroup."),
         TableColumn("MinMember", jsonpath_cell("spec", "minMember", default=None), type="integer",
@@ -1071,7 +1079,7 @@ COSCHEDULING_PODGROUPS = _podgroup(
                          "description": "MinResources defines the minimal resource of members/tasks to run the pod group."},
         "scheduleTimeoutSeconds": {"type": "integer", "format": "int32",
                                    "description": "ScheduleTimeoutSeconds defines the maximal time of members/tasks to wait before run the pod group."},
-    }, _COSCHED_PHASES, "PodGroup is a collection of Pod; used for batch workload (scheduler-plugins coscheduling)."),
+    }, phases=_COSCHED_PHASES, description="PodGroup is a collection of Pod; used for batch workload (scheduler-plugins coscheduling)."),
     openapi_name="io.x-k8s.scheduling.v1alpha1.PodGroup",
 )
 
@@ -1093,7 +1101,7 @@ KUBE_BATCH_PODGROUPS = _podgroup(
         "minMember": _MIN_MEMBER,
         "queue": {"type": "string", "description": "Queue defines the queue to allocate resource for PodGroup."},
         "priorityClassName": {"type": "string", "description": "If specified, indicates the PodGroup's priority."},
-    }, _KUBE_BATCH_PHASES, "PodGroup is a collection of Pod; used for batch workload (kube-batch)."),
+    }, phases=_KUBE_BATCH_PHASES, description="PodGroup is a collection of Pod; used for batch workload (kube-batch)."),
     openapi_name="io.k8s.incubator.scheduling.v1alpha1.PodGroup",
 )
 
