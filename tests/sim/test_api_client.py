@@ -168,6 +168,16 @@ def test_bind_pod(sim_cluster: ThreadedSim, api_client: client.ApiClient) -> Non
         v1.create_namespaced_pod_binding("b2", ns, missing_target, _preload_content=False)
     assert e.value.status == 422 and status_body(e.value)["details"]["causes"][0]["field"] == "target.name"
     assert v1.read_namespaced_pod("b2", ns).spec.node_name is None
+    # a pod being deleted (held by a finalizer) cannot be bound
+    held = pod("b3", scheduler="nobody")
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    v1.create_namespaced_pod(ns, held)
+    v1.delete_namespaced_pod("b3", ns)
+    with pytest.raises(ApiException) as e:
+        v1.create_namespaced_pod_binding("b3", ns, dict(binding, metadata={"name": "b3"}), _preload_content=False)
+    assert e.value.status == 409
+    assert status_body(e.value)["message"].endswith("pod b3 is being deleted, cannot be assigned to a host")
+    v1.patch_namespaced_pod("b3", ns, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/hold"]}})
     # a bound pod is deleted gracefully: the kubelet finishes it
     v1.delete_namespaced_pod("b1", ns)
     deadline = time.monotonic() + 10
