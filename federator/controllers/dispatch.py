@@ -133,10 +133,14 @@ class DispatchResult:
 
 
 class DispatchError(Exception):
-    def __init__(self, message: str, *, retryable: bool = True, outdated: bool = False) -> None:
+    def __init__(self, message: str, *, retryable: bool = True, outdated: bool = False,
+                 superseded: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
-        self.outdated = outdated
+        #: the dispatch must not go on (the job moved on)
+        self.outdated = outdated or superseded
+        #: this (cluster, epoch) is no longer the job's: what it made may be deleted
+        self.superseded = superseded
 
 
 class RetryBook:
@@ -192,22 +196,27 @@ class Dispatcher:
 
     async def dispatch(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment] = (),
-        wait_for_client: float = 0.0,
+        wait_for_client: float = 0.0, decision_stored: bool = False,
     ) -> DispatchResult:
-        """Create `job`'s member objects for (cluster, epoch); on failure clean up, forget and requeue."""
+        """Create `job`'s member objects for (cluster, epoch); on failure clean up, forget and requeue.
+
+        Unless `decision_stored` (the caller holds the object its own write-ahead just stored), the
+        stored job is read first and must still hold this decision."""
         ref = job_ref(job)
         started = time.monotonic()
         metrics = self.hub.metrics
         try:
-            await self._check_current(ref, cluster=cluster, epoch=epoch)
+            if not decision_stored:
+                await self._check_current(ref, cluster=cluster, epoch=epoch)
             created, existing = await self._create_all(job, cluster=cluster, epoch=epoch, assignment=assignment,
                                                        wait_for_client=wait_for_client)
         except DispatchError as e:
             if e.outdated:
                 _log.info("dispatch skipped: the job moved on", job=ref.key, cluster=cluster, epoch=epoch,
                           reason=str(e))
-                # whatever this outdated dispatch made is of a superseded epoch: take it away again
-                await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
+                if e.superseded:
+                    # whatever this outdated dispatch made is of a superseded epoch: take it away again
+                    await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
                 return DispatchResult(ok=False, cluster=cluster, epoch=epoch, error=str(e), outdated=True)
             metrics.dispatches.labels(cluster=cluster, result="failed").inc()
             await self._failed(job, cluster=cluster, epoch=epoch, error=str(e), retryable=e.retryable)
@@ -226,16 +235,19 @@ class Dispatcher:
             stored = await self.hub.storage.get(self.hub.kind(JOB_KIND), namespace=ref.namespace, name=ref.name)
         except ApiError as e:
             if e.code == 404:
-                raise DispatchError("the job no longer exists", outdated=True) from None
+                raise DispatchError("the job no longer exists", superseded=True) from None
             raise DispatchError(f"reading the job from the hub store: {e}") from None
         except StoreError as e:
             raise DispatchError(f"reading the job from the hub store: {e}") from None
         if (stored.get("metadata") or {}).get("uid") != ref.uid:
-            raise DispatchError("the job was re-created", outdated=True)
-        if current_placement(stored) != (cluster, epoch) or phase_of(stored) != PHASE_PLACED:
-            now_cluster, now_epoch = current_placement(stored)
+            raise DispatchError("the job was re-created", superseded=True)
+        now_cluster, now_epoch = current_placement(stored)
+        if (now_cluster, now_epoch) != (cluster, epoch):
             raise DispatchError(f"the job is now {phase_of(stored)} at cluster {now_cluster} epoch {now_epoch}",
-                                outdated=True)
+                                superseded=True)
+        if phase_of(stored) != PHASE_PLACED:
+            # same decision, further on (Admitted, Running, ...): its objects exist; nothing to do or undo
+            raise DispatchError(f"the job is already {phase_of(stored)} at this epoch", outdated=True)
 
     async def _client(self, cluster: str, *, wait: float) -> Any:
         deadline = time.monotonic() + wait
@@ -377,7 +389,7 @@ class Dispatcher:
             if owned is Ownership.CURRENT:
                 return "existing", found
             if owned is Ownership.NEWER:
-                raise DispatchError(f"{what} belongs to a newer epoch of the job", outdated=True)
+                raise DispatchError(f"{what} belongs to a newer epoch of the job", superseded=True)
             if owned is Ownership.FOREIGN:
                 raise DispatchError(f"{what} already exists and is not this job's (another job, hub or owner)",
                                     retryable=True)

@@ -384,7 +384,7 @@ class PlacementController:
                 assert cluster == decision.cluster
                 crash_point("after-decision", job=ref.key)
                 result = await self.dispatcher.dispatch(stored, cluster=decision.cluster, epoch=epoch,
-                                                        assignment=decision.assignment)
+                                                        assignment=decision.assignment, decision_stored=True)
                 metrics.labels(loop="placement", phase="dispatch").observe(time.perf_counter() - written)
                 if not result.ok:
                     self.ledger.forget(ref.uid)

@@ -211,9 +211,14 @@ async def test_redispatch_is_idempotent(env: Env) -> None:
     cluster, epoch = placement_of(job)["cluster"], placement_of(job)["epoch"]
     before = await env.fed.where(created["metadata"]["uid"])
     names_before = sorted(p["metadata"]["uid"] for p in before[cluster][1])
-    result = await env.dispatcher.dispatch(job, cluster=cluster, epoch=epoch)
+    # the same decision dispatched again (as after a crash between the creates and the status write)
+    result = await env.dispatcher.dispatch(job, cluster=cluster, epoch=epoch, decision_stored=True)
     assert result.ok and result.created == 0 and result.existing == 4  # PodGroup + 3 pods
-    assert await env.dispatcher.recover() >= 1  # the start-up pass over Placed jobs
+    # a dispatch that checks the store: the job is Placed (re-dispatched, nothing new) or already further on
+    # (Admitted/Running: nothing to do, and nothing is undone)
+    checked = await env.dispatcher.dispatch(job, cluster=cluster, epoch=epoch)
+    assert (checked.ok and checked.created == 0) or (checked.outdated and not checked.ok)
+    await env.dispatcher.recover()  # the start-up pass over Placed jobs
     after = await env.fed.where(created["metadata"]["uid"])
     assert list(after) == [cluster]
     assert sorted(p["metadata"]["uid"] for p in after[cluster][1]) == names_before
