@@ -363,14 +363,16 @@ class Dispatcher:
         what = f"{obj.kind} {obj.namespace}/{obj.name} in {cluster}"
         deadline = time.monotonic() + _STALE_WAIT_SECONDS
         delay = 0.05
+        namespace_checked = False
         while True:
             try:
                 stored = await client.create(resource, obj.body, namespace=obj.namespace)
                 return "created", stored
             except MemberApiError as e:
-                if e.code == 404 and obj.namespace in self._namespaces.get(cluster, set()):
-                    # the namespace went away since we saw it: make it again, once per attempt
-                    self._namespaces[cluster].discard(obj.namespace)
+                if e.code == 404 and not namespace_checked:
+                    # the namespace may have gone away since we saw it: make sure it exists, once
+                    namespace_checked = True
+                    self._namespaces.get(cluster, set()).discard(obj.namespace)
                     await self._ensure_namespace(client, cluster=cluster, namespace=obj.namespace)
                     continue
                 if e.code != 409:

@@ -226,7 +226,9 @@ class PlacementController:
                     elif event.type in ("ADDED", "MODIFIED"):
                         if self._remember(job) and self._eligible(job, now=time.time()):
                             self._wake.set()
-            except (ApiError, StoreError) as e:
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - store errors, and anything else: re-list after a backoff
                 if isinstance(e, ApiError) and e.code == 410:
                     _log.info("TrainingJob watch expired; re-listing")
                     rv = None
@@ -281,7 +283,12 @@ class PlacementController:
             if ticked:
                 last_tick = now_mono
             self._snapshot_signature = signature
-            await self.run_once()
+            try:
+                await self.run_once()
+            except Exception as e:  # noqa: BLE001 - one bad cycle must not end placement for good
+                _log.error("placement cycle failed; retrying on the next tick", error=f"{type(e).__name__}: {e}",
+                           exc_info=True, waiting_for="the next tick")
+                await asyncio.sleep(min(1.0, self.tick_seconds))
 
     async def run_once(self) -> CycleReport:
         """One placement cycle (see the module docstring); decisions are written and dispatched in tasks."""
