@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -69,10 +70,12 @@ class SiteListener:
     close stops the TCP site (connections are then refused) and cuts every
     open connection; reopen starts a new site on the same port."""
 
-    def __init__(self, runner: web.BaseRunner, *, host: str, port: int) -> None:
+    def __init__(self, runner: web.BaseRunner, *, host: str, port: int,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.runner = runner
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context
 
     async def close(self) -> None:
         for site in list(self.runner.sites):
@@ -85,7 +88,7 @@ class SiteListener:
     async def reopen(self) -> None:
         if self.runner.sites:
             return
-        site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True, ssl_context=self.ssl_context)
         await site.start()
 
 

@@ -901,7 +901,8 @@ class GangScheduler:
     def _next_gc_in(self) -> float | None:
         if not self._events:
             return None
-        oldest = min(self._events.values())
+        # insertion order is creation order: the first entry is the oldest
+        oldest = next(iter(self._events.values()))
         return max(0.05, oldest + EVENT_TTL_SECONDS - time.monotonic())
 
     async def _gc_events(self) -> None:

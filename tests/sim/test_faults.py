@@ -391,3 +391,50 @@ def test_is_watch_request() -> None:
     assert not is_watch_request(make_mocked_request("GET", "/api/v1/pods?watch=false"))
     assert not is_watch_request(make_mocked_request("GET", "/api/v1/pods?watch=0"))
     assert is_watch_request(make_mocked_request("GET", "/api/v1/watch/pods"))
+
+
+async def test_site_listener_closes_and_reopens_a_plain_http_site() -> None:
+    from aiohttp import web
+
+    from federator.sim.faults import SiteListener, admin_routes, fault_middleware
+
+    state = FaultState(cluster="plain")
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "status": "Success"})
+
+    app = web.Application(middlewares=[fault_middleware(state)])
+    app.router.add_get("/api", hello)
+    app.router.add_routes(admin_routes(state))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    state.listener = SiteListener(runner, host="127.0.0.1", port=port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"{url}/_sim/faults/outage", json={"seconds": 0.5}) as r:
+                assert r.status == 200 and (await r.json())["mode"] == "refuse"
+
+            async def state_of_api() -> str:
+                try:
+                    async with s.get(f"{url}/api", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        return "up" if r.status == 200 else "down"
+                except aiohttp.ClientConnectorError:
+                    return "refused"
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    return "down"
+
+            async def is_refused() -> bool:
+                return await state_of_api() == "refused"
+
+            async def is_up() -> bool:
+                return await state_of_api() == "up"
+
+            await wait_for("refused", is_refused)
+            await wait_for("reopened on the same port", is_up)
+    finally:
+        await state.close()
+        await runner.cleanup()
