@@ -85,7 +85,7 @@ async def serve(store_url: str, state: Path, clusters: Path) -> None:
     from federator.hub import build_hub_app, ensure_dev_token_file, hub_controllers, write_dev_kubeconfigs
     from federator.obs import configure_logging
 
-    configure_logging(level="warning", json=True)
+    configure_logging(level=os.environ.get("FEDERATOR_BENCH_HUB_LOG_LEVEL", "warning"), json=True)
     state.mkdir(parents=True, exist_ok=True)
     tls = ensure_dev_tls(state)
     token_file, tokens = ensure_dev_token_file(state)
@@ -119,11 +119,13 @@ class Hub:
         self.ssl: ssl.SSLContext | None = None
 
     async def __aenter__(self) -> Hub:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--serve", self.store_url, str(self.state), str(self.clusters),
-            cwd=str(self.state.parent), env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        )
+        self.state.mkdir(parents=True, exist_ok=True)
+        with (self.state.parent / "hub.log").open("wb") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--serve", self.store_url, str(self.state), str(self.clusters),
+                cwd=str(self.state.parent), env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                stdout=asyncio.subprocess.PIPE, stderr=log,
+            )
         assert self.process.stdout is not None
         while True:
             line = (await asyncio.wait_for(self.process.stdout.readline(), 60)).decode()
@@ -141,7 +143,13 @@ class Hub:
     async def __aexit__(self, *exc: object) -> None:
         if self.process is not None and self.process.returncode is None:
             self.process.send_signal(signal.SIGINT)
-            await asyncio.wait_for(self.process.wait(), 60)
+            try:
+                await asyncio.wait_for(self.process.wait(), 60)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+                tail = (self.state.parent / "hub.log").read_text()[-3000:]
+                raise RuntimeError(f"the hub did not stop within 60 s of SIGINT; its log ends:\n{tail}") from None
 
     def session(self, *, limit: int = 100) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
