@@ -128,7 +128,11 @@ class FederatorUp:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-                raise AssertionError(f"federator up did not stop within {timeout}s of Ctrl-C") from None
+                self._join()
+                tail = [str(r) for r in self.logs[-15:]] + self.other_stderr[-15:]
+                raise AssertionError(
+                    f"federator up did not stop within {timeout}s of Ctrl-C; last output:\n" + "\n".join(tail)
+                ) from None
         self._join()
         return self.process.returncode
 

@@ -36,6 +36,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -67,6 +68,8 @@ _log = get_logger("hub")
 
 #: How long a crashed leader's key outlives it (etcd; sqlite revokes at open).
 LEADER_TTL_SECONDS = 10.0
+#: How long one controller may take to stop before the hub gives up on it.
+CONTROLLER_STOP_SECONDS = 10.0
 HUB_SERVER_NAME = "hub"
 #: The store prefix of the hub's keys (same as open_store's default).
 HUB_STORE_PREFIX = "/federator/"
@@ -336,6 +339,25 @@ async def _watch_leadership(state: HubState, election: LeaderElection) -> None:
         state.lost.set()
 
 
+async def _enter_unless_stopped(generator: AsyncIterator[None], stop: asyncio.Event) -> bool:
+    """Start one controller (run its set-up up to its `yield`), unless the hub is
+    told to stop first: then the set-up is cancelled and False is returned, so a
+    controller waiting on unreachable members never delays Ctrl-C."""
+    start: asyncio.Future[Any] = asyncio.ensure_future(generator.__anext__())
+    stopper: asyncio.Future[Any] = asyncio.create_task(stop.wait(), name="hub-controller-start-stop")
+    try:
+        await asyncio.wait({start, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if start.done():
+        start.result()
+        return True
+    start.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+        await start
+    return False
+
+
 async def _run_controllers(state: HubState, controllers: Sequence[ControllerFactory], stop: asyncio.Event) -> None:
     """Enter every controller once leadership is held; leave them (in reverse)
     on stop or on leadership loss."""
@@ -352,10 +374,13 @@ async def _run_controllers(state: HubState, controllers: Sequence[ControllerFact
             name = getattr(factory, "__name__", repr(factory))
             generator = factory(state.context)
             try:
-                await generator.__anext__()
+                started = await _enter_unless_stopped(generator, stop)
             except Exception as e:  # noqa: BLE001 - a controller that cannot start stops the hub
                 _log.error("controller failed to start", controller=name, error=repr(e), exc_info=True)
                 state.failed.set()
+                return
+            if not started:
+                _log.info("hub stopping while a controller was starting", controller=name)
                 return
             entered.append((name, generator))
             _log.info("controller started", controller=name)
@@ -367,9 +392,15 @@ async def _run_controllers(state: HubState, controllers: Sequence[ControllerFact
     finally:
         for name, generator in reversed(entered):
             try:
-                await generator.__anext__()
+                await asyncio.wait_for(generator.__anext__(), CONTROLLER_STOP_SECONDS)
             except StopAsyncIteration:
                 _log.info("controller stopped", controller=name)
+            except TimeoutError:
+                # A teardown stuck on a member that no longer answers must not
+                # keep Ctrl-C from stopping the hub; the store stays consistent
+                # because every controller write is a fenced transaction.
+                _log.error("controller did not stop in time; abandoned", controller=name,
+                           seconds=CONTROLLER_STOP_SECONDS)
             except Exception as e:  # noqa: BLE001 - one failing teardown must not skip the others
                 _log.error("controller failed while stopping", controller=name, error=repr(e), exc_info=True)
             else:
