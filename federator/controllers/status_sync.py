@@ -39,7 +39,6 @@ never logs an object body or a credential.
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -518,7 +517,10 @@ def synced_status(job: Mapping[str, Any], gs: GangStatus, *, adapter: SchedulerA
     logging the transition (the dry run before the write that logs it)."""
     ref = job_ref(job)
     old = _mapping(job.get("status"))
-    status = copy.deepcopy(dict(old))
+    # A shallow copy is enough: every helper below replaces a nested value (set_condition copies the
+    # conditions list, append_history the history, podCounts is rebuilt) and never edits one in place, so
+    # `old` (often the job cache's shared object) stays untouched. A deepcopy here was ~7% of the hub's CPU.
+    status = dict(old)
     raw_phase = status.get("phase")
     current: str = raw_phase if isinstance(raw_phase, str) and raw_phase in _PHASE_RANK else PHASE_PLACED
     rank = _PHASE_RANK.get(current, 0)
