@@ -262,8 +262,11 @@ class CheckpointWriter:
         """Flush until cancelled: at most one transaction per `interval`."""
         failures = 0
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that races its
+            # timeout, and this loop would then outlive the hub's shutdown.
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(self.interval, self.meta_refresh_seconds / 2))
+                async with asyncio.timeout(max(self.interval, self.meta_refresh_seconds / 2)):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

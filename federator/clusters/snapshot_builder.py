@@ -40,7 +40,7 @@ from typing import Any
 
 from immutables import Map
 
-from federator.placement.quantity import QuantityError
+from federator.apis.quantity import QuantityError
 from federator.placement.resources import ZERO, Resources
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, NodeState, Taint, TaintEffect
 

@@ -45,7 +45,7 @@ from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summar
 from federator.obs import METRICS, Metrics, get_logger
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
 
-__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "synced_resources"]
+__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "stop_task", "synced_resources"]
 
 _DNS_SUBDOMAIN_MAX = 253
 
@@ -99,6 +99,16 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 
 def _valid_dataset_name(name: str) -> bool:
     return len(name) <= _DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.match(name) is not None
+
+
+async def stop_task(task: asyncio.Task[Any], *, patience: float = 2.0) -> None:
+    """Cancel `task` and wait until it has ended, cancelling again if a cancel got lost (asyncio.wait
+    never raises the task's outcome, and lets a cancel of the caller through)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=patience)
+        if not task.done():
+            get_logger("clusters.sync").warning("task ignored a cancel; cancelling again", task=task.get_name())
 
 
 SnapshotCallback = Callable[[str, ClusterSnapshot], None]
@@ -247,12 +257,7 @@ class ClusterSync:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception:  # noqa: BLE001 - already logged by _supervised
-                pass
+            await stop_task(task)
         self.tasks.clear()
         if self.client is not None:
             await self.client.close()

@@ -35,7 +35,7 @@ from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, lo
 from federator.clusters.client import ClientTimeouts
 from federator.clusters.health import HealthSettings
 from federator.clusters.reflector import Backoff
-from federator.clusters.sync import ClusterSync, SyncSettings
+from federator.clusters.sync import ClusterSync, SyncSettings, stop_task
 from federator.controllers.context import HubContext
 from federator.obs import get_logger
 from federator.placement.snapshot import ClusterSnapshot
@@ -121,12 +121,7 @@ class MemberSyncController:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-                pass
+            await stop_task(task)
         self._tasks.clear()
         for sync in list(self.syncs.values()):
             await sync.stop()
@@ -246,8 +241,9 @@ class MemberSyncController:
     async def _status_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            try:
-                await asyncio.wait_for(self._status_wake.wait(), timeout=min(1.0, self.status_interval))
+            try:  # asyncio.timeout: wait_for may swallow a cancel on 3.11 (see clusters/checkpoint.py)
+                async with asyncio.timeout(min(1.0, self.status_interval)):
+                    await self._status_wake.wait()
             except TimeoutError:
                 pass
             self._status_wake.clear()
