@@ -40,6 +40,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from federator.apis.quantity import MAX_QUANTITY, QuantityError, parse_quantity
+
 __all__ = [
     "API_GROUP",
     "API_VERSION",
@@ -96,10 +98,6 @@ HIDDEN_VALUE_ERROR = "federator_hidden_value"
 REDACTED = "<redacted>"
 """What the hub shows in place of a stored credential."""
 
-# Kubernetes stores quantities as int64; nothing above can exist in a cluster.
-MAX_QUANTITY = 2**63 - 1
-_MAX_QUANTITY_TEXT = 64
-_MAX_EXPONENT = 30
 # How much of a hostile value an error message may repeat.
 _MAX_RENDERED = 64
 
@@ -107,69 +105,24 @@ _MAX_RENDERED = 64
 # --------------------------------------------------------------------------- quantities
 
 
-class QuantityError(ValueError):
-    """A quantity that is not valid Kubernetes syntax, or not valid for its use."""
-
-
-_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL_SUFFIXES = {
-    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 10**3), "": Fraction(1),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18),
-}
 # The pattern controller-gen puts on resource.Quantity fields; RE2-compatible for CRDs.
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
-_QUANTITY_RE = re.compile(
-    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)))?$"
-)
-
-
-def parse_quantity(value: object) -> Fraction:
-    """The exact value of a Kubernetes quantity ("8", "500m", "32Gi", "1e3", or an int)."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise QuantityError(f"must be a quantity string or an integer, not {_json_type(value)}")
-    if isinstance(value, int):
-        if abs(value) > MAX_QUANTITY:
-            raise QuantityError("is out of range")
-        return Fraction(value)
-    if not value:
-        raise QuantityError("must not be empty")
-    if len(value) > _MAX_QUANTITY_TEXT:
-        raise QuantityError(f"must be at most {_MAX_QUANTITY_TEXT} characters")
-    match = _QUANTITY_RE.match(value)
-    if match is None:
-        raise QuantityError(
-            "quantities must match the regular expression "
-            "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (e.g. \"8\", \"500m\", \"32Gi\")"
-        )
-    number = Fraction(match["number"])
-    if match["exp"] is not None:
-        exponent = Fraction(match["exp"])
-        if exponent.denominator != 1 or abs(exponent) > _MAX_EXPONENT:
-            raise QuantityError("has an exponent out of range")
-        number *= Fraction(10) ** int(exponent)
-    elif match["suffix"] is not None:
-        suffix = match["suffix"]
-        number *= _BINARY_SUFFIXES[suffix] if suffix in _BINARY_SUFFIXES else _DECIMAL_SUFFIXES[suffix]
-    if match["sign"] == "-":
-        number = -number
-    if abs(number) > MAX_QUANTITY:
-        raise QuantityError("is out of range")
-    return number
 
 
 def _validate_quantity(value: object) -> str | int:
-    """Keep the submitted form (so stored objects round-trip); reject bad or negative ones."""
+    """Keep the submitted form (so stored objects round-trip); reject bad or negative ones.
+    The API takes quantities as strings or integers only (a float such as 1.5
+    does not round-trip exactly), so floats are refused here."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"must be a quantity string or an integer, not {_json_type(value)}")
     try:
         amount = parse_quantity(value)
     except QuantityError as exc:
         raise ValueError(str(exc)) from None
     if amount < 0:
         raise ValueError("must be greater than or equal to 0")
-    assert isinstance(value, int | str)  # parse_quantity accepted it
     return value
 
 

@@ -1,9 +1,11 @@
 """Kubernetes resource quantities ("8", "500m", "32Gi", "1k", "1e3"): parse and format.
 
-The hub reads quantities from TrainingJob specs and from member Node/Pod
-objects; everything inside the hub works in integers (CPU in millicores,
-memory in bytes, devices as counts). This module is the one place that turns
-the Kubernetes text form into those integers and back for messages.
+The one quantity parser of federator. The hub's API validation (apis/),
+placement, cluster sync, delegation and the simulator all read quantities
+from TrainingJob specs and Node/Pod objects; everything inside works in
+integers (CPU in millicores, memory in bytes, devices as counts). This module
+turns the Kubernetes text form into those integers and back for messages.
+It lives in apis/, the bottom layer, so that every other layer may use it.
 
 Pure: no I/O, no global state. It must never accept input silently: a
 malformed, negative, fractional-device or absurdly large quantity raises
@@ -18,6 +20,7 @@ from fractions import Fraction
 from math import ceil
 
 __all__ = [
+    "BINARY_SUFFIXES",
     "MAX_QUANTITY",
     "QuantityError",
     "format_bytes",
@@ -26,6 +29,7 @@ __all__ = [
     "parse_count",
     "parse_millicores",
     "parse_quantity",
+    "parse_units",
 ]
 
 # Kubernetes stores quantities in int64; anything above cannot exist in a real cluster.
@@ -35,7 +39,7 @@ _MAX_TEXT = 64
 # Exponents beyond this cannot produce a value in int64 (or above 1e-9) and would make Fraction slow.
 _MAX_EXPONENT = 30
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Fraction(1, 10**9),
     "u": Fraction(1, 10**6),
@@ -58,17 +62,25 @@ class QuantityError(ValueError):
     """A quantity that is not valid Kubernetes syntax, or not valid for its use."""
 
 
-def parse_quantity(value: str | int) -> Fraction:
-    """Parse a Kubernetes quantity exactly. Ints are taken as plain numbers."""
+def parse_quantity(value: str | int | float) -> Fraction:
+    """Parse a Kubernetes quantity exactly. Ints and (finite) floats, as JSON
+    may carry them, are taken as plain numbers."""
     if isinstance(value, bool):
         raise QuantityError(f"quantity must be a string or integer, got {value!r}")
     if isinstance(value, int):
         if abs(value) > MAX_QUANTITY:
             raise QuantityError(f"quantity {value} is out of range")
         return Fraction(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError(f"quantity must be finite, got {value!r}")
+        if abs(value) > MAX_QUANTITY:
+            raise QuantityError(f"quantity {value!r} is out of range")
+        return Fraction(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"quantity must be a string or integer, got {type(value).__name__}")
-    text = value.strip()
+    # No stripping: kube-apiserver refuses " 1" too.
+    text = value
     if not text:
         raise QuantityError("quantity is empty")
     if len(text) > _MAX_TEXT:
@@ -76,8 +88,8 @@ def parse_quantity(value: str | int) -> Fraction:
     match = _QUANTITY_RE.match(text)
     if match is None:
         raise QuantityError(
-            f"quantity {text!r} is not valid: expected a number with an optional suffix "
-            "(m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent (e.g. 1e3)"
+            f"quantity {text!r} is not valid: quantities must match the regular expression "
+            "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (e.g. \"8\", \"500m\", \"32Gi\", \"1e3\")"
         )
     number = Fraction(match["number"])
     if match["exp"] is not None:
@@ -87,7 +99,7 @@ def parse_quantity(value: str | int) -> Fraction:
         number *= Fraction(10) ** exponent
     elif match["suffix"] is not None:
         suffix = match["suffix"]
-        number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+        number *= BINARY_SUFFIXES[suffix] if suffix in BINARY_SUFFIXES else _DECIMAL[suffix]
     if match["sign"] == "-":
         number = -number
     if abs(number) > MAX_QUANTITY:
@@ -95,14 +107,14 @@ def parse_quantity(value: str | int) -> Fraction:
     return number
 
 
-def _non_negative(value: str | int, what: str) -> Fraction:
+def _non_negative(value: str | int | float, what: str) -> Fraction:
     quantity = parse_quantity(value)
     if quantity < 0:
         raise QuantityError(f"{what} {value!r} must not be negative")
     return quantity
 
 
-def parse_millicores(value: str | int) -> int:
+def parse_millicores(value: str | int | float) -> int:
     """CPU in millicores, rounded up like Kubernetes ("500m" -> 500, "2" -> 2000, "0.1" -> 100)."""
     millicores = ceil(_non_negative(value, "cpu") * 1000)
     if millicores > MAX_QUANTITY:
@@ -110,12 +122,18 @@ def parse_millicores(value: str | int) -> int:
     return millicores
 
 
-def parse_bytes(value: str | int) -> int:
+def parse_units(value: str | int | float, *, what: str) -> int:
+    """A non-negative quantity in base units, rounded up like Kubernetes
+    ("32Gi" -> 34359738368, "1k" -> 1000); `what` names it in errors."""
+    return ceil(_non_negative(value, what))
+
+
+def parse_bytes(value: str | int | float) -> int:
     """Memory or storage in bytes, rounded up ("32Gi" -> 34359738368, "1k" -> 1000)."""
-    return ceil(_non_negative(value, "memory"))
+    return parse_units(value, what="memory")
 
 
-def parse_count(value: str | int, *, what: str = "count") -> int:
+def parse_count(value: str | int | float, *, what: str = "count") -> int:
     """A device count such as nvidia.com/gpu or rdma/hca: a whole, non-negative number."""
     quantity = _non_negative(value, what)
     if quantity.denominator != 1:
@@ -134,10 +152,10 @@ def format_bytes(size: int) -> str:
     """Bytes in the largest binary unit that keeps the number exact, e.g. "32Gi"; else "1.5Gi"-style."""
     if size == 0:
         return "0"
-    for suffix, factor in sorted(_BINARY.items(), key=lambda item: -item[1]):
+    for suffix, factor in sorted(BINARY_SUFFIXES.items(), key=lambda item: -item[1]):
         if size % factor == 0:
             return f"{size // factor}{suffix}"
-    for suffix, factor in sorted(_BINARY.items(), key=lambda item: -item[1]):
+    for suffix, factor in sorted(BINARY_SUFFIXES.items(), key=lambda item: -item[1]):
         if size >= factor:
             return f"{size / factor:.1f}{suffix}"
     return str(size)

@@ -84,7 +84,7 @@ from federator.apis.common import (
 from federator.apis.trainingjob import Role, TrainingJob, validate_trainingjob
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
-from federator.placement.quantity import QuantityError
+from federator.apis.quantity import QuantityError
 from federator.placement.resources import Resources
 
 __all__ = [

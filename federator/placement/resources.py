@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from federator.placement.quantity import (
+from federator.apis.quantity import (
     QuantityError,
     format_bytes,
     format_cpu,

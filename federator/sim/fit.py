@@ -21,8 +21,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any
+
+from federator.apis.quantity import (
+    BINARY_SUFFIXES,
+    QuantityError,
+    parse_millicores,
+    parse_units,
+)
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -33,73 +39,12 @@ RDMA_HCA = "rdma/hca"
 # ---------------------------------------------------------------- quantities
 
 
-class QuantityError(ValueError):
-    """A Kubernetes quantity string that does not parse, or is out of range."""
-
-
-_QUANTITY_RE = re.compile(
-    r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?:(?P<exp>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$"
-)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-#: kube-apiserver rejects quantities beyond int64 of the base unit; so do we.
-_MAX_QUANTITY = Decimal(2**63 - 1)
-_MAX_TEXT = 64
-
-
-def parse_quantity(value: str | int | float) -> Decimal:
-    """Parse a Kubernetes resource quantity ("500m", "32Gi", "1k", "1e3", 8)
-    into an exact Decimal of base units. Raises QuantityError."""
-    if isinstance(value, bool):
-        raise QuantityError(f"quantity must be a string or number, not {value!r}")
-    if isinstance(value, int):
-        number = Decimal(value)
-    elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise QuantityError(f"quantity must be finite, not {value!r}")
-        number = Decimal(repr(value))
-    elif isinstance(value, str):
-        text = value.strip()
-        if not text or len(text) > _MAX_TEXT:
-            raise QuantityError(f"quantity {value!r} is empty or too long")
-        m = _QUANTITY_RE.match(text)
-        if m is None:
-            raise QuantityError(
-                f"quantity {value!r} does not match '<number>[<suffix>]' "
-                "(suffixes: n u m k M G T P E Ki Mi Gi Ti Pi Ei, or an exponent e<N>)"
-            )
-        try:
-            number = Decimal(m.group("num"))
-            if m.group("exp"):
-                exponent = int(m.group("exp")[1:])
-                if abs(exponent) > 30:
-                    raise QuantityError(f"quantity {value!r} has an exponent out of range")
-                number = number.scaleb(exponent)
-            else:
-                suffix = m.group("suffix") or ""
-                if suffix in _BINARY:
-                    number = number * _BINARY[suffix]
-                else:
-                    number = number.scaleb(_DECIMAL[suffix])
-        except InvalidOperation:
-            raise QuantityError(f"quantity {value!r} is not a number") from None
-    else:
-        raise QuantityError(f"quantity must be a string or number, not {type(value).__name__}")
-    if abs(number) > _MAX_QUANTITY:
-        raise QuantityError(f"quantity {value!r} is too large")
-    return number
-
-
 def resource_units(resource: str, value: str | int | float) -> int:
     """A quantity of `resource` as the int this module counts in: millicores
     for cpu, base units (rounded up) for everything else. Negative -> error."""
-    number = parse_quantity(value)
-    if number < 0:
-        raise QuantityError(f"{resource} quantity {value!r} must not be negative")
     if resource == CPU:
-        number = number * 1000
-    return int(number.to_integral_value(rounding=ROUND_CEILING))
+        return parse_millicores(value)
+    return parse_units(value, what=resource)
 
 
 def format_units(resource: str, units: int) -> str:
@@ -109,7 +54,7 @@ def format_units(resource: str, units: int) -> str:
         return str(units // 1000) if units % 1000 == 0 else f"{units}m"
     if resource in (MEMORY, "ephemeral-storage", "hugepages-2Mi", "hugepages-1Gi") and units:
         for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-            base = _BINARY[suffix]
+            base = BINARY_SUFFIXES[suffix]
             if units % base == 0:
                 return f"{units // base}{suffix}"
     return str(units)

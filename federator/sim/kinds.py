@@ -36,7 +36,7 @@ from federator.apiserver.registry import (
     jsonpath_cell,
 )
 from federator.apiserver.selectors import path_getter
-from federator.sim.fit import QuantityError, parse_quantity
+from federator.apis.quantity import QuantityError, parse_quantity
 
 # ---------------------------------------------------------------- gang-scheduler wiring (kube-api-notes §11)
 

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
 from federator.obs import METRICS
-from federator.sim.fit import GPU, QuantityError, resource_units
+from federator.apis.quantity import QuantityError
+from federator.sim.fit import GPU, resource_units
 from federator.sim.profile import node_conditions
 
 if TYPE_CHECKING:

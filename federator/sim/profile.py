@@ -25,7 +25,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from federator.sim.fit import CPU, GPU, MEMORY, PODS, RDMA_HCA, QuantityError, format_units, resource_units
+from federator.apis.quantity import QuantityError
+from federator.sim.fit import CPU, GPU, MEMORY, PODS, RDMA_HCA, format_units, resource_units
 
 API_VERSION = "sim.federator.dev/v1alpha1"
 KIND = "ClusterProfile"

@@ -31,8 +31,8 @@ def test_quantities(text: str | int, value: Fraction) -> None:
 
 
 @pytest.mark.parametrize("text", [
-    "", "eight", "1.2.3", "1Gb", "1 Gi", " 1", "1e", "Gi", "1e999", "1e1.5", "9" * 65, "99999999999Ei", True, 1.5,
-    None, [1], 2**64,
+    "", "eight", "1.2.3", "1Gb", "1 Gi", " 1", "1e", "Gi", "1e999", "1e1.5", "9" * 65, "99999999999Ei", True,
+    None, [1], 2**64, " 16 ",
 ])
 def test_bad_quantities(text: object) -> None:
     with pytest.raises(QuantityError):
@@ -88,3 +88,24 @@ def test_column_getter() -> None:
     assert column_getter(".status.placement.cluster")({"status": {"placement": None}}) == ""
     with pytest.raises(ValueError):
         column_getter(".spec[0]")
+
+
+@pytest.mark.parametrize("value", [1.5, 0.25, True, None, "-1", "eight"])
+def test_api_quantity_refuses_floats_and_bad_values(value: object) -> None:
+    """The parser reads JSON floats (members may send them), but the hub's API
+    takes quantities only as strings or integers, and never negative."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from federator.apis.common import Quantity
+
+    with pytest.raises(ValidationError):
+        TypeAdapter(Quantity).validate_python(value)
+
+
+def test_api_quantity_keeps_the_submitted_form() -> None:
+    from pydantic import TypeAdapter
+
+    from federator.apis.common import Quantity
+
+    assert TypeAdapter(Quantity).validate_python("32Gi") == "32Gi"
+    assert TypeAdapter(Quantity).validate_python(4) == 4

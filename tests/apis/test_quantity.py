@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from federator.placement.quantity import (
+from federator.apis.quantity import (
     QuantityError,
     format_bytes,
     format_cpu,
@@ -33,8 +33,8 @@ from federator.placement.quantity import (
         ("100n", Fraction(1, 10**7)),
         ("+4", Fraction(4)),
         ("-4", Fraction(-4)),
-        (" 16 ", Fraction(16)),
         (7, Fraction(7)),
+        (0.25, Fraction(1, 4)),
     ],
 )
 def test_parses_kubernetes_forms(text: str | int, value: Fraction) -> None:
@@ -51,7 +51,7 @@ def test_rejects_malformed(text: str) -> None:
 
 
 def test_rejects_non_string_types() -> None:
-    for value in (True, 1.5, None, [1]):
+    for value in (True, None, [1], float("nan"), float("inf")):
         with pytest.raises(QuantityError):
             parse_quantity(value)  # type: ignore[arg-type]
 

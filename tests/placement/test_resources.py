@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from federator.placement.quantity import QuantityError
+from federator.apis.quantity import QuantityError
 from federator.placement.resources import Resources
 
 GI = 2**30

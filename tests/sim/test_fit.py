@@ -10,23 +10,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from federator.apis.quantity import QuantityError, parse_quantity
 from federator.sim.fit import (
     ClusterLedger,
     CyclePlanner,
     InvalidPodSpec,
     NodeInfo,
-    QuantityError,
     Taint,
     explain,
     format_units,
     node_info,
-    parse_quantity,
     pod_requirements,
     resource_units,
     static_misfit,
 )
 
-# ---------------------------------------------------------------- quantities
+# ---------------------------------------------------------------- quantities (the shared parser, as the simulator reads member objects)
 
 
 @pytest.mark.parametrize(
@@ -46,7 +45,6 @@ from federator.sim.fit import (
         ("3u", Decimal("0.000003")),
         ("1M", Decimal(10**6)),
         ("1Ti", Decimal(2**40)),
-        (" 8 ", Decimal(8)),
         (8, Decimal(8)),
         (0.25, Decimal("0.25")),
         ("+4", Decimal(4)),
@@ -57,7 +55,7 @@ def test_parse_quantity(text: Any, value: Decimal) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "abc", "1.2.3", "1KB", "1ki", "Gi", "1Gi5", "--1", "1e", "1e999", "9" * 80, "1 Gi", True, None,
+    "text", ["", "abc", "1.2.3", "1KB", "1ki", "Gi", "1Gi5", "--1", "1e", "1e999", "9" * 80, "1 Gi", " 8 ", True, None,
              float("nan"), float("inf"), "99999999999999999999Ei", [1]],
 )
 def test_parse_quantity_rejects(text: Any) -> None:

@@ -96,7 +96,7 @@ def test_initial_nodes_shape_and_client_models() -> None:
     [
         (lambda d: d.update(name="Bad_Name"), "name", "DNS-1123"),
         (lambda d: d.update(colour="blue"), "colour", "Extra inputs are not permitted"),
-        (lambda d: d["nodePools"][0].update(cpu="lots"), "nodePools.0.cpu", "does not match"),
+        (lambda d: d["nodePools"][0].update(cpu="lots"), "nodePools.0.cpu", "quantities must match"),
         (lambda d: d["nodePools"][0].update(memory="-1Gi"), "nodePools.0.memory", "negative"),
         (lambda d: d["nodePools"][0].pop("gpuProduct"), "nodePools.0", "no gpuProduct"),
         (lambda d: d["nodePools"][0].update(count=-1), "nodePools.0.count", "greater than or equal to 0"),

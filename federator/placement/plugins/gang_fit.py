@@ -30,7 +30,7 @@ from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest, RoleRequest
 from federator.placement.nodefit import candidate_gpu_models, fit_gang
 from federator.placement.plugins.gpu_model import reject_for_models
-from federator.placement.quantity import format_bytes, format_cpu
+from federator.apis.quantity import format_bytes, format_cpu
 from federator.placement.snapshot import ClusterIndex, ClusterSnapshot
 
 EXCEEDS_CAPACITY = "ExceedsCapacity"
