@@ -392,7 +392,9 @@ async def _run_controllers(state: HubState, controllers: Sequence[ControllerFact
     finally:
         for name, generator in reversed(entered):
             try:
-                await asyncio.wait_for(generator.__anext__(), CONTROLLER_STOP_SECONDS)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel.
+                async with asyncio.timeout(CONTROLLER_STOP_SECONDS):
+                    await generator.__anext__()
             except StopAsyncIteration:
                 _log.info("controller stopped", controller=name)
             except TimeoutError:
