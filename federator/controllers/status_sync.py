@@ -677,7 +677,8 @@ class StatusSync:
             fresh["status"] = new
             return fresh
 
-        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
+        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid,
+                                current=job)
 
 
 async def status_sync(hub: HubContext) -> AsyncIterator[None]:
