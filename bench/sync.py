@@ -58,6 +58,15 @@ def cpu_seconds(pid: int | str = "self") -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_delay_seconds(pid: int | str = "self") -> float:
+    """Seconds the process's threads spent runnable but waiting for a CPU (Linux schedstat)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((task / "schedstat").read_text().split()[1]) / 1e9
+    return total
+
+
 def profile_doc(name: str, nodes: int) -> dict[str, Any]:
     return {
         "apiVersion": "sim.federator.dev/v1alpha1", "kind": "ClusterProfile", "name": name,
@@ -85,7 +94,7 @@ async def sim_worker(args: argparse.Namespace) -> None:
     configure_logging(level="warning")
     workdir = Path(args.dir)
     tls = ensure_dev_tls(workdir)
-    names = [f"bench-{i:02d}" for i in range(args.clusters)]
+    names = [f"bench-{i:02d}" for i in range(args.first, args.first + args.clusters)]
     sims: list[SimCluster] = []
     for name in names:
         sim = SimCluster(parse_profile(profile_doc(name, args.nodes), source="bench"), run_controllers=False,
@@ -150,8 +159,8 @@ async def sim_worker(args: argparse.Namespace) -> None:
         for _ in range(min(due, 200)):
             await one_op(events % len(sims))
             events += 1
-            if events % 10 == 0:
-                await asyncio.sleep(0)  # let the watch streams flush between writes
+            if events % args.burst == 0:
+                await asyncio.sleep(0)  # let the watch streams flush between bursts of writes
     elapsed = time.perf_counter() - started
     print(json.dumps({"generated": events, "seconds": elapsed}), flush=True)
     for sim in sims:
@@ -170,14 +179,23 @@ async def one_run(args: argparse.Namespace, run: int) -> dict[str, float]:
     from federator.store.open import open_store
 
     workdir = Path(tempfile.mkdtemp(prefix="federator-bench-sync-"))
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--sim-worker", "--dir", str(workdir), "--clusters", str(args.clusters),
-        "--nodes", str(args.nodes), "--rate", str(args.rate),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=2**20,
-    )
-    assert child.stdout is not None and child.stdin is not None
-    ready = json.loads(await asyncio.wait_for(child.stdout.readline(), timeout=600))
-    names: list[str] = ready["ready"]
+    from federator.devcerts import ensure_dev_tls
+
+    ensure_dev_tls(workdir)  # one CA for every simulated cluster, made before the workers start
+    children = []
+    per_proc = -(-args.clusters // args.sim_procs)
+    for first in range(0, args.clusters, per_proc):
+        count = min(per_proc, args.clusters - first)
+        children.append(await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--sim-worker", "--dir", str(workdir), "--first", str(first),
+            "--clusters", str(count), "--nodes", str(args.nodes), "--rate", str(args.rate * count // args.clusters),
+            "--burst", str(args.burst),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, limit=2**20,
+        ))
+    names: list[str] = []
+    for child in children:
+        assert child.stdout is not None
+        names += json.loads(await asyncio.wait_for(child.stdout.readline(), timeout=600))["ready"]
 
     lags: list[float] = []
     processing: list[float] = []
@@ -202,7 +220,8 @@ async def one_run(args: argparse.Namespace, run: int) -> dict[str, float]:
                 with contextlib.suppress(ValueError):
                     lags.append(now - float(stamp))
 
-    store = await open_store(f"sqlite://{workdir / 'hub.db'}", prefix="/hub/")
+    store_url = args.hub_store or f"sqlite://{workdir / 'hub.db'}"
+    store = await open_store(store_url, prefix="/hub/")
     registry = hub_registry()
     storage = ObjectStorage(store, registry)
     metrics = Metrics()
@@ -225,25 +244,53 @@ async def one_run(args: argparse.Namespace, run: int) -> dict[str, float]:
         controller = hub.shared["member_sync_controller"]
         deadline = time.perf_counter() + 300
         while not all(s.health.ready for s in controller.syncs.values()) or len(controller.syncs) < len(names):
-            if time.perf_counter() > deadline or child.returncode is not None:
+            if time.perf_counter() > deadline or any(c.returncode is not None for c in children):
                 states = {n: [c["reason"] for c in s.health.status_conditions()] for n, s in controller.syncs.items()}
-                raise RuntimeError(f"clusters not Ready after 300 s (sim exit {child.returncode}): {states}")
+                raise RuntimeError(f"clusters not Ready after 300 s: {states}")
             await asyncio.sleep(0.05)
         synced_in = time.perf_counter() - sync_started
         nodes = sum(len(s.snapshot.nodes) for s in controller.syncs.values())
-        child.stdin.write(b"go\n")
-        await child.stdin.drain()
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+            await child.stdin.drain()
         await asyncio.sleep(args.warmup)
         writer = controller.writer
         flushes0, keys0, bytes0 = writer.flushes, writer.keys_written, writer.bytes_written
-        cpu_hub0, cpu_sim0 = cpu_seconds(), cpu_seconds(child.pid)
+        stalls: list[float] = []
+
+        async def watch_loop() -> None:
+            # how late a 5 ms timer fires: time the hub's event loop was busy elsewhere
+            loop = asyncio.get_running_loop()
+            while True:
+                started = loop.time()
+                await asyncio.sleep(0.005)
+                stalls.append(loop.time() - started - 0.005)
+
+        stall_task = asyncio.create_task(watch_loop(), name="bench-loop-stalls")
+        cpu_hub0, cpu_sim0 = cpu_seconds(), sum(cpu_seconds(c.pid) for c in children)
+        waited0 = run_delay_seconds()
+        profiler = None
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         measuring[0] = True
         t0 = time.perf_counter()
         await asyncio.sleep(args.seconds)
         measuring[0] = False
+        if profiler is not None:
+            import pstats
+
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         window = time.perf_counter() - t0
+        stall_task.cancel()
+        stalls.sort()
         hub_cores = (cpu_seconds() - cpu_hub0) / window
-        sim_cores = (cpu_seconds(child.pid) - cpu_sim0) / window
+        hub_waiting = (run_delay_seconds() - waited0) / window
+        sim_cores = (sum(cpu_seconds(c.pid) for c in children) - cpu_sim0) / window
         flushes = writer.flushes - flushes0
         keys = writer.keys_written - keys0
         written = writer.bytes_written - bytes0
@@ -254,13 +301,18 @@ async def one_run(args: argparse.Namespace, run: int) -> dict[str, float]:
         await cm.__aexit__(None, None, None)
         await storage.close()
         await store.close()
-        child.stdin.close()
-        try:
-            generated = json.loads(await asyncio.wait_for(child.stdout.readline(), timeout=60) or b"{}")
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                child.terminate()
-            await child.wait()
+        generated = {"generated": 0, "seconds": 0.0}
+        for child in children:
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.close()
+            try:
+                done = json.loads(await asyncio.wait_for(child.stdout.readline(), timeout=60) or b"{}")
+                generated["generated"] += done.get("generated", 0)
+                generated["seconds"] = max(generated["seconds"], done.get("seconds", 0.0))
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    child.terminate()
+                await child.wait()
     lags.sort()
     processing.sort()
     result = {
@@ -276,7 +328,10 @@ async def one_run(args: argparse.Namespace, run: int) -> dict[str, float]:
         "checkpoint_txn_per_s": flushes / window,
         "checkpoint_keys_per_s": keys / window,
         "checkpoint_kib_per_s": written / window / 1024,
+        "hub_loop_stall_p99_ms": 1000 * stalls[int(len(stalls) * 0.99)] if stalls else float("nan"),
+        "hub_loop_stall_max_ms": 1000 * stalls[-1] if stalls else float("nan"),
         "hub_cpu_cores": hub_cores,
+        "hub_runqueue_wait_s_per_s": hub_waiting,
         "sim_cpu_cores": sim_cores,
         "initial_sync_s": synced_in,
         "nodes": nodes,
@@ -306,7 +361,8 @@ async def main_async(args: argparse.Namespace) -> None:
             cmd = [sys.executable, __file__, "--runs", "1", "--in-process-run", "--json",
                    "--clusters", str(args.clusters), "--nodes", str(args.nodes), "--rate", str(args.rate),
                    "--seconds", str(args.seconds), "--warmup", str(args.warmup),
-                   "--checkpoint-interval", str(args.checkpoint_interval)]
+                   "--checkpoint-interval", str(args.checkpoint_interval), "--sim-procs", str(args.sim_procs),
+                   "--burst", str(args.burst), *(["--hub-store", args.hub_store] if args.hub_store else [])]
             proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
             out, _ = await proc.communicate()
             lines = out.decode().splitlines()
@@ -342,6 +398,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement window")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--checkpoint-interval", type=float, default=0.5)
+    parser.add_argument("--profile", action="store_true", help="cProfile the hub during the window (stderr)")
+    parser.add_argument("--burst", type=int, default=10, help="member writes between yields to its watch streams")
+    parser.add_argument("--hub-store", default="", help="hub store URL (default: a SQLite file in a temp dir)")
+    parser.add_argument("--sim-procs", type=int, default=1, help="processes serving the simulated clusters")
+    parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--sim-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--in-process-run", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)

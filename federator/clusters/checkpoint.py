@@ -15,7 +15,8 @@ hub loads it and resumes every watch from those resourceVersions.
 `CheckpointWriter` (one per hub) coalesces and batches: at most one store
 transaction per `interval` seconds whatever the event rate, each holding
 whole clusters (oldest change first) up to `max_ops` keys and `max_bytes`
-bytes (etcd's default limits are 128 ops and 1.5 MiB per request); what does
+bytes (etcd's default limits are 128 ops and 1.5 MiB per request), and
+encoding for at most `encode_budget_seconds` of event-loop time; what does
 not fit waits for the next flush. A cluster whose resourceVersions moved
 (bookmarks) but whose shards did not gets its meta refreshed every
 `meta_refresh_seconds`, so a quiet cluster resumes inside the member's window.
@@ -202,6 +203,7 @@ class CheckpointWriter:
         max_ops: int = 100,
         max_bytes: int = 1_000_000,
         meta_refresh_seconds: float = 30.0,
+        encode_budget_seconds: float = 0.02,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -213,6 +215,7 @@ class CheckpointWriter:
         self.max_ops = max_ops
         self.max_bytes = max_bytes
         self.meta_refresh_seconds = meta_refresh_seconds
+        self.encode_budget_seconds = encode_budget_seconds
         self.metrics = metrics or METRICS
         self._clock = clock
         self._wall = wall_clock
@@ -326,13 +329,22 @@ class CheckpointWriter:
         for entry in list(self._entries.values()):
             if entry.stored_keys is None and entry.source.checkpoint_ready():
                 entry.stored_keys = await checkpoint_keys(self.store, entry.source.name)
-        # Everything below runs without an await until the txn: the encoded state is one instant.
+        # Each cluster is encoded without an await (its shards and meta are one instant of its builder);
+        # between clusters the loop may run, and encoding stops once `encode_budget_seconds` is spent, so
+        # a flush never blocks the event loop for long (what is left stays dirty for the next flush).
         dirty = [e for e in self._entries.values()
                  if e.source.checkpoint_ready() and (e.source.builder.has_dirty or not e.source.builder.shard_count)]
         dirty.sort(key=lambda e: e.dirty_since if e.dirty_since is not None else started)
         candidates = dirty + [e for e in self._meta_candidates(force=force_meta) if e not in dirty]
         included: list[tuple[_Entry, set[int], float | None, set[str]]] = []
+        encode_started = self._clock()
         for entry in candidates:
+            if included:
+                if self._clock() - encode_started > self.encode_budget_seconds:
+                    break
+                await asyncio.sleep(0)
+                if self._entries.get(entry.source.name) is not entry:
+                    continue  # unregistered meanwhile
             builder = entry.source.builder
             builder.ensure_shards()
             shards = builder.take_dirty()

@@ -140,6 +140,7 @@ class Reflector:
         #: LIST round-trips made (full lists, each possibly several pages)
         self.lists = 0
         self.watching = False
+        self._event_counters: dict[str, Any] = {}  # event type -> labelled counter (labels() is slow)
 
     async def run(self) -> None:
         """Run until cancelled."""
@@ -212,8 +213,7 @@ class Reflector:
             self.watching = True
             self.listener.watch_established(self.key)
 
-        counter = self.metrics.member_watch_events
-        cluster = self.client.cluster
+        counters = self._event_counters
         async for batch in self.client.watch_batches(
             self.resource, resource_version=self.resource_version, timeout_seconds=timeout, on_open=opened,
             label_selector=self.label_selector,
@@ -223,7 +223,11 @@ class Reflector:
             for ev in batch:
                 if ev.type != "BOOKMARK":
                     events.append((ev.type, ev.object))
-                counter.labels(cluster=cluster, resource=self.key, type=ev.type).inc()
+                counted = counters.get(ev.type)
+                if counted is None:
+                    counted = counters[ev.type] = self.metrics.member_watch_events.labels(
+                        cluster=self.client.cluster, resource=self.key, type=ev.type)
+                counted.inc()
             rv = batch[-1].resource_version or self.resource_version
             self.sink.apply(self.key, events, resource_version=rv, received_at=received)
             self.resource_version = rv

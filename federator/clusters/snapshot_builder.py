@@ -185,6 +185,12 @@ def node_state(obj: Mapping[str, Any], *, previous: NodeState | None = None) -> 
     return state, well_formed
 
 
+# Pods of one cluster ask for a handful of distinct resource maps: parsing each once saves most of the
+# per-event cost (quantity parsing is exact, with Fractions). Bounded; cleared when full.
+_REQUESTS_CACHE: dict[tuple[tuple[str, Any], ...], Resources] = {}
+_REQUESTS_CACHE_MAX = 4096
+
+
 def _container_requests(container: Any) -> Resources:
     if not isinstance(container, dict):
         return ZERO
@@ -197,7 +203,17 @@ def _container_requests(container: Any) -> Resources:
     # kube defaults a missing request to its limit, per resource
     if isinstance(requests, dict):
         merged.update(requests)
-    return Resources.from_kube(merged, strict=False)
+    try:
+        key = tuple(sorted(merged.items()))
+        cached = _REQUESTS_CACHE.get(key)
+    except TypeError:  # unhashable junk: parse (and fail) without caching
+        return Resources.from_kube(merged, strict=False)
+    if cached is None:
+        cached = Resources.from_kube(merged, strict=False)
+        if len(_REQUESTS_CACHE) >= _REQUESTS_CACHE_MAX:
+            _REQUESTS_CACHE.clear()
+        _REQUESTS_CACHE[key] = cached
+    return cached
 
 
 def _max(a: Resources, b: Resources) -> Resources:
@@ -256,6 +272,8 @@ class _PodGroup:
 class _NodeEntry:
     rv: str
     base: NodeState  # allocated = ZERO
+    #: the checkpoint row of `base` after name and rv (built once: node facts change rarely, pods often)
+    row_tail: list[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -295,6 +313,9 @@ class SnapshotBuilder:
     _podgroups: dict[str, _PodGroup] = field(default_factory=dict)
     _bound_by_job: dict[str, int] = field(default_factory=dict)
     _dirty: set[int] = field(default_factory=set)
+    #: shard -> node names (with a node entry or bound pods) and PodGroup keys that hash to it
+    _members: dict[int, set[str]] = field(default_factory=dict)
+    _pg_members: dict[int, set[str]] = field(default_factory=dict)
     _jobs_changed: bool = False
     _snapshot: ClusterSnapshot | None = None
 
@@ -392,7 +413,23 @@ class SnapshotBuilder:
 
     def _mark(self, name: str) -> None:
         if self.shard_count:
-            self._dirty.add(_shard_of(name, self.shard_count))
+            shard = _shard_of(name, self.shard_count)
+            self._dirty.add(shard)
+            self._members.setdefault(shard, set()).add(name)
+
+    def _mark_podgroup(self, key: str) -> None:
+        if self.shard_count:
+            shard = _shard_of(key, self.shard_count)
+            self._dirty.add(shard)
+            self._pg_members.setdefault(shard, set()).add(key)
+
+    def _index_shards(self) -> None:
+        self._members, self._pg_members = {}, {}
+        count = self.shard_count
+        for name in (*self._nodes, *self._pods_by_node):
+            self._members.setdefault(_shard_of(name, count), set()).add(name)
+        for key in self._podgroups:
+            self._pg_members.setdefault(_shard_of(key, count), set()).add(key)
 
     def _apply_node(self, kind: str, obj: Mapping[str, Any], changed: set[str], removed: set[str]) -> bool:
         name = object_key(obj)
@@ -491,7 +528,7 @@ class SnapshotBuilder:
             return False
         if kind == "DELETED":
             if self._podgroups.pop(key, None) is not None:
-                self._mark(key)
+                self._mark_podgroup(key)
             return True
         labels = _labels_of(obj)
         status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
@@ -504,7 +541,7 @@ class SnapshotBuilder:
             job=labels.get(JOB_UID_LABEL, ""), epoch=labels.get(EPOCH_LABEL, ""),
             min_member=min_member if isinstance(min_member, int) and not isinstance(min_member, bool) else 0,
         )
-        self._mark(key)
+        self._mark_podgroup(key)
         return True
 
     # ------------------------------------------------------------ checkpoint shards
@@ -513,6 +550,7 @@ class SnapshotBuilder:
         """Fix the shard count from the node count (once); every shard starts dirty."""
         if not self.shard_count:
             self.shard_count = shard_count_for(len(self._nodes))
+            self._index_shards()
             self._dirty = set(range(self.shard_count))
 
     def take_dirty(self) -> set[int]:
@@ -527,25 +565,35 @@ class SnapshotBuilder:
         return bool(self._dirty)
 
     def encode_shard(self, shard: int) -> dict[str, Any]:
-        """The state of one shard as plain JSON-able data."""
-        count = self.shard_count
+        """The state of one shard as plain JSON-able data (cost: the shard's members, not the cluster)."""
         nodes = []
-        for name, entry in self._nodes.items():
-            if _shard_of(name, count) != shard:
-                continue
-            b = entry.base
-            a = b.allocatable
-            nodes.append([name, entry.rv, a.cpu_milli, a.memory, a.gpu, a.rdma, b.gpu_model, b.ready, b.schedulable,
-                          [[t.key, t.value, t.effect.value] for t in b.taints], dict(b.labels)])
         pods = []
-        for node, on_node in self._pods_by_node.items():
-            if _shard_of(node, count) != shard:
+        members = self._members.get(shard, set())
+        for name in sorted(members):
+            entry = self._nodes.get(name)
+            on_node = self._pods_by_node.get(name)
+            if entry is None and not on_node:
+                members.discard(name)
                 continue
-            for key, p in on_node.items():
+            if entry is not None:
+                tail = entry.row_tail
+                if tail is None:
+                    b = entry.base
+                    a = b.allocatable
+                    tail = entry.row_tail = [a.cpu_milli, a.memory, a.gpu, a.rdma, b.gpu_model, b.ready, b.schedulable,
+                                             [[t.key, t.value, t.effect.value] for t in b.taints], dict(b.labels)]
+                nodes.append([name, entry.rv, *tail])
+            for key, p in (on_node or {}).items():
                 r = p.requests
-                pods.append([key, p.rv, node, r.cpu_milli, r.memory, r.gpu, r.rdma, p.job, p.epoch])
-        groups = [[key, g.rv, g.phase, g.job, g.epoch, g.min_member]
-                  for key, g in self._podgroups.items() if _shard_of(key, count) == shard]
+                pods.append([key, p.rv, name, r.cpu_milli, r.memory, r.gpu, r.rdma, p.job, p.epoch])
+        groups = []
+        pg_members = self._pg_members.get(shard, set())
+        for key in sorted(pg_members):
+            g = self._podgroups.get(key)
+            if g is None:
+                pg_members.discard(key)
+                continue
+            groups.append([key, g.rv, g.phase, g.job, g.epoch, g.min_member])
         return {"nodes": nodes, "pods": pods, "podgroups": groups}
 
     @classmethod
@@ -586,6 +634,8 @@ class SnapshotBuilder:
                                                         min_member=min_member)
         except (TypeError, ValueError, KeyError) as e:
             raise ValueError(f"cluster {cluster}: checkpoint shard is malformed: {type(e).__name__}: {e}") from None
+        if shard_count:
+            builder._index_shards()
         builder._snapshot = ClusterSnapshot.build(
             name=cluster, info=info, nodes=(builder._node_view(n) for n in builder._nodes),
             resource_version=builder.composite_resource_version, bound_pods=builder._bound_by_job,

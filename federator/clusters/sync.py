@@ -159,6 +159,8 @@ class ClusterSync:
         self._stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.client_error: str | None = None
+        self._lag_metric = self.metrics.member_sync_lag_seconds.labels(cluster=name)
+        self._nodes_metric = self.metrics.member_snapshot_nodes.labels(cluster=name)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -290,7 +292,7 @@ class ClusterSync:
         lag = self._loop.time() - received_at
         if events:
             self._last_lag = lag
-            self.metrics.member_sync_lag_seconds.labels(cluster=self.name).observe(lag)
+            self._lag_metric.observe(lag)
         if not self._synced_once and all(self.builder.resource_versions.get(k) for k in self.resource_keys):
             self._synced_once = True
         if self.writer is not None and (self.builder.has_dirty or rv_before != resource_version):
@@ -299,7 +301,7 @@ class ClusterSync:
             self.on_applied(self.name, resource, events, received_at)
 
     def _publish(self, snapshot: ClusterSnapshot) -> None:
-        self.metrics.member_snapshot_nodes.labels(cluster=self.name).set(len(snapshot.nodes))
+        self._nodes_metric.set(len(snapshot.nodes))
         self.on_snapshot(self.name, snapshot)
 
     @property

@@ -209,11 +209,13 @@ def test_incremental_equals_rebuilt_and_checkpoint_round_trips(batch_events: lis
     b.apply("nodes", [], resource_version="1")
     b.apply("pods", [], resource_version="1")
     b.apply("podgroups.scheduling.volcano.sh", [], resource_version="1")
-    b.ensure_shards()
+    shard_at = rng.randrange(len(batch_events) + 1)  # shards are fixed at some point of the sync
     rv = 1
     batch: list[tuple[str, dict]] = []
     resource = "nodes"
-    for ev in batch_events:
+    for index, ev in enumerate(batch_events):
+        if index == shard_at:
+            b.ensure_shards()
         rv += 1
         if ev[0] != resource or rng.random() < 0.3:
             if batch:
@@ -229,6 +231,7 @@ def test_incremental_equals_rebuilt_and_checkpoint_round_trips(batch_events: lis
         batch.append((kind, obj))
     if batch:
         b.apply(resource, batch, resource_version=str(rv + 1))
+    b.ensure_shards()
     snap = b.snapshot
     rebuilt = b.rebuilt()
     assert dict(snap.nodes) == dict(rebuilt.nodes)
