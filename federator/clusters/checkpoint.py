@@ -292,7 +292,8 @@ class CheckpointWriter:
 
     def _pending(self) -> bool:
         return bool(self._deletions) or any(
-            e.source.builder.has_dirty and e.source.checkpoint_ready() for e in self._entries.values())
+            (e.source.builder.has_dirty or not e.source.builder.shard_count) and e.source.checkpoint_ready()
+            for e in self._entries.values())
 
     async def flush_all(self, *, max_rounds: int = 1000) -> None:
         """Flush until nothing is dirty (shutdown), ignoring the interval."""

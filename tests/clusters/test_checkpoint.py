@@ -205,3 +205,14 @@ async def test_failed_write_keeps_shards_dirty_and_succeeds_later(store: Store) 
     report = await writer.flush_once()
     assert report.clusters == 1
     assert "a" in await load_checkpoints(store)
+
+
+async def test_flush_all_writes_a_cluster_never_flushed_before(store: Store) -> None:
+    """Shutdown right after a first sync: the final flush must still persist it."""
+    src = source("fresh")
+    writer = CheckpointWriter(store, interval=10.0)
+    writer.register(src)
+    await writer.flush_all()
+    assert "fresh" in await load_checkpoints(store)
+    await writer.flush_all()  # nothing left: returns without writing
+    assert writer.flushes == 1
