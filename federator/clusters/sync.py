@@ -171,6 +171,7 @@ class ClusterSync:
             await self._connect()
         except KubeconfigError as e:
             self.client_error = str(e)
+            self.health.first_loss_of_contact = time.time()
             self.log.warning("cannot build a client for the member; will retry", error=str(e))
             self._spawn("connect", self._connect_loop())
             self.on_status_change(self.name, True)
@@ -200,6 +201,7 @@ class ClusterSync:
                     self.client_error = str(e)
                     self.on_status_change(self.name, True)
                 continue
+            self.health.first_loss_of_contact = None
             self.on_status_change(self.name, True)
             self._begin()
             return
@@ -367,7 +369,6 @@ class ClusterSync:
     def sync_lag_seconds(self) -> float:
         """How far behind the member the snapshot may be: the last batch's processing lag while every
         resource is watched, else the time since a watch went down."""
-        assert self._loop is not None or self.client is None
         if self.health.synced or self._loop is None:
             lag = self._last_lag
             return round(lag, 3) if lag < 1 else float(round(lag))
@@ -379,10 +380,7 @@ class ClusterSync:
     def status(self) -> dict[str, Any]:
         """MemberCluster.status as this sync sees it (conditions, loss of contact, capacity, ...)."""
         if self.client_error is not None:
-            wall = time.time()
-            first = self.health.first_loss_of_contact
-            if first is None:
-                self.health.first_loss_of_contact = first = wall
+            first = self.health.first_loss_of_contact or time.time()
             status: dict[str, Any] = {
                 "conditions": [
                     {"type": t, "status": "False", "reason": "KubeconfigInvalid", "message": self.client_error[:1024],

@@ -18,6 +18,12 @@ other controllers). While the hub runs it
 - runs one `CheckpointWriter` for all clusters and removes a deleted
   cluster's checkpoint.
 
+Knobs beyond HubSettings, in `HubSettings.extra` (tests and benchmarks):
+member_status_interval_seconds, member_watch_timeout_seconds (a (min, max)
+pair), member_connect/request/probe_timeout_seconds,
+member_watch_idle_seconds, checkpoint_meta_refresh_seconds, and
+member_on_applied (a callback after every applied batch, for benchmarks).
+
 Every loop is a named task started and stopped by the factory. Credentials
 live only in the spec this controller reads in-process; they never reach a
 log line, metric, status or error message.
