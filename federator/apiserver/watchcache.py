@@ -24,6 +24,7 @@ import orjson
 
 from federator.obs import get_logger
 from federator.store.protocol import Compacted, Event, EventType, Store, StoreUnavailable
+from federator.waits import wait_event
 
 _log = get_logger("apiserver.watchcache")
 
@@ -266,9 +267,7 @@ async def follow(
                 continue
             if feed.closed:
                 return
-            try:
-                await asyncio.wait_for(feed.changed().wait(), timeout=idle_timeout)
-            except TimeoutError:
+            if not await wait_event(feed.changed(), idle_timeout):
                 yield []
         return
     iterator = store_events(store, feed.prefix, from_revision)

@@ -37,6 +37,7 @@ from federator.obs import METRICS
 from federator.apis.quantity import QuantityError
 from federator.sim.fit import GPU, resource_units
 from federator.sim.profile import node_conditions
+from federator.waits import wait_event
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType
@@ -365,10 +366,7 @@ class Kubelet:
                 delay = min(10.0, 0.1 * 2 ** min(attempt, 8)) * random.uniform(0.5, 1.0)
                 self.log.warning("kubelet loop failed; re-listing after backoff", error=f"{type(e).__name__}: {e}",
                                  wait_seconds=round(delay, 2), attempt=attempt)
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
+                await wait_event(stop, delay)
             finally:
                 for t in tasks:
                     t.cancel()

@@ -25,6 +25,7 @@ from federator.apiserver.errors import ApiError
 from federator.sim.fit import GPU, RDMA_HCA
 from federator.sim.kubelet import ANNOTATION_DURATION
 from federator.sim.scheduler import GROUP_KINDS, GroupKind
+from federator.waits import wait_event
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType
@@ -228,10 +229,7 @@ class BackgroundLoadLoop:
                 wait = min(30.0, 0.5 * 2 ** min(attempt, 6)) * self.rng.uniform(0.5, 1.0)
                 self.log.warning("background load step failed; retrying", error=f"{type(e).__name__}: {e}",
                                  wait_seconds=round(wait, 2), attempt=attempt)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=wait)
-            except TimeoutError:
-                pass
+            await wait_event(stop, wait)
 
 
 def _epoch(stamp: Any) -> float | None:

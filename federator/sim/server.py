@@ -42,6 +42,7 @@ from federator.sim import kinds
 from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_middleware
 from federator.sim.profile import ClusterProfile, initial_nodes
 from federator.store.memory import MemoryStore
+from federator.waits import wait_event
 
 #: History a simulated cluster keeps for watches (revisions); kube-apiserver's
 #: watch cache plus etcd's compaction keep roughly the last few minutes.
@@ -304,10 +305,7 @@ class SimCluster:
                 attempt += 1
                 delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
                 self.log.info("namespace watch ended; watching again", code=e.code, wait_s=round(delay, 3))
-                try:
-                    await asyncio.wait_for(stop.wait(), delay)
-                except TimeoutError:
-                    pass
+                await wait_event(stop, delay)
         for task in running.values():
             task.cancel()
         for task in running.values():
@@ -336,11 +334,8 @@ class SimCluster:
             attempt += 1
             delay = min(1.0, 0.02 * 2 ** attempt) * (0.5 + random.random() / 2)
             self.log.debug("namespace not empty yet", namespace=namespace, objects=remaining, wait_s=round(delay, 3))
-            try:
-                await asyncio.wait_for(stop.wait(), delay)
+            if await wait_event(stop, delay):
                 return
-            except TimeoutError:
-                pass
 
         def finalize(ns: dict[str, Any]) -> dict[str, Any]:
             ns.setdefault("spec", {})["finalizers"] = []
