@@ -65,6 +65,7 @@ from federator.controllers.status_sync import (
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
+from federator.waits import wait_event
 
 __all__ = [
     "FENCE",
@@ -335,10 +336,7 @@ class GarbageCollector:
 async def _loop(hub: HubContext, finalizer: JobFinalizer, gc: GarbageCollector) -> None:
     tick = lifecycle_tick_seconds(hub)
     while True:
-        try:
-            await asyncio.wait_for(finalizer.wake.wait(), timeout=tick)
-        except TimeoutError:
-            pass
+        await wait_event(finalizer.wake, tick)
         finalizer.wake.clear()
         uids: Iterable[str] = set(finalizer.dirty) | set(finalizer.pending())
         finalizer.dirty.clear()

@@ -66,6 +66,7 @@ from federator.obs import get_logger
 from federator.placement import Decision, GangRequest, Profile, Rejection, Unplaced, run_cycle
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
+from federator.waits import wait_event
 
 __all__ = ["CycleReport", "PlacementController", "job_placement", "why_not_rows"]
 
@@ -265,10 +266,7 @@ class PlacementController:
     async def _cycle_loop(self) -> None:
         last_tick = time.monotonic()
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.snapshot_poll_seconds)
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, self.snapshot_poll_seconds)
             woke = self._wake.is_set()
             now_mono = time.monotonic()
             ticked = now_mono - last_tick >= self.tick_seconds

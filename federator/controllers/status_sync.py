@@ -78,6 +78,7 @@ from federator.delegation.adapter import LABEL_EPOCH, LABEL_JOB_NAME, LABEL_JOB_
 from federator.obs import get_logger
 from federator.placement.reservation import ReservationKind
 from federator.store.protocol import StoreError
+from federator.waits import wait_event
 
 __all__ = [
     "JOB_CACHE",
@@ -628,10 +629,7 @@ class StatusSync:
         metrics = self.hub.metrics.loop_phase_seconds
         last_full = float("-inf")
         while True:
-            try:
-                await asyncio.wait_for(self.work.wake.wait(), timeout=self.tick)
-            except TimeoutError:
-                pass
+            await wait_event(self.work.wake, self.tick)
             self.work.wake.clear()
             started = time.perf_counter()
             await self.objects.refresh()
