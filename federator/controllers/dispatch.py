@@ -62,7 +62,6 @@ from federator.controllers.jobs import (
     hub_id,
     job_ref,
     member_client,
-    newest_copy,
     phase_of,
     requeue,
     reservations,
@@ -70,7 +69,6 @@ from federator.controllers.jobs import (
     set_phase,
     update_job_status,
 )
-from federator.controllers.status_sync import JOB_CACHE
 from federator.delegation import MemberObject, Ownership, RenderError, adapter_for, ownership_of, selector_for
 from federator.delegation.adapter import Gvk
 from federator.obs import get_logger
@@ -440,11 +438,8 @@ class Dispatcher:
             return stored
 
         try:
-            # the write-ahead's result, or the job cache's copy when status sync wrote meanwhile
-            cache = self.hub.shared.get(JOB_CACHE)
-            cached = cache.get(ref.uid) if cache is not None else None
             await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid,
-                                    current=newest_copy(job, cached))
+                                    current=dict(job))
         except (ApiError, StoreError) as e:
             # informational only: the objects exist and status sync takes over
             _log.warning("could not record the dispatch in the job's status", job=ref.key, cluster=cluster,

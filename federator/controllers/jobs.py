@@ -88,8 +88,6 @@ __all__ = [
     "hub_id",
     "job_ref",
     "member_client",
-    "newest_copy",
-    "resource_version_of",
     "parse_timestamp",
     "phase_of",
     "remove_condition",
@@ -182,26 +180,6 @@ def current_placement(job: Mapping[str, Any]) -> tuple[str | None, int]:
     epoch = placement.get("epoch")
     return (cluster if isinstance(cluster, str) and cluster else None,
             epoch if type(epoch) is int and epoch >= 0 else 0)
-
-
-def resource_version_of(job: Mapping[str, Any]) -> int:
-    """metadata.resourceVersion as an int (0 when absent or malformed)."""
-    raw = (job.get("metadata") or {}).get("resourceVersion")
-    return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 19 else 0
-
-
-def newest_copy(*copies: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The copy of one job with the highest metadata.resourceVersion (e.g. a watch's and one's own last
-    write's), as the `current` of `update_job_status`: the fresher it is, the likelier its CAS wins."""
-    best: Mapping[str, Any] | None = None
-    best_rv = -1
-    for job in copies:
-        if job is None:
-            continue
-        rv = resource_version_of(job)
-        if rv > best_rv:
-            best, best_rv = job, rv
-    return dict(best) if best is not None else None
 
 
 def phase_of(job: Mapping[str, Any]) -> str:

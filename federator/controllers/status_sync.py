@@ -66,9 +66,7 @@ from federator.controllers.jobs import (
     history_entry,
     hub_id,
     job_ref,
-    newest_copy,
     reservations,
-    resource_version_of,
     set_condition,
     set_phase,
     update_job_status,
@@ -613,17 +611,8 @@ class StatusSync:
         self.work = _Work()
         #: gangs the member shows fully bound whose reservation waits for the cluster's snapshot
         self.awaiting_release: set[str] = set()
-        #: uid -> the job as this loop last wrote it, until the job cache has caught up with that write (the
-        #: fresher copy for the next write's CAS; dropped when the job is deleted)
-        self.written: dict[str, dict[str, Any]] = {}
         objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
-        jobs.subscribe(self._job_changed)
-
-    def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
-        written = self.written.get(uid)
-        if written is not None and (job is None or resource_version_of(job) >= resource_version_of(written)):
-            del self.written[uid]  # deleted, or the cache has caught up with our write
-        self.work.mark((uid,))
+        jobs.subscribe(lambda uid, _job: self.work.mark((uid,)))
 
     async def run(self) -> None:
         metrics = self.hub.metrics.loop_phase_seconds
@@ -686,11 +675,8 @@ class StatusSync:
             fresh["status"] = new
             return fresh
 
-        current = newest_copy(job, self.written.pop(uid, None))
-        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid,
-                                         current=current)
-        if stored is not None:
-            self.written[uid] = stored
+        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid,
+                                current=job)
 
 
 async def status_sync(hub: HubContext) -> AsyncIterator[None]:
