@@ -863,7 +863,6 @@ class ObjectStorage:
         mutate: Mutator,
         subresource: str | None = None,
         trusted_status: bool = False,
-        suggestion: JSONObject | None = None,
     ) -> JSONObject | None:
         """Read, mutate, CAS-write; retry on conflict. `mutate` gets a fresh
         copy and returns the new object, or None to skip the write (the
@@ -875,22 +874,8 @@ class ObjectStorage:
         which the API validated when they were written, and the status comes
         from the hub's own code; re-validating the whole object (pydantic)
         on every status write was the largest single cost of the hub's job
-        lifecycle. `validate_update` and the name check still run.
-
-        `suggestion`: a recent copy of the stored object (e.g. from a watch),
-        tried first without reading the store; the CAS is against its
-        resourceVersion, so a stale copy only costs a conflict, after which
-        the object is read from the store as usual. Only a write is decided
-        on it: when `mutate` skips the suggestion, or changes nothing in it,
-        the decision is made again on a store read (a stale copy never
-        causes a skip)."""
+        lifecycle. `validate_update` and the name check still run."""
         key = self.object_key(rt, namespace, name)
-        trusted = trusted_status and subresource == "status"
-        if suggestion is not None:
-            written = await self._update_suggested(rt, key, suggestion, namespace=namespace, name=name,
-                                                   mutate=mutate, subresource=subresource, trusted=trusted)
-            if written is not None:
-                return written
         for attempt in range(_UPDATE_RETRIES):
             kv = await self.store.get(key)
             if kv is None:
@@ -899,7 +884,8 @@ class ObjectStorage:
             proposed = mutate(_decode(kv.value, kv.mod_revision))
             if proposed is None:
                 return None
-            new = self._prepare_update(rt, proposed, old, subresource=subresource, trusted_status=trusted)
+            new = self._prepare_update(rt, proposed, old, subresource=subresource,
+                                       trusted_status=trusted_status and subresource == "status")
             try:
                 return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False)
             except ApiError as e:
@@ -907,40 +893,6 @@ class ObjectStorage:
                     raise
                 await _backoff(attempt, what=f"conflict updating {rt.plural}/{name}")
         raise errors.conflict(rt, name)  # pragma: no cover - loop always returns or raises
-
-    async def _update_suggested(
-        self, rt: ResourceType, key: str, suggestion: JSONObject, *, namespace: str | None, name: str,
-        mutate: Mutator, subresource: str | None, trusted: bool,
-    ) -> JSONObject | None:
-        """guaranteed_update's first attempt on `suggestion`: the written object, or None when the caller
-        must read the store (a stale or foreign suggestion, a skip or a no-op decided on it)."""
-        meta = suggestion.get("metadata")
-        if not isinstance(meta, dict) or meta.get("name") != name or (
-                rt.namespaced and meta.get("namespace") != namespace):
-            return None
-        try:
-            revision = parse_resource_version(meta.get("resourceVersion"))
-        except ApiError:
-            return None
-        if not revision:
-            return None
-        old = _copy(suggestion)
-        proposed = mutate(_copy(suggestion))
-        if proposed is None:
-            return None
-        try:
-            new = self._prepare_update(rt, proposed, old, subresource=subresource, trusted_status=trusted)
-        except ApiError:
-            return None  # refused on a possibly stale copy: decide on the stored object
-        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        if _same_ignoring_rv(new, old):
-            return None
-        try:
-            return await self._write_update(rt, key, revision, old, new, dry_run=False)
-        except ApiError as e:
-            if e.code != 409:
-                raise
-            return None
 
     # ------------------------------------------------------------ patch
 

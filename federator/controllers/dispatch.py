@@ -438,8 +438,7 @@ class Dispatcher:
             return stored
 
         try:
-            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid,
-                                    current=dict(job))
+            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
         except (ApiError, StoreError) as e:
             # informational only: the objects exist and status sync takes over
             _log.warning("could not record the dispatch in the job's status", job=ref.key, cluster=cluster,

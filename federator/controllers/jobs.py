@@ -424,17 +424,11 @@ async def update_job_status(
     name: str,
     mutate: Callable[[dict[str, Any]], dict[str, Any] | None],
     uid: str | None = None,
-    current: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Read the job, `mutate(job)` (a fresh copy; change job["status"], return the job, or None to
     skip), CAS-write the status subresource, retrying on conflict. Fenced with the leader's token
     when the hub holds one (raises store FencedOut when deposed). The write trusts the stored job
     (validated by the API at admission) and this code's status: no full re-validation per write.
-
-    `current`: the caller's recent copy of the job (its watch's or its own last write's, with
-    metadata.resourceVersion), tried first without a store read: the CAS is against its
-    resourceVersion, so a stale copy only costs a conflict and a read (ObjectStorage.guaranteed_update's
-    `suggestion`); a skip is always decided on the stored job. It is never modified.
 
     Returns the stored job, or None when skipped, when the job is gone (404) or when `uid` is given
     and the stored job is another object of the same name.
@@ -447,8 +441,7 @@ async def update_job_status(
 
     try:
         return await _writer(hub).guaranteed_update(hub.kind(JOB_KIND), namespace=namespace, name=name,
-                                                    mutate=guarded, subresource="status", trusted_status=True,
-                                                    suggestion=current)
+                                                    mutate=guarded, subresource="status", trusted_status=True)
     except ApiError as e:
         if e.code == 404:
             return None

@@ -432,7 +432,7 @@ class PlacementController:
 
         try:
             stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
-                                             uid=ref.uid, current=dict(job))
+                                             uid=ref.uid)
         except (ApiError, StoreError) as e:
             _log.warning("could not record the placement decision; the job stays in the queue", job=ref.key,
                          cluster=decision.cluster, error=str(e))

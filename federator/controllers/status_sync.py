@@ -675,8 +675,7 @@ class StatusSync:
             fresh["status"] = new
             return fresh
 
-        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid,
-                                current=job)
+        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
 
 
 async def status_sync(hub: HubContext) -> AsyncIterator[None]:
