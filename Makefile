@@ -18,6 +18,7 @@ run: $(BIN)/federator
 ## make test: install and run the whole test suite, plus the layering and type checks
 test: $(BIN)/federator
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(BIN)/federator
