@@ -66,6 +66,7 @@ from federator.hubapi import MEMBER_CLEANUP_FINALIZER
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 from federator.waits import wait_event
+from federator.controllers.loops import background_loop
 
 __all__ = [
     "FENCE",
@@ -361,24 +362,10 @@ async def member_cleanup(hub: HubContext) -> AsyncIterator[None]:
     finalizer = JobFinalizer(hub, objects=objects, jobs=jobs)
     gc = GarbageCollector(hub, objects=objects)
     hub.shared["member_gc"] = gc
-    task = asyncio.get_running_loop().create_task(_supervised(_loop(hub, finalizer, gc)), name="membercleanup:loop")
     try:
-        yield
+        async with background_loop(_loop(hub, finalizer, gc), name="membercleanup:loop",
+                                   what="member cleanup loop", log=_log):
+            yield
     finally:
-        task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-            pass
         hub.shared.pop("member_gc", None)
         hub.shared.pop(FENCE, None)
-
-
-async def _supervised(coro: Any) -> None:
-    try:
-        await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-        _log.error("member cleanup loop failed", error=f"{type(e).__name__}: {e}", exc_info=True)
-        raise

@@ -68,6 +68,7 @@ from federator.controllers.status_sync import (
 from federator.delegation import GangPhase, adapter_for
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
+from federator.controllers.loops import background_loop
 
 __all__ = ["StuckGangs", "placed_at", "stuck_gangs"]
 
@@ -224,24 +225,9 @@ async def stuck_gangs(hub: HubContext) -> AsyncIterator[None]:
                           "before stuck_gangs in hub_controllers()")
     stuck = StuckGangs(hub, objects=objects, jobs=jobs)
     hub.shared["stuck_gangs"] = stuck
-    task = asyncio.get_running_loop().create_task(_supervised(_loop(hub, stuck)), name="stuckgangs:loop")
     try:
-        yield
+        async with background_loop(_loop(hub, stuck), name="stuckgangs:loop", what="stuck-gang loop", log=_log):
+            yield
     finally:
-        task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-            pass
         hub.shared.pop("stuck_gangs", None)
         hub.shared.pop(PULLING_BACK, None)
-
-
-async def _supervised(coro: Any) -> None:
-    try:
-        await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-        _log.error("stuck-gang loop failed", error=f"{type(e).__name__}: {e}", exc_info=True)
-        raise
