@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -82,10 +83,35 @@ async def serve(store_url: str, state: Path, clusters: Path) -> None:
     from federator.apiserver.auth import TokenAuthenticator
     from federator.controllers.context import HubSettings
     from federator.devcerts import ensure_dev_tls, server_ssl_context
+    from federator.gcpolicy import server_gc
     from federator.hub import build_hub_app, ensure_dev_token_file, hub_controllers, write_dev_kubeconfigs
     from federator.obs import configure_logging
 
     configure_logging(level=os.environ.get("FEDERATOR_BENCH_HUB_LOG_LEVEL", "warning"), json=True)
+    if os.environ.get("FEDERATOR_BENCH_GC_LOG"):  # log every garbage collection pause over 10 ms
+        import gc
+
+        gc_started = [0.0]
+
+        def gc_timer(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                gc_started[0] = time.perf_counter()
+            elif (pause := time.perf_counter() - gc_started[0]) > 0.01:
+                print(f"gc pause gen {info['generation']}: {pause * 1000:.0f} ms, collected {info['collected']}",
+                      file=sys.stderr, flush=True)
+
+        gc.callbacks.append(gc_timer)
+    slow = os.environ.get("FEDERATOR_BENCH_SLOW_CALLBACK_MS")
+    if slow:  # asyncio debug mode: log every callback that holds the hub's loop longer than this
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        asyncio_log = logging.getLogger("asyncio")
+        asyncio_log.addHandler(handler)
+        asyncio_log.setLevel(logging.WARNING)
+        asyncio_log.propagate = False
+        asyncio.get_running_loop().set_debug(True)
+        asyncio.get_running_loop().slow_callback_duration = float(slow) / 1000
     state.mkdir(parents=True, exist_ok=True)
     tls = ensure_dev_tls(state)
     token_file, tokens = ensure_dev_token_file(state)
@@ -102,8 +128,9 @@ async def serve(store_url: str, state: Path, clusters: Path) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"hub is serving {url}", flush=True)
-    await stop.wait()
-    await runner.cleanup()
+    with server_gc():  # as `federator up` does once it serves
+        await stop.wait()
+        await runner.cleanup()
 
 
 class Hub:
@@ -342,8 +369,12 @@ async def burst_throughput(hub: Hub, members: Members, *, count: int, concurrenc
 
 
 async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run: int) -> dict[str, float]:
+    from federator.gcpolicy import server_gc
+
     members = Members(workdir / "members", nodes=args.nodes, pod_seconds=args.pod_seconds)
     clusters = await members.start()
+    gc_settings = contextlib.ExitStack()
+    gc_settings.enter_context(server_gc())  # the simulated members' process, as `federator sim` runs it
     try:
         state = workdir / ".federator"
         async with Hub(state, store_url, clusters) as hub:
@@ -357,17 +388,24 @@ async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run:
             hub_busy = (hub.cpu_seconds() - hub_cpu) / wall
             members_busy = (sum(os.times()[:2]) - own_cpu) / wall
             rss_after_sustained, _ = hub.memory_mib()
+            hub_cpu, own_cpu, wall = hub.cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
             jobs_per_second = await burst_throughput(hub, members, count=args.burst, concurrency=args.concurrency,
                                                      prefix=f"burst{run}")
+            wall = time.perf_counter() - wall
+            burst_hub_busy = (hub.cpu_seconds() - hub_cpu) / wall
+            burst_members_busy = (sum(os.times()[:2]) - own_cpu) / wall
             rss, peak = hub.memory_mib()
     finally:
         await members.stop()
+        gc_settings.close()
     print(f"  run {run}: {jobs} jobs at {args.rate}/s: p50 {p50:.1f} ms p99 {p99:.1f} ms (hub CPU "
-          f"{hub_busy:.0%}, members+driver CPU {members_busy:.0%}); burst {jobs_per_second:.0f} jobs/s; "
+          f"{hub_busy:.0%}, members+driver CPU {members_busy:.0%}); burst {jobs_per_second:.0f} jobs/s (hub CPU "
+          f"{burst_hub_busy:.0%}, members+driver CPU {burst_members_busy:.0%}); "
           f"hub RSS {rss:.0f} MiB (peak {peak:.0f})", file=sys.stderr, flush=True)
     return {f"submit->objects p50 ms @{args.rate:g}/s": p50, f"submit->objects p99 ms @{args.rate:g}/s": p99,
             "hub CPU % (sustained)": hub_busy * 100, "members+driver CPU % (sustained)": members_busy * 100,
-            "jobs/s dispatched (burst)": jobs_per_second, "hub RSS MiB after sustained": rss_after_sustained,
+            "jobs/s dispatched (burst)": jobs_per_second, "hub CPU % (burst)": burst_hub_busy * 100,
+            "members+driver CPU % (burst)": burst_members_busy * 100, "hub RSS MiB after sustained": rss_after_sustained,
             "hub RSS MiB at end": rss, "hub peak RSS MiB": peak}
 
 
@@ -389,6 +427,9 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="clients submitting the burst")
     parser.add_argument("--nodes", type=int, default=40, help="GPU nodes per large member cluster")
     parser.add_argument("--pod-seconds", type=float, default=5.0, help="how long each member pod runs")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep each run's files (hub log, store, kubeconfigs) under this directory "
+                             "instead of a temporary one")
     parser.add_argument("--serve", nargs=3, metavar=("STORE_URL", "STATE_DIR", "CLUSTERS_DIR"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -410,7 +451,11 @@ async def main() -> None:
     from federator.obs import configure_logging
 
     configure_logging(level="error", json=True)
-    with tempfile.TemporaryDirectory(prefix="federator-bench-e2e-") as tmp:
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        kept = contextlib.nullcontext(tempfile.mkdtemp(prefix="federator-bench-e2e-", dir=args.workdir))
+        print(f"keeping the runs' files in {kept.enter_result}", file=sys.stderr)
+    with kept if args.workdir is not None else tempfile.TemporaryDirectory(prefix="federator-bench-e2e-") as tmp:
         for backend in args.backends.split(","):
             runs = []
             for run in range(args.runs):

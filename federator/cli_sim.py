@@ -75,8 +75,11 @@ def _cmd_sim(args: argparse.Namespace) -> int:
                         "must lie within 1..65535")
     from federator.obs import configure_logging
 
+    from federator.gcpolicy import server_gc
+
     configure_logging(level=args.log_level)
-    return asyncio.run(serve(profiles, state_dir=Path(args.state_dir), port_base=port_base))
+    with server_gc():  # no full-heap GC pauses in the members' API (see gcpolicy)
+        return asyncio.run(serve(profiles, state_dir=Path(args.state_dir), port_base=port_base))
 
 
 def _load(paths: list[str]) -> list[ClusterProfile]:

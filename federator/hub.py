@@ -48,6 +48,7 @@ from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError
 from federator.apiserver.registry import JSONObject
 from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import ControllerFactory, HubContext, HubSettings
+from federator.gcpolicy import server_gc
 from federator.devcerts import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
 from federator.obs import METRICS, Metrics, configure_logging, get_logger
@@ -644,8 +645,10 @@ async def _serve(plan: _Plan) -> int:
     state = hub_state(app)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
     exit_code = 0
+    gc_settings = contextlib.ExitStack()
     try:
         await runner.setup()
+        gc_settings.enter_context(server_gc())  # after start: the loaded heap is frozen (see gcpolicy)
         site = web.TCPSite(runner, plan.host, plan.port, ssl_context=server_ssl_context(plan.cert, plan.key))
         await site.start()
         port = runner.addresses[0][1] if runner.addresses else plan.port
@@ -678,6 +681,7 @@ async def _serve(plan: _Plan) -> int:
             _log.info("hub stopping", reason="signal")
     finally:
         await runner.cleanup()
+        gc_settings.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     _log.info("hub stopped", exit_code=exit_code)
