@@ -96,6 +96,15 @@ def why_not_rows(why_not: Mapping[str, Rejection]) -> list[dict[str, str]]:
     return rows
 
 
+def _queued(job: Mapping[str, Any]) -> bool:
+    """The job waits for a placement: Pending or Requeued (or no phase yet), not suspended, not being deleted."""
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    if phase_of(job) not in _ELIGIBLE_PHASES:
+        return False
+    return (job.get("spec") or {}).get("suspend") is not True
+
+
 def _rv(job: Mapping[str, Any]) -> int:
     try:
         return int((job.get("metadata") or {}).get("resourceVersion") or 0)
@@ -122,6 +131,9 @@ class PlacementController:
         self.ledger = reservations(hub)
         #: uid -> the newest stored TrainingJob seen
         self.jobs: dict[str, dict[str, Any]] = {}
+        #: uids of the jobs in `jobs` that wait for a placement (`_queued`): what a cycle looks at, so that
+        #: a cycle costs the queue's length, not the number of jobs the hub ever held
+        self.queued: set[str] = set()
         #: uids whose decision is being written or dispatched
         self.inflight: set[str] = set()
         #: uid -> (reasons signature, when written) of the last unplaced status write
@@ -193,12 +205,17 @@ class PlacementController:
         if known is not None and _rv(known) >= _rv(job):
             return False
         self.jobs[uid] = job
+        if _queued(job):
+            self.queued.add(uid)
+        else:
+            self.queued.discard(uid)
         return True
 
     def _forget_job(self, uid: str) -> None:
         # The job's reservation stays: its member pods may still exist and get bound (until the cleanup
         # deletes them, which forgets the reservation, or the snapshot shows them, which releases it).
         self.jobs.pop(uid, None)
+        self.queued.discard(uid)
         self._unplaced_written.pop(uid, None)
         self._unreserved.discard(uid)
         self.dispatcher.retries.forget(uid)
@@ -244,14 +261,9 @@ class PlacementController:
     # ------------------------------------------------------------ the cycle
 
     def _eligible(self, job: Mapping[str, Any], *, now: float) -> bool:
-        meta = job.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+        if not _queued(job):
             return False
-        if phase_of(job) not in _ELIGIBLE_PHASES:
-            return False
-        if (job.get("spec") or {}).get("suspend") is True:
-            return False
-        uid = str(meta.get("uid") or "")
+        uid = str((job.get("metadata") or {}).get("uid") or "")
         if uid in self.inflight:
             return False
         return self.dispatcher.retries.not_before(uid) <= now
@@ -296,7 +308,8 @@ class PlacementController:
         snapshots = self._snapshots()
         gangs: list[GangRequest] = []
         jobs_by_uid: dict[str, dict[str, Any]] = {}
-        for uid, job in list(self.jobs.items()):
+        for uid in sorted(self.queued):
+            job = self.jobs[uid]
             if not self._eligible(job, now=now):
                 continue
             try:

@@ -29,8 +29,11 @@ lists it after member sync):
   the member's snapshot shows every pod of the gang bound, the gang's
   placement reservation is released (invariant 4: never double-booked,
   never counted twice). Work is driven by events (a member batch touching a
-  job's objects, a job change); a full pass over the active jobs runs at
-  most every `status_resync_seconds` (HubSettings.extra, default 5).
+  job's objects, a job change), batched per job: the changes within
+  `status_batch_seconds` (HubSettings.extra, default 0.2) of a job's first
+  one become one status write, as kube's Job controller batches pod
+  updates; a full pass over the active jobs runs at most every
+  `status_resync_seconds` (default 5).
 
 It never creates or deletes member objects, never decides placement, and
 never logs an object body or a credential.
@@ -554,12 +557,33 @@ def synced_status(job: Mapping[str, Any], gs: GangStatus, *, adapter: SchedulerA
     if current not in TERMINAL_PHASES or new_phase != current:
         status["podCounts"] = {role: counts.as_dict() for role, counts in gs.counts.items()}
     if new_phase != current:
+        # A batch (or a fast gang) can jump phases, e.g. Placed -> Running: the history still shows each
+        # step the gang went through (it was admitted before it ran), in one write.
+        for passed in _passed_phases(current, new_phase):
+            if not quiet:
+                set_phase(status, passed, reason="Scheduled" if passed == PHASE_ADMITTED else reason,
+                          message=message, now=now, job=ref.key, cluster=cluster)
+            append_history(status, history_entry(
+                passed, cluster=cluster, epoch=epoch, now=now,
+                message=f"cluster {cluster} scheduled the gang (epoch {epoch})" if passed == PHASE_ADMITTED
+                else message))
         if quiet:
             status["phase"] = new_phase
         else:
             set_phase(status, new_phase, reason=reason, message=message, now=now, job=ref.key, cluster=cluster)
         append_history(status, history_entry(new_phase, cluster=cluster, epoch=epoch, message=message, now=now))
     return None if status == old else status
+
+
+_FORWARD = (PHASE_PLACED, PHASE_ADMITTED, PHASE_RUNNING, PHASE_SUCCEEDED)
+
+
+def _passed_phases(current: str, new: str) -> tuple[str, ...]:
+    """The phases strictly between `current` and `new` on the way Placed -> Admitted -> Running ->
+    Succeeded (none for Failed: a failed gang may never have run)."""
+    if current not in _FORWARD or new not in _FORWARD:
+        return ()
+    return _FORWARD[_FORWARD.index(current) + 1:_FORWARD.index(new)]
 
 
 def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
@@ -590,12 +614,31 @@ def release_if_shown(hub: HubContext, job_uid: str) -> bool:
 
 @dataclass
 class _Work:
-    dirty: set[str] = field(default_factory=set)
+    """Jobs to reconcile, each with the time it is due (the end of its batch window)."""
+
+    #: seconds from a job's first change to its reconcile; later changes in the window join the batch
+    batch_seconds: float = 0.0
+    due: dict[str, float] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def mark(self, uids: Iterable[str]) -> None:
-        self.dirty.update(uids)
+    def mark(self, uids: Iterable[str], *, now: float | None = None) -> None:
+        at = (time.monotonic() if now is None else now) + self.batch_seconds
+        for uid in uids:
+            self.due.setdefault(uid, at)
         self.wake.set()
+
+    def retry(self, uid: str) -> None:
+        self.due[uid] = time.monotonic() + max(self.batch_seconds, 0.1)
+
+    def take_due(self, now: float) -> set[str]:
+        """Remove and return the jobs whose batch window has ended."""
+        ready = {uid for uid, at in self.due.items() if at <= now}
+        for uid in ready:
+            del self.due[uid]
+        return ready
+
+    def next_due(self) -> float | None:
+        return min(self.due.values()) if self.due else None
 
 
 class StatusSync:
@@ -608,7 +651,9 @@ class StatusSync:
         self.tick = lifecycle_tick_seconds(hub)
         #: a full pass over every active job at most this often (events drive everything else)
         self.resync = max(self.tick, float(hub.settings.extra.get("status_resync_seconds", 5.0)))
-        self.work = _Work()
+        #: a job's member changes within this window are folded into one status write (kube's Job controller
+        #: batches pod updates the same way); job changes and the periodic pass use it too
+        self.work = _Work(batch_seconds=max(0.0, float(hub.settings.extra.get("status_batch_seconds", 0.2))))
         #: gangs the member shows fully bound whose reservation waits for the cluster's snapshot
         self.awaiting_release: set[str] = set()
         objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
@@ -617,18 +662,29 @@ class StatusSync:
     async def run(self) -> None:
         metrics = self.hub.metrics.loop_phase_seconds
         last_full = float("-inf")
+        last_tick = time.monotonic()
         while True:
-            await wait_event(self.work.wake, self.tick)
+            next_due = self.work.next_due()
+            wait = self.tick if next_due is None else max(0.0, min(self.tick, next_due - time.monotonic()))
+            await wait_event(self.work.wake, wait)
             self.work.wake.clear()
+            now = time.monotonic()
+            ticked = now - last_tick >= self.tick
+            next_due = self.work.next_due()
+            if not ticked and (next_due is None or next_due > now):
+                continue  # woken by a change whose batch window is still open
             started = time.perf_counter()
-            await self.objects.refresh()
+            if ticked:
+                last_tick = now
+                await self.objects.refresh()
             metrics.labels(loop="status_sync", phase="refresh").observe(time.perf_counter() - started)
             started = time.perf_counter()
-            dirty, self.work.dirty = self.work.dirty, set()
-            dirty |= self.awaiting_release
-            if time.monotonic() - last_full >= self.resync:
+            dirty = self.work.take_due(now)
+            if ticked:
+                dirty |= self.awaiting_release
+            if now - last_full >= self.resync:
                 # Now and then every active job, e.g. one whose cluster's index became ready meanwhile.
-                last_full = time.monotonic()
+                last_full = now
                 dirty.update(uid for uid, job in list(self.jobs.jobs.items())
                              if (job.get("status") or {}).get("phase") in ACTIVE_PHASES)
             for uid in dirty:
@@ -636,7 +692,7 @@ class StatusSync:
                     await self.reconcile(uid)
                 except (ApiError, StoreError) as e:
                     _log.warning("could not write job status; will retry", job_uid=uid, error=str(e))
-                    self.work.dirty.add(uid)
+                    self.work.retry(uid)
             metrics.labels(loop="status_sync", phase="reconcile").observe(time.perf_counter() - started)
 
     async def reconcile(self, uid: str) -> None:

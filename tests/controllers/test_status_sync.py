@@ -143,22 +143,27 @@ VOLCANO = adapter_for("volcano")
 NOW = time.time()
 
 
-@pytest.mark.parametrize(("current", "seen", "expected"), [
-    ("Placed", GangPhase.PLACED, "Placed"),
-    ("Placed", GangPhase.ADMITTED, "Admitted"),
-    ("Placed", GangPhase.RUNNING, "Running"),
-    ("Placed", GangPhase.SUCCEEDED, "Succeeded"),
-    ("Running", GangPhase.ADMITTED, "Running"),  # never backwards
-    ("Admitted", GangPhase.FAILED, "Failed"),
-    ("Running", GangPhase.SUCCEEDED, "Succeeded"),
+@pytest.mark.parametrize(("current", "seen", "expected", "history"), [
+    ("Placed", GangPhase.PLACED, "Placed", []),
+    ("Placed", GangPhase.ADMITTED, "Admitted", ["Admitted"]),
+    # one batched write that jumps phases still records every step the gang went through
+    ("Placed", GangPhase.RUNNING, "Running", ["Admitted", "Running"]),
+    ("Placed", GangPhase.SUCCEEDED, "Succeeded", ["Admitted", "Running", "Succeeded"]),
+    ("Admitted", GangPhase.SUCCEEDED, "Succeeded", ["Running", "Succeeded"]),
+    ("Running", GangPhase.ADMITTED, "Running", []),  # never backwards
+    ("Admitted", GangPhase.FAILED, "Failed", ["Failed"]),  # no invented Running before a failure
+    ("Placed", GangPhase.FAILED, "Failed", ["Failed"]),
+    ("Running", GangPhase.SUCCEEDED, "Succeeded", ["Succeeded"]),
 ])
-def test_the_phase_only_moves_forward(current: str, seen: GangPhase, expected: str) -> None:
+def test_the_phase_only_moves_forward(current: str, seen: GangPhase, expected: str, history: list[str]) -> None:
     new = synced_status(_job(current), _gs(seen, reason="Scheduled"), adapter=VOLCANO, cluster="c1", epoch=2,
                         now=NOW)
     assert new is not None
     assert new["phase"] == expected
-    transitions = [h["event"] for h in new.get("history") or ()]
-    assert transitions == ([] if expected == current else [expected])
+    assert [h["event"] for h in new.get("history") or ()] == history
+    quiet = synced_status(_job(current), _gs(seen, reason="Scheduled"), adapter=VOLCANO, cluster="c1", epoch=2,
+                          now=NOW, quiet=True)
+    assert quiet == new  # the dry run computes the same status
 
 
 def test_objects_vanishing_after_admission_fail_the_gang() -> None:
@@ -194,3 +199,27 @@ def test_a_terminal_job_is_left_alone() -> None:
     assert new["phase"] == "Succeeded" and new["podCounts"] == counts
     assert not [c for c in new["conditions"] if c["type"] == "Failed"]
     assert "history" not in new
+
+
+def test_changes_within_a_jobs_batch_window_become_one_reconcile() -> None:
+    from federator.controllers.status_sync import _Work
+
+    work = _Work(batch_seconds=0.2)
+    work.mark(["a"], now=10.0)
+    work.mark(["a", "b"], now=10.15)  # a's window opened at 10.0; b's opens now
+    assert work.next_due() == pytest.approx(10.2)
+    assert work.take_due(10.1) == set()
+    assert work.take_due(10.2) == {"a"}  # once, however many changes it had
+    assert work.take_due(10.3) == set()
+    assert work.take_due(10.35) == {"b"}
+    assert work.next_due() is None
+    work.mark(["a"], now=11.0)  # a new change after the reconcile opens a new window
+    assert work.take_due(11.2) == {"a"}
+
+
+def test_with_no_batch_window_a_change_is_due_at_once() -> None:
+    from federator.controllers.status_sync import _Work
+
+    work = _Work(batch_seconds=0.0)
+    work.mark(["a"], now=5.0)
+    assert work.take_due(5.0) == {"a"}
