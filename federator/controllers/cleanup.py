@@ -26,8 +26,8 @@ duties:
   before it creates objects, so a live object is never mistaken for an
   orphan. Until the first pass after a (re)connection has issued its
   deletes, `cluster_fenced(hub, cluster)` is False: dispatch into a returning
-  cluster waits for the fence, so an older epoch's copy is killed before a
-  newer one can start there.
+  cluster that is in contact again waits for the fence (`fence_pending`), so
+  an older epoch's copy is killed before a newer one can start there.
 
 It never deletes an object that another hub or job owns (selectors and
 ownership labels), never deletes a job, and never logs an object body or a
@@ -75,6 +75,7 @@ __all__ = [
     "JobFinalizer",
     "cluster_fenced",
     "delete_member_objects",
+    "fence_pending",
     "member_cleanup",
     "orphan_reason",
 ]
@@ -92,6 +93,16 @@ def cluster_fenced(hub: HubContext, cluster: str) -> bool:
     if not isinstance(fence, dict):
         return True  # no GC running (tests of other controllers): nothing to wait for
     return bool(fence.get(cluster, False))
+
+
+def fence_pending(hub: HubContext, cluster: str) -> bool:
+    """True when `cluster` is in contact (member sync Ready, this hub's watches up) but its epoch fence
+    does not hold yet: the GC pass that deletes older epochs there is due and will run within a tick.
+    A cluster out of contact is not pending: its fence cannot rise until it returns."""
+    if cluster_fenced(hub, cluster):
+        return False
+    objects = hub.shared.get(MEMBER_OBJECTS)
+    return isinstance(objects, MemberObjects) and objects.reachable(cluster)
 
 
 # ---------------------------------------------------------------- deleting member objects

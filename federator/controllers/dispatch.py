@@ -5,7 +5,9 @@ status already holds the decision (phase Placed, placement.cluster and
 placement.epoch written BEFORE this runs: the write-ahead rule), renders it
 with the cluster's delegation adapter (PodGroup first, then the pods; labels
 carry the job uid, role, index, epoch and this hub's id), makes sure the
-member namespace exists, and creates each object through the MemberClient
+member namespace exists, waits for the cluster's epoch fence (a cluster back
+in contact gets a GC pass that deletes older epochs' objects first:
+`cleanup.fence_pending`), and creates each object through the MemberClient
 that member sync holds for the cluster. An object that already exists with
 the same job uid and epoch counts as created, so a re-dispatch after a crash
 creates nothing twice; a pod of an *older* epoch of the same job blocks its
@@ -50,6 +52,7 @@ from typing import Any
 
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
+from federator.controllers.cleanup import fence_pending
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     JOB_KIND,
@@ -186,6 +189,8 @@ class Dispatcher:
                                  maximum=float(extra.get("dispatch_backoff_max_seconds", 30.0)))
         self.concurrency = int(extra.get("dispatch_object_concurrency", 16))
         self.client_wait_seconds = float(extra.get("dispatch_client_wait_seconds", 30.0))
+        #: how long a dispatch waits for a returning cluster's epoch fence before it fails (and requeues)
+        self.fence_wait_seconds = float(extra.get("dispatch_fence_wait_seconds", 30.0))
         #: called with the requeue delay after a failed dispatch (placement wakes up then)
         self.on_requeued = on_requeued
         self._namespaces: dict[str, set[str]] = {}
@@ -264,6 +269,28 @@ class Dispatcher:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    async def wait_for_fence(self, cluster: str, *, wait: float) -> None:
+        """Return once the epoch fence of `cluster` holds (cleanup.cluster_fenced: since the hub last
+        regained contact with it, a GC pass deleted every older epoch's object there), so that a newer
+        epoch never starts beside an older copy; DispatchError (retryable) after `wait` seconds.
+
+        Only a cluster in contact is waited for (`cleanup.fence_pending`: its GC pass is due within a
+        tick). One out of contact is not: the creates then fail with the member's own error and the job
+        is requeued, or, if they get through, the pod names (one per job, role and index, across epochs)
+        still keep an older epoch's pod and a newer one from running side by side."""
+        if not fence_pending(self.hub, cluster):
+            return
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while fence_pending(self.hub, cluster):
+            if time.monotonic() >= deadline:
+                raise DispatchError(f"cluster {cluster}: the epoch fence does not hold yet (the GC pass that "
+                                    f"deletes older epochs after a loss of contact has not completed)")
+            _log.info("dispatch waiting for the epoch fence", cluster=cluster, delay_s=round(delay, 3),
+                      waiting_for="the GC pass that deletes older epochs' objects in a returning cluster")
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+
     async def _create_all(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment],
         wait_for_client: float,
@@ -285,6 +312,7 @@ class Dispatcher:
         except (RenderError, KeyError) as e:
             raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
         client = await self._client(cluster, wait=wait_for_client)
+        await self.wait_for_fence(cluster, wait=self.fence_wait_seconds)
         await self._ensure_namespace(client, cluster=cluster, namespace=ref.namespace)
         created = existing = 0
         total = len(objects)

@@ -161,3 +161,42 @@ async def test_a_stale_dispatch_touches_nothing(env: Env) -> None:
     # the job itself is untouched (still at its epoch, still dispatched)
     current = await env.api.get("team-a", "fresh")
     assert placement_of(current)["epoch"] == epoch and "Requeued" not in _events(current)
+
+
+async def test_dispatch_waits_for_the_epoch_fence_of_a_returning_cluster(env: Env) -> None:
+    import asyncio
+
+    from federator.controllers.cleanup import FENCE, cluster_fenced, fence_pending
+    from federator.controllers.dispatch import DispatchError
+
+    await wait_until(lambda: cluster_fenced(env.hub.context, "cloud-small"), what="the GC's first pass")
+    await env.dispatcher.wait_for_fence("cloud-small", wait=0.0)  # holds: no wait at all
+    # a cluster whose fence is down (out of contact, or never passed by the GC): the dispatch waits,
+    # then fails (retryable, so the job is requeued), never creating anything beside an older copy
+    fence = env.hub.context.shared[FENCE]
+    # a cluster in contact whose fence is down (its GC pass after a reconnection is due): the dispatch
+    # waits for it, and goes on as soon as the fence holds
+    fence["cloud-small"] = False
+    assert fence_pending(env.hub.context, "cloud-small")
+    waiting = asyncio.create_task(env.dispatcher.wait_for_fence("cloud-small", wait=30.0))
+    await wait_until(lambda: fence.get("cloud-small") is True, what="the GC to raise the fence again")
+    await asyncio.wait_for(waiting, 10)
+    # if the fence does not rise in time, the dispatch fails (retryable: the job is requeued), having
+    # created nothing
+    gc = env.hub.context.shared["member_gc"]
+    tick = gc.tick
+
+    async def paused() -> None:
+        return None
+
+    gc.tick = paused  # the GC pass never comes
+    try:
+        fence["cloud-small"] = False
+        with pytest.raises(DispatchError, match="epoch fence does not hold") as failed:
+            await env.dispatcher.wait_for_fence("cloud-small", wait=0.3)
+        assert failed.value.retryable
+    finally:
+        gc.tick = tick
+    # a cluster out of contact is not waited for: its fence cannot rise until it returns
+    assert not fence_pending(env.hub.context, "not-registered")
+    await env.dispatcher.wait_for_fence("not-registered", wait=30.0)
