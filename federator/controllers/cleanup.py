@@ -65,7 +65,7 @@ from federator.controllers.status_sync import (
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
-from federator.waits import wait_event
+from federator.waits import LoopSlice, wait_event
 from federator.controllers.loops import background_loop
 
 __all__ = [
@@ -309,7 +309,9 @@ class GarbageCollector:
         for obj in index.objects_of():
             by_job.setdefault((obj.job_namespace, obj.job_name, obj.job_uid), []).append(obj)
         complete = True
+        share = LoopSlice()
         for (namespace, name, _uid), found in sorted(by_job.items()):
+            await share.maybe_yield()
             job = await self._read_job(namespace, name)
             doomed: dict[str, list[MemberObject]] = {}
             for obj in found:

@@ -79,7 +79,7 @@ from federator.delegation.adapter import LABEL_EPOCH, LABEL_JOB_NAME, LABEL_JOB_
 from federator.obs import get_logger
 from federator.placement.reservation import ReservationKind
 from federator.store.protocol import StoreError
-from federator.waits import wait_event
+from federator.waits import LoopSlice, wait_event
 
 __all__ = [
     "JOB_CACHE",
@@ -687,7 +687,9 @@ class StatusSync:
                 last_full = now
                 dirty.update(uid for uid, job in list(self.jobs.jobs.items())
                              if (job.get("status") or {}).get("phase") in ACTIVE_PHASES)
+            share = LoopSlice()
             for uid in dirty:
+                await share.maybe_yield()
                 try:
                     await self.reconcile(uid)
                 except (ApiError, StoreError) as e:
