@@ -27,8 +27,17 @@ then waits until every cluster is Ready and measures:
    - first submission);
 3. the hub process's RSS (VmRSS after the run, VmHWM peak).
 
-Prints the median of the runs (and each run's value). Never part of the tests.
-FEDERATOR_BENCH_PROFILE=FILE writes a cProfile of the hub process to FILE.
+Prints the median of the runs (and each run's value), with the CPU share of
+the hub and of this process (the simulated members and the driver) in each
+phase. Never part of the tests. Both processes run with `gcpolicy.server_gc`,
+as `federator up` and `federator sim` do.
+
+Diagnostics: `--workdir DIR` keeps each run's files (the hub's log, store and
+kubeconfigs) instead of a temporary directory; in the hub process,
+FEDERATOR_BENCH_PROFILE=FILE writes a cProfile to FILE,
+FEDERATOR_BENCH_GC_LOG=1 logs every garbage-collector pause over 10 ms, and
+FEDERATOR_BENCH_SLOW_CALLBACK_MS=N turns on asyncio debug mode and logs each
+callback that holds the loop longer than N ms (both to the hub's log).
 Bars from issue 7: p99 <= 100 ms at 50 submissions/s; >= 200 jobs/s dispatched.
 """
 
