@@ -656,8 +656,22 @@ class StatusSync:
         self.work = _Work(batch_seconds=max(0.0, float(hub.settings.extra.get("status_batch_seconds", 0.2))))
         #: gangs the member shows fully bound whose reservation waits for the cluster's snapshot
         self.awaiting_release: set[str] = set()
+        #: uid -> what of the job decides a reconcile (phase, cluster, epoch) as last seen
+        self._job_views: dict[str, tuple[Any, ...]] = {}
         objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
-        jobs.subscribe(lambda uid, _job: self.work.mark((uid,)))
+        jobs.subscribe(self._job_changed)
+
+    def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
+        """A job change needs a reconcile only when its phase or placement moved; a write that changed
+        only other status fields (this loop's own counts, dispatch's Dispatched record) does not (the
+        member's changes and the periodic pass still reach it)."""
+        if job is None:
+            self._job_views.pop(uid, None)
+            return
+        view = ((job.get("status") or {}).get("phase"), *current_placement(job))
+        if self._job_views.get(uid) != view:
+            self._job_views[uid] = view
+            self.work.mark((uid,))
 
     async def run(self) -> None:
         metrics = self.hub.metrics.loop_phase_seconds

@@ -247,7 +247,9 @@ class MemberObject:
         if meta.get("namespace") not in (None, self.namespace):
             raise RenderError(f"owner {kind}/{name} is in namespace {meta.get('namespace')!r}, "
                               f"not {self.namespace!r}: owner references cannot cross namespaces")
-        body = _copy_json(self.body)
+        # Only metadata changes: the rest is shared with this object (neither is ever edited in place)
+        body = dict(self.body)
+        body["metadata"] = dict(self.body["metadata"])
         body["metadata"]["ownerReferences"] = [{
             "apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
             "controller": False, "blockOwnerDeletion": False,
