@@ -15,6 +15,7 @@ and memory, which round *up* the way Kubernetes does.
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from math import ceil
@@ -79,8 +80,14 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return Fraction(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"quantity must be a string or integer, got {type(value).__name__}")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction:
+    """parse_quantity of a string. Memoised: a hub sees the same few quantities ("100m", "32Gi") on every
+    member pod event, and a Fraction is immutable; errors are raised again, never cached."""
     # No stripping: kube-apiserver refuses " 1" too.
-    text = value
     if not text:
         raise QuantityError("quantity is empty")
     if len(text) > _MAX_TEXT:
