@@ -30,7 +30,7 @@ lists it after member sync):
   placement reservation is released (invariant 4: never double-booked,
   never counted twice). Work is driven by events (a member batch touching a
   job's objects, a job change), batched per job: the changes within
-  `status_batch_seconds` (HubSettings.extra, default 0.2) of a job's first
+  `status_batch_seconds` (HubSettings.extra, default 0.5) of a job's first
   one become one status write, as kube's Job controller batches pod
   updates; a full pass over the active jobs runs at most every
   `status_resync_seconds` (default 5).
@@ -653,7 +653,7 @@ class StatusSync:
         self.resync = max(self.tick, float(hub.settings.extra.get("status_resync_seconds", 5.0)))
         #: a job's member changes within this window are folded into one status write (kube's Job controller
         #: batches pod updates the same way); job changes and the periodic pass use it too
-        self.work = _Work(batch_seconds=max(0.0, float(hub.settings.extra.get("status_batch_seconds", 0.2))))
+        self.work = _Work(batch_seconds=max(0.0, float(hub.settings.extra.get("status_batch_seconds", 0.5))))
         #: gangs the member shows fully bound whose reservation waits for the cluster's snapshot
         self.awaiting_release: set[str] = set()
         #: uid -> what of the job decides a reconcile (phase, cluster, epoch) as last seen
