@@ -58,9 +58,12 @@ from federator.controllers.jobs import (
     JOB_KIND,
     PHASE_FAILED,
     PHASE_PLACED,
+    DispatchRecord,
     append_history,
+    apply_dispatch_record,
     cluster_scheduler,
     current_placement,
+    dispatch_records,
     history_entry,
     hub_id,
     job_ref,
@@ -449,21 +452,17 @@ class Dispatcher:
     async def _record_dispatched(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, created: int, existing: int,
     ) -> None:
+        """Condition Dispatched and a history entry: handed to status sync (`jobs.DispatchRecords`), which
+        writes it with the gang's next status; written here only when status sync is not running."""
         ref = job_ref(job)
-        now = time.time()
-        message = f"{created + existing} member objects in {cluster} ({created} created, {existing} already there)"
+        record = DispatchRecord(cluster=cluster, epoch=epoch, created=created, existing=existing, at=time.time())
+        if dispatch_records(self.hub).add(ref.uid, record):
+            return
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             if current_placement(stored) != (cluster, epoch):
                 return None
-            status = stored["status"]
-            changed = set_condition(status, type="Dispatched", state="True", reason="MemberObjectsCreated",
-                                    message=message, now=now)
-            if not changed:
-                return None
-            append_history(status, history_entry("Dispatched", cluster=cluster, epoch=epoch, message=message,
-                                                 now=now))
-            return stored
+            return stored if apply_dispatch_record(stored["status"], record) else None
 
         try:
             await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)

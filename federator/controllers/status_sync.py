@@ -28,7 +28,9 @@ lists it after member sync):
   skipped when the job moved on (another cluster or epoch) meanwhile. Once
   the member's snapshot shows every pod of the gang bound, the gang's
   placement reservation is released (invariant 4: never double-booked,
-  never counted twice). Work is driven by events (a member batch touching a
+  never counted twice). A dispatch's Dispatched record
+  (`jobs.DispatchRecords`) is written with the gang's next status write
+  rather than in a write of its own. Work is driven by events (a member batch touching a
   job's objects, a job change), batched per job: the changes within
   `status_batch_seconds` (HubSettings.extra, default 0.5) of a job's first
   one become one status write, as kube's Job controller batches pod
@@ -64,8 +66,10 @@ from federator.controllers.jobs import (
     SNAPSHOTS,
     TERMINAL_PHASES,
     append_history,
+    apply_dispatch_record,
     cluster_scheduler,
     current_placement,
+    dispatch_records,
     history_entry,
     hub_id,
     job_ref,
@@ -658,8 +662,18 @@ class StatusSync:
         self.awaiting_release: set[str] = set()
         #: uid -> what of the job decides a reconcile (phase, cluster, epoch) as last seen
         self._job_views: dict[str, tuple[Any, ...]] = {}
+        #: dispatches whose Dispatched record this loop writes with the gang's next status
+        self.records = dispatch_records(hub)
         objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
         jobs.subscribe(self._job_changed)
+        self.records.subscribe(self._dispatched)
+
+    def _dispatched(self, uid: str) -> None:
+        self.work.mark((uid,))
+
+    def close(self) -> None:
+        """Stop consuming dispatch records (dispatch writes them itself again)."""
+        self.records.unsubscribe(self._dispatched)
 
     def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
         """A job change needs a reconcile only when its phase or placement moved; a write that changed
@@ -667,6 +681,7 @@ class StatusSync:
         member's changes and the periodic pass still reach it)."""
         if job is None:
             self._job_views.pop(uid, None)
+            self.records.forget(uid)
             return
         view = ((job.get("status") or {}).get("phase"), *current_placement(job))
         if self._job_views.get(uid) != view:
@@ -720,20 +735,29 @@ class StatusSync:
         cluster, epoch = current_placement(job)
         if phase not in ACTIVE_PHASES or cluster is None or uid in (self.hub.shared.get(PULLING_BACK) or ()):
             return
+        now = time.time()
+        # A dispatch of this (cluster, epoch) not in the job's status yet goes into this write (or one of
+        # its own); one of another epoch waits (the cache may lag the write-ahead) or expires.
+        record = self.records.get(uid, now=now)
+        if record is not None and (record.cluster, record.epoch) != (cluster, epoch):
+            record = None
+        gs: GangStatus | None = None
+        adapter: SchedulerAdapter | None = None
         objects = self.objects.get(cluster)
         scheduler = cluster_scheduler(self.hub, cluster)
-        if objects is None or not objects.ready or scheduler is None:
-            return  # not watched (yet): absence in the index would mean nothing
-        try:
-            adapter = adapter_for(scheduler[0])
-        except KeyError:
-            return
-        gs = gang_status(job, objects, adapter, epoch=epoch)
-        now = time.time()
-        if gs.expected > 0 and gs.bound >= gs.expected and not release_if_shown(self.hub, uid) \
-                and reservations(self.hub).get(uid) is not None:
-            self.awaiting_release.add(uid)
-        if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
+        if objects is not None and objects.ready and scheduler is not None:  # else not watched (yet): absence
+            try:                                                             # in the index would mean nothing
+                adapter = adapter_for(scheduler[0])
+            except KeyError:
+                adapter = None
+        if objects is not None and adapter is not None:
+            gs = gang_status(job, objects, adapter, epoch=epoch)
+            if gs.expected > 0 and gs.bound >= gs.expected and not release_if_shown(self.hub, uid) \
+                    and reservations(self.hub).get(uid) is not None:
+                self.awaiting_release.add(uid)
+            if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
+                gs = None
+        if gs is None and record is None:
             return
         ref = job_ref(job)
 
@@ -741,13 +765,17 @@ class StatusSync:
             fresh_phase = (fresh.get("status") or {}).get("phase")
             if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
                 return None  # the job moved on (requeued, another epoch) since we looked
-            new = synced_status(fresh, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now)
-            if new is None:
-                return None
-            fresh["status"] = new
-            return fresh
+            changed = record is not None and apply_dispatch_record(fresh["status"], record)
+            if gs is not None and adapter is not None:
+                new = synced_status(fresh, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now)
+                if new is not None:
+                    fresh["status"] = new
+                    changed = True
+            return fresh if changed else None
 
         await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
+        if record is not None:
+            self.records.done(uid, record)  # written, already there, or its job moved on
 
 
 async def status_sync(hub: HubContext) -> AsyncIterator[None]:
@@ -765,6 +793,7 @@ async def status_sync(hub: HubContext) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        controller.close()
         for task in tasks:
             task.cancel()
         for task in tasks:
