@@ -37,7 +37,7 @@ import datetime as dt
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from federator.apiserver.errors import ApiError
 from federator.apiserver.storage import ObjectStorage
@@ -482,12 +482,20 @@ class ReservationLedger:
         return len(self.book)
 
 
+_Shared = TypeVar("_Shared")
+
+
+def _shared_one(hub: HubContext, key: str, cls: type[_Shared]) -> _Shared:
+    """The hub's one `cls` under hub.shared[key], made on first use."""
+    value = hub.shared.get(key)
+    if not isinstance(value, cls):
+        value = cls()
+        hub.shared[key] = value
+    return value
+
+
 def reservations(hub: HubContext) -> ReservationLedger:
-    ledger = hub.shared.get(RESERVATIONS)
-    if not isinstance(ledger, ReservationLedger):
-        ledger = ReservationLedger()
-        hub.shared[RESERVATIONS] = ledger
-    return ledger
+    return _shared_one(hub, RESERVATIONS, ReservationLedger)
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,11 +583,7 @@ class DispatchRecords:
 
 
 def dispatch_records(hub: HubContext) -> DispatchRecords:
-    records = hub.shared.get(DISPATCH_RECORDS)
-    if not isinstance(records, DispatchRecords):
-        records = DispatchRecords()
-        hub.shared[DISPATCH_RECORDS] = records
-    return records
+    return _shared_one(hub, DISPATCH_RECORDS, DispatchRecords)
 
 
 def _sync_of(hub: HubContext, cluster: str) -> Any:
