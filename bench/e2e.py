@@ -377,36 +377,48 @@ async def burst_throughput(hub: Hub, members: Members, *, count: int, concurrenc
     return count / (max(finished) - start)
 
 
+class CpuShares:
+    """CPU cores used by the hub and by this process (members + driver) over a measured phase."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.hub_share = self.own_share = 0.0
+
+    def __enter__(self) -> CpuShares:
+        self._start = (self.hub.cpu_seconds(), sum(os.times()[:2]), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        hub0, own0, wall0 = self._start
+        wall = time.perf_counter() - wall0
+        self.hub_share = (self.hub.cpu_seconds() - hub0) / wall
+        self.own_share = (sum(os.times()[:2]) - own0) / wall
+
+
 async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run: int) -> dict[str, float]:
     from federator.gcpolicy import server_gc
 
     members = Members(workdir / "members", nodes=args.nodes, pod_seconds=args.pod_seconds)
     clusters = await members.start()
-    gc_settings = contextlib.ExitStack()
-    gc_settings.enter_context(server_gc())  # the simulated members' process, as `federator sim` runs it
     try:
-        state = workdir / ".federator"
-        async with Hub(state, store_url, clusters) as hub:
-            await wait_ready(hub, [s["name"] for s in members.specs])
-            # warm up connections, caches and the code paths
-            await sustained_latency(hub, members, rate=args.rate, duration=2.0, prefix=f"warm{run}")
-            hub_cpu, own_cpu, wall = hub.cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
-            p50, p99, jobs = await sustained_latency(hub, members, rate=args.rate, duration=args.duration,
-                                                     prefix=f"lat{run}")
-            wall = time.perf_counter() - wall
-            hub_busy = (hub.cpu_seconds() - hub_cpu) / wall
-            members_busy = (sum(os.times()[:2]) - own_cpu) / wall
-            rss_after_sustained, _ = hub.memory_mib()
-            hub_cpu, own_cpu, wall = hub.cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
-            jobs_per_second = await burst_throughput(hub, members, count=args.burst, concurrency=args.concurrency,
-                                                     prefix=f"burst{run}")
-            wall = time.perf_counter() - wall
-            burst_hub_busy = (hub.cpu_seconds() - hub_cpu) / wall
-            burst_members_busy = (sum(os.times()[:2]) - own_cpu) / wall
-            rss, peak = hub.memory_mib()
+        with server_gc():  # the simulated members' process, as `federator sim` runs it
+            state = workdir / ".federator"
+            async with Hub(state, store_url, clusters) as hub:
+                await wait_ready(hub, [s["name"] for s in members.specs])
+                # warm up connections, caches and the code paths
+                await sustained_latency(hub, members, rate=args.rate, duration=2.0, prefix=f"warm{run}")
+                with CpuShares(hub) as sustained:
+                    p50, p99, jobs = await sustained_latency(hub, members, rate=args.rate, duration=args.duration,
+                                                             prefix=f"lat{run}")
+                rss_after_sustained, _ = hub.memory_mib()
+                with CpuShares(hub) as burst:
+                    jobs_per_second = await burst_throughput(hub, members, count=args.burst,
+                                                             concurrency=args.concurrency, prefix=f"burst{run}")
+                rss, peak = hub.memory_mib()
     finally:
         await members.stop()
-        gc_settings.close()
+    hub_busy, members_busy = sustained.hub_share, sustained.own_share
+    burst_hub_busy, burst_members_busy = burst.hub_share, burst.own_share
     print(f"  run {run}: {jobs} jobs at {args.rate}/s: p50 {p50:.1f} ms p99 {p99:.1f} ms (hub CPU "
           f"{hub_busy:.0%}, members+driver CPU {members_busy:.0%}); burst {jobs_per_second:.0f} jobs/s (hub CPU "
           f"{burst_hub_busy:.0%}, members+driver CPU {burst_members_busy:.0%}); "
@@ -460,11 +472,15 @@ async def main() -> None:
     from federator.obs import configure_logging
 
     configure_logging(level="error", json=True)
-    if args.workdir is not None:
+    files: contextlib.AbstractContextManager[str]
+    if args.workdir is None:
+        files = tempfile.TemporaryDirectory(prefix="federator-bench-e2e-")
+    else:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        kept = contextlib.nullcontext(tempfile.mkdtemp(prefix="federator-bench-e2e-", dir=args.workdir))
-        print(f"keeping the runs' files in {kept.enter_result}", file=sys.stderr)
-    with kept if args.workdir is not None else tempfile.TemporaryDirectory(prefix="federator-bench-e2e-") as tmp:
+        kept = tempfile.mkdtemp(prefix="federator-bench-e2e-", dir=args.workdir)
+        print(f"keeping the runs' files in {kept}", file=sys.stderr)
+        files = contextlib.nullcontext(kept)
+    with files as tmp:
         for backend in args.backends.split(","):
             runs = []
             for run in range(args.runs):

@@ -73,9 +73,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     if port_base is not None and not (1 <= port_base and port_base + len(profiles) - 1 <= 65535):
         raise UserError(f"--port-base {port_base}: ports {port_base}..{port_base + len(profiles) - 1} "
                         "must lie within 1..65535")
-    from federator.obs import configure_logging
-
     from federator.gcpolicy import server_gc
+    from federator.obs import configure_logging
 
     configure_logging(level=args.log_level)
     with server_gc():  # no full-heap GC pauses in the members' API (see gcpolicy)

@@ -702,11 +702,11 @@ class StatusSync:
             next_due = self.work.next_due()
             if not ticked and (next_due is None or next_due > now):
                 continue  # woken by a change whose batch window is still open
-            started = time.perf_counter()
             if ticked:
                 last_tick = now
+                started = time.perf_counter()
                 await self.objects.refresh()
-            metrics.labels(loop="status_sync", phase="refresh").observe(time.perf_counter() - started)
+                metrics.labels(loop="status_sync", phase="refresh").observe(time.perf_counter() - started)
             started = time.perf_counter()
             dirty = self.work.take_due(now)
             if ticked:
@@ -726,6 +726,18 @@ class StatusSync:
                     self.work.retry(uid)
             metrics.labels(loop="status_sync", phase="reconcile").observe(time.perf_counter() - started)
 
+    def _watched(self, cluster: str) -> tuple[ClusterObjects, SchedulerAdapter] | None:
+        """The cluster's member object index and scheduler adapter, or None while it is not watched (yet):
+        then absence in the index would mean nothing."""
+        objects = self.objects.get(cluster)
+        scheduler = cluster_scheduler(self.hub, cluster)
+        if objects is None or not objects.ready or scheduler is None:
+            return None
+        try:
+            return objects, adapter_for(scheduler[0])
+        except KeyError:
+            return None
+
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)
         job = self.jobs.get(uid)
@@ -742,21 +754,15 @@ class StatusSync:
         if record is not None and (record.cluster, record.epoch) != (cluster, epoch):
             record = None
         gs: GangStatus | None = None
-        adapter: SchedulerAdapter | None = None
-        objects = self.objects.get(cluster)
-        scheduler = cluster_scheduler(self.hub, cluster)
-        if objects is not None and objects.ready and scheduler is not None:  # else not watched (yet): absence
-            try:                                                             # in the index would mean nothing
-                adapter = adapter_for(scheduler[0])
-            except KeyError:
-                adapter = None
-        if objects is not None and adapter is not None:
+        watched = self._watched(cluster)
+        if watched is not None:
+            objects, adapter = watched
             gs = gang_status(job, objects, adapter, epoch=epoch)
             if gs.expected > 0 and gs.bound >= gs.expected and not release_if_shown(self.hub, uid) \
                     and reservations(self.hub).get(uid) is not None:
                 self.awaiting_release.add(uid)
             if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
-                gs = None
+                gs = None  # the member shows nothing new
         if gs is None and record is None:
             return
         ref = job_ref(job)
@@ -766,8 +772,8 @@ class StatusSync:
             if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
                 return None  # the job moved on (requeued, another epoch) since we looked
             changed = record is not None and apply_dispatch_record(fresh["status"], record)
-            if gs is not None and adapter is not None:
-                new = synced_status(fresh, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now)
+            if gs is not None and watched is not None:
+                new = synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch, now=now)
                 if new is not None:
                     fresh["status"] = new
                     changed = True

@@ -185,12 +185,14 @@ async def test_dispatch_waits_for_the_epoch_fence_of_a_returning_cluster(env: En
     # created nothing
     gc = env.hub.context.shared["member_gc"]
     tick = gc.tick
+    paused_ticks = asyncio.Event()
 
     async def paused() -> None:
-        return None
+        paused_ticks.set()
 
     gc.tick = paused  # the GC pass never comes
     try:
+        await asyncio.wait_for(paused_ticks.wait(), 10)  # any pass in flight before the pause has ended
         fence["cloud-small"] = False
         with pytest.raises(DispatchError, match="epoch fence does not hold") as failed:
             await env.dispatcher.wait_for_fence("cloud-small", wait=0.3)
