@@ -25,6 +25,9 @@ from .lifecycle_support import events, history, lifecycle_env, seconds
 
 pytestmark = pytest.mark.slow
 HOME, FALLBACK = "onprem-rdma-a100", "cloud-eth-h100"
+# Long enough that status sync's explained wait (batched over 0.5 s) is seen before the pull-back
+# even on a loaded 2-core CI machine; the test polls the job every 50 ms.
+TIMEOUT = 4.0
 
 
 def _job() -> dict[str, Any]:
@@ -48,7 +51,7 @@ def _local_pod(node: str, index: int) -> dict[str, Any]:
 
 
 async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhere(tmp_path: Path) -> None:
-    async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, stuck_timeout_seconds=2.0,
+    async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, stuck_timeout_seconds=TIMEOUT,
                              stuck_exclusion_seconds=120.0) as env:
         home = env.fed.sims[HOME]
         home.faults.set_latency(0.6)
@@ -93,10 +96,10 @@ async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhe
             (entry,) = history(landed, event)
             assert entry["cluster"] == HOME and entry["epoch"] == first_epoch
         (not_admitted,) = history(landed, "NotAdmitted")
-        assert "did not admit the gang within 2s" in not_admitted["message"]
+        assert f"did not admit the gang within {TIMEOUT:g}s" in not_admitted["message"]
         # It waited at least the timeout after the placement before giving up.
         placed_first = placed_at({"status": {"history": history(landed, "Placed")}}, epoch=first_epoch)
-        assert placed_first is not None and seconds(not_admitted["time"]) >= placed_first + 2 - 1
+        assert placed_first is not None and seconds(not_admitted["time"]) >= placed_first + TIMEOUT - 1
         # Nothing of it is left in the home cluster; the reservation there is gone.
         assert await env.fed.member_objects(HOME, uid) == ([], [])
         reservation = reservations(env.hub.context).get(uid)
