@@ -28,12 +28,13 @@ def register(sub: Any) -> None:
         epilog="Example: federator up; export KUBECONFIG=.federator/admin.kubeconfig; kubectl get tj -A",
     )
     p.add_argument(
-        "--store", default="sqlite://.federator/hub.db",
-        help="store URL: sqlite://PATH (default: sqlite://.federator/hub.db), "
+        "--store", default=None,
+        help="store URL: sqlite://PATH (default: sqlite://STATE_DIR/hub.db, i.e. sqlite://.federator/hub.db), "
              "etcd://HOST:PORT[,HOST:PORT...], or memory://",
     )
     p.add_argument("--state-dir", default=".federator",
-                   help="where the hub keeps its dev certificates, token file and kubeconfigs (default: .federator)")
+                   help="where the hub keeps its dev certificates, token file, kubeconfigs, simulated clusters' "
+                        "kubeconfigs and (unless --store says otherwise) its sqlite store (default: .federator)")
     p.add_argument("--listen", default="127.0.0.1:6443", metavar="HOST:PORT",
                    help="address of the HTTPS API (default: 127.0.0.1:6443; port 0 picks a free one)")
     p.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM); with --tls-key, no dev CA is made")

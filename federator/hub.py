@@ -566,8 +566,8 @@ class _Plan:
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
-    store_url: str = args.store
     state_dir = Path(args.state_dir)
+    store_url: str = getattr(args, "store", None) or default_store_url(state_dir)
     host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
     _prepare_state(store_url, state_dir)
     cert_arg, key_arg = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
@@ -603,6 +603,11 @@ def _plan(args: argparse.Namespace) -> _Plan:
     return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
                  kubeconfig_dir=state_dir)
+
+
+def default_store_url(state_dir: Path) -> str:
+    """The embedded default: a sqlite file in the state dir."""
+    return f"sqlite://{state_dir / 'hub.db'}"
 
 
 def _prepare_state(store_url: str, state_dir: Path) -> None:

@@ -1,5 +1,6 @@
 """`federator up` as a real process: ready, Ctrl-C, clean exit; a second hub on
-the same file is refused; a hub restarted after kill -9 takes over at once."""
+the same file is refused; a hub restarted after kill -9 takes over at once;
+without --store the sqlite file is in the --state-dir."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _up(tmp_path: Path, db: Path) -> subprocess.Popen[str]:
+def _up(tmp_path: Path, db: Path | None) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    store = ["--store", f"sqlite://{db}"] if db is not None else []
     return subprocess.Popen(
-        [sys.executable, "-m", "federator.cli", "up", "--store", f"sqlite://{db}",
+        [sys.executable, "-m", "federator.cli", "up", *store,
          "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0", "--no-sim"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
@@ -76,3 +78,16 @@ def test_hub_restarted_after_kill_9_leads_at_once_with_a_newer_token(tmp_path: P
         assert second.returncode == 0
     finally:
         second.kill()
+
+
+def test_without_store_the_sqlite_file_lives_in_the_state_dir(tmp_path: Path) -> None:
+    hub = _up(tmp_path, None)
+    try:
+        ready = _wait_ready(hub)
+        db = tmp_path / "state" / "hub.db"
+        assert ready["store"] == f"sqlite://{db}" and db.exists()
+        hub.send_signal(signal.SIGINT)
+        hub.communicate(timeout=60)
+        assert hub.returncode == 0
+    finally:
+        hub.kill()
