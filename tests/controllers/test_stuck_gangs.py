@@ -1,32 +1,35 @@
 """A stuck gang is pulled back and lands elsewhere.
 
 Real SimClusters and a real hub with every lifecycle controller. The hub places the gang into the
-RDMA A100 cluster (cheapest, holds its dataset); between that decision and the dispatch (the member
-answers slowly: 0.6 s of added latency), local workloads take every GPU there, so Volcano cannot
-admit the gang. After `stuck_timeout_seconds` the hub pulls it back (deletes its member objects,
+RDMA A100 cluster (cheapest, holds its dataset); between that decision and the dispatch (the test
+holds the dispatch to that cluster until it is done), local workloads take every GPU there, so
+Volcano cannot admit the gang. After `stuck_timeout_seconds` the hub pulls it back (deletes its member objects,
 forgets the reservation), excludes the cluster, requeues it with epoch + 1, and the gang lands in the
 H100 cluster, where it is admitted. Every step is in the job's history.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from federator.controllers.dispatch import DISPATCHER, Dispatcher
 from federator.controllers.jobs import reservations
 from federator.controllers.stuck import placed_at
 from federator.sim import kinds
 
 from .jobtest_support import API, condition, phase, placement_of, wait_until
-from .lifecycle_support import events, history, lifecycle_env, seconds
+from .lifecycle_support import Env, events, history, lifecycle_env, seconds
 
 pytestmark = pytest.mark.slow
 HOME, FALLBACK = "onprem-rdma-a100", "cloud-eth-h100"
 # Long enough that status sync's explained wait (batched over 0.5 s) is seen before the pull-back
-# even on a loaded 2-core CI machine; the test polls the job every 50 ms.
+# even on a loaded 2-core CI machine (history times are whole seconds, so the pull-back can come
+# up to a second early); the test polls the job every 50 ms.
 TIMEOUT = 4.0
 
 
@@ -50,11 +53,28 @@ def _local_pod(node: str, index: int) -> dict[str, Any]:
                                                                "limits": {"nvidia.com/gpu": "8"}}}]}}
 
 
-async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhere(tmp_path: Path) -> None:
+def _hold_dispatch_to(env: Env, cluster: str, hold: asyncio.Event, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dispatches to `cluster` wait for `hold` before their first member write (at the fence check),
+    so the test decides what the member holds when the gang arrives, however slow the machine."""
+    dispatcher = env.hub.context.shared[DISPATCHER]
+    assert isinstance(dispatcher, Dispatcher)
+    fence = dispatcher.wait_for_fence
+
+    async def held(name: str, *, wait: float) -> None:
+        if name == cluster:
+            await hold.wait()
+        await fence(name, wait=wait)
+
+    monkeypatch.setattr(dispatcher, "wait_for_fence", held)
+
+
+async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, stuck_timeout_seconds=TIMEOUT,
                              stuck_exclusion_seconds=120.0) as env:
         home = env.fed.sims[HOME]
-        home.faults.set_latency(0.6)
+        hold = asyncio.Event()
+        _hold_dispatch_to(env, HOME, hold, monkeypatch)
         created = await env.api.submit(_job())
         uid = created["metadata"]["uid"]
         first = await env.api.wait_job("team-a", "squeezed", lambda j: placement_of(j).get("cluster") is not None,
@@ -66,7 +86,7 @@ async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhe
         gpu_nodes = [n["metadata"]["name"] for n in nodes if n["status"]["allocatable"].get("nvidia.com/gpu")]
         for index, node in enumerate(gpu_nodes):
             await home.storage.create(kinds.PODS, _local_pod(node, index), namespace="default")
-        home.faults.clear_latency()
+        hold.set()
 
         # While it waits, the job says why, in the member's words.
         def explained(j: dict[str, Any]) -> bool:
