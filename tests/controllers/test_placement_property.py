@@ -43,6 +43,9 @@ CLUSTERS = {
     "cloud-eth-h100": {"gpu_nodes": 2, "cpu_nodes": 1},
 }
 GPUS_PER_NODE = 8
+# twice fast_settings' placement_unplaced_refresh_seconds (0.5): the hub has looked at every
+# unplaced job again in that time
+QUIET_SECONDS = 1.0
 
 submit_op = st.tuples(
     st.just("submit"),
@@ -124,12 +127,14 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
     submitted: list[str] = []
     shapes: dict[str, dict[str, Any]] = {}
     deleted: set[str] = set()
+    uids: dict[str, str] = {}
+    gone_uids: list[str] = []
     for step, (kind, arg) in enumerate(ops):
         if kind == "submit":
             name = f"job-{step}"
             body = gpu_job(name, workers=arg["workers"], gpus=arg["gpus"], network=arg["network"],
                            models=arg["models"], rdma=arg["network"] == "rdma")
-            await api.submit(body)
+            uids[name] = (await api.submit(body))["metadata"]["uid"]
             submitted.append(name)
             shapes[name] = arg
             if arg["settle"]:
@@ -139,6 +144,7 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
             if name in deleted:
                 continue
             await api.delete("team-a", name)
+            gone_uids.append(uids[name])
             if kind == "delete":
                 deleted.add(name)
                 continue
@@ -146,9 +152,9 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
 
             async def resubmitted(name: str = name, shape: dict[str, Any] = shape) -> bool:
                 try:
-                    await api.submit(gpu_job(name, workers=shape["workers"], gpus=shape["gpus"],
+                    uids[name] = (await api.submit(gpu_job(name, workers=shape["workers"], gpus=shape["gpus"],
                                              network=shape["network"], models=shape["models"],
-                                             rdma=shape["network"] == "rdma"))
+                                             rdma=shape["network"] == "rdma")))["metadata"]["uid"]
                 except kube_client.ApiException as e:
                     if e.status == 409:  # the old object is still being deleted (finalizer)
                         return False
@@ -160,11 +166,28 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
 
     live = [name for name in submitted if name not in deleted]
 
-    async def settled() -> bool:
+    async def state() -> dict[str, tuple[Any, ...]] | None:
+        """Where every live job is, once each is dispatched or reported unschedulable and nothing of a
+        deleted job is left in a member (so no release is still on its way to a pending job)."""
+        for uid in gone_uids:
+            if await fed.where(uid):
+                return None
+        found = {}
         for name in live:
-            if not _settled(await api.get("team-a", name)):
-                return False
-        return True
+            job = await api.get("team-a", name)
+            if not _settled(job):
+                return None
+            found[name] = (placement_of(job).get("cluster"), placement_of(job).get("epoch"))
+        return found
+
+    async def settled() -> bool:
+        # a pending job may still be placed on the room a deletion freed: settled means nothing moved
+        # over two of the hub's refreshes of unplaced jobs
+        before = await state()
+        if before is None:
+            return False
+        await asyncio.sleep(QUIET_SECONDS)
+        return await state() == before
 
     await wait_until(settled, timeout=30, what="every live job dispatched or reported unschedulable")
 
