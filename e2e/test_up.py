@@ -112,13 +112,18 @@ def test_the_design_example_lands_in_the_rdma_cluster_runs_succeeds_and_deletion
         for stream in (watch.stdout, watch.stderr):
             if stream is not None:
                 stream.close()
+    # The watch shows the phases in order, never going back (which ones it shows depends on when its
+    # first list lands and on status sync's batching; the history below has every step).
+    order = ["Pending", "Placed", "Admitted", "Running", "Succeeded"]
     phases = [line.split(",")[1] for line in seen if line.startswith("resnet-ps,") and line.split(",")[1]]
-    order = ["Placed", "Admitted", "Running", "Succeeded"]
-    assert [p for p in order if p in phases] == order, seen
+    ranks = [order.index(p) for p in phases]
+    assert ranks == sorted(ranks) and phases[-1] == "Succeeded", seen
     assert all(line.endswith(f",{RDMA}") for line in seen if line.split(",")[1:2] in (["Admitted"], ["Running"],
                                                                                      ["Succeeded"])), seen
 
     job = up.json("get", "tj", "resnet-ps", "-n", "vision")
+    steps = [h["event"] for h in job["status"]["history"]]
+    assert [e for e in steps if e in order] == order[1:], steps
     assert job["status"]["placement"]["cluster"] == RDMA
     assert job["status"]["podCounts"]["worker"]["succeeded"] == 8
     assert job["status"]["podCounts"]["ps"]["succeeded"] == 2
