@@ -160,8 +160,9 @@ async def test_credentials_never_leave_the_hub(sims: Sims, tmp_path: Path,
                     assert "401" in wrong["message"]
                     await hub.wait_condition("secret-broken", "Reachable", "False")
                     # an outage makes the clients fail and log their errors too
-                    await good.faults.start_outage(2, mode="refuse")
+                    await good.faults.start_outage(60, mode="refuse")
                     await hub.wait_condition("secret-a", "Reachable", "False")
+                    await good.faults.end_outage()
                     await hub.wait_condition("secret-a", "Ready", "True", timeout=20)
                     async with http.get(f"{url}/apis/federator.dev/v1alpha1/memberclusters") as r:
                         listed = await r.text()

@@ -128,7 +128,7 @@ async def test_pods_bound_and_finished_follow_into_the_snapshot(sims: Sims) -> N
             await create_pod(sim, name="w0", node="gpu-0000", gpus=4, cpu="8", memory="64Gi", job="job-a",
                              restart="Always")
             await create_pod(sim, name="w1", node="gpu-0001", gpus=8, cpu="8", memory="64Gi", job="job-a",
-                             duration=0.3)
+                             duration=3)
             snap = await wait_until(lambda: (s := hub.snapshot("churn")) and s.bound_pods.get("job-a") == 2 and s,
                                     what="two bound pods of job-a")
             assert snap.nodes["gpu-0000"].free.gpu == 4

@@ -66,7 +66,8 @@ def _events(job: dict[str, Any]) -> list[str]:
 
 
 async def test_member_outage_requeues_with_backoff_then_succeeds(env: Env) -> None:
-    await env.fed.fault("cloud-eth-h100", "outage", {"seconds": 2.0, "mode": "503"})
+    # long enough to be on when the first dispatch arrives however slow the machine; ended below
+    await env.fed.fault("cloud-eth-h100", "outage", {"seconds": 60.0, "mode": "503"})
     created = await env.api.submit(gpu_job("during-outage", workers=3, gpus=8, models=["H100"]))
     uid = created["metadata"]["uid"]
     # the failed dispatch is recorded: back to Pending, a history entry saying what it waits for
@@ -75,6 +76,7 @@ async def test_member_outage_requeues_with_backoff_then_succeeds(env: Env) -> No
     requeued = [h for h in failed["status"]["history"] if h["event"] == "Requeued"][0]
     assert "dispatch to cloud-eth-h100 failed" in requeued["message"] and "placing again in" in requeued["message"]
     assert "503" in requeued["message"]
+    await env.fed.sims["cloud-eth-h100"].faults.end_outage()
     # after the outage the job lands whole, at a later epoch than the first attempt
     job = await env.api.wait_job(
         "team-a", "during-outage", lambda j: (condition(j, "Dispatched") or {}).get("status") == "True",
