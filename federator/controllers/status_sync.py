@@ -28,7 +28,8 @@ lists it after member sync):
   skipped when the job moved on (another cluster or epoch) meanwhile. Once
   the member's snapshot shows every pod of the gang bound, the gang's
   placement reservation is released (invariant 4: never double-booked,
-  never counted twice). A dispatch's Dispatched record
+  never counted twice); so it is when the gang finishes (Succeeded or
+  Failed) before the snapshot ever showed it bound. A dispatch's Dispatched record
   (`jobs.DispatchRecords`) is written with the gang's next status write
   rather than in a write of its own. Work is driven by events (a member batch touching a
   job's objects, a job change), batched per job: the changes within
@@ -779,9 +780,14 @@ class StatusSync:
                     changed = True
             return fresh if changed else None
 
-        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
+        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
         if record is not None:
             self.records.done(uid, record)  # written, already there, or its job moved on
+        if stored is not None and stored["status"].get("phase") in TERMINAL_PHASES \
+                and reservations(self.hub).forget(uid):
+            # A short gang can finish before the snapshot ever shows it bound: its pods hold nothing now.
+            _log.info("reservation released: the gang finished", job=ref.key, cluster=cluster,
+                      phase=stored["status"]["phase"])
 
 
 async def status_sync(hub: HubContext) -> AsyncIterator[None]:

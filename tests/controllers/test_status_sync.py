@@ -4,7 +4,8 @@ Integration (real SimClusters, a real hub with every lifecycle controller, the p
 - a job aimed at each cluster type lands there under that cluster's scheduler (the member objects each
   adapter creates are checked), goes Placed -> Admitted -> Running -> Succeeded, with pod counts per
   role, conditions, a history entry per transition (cluster and epoch), and its reservation released;
-- a node lost under a running gang fails the job with the member's reason.
+- a node lost under a running gang fails the job with the member's reason;
+- a gang that finishes before the snapshot shows it bound still has its reservation released.
 Unit (the pure fold `synced_status`): the phase never moves backwards; objects vanishing after
 admission fail the gang; a wait is explained with the member's words; nothing changes -> no write.
 """
@@ -17,10 +18,12 @@ from typing import Any
 
 import pytest
 
+from federator.controllers import status_sync
 from federator.controllers.jobs import reservations
 from federator.controllers.status_sync import synced_status
 from federator.delegation import GangPhase, GangStatus, RoleCounts, adapter_for
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID, LABEL_ROLE, NO_GANG_GUARANTEE
+from federator.placement import cycle as placement_cycle
 
 from .jobtest_support import condition, phase, placement_of, wait_until
 from .lifecycle_support import aimed_job, events, history, lifecycle_env
@@ -119,6 +122,23 @@ async def test_a_lost_node_fails_the_running_gang_with_the_members_reason(tmp_pa
         await wait_until(lambda: env.objects.get("onprem-rdma-a100") is not None, what="index")
         again = await env.api.get("team-a", "doomed")
         assert phase(again) == "Failed" and history(again, "Failed") == [entry]
+
+
+async def test_a_gang_that_finishes_unseen_by_the_snapshot_has_its_reservation_released(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A short gang can be bound, run and finish between two looks of the member's snapshot: status sync
+    # never sees it "shown bound". Its finish releases the reservation (it would otherwise hold room
+    # for finished pods until its TTL).
+    # Neither of the releases on a snapshot showing the gang (status sync's, placement's) happens here.
+    monkeypatch.setattr(status_sync, "release_if_shown", lambda hub, uid: False)
+    monkeypatch.setattr(placement_cycle, "reconcile_reservations", lambda book, snapshot, now: (book, ()))
+    async with lifecycle_env(tmp_path, ["cloud-small"], run_seconds=0.5) as env:
+        created = await env.api.submit(aimed_job("brief", "cloud-small", workers=1, gpus=1))
+        uid = created["metadata"]["uid"]
+        job = await env.api.wait_job("team-a", "brief", lambda j: phase(j) == "Succeeded", what="succeeded")
+        assert placement_of(job)["cluster"] == "cloud-small"
+        await wait_until(lambda: reservations(env.hub.context).get(uid) is None,
+                         what="the finished gang's reservation released")
 
 
 # ---------------------------------------------------------------- the pure fold

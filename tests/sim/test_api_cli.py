@@ -42,7 +42,8 @@ def test_serves_clusters_until_sigint(tmp_path: Path) -> None:
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     stdout = proc.stdout
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True)
+    reader.start()
     try:
         first = lines.get(timeout=30)
         assert first.startswith("federator sim: serving 2 simulated cluster(s)")
@@ -63,6 +64,7 @@ def test_serves_clusters_until_sigint(tmp_path: Path) -> None:
         assert any(line.strip().startswith("kubectl --kubeconfig") and "get nodes" in line for line in out)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
+        reader.join(30)  # it has queued every line once it reads end of file
         rest = []
         while not lines.empty():
             rest.append(lines.get())

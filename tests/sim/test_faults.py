@@ -107,7 +107,8 @@ def fault_count(cluster: str, fault: str) -> float:
 async def test_outage_503_then_recovers(sim: tuple[SimCluster, Client]) -> None:
     cluster, c = sim
     before = fault_count(cluster.name, "outage")
-    status, answer = await c.admin("POST", "outage", {"seconds": 0.5, "mode": "503"})
+    # 3 s: long enough to be on for the next request however slow the machine, then it lifts itself
+    status, answer = await c.admin("POST", "outage", {"seconds": 3.0, "mode": "503"})
     assert status == 200 and answer["mode"] == "503"
     code, body, headers = await c.request("GET", "/api/v1/nodes")
     assert code == 503 and body["kind"] == "Status" and body["reason"] == "ServiceUnavailable"
@@ -123,7 +124,7 @@ async def test_outage_503_then_recovers(sim: tuple[SimCluster, Client]) -> None:
 async def test_outage_refuses_connections_then_reopens(sim: tuple[SimCluster, Client]) -> None:
     cluster, c = sim
     assert (await c.request("GET", "/api/v1/nodes"))[0] == 200  # a keep-alive connection exists now
-    status, answer = await c.admin("POST", "outage", {"seconds": 1.0})
+    status, answer = await c.admin("POST", "outage", {"seconds": 3.0})
     assert status == 200 and answer["mode"] == "refuse"
 
     async def refused() -> bool:
@@ -415,7 +416,7 @@ async def test_site_listener_closes_and_reopens_a_plain_http_site() -> None:
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as s:
-            async with s.post(f"{url}/_sim/faults/outage", json={"seconds": 0.5}) as r:
+            async with s.post(f"{url}/_sim/faults/outage", json={"seconds": 3.0}) as r:
                 assert r.status == 200 and (await r.json())["mode"] == "refuse"
 
             async def state_of_api() -> str:

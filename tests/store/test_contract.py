@@ -494,10 +494,10 @@ async def test_lease_expiry_removes_attached_keys_with_delete_events(store: Stor
 
 async def test_lease_keepalive_keeps_keys_and_revoke_removes_them(store: Store) -> None:
     p = store.prefix
-    lease = await store.lease_grant(1)
+    lease = await store.lease_grant(2)  # 2 s: a keepalive every 0.2 s survives a stalled loop
     kv = await store.put(p + "alive", b"1", lease=lease)
     loop = asyncio.get_running_loop()
-    until = loop.time() + 2.2  # more than two TTLs
+    until = loop.time() + 4.4  # more than two TTLs
     while loop.time() < until:
         await store.lease_keepalive(lease)
         await asyncio.sleep(0.2)

@@ -58,13 +58,14 @@ async def test_one_leader_and_a_deposed_leader_cannot_write(store_factory: Store
 
 async def test_leader_whose_keepalive_stops_is_replaced_after_the_ttl(store_factory: StoreFactory) -> None:
     store_a, store_b = await store_factory(), await store_factory()
-    a = LeaderElection(store_a, holder="a", ttl_seconds=1)
-    b = LeaderElection(store_b, holder="b", ttl_seconds=1)
+    # a 2 s TTL: A's keepalive (every TTL/3) survives a loop stall of over a second on a loaded machine
+    a = LeaderElection(store_a, holder="a", ttl_seconds=2)
+    b = LeaderElection(store_b, holder="b", ttl_seconds=2)
     token_a = await a.campaign(timeout_seconds=WAIT)
     # A keeps its lease alive for a while ...
     candidate = asyncio.create_task(b.campaign(timeout_seconds=WAIT))
     loop = asyncio.get_running_loop()
-    until = loop.time() + 1.5
+    until = loop.time() + 2.5  # longer than the TTL
     while loop.time() < until:
         assert not candidate.done()
         await asyncio.sleep(0.1)
