@@ -88,7 +88,7 @@ async def phase_is(cluster: SimCluster, name: str, phase: str) -> dict[str, Any]
 async def test_pod_runs_then_succeeds_with_full_status() -> None:
     cluster = await start(profile())
     try:
-        await cluster.storage.create(kinds.PODS, pod("ok", annotations={ANNOTATION_DURATION: "0.3"}),
+        await cluster.storage.create(kinds.PODS, pod("ok", annotations={ANNOTATION_DURATION: "2"}),
                                      namespace="team")
         running = await wait_for("Running", lambda: phase_is(cluster, "ok", "Running"))
         st = running["status"]
@@ -212,7 +212,7 @@ async def test_restarted_kubelet_finishes_pods_it_did_not_start() -> None:
         task = asyncio.create_task(run_kubelet(storage=cluster.storage, registry=cluster.registry, cluster=prof,
                                                stop=stop, logger=get_logger("test")))
         await cluster.storage.create(kinds.PODS, pod("p", node="gpu-0000",
-                                                     annotations={ANNOTATION_DURATION: "1"}), namespace="team")
+                                                     annotations={ANNOTATION_DURATION: "3"}), namespace="team")
         await wait_for("Running", lambda: phase_is(cluster, "p", "Running"))
         stop.set()
         await asyncio.wait_for(task, 10)
