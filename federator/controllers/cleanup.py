@@ -24,7 +24,9 @@ duties:
   (`federator_member_orphans_collected_total{cluster,reason}`). The read of
   the job happens after the object was seen, and the hub writes a decision
   before it creates objects, so a live object is never mistaken for an
-  orphan. Until the first pass after a (re)connection has issued its
+  orphan. The first pass after a (re)connection goes over what the member
+  lists then, not over the watch index (whose resumed watch may not have
+  replayed what was written meanwhile). Until that pass has issued its
   deletes, `cluster_fenced(hub, cluster)` is False: dispatch into a returning
   cluster that is in contact again waits for the fence (`fence_pending`), so
   an older epoch's copy is killed before a newer one can start there.
@@ -57,10 +59,13 @@ from federator.controllers.jobs import (
 from federator.controllers.status_sync import (
     JOB_CACHE,
     MEMBER_OBJECTS,
+    ClusterObjects,
     JobCache,
     MemberObject,
     MemberObjects,
+    in_delete_order,
     lifecycle_tick_seconds,
+    member_object,
 )
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER
 from federator.obs import get_logger
@@ -291,22 +296,31 @@ class GarbageCollector:
                 self.interval
             if not due:
                 continue
-            complete = await self.collect(cluster)
+            # The pass that raises the fence reads the member itself: right after contact returns the
+            # watch index may not have caught up with what was written while it was away.
+            complete = await self.collect(cluster, listed=not self.fence.get(cluster, False))
             self._last_pass[cluster] = now
             if complete and not self.fence.get(cluster, False):
                 self.fence[cluster] = True
                 _log.info("epoch fence holds: older epochs deleted", cluster=cluster)
 
-    async def collect(self, cluster: str) -> bool:
-        """One GC pass over `cluster`; True when every orphan's delete was accepted (or it was gone)."""
+    async def collect(self, cluster: str, *, listed: bool = False) -> bool:
+        """One GC pass over `cluster`; True when every orphan's delete was accepted (or it was gone).
+        It goes over the watch index, or (`listed`) over what the member lists now."""
         index = self.objects.get(cluster)
         client = member_client(self.hub, cluster)
         if index is None or client is None:
             return False
         started = time.perf_counter()
         self.passes += 1
+        if listed:
+            found_objects = await self._list(cluster, index, client)
+            if found_objects is None:
+                return False
+        else:
+            found_objects = index.objects_of()
         by_job: dict[tuple[str, str, str], list[MemberObject]] = {}
-        for obj in index.objects_of():
+        for obj in found_objects:
             by_job.setdefault((obj.job_namespace, obj.job_name, obj.job_uid), []).append(obj)
         complete = True
         share = LoopSlice()
@@ -332,6 +346,19 @@ class GarbageCollector:
         self.hub.metrics.loop_phase_seconds.labels(loop="member_gc", phase="collect").observe(
             time.perf_counter() - started)
         return complete
+
+    async def _list(self, cluster: str, index: ClusterObjects, client: Any) -> list[MemberObject] | None:
+        """This hub's objects in `cluster`, as the member lists them (None if it cannot)."""
+        found: list[MemberObject] = []
+        for resource in index.resources:
+            try:
+                result = await client.list_all(resource, label_selector=self.objects.selector)
+            except MemberClientError as e:
+                _log.warning("GC pass could not list the member; the epoch fence stays down until the next",
+                             cluster=cluster, resource=resource.key, error=str(e))
+                return None
+            found.extend(member_object(cluster, resource, item) for item in result.items)
+        return in_delete_order(found)
 
     async def _read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         if not namespace or not name:

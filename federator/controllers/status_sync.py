@@ -94,6 +94,8 @@ __all__ = [
     "JobCache",
     "MemberObject",
     "MemberObjects",
+    "in_delete_order",
+    "member_object",
     "StatusSync",
     "expected_roles",
     "gang_status",
@@ -275,23 +277,31 @@ class ClusterObjects:
         out: list[MemberObject] = []
         for resource, key in refs:
             obj = self.objects.get(resource, {}).get(key)
-            if obj is None:
-                continue
-            meta = _mapping(obj.get("metadata"))
-            labels = _mapping(meta.get("labels"))
-            out.append(MemberObject(
-                cluster=self.cluster, resource=self._by_key_resource[resource],
-                namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
-                uid=str(meta.get("uid") or ""), job_uid=str(labels.get(LABEL_JOB_UID) or ""),
-                job_namespace=str(labels.get(LABEL_JOB_NAMESPACE) or ""),
-                job_name=str(labels.get(LABEL_JOB_NAME) or ""), epoch=_epoch_of(labels),
-                deleting=bool(meta.get("deletionTimestamp")),
-            ))
-        out.sort(key=lambda o: (o.resource.key != PODS.key, o.namespace, o.name))
-        return out
+            if obj is not None:
+                out.append(member_object(self.cluster, self._by_key_resource[resource], obj))
+        return in_delete_order(out)
 
     def job_uids(self) -> set[str]:
         return set(self._by_job)
+
+
+def member_object(cluster: str, resource: ResourceKind, obj: Mapping[str, Any]) -> MemberObject:
+    """What the hub needs of one of its member objects (an indexed one or a listed one)."""
+    meta = _mapping(obj.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    return MemberObject(
+        cluster=cluster, resource=resource, namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
+        job_uid=str(labels.get(LABEL_JOB_UID) or ""), job_namespace=str(labels.get(LABEL_JOB_NAMESPACE) or ""),
+        job_name=str(labels.get(LABEL_JOB_NAME) or ""), epoch=_epoch_of(labels),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def in_delete_order(objects: list[MemberObject]) -> list[MemberObject]:
+    """Pods first (a PodGroup outliving its pods is harmless; the reverse leaves pods ungrouped)."""
+    objects.sort(key=lambda o: (o.resource.key != PODS.key, o.namespace, o.name))
+    return objects
 
 
 class _ClusterWatch:

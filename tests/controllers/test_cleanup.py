@@ -4,7 +4,8 @@
 - orphans (this hub's objects whose job is gone, of an older epoch, or without job labels) are deleted
   and counted in /metrics; another hub's objects and the live gang are never touched;
 - the epoch fence: while a cluster is out of contact the fence is down; when it answers again, objects of
-  an older epoch written meanwhile are deleted before the fence holds again.
+  an older epoch written meanwhile are deleted before the fence holds again, found in the member's own
+  list (the watch index may lag right after contact returns).
 """
 
 from __future__ import annotations
@@ -142,3 +143,41 @@ async def test_the_epoch_fence_deletes_older_epochs_when_a_cluster_returns(tmp_p
         assert await gone()
         assert env.gc.collected.get((CLUSTER, "stale-epoch")) == 1
         assert phase(await env.api.get("team-a", "steady")) == "Running"
+
+
+async def test_the_pass_that_raises_the_fence_reads_the_member_not_a_lagging_index(tmp_path: Path) -> None:
+    # Right after contact returns, the watch index may not have applied what the member holds yet (the
+    # resumed watch is open, its replay not applied). The pass that raises the fence lists the member.
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        created = await env.api.submit(aimed_job("lagging", CLUSTER))
+        uid = created["metadata"]["uid"]
+        job = await env.api.wait_job("team-a", "lagging", lambda j: phase(j) == "Running", what="running")
+        epoch = placement_of(job)["epoch"]
+        await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), what="the fence to hold at first")
+        sim = env.fed.sims[CLUSTER]
+        older = await sim.storage.create(kinds.PODS, _pod("lagging-epoch-zero", _ours(uid, epoch - 1, name="lagging")),
+                                         namespace="default")
+        index = env.objects.get(CLUSTER)
+        assert index is not None
+        key = "default/lagging-epoch-zero"
+        await wait_until(lambda: key in index.objects[PODS.key], what="the index to hold the older pod")
+        # the index loses it, as if its event had not been applied yet; a pass over the index misses it
+        index.apply(PODS.key, [("DELETED", older)], resource_version=older["metadata"]["resourceVersion"],
+                    received_at=0.0)
+        assert await env.gc.collect(CLUSTER)
+        assert (await sim.storage.get(kinds.PODS, namespace="default", name="lagging-epoch-zero")
+                )["metadata"].get("deletionTimestamp") is None
+        # contact lost and back: the fence-raising pass finds it in the member's own list
+        env.gc.fence[CLUSTER] = False
+        await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), what="the fence to hold again")
+
+        async def gone() -> bool:
+            try:
+                pod = await sim.storage.get(kinds.PODS, namespace="default", name="lagging-epoch-zero")
+            except ApiError as e:
+                return e.code == 404
+            return bool(pod["metadata"].get("deletionTimestamp"))
+
+        assert await gone()
+        assert env.gc.collected.get((CLUSTER, "stale-epoch")) == 1
+        assert phase(await env.api.get("team-a", "lagging")) == "Running"
