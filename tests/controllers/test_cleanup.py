@@ -28,9 +28,10 @@ from federator.delegation.adapter import (
 )
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER
 from federator.sim import kinds
+from federator.sim.server import SimCluster
 
 from .jobtest_support import phase, placement_of, wait_until
-from .lifecycle_support import aimed_job, lifecycle_env, list_pods
+from .lifecycle_support import Env, aimed_job, lifecycle_env, list_pods
 
 pytestmark = pytest.mark.slow
 CLUSTER = "onprem-rdma-a100"
@@ -47,6 +48,23 @@ def _pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
 def _ours(job_uid: str, epoch: int, *, namespace: str = "team-a", name: str = "ghost") -> dict[str, str]:
     return {LABEL_HUB: "federator", LABEL_JOB_UID: job_uid, LABEL_EPOCH: str(epoch),
             LABEL_JOB_NAMESPACE: namespace, LABEL_JOB_NAME: name}
+
+
+async def _running_and_fenced(env: Env, name: str) -> tuple[str, int]:
+    """Submit a gang aimed at CLUSTER; (uid, epoch) once it runs there and the cluster's fence holds."""
+    created = await env.api.submit(aimed_job(name, CLUSTER))
+    job = await env.api.wait_job("team-a", name, lambda j: phase(j) == "Running", what="running")
+    await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), what="the fence to hold at first")
+    return created["metadata"]["uid"], placement_of(job)["epoch"]
+
+
+async def _deleted(sim: SimCluster, name: str) -> bool:
+    """The pod `name` in namespace default is gone or being deleted."""
+    try:
+        pod = await sim.storage.get(kinds.PODS, namespace="default", name=name)
+    except ApiError as e:
+        return e.code == 404
+    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 async def test_deleting_a_job_deletes_its_member_objects_first(tmp_path: Path) -> None:
@@ -114,12 +132,7 @@ async def test_orphans_are_collected_and_counted_and_nothing_else_is_touched(tmp
 
 async def test_the_epoch_fence_deletes_older_epochs_when_a_cluster_returns(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
-        created = await env.api.submit(aimed_job("steady", CLUSTER))
-        uid = created["metadata"]["uid"]
-        job = await env.api.wait_job("team-a", "steady", lambda j: phase(j) == "Running", what="running")
-        epoch = placement_of(job)["epoch"]
-        await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), what="the fence to hold at first")
-
+        uid, epoch = await _running_and_fenced(env, "steady")
         sim = env.fed.sims[CLUSTER]
         await sim.faults.start_outage(30, mode="refuse")
         await wait_until(lambda: not cluster_fenced(env.hub.context, CLUSTER), what="the fence to drop")
@@ -133,14 +146,7 @@ async def test_the_epoch_fence_deletes_older_epochs_when_a_cluster_returns(tmp_p
         await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), timeout=20,
                          what="the fence to hold again")
         # the fence holds only once the older epoch's delete was issued
-        async def gone() -> bool:
-            try:
-                pod = await sim.storage.get(kinds.PODS, namespace="default", name="steady-epoch-zero")
-            except ApiError as e:
-                return e.code == 404
-            return bool(pod["metadata"].get("deletionTimestamp"))
-
-        assert await gone()
+        assert await _deleted(sim, "steady-epoch-zero")
         assert env.gc.collected.get((CLUSTER, "stale-epoch")) == 1
         assert phase(await env.api.get("team-a", "steady")) == "Running"
 
@@ -148,12 +154,9 @@ async def test_the_epoch_fence_deletes_older_epochs_when_a_cluster_returns(tmp_p
 async def test_the_pass_that_raises_the_fence_reads_the_member_not_a_lagging_index(tmp_path: Path) -> None:
     # Right after contact returns, the watch index may not have applied what the member holds yet (the
     # resumed watch is open, its replay not applied). The pass that raises the fence lists the member.
-    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
-        created = await env.api.submit(aimed_job("lagging", CLUSTER))
-        uid = created["metadata"]["uid"]
-        job = await env.api.wait_job("team-a", "lagging", lambda j: phase(j) == "Running", what="running")
-        epoch = placement_of(job)["epoch"]
-        await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), what="the fence to hold at first")
+    # No periodic passes here: only the ones this test asks for.
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None, member_gc_interval_seconds=600.0) as env:
+        uid, epoch = await _running_and_fenced(env, "lagging")
         sim = env.fed.sims[CLUSTER]
         older = await sim.storage.create(kinds.PODS, _pod("lagging-epoch-zero", _ours(uid, epoch - 1, name="lagging")),
                                          namespace="default")
@@ -165,19 +168,10 @@ async def test_the_pass_that_raises_the_fence_reads_the_member_not_a_lagging_ind
         index.apply(PODS.key, [("DELETED", older)], resource_version=older["metadata"]["resourceVersion"],
                     received_at=0.0)
         assert await env.gc.collect(CLUSTER)
-        assert (await sim.storage.get(kinds.PODS, namespace="default", name="lagging-epoch-zero")
-                )["metadata"].get("deletionTimestamp") is None
+        assert not await _deleted(sim, "lagging-epoch-zero")
         # contact lost and back: the fence-raising pass finds it in the member's own list
         env.gc.fence[CLUSTER] = False
         await wait_until(lambda: cluster_fenced(env.hub.context, CLUSTER), what="the fence to hold again")
-
-        async def gone() -> bool:
-            try:
-                pod = await sim.storage.get(kinds.PODS, namespace="default", name="lagging-epoch-zero")
-            except ApiError as e:
-                return e.code == 404
-            return bool(pod["metadata"].get("deletionTimestamp"))
-
-        assert await gone()
+        assert await _deleted(sim, "lagging-epoch-zero")
         assert env.gc.collected.get((CLUSTER, "stale-epoch")) == 1
         assert phase(await env.api.get("team-a", "lagging")) == "Running"
