@@ -8,9 +8,11 @@ duties:
   `hubapi.MEMBER_CLEANUP_FINALIZER` while this controller runs. When a job is
   deleted (deletionTimestamp set), its member objects in every cluster (any
   epoch) are deleted, pods first, each with a uid precondition so that a
-  newer object of the same name is never touched. Once every cluster's index
-  shows none of them left, the finalizer is removed (fenced) and the API
-  server removes the job. A cluster that stays unreachable does not block a
+  newer object of the same name is never touched. Once no dispatch of the
+  job is in flight (`jobs.dispatches_in_flight`: objects may still be on
+  their way) and every cluster shows none of them left (its index, and then
+  the member's own list, which cannot lag), the finalizer is removed
+  (fenced) and the API server removes the job. A cluster that stays unreachable does not block a
   deletion forever: after `cleanup_grace_seconds` (HubSettings.extra, default
   60) the finalizer goes anyway and the GC collects the leftovers when the
   cluster returns (they are orphans then).
@@ -50,6 +52,7 @@ from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     JOB_KIND,
     current_placement,
+    dispatches_in_flight,
     fenced_storage,
     job_ref,
     member_client,
@@ -67,6 +70,7 @@ from federator.controllers.status_sync import (
     lifecycle_tick_seconds,
     member_object,
 )
+from federator.delegation.adapter import LABEL_JOB_UID
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
@@ -79,6 +83,7 @@ __all__ = [
     "GarbageCollector",
     "JobFinalizer",
     "cluster_fenced",
+    "list_member_objects",
     "delete_member_objects",
     "fence_pending",
     "member_cleanup",
@@ -145,6 +150,22 @@ async def delete_member_objects(client: Any, objects: Sequence[MemberObject], *,
     return outcome
 
 
+async def list_member_objects(client: Any, index: ClusterObjects, *, selector: str,
+                              why: str) -> list[MemberObject] | None:
+    """The objects matching `selector` in `index`'s cluster as the member lists them now, a read
+    that (unlike the watch index) cannot lag; None, logged with `why` it matters, if it cannot."""
+    found: list[MemberObject] = []
+    for resource in index.resources:
+        try:
+            result = await client.list_all(resource, label_selector=selector)
+        except MemberClientError as e:
+            _log.warning("could not list the member's objects", cluster=index.cluster, resource=resource.key,
+                         error=str(e), consequence=why)
+            return None
+        found.extend(member_object(index.cluster, resource, item) for item in result.items)
+    return in_delete_order(found)
+
+
 def _member_objects(hub: HubContext) -> MemberObjects:
     objects = hub.shared.get(MEMBER_OBJECTS)
     if not isinstance(objects, MemberObjects):
@@ -190,17 +211,27 @@ class JobFinalizer:
         if job is None or not _deleting_with_finalizer(job):
             return True
         ref = job_ref(job)
+        if uid in dispatches_in_flight(self.hub):
+            return False  # its objects may still be on their way: look once the dispatch has returned
         left: list[str] = []
         unknown: list[str] = []
         for cluster, index in sorted(self.objects.clusters.items()):
             if not index.ready:
                 unknown.append(cluster)
                 continue
-            mine = index.objects_of(uid)
+            client = member_client(self.hub, cluster)
+            mine: list[MemberObject] | None = index.objects_of(uid)
+            if not mine and client is not None:
+                # The index may not show objects created just before the deletion yet: the member's own
+                # list decides before the job is let go.
+                mine = await list_member_objects(client, index, selector=f"{self.objects.selector},"
+                                                 f"{LABEL_JOB_UID}={uid}", why="the job's deletion waits")
+                if mine is None:
+                    unknown.append(cluster)
+                    continue
             if not mine:
                 continue
             left.append(cluster)
-            client = member_client(self.hub, cluster)
             if client is None:
                 continue
             outcome = await delete_member_objects(client, mine, cluster=cluster)
@@ -314,7 +345,8 @@ class GarbageCollector:
         started = time.perf_counter()
         self.passes += 1
         if listed:
-            found_objects = await self._list(cluster, index, client)
+            found_objects = await list_member_objects(client, index, selector=self.objects.selector,
+                                                      why="the epoch fence stays down until the next GC pass")
             if found_objects is None:
                 return False
         else:
@@ -346,19 +378,6 @@ class GarbageCollector:
         self.hub.metrics.loop_phase_seconds.labels(loop="member_gc", phase="collect").observe(
             time.perf_counter() - started)
         return complete
-
-    async def _list(self, cluster: str, index: ClusterObjects, client: Any) -> list[MemberObject] | None:
-        """This hub's objects in `cluster`, as the member lists them (None if it cannot)."""
-        found: list[MemberObject] = []
-        for resource in index.resources:
-            try:
-                result = await client.list_all(resource, label_selector=self.objects.selector)
-            except MemberClientError as e:
-                _log.warning("GC pass could not list the member; the epoch fence stays down until the next",
-                             cluster=cluster, resource=resource.key, error=str(e))
-                return None
-            found.extend(member_object(cluster, resource, item) for item in result.items)
-        return in_delete_order(found)
 
     async def _read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         if not namespace or not name:

@@ -64,6 +64,7 @@ from federator.controllers.jobs import (
     cluster_scheduler,
     current_placement,
     dispatch_records,
+    dispatches_in_flight,
     history_entry,
     hub_id,
     job_ref,
@@ -209,7 +210,21 @@ class Dispatcher:
         """Create `job`'s member objects for (cluster, epoch); on failure clean up, forget and requeue.
 
         Unless `decision_stored` (the caller holds the object its own write-ahead just stored), the
-        stored job is read first and must still hold this decision."""
+        stored job is read first and must still hold this decision. The job is in
+        `jobs.dispatches_in_flight` until this returns."""
+        uid = job_ref(job).uid
+        inflight = dispatches_in_flight(self.hub)
+        inflight.begin(uid)
+        try:
+            return await self._dispatch(job, cluster=cluster, epoch=epoch, assignment=assignment,
+                                        wait_for_client=wait_for_client, decision_stored=decision_stored)
+        finally:
+            inflight.end(uid)
+
+    async def _dispatch(
+        self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment],
+        wait_for_client: float, decision_stored: bool,
+    ) -> DispatchResult:
         ref = job_ref(job)
         started = time.monotonic()
         metrics = self.hub.metrics

@@ -79,6 +79,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "DispatchRecord",
     "DispatchRecords",
+    "InFlight",
     "JobRef",
     "ReservationLedger",
     "append_history",
@@ -86,6 +87,7 @@ __all__ = [
     "cluster_scheduler",
     "current_placement",
     "dispatch_records",
+    "dispatches_in_flight",
     "excluded_clusters",
     "fenced_storage",
     "gang_request",
@@ -126,6 +128,7 @@ SNAPSHOTS = "snapshots"  # name -> ClusterSnapshot (membercluster.py)
 MEMBER_SYNCS = "member_syncs"  # name -> ClusterSync (membercluster.py)
 RESERVATIONS = "reservations"  # ReservationLedger (placement.py creates it)
 DISPATCH_RECORDS = "dispatch_records"  # DispatchRecords (dispatch.py adds, status_sync.py writes)
+DISPATCHES_IN_FLIGHT = "dispatches_in_flight"  # InFlight (placement.py, dispatch.py; cleanup.py waits)
 
 DEFAULT_HUB_ID = "federator"
 #: The toleration delegated GPU pods get for the conventional GPU node taint (nvidia.com/gpu:NoSchedule).
@@ -584,6 +587,36 @@ class DispatchRecords:
 
 def dispatch_records(hub: HubContext) -> DispatchRecords:
     return _shared_one(hub, DISPATCH_RECORDS, DispatchRecords)
+
+
+class InFlight:
+    """Jobs whose member objects may be being created right now: from placement's decision (or a
+    dispatch started by anyone else) until that dispatch has returned. Counted, so that nested holders
+    (placement's decision, then the dispatch itself) do not end each other's hold. The deletion
+    finalizer waits for a job to leave it: objects created after its last look would outlive the job."""
+
+    def __init__(self) -> None:
+        self._holds: dict[str, int] = {}
+
+    def begin(self, uid: str) -> None:
+        self._holds[uid] = self._holds.get(uid, 0) + 1
+
+    def end(self, uid: str) -> None:
+        left = self._holds.get(uid, 0) - 1
+        if left > 0:
+            self._holds[uid] = left
+        else:
+            self._holds.pop(uid, None)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._holds
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+
+def dispatches_in_flight(hub: HubContext) -> InFlight:
+    return _shared_one(hub, DISPATCHES_IN_FLIGHT, InFlight)
 
 
 def _sync_of(hub: HubContext, cluster: str) -> Any:

@@ -57,6 +57,7 @@ from federator.controllers.jobs import (
     history_entry,
     job_ref,
     phase_of,
+    dispatches_in_flight,
     reservations,
     set_condition,
     set_phase,
@@ -135,7 +136,8 @@ class PlacementController:
         #: a cycle costs the queue's length, not the number of jobs the hub ever held
         self.queued: set[str] = set()
         #: uids whose decision is being written or dispatched
-        self.inflight: set[str] = set()
+        #: decisions being written and dispatched (shared: the deletion finalizer waits for them)
+        self.inflight = dispatches_in_flight(hub)
         #: uid -> (reasons signature, when written) of the last unplaced status write
         self._unplaced_written: dict[str, tuple[Any, float]] = {}
         self._wake = asyncio.Event()
@@ -332,7 +334,7 @@ class PlacementController:
         self.cycles += 1
         for decision in result.decisions:
             job = jobs_by_uid[decision.gang_uid]
-            self.inflight.add(decision.gang_uid)
+            self.inflight.begin(decision.gang_uid)
             self.hub.metrics.placement_decisions.labels(result="placed").inc()
             self._spawn(self._place(job, decision), name=f"placement:place:{decision.gang_key}")
         for unplaced in result.unplaced:
@@ -413,7 +415,7 @@ class PlacementController:
             _log.error("placing a job failed; it stays in the queue", job=ref.key, cluster=decision.cluster,
                        error=f"{type(e).__name__}: {e}", exc_info=not isinstance(e, (ApiError, StoreError)))
         finally:
-            self.inflight.discard(ref.uid)
+            self.inflight.end(ref.uid)
             self._wake.set()
 
     async def _write_decision(self, job: Mapping[str, Any], decision: Decision) -> dict[str, Any] | None:

@@ -9,17 +9,20 @@ be aimed at one cluster with `aimed_job(...)`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from federator.apis.common import parse_time
 from federator.clusters.client import PODS, MemberClient
 from federator.controllers.cleanup import GarbageCollector, member_cleanup
 from federator.controllers.context import ControllerFactory
-from federator.controllers.dispatch import job_dispatch
+from federator.controllers.dispatch import DISPATCHER, Dispatcher, job_dispatch
 from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
 from federator.controllers.status_sync import MemberObjects, status_sync
@@ -83,6 +86,20 @@ class Env:
         found = self.hub.context.shared["stuck_gangs"]
         assert isinstance(found, StuckGangs)
         return found
+
+    def hold_dispatches(self, cluster: str, hold: asyncio.Event, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Dispatches to `cluster` wait for `hold` before their first member write (at the fence check),
+        so a test decides what happens meanwhile, however slow the machine."""
+        dispatcher = self.hub.context.shared[DISPATCHER]
+        assert isinstance(dispatcher, Dispatcher)
+        fence = dispatcher.wait_for_fence
+
+        async def held(name: str, *, wait: float) -> None:
+            if name == cluster:
+                await hold.wait()
+            await fence(name, wait=wait)
+
+        monkeypatch.setattr(dispatcher, "wait_for_fence", held)
 
     async def member(self, name: str) -> MemberClient:
         return await self.fed.client(name)

@@ -1,6 +1,7 @@
 """Deletion and GC of member objects: real SimClusters, a real hub with every lifecycle controller.
 
-- deleting a TrainingJob deletes its member objects first (finalizer), then the job;
+- deleting a TrainingJob deletes its member objects first (finalizer), then the job; a job deleted
+  while its dispatch is in flight waits for it, and what it created goes too;
 - orphans (this hub's objects whose job is gone, of an older epoch, or without job labels) are deleted
   and counted in /metrics; another hub's objects and the live gang are never touched;
 - the epoch fence: while a cluster is out of contact the fence is down; when it answers again, objects of
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,21 @@ async def _deleted(sim: SimCluster, name: str) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
 
+async def _wait_deleted(env: Env, name: str) -> None:
+    """Until the job `name` in team-a is gone; while it exists, it is being deleted and holds the finalizer."""
+    async def job_gone() -> bool:
+        try:
+            job = await env.api.get("team-a", name)
+        except Exception as e:  # the official client's ApiException
+            assert getattr(e, "status", None) == 404, e
+            return True
+        assert job["metadata"]["deletionTimestamp"]
+        assert MEMBER_CLEANUP_FINALIZER in job["metadata"]["finalizers"]
+        return False
+
+    await wait_until(job_gone, timeout=20, what=f"the job {name} to be deleted")
+
+
 async def test_deleting_a_job_deletes_its_member_objects_first(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
         created = await env.api.submit(aimed_job("short-lived", CLUSTER))
@@ -78,18 +95,7 @@ async def test_deleting_a_job_deletes_its_member_objects_first(tmp_path: Path) -
 
         await env.api.delete("team-a", "short-lived")
 
-        async def job_gone() -> bool:
-            try:
-                job = await env.api.get("team-a", "short-lived")
-            except Exception as e:  # the official client's ApiException
-                assert getattr(e, "status", None) == 404, e
-                return True
-            # while it exists, it is being deleted and still holds the finalizer
-            assert job["metadata"]["deletionTimestamp"]
-            assert MEMBER_CLEANUP_FINALIZER in job["metadata"]["finalizers"]
-            return False
-
-        await wait_until(job_gone, timeout=20, what="the job to be deleted")
+        await _wait_deleted(env, "short-lived")
         # the finalizer went only after the member showed nothing left: no waiting here
         groups, pods = await env.fed.member_objects(CLUSTER, uid)
         assert groups == [] and pods == []
@@ -128,6 +134,49 @@ async def test_orphans_are_collected_and_counted_and_nothing_else_is_touched(tmp
         live = [p for p in await env.live_pods(CLUSTER, uid) if not p["metadata"].get("deletionTimestamp")]
         assert len([p for p in live if p["metadata"]["labels"][LABEL_EPOCH] == str(epoch)]) == 3
         assert phase(await env.api.get("team-a", "live")) == "Running"
+
+
+async def test_a_job_deleted_mid_dispatch_goes_only_after_what_the_dispatch_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        hold = asyncio.Event()
+        env.hold_dispatches(CLUSTER, hold, monkeypatch)
+        created = await env.api.submit(aimed_job("in-flight", CLUSTER))
+        uid = created["metadata"]["uid"]
+        await env.api.wait_job("team-a", "in-flight", lambda j: placement_of(j).get("cluster") == CLUSTER,
+                               what="the decision (its dispatch held)")
+        await env.api.delete("team-a", "in-flight")
+        # the finalizer looks (a cleanup pass runs it, then the GC) and lets the job stay: its dispatch
+        # has not returned, so objects may still be on their way
+        passes = env.gc.passes
+        await wait_until(lambda: env.gc.passes >= passes + 2, what="two cleanup passes")
+        job = await env.api.get("team-a", "in-flight")
+        assert job["metadata"]["deletionTimestamp"] and MEMBER_CLEANUP_FINALIZER in job["metadata"]["finalizers"]
+        hold.set()
+
+        await _wait_deleted(env, "in-flight")
+        # what the dispatch created was deleted by the finalizer before the job went, not left to the GC
+        assert await env.fed.where(uid) == {}
+        assert not env.gc.collected
+
+
+async def test_a_deleted_job_goes_only_after_the_members_own_list_shows_nothing(tmp_path: Path) -> None:
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        uid, _ = await _running_and_fenced(env, "unseen")
+        groups, pods = await env.fed.member_objects(CLUSTER, uid)
+        assert len(groups) == 1 and len(pods) == 3
+        # the index loses the gang, as if its creates had not been applied yet
+        index = env.objects.get(CLUSTER)
+        assert index is not None
+        for resource, objs in ((PODS.key, pods), (index.resources[-1].key, groups)):
+            index.apply(resource, [("DELETED", o) for o in objs], resource_version="0", received_at=0.0)
+        assert index.objects_of(uid) == []
+        await env.api.delete("team-a", "unseen")
+
+        await _wait_deleted(env, "unseen")
+        # the finalizer found the gang in the member's list and deleted it before letting the job go
+        assert await env.fed.where(uid) == {}
+        assert not env.gc.collected
 
 
 async def test_the_epoch_fence_deletes_older_epochs_when_a_cluster_returns(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Property test of the design.md invariants over random submit / delete / churn sequences, end to end:
-real SimClusters and a real hub (member_sync, job_dispatch, job_placement and whatever else
-hub_controllers() runs), jobs through the hub API.
+real SimClusters and a real hub (every controller hub_controllers() runs, and the deletion
+finalizer, as `federator up` has them), jobs through the hub API.
 
 Operations: submit a GPU gang of random shape (network, models, replicas, GPUs per pod), delete a
 submitted job, and churn (delete a job and submit it again at once under the same name: a new uid
@@ -11,8 +11,9 @@ reported unschedulable, the invariants must hold:
 1. never split, never partial: a dispatched job has all of its pods (and one PodGroup) in exactly one
    cluster, all at its current epoch; a pending job has nothing anywhere;
 2. never in two clusters: no job's objects appear in a cluster other than its recorded one;
-3. no double-booking: per cluster, the GPUs of everything the hub delegated there (live jobs and the
-   leftovers of deleted ones) plus the local load never exceed its capacity, and every dispatched
+3. nothing of a deleted job is left in any member;
+4. no double-booking: per cluster, the GPUs of everything the hub delegated there plus the local
+   load never exceed its capacity, and every dispatched
    gang is started whole by its member's gang scheduler (all pods bound), which could not happen if
    the hub had promised the same GPUs twice.
 
@@ -31,9 +32,12 @@ from hypothesis import strategies as st
 from kubernetes.aio import client as kube_client
 
 from federator.clusters.client import PODS
+from federator.controllers.context import HubContext
 from federator.controllers.dispatch import NAMESPACES
+from federator.controllers.jobs import SNAPSHOTS, dispatches_in_flight, reservations
+from federator.controllers.placement import PLACEMENT, PlacementController
 from federator.delegation.adapter import LABEL_EPOCH
-from federator.hub import hub_controllers
+from federator.hub import JOB_FINALIZERS, hub_controllers
 
 from ..hub.hubtest_support import start_hub
 from .jobtest_support import Federation, HubApi, condition, fast_settings, gpu_job, placement_of, wait_until
@@ -43,9 +47,6 @@ CLUSTERS = {
     "cloud-eth-h100": {"gpu_nodes": 2, "cpu_nodes": 1},
 }
 GPUS_PER_NODE = 8
-# twice fast_settings' placement_unplaced_refresh_seconds (0.5): the hub has looked at every
-# unplaced job again in that time
-QUIET_SECONDS = 1.0
 
 submit_op = st.tuples(
     st.just("submit"),
@@ -83,7 +84,7 @@ async def _scenario(workdir: Path, ops: list[tuple[str, Any]], load: dict[str, i
     fed = Federation(workdir / "members")
     await fed.start(sorted(CLUSTERS), **CLUSTERS)
     try:
-        async with start_hub(workdir / "hub", controllers=hub_controllers(),
+        async with start_hub(workdir / "hub", controllers=hub_controllers(), job_finalizers=JOB_FINALIZERS,
                              settings=fast_settings(workdir / "hub" / "state")) as hub:
             api = await HubApi.connect(hub.kubeconfigs["admin"])
             try:
@@ -96,7 +97,7 @@ async def _scenario(workdir: Path, ops: list[tuple[str, Any]], load: dict[str, i
                         await _local_load(api, fed, cluster, gpus)
                     # the member answers slowly from now on: its pods show up in the hub's snapshots late
                     await fed.fault(cluster, "latency", {"seconds": 0.15})
-                await _run(api, fed, ops, load)
+                await _run(api, fed, ops, load, hub.context)
             finally:
                 await api.close()
     finally:
@@ -123,7 +124,8 @@ async def _local_load(api: HubApi, fed: Federation, cluster: str, gpus: int) -> 
     await wait_until(seen, what=f"the hub to see {gpus} GPUs of local load in {cluster}")
 
 
-async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: dict[str, int]) -> None:
+async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: dict[str, int],
+               hub: HubContext) -> None:
     submitted: list[str] = []
     shapes: dict[str, dict[str, Any]] = {}
     deleted: set[str] = set()
@@ -180,16 +182,29 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
             found[name] = (placement_of(job).get("cluster"), placement_of(job).get("epoch"))
         return found
 
+    placement = hub.shared[PLACEMENT]
+    assert isinstance(placement, PlacementController)
+
+    def freed() -> bool:
+        """The hub's own view holds nothing of a deleted job: no bound pod, no reservation."""
+        snapshots = hub.shared.get(SNAPSHOTS) or {}
+        ledger = reservations(hub)
+        return all(ledger.get(uid) is None and all(snap.bound_pods.get(uid, 0) == 0 for snap in snapshots.values())
+                   for uid in gone_uids)
+
     async def settled() -> bool:
-        # a pending job may still be placed on the room a deletion freed: settled means nothing moved
-        # over two of the hub's refreshes of unplaced jobs
+        # A pending job may still be placed on the room a deletion freed: settled means nothing moved
+        # while placement ran two full cycles over a view with that room free.
         before = await state()
-        if before is None:
+        if before is None or not freed():
             return False
-        await asyncio.sleep(QUIET_SECONDS)
+        if any(cluster is None for cluster, _ in before.values()):
+            start = placement.cycles
+            await wait_until(lambda: placement.cycles >= start + 2 and not dispatches_in_flight(hub),
+                             what="two placement cycles, and what they placed written and dispatched")
         return await state() == before
 
-    await wait_until(settled, timeout=30, what="every live job dispatched or reported unschedulable")
+    await wait_until(settled, timeout=30, what="every live job dispatched or reported unschedulable, nothing of a deleted job left")
 
     gpus_placed: dict[str, int] = {name: 0 for name in CLUSTERS}
     for name in live:

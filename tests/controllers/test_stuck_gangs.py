@@ -17,13 +17,12 @@ from typing import Any
 
 import pytest
 
-from federator.controllers.dispatch import DISPATCHER, Dispatcher
 from federator.controllers.jobs import reservations
 from federator.controllers.stuck import placed_at
 from federator.sim import kinds
 
 from .jobtest_support import API, condition, phase, placement_of, wait_until
-from .lifecycle_support import Env, events, history, lifecycle_env, seconds
+from .lifecycle_support import events, history, lifecycle_env, seconds
 
 pytestmark = pytest.mark.slow
 HOME, FALLBACK = "onprem-rdma-a100", "cloud-eth-h100"
@@ -53,28 +52,13 @@ def _local_pod(node: str, index: int) -> dict[str, Any]:
                                                                "limits": {"nvidia.com/gpu": "8"}}}]}}
 
 
-def _hold_dispatch_to(env: Env, cluster: str, hold: asyncio.Event, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Dispatches to `cluster` wait for `hold` before their first member write (at the fence check),
-    so the test decides what the member holds when the gang arrives, however slow the machine."""
-    dispatcher = env.hub.context.shared[DISPATCHER]
-    assert isinstance(dispatcher, Dispatcher)
-    fence = dispatcher.wait_for_fence
-
-    async def held(name: str, *, wait: float) -> None:
-        if name == cluster:
-            await hold.wait()
-        await fence(name, wait=wait)
-
-    monkeypatch.setattr(dispatcher, "wait_for_fence", held)
-
-
 async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, stuck_timeout_seconds=TIMEOUT,
                              stuck_exclusion_seconds=120.0) as env:
         home = env.fed.sims[HOME]
         hold = asyncio.Event()
-        _hold_dispatch_to(env, HOME, hold, monkeypatch)
+        env.hold_dispatches(HOME, hold, monkeypatch)
         created = await env.api.submit(_job())
         uid = created["metadata"]["uid"]
         first = await env.api.wait_job("team-a", "squeezed", lambda j: placement_of(j).get("cluster") is not None,
