@@ -53,11 +53,11 @@ from federator.controllers.jobs import (
     SNAPSHOTS,
     append_history,
     current_placement,
+    dispatches_in_flight,
     gang_request,
     history_entry,
     job_ref,
     phase_of,
-    dispatches_in_flight,
     reservations,
     set_condition,
     set_phase,
@@ -135,8 +135,7 @@ class PlacementController:
         #: uids of the jobs in `jobs` that wait for a placement (`_queued`): what a cycle looks at, so that
         #: a cycle costs the queue's length, not the number of jobs the hub ever held
         self.queued: set[str] = set()
-        #: uids whose decision is being written or dispatched
-        #: decisions being written and dispatched (shared: the deletion finalizer waits for them)
+        #: uids whose decision is being written or dispatched (shared: the deletion finalizer waits for them)
         self.inflight = dispatches_in_flight(hub)
         #: uid -> (reasons signature, when written) of the last unplaced status write
         self._unplaced_written: dict[str, tuple[Any, float]] = {}

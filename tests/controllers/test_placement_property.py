@@ -13,9 +13,8 @@ reported unschedulable, the invariants must hold:
 2. never in two clusters: no job's objects appear in a cluster other than its recorded one;
 3. nothing of a deleted job is left in any member;
 4. no double-booking: per cluster, the GPUs of everything the hub delegated there plus the local
-   load never exceed its capacity, and every dispatched
-   gang is started whole by its member's gang scheduler (all pods bound), which could not happen if
-   the hub had promised the same GPUs twice.
+   load never exceed its capacity, and every dispatched gang is started whole by its member's gang
+   scheduler (all pods bound), which could not happen if the hub had promised the same GPUs twice.
 
 Bounded (few examples, short sequences) so it stays well under a minute.
 """
@@ -124,6 +123,11 @@ async def _local_load(api: HubApi, fed: Federation, cluster: str, gpus: int) -> 
     await wait_until(seen, what=f"the hub to see {gpus} GPUs of local load in {cluster}")
 
 
+def _job(name: str, shape: dict[str, Any]) -> dict[str, Any]:
+    return gpu_job(name, workers=shape["workers"], gpus=shape["gpus"], network=shape["network"],
+                   models=shape["models"], rdma=shape["network"] == "rdma")
+
+
 async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: dict[str, int],
                hub: HubContext) -> None:
     submitted: list[str] = []
@@ -134,9 +138,7 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
     for step, (kind, arg) in enumerate(ops):
         if kind == "submit":
             name = f"job-{step}"
-            body = gpu_job(name, workers=arg["workers"], gpus=arg["gpus"], network=arg["network"],
-                           models=arg["models"], rdma=arg["network"] == "rdma")
-            uids[name] = (await api.submit(body))["metadata"]["uid"]
+            uids[name] = (await api.submit(_job(name, arg)))["metadata"]["uid"]
             submitted.append(name)
             shapes[name] = arg
             if arg["settle"]:
@@ -154,9 +156,7 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
 
             async def resubmitted(name: str = name, shape: dict[str, Any] = shape) -> bool:
                 try:
-                    uids[name] = (await api.submit(gpu_job(name, workers=shape["workers"], gpus=shape["gpus"],
-                                             network=shape["network"], models=shape["models"],
-                                             rdma=shape["network"] == "rdma")))["metadata"]["uid"]
+                    uids[name] = (await api.submit(_job(name, shape)))["metadata"]["uid"]
                 except kube_client.ApiException as e:
                     if e.status == 409:  # the old object is still being deleted (finalizer)
                         return False
