@@ -7,17 +7,16 @@ validation errors, `details.causes` naming each field.
 
 `details.kind` holds the resource plural for NotFound, AlreadyExists and
 Conflict, and the Kind for Invalid -- as kube does. This module must never do
-I/O and never import a store or HTTP framework.
+I/O and never import a store or HTTP framework, nor the registry (which
+imports `FieldErrorLike` from here): the errors take any `ResourceNames`,
+which the registry's `ResourceType` is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from federator.apiserver.registry import ResourceType
+from typing import Any, Protocol
 
 #: kube-apiserver's default request body limit (AS/pkg/server/config.go).
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -164,7 +163,27 @@ class ApiError(Exception):
 # ---------------------------------------------------------------- helpers
 
 
-def _resource_details(rt: ResourceType | None, name: str) -> dict[str, Any]:
+class ResourceNames(Protocol):
+    """The names of a resource type that error messages and details use
+    (`federator.apiserver.registry.ResourceType` has them)."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def plural(self) -> str: ...
+
+    @property
+    def qualified_resource(self) -> str: ...
+
+    @property
+    def qualified_kind(self) -> str: ...
+
+
+def _resource_details(rt: ResourceNames | None, name: str) -> dict[str, Any]:
     details: dict[str, Any] = {"name": name}
     if rt is not None:
         if rt.group:
@@ -173,23 +192,23 @@ def _resource_details(rt: ResourceType | None, name: str) -> dict[str, Any]:
     return details
 
 
-def _qualified(rt: ResourceType | None, fallback: str = "") -> str:
+def _qualified(rt: ResourceNames | None, fallback: str = "") -> str:
     return rt.qualified_resource if rt is not None else fallback
 
 
-def not_found(rt: ResourceType | None, name: str, *, resource: str = "") -> ApiError:
+def not_found(rt: ResourceNames | None, name: str, *, resource: str = "") -> ApiError:
     what = _qualified(rt, resource)
     return ApiError(404, "NotFound", f'{what} "{name}" not found', details=_resource_details(rt, name))
 
 
-def already_exists(rt: ResourceType, name: str) -> ApiError:
+def already_exists(rt: ResourceNames, name: str) -> ApiError:
     return ApiError(
         409, "AlreadyExists", f'{rt.qualified_resource} "{name}" already exists',
         details=_resource_details(rt, name),
     )
 
 
-def conflict(rt: ResourceType, name: str, why: str = OPTIMISTIC_LOCK_MESSAGE, *, resource: str = "") -> ApiError:
+def conflict(rt: ResourceNames, name: str, why: str = OPTIMISTIC_LOCK_MESSAGE, *, resource: str = "") -> ApiError:
     what = resource or rt.qualified_resource
     return ApiError(
         409, "Conflict", f'Operation cannot be fulfilled on {what} "{name}": {why}',
@@ -197,7 +216,7 @@ def conflict(rt: ResourceType, name: str, why: str = OPTIMISTIC_LOCK_MESSAGE, *,
     )
 
 
-def invalid(rt: ResourceType, name: str, causes: Sequence[FieldErrorLike]) -> ApiError:
+def invalid(rt: ResourceNames, name: str, causes: Sequence[FieldErrorLike]) -> ApiError:
     errors = [as_field_error(c) for c in causes]
     if len(errors) == 1:
         summary = str(errors[0])
@@ -247,7 +266,7 @@ def method_not_allowed(what: str = "") -> ApiError:
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def forbidden(rt: ResourceType | None, name: str, why: str, *, resource: str = "") -> ApiError:
+def forbidden(rt: ResourceNames | None, name: str, why: str, *, resource: str = "") -> ApiError:
     what = _qualified(rt, resource)
     subject = f'{what} "{name}"' if name else what
     return ApiError(403, "Forbidden", f"{subject} is forbidden: {why}", details=_resource_details(rt, name))

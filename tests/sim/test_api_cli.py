@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client, config
 from simapi_support import TEST_PROFILE
 
-# the installed console script (python -m federator.cli would load a second copy of the cli module)
+# the installed console script, as a user runs it
 FEDERATOR = [str(Path(sys.executable).parent / "federator")]
 
 

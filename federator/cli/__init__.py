@@ -1,8 +1,21 @@
 """The `federator` command: the one front door for operators and researchers.
 
-Each subcommand registers itself in `build_parser`; `main` turns every error a
-user can cause into one clear line on stderr and a non-zero exit code. No
-traceback reaches a user (set FEDERATOR_DEBUG=1 to see one).
+One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
+`register(sub)` adding its commands to the parser:
+
+    up.py          federator up                         the hub (and simulated clusters in dev mode)
+    jobs.py        federator submit|get|describe|delete
+    cluster.py     federator cluster add|list|remove
+    kubeconfig.py  federator kubeconfig
+    version.py     federator version
+    sim.py         federator sim (simfault.py: federator sim fault)
+    common.py      UserError, InputError, hub access flags and runner, manifests, tables and printers
+
+A command module imports `common` and never another command module (sim.py
+registers its own `fault` from simfault.py), and nothing below the CLI
+imports this package. `main` turns every error a user can cause into one
+clear line on stderr and a non-zero exit code. No traceback reaches a user
+(set FEDERATOR_DEBUG=1 to see one).
 """
 
 from __future__ import annotations
@@ -10,20 +23,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from federator import __version__
-
-
-class UserError(Exception):
-    """An error the user caused or can fix; printed as one line, exit code 2 by default."""
-
-    def __init__(self, message: str, *, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-Handler = Callable[[argparse.Namespace], int]
+from federator.cli.common import Handler, UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,14 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    from federator import cli_jobs, cli_up  # local imports keep `federator --help` fast
+    # The command groups, in the order `federator --help` lists their commands; a new group is a
+    # module of this package with `register(sub)`, added here. (Imported here, not at the top, so that
+    # `from federator.cli.common import ...` does not load every command.)
+    from federator.cli import cluster, jobs, kubeconfig, sim, up, version
 
-    cli_up.register(sub)
-    cli_jobs.register(sub)  # submit, get, describe, delete, cluster, kubeconfig, version
-
-    from federator import cli_sim
-
-    cli_sim.register(sub)
+    for group in (up, jobs, cluster, kubeconfig, version, sim):
+        group.register(sub)
     return parser
 
 
@@ -71,7 +73,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

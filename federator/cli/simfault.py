@@ -14,7 +14,8 @@
 
 It reads the cluster's URL, CA and bearer token from the kubeconfig that
 `federator sim` wrote and calls the cluster's admin API under /_sim/faults.
-Errors are one line. This module never prints or logs the token.
+Errors are one line. This module never prints or logs the token, and imports
+no other command module of the CLI (`federator/cli/sim.py` registers it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from federator.cli.common import UserError
 
 FAULTS_PATH = "/_sim/faults"
 TIMEOUT_SECONDS = 15.0
@@ -84,8 +87,6 @@ def read_kubeconfig(path: str | Path, *, context: str | None = None) -> Target:
     """The server, token and TLS trust of a kubeconfig context. Raises
     UserError naming the file and the missing field (never the token)."""
     import yaml
-
-    from federator.cli import UserError
 
     p = Path(path)
     try:
@@ -147,8 +148,6 @@ def read_kubeconfig(path: str | Path, *, context: str | None = None) -> Target:
 
 def call(target: Target, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     """One admin call; returns the JSON answer. UserError on failure."""
-    from federator.cli import UserError
-
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(target.server + path, data=data, method=method, headers={
         "Authorization": f"Bearer {target.token}", "Content-Type": "application/json",
@@ -175,8 +174,6 @@ def call(target: Target, method: str, path: str, body: dict[str, Any] | None = N
 
 def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
     """(method, path, body) of the admin call for parsed arguments."""
-    from federator.cli import UserError
-
     fault = args.fault
     p = FAULTS_PATH
     if fault == "outage":

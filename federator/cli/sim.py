@@ -9,21 +9,23 @@ a kubeconfig per cluster is written to <state-dir>/<cluster>.kubeconfig and
 an index of all of them to <state-dir>/clusters.json. Runs until Ctrl-C or
 SIGTERM, then stops every cluster cleanly.
 
-Sub-commands of `federator sim` (e.g. `federator sim fault ...`) register
-themselves through `federator.cli_simfault.register(subparsers)` when that
-module exists. This module never prints or logs a token.
+Sub-commands of `federator sim` (`federator sim fault ...`, in
+federator/cli/simfault.py) are registered here, under the `sim` parser.
+This module never prints or logs a token.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from federator.cli import simfault
+from federator.cli.common import UserError
 
 if TYPE_CHECKING:
     from federator.sim.profile import ClusterProfile
@@ -48,20 +50,12 @@ def register(sub: Any) -> None:
     p.add_argument("--port-base", type=int, default=None, metavar="N",
                    help="serve cluster i on port N+i (default: free random ports)")
     p.set_defaults(handler=_cmd_sim)
-    try:
-        cli_simfault = importlib.import_module("federator.cli_simfault")
-    except ModuleNotFoundError as e:
-        if e.name != "federator.cli_simfault":
-            raise
-        return
     nested = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     nested.required = False
-    cli_simfault.register(nested)
+    simfault.register(nested)
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
-    from federator.cli import UserError
-
     nested_handler = getattr(args, "sim_handler", None)
     if nested_handler is not None:
         result: int = nested_handler(args)
@@ -82,7 +76,6 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _load(paths: list[str]) -> list[ClusterProfile]:
-    from federator.cli import UserError
     from federator.sim.profile import ProfileError, load_profiles
 
     profiles: list[ClusterProfile] = []
@@ -103,7 +96,6 @@ def _load(paths: list[str]) -> list[ClusterProfile]:
 async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: int | None,
                 ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
     """Serve `profiles` until SIGINT/SIGTERM (or `stop`); 0 on a clean stop."""
-    from federator.cli import UserError
     from federator.devcerts import ensure_dev_tls
     from federator.sim.server import SimCluster
 

@@ -1,0 +1,277 @@
+"""`federator cluster add | list | remove`: member cluster registrations on the hub (admin).
+
+    federator cluster add NAME --kubeconfig FILE ... | cluster add -f FILE
+    federator cluster list | cluster remove NAME
+
+`register` builds the `cluster` group from `_SUBCOMMANDS`: a new subcommand
+is a function that adds its parser to the group, listed there (the group's
+usage line names every subcommand). Registration reads the member's
+kubeconfig and hands the hub its server, CA and credentials; nothing here
+prints what it reads. This module imports no other command module of the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from federator.cli.common import (
+    GROUP_VERSION,
+    InputError,
+    check_kind,
+    cmd_get,
+    hub_flags,
+    read_documents,
+    run_on_hub,
+)
+from federator.hubclient import API_GROUP, HubClient, HubError, JSONObject, clusters_path
+
+# ---------------------------------------------------------------- add
+
+
+def member_connection(kubeconfig: Path, *, context: str | None) -> JSONObject:
+    """spec.connection of a registration from a member's kubeconfig: the
+    server, its CA, and the credentials the hub will store (token, or client
+    certificate and key). Never prints what it reads."""
+    where = str(kubeconfig)
+    try:
+        config = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"--kubeconfig {where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"--kubeconfig {where}: cannot read it ({type(e).__name__})") from None
+    except yaml.YAMLError:
+        raise InputError(f"--kubeconfig {where}: not valid YAML") from None
+    if not isinstance(config, dict):
+        raise InputError(f"--kubeconfig {where}: not a kubeconfig")
+    base = kubeconfig.resolve().parent
+
+    def named(section: str, name: Any) -> JSONObject:
+        for entry in config.get(section) or []:
+            if isinstance(entry, dict) and entry.get("name") == name:
+                value = entry.get(section[:-1])
+                if isinstance(value, dict):
+                    return value
+        raise InputError(f"--kubeconfig {where}: no {section[:-1]} named {name!r}")
+
+    context_name = context or config.get("current-context")
+    if not context_name:
+        raise InputError(f"--kubeconfig {where}: no current-context; pass --context")
+    ctx = named("contexts", context_name)
+    cluster = named("clusters", ctx.get("cluster"))
+    user = named("users", ctx.get("user"))
+
+    def data(inline_key: str, file_key: str, holder: JSONObject) -> str | None:
+        if holder.get(inline_key):
+            return str(holder[inline_key])
+        if holder.get(file_key):
+            file = Path(os.path.expanduser(str(holder[file_key])))
+            file = file if file.is_absolute() else base / file
+            try:
+                return base64.b64encode(file.read_bytes()).decode("ascii")
+            except OSError:
+                raise InputError(f"--kubeconfig {where}: cannot read {file_key} {file}") from None
+        return None
+
+    connection: JSONObject = {"server": cluster.get("server")}
+    if not connection["server"]:
+        raise InputError(f"--kubeconfig {where}: cluster {ctx.get('cluster')!r} has no server")
+    ca = data("certificate-authority-data", "certificate-authority", cluster)
+    if ca:
+        connection["certificateAuthorityData"] = ca
+    if cluster.get("insecure-skip-tls-verify"):
+        connection["insecureSkipTLSVerify"] = True
+    credentials: JSONObject = {}
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        try:
+            token = Path(os.path.expanduser(str(user["tokenFile"]))).read_text(encoding="utf-8").strip()
+        except OSError:
+            raise InputError(f"--kubeconfig {where}: cannot read the user's tokenFile") from None
+    if token:
+        credentials["token"] = str(token)
+    cert = data("client-certificate-data", "client-certificate", user)
+    key = data("client-key-data", "client-key", user)
+    if cert or key:
+        credentials["clientCertificateData"] = cert
+        credentials["clientKeyData"] = key
+    if not credentials:
+        how = "an exec plugin" if user.get("exec") else "an auth provider" if user.get("auth-provider") else \
+            "no credentials"
+        raise InputError(f"--kubeconfig {where}: user {ctx.get('user')!r} has {how}; the hub needs a token "
+                         "or a client certificate and key it can store")
+    connection["credentials"] = credentials
+    return connection
+
+
+def registration_from_flags(args: argparse.Namespace) -> JSONObject:
+    """A MemberCluster from `cluster add` flags."""
+    missing = [flag for flag, value in (("--kubeconfig", args.member_kubeconfig), ("--location", args.location),
+                                        ("--network", args.network), ("--bandwidth-gbps", args.bandwidth_gbps),
+                                        ("--scheduler", args.scheduler)) if value is None]
+    if not args.name:
+        raise InputError("cluster add needs a NAME (or -f FILE)")
+    if missing:
+        raise InputError(f"cluster add {args.name}: missing {', '.join(missing)} (or register from -f FILE)")
+    spec: JSONObject = {
+        "connection": member_connection(Path(args.member_kubeconfig), context=args.context),
+        "location": {"type": args.location},
+        "network": {"type": args.network, "bandwidthGbps": float(args.bandwidth_gbps)},
+        "scheduler": {"name": args.scheduler},
+    }
+    if args.provider:
+        spec["location"]["provider"] = args.provider
+    if args.region:
+        spec["location"]["region"] = args.region
+    if args.rdma_kind:
+        spec["network"]["rdmaKind"] = args.rdma_kind
+    if args.scheduler_name:
+        spec["scheduler"]["schedulerName"] = args.scheduler_name
+    if args.label:
+        spec["labels"] = dict(_pair(item, "--label", "KEY=VALUE") for item in args.label)
+    if args.gpu_model:
+        spec["gpuModels"] = list(args.gpu_model)
+    if args.cost_per_gpu_hour is not None:
+        spec["costPerGpuHour"] = float(args.cost_per_gpu_hour)
+    if args.dataset:
+        datasets = []
+        for item in args.dataset:
+            name, size = _pair(item, "--dataset", "NAME=BYTES")
+            try:
+                datasets.append({"name": name, "sizeBytes": int(size)})
+            except ValueError:
+                raise InputError(f"--dataset {name}: size must be a whole number of bytes") from None
+        spec["datasets"] = datasets
+    if args.cordoned:
+        spec["cordoned"] = True
+    return {"apiVersion": GROUP_VERSION, "kind": "MemberCluster", "metadata": {"name": args.name}, "spec": spec}
+
+
+def _pair(item: str, flag: str, form: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise InputError(f"{flag} {item!r}: expected {form}")
+    return key, value
+
+
+def _cmd_cluster_add(args: argparse.Namespace) -> int:
+    try:
+        if args.filename:
+            if args.name or args.member_kubeconfig:
+                raise InputError("cluster add takes either -f FILE or NAME with flags, not both")
+            documents = read_documents(args.filename)
+            for index, document in enumerate(documents, start=1):
+                check_kind(document, "MemberCluster", "<stdin>" if args.filename == "-" else args.filename, index)
+        else:
+            documents = [registration_from_flags(args)]
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    async def work(client: HubClient) -> int:
+        failures = 0
+        for document in documents:
+            document.setdefault("apiVersion", GROUP_VERSION)
+            try:
+                created = await client.request("POST", clusters_path(), body=document)
+            except HubError as e:
+                if e.code == 0:
+                    raise
+                print(str(e), file=sys.stderr)
+                failures += 1
+                continue
+            print(f"membercluster.{API_GROUP}/{(created.get('metadata') or {}).get('name')} registered", flush=True)
+        return 1 if failures else 0
+
+    return run_on_hub(args, work)
+
+
+# ---------------------------------------------------------------- remove
+
+
+def _cmd_cluster_remove(args: argparse.Namespace) -> int:
+    async def work(client: HubClient) -> int:
+        failures = 0
+        for name in args.names:
+            try:
+                await client.request("DELETE", clusters_path(name))
+            except HubError as e:
+                if e.code == 0:
+                    raise
+                print(str(e), file=sys.stderr)
+                failures += 1
+                continue
+            print(f'membercluster.{API_GROUP} "{name}" removed', flush=True)
+        return 1 if failures else 0
+
+    return run_on_hub(args, work)
+
+
+# ---------------------------------------------------------------- registration
+
+
+def _add_add(csub: Any) -> None:
+    p = csub.add_parser(
+        "add", help="register a member cluster from a kubeconfig and flags, or from -f FILE",
+        description="Register a member cluster. With --kubeconfig the hub stores the member's server, CA and "
+                    "credentials (never shown again); the hub itself is reached with --hub-kubeconfig, "
+                    "$KUBECONFIG or ~/.kube/config.",
+    )
+    p.add_argument("name", nargs="?", help="cluster name (a DNS-1123 label)")
+    p.add_argument("-f", "--filename", metavar="FILE", help="MemberCluster YAML/JSON ('-' for stdin)")
+    p.add_argument("--kubeconfig", dest="member_kubeconfig", metavar="FILE", help="the MEMBER cluster's kubeconfig")
+    p.add_argument("--context", help="context in the member kubeconfig (default: its current context)")
+    p.add_argument("--location", choices=["onPrem", "cloud"])
+    p.add_argument("--provider", help="e.g. aws, gcp, or a datacenter name")
+    p.add_argument("--region")
+    p.add_argument("--network", choices=["rdma", "ethernet"])
+    p.add_argument("--rdma-kind", choices=["infiniband", "roce"])
+    p.add_argument("--bandwidth-gbps", type=float, metavar="GBPS")
+    p.add_argument("--scheduler", choices=["volcano", "coscheduling", "kube-batch", "default"])
+    p.add_argument("--scheduler-name", help="pod schedulerName (default: the scheduler's usual name)")
+    p.add_argument("--label", action="append", metavar="KEY=VALUE", help="cluster label (repeatable)")
+    p.add_argument("--gpu-model", action="append", metavar="MODEL", help="GPU model offered (repeatable)")
+    p.add_argument("--cost-per-gpu-hour", type=float, metavar="COST")
+    p.add_argument("--dataset", action="append", metavar="NAME=BYTES", help="cached dataset (repeatable)")
+    p.add_argument("--cordoned", action="store_true", help="register without accepting new gangs")
+    hub_flags(p, member_kubeconfig=True)
+    p.set_defaults(handler=_cmd_cluster_add)
+
+
+def _add_list(csub: Any) -> None:
+    p = csub.add_parser("list", help="list member clusters")
+    p.add_argument("-o", "--output", choices=["json", "yaml", "wide", "name"], help="output format")
+    p.add_argument("-w", "--watch", action="store_true", help="after listing, print every change")
+    hub_flags(p)
+    # the same listing as `federator get clusters`
+    p.set_defaults(handler=cmd_get, resource="clusters", name=None, all_namespaces=False, namespace=None,
+                   selector=None)
+
+
+def _add_remove(csub: Any) -> None:
+    p = csub.add_parser("remove", help="remove member cluster registrations")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    hub_flags(p)
+    p.set_defaults(handler=_cmd_cluster_remove)
+
+
+#: the subcommands of `federator cluster`, in the order `--help` lists them
+_SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (_add_add, _add_list, _add_remove)
+
+
+def register(sub: Any) -> None:
+    """Add the `cluster` group and its subcommands to the `federator` parser."""
+    cluster = sub.add_parser("cluster", help="register, list and remove member clusters (admin)",
+                             description="Manage MemberCluster registrations on the hub.")
+    csub = cluster.add_subparsers(dest="cluster_command")
+    csub.required = True
+    for add_subcommand in _SUBCOMMANDS:
+        add_subcommand(csub)
+    csub.metavar = "|".join(csub.choices)  # add|list|remove...: usage and "required" errors name them all
