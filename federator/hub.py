@@ -96,6 +96,8 @@ def hub_controllers() -> list[ControllerFactory]:
     controllers.append(status_sync)
     from federator.controllers.stuck import stuck_gangs
     controllers.append(stuck_gangs)
+    from federator.controllers.failover import cluster_failover
+    controllers.append(cluster_failover)
     from federator.controllers.cleanup import member_cleanup
     controllers.append(member_cleanup)
     return controllers

@@ -50,6 +50,40 @@ def get_logger(name: str) -> Any:
     return structlog.get_logger(component=name)
 
 
+class RepeatedFailureLog:
+    """How a retry loop reports a failure that repeats: the first one in full (a warning), then at most
+    one line every `every_seconds` with how many failed meanwhile, and one line when it succeeds again
+    (client-go's backoff manager and kube's event recorder do the same). Never a line per attempt."""
+
+    def __init__(self, log: Any, event: str, *, every_seconds: float = 30.0, **context: Any) -> None:
+        self.log = log
+        self.event = event
+        self.every_seconds = every_seconds
+        self.context = context
+        self.failures = 0
+        self._unreported = 0
+        self._last_line = 0.0
+
+    def failed(self, error: object, *, now: float, **detail: Any) -> None:
+        self.failures += 1
+        self._unreported += 1
+        if self.failures == 1:
+            self.log.warning(self.event, error=str(error), **self.context, **detail)
+        elif now - self._last_line >= self.every_seconds:
+            self.log.warning(f"{self.event} (still failing)", failures=self.failures,
+                             since_last_line=self._unreported, error=str(error), **self.context, **detail)
+        else:
+            return
+        self._unreported = 0
+        self._last_line = now
+
+    def succeeded(self, message: str, **detail: Any) -> None:
+        if self.failures:
+            self.log.info(message, failures=self.failures, **self.context, **detail)
+        self.failures = 0
+        self._unreported = 0
+
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -170,6 +204,19 @@ class Metrics:
         self.gangs_pulled_back = Counter(
             "federator_gangs_pulled_back_total",
             "Gangs pulled back from a member whose scheduler did not admit them in time", ["cluster"], registry=r,
+        )
+        # failover (controllers/failover.py, clusters/memberlease.py)
+        self.failovers = Counter(
+            "federator_failovers_total", "Gangs of a lost cluster handled by failover, by outcome "
+            "(requeued, failed, waiting, requeue_limit)", ["cluster", "outcome"], registry=r,
+        )
+        self.hub_partitioned = Gauge(
+            "federator_hub_partitioned", "1 while so many clusters are lost at once that the hub assumes it is "
+            "itself cut off and moves nothing", registry=r,
+        )
+        self.member_lease_renewals = Counter(
+            "federator_member_lease_renewals_total", "Renewals of the hub's fencing Lease in member clusters, "
+            "by result (ok, failed, unknown)", ["cluster", "result"], registry=r,
         )
         # simulator
         self.sim_pods_bound = Counter(

@@ -99,6 +99,8 @@ KINDS: Mapping[str, KindInfo] = {
         model=membercluster.MemberCluster,
         columns=(
             PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Reachable and synced"),
+            PrinterColumn("Lost", "string", '.status.conditions[?(@.type=="Lost")].status',
+                          "Out of contact past its grace period: its gangs fail over"),
             PrinterColumn("Fabric", "string", ".spec.network.type", "rdma or ethernet"),
             PrinterColumn("GPUs", "integer", ".status.capacity.totalGPUs", "GPUs in the cluster"),
             _AGE,

@@ -65,6 +65,7 @@ __all__ = [
     "DEFAULT_SCHEDULER_NAMES",
     "KIND",
     "LAST_APPLIED_ANNOTATION",
+    "MAX_GRACE_PERIOD_SECONDS",
     "PLURAL",
     "SECRET_PATH_PREFIXES",
     "SHORT_NAMES",
@@ -72,6 +73,7 @@ __all__ = [
     "ClusterCapacity",
     "ClusterCredentials",
     "ClusterDataset",
+    "ClusterFailover",
     "ClusterLocation",
     "ClusterNetwork",
     "ClusterScheduler",
@@ -306,6 +308,20 @@ class ClusterDataset(ApiModel):
     size_bytes: StrictInt = Field(alias="sizeBytes", ge=0, le=2**63 - 1)
 
 
+#: Upper bound of a cluster's loss grace period (a day): larger is a typo.
+MAX_GRACE_PERIOD_SECONDS = 86_400
+
+
+class ClusterFailover(ApiModel):
+    """How the hub treats losing contact with this cluster."""
+
+    grace_period_seconds: StrictInt | None = Field(
+        default=None, alias="gracePeriodSeconds", ge=1, le=MAX_GRACE_PERIOD_SECONDS,
+        description="Out of contact for longer than this (from the first failed contact) means Lost and its "
+                    "gangs fail over; default: the hub's --cluster-loss-grace.",
+    )
+
+
 class MemberClusterSpec(ApiModel):
     """The registration of a member cluster."""
 
@@ -324,6 +340,7 @@ class MemberClusterSpec(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     cordoned: StrictBool = Field(default=False, description="While true no new gang is placed here.")
+    failover: ClusterFailover | None = None
 
     @field_validator("cost_per_gpu_hour")
     @classmethod
@@ -360,7 +377,7 @@ class MemberClusterStatus(ApiModel):
     conditions: list[Condition] | None = Field(
         default=None, max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        description="Reachable, Synced and Ready.",
+        description="Reachable, Synced, Ready and Lost.",
     )
     first_loss_of_contact: Timestamp | None = Field(
         default=None, alias="firstLossOfContact", description="When contact was first lost; cleared on contact."

@@ -231,7 +231,11 @@ class PlacementSpec(ApiModel):
 class Failover(ApiModel):
     """What happens when the cluster running the gang is lost."""
 
-    on_cluster_loss: Literal["requeue", "fail"] = Field(default="requeue", alias="onClusterLoss")
+    on_cluster_loss: Literal["requeue", "fail", "wait"] = Field(
+        default="requeue", alias="onClusterLoss",
+        description="requeue: placed whole elsewhere at a new epoch; fail: Failed (ClusterLost); "
+                    "wait: stays, waiting for the cluster to return.",
+    )
     max_requeues: StrictInt = Field(default=3, alias="maxRequeues", ge=0)
 
     @field_validator("max_requeues")

@@ -160,6 +160,9 @@ def _segment(value: str) -> str:
 
 NODES = ResourceKind(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
 PODS = ResourceKind(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+#: coordination.k8s.io/v1 Leases: the hub's fencing lease in each member (clusters/memberlease.py, agent.py)
+LEASES = ResourceKind(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True)
+EVENTS = ResourceKind(group="", version="v1", plural="events", kind="Event", namespaced=True)
 #: The PodGroup kind of each gang scheduler (kube-api-notes §11); the default scheduler has none.
 PODGROUP_RESOURCES: Mapping[str, ResourceKind | None] = {
     "volcano": ResourceKind(group="scheduling.volcano.sh", version="v1beta1", plural="podgroups",

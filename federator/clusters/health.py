@@ -15,6 +15,11 @@ lost, re-lists. `evaluate(now)` turns them into conditions:
   re-listing, makes it False. A snapshot loaded from a checkpoint is not
   synced until every reflector has resumed.
 - Ready = Reachable and Synced.
+- Lost turns True when contact has been out for longer than the cluster's
+  loss grace, counted from the first loss of contact; its reason is
+  `NoContact`, or `HubPartitioned` while the failover controller judges
+  that the hub itself is cut off (`hub_partitioned`, set from outside).
+  A blip shorter than the grace never makes a cluster Lost.
 
 Transitions are logged and counted (obs.Metrics). Messages carry error
 texts from `MemberClient`, which never hold credentials. No I/O here; the
@@ -31,9 +36,13 @@ from typing import Any
 from federator.clusters.client import MemberClientError, MemberUnreachable
 from federator.obs import METRICS, Metrics, get_logger
 
-__all__ = ["ClusterHealth", "ConditionState", "HealthSettings"]
+__all__ = ["CONDITION_TYPES", "DEFAULT_LOSS_GRACE_SECONDS", "LOST", "ClusterHealth", "ConditionState",
+           "HealthSettings"]
 
-REACHABLE, SYNCED, READY = "Reachable", "Synced", "Ready"
+REACHABLE, SYNCED, READY, LOST = "Reachable", "Synced", "Ready", "Lost"
+CONDITION_TYPES = (REACHABLE, SYNCED, READY, LOST)
+#: Default loss grace (the hub's --cluster-loss-grace).
+DEFAULT_LOSS_GRACE_SECONDS = 60.0
 
 
 def rfc3339(when: float) -> str:
@@ -44,6 +53,8 @@ def rfc3339(when: float) -> str:
 class HealthSettings:
     unreachable_after_failures: int = 3
     watch_loss_grace_seconds: float = 15.0
+    #: out of contact for longer than this (from the first loss) = Lost; a MemberCluster may override it
+    loss_grace_seconds: float = DEFAULT_LOSS_GRACE_SECONDS
 
 
 @dataclass(slots=True)
@@ -84,8 +95,7 @@ class ClusterHealth:
 
     def __post_init__(self) -> None:
         self.log = get_logger("clusters.health").bind(cluster=self.cluster)
-        self.conditions = {t: ConditionState(t, last_transition=self.wall_clock())
-                           for t in (REACHABLE, SYNCED, READY)}
+        self.conditions = {t: ConditionState(t, last_transition=self.wall_clock()) for t in CONDITION_TYPES}
         self._watches = {r: _Watch() for r in self.resources}
         self._probe_failures = 0
         self._probe_error = ""
@@ -94,6 +104,12 @@ class ClusterHealth:
         self.first_loss_of_contact: float | None = None
         #: wall-clock time the cluster last became Synced
         self.last_synced_at: float | None = None
+        #: wall-clock time of the last successful probe or established watch (contact seen)
+        self.last_contact: float | None = None
+        #: this cluster's loss grace (MemberCluster spec.failover.gracePeriodSeconds, else the hub's)
+        self.loss_grace_seconds = self.settings.loss_grace_seconds
+        #: set by the failover controller while it judges the hub itself cut off (mass loss)
+        self.hub_partitioned = False
         #: monotonic time since which some reflector is out of its watch (None if all watch)
         self.out_of_sync_since: float | None = None
         for cond in self.conditions.values():
@@ -102,6 +118,7 @@ class ClusterHealth:
     # ------------------------------------------------------------ facts
 
     def probe_succeeded(self) -> None:
+        self.last_contact = self.wall_clock()
         self._probe_failures = 0
         self._probe_error = ""
         self._probe_ok = True
@@ -114,6 +131,7 @@ class ClusterHealth:
 
     def watch_established(self, resource: str, *, now: float) -> None:
         w = self._watches[resource]
+        self.last_contact = self.wall_clock()
         w.established = True
         w.down_since = None
         w.unreachable = False
@@ -144,10 +162,19 @@ class ClusterHealth:
 
     # ------------------------------------------------------------ evaluation
 
+    def lost_at(self) -> float | None:
+        """When (wall clock) the cluster is, or will be, Lost if contact does not come back; None in contact."""
+        if self.first_loss_of_contact is None:
+            return None
+        return self.first_loss_of_contact + self.loss_grace_seconds
+
     def next_deadline(self, now: float) -> float | None:
         """When a grace period runs out (monotonic), so the caller can re-evaluate then."""
         grace = self.settings.watch_loss_grace_seconds
         downs = [w.down_since + grace for w in self._watches.values() if w.down_since is not None]
+        lost_at = self.lost_at()
+        if lost_at is not None and self.conditions[LOST].status != "True":
+            downs.append(now + (lost_at - self.wall_clock()))
         future = [d for d in downs if d > now]
         return min(future) if future else None
 
@@ -203,8 +230,25 @@ class ClusterHealth:
             ready = ("False" if reachable[0] == "False" else "Unknown", f"Not{REACHABLE}", reachable[2])
         else:
             ready = ("False", f"Not{SYNCED}", synced[2])
+        lost_at = self.lost_at()
+        if lost_at is not None and wall >= lost_at:
+            assert self.first_loss_of_contact is not None
+            since = rfc3339(self.first_loss_of_contact)
+            if self.hub_partitioned:
+                lost = ("True", "HubPartitioned",
+                        f"no contact since {since}, but so many clusters were lost at once that the hub assumes "
+                        "it is itself cut off: nothing fails over")
+            else:
+                lost = ("True", "NoContact", f"no contact since {since} (grace {self.loss_grace_seconds:g}s): "
+                                             "its gangs fail over")
+        elif lost_at is not None and reachable[0] == "False":
+            lost = ("False", "WithinGrace", f"out of contact since {rfc3339(self.first_loss_of_contact or wall)}; "
+                                            f"Lost after {self.loss_grace_seconds:g}s")
+        else:
+            lost = ("False", "Contact", "in contact")
         changed = False
-        for ctype, (status, reason, message) in ((REACHABLE, reachable), (SYNCED, synced), (READY, ready)):
+        for ctype, (status, reason, message) in ((REACHABLE, reachable), (SYNCED, synced), (READY, ready),
+                                                 (LOST, lost)):
             changed |= self._set(ctype, status, reason, message, wall)
         if synced[0] == "True" and self.last_synced_at is None:
             self.last_synced_at = wall
@@ -221,7 +265,8 @@ class ClusterHealth:
                                                              status=status).inc()
             self.metrics.member_condition.labels(cluster=self.cluster, condition=ctype).set(
                 1 if status == "True" else 0)
-            log = self.log.info if status == "True" else self.log.warning
+            healthy = status != "True" if ctype == LOST else status == "True"
+            log = self.log.info if healthy else self.log.warning
             log("member condition changed", condition=ctype, status=status, was=cond.status, reason=reason,
                 message=message[:300])
             if ctype == SYNCED and status == "True":
@@ -238,8 +283,12 @@ class ClusterHealth:
         return self.conditions[REACHABLE].status == "True"
 
     @property
+    def lost(self) -> bool:
+        return self.conditions[LOST].status == "True"
+
+    @property
     def synced(self) -> bool:
         return self.conditions[SYNCED].status == "True"
 
     def status_conditions(self) -> list[dict[str, Any]]:
-        return [self.conditions[t].as_dict() for t in (REACHABLE, SYNCED, READY)]
+        return [self.conditions[t].as_dict() for t in CONDITION_TYPES]

@@ -39,13 +39,14 @@ from federator.clusters.client import (
     ResourceKind,
     podgroup_resource,
 )
-from federator.clusters.health import ClusterHealth, HealthSettings, rfc3339
+from federator.clusters.health import LOST, ClusterHealth, HealthSettings, rfc3339
+from federator.clusters.memberlease import LeaseSettings, MemberLease
 from federator.clusters.reflector import Backoff, Reflector
 from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
 from federator.obs import METRICS, Metrics, get_logger
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
 
-__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "stop_task", "synced_resources"]
+__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "loss_grace_seconds", "stop_task", "synced_resources"]
 
 _DNS_SUBDOMAIN_MAX = 253
 
@@ -59,6 +60,10 @@ class SyncSettings:
     watch_timeout_seconds: tuple[int, int] = (300, 600)
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
     page_size: int = 500
+    #: the hub's fencing Lease in the member (clusters/memberlease.py); None: not renewed
+    lease: LeaseSettings | None = None
+    #: the hub identity: the Lease's name and holder (jobs.hub_id)
+    hub_identity: str = "federator"
 
 
 def synced_resources(spec: Mapping[str, Any]) -> tuple[ResourceKind, ...]:
@@ -92,6 +97,14 @@ def cluster_info(spec: Mapping[str, Any], *, healthy: bool) -> ClusterInfo:
         cordoned=spec.get("cordoned") is True,
         healthy=healthy,
     )
+
+
+def loss_grace_seconds(spec: Mapping[str, Any], health: HealthSettings) -> float:
+    """The cluster's loss grace: spec.failover.gracePeriodSeconds, else the hub's default."""
+    failover = spec.get("failover")
+    grace = failover.get("gracePeriodSeconds") if isinstance(failover, Mapping) else None
+    return float(grace) if isinstance(grace, int) and not isinstance(grace, bool) and grace > 0 \
+        else health.loss_grace_seconds
 
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -147,9 +160,12 @@ class ClusterSync:
         self.resource_keys = tuple(r.key for r in self.resources)
         self.health = ClusterHealth(cluster=name, resources=self.resource_keys, settings=self.settings.health,
                                     metrics=self.metrics)
+        self.health.loss_grace_seconds = loss_grace_seconds(spec, self.settings.health)
         self.builder = SnapshotBuilder(cluster=name, info=cluster_info(spec, healthy=False),
                                        resources=self.resource_keys)
         self.client: MemberClient | None = None
+        #: the hub's fencing lease in this member, once a client exists (None when leases are off)
+        self.lease: MemberLease | None = None
         self.identity = CheckpointIdentity(uid=uid, endpoint="", resources=self.resource_keys)
         self.reflectors: dict[str, Reflector] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
@@ -240,6 +256,12 @@ class ClusterSync:
             self.reflectors[resource.key] = reflector
             self._spawn(f"reflector:{resource.key}", reflector.run())
         self._spawn("health", self._health_loop())
+        lease = self.settings.lease
+        if lease is not None and lease.enabled:
+            self.lease = MemberLease(client=self.client, cluster=self.name, identity=self.settings.hub_identity,
+                                     settings=lease, health=self.health,
+                                     request_timeout_seconds=self.settings.timeouts.request, metrics=self.metrics)
+            self._spawn("lease", self.lease.run())
 
     def _spawn(self, what: str, coro: Any) -> None:
         name = f"member:{self.name}:{what}"
@@ -269,6 +291,7 @@ class ClusterSync:
     def update_spec(self, spec: Mapping[str, Any]) -> None:
         """A spec change that keeps the connection and scheduler (labels, cost, datasets, cordon, network...)."""
         self.spec = spec
+        self.health.loss_grace_seconds = loss_grace_seconds(spec, self.settings.health)
         self._publish(self.builder.set_info(cluster_info(spec, healthy=self.health.ready)))
 
     def needs_restart(self, spec: Mapping[str, Any]) -> bool:
@@ -354,6 +377,11 @@ class ClusterSync:
             wake = next_probe if deadline is None else min(next_probe, deadline + 0.01)
             await asyncio.sleep(max(0.01, wake - now))
 
+    def refresh_health(self) -> None:
+        """Re-evaluate the conditions now (a fact from outside changed, e.g. health.hub_partitioned)."""
+        if self._loop is not None:
+            self._evaluate()
+
     def _evaluate(self) -> None:
         assert self._loop is not None
         was_ready = self.health.ready
@@ -385,7 +413,7 @@ class ClusterSync:
                 "conditions": [
                     {"type": t, "status": "False", "reason": "KubeconfigInvalid", "message": self.client_error[:1024],
                      "lastTransitionTime": rfc3339(self.health.conditions[t].last_transition)}
-                    for t in ("Reachable", "Synced", "Ready")],
+                    for t in ("Reachable", "Synced", "Ready")] + [self.health.conditions[LOST].as_dict()],
                 "firstLossOfContact": rfc3339(first),
             }
             return status

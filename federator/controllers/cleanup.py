@@ -51,7 +51,10 @@ from federator.clusters.client import MemberApiError, MemberClientError
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     JOB_KIND,
+    append_history,
     current_placement,
+    history_entry,
+    update_job_status,
     dispatches_in_flight,
     fenced_storage,
     job_ref,
@@ -92,6 +95,8 @@ __all__ = [
 
 _log = get_logger("controllers.cleanup")
 
+#: orphan reasons that mean an old copy of a live job's gang (the epoch fence at work)
+_STALE_COPY_REASONS = frozenset({"stale-epoch", "not-placed-here"})
 #: hub.shared key: cluster -> True once the first GC pass since (re)connection issued its deletes
 FENCE = "member_fence"
 
@@ -375,9 +380,34 @@ class GarbageCollector:
                     self.hub.metrics.member_orphans_collected.labels(cluster=cluster, reason=reason).inc(counted)
                     _log.info("orphaned member objects deleted", cluster=cluster, reason=reason, deleted=counted,
                               job=f"{namespace}/{name}", epochs=sorted({o.epoch for o in objs if o.epoch is not None}))
+                    if job is not None and reason in _STALE_COPY_REASONS:
+                        await self._record_kill(job, cluster=cluster, objs=objs, reason=reason)
         self.hub.metrics.loop_phase_seconds.labels(loop="member_gc", phase="collect").observe(
             time.perf_counter() - started)
         return complete
+
+    async def _record_kill(self, job: dict[str, Any], *, cluster: str, objs: Sequence[MemberObject],
+                           reason: str) -> None:
+        """The job's history shows that an old copy of its gang was killed in `cluster` (the epoch fence)."""
+        ref = job_ref(job)
+        epochs = sorted({o.epoch for o in objs if o.epoch is not None})
+        pods = sum(1 for o in objs if o.resource.kind == "Pod")
+        now = time.time()
+        why = "an older epoch" if reason == "stale-epoch" else "no longer placed there"
+        message = (f"stale copy killed in cluster {cluster}: {len(objs)} member objects ({pods} pods) of epoch "
+                   f"{', '.join(map(str, epochs))} deleted ({why}; the job is at epoch {current_placement(job)[1]})")
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            append_history(fresh["status"], history_entry("StaleCopyKilled", cluster=cluster,
+                                                          epoch=epochs[-1] if epochs else None, message=message,
+                                                          now=now))
+            return fresh
+
+        try:
+            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not record a killed stale copy in the job's history", job=ref.key,
+                         cluster=cluster, error=str(e))
 
     async def _read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         if not namespace or not name:

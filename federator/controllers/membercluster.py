@@ -19,6 +19,8 @@ other controllers). While the hub runs it
   cluster's checkpoint.
 
 Knobs beyond HubSettings, in `HubSettings.extra` (tests and benchmarks):
+cluster_loss_grace_seconds (`--cluster-loss-grace`), member_lease_duration_seconds,
+member_lease_margin_seconds and member_lease (the fencing Lease, clusters/memberlease.py),
 member_status_interval_seconds, member_watch_timeout_seconds (a (min, max)
 pair), member_connect/request/probe_timeout_seconds,
 member_watch_idle_seconds, checkpoint_meta_refresh_seconds, and
@@ -39,10 +41,12 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
 from federator.clusters.client import ClientTimeouts
-from federator.clusters.health import HealthSettings
+from federator.clusters.health import DEFAULT_LOSS_GRACE_SECONDS, HealthSettings
+from federator.clusters.memberlease import LeaseSettings
 from federator.clusters.reflector import Backoff
 from federator.clusters.sync import ClusterSync, SyncSettings, stop_task
 from federator.controllers.context import HubContext
+from federator.controllers.jobs import hub_id
 from federator.obs import get_logger
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
@@ -62,9 +66,18 @@ def sync_settings(hub: HubContext) -> SyncSettings:
     s = hub.settings
     extra = s.extra
     watch_timeout = extra.get("member_watch_timeout_seconds", (300, 600))
+    lease = LeaseSettings(
+        duration_seconds=float(extra.get("member_lease_duration_seconds", 15.0)),
+        margin_seconds=float(extra.get("member_lease_margin_seconds", 5.0)),
+        enabled=bool(extra.get("member_lease", True)),
+    )
     return SyncSettings(
         health=HealthSettings(unreachable_after_failures=s.unreachable_after_failures,
-                              watch_loss_grace_seconds=s.watch_loss_grace_seconds),
+                              watch_loss_grace_seconds=s.watch_loss_grace_seconds,
+                              loss_grace_seconds=float(extra.get("cluster_loss_grace_seconds",
+                                                                 DEFAULT_LOSS_GRACE_SECONDS))),
+        lease=lease,
+        hub_identity=hub_id(hub),
         probe_interval_seconds=s.probe_interval_seconds,
         backoff=Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds),
         watch_timeout_seconds=(int(watch_timeout[0]), int(watch_timeout[1])),

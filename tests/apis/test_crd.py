@@ -155,7 +155,7 @@ def test_crd_shape() -> None:
     mc = crd("MemberCluster")
     assert mc["spec"]["scope"] == "Cluster"
     mc_columns = [c["name"] for c in mc["spec"]["versions"][0]["additionalPrinterColumns"] if "priority" not in c]
-    assert mc_columns == ["Ready", "Fabric", "GPUs", "Age"]
+    assert mc_columns == ["Ready", "Lost", "Fabric", "GPUs", "Age"]
     labels = mc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["labels"]
     assert labels["type"] == "object" and labels["additionalProperties"]["type"] == "string"
 

@@ -38,11 +38,11 @@ def synced(h: ClusterHealth, now: float) -> None:
 
 def test_unknown_then_ready() -> None:
     h, _, metrics = make()
-    assert statuses(h) == {"Reachable": "Unknown", "Synced": "Unknown", "Ready": "Unknown"}
+    assert statuses(h) == {"Reachable": "Unknown", "Synced": "Unknown", "Ready": "Unknown", "Lost": "Unknown"}
     h.evaluate(now=0)
     assert statuses(h)["Synced"] == "False"
     synced(h, 1)
-    assert statuses(h) == {"Reachable": "True", "Synced": "True", "Ready": "True"}
+    assert statuses(h) == {"Reachable": "True", "Synced": "True", "Ready": "True", "Lost": "False"}
     assert h.ready and h.first_loss_of_contact is None
     value = metrics.member_condition_transitions.labels(cluster="c", condition="Ready", status="True")._value.get()
     assert value == 1
@@ -125,8 +125,57 @@ def test_relisting_is_not_synced_and_resuming_is_named() -> None:
 
 
 def test_evaluate_reports_changes_only_once() -> None:
-    h, _, _ = make()
+    h, wall, _ = make()
     synced(h, 0)
     assert not h.evaluate(now=1)
-    h.probe_failed(MemberUnreachable("x"), now_wall=0)
+    h.probe_failed(MemberUnreachable("x"), now_wall=wall.now)
     assert not h.evaluate(now=2)  # nothing visible changed yet
+
+
+def _unreachable(h: ClusterHealth, wall: Wall, now: float) -> None:
+    for _ in range(3):
+        h.probe_failed(MemberUnreachable("cluster c: probe timed out"), now_wall=wall.now)
+    h.evaluate(now=now)
+
+
+def test_lost_only_after_the_grace_counted_from_the_first_loss_of_contact() -> None:
+    h, wall, metrics = make()
+    h.loss_grace_seconds = 30.0
+    synced(h, 0)
+    assert statuses(h)["Lost"] == "False" and h.conditions["Lost"].reason == "Contact"
+    first = wall.now
+    _unreachable(h, wall, 1)
+    assert not h.lost and h.conditions["Lost"].reason == "WithinGrace"
+    assert h.lost_at() == first + 30.0
+    # The health loop is woken when the grace runs out (monotonic deadline), not only at its next probe.
+    deadline = h.next_deadline(1)
+    assert deadline is not None and abs(deadline - 31) < 1e-6
+    wall.now += 20  # later failures do not move the first loss
+    _unreachable(h, wall, 21)
+    assert not h.lost and h.lost_at() == first + 30.0
+    wall.now += 10
+    assert h.evaluate(now=31)
+    assert h.lost and h.conditions["Lost"].reason == "NoContact" and "grace 30s" in h.conditions["Lost"].message
+    assert metrics.member_condition.labels(cluster="c", condition="Lost")._value.get() == 1
+    h.hub_partitioned = True
+    assert h.evaluate(now=32)
+    assert h.lost and h.conditions["Lost"].reason == "HubPartitioned"
+    h.hub_partitioned = False
+    # Contact again: Lost clears, the first loss is forgotten.
+    synced(h, 33)
+    assert not h.lost and h.first_loss_of_contact is None and h.lost_at() is None
+    assert h.last_contact == wall.now
+
+
+def test_a_blip_shorter_than_the_grace_never_makes_a_cluster_lost() -> None:
+    h, wall, _ = make()
+    h.loss_grace_seconds = 30.0
+    synced(h, 0)
+    _unreachable(h, wall, 1)
+    wall.now += 29
+    h.evaluate(now=29)
+    assert not h.lost
+    synced(h, 29.5)
+    wall.now += 5
+    h.evaluate(now=35)
+    assert not h.lost and statuses(h)["Lost"] == "False"

@@ -68,7 +68,7 @@ async def test_registration_reaches_ready_with_capacity(sims: Sims, tmp_path) ->
             assert set(status["observedResourceVersions"]) == {"nodes", "pods", "podgroups.scheduling.volcano.sh"}
             assert "firstLossOfContact" not in status
             assert {c["type"]: c["status"] for c in status["conditions"]} == {
-                "Reachable": "True", "Synced": "True", "Ready": "True"}
+                "Reachable": "True", "Synced": "True", "Ready": "True", "Lost": "False"}
             h100 = (await hub.get("eth-h100"))["status"]
             assert h100["capacity"]["gpusByModel"] == {"H100": {"total": 24, "free": 24}}
             assert h100["capacity"]["nodesByFabric"] == {"ethernet": 4}

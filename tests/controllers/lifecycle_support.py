@@ -23,6 +23,7 @@ from federator.clusters.client import PODS, MemberClient
 from federator.controllers.cleanup import GarbageCollector, member_cleanup
 from federator.controllers.context import ControllerFactory
 from federator.controllers.dispatch import DISPATCHER, Dispatcher, job_dispatch
+from federator.controllers.failover import ClusterFailover, cluster_failover
 from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
 from federator.controllers.status_sync import MemberObjects, status_sync
@@ -37,7 +38,7 @@ CLUSTER_LABEL = "federator.test/cluster"
 
 #: The hub's controllers for these tests, in hub_controllers() order.
 LIFECYCLE: Sequence[ControllerFactory] = (member_sync, job_dispatch, job_placement, status_sync, stuck_gangs,
-                                          member_cleanup)
+                                          cluster_failover, member_cleanup)
 
 
 class RunningFederation(Federation):
@@ -85,6 +86,12 @@ class Env:
     def stuck(self) -> StuckGangs:
         found = self.hub.context.shared["stuck_gangs"]
         assert isinstance(found, StuckGangs)
+        return found
+
+    @property
+    def failover(self) -> ClusterFailover:
+        found = self.hub.context.shared["failover"]
+        assert isinstance(found, ClusterFailover)
         return found
 
     def hold_dispatches(self, cluster: str, hold: asyncio.Event, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -175,9 +175,9 @@ async def test_cluster_add_list_remove_with_a_member_kubeconfig(hub: RunningHub,
 
     code, out, err = await hub.cli("viewer", "cluster", "list")
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["NAME", "READY", "FABRIC", "GPUS", "AGE"]
-    assert [line.split()[:3] for line in out.splitlines()[1:]] == [["gpu-east", "<none>", "ethernet"],
-                                                                  ["onprem-a100", "<none>", "rdma"]]
+    assert out.splitlines()[0].split() == ["NAME", "READY", "LOST", "FABRIC", "GPUS", "AGE"]
+    assert [line.split()[:4] for line in out.splitlines()[1:]] == [["gpu-east", "<none>", "<none>", "ethernet"],
+                                                                  ["onprem-a100", "<none>", "<none>", "rdma"]]
     code, shown, err = await hub.cli("researcher", "get", "clusters", "-o", "yaml")
     assert code == 0, err
     assert_no_secret(shown + out + err, "CLI output")

@@ -179,5 +179,5 @@ async def test_kubectl_apply_and_get_never_show_credentials(hub: RunningHub) -> 
     stored = await hub.context.storage.get(rt, namespace=None, name="applied")
     assert stored["spec"]["connection"]["credentials"]["token"] == MEMBER_TOKEN
     code, out, err = await hub.kubectl("admin", "get", "mc")
-    assert out.splitlines()[0].split() == ["NAME", "READY", "FABRIC", "GPUS", "AGE"], out
+    assert out.splitlines()[0].split() == ["NAME", "READY", "LOST", "FABRIC", "GPUS", "AGE"], out
     assert out.splitlines()[1].split()[:2] == ["applied", "rdma"] or out.splitlines()[1].split()[0] == "applied"

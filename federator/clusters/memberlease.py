@@ -1,0 +1,167 @@
+"""The hub's fencing Lease in one member cluster (`coordination.k8s.io/v1`), renewed while in contact.
+
+The hub holds one Lease per hub identity in every member (namespace
+`federator-system`, name = the hub identity, the value of the
+`federator.dev/hub` label on its member objects) and renews it every
+leaseDuration/3. The member-side fence agent (`federator/agent.py`, a
+process inside the member) deletes every pod and PodGroup of this hub once
+the Lease has not changed for leaseDurationSeconds, measured on the agent's
+own clock from when it saw the last change. So the hub can tell from its own
+clock alone a moment after which any copy of its gangs in an unreachable
+member is dead: `fenced_after()` = the latest moment a renewal may have
+landed + leaseDuration + margin (docs/failover.md explains the margin).
+
+What keeps that moment fixed while a partition lasts:
+- a renewal is sent only while the cluster is in contact: after an attempt
+  whose outcome is unknown (timeout, cut connection, a 5xx), nothing more is
+  sent until the cluster's health saw contact again after that attempt;
+- an acknowledged renewal landed before its acknowledgement; one whose
+  outcome is unknown may land up to one request timeout after it was sent;
+- a hub that starts cannot know when its predecessor last renewed, so it
+  assumes a renewal may land up to one request timeout after its start.
+
+Failures are logged once in full, then summarised (obs.RepeatedFailureLog).
+Never logs a credential or an object body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberClientError
+from federator.clusters.health import ClusterHealth
+from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
+
+__all__ = ["FENCE_NAMESPACE", "LeaseSettings", "MemberLease", "micro_time"]
+
+FENCE_NAMESPACE = "federator-system"
+#: Answers after which a write may still have landed (the server timed out or is in trouble).
+_OUTCOME_UNKNOWN_CODES = frozenset({500, 502, 503, 504})
+
+
+def micro_time(when: float) -> str:
+    """A Kubernetes MicroTime (RFC 3339 with microseconds, UTC)."""
+    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    #: the Lease's leaseDurationSeconds: the agent fences this long after the last renewal it saw
+    duration_seconds: float = 15.0
+    #: added to the fence time: the agent's poll interval, its deletes, clock-rate drift (docs/failover.md)
+    margin_seconds: float = 5.0
+    namespace: str = FENCE_NAMESPACE
+    #: renew at all (False: no fencing lease; failover then waits for the grace period only)
+    enabled: bool = True
+
+    @property
+    def whole_duration(self) -> int:
+        return max(1, math.ceil(self.duration_seconds))
+
+
+class MemberLease:
+    """Renews the hub's Lease in one member (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        client: MemberClient,
+        cluster: str,
+        identity: str,
+        settings: LeaseSettings,
+        health: ClusterHealth,
+        request_timeout_seconds: float,
+        metrics: Metrics | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.identity = identity
+        self.settings = settings
+        self.health = health
+        self.request_timeout = request_timeout_seconds
+        self.metrics = metrics or METRICS
+        self.wall_clock = wall_clock
+        #: the latest wall-clock moment a renewal of this hub (or of a predecessor) may have landed
+        self.latest_landing = wall_clock() + request_timeout_seconds
+        #: wall-clock time of the last acknowledged renewal
+        self.renewed_at: float | None = None
+        #: set after an attempt whose outcome is unknown: no renewal until contact is seen after it
+        self.unknown_since: float | None = None
+        self.renewals = 0
+        self.log = get_logger("clusters.memberlease").bind(cluster=cluster)
+        self._failures = RepeatedFailureLog(self.log, "could not renew the hub's fencing lease in the member; "
+                                            "retrying while in contact", lease=f"{settings.namespace}/{identity}")
+
+    def fenced_after(self) -> float:
+        """Wall-clock time after which the agent has deleted this hub's pods in the member, if the hub has
+        been cut off since: the latest possible landing of a renewal + leaseDuration + margin."""
+        return self.latest_landing + self.settings.duration_seconds + self.settings.margin_seconds
+
+    def may_send(self) -> bool:
+        """In contact, and no attempt of unknown outcome is waiting for contact to be seen again."""
+        if self.unknown_since is not None:
+            contact = self.health.last_contact
+            if contact is None or contact <= self.unknown_since:
+                return False
+            self.unknown_since = None
+        return self.health.first_loss_of_contact is None
+
+    async def run(self) -> None:
+        interval = max(0.05, self.settings.duration_seconds / 3)
+        while True:
+            if self.may_send():
+                await self.renew_once()
+                await asyncio.sleep(interval)
+            else:
+                await asyncio.sleep(min(interval, 0.5))
+
+    async def renew_once(self) -> bool:
+        """One renewal (create the Lease when missing). True when acknowledged."""
+        sent = self.wall_clock()
+        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.settings.whole_duration,
+                "renewTime": micro_time(sent)}
+        try:
+            try:
+                await self.client.patch(LEASES, namespace=self.settings.namespace, name=self.identity,
+                                        patch={"spec": spec})
+            except MemberApiError as e:
+                if e.code != 404:
+                    raise
+                body: dict[str, Any] = {
+                    "apiVersion": LEASES.api_version, "kind": LEASES.kind,
+                    "metadata": {"name": self.identity, "namespace": self.settings.namespace,
+                                 "labels": {"app.kubernetes.io/managed-by": "federator"}},
+                    "spec": {**spec, "acquireTime": micro_time(sent), "leaseTransitions": 0},
+                }
+                await self.client.create(LEASES, body, namespace=self.settings.namespace)
+        except MemberApiError as e:
+            if e.code in _OUTCOME_UNKNOWN_CODES:
+                self._unknown(sent, e)
+            else:
+                # Refused: it did not land (a missing namespace, RBAC, a conflicting create).
+                self.metrics.member_lease_renewals.labels(cluster=self.cluster, result="failed").inc()
+                self._failures.failed(e, now=self.wall_clock(), outcome="refused")
+            return False
+        except MemberClientError as e:
+            self._unknown(sent, e)
+            return False
+        acknowledged = self.wall_clock()
+        self.latest_landing = max(self.latest_landing, acknowledged)
+        self.renewed_at = acknowledged
+        self.renewals += 1
+        self.metrics.member_lease_renewals.labels(cluster=self.cluster, result="ok").inc()
+        self._failures.succeeded("the hub's fencing lease in the member is renewed again")
+        return True
+
+    def _unknown(self, sent: float, error: MemberClientError) -> None:
+        self.latest_landing = max(self.latest_landing, sent + self.request_timeout)
+        self.unknown_since = self.wall_clock()
+        self.metrics.member_lease_renewals.labels(cluster=self.cluster, result="unknown").inc()
+        self._failures.failed(error, now=self.unknown_since, outcome="unknown")

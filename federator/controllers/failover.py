@@ -1,0 +1,358 @@
+"""Failover: the gangs of a lost member cluster move whole, fail, or wait, and never run twice.
+
+`cluster_failover(hub)` (a cleanup_ctx-style factory, listed in hub.py after
+status sync, whose job cache it reads, and after member sync, whose syncs it
+reads) checks every tick:
+
+1. **Lost.** A cluster out of contact for longer than its grace, counted from
+   the *first* failed contact (`ClusterHealth.lost_at`; grace from
+   `MemberCluster.spec.failover.gracePeriodSeconds`, else the hub's
+   `--cluster-loss-grace`), is Lost: the health's Lost condition says so on
+   the MemberCluster. A blip shorter than the grace moves nothing.
+2. **The hub may be the one cut off.** When at least `mass_loss_threshold`
+   (default 0.5) of the registered clusters, and at least 2, lost contact
+   within one grace window of a lost cluster's first loss, the hub assumes
+   it is itself partitioned (kube's node-lifecycle controller in full
+   disruption) and moves nothing: the Lost condition's reason turns
+   `HubPartitioned`, `federator_hub_partitioned` is 1 and a log line says so.
+3. **Fenced first.** The gangs of a Lost cluster move only once its fence
+   holds too: `max(lost_at, MemberLease.fenced_after())`, i.e. the member's
+   fence agent has deleted this hub's pods there (clusters/memberlease.py,
+   docs/failover.md). Without a lease (turned off) only the grace counts.
+4. **Per gang, by `spec.failover.onClusterLoss`:** `requeue` (default): a
+   "ClusterLost" history entry (cluster, old epoch, new epoch), back to the
+   queue (`jobs.requeue`; the next decision takes epoch + 1, and placement's
+   health filter keeps the cluster out until it is Ready again), at most
+   `maxRequeues` times, then Failed with reason `RequeueLimit`; `fail`:
+   Failed with reason `ClusterLost`; `wait`: stays, with the condition
+   `WaitingForCluster` (cleared when the cluster is back). A failed gang's
+   epoch is raised and its cluster cleared, so the epoch fence kills its old
+   copy when the cluster returns. Failovers are rate-limited
+   (`failover_rate`, gangs per second, default 20, a token bucket) so that a
+   flapping link cannot stampede the other clusters.
+
+Jobs being deleted (the finalizer's business) or whose dispatch is in flight
+are left alone. Every status write is fenced with the leader's token. This
+module never talks to a member cluster and never logs an object body or a
+credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from federator.apiserver.errors import ApiError
+from federator.clusters.health import rfc3339
+from federator.controllers.context import HubContext
+from federator.controllers.jobs import (
+    ACTIVE_PHASES,
+    MEMBER_SYNCS,
+    PHASE_FAILED,
+    append_history,
+    current_placement,
+    dispatches_in_flight,
+    history_entry,
+    job_ref,
+    phase_of,
+    requeue,
+    reservations,
+    set_condition,
+    set_phase,
+    update_job_status,
+)
+from federator.controllers.loops import background_loop
+from federator.controllers.status_sync import CONDITION_FAILED, JOB_CACHE, JobCache, lifecycle_tick_seconds
+from federator.obs import get_logger
+from federator.store.protocol import StoreError
+
+__all__ = ["CONDITION_WAITING", "ClusterFailover", "LossView", "cluster_failover", "mass_loss"]
+
+_log = get_logger("controllers.failover")
+
+CONDITION_WAITING = "WaitingForCluster"
+FAILOVER = "failover"
+DEFAULT_MASS_LOSS_THRESHOLD = 0.5
+DEFAULT_FAILOVER_RATE = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class LossView:
+    """One cluster's loss, as the failover controller judges it at one moment."""
+
+    cluster: str
+    first_loss: float
+    lost_at: float
+    #: when its gangs may move: lost, and the member's fence agent has killed this hub's pods there
+    move_at: float
+    grace: float
+
+
+def mass_loss(first_losses: Mapping[str, float], *, cluster: str, window: float, registered: int,
+              threshold: float) -> int | None:
+    """How many clusters lost contact within `window` of `cluster`'s first loss, when that many (at least 2,
+    and at least `threshold` of the `registered` clusters) mean the hub itself is cut off; else None."""
+    first = first_losses[cluster]
+    together = sum(1 for t in first_losses.values() if abs(t - first) <= window)
+    if together >= 2 and registered > 0 and together >= threshold * registered:
+        return together
+    return None
+
+
+class _TokenBucket:
+    def __init__(self, rate: float, *, now: float) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self.tokens = self.capacity
+        self.at = now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class ClusterFailover:
+    """See the module docstring. Run it with `cluster_failover(hub)`."""
+
+    def __init__(self, hub: HubContext, *, jobs: JobCache) -> None:
+        self.hub = hub
+        self.jobs = jobs
+        extra = hub.settings.extra
+        self.threshold = float(extra.get("mass_loss_threshold", DEFAULT_MASS_LOSS_THRESHOLD))
+        self.rate = float(extra.get("failover_rate", DEFAULT_FAILOVER_RATE))
+        self.bucket = _TokenBucket(self.rate, now=time.monotonic())
+        self.inflight = dispatches_in_flight(hub)
+        #: True while the hub judges itself cut off (mass loss)
+        self.partitioned = False
+        #: outcome -> gangs handled since start (tests read it; the metric is the public face)
+        self.handled: dict[str, int] = {}
+        self._throttled_logged = False
+
+    # ------------------------------------------------------------ judging clusters
+
+    def losses(self, *, now: float) -> tuple[dict[str, LossView], set[str]]:
+        """(the Lost clusters whose gangs may move or will once fenced, the Lost clusters held back by a
+        mass loss). Updates each health's `hub_partitioned` flag and the hub's partitioned state."""
+        syncs: Mapping[str, Any] = self.hub.shared.get(MEMBER_SYNCS) or {}
+        first_losses = {name: sync.health.first_loss_of_contact for name, sync in syncs.items()
+                        if sync.health.first_loss_of_contact is not None}
+        lost: dict[str, LossView] = {}
+        held: set[str] = set()
+        for name, sync in syncs.items():
+            health = sync.health
+            lost_at = health.lost_at()
+            suspended = False
+            if lost_at is not None and now >= lost_at:
+                together = mass_loss(first_losses, cluster=name, window=health.loss_grace_seconds,
+                                     registered=len(syncs), threshold=self.threshold)
+                if together is not None:
+                    suspended = True
+                    held.add(name)
+                else:
+                    lease = getattr(sync, "lease", None)
+                    fenced = lease.fenced_after() if lease is not None else lost_at
+                    lost[name] = LossView(cluster=name, first_loss=first_losses[name], lost_at=lost_at,
+                                          move_at=max(lost_at, fenced), grace=health.loss_grace_seconds)
+            if health.hub_partitioned != suspended:
+                health.hub_partitioned = suspended
+                refresh = getattr(sync, "refresh_health", None)
+                if refresh is not None:
+                    refresh()
+        partitioned = bool(held)
+        if partitioned != self.partitioned:
+            self.partitioned = partitioned
+            self.hub.metrics.hub_partitioned.set(1 if partitioned else 0)
+            if partitioned:
+                _log.warning("so many clusters lost contact at once that the hub assumes it is itself cut off; "
+                             "failover suspended", lost=sorted(held), registered=len(syncs),
+                             threshold=self.threshold)
+            else:
+                _log.info("the hub is no longer judged cut off; failover resumes")
+        return lost, held
+
+    # ------------------------------------------------------------ the tick
+
+    async def tick(self) -> None:
+        now = time.time()
+        lost, held = self.losses(now=now)
+        waiting_back: list[tuple[str, dict[str, Any], str]] = []
+        due: list[tuple[str, dict[str, Any], LossView, int]] = []
+        for uid, job in list(self.jobs.jobs.items()):
+            cluster, epoch = current_placement(job)
+            if cluster is None or phase_of(job) not in ACTIVE_PHASES:
+                continue
+            if (job.get("metadata") or {}).get("deletionTimestamp"):
+                continue  # the deletion finalizer handles it (and its grace for unreachable clusters)
+            view = lost.get(cluster)
+            if view is None:
+                if cluster not in held and _waiting_for(job) == cluster:
+                    waiting_back.append((uid, job, cluster))
+                continue
+            if now < view.move_at or uid in self.inflight:
+                continue
+            if _policy(job) == "wait" and _waiting_for(job) == cluster:
+                continue
+            due.append((uid, job, view, epoch))
+        for uid, job, cluster in waiting_back:
+            await self._cluster_back(uid, job, cluster=cluster, now=now)
+        throttled = 0
+        for uid, job, view, epoch in due:
+            if not self.bucket.take(time.monotonic()):
+                throttled += 1
+                continue
+            await self._fail_over(uid, job, view=view, epoch=epoch, now=now)
+        if throttled and not self._throttled_logged:
+            _log.info("failovers rate-limited; the rest follow at the failover rate", waiting=throttled,
+                      rate_per_s=self.rate)
+        self._throttled_logged = throttled > 0
+
+    async def _fail_over(self, uid: str, job: dict[str, Any], *, view: LossView, epoch: int, now: float) -> None:
+        ref = job_ref(job)
+        policy = _policy(job)
+        cluster = view.cluster
+        since = rfc3339(view.first_loss)
+        lost_message = f"cluster {cluster} lost: no contact since {since} (grace {view.grace:g}s)"
+        outcome = ""
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            nonlocal outcome
+            status = fresh["status"]
+            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
+                return None
+            if (fresh.get("metadata") or {}).get("deletionTimestamp"):
+                return None
+            requeues = int(status.get("requeues") or 0)
+            limit = _max_requeues(fresh)
+            if policy == "wait":
+                if _waiting_for(fresh) == cluster:
+                    return None
+                outcome = "waiting"
+                append_history(status, history_entry("ClusterLost", cluster=cluster, epoch=epoch, now=now,
+                                                     message=f"{lost_message}; the gang waits for it to return "
+                                                             "(onClusterLoss: wait)"))
+                set_condition(status, type=CONDITION_WAITING, state="True", reason="ClusterLost",
+                              message=f"waiting for cluster {cluster}: {lost_message}", now=now)
+                return fresh
+            if policy == "requeue" and requeues < limit:
+                outcome = "requeued"
+                append_history(status, history_entry(
+                    "ClusterLost", cluster=cluster, epoch=epoch, now=now,
+                    message=f"{lost_message}; the gang moves whole elsewhere at epoch {epoch + 1} (requeue "
+                            f"{requeues + 1} of at most {limit}); {cluster} is excluded until it is Ready again "
+                            "and its copy is fenced (the member's agent deleted it; any leftover is deleted "
+                            "when the cluster returns)"))
+                requeue(status, reason="ClusterLost", message=f"requeued: {lost_message}", now=now, job=ref.key)
+                return fresh
+            if policy == "requeue":
+                outcome, reason = "requeue_limit", "RequeueLimit"
+                message = f"{lost_message}; the job was requeued {requeues} times already (maxRequeues {limit})"
+            else:
+                outcome, reason = "failed", "ClusterLost"
+                message = f"{lost_message}; onClusterLoss: fail"
+            append_history(status, history_entry("ClusterLost", cluster=cluster, epoch=epoch, now=now,
+                                                 message=f"{message}; the job fails (epoch {epoch + 1} fences "
+                                                         "the old copy)"))
+            placement = dict(status.get("placement") or {})
+            placement.pop("cluster", None)
+            placement.pop("decisionResourceVersion", None)
+            placement["epoch"] = epoch + 1
+            status["placement"] = placement
+            set_condition(status, type=CONDITION_FAILED, state="True", reason=reason, message=message, now=now)
+            set_phase(status, PHASE_FAILED, reason=reason, message=message, now=now, job=ref.key, cluster=cluster)
+            append_history(status, history_entry(PHASE_FAILED, cluster=cluster, epoch=epoch + 1, message=message,
+                                                 now=now))
+            return fresh
+
+        try:
+            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                             uid=uid)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not fail a gang over; will retry", job=ref.key, cluster=cluster, error=str(e))
+            return
+        if stored is None or not outcome:
+            return
+        if outcome != "waiting":
+            reservations(self.hub).forget(uid)
+        if outcome == "requeued":
+            self.hub.metrics.job_requeues.labels(reason="ClusterLost").inc()
+        self.handled[outcome] = self.handled.get(outcome, 0) + 1
+        self.hub.metrics.failovers.labels(cluster=cluster, outcome=outcome).inc()
+        _log.warning("gang failed over from a lost cluster", job=ref.key, cluster=cluster, epoch=epoch,
+                     outcome=outcome, policy=policy, first_loss=since)
+
+    async def _cluster_back(self, uid: str, job: dict[str, Any], *, cluster: str, now: float) -> None:
+        ref = job_ref(job)
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            if _waiting_for(fresh) != cluster:
+                return None
+            status = fresh["status"]
+            set_condition(status, type=CONDITION_WAITING, state="False", reason="ClusterReturned",
+                          message=f"cluster {cluster} is back in contact", now=now)
+            append_history(status, history_entry("ClusterReturned", cluster=cluster,
+                                                 epoch=current_placement(fresh)[1], now=now,
+                                                 message=f"cluster {cluster} is back in contact"))
+            return fresh
+
+        try:
+            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not record a cluster's return on a waiting job; will retry", job=ref.key,
+                         cluster=cluster, error=str(e))
+
+
+def _policy(job: Mapping[str, Any]) -> str:
+    failover = (job.get("spec") or {}).get("failover") or {}
+    policy = failover.get("onClusterLoss") if isinstance(failover, Mapping) else None
+    return policy if policy in ("requeue", "fail", "wait") else "requeue"
+
+
+def _max_requeues(job: Mapping[str, Any]) -> int:
+    failover = (job.get("spec") or {}).get("failover") or {}
+    value = failover.get("maxRequeues") if isinstance(failover, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 3
+
+
+def _waiting_for(job: Mapping[str, Any]) -> str | None:
+    """The cluster a `wait` job waits for (its WaitingForCluster condition is True), else None."""
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == CONDITION_WAITING \
+                and condition.get("status") == "True":
+            cluster, _ = current_placement(job)
+            return cluster
+    return None
+
+
+async def _loop(hub: HubContext, failover: ClusterFailover) -> None:
+    tick = lifecycle_tick_seconds(hub)
+    while True:
+        await asyncio.sleep(tick)
+        started = time.perf_counter()
+        try:
+            await failover.tick()
+        except (ApiError, StoreError) as e:
+            _log.warning("failover check failed; will retry", error=str(e))
+        hub.metrics.loop_phase_seconds.labels(loop="failover", phase="check").observe(time.perf_counter() - started)
+
+
+async def cluster_failover(hub: HubContext) -> AsyncIterator[None]:
+    """cleanup_ctx-style factory: the failover loop (needs member_sync and status_sync started before it)."""
+    jobs = hub.shared.get(JOB_CACHE)
+    if not isinstance(jobs, JobCache):
+        raise LookupError("cluster_failover needs the status sync controller to run before it: list status_sync "
+                          "before cluster_failover in hub_controllers()")
+    failover = ClusterFailover(hub, jobs=jobs)
+    hub.shared[FAILOVER] = failover
+    try:
+        async with background_loop(_loop(hub, failover), name="failover:loop", what="failover loop", log=_log):
+            yield
+    finally:
+        hub.shared.pop(FAILOVER, None)
+        hub.metrics.hub_partitioned.set(0)
