@@ -91,6 +91,33 @@ async def _with_client(connection: HubConnection, timeout: float, work: Callable
         return await work(client)
 
 
+#: Upper bound of a duration given on the command line (a week): larger is a typo.
+MAX_DURATION_SECONDS = 7 * 86_400.0
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, *, flag: str, allow_zero: bool = False) -> float:
+    """Seconds from a duration like kubectl's: "90", "90s", "1.5m", "2h", "500ms" (a bare number is seconds).
+    Raises InputError naming the flag for anything else, a negative or absurd value."""
+    value = text.strip().lower()
+    number, unit = value, "s"
+    for suffix in ("ms", "s", "m", "h"):
+        if value.endswith(suffix):
+            number, unit = value[: -len(suffix)], suffix
+            break
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: not a duration (examples: 30s, 2m, 1h, 90)") from None
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise InputError(f"{flag} {text!r}: not a duration (examples: 30s, 2m, 1h, 90)")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InputError(f"{flag} {text!r}: must be {'zero or ' if allow_zero else ''}more than zero")
+    if seconds > MAX_DURATION_SECONDS:
+        raise InputError(f"{flag} {text!r}: longer than a week")
+    return seconds
+
+
 def namespace_of(args: argparse.Namespace, client: HubClient) -> str:
     """-n, else the kubeconfig context's namespace, else `default`."""
     return str(getattr(args, "namespace", None) or client.connection.namespace or "default")
