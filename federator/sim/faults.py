@@ -17,11 +17,16 @@ the API). Faults:
 - node failure / recovery and unhealthy GPUs (via the kubelet's node ops);
 - full partition: the cluster keeps running its pods, but open watches go
   silent (the connection stays open, nothing arrives) and new requests get no
-  answer until the partition ends.
+  answer until the partition ends;
+- partition `from` one identity (a user name, or a bearer token standing for
+  its user): only requests authenticated as that user hang and only its
+  watches go silent; everyone else is answered (the hub cut off while the
+  member's own agent still reaches its API server).
 
 Admin paths are never subject to faults, so a fault can always be lifted.
 Every injected fault is counted in `obs.METRICS.sim_faults`. This module
-never imports anything of the hub; it must never leak the token.
+never imports anything of the hub; it must never leak a token (a partition
+given a token is shown, logged and recorded by the user it maps to).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ ADMIN_PREFIX = "/_sim/"
 FAULTS_PATH = "/_sim/faults"
 #: Upper bound of any fault duration or latency (a day): larger is a typo.
 MAX_SECONDS = 86_400.0
+#: Longest `from` a partition accepts (a user name or a bearer token).
+MAX_IDENTITY_CHARS = 1024
 MAX_ADMIN_BODY = 64 * 1024
 #: Store key written (then deleted) by a forced compaction so that it always
 #: moves past every watcher; outside the API's registry/ key space.
@@ -97,11 +104,17 @@ class _OpenWatch:
     request: web.Request
     outer: asyncio.Task[Any]
     inner: asyncio.Task[web.StreamResponse]
+    #: who opened it (None: unknown, e.g. no identities configured)
+    user: str | None = None
     stalled: bool = False
 
 
 class FaultError(ValueError):
     """A fault request that does not make sense (bad duration, bad count)."""
+
+
+class IdentityError(FaultError):
+    """A partition `from` that names no identity of the cluster (the admin API answers 400)."""
 
 
 @dataclass
@@ -120,7 +133,16 @@ class FaultState:
     latency_until: float | None = None
     partition_until: float | None = None
     partitioned: bool = False
-    _partition_over: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the only user a partition cuts off (None: everyone)
+    partition_from: str | None = None
+    #: request -> the user it authenticates as (None: no valid credential)
+    identify: Callable[[web.Request], str | None] | None = None
+    #: a user name or a bearer token -> the user it names (None: no such identity)
+    resolve_identity: Callable[[str], str | None] | None = None
+    #: the users a partition may name (for error messages)
+    users: tuple[str, ...] = ()
+    #: set (and replaced) whenever a partition starts, changes or ends
+    _partition_changed: asyncio.Event = field(default_factory=asyncio.Event)
     _watches: set[_OpenWatch] = field(default_factory=set)
     _timers: set[asyncio.Task[None]] = field(default_factory=set)
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -160,7 +182,8 @@ class FaultState:
                         "remainingSeconds": None if self.latency_until is None
                         else round(self.latency_until - now, 3)} if self.latency_active(now) else None,
             "partition": {"remainingSeconds": None if self.partition_until is None
-                          else round(self.partition_until - now, 3)} if self.partitioned else None,
+                          else round(self.partition_until - now, 3),
+                          "from": self.partition_from} if self.partitioned else None,
             "openWatches": len(self._watches),
             "history": list(self.history[-20:]),
         }
@@ -233,34 +256,70 @@ class FaultState:
 
     # ------------------------------------------------------------ partition
 
-    def start_partition(self, seconds: float | None) -> None:
+    def partition_user(self, source: Any) -> str:
+        """The user a partition `from` names: a user name or a bearer token (IdentityError otherwise;
+        the message never repeats the value, which may be some other cluster's token)."""
+        if not isinstance(source, str):
+            raise IdentityError(f"'from' must be a string (a user name or a bearer token), not {type(source).__name__}")
+        if not source.strip():
+            raise IdentityError("'from' must not be empty")
+        if len(source) > MAX_IDENTITY_CHARS:
+            raise IdentityError(f"'from' is longer than {MAX_IDENTITY_CHARS} characters")
+        user = self.resolve_identity(source) if self.resolve_identity is not None else None
+        if user is None:
+            known = ", ".join(self.users) if self.users else "none"
+            raise IdentityError(f"'from' names no user of cluster {self.cluster} and is none of its bearer "
+                                f"tokens (users: {known})")
+        return user
+
+    def start_partition(self, seconds: float | None, *, source: Any = None) -> None:
+        """Partition the cluster for `seconds` (None: until ended). `source` (a user name or a bearer
+        token) cuts off only that identity; None cuts off everyone."""
         if seconds is not None:
             seconds = _check_seconds(seconds, "seconds")
+        user = None if source is None else self.partition_user(source)
         self._cancel_timers("partition-end")
         self.partitioned = True
-        self._partition_over = asyncio.Event()
+        self.partition_from = user
         self.partition_until = None if seconds is None else self.clock() + seconds
         for w in list(self._watches):
-            if not w.stalled:
+            if not w.stalled and (user is None or w.user == user):
                 w.stalled = True
                 w.inner.cancel()
+        self._partition_change()
         if seconds is not None:
             async def end() -> None:
                 self.end_partition()
 
             self._after(seconds, end, "partition-end")
-        self._count("partition", seconds=seconds)
+        self._count("partition", seconds=seconds, **({"from": user} if user is not None else {}))
 
     def end_partition(self) -> None:
         self._cancel_timers("partition-end")
         if self.partitioned:
-            _log.info("partition over", cluster=self.cluster)
+            _log.info("partition over", cluster=self.cluster, **({"from": self.partition_from}
+                                                               if self.partition_from is not None else {}))
         self.partitioned = False
+        self.partition_from = None
         self.partition_until = None
-        self._partition_over.set()
+        self._partition_change()
+
+    def _partition_change(self) -> None:
+        changed, self._partition_changed = self._partition_changed, asyncio.Event()
+        changed.set()
+
+    def partition_blocks(self, user: str | None) -> bool:
+        """Whether the partition in effect cuts off requests of `user`."""
+        return self.partitioned and (self.partition_from is None or self.partition_from == user)
+
+    async def wait_unblocked(self, user: str | None) -> None:
+        """Until the partition no longer cuts `user` off (it ended, or now cuts off someone else)."""
+        while self.partition_blocks(user):
+            await self._partition_changed.wait()
 
     async def wait_partition_over(self) -> None:
-        await self._partition_over.wait()
+        while self.partitioned:
+            await self._partition_changed.wait()
 
     # ------------------------------------------------------------ watches
 
@@ -339,7 +398,7 @@ class FaultState:
         for t in timers:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        self._partition_over.set()
+        self._partition_change()
 
 
 def _check_seconds(value: Any, name: str, *, allow_zero: bool = False) -> float:
@@ -386,10 +445,12 @@ def fault_middleware(state: FaultState) -> Any:
         if request.path.startswith(ADMIN_PREFIX):
             return await handler(request)
         if state.partitioned:
-            await state.wait_partition_over()
-            if request.transport is None or request.transport.is_closing():
-                # the client gave up during the partition: its request never arrived
-                _drop_connection(request)
+            user = state.identify(request) if state.partition_from is not None and state.identify else None
+            if state.partition_blocks(user):
+                await state.wait_unblocked(user)
+                if request.transport is None or request.transport.is_closing():
+                    # the client gave up during the partition: its request never arrived
+                    _drop_connection(request)
         if state.outage_active():
             remaining = max(1, int(state.outage_until - state.clock() + 0.999))
             if state.outage_mode == "refuse":
@@ -412,7 +473,8 @@ async def _serve_watch(state: FaultState, request: web.Request, handler: Handler
     outer = asyncio.current_task()
     assert outer is not None
     inner: asyncio.Task[web.StreamResponse] = asyncio.ensure_future(handler(request))
-    w = _OpenWatch(request=request, outer=outer, inner=inner)
+    user = state.identify(request) if state.identify is not None else None
+    w = _OpenWatch(request=request, outer=outer, inner=inner, user=user)
     state._watches.add(w)
     try:
         try:
@@ -424,10 +486,10 @@ async def _serve_watch(state: FaultState, request: web.Request, handler: Handler
             raise
         if w.stalled:
             # partitioned: hold the silent connection until the partition
-            # ends, then it is gone (like a connection-tracking entry that
-            # expired), never cleanly finished
+            # ends (for this watch's user), then it is gone (like a
+            # connection-tracking entry that expired), never cleanly finished
             with contextlib.suppress(asyncio.CancelledError):
-                await state.wait_partition_over()
+                await state.wait_unblocked(w.user)
             _drop_connection(request)
         return inner.result()
     finally:
@@ -482,6 +544,8 @@ def admin_routes(state: FaultState, *, authenticate: Authenticate | None = None)
                 result = await fn(request)
             except ApiError as e:
                 return _status_response(e)
+            except IdentityError as e:
+                return _status_response(bad_request(str(e)))
             except FaultError as e:
                 return _status_response(ApiError(422, "Invalid", str(e)))
             return web.json_response(result)
@@ -551,9 +615,9 @@ def admin_routes(state: FaultState, *, authenticate: Authenticate | None = None)
 
     async def partition(request: web.Request) -> dict[str, Any]:
         body = await _json_body(request)
-        _fields(body, {"seconds"})
-        state.start_partition(body.get("seconds"))
-        return {"fault": "partition", "seconds": body.get("seconds")}
+        _fields(body, {"seconds", "from"})
+        state.start_partition(body.get("seconds"), source=body.get("from"))
+        return {"fault": "partition", "seconds": body.get("seconds"), "from": state.partition_from}
 
     async def end_partition(request: web.Request) -> dict[str, Any]:
         state.end_partition()

@@ -1,7 +1,8 @@
 """The kinds a simulated member cluster serves, as kube-apiserver shapes them.
 
-Namespace, Node (+status), Pod (+status, +binding), Event, and PodGroup in
-the three gang-scheduler API groups (kube-api-notes §11), each with its real
+Namespace, Node (+status), Pod (+status, +binding), Event, Lease
+(coordination.k8s.io/v1: node heartbeats, the hub's fencing lease) and
+PodGroup in the three gang-scheduler API groups (kube-api-notes §11), each with its real
 field names (`minMember`), the pod label or annotation that ties a pod to its
 group, validation of required fields and types (what the official Python
 client's models require, §12), server-side defaults, field selectors, Table
@@ -948,6 +949,123 @@ EVENTS = ResourceType(
 )
 
 
+# ---------------------------------------------------------------- Lease (coordination.k8s.io/v1)
+
+LEASE_GROUP = "coordination.k8s.io"
+#: metav1.RFC3339Micro, the only layout a MicroTime accepts: exactly six fraction digits, then Z or ±hh:mm
+MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
+_MICRO_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})$")
+#: kube's only Kubernetes-defined coordinated leader election strategy (a domain-prefixed one is free-form)
+_LEASE_STRATEGIES = ("OldestEmulationVersion",)
+_LEASE_SPEC_FIELDS = ("acquireTime", "holderIdentity", "leaseDurationSeconds", "leaseTransitions",
+                      "preferredHolder", "renewTime", "strategy")
+
+
+def parse_micro_time(value: str) -> dt.datetime | None:
+    """A MicroTime string as kube's decoder reads it (time.Parse with RFC3339Micro), else None."""
+    m = _MICRO_TIME.match(value)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, micro, zone = m.groups()
+    try:
+        tz = dt.UTC if zone == "Z" else dt.timezone(
+            (1 if zone[0] == "+" else -1) * dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+        return dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), int(micro),
+                           tzinfo=tz)
+    except ValueError:  # a day, hour or offset out of range
+        return None
+
+
+def format_micro_time(when: dt.datetime) -> str:
+    """How kube serves a MicroTime: UTC, six fraction digits."""
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _lease_defaults(lease: JSONObject) -> None:
+    """What a decode and re-encode by kube-apiserver does: null fields are unset, and a
+    MicroTime given with an offset is served in UTC."""
+    spec = lease.get("spec")
+    if spec is None:
+        lease["spec"] = {}
+        return
+    if not isinstance(spec, dict):
+        return  # validation reports it
+    for f in _LEASE_SPEC_FIELDS:
+        if f in spec and spec[f] is None:
+            del spec[f]
+    for f in ("acquireTime", "renewTime"):
+        value = spec.get(f)
+        if isinstance(value, str) and not value.endswith("Z"):
+            parsed = parse_micro_time(value)
+            if parsed is not None:
+                spec[f] = format_micro_time(parsed)
+
+
+def _validate_lease(lease: JSONObject) -> list[FieldError]:
+    """K/pkg/apis/coordination/validation ValidateLeaseSpec, plus the type checks its decoder makes."""
+    c = _Checker()
+    spec = c.object_at(lease.get("spec"), "spec")
+    if spec is None:
+        return c.errors
+    c.string(spec.get("holderIdentity"), "spec.holderIdentity")
+    duration = c.integer(spec.get("leaseDurationSeconds"), "spec.leaseDurationSeconds", maximum=2**31 - 1)
+    if duration is not None and duration <= 0:
+        c.errors.append(FieldError.invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    c.integer(spec.get("leaseTransitions"), "spec.leaseTransitions", minimum=0, maximum=2**31 - 1)
+    for f in ("acquireTime", "renewTime"):
+        value = c.string(spec.get(f), f"spec.{f}")
+        if value is not None and parse_micro_time(value) is None:
+            c.errors.append(FieldError.invalid(
+                f"spec.{f}", value, f'must be a MicroTime in the layout "{MICRO_TIME_LAYOUT}" '
+                                    "(RFC 3339 with exactly six fraction digits)"))
+    strategy = c.string(spec.get("strategy"), "spec.strategy")
+    if strategy is not None:
+        if "/" not in strategy:
+            if strategy not in _LEASE_STRATEGIES:
+                c.errors.append(FieldError.not_supported("spec.strategy", strategy, _LEASE_STRATEGIES))
+        elif not _qualified_key(strategy) or strategy.count("/") != 1:
+            c.errors.append(FieldError.invalid("spec.strategy", strategy, "must be a qualified name"))
+    holder = c.string(spec.get("preferredHolder"), "spec.preferredHolder")
+    if holder and not strategy:
+        c.errors.append(FieldError.forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined"))
+    return c.errors
+
+
+_MICRO_TIME_SCHEMA = {"type": "string", "format": "date-time",
+                      "description": "MicroTime: RFC 3339 with microseconds (2006-01-02T15:04:05.000000Z07:00)."}
+
+LEASES = ResourceType(
+    group=LEASE_GROUP, version="v1", kind="Lease", plural="leases", singular="lease", namespaced=True,
+    status_subresource=False,
+    defaults=_lease_defaults, validate=_validate_lease, unknown_fields=client_unknown_fields("V1Lease"),
+    # kube's lease printer: NAME, HOLDER, AGE (K/pkg/printers/internalversion/printers.go)
+    columns=(TableColumn("Holder", jsonpath_cell("spec", "holderIdentity"),
+                         description="holderIdentity contains the identity of the holder of a current lease."),),
+    strategic_merge=dict(_OBJECT_META_SMP),
+    openapi_schema={"properties": {
+        "spec": {"type": "object", "description": "spec contains the specification of the Lease.", "properties": {
+            "holderIdentity": {"type": "string",
+                               "description": "holderIdentity contains the identity of the holder of a current lease."},
+            "leaseDurationSeconds": {"type": "integer", "format": "int32",
+                                     "description": "leaseDurationSeconds is a duration that candidates for a lease "
+                                                    "need to wait to force acquire it. This is measured against the "
+                                                    "time of last observed renewTime."},
+            "acquireTime": {**_MICRO_TIME_SCHEMA, "description": "acquireTime is a time when the current lease was acquired."},
+            "renewTime": {**_MICRO_TIME_SCHEMA, "description": "renewTime is a time when the current holder of a lease "
+                                                               "has last updated the lease."},
+            "leaseTransitions": {"type": "integer", "format": "int32",
+                                 "description": "leaseTransitions is the number of transitions of a lease between holders."},
+            "strategy": {"type": "string", "description": "Strategy indicates the strategy for picking the leader for "
+                                                          "coordinated leader election."},
+            "preferredHolder": {"type": "string", "description": "PreferredHolder signals to a lease holder that the "
+                                                                 "lease has a more optimal holder and should be given up."},
+        }},
+    }},
+    openapi_name="io.k8s.api.coordination.v1.Lease",
+    description="Lease defines a lease concept.",
+)
+
+
 # ---------------------------------------------------------------- PodGroups
 
 
@@ -1116,7 +1234,7 @@ def sim_registry(gang_schedulers: Iterable[str] | None = None) -> Registry:
     """The kinds a simulated member cluster serves. `gang_schedulers` limits
     the PodGroup groups to those schedulers' (volcano, coscheduling,
     kube-batch); None serves all three."""
-    registry = Registry([NAMESPACES, NODES, PODS, EVENTS])
+    registry = Registry([NAMESPACES, NODES, PODS, EVENTS, LEASES])
     wanted = list(PODGROUP_KINDS) if gang_schedulers is None else list(dict.fromkeys(gang_schedulers))
     for name in wanted:
         rt = PODGROUP_KINDS.get(name)

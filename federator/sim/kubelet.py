@@ -13,7 +13,9 @@ one timer heap for every pod of the cluster (no task per pod):
 - a bound pod with a deletionTimestamp is removed after the profile's
   termination time (capped by its grace period), unless its node is down:
   a dead kubelet cannot finish a delete, so such pods stay Terminating, as
-  in a real cluster.
+  in a real cluster;
+- every Ready node's Lease in kube-node-lease is renewed every 10 s
+  (`nodelease.NodeLeases`, one batched timer for all nodes).
 
 `fail_node`, `recover_node` and `set_unhealthy_gpus` change Node objects the
 way the node lifecycle controller and the device plugin would. This module
@@ -36,6 +38,7 @@ from federator.apiserver.errors import ApiError
 from federator.obs import METRICS
 from federator.apis.quantity import QuantityError
 from federator.sim.fit import GPU, resource_units
+from federator.sim.nodelease import NodeLeases, NodeState
 from federator.sim.profile import node_conditions
 from federator.waits import wait_event
 
@@ -174,6 +177,9 @@ class Kubelet:
         self.by_node: dict[str, set[str]] = {}
         self.node_ready: dict[str, bool] = {}
         self.node_ip: dict[str, str] = {}
+        self.node_uid: dict[str, str] = {}
+        self.leases = NodeLeases(storage=storage, registry=registry, cluster=cluster.name,
+                                 logger=logger)
         self._heap: list[tuple[float, int, int, str, str]] = []
         self._seq = 0
         self._wake = asyncio.Event()
@@ -200,6 +206,7 @@ class Kubelet:
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         was = self.node_ready.get(name)
         self.node_ready[name] = ready
+        self.node_uid[name] = str(meta.get("uid") or "")
         for a in status.get("addresses") or []:
             if a.get("type") == "InternalIP":
                 self.node_ip[name] = str(a.get("address"))
@@ -215,6 +222,13 @@ class Kubelet:
 
     def delete_node(self, name: str) -> None:
         self.node_ready.pop(name, None)
+        self.node_uid.pop(name, None)
+        self.leases.node_deleted(name)
+
+    def lease_nodes(self) -> dict[str, NodeState]:
+        """The nodes whose Leases the kubelets keep, and whether each kubelet is up (Ready)."""
+        uids = self.node_uid
+        return {name: NodeState(uid=uids.get(name, ""), ready=ready) for name, ready in self.node_ready.items()}
 
     def apply_pod(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -308,11 +322,13 @@ class Kubelet:
         self.pods.clear()
         self.by_node.clear()
         self.node_ready.clear()
+        self.node_uid.clear()
         self._heap.clear()
         self._lost_nodes.clear()
         nodes = await self.storage.list(self.nodes_rt)
         for obj in nodes.items:
             self.apply_node(obj)
+        self.leases.nodes_listed(self.node_ready)
         self._lost_nodes = {n for n, ok in self.node_ready.items() if not ok}
         pods = await self.storage.list(self.pods_rt)
         for obj in pods.items:
@@ -346,6 +362,25 @@ class Kubelet:
     # ------------------------------------------------------------ loop
 
     async def run(self, stop: asyncio.Event) -> None:
+        leases = asyncio.create_task(self._keep_leases(stop), name=f"sim-kubelet-leases-{self.cluster.name}")
+        try:
+            await self._run(stop)
+        finally:
+            leases.cancel()
+            try:
+                await leases
+            except asyncio.CancelledError:
+                pass
+
+    async def _keep_leases(self, stop: asyncio.Event) -> None:
+        try:
+            await self.leases.run(stop, self.lease_nodes)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - node leases must not take the kubelets down; say why they stopped
+            self.log.error("node lease renewal failed", error=f"{type(e).__name__}: {e}", exc_info=True)
+
+    async def _run(self, stop: asyncio.Event) -> None:
         attempt = 0
         while not stop.is_set():
             tasks: list[asyncio.Task[None]] = []

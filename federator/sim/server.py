@@ -3,7 +3,11 @@
 A MemoryStore with a bounded history window (older revisions are compacted,
 so a watch that falls too far behind gets 410 exactly as from a real
 apiserver), an ObjectStorage over it, and the kube-style API app on a
-127.0.0.1 port with bearer-token authentication (401 without the token).
+127.0.0.1 port with bearer-token authentication (401 without a token).
+A cluster has named identities, each with its own token: `sim-admin` (the
+operator: the whole API and the admin side) and `federator-agent` (the
+member-side fence agent: the API only), so that a fault can cut one
+identity off while the others are answered (a partition `from` the hub).
 It serves HTTPS (kubectl sends a bearer token only over TLS) with a
 development CA: the caller's (`tls=`, shared by every cluster of one `federator
 sim` process) or a fresh one in a temporary directory. The app's cleanup_ctx seeds the namespaces and the profile's nodes and runs
@@ -12,9 +16,12 @@ load) as named tasks; the fault middleware runs first in the chain and the
 admin side lives under /_sim/ (faults; request statistics at /_sim/stats).
 
 `write_kubeconfig()` writes a kubeconfig (server URL, token, cluster and
-context named after the cluster) that kubectl and the official client use.
+context named after the cluster) that kubectl and the official client use;
+`write_agent_kubeconfig()` the same for the agent identity. The seeded
+namespaces include `federator-system` (what a member's deploy manifests
+create for the fence agent and the hub's Lease).
 
-This module must never import anything of the hub, and never log the token.
+This module must never import anything of the hub, and never log a token.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ import random
 import secrets
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,7 @@ from federator.devcerts import DevTLS, ensure_dev_tls, server_ssl_context, write
 from federator.obs import METRICS, Metrics, get_logger
 from federator.sim import kinds
 from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_middleware
+from federator.sim.nodelease import NODE_LEASE_RENEW_SECONDS
 from federator.sim.profile import ClusterProfile, initial_nodes
 from federator.store.memory import MemoryStore
 from federator.waits import wait_event
@@ -47,23 +56,58 @@ from federator.waits import wait_event
 #: History a simulated cluster keeps for watches (revisions); kube-apiserver's
 #: watch cache plus etcd's compaction keep roughly the last few minutes.
 DEFAULT_RETAINED_REVISIONS = 20_000
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+#: Node Lease renewals the history window holds on top (per node): two minutes' worth, so that the
+#: kubelets' heartbeats do not push a resuming watch of pods out of the window much sooner than on a
+#: cluster without them (kube keeps a watch cache per resource; this store has one window for all).
+NODE_LEASE_RETAINED_SECONDS = 120.0
+#: namespaces every simulated cluster starts with; federator-system stands in for what a member's
+#: deploy manifests create (the fence agent's home and the hub's fencing Lease)
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "federator-system")
 STATS_PATH = "/_sim/stats"
+ADMIN_USER = "sim-admin"
+AGENT_USER = "federator-agent"
 
 ControllerEntry = Callable[..., Awaitable[None]]
 
 
-def _bearer_authenticator(token: str) -> Callable[[web.Request], Awaitable[Principal | None]]:
-    expected = f"Bearer {token}".encode()
+@dataclass(frozen=True, slots=True)
+class SimIdentity:
+    """One user of a simulated cluster and its bearer token (never shown: repr leaves it out)."""
 
-    async def authenticate(request: web.Request) -> Principal | None:
-        header = request.headers.get("Authorization", "")
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or not value:
-            return None
-        if hmac.compare_digest(f"Bearer {value.strip()}".encode(), expected):
-            return Principal(name="sim-admin", groups=("system:masters",))
+    user: str
+    token: str = field(repr=False)
+    groups: tuple[str, ...] = ()
+    #: may use the admin side (/_sim/: faults, stats)
+    admin: bool = False
+
+
+def _bearer_value(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    value = value.strip()
+    if scheme.lower() != "bearer" or not value:
         return None
+    return value
+
+
+def _identity_of_token(identities: Sequence[SimIdentity], value: str) -> SimIdentity | None:
+    """The identity whose token is `value` (each compared in constant time)."""
+    given = value.encode()
+    found: SimIdentity | None = None
+    for identity in identities:
+        if hmac.compare_digest(given, identity.token.encode()):
+            found = identity
+    return found
+
+
+def _bearer_authenticator(identities: Sequence[SimIdentity], *, admin_only: bool = False
+                          ) -> Callable[[web.Request], Awaitable[Principal | None]]:
+    async def authenticate(request: web.Request) -> Principal | None:
+        value = _bearer_value(request)
+        identity = _identity_of_token(identities, value) if value is not None else None
+        if identity is None or (admin_only and not identity.admin):
+            return None
+        return Principal(name=identity.user, groups=identity.groups)
 
     return authenticate
 
@@ -116,7 +160,8 @@ class SimCluster:
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
-        retained_revisions: int = DEFAULT_RETAINED_REVISIONS,
+        agent_token: str | None = None,
+        retained_revisions: int | None = None,
         run_controllers: bool = True,
         metrics: Metrics | None = None,
         bookmark_interval: float = 10.0,
@@ -128,16 +173,29 @@ class SimCluster:
         self.host = host
         self._requested_port = port
         self.token = token or secrets.token_urlsafe(32)
+        self.agent_token = agent_token or secrets.token_urlsafe(32)
+        if self.agent_token == self.token:
+            raise ValueError("the agent token must differ from the admin token")
+        self.identities: tuple[SimIdentity, ...] = (
+            SimIdentity(ADMIN_USER, self.token, ("system:masters", "system:authenticated"), admin=True),
+            SimIdentity(AGENT_USER, self.agent_token, ("federator:agents", "system:authenticated")),
+        )
         self.run_controllers = run_controllers
         self.metrics = metrics or METRICS
         self.log = get_logger("sim").bind(cluster=profile.name)
+        if retained_revisions is None:
+            lease_churn = profile.node_count * NODE_LEASE_RETAINED_SECONDS / NODE_LEASE_RENEW_SECONDS
+            retained_revisions = DEFAULT_RETAINED_REVISIONS + (int(lease_churn) if run_controllers else 0)
         self.store = MemoryStore(prefix=f"/sim/{profile.name}/", retain_revisions=retained_revisions,
                                  metrics=self.metrics)
         gang_types = [s.type for s in profile.gang_schedulers]
         self.registry: Registry = kinds.sim_registry(gang_types)
         self.storage = ObjectStorage(self.store, self.registry)
-        self.faults = FaultState(cluster=profile.name, storage=self.storage, registry=self.registry)
-        self._authenticate = _bearer_authenticator(self.token)
+        self.faults = FaultState(cluster=profile.name, storage=self.storage, registry=self.registry,
+                                 identify=self._user_of_request, resolve_identity=self._resolve_identity,
+                                 users=tuple(i.user for i in self.identities))
+        self._authenticate = _bearer_authenticator(self.identities)
+        self._authenticate_admin = _bearer_authenticator(self.identities, admin_only=True)
         subresources, verb_only = kinds.sim_subresources()
         extra: dict[str, Any] = {}
         if max_body_bytes is not None:
@@ -155,7 +213,7 @@ class SimCluster:
             metrics=self.metrics,
             **extra,
         )
-        self.app.router.add_routes(admin_routes(self.faults, authenticate=self._authenticate))
+        self.app.router.add_routes(admin_routes(self.faults, authenticate=self._authenticate_admin))
         self.app.router.add_get(STATS_PATH, self._stats)
         self.app.cleanup_ctx.append(self._cluster_ctx)
         self._runner: web.AppRunner | None = None
@@ -352,7 +410,7 @@ class SimCluster:
     # ------------------------------------------------------------ admin
 
     async def _stats(self, request: web.Request) -> web.StreamResponse:
-        if await self._authenticate(request) is None:
+        if await self._authenticate_admin(request) is None:
             return json_response(ApiError(401, "Unauthorized", "Unauthorized").to_status(), status=401)
         return json_response(self.stats())
 
@@ -368,6 +426,22 @@ class SimCluster:
         """LIST requests served for `resource` ("pods", "podgroups.scheduling.volcano.sh")."""
         return self.api.count("list", resource)
 
+    # ------------------------------------------------------------ identities
+
+    def _user_of_request(self, request: web.Request) -> str | None:
+        """The user a request authenticates as (None: no valid token)."""
+        value = _bearer_value(request)
+        identity = _identity_of_token(self.identities, value) if value is not None else None
+        return identity.user if identity is not None else None
+
+    def _resolve_identity(self, value: str) -> str | None:
+        """The user named by `value`: a user name, or one of the cluster's bearer tokens."""
+        for named in self.identities:
+            if value == named.user:
+                return named.user
+        identity = _identity_of_token(self.identities, value)
+        return identity.user if identity is not None else None
+
     # ------------------------------------------------------------ kubeconfig
 
     def write_kubeconfig(self, path: str | os.PathLike[str], *, namespace: str = "default") -> Path:
@@ -375,6 +449,14 @@ class SimCluster:
         cluster and context are named after the cluster."""
         return write_kubeconfig(
             path, server=self.url, ca_pem=self.ca_pem, token=self.token, user=f"{self.name}-admin",
+            namespace=namespace, cluster_name=self.name, context_name=self.name,
+        )
+
+    def write_agent_kubeconfig(self, path: str | os.PathLike[str], *, namespace: str = "federator-system") -> Path:
+        """Write the fence agent's kubeconfig (user `federator-agent`, its own token; mode 0600);
+        cluster and context are named after the cluster, like `write_kubeconfig`'s."""
+        return write_kubeconfig(
+            path, server=self.url, ca_pem=self.ca_pem, token=self.agent_token, user=f"{self.name}-agent",
             namespace=namespace, cluster_name=self.name, context_name=self.name,
         )
 
