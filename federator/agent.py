@@ -1,0 +1,542 @@
+"""The fence agent: runs inside one member cluster and kills what a hub left there once the hub's
+Lease stops being renewed, so a gang the hub moved elsewhere never runs twice while a partition lasts.
+
+The hub renews a `coordination.k8s.io/v1` Lease in every member (namespace `federator-system`,
+name = the hub identity, the value of the `federator.dev/hub` label on everything it dispatches).
+`FenceAgent` polls that Lease every `poll_seconds` and measures expiry on its own monotonic clock
+from the moment it last saw the Lease change (its resourceVersion or renewTime), as client-go's
+leader election tracks `observedTime`: the hub's and the member's wall clocks never meet, so skew
+between them does not matter (a first sighting counts as a change: a freshly started agent waits a
+whole leaseDuration before it fences). When the Lease has not changed for its
+`leaseDurationSeconds`, the agent:
+
+1. deletes every pod labelled `federator.dev/hub=<identity>` in every namespace (uid precondition,
+   grace period 0), then every PodGroup so labelled, of every gang-scheduler kind the member serves
+   (discovered by listing each kind the delegation adapters know: a 404 means not served), and
+   repeats until none is left;
+2. records why: one structured log line (cluster, hub identity, seconds since the last renewal it
+   saw, counts) and a core/v1 Event in its namespace about the Lease, reason `HubLeaseExpired`
+   (later deletions in the same expiry update that Event's count and message);
+3. keeps sweeping at every poll while the Lease stays expired (a dispatch that landed late);
+4. stops when the Lease changes again ("hub lease renewed; fencing lifted").
+
+A Lease that does not exist is nothing to fence (the hub never came, or removed it on purpose): that
+is logged once, and the agent keeps waiting. When the member's API does not answer the agent, the
+failure is logged once in full, then summarised with a count (obs.RepeatedFailureLog); it is never
+taken for a renewal, and polls back off (capped exponential, with jitter) until it answers.
+
+Limits (docs/failover.md): the agent must itself be running (a Deployment in the member); a member
+whose API server is down while its kubelets run pods cannot be fenced by it (nothing can be deleted
+through a dead API server); expiry is measured from when the agent *saw* a change, so it fences at
+most one poll interval plus its own deletes later than leaseDuration after the last renewal landed.
+
+Layer: beside the hub's controllers. It talks to its member only through `clusters.client` and
+takes the PodGroup kinds and label keys from `delegation`. It must never import the simulator or
+the hub's controllers, and never log a credential or an object body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import random
+import re
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from federator.clusters.client import (
+    EVENTS,
+    LEASES,
+    PODS,
+    ClientTimeouts,
+    MemberApiError,
+    MemberClient,
+    MemberClientError,
+    ResourceKind,
+)
+from federator.clusters.reflector import Backoff
+from federator.delegation import ADAPTERS, hub_selector
+from federator.delegation.adapter import LABEL_HUB
+from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
+from federator.waits import wait_event
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "EVENT_REASON",
+    "FenceAgent",
+    "FenceCounters",
+    "StepResult",
+    "check_hub_identity",
+    "podgroup_kinds",
+]
+
+DEFAULT_NAMESPACE = "federator-system"
+DEFAULT_POLL_SECONDS = 1.0
+EVENT_REASON = "HubLeaseExpired"
+COMPONENT = "federator-agent"
+#: list-and-delete rounds per step; what is left (say, an object held by a finalizer) waits for the next poll
+MAX_SWEEP_ROUNDS = 5
+#: a hub identity is both a label value and the Lease's name: a DNS-1123 label
+_IDENTITY = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def check_hub_identity(identity: str) -> str:
+    """The identity, or ValueError saying what is wrong with it."""
+    if not isinstance(identity, str) or not identity.strip():
+        raise ValueError("the hub identity must not be empty")
+    if len(identity) > 63 or not _IDENTITY.match(identity):
+        raise ValueError(f"hub identity {identity[:80]!r} must be a valid label value and Lease name: at most 63 "
+                         "lowercase letters, digits and '-', starting and ending with a letter or digit")
+    return identity
+
+
+def podgroup_kinds() -> tuple[ResourceKind, ...]:
+    """Every PodGroup kind a delegation adapter may create, once each."""
+    found: dict[tuple[str, str, str], ResourceKind] = {}
+    for adapter in ADAPTERS.values():
+        if adapter.pod_group is None:
+            continue
+        gvk = adapter.pod_group.gvk
+        found.setdefault((gvk.group, gvk.version, gvk.plural), ResourceKind(
+            group=gvk.group, version=gvk.version, plural=gvk.plural, kind=gvk.kind, namespaced=gvk.namespaced))
+    return tuple(found.values())
+
+
+@dataclass
+class FenceCounters:
+    """What the agent did since it started."""
+
+    polls: int = 0
+    #: changes of the Lease seen after the first sighting
+    renewals_seen: int = 0
+    #: polls that got no answer (or an error) from the member's API
+    unreachable: int = 0
+    #: times the Lease was found expired (each starts fencing)
+    expiries: int = 0
+    #: times fencing stopped because the Lease changed again
+    lifts: int = 0
+    #: list-and-delete passes while expired
+    sweeps: int = 0
+    pods_deleted: int = 0
+    podgroups_deleted: int = 0
+    events_recorded: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one step saw and did."""
+
+    #: "no-lease" (nothing to fence), "held" (renewed in time), "expired" (fencing), "unreachable"
+    state: str
+    #: seconds since the agent last saw the Lease change (None: no Lease seen)
+    since_change: float | None = None
+    lease_duration: int | None = None
+    pods_deleted: int = 0
+    podgroups_deleted: int = 0
+    #: objects still there after this step's sweep (deleted next time)
+    remaining: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    resource_version: str
+    renew_time: str
+    duration: int | None
+    holder: str
+    uid: str
+
+
+@dataclass
+class _Expiry:
+    """One stretch of time during which the Lease stayed expired."""
+
+    started: float
+    since_change: float
+    duration: int
+    pods: int = 0
+    podgroups: int = 0
+    event_name: str | None = None
+    event_count: int = 0
+    #: deletions not yet in the Event (its write failed or is pending)
+    event_stale: bool = True
+    #: the log line that starts it was written (after the first sweep that got through)
+    announced: bool = False
+    #: the PodGroup kinds the member serves (found at the first sweep that got through)
+    kinds: list[ResourceKind] = field(default_factory=list)
+    kinds_known: bool = False
+
+
+def _rfc3339(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class FenceAgent:
+    """The fence agent of one member cluster (see the module docstring).
+
+    Drive it with `await run(stop_event)`, or step by step with `await step()` (tests);
+    `counters` says what it did, `fencing` whether the Lease is expired right now."""
+
+    def __init__(
+        self,
+        *,
+        client: MemberClient,
+        hub_identity: str,
+        namespace: str = DEFAULT_NAMESPACE,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
+        rng: random.Random | None = None,
+        logger: Any = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if not (isinstance(poll_seconds, (int, float)) and 0 < poll_seconds <= 3600):
+            raise ValueError(f"poll seconds must be more than 0 and at most 3600, not {poll_seconds!r}")
+        if not isinstance(namespace, str) or not _IDENTITY.match(namespace):
+            raise ValueError(f"namespace {str(namespace)[:80]!r} is not a valid namespace name")
+        self.client = client
+        self.cluster = client.cluster
+        self.hub_identity = check_hub_identity(hub_identity)
+        self.namespace = namespace
+        self.poll_seconds = float(poll_seconds)
+        self.selector = hub_selector(self.hub_identity)
+        self.clock = clock
+        self.backoff = backoff or Backoff(initial=min(0.2, self.poll_seconds), maximum=max(5.0, self.poll_seconds))
+        self._rng = rng or random.Random()
+        self.metrics = metrics or METRICS
+        self.log = (logger or get_logger("agent")).bind(cluster=self.cluster, hub=self.hub_identity)
+        self.counters = FenceCounters()
+        self._failures = RepeatedFailureLog(self.log, "cannot read the hub's lease from the member API; retrying",
+                                            lease=f"{namespace}/{hub_identity}")
+        self._seen: _Seen | None = None
+        self._observed_at: float | None = None
+        self._expiry: _Expiry | None = None
+        self._said_missing = False
+        self._said_no_duration = False
+        self._said_holder = False
+        self._instance = socket.gethostname()
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    async def from_kubeconfig(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        hub_identity: str,
+        namespace: str = DEFAULT_NAMESPACE,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        cluster: str | None = None,
+        timeouts: ClientTimeouts | None = None,
+        logger: Any = None,
+    ) -> FenceAgent:
+        """An agent reaching its member through the kubeconfig at `path` (KubeconfigError if unusable).
+        The cluster's name (for logs) is the current context's cluster unless given."""
+        check_hub_identity(hub_identity)
+        name = cluster or _cluster_name(Path(path))
+        # requests must end well inside a poll or two: a hung one must not stall the expiry check for long
+        limits = timeouts or ClientTimeouts(connect=min(5.0, max(1.0, poll_seconds * 2)),
+                                            request=min(30.0, max(2.0, poll_seconds * 5)))
+        client = await MemberClient.from_kubeconfig(path, cluster=name, timeouts=limits)
+        try:
+            return cls(client=client, hub_identity=hub_identity, namespace=namespace, poll_seconds=poll_seconds,
+                       logger=logger)
+        except BaseException:
+            await client.close()
+            raise
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def fencing(self) -> bool:
+        """True while the Lease is expired (the agent deletes the hub's objects at every poll)."""
+        return self._expiry is not None
+
+    def since_change(self, now: float | None = None) -> float | None:
+        """Seconds since the agent last saw the Lease change (None: it has seen no Lease)."""
+        if self._observed_at is None:
+            return None
+        return (self.clock() if now is None else now) - self._observed_at
+
+    # ------------------------------------------------------------ loop
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until `stop` is set: every poll_seconds, or after a backoff while the member's API fails."""
+        self.log.info("fence agent watching the hub's lease", lease=f"{self.namespace}/{self.hub_identity}",
+                      poll_seconds=self.poll_seconds, server=self.client.server)
+        failures = 0
+        while not stop.is_set():
+            try:
+                result = await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the agent must outlive a bug in one step; say what failed
+                self.log.error("fence agent step failed", error=f"{type(e).__name__}: {e}", exc_info=True)
+                result = StepResult(state="unreachable")
+            if result.state == "unreachable":
+                delay = self.backoff.delay(failures, self._rng)
+                failures += 1
+            else:
+                failures = 0
+                delay = self.poll_seconds
+            if await wait_event(stop, delay):
+                break
+        self.log.info("fence agent stopped", fencing=self.fencing)
+
+    async def step(self) -> StepResult:
+        """One poll of the Lease and, while it is expired, one sweep of the hub's objects."""
+        t0 = time.perf_counter()
+        self.counters.polls += 1
+        try:
+            lease: dict[str, Any] | None = await self.client.get(LEASES, namespace=self.namespace,
+                                                                 name=self.hub_identity)
+        except MemberApiError as e:
+            if e.code != 404:
+                return self._unreachable(e)
+            lease = None
+        except MemberClientError as e:
+            return self._unreachable(e)
+        now = self.clock()
+        self._failures.succeeded("the member API answers the agent again")
+        self.metrics.loop_phase_seconds.labels(loop="fence-agent", phase="poll").observe(time.perf_counter() - t0)
+        if lease is None:
+            return self._no_lease()
+        self._observe(lease, now)
+        seen = self._seen
+        assert seen is not None and self._observed_at is not None
+        since = now - self._observed_at
+        if seen.duration is None:
+            if not self._said_no_duration:
+                self._said_no_duration = True
+                self.log.warning("the hub's lease has no valid leaseDurationSeconds; cannot tell when it expires",
+                                 lease=f"{self.namespace}/{self.hub_identity}")
+            return StepResult(state="held", since_change=since)
+        self._said_no_duration = False
+        if since < seen.duration:
+            return StepResult(state="held", since_change=since, lease_duration=seen.duration)
+        return await self._fence(now, since, seen)
+
+    # ------------------------------------------------------------ observing the Lease
+
+    def _unreachable(self, error: MemberClientError) -> StepResult:
+        self.counters.unreachable += 1
+        self._failures.failed(error, now=self.clock(), fencing=self.fencing)
+        return StepResult(state="unreachable", since_change=self.since_change(),
+                          lease_duration=self._seen.duration if self._seen else None)
+
+    def _no_lease(self) -> StepResult:
+        if self._seen is not None:
+            self.log.warning("the hub's lease was deleted; nothing to fence until it is back",
+                             lease=f"{self.namespace}/{self.hub_identity}", fencing_lifted=self.fencing)
+            if self._expiry is not None:
+                self.counters.lifts += 1
+            self._said_missing = True
+        elif not self._said_missing:
+            self._said_missing = True
+            self.log.info("the hub's lease does not exist (yet); nothing to fence, waiting for the hub",
+                          lease=f"{self.namespace}/{self.hub_identity}")
+        self._seen = None
+        self._observed_at = None
+        self._expiry = None
+        return StepResult(state="no-lease")
+
+    def _observe(self, lease: dict[str, Any], now: float) -> None:
+        meta = lease.get("metadata") if isinstance(lease.get("metadata"), dict) else {}
+        spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
+        assert isinstance(meta, dict) and isinstance(spec, dict)
+        duration = _int_or_none(spec.get("leaseDurationSeconds"))
+        seen = _Seen(resource_version=str(meta.get("resourceVersion") or ""),
+                     renew_time=str(spec.get("renewTime") or ""),
+                     duration=duration if duration is not None and duration > 0 else None,
+                     holder=str(spec.get("holderIdentity") or ""), uid=str(meta.get("uid") or ""))
+        before = self._seen
+        self._seen = seen
+        if self._said_missing and before is None:
+            self._said_missing = False
+            self.log.info("the hub's lease exists; watching it", lease=f"{self.namespace}/{self.hub_identity}",
+                          lease_duration_s=seen.duration)
+        if seen.holder != self.hub_identity and not self._said_holder:
+            self._said_holder = True
+            self.log.warning("the hub's lease names another holder; its changes still count as renewals",
+                             holder=seen.holder[:253])
+        if before is not None and (before.resource_version, before.renew_time) == (seen.resource_version,
+                                                                                   seen.renew_time):
+            return
+        if before is not None:
+            self.counters.renewals_seen += 1
+        self._observed_at = now
+        if self._expiry is not None:
+            expiry, self._expiry = self._expiry, None
+            self.counters.lifts += 1
+            self.log.warning("hub lease renewed; fencing lifted", fenced_for_s=round(now - expiry.started, 3),
+                             pods_deleted=expiry.pods, podgroups_deleted=expiry.podgroups)
+
+    # ------------------------------------------------------------ fencing
+
+    async def _fence(self, now: float, since: float, seen: _Seen) -> StepResult:
+        assert seen.duration is not None
+        expiry = self._expiry
+        if expiry is None:
+            self.counters.expiries += 1
+            expiry = self._expiry = _Expiry(started=now, since_change=since, duration=seen.duration)
+        t0 = time.perf_counter()
+        try:
+            if not expiry.kinds_known:
+                expiry.kinds = await self._served_podgroup_kinds()
+                expiry.kinds_known = True
+            pods, groups, remaining = await self._sweep(expiry)
+        except MemberClientError as e:
+            return self._unreachable(e)
+        finally:
+            self.metrics.loop_phase_seconds.labels(loop="fence-agent", phase="sweep").observe(
+                time.perf_counter() - t0)
+        self.counters.sweeps += 1
+        expiry.pods += pods
+        expiry.podgroups += groups
+        if not expiry.announced:
+            expiry.announced = True
+            self.log.warning(
+                "hub lease expired: deleted the hub's pods and PodGroups in this cluster",
+                since_last_renewal_s=round(since, 3), lease_duration_s=seen.duration, pods_deleted=pods,
+                podgroups_deleted=groups, remaining=remaining, selector=self.selector,
+                podgroup_kinds=[k.key for k in expiry.kinds])
+        elif pods or groups:
+            self.log.warning("hub lease still expired: deleted the hub's objects that arrived since",
+                             since_last_renewal_s=round(since, 3), pods_deleted=pods, podgroups_deleted=groups,
+                             remaining=remaining, total_pods_deleted=expiry.pods,
+                             total_podgroups_deleted=expiry.podgroups)
+        if pods or groups:
+            expiry.event_stale = True
+        if expiry.event_stale:
+            await self._record_event(expiry, since, seen)
+        return StepResult(state="expired", since_change=since, lease_duration=seen.duration, pods_deleted=pods,
+                          podgroups_deleted=groups, remaining=remaining)
+
+    async def _served_podgroup_kinds(self) -> list[ResourceKind]:
+        """The PodGroup kinds this member serves (a LIST that answers 404 means: not served)."""
+        served = []
+        for kind in podgroup_kinds():
+            try:
+                await self.client.list(kind, label_selector=self.selector, limit=1)
+            except MemberApiError as e:
+                if e.code == 404:
+                    continue
+                raise
+            served.append(kind)
+        return served
+
+    async def _sweep(self, expiry: _Expiry) -> tuple[int, int, int]:
+        """Delete the hub's pods, then its PodGroups, until a list finds none (at most MAX_SWEEP_ROUNDS
+        rounds). Returns (pods deleted, PodGroups deleted, objects left)."""
+        pods_deleted = groups_deleted = 0
+        remaining = 0
+        for _ in range(MAX_SWEEP_ROUNDS):
+            pods = (await self.client.list_all(PODS, label_selector=self.selector)).items
+            if pods:
+                pods_deleted += await self._delete_all(PODS, pods)
+                remaining = len(pods)
+                continue  # pods first: list them again until none is left
+            remaining = 0
+            for kind in list(expiry.kinds):
+                try:
+                    groups = (await self.client.list_all(kind, label_selector=self.selector)).items
+                except MemberApiError as e:
+                    if e.code != 404:
+                        raise
+                    expiry.kinds.remove(kind)  # the kind went away meanwhile
+                    continue
+                if groups:
+                    groups_deleted += await self._delete_all(kind, groups)
+                    remaining += len(groups)
+            if remaining == 0:
+                break
+        return pods_deleted, groups_deleted, remaining
+
+    async def _delete_all(self, kind: ResourceKind, items: Sequence[dict[str, Any]]) -> int:
+        deleted = 0
+        for item in items:
+            meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else None
+            if meta is None:
+                continue
+            name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
+            labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+            if not isinstance(name, str) or not isinstance(namespace, str) or not name or not namespace:
+                continue
+            if labels.get(LABEL_HUB) != self.hub_identity:
+                continue  # never trust a selector alone with a delete
+            try:
+                await self.client.delete(kind, namespace=namespace, name=name, grace_period_seconds=0,
+                                         precondition_uid=uid if isinstance(uid, str) and uid else None)
+            except MemberApiError as e:
+                if e.code in (404, 409):  # gone already, or replaced by a new object (the next list has it)
+                    continue
+                raise
+            deleted += 1
+            if kind is PODS:
+                self.counters.pods_deleted += 1
+            else:
+                self.counters.podgroups_deleted += 1
+        return deleted
+
+    async def _record_event(self, expiry: _Expiry, since: float, seen: _Seen) -> None:
+        """Create the Event of this expiry, or bring its count and message up to date."""
+        wall = dt.datetime.now(dt.UTC)
+        message = (f"hub {self.hub_identity} has not renewed its lease for {since:.1f}s (leaseDurationSeconds "
+                   f"{seen.duration}); deleted {expiry.pods} pods and {expiry.podgroups} PodGroups labelled "
+                   f"{self.selector}")[:1024]
+        try:
+            if expiry.event_name is not None:
+                try:
+                    await self.client.patch(EVENTS, namespace=self.namespace, name=expiry.event_name, patch={
+                        "count": expiry.event_count + 1, "lastTimestamp": _rfc3339(wall), "message": message})
+                    expiry.event_count += 1
+                    expiry.event_stale = False
+                    return
+                except MemberApiError as e:
+                    if e.code != 404:
+                        raise
+            name = f"{self.hub_identity}.{time.time_ns():x}"
+            await self.client.create(EVENTS, {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "involvedObject": {"apiVersion": LEASES.api_version, "kind": LEASES.kind, "name": self.hub_identity,
+                                   "namespace": self.namespace, "uid": seen.uid,
+                                   "resourceVersion": seen.resource_version},
+                "reason": EVENT_REASON, "type": "Warning", "message": message,
+                "source": {"component": COMPONENT, "host": self._instance[:253]},
+                "reportingComponent": COMPONENT, "reportingInstance": self._instance[:128],
+                "firstTimestamp": _rfc3339(wall), "lastTimestamp": _rfc3339(wall), "count": 1,
+            }, namespace=self.namespace)
+            expiry.event_name, expiry.event_count, expiry.event_stale = name, 1, False
+            self.counters.events_recorded += 1
+        except MemberClientError as e:
+            # the deletions are done and logged; the Event follows at the next poll
+            self.log.warning("could not record the HubLeaseExpired event; retrying at the next poll", error=str(e))
+
+
+def _cluster_name(path: Path) -> str:
+    """The current context's cluster in a kubeconfig (for logs), else the file's stem."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        current = document.get("current-context")
+        for entry in document.get("contexts") or []:
+            if entry.get("name") == current:
+                name = (entry.get("context") or {}).get("cluster")
+                if isinstance(name, str) and name:
+                    return name[:253]
+    except (OSError, ValueError, AttributeError, TypeError, yaml.YAMLError):
+        pass
+    return path.stem[:253]

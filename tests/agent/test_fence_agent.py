@@ -1,0 +1,296 @@
+"""The fence agent against a real SimCluster over real sockets (HTTPS, the `federator-agent`
+identity), with the test renewing the hub's Lease over HTTPS as the admin identity:
+
+- renewed in time, nothing is deleted;
+- once renewal stops, after leaseDuration the agent deletes the hub's pods and PodGroups (of every
+  served gang-scheduler kind), not another hub's nor unlabelled ones, logs why, writes a
+  HubLeaseExpired Event, and keeps deleting what arrives late; a renewal lifts fencing;
+- with the hub's identity partitioned (`from`) and the agent's not, the agent still fences;
+- step by step on a clock the test moves: expiry is measured from the last change the agent saw,
+  unreachability is never taken for a renewal (and is logged once, then summarised), a missing
+  Lease is nothing to fence, a Lease without a duration cannot expire.
+
+Every wait is for an event (a count, a phase, a log line) with a deadline; no wall-clock timing is
+asserted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from agenttest_support import HUB, NAMESPACE, OTHER_HUB, Member, RecordingLog, Renewer, micro_now, wait_until
+
+from federator.agent import EVENT_REASON, FenceAgent, check_hub_identity, podgroup_kinds
+from federator.clusters.client import MemberClient
+from federator.sim import kinds
+
+LEASE_SECONDS = 2
+
+
+class Running:
+    """A FenceAgent running (`run`) on the test's loop."""
+
+    def __init__(self, agent: FenceAgent) -> None:
+        self.agent = agent
+        self.stop = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(agent.run(self.stop), name="test-fence-agent")
+
+    async def close(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, 30)
+        await self.agent.close()
+
+
+@pytest.fixture
+async def log() -> RecordingLog:
+    return RecordingLog()
+
+
+@pytest.fixture
+async def running(member: Member, log: RecordingLog) -> AsyncIterator[Running]:
+    agent = await FenceAgent.from_kubeconfig(member.agent_kubeconfig, hub_identity=HUB, poll_seconds=0.1,
+                                             logger=log)
+    r = Running(agent)
+    try:
+        yield r
+    finally:
+        await r.close()
+
+
+async def dispatch(member: Member) -> dict[str, set[tuple[str, str, str]]]:
+    """What a hub-a dispatch, a hub-b dispatch and someone else's work look like in the member."""
+    a, b = await member.namespace("team-a"), await member.namespace("team-b")
+    await member.pod(a, "ps-0", hub=HUB)
+    await member.pod(b, "worker-0", hub=HUB, scheduler="default-scheduler")  # bound and Running below
+    await member.pod(b, "worker-1", hub=HUB)
+    await member.podgroup(kinds.VOLCANO_PODGROUPS, a, "gang", hub=HUB)
+    await member.podgroup(kinds.COSCHEDULING_PODGROUPS, b, "gang", hub=HUB)
+    await member.pod(a, "other-hub", hub=OTHER_HUB)
+    await member.podgroup(kinds.VOLCANO_PODGROUPS, a, "other-gang", hub=OTHER_HUB)
+    await member.pod(b, "unlabelled", hub=None)
+
+    async def worker_running() -> bool:
+        p = await member.storage.get(kinds.PODS, namespace=b, name="worker-0")
+        return bool(p["status"].get("phase") == "Running")
+
+    await wait_until("the hub's worker to run", worker_running)
+    mine = {("pod", a, "ps-0"), ("pod", b, "worker-0"), ("pod", b, "worker-1"), ("volcano", a, "gang"),
+            ("coscheduling", b, "gang")}
+    others = {("pod", a, "other-hub"), ("volcano", a, "other-gang"), ("pod", b, "unlabelled")}
+    return {"mine": mine, "others": others, "namespaces": {("ns", a, ""), ("ns", b, "")}}
+
+
+async def test_renewed_lease_keeps_everything_then_expiry_fences_and_renewal_lifts(
+        member: Member, renewer: Renewer, running: Running, log: RecordingLog) -> None:
+    agent = running.agent
+    renewer.start()
+    await wait_until("the lease", lambda: renewer.renewals >= 1)
+    made = await dispatch(member)
+    # renewed every 0.3 s: the agent sees renewal after renewal, for longer than the lease lasts
+    await wait_until("renewals seen across more than a lease duration",
+                     lambda: agent.counters.renewals_seen >= 3 * LEASE_SECONDS / renewer.every + 2)
+    assert agent.counters.expiries == 0 and not agent.fencing
+    assert made["mine"] | made["others"] <= await member.objects()
+
+    # the hub stops renewing: after leaseDuration the hub's objects go, nothing else does
+    await renewer.stop()
+
+    async def mine_gone() -> bool:
+        return not made["mine"] & await member.objects()
+
+    await wait_until("the hub's pods and PodGroups to be deleted", mine_gone)
+    expired = await wait_until("the agent to say why", lambda: log.find("hub lease expired"))
+    assert agent.fencing and agent.counters.expiries == 1
+    assert made["others"] <= await member.objects()
+    assert agent.counters.pods_deleted == 3 and agent.counters.podgroups_deleted == 2
+    assert len(expired) == 1
+    line = expired[0]
+    assert line["pods_deleted"] == 3 and line["podgroups_deleted"] == 2 and line["remaining"] == 0
+    assert line["since_last_renewal_s"] >= LEASE_SECONDS and line["lease_duration_s"] == LEASE_SECONDS
+    assert sorted(line["podgroup_kinds"]) == ["podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io"]
+    events = await wait_until("the HubLeaseExpired event", lambda: member.events(EVENT_REASON))
+    assert len(events) == 1
+    event = events[0]
+    assert event["type"] == "Warning" and event["count"] == 1
+    assert event["involvedObject"]["kind"] == "Lease" and event["involvedObject"]["name"] == HUB
+    assert event["involvedObject"]["namespace"] == NAMESPACE and event["involvedObject"]["uid"]
+    assert event["source"]["component"] == "federator-agent"
+    assert "deleted 3 pods and 2 PodGroups" in event["message"] and f"federator.dev/hub={HUB}" in event["message"]
+
+    # a dispatch that lands while the lease stays expired is deleted too, and the event says so
+    ns = next(iter(made["namespaces"]))[1]
+    await member.pod(ns, "late", hub=HUB)
+    await member.podgroup(kinds.VOLCANO_PODGROUPS, ns, "late-gang", hub=HUB)
+
+    async def late_gone() -> bool:
+        objects = await member.objects()
+        return ("pod", ns, "late") not in objects and ("volcano", ns, "late-gang") not in objects
+
+    await wait_until("the late dispatch to be deleted", late_gone)
+
+    async def event_counts_two() -> bool:
+        evs = await member.events(EVENT_REASON)
+        return len(evs) == 1 and evs[0]["count"] == 2 and "deleted 4 pods and 3 PodGroups" in evs[0]["message"]
+
+    await wait_until("the event to count the late deletions", event_counts_two)
+    assert made["others"] <= await member.objects()
+
+    # the hub renews again: fencing is lifted, and what it dispatches now stays
+    renewer.start()
+    await wait_until("fencing to be lifted", lambda: not agent.fencing)
+    assert log.find("hub lease renewed; fencing lifted") and agent.counters.lifts == 1
+    await member.pod(ns, "after", hub=HUB)
+    polls = agent.counters.polls
+    await wait_until("five more polls", lambda: agent.counters.polls >= polls + 5)
+    assert ("pod", ns, "after") in await member.objects() and not agent.fencing
+
+
+async def test_agent_fences_while_only_the_hub_is_partitioned(member: Member, renewer: Renewer,
+                                                              running: Running) -> None:
+    agent = running.agent
+    renewer.start()
+    await wait_until("the lease", lambda: renewer.renewals >= 1)
+    made = await dispatch(member)
+    await wait_until("renewals seen", lambda: agent.counters.renewals_seen >= 3)
+    # cut off the hub's identity (the admin token the renewer uses); the agent's identity still gets answers
+    member.cluster.faults.start_partition(None, source=member.cluster.token)
+    assert member.cluster.faults.partition_from == "sim-admin"
+
+    async def mine_gone() -> bool:
+        return not made["mine"] & await member.objects()
+
+    await wait_until("the hub's objects to be deleted during the partition", mine_gone)
+    assert agent.counters.unreachable == 0  # the agent itself was never cut off
+    assert renewer.failures >= 1  # the hub's renewals were
+    assert made["others"] <= await member.objects()
+    assert await member.events(EVENT_REASON)
+    member.cluster.faults.end_partition()
+    await wait_until("fencing to be lifted after the partition", lambda: not agent.fencing)
+
+
+# ---------------------------------------------------------------- step by step, on the test's clock
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _lease(member: Member, *, duration: int | None = LEASE_SECONDS) -> None:
+    spec: dict[str, Any] = {"holderIdentity": HUB, "renewTime": micro_now()}
+    if duration is not None:
+        spec["leaseDurationSeconds"] = duration
+    try:
+        current = await member.storage.get(kinds.LEASES, namespace=NAMESPACE, name=HUB)
+    except Exception:  # noqa: BLE001 - not there yet
+        await member.storage.create(kinds.LEASES, {"metadata": {"name": HUB}, "spec": spec}, namespace=NAMESPACE)
+        return
+    current["spec"] = spec
+    await member.storage.update(kinds.LEASES, current, namespace=NAMESPACE, name=HUB)
+
+
+@pytest.fixture
+async def stepped(member: Member, log: RecordingLog) -> AsyncIterator[tuple[FenceAgent, Clock]]:
+    clock = Clock()
+    client = await MemberClient.from_kubeconfig(member.agent_kubeconfig, cluster=member.cluster.name)
+    agent = FenceAgent(client=client, hub_identity=HUB, clock=clock, logger=log)
+    try:
+        yield agent, clock
+    finally:
+        await agent.close()
+
+
+async def test_expiry_counts_from_the_last_change_seen_and_unreachability_is_no_renewal(
+        member: Member, stepped: tuple[FenceAgent, Clock], log: RecordingLog) -> None:
+    agent, clock = stepped
+    ns = await member.namespace()
+    await member.pod(ns, "p", hub=HUB)
+    await _lease(member)
+    assert (await agent.step()).state == "held"  # first sighting: the clock starts now
+    clock.now += LEASE_SECONDS - 0.1
+    result = await agent.step()
+    assert result.state == "held" and result.since_change == pytest.approx(LEASE_SECONDS - 0.1)
+    await _lease(member)  # renewed: measured again from now
+    clock.now += 1.0
+    result = await agent.step()
+    assert result.state == "held" and result.since_change == 0 and agent.counters.renewals_seen == 1
+    # the member's API stops answering the agent (503s) while the hub stays silent
+    await member.cluster.faults.start_outage(600, mode="503")
+    for _ in range(3):
+        clock.now += 0.6
+        result = await agent.step()
+        assert result.state == "unreachable"
+    assert agent.counters.unreachable == 3 and len(log.find("cannot read the hub's lease")) == 1
+    await member.cluster.faults.end_outage()
+    # answered again, the lease unchanged: 1.8 s since the renewal seen plus the step now
+    clock.now += 0.3
+    result = await agent.step()
+    assert result.state == "expired" and result.since_change == pytest.approx(2.1)
+    assert result.pods_deleted == 1 and agent.counters.renewals_seen == 1
+    assert log.find("answers the agent again")[0]["failures"] == 3
+    assert ("pod", ns, "p") not in await member.objects()
+    result = await agent.step()
+    assert result.state == "expired" and result.pods_deleted == 0 and agent.counters.expiries == 1
+    await _lease(member)
+    clock.now += 0.1
+    assert (await agent.step()).state == "held" and not agent.fencing and agent.counters.lifts == 1
+
+
+async def test_a_missing_lease_is_nothing_to_fence(member: Member, stepped: tuple[FenceAgent, Clock],
+                                                   log: RecordingLog) -> None:
+    agent, clock = stepped
+    ns = await member.namespace()
+    await member.pod(ns, "p", hub=HUB)
+    for _ in range(3):
+        clock.now += 100
+        assert (await agent.step()).state == "no-lease"
+    assert len(log.find("does not exist")) == 1
+    await _lease(member)
+    assert (await agent.step()).state == "held" and log.find("the hub's lease exists")
+    clock.now += 100
+    assert (await agent.step()).state == "expired"
+    await member.storage.delete(kinds.LEASES, namespace=NAMESPACE, name=HUB)
+    await member.pod(ns, "q", hub=HUB)
+    assert (await agent.step()).state == "no-lease" and not agent.fencing
+    assert log.find("lease was deleted")
+    assert ("pod", ns, "q") in await member.objects()
+
+
+async def test_a_lease_without_a_duration_cannot_expire(member: Member, stepped: tuple[FenceAgent, Clock],
+                                                        log: RecordingLog) -> None:
+    agent, clock = stepped
+    await _lease(member, duration=None)
+    for _ in range(2):
+        clock.now += 1000
+        assert (await agent.step()).state == "held"
+    assert len(log.find("no valid leaseDurationSeconds")) == 1 and agent.counters.expiries == 0
+
+
+def test_identity_and_settings_are_checked() -> None:
+    assert check_hub_identity("federator") == "federator"
+    for bad in ("", "  ", "Hub", "a_b", "x" * 64, "-a", "a-"):
+        with pytest.raises(ValueError):
+            check_hub_identity(bad)
+    keys = {k.key for k in podgroup_kinds()}
+    assert keys == {"podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io",
+                    "podgroups.scheduling.incubator.k8s.io"}
+
+
+async def test_bad_settings_are_refused(member: Member) -> None:
+    client = await MemberClient.from_kubeconfig(member.agent_kubeconfig, cluster=member.cluster.name)
+    try:
+        with pytest.raises(ValueError, match="poll seconds"):
+            FenceAgent(client=client, hub_identity=HUB, poll_seconds=0)
+        with pytest.raises(ValueError, match="poll seconds"):
+            FenceAgent(client=client, hub_identity=HUB, poll_seconds=-1)
+        with pytest.raises(ValueError, match="namespace"):
+            FenceAgent(client=client, hub_identity=HUB, namespace="Bad_NS")
+        with pytest.raises(ValueError, match="must not be empty"):
+            FenceAgent(client=client, hub_identity="")
+    finally:
+        await client.close()
