@@ -7,8 +7,11 @@
                    (-o wide: Epoch, Priority)
     MemberCluster  cluster-scoped, short name mc, /status, columns Ready, Fabric,
                    GPUs, Age (-o wide: Free, Scheduler, Cordoned)
+    DrillReport    cluster-scoped, short name dr, no /status (the spec is the
+                   report `federator drill` stores), columns Cluster, Fault,
+                   Moved, MaxConcurrentCopies, JobsLost, Age
 
-Both validate through `federator.apis` (a 422 Invalid Status naming every bad
+All validate through `federator.apis` (a 422 Invalid Status naming every bad
 field) and publish the structural schema of `federator.apis.crd` under
 /openapi/v3, so `kubectl apply` validates against the hub and `kubectl
 explain tj.spec` works.
@@ -35,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from federator.apis import membercluster, trainingjob
+from federator.apis import drillreport, membercluster, trainingjob
 from federator.apis.common import API_GROUP, API_VERSION, ValidationSettings, split_cause
 from federator.apis.crd import KINDS, column_getter, openapi_schema
 from federator.apiserver.errors import FieldError
@@ -45,6 +48,7 @@ __all__ = [
     "HUB_GROUP",
     "HUB_VERSION",
     "MEMBER_CLEANUP_FINALIZER",
+    "drillreport_type",
     "hub_registry",
     "membercluster_type",
     "trainingjob_type",
@@ -148,12 +152,31 @@ def membercluster_type(validation: ValidationSettings | None = None) -> Resource
     )
 
 
+def drillreport_type(validation: ValidationSettings | None = None) -> ResourceType:
+    """The DrillReport kind as the hub serves it: a stored report, no status subresource."""
+    info = KINDS[drillreport.KIND]
+    return ResourceType(
+        group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
+        namespaced=False, short_names=info.short_names, categories=info.categories,
+        status_subresource=False,
+        validate=_as_field_errors(drillreport.drillreport_validator(validation)),
+        name_format="label",
+        columns=_columns(drillreport.KIND),
+        field_selectors={"spec.cluster": _string_field(".spec.cluster"),
+                         "spec.fault": _string_field(".spec.fault")},
+        openapi_schema=openapi_schema(drillreport.KIND),
+        openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
+        description=(drillreport.DrillReport.__doc__ or "").strip(),
+    )
+
+
 def hub_registry(
     validation: ValidationSettings | None = None, *, job_finalizers: Sequence[str] = ()
 ) -> Registry:
     """The kinds the hub serves. `job_finalizers` go on every new TrainingJob:
     pass only finalizers that a running controller removes."""
-    return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers)])
+    return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
+                     drillreport_type(validation)])
 
 
 def validation_settings(*, max_replicas_per_role: int, extra: Mapping[str, Any] | None = None) -> ValidationSettings:

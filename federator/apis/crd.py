@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from federator.apis import membercluster, trainingjob
+from federator.apis import drillreport, membercluster, trainingjob
 from federator.apis.common import API_GROUP, API_VERSION
 
 __all__ = [
@@ -66,6 +66,8 @@ class KindInfo:
     model: type[BaseModel]
     columns: tuple[PrinterColumn, ...]
     categories: tuple[str, ...] = ("federator",)
+    #: a /status subresource (False for a kind with no status, e.g. DrillReport)
+    status_subresource: bool = True
 
     @property
     def list_kind(self) -> str:
@@ -108,6 +110,30 @@ KINDS: Mapping[str, KindInfo] = {
             PrinterColumn("Scheduler", "string", ".spec.scheduler.name", "Gang scheduler", priority=1),
             PrinterColumn("Cordoned", "boolean", ".spec.cordoned", "No new placements", priority=1),
         ),
+    ),
+    drillreport.KIND: KindInfo(
+        kind=drillreport.KIND,
+        plural=drillreport.PLURAL,
+        singular=drillreport.SINGULAR,
+        short_names=drillreport.SHORT_NAMES,
+        namespaced=False,
+        model=drillreport.DrillReport,
+        columns=(
+            PrinterColumn("Cluster", "string", ".spec.cluster", "The faulted cluster(s)"),
+            PrinterColumn("Fault", "string", ".spec.fault", "partition, outage, node-failure or drain"),
+            PrinterColumn("Moved", "integer", ".spec.gangsMoved", "Gangs placed elsewhere"),
+            PrinterColumn("MaxConcurrentCopies", "integer", ".spec.maxConcurrentCopies",
+                          "The most clusters one job ran in at once (must be 1)"),
+            PrinterColumn("JobsLost", "integer", ".spec.jobsLost", "Jobs lost because of the drill (must be 0)"),
+            _AGE,
+            PrinterColumn("Affected", "integer", ".spec.gangsAffected", "Gangs in the faulted cluster", priority=1),
+            PrinterColumn("Duplicates", "integer", ".spec.duplicates", "Jobs seen running twice", priority=1),
+            PrinterColumn("RunningAgain", "number", ".spec.runningAgainSeconds",
+                          "Seconds until every moved gang ran again", priority=1),
+            PrinterColumn("PlanMatched", "number", ".spec.planMatched", "Share of moves the plan foresaw",
+                          priority=1),
+        ),
+        status_subresource=False,
     ),
 }
 
@@ -266,7 +292,7 @@ def crd(kind: str) -> dict[str, Any]:
                 "served": True,
                 "storage": True,
                 "schema": {"openAPIV3Schema": structural_schema(info.model)},
-                "subresources": {"status": {}},
+                **({"subresources": {"status": {}}} if info.status_subresource else {}),
                 "additionalPrinterColumns": columns,
             }],
         },

@@ -13,6 +13,7 @@ skipped. Roles and namespaces are groups:
     federator:researcher   TrainingJobs in its own namespaces only (get, list,
                            watch, create, update, patch, delete), reading
                            their status and Events there; reading MemberClusters
+                           and DrillReports
     federator:viewer       get, list and watch of everything
     ns:<namespace>         a researcher's namespace (at least one is required)
 
@@ -342,6 +343,8 @@ def authorize(
                 return True, f'researcher may read job status in namespace "{namespace}"'
         if group == FEDERATOR_GROUP and resource == "memberclusters" and not sub and verb in READ_VERBS:
             return True, "researchers may read member clusters"
+        if group == FEDERATOR_GROUP and resource == "drillreports" and not sub and verb in READ_VERBS:
+            return True, "researchers may read drill reports"
         if group == "" and resource == "events" and namespace in own and verb in READ_VERBS:
             return True, f'researcher may read events in namespace "{namespace}"'
     why = _forbidden_reason(principal, verb=verb, group=group, resource=resource, subresource=sub,

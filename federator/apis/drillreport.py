@@ -1,0 +1,250 @@
+"""DrillReport (federator.dev/v1alpha1, cluster-scoped, short name dr): what one failover drill measured.
+
+`federator drill` injects a fault into one member cluster (or several: a
+partition of every cluster at once), watches the federation while it lasts
+and settles, and stores what it saw as a DrillReport, so that `federator
+drill list|show` and `kubectl get dr` read it back. The spec *is* the report:
+
+- the issue's figures, under exactly their names: cluster, fault,
+  gangsAffected, gangsMoved, gangsUnplaceable, detectSeconds,
+  redispatchSeconds, runningAgainSeconds, jobsLost, maxConcurrentCopies,
+  duplicates, stalePodsKilled, planMatched (the `-o json` of a drill is
+  these keys only);
+- when and how the drill ran: mode (simulated: the drill injected the fault
+  through the simulator's fault API; real: an operator did), durationSeconds,
+  startedAt, finishedAt, samples and unansweredReads (how well it could see);
+- the dry-run plan it started from (`plan`: for, generatedAt, movable,
+  unplaceable) and one outcome per affected gang (`gangs`, at most
+  MAX_GANGS, the rest counted in gangsOmitted), and free-text notes.
+
+A DrillReport has no status (nothing reconciles it). Bottom layer: pydantic
+and stdlib only, no I/O; validation never changes the submitted object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+
+from federator.apis.common import (
+    ApiModel,
+    DNSLabel,
+    FieldError,
+    ObjectMeta,
+    Timestamp,
+    ValidationSettings,
+    dns1123_label_errors,
+    errors_from_validation,
+    finish_errors,
+    metadata_errors,
+    parse_time,
+    raise_semantic,
+)
+
+__all__ = [
+    "FAULTS",
+    "FIGURES",
+    "KIND",
+    "MAX_CLUSTERS",
+    "MAX_GANGS",
+    "PLURAL",
+    "SHORT_NAMES",
+    "SINGULAR",
+    "DrillFault",
+    "DrillPlanSummary",
+    "DrillReport",
+    "DrillReportSpec",
+    "GangOutcome",
+    "drillreport_validator",
+    "validate_drillreport",
+]
+
+KIND = "DrillReport"
+PLURAL = "drillreports"
+SINGULAR = "drillreport"
+SHORT_NAMES = ("dr",)
+
+DrillFault = Literal["partition", "outage", "node-failure", "drain"]
+FAULTS: tuple[str, ...] = ("partition", "outage", "node-failure", "drain")
+
+#: The report's figures as the issue names them: `federator drill -o json` prints exactly these keys.
+FIGURES: tuple[str, ...] = (
+    "cluster", "fault", "gangsAffected", "gangsMoved", "gangsUnplaceable", "detectSeconds", "redispatchSeconds",
+    "runningAgainSeconds", "jobsLost", "maxConcurrentCopies", "duplicates", "stalePodsKilled", "planMatched",
+)
+
+#: Per-gang outcomes kept in one report; the rest are counted in gangsOmitted.
+MAX_GANGS = 1000
+#: Clusters one drill may fault at once (spec.cluster lists them, comma-separated).
+MAX_CLUSTERS = 64
+#: Upper bound of every duration in a report (a week): larger is a typo or a clock jump.
+MAX_SECONDS = 7 * 24 * 3600.0
+_MAX_COUNT = 10_000_000
+_MAX_TEXT = 4096
+
+Count = Annotated[StrictInt, Field(ge=0, le=_MAX_COUNT)]
+Seconds = Annotated[StrictFloat, Field(ge=0, le=MAX_SECONDS)]
+Name = Annotated[StrictStr, Field(min_length=1, max_length=253)]
+
+GangOutcomeKind = Literal["moved", "stayed", "unplaceable", "failedByPolicy", "lost", "finished"]
+
+
+class GangOutcome(ApiModel):
+    """What became of one gang that was in a faulted cluster when the fault began."""
+
+    namespace: Name
+    name: Name
+    uid: StrictStr | None = Field(default=None, max_length=128)
+    from_cluster: DNSLabel = Field(alias="fromCluster")
+    from_epoch: StrictInt = Field(alias="fromEpoch", ge=0)
+    planned_target: DNSLabel | None = Field(
+        default=None, alias="plannedTarget", description="Where the dry-run plan said the gang would go.")
+    cluster: DNSLabel | None = Field(default=None, description="Where the gang was at the end of the drill.")
+    epoch: StrictInt | None = Field(default=None, ge=0)
+    outcome: GangOutcomeKind = Field(
+        description="moved (placed elsewhere at a higher epoch), stayed, unplaceable (left, placed nowhere), "
+                    "failedByPolicy (onClusterLoss fail, maxRequeues), lost, finished (succeeded meanwhile).")
+    placed_seconds: Seconds | None = Field(
+        default=None, alias="placedSeconds", description="From the fault's start to placed elsewhere.")
+    running_seconds: Seconds | None = Field(
+        default=None, alias="runningSeconds", description="From the fault's start to running elsewhere.")
+    message: StrictStr = Field(default="", max_length=_MAX_TEXT)
+
+
+class DrillPlanSummary(ApiModel):
+    """The dry-run failover plan the drill fetched before it injected the fault."""
+
+    for_: Literal["loss", "drain"] = Field(alias="for")
+    generated_at: Timestamp | None = Field(default=None, alias="generatedAt")
+    movable: Count = 0
+    unplaceable: Count = 0
+
+
+class DrillReportSpec(ApiModel):
+    """The report of one drill (see the module docstring for what each group of fields means)."""
+
+    cluster: StrictStr = Field(
+        max_length=MAX_CLUSTERS * 64,
+        description="The faulted cluster, or several joined by commas (a partition of many at once).")
+    fault: DrillFault
+    mode: Literal["simulated", "real"] = Field(
+        default="simulated",
+        description="simulated: injected through the simulator's fault API; real: done by an operator.")
+    gangs_affected: Count = Field(alias="gangsAffected", description="Gangs in the faulted cluster at the start.")
+    gangs_moved: Count = Field(alias="gangsMoved", description="Affected gangs placed elsewhere at a higher epoch.")
+    gangs_unplaceable: Count = Field(alias="gangsUnplaceable",
+                                     description="Affected gangs that left and fit nowhere else.")
+    detect_seconds: Seconds | None = Field(
+        alias="detectSeconds", description="Fault start to the cluster's Lost condition (drain: first gang moving).")
+    redispatch_seconds: Seconds | None = Field(
+        alias="redispatchSeconds", description="Fault start to every moved gang placed elsewhere.")
+    running_again_seconds: Seconds | None = Field(
+        alias="runningAgainSeconds", description="Fault start to every moved gang running again.")
+    jobs_lost: Count = Field(alias="jobsLost",
+                             description="Jobs that vanished or failed because of the drill (policy fail aside).")
+    max_concurrent_copies: Count = Field(
+        alias="maxConcurrentCopies", description="The most clusters one job had running pods in at one sample.")
+    duplicates: Count = Field(description="Jobs seen running in two clusters at once.")
+    stale_pods_killed: Count = Field(alias="stalePodsKilled",
+                                     description="Old copies' pods deleted by the fence agent or the hub's GC.")
+    plan_matched: Annotated[StrictFloat, Field(ge=0, le=1)] | None = Field(
+        alias="planMatched", description="Share of moved gangs that went where the plan said (1 when none moved).")
+    duration_seconds: Seconds = Field(alias="durationSeconds", description="How long the fault was held.")
+    started_at: Timestamp = Field(alias="startedAt")
+    finished_at: Timestamp = Field(alias="finishedAt")
+    samples: Count = Field(default=0, description="Observations of hub and members (every 0.5 s).")
+    unanswered_reads: Count = Field(
+        default=0, alias="unansweredReads",
+        description="Member reads that got no answer (recorded as unknown, never as zero pods).")
+    plan: DrillPlanSummary | None = None
+    gangs: list[GangOutcome] | None = Field(default=None, max_length=MAX_GANGS)
+    gangs_omitted: Count = Field(default=0, alias="gangsOmitted",
+                                 description="Affected gangs beyond the gangs list's bound.")
+    notes: list[Annotated[StrictStr, Field(max_length=1024)]] | None = Field(default=None, max_length=32)
+
+
+class DrillReport(ApiModel):
+    """The report of one failover drill: what was faulted, what moved, how fast, and whether any job ran twice."""
+
+    api_version: Literal["federator.dev/v1alpha1"] = Field(default="federator.dev/v1alpha1", alias="apiVersion")
+    kind: Literal["DrillReport"] = "DrillReport"
+    metadata: ObjectMeta
+    spec: DrillReportSpec
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> DrillReport:
+        raise_semantic(_semantic_errors(self.model_dump(by_alias=True, exclude_none=True)))
+        return self
+
+
+def _semantic_errors(obj: Mapping[str, Any]) -> list[FieldError]:
+    """Rules across fields, with exact paths. Tolerates any shape (it runs on raw input too)."""
+    errors = metadata_errors(obj.get("metadata"), namespaced=False)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return errors
+    cluster = spec.get("cluster")
+    if isinstance(cluster, str):
+        names = cluster.split(",")
+        if len(names) > MAX_CLUSTERS:
+            errors.append(("spec.cluster", f"Invalid value: {len(names)} clusters: at most {MAX_CLUSTERS}"))
+        for name in names:
+            problems = dns1123_label_errors(name)
+            if problems:
+                shown = name if len(name) <= 64 else name[:64] + "..."
+                errors.append(("spec.cluster", f"Invalid value: {shown!r}: each comma-separated cluster name: "
+                                               f"{problems[0]}"))
+                break
+    counts = {key: spec.get(key) for key in ("gangsAffected", "gangsMoved", "gangsUnplaceable")}
+    if all(type(v) is int for v in counts.values()):
+        affected, moved, unplaceable = counts["gangsAffected"], counts["gangsMoved"], counts["gangsUnplaceable"]
+        assert isinstance(affected, int) and isinstance(moved, int) and isinstance(unplaceable, int)
+        if moved + unplaceable > affected:
+            errors.append(("spec.gangsMoved", f"Invalid value: {moved}: gangsMoved + gangsUnplaceable "
+                                              f"({moved + unplaceable}) may not exceed gangsAffected ({affected})"))
+    started, finished = spec.get("startedAt"), spec.get("finishedAt")
+    if isinstance(started, str) and isinstance(finished, str):
+        try:
+            if parse_time(finished) < parse_time(started):
+                errors.append(("spec.finishedAt", f"Invalid value: {finished!r}: must not be before startedAt"))
+        except ValueError:
+            pass  # the field's own validation reports the malformed timestamp
+    gangs = spec.get("gangs")
+    if isinstance(gangs, list) and type(spec.get("gangsAffected")) is int:
+        omitted = spec.get("gangsOmitted", 0)
+        listed = len(gangs) + (omitted if type(omitted) is int else 0)
+        if listed > spec["gangsAffected"]:
+            errors.append(("spec.gangs", f"Invalid value: {listed} gangs listed or omitted: more than "
+                                         f"gangsAffected ({spec['gangsAffected']})"))
+    return errors
+
+
+def validate_drillreport(
+    obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
+) -> list[FieldError]:
+    """Every problem with a DrillReport, as (field path, message); empty when it is valid."""
+    settings = settings or ValidationSettings()
+    if not isinstance(obj, Mapping):
+        return [("", "Invalid value: must be a JSON object")]
+    errors: list[FieldError] = []
+    try:
+        DrillReport.model_validate(obj, context={"settings": settings})
+    except ValidationError as exc:
+        errors += errors_from_validation(exc, model=DrillReport)
+    errors += _semantic_errors(obj)
+    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+
+
+def drillreport_validator(
+    settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
+) -> Callable[[dict[str, Any]], list[FieldError]]:
+    """The apiserver's `ResourceType.validate` hook for DrillReport under `settings` (generic metadata
+    checks left to the API server, as for the other kinds)."""
+    chosen = settings or ValidationSettings()
+
+    def validate(obj: dict[str, Any]) -> list[FieldError]:
+        return validate_drillreport(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
+
+    return validate
