@@ -42,12 +42,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from federator import __version__
-from federator.apiserver.app import build_api_app
+from federator.apiserver.app import Subresource, SubresourceRequest, build_api_app, json_response
 from federator.apiserver.auth import TokenAuthenticator, TokenFileError, auth_middleware
-from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError
+from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError, bad_request, not_found, service_unavailable
 from federator.apiserver.registry import JSONObject
 from federator.apiserver.storage import ObjectStorage
-from federator.controllers.context import ControllerFactory, HubContext, HubSettings
+from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.gcpolicy import server_gc
 from federator.devcerts import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
@@ -98,6 +98,8 @@ def hub_controllers() -> list[ControllerFactory]:
     controllers.append(stuck_gangs)
     from federator.controllers.failover import cluster_failover
     controllers.append(cluster_failover)
+    from federator.controllers.drain import cluster_drain
+    controllers.append(cluster_drain)
     from federator.controllers.cleanup import member_cleanup
     controllers.append(member_cleanup)
     return controllers
@@ -208,6 +210,23 @@ class HubState:
 HUB_STATE: web.AppKey[HubState] = web.AppKey("federator_hub_state", HubState)
 
 
+async def _failover_plan(state: HubState, req: SubresourceRequest) -> web.StreamResponse:
+    """GET memberclusters/{name}/failoverplan[?for=loss|drain]: where the cluster's gangs would go now."""
+    from federator.controllers.drain import failover_plan
+
+    purpose = req.request.query.get("for", "loss")
+    if purpose not in ("loss", "drain"):
+        raise bad_request(f'for: Unsupported value: "{purpose[:64]}": supported values: "loss", "drain"')
+    rt = state.context.kind("MemberCluster")
+    await req.storage.get(rt, namespace=None, name=req.name)  # 404 for an unknown cluster
+    if not state.leading.is_set() or "member_syncs" not in state.context.shared:
+        raise service_unavailable("this hub does not lead: its controllers (and the member snapshots a plan "
+                                  "needs) run on the leader; ask it", retry_after_seconds=5)
+    if req.name not in state.context.shared["member_syncs"]:
+        raise not_found(rt, req.name)
+    return json_response(failover_plan(state.context, req.name, purpose=purpose))
+
+
 def hub_state(app: web.Application) -> HubState:
     return app[HUB_STATE]
 
@@ -250,6 +269,9 @@ def build_hub_app(
         version_info={"federatorVersion": __version__},
         max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics,
         start_storage=False,
+        subresources=[Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="memberclusters",
+                                  name="failoverplan", kind="FailoverPlan", verbs=("get",),
+                                  handler=lambda req: _failover_plan(state, req))],
     )
     app[HUB_STATE] = state
 
@@ -565,6 +587,38 @@ class _Plan:
     dev_tokens: dict[str, str] | None
     clusters_dir: Path | None
     kubeconfig_dir: Path
+    #: HubSettings.extra knobs from the failover flags
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+
+def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
+    """HubSettings.extra from `federator up`'s failover flags; ValueError naming the flag when one is wrong."""
+    from federator.apis.common import parse_duration_seconds
+
+    def duration(flag: str, attribute: str, default: str) -> float:
+        value = getattr(args, attribute, None) or default
+        try:
+            return parse_duration_seconds(value)
+        except ValueError as e:
+            raise ValueError(f"{flag} {value!r}: {e}") from None
+
+    def number(flag: str, attribute: str, default: str, *, low: float, high: float) -> float:
+        value = getattr(args, attribute, None) or default
+        try:
+            parsed = float(value)
+        except ValueError:
+            raise ValueError(f"{flag} {value!r}: not a number") from None
+        if not low <= parsed <= high:
+            raise ValueError(f"{flag} {value!r}: must be between {low:g} and {high:g}")
+        return parsed
+
+    return {
+        "cluster_loss_grace_seconds": duration("--cluster-loss-grace", "cluster_loss_grace", "60s"),
+        "member_lease_duration_seconds": duration("--member-lease-duration", "member_lease_duration", "15s"),
+        "member_lease_margin_seconds": duration("--lease-margin", "lease_margin", "5s"),
+        "mass_loss_threshold": number("--mass-loss-threshold", "mass_loss_threshold", "0.5", low=0.0, high=1.0),
+        "failover_rate": number("--failover-rate", "failover_rate", "20", low=0.01, high=100_000.0),
+    }
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
@@ -602,9 +656,10 @@ def _plan(args: argparse.Namespace) -> _Plan:
     clusters_dir = Path(clusters) if clusters else None
     if clusters_dir is not None:
         read_registrations(clusters_dir)  # malformed files fail before anything starts
+    knobs = failover_knobs(args)
     return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
-                 kubeconfig_dir=state_dir)
+                 kubeconfig_dir=state_dir, knobs=knobs)
 
 
 def default_store_url(state_dir: Path) -> str:
@@ -645,7 +700,7 @@ async def _serve(plan: _Plan) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    settings = HubSettings(state_dir=plan.state_dir, extra={"clusters_dir": plan.clusters_dir})
+    settings = HubSettings(state_dir=plan.state_dir, extra={"clusters_dir": plan.clusters_dir, **plan.knobs})
     authenticator = TokenAuthenticator.from_file(plan.token_file, logger=get_logger("hub.auth"))
     app = build_hub_app(settings, store_url=plan.store_url, controllers=hub_controllers(),
                         authenticator=authenticator, clusters_dir=plan.clusters_dir)

@@ -200,10 +200,12 @@ class HubClient:
         return HubError(f"error: request to the hub at {where} failed: {type(error).__name__}")
 
     async def request(self, method: str, path: str, *, body: Any = None,
-                      params: Mapping[str, str] | None = None) -> JSONObject:
-        """One request; the decoded JSON answer, or HubError."""
+                      params: Mapping[str, str] | None = None,
+                      content_type: str = "application/json") -> JSONObject:
+        """One request; the decoded JSON answer, or HubError. A PATCH names its kind in `content_type`
+        (application/merge-patch+json, application/json-patch+json...)."""
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        headers = {"Content-Type": content_type} if data is not None else None
         try:
             async with self.session.request(
                 method, self.connection.server + path, data=data, headers=headers, params=params,

@@ -770,3 +770,30 @@ def split_cause(message: str) -> tuple[str, str]:
         if message.startswith(prefix + ": "):
             return reason, message[len(prefix) + 2:]
     return "FieldValueInvalid", message
+
+
+#: Upper bound of a duration given on a command line or flag (a week): larger is a typo.
+MAX_DURATION_SECONDS = 7 * 86_400.0
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration_seconds(text: str, *, allow_zero: bool = False) -> float:
+    """Seconds from a duration like kubectl's: "90", "90s", "1.5m", "2h", "500ms" (a bare number is
+    seconds). ValueError saying what is wrong for anything else, a negative or an absurd value."""
+    value = str(text).strip().lower()
+    number, unit = value, "s"
+    for suffix in ("ms", "s", "m", "h"):
+        if value.endswith(suffix):
+            number, unit = value[: -len(suffix)], suffix
+            break
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        raise ValueError("not a duration (examples: 30s, 2m, 1h, 90)") from None
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ValueError("not a duration (examples: 30s, 2m, 1h, 90)")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"must be {'zero or ' if allow_zero else ''}more than zero")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError("longer than a week")
+    return seconds

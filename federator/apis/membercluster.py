@@ -73,11 +73,14 @@ __all__ = [
     "ClusterCapacity",
     "ClusterCredentials",
     "ClusterDataset",
+    "ClusterDrain",
     "ClusterFailover",
     "ClusterLocation",
     "ClusterNetwork",
     "ClusterScheduler",
     "Connection",
+    "DrainStatus",
+    "DrainedGang",
     "GpuCount",
     "MemberCluster",
     "MemberClusterSpec",
@@ -322,6 +325,17 @@ class ClusterFailover(ApiModel):
     )
 
 
+#: Upper bound of a drain's concurrency.
+MAX_DRAIN_CONCURRENCY = 1000
+
+
+class ClusterDrain(ApiModel):
+    """A drain in progress: the hub moves the cluster's gangs elsewhere whole, this many at a time."""
+
+    max_concurrent: StrictInt = Field(default=5, alias="maxConcurrent", ge=1, le=MAX_DRAIN_CONCURRENCY,
+                                      description="Gangs moving at the same time.")
+
+
 class MemberClusterSpec(ApiModel):
     """The registration of a member cluster."""
 
@@ -341,6 +355,8 @@ class MemberClusterSpec(ApiModel):
     )
     cordoned: StrictBool = Field(default=False, description="While true no new gang is placed here.")
     failover: ClusterFailover | None = None
+    drain: ClusterDrain | None = Field(
+        default=None, description="Set by `federator cluster drain`: move every gang elsewhere (implies cordoned).")
 
     @field_validator("cost_per_gpu_hour")
     @classmethod
@@ -371,6 +387,28 @@ class ClusterCapacity(ApiModel):
     )
 
 
+class DrainedGang(ApiModel):
+    """A gang a drain could not move: it fits nowhere else now."""
+
+    namespace: Annotated[StrictStr, Field(max_length=253)]
+    name: Annotated[StrictStr, Field(max_length=253)]
+    reason: Annotated[StrictStr, Field(max_length=128)]
+    message: Annotated[StrictStr, Field(max_length=4096)]
+
+
+class DrainStatus(ApiModel):
+    """How a drain is going (written by the hub's drain controller)."""
+
+    phase: Literal["Draining", "Complete", "Stuck"]
+    gangs: StrictInt = Field(default=0, ge=0, description="Gangs in the cluster when the drain started.")
+    moved: StrictInt = Field(default=0, ge=0)
+    moving: StrictInt = Field(default=0, ge=0)
+    remaining: StrictInt = Field(default=0, ge=0)
+    unplaceable: list[DrainedGang] | None = Field(default=None, max_length=1024)
+    started_at: Timestamp | None = Field(default=None, alias="startedAt")
+    finished_at: Timestamp | None = Field(default=None, alias="finishedAt")
+
+
 class MemberClusterStatus(ApiModel):
     """What the hub observes of the member."""
 
@@ -393,6 +431,7 @@ class MemberClusterStatus(ApiModel):
         description="Member resourceVersion last seen per resource, e.g. nodes, pods, podgroups.<group>.",
     )
     sync_lag_seconds: StrictFloat | None = Field(default=None, alias="syncLagSeconds", ge=0)
+    drain: DrainStatus | None = None
     observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
 
 

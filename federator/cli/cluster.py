@@ -1,7 +1,9 @@
-"""`federator cluster add | list | remove`: member cluster registrations on the hub (admin).
+"""`federator cluster add | list | remove | cordon | uncordon | drain`: member clusters on the hub (admin).
 
     federator cluster add NAME --kubeconfig FILE ... | cluster add -f FILE
     federator cluster list | cluster remove NAME
+    federator cluster cordon NAME... | cluster uncordon NAME...
+    federator cluster drain NAME [--max-concurrent N] [--timeout D]
 
 `register` builds the `cluster` group from `_SUBCOMMANDS`: a new subcommand
 is a function that adds its parser to the group, listed there (the group's
@@ -13,6 +15,7 @@ prints what it reads. This module imports no other command module of the CLI.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import os
 import sys
@@ -28,9 +31,12 @@ from federator.cli.common import (
     check_kind,
     cmd_get,
     hub_flags,
+    parse_duration,
     read_documents,
+    render_table,
     run_on_hub,
 )
+from federator.apis.membercluster import MAX_DRAIN_CONCURRENCY
 from federator.hubclient import API_GROUP, HubClient, HubError, JSONObject, clusters_path
 
 # ---------------------------------------------------------------- add
@@ -214,6 +220,96 @@ def _cmd_cluster_remove(args: argparse.Namespace) -> int:
     return run_on_hub(args, work)
 
 
+# ---------------------------------------------------------------- cordon, uncordon, drain
+
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+def _cmd_cluster_cordon(args: argparse.Namespace) -> int:
+    cordon = args.cluster_command == "cordon"
+    # uncordon also ends a drain: the cluster takes new gangs again
+    patch: JSONObject = {"spec": {"cordoned": True}} if cordon else {"spec": {"cordoned": False, "drain": None}}
+
+    async def work(client: HubClient) -> int:
+        failures = 0
+        for name in args.names:
+            try:
+                await client.request("PATCH", clusters_path(name), body=patch, content_type=_MERGE_PATCH)
+            except HubError as e:
+                if e.code == 0:
+                    raise
+                print(str(e), file=sys.stderr)
+                failures += 1
+                continue
+            print(f"membercluster.{API_GROUP}/{name} {'cordoned' if cordon else 'uncordoned'}", flush=True)
+        return 1 if failures else 0
+
+    return run_on_hub(args, work)
+
+
+def _drain_progress(name: str, drain: JSONObject, elapsed: float) -> str:
+    return (f"draining {name}: {drain.get('moved', 0)}/{drain.get('gangs', 0)} gangs moved, "
+            f"{drain.get('moving', 0)} moving, {drain.get('remaining', 0)} left, "
+            f"{len(drain.get('unplaceable') or [])} fit nowhere now ({elapsed:.0f}s)")
+
+
+def _cmd_cluster_drain(args: argparse.Namespace) -> int:
+    try:
+        timeout = parse_duration(args.timeout, flag="--timeout")
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not 1 <= args.max_concurrent <= MAX_DRAIN_CONCURRENCY:
+        print(f"error: --max-concurrent {args.max_concurrent}: must be between 1 and {MAX_DRAIN_CONCURRENCY}",
+              file=sys.stderr)
+        return 2
+    patch = {"spec": {"cordoned": True, "drain": {"maxConcurrent": args.max_concurrent}}}
+    tty = sys.stderr.isatty()
+
+    async def work(client: HubClient) -> int:
+        await client.request("PATCH", clusters_path(args.name), body=patch, content_type=_MERGE_PATCH)
+        print(f"membercluster.{API_GROUP}/{args.name} cordoned; draining at most {args.max_concurrent} gangs at "
+              "a time (Ctrl-C stops watching; `federator cluster uncordon` stops the drain)", flush=True)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        last_line, last_printed = "", 0.0
+        drain: JSONObject = {}
+        while True:
+            obj = await client.request("GET", clusters_path(args.name))
+            drain = ((obj.get("status") or {}).get("drain")) or {}
+            now = loop.time()
+            phase = drain.get("phase")
+            line = _drain_progress(args.name, drain, now - started) if drain else \
+                f"draining {args.name}: waiting for the hub to start ({now - started:.0f}s)"
+            if tty:
+                print("\r" + line.ljust(len(last_line)), end="", file=sys.stderr, flush=True)
+            elif line.split(" (")[0] != last_line.split(" (")[0] or now - last_printed >= 5:
+                print(line, file=sys.stderr, flush=True)
+                last_printed = now
+            last_line = line
+            if phase in ("Complete", "Stuck") or now - started >= timeout:
+                break
+            await asyncio.sleep(0.5)
+        if tty:
+            print(file=sys.stderr)
+        unplaceable = drain.get("unplaceable") or []
+        if drain.get("phase") == "Complete":
+            print(f"drained {args.name}: {drain.get('moved', 0)} gangs moved", flush=True)
+            return 0
+        if unplaceable:
+            print(f"{len(unplaceable)} gangs fit nowhere else now and stay in {args.name} (the hub keeps trying):",
+                  flush=True)
+            print(render_table(["NAMESPACE", "NAME", "REASON", "WHY NOT"],
+                               [[str(u.get("namespace", "")), str(u.get("name", "")), str(u.get("reason", "")),
+                                 str(u.get("message", ""))] for u in unplaceable]), flush=True)
+        if drain.get("phase") != "Stuck":
+            print(f"error: the drain of {args.name} did not finish within {args.timeout} "
+                  f"({drain.get('remaining', '?')} gangs left); it goes on in the hub", file=sys.stderr)
+        return 1
+
+    return run_on_hub(args, work)
+
+
 # ---------------------------------------------------------------- registration
 
 
@@ -263,12 +359,38 @@ def _add_remove(csub: Any) -> None:
 
 
 #: the subcommands of `federator cluster`, in the order `--help` lists them
-_SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (_add_add, _add_list, _add_remove)
+def _add_cordon(csub: Any) -> None:
+    for verb, text in (("cordon", "stop placing new gangs in clusters (running gangs stay)"),
+                       ("uncordon", "let clusters take new gangs again (and stop a drain)")):
+        p = csub.add_parser(verb, help=text, description=f"{text[0].upper()}{text[1:]}: sets spec.cordoned.")
+        p.add_argument("names", nargs="+", metavar="NAME")
+        hub_flags(p)
+        p.set_defaults(handler=_cmd_cluster_cordon)
+
+
+def _add_drain(csub: Any) -> None:
+    p = csub.add_parser(
+        "drain", help="move a cluster's gangs elsewhere, whole, a few at a time",
+        description="Cordon the cluster and move every gang in it to another cluster, at most --max-concurrent "
+                    "at a time. Each gang's new home is decided and reserved before its pods in this cluster "
+                    "are deleted, and it starts there only once they are gone. Prints progress until the drain "
+                    "completes, or only gangs that fit nowhere else are left (listed with why), or --timeout.",
+        epilog="Example: federator cluster drain onprem-rdma-a100 --max-concurrent 5 --timeout 10m",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--max-concurrent", type=int, default=5, metavar="N", help="gangs moving at once (default: 5)")
+    p.add_argument("--timeout", default="10m", metavar="DURATION",
+                   help="stop watching after this long; the drain goes on in the hub (default: 10m)")
+    hub_flags(p)
+    p.set_defaults(handler=_cmd_cluster_drain)
+
+
+_SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (_add_add, _add_list, _add_remove, _add_cordon, _add_drain)
 
 
 def register(sub: Any) -> None:
     """Add the `cluster` group and its subcommands to the `federator` parser."""
-    cluster = sub.add_parser("cluster", help="register, list and remove member clusters (admin)",
+    cluster = sub.add_parser("cluster", help="register, list, remove, cordon and drain member clusters (admin)",
                              description="Manage MemberCluster registrations on the hub.")
     csub = cluster.add_subparsers(dest="cluster_command")
     csub.required = True

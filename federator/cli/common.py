@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from federator.apis.common import parse_duration_seconds
 from federator.hubclient import (
     API_GROUP,
     API_VERSION,
@@ -91,31 +92,13 @@ async def _with_client(connection: HubConnection, timeout: float, work: Callable
         return await work(client)
 
 
-#: Upper bound of a duration given on the command line (a week): larger is a typo.
-MAX_DURATION_SECONDS = 7 * 86_400.0
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(text: str, *, flag: str, allow_zero: bool = False) -> float:
     """Seconds from a duration like kubectl's: "90", "90s", "1.5m", "2h", "500ms" (a bare number is seconds).
     Raises InputError naming the flag for anything else, a negative or absurd value."""
-    value = text.strip().lower()
-    number, unit = value, "s"
-    for suffix in ("ms", "s", "m", "h"):
-        if value.endswith(suffix):
-            number, unit = value[: -len(suffix)], suffix
-            break
     try:
-        seconds = float(number) * _DURATION_UNITS[unit]
-    except ValueError:
-        raise InputError(f"{flag} {text!r}: not a duration (examples: 30s, 2m, 1h, 90)") from None
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        raise InputError(f"{flag} {text!r}: not a duration (examples: 30s, 2m, 1h, 90)")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise InputError(f"{flag} {text!r}: must be {'zero or ' if allow_zero else ''}more than zero")
-    if seconds > MAX_DURATION_SECONDS:
-        raise InputError(f"{flag} {text!r}: longer than a week")
-    return seconds
+        return parse_duration_seconds(text, allow_zero=allow_zero)
+    except ValueError as e:
+        raise InputError(f"{flag} {text!r}: {e}") from None
 
 
 def namespace_of(args: argparse.Namespace, client: HubClient) -> str:
@@ -290,6 +273,17 @@ def _object_path(kind: str, namespace: str | None, name: str) -> str:
     return jobs_path(namespace, name) if kind == "TrainingJob" else clusters_path(name)
 
 
+def warn_hub_partitioned(clusters: Sequence[JSONObject]) -> None:
+    """One line on stderr when the hub judges itself cut off (Lost conditions with reason HubPartitioned)."""
+    held = sorted(str((c.get("metadata") or {}).get("name")) for c in clusters
+                  if any(isinstance(x, dict) and x.get("type") == "Lost" and x.get("reason") == "HubPartitioned"
+                         for x in (c.get("status") or {}).get("conditions") or ()))
+    if held:
+        print(f"warning: {len(held)} of {len(clusters)} clusters were lost at once ({', '.join(held)}): the hub "
+              "assumes it is itself cut off and fails nothing over until contact returns", file=sys.stderr,
+              flush=True)
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     """`federator get jobs|clusters` and `federator cluster list`: a table, JSON/YAML or names; -w watches."""
     kind = RESOURCES[args.resource]
@@ -325,6 +319,8 @@ def cmd_get(args: argparse.Namespace) -> int:
                 print(f"{kind.lower()}.{API_GROUP}/{(item.get('metadata') or {}).get('name')}", flush=True)
         elif items:
             printer.print_all(items)
+            if kind == "MemberCluster":
+                warn_hub_partitioned(items)
         elif not args.watch:
             where = "" if namespace is None else f" in {namespace} namespace"
             print(f"No resources found{where}.", file=sys.stderr)

@@ -50,6 +50,23 @@ def register(sub: Any) -> None:
                         "(real clusters: no simulated clusters are started)")
     p.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
                    help="log verbosity (default: info)")
+    failover = p.add_argument_group("failover (docs/failover.md)")
+    failover.add_argument("--cluster-loss-grace", default="60s", metavar="DURATION",
+                          help="a cluster out of contact this long, from its first failed contact, is Lost and its "
+                               "gangs fail over; a MemberCluster's spec.failover.gracePeriodSeconds overrides it "
+                               "(default: 60s)")
+    failover.add_argument("--member-lease-duration", default="15s", metavar="DURATION",
+                          help="leaseDurationSeconds of the fencing Lease the hub renews in every member (every "
+                               "third of it); the member's `federator agent` deletes this hub's pods when it is not "
+                               "renewed that long (default: 15s)")
+    failover.add_argument("--lease-margin", default="5s", metavar="DURATION",
+                          help="added to the lease before a lost cluster's gangs start elsewhere: the agent's poll "
+                               "interval, its deletes and clock-rate drift (default: 5s)")
+    failover.add_argument("--mass-loss-threshold", default="0.5", metavar="FRACTION",
+                          help="when at least this share of the clusters (and at least 2) are lost within one grace "
+                               "window, the hub assumes it is itself cut off and moves nothing (default: 0.5)")
+    failover.add_argument("--failover-rate", default="20", metavar="GANGS_PER_SECOND",
+                          help="at most this many gangs fail over per second (default: 20)")
     from federator.devclusters import add_arguments as add_devcluster_arguments
 
     add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-run-seconds

@@ -94,7 +94,7 @@ def cluster_info(spec: Mapping[str, Any], *, healthy: bool) -> ClusterInfo:
         labels={str(k): str(v) for k, v in (spec.get("labels") or {}).items()},
         cost_per_gpu_hour=float(spec.get("costPerGpuHour") or 0.0),
         datasets=datasets,
-        cordoned=spec.get("cordoned") is True,
+        cordoned=spec.get("cordoned") is True or isinstance(spec.get("drain"), Mapping),
         healthy=healthy,
     )
 

@@ -12,7 +12,9 @@ that member sync holds for the cluster. An object that already exists with
 the same job uid and epoch counts as created, so a re-dispatch after a crash
 creates nothing twice; a pod of an *older* epoch of the same job blocks its
 name (pod names are a per-cluster lock across epochs) and is deleted first,
-then the create is retried for a while.
+then the create is retried for a while. A gang moved by a drain
+(status.placement.previous) starts only once its previous copy is gone
+from its old cluster (`wait_for_previous`).
 
 A failed dispatch (member unreachable, a 4xx/5xx, a foreign object in the
 way) deletes what this epoch created (best effort; leftovers are orphans the
@@ -52,7 +54,8 @@ from typing import Any
 
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
-from federator.controllers.cleanup import fence_pending
+from federator.controllers.cleanup import delete_member_objects, fence_pending
+from federator.controllers.status_sync import MEMBER_OBJECTS, MemberObjects
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     JOB_KIND,
@@ -309,6 +312,63 @@ class Dispatcher:
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
 
+    def _previous_copy(self, job: Mapping[str, Any], *, cluster: str) -> tuple[str, int, list[Any]] | None:
+        """(cluster, epoch, objects still there) of a moved gang's previous copy (status.placement.previous,
+        written by a drain), or None when there is none to wait for."""
+        previous = ((job.get("status") or {}).get("placement") or {}).get("previous")
+        if not isinstance(previous, Mapping):
+            return None
+        old_cluster, old_epoch = previous.get("cluster"), previous.get("epoch")
+        if not isinstance(old_cluster, str) or old_cluster == cluster or type(old_epoch) is not int:
+            return None
+        objects = self.hub.shared.get(MEMBER_OBJECTS)
+        index = objects.get(old_cluster) if isinstance(objects, MemberObjects) else None
+        if index is None:
+            return None  # no such cluster any more (unregistered): nothing of it can run
+        left = [o for o in index.objects_of(job_ref(job).uid) if o.epoch is not None and o.epoch <= old_epoch]
+        if not left and index.ready:
+            return None
+        return old_cluster, old_epoch, left
+
+    async def delete_previous(self, job: Mapping[str, Any], *, cluster: str) -> int:
+        """Ask the member to delete a moved gang's previous copy (pods first, uid-guarded); how many
+        deletes were requested. Waiting for them to be gone is `wait_for_previous`'s."""
+        found = self._previous_copy(job, cluster=cluster)
+        if found is None:
+            return 0
+        old_cluster, _, left = found
+        client = member_client(self.hub, old_cluster)
+        pending = [o for o in left if not o.deleting]
+        if client is None or not pending:
+            return 0
+        outcome = await delete_member_objects(client, pending, cluster=old_cluster)
+        return outcome.requested
+
+    async def wait_for_previous(self, job: Mapping[str, Any], *, cluster: str, wait: float) -> None:
+        """Return once a moved gang's previous copy (a drain: status.placement.previous) is gone from its
+        old cluster, deleting it if it is still there, so the new copy never starts beside it (also when
+        a restarted hub re-dispatches). DispatchError (retryable) after `wait` seconds: the job is
+        requeued and its next dispatch waits again."""
+        found = self._previous_copy(job, cluster=cluster)
+        if found is None:
+            return
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        asked = 0.0
+        while found is not None:
+            old_cluster, old_epoch, left = found
+            if time.monotonic() - asked >= 2.0:
+                await self.delete_previous(job, cluster=cluster)
+                asked = time.monotonic()
+            if time.monotonic() >= deadline:
+                raise DispatchError(f"the gang's previous copy in cluster {old_cluster} (epoch {old_epoch}, "
+                                    f"{len(left)} objects) is not gone yet")
+            _log.info("dispatch waiting for the previous copy to go", cluster=cluster, previous=old_cluster,
+                      epoch=old_epoch, left=len(left), waiting_for="the drained cluster to delete the old copy")
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+            found = self._previous_copy(job, cluster=cluster)
+
     async def _create_all(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment],
         wait_for_client: float,
@@ -331,6 +391,7 @@ class Dispatcher:
             raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
         client = await self._client(cluster, wait=wait_for_client)
         await self.wait_for_fence(cluster, wait=self.fence_wait_seconds)
+        await self.wait_for_previous(job, cluster=cluster, wait=self.fence_wait_seconds)
         await self._ensure_namespace(client, cluster=cluster, namespace=ref.namespace)
         created = existing = 0
         total = len(objects)
