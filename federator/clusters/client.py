@@ -484,8 +484,10 @@ class MemberClient:
         query: Sequence[tuple[str, Any]] = (),
         body: Any = None,
         content_type: str | None = None,
+        timeout_seconds: float | None = None,
     ) -> dict[str, Any]:
-        timeout = aiohttp.ClientTimeout(total=self.timeouts.request, sock_connect=self.timeouts.connect)
+        total = self.timeouts.request if timeout_seconds is None else min(self.timeouts.request, timeout_seconds)
+        timeout = aiohttp.ClientTimeout(total=total, sock_connect=min(self.timeouts.connect, total))
         response = await self._send(method, path, verb=verb, query=query, body=body, content_type=content_type,
                                     timeout=timeout)
         if response.status >= 300:
@@ -583,9 +585,10 @@ class MemberClient:
     async def get(self, resource: ResourceKind, *, namespace: str | None, name: str) -> dict[str, Any]:
         return await self._json("GET", resource.object_path(namespace=namespace, name=name), verb="get")
 
-    async def create(self, resource: ResourceKind, obj: Mapping[str, Any], *, namespace: str | None) -> dict[str, Any]:
+    async def create(self, resource: ResourceKind, obj: Mapping[str, Any], *, namespace: str | None,
+                     timeout_seconds: float | None = None) -> dict[str, Any]:
         return await self._json("POST", resource.collection_path(namespace), verb="create", body=dict(obj),
-                                content_type=_JSON)
+                                content_type=_JSON, timeout_seconds=timeout_seconds)
 
     async def patch(
         self,
@@ -596,9 +599,12 @@ class MemberClient:
         patch: Any,
         content_type: str = "application/merge-patch+json",
         subresource: str | None = None,
+        timeout_seconds: float | None = None,
     ) -> dict[str, Any]:
+        """A patch; `timeout_seconds` shortens the client's request timeout for this call."""
         path = resource.object_path(namespace=namespace, name=name, subresource=subresource)
-        return await self._json("PATCH", path, verb="patch", body=patch, content_type=content_type)
+        return await self._json("PATCH", path, verb="patch", body=patch, content_type=content_type,
+                                timeout_seconds=timeout_seconds)
 
     async def delete(
         self,

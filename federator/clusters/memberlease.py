@@ -16,7 +16,8 @@ What keeps that moment fixed while a partition lasts:
   whose outcome is unknown (timeout, cut connection, a 5xx), nothing more is
   sent until the cluster's health saw contact again after that attempt;
 - an acknowledged renewal landed before its acknowledgement; one whose
-  outcome is unknown may land up to one request timeout after it was sent;
+  outcome is unknown may land up to one request timeout after it was sent
+  (renewals use a short one: a third of the lease, at most the client's);
 - a hub that starts cannot know when its predecessor last renewed, so it
   assumes a renewal may land up to one request timeout after its start.
 
@@ -53,7 +54,7 @@ def micro_time(when: float) -> str:
 @dataclass(frozen=True, slots=True)
 class LeaseSettings:
     #: the Lease's leaseDurationSeconds: the agent fences this long after the last renewal it saw
-    duration_seconds: float = 15.0
+    duration_seconds: float = 30.0
     #: added to the fence time: the agent's poll interval, its deletes, clock-rate drift (docs/failover.md)
     margin_seconds: float = 5.0
     namespace: str = FENCE_NAMESPACE
@@ -85,11 +86,12 @@ class MemberLease:
         self.identity = identity
         self.settings = settings
         self.health = health
-        self.request_timeout = request_timeout_seconds
+        #: renewals give up early: the bound on a lost renewal's landing is this long after it was sent
+        self.request_timeout = max(0.2, min(request_timeout_seconds, settings.duration_seconds / 3))
         self.metrics = metrics or METRICS
         self.wall_clock = wall_clock
         #: the latest wall-clock moment a renewal of this hub (or of a predecessor) may have landed
-        self.latest_landing = wall_clock() + request_timeout_seconds
+        self.latest_landing = wall_clock() + request_timeout_seconds  # a predecessor's, with the full timeout
         #: wall-clock time of the last acknowledged renewal
         self.renewed_at: float | None = None
         #: set after an attempt whose outcome is unknown: no renewal until contact is seen after it
@@ -130,7 +132,7 @@ class MemberLease:
         try:
             try:
                 await self.client.patch(LEASES, namespace=self.settings.namespace, name=self.identity,
-                                        patch={"spec": spec})
+                                        patch={"spec": spec}, timeout_seconds=self.request_timeout)
             except MemberApiError as e:
                 if e.code != 404:
                     raise
@@ -140,7 +142,8 @@ class MemberLease:
                                  "labels": {"app.kubernetes.io/managed-by": "federator"}},
                     "spec": {**spec, "acquireTime": micro_time(sent), "leaseTransitions": 0},
                 }
-                await self.client.create(LEASES, body, namespace=self.settings.namespace)
+                await self.client.create(LEASES, body, namespace=self.settings.namespace,
+                                         timeout_seconds=self.request_timeout)
         except MemberApiError as e:
             if e.code in _OUTCOME_UNKNOWN_CODES:
                 self._unknown(sent, e)

@@ -1,0 +1,105 @@
+"""The hub's fencing Lease in a member: created, renewed, never sent while out of contact, and the
+moment after which the member's agent has fenced is bounded from the hub's own clock.
+
+A real SimCluster over HTTPS and a real MemberClient; the health is a real ClusterHealth whose facts
+the test sets (as the sync's probe loop would)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clustertest_support import Sims, profile
+
+from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberUnreachable
+from federator.clusters.health import ClusterHealth, HealthSettings
+from federator.clusters.memberlease import FENCE_NAMESPACE, LeaseSettings, MemberLease, micro_time
+from federator.obs import Metrics
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _lease(tmp_path: Path, sims: Sims, *, duration: float = 3.0, request_timeout: float = 5.0,
+                 wall: Wall | None = None) -> tuple[MemberLease, MemberClient, ClusterHealth]:
+    sim = await sims.start(profile("leased", gpu_nodes=1, cpu_nodes=0))
+    client = await MemberClient.from_kubeconfig(sims.kubeconfigs["leased"], cluster="leased")
+    clock = wall or Wall()
+    health = ClusterHealth(cluster="leased", resources=("nodes",), settings=HealthSettings(), metrics=Metrics(),
+                           wall_clock=clock)
+    lease = MemberLease(client=client, cluster="leased", identity="hub-a",
+                        settings=LeaseSettings(duration_seconds=duration, margin_seconds=2.0), health=health,
+                        request_timeout_seconds=request_timeout, metrics=Metrics(), wall_clock=clock)
+    assert sim.name == "leased"
+    return lease, client, health
+
+
+async def test_the_lease_is_created_then_renewed_with_a_fresh_renew_time(tmp_path: Path, sims: Sims) -> None:
+    wall = Wall()
+    lease, client, _ = await _lease(tmp_path, sims, wall=wall)
+    try:
+        assert await lease.renew_once()
+        first = await client.get(LEASES, namespace=FENCE_NAMESPACE, name="hub-a")
+        assert first["spec"]["holderIdentity"] == "hub-a" and first["spec"]["leaseDurationSeconds"] == 3
+        assert first["spec"]["renewTime"] == micro_time(wall.now) == first["spec"]["acquireTime"]
+        wall.now += 1.25
+        assert await lease.renew_once()
+        second = await client.get(LEASES, namespace=FENCE_NAMESPACE, name="hub-a")
+        assert second["spec"]["renewTime"] == micro_time(wall.now)
+        assert second["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
+        assert lease.renewals == 2 and lease.renewed_at == wall.now
+        # Acknowledged at `now`: the agent fences at most lease + margin after that.
+        assert lease.fenced_after() == max(wall.now, 1_700_000_000.0 + 5.0) + 3.0 + 2.0
+    finally:
+        await client.close()
+
+
+async def test_a_renewal_of_unknown_outcome_stops_renewals_until_contact_is_seen_again(
+        tmp_path: Path, sims: Sims) -> None:
+    wall = Wall()
+    lease, client, health = await _lease(tmp_path, sims, wall=wall, duration=3.0, request_timeout=5.0)
+    try:
+        assert await lease.renew_once()
+        sim = sims.clusters["leased"]
+        sim.faults.start_partition(None)  # the renewal hangs until its (short) timeout: outcome unknown
+        wall.now += 10
+        sent = wall.now
+        assert not await lease.renew_once()
+        # It may still land up to one renewal timeout (a third of the lease) after it was sent.
+        assert lease.latest_landing == sent + 1.0 and lease.unknown_since is not None
+        assert not lease.may_send()
+        deadline = lease.fenced_after()
+        assert deadline == sent + 1.0 + 3.0 + 2.0
+        # More time passes with no contact: the bound does not move, because nothing more is sent.
+        wall.now += 60
+        health.probe_failed(MemberUnreachable("cluster leased: probe timed out"), now_wall=wall.now)
+        assert not lease.may_send() and lease.fenced_after() == deadline
+        sim.faults.end_partition()
+        wall.now += 1
+        health.probe_succeeded()  # contact seen after the unknown attempt
+        health.evaluate(now=1.0)
+        assert health.first_loss_of_contact is None and health.last_contact == wall.now
+        assert lease.may_send() and lease.unknown_since is None
+        assert await lease.renew_once()
+    finally:
+        await client.close()
+
+
+async def test_a_refused_renewal_is_not_a_possible_landing(tmp_path: Path, sims: Sims) -> None:
+    wall = Wall()
+    lease, client, _ = await _lease(tmp_path, sims, wall=wall)
+    try:
+        before = lease.latest_landing
+        lease.settings = LeaseSettings(duration_seconds=3.0, margin_seconds=2.0, namespace="no-such-namespace")
+        wall.now += 30
+        assert not await lease.renew_once()  # 404 namespace: refused, it did not land
+        assert lease.latest_landing == before and lease.unknown_since is None and lease.may_send()
+        with pytest.raises(MemberApiError):
+            await client.get(LEASES, namespace="no-such-namespace", name="hub-a")
+    finally:
+        await client.close()
