@@ -1,0 +1,154 @@
+"""A partition that cuts only the hub off: the member's fence agent kills the old copy before the new one
+starts elsewhere, and at no sampled moment does a job run in two clusters.
+
+Real SimClusters, a real hub with every lifecycle controller (fencing lease on, short timings) and a
+real FenceAgent on HOME, reaching HOME with its own identity. The partition cuts off only the hub's
+identity, so the agent still reaches its member while the hub does not (`federator sim fault partition
+--from`). Two witnesses:
+- ordering: every member pod event is recorded, in-process, on the one event loop, the moment it is
+  delivered; every pod of the old copy is deleted in HOME before any pod of the new copy is created in
+  FALLBACK;
+- sampling: every 0.5 s, hub and members are read; no job ever has running pods in two clusters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federator.agent import FenceAgent
+from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID
+from federator.sim import kinds
+from federator.sim.server import SimCluster
+
+from .jobtest_support import API, phase, placement_of, wait_until
+from .lifecycle_support import Env, history, lifecycle_env
+
+pytestmark = pytest.mark.slow
+HOME, FALLBACK = "onprem-rdma-a100", "cloud-eth-h100"
+NS = "team-a"
+JOBS = ("p1", "p2", "p3")
+
+
+def _job(name: str) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "TrainingJob", "metadata": {"name": name, "namespace": NS}, "spec": {
+        "roles": [{"name": "worker", "replicas": 2, "template": {
+            "image": "trainer:1.4", "resources": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 4}}}],
+        "placement": {"network": "any", "gpuModels": ["A100", "H100"], "datasets": ["imagenet-22k"]}}}
+
+
+class PodEvents:
+    """Every pod event of this hub in one member, with the loop time it was delivered."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim = sim
+        self.events: list[tuple[float, str, str, str]] = []  # (time, type, job uid, epoch)
+
+    async def run(self) -> None:
+        listing = await self.sim.storage.list(kinds.PODS, label_selector=LABEL_HUB)
+        loop = asyncio.get_running_loop()
+        for pod in listing.items:
+            self._add(loop.time(), "ADDED", pod)
+        async for event in self.sim.storage.watch(kinds.PODS, resource_version=listing.resource_version,
+                                                  label_selector=LABEL_HUB):
+            self._add(loop.time(), event.type, event.object)
+
+    def _add(self, at: float, kind: str, pod: dict[str, Any]) -> None:
+        labels = pod["metadata"].get("labels") or {}
+        self.events.append((at, kind, labels.get(LABEL_JOB_UID, ""), labels.get(LABEL_EPOCH, "")))
+
+
+class Sampler:
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.max_copies = 0
+        self.samples = 0
+
+    async def run(self) -> None:
+        while True:
+            await self.env.api.list()  # the hub is sampled too: it must keep answering
+            where: dict[str, set[str]] = {}
+            for name, sim in self.env.fed.sims.items():
+                for pod in (await sim.storage.list(kinds.PODS, label_selector=LABEL_HUB)).items:
+                    if pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"):
+                        where.setdefault(pod["metadata"]["labels"][LABEL_JOB_UID], set()).add(name)
+            self.max_copies = max([self.max_copies, *(len(c) for c in where.values())])
+            self.samples += 1
+            await asyncio.sleep(0.5)
+
+
+@contextlib.asynccontextmanager
+async def _tasks(*coroutines: Any) -> AsyncIterator[None]:
+    tasks = [asyncio.get_running_loop().create_task(c) for c in coroutines]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, cluster_loss_grace_seconds=2.0,
+                             member_lease_duration_seconds=2.0, member_lease_margin_seconds=1.0) as e:
+        yield e
+
+
+async def test_the_agent_kills_the_old_copy_before_the_new_one_starts_and_no_job_ever_runs_twice(
+        env: Env, tmp_path: Path) -> None:
+    home = env.fed.sims[HOME]
+    agent = await FenceAgent.from_kubeconfig(home.write_agent_kubeconfig(tmp_path / "home-agent.kubeconfig"),
+                                             hub_identity="federator", poll_seconds=0.2)
+    stop = asyncio.Event()
+    home_events, fallback_events = PodEvents(home), PodEvents(env.fed.sims[FALLBACK])
+    sampler = Sampler(env)
+    try:
+        async with _tasks(agent.run(stop), home_events.run(), fallback_events.run(), sampler.run()):
+            await wait_until(lambda: agent.counters.renewals_seen >= 2, timeout=30,
+                             what="the agent seeing the hub renew its lease")
+            uids = {}
+            for name in JOBS:
+                uids[name] = (await env.api.submit(_job(name)))["metadata"]["uid"]
+            epochs = {}
+            for name in JOBS:
+                job = await env.api.wait_job(NS, name, lambda j: placement_of(j).get("cluster") == HOME
+                                             and phase(j) == "Running", timeout=40, what=f"{name} running in HOME")
+                epochs[name] = placement_of(job)["epoch"]
+
+            home.faults.start_partition(None, source=home.token)  # only the hub's identity is cut off
+            for name in JOBS:
+                await env.api.wait_job(NS, name, lambda j: placement_of(j).get("cluster") == FALLBACK
+                                       and phase(j) == "Running", timeout=60, what=f"{name} running in FALLBACK")
+            assert agent.counters.expiries >= 1 and agent.counters.pods_deleted >= 2 * len(JOBS)
+            samples_at_move = sampler.samples
+            await wait_until(lambda: sampler.samples >= samples_at_move + 2, what="two more samples")
+            home.faults.end_partition()
+            await wait_until(lambda: agent.counters.lifts >= 1, timeout=30, what="the hub renewing again")
+    finally:
+        stop.set()
+        await agent.close()
+
+    assert sampler.samples >= 4 and sampler.max_copies == 1
+    for name in JOBS:
+        uid = uids[name]
+        killed = [at for at, kind, u, epoch in home_events.events
+                  if u == uid and kind == "DELETED" and epoch == str(epochs[name])]
+        started = [at for at, kind, u, epoch in fallback_events.events
+                   if u == uid and kind == "ADDED" and epoch == str(epochs[name] + 1)]
+        assert len(killed) == 2 and len(started) == 2, (name, home_events.events, fallback_events.events)
+        assert max(killed) < min(started), f"{name}: the new copy started before the old one was gone"
+        job = await env.api.get(NS, name)
+        (lost,) = history(job, "ClusterLost")
+        assert lost["cluster"] == HOME and lost["epoch"] == epochs[name]
+        assert placement_of(job)["epoch"] == epochs[name] + 1
+    # The agent said why, in the member.
+    events = (await home.storage.list(kinds.EVENTS, namespace="federator-system")).items
+    assert "HubLeaseExpired" in {e.get("reason") for e in events}, events
