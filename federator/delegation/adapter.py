@@ -99,6 +99,7 @@ __all__ = [
     "LABEL_JOB_NAMESPACE",
     "LABEL_JOB_UID",
     "LABEL_MANAGED_BY",
+    "LABEL_ON_CLUSTER_LOSS",
     "LABEL_ROLE",
     "MANAGED_BY",
     "MAX_EPOCH",
@@ -136,6 +137,9 @@ LABEL_JOB_UID = "federator.dev/job-uid"
 LABEL_JOB_NAMESPACE = "federator.dev/job-namespace"
 LABEL_JOB_NAME = "federator.dev/job-name"
 LABEL_EPOCH = "federator.dev/epoch"
+#: the job's spec.failover.onClusterLoss; the member's fence agent spares "wait" gangs (the hub never moves
+#: them, so they cannot run twice, and the job wants them kept through a partition)
+LABEL_ON_CLUSTER_LOSS = "federator.dev/on-cluster-loss"
 LABEL_ROLE = "federator.dev/role"
 LABEL_INDEX = "federator.dev/index"
 #: "<namespace>/<name>" of the TrainingJob on the hub
@@ -600,6 +604,7 @@ class SchedulerAdapter:
             LABEL_JOB_NAMESPACE: job_namespace,
             LABEL_JOB_NAME: job_name,
             LABEL_EPOCH: str(epoch),
+            LABEL_ON_CLUSTER_LOSS: model.spec.failover.on_cluster_loss if model.spec.failover else "requeue",
         }
         common_annotations = {
             ANNOTATION_JOB: f"{job_namespace}/{job_name}",

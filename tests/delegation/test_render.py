@@ -70,6 +70,7 @@ COMMON_LABELS = {
     "federator.dev/job-namespace": "vision",
     "federator.dev/job-name": "resnet-ps",
     "federator.dev/epoch": "3",
+    "federator.dev/on-cluster-loss": "requeue",
 }
 COMMON_ANNOTATIONS = {"federator.dev/job": "vision/resnet-ps", "federator.dev/gang": "ps=2,worker=8"}
 GANG_TOTAL = {"cpu": "144", "memory": "576Gi", "nvidia.com/gpu": "32", "rdma/hca": "8"}
