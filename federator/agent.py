@@ -362,10 +362,10 @@ class FenceAgent:
                      holder=str(spec.get("holderIdentity") or ""), uid=str(meta.get("uid") or ""))
         before = self._seen
         self._seen = seen
-        if self._said_missing and before is None:
+        if before is None:
             self._said_missing = False
             self.log.info("the hub's lease exists; watching it", lease=f"{self.namespace}/{self.hub_identity}",
-                          lease_duration_s=seen.duration)
+                          lease_duration_s=seen.duration, holder=seen.holder[:253])
         if seen.holder != self.hub_identity and not self._said_holder:
             self._said_holder = True
             self.log.warning("the hub's lease names another holder; its changes still count as renewals",

@@ -9,6 +9,7 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
     kubeconfig.py  federator kubeconfig
     version.py     federator version
     sim.py         federator sim (simfault.py: federator sim fault)
+    agent.py       federator agent                      the member-side fence agent
     common.py      UserError, InputError, hub access flags and runner, manifests, tables and printers
 
 A command module imports `common` and never another command module (sim.py
@@ -50,9 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The command groups, in the order `federator --help` lists their commands; a new group is a
     # module of this package with `register(sub)`, added here. (Imported here, not at the top, so that
     # `from federator.cli.common import ...` does not load every command.)
-    from federator.cli import cluster, jobs, kubeconfig, sim, up, version
+    from federator.cli import agent, cluster, jobs, kubeconfig, sim, up, version
 
-    for group in (up, jobs, cluster, kubeconfig, version, sim):
+    for group in (up, jobs, cluster, kubeconfig, version, sim, agent):
         group.register(sub)
     return parser
 

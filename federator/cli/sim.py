@@ -5,8 +5,9 @@
 
 Each profile (a file, or a directory of *.yaml) becomes one SimCluster on
 127.0.0.1 (HTTPS with a development CA under the state dir, bearer token);
-a kubeconfig per cluster is written to <state-dir>/<cluster>.kubeconfig and
-an index of all of them to <state-dir>/clusters.json. Runs until Ctrl-C or
+a kubeconfig per cluster is written to <state-dir>/<cluster>.kubeconfig (the
+fence agent's identity to <state-dir>/<cluster>-agent.kubeconfig) and an
+index of all of them to <state-dir>/clusters.json. Runs until Ctrl-C or
 SIGTERM, then stops every cluster cleanly.
 
 Sub-commands of `federator sim` (`federator sim fault ...`, in
@@ -123,7 +124,9 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
         index = []
         for cluster in clusters:
             path = cluster.write_kubeconfig(state_dir / f"{cluster.name}.kubeconfig")
+            agent_path = cluster.write_agent_kubeconfig(state_dir / f"{cluster.name}-agent.kubeconfig")
             index.append({"name": cluster.name, "server": cluster.url, "kubeconfig": str(path),
+                          "agentKubeconfig": str(agent_path),
                           "nodes": cluster.profile.node_count,
                           "schedulers": [s.name for s in cluster.profile.schedulers]})
         _write_index(state_dir / "clusters.json", index)

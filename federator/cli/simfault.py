@@ -8,7 +8,7 @@
     federator sim fault --kubeconfig F node-failure --node a100-0003
     federator sim fault --kubeconfig F node-recover --node a100-0003
     federator sim fault --kubeconfig F gpu-unhealthy --node a100-0003 --count 2
-    federator sim fault --kubeconfig F partition [--seconds 30]
+    federator sim fault --kubeconfig F partition [--seconds 30] [--from TOKEN-OR-USER]
     federator sim fault --kubeconfig F partition --end
     federator sim fault --kubeconfig F status | clear
 
@@ -68,8 +68,13 @@ def register(sub: Any) -> None:
     f = faults.add_parser("gpu-unhealthy", help="mark GPUs of a node unhealthy (lowers allocatable)")
     f.add_argument("--node", required=True)
     f.add_argument("--count", type=int, required=True, help="unhealthy GPUs (0 heals them)")
-    f = faults.add_parser("partition", help="the cluster keeps running but answers nobody")
+    f = faults.add_parser("partition",
+                          help="the cluster keeps running but answers nobody (with --from: nobody of that identity)")
     f.add_argument("--seconds", type=float, default=None, help="end after this many seconds (default: until --end)")
+    f.add_argument("--from", dest="source", default=None, metavar="TOKEN-OR-USER",
+                   help="cut off only the requests of this identity, a user name (sim-admin: what the hub uses; "
+                        "federator-agent: the fence agent) or a bearer token; everyone else is answered "
+                        "(default: everyone is cut off). A user name keeps the token out of your shell history")
     f.add_argument("--end", action="store_true", help="end the partition now")
     faults.add_parser("status", help="show the faults in effect")
     faults.add_parser("clear", help="lift outage, latency and partition")
@@ -195,8 +200,13 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
         return "POST", f"{p}/gpu-unhealthy", {"node": args.node, "count": args.count}
     if fault == "partition":
         if args.end:
+            if args.source is not None:
+                raise UserError("partition --end ends whatever partition is in effect; it takes no --from")
             return "DELETE", f"{p}/partition", None
-        return "POST", f"{p}/partition", {"seconds": args.seconds}
+        partition: dict[str, Any] = {"seconds": args.seconds}
+        if args.source is not None:
+            partition["from"] = args.source
+        return "POST", f"{p}/partition", partition
     if fault == "status":
         return "GET", p, None
     if fault == "clear":

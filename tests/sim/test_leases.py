@@ -85,7 +85,7 @@ def test_create_get_replace_and_watch_a_lease(sim_cluster: ThreadedSim,
     replaced = coordination.replace_namespaced_lease("hub-a", ns, created)
     assert replaced.metadata.resource_version != rv
     event = next(events)
-    w.stop()
+    events.close()  # ends the stream and closes its connection
     assert event["type"] == "MODIFIED" and event["object"].metadata.name == "hub-a"
     assert event["object"].spec.renew_time == acquired + dt.timedelta(seconds=1, microseconds=1)
     # a stale resourceVersion conflicts, like any kind
