@@ -6,8 +6,9 @@ name = the hub identity, the value of the `federator.dev/hub` label on everythin
 `FenceAgent` polls that Lease every `poll_seconds` and measures expiry on its own monotonic clock
 from the moment it last saw the Lease change (its resourceVersion or renewTime), as client-go's
 leader election tracks `observedTime`: the hub's and the member's wall clocks never meet, so skew
-between them does not matter (a first sighting counts as a change: a freshly started agent waits a
-whole leaseDuration before it fences). When the Lease has not changed for its
+between them does not matter. A change is dated when the poll that showed it was *sent* (a slow
+answer never delays the fence; at worst it fences a request's latency early), and a first sighting
+counts as a change (a freshly started agent waits a whole leaseDuration before it fences). When the Lease has not changed for its
 `leaseDurationSeconds`, the agent:
 
 1. deletes every pod labelled `federator.dev/hub=<identity>` in every namespace (uid precondition,
@@ -298,6 +299,8 @@ class FenceAgent:
         """One poll of the Lease and, while it is expired, one sweep of the hub's objects."""
         t0 = time.perf_counter()
         self.counters.polls += 1
+        # a change this poll shows is dated when the poll was sent: a slow answer must never delay the fence
+        sent = self.clock()
         try:
             lease: dict[str, Any] | None = await self.client.get(LEASES, namespace=self.namespace,
                                                                  name=self.hub_identity)
@@ -312,7 +315,7 @@ class FenceAgent:
         self.metrics.loop_phase_seconds.labels(loop="fence-agent", phase="poll").observe(time.perf_counter() - t0)
         if lease is None:
             return self._no_lease()
-        self._observe(lease, now)
+        self._observe(lease, sent)
         seen = self._seen
         assert seen is not None and self._observed_at is not None
         since = now - self._observed_at
@@ -351,7 +354,7 @@ class FenceAgent:
         self._expiry = None
         return StepResult(state="no-lease")
 
-    def _observe(self, lease: dict[str, Any], now: float) -> None:
+    def _observe(self, lease: dict[str, Any], sent: float) -> None:
         meta = lease.get("metadata") if isinstance(lease.get("metadata"), dict) else {}
         spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
         assert isinstance(meta, dict) and isinstance(spec, dict)
@@ -375,11 +378,11 @@ class FenceAgent:
             return
         if before is not None:
             self.counters.renewals_seen += 1
-        self._observed_at = now
+        self._observed_at = sent
         if self._expiry is not None:
             expiry, self._expiry = self._expiry, None
             self.counters.lifts += 1
-            self.log.warning("hub lease renewed; fencing lifted", fenced_for_s=round(now - expiry.started, 3),
+            self.log.warning("hub lease renewed; fencing lifted", fenced_for_s=round(sent - expiry.started, 3),
                              pods_deleted=expiry.pods, podgroups_deleted=expiry.podgroups)
 
     # ------------------------------------------------------------ fencing
