@@ -14,7 +14,9 @@ counts as a change (a freshly started agent waits a whole leaseDuration before i
 1. deletes every pod labelled `federator.dev/hub=<identity>` in every namespace (uid precondition,
    grace period 0), then every PodGroup so labelled, of every gang-scheduler kind the member serves
    (discovered by listing each kind the delegation adapters know: a 404 means not served), and
-   repeats until none is left;
+   repeats until none is left. It spares the objects of gangs whose job says
+   `onClusterLoss: wait` (label `federator.dev/on-cluster-loss=wait`): the hub never moves those, so
+   they cannot run twice, and their job wants them kept through a partition;
 2. records why: one structured log line (cluster, hub identity, seconds since the last renewal it
    saw, counts) and a core/v1 Event in its namespace about the Lease, reason `HubLeaseExpired`
    (later deletions in the same expiry update that Event's count and message);
@@ -62,7 +64,7 @@ from federator.clusters.client import (
 )
 from federator.clusters.reflector import Backoff
 from federator.delegation import ADAPTERS, hub_selector
-from federator.delegation.adapter import LABEL_HUB
+from federator.delegation.adapter import LABEL_HUB, LABEL_ON_CLUSTER_LOSS
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 from federator.waits import wait_event
 
@@ -82,6 +84,8 @@ EVENT_REASON = "HubLeaseExpired"
 COMPONENT = "federator-agent"
 #: list-and-delete rounds per step; what is left (say, an object held by a finalizer) waits for the next poll
 MAX_SWEEP_ROUNDS = 5
+#: the onClusterLoss policy whose gangs the hub never moves: the agent leaves them running
+SPARED_POLICY = "wait"
 #: a hub identity is both a label value and the Lease's name: a DNS-1123 label
 _IDENTITY = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -161,6 +165,8 @@ class _Expiry:
     duration: int
     pods: int = 0
     podgroups: int = 0
+    #: objects of `wait` gangs left running (counted when the expiry is announced)
+    spared: int = 0
     event_name: str | None = None
     event_count: int = 0
     #: deletions not yet in the Event (its write failed or is pending)
@@ -209,6 +215,9 @@ class FenceAgent:
         self.namespace = namespace
         self.poll_seconds = float(poll_seconds)
         self.selector = hub_selector(self.hub_identity)
+        #: what the agent deletes: the hub's objects, except those of gangs that wait for this cluster
+        self.fence_selector = f"{self.selector},{LABEL_ON_CLUSTER_LOSS}!={SPARED_POLICY}"
+        self._spared_selector = f"{self.selector},{LABEL_ON_CLUSTER_LOSS}={SPARED_POLICY}"
         self.clock = clock
         self.backoff = backoff or Backoff(initial=min(0.2, self.poll_seconds), maximum=max(5.0, self.poll_seconds))
         self._rng = rng or random.Random()
@@ -399,6 +408,8 @@ class FenceAgent:
                 expiry.kinds = await self._served_podgroup_kinds()
                 expiry.kinds_known = True
             pods, groups, remaining = await self._sweep(expiry)
+            if not expiry.announced:
+                expiry.spared = await self._count_spared(expiry.kinds)
         except MemberClientError as e:
             return self._unreachable(e)
         finally:
@@ -412,8 +423,8 @@ class FenceAgent:
             self.log.warning(
                 "hub lease expired: deleted the hub's pods and PodGroups in this cluster",
                 since_last_renewal_s=round(since, 3), lease_duration_s=seen.duration, pods_deleted=pods,
-                podgroups_deleted=groups, remaining=remaining, selector=self.selector,
-                podgroup_kinds=[k.key for k in expiry.kinds])
+                podgroups_deleted=groups, remaining=remaining, spared_waiting=expiry.spared,
+                selector=self.fence_selector, podgroup_kinds=[k.key for k in expiry.kinds])
         elif pods or groups:
             self.log.warning("hub lease still expired: deleted the hub's objects that arrived since",
                              since_last_renewal_s=round(since, 3), pods_deleted=pods, podgroups_deleted=groups,
@@ -439,13 +450,24 @@ class FenceAgent:
             served.append(kind)
         return served
 
+    async def _count_spared(self, kinds: Sequence[ResourceKind]) -> int:
+        """How many of the hub's objects belong to gangs that wait for this cluster (left running)."""
+        spared = 0
+        for kind in (PODS, *kinds):
+            try:
+                spared += len((await self.client.list_all(kind, label_selector=self._spared_selector)).items)
+            except MemberApiError as e:
+                if e.code != 404:
+                    raise
+        return spared
+
     async def _sweep(self, expiry: _Expiry) -> tuple[int, int, int]:
         """Delete the hub's pods, then its PodGroups, until a list finds none (at most MAX_SWEEP_ROUNDS
         rounds). Returns (pods deleted, PodGroups deleted, objects left)."""
         pods_deleted = groups_deleted = 0
         remaining = 0
         for _ in range(MAX_SWEEP_ROUNDS):
-            pods = (await self.client.list_all(PODS, label_selector=self.selector)).items
+            pods = (await self.client.list_all(PODS, label_selector=self.fence_selector)).items
             if pods:
                 pods_deleted += await self._delete_all(PODS, pods)
                 remaining = len(pods)
@@ -453,7 +475,7 @@ class FenceAgent:
             remaining = 0
             for kind in list(expiry.kinds):
                 try:
-                    groups = (await self.client.list_all(kind, label_selector=self.selector)).items
+                    groups = (await self.client.list_all(kind, label_selector=self.fence_selector)).items
                 except MemberApiError as e:
                     if e.code != 404:
                         raise
@@ -476,7 +498,7 @@ class FenceAgent:
             labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
             if not isinstance(name, str) or not isinstance(namespace, str) or not name or not namespace:
                 continue
-            if labels.get(LABEL_HUB) != self.hub_identity:
+            if labels.get(LABEL_HUB) != self.hub_identity or labels.get(LABEL_ON_CLUSTER_LOSS) == SPARED_POLICY:
                 continue  # never trust a selector alone with a delete
             try:
                 await self.client.delete(kind, namespace=namespace, name=name, grace_period_seconds=0,
@@ -495,9 +517,11 @@ class FenceAgent:
     async def _record_event(self, expiry: _Expiry, since: float, seen: _Seen) -> None:
         """Create the Event of this expiry, or bring its count and message up to date."""
         wall = dt.datetime.now(dt.UTC)
+        spared = (f"; left {expiry.spared} objects of gangs that wait for this cluster (onClusterLoss: wait)"
+                  if expiry.spared else "")
         message = (f"hub {self.hub_identity} has not renewed its lease for {since:.1f}s (leaseDurationSeconds "
                    f"{seen.duration}); deleted {expiry.pods} pods and {expiry.podgroups} PodGroups labelled "
-                   f"{self.selector}")[:1024]
+                   f"{self.selector}{spared}")[:1024]
         try:
             if expiry.event_name is not None:
                 try:

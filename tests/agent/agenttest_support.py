@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from federator.clusters.client import LEASES, ClientTimeouts, MemberApiError, MemberClient, MemberClientError
-from federator.delegation.adapter import LABEL_HUB
+from federator.delegation.adapter import LABEL_HUB, LABEL_ON_CLUSTER_LOSS
 from federator.sim import kinds
 from federator.sim.profile import parse_profile
 from federator.sim.server import SimCluster
@@ -112,16 +112,22 @@ class Member:
         await self.storage.create(kinds.NAMESPACES, {"metadata": {"name": name}}, namespace=None)
         return name
 
-    async def pod(self, namespace: str, name: str, *, hub: str | None, scheduler: str = "nobody") -> dict[str, Any]:
+    async def pod(self, namespace: str, name: str, *, hub: str | None, scheduler: str = "nobody",
+                  on_loss: str | None = None) -> dict[str, Any]:
         labels = {LABEL_HUB: hub} if hub else {}
+        if on_loss:
+            labels[LABEL_ON_CLUSTER_LOSS] = on_loss
         created: dict[str, Any] = await self.storage.create(kinds.PODS, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
             "spec": {"schedulerName": scheduler, "containers": [{"name": "main", "image": "trainer:1.4"}]},
         }, namespace=namespace)
         return created
 
-    async def podgroup(self, rt: Any, namespace: str, name: str, *, hub: str | None) -> dict[str, Any]:
+    async def podgroup(self, rt: Any, namespace: str, name: str, *, hub: str | None,
+                       on_loss: str | None = None) -> dict[str, Any]:
         labels = {LABEL_HUB: hub} if hub else {}
+        if on_loss:
+            labels[LABEL_ON_CLUSTER_LOSS] = on_loss
         created: dict[str, Any] = await self.storage.create(rt, {
             "apiVersion": rt.api_version, "kind": "PodGroup", "metadata": {"name": name, "labels": labels},
             "spec": {"minMember": 1},

@@ -62,11 +62,14 @@ async def running(member: Member, log: RecordingLog) -> AsyncIterator[Running]:
 async def dispatch(member: Member) -> dict[str, set[tuple[str, str, str]]]:
     """What a hub-a dispatch, a hub-b dispatch and someone else's work look like in the member."""
     a, b = await member.namespace("team-a"), await member.namespace("team-b")
-    await member.pod(a, "ps-0", hub=HUB)
+    await member.pod(a, "ps-0", hub=HUB, on_loss="requeue")
     await member.pod(b, "worker-0", hub=HUB, scheduler="default-scheduler")  # bound and Running below
-    await member.pod(b, "worker-1", hub=HUB)
+    await member.pod(b, "worker-1", hub=HUB, on_loss="fail")
     await member.podgroup(kinds.VOLCANO_PODGROUPS, a, "gang", hub=HUB)
-    await member.podgroup(kinds.COSCHEDULING_PODGROUPS, b, "gang", hub=HUB)
+    await member.podgroup(kinds.COSCHEDULING_PODGROUPS, b, "gang", hub=HUB, on_loss="requeue")
+    # a gang whose job waits for this cluster: the hub never moves it, so the agent leaves it running
+    await member.pod(a, "waiting-0", hub=HUB, on_loss="wait")
+    await member.podgroup(kinds.VOLCANO_PODGROUPS, a, "waiting", hub=HUB, on_loss="wait")
     await member.pod(a, "other-hub", hub=OTHER_HUB)
     await member.podgroup(kinds.VOLCANO_PODGROUPS, a, "other-gang", hub=OTHER_HUB)
     await member.pod(b, "unlabelled", hub=None)
@@ -78,7 +81,8 @@ async def dispatch(member: Member) -> dict[str, set[tuple[str, str, str]]]:
     await wait_until("the hub's worker to run", worker_running)
     mine = {("pod", a, "ps-0"), ("pod", b, "worker-0"), ("pod", b, "worker-1"), ("volcano", a, "gang"),
             ("coscheduling", b, "gang")}
-    others = {("pod", a, "other-hub"), ("volcano", a, "other-gang"), ("pod", b, "unlabelled")}
+    others = {("pod", a, "other-hub"), ("volcano", a, "other-gang"), ("pod", b, "unlabelled"),
+              ("pod", a, "waiting-0"), ("volcano", a, "waiting")}
     return {"mine": mine, "others": others, "namespaces": {("ns", a, ""), ("ns", b, "")}}
 
 
@@ -108,6 +112,7 @@ async def test_renewed_lease_keeps_everything_then_expiry_fences_and_renewal_lif
     assert len(expired) == 1
     line = expired[0]
     assert line["pods_deleted"] == 3 and line["podgroups_deleted"] == 2 and line["remaining"] == 0
+    assert line["spared_waiting"] == 2
     assert line["since_last_renewal_s"] >= LEASE_SECONDS and line["lease_duration_s"] == LEASE_SECONDS
     assert sorted(line["podgroup_kinds"]) == ["podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io"]
     events = await wait_until("the HubLeaseExpired event", lambda: member.events(EVENT_REASON))
@@ -118,6 +123,7 @@ async def test_renewed_lease_keeps_everything_then_expiry_fences_and_renewal_lif
     assert event["involvedObject"]["namespace"] == NAMESPACE and event["involvedObject"]["uid"]
     assert event["source"]["component"] == "federator-agent"
     assert "deleted 3 pods and 2 PodGroups" in event["message"] and f"federator.dev/hub={HUB}" in event["message"]
+    assert "left 2 objects of gangs that wait for this cluster" in event["message"]
 
     # a dispatch that lands while the lease stays expired is deleted too, and the event says so
     ns = next(iter(made["namespaces"]))[1]
