@@ -169,6 +169,11 @@ def test_ctrl_c_stops_the_hub_and_every_simulated_cluster(tmp_path: Path) -> Non
     (("--sim-run-seconds", "0"), "error: --sim-run-seconds 0: must be more than 0"),
     (("--sim-port-base", "65535", "--sim-profile", str(ROOT / "clusterconfigs" / "sim")),
      "error: --sim-port-base 65535: ports 65535..65538 must lie within 1..65535"),
+    (("--cluster-loss-grace", "soon"), "error: --cluster-loss-grace 'soon': not a duration"),
+    (("--member-lease-duration=-5s",), "error: --member-lease-duration '-5s': must be more than zero"),
+    (("--lease-margin", "9d"), "error: --lease-margin '9d': not a duration"),
+    (("--mass-loss-threshold", "1.5"), "error: --mass-loss-threshold '1.5': must be between 0 and 1"),
+    (("--failover-rate", "fast"), "error: --failover-rate 'fast': not a number"),
 ])
 def test_bad_development_flags_give_one_line_and_start_nothing(tmp_path: Path, flags: tuple[str, ...],
                                                                message: str) -> None:
