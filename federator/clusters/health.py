@@ -184,7 +184,16 @@ class ClusterHealth:
         wall = self.wall_clock()
         lost_watches = [(r, w) for r, w in self._watches.items()
                         if w.unreachable and w.down_since is not None and now - w.down_since >= grace]
-        if self._probe_failures >= self.settings.unreachable_after_failures:
+        if self._probe_ok and not any(w.unreachable and w.down_since is not None for w in self._watches.values()):
+            self.first_loss_of_contact = None  # contact is back: the next loss starts a new count
+        lost_at = self.lost_at()
+        if lost_at is not None and wall >= lost_at:
+            # Lost is never Reachable (nor Ready), whatever the probe count says: placement must not pick it.
+            last = self._probe_error or next((w.error for w in self._watches.values() if w.error), "")
+            reachable = ("False", "Lost", f"no contact since {rfc3339(self.first_loss_of_contact or wall)}, "
+                                          f"longer than the cluster's grace ({self.loss_grace_seconds:g}s)"
+                                          + (f"; last: {last}" if last else ""))
+        elif self._probe_failures >= self.settings.unreachable_after_failures:
             reachable = ("False", "ProbeFailed",
                          f"{self._probe_failures} health probes failed in a row; last: {self._probe_error}")
         elif lost_watches:
@@ -195,9 +204,6 @@ class ClusterHealth:
             reachable = ("True", "Contact", "the member API answers")
         else:
             reachable = ("Unknown", "Connecting", "no answer from the member API yet")
-        if reachable[0] == "True" and self._probe_ok and not any(
-                w.unreachable and w.down_since is not None for w in self._watches.values()):
-            self.first_loss_of_contact = None
 
         not_synced = [(r, w) for r, w in self._watches.items() if not w.established]
         if not not_synced:

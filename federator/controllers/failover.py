@@ -149,7 +149,9 @@ class ClusterFailover:
             health = sync.health
             lost_at = health.lost_at()
             suspended = False
-            if lost_at is not None and now >= lost_at:
+            # The Lost condition itself (not only the clock): when it is True the cluster's snapshot is already
+            # unhealthy (Lost is never Ready), so placement cannot send a requeued gang straight back there.
+            if lost_at is not None and now >= lost_at and health.lost:
                 together = mass_loss(first_losses, cluster=name, window=health.loss_grace_seconds,
                                      registered=len(syncs), threshold=self.threshold)
                 if together is not None:

@@ -179,3 +179,20 @@ def test_a_blip_shorter_than_the_grace_never_makes_a_cluster_lost() -> None:
     wall.now += 5
     h.evaluate(now=35)
     assert not h.lost and statuses(h)["Lost"] == "False"
+
+
+def test_a_lost_cluster_is_never_reachable_or_ready_even_before_enough_probes_failed() -> None:
+    # A short grace and slow probes: the grace runs out after one failed probe. Lost must still mean
+    # not Ready, or placement would send the failed-over gangs straight back.
+    h, wall, _ = make()
+    h.loss_grace_seconds = 5.0
+    synced(h, 0)
+    h.probe_failed(MemberUnreachable("cluster c: probe timed out"), now_wall=wall.now)
+    h.evaluate(now=1)
+    assert h.reachable and h.ready and not h.lost  # one failure of three: still reachable
+    wall.now += 5
+    h.evaluate(now=6)
+    assert h.lost and not h.reachable and not h.ready
+    assert h.conditions["Reachable"].reason == "Lost"
+    synced(h, 7)  # contact back
+    assert not h.lost and h.ready and h.first_loss_of_contact is None
