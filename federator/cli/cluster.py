@@ -30,6 +30,7 @@ from federator.cli.common import (
     InputError,
     check_kind,
     cmd_get,
+    each_request,
     hub_flags,
     parse_duration,
     read_documents,
@@ -37,7 +38,7 @@ from federator.cli.common import (
     run_on_hub,
 )
 from federator.apis.membercluster import MAX_DRAIN_CONCURRENCY
-from federator.hubclient import API_GROUP, HubClient, HubError, JSONObject, clusters_path
+from federator.hubclient import API_GROUP, HubClient, JSONObject, clusters_path
 
 # ---------------------------------------------------------------- add
 
@@ -182,19 +183,13 @@ def _cmd_cluster_add(args: argparse.Namespace) -> int:
         return 2
 
     async def work(client: HubClient) -> int:
-        failures = 0
-        for document in documents:
+        def body(document: JSONObject) -> JSONObject:
             document.setdefault("apiVersion", GROUP_VERSION)
-            try:
-                created = await client.request("POST", clusters_path(), body=document)
-            except HubError as e:
-                if e.code == 0:
-                    raise
-                print(str(e), file=sys.stderr)
-                failures += 1
-                continue
-            print(f"membercluster.{API_GROUP}/{(created.get('metadata') or {}).get('name')} registered", flush=True)
-        return 1 if failures else 0
+            return document
+
+        return await each_request(
+            documents, lambda document: client.request("POST", clusters_path(), body=body(document)),
+            lambda _, created: f"membercluster.{API_GROUP}/{(created.get('metadata') or {}).get('name')} registered")
 
     return run_on_hub(args, work)
 
@@ -204,18 +199,8 @@ def _cmd_cluster_add(args: argparse.Namespace) -> int:
 
 def _cmd_cluster_remove(args: argparse.Namespace) -> int:
     async def work(client: HubClient) -> int:
-        failures = 0
-        for name in args.names:
-            try:
-                await client.request("DELETE", clusters_path(name))
-            except HubError as e:
-                if e.code == 0:
-                    raise
-                print(str(e), file=sys.stderr)
-                failures += 1
-                continue
-            print(f'membercluster.{API_GROUP} "{name}" removed', flush=True)
-        return 1 if failures else 0
+        return await each_request(args.names, lambda name: client.request("DELETE", clusters_path(name)),
+                                  lambda name, _: f'membercluster.{API_GROUP} "{name}" removed')
 
     return run_on_hub(args, work)
 
@@ -231,18 +216,10 @@ def _cmd_cluster_cordon(args: argparse.Namespace) -> int:
     patch: JSONObject = {"spec": {"cordoned": True}} if cordon else {"spec": {"cordoned": False, "drain": None}}
 
     async def work(client: HubClient) -> int:
-        failures = 0
-        for name in args.names:
-            try:
-                await client.request("PATCH", clusters_path(name), body=patch, content_type=_MERGE_PATCH)
-            except HubError as e:
-                if e.code == 0:
-                    raise
-                print(str(e), file=sys.stderr)
-                failures += 1
-                continue
-            print(f"membercluster.{API_GROUP}/{name} {'cordoned' if cordon else 'uncordoned'}", flush=True)
-        return 1 if failures else 0
+        return await each_request(
+            args.names,
+            lambda name: client.request("PATCH", clusters_path(name), body=patch, content_type=_MERGE_PATCH),
+            lambda name, _: f"membercluster.{API_GROUP}/{name} {'cordoned' if cordon else 'uncordoned'}")
 
     return run_on_hub(args, work)
 

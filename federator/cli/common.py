@@ -17,10 +17,10 @@ import asyncio
 import datetime as dt
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import yaml
 
@@ -99,6 +99,27 @@ def parse_duration(text: str, *, flag: str, allow_zero: bool = False) -> float:
         return parse_duration_seconds(text, allow_zero=allow_zero)
     except ValueError as e:
         raise InputError(f"{flag} {text!r}: {e}") from None
+
+
+_Item = TypeVar("_Item")
+
+
+async def each_request(items: Iterable[_Item], call: Callable[[_Item], Awaitable[JSONObject]],
+                       done: Callable[[_Item, JSONObject], str]) -> int:
+    """`call` for each item in turn, printing `done(item, answer)` or the server's one-line error; 1 if any
+    failed, else 0. An unreachable hub stops at the first item (the next would fail the same way)."""
+    failures = 0
+    for item in items:
+        try:
+            answer = await call(item)
+        except HubError as e:
+            if e.code == 0:
+                raise
+            print(str(e), file=sys.stderr)
+            failures += 1
+            continue
+        print(done(item, answer), flush=True)
+    return 1 if failures else 0
 
 
 def namespace_of(args: argparse.Namespace, client: HubClient) -> str:

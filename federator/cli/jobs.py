@@ -26,6 +26,7 @@ from federator.cli.common import (
     age,
     check_kind,
     cmd_get,
+    each_request,
     dump,
     hub_flags,
     namespace_of,
@@ -215,22 +216,15 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
+    def deleted(name: str, answer: JSONObject) -> str:
+        finalizing = answer.get("kind") == "TrainingJob"  # still there: its cleanup runs first
+        return f'trainingjob.{API_GROUP} "{name}" deleted' + (" (cleaning up member clusters first)" if finalizing
+                                                              else "")
+
     async def work(client: HubClient) -> int:
-        failures = 0
         namespace = namespace_of(args, client)
-        for name in args.names:
-            try:
-                answer = await client.request("DELETE", jobs_path(namespace, name))
-            except HubError as e:
-                if e.code == 0:
-                    raise
-                print(str(e), file=sys.stderr)
-                failures += 1
-                continue
-            finalizing = answer.get("kind") == "TrainingJob"  # still there: its cleanup runs first
-            suffix = " (cleaning up member clusters first)" if finalizing else ""
-            print(f'trainingjob.{API_GROUP} "{name}" deleted{suffix}', flush=True)
-        return 1 if failures else 0
+        return await each_request(args.names, lambda name: client.request("DELETE", jobs_path(namespace, name)),
+                                  deleted)
 
     return run_on_hub(args, work)
 

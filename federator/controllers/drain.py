@@ -49,6 +49,7 @@ from federator.controllers.jobs import (
     append_history,
     current_placement,
     dispatches_in_flight,
+    failover_policy,
     gang_request,
     history_entry,
     job_ref,
@@ -91,12 +92,6 @@ def _previous_cluster(job: Mapping[str, Any]) -> str | None:
     return cluster if isinstance(cluster, str) else None
 
 
-def _policy(job: Mapping[str, Any]) -> str:
-    failover = (job.get("spec") or {}).get("failover") or {}
-    policy = failover.get("onClusterLoss") if isinstance(failover, Mapping) else None
-    return policy if policy in ("requeue", "fail", "wait") else "requeue"
-
-
 def _profile(hub: HubContext) -> Profile:
     controller = hub.shared.get(PLACEMENT)
     profile = getattr(controller, "profile", None)
@@ -135,7 +130,7 @@ def failover_plan(hub: HubContext, cluster: str, *, purpose: str = "loss", now: 
     cache = hub.shared.get(JOB_CACHE)
     jobs = cache.jobs if isinstance(cache, JobCache) else {}
     affected = gangs_in(jobs, cluster)
-    movable = [j for j in affected if purpose == "drain" or _policy(j) == "requeue"]
+    movable = [j for j in affected if purpose == "drain" or failover_policy(j) == "requeue"]
     decided, unplaced, _, _ = _decide(hub, movable, away_from=cluster, now=now) if movable else ({}, {}, {}, None)
     rows = []
     for job in affected:
@@ -145,7 +140,7 @@ def failover_plan(hub: HubContext, cluster: str, *, purpose: str = "loss", now: 
         decision = decided.get(ref.uid)
         rows.append({
             "namespace": ref.namespace, "name": ref.name, "uid": ref.uid, "epoch": current_placement(job)[1],
-            "phase": phase_of(job), "pods": pods, "onClusterLoss": _policy(job),
+            "phase": phase_of(job), "pods": pods, "onClusterLoss": failover_policy(job),
             "target": decision.cluster if decision is not None else None,
             "whyNot": unplaced.get(ref.uid, []),
         })

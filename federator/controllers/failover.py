@@ -55,6 +55,7 @@ from federator.controllers.jobs import (
     append_history,
     current_placement,
     dispatches_in_flight,
+    failover_policy,
     history_entry,
     job_ref,
     phase_of,
@@ -199,7 +200,7 @@ class ClusterFailover:
                 continue
             if now < view.move_at or uid in self.inflight:
                 continue
-            if _policy(job) == "wait" and _waiting_for(job) == cluster:
+            if failover_policy(job) == "wait" and _waiting_for(job) == cluster:
                 continue
             due.append((uid, job, view, epoch))
         for uid, job, cluster in waiting_back:
@@ -217,7 +218,7 @@ class ClusterFailover:
 
     async def _fail_over(self, uid: str, job: dict[str, Any], *, view: LossView, epoch: int, now: float) -> None:
         ref = job_ref(job)
-        policy = _policy(job)
+        policy = failover_policy(job)
         cluster = view.cluster
         since = rfc3339(view.first_loss)
         lost_message = f"cluster {cluster} lost: no contact since {since} (grace {view.grace:g}s)"
@@ -308,12 +309,6 @@ class ClusterFailover:
         except (ApiError, StoreError) as e:
             _log.warning("could not record a cluster's return on a waiting job; will retry", job=ref.key,
                          cluster=cluster, error=str(e))
-
-
-def _policy(job: Mapping[str, Any]) -> str:
-    failover = (job.get("spec") or {}).get("failover") or {}
-    policy = failover.get("onClusterLoss") if isinstance(failover, Mapping) else None
-    return policy if policy in ("requeue", "fail", "wait") else "requeue"
 
 
 def _max_requeues(job: Mapping[str, Any]) -> int:

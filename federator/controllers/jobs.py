@@ -86,6 +86,7 @@ __all__ = [
     "apply_dispatch_record",
     "cluster_scheduler",
     "current_placement",
+    "failover_policy",
     "dispatch_records",
     "dispatches_in_flight",
     "excluded_clusters",
@@ -189,6 +190,13 @@ def current_placement(job: Mapping[str, Any]) -> tuple[str | None, int]:
     epoch = placement.get("epoch")
     return (cluster if isinstance(cluster, str) and cluster else None,
             epoch if type(epoch) is int and epoch >= 0 else 0)
+
+
+def failover_policy(job: Mapping[str, Any]) -> str:
+    """The job's spec.failover.onClusterLoss: requeue (the default), fail or wait."""
+    failover = (job.get("spec") or {}).get("failover") or {}
+    policy = failover.get("onClusterLoss") if isinstance(failover, Mapping) else None
+    return policy if policy in ("requeue", "fail", "wait") else "requeue"
 
 
 def phase_of(job: Mapping[str, Any]) -> str:
