@@ -9,11 +9,14 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
     kubeconfig.py  federator kubeconfig
     version.py     federator version
     sim.py         federator sim (simfault.py: federator sim fault)
+    drill.py       federator drill [list|show]          failover drills (drillrun.py runs one) and their reports
     agent.py       federator agent                      the member-side fence agent
     common.py      UserError, InputError, hub access flags and runner, manifests, tables and printers
 
 A command module imports `common` and never another command module (sim.py
-registers its own `fault` from simfault.py), and nothing below the CLI
+registers its own `fault` from simfault.py; drill.py runs a drill with
+drillrun.py, which calls the simulator's fault API through simfault.py's
+helpers; none of these imports back), and nothing below the CLI
 imports this package. `main` turns every error a user can cause into one
 clear line on stderr and a non-zero exit code. No traceback reaches a user
 (set FEDERATOR_DEBUG=1 to see one).
@@ -51,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The command groups, in the order `federator --help` lists their commands; a new group is a
     # module of this package with `register(sub)`, added here. (Imported here, not at the top, so that
     # `from federator.cli.common import ...` does not load every command.)
-    from federator.cli import agent, cluster, jobs, kubeconfig, sim, up, version
+    from federator.cli import agent, cluster, drill, jobs, kubeconfig, sim, up, version
 
-    for group in (up, jobs, cluster, kubeconfig, version, sim, agent):
+    for group in (up, jobs, cluster, drill, kubeconfig, version, sim, agent):
         group.register(sub)
     return parser
 
