@@ -242,7 +242,8 @@ def render_plan(plan: Mapping[str, Any], *, fault: str) -> str:
         for g in stuck:
             lines.append(f"  {g.get('namespace')}/{g.get('name')}:")
             for row in g.get("whyNot") or ():
-                if isinstance(row, Mapping):
+                # the faulted cluster itself is excluded by construction: not a reason worth a line
+                if isinstance(row, Mapping) and row.get("cluster") != cluster:
                     lines.append(f"    {row.get('cluster')}: {row.get('filter')} {row.get('reason')}: "
                                  f"{row.get('message', '')}".rstrip(": "))
     return "\n".join(lines)

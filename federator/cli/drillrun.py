@@ -100,6 +100,9 @@ _MERGE_PATCH = "application/merge-patch+json"
 _STALE_PODS = re.compile(r"\((\d+) pods?\)")
 #: the federation must look the same for this long before the drill calls it settled
 _QUIET_SECONDS = 2.0
+#: and the hub must have had this long, after the fault was lifted, to see the cluster back and act on what
+#: it finds there (e.g. a gang whose pods the fence agent deleted)
+_AFTER_LIFT_SECONDS = 5.0
 
 
 class DrillError(UserError):
@@ -235,7 +238,8 @@ class Observation:
         self.latest: Sample | None = None
         self._last_state: dict[str, tuple[str, str | None, int]] | None = None
         self.last_change: float = -math.inf
-        self.unobserved_during_fault: set[str] = set()
+        #: seconds since the fault when it was lifted (None: not yet)
+        self.lifted_at: float | None = None
 
     # ------------------------------------------------------------ baseline
 
@@ -375,6 +379,8 @@ class Observation:
                     return False, f"an old copy of {self.affected[pod.job_uid].key} is still in {cluster}"
         if sample.at - self.last_change < _QUIET_SECONDS:
             return False, "gangs are still changing"
+        if self.lifted_at is not None and sample.at - self.lifted_at < _AFTER_LIFT_SECONDS:
+            return False, "the hub is taking the cluster back"
         return True, ""
 
 
@@ -938,6 +944,7 @@ async def run_drill(hub: HubClient, options: DrillOptions, *, progress: Progress
                 await asyncio.wait([task], timeout=max(0.0, deadline - time.monotonic()))
                 if task.done():
                     task.result()
+        observation.lifted_at = sampler.now()
         if injected is not None:
             notes += await lift(hub, injected)
             sampler.blocked = set()
