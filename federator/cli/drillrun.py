@@ -655,7 +655,7 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
             outcome = "moved"
         elif (gang.left_at is not None and cluster is None) or (gang.namespace, gang.name) in drain_stuck:
             outcome = "unplaceable"
-            why = (job.get("status") or {}).get("placement", {}).get("whyNot") or []
+            why = ((job.get("status") or {}).get("placement") or {}).get("whyNot") or []
             if why and isinstance(why[0], Mapping):
                 message = f"{why[0].get('cluster')}: {why[0].get('reason')} {why[0].get('message', '')}".strip()
         elif phase == "Succeeded":
