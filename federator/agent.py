@@ -48,10 +48,11 @@ import re
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from federator.clusters.memberlease import FENCE_COUNT, FENCED_AT
 from federator.clusters.client import (
     EVENTS,
     LEASES,
@@ -154,6 +155,8 @@ class _Seen:
     duration: int | None
     holder: str
     uid: str
+    #: the Lease's FENCE_COUNT annotation: how many times an agent fenced under it
+    fence_count: int = 0
 
 
 @dataclass
@@ -176,6 +179,8 @@ class _Expiry:
     #: the PodGroup kinds the member serves (found at the first sweep that got through)
     kinds: list[ResourceKind] = field(default_factory=list)
     kinds_known: bool = False
+    #: the fence is marked on the Lease (FENCE_COUNT raised), so the hub learns of it when it returns
+    marked: bool = False
 
 
 def _rfc3339(when: dt.datetime) -> str:
@@ -368,10 +373,13 @@ class FenceAgent:
         spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
         assert isinstance(meta, dict) and isinstance(spec, dict)
         duration = _int_or_none(spec.get("leaseDurationSeconds"))
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        assert isinstance(annotations, dict)
         seen = _Seen(resource_version=str(meta.get("resourceVersion") or ""),
                      renew_time=str(spec.get("renewTime") or ""),
                      duration=duration if duration is not None and duration > 0 else None,
-                     holder=str(spec.get("holderIdentity") or ""), uid=str(meta.get("uid") or ""))
+                     holder=str(spec.get("holderIdentity") or ""), uid=str(meta.get("uid") or ""),
+                     fence_count=max(0, _int_or_none(annotations.get(FENCE_COUNT)) or 0))
         before = self._seen
         self._seen = seen
         if before is None:
@@ -404,6 +412,10 @@ class FenceAgent:
             expiry = self._expiry = _Expiry(started=now, since_change=since, duration=seen.duration)
         t0 = time.perf_counter()
         try:
+            if not expiry.marked:
+                # marked before anything is deleted: a hub that sees its pods gone and then reads the Lease
+                # (a renewal sent after it saw them gone) always finds the mark
+                await self._mark_fenced(expiry, seen)
             if not expiry.kinds_known:
                 expiry.kinds = await self._served_podgroup_kinds()
                 expiry.kinds_known = True
@@ -436,6 +448,26 @@ class FenceAgent:
             await self._record_event(expiry, since, seen)
         return StepResult(state="expired", since_change=since, lease_duration=seen.duration, pods_deleted=pods,
                           podgroups_deleted=groups, remaining=remaining)
+
+    async def _mark_fenced(self, expiry: _Expiry, seen: _Seen) -> None:
+        """Raise the Lease's FENCE_COUNT annotation once per expiry (before the first sweep), so that the hub,
+        back in contact, requeues the gangs this agent killed instead of failing them. The Lease's own
+        change that this makes is not a renewal (the agent records its new resourceVersion as seen)."""
+        try:
+            patched = await self.client.patch(
+                LEASES, namespace=self.namespace, name=self.hub_identity,
+                patch={"metadata": {"annotations": {FENCE_COUNT: str(seen.fence_count + 1),
+                                                    FENCED_AT: _rfc3339(dt.datetime.now(dt.UTC))}}})
+        except MemberApiError as e:
+            # refused (RBAC without patch on leases, a conflict): fence anyway, never run twice; the hub then
+            # sees the gangs' objects deleted and fails them instead of requeueing them
+            self.log.warning("could not mark the fence on the hub's lease; fencing anyway (the hub will fail the "
+                             "killed gangs instead of requeueing them); retrying at the next sweep", error=str(e))
+            return
+        expiry.marked = True
+        rv = str((patched.get("metadata") or {}).get("resourceVersion") or "")
+        if self._seen is not None and rv:
+            self._seen = replace(self._seen, resource_version=rv, fence_count=seen.fence_count + 1)
 
     async def _served_podgroup_kinds(self) -> list[ResourceKind]:
         """The PodGroup kinds this member serves (a LIST that answers 404 means: not served)."""

@@ -612,9 +612,11 @@ def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"{flag} {value!r}: must be between {low:g} and {high:g}")
         return parsed
 
-    return {
+    knobs: dict[str, Any] = {}
+    if getattr(args, "member_lease_duration", None) is not None:
+        knobs["member_lease_duration_seconds"] = duration("--member-lease-duration", "member_lease_duration", "")
+    return knobs | {
         "cluster_loss_grace_seconds": duration("--cluster-loss-grace", "cluster_loss_grace", "60s"),
-        "member_lease_duration_seconds": duration("--member-lease-duration", "member_lease_duration", "30s"),
         "member_lease_margin_seconds": duration("--lease-margin", "lease_margin", "5s"),
         "mass_loss_threshold": number("--mass-loss-threshold", "mass_loss_threshold", "0.5", low=0.0, high=1.0),
         "failover_rate": number("--failover-rate", "failover_rate", "20", low=0.01, high=100_000.0),

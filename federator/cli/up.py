@@ -55,11 +55,11 @@ def register(sub: Any) -> None:
                           help="a cluster out of contact this long, from its first failed contact, is Lost and its "
                                "gangs fail over; a MemberCluster's spec.failover.gracePeriodSeconds overrides it "
                                "(default: 60s)")
-    failover.add_argument("--member-lease-duration", default="30s", metavar="DURATION",
+    failover.add_argument("--member-lease-duration", default=None, metavar="DURATION",
                           help="leaseDurationSeconds of the fencing Lease the hub renews in every member (every "
-                               "third of it); the member's `federator agent` deletes this hub's pods when it is not "
-                               "renewed that long, so a hub down longer than this loses its running gangs: run "
-                               "replicas (default: 30s)")
+                               "third of it, at most 5s apart); the member's `federator agent` deletes this hub's "
+                               "pods when it is not renewed that long, so a hub down longer than this loses its "
+                               "running gangs: run replicas (default: each cluster's loss grace)")
     failover.add_argument("--lease-margin", default="5s", metavar="DURATION",
                           help="added to the lease before a lost cluster's gangs start elsewhere: the agent's poll "
                                "interval, its deletes and clock-rate drift (default: 5s)")

@@ -3,7 +3,9 @@
 The hub holds one Lease per hub identity in every member (namespace
 `federator-system`, name = the hub identity, the value of the
 `federator.dev/hub` label on its member objects) and renews it every
-leaseDuration/3. The member-side fence agent (`federator/agent.py`, a
+leaseDuration/3 (at most 5 s apart). The lease lasts as long as the cluster's
+loss grace unless configured otherwise: the agent then fences only when the
+hub is about to judge the cluster lost. The member-side fence agent (`federator/agent.py`, a
 process inside the member) deletes every pod and PodGroup of this hub once
 the Lease has not changed for leaseDurationSeconds, measured on the agent's
 own clock from when it saw the last change. So the hub can tell from its own
@@ -39,9 +41,13 @@ from federator.clusters.client import LEASES, MemberApiError, MemberClient, Memb
 from federator.clusters.health import ClusterHealth
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 
-__all__ = ["FENCE_NAMESPACE", "LeaseSettings", "MemberLease", "micro_time"]
+__all__ = ["FENCED_AT", "FENCE_COUNT", "FENCE_NAMESPACE", "LeaseSettings", "MemberLease", "micro_time"]
 
 FENCE_NAMESPACE = "federator-system"
+#: Annotations the fence agent puts on the Lease when it fences: how many times, and when (its clock). The hub
+#: reads them from its next renewal's answer, so it knows its gangs there were killed, not lost by the member.
+FENCE_COUNT = "federator.dev/fence-count"
+FENCED_AT = "federator.dev/fenced-at"
 #: Answers after which a write may still have landed (the server timed out or is in trouble).
 _OUTCOME_UNKNOWN_CODES = frozenset({500, 502, 503, 504})
 
@@ -51,19 +57,23 @@ def micro_time(when: float) -> str:
     return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+#: Renewals come at least this often, whatever the lease: a short gap after a blip keeps the agent from
+#: fencing a cluster that the hub never judged lost.
+MAX_RENEW_INTERVAL_SECONDS = 5.0
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseSettings:
-    #: the Lease's leaseDurationSeconds: the agent fences this long after the last renewal it saw
-    duration_seconds: float = 30.0
+    #: the Lease's leaseDurationSeconds: the agent fences this long after the last renewal it saw. None: the
+    #: cluster's loss grace, so the agent fences only when the hub is about to judge the cluster lost and
+    #: move its gangs (a blip shorter than the grace then kills nothing either)
+    duration_seconds: float | None = None
     #: added to the fence time: the agent's poll interval, its deletes, clock-rate drift (docs/failover.md)
     margin_seconds: float = 5.0
     namespace: str = FENCE_NAMESPACE
     #: renew at all (False: no fencing lease; failover then waits for the grace period only)
     enabled: bool = True
 
-    @property
-    def whole_duration(self) -> int:
-        return max(1, math.ceil(self.duration_seconds))
 
 
 class MemberLease:
@@ -86,8 +96,7 @@ class MemberLease:
         self.identity = identity
         self.settings = settings
         self.health = health
-        #: renewals give up early: the bound on a lost renewal's landing is this long after it was sent
-        self.request_timeout = max(0.2, min(request_timeout_seconds, settings.duration_seconds / 3))
+        self.client_timeout = request_timeout_seconds
         self.metrics = metrics or METRICS
         self.wall_clock = wall_clock
         #: the latest wall-clock moment a renewal of this hub (or of a predecessor) may have landed
@@ -96,15 +105,37 @@ class MemberLease:
         self.renewed_at: float | None = None
         #: set after an attempt whose outcome is unknown: no renewal until contact is seen after it
         self.unknown_since: float | None = None
+        #: the longest leaseDurationSeconds written by a renewal that may have landed (the agent uses that one)
+        self.written_duration = 0
+        #: send time (wall clock) of the last acknowledged renewal: the member read the Lease after that
+        self.acked_sent_at: float | None = None
+        #: the Lease's FENCE_COUNT as the last acknowledged renewal returned it (None before the first)
+        self.fence_count: int | None = None
+        #: when (wall clock) this hub first learnt that the agent fenced since the renewal before
+        self.fence_noticed_at: float | None = None
         self.renewals = 0
         self.log = get_logger("clusters.memberlease").bind(cluster=cluster)
         self._failures = RepeatedFailureLog(self.log, "could not renew the hub's fencing lease in the member; "
                                             "retrying while in contact", lease=f"{settings.namespace}/{identity}")
 
+    def duration(self) -> int:
+        """leaseDurationSeconds to write: the settings', else the cluster's loss grace (whole seconds)."""
+        seconds = self.settings.duration_seconds
+        return max(1, math.ceil(self.health.loss_grace_seconds if seconds is None else seconds))
+
+    @property
+    def request_timeout(self) -> float:
+        """Renewals give up early: the bound on a lost renewal's landing is this long after it was sent."""
+        return max(0.2, min(self.client_timeout, self.renew_interval()))
+
+    def renew_interval(self) -> float:
+        return max(0.05, min(self.duration() / 3, MAX_RENEW_INTERVAL_SECONDS))
+
     def fenced_after(self) -> float:
         """Wall-clock time after which the agent has deleted this hub's pods in the member, if the hub has
         been cut off since: the latest possible landing of a renewal + leaseDuration + margin."""
-        return self.latest_landing + self.settings.duration_seconds + self.settings.margin_seconds
+        duration = max(self.written_duration, self.duration())
+        return self.latest_landing + duration + self.settings.margin_seconds
 
     def may_send(self) -> bool:
         """In contact, and no attempt of unknown outcome is waiting for contact to be seen again."""
@@ -116,23 +147,22 @@ class MemberLease:
         return self.health.first_loss_of_contact is None
 
     async def run(self) -> None:
-        interval = max(0.05, self.settings.duration_seconds / 3)
         while True:
             if self.may_send():
                 await self.renew_once()
-                await asyncio.sleep(interval)
+                await asyncio.sleep(self.renew_interval())
             else:
-                await asyncio.sleep(min(interval, 0.5))
+                await asyncio.sleep(min(self.renew_interval(), 0.5))
 
     async def renew_once(self) -> bool:
         """One renewal (create the Lease when missing). True when acknowledged."""
         sent = self.wall_clock()
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.settings.whole_duration,
-                "renewTime": micro_time(sent)}
+        duration = self.duration()
+        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": micro_time(sent)}
         try:
             try:
-                await self.client.patch(LEASES, namespace=self.settings.namespace, name=self.identity,
-                                        patch={"spec": spec}, timeout_seconds=self.request_timeout)
+                answer = await self.client.patch(LEASES, namespace=self.settings.namespace, name=self.identity,
+                                                 patch={"spec": spec}, timeout_seconds=self.request_timeout)
             except MemberApiError as e:
                 if e.code != 404:
                     raise
@@ -142,8 +172,8 @@ class MemberLease:
                                  "labels": {"app.kubernetes.io/managed-by": "federator"}},
                     "spec": {**spec, "acquireTime": micro_time(sent), "leaseTransitions": 0},
                 }
-                await self.client.create(LEASES, body, namespace=self.settings.namespace,
-                                         timeout_seconds=self.request_timeout)
+                answer = await self.client.create(LEASES, body, namespace=self.settings.namespace,
+                                                  timeout_seconds=self.request_timeout)
         except MemberApiError as e:
             if e.code in _OUTCOME_UNKNOWN_CODES:
                 self._unknown(sent, e)
@@ -156,6 +186,9 @@ class MemberLease:
             self._unknown(sent, e)
             return False
         acknowledged = self.wall_clock()
+        self._read_fence(answer, acknowledged=acknowledged)
+        self.acked_sent_at = sent
+        self.written_duration = max(self.written_duration, duration) if self.unknown_since else duration
         self.latest_landing = max(self.latest_landing, acknowledged)
         self.renewed_at = acknowledged
         self.renewals += 1
@@ -163,7 +196,29 @@ class MemberLease:
         self._failures.succeeded("the hub's fencing lease in the member is renewed again")
         return True
 
+    def _read_fence(self, lease: dict[str, Any], *, acknowledged: float) -> None:
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        try:
+            count = max(0, int(annotations.get(FENCE_COUNT) or 0))
+        except (TypeError, ValueError):
+            count = 0
+        if self.fence_count is not None and count > self.fence_count:
+            self.fence_noticed_at = acknowledged
+            self.log.warning("the member's fence agent killed this hub's gangs there while the hub was out of "
+                             "contact; they are requeued", fenced_at=str(annotations.get(FENCED_AT) or "")[:64],
+                             fence_count=count)
+        self.fence_count = count
+
+    def fence_verdict(self, *, placed: float, missing_since: float) -> bool | None:
+        """Were a gang's objects, placed at `placed` and seen gone at `missing_since` (wall clock), killed by
+        the member's fence agent? None until a renewal sent after `missing_since` has been acknowledged (the
+        agent marks the Lease before it deletes anything, so that renewal's answer shows the mark)."""
+        if self.acked_sent_at is None or self.acked_sent_at < missing_since:
+            return None
+        return self.fence_noticed_at is not None and self.fence_noticed_at >= placed
+
     def _unknown(self, sent: float, error: MemberClientError) -> None:
+        self.written_duration = max(self.written_duration, self.duration())
         self.latest_landing = max(self.latest_landing, sent + self.request_timeout)
         self.unknown_since = self.wall_clock()
         self.metrics.member_lease_renewals.labels(cluster=self.cluster, result="unknown").inc()

@@ -98,6 +98,7 @@ __all__ = [
     "member_client",
     "parse_timestamp",
     "phase_of",
+    "placed_at",
     "remove_condition",
     "requeue",
     "reservations",
@@ -190,6 +191,15 @@ def current_placement(job: Mapping[str, Any]) -> tuple[str | None, int]:
     epoch = placement.get("epoch")
     return (cluster if isinstance(cluster, str) and cluster else None,
             epoch if type(epoch) is int and epoch >= 0 else 0)
+
+
+def placed_at(job: Mapping[str, Any], *, epoch: int) -> float | None:
+    """When the job was placed at `epoch`: the newest "Placed" history entry of that epoch."""
+    history = ((job.get("status") or {}).get("history")) or ()
+    for entry in reversed(list(history)):
+        if isinstance(entry, Mapping) and entry.get("event") == PHASE_PLACED and entry.get("epoch") == epoch:
+            return parse_timestamp(entry.get("time"))
+    return None
 
 
 def failover_policy(job: Mapping[str, Any]) -> str:

@@ -67,7 +67,8 @@ def sync_settings(hub: HubContext) -> SyncSettings:
     extra = s.extra
     watch_timeout = extra.get("member_watch_timeout_seconds", (300, 600))
     lease = LeaseSettings(
-        duration_seconds=float(extra.get("member_lease_duration_seconds", 30.0)),
+        duration_seconds=(float(extra["member_lease_duration_seconds"])
+                          if extra.get("member_lease_duration_seconds") is not None else None),
         margin_seconds=float(extra.get("member_lease_margin_seconds", 5.0)),
         enabled=bool(extra.get("member_lease", True)),
     )

@@ -72,6 +72,9 @@ from federator.controllers.jobs import (
     current_placement,
     dispatch_records,
     history_entry,
+    phase_of,
+    placed_at,
+    requeue,
     hub_id,
     job_ref,
     reservations,
@@ -121,6 +124,8 @@ _GANG_PHASE = {GangPhase.PLACED: PHASE_PLACED, GangPhase.ADMITTED: PHASE_ADMITTE
                GangPhase.SUCCEEDED: PHASE_SUCCEEDED, GangPhase.FAILED: PHASE_FAILED}
 # What a gang missing objects after admission means: someone deleted them in the member.
 _MISSING_REASONS = frozenset({"PodsMissing", "PodGroupMissing", "NotCreated"})
+#: How long a gang seen gone waits for the fencing lease to say whether the member's agent killed it.
+FENCE_VERDICT_PATIENCE_SECONDS = 30.0
 
 
 def lifecycle_tick_seconds(hub: HubContext) -> float:
@@ -525,6 +530,14 @@ def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: Schedu
     return adapter.read_status(podgroup, pods, expected=expected_roles(job))
 
 
+def objects_missing(job: Mapping[str, Any], gs: GangStatus) -> bool:
+    """The gang's objects are gone from its member after it was admitted (and it has not finished)."""
+    phase = (job.get("status") or {}).get("phase")
+    current = phase if isinstance(phase, str) and phase in _PHASE_RANK else PHASE_PLACED
+    return gs.phase is GangPhase.PLACED and _PHASE_RANK[current] >= _PHASE_RANK[PHASE_ADMITTED] \
+        and gs.reason in _MISSING_REASONS and current not in TERMINAL_PHASES
+
+
 def synced_status(job: Mapping[str, Any], gs: GangStatus, *, adapter: SchedulerAdapter, cluster: str, epoch: int,
                   now: float, quiet: bool = False) -> dict[str, Any] | None:
     """The job's status after folding in what the member shows (`gs`), or None when nothing changes.
@@ -673,6 +686,8 @@ class StatusSync:
         self.awaiting_release: set[str] = set()
         #: uid -> what of the job decides a reconcile (phase, cluster, epoch) as last seen
         self._job_views: dict[str, tuple[Any, ...]] = {}
+        #: uid -> when (wall clock) its gang's objects were first seen gone after admission
+        self._missing_since: dict[str, float] = {}
         #: dispatches whose Dispatched record this loop writes with the gang's next status
         self.records = dispatch_records(hub)
         objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
@@ -749,6 +764,44 @@ class StatusSync:
         except KeyError:
             return None
 
+    def _fence_verdict(self, uid: str, job: Mapping[str, Any], *, cluster: str, epoch: int,
+                       now: float) -> bool | None:
+        """Were the gang's objects (seen gone) killed by the member's fence agent? None: not known yet."""
+        missing_since = self._missing_since.setdefault(uid, now)
+        lease = getattr((self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster), "lease", None)
+        if lease is None:
+            return False
+        placed = placed_at(job, epoch=epoch)
+        verdict: bool | None = lease.fence_verdict(placed=placed if placed is not None else 0.0,
+                                                   missing_since=missing_since)
+        if verdict is None and now - missing_since > FENCE_VERDICT_PATIENCE_SECONDS:
+            return False  # no renewal got through for that long: judge on what the member shows
+        return verdict
+
+    async def _requeue_fenced(self, job: Mapping[str, Any], *, cluster: str, epoch: int, now: float) -> None:
+        """The agent killed the gang while the hub was cut off (and the hub did not move it): back to the
+        queue, not Failed: the job did nothing wrong."""
+        ref = job_ref(job)
+        message = (f"the fence agent in cluster {cluster} deleted the gang while this hub was out of contact "
+                   f"(its lease there expired); the gang is placed again at epoch {epoch + 1}")
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
+                return None
+            status = fresh["status"]
+            append_history(status, history_entry("Fenced", cluster=cluster, epoch=epoch, message=message, now=now))
+            requeue(status, reason="Fenced", message=message, now=now, job=ref.key, count=False)
+            return fresh
+
+        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                         uid=ref.uid)
+        self._missing_since.pop(ref.uid, None)
+        if stored is not None:
+            reservations(self.hub).forget(ref.uid)
+            self.hub.metrics.job_requeues.labels(reason="Fenced").inc()
+            _log.warning("gang killed by the member's fence agent; requeued", job=ref.key, cluster=cluster,
+                         epoch=epoch)
+
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)
         job = self.jobs.get(uid)
@@ -774,6 +827,16 @@ class StatusSync:
                 self.awaiting_release.add(uid)
             if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
                 gs = None  # the member shows nothing new
+            elif objects_missing(job, gs):
+                verdict = self._fence_verdict(uid, job, cluster=cluster, epoch=epoch, now=now)
+                if verdict is None:
+                    self.work.retry(uid)  # the next renewal of the fencing lease says whether its agent did it
+                    return
+                if verdict:
+                    await self._requeue_fenced(job, cluster=cluster, epoch=epoch, now=now)
+                    return
+        else:
+            self._missing_since.pop(uid, None)
         if gs is None and record is None:
             return
         ref = job_ref(job)

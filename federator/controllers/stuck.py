@@ -49,6 +49,7 @@ from federator.controllers.jobs import (
     job_ref,
     member_client,
     parse_timestamp,
+    placed_at,
     requeue,
     reservations,
     set_condition,
@@ -73,15 +74,6 @@ from federator.controllers.loops import background_loop
 __all__ = ["StuckGangs", "placed_at", "stuck_gangs"]
 
 _log = get_logger("controllers.stuck")
-
-
-def placed_at(job: Mapping[str, Any], *, epoch: int) -> float | None:
-    """When the job was placed at `epoch`: the newest "Placed" history entry of that epoch."""
-    history = ((job.get("status") or {}).get("history")) or ()
-    for entry in reversed(list(history)):
-        if isinstance(entry, Mapping) and entry.get("event") == PHASE_PLACED and entry.get("epoch") == epoch:
-            return parse_timestamp(entry.get("time"))
-    return None
 
 
 @dataclass

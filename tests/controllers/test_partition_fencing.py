@@ -152,3 +152,46 @@ async def test_the_agent_kills_the_old_copy_before_the_new_one_starts_and_no_job
     # The agent said why, in the member.
     events = (await home.storage.list(kinds.EVENTS, namespace="federator-system")).items
     assert "HubLeaseExpired" in {e.get("reason") for e in events}, events
+
+
+@pytest.fixture
+async def short_lease_env(tmp_path: Path) -> AsyncIterator[Env]:
+    # The lease runs out long before the hub's grace: the agent fences a cluster the hub never judges lost.
+    async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, cluster_loss_grace_seconds=120.0,
+                             member_lease_duration_seconds=2.0, member_lease_margin_seconds=1.0) as e:
+        yield e
+
+
+async def test_gangs_the_agent_killed_while_the_hub_never_judged_the_cluster_lost_are_requeued_not_failed(
+        short_lease_env: Env, tmp_path: Path) -> None:
+    env = short_lease_env
+    home = env.fed.sims[HOME]
+    agent = await FenceAgent.from_kubeconfig(home.write_agent_kubeconfig(tmp_path / "home-agent.kubeconfig"),
+                                             hub_identity="federator", poll_seconds=0.2)
+    stop = asyncio.Event()
+    try:
+        async with _tasks(agent.run(stop)):
+            await wait_until(lambda: agent.counters.renewals_seen >= 2, timeout=30, what="the agent seeing renewals")
+            created = await env.api.submit(_job("fenced"))
+            uid = created["metadata"]["uid"]
+            job = await env.api.wait_job(NS, "fenced", lambda j: placement_of(j).get("cluster") == HOME
+                                         and phase(j) == "Running", timeout=40, what="running in HOME")
+            epoch = placement_of(job)["epoch"]
+            home.faults.start_partition(None, source=home.token)
+            await wait_until(lambda: agent.counters.pods_deleted >= 2, timeout=30, what="the agent fencing")
+            sync = env.hub.context.shared["member_syncs"][HOME]
+            assert not sync.health.lost  # the hub never judged HOME lost: nothing moved
+            home.faults.end_partition()
+            back = await env.api.wait_job(NS, "fenced", lambda j: bool(history(j, "Fenced"))
+                                          and phase(j) == "Running", timeout=60, what="requeued and running again")
+    finally:
+        stop.set()
+        await agent.close()
+    (fenced,) = history(back, "Fenced")
+    assert fenced["cluster"] == HOME and fenced["epoch"] == epoch and "fence agent" in fenced["message"]
+    assert placement_of(back)["epoch"] == epoch + 1
+    assert "Failed" not in [h["event"] for h in back["status"]["history"]]
+    assert back["status"].get("requeues", 0) == 0  # not the job's fault: not counted against maxRequeues
+    assert uid == back["metadata"]["uid"]
+    lease = env.hub.context.shared["member_syncs"][HOME].lease
+    assert lease.fence_noticed_at is not None and lease.fence_count >= 1

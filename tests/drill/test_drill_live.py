@@ -8,8 +8,8 @@
 - without the agent (and without the hub's fencing lease) the same drill does see the duplicate: the
   samples can catch what they are there to catch;
 - a partition of every cluster at once moves nothing (the hub judges itself cut off);
-- (known bug, strict xfail) a partition longer than the lease but shorter than the hub's move time: the
-  agent kills the gang, the hub never requeues it, and on return the job fails (MemberObjectsDeleted).
+- a partition longer than the lease but shorter than the hub's move time: the agent kills the gang, and
+  the hub, back in contact, reads the agent's mark on the lease and requeues it (no job lost).
 
 Timings are short (grace 2 s, lease 2 s + 1 s margin) but every wait is for an event, with a deadline;
 no test asserts a wall-clock time.
@@ -140,12 +140,6 @@ async def test_a_partition_of_every_cluster_at_once_moves_nothing(tmp_path: Path
             await env.running_in(name, HOME)
 
 
-@pytest.mark.xfail(strict=True, reason="hub bug found by the drill: the fence agent kills a gang once the lease "
-                   "expires (leaseDuration), but the hub moves it only after max(grace, fenced_after), which "
-                   "includes a member request timeout for a renewal of unknown outcome; a partition in between "
-                   "ends with the gang's pods gone, nothing requeued, and the job Failed (MemberObjectsDeleted) "
-                   "when the cluster returns. federator up's defaults (grace 60s, lease 30s) lose every job of a "
-                   "cluster partitioned for 30-60s. Remove this marker once the hub requeues fenced gangs.")
 async def test_a_partition_between_the_agents_fence_and_the_hubs_move_loses_no_job(tmp_path: Path) -> None:
     async with drill_env(tmp_path, [HOME, FALLBACK], **FENCED) as env:
         await env.start_agent(HOME)
