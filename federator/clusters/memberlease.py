@@ -41,15 +41,28 @@ from federator.clusters.client import LEASES, MemberApiError, MemberClient, Memb
 from federator.clusters.health import ClusterHealth
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 
-__all__ = ["FENCED_AT", "FENCE_COUNT", "FENCE_NAMESPACE", "LeaseSettings", "MemberLease", "micro_time"]
+__all__ = ["FENCED_AT", "FENCE_COUNT", "FENCE_NAMESPACE", "FENCE_SEEN", "LeaseSettings", "MemberLease", "micro_time"]
 
 FENCE_NAMESPACE = "federator-system"
 #: Annotations the fence agent puts on the Lease when it fences: how many times, and when (its clock). The hub
 #: reads them from its next renewal's answer, so it knows its gangs there were killed, not lost by the member.
 FENCE_COUNT = "federator.dev/fence-count"
 FENCED_AT = "federator.dev/fenced-at"
+#: Written by the hub: the FENCE_COUNT whose killed gangs it has requeued. A hub that starts (or takes over)
+#: and finds FENCE_COUNT above it knows a fence happened that no hub followed up yet.
+FENCE_SEEN = "federator.dev/fence-seen"
+#: How long after noticing a fence the hub waits before it records it as handled (status sync requeues the
+#: killed gangs within its own patience, 30 s).
+FENCE_HANDLING_SECONDS = 60.0
 #: Answers after which a write may still have landed (the server timed out or is in trouble).
 _OUTCOME_UNKNOWN_CODES = frozenset({500, 502, 503, 504})
+
+
+def _count(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def micro_time(when: float) -> str:
@@ -113,6 +126,8 @@ class MemberLease:
         self.fence_count: int | None = None
         #: when (wall clock) this hub first learnt that the agent fenced since the renewal before
         self.fence_noticed_at: float | None = None
+        #: the Lease's FENCE_SEEN as last returned: the fences some hub already followed up
+        self.fence_seen = 0
         self.renewals = 0
         self.log = get_logger("clusters.memberlease").bind(cluster=cluster)
         self._failures = RepeatedFailureLog(self.log, "could not renew the hub's fencing lease in the member; "
@@ -161,8 +176,12 @@ class MemberLease:
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": micro_time(sent)}
         try:
             try:
+                patch: dict[str, Any] = {"spec": spec}
+                handled = self._handled_count(sent)
+                if handled is not None:
+                    patch["metadata"] = {"annotations": {FENCE_SEEN: str(handled)}}
                 answer = await self.client.patch(LEASES, namespace=self.settings.namespace, name=self.identity,
-                                                 patch={"spec": spec}, timeout_seconds=self.request_timeout)
+                                                 patch=patch, timeout_seconds=self.request_timeout)
             except MemberApiError as e:
                 if e.code != 404:
                     raise
@@ -196,13 +215,21 @@ class MemberLease:
         self._failures.succeeded("the hub's fencing lease in the member is renewed again")
         return True
 
+    def _handled_count(self, now: float) -> int | None:
+        """The FENCE_COUNT to record as handled in this renewal (None: nothing new to record)."""
+        if self.fence_count is None or self.fence_count == self.fence_seen:
+            return None
+        if self.fence_noticed_at is not None and now - self.fence_noticed_at < FENCE_HANDLING_SECONDS:
+            return None
+        return self.fence_count
+
     def _read_fence(self, lease: dict[str, Any], *, acknowledged: float) -> None:
         annotations = (lease.get("metadata") or {}).get("annotations") or {}
-        try:
-            count = max(0, int(annotations.get(FENCE_COUNT) or 0))
-        except (TypeError, ValueError):
-            count = 0
-        if self.fence_count is not None and count > self.fence_count:
+        count, seen = _count(annotations.get(FENCE_COUNT)), _count(annotations.get(FENCE_SEEN))
+        self.fence_seen = seen
+        # The first answer after this hub started compares with what an earlier hub recorded as handled.
+        baseline = self.fence_count if self.fence_count is not None else seen
+        if count > baseline:
             self.fence_noticed_at = acknowledged
             self.log.warning("the member's fence agent killed this hub's gangs there while the hub was out of "
                              "contact; they are requeued", fenced_at=str(annotations.get(FENCED_AT) or "")[:64],

@@ -103,3 +103,39 @@ async def test_a_refused_renewal_is_not_a_possible_landing(tmp_path: Path, sims:
             await client.get(LEASES, namespace="no-such-namespace", name="hub-a")
     finally:
         await client.close()
+
+
+async def test_a_fence_is_noticed_once_across_hub_restarts_and_recorded_as_handled(
+        tmp_path: Path, sims: Sims) -> None:
+    from federator.clusters.memberlease import FENCE_COUNT, FENCE_HANDLING_SECONDS, FENCE_SEEN
+
+    wall = Wall()
+    lease, client, health = await _lease(tmp_path, sims, wall=wall)
+    try:
+        assert await lease.renew_once()
+        assert lease.fence_count == 0 and lease.fence_noticed_at is None
+        # The member's agent fences while this hub is away and marks the Lease (as agent.py does).
+        await client.patch(LEASES, namespace=FENCE_NAMESPACE, name="hub-a",
+                           patch={"metadata": {"annotations": {FENCE_COUNT: "1"}}})
+        # A restarted hub (a fresh MemberLease) notices it on its first renewal: nobody followed it up yet.
+        restarted = MemberLease(client=client, cluster="leased", identity="hub-a", settings=lease.settings,
+                                health=health, request_timeout_seconds=5.0, metrics=Metrics(), wall_clock=wall)
+        wall.now += 1
+        assert await restarted.renew_once()
+        assert restarted.fence_noticed_at == wall.now and restarted.fence_count == 1
+        assert restarted.fence_verdict(placed=wall.now - 100, missing_since=wall.now - 0.5) is True
+        assert restarted.fence_verdict(placed=wall.now + 1, missing_since=wall.now - 0.5) is False
+        assert restarted.fence_verdict(placed=wall.now - 100, missing_since=wall.now + 5) is None
+        # Once the gangs had time to be requeued, the hub records the fence as handled ...
+        wall.now += FENCE_HANDLING_SECONDS
+        assert await restarted.renew_once()
+        stored = await client.get(LEASES, namespace=FENCE_NAMESPACE, name="hub-a")
+        assert stored["metadata"]["annotations"][FENCE_SEEN] == "1"
+        # ... so the next hub to start does not take it for a new one.
+        again = MemberLease(client=client, cluster="leased", identity="hub-a", settings=lease.settings,
+                            health=health, request_timeout_seconds=5.0, metrics=Metrics(), wall_clock=wall)
+        wall.now += 1
+        assert await again.renew_once()
+        assert again.fence_noticed_at is None and again.fence_count == 1
+    finally:
+        await client.close()
