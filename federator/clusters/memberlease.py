@@ -21,7 +21,8 @@ What keeps that moment fixed while a partition lasts:
   outcome is unknown may land up to one request timeout after it was sent
   (renewals use a short one: a third of the lease, at most the client's);
 - a hub that starts cannot know when its predecessor last renewed, so it
-  assumes a renewal may land up to one request timeout after its start.
+  assumes a renewal may land up to 5 s after its start (the longest renewal
+  timeout any hub uses).
 
 Failures are logged once in full, then summarised (obs.RepeatedFailureLog).
 Never logs a credential or an object body.
@@ -113,7 +114,7 @@ class MemberLease:
         self.metrics = metrics or METRICS
         self.wall_clock = wall_clock
         #: the latest wall-clock moment a renewal of this hub (or of a predecessor) may have landed
-        self.latest_landing = wall_clock() + request_timeout_seconds  # a predecessor's, with the full timeout
+        self.latest_landing = wall_clock()  # a predecessor's renewal: raised by its timeout below
         #: wall-clock time of the last acknowledged renewal
         self.renewed_at: float | None = None
         #: set after an attempt whose outcome is unknown: no renewal until contact is seen after it
@@ -124,6 +125,9 @@ class MemberLease:
         self.acked_sent_at: float | None = None
         #: the Lease's FENCE_COUNT as the last acknowledged renewal returned it (None before the first)
         self.fence_count: int | None = None
+        # A predecessor (a crashed hub, a deposed leader) gave up on a renewal after at most the longest renewal
+        # timeout any hub uses (one renewal interval, at most MAX_RENEW_INTERVAL_SECONDS).
+        self.latest_landing += MAX_RENEW_INTERVAL_SECONDS
         #: when (wall clock) this hub first learnt that the agent fenced since the renewal before
         self.fence_noticed_at: float | None = None
         #: the Lease's FENCE_SEEN as last returned: the fences some hub already followed up

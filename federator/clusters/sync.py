@@ -359,6 +359,9 @@ class ClusterSync:
         while True:
             now = self._loop.time()
             if now >= next_probe:
+                # A probe that fails dates the loss of contact when it was sent (the member was already out
+                # of reach then), not when its timeout ran out.
+                sent = time.time()
                 try:
                     await self.client.probe()
                     self.health.probe_succeeded()
@@ -367,9 +370,9 @@ class ClusterSync:
                     if e.code in (401, 403):
                         self.health.probe_succeeded()
                     else:
-                        self.health.probe_failed(e, now_wall=time.time())
+                        self.health.probe_failed(e, now_wall=sent)
                 except MemberClientError as e:
-                    self.health.probe_failed(e, now_wall=time.time())
+                    self.health.probe_failed(e, now_wall=sent)
                 next_probe = self._loop.time() + interval
             self._evaluate()
             now = self._loop.time()

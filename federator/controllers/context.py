@@ -38,8 +38,8 @@ class HubSettings:
     unreachable_after_failures: int = 3
     #: a lost watch that does not recover within this turns Reachable=False
     watch_loss_grace_seconds: float = 15.0
-    #: seconds between health probes of each member
-    probe_interval_seconds: float = 5.0
+    #: seconds between health probes of each member (a lost cluster is noticed within this; GET /readyz)
+    probe_interval_seconds: float = 2.0
     #: at most this many checkpoint flushes per second per hub (all clusters)
     checkpoint_interval_seconds: float = 0.5
     #: reflector reconnect backoff (capped exponential with jitter)
