@@ -120,7 +120,8 @@ def _decide(hub: HubContext, jobs: Sequence[Mapping[str, Any]], *, away_from: st
         book = book.forget(gang.uid)
     result = run_cycle(list(gangs.values()), _snapshots(hub), _profile(hub), now=now, reservations=book)
     decided = {d.gang_uid: d for d in result.decisions}
-    unplaced = {u.gang_uid: why_not_rows(u.why_not) for u in result.unplaced}
+    # the cluster being left is excluded by the caller: its own row would only say so
+    unplaced = {u.gang_uid: [r for r in why_not_rows(u.why_not) if r["cluster"] != away_from] for u in result.unplaced}
     return decided, unplaced, gangs, result
 
 

@@ -149,6 +149,7 @@ async def test_a_gang_that_fits_nowhere_else_stays_and_is_listed_with_why(env: E
     status, plan = await env.hub.request("GET", PLAN.format(HOME) + "?for=drain")
     assert status == 200 and plan["unplaceable"] == 1 and plan["gangs"][0]["target"] is None
     assert any(row["cluster"] == FALLBACK for row in plan["gangs"][0]["whyNot"]), plan
+    assert all(row["cluster"] != HOME for row in plan["gangs"][0]["whyNot"]), plan  # the drained one: no row
     code, out, err = await env.hub.cli("admin", "cluster", "drain", HOME, "--timeout", "1m", timeout=90)
     assert code == 1, (out, err)
     assert "1 gangs fit nowhere else now" in out and "pinned" in out and FALLBACK in out
