@@ -352,33 +352,54 @@ class ClusterSync:
 
     # ------------------------------------------------------------ health
 
+    async def _probe_once(self) -> None:
+        assert self.client is not None
+        # A probe that fails dates the loss of contact when it was sent (the member was already out of reach
+        # then), not when its timeout ran out.
+        sent = time.time()
+        try:
+            await self.client.probe()
+            self.health.probe_succeeded()
+        except MemberApiError as e:
+            # It answered: an auth problem shows in Synced (the reflectors fail), not in Reachable.
+            if e.code in (401, 403):
+                self.health.probe_succeeded()
+            else:
+                self.health.probe_failed(e, now_wall=sent)
+        except MemberClientError as e:
+            self.health.probe_failed(e, now_wall=sent)
+
     async def _health_loop(self) -> None:
+        """Probes every `probe_interval_seconds` (from send to send; never two at once) in a task of their
+        own, so a probe hanging until its timeout never delays a grace period's end (Lost on time)."""
         assert self.client is not None and self._loop is not None
         interval = self.settings.probe_interval_seconds
         next_probe = self._loop.time()
-        while True:
-            now = self._loop.time()
-            if now >= next_probe:
-                # A probe that fails dates the loss of contact when it was sent (the member was already out
-                # of reach then), not when its timeout ran out.
-                sent = time.time()
-                try:
-                    await self.client.probe()
-                    self.health.probe_succeeded()
-                except MemberApiError as e:
-                    # It answered: an auth problem shows in Synced (the reflectors fail), not in Reachable.
-                    if e.code in (401, 403):
-                        self.health.probe_succeeded()
-                    else:
-                        self.health.probe_failed(e, now_wall=sent)
-                except MemberClientError as e:
-                    self.health.probe_failed(e, now_wall=sent)
-                next_probe = self._loop.time() + interval
-            self._evaluate()
-            now = self._loop.time()
-            deadline = self.health.next_deadline(now)
-            wake = next_probe if deadline is None else min(next_probe, deadline + 0.01)
-            await asyncio.sleep(max(0.01, wake - now))
+        probe: asyncio.Task[None] | None = None
+        try:
+            while True:
+                now = self._loop.time()
+                if probe is not None and probe.done():
+                    failure = None if probe.cancelled() else probe.exception()
+                    if failure is not None:  # a bug, not a member's answer: visible, and probing goes on
+                        self.log.error("health probe failed unexpectedly", error=f"{type(failure).__name__}: "
+                                       f"{failure}")
+                    probe = None
+                if probe is None and now >= next_probe:
+                    probe = self._loop.create_task(self._probe_once(), name=f"member:{self.name}:probe")
+                    next_probe = now + interval
+                self._evaluate()
+                now = self._loop.time()
+                deadline = self.health.next_deadline(now)
+                wake = next_probe if deadline is None else min(next_probe, deadline + 0.01)
+                timeout = max(0.01, wake - now)
+                if probe is not None:
+                    await asyncio.wait({probe}, timeout=timeout)
+                else:
+                    await asyncio.sleep(timeout)
+        finally:
+            if probe is not None:
+                await stop_task(probe)
 
     def refresh_health(self) -> None:
         """Re-evaluate the conditions now (a fact from outside changed, e.g. health.hub_partitioned)."""
