@@ -171,7 +171,11 @@ async def test_agent_fences_while_only_the_hub_is_partitioned(member: Member, re
     assert agent.counters.unreachable == 0  # the agent itself was never cut off
     await wait_until("a renewal of the hub's to fail", lambda: renewer.failures >= 1)  # the hub was
     assert made["others"] <= await member.objects()
-    assert await member.events(EVENT_REASON)
+
+    async def recorded() -> bool:  # the Event is written after the sweep's deletes: wait for it
+        return bool(await member.events(EVENT_REASON))
+
+    await wait_until("the HubLeaseExpired Event", recorded)
     member.cluster.faults.end_partition()
     await wait_until("fencing to be lifted after the partition", lambda: not agent.fencing)
 
