@@ -181,7 +181,9 @@ class LeaderElection:
             raise
         self._lease = lease
         self.token = FencingToken(self.key, kv.create_revision, self.holder)
-        self.lost = asyncio.Event()
+        # The same event, cleared: whoever already waits on `lost` (the hub's leadership watch, started
+        # before a campaign that wins later) must hear about this term's loss too.
+        self.lost.clear()
         self._gauge.set(1)
         self._transitions["acquired"].inc()
         _log.info("leadership acquired", key=self.key, holder=self.holder, token=kv.create_revision, ttl=self.ttl)

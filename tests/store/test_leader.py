@@ -102,3 +102,24 @@ async def test_resign_hands_over_at_once_and_fenced_compares_still_apply(store_f
     with pytest.raises(FencedOut):
         await fenced_txn(store_a, token_a, [], [Put(k, b"x")])
     await b.resign()
+
+
+async def test_a_candidate_that_wins_on_a_later_try_still_tells_who_waits_on_lost(
+        store_factory: StoreFactory) -> None:
+    # Issue 13: the hub watched the `lost` event it saw at start; winning later replaced that event, so
+    # the hub never noticed losing the leadership it had won on a second try.
+    store_a, store_b = await store_factory(), await store_factory()
+    a = LeaderElection(store_a, holder="a", ttl_seconds=1)
+    b = LeaderElection(store_b, holder="b", ttl_seconds=1)
+    await a.campaign(timeout_seconds=WAIT)
+    watching = asyncio.create_task(b.lost.wait())  # what hub._watch_leadership does at start
+    token_b = asyncio.create_task(b.campaign(timeout_seconds=WAIT))
+    await a.resign()
+    won = await token_b
+    assert b.is_leader and not watching.done()
+    # B's leader key vanishes (an expiry, an operator): its keepalive notices, and whoever waits hears it.
+    await store_b.delete(won.key)
+    async with asyncio.timeout(WAIT):
+        await watching
+    assert not b.is_leader
+    await b.resign()
