@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -131,3 +132,28 @@ def raw_request(sim: ThreadedSim, method: str, path: str, body: bytes | None = N
     except urllib.error.HTTPError as e:
         with e:
             return e.code, json.loads(e.read() or b"null")
+
+
+def fault_lab_profile(name: str = "fault-lab") -> ClusterProfile:
+    """A small cluster (two 8-GPU nodes, default scheduler, fast kubelet) for the fault tests."""
+    return parse_profile({
+        "apiVersion": "sim.federator.dev/v1alpha1", "kind": "ClusterProfile", "name": name,
+        "location": {"type": "on-prem", "region": "lab"},
+        "network": {"fabric": "roce", "bandwidthGbps": 100},
+        "schedulers": [{"type": "default"}],
+        "kubelet": {"startDelaySeconds": 0.05, "terminationSeconds": 0.05},
+        "nodePools": [{"name": "gpu", "count": 2, "cpu": "32", "memory": "256Gi", "gpus": 8,
+                       "gpuProduct": "A100-SXM4-80GB"}],
+    })
+
+
+async def wait_for(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
+    """Poll the async `check` until it returns something truthy; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)

@@ -13,7 +13,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from kubernetes.client.rest import ApiException
 from federator.obs import METRICS
 from federator.sim import kinds
 from federator.sim.faults import FaultError, FaultState, is_watch_request
-from federator.sim.profile import ClusterProfile, parse_profile
+from simapi_support import fault_lab_profile, wait_for
+
 from federator.sim.server import SimCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,27 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FEDERATOR = str(Path(sys.executable).with_name("federator"))
 
 
-def profile(name: str = "fault-lab") -> ClusterProfile:
-    return parse_profile({
-        "apiVersion": "sim.federator.dev/v1alpha1", "kind": "ClusterProfile", "name": name,
-        "location": {"type": "on-prem", "region": "lab"},
-        "network": {"fabric": "roce", "bandwidthGbps": 100},
-        "schedulers": [{"type": "default"}],
-        "kubelet": {"startDelaySeconds": 0.05, "terminationSeconds": 0.05},
-        "nodePools": [{"name": "gpu", "count": 2, "cpu": "32", "memory": "256Gi", "gpus": 8,
-                       "gpuProduct": "A100-SXM4-80GB"}],
-    })
 
 
-async def wait_for(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Client:
@@ -90,7 +72,7 @@ class Client:
 
 @pytest.fixture
 async def sim() -> AsyncIterator[tuple[SimCluster, Client]]:
-    cluster = SimCluster(profile())
+    cluster = SimCluster(fault_lab_profile())
     await cluster.start()
     c = Client(cluster)
     try:

@@ -10,8 +10,7 @@ import asyncio
 import json
 import ssl
 import stat
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +20,13 @@ import yaml
 
 from federator.sim import kinds
 from federator.sim.faults import FaultState, IdentityError
-from federator.sim.profile import ClusterProfile, parse_profile
+from simapi_support import fault_lab_profile, wait_for
+
 from federator.sim.server import ADMIN_USER, AGENT_USER, SimCluster
 
 
-def profile() -> ClusterProfile:
-    return parse_profile({
-        "apiVersion": "sim.federator.dev/v1alpha1", "kind": "ClusterProfile", "name": "cut-lab",
-        "location": {"type": "on-prem", "region": "lab"},
-        "network": {"fabric": "roce", "bandwidthGbps": 100},
-        "schedulers": [{"type": "default"}],
-        "kubelet": {"startDelaySeconds": 0.05, "terminationSeconds": 0.05},
-        "nodePools": [{"name": "gpu", "count": 2, "cpu": "32", "memory": "256Gi", "gpus": 8,
-                       "gpuProduct": "A100-SXM4-80GB"}],
-    })
 
 
-async def wait_for(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class As:
@@ -85,7 +66,7 @@ async def next_event(resp: aiohttp.ClientResponse, timeout: float = 10.0) -> dic
 
 @pytest.fixture
 async def lab() -> AsyncIterator[tuple[SimCluster, As, As]]:
-    cluster = SimCluster(profile())
+    cluster = SimCluster(fault_lab_profile("cut-lab"))
     await cluster.start()
     admin, agent = As(cluster, cluster.token), As(cluster, cluster.agent_token)
     try:
