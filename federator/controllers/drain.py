@@ -308,8 +308,7 @@ class ClusterDrain:
             self.inflight.end(ref.uid)
 
     async def _write_status(self, cluster: str, drain: dict[str, Any] | None) -> None:
-        written = self._written.get(cluster)
-        if written == drain and (drain is not None or cluster not in self._written):
+        if cluster in self._written and self._written[cluster] == drain:
             return
 
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -136,6 +136,8 @@ class ClusterFailover:
         #: outcome -> gangs handled since start (tests read it; the metric is the public face)
         self.handled: dict[str, int] = {}
         self._throttled_logged = False
+        #: jobs waiting for a lost cluster at the last scan (the first tick scans everything, e.g. after a restart)
+        self._waiting = 1
 
     # ------------------------------------------------------------ judging clusters
 
@@ -186,12 +188,16 @@ class ClusterFailover:
     async def tick(self) -> None:
         now = time.time()
         lost, held = self.losses(now=now)
+        if not lost and not self._waiting:
+            return  # nothing lost, no job waiting for a cluster: no need to look at every job
         waiting_back: list[tuple[str, dict[str, Any], str]] = []
         due: list[tuple[str, dict[str, Any], LossView, int]] = []
+        waiting = 0
         for uid, job in list(self.jobs.jobs.items()):
             cluster, epoch = current_placement(job)
             if cluster is None or phase_of(job) not in ACTIVE_PHASES:
                 continue
+            waiting += _waiting_for(job) is not None
             if (job.get("metadata") or {}).get("deletionTimestamp"):
                 continue  # the deletion finalizer handles it (and its grace for unreachable clusters)
             view = lost.get(cluster)
@@ -204,6 +210,8 @@ class ClusterFailover:
             if failover_policy(job) == "wait" and _waiting_for(job) == cluster:
                 continue
             due.append((uid, job, view, epoch))
+        # jobs that wait keep the scans going (to see their cluster return); a wait begun this tick counts too
+        self._waiting = waiting + sum(1 for item in due if failover_policy(item[1]) == "wait") - len(waiting_back)
         for uid, job, cluster in waiting_back:
             await self._cluster_back(uid, job, cluster=cluster, now=now)
         throttled = 0

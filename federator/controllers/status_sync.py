@@ -810,6 +810,7 @@ class StatusSync:
         phase = (job.get("status") or {}).get("phase")
         cluster, epoch = current_placement(job)
         if phase not in ACTIVE_PHASES or cluster is None or uid in (self.hub.shared.get(PULLING_BACK) or ()):
+            self._missing_since.pop(uid, None)
             return
         now = time.time()
         # A dispatch of this (cluster, epoch) not in the job's status yet goes into this write (or one of
@@ -825,9 +826,12 @@ class StatusSync:
             if gs.expected > 0 and gs.bound >= gs.expected and not release_if_shown(self.hub, uid) \
                     and reservations(self.hub).get(uid) is not None:
                 self.awaiting_release.add(uid)
+            missing = objects_missing(job, gs)
+            if not missing:
+                self._missing_since.pop(uid, None)
             if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
                 gs = None  # the member shows nothing new
-            elif objects_missing(job, gs):
+            elif missing:
                 verdict = self._fence_verdict(uid, job, cluster=cluster, epoch=epoch, now=now)
                 if verdict is None:
                     self.work.retry(uid)  # the next renewal of the fencing lease says whether its agent did it
@@ -835,8 +839,6 @@ class StatusSync:
                 if verdict:
                     await self._requeue_fenced(job, cluster=cluster, epoch=epoch, now=now)
                     return
-        else:
-            self._missing_since.pop(uid, None)
         if gs is None and record is None:
             return
         ref = job_ref(job)
