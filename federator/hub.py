@@ -5,18 +5,22 @@ with the app, in this order and back):
 
 1. the hub store (`open_store(url)`), closed last;
 2. the hub leadership (a lease-backed leader key; its create revision is the
-   fencing token controllers attach to writes); a standby hub campaigns in a
-   named task and serves the API meanwhile;
+   fencing token); every replica campaigns in a named task and serves the API
+   meanwhile, so any number of hubs can share one etcd;
 3. the kube-style API (`federator.apiserver.build_api_app` over an
    `ObjectStorage` on the hub store, kinds from `federator.hubapi`) with
    bearer-token authentication and role authorization (401/403 Status);
    MemberCluster registrations from `--clusters DIR` are applied at start;
+   `/readyz` says whether the store answers and whether this replica leads;
 4. the controllers (`HUB_CONTROLLERS` below: the one list of what the hub
-   runs), entered once leadership is held, each as a cleanup_ctx-style async
-   generator over one shared `HubContext`.
+   runs), entered each time leadership is won, each as a cleanup_ctx-style
+   async generator over that term's `HubContext`, whose store and storage
+   fence every write with the term's token (a deposed leader writes nothing).
 
-Losing leadership stops the controllers and the hub (exit code 1; a
-supervisor restarts it as a standby). `run_hub` (behind `federator up`) adds
+Losing leadership (its lease lapsed: a pause, a partition, an etcd outage)
+stops the controllers and makes the hub a follower again: it keeps serving
+the API and campaigns anew. Only a controller that fails makes the hub exit
+(code 1). `run_hub` (behind `federator up`) adds
 TLS (given, or a development CA under the state dir), a token file (given, or
 generated) and, in development mode, admin and researcher kubeconfigs.
 
@@ -51,8 +55,8 @@ from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFact
 from federator.gcpolicy import server_gc
 from federator.devcerts import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
-from federator.obs import METRICS, Metrics, configure_logging, get_logger
-from federator.store.leader import FencingToken, LeaderElection
+from federator.obs import METRICS, Metrics, RepeatedFailureLog, configure_logging, get_logger
+from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
 from federator.store.open import open_store
 from federator.store.protocol import (
     Compare,
@@ -62,6 +66,7 @@ from federator.store.protocol import (
     RangeResult,
     Store,
     StoreError,
+    StoreUnavailable,
     TxnResult,
 )
 
@@ -69,6 +74,12 @@ _log = get_logger("hub")
 
 #: How long a crashed leader's key outlives it (etcd; sqlite revokes at open).
 LEADER_TTL_SECONDS = 10.0
+#: Seconds between checks that the hub store answers (behind /readyz).
+STORE_PROBE_SECONDS = 1.0
+#: A store that has not answered a probe for this long makes /readyz fail.
+STORE_STALE_SECONDS = 3.0
+#: Backoff between campaigns that failed on the store (capped exponential, jittered by the store's retries).
+CAMPAIGN_BACKOFF_SECONDS = (0.5, 5.0)
 #: How long one controller may take to stop before the hub gives up on it.
 CONTROLLER_STOP_SECONDS = 10.0
 HUB_SERVER_NAME = "hub"
@@ -135,7 +146,7 @@ class _StoreSlot:
     @property
     def target(self) -> Store:
         if self._target is None:
-            raise StoreError("the hub store is not open (the hub is starting or has stopped)")
+            raise StoreUnavailable("the hub store is not open (the hub is starting or has stopped)")
         return self._target
 
     async def get(self, key: str) -> KeyValue | None:
@@ -192,16 +203,28 @@ class _StoreSlot:
 class HubState:
     """What a running hub app exposes to run_hub, tests and benchmarks."""
 
+    #: the current term's context while leading (store and storage fenced with its token), else `base`
     context: HubContext
     store_url: str
+    #: the unfenced context the API serves from (and controllers' context while not leading)
+    base: HubContext | None = None
     #: set while this hub holds the leadership (controllers run)
     leading: asyncio.Event = field(default_factory=asyncio.Event)
-    #: set when leadership, once held, was lost (the hub must stop)
-    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set when a term ends (leadership lost); cleared when the next term begins
+    term_over: asyncio.Event = field(default_factory=asyncio.Event)
+    #: terms led (1 after the first win) and terms lost (each a step-down to follower)
+    terms: int = 0
+    step_downs: int = 0
+    #: set once the first campaign attempt has an answer (this hub leads, or another does)
+    campaigned: asyncio.Event = field(default_factory=asyncio.Event)
     #: set when a controller failed to start or died (the hub must stop)
     failed: asyncio.Event = field(default_factory=asyncio.Event)
     leader_key: str = ""
     holder: str = ""
+    #: the store's revision at the last probe that answered, when (monotonic), and the last failure
+    store_revision: int = 0
+    store_answered_at: float | None = None
+    store_error: str = ""
     #: registrations applied from --clusters at start: name -> "created" | "updated" | "unchanged"
     registrations: dict[str, str] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -259,7 +282,7 @@ def build_hub_app(
     )
     storage = ObjectStorage(slot, registry)
     context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics)
-    state = HubState(context=context, store_url=store_url)
+    state = HubState(context=context, store_url=store_url, base=context)
     app = build_api_app(
         storage=storage, registry=registry, server_name=HUB_SERVER_NAME,
         # auth_middleware authenticates (401) and authorizes (403); the app's own
@@ -269,6 +292,7 @@ def build_hub_app(
         version_info={"federatorVersion": __version__},
         max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics,
         start_storage=False,
+        readiness=lambda: _readiness(state),
         subresources=[Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="memberclusters",
                                   name="failoverplan", kind="FailoverPlan", verbs=("get",),
                                   handler=lambda req: _failover_plan(state, req))],
@@ -292,22 +316,16 @@ def build_hub_app(
             await store.close()
 
     async def leadership_ctx(_: web.Application) -> AsyncIterator[None]:
-        election = LeaderElection(slot.target, name="hub", ttl_seconds=leader_ttl_seconds)
+        election = LeaderElection(slot.target, name="hub", ttl_seconds=leader_ttl_seconds, metrics=metrics)
         state.leader_key = election.key
-        first = await election.try_acquire()
-        if first is not None:
-            _took_lead(state, election, first)
-        else:
-            holder = await election.current_leader()
-            _log.info("waiting for leadership", leader_key=election.key,
-                      held_by=holder.value.decode(errors="replace") if holder else "nobody")
-            state.tasks["campaign"] = asyncio.create_task(_campaign(state, election), name="hub-campaign")
-        state.tasks["leadership-watch"] = asyncio.create_task(
-            _watch_leadership(state, election), name="hub-leadership-watch")
+        state.holder = election.holder
+        state.tasks["store-probe"] = asyncio.create_task(_probe_store(state), name="hub-store-probe")
+        state.tasks["leadership"] = asyncio.create_task(
+            _lead_when_elected(state, election, metrics), name="hub-leadership")
         try:
             yield
         finally:
-            for name in ("leadership-watch", "campaign"):
+            for name in ("leadership", "store-probe"):
                 task = state.tasks.pop(name, None)
                 if task is not None:
                     task.cancel()
@@ -343,37 +361,101 @@ def build_hub_app(
     return app
 
 
-def _took_lead(state: HubState, election: LeaderElection, token: FencingToken) -> None:
-    state.context.fencing = token
-    state.holder = election.holder
+def _took_lead(state: HubState, election: LeaderElection, token: FencingToken, metrics: Metrics) -> None:
+    """Begin a term: controllers get a fresh context whose every write carries `token`."""
+    base = state.base or state.context
+    fenced = FencedStore(base.store, token, metrics=metrics)
+    state.context = HubContext(store=fenced, storage=ObjectStorage(fenced, base.registry), registry=base.registry,
+                               settings=base.settings, metrics=base.metrics, fencing=token)
+    state.terms += 1
+    state.term_over.clear()
     state.leading.set()
-    _log.info("hub leads", leader_key=election.key, leader_token=token.revision, holder=election.holder)
+    _log.info("hub leads", leader_key=election.key, leader_token=token.revision, holder=election.holder,
+              term=state.terms)
 
 
-async def _campaign(state: HubState, election: LeaderElection) -> None:
-    token = await election.campaign()
-    _took_lead(state, election, token)
+def _step_down(state: HubState, election: LeaderElection) -> None:
+    """End a term: controllers stop (the runner sees term_over), the API keeps serving."""
+    state.leading.clear()
+    state.context = state.base or state.context
+    state.step_downs += 1
+    state.term_over.set()
+    _log.warning("hub leadership lost; stepping down to follower (serving the API, campaigning again)",
+                 leader_key=election.key, term=state.terms)
 
 
-async def _watch_leadership(state: HubState, election: LeaderElection) -> None:
-    await election.lost.wait()
-    if state.leading.is_set():
-        _log.error("hub leadership lost", leader_key=election.key)
-        state.leading.clear()
-        state.context.fencing = None
-        state.lost.set()
+async def _lead_when_elected(state: HubState, election: LeaderElection, metrics: Metrics) -> None:
+    """Campaign, lead until the lease is lost, step down, campaign again; for as long as the hub runs.
+    A store that does not answer is retried with backoff and logged once, then in a summary."""
+    failures = RepeatedFailureLog(_log, "cannot campaign for the hub leadership (store unreachable); retrying",
+                                  leader_key=election.key)
+    delay = CAMPAIGN_BACKOFF_SECONDS[0]
+    announced = False
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            token = await election.try_acquire()
+            state.campaigned.set()
+            if token is None:
+                if not announced:
+                    holder = await election.current_leader()
+                    _log.info("waiting for leadership", leader_key=election.key,
+                              held_by=holder_of(holder))
+                    announced = True
+                token = await election.campaign()
+        except StoreError as e:
+            failures.failed(e, now=loop.time(), retry_in_seconds=round(delay, 2))
+            await asyncio.sleep(delay)
+            delay = min(CAMPAIGN_BACKOFF_SECONDS[1], delay * 2)
+            continue
+        failures.succeeded("the store answers again; campaign resumed")
+        delay = CAMPAIGN_BACKOFF_SECONDS[0]
+        announced = False
+        _took_lead(state, election, token, metrics)
+        await election.lost.wait()
+        _step_down(state, election)
 
 
-async def _enter_unless_stopped(generator: AsyncIterator[None], stop: asyncio.Event) -> bool:
-    """Start one controller (run its set-up up to its `yield`), unless the hub is
-    told to stop first: then the set-up is cancelled and False is returned, so a
-    controller waiting on unreachable members never delays Ctrl-C."""
+async def _probe_store(state: HubState) -> None:
+    """Keep `state.store_*` current: does the hub store answer (for /readyz)?"""
+    store = (state.base or state.context).store
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            async with asyncio.timeout(STORE_STALE_SECONDS):
+                state.store_revision = await store.current_revision()
+            state.store_answered_at = loop.time()
+            state.store_error = ""
+        except (StoreError, TimeoutError) as e:
+            state.store_error = str(e) or "no answer within the probe timeout"
+        await asyncio.sleep(STORE_PROBE_SECONDS)
+
+
+async def _readiness(state: HubState) -> tuple[bool, str]:
+    """/readyz: ready while the store answers; says whether this replica leads or follows."""
+    answered = state.store_answered_at
+    if answered is None or asyncio.get_running_loop().time() - answered > STORE_STALE_SECONDS:
+        why = state.store_error or "no answer yet"
+        return False, f"the hub store does not answer ({why[:200]})"
+    if state.leading.is_set() and state.context.fencing is not None:
+        return True, (f"leader (token {state.context.fencing.revision}, term {state.terms}), "
+                      f"store at revision {state.store_revision}")
+    return True, f"follower (serving the API from the store at revision {state.store_revision}; campaigning)"
+
+
+async def _enter_unless_stopped(generator: AsyncIterator[None], *stops: asyncio.Event) -> bool:
+    """Start one controller (run its set-up up to its `yield`), unless one of
+    `stops` is set first (the hub stops, the term ends): then the set-up is
+    cancelled and False is returned, so a controller waiting on unreachable
+    members never delays Ctrl-C or a step-down."""
     start: asyncio.Future[Any] = asyncio.ensure_future(generator.__anext__())
-    stopper: asyncio.Future[Any] = asyncio.create_task(stop.wait(), name="hub-controller-start-stop")
+    stoppers: list[asyncio.Future[Any]] = [asyncio.create_task(s.wait(), name="hub-controller-start-stop")
+                                           for s in stops]
     try:
-        await asyncio.wait({start, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({start, *stoppers}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stopper.cancel()
+        for stopper in stoppers:
+            stopper.cancel()
     if start.done():
         start.result()
         return True
@@ -384,36 +466,42 @@ async def _enter_unless_stopped(generator: AsyncIterator[None], stop: asyncio.Ev
 
 
 async def _run_controllers(state: HubState, controllers: Sequence[ControllerFactory], stop: asyncio.Event) -> None:
-    """Enter every controller once leadership is held; leave them (in reverse)
-    on stop or on leadership loss."""
-    waiters = [asyncio.create_task(stop.wait(), name="hub-controllers-stop"),
-               asyncio.create_task(state.leading.wait(), name="hub-controllers-lead")]
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in waiters:
-        waiter.cancel()
-    if stop.is_set() or not controllers:
-        return
+    """For each term this hub leads: enter every controller with the term's context; leave them (in
+    reverse) when the term ends or on stop; then wait for the next term."""
+    while True:
+        await _wait_first(stop, state.leading)
+        if stop.is_set() or not controllers:
+            return
+        await _run_term(state, controllers, stop, state.context)
+        if state.failed.is_set() or stop.is_set():
+            return
+
+
+async def _run_term(state: HubState, controllers: Sequence[ControllerFactory], stop: asyncio.Event,
+                    context: HubContext) -> None:
+    term = state.terms
     entered: list[tuple[str, AsyncIterator[None]]] = []
     try:
         for factory in controllers:
             name = getattr(factory, "__name__", repr(factory))
-            generator = factory(state.context)
+            generator = factory(context)
             try:
-                started = await _enter_unless_stopped(generator, stop)
+                started = await _enter_unless_stopped(generator, stop, state.term_over)
             except Exception as e:  # noqa: BLE001 - a controller that cannot start stops the hub
+                if state.term_over.is_set():
+                    _log.warning("controller could not start: the term ended meanwhile", controller=name,
+                                 error=repr(e))
+                    return
                 _log.error("controller failed to start", controller=name, error=repr(e), exc_info=True)
                 state.failed.set()
                 return
             if not started:
-                _log.info("hub stopping while a controller was starting", controller=name)
+                _log.info("controller start abandoned", controller=name,
+                          reason="hub stopping" if stop.is_set() else "leadership lost")
                 return
             entered.append((name, generator))
-            _log.info("controller started", controller=name)
-        done = [asyncio.create_task(stop.wait(), name="hub-controllers-stop"),
-                asyncio.create_task(state.lost.wait(), name="hub-controllers-lost")]
-        await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in done:
-            waiter.cancel()
+            _log.info("controller started", controller=name, term=term)
+        await _wait_first(stop, state.term_over)
     finally:
         for name, generator in reversed(entered):
             try:
@@ -421,7 +509,7 @@ async def _run_controllers(state: HubState, controllers: Sequence[ControllerFact
                 async with asyncio.timeout(CONTROLLER_STOP_SECONDS):
                     await generator.__anext__()
             except StopAsyncIteration:
-                _log.info("controller stopped", controller=name)
+                _log.info("controller stopped", controller=name, term=term)
             except TimeoutError:
                 # A teardown stuck on a member that no longer answers must not
                 # keep Ctrl-C from stopping the hub; the store stays consistent
@@ -435,6 +523,14 @@ async def _run_controllers(state: HubState, controllers: Sequence[ControllerFact
                 aclose = getattr(generator, "aclose", None)
                 if aclose is not None:
                     await aclose()
+        if context is not state.base:
+            await context.storage.close()  # the term's watch feeds
+            fenced = context.store
+            if isinstance(fenced, FencedStore):
+                # What this term wrote, and what the store refused once its token was stale: every
+                # write landed before the leader key vanished (tests compare it with the store's history).
+                _log.info("hub term ended", term=term, leader_token=fenced.token.revision, writes=fenced.writes,
+                          last_write_revision=fenced.last_write_revision, writes_refused=fenced.refused)
 
 
 # ---------------------------------------------------------------- registrations (--clusters DIR)
@@ -589,6 +685,7 @@ class _Plan:
     kubeconfig_dir: Path
     #: HubSettings.extra knobs from the failover flags
     knobs: dict[str, Any] = field(default_factory=dict)
+    leader_ttl: float = LEADER_TTL_SECONDS
 
 
 def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
@@ -621,6 +718,20 @@ def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
         "mass_loss_threshold": number("--mass-loss-threshold", "mass_loss_threshold", "0.5", low=0.0, high=1.0),
         "failover_rate": number("--failover-rate", "failover_rate", "20", low=0.01, high=100_000.0),
     }
+
+
+def leader_ttl_flag(args: argparse.Namespace) -> float:
+    """`--leader-ttl` in seconds (1s to 5m); ValueError naming the flag when it is wrong."""
+    from federator.apis.common import parse_duration_seconds
+
+    value = getattr(args, "leader_ttl", None) or f"{LEADER_TTL_SECONDS:g}s"
+    try:
+        seconds = parse_duration_seconds(value)
+    except ValueError as e:
+        raise ValueError(f"--leader-ttl {value!r}: {e}") from None
+    if not 1.0 <= seconds <= 300.0:
+        raise ValueError(f"--leader-ttl {value!r}: must be between 1s and 5m")
+    return seconds
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
@@ -659,9 +770,10 @@ def _plan(args: argparse.Namespace) -> _Plan:
     if clusters_dir is not None:
         read_registrations(clusters_dir)  # malformed files fail before anything starts
     knobs = failover_knobs(args)
+    leader_ttl = leader_ttl_flag(args)
     return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
-                 kubeconfig_dir=state_dir, knobs=knobs)
+                 kubeconfig_dir=state_dir, knobs=knobs, leader_ttl=leader_ttl)
 
 
 def default_store_url(state_dir: Path) -> str:
@@ -705,7 +817,8 @@ async def _serve(plan: _Plan) -> int:
     settings = HubSettings(state_dir=plan.state_dir, extra={"clusters_dir": plan.clusters_dir, **plan.knobs})
     authenticator = TokenAuthenticator.from_file(plan.token_file, logger=get_logger("hub.auth"))
     app = build_hub_app(settings, store_url=plan.store_url, controllers=hub_controllers(),
-                        authenticator=authenticator, clusters_dir=plan.clusters_dir)
+                        authenticator=authenticator, clusters_dir=plan.clusters_dir,
+                        leader_ttl_seconds=plan.leader_ttl)
     state = hub_state(app)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
     exit_code = 0
@@ -723,26 +836,23 @@ async def _serve(plan: _Plan) -> int:
                                                 tokens=plan.dev_tokens)
         _log.info("hub serving", url=url, token_file=str(plan.token_file),
                   kubeconfigs={k: str(v) for k, v in kubeconfigs.items()})
-        if not await _wait_first(stop, state.leading):
-            _log.info("hub stopping", reason="signal")
-            return 0
-        fencing = state.context.fencing
-        _log.info(
-            "hub ready", url=url, store=plan.store_url, revision=await state.context.store.current_revision(),
-            leader_key=state.leader_key, leader_token=fencing.revision if fencing else None, holder=state.holder,
-            kubeconfigs={k: str(v) for k, v in kubeconfigs.items()},
-            registrations=state.registrations or None,
-        )
-        _print_next_steps(url, kubeconfigs)
-        await _wait_first(stop, state.lost, state.failed)
-        if state.lost.is_set() and not stop.is_set():
-            _log.error("hub stopping: leadership lost", leader_key=state.leader_key)
-            exit_code = 1
-        elif state.failed.is_set() and not stop.is_set():
+        await _wait_first(stop, state.campaigned, state.failed)
+        if not stop.is_set() and not state.failed.is_set():
+            fencing = state.context.fencing
+            _log.info(
+                "hub ready", url=url, store=plan.store_url, role="leader" if state.leading.is_set() else "follower",
+                revision=state.store_revision or None, leader_key=state.leader_key,
+                leader_token=fencing.revision if fencing else None, holder=state.holder,
+                kubeconfigs={k: str(v) for k, v in kubeconfigs.items()},
+                registrations=state.registrations or None,
+            )
+            _print_next_steps(url, kubeconfigs)
+            await _wait_first(stop, state.failed)
+        if state.failed.is_set() and not stop.is_set():
             _log.error("hub stopping: a controller failed")
             exit_code = 1
         else:
-            _log.info("hub stopping", reason="signal")
+            _log.info("hub stopping", reason="signal", terms_led=state.terms, step_downs=state.step_downs)
     finally:
         await runner.cleanup()
         gc_settings.close()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +22,51 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 _configured = False
 
 
-def configure_logging(*, level: str = "info", json: bool | None = None) -> None:
-    """Configure structlog once per process. `json=None` picks JSON unless stderr is a TTY."""
+class FailureLineThrottle:
+    """A structlog processor that keeps a failing retry loop from logging at line rate.
+
+    Warnings and errors that carry an `error` field are counted per (component, event): at most
+    `burst` of them are printed per `window_seconds`; the rest are dropped, and the next line of
+    that kind printed in a later window says how many were dropped (`suppressed_similar`). The
+    last printed line of a burst says that the rest are being summarised. Lines without an `error`
+    (a gang failed over, a job placed) are never dropped: they are the audit trail."""
+
+    def __init__(self, *, burst: int = 5, window_seconds: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = 4096) -> None:
+        self.burst = burst
+        self.window = window_seconds
+        self.clock = clock
+        self.max_keys = max_keys
+        #: (component, event) -> [window start, lines this window, dropped since the last printed line]
+        self._seen: dict[tuple[str, str], list[float]] = {}
+
+    def __call__(self, _logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        level = str(event_dict.get("level") or method_name)
+        if level not in ("warning", "error", "critical", "exception") or "error" not in event_dict:
+            return event_dict
+        key = (str(event_dict.get("component", "")), str(event_dict.get("event", "")))
+        now = self.clock()
+        entry = self._seen.get(key)
+        if entry is None or now - entry[0] >= self.window:
+            dropped = int(entry[2]) if entry is not None else 0
+            if entry is None and len(self._seen) >= self.max_keys:
+                self._seen.clear()
+            entry = self._seen[key] = [now, 0, 0]
+            if dropped:
+                event_dict["suppressed_similar"] = dropped
+        entry[1] += 1
+        if entry[1] > self.burst:
+            entry[2] += 1
+            raise structlog.DropEvent
+        if entry[1] == self.burst:
+            event_dict["throttled"] = (f"more lines like this within {self.window:g}s are counted, "
+                                       "not printed; the next one printed says how many")
+        return event_dict
+
+
+def configure_logging(*, level: str = "info", json: bool | None = None, throttle: bool = True) -> None:
+    """Configure structlog once per process. `json=None` picks JSON unless stderr is a TTY;
+    `throttle` rate-limits repeated failure lines (FailureLineThrottle)."""
     global _configured
     use_json = (not sys.stderr.isatty()) if json is None else json
     lvl = logging.getLevelName(level.upper())
@@ -32,6 +77,8 @@ def configure_logging(*, level: str = "info", json: bool | None = None) -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    if throttle:
+        processors.append(FailureLineThrottle())
     if use_json:
         processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:

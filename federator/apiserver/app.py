@@ -51,6 +51,7 @@ from federator.apiserver.storage import ObjectList, ObjectStorage
 from federator.apiserver.table import build_table, wants_table
 from federator.apiserver.watch import WatchOptions, parse_bool, serve_watch
 from federator.obs import METRICS, Metrics, get_logger
+from federator.store.protocol import StoreUnavailable
 
 _log = get_logger("apiserver")
 
@@ -136,11 +137,19 @@ class ApiServerState:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     stopping: bool = False
     open_watches: int = 0
+    #: GET /readyz: (ready, one line saying why); None: always "ok"
+    readiness: Readiness | None = None
     _discovery_cache: dict[str, bytes] = field(default_factory=dict)
 
     def count(self, verb: str, resource: str) -> int:
         return self.counts[(verb, resource)]
 
+
+#: `async def readiness() -> (ready, reason)` behind GET /readyz (e.g. "store unreachable")
+Readiness = Callable[[], Awaitable[tuple[bool, str]]]
+
+#: Seconds a client is told to wait (Retry-After) when the store does not answer.
+STORE_RETRY_AFTER_SECONDS = 1
 
 API_STATE: web.AppKey[ApiServerState] = web.AppKey("federator_api_state", ApiServerState)
 
@@ -323,7 +332,13 @@ class _Handlers:
         return json_response(self.state.version_info)
 
     async def health(self, request: web.Request) -> web.StreamResponse:
-        return web.Response(text="ok", content_type="text/plain")
+        readiness = self.state.readiness
+        if request.path != "/readyz" or readiness is None:
+            return web.Response(text="ok", content_type="text/plain")
+        ready, reason = await readiness()
+        # kube's /readyz answers 200 "ok" or 500 with the failing checks; ours says why in one line.
+        return web.Response(text=f"{'ok' if ready else 'not ready'}: {reason}\n", status=200 if ready else 500,
+                            content_type="text/plain")
 
     async def openapi_v2(self, request: web.Request) -> web.StreamResponse:
         return web.Response(body=openapi_v2_body(),
@@ -724,6 +739,14 @@ def _error_middleware(state: ApiServerState) -> Any:
             return await handler(request)
         except ApiError as e:
             return status_response(e)
+        except StoreUnavailable as e:
+            # kube answers a storage timeout ("etcdserver: request timed out") with a retryable 5xx;
+            # client-go retries a 5xx that carries Retry-After by itself.
+            _log.info("request failed: store unavailable", server=state.server_name, method=request.method,
+                      path=request.path, error=str(e))
+            return status_response(errors.service_unavailable(
+                "the storage backend is unavailable (it did not answer within its retry budget); "
+                "try again later", retry_after_seconds=STORE_RETRY_AFTER_SECONDS))
         except web.HTTPRequestEntityTooLarge:
             return status_response(errors.too_large(state.max_body_bytes))
         except web.HTTPMethodNotAllowed:
@@ -777,6 +800,7 @@ def build_api_app(
     bookmark_interval: float = 10.0,
     metrics: Metrics | None = None,
     start_storage: bool = True,
+    readiness: Readiness | None = None,
 ) -> web.Application:
     """An aiohttp Application serving `registry` from `storage`. With
     `start_storage`, the app's cleanup_ctx starts the storage's watch cache
@@ -793,6 +817,7 @@ def build_api_app(
         bookmark_interval=bookmark_interval,
         metrics=metrics or METRICS,
         openapi=OpenAPISpecs(registry),
+        readiness=readiness,
     )
     app = web.Application(
         middlewares=[*middlewares, _error_middleware(state), _auth_middleware(state)],

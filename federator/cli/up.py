@@ -50,6 +50,11 @@ def register(sub: Any) -> None:
                         "(real clusters: no simulated clusters are started)")
     p.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
                    help="log verbosity (default: info)")
+    ha = p.add_argument_group("high availability (README: Running replicas)")
+    ha.add_argument("--leader-ttl", default="10s", metavar="DURATION",
+                    help="lease of the hub leadership: a leader that stops renewing it (killed, paused, cut off "
+                         "from the store) is replaced by another replica on the same etcd within about this long; "
+                         "shorter means faster takeover and more store traffic (default: 10s, 1s to 5m)")
     failover = p.add_argument_group("failover (docs/failover.md)")
     failover.add_argument("--cluster-loss-grace", default="60s", metavar="DURATION",
                           help="a cluster out of contact this long, from its first failed contact, is Lost and its "

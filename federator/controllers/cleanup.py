@@ -56,7 +56,6 @@ from federator.controllers.jobs import (
     history_entry,
     update_job_status,
     dispatches_in_flight,
-    fenced_storage,
     job_ref,
     member_client,
     parse_timestamp,
@@ -268,7 +267,7 @@ class JobFinalizer:
             return job
 
         try:
-            await fenced_storage(self.hub).guaranteed_update(self.rt, namespace=namespace, name=name, mutate=mutate)
+            await self.hub.storage.guaranteed_update(self.rt, namespace=namespace, name=name, mutate=mutate)
         except ApiError as e:
             if e.code != 404:
                 raise

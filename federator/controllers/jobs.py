@@ -6,8 +6,8 @@ The contract between those controllers lives here:
   `GangRequest` (roles, network, GPU models, datasets, selectors,
   tolerations, priority, submission time, excluded clusters).
 - `update_job_status(hub, namespace=..., name=..., mutate=...)`: a
-  read-mutate-CAS write of the status subresource, fenced with the leader's
-  token when the hub holds one, so a deposed leader cannot write.
+  read-mutate-CAS write of the status subresource through `hub.storage`
+  (whose writes the hub fences with the leader's token, see hub.py).
 - `history_entry`, `append_history`, `set_condition`, `set_phase`,
   `requeue`: how status changes are spelled. Phase transitions are logged
   with the job and cluster keys.
@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from federator.apiserver.errors import ApiError
-from federator.apiserver.storage import ObjectStorage
 from federator.apis.common import format_time, parse_time
 from federator.controllers.context import HubContext
 from federator.obs import get_logger
@@ -58,8 +57,6 @@ from federator.placement import (
 )
 from federator.placement.gang import SelectorOperator, TolerationOperator
 from federator.placement.snapshot import TaintEffect
-from federator.store.leader import FencingToken, fenced_txn
-from federator.store.protocol import Compare, Op, Store, TxnResult
 
 __all__ = [
     "ACTIVE_PHASES",
@@ -90,7 +87,6 @@ __all__ = [
     "dispatch_records",
     "dispatches_in_flight",
     "excluded_clusters",
-    "fenced_storage",
     "gang_request",
     "history_entry",
     "hub_id",
@@ -404,44 +400,7 @@ def requeue(
     status.pop("podCounts", None)
 
 
-# ---------------------------------------------------------------- fenced status writes
-
-
-class _FencedStore:
-    """A Store view whose transactions carry the leader's fencing compare (FencedOut when deposed).
-
-    Only `get` and `txn` are used by ObjectStorage's update path; everything
-    else is delegated unchanged."""
-
-    def __init__(self, inner: Store, token: FencingToken) -> None:
-        self._inner = inner
-        self._token = token
-        self.prefix = inner.prefix
-
-    async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
-        return await fenced_txn(self._inner, self._token, compares, success, failure)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-def _writer(hub: HubContext) -> ObjectStorage:
-    token = hub.fencing
-    if token is None:
-        return hub.storage
-    cache: dict[int, ObjectStorage] = hub.shared.setdefault("_fenced_storage", {})
-    storage = cache.get(token.revision)
-    if storage is None:
-        cache.clear()
-        storage = ObjectStorage(_FencedStore(hub.store, token), hub.registry)
-        cache[token.revision] = storage
-    return storage
-
-
-def fenced_storage(hub: HubContext) -> ObjectStorage:
-    """The hub's ObjectStorage whose writes carry the leader's fencing token (plain storage while no
-    token is held, e.g. in tests without leadership). For writes other than status (finalizers)."""
-    return _writer(hub)
+# ---------------------------------------------------------------- status writes
 
 
 async def update_job_status(
@@ -453,8 +412,8 @@ async def update_job_status(
     uid: str | None = None,
 ) -> dict[str, Any] | None:
     """Read the job, `mutate(job)` (a fresh copy; change job["status"], return the job, or None to
-    skip), CAS-write the status subresource, retrying on conflict. Fenced with the leader's token
-    when the hub holds one (raises store FencedOut when deposed). The write trusts the stored job
+    skip), CAS-write the status subresource, retrying on conflict. `hub.storage` fences it with the
+    leader's token while leading (store FencedOut when deposed). The write trusts the stored job
     (validated by the API at admission) and this code's status: no full re-validation per write.
 
     Returns the stored job, or None when skipped, when the job is gone (404) or when `uid` is given
@@ -467,7 +426,7 @@ async def update_job_status(
         return mutate(job)
 
     try:
-        return await _writer(hub).guaranteed_update(hub.kind(JOB_KIND), namespace=namespace, name=name,
+        return await hub.storage.guaranteed_update(hub.kind(JOB_KIND), namespace=namespace, name=name,
                                                     mutate=guarded, subresource="status", trusted_status=True)
     except ApiError as e:
         if e.code == 404:

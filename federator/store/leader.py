@@ -29,14 +29,16 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from federator.obs import METRICS, Metrics, get_logger
+from federator.store._base import BaseStore
 from federator.store.protocol import (
     Compacted,
     Compare,
     Delete,
+    Event,
     EventType,
     FencedOut,
     Get,
@@ -44,6 +46,7 @@ from federator.store.protocol import (
     KeyValue,
     LeaseNotFound,
     Op,
+    RangeResult,
     Store,
     StoreError,
     StoreUnavailable,
@@ -94,6 +97,66 @@ async def fenced_txn(
             f"(leader key now {now}); this process is not the leader"
         )
     return TxnResult(succeeded=False, revision=result.revision, results=result.results[1:])
+
+
+class FencedStore(BaseStore):
+    """A Store whose every write (put, create, update, delete, txn) is a `fenced_txn` with `token`:
+    hand it to whatever runs only while leading (the hub's controllers), and a deposed leader that
+    wakes late writes nothing (FencedOut). Reads, watches, leases and compaction go to `inner`.
+    It counts what it wrote (`writes`, `last_write_revision`) and what was refused (`refused`), so a
+    term's end can be checked against the revision at which its leader key vanished."""
+
+    backend_name = "fenced"
+
+    def __init__(self, inner: Store, token: FencingToken, *, metrics: Metrics | None = None) -> None:
+        super().__init__(prefix=inner.prefix, metrics=metrics)
+        self.inner = inner
+        self.token = token
+        self.writes = 0
+        self.last_write_revision = 0
+        self.refused = 0
+
+    async def _get(self, key: str) -> KeyValue | None:
+        return await self.inner.get(key)
+
+    async def _range(self, prefix: str, *, limit: int, start_after: str | None,
+                     revision: int | None) -> RangeResult:
+        return await self.inner.range(prefix, limit=limit, start_after=start_after, revision=revision)
+
+    async def _txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]) -> TxnResult:
+        try:
+            result = await fenced_txn(self.inner, self.token, compares, success, failure)
+        except FencedOut:
+            self.refused += 1
+            raise
+        if result.succeeded and any(not isinstance(op, Get) for op in success):
+            self.writes += 1
+            self.last_write_revision = max(self.last_write_revision, result.revision)
+        return result
+
+    def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
+        return self.inner.watch(prefix, from_revision=from_revision)
+
+    async def current_revision(self) -> int:
+        return await self.inner.current_revision()
+
+    async def compact(self, revision: int) -> None:
+        await self.inner.compact(revision)
+
+    async def compact_revision(self) -> int:
+        return await self.inner.compact_revision()
+
+    async def lease_grant(self, ttl_seconds: float) -> int:
+        return await self.inner.lease_grant(ttl_seconds)
+
+    async def lease_keepalive(self, lease: int) -> None:
+        await self.inner.lease_keepalive(lease)
+
+    async def lease_revoke(self, lease: int) -> None:
+        await self.inner.lease_revoke(lease)
+
+    async def close(self) -> None:
+        """The inner store belongs to whoever opened it: nothing to close here."""
 
 
 class LeaderElection:
@@ -174,7 +237,7 @@ class LeaderElection:
             kv = await self.store.create(self.key, value, lease=lease)
         except KeyExists as e:
             await _revoke_quietly(self.store, lease)
-            _log.debug("leadership held by another", key=self.key, holder=_holder_of(e.current))
+            _log.debug("leadership held by another", key=self.key, holder=holder_of(e.current))
             return None
         except BaseException:
             await _revoke_quietly(self.store, lease)
@@ -273,11 +336,14 @@ async def _revoke_quietly(store: Store, lease: int) -> None:
         pass  # already expired or unreachable: it lapses by itself
 
 
-def _holder_of(kv: KeyValue) -> str:
+def holder_of(kv: KeyValue | None) -> str:
+    """Who holds a leader key (its JSON value's holder), "nobody" for no key."""
+    if kv is None:
+        return "nobody"
     try:
         return str(json.loads(kv.value)["holder"])
     except (ValueError, KeyError, TypeError):
         return "unknown"
 
 
-__all__ = ["FencingToken", "LeaderElection", "default_holder_id", "fenced_txn"]
+__all__ = ["FencedStore", "FencingToken", "LeaderElection", "default_holder_id", "fenced_txn", "holder_of"]

@@ -252,7 +252,8 @@ class SqliteStore(BaseStore):
                 raise StoreUnavailable(f"sqlite store {self.path} is already open in this process") from None
             raise StoreUnavailable(
                 f"sqlite store {self.path} is in use by another process (pid {holder}); "
-                "only one hub may write a store file"
+                "only one hub may write a store file (sqlite is single-replica; run hub replicas on etcd: "
+                "--store etcd://HOST:PORT,HOST:PORT,...)"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -143,8 +143,11 @@ async def start_hub(
     job_finalizers: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     bookmark_interval: float = 1.0,
+    leader_ttl_seconds: float | None = None,
+    wait_for_lead: bool = True,
 ) -> AsyncIterator[RunningHub]:
-    """Serve a hub until the block ends; its files live under `directory`."""
+    """Serve a hub until the block ends; its files live under `directory`. With `wait_for_lead`
+    it yields once the hub leads, else once its first campaign has an answer (a follower)."""
     directory.mkdir(parents=True, exist_ok=True)
     tls = ensure_dev_tls(directory / "state")
     token_file = directory / "tokens.csv"
@@ -161,6 +164,7 @@ async def start_hub(
         clusters_dir=clusters_dir,
         max_body_bytes=max_body_bytes,
         bookmark_interval=bookmark_interval,
+        **({"leader_ttl_seconds": leader_ttl_seconds} if leader_ttl_seconds is not None else {}),
     )
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
     await runner.setup()
@@ -180,7 +184,7 @@ async def start_hub(
                                                      ca_pem=generate_ca()[0], token=TOKENS["admin"], user="alice",
                                                      cluster_name="hub")
         state = hub_state(app)
-        await asyncio.wait_for(state.leading.wait(), 30)
+        await asyncio.wait_for((state.leading if wait_for_lead else state.campaigned).wait(), 60)
         yield RunningHub(url=url, port=port, app=app, state=state, ca_file=tls.ca_cert, directory=directory,
                          kubeconfigs=kubeconfigs, metrics=metrics, runner=runner,
                          _ssl=ssl.create_default_context(cafile=str(tls.ca_cert)))
