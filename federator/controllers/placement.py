@@ -366,6 +366,8 @@ class PlacementController:
             except (ValueError, TypeError):
                 continue
             if snapshot.bound_pods.get(uid, 0) >= gang.pod_count:
+                _log.info("no reservation needed for a job placed before this hub started: its pods are bound",
+                          job=gang.key, cluster=cluster, pods=gang.pod_count)
                 continue
             view = snapshot.with_info(replace(snapshot.info, healthy=True, cordoned=False))
             gang = replace(gang, excluded_clusters={})

@@ -6,15 +6,20 @@
   member state through each member's kubeconfig (`MemberClient`);
 - `submit`, `get_job`, `wait_job`: the hub's public API through the official `kubernetes.aio` client;
 - `member_objects(...)`: a job's PodGroups and pods in one member, by label;
-- `wait_until`: polling with a deadline (never bare sleeps).
+- `wait_until`: polling with a deadline (never bare sleeps);
+- `HubProcess`: `federator up` as a subprocess (sqlite by default, or any --store), its JSON log read back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
+import os
+import signal
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -306,3 +311,84 @@ def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
         if c.get("type") == type_:
             return dict(c)
     return None
+
+
+class HubProcess:
+    """`federator up` in a subprocess; logs go to a file (one per start); ready once it logs 'hub ready'
+    (leading or following); the admin kubeconfig is in its state dir."""
+
+    def __init__(self, workdir: Path, clusters_dir: Path, *, store_url: str | None = None,
+                 extra_args: Sequence[str] = ()) -> None:
+        self.workdir = workdir
+        self.clusters_dir = clusters_dir
+        self.state_dir = workdir / "state"
+        self.store_url = store_url or f"sqlite://{workdir / 'hub.db'}"
+        self.extra_args = list(extra_args)
+        self.process: asyncio.subprocess.Process | None = None
+        self.runs = 0
+        self.log: Path | None = None
+
+    async def start(self, *, crash_at: str | None = None, crash_job: str | None = None) -> HubApi:
+        self.runs += 1
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log = self.workdir / f"hub-{self.runs}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FEDERATOR_TEST_CRASH")}
+        env["PYTHONUNBUFFERED"] = "1"
+        if crash_at:
+            env["FEDERATOR_TEST_CRASH_AT"] = crash_at
+        if crash_job:
+            env["FEDERATOR_TEST_CRASH_JOB"] = crash_job
+        with self.log.open("wb") as sink:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "federator.cli", "up", "--store", self.store_url,
+                "--state-dir", str(self.state_dir), "--listen", "127.0.0.1:0",
+                "--clusters", str(self.clusters_dir), "--log-level", "info", *self.extra_args,
+                cwd=str(ROOT), env=env, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink,
+            )
+
+        def ready() -> bool:
+            assert self.process is not None and self.log is not None
+            if self.process.returncode is not None:
+                raise AssertionError(f"hub exited early ({self.process.returncode}):\n{self.log.read_text()[-4000:]}")
+            return '"hub ready"' in self.log.read_text()
+
+        await wait_until(ready, timeout=60, interval=0.1, what="the hub subprocess to be ready")
+        return await HubApi.connect(self.state_dir / "admin.kubeconfig")
+
+    async def killed(self, *, timeout: float = 60.0) -> None:
+        """Wait for the hub to kill itself at its crash point."""
+        assert self.process is not None
+        code = await asyncio.wait_for(self.process.wait(), timeout)
+        assert code == -signal.SIGKILL, f"hub exited with {code}, not SIGKILL:\n{self.tail()}"
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.process.wait(), 20)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+    def tail(self) -> str:
+        return self.log.read_text()[-4000:] if self.log is not None and self.log.exists() else ""
+
+    def records(self, event: str, **fields: Any) -> list[dict[str, Any]]:
+        """This run's JSON log lines with `event` and these fields."""
+        assert self.log is not None
+        found: list[dict[str, Any]] = []
+        for line in self.log.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") == event and all(record.get(k) == v for k, v in fields.items()):
+                found.append(record)
+        return found
+
+    def logged(self, event: str, **fields: Any) -> bool:
+        """True if this run's log has a JSON line with `event` and these fields."""
+        return bool(self.records(event, **fields))
+
+    def crash_logged(self, point: str) -> bool:
+        return self.logged("test crash hook: killing the hub", point=point)
