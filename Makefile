@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-loaded lint bench clean
 
 $(BIN)/federator: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ test: $(BIN)/federator
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+## make test-loaded: the test run while two CPU hogs compete for the cores (RUNS=3 for three in a row)
+test-loaded: $(BIN)/federator
+	$(BIN)/python scripts/with_cpu_hogs.py --hogs 2 --runs $(or $(RUNS),1) -- $(MAKE) test
 
 lint: $(BIN)/federator
 	$(BIN)/lint-imports
