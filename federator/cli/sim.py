@@ -6,8 +6,10 @@
 Each profile (a file, or a directory of *.yaml) becomes one SimCluster on
 127.0.0.1 (HTTPS with a development CA under the state dir, bearer token);
 a kubeconfig per cluster is written to <state-dir>/<cluster>.kubeconfig (the
-fence agent's identity to <state-dir>/<cluster>-agent.kubeconfig) and an
-index of all of them to <state-dir>/clusters.json. Runs until Ctrl-C or
+fence agent's identity to <state-dir>/<cluster>-agent.kubeconfig), its
+MemberCluster registration to <state-dir>/registrations/<cluster>.yaml (for
+`federator up --clusters`: hub replicas that must outlive the clusters' process)
+and an index of all of them to <state-dir>/clusters.json. Runs until Ctrl-C or
 SIGTERM, then stops every cluster cleanly.
 
 Sub-commands of `federator sim` (`federator sim fault ...`, in
@@ -122,11 +124,15 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
                                 f"{e.strerror or e}") from None
             clusters.append(cluster)
         index = []
+        registrations = state_dir / "registrations"
+        registrations.mkdir(parents=True, exist_ok=True)
         for cluster in clusters:
             path = cluster.write_kubeconfig(state_dir / f"{cluster.name}.kubeconfig")
             agent_path = cluster.write_agent_kubeconfig(state_dir / f"{cluster.name}-agent.kubeconfig")
+            registration = registrations / f"{cluster.name}.yaml"
+            _write_registration(registration, cluster.profile, path)
             index.append({"name": cluster.name, "server": cluster.url, "kubeconfig": str(path),
-                          "agentKubeconfig": str(agent_path),
+                          "agentKubeconfig": str(agent_path), "registration": str(registration),
                           "nodes": cluster.profile.node_count,
                           "schedulers": [s.name for s in cluster.profile.schedulers]})
         _write_index(state_dir / "clusters.json", index)
@@ -146,6 +152,17 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
     return 0
 
 
+def _write_registration(path: Path, profile: ClusterProfile, kubeconfig: Path) -> None:
+    import yaml
+
+    from federator.devclusters import registration_for
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(registration_for(profile, kubeconfig=kubeconfig), sort_keys=False),
+                   encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _write_index(path: Path, index: list[dict[str, Any]]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"clusters": index}, indent=2) + "\n", encoding="utf-8")
@@ -163,6 +180,7 @@ def _print_usage(index: list[dict[str, Any]], state_dir: Path) -> None:
         "Try:",
         f"  kubectl --kubeconfig {first} get nodes",
         f"  kubectl --kubeconfig {first} get pods -A -w",
+        f"  federator up --clusters {state_dir / 'registrations'}    # a hub that registers them",
         f"Index of all clusters: {state_dir / 'clusters.json'}",
     ]
     print("\n".join(lines), flush=True)

@@ -58,6 +58,10 @@ def test_serves_clusters_until_sigint(tmp_path: Path) -> None:
             config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
             with client.ApiClient(cfg) as api:
                 assert len(client.CoreV1Api(api).list_node().items) == 4
+            # its registration, for `federator up --clusters STATE/registrations`
+            registration = yaml.safe_load(Path(c["registration"]).read_text())
+            assert registration["kind"] == "MemberCluster" and registration["metadata"]["name"] == c["name"]
+            assert Path(registration["spec"]["connection"]["kubeconfigPath"]) == kubeconfig.resolve()
         out = []
         while not out or not out[-1].startswith("Index of all clusters"):
             out.append(lines.get(timeout=5))
