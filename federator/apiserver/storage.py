@@ -13,8 +13,12 @@ controllers (the simulator's scheduler and kubelet, later the hub) use.
   whoever owns the grace period finishes it); removing the last finalizer of
   a terminating object deletes it;
 - list pages with limit/continue on one consistent revision; a compacted
-  revision gives 410 Expired;
-- watch fans one store watch per resource out to all watchers (watchcache).
+  revision gives 410 Expired; once the watch cache runs (`start()`, or the
+  first watch), lists are served from it by kube's rules (`_plan_list`): a
+  consistent list waits until the cache has reached the store's current
+  revision (when waiting adds no suspension point, see _list_cached) and
+  reads the store itself when the cache cannot show that in time;
+- watch fans one store watch out to all watchers (watchcache).
 
 Key layout: <store prefix>registry/<group or "core">/<plural>/<namespace or "_">/<name>.
 
@@ -67,8 +71,8 @@ from federator.apiserver.selectors import (
     validate_label_key,
     validate_label_value,
 )
-from federator.apiserver.watchcache import CachedEvent, FeedReset, ResourceFeed, follow
-from federator.obs import get_logger
+from federator.apiserver.watchcache import CachedEvent, FeedReset, ResourceFeed, WatchCache, follow
+from federator.obs import RepeatedFailureLog, get_logger
 from federator.store.protocol import (
     Compacted,
     Compare,
@@ -100,6 +104,26 @@ class ObjectList:
     resource_version: str
     continue_token: str | None = None
     remaining: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _ListPlan:
+    """Where one list is served from (see ObjectStorage._plan_list)."""
+
+    #: from the watch cache, once it has reached `min_revision`
+    cached: bool
+    #: the cache must first reach the store's current revision (resourceVersion unset)
+    consistent: bool = False
+    min_revision: int = 0
+    #: reading the store's revision for `min_revision` let the event loop run (see _list_cached)
+    may_wait: bool = False
+    #: whether the cache applies `limit` (kube's cacher ignores it for resourceVersion="0")
+    cache_limit: bool = True
+    #: from the store: at this revision (None: the current one), after this key,
+    #: with this many items on earlier pages
+    revision: int | None = None
+    start_after: str | None = None
+    skipped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,12 +416,25 @@ class ObjectStorage:
         watch_cache_events: int = 1024,
         clock: Callable[[], dt.datetime] = utc_now,
         enforce_namespaces: bool | None = None,
+        consistent_read_timeout: float = 1.0,
     ) -> None:
+        """`consistent_read_timeout`: how long a list waits for the watch
+        cache to reach the revision it needs before it reads the store
+        instead (kube's cacher waits up to 3 s, then falls back to etcd for
+        consistent reads); it waits only where reading the store's revision
+        already let the event loop run (see _list_cached)."""
         self.store = store
         self.registry = registry
         self._clock = clock
         self._watch_cache_events = watch_cache_events
-        self._feeds: dict[str, ResourceFeed] = {}
+        self._consistent_read_timeout = consistent_read_timeout
+        self._cache: WatchCache | None = None
+        #: lists use the cache once it was started (start() or a watch)
+        self._cache_in_use = False
+        self._fallbacks: dict[str, int] = {}
+        self._cache_failures = RepeatedFailureLog(
+            _log, "watch cache stopped (store unavailable?); lists and watches read the store until it is back",
+            store_prefix=store.prefix)
         self._closed = False
         self._namespace_rt = registry.get("", "v1", "namespaces")
         if enforce_namespaces is None:
@@ -454,7 +491,7 @@ class ObjectStorage:
         lsel, fsel = self.parse_selectors(rt, label_selector, field_selector)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             raise errors.bad_request(f"limit must be a non-negative integer, not {limit!r}")
-        revision, start_after, skipped = await self._list_start(
+        plan = await self._plan_list(
             rt, limit=limit, continue_token=continue_token,
             resource_version=resource_version, resource_version_match=resource_version_match,
         )
@@ -462,7 +499,16 @@ class ObjectStorage:
             namespace = fsel.single_value("metadata.namespace") or None
         prefix = self.collection_prefix(rt, namespace)
         single = fsel.single_value("metadata.name")
-        if single is not None and (namespace or not rt.namespaced) and start_after is None:
+        if single is not None and not (namespace or not rt.namespaced):
+            single = None  # across namespaces: a name is not one key
+        revision, start_after, skipped = plan.revision, plan.start_after, plan.skipped
+        if plan.cached:
+            listing = await self._list_cached(rt, plan, prefix=prefix, single=single, lsel=lsel, fsel=fsel,
+                                              limit=limit)
+            if listing is not None:
+                return listing
+            revision, start_after, skipped = None, None, 0  # the store's current state satisfies every cached plan
+        if single is not None and start_after is None:
             return await self._list_single(rt, prefix, single, revision, lsel, fsel)
         items: list[JSONObject] = []
         last_key: str | None = None
@@ -530,12 +576,122 @@ class ObjectStorage:
                 items.append(obj)
         return ObjectList(items=items, resource_version=str(rr.revision))
 
-    async def _list_start(
+    async def _list_cached(
+        self, rt: ResourceType, plan: _ListPlan, *, prefix: str, single: str | None,
+        lsel: LabelSelector, fsel: FieldSelector, limit: int,
+    ) -> ObjectList | None:
+        """The list from the watch cache, or None when the cache is not in use
+        or cannot show within the timeout that it reached the revision the
+        plan needs (the caller then reads the store)."""
+        if self._closed or not self._cache_in_use:
+            return None
+        feed = self.feed(rt)
+        # kube (delegator.go GetList): a consistent read asks the store for
+        # its current revision (one cheap read, no objects), then waits for
+        # the cache to reach it.
+        if plan.consistent:
+            target, may_wait = await self._current_revision()
+        else:
+            target, may_wait = plan.min_revision, plan.may_wait
+        # Wait only if that read already let the loop run (etcd's does, a
+        # network round trip during which the cache takes in what it has been
+        # sent). Against an in-process store (memory, sqlite) the read
+        # returns at once, a cache that is behind is only waiting for its turn
+        # on the loop, and waiting for it would add a suspension point that
+        # in-process callers never had (a controller's write-then-list would
+        # let every other task run in between): there the store is read
+        # instead, no slower than the wait.
+        timeout = self._consistent_read_timeout if may_wait else 0.0
+        if not await feed.wait_fresh(target, timeout):
+            if timeout:
+                self._note_fallback(feed, target)
+            return None
+        self._cache_works()
+        # Nothing below awaits: the state read is the state at `revision`.
+        revision = feed.last_revision
+        if single is not None:
+            items: list[JSONObject] = []
+            entry = feed.entry(prefix + single)
+            if entry is not None:
+                obj = _decode(entry[0], entry[1])
+                if lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj):
+                    items.append(obj)
+            return ObjectList(items=items, resource_version=str(revision))
+        entries = feed.entries(prefix)
+        filtering = not (lsel.empty and fsel.empty)
+        cap = limit if plan.cache_limit else 0
+        items = []
+        last_key: str | None = None
+        for i, (key, (value, mod_revision)) in enumerate(entries):
+            obj = _decode(value, mod_revision)
+            if filtering and not (lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)):
+                continue
+            items.append(obj)
+            if cap and len(items) >= cap:
+                if i < len(entries) - 1:
+                    last_key = key
+                break
+        token = None
+        remaining = None
+        if last_key is not None:
+            # The next pages are read from the store at exactly this revision
+            # (kube: continue is served by etcd at the token's revision).
+            token = encode_continue(revision, last_key[len(prefix):], consumed=len(items))
+            if not filtering:
+                remaining = len(entries) - len(items)
+        return ObjectList(items=items, resource_version=str(revision), continue_token=token, remaining=remaining)
+
+    async def _current_revision(self) -> tuple[int, bool]:
+        """The store's current revision, and whether reading it let the event
+        loop run (a callback queued before the read has run only if it did)."""
+        ran: list[bool] = []
+        handle = asyncio.get_running_loop().call_soon(ran.append, True)
+        try:
+            revision = await self.store.current_revision()
+        finally:
+            handle.cancel()
+        return revision, bool(ran)
+
+    def _note_fallback(self, feed: ResourceFeed, target: int) -> None:
+        """Log the first fallback of a resource in full, then one line per 1000."""
+        count = self._fallbacks.get(feed.prefix, 0) + 1
+        self._fallbacks[feed.prefix] = count
+        if count == 1 or count % 1000 == 0:
+            _log.info("list read the store: the watch cache did not show it had reached the revision in time "
+                      "(cache restarting or down, or something else writes to this store's etcd outside its "
+                      "prefix)", resource=feed.name, needed_revision=target, cache_revision=feed.last_revision,
+                      cache_ready=feed.ready, timeout_s=self._consistent_read_timeout, fallbacks=count)
+
+    async def _plan_list(
         self, rt: ResourceType, *, limit: int, continue_token: str | None,
         resource_version: str | None, resource_version_match: str | None,
-    ) -> tuple[int | None, str | None, int]:
-        """(revision to read at or None for current, key to start after,
-        items consumed by earlier pages)."""
+    ) -> _ListPlan:
+        """Where a list is served from: kube v1.33's rules, i.e.
+        AS/pkg/storage/cacher/delegator.go `shouldDelegateList` (what goes to
+        etcd) and AS/pkg/storage/cacher/cacher.go `computeListLimit` (the
+        cacher ignores limit for resourceVersion="0"), with the semantics of
+        CONCEPTS §Semantics for get and list:
+
+        | request (no continue unless said)          | semantics      | served from                          |
+        |--------------------------------------------|----------------|--------------------------------------|
+        | continue=<token>                           | exact (token)  | store, at the token's revision       |
+        | resourceVersionMatch=Exact, RV=N           | exact          | store, at N                          |
+        | RV=N with limit, no resourceVersionMatch   | exact (legacy) | store, at N                          |
+        | RV unset, with or without limit            | most recent    | cache, once it reached the store's   |
+        |                                            |                | current revision; limit applied      |
+        | RV="0", match unset or NotOlderThan        | any            | cache as it is; limit ignored        |
+        | RV=N, NotOlderThan (limit or not), or      | not older than | cache, once it reached N; limit      |
+        |   RV=N without limit or match              |                | applied                              |
+
+        "Most recent" from the cache is kube's ConsistentListFromCache (on by
+        default since v1.31 wherever etcd answers progress requests; before
+        that, and without them, kube reads etcd). Where our cache cannot show
+        in time that it reached the revision (see watchcache), the list reads
+        the store, as kube's delegator falls back to etcd for consistent reads.
+        Before the cache runs, and after close(), every list reads the store.
+        A resourceVersion newer than the store's is 504 at once (kube waits
+        ~3 s for its cache first). When a list may wait for the cache: see
+        _list_cached."""
         rv = parse_resource_version(resource_version)
         if resource_version_match not in (None, "", "Exact", "NotOlderThan"):
             raise errors.invalid(rt, "", [FieldError.not_supported(
@@ -546,7 +702,8 @@ class ObjectStorage:
             if resource_version_match:
                 raise errors.invalid(rt, "", [FieldError.forbidden(
                     "resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided")])
-            return decode_continue(continue_token)
+            revision, start_after, skipped = decode_continue(continue_token)
+            return _ListPlan(cached=False, revision=revision, start_after=start_after, skipped=skipped)
         if resource_version_match:
             if rv is None:
                 raise errors.invalid(rt, "", [FieldError.forbidden(
@@ -555,15 +712,17 @@ class ObjectStorage:
                 if rv == 0:
                     raise errors.invalid(rt, "", [FieldError.forbidden(
                         "resourceVersionMatch", 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"')])
-                return rv, None, 0
-        if rv is None or rv == 0:
-            return None, None, 0
-        current = await self.store.current_revision()
+                return _ListPlan(cached=False, revision=rv)
+        if rv is None:
+            return _ListPlan(cached=True, consistent=True)
+        if rv == 0:
+            return _ListPlan(cached=True, cache_limit=False)
+        current, yielded = await self._current_revision()
         if rv > current:
             raise errors.timeout(f"Too large resource version: {rv}, current: {current}", retry_after_seconds=1)
         if limit and not resource_version_match:
-            return rv, None, 0  # kube: resourceVersion=N with limit and no continue reads exactly at N
-        return None, None, 0
+            return _ListPlan(cached=False, revision=rv)  # kube: resourceVersion=N with limit and no continue reads exactly at N
+        return _ListPlan(cached=True, min_revision=rv, may_wait=yielded)
 
     def parse_selectors(
         self, rt: ResourceType, label_selector: str | LabelSelector | None,
@@ -1072,33 +1231,58 @@ class ObjectStorage:
 
     # ------------------------------------------------------------ watch
 
+    def _route(self, key: str) -> str | None:
+        """The resource prefix of a stored object's key (the key of its feed in
+        the watch cache), or None for a key that is not an API object (the
+        hub's leader key, member checkpoints)."""
+        root = self._root
+        if not key.startswith(root):
+            return None
+        group_end = key.find("/", len(root))
+        plural_end = key.find("/", group_end + 1) if group_end >= 0 else -1
+        return key[:plural_end + 1] if plural_end >= 0 else None
+
+    def _watch_cache(self) -> WatchCache:
+        cache = self._cache
+        if cache is None or cache.closed and not self._closed:
+            # First use, or the last cache closed (store unavailable): the
+            # store may be back, so a new cache tries again.
+            if cache is not None:
+                self._cache_failures.failed(cache.error, now=asyncio.get_running_loop().time())
+            cache = self._cache = WatchCache(self.store, route=self._route,
+                                             name=f"watch-cache:{self.store.prefix}")
+        return cache
+
+    def _cache_works(self) -> None:
+        if self._cache_failures.failures:
+            self._cache_failures.succeeded("watch cache running again")
+
     def feed(self, rt: ResourceType) -> ResourceFeed:
-        prefix = self.collection_prefix(rt)
-        feed = self._feeds.get(prefix)
-        if feed is None or feed.closed and not self._closed:
-            feed = ResourceFeed(self.store, prefix, capacity=self._watch_cache_events,
-                                name=f"{rt.qualified_resource}")
-            self._feeds[prefix] = feed
-        return feed
+        # The resource's prefix (for a cluster-scoped kind: above its "_/"), as `_route` computes it.
+        return self._watch_cache().feed(f"{self._root}{rt.storage_group}/{rt.plural}/",
+                                        capacity=self._watch_cache_events, name=f"{rt.qualified_resource}")
 
     async def start(self) -> None:
-        """Start the watch cache of every registered kind (optional: feeds
-        also start on first use)."""
-        for rt in self.registry:
-            if "watch" in rt.verbs:
-                await self.feed(rt).ensure_started()
+        """Start the watch cache and fill it for every registered kind that
+        can be watched (optional: feeds also start on first watch, and lists
+        use the cache only once it runs)."""
+        self._cache_in_use = True
+        feeds = [self.feed(rt) for rt in self.registry if "watch" in rt.verbs]
+        for feed in feeds:
+            feed.want()
+        for feed in feeds:
+            await feed.ensure_started()
 
     def wake_watchers(self) -> None:
         """Wake every watcher so it re-checks its stop condition."""
-        for feed in self._feeds.values():
-            feed._wake()
+        if self._cache is not None:
+            for feed in self._cache.feeds.values():
+                feed._wake()
 
     async def close(self) -> None:
         self._closed = True
-        feeds = list(self._feeds.values())
-        self._feeds.clear()
-        for feed in feeds:
-            await feed.close()
+        if self._cache is not None:
+            await self._cache.close()
 
     async def watch_start(
         self, rt: ResourceType, *, resource_version: str | None
@@ -1138,8 +1322,10 @@ class ObjectStorage:
         revision is compacted."""
         feed = self.feed(rt)
         if not self._closed:
+            self._cache_in_use = True
             try:
                 await feed.ensure_started()
+                self._cache_works()
             except Exception:  # noqa: BLE001 - fall back to reading the store directly
                 pass
         if initial:
