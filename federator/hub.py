@@ -365,7 +365,7 @@ def _took_lead(state: HubState, election: LeaderElection, token: FencingToken, m
     """Begin a term: controllers get a fresh context whose every write carries `token`."""
     base = state.base or state.context
     fenced = FencedStore(base.store, token, metrics=metrics)
-    state.context = HubContext(store=fenced, storage=ObjectStorage(fenced, base.registry), registry=base.registry,
+    state.context = HubContext(store=fenced, storage=base.storage.writing_through(fenced), registry=base.registry,
                                settings=base.settings, metrics=base.metrics, fencing=token)
     state.terms += 1
     state.term_over.clear()
@@ -524,7 +524,7 @@ async def _run_term(state: HubState, controllers: Sequence[ControllerFactory], s
                 if aclose is not None:
                     await aclose()
         if context is not state.base:
-            await context.storage.close()  # the term's watch feeds
+            await context.storage.close()  # the term's view: its watchers end, the API's cache stays
             fenced = context.store
             if isinstance(fenced, FencedStore):
                 # What this term wrote, and what the store refused once its token was stale: every

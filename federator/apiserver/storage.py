@@ -39,13 +39,14 @@ This module must never import aiohttp, the simulator or the hub.
 from __future__ import annotations
 
 import asyncio
+import copy
 import base64
 import datetime as dt
 import random
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -405,6 +406,18 @@ def _check_type_meta(rt: ResourceType, obj: JSONObject) -> None:
 # ---------------------------------------------------------------- storage
 
 
+@dataclass(slots=True)
+class _CacheShare:
+    """An ObjectStorage's watch cache and its bookkeeping, shared with its `writing_through` views."""
+
+    store: Store
+    failures: RepeatedFailureLog
+    cache: WatchCache | None = None
+    #: lists use the cache once it was started (start() or a watch)
+    in_use: bool = False
+    fallbacks: dict[str, int] = field(default_factory=dict)
+
+
 class ObjectStorage:
     """Kubernetes object semantics over one Store (see the module docstring)."""
 
@@ -428,13 +441,12 @@ class ObjectStorage:
         self._clock = clock
         self._watch_cache_events = watch_cache_events
         self._consistent_read_timeout = consistent_read_timeout
-        self._cache: WatchCache | None = None
-        #: lists use the cache once it was started (start() or a watch)
-        self._cache_in_use = False
-        self._fallbacks: dict[str, int] = {}
-        self._cache_failures = RepeatedFailureLog(
+        #: the watch cache and its bookkeeping; shared with views from `writing_through`
+        self._share = _CacheShare(store=store, failures=RepeatedFailureLog(
             _log, "watch cache stopped (store unavailable?); lists and watches read the store until it is back",
-            store_prefix=store.prefix)
+            store_prefix=store.prefix))
+        #: False for a view: closing it leaves the shared cache running
+        self._owns_cache = True
         self._closed = False
         self._namespace_rt = registry.get("", "v1", "namespaces")
         if enforce_namespaces is None:
@@ -583,7 +595,7 @@ class ObjectStorage:
         """The list from the watch cache, or None when the cache is not in use
         or cannot show within the timeout that it reached the revision the
         plan needs (the caller then reads the store)."""
-        if self._closed or not self._cache_in_use:
+        if self._closed or not self._share.in_use:
             return None
         feed = self.feed(rt)
         # kube (delegator.go GetList): a consistent read asks the store for
@@ -654,8 +666,8 @@ class ObjectStorage:
 
     def _note_fallback(self, feed: ResourceFeed, target: int) -> None:
         """Log the first fallback of a resource in full, then one line per 1000."""
-        count = self._fallbacks.get(feed.prefix, 0) + 1
-        self._fallbacks[feed.prefix] = count
+        count = self._share.fallbacks.get(feed.prefix, 0) + 1
+        self._share.fallbacks[feed.prefix] = count
         if count == 1 or count % 1000 == 0:
             _log.info("list read the store: the watch cache did not show it had reached the revision in time "
                       "(cache restarting or down, or something else writes to this store's etcd outside its "
@@ -1243,19 +1255,32 @@ class ObjectStorage:
         return key[:plural_end + 1] if plural_end >= 0 else None
 
     def _watch_cache(self) -> WatchCache:
-        cache = self._cache
+        share = self._share
+        cache = share.cache
         if cache is None or cache.closed and not self._closed:
             # First use, or the last cache closed (store unavailable): the
             # store may be back, so a new cache tries again.
             if cache is not None:
-                self._cache_failures.failed(cache.error, now=asyncio.get_running_loop().time())
-            cache = self._cache = WatchCache(self.store, route=self._route,
-                                             name=f"watch-cache:{self.store.prefix}")
+                share.failures.failed(cache.error, now=asyncio.get_running_loop().time())
+            cache = share.cache = WatchCache(share.store, route=self._route,
+                                             name=f"watch-cache:{share.store.prefix}")
         return cache
 
+    def writing_through(self, store: Store) -> ObjectStorage:
+        """A view of this storage whose reads and writes go to `store` (e.g. a store that fences
+        every write with a leader's token, over the same data), sharing this storage's watch
+        cache: lists and watches cost nothing extra. Closing the view ends its watchers only."""
+        if store.prefix != self.store.prefix:
+            raise ValueError(f"a view must use the same store prefix ({store.prefix!r} != {self.store.prefix!r})")
+        view = copy.copy(self)
+        view.store = store
+        view._owns_cache = False
+        view._closed = False
+        return view
+
     def _cache_works(self) -> None:
-        if self._cache_failures.failures:
-            self._cache_failures.succeeded("watch cache running again")
+        if self._share.failures.failures:
+            self._share.failures.succeeded("watch cache running again")
 
     def feed(self, rt: ResourceType) -> ResourceFeed:
         # The resource's prefix (for a cluster-scoped kind: above its "_/"), as `_route` computes it.
@@ -1266,7 +1291,7 @@ class ObjectStorage:
         """Start the watch cache and fill it for every registered kind that
         can be watched (optional: feeds also start on first watch, and lists
         use the cache only once it runs)."""
-        self._cache_in_use = True
+        self._share.in_use = True
         feeds = [self.feed(rt) for rt in self.registry if "watch" in rt.verbs]
         for feed in feeds:
             feed.want()
@@ -1275,14 +1300,17 @@ class ObjectStorage:
 
     def wake_watchers(self) -> None:
         """Wake every watcher so it re-checks its stop condition."""
-        if self._cache is not None:
-            for feed in self._cache.feeds.values():
+        if self._share.cache is not None:
+            for feed in self._share.cache.feeds.values():
                 feed._wake()
 
     async def close(self) -> None:
         self._closed = True
-        if self._cache is not None:
-            await self._cache.close()
+        if not self._owns_cache:
+            self.wake_watchers()  # this view's watchers see _closed and end; the cache stays
+            return
+        if self._share.cache is not None:
+            await self._share.cache.close()
 
     async def watch_start(
         self, rt: ResourceType, *, resource_version: str | None
@@ -1322,7 +1350,7 @@ class ObjectStorage:
         revision is compacted."""
         feed = self.feed(rt)
         if not self._closed:
-            self._cache_in_use = True
+            self._share.in_use = True
             try:
                 await feed.ensure_started()
                 self._cache_works()

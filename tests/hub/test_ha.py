@@ -91,6 +91,16 @@ async def test_a_deposed_leader_steps_down_serves_and_leads_again_with_a_fresh_f
         # The leader's lease vanishes (what a pause or a partition past the TTL does).
         base = hub.state.base
         assert base is not None
+        # An API watch open across the step-down (the term's storage is a view on the API's cache:
+        # closing it at the term's end must not end the API's watchers).
+        rt = base.kind("MemberCluster")
+        seen: list[str] = []
+
+        async def watch() -> None:
+            async for event in base.storage.watch(rt):
+                seen.append(event.object["metadata"]["name"])
+
+        watcher = asyncio.create_task(watch())
         leader = await base.store.get(hub.state.leader_key)
         assert leader is not None and leader.lease
         await base.store.lease_revoke(leader.lease)
@@ -112,6 +122,9 @@ async def test_a_deposed_leader_steps_down_serves_and_leads_again_with_a_fresh_f
         # The API was never down: it answers as before.
         status, body = await hub.request("POST", MC_PATH, body=cluster_body("after-step-down"))
         assert status == 201, body
+        await wait_until(lambda: "after-step-down" in seen, what="the API watch to see the new object")
+        watcher.cancel()
+        assert second.storage.store is second.store and isinstance(second.store, FencedStore)
         code, text = await readyz(hub)
         assert code == 200 and text.startswith("ok: leader (token") and "term 2" in text
 
