@@ -437,10 +437,17 @@ async def _readiness(state: HubState) -> tuple[bool, str]:
     if answered is None or asyncio.get_running_loop().time() - answered > STORE_STALE_SECONDS:
         why = state.store_error or "no answer yet"
         return False, f"the hub store does not answer ({why[:200]})"
+    base = state.base or state.context
+    cached = base.storage.cache_revision()
+    if cached is None:
+        cache = "watch cache not running (lists read the store)"
+    elif cached >= state.store_revision:
+        cache = f"watch cache in sync at revision {cached}"
+    else:
+        cache = f"watch cache at revision {cached}, {state.store_revision - cached} behind the store's last probe"
     if state.leading.is_set() and state.context.fencing is not None:
-        return True, (f"leader (token {state.context.fencing.revision}, term {state.terms}), "
-                      f"store at revision {state.store_revision}")
-    return True, f"follower (serving the API from the store at revision {state.store_revision}; campaigning)"
+        return True, f"leader (token {state.context.fencing.revision}, term {state.terms}); {cache}"
+    return True, f"follower (serving the API, campaigning); {cache}"
 
 
 async def _enter_unless_stopped(generator: AsyncIterator[None], *stops: asyncio.Event) -> bool:

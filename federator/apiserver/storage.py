@@ -1266,6 +1266,13 @@ class ObjectStorage:
                                              name=f"watch-cache:{share.store.prefix}")
         return cache
 
+    def cache_revision(self) -> int | None:
+        """The newest revision the watch cache has applied, or None while no cache runs."""
+        cache = self._share.cache
+        if cache is None or cache.closed or not self._share.in_use:
+            return None
+        return cache.revision
+
     def writing_through(self, store: Store) -> ObjectStorage:
         """A view of this storage whose reads and writes go to `store` (e.g. a store that fences
         every write with a leader's token, over the same data), sharing this storage's watch

@@ -181,6 +181,7 @@ async def test_two_replicas_on_one_etcd_both_serve_and_one_leads(
             assert leader.state.leading.is_set() and not follower.state.leading.is_set()
             code, text = await readyz(follower)
             assert code == 200 and text.startswith("ok: follower"), text
+            assert "watch cache in sync at revision" in text or "behind the store's last probe" in text, text
             # A write through the follower is seen by the leader, and the other way round.
             status, _ = await follower.request("POST", MC_PATH, body=cluster_body("via-follower"))
             assert status == 201
