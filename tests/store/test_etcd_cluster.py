@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -29,13 +28,8 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
-    etcd = EtcdCluster(tmp_path / "etcd", members=3, fsync=False, start_timeout_seconds=DEADLINE)
-    try:
-        etcd.start()
-        yield etcd
-    finally:
-        etcd.stop()
+def cluster(etcd_cluster: EtcdCluster) -> EtcdCluster:
+    return etcd_cluster  # tests/conftest.py: 3 members, fsync off
 
 
 @pytest.fixture
