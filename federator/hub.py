@@ -414,6 +414,9 @@ async def _lead_when_elected(state: HubState, election: LeaderElection, metrics:
         _took_lead(state, election, token, metrics)
         await election.lost.wait()
         _step_down(state, election)
+        # Give up what is left of the lost term (our key, if it still exists, and our lease), so that
+        # this replica or another can lead at once instead of after the old lease runs out.
+        await election.resign()
 
 
 async def _probe_store(state: HubState) -> None:
