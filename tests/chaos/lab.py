@@ -675,8 +675,9 @@ class Ledger:
                 elif e.status is not None and e.status < 500 and e.status != 429:
                     raise AssertionError(f"{record.key}: create refused {e.status}: {e.body}") from None
                 else:
+                    # a 5xx (503 included: a store timeout may still commit) leaves the outcome unknown
                     self.note(record, f"{e.status} through {replica.name}")
-                    uncertain = uncertain or e.status not in (503, 429)
+                    uncertain = uncertain or e.status != 429
             except Exception as e:  # noqa: BLE001 - down, paused, cut: the create may have landed
                 self.note(record, f"no answer through {replica.name}: {type(e).__name__}")
                 uncertain = True
@@ -841,11 +842,14 @@ class Sampler:
                     f"epoch {before} ran before; now running: " + "; ".join(p.describe() for p in pods)))
             self.max_running_epoch[uid] = max(before, top)
         # a member object created at an epoch older than one already seen for its job: a stale dispatch
+        # (judged on atomic samples only: reads spread over time can see a later object before an earlier one)
         newest: dict[str, tuple[int, str]] = {}
         for obj in snapshot.objects:
             if obj.uid in self.seen_objects:
                 continue
             self.seen_objects.add(obj.uid)
+            if not snapshot.atomic:
+                continue
             seen = self.max_epoch_seen.get(obj.job_uid)
             if seen is not None and obj.epoch < seen[0] and not obj.deleting:
                 self.violations.add(Violation(
