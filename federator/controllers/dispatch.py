@@ -59,6 +59,7 @@ from federator.controllers.status_sync import MEMBER_OBJECTS, MemberObjects
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     JOB_KIND,
+    MEMBER_SYNCS,
     PHASE_FAILED,
     PHASE_PLACED,
     DispatchRecord,
@@ -242,7 +243,7 @@ class Dispatcher:
                           reason=str(e))
                 if e.superseded:
                     # whatever this outdated dispatch made is of a superseded epoch: take it away again
-                    await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
+                    await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)  # the GC takes what it misses
                 return DispatchResult(ok=False, cluster=cluster, epoch=epoch, error=str(e), outdated=True)
             metrics.dispatches.labels(cluster=cluster, result="failed").inc()
             await self._failed(job, cluster=cluster, epoch=epoch, error=str(e), retryable=e.retryable)
@@ -314,19 +315,28 @@ class Dispatcher:
 
     def _previous_copy(self, job: Mapping[str, Any], *, cluster: str) -> tuple[str, int, list[Any]] | None:
         """(cluster, epoch, objects still there) of a moved gang's previous copy (status.placement.previous,
-        written by a drain), or None when there is none to wait for."""
+        written by a drain or by a failed dispatch that could not clean up), or None when there is none to
+        wait for: gone from the member's object index, or fenced by the hub's lease there."""
         previous = ((job.get("status") or {}).get("placement") or {}).get("previous")
         if not isinstance(previous, Mapping):
             return None
         old_cluster, old_epoch = previous.get("cluster"), previous.get("epoch")
         if not isinstance(old_cluster, str) or old_cluster == cluster or type(old_epoch) is not int:
             return None
+        syncs = self.hub.shared.get(MEMBER_SYNCS)
         objects = self.hub.shared.get(MEMBER_OBJECTS)
         index = objects.get(old_cluster) if isinstance(objects, MemberObjects) else None
-        if index is None:
+        if (old_cluster not in syncs) if isinstance(syncs, Mapping) else index is None:
             return None  # no such cluster any more (unregistered): nothing of it can run
-        left = [o for o in index.objects_of(job_ref(job).uid) if o.epoch is not None and o.epoch <= old_epoch]
-        if not left and index.ready:
+        # No index yet (its watches have not started: e.g. the member does not answer) tells nothing.
+        left = [o for o in index.objects_of(job_ref(job).uid)
+                if o.epoch is not None and o.epoch <= old_epoch] if index is not None else []
+        if not left and index is not None and index.ready:
+            return None
+        lease = getattr((syncs or {}).get(old_cluster), "lease", None)
+        if lease is not None and time.time() >= lease.fenced_after():
+            # Out of contact for longer than the hub's lease there plus the margin: the member's fence
+            # agent has deleted this hub's pods (docs/failover.md), so nothing of the old copy runs.
             return None
         return old_cluster, old_epoch, left
 
@@ -547,18 +557,19 @@ class Dispatcher:
             _log.warning("could not record the dispatch in the job's status", job=ref.key, cluster=cluster,
                          error=str(e))
 
-    async def _cleanup_epoch(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> int:
-        """Delete this epoch's objects of the job in `cluster` (best effort); how many were deleted."""
+    async def _cleanup_epoch(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> tuple[int, bool]:
+        """Delete this epoch's objects of the job in `cluster` (best effort): (how many deletes were
+        requested, whether the member was read in full: False when some of the epoch may remain)."""
         ref = job_ref(job)
         client = member_client(self.hub, cluster)
         scheduler = cluster_scheduler(self.hub, cluster)
         if client is None or scheduler is None:
-            return 0
+            return 0, False
         try:
             gvks = adapter_for(scheduler[0]).gvk_list()
             selector = selector_for(ref.uid, epoch)
         except (KeyError, RenderError):
-            return 0
+            return 0, False
         deleted = 0
         for gvk in reversed(gvks):  # pods first, then the PodGroup
             resource = _resource_of(gvk)
@@ -567,7 +578,7 @@ class Dispatcher:
             except MemberClientError as e:
                 _log.info("cleanup after a failed dispatch could not list; the GC will collect leftovers",
                           job=ref.key, cluster=cluster, resource=resource.key, error=str(e))
-                return deleted
+                return deleted, False
             for item in listing.items:
                 if ownership_of(item, job_uid=ref.uid, epoch=epoch, hub_id=self._hub_id) is not Ownership.CURRENT:
                     continue
@@ -583,14 +594,14 @@ class Dispatcher:
                 except MemberClientError as e:
                     _log.info("cleanup after a failed dispatch stopped; the GC will collect leftovers",
                               job=ref.key, cluster=cluster, error=str(e))
-                    return deleted
-        return deleted
+                    return deleted, False
+        return deleted, True
 
     async def _failed(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, error: str, retryable: bool,
     ) -> None:
         ref = job_ref(job)
-        deleted = await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
+        deleted, cleaned = await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
         reservations(self.hub).forget(ref.uid)
         now = time.time()
         if not retryable:
@@ -624,8 +635,17 @@ class Dispatcher:
             if current_placement(stored) != (cluster, epoch) or phase_of(stored) != PHASE_PLACED:
                 return None
             status = stored["status"]
+            # An older copy elsewhere still in the way: then nothing of this epoch was created (a dispatch
+            # creates only once the previous copy is gone) and that copy stays the one to wait for.
+            older = self._previous_copy(stored, cluster=cluster)
             set_condition(status, type="Dispatched", state="False", reason="DispatchFailed", message=message, now=now)
             requeue(status, reason="DispatchFailed", message=message, now=now, job=ref.key, count=False)
+            if not cleaned and older is None:
+                # Some hub may have created this epoch's objects in `cluster` (this attempt, or one that
+                # crashed before recording it) and the member could not be read to delete them: wherever
+                # the gang goes next, its dispatch waits until they are gone or fenced (design.md
+                # invariant 2: never two copies), as after a drain.
+                status["placement"]["previous"] = {"cluster": cluster, "epoch": epoch}
             return stored
 
         await self._write(ref, back)
