@@ -208,7 +208,7 @@ async def one_takeover(lab: Lab, ledger: Ledger, submitter: Submitter, run: int,
     submitter.running.clear()
     await leader.start()  # back as a follower
     await steady(lab, ledger)
-    await final_checks(lab, ledger, violations, converge_timeout=60)
+    await final_checks(lab, ledger, violations)
     listed = {j["metadata"]["uid"] for j in (await lab.call(lab.list_jobs))[1]}
     lost = sum(1 for r in ledger.jobs.values() if r.expected and r.uid not in listed)
     row = {

@@ -119,7 +119,8 @@ def plan_sequence(seed: int, *, clusters: Sequence[str], replicas: int = 2, etcd
     for i in range(jobs):
         deleted = rng.random() < 0.12
         job_steps.append(JobStep(
-            at=rng.uniform(0.0, span), name=f"j{i:03d}", workers=rng.randint(1, 3), gpus=rng.choice((0, 0, 0, 1, 1, 2)),
+            at=rng.uniform(0.0, span), name=f"j{i:03d}", workers=rng.randint(1, 3),
+            gpus=rng.choice((0, 0, 0, 0, 1, 1, 2)),
             on_loss=rng.choices(("requeue", "wait", "fail"), (8, 1, 1))[0], via=rng.randrange(replicas),
             delete_after=round(rng.uniform(0.0, 1.5), 2) if deleted else None,
             # most may run in two of the clusters (so a lost one's gangs have somewhere to go), some anywhere

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -45,6 +45,7 @@ from .lab import (
     Lab,
     LabSettings,
     Ledger,
+    Replica,
     Sampler,
     Timeline,
     Violations,
@@ -163,14 +164,14 @@ async def test_quorum_loss_answers_503_and_service_returns_by_itself(lab: Lab) -
         assert "ServiceUnavailable" in (error.body or ""), error.body
         assert error.headers is not None and error.headers.get("Retry-After"), error.headers
         for replica in lab.replicas:
-            await wait_for(lambda r=replica: _readyz_is(r, 500), timeout=60, what=f"{replica.name} /readyz 500")
+            await wait_for(_readyz_is(replica, 500), timeout=60, what=f"{replica.name} /readyz 500")
 
         for i in lost:
             await asyncio.to_thread(etcd.restart, i, wait=False)
         await asyncio.to_thread(etcd.wait_healthy, 90)
         lab.timeline.add("fault", f"etcd members {lost} restarted: quorum back")
         for replica in lab.replicas:
-            await wait_for(lambda r=replica: _readyz_is(r, 200), timeout=90, what=f"{replica.name} /readyz 200")
+            await wait_for(_readyz_is(replica, 200), timeout=90, what=f"{replica.name} /readyz 200")
         assert await lab.find_leader(timeout=90) is not None, "no replica leads after quorum returned"
         after = await ledger.submit("after-quorum", job_body("after-quorum", workers=1, gpus=1))
         assert after.acked, after.attempts
@@ -188,14 +189,14 @@ async def test_quorum_loss_answers_503_and_service_returns_by_itself(lab: Lab) -
     assert not [j for j in jobs if j["metadata"]["namespace"] != NAMESPACE]
 
 
-async def _readyz_is(replica: object, code: int) -> bool:
-    from .lab import Replica
+def _readyz_is(replica: Replica, code: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        answer = await replica.readyz(timeout=10)
+        return answer is not None and answer[0] == code
 
-    assert isinstance(replica, Replica)
-    answer = await replica.readyz(timeout=10)
-    return answer is not None and answer[0] == code
+    return check
 
 
 async def _all_running(lab: Lab, count: int) -> bool:
     _, jobs = await lab.call(lab.list_jobs, timeout=30)
-    return sum((j.get("status") or {}).get("phase") == "Running" for j in jobs) >= count
+    return sum(bool((j.get("status") or {}).get("phase") == "Running") for j in jobs) >= count

@@ -93,7 +93,8 @@ def test_a_member_object_created_at_an_older_epoch_is_a_violation_and_an_old_one
 
 def job(uid: str, rv: int, *, name: str = "j1", epoch: int = 1, phase: str = "Running", cluster: str | None = "a",
         failed: str | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase, "placement": {"epoch": epoch, **({"cluster": cluster} if cluster else {})}}
+    placement: dict[str, Any] = {"epoch": epoch, **({"cluster": cluster} if cluster else {})}
+    status: dict[str, Any] = {"phase": phase, "placement": placement}
     if failed:
         status["conditions"] = [{"type": "Failed", "status": "True", "reason": failed, "message": "m"}]
     return {"metadata": {"namespace": "chaos", "name": name, "uid": uid, "resourceVersion": str(rv)},
@@ -146,10 +147,10 @@ def test_at_rest_checks() -> None:
 
     broken = snapshot(pod("b", "w0", job="u1", epoch=2), pod("a", "w0", job="u1", epoch=1),
                       pod("c", "w0", job="gone", epoch=1, phase="Pending"))
-    found = {v.invariant for v in _at_rest(None, ledger, jobs, broken)}  # type: ignore[arg-type]
+    seen = {v.invariant for v in _at_rest(None, ledger, jobs, broken)}  # type: ignore[arg-type]
     assert {"2/status matches members: objects outside the job's placement",
             "status matches members: a Running job runs its whole gang where its status says",
-            "no member object without its job"} <= found
+            "no member object without its job"} <= seen
 
 
 def test_a_seed_is_one_plan_and_its_fault_groups_never_overlap() -> None:
