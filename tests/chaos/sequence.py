@@ -273,26 +273,27 @@ async def _inject(run: SequenceRun, step: FaultStep) -> Recovery:
         return ("restart-etcd", index)
     params = dict(step.params)
     cluster = step.target
+    # The simulators run in this process: their fault state is called directly, as their admin API would
+    # (whose socket is closed too while a "refuse" outage lasts).
+    faults = lab.fed.sims[cluster].faults
     if step.kind == "partition-hub":
-        await lab.fed.fault(cluster, "partition", {"seconds": step.seconds, "from": HUB_MEMBER_USER})
+        faults.start_partition(step.seconds, source=HUB_MEMBER_USER)
         tl.add("fault", f"partition {cluster} from the hub for {step.seconds:.1f}s (its agent still reaches it)")
     elif step.kind == "partition-all":
-        await lab.fed.fault(cluster, "partition", {"seconds": step.seconds})
+        faults.start_partition(step.seconds)
         tl.add("fault", f"full partition of {cluster} for {step.seconds:.1f}s")
     elif step.kind == "outage":
-        await lab.fed.fault(cluster, "outage", {"seconds": step.seconds, "mode": params["mode"]})
+        await faults.start_outage(step.seconds, mode=params["mode"])
         tl.add("fault", f"API outage ({params['mode']}) of {cluster} for {step.seconds:.1f}s")
     elif step.kind == "latency":
-        await lab.fed.fault(cluster, "latency", {"seconds": params["delay"], "jitterSeconds": params["jitter"],
-                                                 "durationSeconds": step.seconds})
+        faults.set_latency(params["delay"], jitter=params["jitter"], duration=step.seconds)
         tl.add("fault", f"latency {params['delay']}s (jitter {params['jitter']}s) on {cluster} for "
                         f"{step.seconds:.1f}s")
     elif step.kind == "drop-watches":
-        answer = await lab.fed.fault(cluster, "drop-watches")
-        tl.add("fault", f"dropped {answer.get('dropped')} watches of {cluster}")
+        tl.add("fault", f"dropped {faults.drop_watches()} watches of {cluster}")
     elif step.kind == "compact":
-        answer = await lab.fed.fault(cluster, "compact")
-        tl.add("fault", f"forced compaction of {cluster} to {answer.get('compactedTo')} (410 on re-watch)")
+        revision = await faults.force_compaction()
+        tl.add("fault", f"forced compaction of {cluster} to {revision} (410 on re-watch)")
     else:
         raise AssertionError(f"unknown fault {step.kind}")
     return ("member", cluster)
