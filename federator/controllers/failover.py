@@ -104,6 +104,11 @@ def mass_loss(first_losses: Mapping[str, float], *, cluster: str, window: float,
     return None
 
 
+#: A cluster not heard from for this many probe intervals counts as out of contact in the mass-loss
+#: judgement (only there: it is not Lost for that).
+SILENT_PROBES = 3
+
+
 class _TokenBucket:
     def __init__(self, rate: float, *, now: float) -> None:
         self.rate = rate
@@ -145,8 +150,17 @@ class ClusterFailover:
         """(the Lost clusters whose gangs may move or will once fenced, the Lost clusters held back by a
         mass loss). Updates each health's `hub_partitioned` flag and the hub's partitioned state."""
         syncs: Mapping[str, Any] = self.hub.shared.get(MEMBER_SYNCS) or {}
-        first_losses = {name: sync.health.first_loss_of_contact for name, sync in syncs.items()
-                        if sync.health.first_loss_of_contact is not None}
+        # A cluster whose probe is still hanging has no failed contact on record yet, but has been silent
+        # since its last contact: counted as out of contact from then, so that a partition of every
+        # cluster is seen as one even when one cluster's probe fails later than another's (a loaded hub).
+        silence = SILENT_PROBES * self.hub.settings.probe_interval_seconds
+        first_losses: dict[str, float] = {}
+        for name, sync in syncs.items():
+            health = sync.health
+            if health.first_loss_of_contact is not None:
+                first_losses[name] = health.first_loss_of_contact
+            elif health.last_contact is not None and now - health.last_contact > silence:
+                first_losses[name] = health.last_contact
         lost: dict[str, LossView] = {}
         held: set[str] = set()
         for name, sync in syncs.items():

@@ -1,0 +1,77 @@
+"""The mass-loss judgement counts a cluster whose probe still hangs (silent since its last contact, no
+failed contact on record yet) as out of contact: a partition of every cluster is one event even when one
+cluster's probe fails later than another's (seen on a loaded machine: the first cluster's gangs moved into
+the second, itself cut off)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from federator.apiserver.storage import ObjectStorage
+from federator.clusters.client import MemberUnreachable
+from federator.clusters.health import ClusterHealth, HealthSettings
+from federator.controllers.context import HubContext, HubSettings
+from federator.controllers.failover import ClusterFailover
+from federator.controllers.jobs import MEMBER_SYNCS
+from federator.hubapi import hub_registry
+from federator.obs import Metrics
+from federator.store.memory import MemoryStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class FakeSync:
+    health: ClusterHealth
+    lease: Any = None
+
+
+def _failover(tmp_path: Path, clock: Clock) -> tuple[ClusterFailover, dict[str, FakeSync]]:
+    store = MemoryStore()
+    registry = hub_registry()
+    hub = HubContext(store=store, storage=ObjectStorage(store, registry), registry=registry,
+                     settings=HubSettings(state_dir=tmp_path, probe_interval_seconds=1.0), metrics=Metrics())
+    syncs = {name: FakeSync(ClusterHealth(cluster=name, resources=("nodes",), wall_clock=clock,
+                                          settings=HealthSettings(loss_grace_seconds=10.0)))
+             for name in ("home", "fallback")}
+    hub.shared[MEMBER_SYNCS] = syncs
+    return ClusterFailover(hub, jobs=None), syncs  # type: ignore[arg-type]  # losses() reads no jobs
+
+
+def test_a_cluster_whose_probe_hangs_counts_in_the_mass_loss(tmp_path: Path) -> None:
+    clock = Clock()
+    failover, syncs = _failover(tmp_path, clock)
+    for sync in syncs.values():
+        sync.health.probe_succeeded()
+    # both are cut off now; home's probe fails at once, fallback's hangs (no failure on record)
+    clock.now += 0.5
+    syncs["home"].health.probe_failed(MemberUnreachable("home: no answer"), now_wall=clock.now)
+    clock.now += 10.5  # home is past its grace: Lost
+    syncs["home"].health.evaluate(now=clock.now)
+    lost, held = failover.losses(now=clock.now)
+    assert syncs["home"].health.lost
+    assert syncs["fallback"].health.first_loss_of_contact is None
+    assert lost == {} and held == {"home"}, "home's gangs must not move into a cluster that is silent too"
+    assert failover.partitioned
+
+
+def test_a_lone_loss_still_moves_when_the_other_cluster_answers(tmp_path: Path) -> None:
+    clock = Clock()
+    failover, syncs = _failover(tmp_path, clock)
+    syncs["home"].health.probe_succeeded()
+    clock.now += 0.5
+    syncs["home"].health.probe_failed(MemberUnreachable("home: no answer"), now_wall=clock.now)
+    for _ in range(11):
+        clock.now += 1.0
+        syncs["fallback"].health.probe_succeeded()  # fallback answers every probe
+    syncs["home"].health.evaluate(now=clock.now)
+    lost, held = failover.losses(now=clock.now)
+    assert set(lost) == {"home"} and held == set() and not failover.partitioned
