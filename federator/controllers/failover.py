@@ -15,6 +15,11 @@ reads) checks every tick:
    it is itself partitioned (kube's node-lifecycle controller in full
    disruption) and moves nothing: the Lost condition's reason turns
    `HubPartitioned`, `federator_hub_partitioned` is 1 and a log line says so.
+   When the hub is no longer judged cut off, every cluster held back by it
+   gets a fresh grace from that moment (kube's node-lifecycle controller
+   resets its nodes' probe times on leaving full disruption): the end of a
+   partition of every cluster reaches the clusters one by one, and the
+   last one back must not be judged lost alone.
 3. **Fenced first.** The gangs of a Lost cluster move only once its fence
    holds too: `max(lost_at, MemberLease.fenced_after())`, i.e. the member's
    fence agent has deleted this hub's pods there (clusters/memberlease.py,
@@ -141,6 +146,9 @@ class ClusterFailover:
         #: outcome -> gangs handled since start (tests read it; the metric is the public face)
         self.handled: dict[str, int] = {}
         self._throttled_logged = False
+        #: clusters held back by the last mass loss -> when it ended (their grace counts from then)
+        self._fresh_grace: dict[str, float] = {}
+        self._held: set[str] = set()
         #: jobs waiting for a lost cluster at the last scan (the first tick scans everything, e.g. after a restart)
         self._waiting = 1
 
@@ -161,31 +169,35 @@ class ClusterFailover:
                 first_losses[name] = health.first_loss_of_contact
             elif health.last_contact is not None and now - health.last_contact > silence:
                 first_losses[name] = health.last_contact
+        # The Lost condition itself (not only the clock): when it is True the cluster's snapshot is already
+        # unhealthy (Lost is never Ready), so placement cannot send a requeued gang straight back there.
+        held = {name for name, sync in syncs.items()
+                if sync.health.lost and now >= (sync.health.lost_at() or now + 1.0)
+                and mass_loss(first_losses, cluster=name, window=sync.health.loss_grace_seconds,
+                              registered=len(syncs), threshold=self.threshold) is not None}
+        partitioned = bool(held)
+        if not partitioned and self._held:
+            # the mass loss is over: its clusters get a fresh grace from now, not from their first loss
+            self._fresh_grace.update(dict.fromkeys(self._held & set(syncs), now))
+        self._held = held
         lost: dict[str, LossView] = {}
-        held: set[str] = set()
         for name, sync in syncs.items():
             health = sync.health
             lost_at = health.lost_at()
-            suspended = False
-            # The Lost condition itself (not only the clock): when it is True the cluster's snapshot is already
-            # unhealthy (Lost is never Ready), so placement cannot send a requeued gang straight back there.
-            if lost_at is not None and now >= lost_at and health.lost:
-                together = mass_loss(first_losses, cluster=name, window=health.loss_grace_seconds,
-                                     registered=len(syncs), threshold=self.threshold)
-                if together is not None:
-                    suspended = True
-                    held.add(name)
-                else:
-                    lease = getattr(sync, "lease", None)
-                    fenced = lease.fenced_after() if lease is not None else lost_at
-                    lost[name] = LossView(cluster=name, first_loss=first_losses[name], lost_at=lost_at,
-                                          move_at=max(lost_at, fenced), grace=health.loss_grace_seconds)
-            if health.hub_partitioned != suspended:
-                health.hub_partitioned = suspended
+            if lost_at is None:
+                self._fresh_grace.pop(name, None)  # back in contact: its next loss is a new one
+            elif name in self._fresh_grace:
+                lost_at = max(lost_at, self._fresh_grace[name] + health.loss_grace_seconds)
+            if name not in held and lost_at is not None and now >= lost_at and health.lost:
+                lease = getattr(sync, "lease", None)
+                fenced = lease.fenced_after() if lease is not None else lost_at
+                lost[name] = LossView(cluster=name, first_loss=first_losses[name], lost_at=lost_at,
+                                      move_at=max(lost_at, fenced), grace=health.loss_grace_seconds)
+            if health.hub_partitioned != (name in held):
+                health.hub_partitioned = name in held
                 refresh = getattr(sync, "refresh_health", None)
                 if refresh is not None:
                     refresh()
-        partitioned = bool(held)
         if partitioned != self.partitioned:
             self.partitioned = partitioned
             self.hub.metrics.hub_partitioned.set(1 if partitioned else 0)
@@ -194,7 +206,8 @@ class ClusterFailover:
                              "failover suspended", lost=sorted(held), registered=len(syncs),
                              threshold=self.threshold)
             else:
-                _log.info("the hub is no longer judged cut off; failover resumes")
+                _log.info("the hub is no longer judged cut off; failover resumes, with a fresh grace for "
+                          "the clusters still out of contact", fresh_grace=sorted(self._fresh_grace))
         return lost, held
 
     # ------------------------------------------------------------ the tick

@@ -75,3 +75,68 @@ def test_a_lone_loss_still_moves_when_the_other_cluster_answers(tmp_path: Path) 
     syncs["home"].health.evaluate(now=clock.now)
     lost, held = failover.losses(now=clock.now)
     assert set(lost) == {"home"} and held == set() and not failover.partitioned
+
+
+def _evaluate(syncs: dict[str, FakeSync], clock: Clock) -> None:
+    for sync in syncs.values():
+        sync.health.evaluate(now=clock.now)
+
+
+def test_the_last_cluster_back_from_a_mass_loss_gets_a_fresh_grace(tmp_path: Path) -> None:
+    """The end of a partition of every cluster reaches the clusters one by one (seen in CI: the hub saw the
+    second cluster answer first and moved the first cluster's gangs at once, a moment before it answered too)."""
+    clock = Clock()
+    failover, syncs = _failover(tmp_path, clock)
+    for sync in syncs.values():
+        sync.health.probe_succeeded()
+    clock.now += 0.5
+    for sync in syncs.values():
+        sync.health.probe_failed(MemberUnreachable(f"{sync.health.cluster}: no answer"), now_wall=clock.now)
+    clock.now += 10.5
+    _evaluate(syncs, clock)
+    lost, held = failover.losses(now=clock.now)
+    assert lost == {} and held == {"home", "fallback"} and failover.partitioned
+    # fallback answers again; home has not yet (its probe is due in a moment)
+    clock.now += 1.0
+    syncs["fallback"].health.probe_succeeded()
+    _evaluate(syncs, clock)
+    lost, held = failover.losses(now=clock.now)
+    assert not failover.partitioned
+    assert lost == {} and held == set(), "home lost its grace to the mass loss: it gets a fresh one"
+    # home stays out of contact for a whole fresh grace: now it is lost on its own
+    clock.now += 10.5
+    syncs["fallback"].health.probe_succeeded()
+    _evaluate(syncs, clock)
+    lost, held = failover.losses(now=clock.now)
+    assert set(lost) == {"home"} and held == set()
+    assert lost["home"].lost_at > lost["home"].first_loss + 10.0
+
+
+def test_a_fresh_grace_ends_when_the_cluster_answers(tmp_path: Path) -> None:
+    clock = Clock()
+    failover, syncs = _failover(tmp_path, clock)
+    for sync in syncs.values():
+        sync.health.probe_succeeded()
+    clock.now += 0.5
+    for sync in syncs.values():
+        sync.health.probe_failed(MemberUnreachable(f"{sync.health.cluster}: no answer"), now_wall=clock.now)
+    clock.now += 10.5
+    _evaluate(syncs, clock)
+    failover.losses(now=clock.now)
+    clock.now += 1.0
+    syncs["fallback"].health.probe_succeeded()
+    _evaluate(syncs, clock)
+    failover.losses(now=clock.now)
+    clock.now += 1.0
+    syncs["home"].health.probe_succeeded()
+    _evaluate(syncs, clock)
+    failover.losses(now=clock.now)
+    # a later loss of home alone is judged from its own first failure, with the normal grace
+    clock.now += 100.0
+    syncs["fallback"].health.probe_succeeded()
+    syncs["home"].health.probe_failed(MemberUnreachable("home: no answer"), now_wall=clock.now)
+    clock.now += 10.5
+    syncs["fallback"].health.probe_succeeded()
+    _evaluate(syncs, clock)
+    lost, _ = failover.losses(now=clock.now)
+    assert set(lost) == {"home"}
