@@ -18,9 +18,11 @@ the epoch its status names and nowhere else, that no member object outlives its 
 credential appears in any log.
 
 Seeds: `CHAOS_SEQUENCES=N` (default 3) runs N sequences with fresh random seeds, each its own test id
-(`test_chaos_sequence[seed=S]`); `CHAOS_SEED=S` replays sequence S alone:
+(`test_chaos_sequence[seed=S]`); `CHAOS_SEED=S` replays sequence S alone. `CHAOS_LENGTH=short` (the
+default, what CI runs: 5-7 faults in about 12 s) or `full` (10-16 faults in about 30 s, the benchmark-style
+run) sets how many faults a sequence has; a seed's plan depends on it:
 
-    CHAOS_SEED=S .venv/bin/pytest -s tests/chaos/test_chaos.py -k test_chaos_sequence
+    CHAOS_LENGTH=full CHAOS_SEED=S .venv/bin/pytest -s tests/chaos/test_chaos.py -k test_chaos_sequence
 
 A seed fixes the faults, their targets as planned ("the leader", "etcd member 2", a cluster), their timing
 and the jobs; what depends on timing (which replica leads when a kill lands, how far a dispatch got,
@@ -70,6 +72,11 @@ pytestmark = [pytest.mark.etcd, pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: how many sequences (each its own test) unless CHAOS_SEED names one
 CHAOS_SEQUENCES = int(os.environ.get("CHAOS_SEQUENCES", "3"))
+#: how many faults a sequence has: "short" (CI) or "full"
+LENGTHS = {"short": (5, 7), "full": (10, 16)}
+CHAOS_LENGTH = os.environ.get("CHAOS_LENGTH", "short")
+if CHAOS_LENGTH not in LENGTHS:
+    raise pytest.UsageError(f"CHAOS_LENGTH={CHAOS_LENGTH!r}: use one of {sorted(LENGTHS)}")
 
 
 def _seeds() -> list[int]:
@@ -93,7 +100,7 @@ async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
 
 
 def _report(seed: int, lab: Lab, plan_text: str, violations: Violations, extra: str = "") -> str:
-    return (f"\nCHAOS FAILED: seed {seed} (replay: CHAOS_SEED={seed} .venv/bin/pytest -s tests/chaos/test_chaos.py "
+    return (f"\nCHAOS FAILED: seed {seed} (replay: CHAOS_LENGTH={CHAOS_LENGTH} CHAOS_SEED={seed} .venv/bin/pytest -s tests/chaos/test_chaos.py "
             f"-k test_chaos_sequence)\n"
             f"plan: {plan_text}\n"
             f"time line (faults, checks, and what the hubs and agents logged):\n{lab.report_timeline()}\n"
@@ -104,7 +111,7 @@ def _report(seed: int, lab: Lab, plan_text: str, violations: Violations, extra: 
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed={s}" for s in SEEDS])
 async def test_chaos_sequence(seed: int, lab: Lab) -> None:
     plan = plan_sequence(seed, clusters=lab.settings.clusters, replicas=lab.settings.replicas,
-                         etcd_members=lab.settings.etcd_members)
+                         etcd_members=lab.settings.etcd_members, faults=LENGTHS[CHAOS_LENGTH])
     print(plan.describe())
     ledger = Ledger(lab)
     violations = Violations()
