@@ -82,11 +82,9 @@ def _evaluate(syncs: dict[str, FakeSync], clock: Clock) -> None:
         sync.health.evaluate(now=clock.now)
 
 
-def test_the_last_cluster_back_from_a_mass_loss_gets_a_fresh_grace(tmp_path: Path) -> None:
-    """The end of a partition of every cluster reaches the clusters one by one (seen in CI: the hub saw the
-    second cluster answer first and moved the first cluster's gangs at once, a moment before it answered too)."""
-    clock = Clock()
-    failover, syncs = _failover(tmp_path, clock)
+def _both_cut_off_past_the_grace(failover: ClusterFailover, syncs: dict[str, FakeSync],
+                                 clock: Clock) -> tuple[dict[str, Any], set[str]]:
+    """Both clusters answer, then both fail at once and stay silent past their grace: (lost, held)."""
     for sync in syncs.values():
         sync.health.probe_succeeded()
     clock.now += 0.5
@@ -94,7 +92,15 @@ def test_the_last_cluster_back_from_a_mass_loss_gets_a_fresh_grace(tmp_path: Pat
         sync.health.probe_failed(MemberUnreachable(f"{sync.health.cluster}: no answer"), now_wall=clock.now)
     clock.now += 10.5
     _evaluate(syncs, clock)
-    lost, held = failover.losses(now=clock.now)
+    return failover.losses(now=clock.now)
+
+
+def test_the_last_cluster_back_from_a_mass_loss_gets_a_fresh_grace(tmp_path: Path) -> None:
+    """The end of a partition of every cluster reaches the clusters one by one (seen in CI: the hub saw the
+    second cluster answer first and moved the first cluster's gangs at once, a moment before it answered too)."""
+    clock = Clock()
+    failover, syncs = _failover(tmp_path, clock)
+    lost, held = _both_cut_off_past_the_grace(failover, syncs, clock)
     assert lost == {} and held == {"home", "fallback"} and failover.partitioned
     # fallback answers again; home has not yet (its probe is due in a moment)
     clock.now += 1.0
@@ -115,14 +121,7 @@ def test_the_last_cluster_back_from_a_mass_loss_gets_a_fresh_grace(tmp_path: Pat
 def test_a_fresh_grace_ends_when_the_cluster_answers(tmp_path: Path) -> None:
     clock = Clock()
     failover, syncs = _failover(tmp_path, clock)
-    for sync in syncs.values():
-        sync.health.probe_succeeded()
-    clock.now += 0.5
-    for sync in syncs.values():
-        sync.health.probe_failed(MemberUnreachable(f"{sync.health.cluster}: no answer"), now_wall=clock.now)
-    clock.now += 10.5
-    _evaluate(syncs, clock)
-    failover.losses(now=clock.now)
+    _both_cut_off_past_the_grace(failover, syncs, clock)
     clock.now += 1.0
     syncs["fallback"].health.probe_succeeded()
     _evaluate(syncs, clock)
