@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import statistics
 import sys
@@ -59,6 +58,7 @@ from tests.chaos.lab import (  # noqa: E402 - after the sys.path change above
     final_checks,
     settle,
 )
+from tests.controllers.jobtest_support import json_log_records  # noqa: E402
 
 STEADY_TIMEOUT = 240.0
 
@@ -75,17 +75,7 @@ def probe_body(name: str) -> dict[str, Any]:
 
 
 def log_records(path: Path, event: str) -> list[dict[str, Any]]:
-    found = []
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.startswith("{"):
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("event") == event:
-            found.append(record)
-    return found
+    return [r for r in json_log_records(path) if r.get("event") == event]
 
 
 def wall(record: dict[str, Any]) -> float:

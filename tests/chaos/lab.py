@@ -54,7 +54,17 @@ from federator.delegation.adapter import LABEL_EPOCH, LABEL_JOB_NAME, LABEL_JOB_
 from federator.sim.server import ADMIN_USER
 from federator.store.etcd_process import EtcdCluster
 
-from ..controllers.jobtest_support import GROUP, PLURAL, ROOT, VERSION, Federation, HubApi, HubProcess, gpu_job
+from ..controllers.jobtest_support import (
+    GROUP,
+    PLURAL,
+    ROOT,
+    VERSION,
+    Federation,
+    HubApi,
+    HubProcess,
+    gpu_job,
+    json_log_records,
+)
 
 T = TypeVar("T")
 
@@ -504,13 +514,7 @@ class Lab:
         sources = [(f"{r.name}#{f.stem.split('-')[-1]}", f) for r in self.replicas for f in r.log_files()]
         sources += [(f.stem.removeprefix("agent-") + " agent", f) for f in sorted(self.workdir.glob("agent-*.log"))]
         for who, path in sources:
-            for line in path.read_text(errors="replace").splitlines():
-                if not line.startswith("{"):
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
+            for record in json_log_records(path):
                 event = str(record.get("event", ""))
                 if not any(event.startswith(p) for p in LOGGED_EVENTS):
                     continue

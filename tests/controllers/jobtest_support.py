@@ -313,6 +313,21 @@ def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+def json_log_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a process's log file (other lines, such as a traceback, are skipped)."""
+    found: list[dict[str, Any]] = []
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            found.append(record)
+    return found
+
+
 class HubProcess:
     """`federator up` in a subprocess; logs go to a file (one per start); ready once it logs 'hub ready'
     (leading or following); the admin kubeconfig is in its state dir."""
@@ -376,15 +391,8 @@ class HubProcess:
     def records(self, event: str, **fields: Any) -> list[dict[str, Any]]:
         """This run's JSON log lines with `event` and these fields."""
         assert self.log is not None
-        found: list[dict[str, Any]] = []
-        for line in self.log.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("event") == event and all(record.get(k) == v for k, v in fields.items()):
-                found.append(record)
-        return found
+        return [r for r in json_log_records(self.log)
+                if r.get("event") == event and all(r.get(k) == v for k, v in fields.items())]
 
     def logged(self, event: str, **fields: Any) -> bool:
         """True if this run's log has a JSON line with `event` and these fields."""
