@@ -82,7 +82,10 @@ if CHAOS_LENGTH not in LENGTHS:
 def _seeds() -> list[int]:
     if os.environ.get("CHAOS_SEED"):
         return [int(os.environ["CHAOS_SEED"])]
-    rng = random.SystemRandom()
+    # Under pytest-xdist every worker collects the tests and must draw the same seeds: the run's id, the
+    # same in every worker, seeds the draw.
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    rng = random.Random(run_id) if run_id else random.SystemRandom()
     return [rng.randrange(1, 2**31) for _ in range(CHAOS_SEQUENCES)]
 
 
