@@ -13,7 +13,8 @@ counts as a change (a freshly started agent waits a whole leaseDuration before i
 
 1. deletes every pod labelled `federator.dev/hub=<identity>` in every namespace (uid precondition,
    grace period 0), then every PodGroup so labelled, of every gang-scheduler kind the member serves
-   (discovered by listing each kind the delegation adapters know: a 404 means not served), and
+   (discovered by listing each kind the delegation adapters know: a 404 means not served, a 403 that
+   its RBAC leaves that kind out, as deploy/member's does for other schedulers' kinds), and
    repeats until none is left. It spares the objects of gangs whose job says
    `onClusterLoss: wait` (label `federator.dev/on-cluster-loss=wait`): the hub never moves those, so
    they cannot run twice, and their job wants them kept through a partition;
@@ -470,16 +471,25 @@ class FenceAgent:
             self._seen = replace(self._seen, resource_version=rv, fence_count=seen.fence_count + 1)
 
     async def _served_podgroup_kinds(self) -> list[ResourceKind]:
-        """The PodGroup kinds this member serves (a LIST that answers 404 means: not served)."""
+        """The PodGroup kinds this member serves and the agent may list (a LIST that answers 404 means: not
+        served; 403: not the agent's to fence, since kube authorizes before it looks a resource up, an agent whose
+        RBAC names only its cluster's scheduler gets 403, not 404, for the other schedulers' kinds)."""
         served = []
+        refused = []
         for kind in podgroup_kinds():
             try:
                 await self.client.list(kind, label_selector=self.selector, limit=1)
             except MemberApiError as e:
                 if e.code == 404:
                     continue
+                if e.code == 403:
+                    refused.append(kind.key)
+                    continue
                 raise
             served.append(kind)
+        if refused:
+            self.log.info("PodGroup kinds the agent may not list are not fenced (its RBAC names the kinds of this "
+                          "cluster's scheduler)", not_allowed=refused, fenced=[k.key for k in served])
         return served
 
     async def _count_spared(self, kinds: Sequence[ResourceKind]) -> int:

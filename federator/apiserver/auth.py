@@ -52,6 +52,7 @@ from federator.apiserver.errors import ApiError, forbidden, unauthorized
 
 __all__ = [
     "ADMIN_GROUPS",
+    "Authorizer",
     "NAMESPACE_GROUP_PREFIX",
     "PRINCIPAL_KEY",
     "RESEARCHER_GROUP",
@@ -455,12 +456,17 @@ def _status_response(error: ApiError) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+Authorizer = Callable[[Principal, RequestAttributes], tuple[bool, str]]
+
+
 def auth_middleware(
     authenticate: Callable[[web.Request], Awaitable[Principal | None]],
     *,
     logger: Logger | None = None,
+    authorizer: Authorizer = authorize_request,
 ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    """An aiohttp middleware: 401 without a valid token, 403 when the role does not allow the request.
+    """An aiohttp middleware: 401 without a valid token, 403 when `authorizer` (the hub's roles by
+    default; a simulated member passes its RBAC policy) does not allow the request.
 
     The principal is left in `request[PRINCIPAL_KEY]` for handlers and logs.
     """
@@ -474,7 +480,7 @@ def auth_middleware(
             return _status_response(unauthorized())
         request[PRINCIPAL_KEY] = principal
         attributes = request_attributes(request.method, request.path, request.query)
-        allowed, reason = authorize_request(principal, attributes)
+        allowed, reason = authorizer(principal, attributes)
         if not allowed:
             if logger is not None:
                 logger.info("request forbidden", user=principal.name, verb=attributes.verb,

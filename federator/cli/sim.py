@@ -2,6 +2,7 @@
 
     federator sim --profile clusterconfigs/sim/onprem-rdma-a100.yaml [--profile ...]
                   [--state-dir .federator/sim] [--port-base 7443]
+                  [--rbac FILE [--hub-service-account NS/NAME] [--agent-service-account NS/NAME]]
 
 Each profile (a file, or a directory of *.yaml) becomes one SimCluster on
 127.0.0.1 (HTTPS with a development CA under the state dir, bearer token);
@@ -9,7 +10,17 @@ a kubeconfig per cluster is written to <state-dir>/<cluster>.kubeconfig (the
 fence agent's identity to <state-dir>/<cluster>-agent.kubeconfig), its
 MemberCluster registration to <state-dir>/registrations/<cluster>.yaml (for
 `federator up --clusters`: hub replicas that must outlive the clusters' process)
-and an index of all of them to <state-dir>/clusters.json. Runs until Ctrl-C or
+and an index of all of them to <state-dir>/clusters.json.
+
+With `--rbac FILE` (Roles, ClusterRoles and their bindings, e.g. the output of
+`kubectl kustomize deploy/member/schedulers/volcano`) every cluster enforces
+that policy as kube's RBAC authorizer would (federator/sim/rbac.py), mints a
+token for each ServiceAccount it names (kubeconfig
+<state-dir>/<cluster>-sa-<namespace>-<name>.kubeconfig), registers the
+cluster with the hub's ServiceAccount (`--hub-service-account`) instead of
+the admin, and writes the fence agent's (`--agent-service-account`) as
+<cluster>-agent.kubeconfig. The admin kubeconfig (group system:masters)
+still may do everything. Runs until Ctrl-C or
 SIGTERM, then stops every cluster cleanly.
 
 Sub-commands of `federator sim` (`federator sim fault ...`, in
@@ -24,6 +35,7 @@ import asyncio
 import json
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +44,12 @@ from federator.cli.common import UserError
 
 if TYPE_CHECKING:
     from federator.sim.profile import ClusterProfile
+    from federator.sim.rbac import RbacPolicy
 
 DEFAULT_STATE_DIR = ".federator/sim"
+#: deploy/member's identities of the hub and of the fence agent in a member cluster
+DEFAULT_HUB_ACCOUNT = "federator-system/federator-hub-access"
+DEFAULT_AGENT_ACCOUNT = "federator-system/federator-agent"
 
 
 def register(sub: Any) -> None:
@@ -52,6 +68,16 @@ def register(sub: Any) -> None:
                    help=f"where kubeconfigs and the development CA go (default: {DEFAULT_STATE_DIR})")
     p.add_argument("--port-base", type=int, default=None, metavar="N",
                    help="serve cluster i on port N+i (default: free random ports)")
+    p.add_argument("--rbac", default=None, metavar="FILE",
+                   help="enforce the RBAC (Role, ClusterRole, RoleBinding, ClusterRoleBinding) in this YAML file in "
+                        "every cluster, as kube does, e.g. the output of `kubectl kustomize "
+                        "deploy/member/schedulers/volcano`; a token is minted for every ServiceAccount it names")
+    p.add_argument("--hub-service-account", default=None, metavar="NAMESPACE/NAME",
+                   help=f"with --rbac: the ServiceAccount the registrations give the hub (default: "
+                        f"{DEFAULT_HUB_ACCOUNT})")
+    p.add_argument("--agent-service-account", default=None, metavar="NAMESPACE/NAME",
+                   help=f"with --rbac: the ServiceAccount of <cluster>-agent.kubeconfig, the fence agent's identity "
+                        f"(default: {DEFAULT_AGENT_ACCOUNT})")
     p.set_defaults(handler=_cmd_sim)
     nested = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     nested.required = False
@@ -70,12 +96,56 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     if port_base is not None and not (1 <= port_base and port_base + len(profiles) - 1 <= 65535):
         raise UserError(f"--port-base {port_base}: ports {port_base}..{port_base + len(profiles) - 1} "
                         "must lie within 1..65535")
+    access = _rbac(args)
     from federator.gcpolicy import server_gc
     from federator.obs import configure_logging
 
     configure_logging(level=args.log_level)
     with server_gc():  # no full-heap GC pauses in the members' API (see gcpolicy)
-        return asyncio.run(serve(profiles, state_dir=Path(args.state_dir), port_base=port_base))
+        return asyncio.run(serve(profiles, state_dir=Path(args.state_dir), port_base=port_base, rbac=access))
+
+
+def _account(value: str, flag: str) -> tuple[str, str]:
+    namespace, slash, name = value.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise UserError(f"{flag} {value[:120]!r}: expected NAMESPACE/NAME")
+    return namespace, name
+
+
+def _rbac(args: argparse.Namespace) -> RbacAccess | None:
+    """The RBAC policy of --rbac and the hub's and agent's ServiceAccounts in it (UserError naming the flag)."""
+    if args.rbac is None:
+        for flag, value in (("--hub-service-account", args.hub_service_account),
+                            ("--agent-service-account", args.agent_service_account)):
+            if value is not None:
+                raise UserError(f"{flag} needs --rbac FILE (without it the clusters enforce no RBAC)")
+        return None
+    from federator.sim.rbac import PolicyError, load_policy
+
+    try:
+        policy = load_policy(args.rbac)
+    except PolicyError as e:
+        raise UserError(f"--rbac: {e}") from None
+    accounts = []
+    for flag, value, default in (("--hub-service-account", args.hub_service_account, DEFAULT_HUB_ACCOUNT),
+                                 ("--agent-service-account", args.agent_service_account, DEFAULT_AGENT_ACCOUNT)):
+        account = _account(value if value is not None else default, flag)
+        if account not in policy.service_accounts:
+            known = ", ".join(f"{ns}/{name}" for ns, name in policy.service_accounts) or "none"
+            raise UserError(f"{flag} {account[0]}/{account[1]}: {args.rbac} names no such ServiceAccount "
+                            f"(it names: {known})")
+        accounts.append(account)
+    return RbacAccess(policy=policy, hub=accounts[0], agent=accounts[1])
+
+
+@dataclass(frozen=True, slots=True)
+class RbacAccess:
+    """`federator sim --rbac`: the policy every cluster enforces, and whom the hub and the agent act as."""
+
+    policy: RbacPolicy
+    #: (namespace, name) of the hub's ServiceAccount and of the fence agent's
+    hub: tuple[str, str]
+    agent: tuple[str, str]
 
 
 def _load(paths: list[str]) -> list[ClusterProfile]:
@@ -97,8 +167,10 @@ def _load(paths: list[str]) -> list[ClusterProfile]:
 
 
 async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: int | None,
-                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
-    """Serve `profiles` until SIGINT/SIGTERM (or `stop`); 0 on a clean stop."""
+                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
+                rbac: RbacAccess | None = None) -> int:
+    """Serve `profiles` until SIGINT/SIGTERM (or `stop`); 0 on a clean stop. With `rbac`, every cluster
+    enforces its policy and the registrations and agent kubeconfigs use its ServiceAccounts."""
     from federator.devcerts import ensure_dev_tls
     from federator.sim.server import SimCluster
 
@@ -115,7 +187,7 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
     try:
         for i, prof in enumerate(profiles):
             port = port_base + i if port_base is not None else 0
-            cluster = SimCluster(prof, port=port, tls=tls)
+            cluster = SimCluster(prof, port=port, tls=tls, rbac=rbac.policy if rbac is not None else None)
             try:
                 await cluster.start()
             except OSError as e:
@@ -128,15 +200,29 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
         registrations.mkdir(parents=True, exist_ok=True)
         for cluster in clusters:
             path = cluster.write_kubeconfig(state_dir / f"{cluster.name}.kubeconfig")
-            agent_path = cluster.write_agent_kubeconfig(state_dir / f"{cluster.name}-agent.kubeconfig")
+            hub_path = path
+            accounts: dict[str, str] = {}
+            if rbac is None:
+                agent_path = cluster.write_agent_kubeconfig(state_dir / f"{cluster.name}-agent.kubeconfig")
+            else:
+                for namespace, name in rbac.policy.service_accounts:
+                    written = cluster.write_service_account_kubeconfig(
+                        state_dir / f"{cluster.name}-sa-{namespace}-{name}.kubeconfig", namespace=namespace, name=name)
+                    accounts[f"{namespace}/{name}"] = str(written)
+                hub_path = Path(accounts["/".join(rbac.hub)])
+                agent_path = cluster.write_service_account_kubeconfig(
+                    state_dir / f"{cluster.name}-agent.kubeconfig", namespace=rbac.agent[0], name=rbac.agent[1])
             registration = registrations / f"{cluster.name}.yaml"
-            _write_registration(registration, cluster.profile, path)
-            index.append({"name": cluster.name, "server": cluster.url, "kubeconfig": str(path),
-                          "agentKubeconfig": str(agent_path), "registration": str(registration),
-                          "nodes": cluster.profile.node_count,
-                          "schedulers": [s.name for s in cluster.profile.schedulers]})
+            _write_registration(registration, cluster.profile, hub_path)
+            entry: dict[str, Any] = {"name": cluster.name, "server": cluster.url, "kubeconfig": str(path),
+                                     "agentKubeconfig": str(agent_path), "registration": str(registration),
+                                     "nodes": cluster.profile.node_count,
+                                     "schedulers": [s.name for s in cluster.profile.schedulers]}
+            if rbac is not None:
+                entry["rbac"] = {"hubKubeconfig": str(hub_path), "serviceAccountKubeconfigs": accounts}
+            index.append(entry)
         _write_index(state_dir / "clusters.json", index)
-        _print_usage(index, state_dir)
+        _print_usage(index, state_dir, rbac=rbac)
         if ready is not None:
             ready.set()
         await stop.wait()
@@ -169,9 +255,12 @@ def _write_index(path: Path, index: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def _print_usage(index: list[dict[str, Any]], state_dir: Path) -> None:
+def _print_usage(index: list[dict[str, Any]], state_dir: Path, *, rbac: RbacAccess | None = None) -> None:
     width = max(len(c["name"]) for c in index)
     lines = [f"federator sim: serving {len(index)} simulated cluster(s); Ctrl-C stops them"]
+    if rbac is not None:
+        lines.append(f"  RBAC enforced ({rbac.policy.source}); the registrations use ServiceAccount "
+                     f"{rbac.hub[0]}/{rbac.hub[1]}, the agent kubeconfigs {rbac.agent[0]}/{rbac.agent[1]}")
     for c in index:
         lines.append(f"  {c['name']:<{width}}  {c['server']}  {c['nodes']} nodes  "
                      f"schedulers: {', '.join(c['schedulers'])}  kubeconfig: {c['kubeconfig']}")

@@ -134,6 +134,7 @@ async def delete_member_objects(client: Any, objects: Sequence[MemberObject], *,
     failed uid precondition (409: a newer object of that name) counts as already gone. Objects
     already terminating are left to finish."""
     outcome = DeleteOutcome()
+    forbidden = 0
     for obj in objects:
         if obj.deleting:
             continue
@@ -145,12 +146,20 @@ async def delete_member_objects(client: Any, objects: Sequence[MemberObject], *,
             if e.code in (404, 409):
                 outcome.already_gone += 1
             else:
-                outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e.code} {e.reason}")
+                forbidden += e.code == 403
+                outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e.code} {e.reason}: "
+                                      f"{e.message[:300]}")
         except MemberClientError as e:
             outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e}")
-    if outcome.failed:
+    if forbidden:
+        # the member will refuse again until its RBAC changes: say so, not just "will retry" (the `error`
+        # field makes the log throttle summarise the repeats)
+        _log.warning("the member's RBAC does not let the hub delete its objects there; will retry (grant the hub's "
+                     "identity delete on them: deploy/member)", cluster=cluster, forbidden=forbidden,
+                     failed=len(outcome.failed), error=outcome.failed[0][:512])
+    elif outcome.failed:
         _log.warning("some member objects could not be deleted; will retry", cluster=cluster,
-                     failed=len(outcome.failed), first=outcome.failed[0][:256])
+                     failed=len(outcome.failed), error=outcome.failed[0][:512])
     return outcome
 
 

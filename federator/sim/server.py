@@ -21,6 +21,13 @@ context named after the cluster) that kubectl and the official client use;
 namespaces include `federator-system` (what a member's deploy manifests
 create for the fence agent and the hub's Lease).
 
+With `rbac=` (an `RbacPolicy` from federator/sim/rbac.py, e.g. the rendered deploy/member) the
+cluster enforces that policy on every API request as kube's RBAC authorizer would (403 Forbidden in
+kube's words), except for `sim-admin` (group system:masters); it mints a token for every
+ServiceAccount the policy names (`service_account_token`, `write_service_account_kubeconfig`) and
+also creates the policy's Namespace documents. Without it, every authenticated identity may do
+everything, as before.
+
 This module must never import anything of the hub, and never log a token.
 """
 
@@ -41,6 +48,7 @@ from typing import Any
 from aiohttp import web
 
 from federator.apiserver.app import ApiServerState, Principal, api_state, build_api_app, json_response
+from federator.apiserver.auth import auth_middleware
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import Registry
 from federator.apiserver.storage import ObjectStorage
@@ -50,6 +58,7 @@ from federator.sim import kinds
 from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_middleware
 from federator.sim.nodelease import NODE_LEASE_RENEW_SECONDS
 from federator.sim.profile import ClusterProfile, initial_nodes
+from federator.sim.rbac import RbacPolicy, service_account_groups, service_account_user
 from federator.store.memory import MemoryStore
 from federator.waits import wait_event
 
@@ -167,6 +176,7 @@ class SimCluster:
         bookmark_interval: float = 10.0,
         max_body_bytes: int | None = None,
         tls: DevTLS | None = None,
+        rbac: RbacPolicy | None = None,
     ) -> None:
         self.profile = profile
         self.name = profile.name
@@ -180,6 +190,14 @@ class SimCluster:
             SimIdentity(ADMIN_USER, self.token, ("system:masters", "system:authenticated"), admin=True),
             SimIdentity(AGENT_USER, self.agent_token, ("federator:agents", "system:authenticated")),
         )
+        self.rbac = rbac
+        #: (namespace, name) -> the identity of a ServiceAccount the RBAC policy names
+        self.service_accounts: dict[tuple[str, str], SimIdentity] = {}
+        for namespace, name in rbac.service_accounts if rbac is not None else ():
+            identity = SimIdentity(service_account_user(namespace, name), secrets.token_urlsafe(32),
+                                   service_account_groups(namespace))
+            self.service_accounts[(namespace, name)] = identity
+        self.identities += tuple(self.service_accounts.values())
         self.run_controllers = run_controllers
         self.metrics = metrics or METRICS
         self.log = get_logger("sim").bind(cluster=profile.name)
@@ -205,7 +223,7 @@ class SimCluster:
             registry=self.registry,
             server_name=f"sim:{profile.name}",
             authenticate=self._authenticate,
-            middlewares=[fault_middleware(self.faults)],
+            middlewares=[fault_middleware(self.faults), *self._rbac_middlewares()],
             version_info=_version_info(profile.kubernetes_version),
             subresources=subresources,
             verb_only_resources=verb_only,
@@ -222,6 +240,12 @@ class SimCluster:
         self.port = 0
         self.stopped = asyncio.Event()
         self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def _rbac_middlewares(self) -> list[Any]:
+        if self.rbac is None:
+            return []
+        # after the faults (a partition answers before any authorization), before the app's own handlers
+        return [auth_middleware(self._authenticate, authorizer=self.rbac.authorize, logger=self.log)]
 
     # ------------------------------------------------------------ lifecycle
 
@@ -324,7 +348,8 @@ class SimCluster:
 
     async def _seed(self) -> None:
         ns_rt = kinds.NAMESPACES
-        for ns in SYSTEM_NAMESPACES:
+        policy_namespaces = self.rbac.namespaces if self.rbac is not None else ()
+        for ns in dict.fromkeys((*SYSTEM_NAMESPACES, *policy_namespaces)):
             try:
                 await self.storage.create(ns_rt, {"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": ns}}, namespace=None)
@@ -450,6 +475,21 @@ class SimCluster:
         return write_kubeconfig(
             path, server=self.url, ca_pem=self.ca_pem, token=self.token, user=f"{self.name}-admin",
             namespace=namespace, cluster_name=self.name, context_name=self.name,
+        )
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """The bearer token of a ServiceAccount the RBAC policy names (KeyError for any other)."""
+        identity = self.service_accounts.get((namespace, name))
+        if identity is None:
+            raise KeyError(f"cluster {self.name}: the RBAC policy names no ServiceAccount {namespace}/{name}")
+        return identity.token
+
+    def write_service_account_kubeconfig(self, path: str | os.PathLike[str], *, namespace: str, name: str) -> Path:
+        """Write a kubeconfig for a ServiceAccount the RBAC policy names (mode 0600; user `<cluster>-<name>`,
+        default namespace its own); cluster and context are named after the cluster."""
+        return write_kubeconfig(
+            path, server=self.url, ca_pem=self.ca_pem, token=self.service_account_token(namespace, name),
+            user=f"{self.name}-{name}", namespace=namespace, cluster_name=self.name, context_name=self.name,
         )
 
     def write_agent_kubeconfig(self, path: str | os.PathLike[str], *, namespace: str = "federator-system") -> Path:
