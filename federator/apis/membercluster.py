@@ -100,11 +100,13 @@ SINGULAR = "membercluster"
 SHORT_NAMES = ("mc",)
 CATEGORIES = ("federator",)
 
-SchedulerKind = Literal["volcano", "coscheduling", "kube-batch", "default"]
+SchedulerKind = Literal["volcano", "coscheduling", "kube-batch", "native", "kai", "default"]
 DEFAULT_SCHEDULER_NAMES: Mapping[str, str] = {
     "volcano": "volcano",
     "coscheduling": "scheduler-plugins-scheduler",
     "kube-batch": "kube-batch",
+    "native": "default-scheduler",
+    "kai": "kai-scheduler",
     "default": "default-scheduler",
 }
 """The pod `schedulerName` each gang scheduler answers to when the registration does not say."""
@@ -292,7 +294,9 @@ def _network_errors(network: object, *, path: str) -> list[FieldError]:
 class ClusterScheduler(ApiModel):
     """The member's gang scheduler, to which the hub delegates placed gangs."""
 
-    name: SchedulerKind = Field(description="volcano, coscheduling, kube-batch or default.")
+    name: SchedulerKind = Field(description="volcano, coscheduling, kube-batch, native (Kubernetes' own gang "
+                                            "scheduling, scheduling.k8s.io/v1alpha2 PodGroups), kai (NVIDIA KAI "
+                                            "Scheduler) or default.")
     scheduler_name: DNSSubdomain | None = Field(
         default=None, alias="schedulerName",
         description="Pod spec.schedulerName; defaults to the scheduler's usual name.",

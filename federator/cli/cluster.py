@@ -37,7 +37,7 @@ from federator.cli.common import (
     render_table,
     run_on_hub,
 )
-from federator.apis.membercluster import MAX_DRAIN_CONCURRENCY
+from federator.apis.membercluster import DEFAULT_SCHEDULER_NAMES, MAX_DRAIN_CONCURRENCY
 from federator.hubclient import API_GROUP, HubClient, JSONObject, clusters_path
 
 # ---------------------------------------------------------------- add
@@ -307,7 +307,7 @@ def _add_add(csub: Any) -> None:
     p.add_argument("--network", choices=["rdma", "ethernet"])
     p.add_argument("--rdma-kind", choices=["infiniband", "roce"])
     p.add_argument("--bandwidth-gbps", type=float, metavar="GBPS")
-    p.add_argument("--scheduler", choices=["volcano", "coscheduling", "kube-batch", "default"])
+    p.add_argument("--scheduler", choices=list(DEFAULT_SCHEDULER_NAMES))
     p.add_argument("--scheduler-name", help="pod schedulerName (default: the scheduler's usual name)")
     p.add_argument("--label", action="append", metavar="KEY=VALUE", help="cluster label (repeatable)")
     p.add_argument("--gpu-model", action="append", metavar="MODEL", help="GPU model offered (repeatable)")

@@ -171,6 +171,10 @@ PODGROUP_RESOURCES: Mapping[str, ResourceKind | None] = {
                                  kind="PodGroup", namespaced=True),
     "kube-batch": ResourceKind(group="scheduling.incubator.k8s.io", version="v1alpha1", plural="podgroups",
                                kind="PodGroup", namespaced=True),
+    "native": ResourceKind(group="scheduling.k8s.io", version="v1alpha2", plural="podgroups",
+                           kind="PodGroup", namespaced=True),
+    "kai": ResourceKind(group="scheduling.run.ai", version="v2alpha2", plural="podgroups",
+                        kind="PodGroup", namespaced=True),
     "default": None,
 }
 

@@ -414,7 +414,7 @@ class Dispatcher:
         done += 1
         if done >= half and total > 1:
             crash_point("mid-dispatch", job=ref.key)
-        if first.gvk.kind != "Pod":
+        if first.gvk.kind != "Pod" and adapter.pods_owned_by_group:
             owner = stored
         semaphore = asyncio.Semaphore(self.concurrency)
 

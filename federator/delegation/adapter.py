@@ -2,9 +2,11 @@
 
 The shape is Kueue's MultiKueueAdapter (SyncJob / DeleteRemoteObject / GVK):
 one adapter per member scheduler (volcano, coscheduling, kube-batch,
-default), and each is *data* (`SchedulerAdapter`: API group, version, kind,
-the pod label or annotation that ties a pod to its PodGroup, which spec
-fields the PodGroup has, which of its phases mean "the gang is scheduled").
+native, kai, default), and each is *data* (`SchedulerAdapter`: API group,
+version, kind, the pod label, annotation or spec field that ties a pod to
+its PodGroup, which spec fields the PodGroup has and where its minimum goes,
+which of its phases, conditions or annotations mean "the gang is
+scheduled" and where it explains a wait).
 All behaviour is here, shared:
 
 - `SchedulerAdapter.render(job, ...)`: the TrainingJob (a stored hub object,
@@ -466,9 +468,10 @@ class PodGroupKind:
     """A gang scheduler's PodGroup API and how pods join a group (kube-api-notes §11)."""
 
     gvk: Gvk
-    #: how a pod names its group: a label (coscheduling) or an annotation (Volcano, kube-batch)
+    #: how a pod names its group: a label (coscheduling), an annotation (Volcano, kube-batch, KAI) or a field
+    #: of the pod's spec, dotted (Kubernetes' own: "schedulingGroup.podGroupName")
     member_key: str
-    member_by: Literal["label", "annotation"]
+    member_by: Literal["label", "annotation", "spec"]
     #: spec.minResources exists in this version
     has_min_resources: bool
     #: spec.queue exists; None = leave it out
@@ -479,6 +482,18 @@ class PodGroupKind:
     admitted_phases: frozenset[str]
     #: status.phase values that mean the gang failed
     failed_phases: frozenset[str]
+    #: where the gang's minimum goes in the PodGroup's spec, dotted ("schedulingPolicy.gang.minCount")
+    min_member_field: str = "minMember"
+    #: a status.conditions entry (type, status) that means the whole gang was scheduled
+    admitted_condition: tuple[str, str] | None = None
+    #: a metadata annotation whose presence means the scheduler allocated the whole gang
+    admitted_annotation: str | None = None
+    #: where the scheduler says why the gang waits: (status list field, condition type, condition status)
+    unschedulable_condition: tuple[str, str, str] = ("conditions", "Unschedulable", "True")
+    #: a label naming the queue on the PodGroup and its pods, besides spec.queue
+    queue_label: str | None = None
+    #: pods get an ownerReference to their PodGroup (`MemberObject.owned_by`; the dispatcher asks)
+    pods_owned_by_group: bool = True
 
 
 class Adapter(Protocol):
@@ -492,6 +507,9 @@ class Adapter(Protocol):
 
     @property
     def gang_guarantee(self) -> bool: ...
+
+    @property
+    def pods_owned_by_group(self) -> bool: ...
 
     def render(
         self,
@@ -536,6 +554,11 @@ class SchedulerAdapter:
     def gang_guarantee(self) -> bool:
         return self.pod_group is not None
 
+    @property
+    def pods_owned_by_group(self) -> bool:
+        """Whether the dispatcher should make the pods owned by the PodGroup it created first."""
+        return self.pod_group is not None and self.pod_group.pods_owned_by_group
+
     def gvk_list(self) -> tuple[Gvk, ...]:
         """The kinds this adapter creates, in creation order (delete in reverse)."""
         return (self.pod_group.gvk, POD_GVK) if self.pod_group is not None else (POD_GVK,)
@@ -551,7 +574,7 @@ class SchedulerAdapter:
         return (JobCondition(
             type="GangGuarantee", status="True", reason="PodGroup",
             message=f"{self.name} starts the gang all or nothing ({self.pod_group.gvk.kind} "
-                    f"{self.pod_group.gvk.api_version} with minMember = every pod)"),)
+                    f"{self.pod_group.gvk.api_version} with {self.pod_group.min_member_field} = every pod)"),)
 
     # ------------------------------------------------------------ render
 
@@ -639,7 +662,8 @@ class SchedulerAdapter:
         self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role], total_pods: int,
         labels: Mapping[str, str], annotations: Mapping[str, str], where: str,
     ) -> MemberObject:
-        spec: JSON = {"minMember": total_pods}
+        spec: JSON = {}
+        _set_dotted(spec, group.min_member_field, total_pods)
         if group.has_min_resources:
             total = Resources()
             for role in roles:
@@ -651,10 +675,13 @@ class SchedulerAdapter:
             spec["queue"] = group.queue
         if group.schedule_timeout_seconds is not None:
             spec["scheduleTimeoutSeconds"] = group.schedule_timeout_seconds
+        group_labels = dict(labels)
+        if group.queue_label is not None and group.queue is not None:
+            group_labels[group.queue_label] = group.queue
         body: JSON = {
             "apiVersion": group.gvk.api_version,
             "kind": group.gvk.kind,
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
+            "metadata": {"name": name, "namespace": namespace, "labels": group_labels,
                          "annotations": dict(annotations)},
             "spec": spec,
         }
@@ -667,17 +694,21 @@ class SchedulerAdapter:
         pod_labels = {**labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
         pod_annotations = dict(annotations)
         group = self.pod_group
-        if group is not None and group_name is not None:
-            if group.member_by == "label":
-                pod_labels[group.member_key] = group_name
-            else:
-                pod_annotations[group.member_key] = group_name
         template = role.template
         spec: JSON = {
             "schedulerName": scheduler_name,
             "restartPolicy": "Never",
             "containers": [container],
         }
+        if group is not None and group_name is not None:
+            if group.member_by == "label":
+                pod_labels[group.member_key] = group_name
+            elif group.member_by == "annotation":
+                pod_annotations[group.member_key] = group_name
+            else:
+                _set_dotted(spec, group.member_key, group_name)
+            if group.queue_label is not None and group.queue is not None:
+                pod_labels[group.queue_label] = group.queue
         if template.node_selector:
             spec["nodeSelector"] = dict(template.node_selector)
         tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in template.tolerations or ()]
@@ -756,7 +787,8 @@ class SchedulerAdapter:
             return status(GangPhase.SUCCEEDED, "Succeeded", f"all {existing} pods succeeded")
         if complete and all(v.phase in ("Running", "Succeeded") for v in views):
             return status(GangPhase.RUNNING, "Running", f"all {existing} pods are running")
-        admitted_by_group = group is not None and group_phase in group.admitted_phases
+        admitted_by_group = group is not None and (group_phase in group.admitted_phases
+                                                   or _group_says_admitted(group, podgroup))
         if complete and (bound == existing or admitted_by_group):
             return status(GangPhase.ADMITTED, "Scheduled",
                           f"{self.name} scheduled the gang: {bound} of {existing} pods bound, "
@@ -778,9 +810,10 @@ class SchedulerAdapter:
         if group is not None and podgroup is None:
             return ("PodGroupMissing", f"the gang's {group.gvk.kind} ({group.gvk.key}) does not exist in the "
                                        "member cluster")
-        condition = _unschedulable_condition(podgroup)
+        condition = _unschedulable_condition(podgroup, group.unschedulable_condition if group is not None
+                                             else _DEFAULT_UNSCHEDULABLE)
         if condition is not None:
-            reason = condition.get("reason")
+            reason = _single_explanation_reason(condition) or condition.get("reason")
             message = condition.get("message")
             return (reason if isinstance(reason, str) and _camel(reason) else "Unschedulable",
                     f"{group.gvk.kind if group else 'PodGroup'} {_name_of(podgroup)}: "
@@ -978,14 +1011,58 @@ def _name_of(obj: Mapping[str, Any] | None) -> str:
     return str(_mapping(_mapping(obj).get("metadata")).get("name") or "")
 
 
-def _unschedulable_condition(podgroup: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+_DEFAULT_UNSCHEDULABLE = ("conditions", "Unschedulable", "True")
+
+
+def _unschedulable_condition(podgroup: Mapping[str, Any] | None, where: tuple[str, str, str]
+                             ) -> Mapping[str, Any] | None:
+    """The last entry of status.<field> with this type and status (KAI appends the newest last)."""
     if podgroup is None:
         return None
-    for condition in _mapping(podgroup.get("status")).get("conditions") or ():
-        if isinstance(condition, Mapping) and condition.get("type") == "Unschedulable" \
-                and condition.get("status") == "True":
-            return condition
-    return None
+    field, type_, status = where
+    entries = _mapping(podgroup.get("status")).get(field)
+    found: Mapping[str, Any] | None = None
+    for condition in entries if isinstance(entries, list) else ():
+        if isinstance(condition, Mapping) and condition.get("type") == type_ and condition.get("status") == status:
+            found = condition
+    return found
+
+
+def _single_explanation_reason(condition: Mapping[str, Any]) -> str | None:
+    """KAI's one specific reason (reasons[].reason, e.g. QueueDoesNotExist) when it gives exactly one;
+    its condition reason is always the generic "Unschedulable"."""
+    reasons = condition.get("reasons")
+    if not isinstance(reasons, list) or len(reasons) != 1:
+        return None
+    reason = _mapping(reasons[0]).get("reason")
+    return reason if isinstance(reason, str) and _camel(reason) else None
+
+
+def _group_says_admitted(group: PodGroupKind, podgroup: Mapping[str, Any] | None) -> bool:
+    """The PodGroup's own word that the whole gang was scheduled: a condition or an annotation."""
+    if podgroup is None:
+        return False
+    if group.admitted_condition is not None:
+        type_, status = group.admitted_condition
+        conditions = _mapping(podgroup.get("status")).get("conditions")
+        for condition in conditions if isinstance(conditions, list) else ():
+            if isinstance(condition, Mapping) and condition.get("type") == type_ \
+                    and condition.get("status") == status:
+                return True
+    if group.admitted_annotation is not None:
+        annotations = _mapping(_mapping(podgroup.get("metadata")).get("annotations"))
+        value = annotations.get(group.admitted_annotation)
+        if isinstance(value, str) and value:
+            return True
+    return False
+
+
+def _set_dotted(target: JSON, path: str, value: Any) -> None:
+    """target[a][b][c] = value for path "a.b.c", creating the objects on the way."""
+    *heads, last = path.split(".")
+    for key in heads:
+        target = target.setdefault(key, {})
+    target[last] = value
 
 
 def _camel(reason: str) -> bool:

@@ -2,11 +2,13 @@
 
 Namespace, Node (+status), Pod (+status, +binding), Event, Lease
 (coordination.k8s.io/v1: node heartbeats, the hub's fencing lease) and
-PodGroup in the three gang-scheduler API groups (kube-api-notes §11), each with its real
-field names (`minMember`), the pod label or annotation that ties a pod to its
-group, validation of required fields and types (what the official Python
-client's models require, §12), server-side defaults, field selectors, Table
-columns and an OpenAPI schema for `kubectl explain`.
+PodGroup in the five gang-scheduler API groups (kube-api-notes §11; Kubernetes'
+own scheduling.k8s.io/v1alpha2 and KAI's scheduling.run.ai/v2alpha2), each with
+its real field names (`minMember`, `schedulingPolicy.gang.minCount`), the pod
+label, annotation or spec field that ties a pod to its group, validation of
+required fields and types (what the official Python client's models require,
+§12), server-side defaults, field selectors, Table columns and an OpenAPI
+schema for `kubectl explain`.
 
 `sim_registry()` is the registry a SimCluster serves; `sim_subresources()`
 the pods/binding subresource and the bindings resource.
@@ -1223,17 +1225,213 @@ KUBE_BATCH_PODGROUPS = _podgroup(
     openapi_name="io.k8s.incubator.scheduling.v1alpha1.PodGroup",
 )
 
+# ---------------------------------------------------------------- Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2)
+#
+# A built-in kind of Kubernetes v1.36 (GenericWorkload feature gate; k8s.io/api/scheduling/v1alpha2
+# types.go): spec.schedulingPolicy is a union of basic / gang{minCount >= 1}, immutable; no phase, only
+# conditions (metav1.Condition: PodGroupScheduled, DisruptionTarget). Pods join by
+# spec.schedulingGroup.podGroupName. The simulator serves no Workload kind, so a
+# spec.podGroupTemplateRef (which kube-apiserver checks against an existing Workload) is refused.
+
+_NATIVE_CONDITION_TYPES = ("PodGroupScheduled", "DisruptionTarget")
+
+
+def _validate_native_podgroup(pg: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    spec = c.object_at(pg.get("spec"), "spec", required=True)
+    if spec is not None:
+        policy = c.object_at(spec.get("schedulingPolicy"), "spec.schedulingPolicy", required=True)
+        if policy is not None:
+            chosen = [k for k in ("basic", "gang") if policy.get(k) is not None]
+            if len(chosen) != 1:
+                c.errors.append(FieldError.invalid("spec.schedulingPolicy", sorted(chosen),
+                                                   "must specify exactly one of: `basic`, `gang`"))
+            c.object_at(policy.get("basic"), "spec.schedulingPolicy.basic")
+            gang = c.object_at(policy.get("gang"), "spec.schedulingPolicy.gang")
+            if gang is not None:
+                c.integer(gang.get("minCount"), "spec.schedulingPolicy.gang.minCount", minimum=1,
+                          maximum=2**31 - 1, required=True)
+        if spec.get("podGroupTemplateRef") is not None:
+            c.errors.append(FieldError.forbidden(
+                "spec.podGroupTemplateRef", "no Workload exists to refer to (this cluster serves no Workloads; "
+                                            "create a standalone PodGroup)"))
+        constraints = c.object_at(spec.get("schedulingConstraints"), "spec.schedulingConstraints")
+        if constraints is not None:
+            topology = c.list_at(constraints.get("topologyConstraints"), "spec.schedulingConstraints.topologyConstraints")
+            for i, t in enumerate(topology or []):
+                t = c.object_at(t, f"spec.schedulingConstraints.topologyConstraints[{i}]")
+                if t is not None:
+                    c.string(t.get("topologyKey"), f"spec.schedulingConstraints.topologyConstraints[{i}].topologyKey",
+                             required=True)
+        c.list_at(spec.get("resourceClaims"), "spec.resourceClaims")
+    status = c.object_at(pg.get("status"), "status")
+    if status is not None:
+        c.conditions(status.get("conditions"), "status.conditions")
+        for i, cond in enumerate(status.get("conditions") or []):
+            if isinstance(cond, dict):
+                c.integer(cond.get("observedGeneration"), f"status.conditions[{i}].observedGeneration", minimum=0)
+                c.string(cond.get("lastTransitionTime"), f"status.conditions[{i}].lastTransitionTime")
+        c.list_at(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses")
+    return c.errors
+
+
+def _validate_native_podgroup_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
+    new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    errs = []
+    for f in ("schedulingPolicy", "podGroupTemplateRef", "schedulingConstraints", "resourceClaims"):
+        if isinstance(new_spec, dict) and isinstance(old_spec, dict) and new_spec.get(f) != old_spec.get(f):
+            errs.append(FieldError.invalid(f"spec.{f}", new_spec.get(f), "field is immutable"))
+    return errs
+
+
+def _native_policy_cell(pg: JSONObject) -> str:
+    policy = (pg.get("spec") or {}).get("schedulingPolicy") or {}
+    return "Gang" if isinstance(policy, dict) and policy.get("gang") is not None else (
+        "Basic" if isinstance(policy, dict) and policy.get("basic") is not None else "")
+
+
+def _native_status_cell(pg: JSONObject) -> str:
+    for cond in (pg.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "PodGroupScheduled":
+            return str(cond.get("reason") or cond.get("status") or "")
+    return ""
+
+
+NATIVE_PODGROUPS = ResourceType(
+    group="scheduling.k8s.io", version="v1alpha2", kind="PodGroup", plural="podgroups", singular="podgroup",
+    namespaced=True, status_subresource=True,
+    validate=_validate_native_podgroup, validate_update=_validate_native_podgroup_update,
+    columns=(
+        TableColumn("Policy", _native_policy_cell, description="The scheduling policy: Gang or Basic."),
+        TableColumn("Status", _native_status_cell,
+                    description="The reason of the PodGroupScheduled condition (Scheduled, Unschedulable, ...)."),
+        TableColumn("MinCount", jsonpath_cell("spec", "schedulingPolicy", "gang", "minCount", default=None),
+                    type="integer", priority=1,
+                    description="The minimum number of pods scheduled at the same time for the group to be admitted."),
+    ),
+    strategic_merge={
+        "metadata.finalizers": SMPListStrategy(None),
+        "metadata.ownerReferences": SMPListStrategy("uid"),
+        "status.conditions": SMPListStrategy("type"),
+    },
+    openapi_schema={"properties": {
+        "spec": {"type": "object", "description": "Spec defines the desired state of the PodGroup.",
+                 "required": ["schedulingPolicy"], "properties": {
+                     "schedulingPolicy": {
+                         "type": "object",
+                         "description": "SchedulingPolicy defines the scheduling policy for this instance of the "
+                                        "PodGroup. Exactly one policy must be set. This field is immutable.",
+                         "properties": {
+                             "basic": {"type": "object", "description": "Basic: standard Kubernetes scheduling."},
+                             "gang": {"type": "object", "description": "Gang: all-or-nothing scheduling.",
+                                      "required": ["minCount"], "properties": {
+                                          "minCount": {"type": "integer", "format": "int32", "minimum": 1,
+                                                       "description": "MinCount is the minimum number of pods that "
+                                                       "must be schedulable or scheduled at the same time for the "
+                                                       "scheduler to admit the entire group."}}}}},
+                     "podGroupTemplateRef": {"type": "object", "description": "PodGroupTemplateRef references an "
+                                             "optional PodGroup template within other object (e.g. Workload)."},
+                     "schedulingConstraints": {"type": "object", "description": "SchedulingConstraints defines "
+                                               "optional scheduling constraints (e.g. topology) for this PodGroup."},
+                 }},
+        "status": {"type": "object", "description": "Status represents the current observed state of the PodGroup.",
+                   "properties": {"conditions": {
+                       "type": "array", "items": {"type": "object"},
+                       "description": "Conditions represent the latest observations of the PodGroup's state: "
+                                      "PodGroupScheduled, DisruptionTarget."}}},
+    }, "description": "PodGroup represents a runtime instance of pods grouped together (Kubernetes' own gang "
+                      "scheduling; GenericWorkload feature gate)."},
+    openapi_name="io.k8s.api.scheduling.v1alpha2.PodGroup",
+    description="PodGroup represents a runtime instance of pods grouped together.",
+)
+
+# ---------------------------------------------------------------- KAI Scheduler's PodGroup (scheduling.run.ai/v2alpha2)
+#
+# NVIDIA KAI Scheduler v0.13 (pkg/apis/scheduling/v2alpha2/podgroup_types.go and its CRD
+# deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml): shortName pg, /status, no printer
+# columns; minMember >= 1; status has no phase KAI writes, but schedulingConditions (UnschedulableOnNodePool)
+# and resourcesStatus. Pods join by the annotation pod-group-name.
+
+_KAI_PREEMPTIBILITY = ("preemptible", "non-preemptible")
+
+
+def _validate_kai_podgroup(pg: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    spec = c.object_at(pg.get("spec"), "spec")
+    if spec is not None:
+        c.integer(spec.get("minMember"), "spec.minMember", minimum=1, maximum=2**31 - 1)
+        for f in ("parallelism", "completions", "backoffLimit", "schedulingBackoff"):
+            c.integer(spec.get(f), f"spec.{f}", minimum=-(2**31), maximum=2**31 - 1)
+        for f in ("queue", "priorityClassName"):
+            c.string(spec.get(f), f"spec.{f}")
+        c.boolean(spec.get("markUnschedulable"), "spec.markUnschedulable")
+        if spec.get("preemptibility") not in (None, ""):
+            c.one_of(spec.get("preemptibility"), "spec.preemptibility", _KAI_PREEMPTIBILITY)
+        c.object_at(spec.get("topologyConstraint"), "spec.topologyConstraint")
+        for i, sub in enumerate(c.list_at(spec.get("subGroups"), "spec.subGroups") or []):
+            sub = c.object_at(sub, f"spec.subGroups[{i}]")
+            if sub is not None:
+                c.string(sub.get("name"), f"spec.subGroups[{i}].name", required=True)
+                c.integer(sub.get("minMember"), f"spec.subGroups[{i}].minMember", minimum=1, maximum=2**31 - 1)
+    status = c.object_at(pg.get("status"), "status")
+    if status is not None:
+        c.string(status.get("phase"), "status.phase")
+        for f in ("running", "succeeded", "failed", "pending"):
+            c.integer(status.get(f), f"status.{f}", minimum=0)
+        for name in ("conditions", "schedulingConditions"):
+            for i, cond in enumerate(c.list_at(status.get(name), f"status.{name}") or []):
+                cond = c.object_at(cond, f"status.{name}[{i}]")
+                if cond is not None:
+                    for f in ("type", "status", "reason", "message", "transitionID", "nodePool"):
+                        c.string(cond.get(f), f"status.{name}[{i}].{f}")
+        c.object_at(status.get("resourcesStatus"), "status.resourcesStatus")
+    return c.errors
+
+
+KAI_PODGROUPS = ResourceType(
+    group="scheduling.run.ai", version="v2alpha2", kind="PodGroup", plural="podgroups", singular="podgroup",
+    namespaced=True, short_names=("pg",), status_subresource=True,
+    validate=_validate_kai_podgroup, defaults=None, columns=(), strategic_merge=None,
+    openapi_schema={"properties": {
+        "spec": {"type": "object", "description": "PodGroupSpec defines the desired state of PodGroup",
+                 "properties": {
+                     "minMember": {"type": "integer", "format": "int32", "minimum": 1,
+                                   "description": "MinMember defines the minimal number of members to run the "
+                                                  "PodGroup; if there are not enough resources to start all "
+                                                  "required members, the scheduler will not start anyone."},
+                     "queue": {"type": "string", "description": "Queue defines the queue to allocate resource for "
+                                                                "PodGroup; if queue does not exist, the PodGroup "
+                                                                "will not be scheduled."},
+                     "priorityClassName": {"type": "string", "description": "If specified, indicates the "
+                                                                            "PodGroup's priority."},
+                     "preemptibility": {"type": "string", "enum": list(_KAI_PREEMPTIBILITY),
+                                        "description": "Preemptibility determines if this PodGroup can be preempted."},
+                 }},
+        "status": {"type": "object", "description": "PodGroupStatus defines the observed state of PodGroup",
+                   "properties": {
+                       "schedulingConditions": {"type": "array", "items": {"type": "object"},
+                                                "description": "The scheduling conditions of PodGroup."},
+                       "resourcesStatus": {"type": "object", "description": "Status of resources related to pods "
+                                                                            "connected to this pod group."},
+                   }},
+    }, "description": "PodGroup is the Schema for the podgroups API (NVIDIA KAI Scheduler)."},
+    openapi_name="ai.run.scheduling.v2alpha2.PodGroup",
+    description="PodGroup is the Schema for the podgroups API (NVIDIA KAI Scheduler).",
+)
+
 PODGROUP_KINDS: Mapping[str, ResourceType] = {
     "volcano": VOLCANO_PODGROUPS,
     "coscheduling": COSCHEDULING_PODGROUPS,
     "kube-batch": KUBE_BATCH_PODGROUPS,
+    "native": NATIVE_PODGROUPS,
+    "kai": KAI_PODGROUPS,
 }
 
 
 def sim_registry(gang_schedulers: Iterable[str] | None = None) -> Registry:
     """The kinds a simulated member cluster serves. `gang_schedulers` limits
     the PodGroup groups to those schedulers' (volcano, coscheduling,
-    kube-batch); None serves all three."""
+    kube-batch, native, kai); None serves them all."""
     registry = Registry([NAMESPACES, NODES, PODS, EVENTS, LEASES])
     wanted = list(PODGROUP_KINDS) if gang_schedulers is None else list(dict.fromkeys(gang_schedulers))
     for name in wanted:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from federator.apiserver.errors import ApiError
 from federator.sim.fit import GPU, RDMA_HCA
 from federator.sim.kubelet import ANNOTATION_DURATION
+from federator.sim.profile import PLAIN_POD_SCHEDULERS
 from federator.sim.scheduler import GROUP_KINDS, GroupKind
 from federator.waits import wait_event
 
@@ -65,7 +66,7 @@ def plan_arrival(
         scheduler_name = spec.name
         gang_kind = GROUP_KINDS[spec.type]
     else:
-        scheduler_name = next(s.name for s in cluster.schedulers if s.type == "default")
+        scheduler_name = next(s.name for s in cluster.schedulers if s.type in PLAIN_POD_SCHEDULERS)
     size = shape.gang_size if gang_kind is not None else 1
     group_name = f"bg-{suffix}"
     labels = {LOAD_LABEL: "true"}
@@ -82,11 +83,6 @@ def plan_arrival(
         meta: JSON = {"name": f"{group_name}-{i}" if size > 1 or gang_kind else group_name,
                       "namespace": load.namespace, "labels": dict(labels),
                       "annotations": {ANNOTATION_DURATION: f"{lifetime:.1f}"}}
-        if gang_kind is not None:
-            if gang_kind.pod_label:
-                meta["labels"][gang_kind.pod_label] = group_name
-            for key in gang_kind.pod_annotations[:1]:
-                meta["annotations"][key] = group_name
         spec_: JSON = {
             "schedulerName": scheduler_name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
             "containers": [{"name": "work", "image": "tenant/batch:latest",
@@ -94,12 +90,13 @@ def plan_arrival(
         }
         if tolerations:
             spec_["tolerations"] = [dict(t) for t in tolerations]
-        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec_})
+        pod: JSON = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec_}
+        if gang_kind is not None:
+            gang_kind.join(pod, group_name)
+        pods.append(pod)
     group = None
     if gang_kind is not None:
-        gspec: JSON = {"minMember": size}
-        if gang_kind.scheduler_type in ("volcano", "kube-batch"):
-            gspec["queue"] = "default"
+        gspec = gang_kind.group_spec(size)
         group = {"apiVersion": f"{gang_kind.group}/{gang_kind.version}", "kind": "PodGroup",
                  "metadata": {"name": group_name, "namespace": load.namespace, "labels": dict(labels)},
                  "spec": gspec}

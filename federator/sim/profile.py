@@ -41,8 +41,15 @@ DEFAULT_SCHEDULER_NAMES = {
     "volcano": "volcano",
     "coscheduling": "scheduler-plugins-scheduler",
     "kube-batch": "kube-batch",
+    # Kubernetes' own gang scheduling is kube-scheduler itself (GenericWorkload + GangScheduling gates)
+    "native": "default-scheduler",
+    "kai": "kai-scheduler",
     "default": "default-scheduler",
 }
+#: Scheduler types that schedule pods without a group the default way.
+PLAIN_POD_SCHEDULERS = ("default", "native")
+#: The queues a fresh KAI install creates (KAI Scheduler docs/quickstart/default-queues.yaml).
+KAI_DEFAULT_QUEUES = ("default-parent-queue", "default-queue")
 
 #: Largest profile file we read (a profile is a few KiB; refuse surprises).
 MAX_PROFILE_BYTES = 1_000_000
@@ -207,14 +214,35 @@ class Network(_Model):
 
 
 class SchedulerSpec(_Model):
-    """One scheduler the cluster runs; pods pick it with spec.schedulerName."""
+    """One scheduler the cluster runs; pods pick it with spec.schedulerName. `native` is the default
+    scheduler with Kubernetes' gang scheduling on: it also schedules plain pods."""
 
-    type: Literal["volcano", "coscheduling", "kube-batch", "default"]
+    type: Literal["volcano", "coscheduling", "kube-batch", "native", "kai", "default"]
     scheduler_name: str | None = None
+    #: kai only: the queues that exist (a PodGroup naming another is never scheduled); default KAI's own
+    queues: list[str] | None = None
 
     @property
     def name(self) -> str:
         return self.scheduler_name or DEFAULT_SCHEDULER_NAMES[self.type]
+
+    @property
+    def existing_queues(self) -> frozenset[str]:
+        """kai: the queues PodGroups may name."""
+        return frozenset(self.queues if self.queues is not None else KAI_DEFAULT_QUEUES)
+
+    @field_validator("queues")
+    @classmethod
+    def _queue_names(cls, v: list[str] | None) -> list[str] | None:
+        for name in v or ():
+            _check_dns_label(name, "queue name")
+        return v
+
+    @model_validator(mode="after")
+    def _queues_only_for_kai(self) -> SchedulerSpec:
+        if self.queues is not None and self.type != "kai":
+            raise ValueError(f"queues: only a kai scheduler has queues, not {self.type}")
+        return self
 
     @field_validator("scheduler_name")
     @classmethod
@@ -365,7 +393,9 @@ class ClusterProfile(_Model):
         names = [s.name for s in self.schedulers]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"two schedulers share the schedulerName {dup}")
+            also = " (native is the default scheduler with gang scheduling on: list it instead of default)" \
+                if {s.type for s in self.schedulers} >= {"native", "default"} else ""
+            raise ValueError(f"two schedulers share the schedulerName {dup}{also}")
         ds = [d.name for d in self.datasets]
         dup = sorted({d for d in ds if ds.count(d) > 1})
         if dup:
@@ -380,7 +410,7 @@ class ClusterProfile(_Model):
         if self.background_load is not None and self.background_load.scheduler == "gang" and not self.gang_schedulers:
             raise ValueError("backgroundLoad.scheduler is 'gang' but the cluster runs no gang scheduler")
         if self.background_load is not None and self.background_load.scheduler == "default" and not any(
-                s.type == "default" for s in self.schedulers):
+                s.type in PLAIN_POD_SCHEDULERS for s in self.schedulers):
             raise ValueError("backgroundLoad.scheduler is 'default' but the cluster runs no default scheduler")
         return self
 

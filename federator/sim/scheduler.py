@@ -1,6 +1,8 @@
 """The simulated cluster's scheduler: gang scheduling as Volcano, the
-scheduler-plugins coscheduling plugin and kube-batch do it, plus the default
-scheduler for pods without a group.
+scheduler-plugins coscheduling plugin, kube-batch, Kubernetes' own gang
+scheduling (kube-scheduler with scheduling.k8s.io/v1alpha2 PodGroups) and
+NVIDIA KAI Scheduler do it, plus the default scheduler for pods without a
+group.
 
 Two halves:
 - `SchedulerState` + `schedule_cycle`: pure. The state is an informer-style
@@ -13,7 +15,9 @@ Two halves:
   PodGroup kind through `ObjectStorage` (in-process, not HTTP), runs cycles
   when something changed, binds, writes PodScheduled=False conditions and
   FailedScheduling events for pods that do not fit, and keeps PodGroup status
-  (phase, counts, conditions) as the real scheduler of that kind does.
+  (phase, counts, conditions; Kubernetes' PodGroupScheduled condition; KAI's
+  schedulingConditions and last-start-timestamp annotation) as the real
+  scheduler of that kind does.
 
 It serves only pods whose spec.schedulerName the profile lists. It must
 never bind a part of a gang (below minMember) and never overcommit a node;
@@ -65,14 +69,26 @@ class GroupKind:
     version: str
     #: pod label naming the group (coscheduling)
     pod_label: str | None
-    #: pod annotations naming the group, first found wins (Volcano, kube-batch)
+    #: pod annotations naming the group, first found wins (Volcano, kube-batch, KAI)
     pod_annotations: tuple[str, ...]
     #: status has conditions (Volcano, kube-batch); coscheduling has none
     has_conditions: bool
     plural: str = "podgroups"
+    #: pod spec field naming the group, as a path (Kubernetes: schedulingGroup.podGroupName)
+    pod_spec_field: tuple[str, ...] = ()
+    #: where the gang's minimum sits in the PodGroup's spec
+    min_member_field: tuple[str, ...] = ("minMember",)
+    #: pods of a group below its minimum wait unseen, with no reason written anywhere (kube-scheduler's
+    #: PreEnqueue gate; KAI's "not ready for scheduling")
+    quiet_below_minimum: bool = False
+    #: spec.queue a new group gets when it names none (None: the kind has no queue)
+    default_queue: str | None = None
 
     def group_of(self, pod: Mapping[str, Any]) -> str | None:
         meta = pod.get("metadata") or {}
+        if self.pod_spec_field:
+            value = _dig(pod.get("spec"), self.pod_spec_field)
+            return value if isinstance(value, str) and value else None
         if self.pod_label:
             value = (meta.get("labels") or {}).get(self.pod_label)
             if value:
@@ -84,10 +100,50 @@ class GroupKind:
                 return str(value)
         return None
 
+    def min_member_of(self, group: Mapping[str, Any]) -> int | None:
+        """The group's minimum; None when the group is no gang (Kubernetes' basic policy)."""
+        if self is NATIVE and _dig(group.get("spec"), ("schedulingPolicy", "gang")) is None:
+            return None
+        raw = _dig(group.get("spec"), self.min_member_field)
+        return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else 0
+
+    def join(self, pod: JSON, group_name: str) -> None:
+        """Make the pod body a member of the group, as a user of this scheduler would write it."""
+        meta = pod.setdefault("metadata", {})
+        if self.pod_spec_field:
+            target = pod.setdefault("spec", {})
+            for key in self.pod_spec_field[:-1]:
+                target = target.setdefault(key, {})
+            target[self.pod_spec_field[-1]] = group_name
+        elif self.pod_label:
+            meta.setdefault("labels", {})[self.pod_label] = group_name
+        else:
+            meta.setdefault("annotations", {})[self.pod_annotations[0]] = group_name
+
+    def group_spec(self, min_member: int) -> JSON:
+        """A PodGroup spec with this minimum (and the kind's default queue)."""
+        spec: JSON = {}
+        target = spec
+        for key in self.min_member_field[:-1]:
+            target = target.setdefault(key, {})
+        target[self.min_member_field[-1]] = min_member
+        if self.default_queue is not None:
+            spec["queue"] = self.default_queue
+        return spec
+
+
+def _dig(value: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
 
 VOLCANO = GroupKind(
     scheduler_type="volcano", group="scheduling.volcano.sh", version="v1beta1", pod_label=None,
     pod_annotations=("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"), has_conditions=True,
+    default_queue="default",
 )
 COSCHEDULING = GroupKind(
     scheduler_type="coscheduling", group="scheduling.x-k8s.io", version="v1alpha1",
@@ -95,9 +151,26 @@ COSCHEDULING = GroupKind(
 )
 KUBE_BATCH = GroupKind(
     scheduler_type="kube-batch", group="scheduling.incubator.k8s.io", version="v1alpha1", pod_label=None,
-    pod_annotations=("scheduling.k8s.io/group-name",), has_conditions=True,
+    pod_annotations=("scheduling.k8s.io/group-name",), has_conditions=True, default_queue="default",
 )
-GROUP_KINDS: dict[str, GroupKind] = {k.scheduler_type: k for k in (VOLCANO, COSCHEDULING, KUBE_BATCH)}
+#: Kubernetes v1.36 gang scheduling: pods name their group in spec.schedulingGroup.podGroupName
+NATIVE = GroupKind(
+    scheduler_type="native", group="scheduling.k8s.io", version="v1alpha2", pod_label=None, pod_annotations=(),
+    has_conditions=True, pod_spec_field=("schedulingGroup", "podGroupName"),
+    min_member_field=("schedulingPolicy", "gang", "minCount"), quiet_below_minimum=True,
+)
+#: NVIDIA KAI Scheduler: pods name their group in the annotation pod-group-name
+KAI = GroupKind(
+    scheduler_type="kai", group="scheduling.run.ai", version="v2alpha2", pod_label=None,
+    pod_annotations=("pod-group-name",), has_conditions=False, quiet_below_minimum=True,
+    default_queue="default-queue",
+)
+GROUP_KINDS: dict[str, GroupKind] = {k.scheduler_type: k for k in (VOLCANO, COSCHEDULING, KUBE_BATCH, NATIVE, KAI)}
+
+#: KAI's annotation on a PodGroup whose gang it allocated (pkg/common/constants LastStartTimeStamp)
+KAI_LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
+#: KAI's node-pool label (a PodGroup without it is in pool "default")
+KAI_NODE_POOL_LABEL = "kai.scheduler/node-pool"
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -152,6 +225,8 @@ class GroupVerdict:
     scheduled: bool
     reason: str = ""
     message: str = ""
+    #: when the verdict was reached (KAI stamps the PodGroup with it)
+    at: str = ""
 
 
 @dataclass(slots=True)
@@ -167,6 +242,10 @@ class GroupEntry:
     members: set[str] = field(default_factory=set)
     verdict: GroupVerdict | None = None
     first_attempt: str | None = None
+    #: False for a group that is no gang (Kubernetes' basic policy): its pods are scheduled one by one
+    gang: bool = True
+    #: spec.queue ("" if none)
+    queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +264,11 @@ class SchedulerState:
     """What the scheduler knows: nodes (in a ledger), pods and PodGroups.
     Fed by watch events; changed by `schedule_cycle`. Pure and synchronous."""
 
-    def __init__(self, *, scheduler_types: Mapping[str, str]) -> None:
+    def __init__(self, *, scheduler_types: Mapping[str, str], kai_queues: Iterable[str] = ()) -> None:
         #: schedulerName -> scheduler type ("volcano", "default", ...)
         self.scheduler_types = dict(scheduler_types)
+        #: the KAI queues that exist (a KAI PodGroup naming another is never scheduled)
+        self.kai_queues = frozenset(kai_queues)
         self.ledger = ClusterLedger()
         self.pods: dict[str, PodEntry] = {}
         self.groups: dict[str, GroupEntry] = {}
@@ -315,10 +396,11 @@ class SchedulerState:
         uid = str(meta.get("uid") or "")
         if old is not None and old.uid == uid and rv and rv < old.rv:
             return
-        raw_min = (obj.get("spec") or {}).get("minMember", 0)
-        min_member = raw_min if isinstance(raw_min, int) and not isinstance(raw_min, bool) and raw_min >= 0 else 0
+        min_member = kind.min_member_of(obj)
+        queue = (obj.get("spec") or {}).get("queue") if isinstance(obj.get("spec"), Mapping) else None
         entry = GroupEntry(key=key, kind=kind, namespace=namespace, name=name, uid=uid, rv=rv,
-                           min_member=min_member, obj=dict(obj))
+                           min_member=min_member or 0, obj=dict(obj), gang=min_member is not None,
+                           queue=queue if isinstance(queue, str) else "")
         if old is not None and old.uid == uid:
             entry.members = old.members
             entry.verdict = old.verdict
@@ -362,11 +444,22 @@ class SchedulerState:
 # ---------------------------------------------------------------- the cycle
 
 
-def _gang_message(group: GroupEntry, *, total: int, pending: int, fitted: int, need: int, why: str) -> str:
-    return (
-        f"{pending}/{total} tasks in gang unschedulable: pod group is not ready, {group.min_member} minAvailable; "
-        f"only {fitted} of the {need} pods still needed fit: {why}"
-    )
+def _unfit_verdict(group: GroupEntry, *, total: int, pending: int, fitted: int, need: int, bound: int,
+                   why: str) -> tuple[GroupVerdict, str]:
+    """The verdict on a gang that does not fit, and the message its pods get, in each scheduler's words."""
+    if group.kind is KAI:
+        # pkg/scheduler/actions/common/allocate.go: one PodSchedulingErrors fit error
+        inner = (f"Resources were found for {bound + fitted} pods while {group.min_member} are required for gang "
+                 f"scheduling. Additional pods cannot be scheduled due to: {why}")
+        return GroupVerdict(scheduled=False, reason="PodSchedulingErrors", message=inner, at=_now()), \
+            f"PodSchedulingErrors: {inner}."
+    if group.kind is NATIVE:
+        msg = (f"the gang needs {need} more pods placed at once (minCount {group.min_member}); "
+               f"only {fitted} fit: {why}")
+        return GroupVerdict(scheduled=False, reason="Unschedulable", message=msg, at=_now()), msg
+    msg = (f"{pending}/{total} tasks in gang unschedulable: pod group is not ready, {group.min_member} minAvailable; "
+           f"only {fitted} of the {need} pods still needed fit: {why}")
+    return GroupVerdict(scheduled=False, reason="NotEnoughResources", message=msg), msg
 
 
 def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResult:
@@ -460,21 +553,30 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
         valid = [m for m in members if m.requirements is not None]
         need = max(0, group.min_member - bound_ready)
         total = len(group.members)
-        if len(valid) < need:
-            msg = (
-                f"{len(members)}/{total} tasks in gang unschedulable: pod group is not ready, "
-                f"{group.min_member} minAvailable, {bound_ready + len(valid)} schedulable pods exist"
-            )
-            group.verdict = GroupVerdict(scheduled=False, reason="NotEnoughTasks", message=msg)
+        if group.kind is KAI and group.queue not in state.kai_queues:
+            msg = f"Queue '{group.queue}' does not exist"
+            group.verdict = GroupVerdict(scheduled=False, reason="QueueDoesNotExist", message=msg, at=_now())
             for m in valid:
-                unschedulable[m.key] = msg
+                unschedulable[m.key] = f"QueueDoesNotExist: {msg}."
+            state._attempts[unit_key] = (generation, version)
+            continue
+        if len(valid) < need:
+            if not group.kind.quiet_below_minimum:
+                msg = (
+                    f"{len(members)}/{total} tasks in gang unschedulable: pod group is not ready, "
+                    f"{group.min_member} minAvailable, {bound_ready + len(valid)} schedulable pods exist"
+                )
+                group.verdict = GroupVerdict(scheduled=False, reason="NotEnoughTasks", message=msg)
+                for m in valid:
+                    unschedulable[m.key] = msg
             state._attempts[unit_key] = (generation, version)
             continue
         outcome = planner.place_gang([(m.key, m.requirements) for m in valid if m.requirements], need=need)
         if outcome.committed:
             binds.update(outcome.placed)
             if outcome.placed or need == 0:
-                group.verdict = GroupVerdict(scheduled=True, reason="tasks in gang are ready to be scheduled")
+                group.verdict = GroupVerdict(scheduled=True, reason="tasks in gang are ready to be scheduled",
+                                             at=_now())
             left = [m for m in valid if m.key not in outcome.placed]
             for m in left:
                 unschedulable[m.key] = outcome.message or "no node fits"
@@ -484,10 +586,10 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
                 state._attempts.pop(unit_key, None)
         else:
             why = outcome.message or "no node fits"
-            msg = _gang_message(group, total=total, pending=len(members), fitted=outcome.fitted, need=need, why=why)
-            group.verdict = GroupVerdict(scheduled=False, reason="NotEnoughResources", message=msg)
+            group.verdict, pod_message = _unfit_verdict(group, total=total, pending=len(members),
+                                                        fitted=outcome.fitted, need=need, bound=bound_ready, why=why)
             for m in valid:
-                unschedulable[m.key] = msg
+                unschedulable[m.key] = pod_message
             state._attempts[unit_key] = (generation, version)
 
     for key, node in binds.items():
@@ -577,6 +679,10 @@ def group_phase(kind: GroupKind, min_member: int, c: GroupCounts) -> str:
 def desired_group_status(group: GroupEntry, members: Iterable[PodEntry], *, now: str) -> JSON:
     """The status to write for `group`, keeping condition timestamps when the
     condition itself did not change (so an unchanged group is not rewritten)."""
+    if group.kind is NATIVE:
+        return _native_status(group, now=now)
+    if group.kind is KAI:
+        return _kai_status(group, members, now=now)
     c = count_members(members)
     kind = group.kind
     old: JSON = dict(group.obj.get("status") or {})
@@ -610,6 +716,87 @@ def desired_group_status(group: GroupEntry, members: Iterable[PodEntry], *, now:
     if conditions:
         status["conditions"] = conditions
     return status
+
+
+def _native_status(group: GroupEntry, *, now: str) -> JSON:
+    """kube-scheduler's updatePodGroupCondition: PodGroupScheduled True (reason Scheduled) once the gang
+    went to binding, False (reason Unschedulable, the scheduler's message) when it does not fit; a True
+    condition never goes back to False; lastTransitionTime moves only when the status does
+    (apimachinery SetStatusCondition). No phase, no counts. A basic-policy group gets nothing."""
+    old: JSON = dict(group.obj.get("status") or {})
+    verdict = group.verdict
+    if verdict is None or not group.gang:
+        return old
+    conditions = [c for c in old.get("conditions") or [] if isinstance(c, dict)]
+    prev = next((c for c in conditions if c.get("type") == "PodGroupScheduled"), None)
+    if prev is not None and prev.get("status") == "True" and not verdict.scheduled:
+        return old
+    generation = (group.obj.get("metadata") or {}).get("generation")
+    wanted: JSON = {
+        "type": "PodGroupScheduled",
+        "status": "True" if verdict.scheduled else "False",
+        "observedGeneration": generation if isinstance(generation, int) else 0,
+        "lastTransitionTime": now,
+        "reason": "Scheduled" if verdict.scheduled else verdict.reason,
+        "message": "" if verdict.scheduled else verdict.message,
+    }
+    if prev is not None and prev.get("status") == wanted["status"]:
+        wanted["lastTransitionTime"] = prev.get("lastTransitionTime") or now
+    old["conditions"] = [wanted if c is prev else c for c in conditions] if prev is not None \
+        else conditions + [wanted]
+    return old
+
+
+def _kai_status(group: GroupEntry, members: Iterable[PodEntry], *, now: str) -> JSON:
+    """KAI's status updater (pkg/scheduler/cache/status_updater): an unschedulable gang gets a
+    schedulingConditions entry {type UnschedulableOnNodePool, nodePool, reason Unschedulable, message,
+    reasons [{reason, message}], status True, transitionID = last + 1}, replacing its node pool's entry and
+    appended last; nothing changes while any member holds an allocation, or when the entry is the same.
+    No phase: KAI writes none (status.resourcesStatus is the podgroup-controller's)."""
+    old: JSON = dict(group.obj.get("status") or {})
+    verdict = group.verdict
+    if verdict is None or verdict.scheduled:
+        return old
+    if any(m.holds_resources for m in members):
+        return old
+    labels = (group.obj.get("metadata") or {}).get("labels") or {}
+    pool = labels.get(KAI_NODE_POOL_LABEL) if isinstance(labels, dict) else None
+    wanted: JSON = {
+        "type": "UnschedulableOnNodePool",
+        "nodePool": pool if isinstance(pool, str) and pool else "default",
+        "reason": "Unschedulable",
+        "message": f"{verdict.reason}: {verdict.message}.",
+        "reasons": [{"reason": verdict.reason, "message": verdict.message}],
+        "status": "True",
+    }
+    entries = [c for c in old.get("schedulingConditions") or [] if isinstance(c, dict)]
+
+    def transition(c: JSON) -> int:
+        try:
+            return int(c.get("transitionID") or -1)
+        except (TypeError, ValueError):
+            return -1
+
+    last = max(entries, key=transition, default=None)
+    same = last is not None and all(last.get(k) == wanted[k] for k in ("type", "nodePool", "reason", "message",
+                                                                        "status"))
+    if same and entries and entries[-1] is last and last.get("nodePool") == wanted["nodePool"]:
+        return old
+    wanted["transitionID"] = str(max(0, transition(last) if last is not None else 0) + 1)
+    wanted["lastTransitionTime"] = now
+    old["schedulingConditions"] = [c for c in entries if c.get("nodePool") != wanted["nodePool"]] + [wanted]
+    return old
+
+
+def desired_group_annotations(group: GroupEntry) -> dict[str, str] | None:
+    """Annotations the scheduler adds to the PodGroup itself: KAI stamps an allocated gang with
+    kai.scheduler/last-start-timestamp (status_updater setPodGroupLastStartTimeStamp). None: nothing."""
+    if group.kind is not KAI or group.verdict is None or not group.verdict.scheduled:
+        return None
+    annotations = (group.obj.get("metadata") or {}).get("annotations") or {}
+    if isinstance(annotations, dict) and annotations.get(KAI_LAST_START_ANNOTATION):
+        return None
+    return {KAI_LAST_START_ANNOTATION: group.verdict.at or _now()}
 
 
 # ---------------------------------------------------------------- the loop
@@ -651,7 +838,8 @@ class GangScheduler:
                 raise RuntimeError(f"the registry does not serve {kind.plural}.{kind.group}/{kind.version}")
             self.group_rts[kind.group] = (kind, rt)
         self.scheduler_types = {s.name: s.type for s in cluster.schedulers}
-        self.state = SchedulerState(scheduler_types=self.scheduler_types)
+        self.kai_queues = frozenset(q for s in cluster.schedulers if s.type == "kai" for q in s.existing_queues)
+        self.state = SchedulerState(scheduler_types=self.scheduler_types, kai_queues=self.kai_queues)
         self._wake = asyncio.Event()
         #: pod key -> (uid, last message written) so unchanged reasons are not rewritten
         self._reported: dict[str, tuple[str, str]] = {}
@@ -662,7 +850,7 @@ class GangScheduler:
 
     async def _sync(self) -> list[tuple[ResourceType, str, GroupKind | None]]:
         """List everything into a fresh state; return what to watch from where."""
-        state = SchedulerState(scheduler_types=self.scheduler_types)
+        state = SchedulerState(scheduler_types=self.scheduler_types, kai_queues=self.kai_queues)
         watches: list[tuple[ResourceType, str, GroupKind | None]] = []
         nodes = await self.storage.list(self.nodes_rt)
         for obj in nodes.items:
@@ -923,11 +1111,12 @@ class GangScheduler:
             group = state.groups.get(key)
             if group is None:
                 continue
-            desired = desired_group_status(group, state.members_of(group), now=now)
-            if desired == (group.obj.get("status") or {}):
-                continue
             kind_rt = self.group_rts.get(group.kind.group)
             if kind_rt is None:
+                continue
+            await self._write_group_annotations(group, kind_rt[1])
+            desired = desired_group_status(group, state.members_of(group), now=now)
+            if desired == (group.obj.get("status") or {}):
                 continue
             rt = kind_rt[1]
             uid = group.uid
@@ -949,6 +1138,31 @@ class GangScheduler:
             if written is not None:
                 state.apply_group(group.kind, written)
                 state.dirty_groups.discard(key)
+
+
+    async def _write_group_annotations(self, group: GroupEntry, rt: ResourceType) -> None:
+        wanted = desired_group_annotations(group)
+        if wanted is None:
+            return
+        uid = group.uid
+
+        def mutate(obj: JSON) -> JSON | None:
+            meta = obj.get("metadata") or {}
+            current = meta.get("annotations") or {}
+            if meta.get("uid") != uid or all(current.get(k) == v for k, v in wanted.items()):
+                return None
+            meta["annotations"] = {**current, **wanted}
+            return obj
+
+        try:
+            written = await self.storage.guaranteed_update(rt, namespace=group.namespace, name=group.name,
+                                                           mutate=mutate)
+        except ApiError as e:
+            if e.code != 404:
+                self.log.info("could not annotate podgroup", group=group.key, code=e.code, message=e.message)
+            return
+        if written is not None:
+            self.state.apply_group(group.kind, written)
 
 
 class _RestartNeeded(Exception):

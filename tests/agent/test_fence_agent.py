@@ -288,7 +288,8 @@ def test_identity_and_settings_are_checked() -> None:
             check_hub_identity(bad)
     keys = {k.key for k in podgroup_kinds()}
     assert keys == {"podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io",
-                    "podgroups.scheduling.incubator.k8s.io"}
+                    "podgroups.scheduling.incubator.k8s.io", "podgroups.scheduling.k8s.io",
+                    "podgroups.scheduling.run.ai"}
 
 
 async def test_bad_settings_are_refused(member: Member) -> None:

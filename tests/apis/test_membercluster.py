@@ -86,7 +86,7 @@ def test_status_validates() -> None:
 
 BAD_REGISTRATIONS: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown-scheduler", {"scheduler": {"name": "slurm"}}, "spec.scheduler.name",
-     'Unsupported value: "slurm": supported values: "volcano", "coscheduling", "kube-batch", "default"'),
+     'Unsupported value: "slurm": supported values: "volcano", "coscheduling", "kube-batch", "native", "kai", "default"'),
     ("bad-url-scheme", {"connection": {"server": "ftp://10.0.0.1", "credentials": {"token": TOKEN}}},
      "spec.connection.server", "https://"),
     ("bad-url-garbage", {"connection": {"server": "not a url", "credentials": {"token": TOKEN}}},

@@ -1,7 +1,7 @@
 """Fixtures of the delegation tests.
 
 `member`: one real SimCluster (HTTPS on a loopback port, bearer token, the
-gang schedulers of all three kinds plus the default scheduler, and the
+gang schedulers of all five kinds plus the default scheduler, and the
 kubelet) served from a background thread for the whole package, with its
 kubeconfig; the official `kubernetes` client talks to it over the socket.
 Tests isolate themselves with `member.new_namespace()`.

@@ -17,7 +17,9 @@ MEMBER_PROFILE: dict[str, Any] = {
     "name": "delegation",
     "location": {"type": "on-prem", "region": "lab-1"},
     "network": {"fabric": "infiniband", "bandwidthGbps": 200},
-    "schedulers": [{"type": "default"}, {"type": "volcano"}, {"type": "coscheduling"}, {"type": "kube-batch"}],
+    # native runs as a second kube-scheduler profile (a MemberCluster schedulerName override), beside the default
+    "schedulers": [{"type": "default"}, {"type": "volcano"}, {"type": "coscheduling"}, {"type": "kube-batch"},
+                   {"type": "native", "schedulerName": "native-scheduler"}, {"type": "kai"}],
     "kubelet": {"startDelaySeconds": 0.1, "terminationSeconds": 0.05},
     "nodePools": [
         {"name": "gpu", "count": 2, "cpu": "32", "memory": "256Gi", "gpus": 8, "gpuProduct": "NVIDIA-A100-SXM4-80GB",

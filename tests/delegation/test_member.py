@@ -1,11 +1,12 @@
-"""The adapters against a real member: a SimCluster running Volcano-, coscheduling- and kube-batch-style
-gang schedulers and the default scheduler, reached with the official `kubernetes` client over HTTPS with
-its kubeconfig. What an adapter renders is created as the dispatch controller will create it (PodGroup,
-then pods owned by it), the member schedules it (or says why not), and read_status reads it back through
-the adapter's own label selectors."""
+"""The adapters against a real member: a SimCluster running Volcano-, coscheduling-, kube-batch-,
+Kubernetes-native- and KAI-style gang schedulers and the default scheduler, reached with the official
+`kubernetes` client over HTTPS with its kubeconfig. What an adapter renders is created as the dispatch
+controller will create it (PodGroup, then pods owned by it where the adapter says so), the member schedules
+it (or says why not), and read_status reads it back through the adapter's own label selectors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +33,9 @@ HUB = "hub-test"
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 ON_GPU_NODES = {"federator.test/pool": "gpu"}
 SCHEDULER_NAMES = {"volcano": "volcano", "coscheduling": "scheduler-plugins-scheduler",
-                   "kube-batch": "kube-batch", "default": "default-scheduler"}
+                   "kube-batch": "kube-batch", "native": "native-scheduler", "kai": "kai-scheduler",
+                   "default": "default-scheduler"}
+GANG_SCHEDULERS = ["volcano", "coscheduling", "kube-batch", "native", "kai"]
 ANNOTATION_DURATION = "sim.federator.dev/duration-seconds"
 ANNOTATION_FAIL_AFTER = "sim.federator.dev/fail-after-seconds"
 
@@ -69,8 +72,9 @@ class Member:
         return dict(self.custom.create_namespaced_custom_object(g.group, g.version, obj.namespace, g.plural,
                                                                 obj.body))
 
-    def dispatch(self, objects: list[MemberObject]) -> list[JSON]:
-        """What the dispatch controller does: the PodGroup first, then pods owned by the created group."""
+    def dispatch(self, objects: list[MemberObject], *, owned: bool = True) -> list[JSON]:
+        """What the dispatch controller does: the PodGroup first, then pods owned by the created group
+        (unless the adapter says pods must not be owned: `owned`)."""
         created: list[JSON] = []
         group: JSON | None = None
         for obj in objects:
@@ -78,7 +82,7 @@ class Member:
                 group = self.create(obj)
                 created.append(group)
             else:
-                created.append(self.create(obj.owned_by(group) if group is not None else obj))
+                created.append(self.create(obj.owned_by(group) if group is not None and owned else obj))
         return created
 
     def pods(self, selector: str) -> list[JSON]:
@@ -130,30 +134,36 @@ def render(adapter: SchedulerAdapter, job: JSON, namespace: str, *, epoch: int =
                           namespace=namespace)
 
 
-@pytest.mark.parametrize("name", ["volcano", "coscheduling", "kube-batch", "default"])
+@pytest.mark.parametrize("name", [*GANG_SCHEDULERS, "default"])
 def test_gang_is_accepted_scheduled_and_runs(name: str, ns: Member) -> None:
     adapter = adapter_for(name)
     job = gpu_job(workers=2, gpus=8)
     uid = job["metadata"]["uid"]
     objects = render(adapter, job, ns.namespace)
-    created = ns.dispatch(objects)
+    created = ns.dispatch(objects, owned=adapter.pods_owned_by_group)
     # the member stored exactly what was rendered (plus its own metadata and defaults)
     for obj, stored in zip(objects, created, strict=True):
         assert stored["metadata"]["name"] == obj.name
         assert stored["metadata"]["labels"] == obj.labels
         assert stored["metadata"]["annotations"] == obj.body["metadata"]["annotations"]
-        assert stored["spec"]["minMember" if obj.gvk != POD_GVK else "schedulerName"] == \
-            obj.body["spec"]["minMember" if obj.gvk != POD_GVK else "schedulerName"]
-    if adapter.pod_group is not None:
+        if obj.gvk == POD_GVK:
+            assert stored["spec"]["schedulerName"] == obj.body["spec"]["schedulerName"]
+            assert stored["spec"].get("schedulingGroup") == obj.body["spec"].get("schedulingGroup")
+        else:
+            assert {k: stored["spec"][k] for k in obj.body["spec"]} == obj.body["spec"]
+    if adapter.pods_owned_by_group:
         group_uid = created[0]["metadata"]["uid"]
         assert all(p["metadata"]["ownerReferences"][0]["uid"] == group_uid for p in created[1:])
+    else:  # KAI's pod-grouper would re-group a pod that has an owner
+        assert all("ownerReferences" not in p["metadata"] for p in created[1:])
 
     admitted = wait_until(f"{name} to admit the gang",
                           lambda: (s := ns.status(adapter, uid)).phase in (GangPhase.ADMITTED, GangPhase.RUNNING)
                           and s)
     assert admitted.bound == admitted.expected == 3
     # the pods are the truth; the member's scheduler updates its PodGroup's phase a moment later
-    group_phase = "Running" if adapter.pod_group is not None else None
+    # (Kubernetes' own PodGroup and KAI's have no phase)
+    group_phase = "Running" if name in ("volcano", "coscheduling", "kube-batch") else None
     running = wait_until(f"{name} gang to run", lambda: (s := ns.status(adapter, uid)).phase is GangPhase.RUNNING
                          and s.podgroup_phase == group_phase and s)
     assert {role: c.as_dict() for role, c in running.counts.items()} == {
@@ -165,31 +175,64 @@ def test_gang_is_accepted_scheduled_and_runs(name: str, ns: Member) -> None:
             p["spec"]["nodeName"] for p in ns.pods(selector_for(uid))}
     assert pods["ps0"] in ("cpu-0000", "cpu-0001")
     assert sorted([pods["worker0"], pods["worker1"]]) == ["gpu-0000", "gpu-0001"]
-    if adapter.pod_group is not None:
+    if group_phase is not None:
         (group,) = ns.podgroups(adapter, selector_for(uid, 0))
         assert group["status"]["phase"] == "Running" and running.podgroup_phase == "Running"
+    elif name == "native":
+        (group,) = ns.podgroups(adapter, selector_for(uid, 0))
+        (scheduled,) = group["status"]["conditions"]
+        assert (scheduled["type"], scheduled["status"], scheduled["reason"]) == ("PodGroupScheduled", "True",
+                                                                                  "Scheduled")
+        assert "phase" not in group["status"]
+    elif name == "kai":
+        (group,) = ns.podgroups(adapter, selector_for(uid, 0))
+        assert group["metadata"]["annotations"]["kai.scheduler/last-start-timestamp"].endswith("Z")
+        assert "phase" not in group.get("status", {}) and "schedulingConditions" not in group.get("status", {})
 
 
-@pytest.mark.parametrize(("name", "reason", "explained_by"), [
-    ("volcano", "NotEnoughResources", "PodGroup"),
-    ("kube-batch", "NotEnoughResources", "PodGroup"),
-    ("coscheduling", "Unschedulable", "pod"),
+@pytest.mark.parametrize(("name", "reason", "explained_by", "fragment"), [
+    ("volcano", "NotEnoughResources", "PodGroup", "minAvailable"),
+    ("kube-batch", "NotEnoughResources", "PodGroup", "minAvailable"),
+    ("coscheduling", "Unschedulable", "pod", "minAvailable"),
+    # PodGroupScheduled=False, reason Unschedulable
+    ("native", "Unschedulable", "PodGroup", "minCount 4"),
+    # schedulingConditions UnschedulableOnNodePool; the specific reason is KAI's reasons[0]
+    ("kai", "PodSchedulingErrors", "PodGroup", "required for gang scheduling"),
 ])
 def test_gang_that_does_not_fit_stays_unbound_and_says_why(
-    name: str, reason: str, explained_by: str, ns: Member
+    name: str, reason: str, explained_by: str, fragment: str, ns: Member
 ) -> None:
     adapter = adapter_for(name)
     job = gpu_job(workers=3, gpus=8)  # three whole GPU nodes; the member has two
     uid = job["metadata"]["uid"]
-    ns.dispatch(render(adapter, job, ns.namespace))
+    ns.dispatch(render(adapter, job, ns.namespace), owned=adapter.pods_owned_by_group)
+    # the pods' reasons and the PodGroup's explanation are separate writes: wait for the one that explains
     waiting = wait_until(f"{name} to explain the wait",
-                         lambda: (s := ns.status(adapter, uid)).reason == reason and s)
+                         lambda: (s := ns.status(adapter, uid)).reason == reason
+                         and s.message.startswith(explained_by) and s)
     assert waiting.phase is GangPhase.PLACED
     assert waiting.bound == 0 and waiting.existing == waiting.expected == 4
-    assert waiting.message.startswith(explained_by)
-    assert "minAvailable" in waiting.message and "nvidia.com/gpu" in waiting.message
+    assert fragment in waiting.message and "nvidia.com/gpu" in waiting.message
     # all or nothing: the two workers that would fit and the parameter server were not bound either
     assert all(not p["spec"].get("nodeName") for p in ns.pods(selector_for(uid)))
+
+
+def test_kai_gang_in_a_queue_that_does_not_exist_is_never_scheduled(ns: Member) -> None:
+    assert adapter_for("kai").pod_group is not None
+    adapter = dataclasses.replace(adapter_for("kai"), pod_group=dataclasses.replace(
+        adapter_for("kai").pod_group, queue="team-x"))  # type: ignore[arg-type]
+    job = gpu_job(workers=1, gpus=1)
+    uid = job["metadata"]["uid"]
+    ns.dispatch(render(adapter, job, ns.namespace), owned=False)
+    waiting = wait_until("KAI to refuse the queue",
+                         lambda: (s := ns.status(adapter, uid)).reason == "QueueDoesNotExist" and s)
+    assert waiting.phase is GangPhase.PLACED and waiting.bound == 0
+    assert "Queue 'team-x' does not exist" in waiting.message
+    (group,) = ns.podgroups(adapter, selector_for(uid))
+    (condition,) = group["status"]["schedulingConditions"]
+    assert (condition["type"], condition["reason"], condition["status"], condition["nodePool"],
+            condition["transitionID"]) == ("UnschedulableOnNodePool", "Unschedulable", "True", "default", "1")
+    assert "kai.scheduler/last-start-timestamp" not in group["metadata"].get("annotations", {})
 
 
 def test_default_scheduler_binds_pods_one_by_one_without_a_gang_guarantee(ns: Member) -> None:

@@ -235,3 +235,98 @@ def test_pod_counts_convert_to_the_job_status_shape() -> None:
     assert RoleCounts(pending=1, running=2, succeeded=3, failed=4).as_dict() == \
         {"pending": 1, "running": 2, "succeeded": 3, "failed": 4}
     assert RoleCounts(pending=1, running=2).total == 3
+
+
+# ---------------------------------------------------------------- Kubernetes' own PodGroup and KAI's
+
+NATIVE_UNSCHEDULABLE = {"type": "PodGroupScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": "0/4 nodes are available: 4 Insufficient cpu.", "observedGeneration": 1,
+                        "lastTransitionTime": "2026-05-01T12:00:00Z"}
+NATIVE_SCHEDULED = {**NATIVE_UNSCHEDULABLE, "status": "True", "reason": "Scheduled", "message": ""}
+
+
+def kai_condition(reason: str, message: str, transition: str, pool: str = "default") -> JSON:
+    return {"type": "UnschedulableOnNodePool", "nodePool": pool, "reason": "Unschedulable",
+            "message": f"{reason}: {message}.", "reasons": [{"reason": reason, "message": message}],
+            "status": "True", "transitionID": transition, "lastTransitionTime": "2026-05-01T12:00:00Z"}
+
+
+def test_native_gang_is_admitted_by_its_podgroupscheduled_condition() -> None:
+    group, pods = rendered("native")
+    assert group is not None and "phase" not in group.get("status", {})
+    waiting = adapter_for("native").read_status(group, pods)
+    assert (waiting.phase, waiting.reason) == (GangPhase.PLACED, "WaitingForScheduler")
+    assert waiting.message == "0 of 4 pods bound; waiting for native"
+    # kube-scheduler says the gang went to binding before the pods' binds show
+    admitted = adapter_for("native").read_status(group_status(copy.deepcopy(group), conditions=[NATIVE_SCHEDULED]),
+                                                 pods)
+    assert (admitted.phase, admitted.reason, admitted.podgroup_phase) == (GangPhase.ADMITTED, "Scheduled", None)
+
+
+def test_native_unschedulable_condition_explains_the_wait() -> None:
+    group, pods = rendered("native")
+    status = adapter_for("native").read_status(
+        group_status(group, conditions=[{"type": "DisruptionTarget", "status": "False", "reason": "X"},
+                                        NATIVE_UNSCHEDULABLE]),
+        [unschedulable(p, "0/4 nodes are available: 4 Insufficient cpu.") for p in pods])
+    assert (status.phase, status.reason) == (GangPhase.PLACED, "Unschedulable")
+    assert status.message.startswith("PodGroup resnet-ps-vkk42-e0: 0/4 nodes are available")
+    # Volcano's condition type means nothing on Kubernetes' PodGroup, and the reverse
+    group, pods = rendered("native")
+    foreign = adapter_for("native").read_status(group_status(group, conditions=[UNSCHEDULABLE]), pods)
+    assert foreign.reason == "WaitingForScheduler"
+    vgroup, vpods = rendered("volcano")
+    assert adapter_for("volcano").read_status(group_status(vgroup, conditions=[NATIVE_SCHEDULED]), vpods).phase \
+        is GangPhase.PLACED
+
+
+def test_kai_gang_is_admitted_by_its_last_start_timestamp() -> None:
+    group, pods = rendered("kai")
+    assert group is not None
+    assert adapter_for("kai").read_status(group, pods).phase is GangPhase.PLACED
+    group["metadata"]["annotations"]["kai.scheduler/last-start-timestamp"] = "2026-05-01T12:00:00Z"
+    status = adapter_for("kai").read_status(group, pods)
+    assert (status.phase, status.reason) == (GangPhase.ADMITTED, "Scheduled")
+
+
+def test_kai_scheduling_conditions_explain_the_wait_with_the_latest_specific_reason() -> None:
+    group, pods = rendered("kai")
+    older = kai_condition("PodSchedulingErrors", "Resources were found for 1 pods while 4 are required", "1",
+                          pool="pool-a")
+    newer = kai_condition("QueueDoesNotExist", "Queue 'default-queue' does not exist", "2")
+    status = adapter_for("kai").read_status(group_status(group, schedulingConditions=[older, newer]), pods)
+    assert (status.phase, status.reason) == (GangPhase.PLACED, "QueueDoesNotExist")
+    assert status.message == ("PodGroup resnet-ps-vkk42-e0: QueueDoesNotExist: Queue 'default-queue' does not "
+                              "exist.")
+    # several explanations: KAI's generic condition reason
+    both = {**newer, "reasons": [older["reasons"][0], newer["reasons"][0]]}
+    group, pods = rendered("kai")
+    assert adapter_for("kai").read_status(group_status(group, schedulingConditions=[both]), pods).reason == \
+        "Unschedulable"
+
+
+@pytest.mark.parametrize(("adapter", "status", "metadata"), [
+    ("native", {"conditions": "PodGroupScheduled"}, {}),
+    ("native", {"conditions": [None, 7, {"type": "PodGroupScheduled", "status": "true", "reason": "Scheduled"}]}, {}),
+    ("native", {"conditions": [{"type": ["PodGroupScheduled"], "status": "True"}]}, {}),
+    ("native", {"conditions": [{"type": "PodGroupScheduled", "status": "False", "reason": "no such reason!",
+                                "message": 42}]}, {}),
+    ("kai", {"schedulingConditions": {"type": "UnschedulableOnNodePool"}}, {}),
+    ("kai", {"schedulingConditions": [{"type": "UnschedulableOnNodePool", "status": "True",
+                                       "reasons": [{"reason": "bad reason!"}, None]}]}, {}),
+    ("kai", {"schedulingConditions": [{"type": "UnschedulableOnNodePool", "status": "True",
+                                       "reasons": "QueueDoesNotExist", "message": None}]}, {}),
+    ("kai", {}, {"annotations": {"kai.scheduler/last-start-timestamp": 12}}),
+    ("kai", {}, {"annotations": {"kai.scheduler/last-start-timestamp": ""}}),
+    ("kai", {}, {"annotations": ["kai.scheduler/last-start-timestamp"]}),
+    ("kai", {}, "not metadata"),
+])
+def test_hostile_native_and_kai_status_neither_admits_nor_breaks(adapter: str, status: JSON, metadata: Any) -> None:
+    group, pods = rendered(adapter)
+    assert group is not None
+    group["status"] = status
+    group["metadata"] = metadata
+    read = adapter_for(adapter).read_status(group, pods)
+    assert read.phase is GangPhase.PLACED
+    assert read.reason in ("Unschedulable", "WaitingForScheduler")
+    assert isinstance(read.message, str) and read.message

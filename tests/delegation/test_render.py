@@ -121,7 +121,14 @@ def podgroup(api_version: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def kai_podgroup() -> dict[str, Any]:
+    group = podgroup("scheduling.run.ai/v2alpha2", {"minMember": 10, "queue": "default-queue"})
+    group["metadata"]["labels"]["kai.scheduler/queue"] = "default-queue"
+    return group
+
+
 # adapter, schedulerName in the MemberCluster, expected PodGroup (or None), how a pod joins its group
+# (labels / annotations / spec, key), labels a pod gets besides the common ones
 CASES = [
     pytest.param(
         "volcano", "volcano",
@@ -138,6 +145,18 @@ CASES = [
         podgroup("scheduling.incubator.k8s.io/v1alpha1", {"minMember": 10, "queue": "default"}),
         ("annotations", "scheduling.k8s.io/group-name"),
         id="kube-batch"),
+    # Kubernetes v1.36: a standalone PodGroup with a gang policy; pods name it in their own spec
+    pytest.param(
+        "native", "default-scheduler",
+        podgroup("scheduling.k8s.io/v1alpha2", {"schedulingPolicy": {"gang": {"minCount": 10}}}),
+        ("spec", "schedulingGroup.podGroupName"),
+        id="native"),
+    # KAI: minMember, the queue in spec and as the kai.scheduler/queue label on the group and every pod
+    pytest.param(
+        "kai", "kai-scheduler", kai_podgroup(),
+        ("annotations", "pod-group-name"),
+        {"kai.scheduler/queue": "default-queue"},
+        id="kai"),
     pytest.param("default", "default-scheduler", None, None, id="default"),
 ]
 
@@ -150,9 +169,13 @@ def render(adapter: str, scheduler_name: str, **kw: Any) -> list[MemberObject]:
     return adapter_for(adapter).render(job, **args)
 
 
-@pytest.mark.parametrize(("adapter", "scheduler_name", "group", "membership"), CASES)
+CASES = [case if len(case.values) == 5 else pytest.param(*case.values, {}, id=case.id) for case in CASES]
+
+
+@pytest.mark.parametrize(("adapter", "scheduler_name", "group", "membership", "pod_labels"), CASES)
 def test_rendered_objects_are_exactly_right(
-    adapter: str, scheduler_name: str, group: dict[str, Any] | None, membership: tuple[str, str] | None
+    adapter: str, scheduler_name: str, group: dict[str, Any] | None, membership: tuple[str, str] | None,
+    pod_labels: dict[str, str],
 ) -> None:
     objects = render(adapter, scheduler_name)
     pods = [o for o in objects if o.gvk == POD_GVK]
@@ -170,14 +193,20 @@ def test_rendered_objects_are_exactly_right(
     expected = expected_worker_7(scheduler_name)
     if membership is not None:
         where, key = membership
-        expected["metadata"][where][key] = GOLDEN_GROUP
+        if where == "spec":
+            head, tail = key.split(".")
+            expected["spec"][head] = {tail: GOLDEN_GROUP}
+        else:
+            expected["metadata"][where][key] = GOLDEN_GROUP
+    expected["metadata"]["labels"].update(pod_labels)
     assert pods[9].body == expected
     assert pods[9].name == GOLDEN_WORKER_7 and pods[9].kind == "Pod" and pods[9].api_version == "v1"
 
 
-@pytest.mark.parametrize(("adapter", "scheduler_name", "group", "membership"), CASES)
+@pytest.mark.parametrize(("adapter", "scheduler_name", "group", "membership", "pod_labels"), CASES)
 def test_parameter_server_pod_keeps_command_args_and_user_env(
-    adapter: str, scheduler_name: str, group: dict[str, Any] | None, membership: tuple[str, str] | None
+    adapter: str, scheduler_name: str, group: dict[str, Any] | None, membership: tuple[str, str] | None,
+    pod_labels: dict[str, str],
 ) -> None:
     ps0 = next(o for o in render(adapter, scheduler_name) if o.name == "resnet-ps-mssxt-ps-0")
     container = ps0.body["spec"]["containers"][0]
@@ -291,11 +320,14 @@ def test_gvk_lists_in_creation_order() -> None:
         Gvk("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"), POD_GVK)
     assert adapter_for("coscheduling").gvk_list()[0].key == "podgroups.scheduling.x-k8s.io"
     assert adapter_for("kube-batch").gvk_list()[0].api_version == "scheduling.incubator.k8s.io/v1alpha1"
+    assert adapter_for("native").gvk_list()[0].key == "podgroups.scheduling.k8s.io"
+    assert adapter_for("native").gvk_list()[0].api_version == "scheduling.k8s.io/v1alpha2"
+    assert adapter_for("kai").gvk_list() == (Gvk("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups"), POD_GVK)
     assert adapter_for("default").gvk_list() == (POD_GVK,)
 
 
 def test_registry_and_gang_guarantee_conditions() -> None:
-    assert sorted(ADAPTERS) == ["coscheduling", "default", "kube-batch", "volcano"]
+    assert sorted(ADAPTERS) == ["coscheduling", "default", "kai", "kube-batch", "native", "volcano"]
     for name, adapter in ADAPTERS.items():
         assert adapter_for(name) is adapter and isinstance(adapter, SchedulerAdapter)
     (default,) = adapter_for("default").job_conditions()
@@ -304,8 +336,10 @@ def test_registry_and_gang_guarantee_conditions() -> None:
         "the default scheduler gives no gang guarantee: pods may start partially"
     (volcano,) = adapter_for("volcano").job_conditions()
     assert (volcano.type, volcano.status) == ("GangGuarantee", "True") and "minMember" in volcano.message
+    (native,) = adapter_for("native").job_conditions()
+    assert native.status == "True" and "schedulingPolicy.gang.minCount = every pod" in native.message
     for unknown in ("Volcano", "yunikorn", "", "default "):
-        with pytest.raises(KeyError, match="known: coscheduling, default, kube-batch, volcano"):
+        with pytest.raises(KeyError, match="known: coscheduling, default, kai, kube-batch, native, volcano"):
             adapter_for(unknown)
 
 
@@ -483,3 +517,20 @@ def test_bad_dispatch_parameters_are_refused(kwargs: dict[str, Any], message: st
 
 def test_gang_phases_are_the_job_lifecycle_names() -> None:
     assert [p.value for p in GangPhase] == ["Placed", "Admitted", "Running", "Succeeded", "Failed"]
+
+
+def test_only_kai_pods_are_not_owned_by_their_podgroup() -> None:
+    # KAI's pod-grouper re-groups a pod that has an owner under a PodGroup of its top owner (minMember 1)
+    assert {name: a.pods_owned_by_group for name, a in ADAPTERS.items()} == {
+        "volcano": True, "coscheduling": True, "kube-batch": True, "native": True, "kai": False, "default": False}
+
+
+def test_native_and_kai_podgroups_have_no_min_resources_and_native_no_queue() -> None:
+    native = render("native", "default-scheduler")
+    assert native[0].body["spec"] == {"schedulingPolicy": {"gang": {"minCount": 10}}}
+    assert all("pod-group-name" not in p.body["metadata"]["annotations"] for p in native[1:])
+    kai = render("kai", "kai-scheduler")
+    assert kai[0].body["spec"] == {"minMember": 10, "queue": "default-queue"}
+    assert all(p.body["metadata"]["annotations"]["pod-group-name"] == GOLDEN_GROUP
+               and p.labels["kai.scheduler/queue"] == "default-queue" and "schedulingGroup" not in p.body["spec"]
+               for p in kai[1:])
