@@ -67,6 +67,7 @@ from federator.store.protocol import (
     Store,
     StoreError,
     StoreUnavailable,
+    StoreUsage,
     TxnResult,
 )
 
@@ -78,6 +79,10 @@ LEADER_TTL_SECONDS = 10.0
 STORE_PROBE_SECONDS = 1.0
 #: A store that has not answered a probe for this long makes /readyz fail.
 STORE_STALE_SECONDS = 3.0
+#: Seconds between reads of the store's size (federator_store_size_bytes / _keys).
+STORE_USAGE_SECONDS = 15.0
+#: How long a /metrics scrape waits for the stored DrillReports before it answers with the last counts.
+SCRAPE_READ_SECONDS = 2.0
 #: Backoff between campaigns that failed on the store (capped exponential, jittered by the store's retries).
 CAMPAIGN_BACKOFF_SECONDS = (0.5, 5.0)
 #: How long one controller may take to stop before the hub gives up on it.
@@ -182,6 +187,9 @@ class _StoreSlot:
 
     async def compact_revision(self) -> int:
         return await self.target.compact_revision()
+
+    async def usage(self) -> StoreUsage:
+        return await self.target.usage()
 
     async def lease_grant(self, ttl_seconds: float) -> int:
         return await self.target.lease_grant(ttl_seconds)
@@ -300,6 +308,7 @@ def build_hub_app(
     app[HUB_STATE] = state
 
     async def metrics_handler(_: web.Request) -> web.Response:
+        await _count_drill_reports(state, metrics)
         return web.Response(body=generate_latest(metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -420,18 +429,51 @@ async def _lead_when_elected(state: HubState, election: LeaderElection, metrics:
 
 
 async def _probe_store(state: HubState) -> None:
-    """Keep `state.store_*` current: does the hub store answer (for /readyz)?"""
+    """Keep `state.store_*` current: does the hub store answer (for /readyz)? Every
+    STORE_USAGE_SECONDS it also has the store export its size (`Store.usage`)."""
     store = (state.base or state.context).store
     loop = asyncio.get_running_loop()
+    usage_due = loop.time()
     while True:
         try:
             async with asyncio.timeout(STORE_STALE_SECONDS):
                 state.store_revision = await store.current_revision()
             state.store_answered_at = loop.time()
             state.store_error = ""
+            if loop.time() >= usage_due:
+                usage_due = loop.time() + STORE_USAGE_SECONDS
+                async with asyncio.timeout(STORE_STALE_SECONDS):
+                    await store.usage()
         except (StoreError, TimeoutError) as e:
             state.store_error = str(e) or "no answer within the probe timeout"
         await asyncio.sleep(STORE_PROBE_SECONDS)
+
+
+async def _count_drill_reports(state: HubState, metrics: Metrics) -> None:
+    """federator_drill_reports{fault, verdict} from the stored DrillReports, at scrape time (every replica
+    reads them from its watch cache). A store that does not answer within SCRAPE_READ_SECONDS leaves the
+    last counts: the scrape itself must answer."""
+    from federator.apis.drillreport import FAULTS
+
+    base = state.base or state.context
+    try:
+        async with asyncio.timeout(SCRAPE_READ_SECONDS):
+            listing = await base.storage.list(base.kind("DrillReport"))
+    except (ApiError, StoreError, TimeoutError) as e:
+        _log.info("DrillReports not counted for this scrape", error=str(e) or "no answer in time")
+        return
+    counts = {(fault, verdict): 0 for fault in FAULTS for verdict in ("passed", "failed")}
+    for report in listing.items:
+        spec = report.get("spec") or {}
+        fault = spec.get("fault")
+        if fault not in FAULTS:
+            continue
+        # The drill's own bar (README, docs/failover.md): nothing lost, nothing ran twice.
+        passed = (spec.get("jobsLost") == 0 and spec.get("duplicates") == 0
+                  and int(spec.get("maxConcurrentCopies") or 0) <= 1)
+        counts[(fault, "passed" if passed else "failed")] += 1
+    for (fault, verdict), count in counts.items():
+        metrics.drill_reports.labels(fault=fault, verdict=verdict).set(count)
 
 
 async def _readiness(state: HubState) -> tuple[bool, str]:

@@ -1,15 +1,26 @@
 """Logging and every Prometheus metric of federator, in one place.
 
 `configure_logging` is the only place structlog is configured: JSON lines
-when stderr is not a TTY, a readable console otherwise. Every metric lives in
-`METRICS` (one registry per process; tests may build their own `Metrics`).
-Nothing here may log or label a credential: label values are names, never
-tokens or kubeconfig bodies.
+when stderr is not a TTY, a readable console otherwise. It also routes the
+standard library's logging (aiohttp's server logger, asyncio, client
+libraries) through structlog, so that a malformed HTTP request is one JSON
+line (`malformed HTTP request`, without the request's bytes), never a
+plain-text traceback. Every metric lives in `METRICS` (one registry per
+process; tests may build their own `Metrics`).
+
+Metric rules (tests/test_metrics.py holds the list of families and checks
+them): Prometheus names with the unit in the name (`_seconds`, `_bytes`),
+counters end in `_total`, and every label takes values from a bounded set:
+fixed words chosen in code (phase, verb, result, reason...), the names of
+registered member clusters, GPU models seen on their nodes (at most
+`MAX_GPU_MODELS_PER_CLUSTER` per cluster), the hub's kinds. Never a job
+name, namespace or uid, never a URL, token or kubeconfig body.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, MutableMapping
@@ -17,9 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 _configured = False
+
+# No `<counter>_created` / `<histogram>_created` gauge per series: they double what /metrics carries, and the
+# Prometheus text format has no use for them (process-wide setting of prometheus_client).
+disable_created_metrics()
 
 
 class FailureLineThrottle:
@@ -89,7 +104,72 @@ def configure_logging(*, level: str = "info", json: bool | None = None, throttle
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    # Libraries' own debug and info lines stay out (the kubernetes client logs response bodies at debug).
+    _route_stdlib_logging(logging.WARNING)
     _configured = True
+
+
+#: aiohttp's server logger: "Error handling request" with the parser's exception (whose message quotes the
+#: request's raw bytes, e.g. a header line carrying a token), and at debug level for a garbage request line.
+_AIOHTTP_SERVER_LOGGER = "aiohttp.server"
+#: where a parser message starts quoting what it read: `: b'...`, ` '...'`
+_QUOTED = re.compile(r"""\s*:?\s*b?['"]""")
+
+
+def _http_parse_error(error: BaseException | None) -> bool:
+    return error is not None and type(error).__module__ == "aiohttp.http_exceptions"
+
+
+def _parse_error_reason(error: BaseException) -> str:
+    """The parser's words without the request bytes it quotes ("Invalid header token", "Got more than 8190 bytes
+    when reading"): a malformed header line may carry a credential."""
+    message = str(getattr(error, "message", "") or type(error).__name__)
+    first = message.strip().splitlines()[0] if message.strip() else type(error).__name__
+    return _QUOTED.split(first, maxsplit=1)[0].rstrip(" :.")[:200] or type(error).__name__
+
+
+class StdlibToStructlog(logging.Handler):
+    """Hands the standard library's log records to structlog, so every line a process writes has one format.
+
+    A record of aiohttp's server logger caused by an HTTP parse error becomes one warning
+    `malformed HTTP request` (status, parser's reason without the request bytes, remote address), whatever
+    level aiohttp gave it; other records keep their level, message and traceback (rendered into the line)
+    and are dropped below `level`."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(logging.NOTSET)
+        self.threshold = level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            error = record.exc_info[1] if record.exc_info else None
+            log = structlog.get_logger(component=record.name)
+            if record.name.startswith(_AIOHTTP_SERVER_LOGGER) and _http_parse_error(error):
+                assert error is not None
+                remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
+                log.warning("malformed HTTP request", status=int(getattr(error, "code", 400) or 400),
+                            error=_parse_error_reason(error), error_type=type(error).__name__,
+                            remote=str(remote) if remote is not None else None)
+                return
+            if record.levelno < self.threshold:
+                return
+            fields: dict[str, Any] = {}
+            if record.exc_info and record.exc_info[0] is not None:
+                fields["exc_info"] = record.exc_info
+            log.log(record.levelno, record.getMessage(), **fields)
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.handleError(record)
+
+
+def _route_stdlib_logging(level: int) -> None:
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, StdlibToStructlog):
+            root.removeHandler(handler)
+    root.addHandler(StdlibToStructlog(level))
+    root.setLevel(level)
+    # aiohttp logs a garbage request line at debug level: let the record exist, the handler decides.
+    logging.getLogger(_AIOHTTP_SERVER_LOGGER).setLevel(logging.DEBUG)
 
 
 def get_logger(name: str) -> Any:
@@ -132,6 +212,12 @@ class RepeatedFailureLog:
 
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+#: How long jobs wait for a placement: from a fraction of a second on an idle hub to an hour in a full federation.
+_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+#: GPU models exported per cluster in federator_member_*_gpus; the rest are summed under model "other" (a member
+#: labels its own nodes, so the number of distinct products it can show is its business, not our label set's).
+MAX_GPU_MODELS_PER_CLUSTER = 16
+OTHER_GPU_MODEL = "other"
 
 
 @dataclass
@@ -156,6 +242,20 @@ class Metrics:
         )
         self.store_watch_events = Counter(
             "federator_store_watch_events_total", "Watch events delivered by the store", ["backend"], registry=r
+        )
+        self.store_size_bytes = Gauge(
+            "federator_store_size_bytes", "Size of the hub store as its backend reports it cheaply: the sqlite "
+            "database file plus its write-ahead log, or etcd's dbSize (of the member that answered); the memory "
+            "backend reports none", ["backend"], registry=r,
+        )
+        self.store_keys = Gauge(
+            "federator_store_keys", "Keys in the hub store (memory backend only: the others cannot count them "
+            "cheaply)", ["backend"], registry=r,
+        )
+        self.store_compactions = Counter(
+            "federator_store_compactions_total", "Compactions of the store's history this process made or saw "
+            "(the retain window of memory and sqlite, compact calls); etcd's own auto-compaction is counted by "
+            "etcd", ["backend"], registry=r,
         )
         self.leader = Gauge(
             "federator_leader", "1 while this process holds the hub leadership", ["backend"], registry=r
@@ -216,6 +316,16 @@ class Metrics:
             "federator_member_snapshot_nodes", "Nodes in the member cluster's latest snapshot", ["cluster"],
             registry=r,
         )
+        self.member_free_gpus = Gauge(
+            "federator_member_free_gpus", "Free GPUs on the ready, schedulable nodes of the member cluster's "
+            "latest snapshot (what placement sees; status.capacity.gpusByModel.free), by GPU model",
+            ["cluster", "gpu_model"], registry=r,
+        )
+        self.member_allocatable_gpus = Gauge(
+            "federator_member_allocatable_gpus", "Allocatable GPUs of every node of the member cluster's latest "
+            "snapshot, ready or not, by GPU model (status.capacity.gpusByModel.total)", ["cluster", "gpu_model"],
+            registry=r,
+        )
         self.checkpoint_flushes = Counter(
             "federator_checkpoint_flushes_total", "Checkpoint flushes (one store txn each)", ["result"], registry=r,
         )
@@ -226,6 +336,18 @@ class Metrics:
             "federator_checkpoint_bytes_written_total", "Checkpoint bytes written", registry=r,
         )
         # job placement and dispatch (controllers/placement.py, controllers/dispatch.py)
+        self.jobs = Gauge(
+            "federator_jobs", "TrainingJobs by phase, as the leader's placement loop sees them (jobs without a "
+            "phase yet count as Pending); exported by the leading replica only", ["phase"], registry=r,
+        )
+        self.placement_queue_depth = Gauge(
+            "federator_placement_queue_depth", "Jobs waiting for a placement (Pending or Requeued, not suspended, "
+            "not being deleted); exported by the leading replica only", registry=r,
+        )
+        self.placement_decision_latency_seconds = Histogram(
+            "federator_placement_decision_latency_seconds", "From a job entering the placement queue (created, or "
+            "sent back to it) to its placement decision being stored", buckets=_WAIT_BUCKETS, registry=r,
+        )
         self.placement_decisions = Counter(
             "federator_placement_decisions_total", "Placement outcomes per gang and cycle (placed, unplaced)",
             ["result"], registry=r,
@@ -260,6 +382,10 @@ class Metrics:
         self.hub_partitioned = Gauge(
             "federator_hub_partitioned", "1 while so many clusters are lost at once that the hub assumes it is "
             "itself cut off and moves nothing", registry=r,
+        )
+        self.drill_reports = Gauge(
+            "federator_drill_reports", "Stored DrillReports by fault and verdict (passed: no job lost, none seen "
+            "running twice; failed otherwise), read when /metrics is scraped", ["fault", "verdict"], registry=r,
         )
         self.member_lease_renewals = Counter(
             "federator_member_lease_renewals_total", "Renewals of the hub's fencing Lease in member clusters, "

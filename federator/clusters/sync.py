@@ -13,7 +13,12 @@ Every applied batch publishes a new frozen snapshot through `on_snapshot`.
 
 The loops are named asyncio tasks owned by the sync (`start`/`stop`),
 which the hub's membercluster controller owns in turn. Nothing here writes
-the hub's API objects, and nothing logs a credential.
+the hub's API objects, and nothing logs a credential. `status()` also
+exports the capacity it reports (GPUs free and allocatable per model) as
+`federator_member_free_gpus` / `federator_member_allocatable_gpus`; `stop()`
+removes this cluster's series of every gauge (capacity, nodes, conditions),
+so a removed cluster, or a replica that no longer leads, shows no stale
+values.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from federator.clusters.health import LOST, ClusterHealth, HealthSettings, rfc33
 from federator.clusters.memberlease import LeaseSettings, MemberLease
 from federator.clusters.reflector import Backoff, Reflector
 from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
-from federator.obs import METRICS, Metrics, get_logger
+from federator.obs import MAX_GPU_MODELS_PER_CLUSTER, METRICS, OTHER_GPU_MODEL, Metrics, get_logger
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
 
 __all__ = ["ClusterSync", "SyncSettings", "cluster_info", "loss_grace_seconds", "stop_task", "synced_resources"]
@@ -114,6 +119,13 @@ def _valid_dataset_name(name: str) -> bool:
     return len(name) <= _DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.match(name) is not None
 
 
+def _remove_series(gauge: Any, *labels: str) -> None:
+    try:
+        gauge.remove(*labels)
+    except KeyError:
+        pass
+
+
 async def stop_task(task: asyncio.Task[Any], *, patience: float = 2.0) -> None:
     """Cancel `task` and wait until it has ended, cancelling again if a cancel got lost (asyncio.wait
     never raises the task's outcome, and lets a cancel of the caller through)."""
@@ -177,6 +189,8 @@ class ClusterSync:
         self.client_error: str | None = None
         self._lag_metric = self.metrics.member_sync_lag_seconds.labels(cluster=name)
         self._nodes_metric = self.metrics.member_snapshot_nodes.labels(cluster=name)
+        #: GPU models this cluster's capacity gauges have series for
+        self._gpu_models: set[str] = set()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -287,6 +301,10 @@ class ClusterSync:
         self.tasks.clear()
         if self.client is not None:
             await self.client.close()
+        self._export_capacity({})
+        _remove_series(self.metrics.member_snapshot_nodes, self.name)
+        for condition in self.health.conditions.values():
+            _remove_series(self.metrics.member_condition, self.name, condition.type)
 
     def update_spec(self, spec: Mapping[str, Any]) -> None:
         """A spec change that keeps the connection and scheduler (labels, cost, datasets, cordon, network...)."""
@@ -429,6 +447,27 @@ class ClusterSync:
             return 0.0
         return float(round(max(0.0, self._loop.time() - since)))
 
+    def _export_capacity(self, by_model: Mapping[str, Mapping[str, int]]) -> None:
+        """Set the GPU capacity gauges from status.capacity.gpusByModel ({} removes them). At most
+        MAX_GPU_MODELS_PER_CLUSTER models get series of their own (the largest); the rest add up under
+        OTHER_GPU_MODEL."""
+        ranked = sorted(by_model, key=lambda m: (-int(by_model[m].get("total", 0)), m))
+        kept = ranked if len(ranked) <= MAX_GPU_MODELS_PER_CLUSTER else ranked[:MAX_GPU_MODELS_PER_CLUSTER - 1]
+        values: dict[str, list[int]] = {m: [int(by_model[m].get("free", 0)), int(by_model[m].get("total", 0))]
+                                        for m in kept}
+        for model in ranked[len(kept):]:
+            other = values.setdefault(OTHER_GPU_MODEL, [0, 0])
+            other[0] += int(by_model[model].get("free", 0))
+            other[1] += int(by_model[model].get("total", 0))
+        free, allocatable = self.metrics.member_free_gpus, self.metrics.member_allocatable_gpus
+        for model in self._gpu_models - values.keys():
+            _remove_series(free, self.name, model)
+            _remove_series(allocatable, self.name, model)
+        for model, (free_gpus, total_gpus) in values.items():
+            free.labels(cluster=self.name, gpu_model=model).set(free_gpus)
+            allocatable.labels(cluster=self.name, gpu_model=model).set(total_gpus)
+        self._gpu_models = set(values)
+
     def status(self) -> dict[str, Any]:
         """MemberCluster.status as this sync sees it (conditions, loss of contact, capacity, ...)."""
         if self.client_error is not None:
@@ -440,11 +479,14 @@ class ClusterSync:
                     for t in ("Reachable", "Synced", "Ready")] + [self.health.conditions[LOST].as_dict()],
                 "firstLossOfContact": rfc3339(first),
             }
+            self._export_capacity({})
             return status
         snapshot = self.builder.snapshot
+        capacity = capacity_summary(snapshot)
+        self._export_capacity(capacity.get("gpusByModel") or {})
         status = {
             "conditions": self.health.status_conditions(),
-            "capacity": capacity_summary(snapshot),
+            "capacity": capacity,
             "datasetsSeen": [d for d in datasets_seen(snapshot) if _valid_dataset_name(d)][:4096],
             "observedResourceVersions": {k: v[:64] for k, v in self.builder.resource_versions.items() if v},
             "syncLagSeconds": self.sync_lag_seconds(),

@@ -63,6 +63,7 @@ __all__ = [
     "DEFAULT_HUB_ID",
     "DISPATCH_RECORDS",
     "JOB_KIND",
+    "JOB_PHASES",
     "MAX_HISTORY",
     "PHASE_ADMITTED",
     "PHASE_FAILED",
@@ -95,6 +96,7 @@ __all__ = [
     "parse_timestamp",
     "phase_of",
     "placed_at",
+    "queued_at",
     "remove_condition",
     "requeue",
     "reservations",
@@ -115,6 +117,9 @@ PHASE_SUCCEEDED = "Succeeded"
 PHASE_FAILED = "Failed"
 PHASE_REQUEUED = "Requeued"
 TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
+#: every phase a TrainingJob can be in (apis/trainingjob.JobPhase): the label values of obs' federator_jobs
+JOB_PHASES = (PHASE_PENDING, PHASE_PLACED, PHASE_ADMITTED, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED,
+              PHASE_REQUEUED)
 #: phases in which the job holds (or is about to hold) member objects in status.placement.cluster
 ACTIVE_PHASES = frozenset({PHASE_PLACED, PHASE_ADMITTED, PHASE_RUNNING})
 #: TrainingJobStatus.history keeps at most 256 entries; we keep the newest
@@ -196,6 +201,16 @@ def placed_at(job: Mapping[str, Any], *, epoch: int) -> float | None:
         if isinstance(entry, Mapping) and entry.get("event") == PHASE_PLACED and entry.get("epoch") == epoch:
             return parse_timestamp(entry.get("time"))
     return None
+
+
+def queued_at(job: Mapping[str, Any]) -> float | None:
+    """When the job last entered the placement queue as its status tells: its newest "Requeued" history
+    entry, else its creation (whole seconds: for a queue entry this process did not see happen)."""
+    history = ((job.get("status") or {}).get("history")) or ()
+    for entry in reversed(list(history)):
+        if isinstance(entry, Mapping) and entry.get("event") == PHASE_REQUEUED:
+            return parse_timestamp(entry.get("time"))
+    return parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
 
 
 def failover_policy(job: Mapping[str, Any]) -> str:

@@ -26,7 +26,12 @@ list + watch of `hub.storage` and runs placement cycles:
 
 Cycles run on job events, on snapshot changes (polled and debounced) and on
 a periodic tick (expired reservations, backoffs that ran out). Phase timings
-go to `metrics.loop_phase_seconds{loop="placement"}`.
+go to `metrics.loop_phase_seconds{loop="placement"}`. The job index also
+keeps `federator_jobs{phase}` and `federator_placement_queue_depth` current,
+and a job's move from the queue to Placed observes
+`federator_placement_decision_latency_seconds` (from when this loop saw it
+enter the queue, or, for a job already queued when the loop started, from
+its creation or newest requeue).
 
 Must never: dispatch before the decision is stored, place a job that holds a
 placement (phase Placed/Admitted/Running) again, or do I/O inside the pure
@@ -47,6 +52,7 @@ from federator.controllers.context import HubContext
 from federator.controllers.dispatch import DISPATCHER, Dispatcher, crash_point
 from federator.controllers.jobs import (
     JOB_KIND,
+    JOB_PHASES,
     PHASE_PENDING,
     PHASE_PLACED,
     PHASE_REQUEUED,
@@ -58,6 +64,7 @@ from federator.controllers.jobs import (
     history_entry,
     job_ref,
     phase_of,
+    queued_at,
     reservations,
     set_condition,
     set_phase,
@@ -148,15 +155,25 @@ class PlacementController:
         #: jobs found Placed at start (decided by an earlier hub): their reservations are rebuilt
         self._unreserved: set[str] = set()
         self.cycles = 0
+        #: uid -> the phase label it is counted under in federator_jobs
+        self._counted_phase: dict[str, str] = {}
+        #: uid -> when (time.time()) the queued job entered the queue
+        self._queued_since: dict[str, float] = {}
+        self._listed = False
+        metrics = hub.metrics
+        self._phase_gauges = {phase: metrics.jobs.labels(phase=phase) for phase in JOB_PHASES}
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        for gauge in self._phase_gauges.values():
+            gauge.set(0)
         listing = await self.hub.storage.list(self.rt)
         for job in listing.items:
             self._remember(job)
             if phase_of(job) == PHASE_PLACED and self.ledger.get(job_ref(job).uid) is None:
                 self._unreserved.add(job_ref(job).uid)
+        self._listed = True
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
@@ -178,6 +195,9 @@ class PlacementController:
                 pass
         self._tasks.clear()
         self._work.clear()
+        # Only the leader's loop knows the jobs: a replica that stopped leading exports no stale counts.
+        self.hub.metrics.jobs.clear()
+        self.hub.metrics.placement_queue_depth.set(0)
         _log.info("placement loop stopped")
 
     async def _supervised(self, what: str, coro: Any) -> None:
@@ -206,17 +226,41 @@ class PlacementController:
         if known is not None and _rv(known) >= _rv(job):
             return False
         self.jobs[uid] = job
+        self._count(uid, phase_of(job))
         if _queued(job):
+            if uid not in self.queued:
+                self._queued_since[uid] = time.time() if self._listed else (queued_at(job) or time.time())
             self.queued.add(uid)
         else:
             self.queued.discard(uid)
+            since = self._queued_since.pop(uid, None)
+            if since is not None and phase_of(job) == PHASE_PLACED:
+                self.hub.metrics.placement_decision_latency_seconds.observe(max(0.0, time.time() - since))
+        self.hub.metrics.placement_queue_depth.set(len(self.queued))
         return True
+
+    def _count(self, uid: str, phase: str | None) -> None:
+        """Move the job between the federator_jobs{phase} counts (None: it is gone)."""
+        label = phase if phase is None or phase in self._phase_gauges else PHASE_PENDING
+        previous = self._counted_phase.get(uid)
+        if previous == label:
+            return
+        if previous is not None:
+            self._phase_gauges[previous].dec()
+        if label is None:
+            self._counted_phase.pop(uid, None)
+        else:
+            self._counted_phase[uid] = label
+            self._phase_gauges[label].inc()
 
     def _forget_job(self, uid: str) -> None:
         # The job's reservation stays: its member pods may still exist and get bound (until the cleanup
         # deletes them, which forgets the reservation, or the snapshot shows them, which releases it).
         self.jobs.pop(uid, None)
         self.queued.discard(uid)
+        self._count(uid, None)
+        self._queued_since.pop(uid, None)
+        self.hub.metrics.placement_queue_depth.set(len(self.queued))
         self._unplaced_written.pop(uid, None)
         self._unreserved.discard(uid)
         self.dispatcher.retries.forget(uid)

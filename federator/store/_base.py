@@ -33,6 +33,7 @@ from federator.store.protocol import (
     RevisionMismatch,
     StoreError,
     StoreUnavailable,
+    StoreUsage,
     TxnResult,
     ValueTooLarge,
 )
@@ -173,6 +174,17 @@ class StoreMetrics:
 
     def retry(self, op: str) -> None:
         self._m.store_retries.labels(backend=self.backend, op=op).inc()
+
+    def compacted(self) -> None:
+        """The store's compact revision advanced (a retain window or a compact call)."""
+        self._m.store_compactions.labels(backend=self.backend).inc()
+
+    def usage(self, usage: StoreUsage) -> None:
+        """Export what `BaseStore.usage` found (a figure the backend cannot give stays unexported)."""
+        if usage.size_bytes is not None:
+            self._m.store_size_bytes.labels(backend=self.backend).set(usage.size_bytes)
+        if usage.keys is not None:
+            self._m.store_keys.labels(backend=self.backend).set(usage.keys)
 
 
 def _result_of(exc: BaseException) -> str:

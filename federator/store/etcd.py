@@ -67,6 +67,7 @@ from federator.store.protocol import (
     RangeResult,
     StoreError,
     StoreUnavailable,
+    StoreUsage,
     TxnResult,
 )
 
@@ -148,6 +149,7 @@ class EtcdStore(BaseStore):
         self._kv_stub = pb.rpc_pb2_grpc.KVStub(self._channel)
         self._lease_stub = pb.rpc_pb2_grpc.LeaseStub(self._channel)
         self._watch_stub = pb.rpc_pb2_grpc.WatchStub(self._channel)
+        self._maintenance_stub = pb.rpc_pb2_grpc.MaintenanceStub(self._channel)
         self._known_compact = 0
         self._closed = False
         self._watch_calls: set[Any] = set()
@@ -346,10 +348,21 @@ class EtcdStore(BaseStore):
             if "future revision" in str(e):
                 raise FutureRevision(revision, await self.current_revision()) from None
             raise
+        if revision > self._known_compact:
+            self._metrics.compacted()
         self._known_compact = max(self._known_compact, revision)
 
     async def compact_revision(self) -> int:
         return await self._find_compact_revision()
+
+    async def usage(self) -> StoreUsage:
+        """etcd's dbSize as the member that answers reports it (Maintenance.Status: one small RPC). etcd
+        cannot count the keys under our prefix cheaply, so `keys` stays None."""
+        resp = await self._call("status", lambda t: self._maintenance_stub.Status(rpc.StatusRequest(), timeout=t),
+                                idempotent=True)
+        usage = StoreUsage(size_bytes=int(resp.dbSize))
+        self._metrics.usage(usage)
+        return usage
 
     async def _find_compact_revision(self) -> int:
         """etcd does not report its compact revision directly; find the oldest

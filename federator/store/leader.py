@@ -50,6 +50,7 @@ from federator.store.protocol import (
     Store,
     StoreError,
     StoreUnavailable,
+    StoreUsage,
     TxnResult,
 )
 
@@ -142,6 +143,9 @@ class FencedStore(BaseStore):
 
     async def compact(self, revision: int) -> None:
         await self.inner.compact(revision)
+
+    async def usage(self) -> StoreUsage:
+        return await self.inner.usage()
 
     async def compact_revision(self) -> int:
         return await self.inner.compact_revision()

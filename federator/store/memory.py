@@ -49,6 +49,7 @@ from federator.store.protocol import (
     RangeResult,
     StoreError,
     StoreUnavailable,
+    StoreUsage,
     TxnResult,
 )
 
@@ -255,12 +256,20 @@ class MemoryStore(BaseStore):
         self._compact_to(revision)
 
     def _compact_to(self, revision: int) -> None:
+        if revision > self._compact_revision:
+            self._metrics.compacted()
         self._compact_revision = revision
         self._log.trim_before(revision)
 
     async def compact_revision(self) -> int:
         self._check_open()
         return self._compact_revision
+
+    async def usage(self) -> StoreUsage:
+        self._check_open()
+        usage = StoreUsage(keys=len(self._kvs))
+        self._metrics.usage(usage)
+        return usage
 
     # ------------------------------------------------------------ leases
 

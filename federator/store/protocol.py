@@ -113,6 +113,14 @@ class TxnResult:
     results: tuple[KeyValue | None, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True, slots=True)
+class StoreUsage:
+    """How big a store is, as far as its backend can tell cheaply (None: it cannot)."""
+
+    size_bytes: int | None = None
+    keys: int | None = None
+
+
 # ---------------------------------------------------------------- errors
 
 
@@ -265,6 +273,12 @@ class Store(Protocol):
     async def compact_revision(self) -> int:
         """The oldest revision still retained for watch and range (the last
         compaction point; 0 if the store was never compacted)."""
+        ...
+
+    async def usage(self) -> StoreUsage:
+        """How big the store is, from what the backend can report cheaply (the sqlite file and its
+        write-ahead log, etcd's dbSize, the memory store's key count), also exported as the store
+        gauges of obs.METRICS. StoreUnavailable when the backend does not answer."""
         ...
 
     async def lease_grant(self, ttl_seconds: float) -> int: ...

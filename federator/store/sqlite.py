@@ -74,6 +74,7 @@ from federator.store.protocol import (
     RangeResult,
     StoreError,
     StoreUnavailable,
+    StoreUsage,
     TxnResult,
 )
 
@@ -498,6 +499,8 @@ class SqliteStore(BaseStore):
                 self._commits_since_checkpoint = 0
                 self._submit(self._w_checkpoint, writes=False)
         self._revision = max(self._revision, outcome.revision)
+        if outcome.compact_revision > self._compact_revision:
+            self._metrics.compacted()
         self._compact_revision = max(self._compact_revision, outcome.compact_revision)
 
     def _delivered(self, outcomes: list[tuple[_Job, _Outcome]]) -> None:
@@ -849,6 +852,21 @@ class SqliteStore(BaseStore):
     async def compact_revision(self) -> int:
         self._check_open()
         return self._compact_revision
+
+    async def usage(self) -> StoreUsage:
+        """The database file plus its write-ahead log (one stat each; the history log is in the file)."""
+        self._check_open()
+        size = 0
+        for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+            try:
+                size += path.stat().st_size
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise StoreUnavailable(f"sqlite store {self.path}: cannot stat {path.name}: {e.strerror}") from None
+        usage = StoreUsage(size_bytes=size)
+        self._metrics.usage(usage)
+        return usage
 
     async def lease_grant(self, ttl_seconds: float) -> int:
         self._check_open()

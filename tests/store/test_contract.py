@@ -512,3 +512,37 @@ async def test_lease_keepalive_keeps_keys_and_revoke_removes_them(store: Store) 
         await store.lease_revoke(lease)
     with pytest.raises(StoreError):
         await store.lease_grant(0)
+
+
+async def test_usage_is_what_the_backend_tells_cheaply_and_is_exported(store: Store, backend: str) -> None:
+    from federator.obs import METRICS
+
+    p = store.prefix
+    before = await store.usage()
+    for i in range(20):
+        await store.put(p + f"k{i:02}", b"v" * 1000)
+    usage = await store.usage()
+    if backend == "memory":
+        assert usage.size_bytes is None and before.keys is not None and usage.keys == before.keys + 20
+        assert METRICS.store_keys.labels(backend="memory")._value.get() == usage.keys
+    else:
+        assert usage.keys is None and usage.size_bytes is not None
+        if backend == "sqlite":  # 20 kB of values went into the file or its write-ahead log
+            assert before.size_bytes is not None and usage.size_bytes >= before.size_bytes + 20_000
+        assert usage.size_bytes > 0
+        assert METRICS.store_size_bytes.labels(backend=backend)._value.get() == usage.size_bytes
+
+
+async def test_compactions_are_counted_once_each(store: Store, backend: str) -> None:
+    from federator.obs import METRICS
+
+    counted = METRICS.store_compactions.labels(backend=backend)
+    p = store.prefix
+    await store.put(p + "a", b"1")
+    at = (await store.put(p + "a", b"2")).mod_revision
+    start = counted._value.get()
+    await store.compact(at)
+    assert counted._value.get() == start + 1
+    with pytest.raises(Compacted):
+        await store.compact(at - 1)
+    assert counted._value.get() == start + 1
