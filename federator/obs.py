@@ -34,7 +34,7 @@ _configured = False
 
 # No `<counter>_created` / `<histogram>_created` gauge per series: they double what /metrics carries, and the
 # Prometheus text format has no use for them (process-wide setting of prometheus_client).
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client 0.26
 
 
 class FailureLineThrottle:
