@@ -19,12 +19,15 @@ from federator.apiserver.errors import ApiError
 from federator.sim import kinds
 from federator.sim.fit import pod_requirements, resource_units
 from federator.sim.profile import ClusterProfile, parse_profile
-from federator.sim.scheduler import COSCHEDULING, KUBE_BATCH, VOLCANO, GroupKind
+from federator.sim.scheduler import COSCHEDULING, KAI, KUBE_BATCH, NATIVE, VOLCANO, GroupKind
 from federator.sim.server import SimCluster
 
-GANG = {VOLCANO: "volcano", COSCHEDULING: "scheduler-plugins-scheduler", KUBE_BATCH: "kube-batch"}
+GANG = {VOLCANO: "volcano", COSCHEDULING: "scheduler-plugins-scheduler", KUBE_BATCH: "kube-batch",
+        NATIVE: "native-scheduler", KAI: "kai-scheduler"}
 GROUP_RT = {VOLCANO: kinds.VOLCANO_PODGROUPS, COSCHEDULING: kinds.COSCHEDULING_PODGROUPS,
-            KUBE_BATCH: kinds.KUBE_BATCH_PODGROUPS}
+            KUBE_BATCH: kinds.KUBE_BATCH_PODGROUPS, NATIVE: kinds.NATIVE_PODGROUPS, KAI: kinds.KAI_PODGROUPS}
+#: native runs as a second kube-scheduler profile here, beside the default scheduler
+SCHEDULER_SPECS = {"native": {"type": "native", "schedulerName": "native-scheduler"}}
 
 
 def profile(*, nodes: int = 4, gpus: int = 8, schedulers: list[str] | None = None, start_delay: float = 0.05,
@@ -33,7 +36,8 @@ def profile(*, nodes: int = 4, gpus: int = 8, schedulers: list[str] | None = Non
         "apiVersion": "sim.federator.dev/v1alpha1", "kind": "ClusterProfile", "name": name,
         "location": {"type": "on-prem", "region": "lab"},
         "network": {"fabric": "infiniband", "bandwidthGbps": 200},
-        "schedulers": [{"type": t} for t in (schedulers or ["volcano", "coscheduling", "kube-batch", "default"])],
+        "schedulers": [SCHEDULER_SPECS.get(t, {"type": t}) for t in (
+            schedulers or ["volcano", "coscheduling", "kube-batch", "native", "kai", "default"])],
         "kubelet": {"startDelaySeconds": start_delay, "terminationSeconds": 0.05},
         "nodePools": [{"name": "gpu", "count": nodes, "cpu": "64", "memory": "512Gi", "gpus": gpus,
                        "gpuProduct": "A100-SXM4-40GB", "rdmaHca": 4}],
@@ -54,22 +58,20 @@ async def wait_for(what: str, check: Callable[[], Awaitable[Any]], timeout: floa
 def pod(name: str, *, gpus: int = 0, cpu: str = "1", kind: GroupKind | None = None, group: str | None = None,
         scheduler: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "team", "labels": {}, "annotations": dict(annotations or {})}
-    if kind is not None and group is not None:
-        if kind.pod_label:
-            meta["labels"][kind.pod_label] = group
-        else:
-            meta["annotations"][kind.pod_annotations[0]] = group
     requests = {"cpu": cpu, "memory": "1Gi"}
     if gpus:
         requests["nvidia.com/gpu"] = str(gpus)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
         "schedulerName": scheduler or (GANG[kind] if kind else "default-scheduler"), "restartPolicy": "Never",
         "containers": [{"name": "c", "image": "trainer:1", "resources": {"requests": requests}}]}}
+    if kind is not None and group is not None:
+        kind.join(body, group)  # label, annotation or spec field (tests/sim/test_native_kai.py spells them out)
+    return body
 
 
 def podgroup(kind: GroupKind, name: str, min_member: int) -> dict[str, Any]:
     return {"apiVersion": f"{kind.group}/{kind.version}", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": "team"}, "spec": {"minMember": min_member}}
+            "metadata": {"name": name, "namespace": "team"}, "spec": kind.group_spec(min_member)}
 
 
 async def start(prof: ClusterProfile) -> SimCluster:
@@ -282,7 +284,8 @@ async def test_bind_refused_for_a_pod_being_deleted() -> None:
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("gang"), st.sampled_from([VOLCANO, COSCHEDULING, KUBE_BATCH]), st.integers(1, 4),
+        st.tuples(st.just("gang"), st.sampled_from([VOLCANO, COSCHEDULING, KUBE_BATCH, NATIVE, KAI]),
+                  st.integers(1, 4),
                   st.integers(0, 2), st.integers(1, 8)),
         st.tuples(st.just("single"), st.integers(0, 8)),
         st.tuples(st.just("delete"), st.integers(0, 10_000)),
