@@ -27,6 +27,7 @@ Secret is a placeholder.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import io
 import json
@@ -82,9 +83,15 @@ def _render_text(directory: str) -> str:
     return result.stdout
 
 
+@functools.lru_cache(maxsize=None)
+def _render_objects(directory: str) -> tuple[Obj, ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(d for d in yaml.load_all(_render_text(directory), Loader=loader) if d is not None)
+
+
 def render(directory: Path) -> list[Obj]:
     """The objects `kubectl kustomize DIRECTORY` renders (a fresh copy each call)."""
-    return [d for d in yaml.safe_load_all(_render_text(str(directory))) if d is not None]
+    return copy.deepcopy(list(_render_objects(str(directory))))
 
 
 def name_of(obj: Mapping[str, Any]) -> str:
@@ -302,7 +309,7 @@ def volume_for_path(pod: Mapping[str, Any], container: Mapping[str, Any],
     best: tuple[Obj, Obj] | None = None
     best_depth = -1
     volumes = {v.get("name"): v for v in pod.get("volumes") or []}
-    claims = {((t.get("metadata") or {}).get("name")): {"name": (t.get("metadata") or {}).get("name"),
+    claims: dict[Any, Obj] = {((t.get("metadata") or {}).get("name")): {"name": (t.get("metadata") or {}).get("name"),
                                                         "persistentVolumeClaim": {}}
               for t in pod.get("_volumeClaimTemplates") or []}
     for mount in container.get("volumeMounts") or []:
