@@ -333,7 +333,7 @@ class Metrics:
             "federator_checkpoint_keys_written_total", "Checkpoint shard keys written or deleted", registry=r,
         )
         self.checkpoint_bytes_written = Counter(
-            "federator_checkpoint_bytes_written_total", "Checkpoint bytes written", registry=r,
+            "federator_checkpoint_written_bytes_total", "Checkpoint bytes written", registry=r,
         )
         # job placement and dispatch (controllers/placement.py, controllers/dispatch.py)
         self.jobs = Gauge(
