@@ -74,10 +74,25 @@ class RenderError(Exception):
     pass
 
 
+@functools.lru_cache(maxsize=1)
+def _offline_prefix() -> tuple[str, ...]:
+    """`unshare -n` (a network namespace with no network) where this user may make one, so that a
+    render that reaches out (a remote base) fails here; else nothing (the static check remains)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return ()
+    probe = subprocess.run([unshare, "-n", "true"], capture_output=True, timeout=30, check=False)
+    return (unshare, "-n") if probe.returncode == 0 else ()
+
+
+def renders_offline() -> bool:
+    return bool(_offline_prefix())
+
+
 @functools.lru_cache(maxsize=None)
 def _render_text(directory: str) -> str:
-    result = subprocess.run([KUBECTL, "kustomize", directory], capture_output=True, text=True, timeout=120,
-                            check=False)
+    result = subprocess.run([*_offline_prefix(), KUBECTL, "kustomize", directory], capture_output=True, text=True,
+                            timeout=120, check=False)
     if result.returncode != 0:
         raise RenderError(f"kubectl kustomize {directory} failed: {result.stderr.strip()}")
     return result.stdout
