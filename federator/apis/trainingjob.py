@@ -285,6 +285,15 @@ class ExcludedCluster(ApiModel):
     until: Timestamp
 
 
+class PreviousCopy(ApiModel):
+    """Where an earlier copy of the gang may still exist (a drained cluster, or a dispatch that failed
+    and could not read the member to remove what it created): the next dispatch waits until that copy
+    is gone or fenced."""
+
+    cluster: StrictStr = Field(max_length=253)
+    epoch: StrictInt = Field(ge=0)
+
+
 class PlacementStatus(ApiModel):
     """The current placement decision."""
 
@@ -296,6 +305,8 @@ class PlacementStatus(ApiModel):
         default=None, alias="excludedClusters", max_length=256,
         description="Clusters this job must avoid for a while (pulled back from them), with until when.",
     )
+    previous: PreviousCopy | None = Field(
+        default=None, description="An earlier copy to wait for before dispatching (drain, failed dispatch).")
 
 
 class HistoryEntry(ApiModel):

@@ -21,6 +21,7 @@ import pytest
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS
 from federator.controllers.cleanup import cluster_fenced
+from federator.controllers.jobs import update_job_status
 from federator.delegation.adapter import (
     LABEL_EPOCH,
     LABEL_HUB,
@@ -99,6 +100,29 @@ async def test_deleting_a_job_deletes_its_member_objects_first(tmp_path: Path) -
         # the finalizer went only after the member showed nothing left: no waiting here
         groups, pods = await env.fed.member_objects(CLUSTER, uid)
         assert groups == [] and pods == []
+
+
+async def test_a_job_that_records_a_previous_copy_can_still_be_deleted(tmp_path: Path) -> None:
+    # status.placement.previous (a drain, or a failed dispatch that could not read the member) is part of
+    # the schema: removing the finalizer re-validates the whole job (seen in the chaos suite, seed
+    # 1331486737: every retry answered "status.placement.previous: Forbidden: field not declared in schema"
+    # and the deleted job stayed for good).
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        uid, epoch = await _running_and_fenced(env, "moved-once")
+
+        def record_previous(job: dict[str, Any]) -> dict[str, Any]:
+            job["status"]["placement"]["previous"] = {"cluster": CLUSTER, "epoch": epoch}
+            return job
+
+        await update_job_status(env.hub.context, namespace="team-a", name="moved-once", mutate=record_previous,
+                                uid=uid)
+        job = await env.api.get("team-a", "moved-once")
+        assert placement_of(job)["previous"] == {"cluster": CLUSTER, "epoch": epoch}
+
+        await env.api.delete("team-a", "moved-once")
+
+        await _wait_deleted(env, "moved-once")
+        assert await env.fed.where(uid) == {}
 
 
 async def test_orphans_are_collected_and_counted_and_nothing_else_is_touched(tmp_path: Path) -> None:
