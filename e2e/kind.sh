@@ -151,10 +151,16 @@ profile() {
 
 # ---------------------------------------------------------------- up
 
+cluster_exists() {
+  local clusters
+  clusters=$(kind get clusters 2>/dev/null)
+  grep -qx -- "$1" <<<"$clusters"
+}
+
 create_cluster() {
   local cluster=$1 kubeconfig
   kubeconfig=$(admin_kubeconfig "$cluster")
-  if kind get clusters 2>/dev/null | grep -qx -- "$cluster"; then
+  if cluster_exists "$cluster"; then
     say "$cluster: kind cluster exists, reusing it"
   else
     say "$cluster: creating the kind cluster (${NODE_IMAGE%%@*}, 1 control plane + ${WORKERS} workers)"
@@ -222,8 +228,13 @@ install_volcano() {
 
 # The image deploy/member's fence agent runs (the hub's image, deploy/base): built from the Dockerfile
 # under that very name and loaded into every kind cluster, so `kubectl apply -k` needs no registry.
+# (Whole outputs are captured before they are searched: with pipefail, a reader that stops early
+# would fail the writer with SIGPIPE.)
 member_image() {
-  kubectl kustomize "$MEMBER_KUSTOMIZATION" | sed -n 's/^ *image: *//p' | head -n 1
+  local rendered images
+  rendered=$(kubectl kustomize "$MEMBER_KUSTOMIZATION")
+  images=$(sed -n 's/^ *image: *//p' <<<"$rendered")
+  printf '%s\n' "${images%%$'\n'*}"
 }
 
 build_image() {
@@ -361,12 +372,21 @@ cmd_down() {
   need_tools docker kind
   local cluster
   for cluster in "${CLUSTERS[@]}"; do
-    if kind get clusters 2>/dev/null | grep -qx -- "$cluster"; then
+    if cluster_exists "$cluster"; then
       kind delete cluster --name "$cluster"
     fi
   done
-  rm -rf -- "$STATE"
-  say "deleted ${CLUSTERS[*]} and $STATE"
+  # only what 'up' and 'hub' wrote: STATE itself may be a directory someone chose for more than this
+  rm -rf -- "$STATE/admin" "$STATE/hub-identity" "$STATE/clusters" "$STATE/hub"
+  rmdir -- "$STATE" 2>/dev/null || true
+  say "deleted ${CLUSTERS[*]} and their kubeconfigs and registrations in $STATE"
+}
+
+# The state directory goes into registrations (kubeconfigPath: an absolute, normalized path) unquoted.
+check_state() {
+  if [[ ! $STATE =~ ^(/[A-Za-z0-9._-]+)+$ || $STATE =~ /\.\.?(/|$) || $STATE =~ [^/]{256} || ${#STATE} -gt 1024 ]]; then
+    usage_error "FEDERATOR_KIND_STATE must be a normalized path (at most 1024 characters) of letters, digits, '.', '_' and '-', got" "$STATE"
+  fi
 }
 
 main() {
@@ -377,14 +397,15 @@ main() {
     -h | --help | help) usage ;;
     up | down | all)
       (($# == 0)) || usage_error "$command takes no arguments, got" "$1"
+      check_state
       case $command in
         up) cmd_up ;;
         down) cmd_down ;;
         all) cmd_up && cmd_test ;;
       esac
       ;;
-    hub) cmd_hub "$@" ;;
-    test) cmd_test "$@" ;;
+    hub) check_state && cmd_hub "$@" ;;
+    test) check_state && cmd_test "$@" ;;
     -*) usage_error "unknown option" "$command" ;;
     *) usage_error "unknown command" "$command" ;;
   esac

@@ -114,6 +114,31 @@ def test_bad_commands_get_one_line_and_exit_2_running_nothing(args: list[str], t
     assert not marker.exists() and not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize("state", ["/tmp/a b", "/tmp/../etc", "/", "/tmp/x/", "/tmp/./x", "/tmp/a\nb",
+                                   "/tmp/a:b", "/tmp/#x", "/tmp/" + "x" * 5000])
+def test_a_state_dir_that_cannot_go_into_a_registration_is_refused_with_one_line(state: str) -> None:
+    env = {**os.environ, "FEDERATOR_KIND_STATE": state}
+    for command in ("up", "down", "test", "hub"):
+        result = subprocess.run([BASH, str(KIND_SH), command], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 2, (command, state, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: FEDERATOR_KIND_STATE must be"), lines
+        assert len(lines[0]) < 300
+
+
+def test_the_image_it_builds_is_the_one_deploy_member_runs(tmp_path: Path) -> None:
+    found = _source_and_run(tmp_path, "member_image")
+    assert found.returncode == 0, found.stderr
+    rendered = subprocess.run(["kubectl", "kustomize", str(ROOT / "deploy" / "member" / "schedulers" / "volcano")],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+    agents = [d for d in yaml.safe_load_all(rendered)
+              if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "federator-agent"]
+    assert len(agents) == 1
+    images = {c["image"] for c in agents[0]["spec"]["template"]["spec"]["containers"]}
+    assert found.stdout.splitlines() == [images.pop()] and not images
+
+
 # ---------------------------------------------------------------- against simulated clusters
 
 
