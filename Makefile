@@ -16,10 +16,11 @@ run: $(BIN)/federator
 	$(BIN)/federator up $(ARGS)
 
 ## make test: install and run the whole test suite, plus the layering and type checks
+## (JOBS=2 pytest-xdist workers by default; JOBS=1 runs it in one process)
 test: $(BIN)/federator
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(or $(JOBS),2) $(PYTEST_ARGS)
 
 ## make test-loaded: the test run while two CPU hogs compete for the cores (RUNS=3 for three in a row)
 test-loaded: $(BIN)/federator
