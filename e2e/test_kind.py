@@ -16,8 +16,9 @@ own `federator up --clusters STATE/clusters` and drives it only through its publ
 - the hub killed (-9), the fence agent in the member deletes its gang once the hub's Lease there is not
   renewed, and records a HubLeaseExpired Event.
 
-Without FEDERATOR_E2E_KIND=1, or without docker and kind, the module is skipped with one line (the same
-flows run against simulated clusters in e2e/test_up.py and tests/). With FEDERATOR_E2E_KIND=1 but no
+Without FEDERATOR_E2E_KIND=1, or without docker and kind, or in a pytest-xdist worker (two hubs at once
+would share the members' fencing Lease), the module is skipped with one line (the same flows run against
+simulated clusters in e2e/test_up.py and tests/). With FEDERATOR_E2E_KIND=1 but no
 registrations from kind.sh, the tests fail saying to run `e2e/kind.sh up`.
 """
 
@@ -40,6 +41,10 @@ def _why_not_kind() -> str | None:
     if os.environ.get("FEDERATOR_E2E_KIND") != "1":
         return ("kind clusters are used only with FEDERATOR_E2E_KIND=1 (e2e/kind.sh test; "
                 "e2e/test_up.py runs the same flows against simulated clusters)")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # two hubs at once would renew one fencing Lease in every member and delete each other's gangs
+        return ("FEDERATOR_E2E_KIND=1 under pytest-xdist: the kind tests run in one process, one hub at a time "
+                "(e2e/kind.sh test)")
     missing = [tool for tool in ("docker", "kind") if shutil.which(tool) is None]
     if missing:
         return (f"FEDERATOR_E2E_KIND=1 but {' and '.join(missing)} not on PATH (README, End to end on kind, "
