@@ -50,6 +50,8 @@ class FederatorUp:
         self.stdout: list[str] = []
         self.logs: list[dict[str, Any]] = []
         self.other_stderr: list[str] = []
+        #: every stderr line as written (JSON or not)
+        self.stderr_lines: list[str] = []
         self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -92,6 +94,7 @@ class FederatorUp:
         assert self.process is not None and self.process.stderr is not None
         for line in self.process.stderr:
             text = line.rstrip("\n")
+            self.stderr_lines.append(text)
             if text.startswith("{"):
                 try:
                     record = json.loads(text)
