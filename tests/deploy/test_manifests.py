@@ -63,10 +63,9 @@ def test_every_kustomization_of_deploy_is_found() -> None:
     assert expected <= set(DIRS)
     if (DEPLOY / "member" / "kustomization.yaml").is_file():
         assert DEPLOY / "member" in DIRS
-    on_disk = {p.parent for p in DEPLOY.rglob("kustomization.yaml")}
-    components = {d for d in on_disk if (yaml.safe_load((d / "kustomization.yaml").read_text()) or {}).get("kind")
-                  == "Component"}
-    assert on_disk - components == set(DIRS)
+    files = [p for name in ("kustomization.yaml", "kustomization.yml", "Kustomization") for p in DEPLOY.rglob(name)]
+    components = {p.parent for p in files if (yaml.safe_load(p.read_text()) or {}).get("kind") == "Component"}
+    assert {p.parent for p in files} - components == set(DIRS)
 
 
 @pytest.mark.parametrize("directory", DIRS, ids=IDS)
