@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections import Counter
 import os
 import random
 import secrets
@@ -48,7 +49,7 @@ from typing import Any
 from aiohttp import web
 
 from federator.apiserver.app import ApiServerState, Principal, api_state, build_api_app, json_response
-from federator.apiserver.auth import auth_middleware
+from federator.apiserver.auth import RequestAttributes, auth_middleware
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import Registry
 from federator.apiserver.storage import ObjectStorage
@@ -77,6 +78,8 @@ ADMIN_USER = "sim-admin"
 AGENT_USER = "federator-agent"
 
 ControllerEntry = Callable[..., Awaitable[None]]
+#: distinct (user, verb, resource) refusals counted one by one; the rest are counted together
+_MAX_FORBIDDEN_KEYS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,8 @@ class SimCluster:
                                    service_account_groups(namespace))
             self.service_accounts[(namespace, name)] = identity
         self.identities += tuple(self.service_accounts.values())
+        #: (user, verb, resource or path) -> requests the RBAC policy refused (in /_sim/stats)
+        self.forbidden: Counter[tuple[str, str, str]] = Counter()
         self.run_controllers = run_controllers
         self.metrics = metrics or METRICS
         self.log = get_logger("sim").bind(cluster=profile.name)
@@ -245,7 +250,21 @@ class SimCluster:
         if self.rbac is None:
             return []
         # after the faults (a partition answers before any authorization), before the app's own handlers
-        return [auth_middleware(self._authenticate, authorizer=self.rbac.authorize, logger=self.log)]
+        return [auth_middleware(self._authenticate, authorizer=self._authorize, logger=self.log)]
+
+    def _authorize(self, principal: Principal, attributes: RequestAttributes) -> tuple[bool, str]:
+        assert self.rbac is not None
+        allowed, why = self.rbac.authorize(principal, attributes)
+        if not allowed:
+            what = attributes.path[:256]
+            if attributes.is_resource_request:
+                what = "/".join(p for p in (attributes.resource, attributes.subresource) if p)
+                what = f"{what}.{attributes.group}" if attributes.group else what
+            key = (principal.name, attributes.verb[:32], what)
+            if key not in self.forbidden and len(self.forbidden) >= _MAX_FORBIDDEN_KEYS:
+                key = ("(more)", "(more)", "(more)")
+            self.forbidden[key] += 1
+        return allowed, why
 
     # ------------------------------------------------------------ lifecycle
 
@@ -445,7 +464,11 @@ class SimCluster:
         by_verb: dict[str, dict[str, int]] = {}
         for (verb, resource), n in sorted(counts.items()):
             by_verb.setdefault(verb, {})[resource] = n
-        return {"cluster": self.name, "requests": by_verb, "openWatches": self.api.open_watches}
+        stats: dict[str, Any] = {"cluster": self.name, "requests": by_verb, "openWatches": self.api.open_watches}
+        if self.rbac is not None:
+            stats["forbidden"] = [{"user": user, "verb": verb, "resource": what, "count": n}
+                                  for (user, verb, what), n in sorted(self.forbidden.items())]
+        return stats
 
     def list_count(self, resource: str) -> int:
         """LIST requests served for `resource` ("pods", "podgroups.scheduling.volcano.sh")."""

@@ -30,6 +30,7 @@ from federator.controllers.placement import job_placement
 from federator.controllers.status_sync import MemberObjects, status_sync
 from federator.controllers.stuck import StuckGangs, stuck_gangs
 from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.sim.rbac import RbacPolicy
 from federator.sim.server import SimCluster
 
 from ..hub.hubtest_support import RunningHub, start_hub
@@ -43,11 +44,18 @@ LIFECYCLE: Sequence[ControllerFactory] = (member_sync, job_dispatch, job_placeme
 
 
 class RunningFederation(Federation):
-    """jobtest_support's Federation whose simulated pods finish after `run_seconds`."""
+    """jobtest_support's Federation whose simulated pods finish after `run_seconds`; with `rbac`, each
+    cluster enforces that RBAC policy (federator/sim/rbac.py), and `hub_kubeconfig` says whom the hub
+    is registered as (the admin unless a subclass says otherwise)."""
 
-    def __init__(self, workdir: Path, *, run_seconds: float | None) -> None:
+    def __init__(self, workdir: Path, *, run_seconds: float | None, rbac: RbacPolicy | None = None) -> None:
         super().__init__(workdir)
         self.run_seconds = run_seconds
+        self.rbac = rbac
+
+    async def hub_kubeconfig(self, name: str, sim: SimCluster) -> Path:
+        """The kubeconfig the hub's registration of cluster `name` carries."""
+        return self.kubeconfigs[name]
 
     async def start(self, names: list[str] | None = None, **overrides: dict[str, Any]) -> None:
         for name in names or list(STANDARD):
@@ -56,11 +64,11 @@ class RunningFederation(Federation):
             if self.run_seconds is not None:
                 prof = prof.model_copy(update={"kubelet": prof.kubelet.model_copy(
                     update={"default_run_seconds": self.run_seconds})})
-            sim = SimCluster(prof, bookmark_interval=0.5)
+            sim = SimCluster(prof, bookmark_interval=0.5, rbac=self.rbac)
             await sim.start()
             self.sims[name] = sim
             self.kubeconfigs[name] = sim.write_kubeconfig(self.workdir / f"{name}.kubeconfig")
-            body = registration(name, self.kubeconfigs[name], **conf["reg"])  # type: ignore[arg-type]
+            body = registration(name, await self.hub_kubeconfig(name, sim), **conf["reg"])  # type: ignore[arg-type]
             body["spec"]["labels"] = {**body["spec"]["labels"], CLUSTER_LABEL: name}
             self.registrations[name] = body
 
@@ -120,8 +128,9 @@ class Env:
 @contextlib.asynccontextmanager
 async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float | None = 2.0,
                         profile_overrides: dict[str, dict[str, Any]] | None = None,
-                        **extra: Any) -> AsyncIterator[Env]:
-    fed = RunningFederation(tmp_path / "members", run_seconds=run_seconds)
+                        federation: RunningFederation | None = None, **extra: Any) -> AsyncIterator[Env]:
+    """`federation` (not started) replaces the default RunningFederation(tmp_path / "members", run_seconds)."""
+    fed = federation or RunningFederation(tmp_path / "members", run_seconds=run_seconds)
     await fed.start(names, **(profile_overrides or {}))
     knobs: dict[str, Any] = {"lifecycle_tick_seconds": 0.1, "member_gc_interval_seconds": 0.5,
                              "stuck_timeout_seconds": 30.0, "cleanup_grace_seconds": 30.0}

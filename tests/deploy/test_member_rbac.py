@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +145,10 @@ def test_each_overlay_grants_the_agent_less_than_the_hub(scheduler: str) -> None
 # ---------------------------------------------------------------- a hub with exactly this identity
 
 
-def mint_hub_kubeconfig(sim: SimCluster, directory: Path) -> Path:
+async def mint_hub_kubeconfig(sim: SimCluster, directory: Path) -> Path:
     """The hub's kubeconfig of `sim`, made the way the README's "Member clusters" says (the token and CA
-    come from the member's token Secret there; here from the simulator, which serves no Secrets)."""
+    come from the member's token Secret there; here from the simulator, which serves no Secrets). kubectl
+    runs beside the loop: this kubectl may ask the server of the current context for its version."""
     ca = directory / f"{sim.name}-ca.crt"
     ca.write_bytes(sim.ca_pem)
     out = directory / f"{sim.name}-hub.kubeconfig"
@@ -156,8 +157,11 @@ def mint_hub_kubeconfig(sim: SimCluster, directory: Path) -> Path:
                  ["set-credentials", "federator-hub-access", "--token", sim.service_account_token(*HUB_ACCOUNT)],
                  ["set-context", name, "--cluster", name, "--user", "federator-hub-access"],
                  ["use-context", name]):
-        subprocess.run([KUBECTL, "config", "--kubeconfig", str(out), *args], check=True, capture_output=True,
-                       timeout=60)
+        kubectl = await asyncio.create_subprocess_exec(KUBECTL, "config", "--kubeconfig", str(out), *args,
+                                                       stdout=asyncio.subprocess.DEVNULL,
+                                                       stderr=asyncio.subprocess.PIPE)
+        _, stderr = await asyncio.wait_for(kubectl.communicate(), 60)
+        assert kubectl.returncode == 0, stderr.decode()
     out.chmod(0o600)
     return out
 
@@ -165,8 +169,8 @@ def mint_hub_kubeconfig(sim: SimCluster, directory: Path) -> Path:
 class MemberRbacFederation(RunningFederation):
     """Members that enforce `rbac`; the hub is registered with the deploy/member identity's kubeconfig."""
 
-    def hub_kubeconfig(self, name: str, sim: SimCluster) -> Path:
-        return mint_hub_kubeconfig(sim, self.workdir)
+    async def hub_kubeconfig(self, name: str, sim: SimCluster) -> Path:
+        return await mint_hub_kubeconfig(sim, self.workdir)
 
 
 def forbidden_for(sim: SimCluster, who: Principal) -> dict[tuple[str, str], int]:
@@ -187,7 +191,7 @@ async def test_a_hub_with_exactly_the_member_rbac_places_syncs_and_cleans_up(tmp
     fed = MemberRbacFederation(tmp_path / "members", run_seconds=None, rbac=policy_of("volcano"))
     async with lifecycle_env(tmp_path, [CLUSTER], federation=fed) as env:
         sim = env.fed.sims[CLUSTER]
-        registered = yaml.safe_load(env.fed.hub_kubeconfig(CLUSTER, sim).read_text())
+        registered = yaml.safe_load((env.fed.workdir / f"{CLUSTER}-hub.kubeconfig").read_text())
         assert registered["users"][0]["name"] == "federator-hub-access"   # not the admin
         created = await env.api.submit(aimed_job("rbac-job", CLUSTER, namespace="vision"))
         uid = created["metadata"]["uid"]
