@@ -6,6 +6,7 @@ simulated member clusters, driven only through the hub's public endpoint and the
   writes every kubeconfig and says what to do next;
 - the design.md example, applied with kubectl, lands whole in the RDMA cluster that holds its dataset,
   runs and succeeds (watched with `kubectl get tj -w`); deleting it cleans the member cluster first;
+- gangs land in the shipped Kubernetes-native and KAI clusters, whose kubectl shows their own PodGroups;
 - Ctrl-C stops the hub and the clusters cleanly; bad development flags give one line and change nothing.
 
 Kind clusters instead of simulated ones: e2e/test_kind.py (FEDERATOR_E2E_KIND=1).
@@ -31,6 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.kubectl]
 RDMA, ETH, SMALL = "onprem-rdma-a100", "cloud-eth-h100", "cloud-small"
 #: a simulated training pod runs this long, then succeeds
 RUN_SECONDS = "3"
+#: how many simulated clusters `federator up` starts by default (one per profile in clusterconfigs/sim)
+SHIPPED_PROFILES = len(list((ROOT / "clusterconfigs" / "sim").glob("*.yaml")))
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +149,52 @@ def test_the_design_example_lands_in_the_rdma_cluster_runs_succeeds_and_deletion
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
+NATIVE, KAI = "cloud-native-gang", "onprem-kai-h100"
+GANGS = """\
+apiVersion: federator.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: on-native, namespace: gangs}
+spec:
+  roles: [{name: worker, replicas: 3, template: {image: trainer:1.4, resources: {cpu: "8", memory: 32Gi,
+           nvidia.com/gpu: 4}}}]
+  placement: {network: ethernet, gpuModels: [A100]}
+---
+apiVersion: federator.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: on-kai, namespace: gangs}
+spec:
+  roles: [{name: worker, replicas: 3, template: {image: trainer:1.4, resources: {cpu: "8", memory: 32Gi,
+           nvidia.com/gpu: 4, rdma/hca: 1}}}]
+  placement: {network: rdma, gpuModels: [H100]}
+"""
+
+
+def test_gangs_land_under_kubernetes_gang_scheduling_and_kai(up: FederatorUp) -> None:
+    """The shipped native and KAI clusters each take a gang; kubectl there shows the scheduler's own kind."""
+    manifest = up.workdir / "gangs.yaml"
+    manifest.write_text(GANGS)
+    up.kubectl("apply", "-f", str(manifest))
+
+    def admitted() -> dict[str, dict[str, object]] | None:
+        jobs = {j["metadata"]["name"]: j for j in up.json("get", "tj", "-n", "gangs")["items"]}
+        done = all(any(h["event"] == "Admitted" for h in (j.get("status") or {}).get("history") or ())
+                   for j in jobs.values())
+        return jobs if len(jobs) == 2 and done else None
+
+    jobs = wait_for("both gangs admitted", admitted, timeout=90)
+    for name, cluster in (("on-native", NATIVE), ("on-kai", KAI)):
+        status = jobs[name]["status"]
+        assert isinstance(status, dict) and status["placement"]["cluster"] == cluster, status
+    native = up.kubectl("get", "podgroups.scheduling.k8s.io", "-n", "gangs", kubeconfig=up.member(NATIVE))
+    header, row = native.stdout.splitlines()
+    assert header.split() == ["NAME", "POLICY", "STATUS", "AGE"] and row.split()[1:3] == ["Gang", "Scheduled"]
+    (kai,) = up.json("get", "podgroups.scheduling.run.ai", "-n", "gangs", kubeconfig=up.member(KAI))["items"]
+    assert kai["spec"] == {"minMember": 3, "queue": "default-queue"}
+    assert kai["metadata"]["annotations"]["kai.scheduler/last-start-timestamp"]
+    up.kubectl("delete", "-f", str(manifest), "--timeout=60s", timeout=90)
+    assert up.json("get", "podgroups.scheduling.run.ai", "-n", "gangs", kubeconfig=up.member(KAI))["items"] == []
+
+
 def test_ctrl_c_stops_the_hub_and_every_simulated_cluster(tmp_path: Path) -> None:
     running = FederatorUp(tmp_path, "--sim-profile", str(ROOT / "clusterconfigs" / "sim" / "cloud-small.yaml"),
                           "--sim-profile", str(ROOT / "clusterconfigs" / "sim" / "cloud-eth-h100.yaml"))
@@ -168,7 +217,7 @@ def test_ctrl_c_stops_the_hub_and_every_simulated_cluster(tmp_path: Path) -> Non
     (("--sim-profile", "/nonexistent/profiles"), "error: "),
     (("--sim-run-seconds", "0"), "error: --sim-run-seconds 0: must be more than 0"),
     (("--sim-port-base", "65535", "--sim-profile", str(ROOT / "clusterconfigs" / "sim")),
-     "error: --sim-port-base 65535: ports 65535..65538 must lie within 1..65535"),
+     f"error: --sim-port-base 65535: ports 65535..{65535 + SHIPPED_PROFILES - 1} must lie within 1..65535"),
     (("--cluster-loss-grace", "soon"), "error: --cluster-loss-grace 'soon': not a duration"),
     (("--member-lease-duration=-5s",), "error: --member-lease-duration '-5s': must be more than zero"),
     (("--lease-margin", "9d"), "error: --lease-margin '9d': not a duration"),

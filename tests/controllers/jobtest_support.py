@@ -44,7 +44,9 @@ EXAMPLE_FILE = ROOT / "examples" / "resnet-ps.yaml"
 def sim_profile(name: str, *, scheduler: str = "volcano", gpu_nodes: int = 4, cpu_nodes: int = 2,
                 product: str = "NVIDIA-A100-SXM4-80GB", fabric: str = "infiniband",
                 datasets: bool = True, gpus: int = 8, start_delay: float = 0.05) -> ClusterProfile:
-    schedulers = [{"type": "default"}] if scheduler == "default" else [{"type": scheduler}, {"type": "default"}]
+    # native is the default scheduler itself (with Kubernetes' gang scheduling on)
+    schedulers = [{"type": scheduler}] if scheduler in ("default", "native") else [{"type": scheduler},
+                                                                                 {"type": "default"}]
     gpu_pool: dict[str, Any] = {"name": "gpu", "count": gpu_nodes, "cpu": "64", "memory": "512Gi", "gpus": gpus,
                                 "gpuProduct": product}
     if fabric != "ethernet":
@@ -104,6 +106,19 @@ STANDARD = {
 }
 
 
+#: clusters of the two newer gang schedulers, outside STANDARD (tests that start every standard cluster keep
+#: their placements): Kubernetes' own gang scheduling on Ethernet, NVIDIA KAI Scheduler on InfiniBand.
+NEWER_GANG_SCHEDULERS = {
+    "cloud-native-gang": dict(profile=dict(scheduler="native", fabric="ethernet", datasets=False, gpu_nodes=2,
+                                           cpu_nodes=1),
+                              reg=dict(scheduler="native", network="ethernet", location="cloud")),
+    "onprem-kai-h100": dict(profile=dict(scheduler="kai", product="H100-80GB-HBM3", datasets=False, gpu_nodes=2,
+                                         cpu_nodes=1),
+                            reg=dict(scheduler="kai", network="rdma")),
+}
+CLUSTERS = {**STANDARD, **NEWER_GANG_SCHEDULERS}
+
+
 def fast_settings(state_dir: Path, **extra: Any) -> HubSettings:
     knobs: dict[str, Any] = {
         "member_status_interval_seconds": 0.3, "member_watch_idle_seconds": 5.0,
@@ -151,7 +166,7 @@ class Federation:
 
     async def start(self, names: list[str] | None = None, **overrides: dict[str, Any]) -> None:
         for name in names or list(STANDARD):
-            conf = STANDARD[name]
+            conf = CLUSTERS[name]
             prof = {**conf["profile"], **overrides.get(name, {})}
             sim = SimCluster(sim_profile(name, **prof), bookmark_interval=0.5)
             await sim.start()
@@ -175,7 +190,7 @@ class Federation:
         client = await self.client(name)
         selector = f"{LABEL_JOB_UID}={uid}"
         pods = (await client.list_all(PODS, label_selector=selector)).items
-        kind = podgroup_resource(STANDARD[name]["reg"]["scheduler"])  # type: ignore[index]
+        kind = podgroup_resource(CLUSTERS[name]["reg"]["scheduler"])  # type: ignore[index]
         groups = (await client.list_all(kind, label_selector=selector)).items if kind is not None else []
         return groups, pods
 

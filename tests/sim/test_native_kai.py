@@ -7,14 +7,13 @@ kubectl against a cluster serving them."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from simapi_support import ThreadedSim
+from simapi_support import ThreadedSim, wait_for
 from test_kubectl import KUBECTL, Kubectl
 
 from federator.apiserver.errors import ApiError
@@ -74,17 +73,6 @@ async def start(prof: ClusterProfile) -> SimCluster:
     await cluster.storage.create(kinds.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": "team"}}, namespace=None)
     return cluster
-
-
-async def wait_for(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def get(cluster: SimCluster, rt: Any, name: str) -> JSON:
