@@ -12,6 +12,7 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
     drill.py       federator drill [list|show]          failover drills (drillrun.py runs one) and their reports
     agent.py       federator agent                      the member-side fence agent
     etcd.py        federator etcd                       a local N-member etcd cluster for development
+    bench.py       federator bench replay|...           benchmarks run from the installed command
     common.py      UserError, InputError, hub access flags and runner, manifests, tables and printers
 
 A command module imports `common` and never another command module (sim.py
@@ -55,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The command groups, in the order `federator --help` lists their commands; a new group is a
     # module of this package with `register(sub)`, added here. (Imported here, not at the top, so that
     # `from federator.cli.common import ...` does not load every command.)
-    from federator.cli import agent, cluster, drill, etcd, jobs, kubeconfig, sim, up, version
+    from federator.cli import agent, bench, cluster, drill, etcd, jobs, kubeconfig, sim, up, version
 
-    for group in (up, jobs, cluster, drill, kubeconfig, version, sim, agent, etcd):
+    for group in (up, jobs, cluster, drill, kubeconfig, version, sim, agent, etcd, bench):
         group.register(sub)
     return parser
 
