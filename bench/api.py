@@ -1,6 +1,7 @@
 """Hub API benchmark: creates/s, gets/s and watch fan-out, on sqlite and on etcd.
 
     .venv/bin/python bench/api.py [--runs 3] [--backends sqlite,etcd] [--creates 2000] [--watchers 100]
+                                  [--quick] [--json FILE]
 
 Each run starts the hub's API in its own process (`build_hub_app` exactly as
 `federator up` builds it: HTTPS with the dev CA, token-file auth and roles,
@@ -19,6 +20,9 @@ then drives it from this process over HTTPS with the admin token:
 
 Prints the median of the runs (and each run's value). Never part of the tests.
 Bars from issue 6: >= 500 creates/s on sqlite, >= 2,000 gets/s, 100 watchers p99 <= 50 ms.
+`--quick`: sqlite only, 300 creates, 1 s of gets, 20 watchers of 50 events (each unless given); the
+watch bar is for 100 watchers, so a quick run's watch figures carry none. `--json FILE`: every run's
+figures in the format of bench/benchresult.py (`federator bench` reads it).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
 from federator.store.etcd_process import EtcdProcess  # noqa: E402
 
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "resnet-ps.yaml").read_text())
@@ -255,11 +260,24 @@ async def main() -> None:
     parser.add_argument("--watchers", type=int, default=100)
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--rate", type=float, default=50.0, help="creates per second during the watch test")
+    parser.add_argument("--quick", action="store_true",
+                        help="sqlite only, 300 creates, 1 s of gets, 20 watchers of 50 events (each unless given)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write every run's figures to FILE (bench/benchresult.py)")
     parser.add_argument("--serve", nargs=2, metavar=("STORE_URL", "STATE_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         await serve(args.serve[0], Path(args.serve[1]))
         return
+    if args.quick:
+        given = set(sys.argv[1:])
+        for flag, value in (("--backends", "sqlite"), ("--creates", 300), ("--seconds", 1.0), ("--watchers", 20),
+                            ("--events", 50)):
+            if flag not in given:
+                setattr(args, flag[2:], value)
+    if min(args.runs, args.creates, args.concurrency, args.watchers, args.events) < 1 or args.seconds <= 0:
+        parser.error("--runs, --creates, --concurrency, --watchers, --events and --seconds must be positive")
+    result = BenchResult("api")
     with tempfile.TemporaryDirectory(prefix="federator-bench-api-") as tmp:
         for backend in args.backends.split(","):
             runs = []
@@ -274,8 +292,16 @@ async def main() -> None:
                 else:
                     raise SystemExit(f"unknown backend {backend!r}")
             print_table(backend, runs)
+            bars = {"gets/s": (">=", 2000.0)}
+            if backend == "sqlite":
+                bars["creates/s"] = (">=", 500.0)
+            if args.watchers == 100:
+                bars[f"watch p99 ms ({args.watchers} watchers)"] = ("<=", 50.0)
+            result.add_runs(runs, prefix=f"{backend}: ", bars=bars,
+                            units={k: "ms" for k in runs[0] if k.startswith("watch ")})
     print(f"\nmachine: {os.cpu_count()} cores; bars: sqlite >= 500 creates/s, >= 2000 gets/s, "
           f"{args.watchers} watchers p99 <= 50 ms")
+    result.write(args.json)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,22 @@ from typing import Any
 OPS = (">=", "<=")
 
 
+_SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_per_s", "/s"), ("Ms", "ms"), ("MiB", "MiB"),
+             ("Percent", "%"), ("PerSecond", "/s"), ("Seconds", "s"))
+
+
+def unit_of(key: str) -> str:
+    """The unit a figure's name states: "/s" in it, a closing "(ms)", or an ending such as "_ms", "Seconds"."""
+    if "/s" in key:
+        return "/s"
+    if key.endswith(")") and "(" in key:
+        return key[key.rindex("(") + 1 : -1]
+    for suffix, unit in sorted(_SUFFIXES, key=lambda pair: -len(pair[0])):
+        if key.endswith(suffix):
+            return unit
+    return ""
+
+
 class BenchResult:
     """Figures of one bench invocation, one value per run, written as JSON."""
 
@@ -50,6 +66,15 @@ class BenchResult:
         number = float(value)
         # JSON has no NaN or infinity; a figure that could not be measured in a run is null there.
         figure["values"].append(number if math.isfinite(number) else None)
+
+    def add_runs(self, runs: list[dict[str, float]], *, prefix: str = "",
+                 bars: dict[str, tuple[str, float]] | None = None, units: dict[str, str] | None = None) -> None:
+        """Every run's flat {figure: value} dict (the shape most benches build), figures named `prefix + key`;
+        a unit not given in `units` is read from the key (`unit_of`)."""
+        for run in runs:
+            for key, value in run.items():
+                unit = (units or {}).get(key) or unit_of(key)
+                self.add(prefix + key, value, unit=unit, bar=(bars or {}).get(key))
 
     def as_json(self) -> dict[str, Any]:
         return {"bench": self.bench, "argv": sys.argv[1:], "figures": list(self._figures.values()),

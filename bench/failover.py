@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/failover.py [--runs 3] [--gangs 500] [--grace 10s] [--lease 5s] [--margin 2s]
                                        [--failover-rate 500] [--duration 60s] [--workdir DIR]
+                                       [--quick] [--json FILE]
 
 Each run starts, laid out as `federator up` lays it out (state in WORKDIR/.federator, simulated
 clusters' kubeconfigs in .federator/sim/):
@@ -23,6 +24,8 @@ still get answers) and prints the drill report's figures: each run's and the med
 The bar (issue 12): every gang running elsewhere within grace + lease margin + 3 s of the partition
 (the drill's runningAgainSeconds, counted only when every gang moved), jobsLost 0,
 maxConcurrentCopies 1. Never part of the tests.
+`--quick`: 60 gangs, the partition held 15 s (each unless given). `--json FILE`: every run's figures in
+the format of bench/benchresult.py (`federator bench` reads it).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
 
 HOME = "home"
 OTHERS = ("spare-a", "spare-b")
@@ -361,11 +366,20 @@ async def main() -> None:
                              "(repeatable; printed with the results)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep each run's files (hub log, drill log, agent log, store) under this directory")
+    parser.add_argument("--quick", action="store_true", help="60 gangs, the partition held 15 s (each unless given)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write every run's figures to FILE (bench/benchresult.py)")
     parser.add_argument("--serve", nargs=3, metavar=("STATE_DIR", "CLUSTERS_DIR", "KNOBS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         await serve(Path(args.serve[0]), Path(args.serve[1]), json.loads(args.serve[2]))
         return
+    if args.quick:
+        given = set(sys.argv[1:])
+        args.gangs = args.gangs if "--gangs" in given else 60
+        args.duration = args.duration if "--duration" in given else "15s"
+    if args.runs < 1 or args.gangs < 1:
+        parser.error("--runs and --gangs must be positive")
     from federator.apis.common import parse_duration_seconds
     from federator.hub import failover_knobs
     from federator.obs import configure_logging
@@ -396,6 +410,14 @@ async def main() -> None:
             workdir.mkdir(parents=True)
             runs.append(await run_once(args, workdir, run, knobs))
         print_table(runs, bar=bar, gangs=args.gangs)
+    result = BenchResult("failover")
+    result.add_runs(runs, bars={"partition -> every gang running elsewhere s": ("<=", bar), "jobsLost": ("<=", 0.0),
+                                "maxConcurrentCopies": ("<=", 1.0)},
+                    units={"detectSeconds": "s", "redispatchSeconds": "s", "runningAgainSeconds": "s",
+                           "partition -> every gang running elsewhere s": "s"})
+    result.notes.append(f"{args.gangs} gangs; grace {args.grace}, lease {args.lease}, margin {args.margin}, "
+                        f"partition held {args.duration}")
+    result.write(args.json)
     print(f"\nmachine: {os.cpu_count()} cores; grace {args.grace}, lease {args.lease}, margin {args.margin}, "
           f"failover rate {args.failover_rate}/s, agent poll {args.agent_poll}s, partition held {args.duration}"
           + (f"; knobs {', '.join(args.knob)}" if args.knob else ""))

@@ -17,7 +17,11 @@ Measures, per run (medians over --runs):
 Bars (issue 3): LIST 5,000 nodes <= 1 s; >= 10,000 watch events/s
 aggregate; >= 500 pods/s bound; 20 x 500 nodes within 2 GB RSS.
 
-    .venv/bin/python bench/sim.py [--runs 3] [--clusters 20] [--nodes 500]
+    .venv/bin/python bench/sim.py [--runs 3] [--clusters 20] [--nodes 500] [--quick] [--json FILE]
+
+`--quick`: 4 clusters of 100 nodes, LIST of a 1,000-node cluster, 800 pods, 200 watch events per
+cluster (each unless given); the bars are for the full sizes, so a quick run's figures carry none.
+`--json FILE`: every run's figures in the format of bench/benchresult.py (`federator bench` reads it).
 
 Never part of the test run.
 """
@@ -43,6 +47,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
 from federator.devcerts import ensure_dev_tls  # noqa: E402
 from federator.obs import METRICS, configure_logging, get_logger  # noqa: E402
 from federator.sim import kinds  # noqa: E402
@@ -283,9 +288,18 @@ def main() -> int:
     parser.add_argument("--watch-events", type=int, default=1000, help="events written per watched cluster")
     parser.add_argument("--list-repeats", type=int, default=5)
     parser.add_argument("--state-dir", default=str(ROOT / ".federator" / "bench-sim"))
-    parser.add_argument("--json", default=None, help="also write the medians to this file")
+    parser.add_argument("--quick", action="store_true",
+                        help="4 x 100 nodes, LIST of 1,000, 800 pods, 200 watch events (each unless given)")
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help="also write every run's figures to FILE (bench/benchresult.py)")
     parser.add_argument("--single-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        given = {a.split("=", 1)[0] for a in sys.argv[1:]}
+        for flag, value in (("--clusters", 4), ("--nodes", 100), ("--big-nodes", 1000), ("--pods", 800),
+                            ("--watch-events", 200), ("--list-repeats", 3)):
+            if flag not in given:
+                setattr(args, flag[2:].replace("-", "_"), value)
     configure_logging(level="warning")
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> shows where a run is
     if args.single_run:
@@ -316,8 +330,11 @@ def main() -> int:
             ok &= passed
             verdict = f"   bar {bar[0]} {bar[1]:g}: {'PASS' if passed else 'MISS'}"
         print(f"  {k:34s} {v:12.3f}{verdict}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "medians": medians}, indent=2))
+    result = BenchResult("sim")
+    result.add_runs(runs, bars=None if args.quick else BARS)
+    result.notes.append(f"{args.clusters} clusters x {args.nodes} nodes; {args.big_nodes}-node cluster for LIST; "
+                        f"{args.pods} pods in gangs of {args.gang}; {args.watch_events} watch events per cluster")
+    result.write(args.json)
     return 0 if ok else 1
 
 

