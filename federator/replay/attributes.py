@@ -1,0 +1,195 @@
+"""The attribute rule: what the trace does not say about a job, drawn by a stated, seeded rule.
+
+The ITP trace gives each job a submission time, a duration and a GPU
+count; a federation also needs its gang shape, dataset, network need,
+GPU-model constraint and team. `RULE` fixes how they are drawn and
+`describe_rule()` says it in words (printed in every report). Each job's
+draws come from BLAKE2b of "<seed>/<job uid>", so a job's attributes depend
+only on the seed, the job and the clusters file (for its home's models and
+datasets), never on which other jobs are replayed or in what order: every
+figure is reproducible from (trace, clusters file, seed, rule).
+
+Pure: no I/O, no global random state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from federator.replay.clusters import Federation
+from federator.replay.trace import TraceJob
+
+__all__ = ["RULE", "AttributeRule", "ReplayJob", "assign_attributes", "describe_rule"]
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeRule:
+    """The parameters of the rule (changing one changes the rule's text, and so the report)."""
+
+    max_single_pod_gpus: int = 8
+    # Jobs above max_single_pod_gpus: workers of 8 GPUs, or of 4 with this probability.
+    four_gpu_worker_share: float = 0.25
+    cpu_cores_per_gpu: int = 8
+    memory_gib_per_gpu: int = 64
+    # Multi-pod gangs: network need rdma / ethernet (the rest: any).
+    rdma_share: float = 0.6
+    ethernet_share: float = 0.1
+    # Share of jobs pinned to one GPU model of their home cluster.
+    pinned_model_share: float = 0.3
+    # Dataset: none / one of the home's cached datasets / one of all datasets.
+    no_dataset_share: float = 0.1
+    home_dataset_share: float = 0.7
+    teams_per_trace_cluster: int = 4
+    # A multi-pod gang that needs RDMA but runs on Ethernet runs this much longer.
+    fabric_mismatch_slowdown: float = 1.3
+
+
+RULE = AttributeRule()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayJob:
+    """One trace job with every attribute the replay needs."""
+
+    uid: str
+    index: int
+    trace_cluster: str
+    home: str
+    team: str
+    submitted: float
+    duration: float
+    gpus: int
+    pods: int
+    gpus_per_pod: int
+    cpu_milli_per_pod: int
+    memory_per_pod: int
+    network: str  # rdma | ethernet | any
+    gpu_model: str | None
+    dataset: str | None
+    dataset_bytes: int
+
+    @property
+    def multi_pod(self) -> bool:
+        return self.pods > 1
+
+
+def describe_rule(rule: AttributeRule = RULE) -> str:
+    """The rule in words, for report.json's `rule` and report.md."""
+    r = rule
+    other_dataset = 1 - r.no_dataset_share - r.home_dataset_share
+    return (
+        "Per job, uniform draws from BLAKE2b('<seed>/<job uid>') (uid = '<trace cluster>-<row>'). "
+        f"Gang shape: a job of at most {r.max_single_pod_gpus} GPUs is one pod with all its GPUs; a larger job is "
+        f"workers of 8 GPUs (or of 4 GPUs with probability {r.four_gpu_worker_share:g}); each pod asks "
+        f"{r.cpu_cores_per_gpu} CPU cores and {r.memory_gib_per_gpu}Gi memory per GPU. "
+        f"Network need: multi-pod gangs ask rdma with probability {r.rdma_share:g}, ethernet with "
+        f"{r.ethernet_share:g}, else any; one-pod jobs ask any. "
+        f"GPU model: with probability {r.pinned_model_share:g} the job is pinned (placement.gpuModels and a "
+        "nodeSelector nvidia.com/gpu.product) to one model of its home cluster, drawn in proportion to that "
+        "model's GPUs there among the models whose home pool could hold the gang; otherwise any model. "
+        f"Dataset: none with probability {r.no_dataset_share:g}, one of the home cluster's cached datasets "
+        f"(uniform) with {r.home_dataset_share:g}, one of all datasets in the clusters file (uniform) with "
+        f"{other_dataset:g}; its size is the largest size any cluster declares for it. A dataset missing in "
+        "the cluster that runs the job is copied in before the job starts, taking size / that cluster's "
+        "bandwidthGbps while the gang holds its GPUs. "
+        f"Team: one of {r.teams_per_trace_cluster} teams per trace cluster (uniform). All jobs have priority 0. "
+        f"A multi-pod gang that asked for rdma and runs on an Ethernet cluster runs "
+        f"{r.fabric_mismatch_slowdown:g} times its traced duration."
+    )
+
+
+class _Draws:
+    """Uniform numbers in [0, 1) from one BLAKE2b digest (8 per job; one per attribute)."""
+
+    __slots__ = ("_digest", "_next")
+
+    def __init__(self, seed: int, uid: str) -> None:
+        self._digest = hashlib.blake2b(f"{seed}/{uid}".encode(), digest_size=64).digest()
+        self._next = 0
+
+    def uniform(self) -> float:
+        start = self._next * 8
+        self._next += 1
+        return int.from_bytes(self._digest[start:start + 8], "big") / 2.0**64
+
+
+def _pick(items: Sequence[str], u: float) -> str:
+    return items[min(len(items) - 1, int(u * len(items)))]
+
+
+def _weighted(items: Sequence[tuple[str, int]], u: float) -> str:
+    total = sum(w for _, w in items)
+    acc = 0.0
+    for name, weight in items:
+        acc += weight / total
+        if u < acc:
+            return name
+    return items[-1][0]
+
+
+def assign_attributes(
+    jobs: Sequence[TraceJob], federation: Federation, *, seed: int, rule: AttributeRule = RULE
+) -> list[ReplayJob]:
+    """Every trace job with its drawn attributes (in the given order)."""
+    sizes = federation.dataset_sizes
+    catalogue = tuple(sizes)
+    specs = {c.name: c for c in federation.clusters}
+    out: list[ReplayJob] = []
+    for index, job in enumerate(jobs):
+        draws = _Draws(seed, job.uid)
+        home = federation.home_of[job.cluster]
+        spec = specs[home]
+        u_shape, u_net, u_pin, u_model, u_ds_kind, u_ds, u_team = (draws.uniform() for _ in range(7))
+        if job.gpus <= rule.max_single_pod_gpus:
+            pods, per_pod = 1, job.gpus
+        else:
+            per_pod = 4 if u_shape < rule.four_gpu_worker_share else 8
+            pods = -(-job.gpus // per_pod)
+        network = "any"
+        if pods > 1:
+            if u_net < rule.rdma_share:
+                network = "rdma"
+            elif u_net < rule.rdma_share + rule.ethernet_share:
+                network = "ethernet"
+        model: str | None = None
+        if u_pin < rule.pinned_model_share:
+            # Models of the home whose pools could hold the whole gang node by node.
+            able: dict[str, int] = {}
+            for pool in spec.pools:
+                if pool.gpus_per_node >= per_pod:
+                    able[pool.gpu_model] = able.get(pool.gpu_model, 0) + pool.nodes * (pool.gpus_per_node // per_pod)
+            choices = sorted((m, n * per_pod) for m, n in able.items() if n >= pods)
+            if choices:
+                model = _weighted(choices, u_model)
+        dataset: str | None = None
+        if catalogue and u_ds_kind >= rule.no_dataset_share:
+            home_sets = tuple(sorted(spec.datasets))
+            if home_sets and u_ds_kind < rule.no_dataset_share + rule.home_dataset_share:
+                dataset = _pick(home_sets, u_ds)
+            else:
+                dataset = _pick(catalogue, u_ds)
+        out.append(
+            ReplayJob(
+                uid=job.uid,
+                index=index,
+                trace_cluster=job.cluster,
+                home=home,
+                team=f"{job.cluster}/team-{int(u_team * rule.teams_per_trace_cluster)}",
+                submitted=job.submitted,
+                duration=job.duration,
+                gpus=job.gpus,
+                pods=pods,
+                gpus_per_pod=per_pod,
+                cpu_milli_per_pod=per_pod * rule.cpu_cores_per_gpu * 1000,
+                memory_per_pod=per_pod * rule.memory_gib_per_gpu * GIB,
+                network=network,
+                gpu_model=model,
+                dataset=dataset,
+                dataset_bytes=sizes.get(dataset, 0) if dataset else 0,
+            )
+        )
+    return out

@@ -1,0 +1,342 @@
+"""The discrete-event engine of a replay: virtual time, members, one policy, and what it measured.
+
+Time jumps from event to event (a job arrives, a gang finishes, a policy's
+timer fires); nothing waits on a wall clock. At each instant, in this
+order:
+1. gangs that finish now release their nodes (and their member objects
+   are deleted: the cleanup writes);
+2. jobs submitted now go to the policy (`submit`), then timers fire;
+3. every member whose capacity or queue changed runs a scheduling cycle
+   (its own waiting gangs first: they were there before); members that
+   must decide at the same instant go in an order drawn from the seed,
+   which stands in for the race between them (it matters only to
+   policies that copy a job to several members);
+4. the policy's hub side decides (`step`), dispatching into members, which
+   run a cycle at once; members left dirty cycle again.
+
+When a member binds a gang copy, the job starts: first the copy of its
+dataset if the member does not cache it (size / the member's bandwidth,
+with the gang holding its GPUs), then its traced duration (longer on a
+fabric mismatch, by the rule). Its queueing delay is training start
+minus submission; its JCT is finish minus submission.
+
+Writes are counted uniformly: every gang copy written into a member costs
+1 + pods writes (a PodGroup, or the policy's equivalent workload object,
+and its pods), and every copy deleted (a losing copy, a failed dispatch
+pulled back, or a finished gang cleaned up) the same again.
+
+Must never: read a clock for the simulation (only `wall_seconds`
+measures the run), or let any policy see another's members.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from federator.replay.attributes import RULE, AttributeRule, ReplayJob
+from federator.replay.clusters import Federation
+from federator.replay.member import GangCopy, Member, pod_requirements_of
+
+__all__ = ["FAILED_DISPATCH_NOTICE_SECONDS", "Engine", "Policy", "PolicyResult"]
+
+# A gang written where it can never run stays Unschedulable; the dispatcher notices after this long
+# (karmada-descheduler's default unschedulable threshold is 5 minutes) and pulls it back.
+FAILED_DISPATCH_NOTICE_SECONDS = 300.0
+_FINISH, _ARRIVAL, _TIMER = 0, 1, 2
+
+
+class Policy(Protocol):
+    """A dispatch policy: how jobs get from the hub (or the submitter) into members."""
+
+    name: str
+
+    def attach(self, engine: Engine) -> None: ...
+
+    def submit(self, job: ReplayJob) -> None: ...
+
+    def step(self) -> None: ...
+
+    def on_bound(self, copy: GangCopy) -> None: ...
+
+    def on_finished(self, copy: GangCopy) -> None: ...
+
+    def on_timer(self, payload: Any) -> None: ...
+
+
+@dataclass
+class PolicyResult:
+    """What one policy's replay measured (report.json's per-policy object, plus the plots' data)."""
+
+    policy: str
+    metrics: dict[str, float | int]
+    delays: list[float]
+    # (time since the first submission, GPU utilisation 0..1) at evenly spaced instants
+    utilization: list[tuple[float, float]]
+    never_started: int
+    events: int
+    member_cycles: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); 0 for no values."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q
+    low = math.floor(pos)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one gets everything."""
+    if not values:
+        return 1.0
+    total = sum(values)
+    squares = sum(v * v for v in values)
+    return (total * total) / (len(values) * squares) if squares > 0 else 1.0
+
+
+class Engine:
+    """One policy's replay over fresh members; `run()` returns its PolicyResult."""
+
+    def __init__(
+        self,
+        *,
+        jobs: Sequence[ReplayJob],
+        federation: Federation,
+        policy: Policy,
+        seed: int,
+        rule: AttributeRule = RULE,
+        progress: Callable[[int], None] | None = None,
+        progress_every: int = 1000,
+    ) -> None:
+        self.jobs = jobs
+        self.federation = federation
+        self.policy = policy
+        self.rule = rule
+        self.seed = seed
+        self.members: dict[str, Member] = {spec.name: Member(spec) for spec in federation.clusters}
+        self.member_order = federation.names
+        self._position = {name: i for i, name in enumerate(self.member_order)}
+        self.now = jobs[0].submitted if jobs else 0.0
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+        self._race = random.Random(f"replay-race/{seed}")
+        self._dirty: set[str] = set()
+        n = len(jobs)
+        self.bound_at = array("d", [math.nan]) * n
+        self.started_at = array("d", [math.nan]) * n
+        self.finished_at = array("d", [math.nan]) * n
+        self.cluster_of: list[str | None] = [None] * n
+        self.writes = 0
+        self.failed_dispatches = 0
+        self.fabric_mismatches = 0
+        self.bytes_copied = 0
+        self.busy_gpus = 0
+        self.total_gpus = sum(m.capacity["nvidia.com/gpu"] for m in self.members.values())
+        self._busy_area = 0.0
+        self._last_t: float | None = None
+        self._util_t = array("d")
+        self._util_busy = array("d")
+        self._progress = progress
+        self._progress_every = max(1, progress_every)
+        self._finished = 0
+        self.events = 0
+        policy.attach(self)
+
+    # ------------------------------------------------------------ for policies
+
+    def timer(self, at: float, payload: Any) -> None:
+        """Call `policy.on_timer(payload)` at virtual time `at` (not before now)."""
+        heapq.heappush(self._events, (max(at, self.now), _TIMER, next(self._seq), payload))
+
+    def dispatch(self, job: ReplayJob, cluster: str, *, cycle: bool = True) -> GangCopy:
+        """Write a copy of the job's gang into a member; with `cycle`, the member schedules at once."""
+        member = self.members[cluster]
+        copy = GangCopy(
+            job=job,
+            cluster=cluster,
+            seq=next(self._seq),
+            requirements=pod_requirements_of(job),
+            pod_keys=tuple(f"{job.uid}/{cluster}/{i}" for i in range(job.pods)),
+        )
+        self.writes += 1 + job.pods
+        member.add(copy)
+        if cycle:
+            member.cycle(self._bound)
+        else:
+            self._dirty.add(cluster)
+        return copy
+
+    def delete(self, copy: GangCopy) -> None:
+        """Delete a waiting copy from its member (the writes of its PodGroup and pods)."""
+        self.members[copy.cluster].delete(copy)
+        self.writes += 1 + copy.job.pods
+
+    def count_failed_dispatch(self) -> None:
+        self.failed_dispatches += 1
+
+    def is_started(self, job: ReplayJob) -> bool:
+        return not math.isnan(self.bound_at[job.index])
+
+    def seeded_order(self, names: set[str] | Sequence[str]) -> list[str]:
+        """Members in the order the seed draws for this instant's race."""
+        ordered = sorted(names, key=self._position.__getitem__)
+        self._race.shuffle(ordered)
+        return ordered
+
+    # ------------------------------------------------------------ internals
+
+    def _bound(self, copy: GangCopy) -> None:
+        job = copy.job
+        if not math.isnan(self.bound_at[job.index]):
+            raise RuntimeError(f"job {job.uid} was bound twice (second copy in {copy.cluster})")
+        spec = self.members[copy.cluster].spec
+        copy.bound_at = self.now
+        copy_seconds = 0.0
+        if job.dataset is not None and job.dataset not in spec.datasets:
+            self.bytes_copied += job.dataset_bytes
+            copy_seconds = job.dataset_bytes * 8 / (spec.bandwidth_gbps * 1e9)
+        slowdown = 1.0
+        if job.network != "any" and job.network != spec.fabric and len(set(copy.nodes.values())) > 1:
+            self.fabric_mismatches += 1
+            if job.network == "rdma":
+                slowdown = self.rule.fabric_mismatch_slowdown
+        start = self.now + copy_seconds
+        finish = start + job.duration * slowdown
+        self.bound_at[job.index] = self.now
+        self.started_at[job.index] = start
+        self.cluster_of[job.index] = copy.cluster
+        self.busy_gpus += copy.gpus
+        heapq.heappush(self._events, (finish, _FINISH, next(self._seq), copy))
+        self.policy.on_bound(copy)
+
+    def _finish(self, copy: GangCopy) -> None:
+        self.members[copy.cluster].release(copy)
+        self.writes += 1 + copy.job.pods
+        self.busy_gpus -= copy.gpus
+        self.finished_at[copy.job.index] = self.now
+        self._dirty.add(copy.cluster)
+        self._finished += 1
+        if self._progress is not None and self._finished % self._progress_every == 0:
+            self._progress(self._progress_every)
+        self.policy.on_finished(copy)
+
+    def _flush(self) -> None:
+        while self._dirty:
+            dirty, self._dirty = self._dirty, set()
+            for name in self.seeded_order(dirty):
+                self.members[name].cycle(self._bound)
+
+    def _advance(self, t: float) -> None:
+        if self._last_t is not None:
+            self._busy_area += self.busy_gpus * (t - self._last_t)
+        self._last_t = t
+        self.now = t
+
+    def run(self) -> PolicyResult:
+        started = time.perf_counter()
+        for job in self.jobs:
+            heapq.heappush(self._events, (job.submitted, _ARRIVAL, next(self._seq), job))
+        events = self._events
+        while events:
+            t = events[0][0]
+            self._advance(t)
+            batch: list[tuple[float, int, int, Any]] = []
+            while events and events[0][0] == t:
+                batch.append(heapq.heappop(events))
+            self.events += len(batch)
+            for _, kind, _, payload in batch:
+                if kind == _FINISH:
+                    self._finish(payload)
+            for _, kind, _, payload in batch:
+                if kind == _ARRIVAL:
+                    self.policy.submit(payload)
+            for _, kind, _, payload in batch:
+                if kind == _TIMER:
+                    self.policy.on_timer(payload)
+            self._flush()
+            self.policy.step()
+            self._flush()
+            self._util_t.append(t)
+            self._util_busy.append(float(self.busy_gpus))
+        if self._progress is not None and self._finished % self._progress_every:
+            self._progress(self._finished % self._progress_every)
+        return self._result(wall=time.perf_counter() - started)
+
+    # ------------------------------------------------------------ results
+
+    def _utilization_series(self, t0: float, t1: float, bins: int = 400) -> list[tuple[float, float]]:
+        if t1 <= t0 or not self._util_t or self.total_gpus <= 0:
+            return []
+        width = (t1 - t0) / bins
+        area = [0.0] * bins
+        times, busy = self._util_t, self._util_busy
+        for i in range(len(times) - 1):
+            a, b, value = times[i], times[i + 1], busy[i]
+            if b <= a or value == 0:
+                continue
+            first, last = int((a - t0) / width), min(bins - 1, int((b - t0) / width))
+            for k in range(max(0, first), last + 1):
+                lo, hi = max(a, t0 + k * width), min(b, t0 + (k + 1) * width)
+                if hi > lo:
+                    area[k] += value * (hi - lo)
+        return [(k * width + width / 2, area[k] / (width * self.total_gpus)) for k in range(bins)]
+
+    def _result(self, *, wall: float) -> PolicyResult:
+        jobs = self.jobs
+        delays: list[float] = []
+        jcts: list[float] = []
+        per_team: dict[str, list[float]] = {}
+        never = 0
+        for job in jobs:
+            start = self.started_at[job.index]
+            if math.isnan(start):
+                never += 1
+                continue
+            delays.append(start - job.submitted)
+            finish = self.finished_at[job.index]
+            if not math.isnan(finish):
+                jct = finish - job.submitted
+                jcts.append(jct)
+                per_team.setdefault(job.team, []).append(job.duration / jct if jct > 0 else 1.0)
+        delays.sort()
+        first = min((j.submitted for j in jobs), default=0.0)
+        finishes = [f for f in self.finished_at if not math.isnan(f)]
+        last = max(finishes, default=first)
+        makespan = last - first
+        utilization = self._busy_area / (self.total_gpus * makespan) if makespan > 0 and self.total_gpus else 0.0
+        team_scores = [sum(v) / len(v) for _, v in sorted(per_team.items())]
+        metrics: dict[str, float | int] = {
+            "meanQueueDelaySeconds": round(sum(delays) / len(delays), 3) if delays else 0.0,
+            "p95QueueDelaySeconds": round(quantile(delays, 0.95), 3),
+            "p99QueueDelaySeconds": round(quantile(delays, 0.99), 3),
+            "meanJctSeconds": round(sum(jcts) / len(jcts), 3) if jcts else 0.0,
+            "makespanSeconds": round(makespan, 3),
+            "gpuUtilization": round(utilization, 6),
+            "failedDispatches": self.failed_dispatches,
+            "memberWritesPerJob": round(self.writes / len(jobs), 6) if jobs else 0.0,
+            "datasetBytesCopied": self.bytes_copied,
+            "fabricMismatches": self.fabric_mismatches,
+            "jainFairness": round(jain_index(team_scores), 6),
+            "jobs": len(jobs),
+            "wallSeconds": round(wall, 3),
+        }
+        return PolicyResult(
+            policy=self.policy.name,
+            metrics=metrics,
+            delays=delays,
+            utilization=self._utilization_series(first, last),
+            never_started=never,
+            events=self.events,
+            member_cycles=sum(m.cycles for m in self.members.values()),
+        )

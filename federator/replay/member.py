@@ -1,0 +1,288 @@
+"""The member model: one simulated cluster's nodes and its own gang scheduler, in virtual time.
+
+Every policy of a replay dispatches into the same members, which decide
+exactly as `federator/sim`'s gang scheduler does, with its code:
+- nodes and usage are a `sim.fit.ClusterLedger` (one `NodeInfo` per node:
+  CPU, memory, `nvidia.com/gpu`, pods; label `nvidia.com/gpu.product`);
+- a gang copy is bound all-or-nothing, node by node, by
+  `sim.fit.CyclePlanner.place_gang` with `need` = every pod (the gang's
+  minMember), never overcommitting a node: the simulator's fit, not a
+  second one;
+- the order is `sim.scheduler.schedule_cycle`'s: pending gangs by priority,
+  then arrival; a gang that does not fit does not block the ones behind
+  it (backfill); like schedule_cycle's attempt memo, a shape that failed at
+  the ledger's current generation (no capacity freed since) is not tried
+  again.
+What the simulator does around that (Kubernetes objects, conditions,
+events, HTTP) is left out: here a copy is a Python object and binding it
+is immediate.
+
+A member also answers the questions baselines ask of a cluster: summed
+free resources (minus what waiting gangs will take, Karmada's
+"allocating"), the feasible nodes of a pod shape (for Karmada's
+node-level estimator), whether a gang fits now (Armada) and whether it
+could ever fit here (a dispatch that never can is a failed dispatch),
+the last two again through `CyclePlanner.place_gang`, on the live ledger
+(rolled back) or on an empty copy of the nodes.
+
+Must never bind part of a gang, overcommit a node, or read a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+from federator.replay.attributes import ReplayJob
+from federator.replay.backfill import BackfillQueue
+from federator.replay.clusters import ClusterSpec
+from federator.sim.fit import (
+    CPU,
+    GPU,
+    MEMORY,
+    PODS,
+    ClusterLedger,
+    CyclePlanner,
+    NodeInfo,
+    Placement,
+    PodRequirements,
+    static_misfit,
+)
+
+__all__ = ["GPU_PRODUCT_LABEL", "GangCopy", "Member", "pod_requirements_of"]
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+PODS_PER_NODE = 110
+
+_REQUIREMENTS: dict[tuple[int, int, int, str | None], PodRequirements] = {}
+
+
+def pod_requirements_of(job: ReplayJob) -> PodRequirements:
+    """The pod spec of every pod of the job's gang, as the simulator's scheduler reads it (shared per shape)."""
+    key = (job.cpu_milli_per_pod, job.memory_per_pod, job.gpus_per_pod, job.gpu_model)
+    req = _REQUIREMENTS.get(key)
+    if req is None:
+        requests = {CPU: job.cpu_milli_per_pod, MEMORY: job.memory_per_pod, GPU: job.gpus_per_pod, PODS: 1}
+        placement = Placement(node_selector=((GPU_PRODUCT_LABEL, job.gpu_model),)) if job.gpu_model else Placement()
+        req = PodRequirements(requests=tuple(sorted(requests.items())), placement=placement)
+        _REQUIREMENTS[key] = req
+    return req
+
+
+@dataclass(eq=False, slots=True)
+class GangCopy:
+    """One copy of a job's gang written into one member (a PodGroup and its pods)."""
+
+    job: ReplayJob
+    cluster: str
+    seq: int
+    requirements: PodRequirements
+    pod_keys: tuple[str, ...]
+    state: str = "pending"  # pending | bound | deleted | finished
+    bound_at: float = -1.0
+    nodes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> Hashable:
+        return (self.requirements, self.job.pods)
+
+    @property
+    def gpus(self) -> int:
+        return self.job.pods * self.job.gpus_per_pod
+
+
+class _Planner(CyclePlanner):
+    """The simulator's planner with its per-placement feasible node lists kept across cycles.
+
+    Valid because a replay never changes a node (only usage), so which nodes a
+    pod's selector and tolerations admit stays the same for the whole run;
+    the cursors (what fills up within one cycle) start afresh every cycle.
+    """
+
+    def __init__(self, ledger: ClusterLedger, feasible: dict[Placement, list[NodeInfo]]) -> None:
+        super().__init__(ledger)
+        self._shared = feasible
+
+    def feasible(self, placement: Placement) -> list[NodeInfo]:
+        nodes = self._shared.get(placement)
+        if nodes is None:
+            nodes = [n for n in self.ledger.ordered_nodes() if static_misfit(placement, n) is None]
+            self._shared[placement] = nodes
+        return nodes
+
+
+def _nodes_of(spec: ClusterSpec) -> list[NodeInfo]:
+    nodes: list[NodeInfo] = []
+    for pool in spec.pools:
+        for i in range(pool.nodes):
+            name = f"{spec.name}-{pool.gpu_model.lower()}-{i:05d}"
+            nodes.append(
+                NodeInfo(
+                    name=name,
+                    allocatable={CPU: pool.cpu_milli, MEMORY: pool.memory, GPU: pool.gpus_per_node, PODS: PODS_PER_NODE},
+                    labels={GPU_PRODUCT_LABEL: pool.gpu_model, "kubernetes.io/hostname": name},
+                )
+            )
+    return nodes
+
+
+class Member:
+    """One member cluster: its ledger, its queue of waiting gang copies, and its totals."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.ledger = ClusterLedger()
+        for node in _nodes_of(spec):
+            self.ledger.upsert_node(node)
+        self._feasible: dict[Placement, list[NodeInfo]] = {}
+        # An empty twin of the nodes, for "could this gang ever fit here".
+        self._empty = ClusterLedger()
+        for node in _nodes_of(spec):
+            self._empty.upsert_node(node)
+        self._empty_feasible: dict[Placement, list[NodeInfo]] = {}
+        self._ever: dict[Hashable, bool] = {}
+        self.queue: BackfillQueue[GangCopy] = BackfillQueue()
+        # shape -> ledger generation at which it last failed (schedule_cycle's attempt memo)
+        self._failed_at: dict[Hashable, int] = {}
+        self.capacity = {CPU: 0, MEMORY: 0, GPU: 0, PODS: 0}
+        for node in self.ledger.ordered_nodes():
+            for resource in self.capacity:
+                self.capacity[resource] += node.allocatable.get(resource, 0)
+        self.used = dict.fromkeys(self.capacity, 0)
+        self.waiting = dict.fromkeys(self.capacity, 0)
+        self.gpu_capacity_by_model: dict[str, int] = {}
+        for pool in spec.pools:
+            self.gpu_capacity_by_model[pool.gpu_model] = (
+                self.gpu_capacity_by_model.get(pool.gpu_model, 0) + pool.nodes * pool.gpus_per_node
+            )
+        self.gpu_used_by_model = dict.fromkeys(self.gpu_capacity_by_model, 0)
+        self.gpu_waiting_by_model = dict.fromkeys(self.gpu_capacity_by_model, 0)
+        self.model_of_node = {n.name: n.labels[GPU_PRODUCT_LABEL] for n in self.ledger.ordered_nodes()}
+        # Nodes whose usage changed since the last `take_changed_nodes` (the hub's snapshot feed).
+        self._changed: set[str] = set()
+        self.cycles = 0
+        # Bumped on every bind and release: answers about free capacity may be cached per version.
+        self.ledger_version = 0
+
+    # ------------------------------------------------------------ copies in and out
+
+    def add(self, copy: GangCopy) -> None:
+        """A gang copy written into this member: it waits for the next cycle."""
+        self.queue.add(copy)
+        self._wait(copy, +1)
+
+    def delete(self, copy: GangCopy) -> None:
+        """A waiting copy deleted by the federation layer (another copy won, or it was pulled back)."""
+        if copy.state != "pending":
+            raise ValueError(f"copy of {copy.job.uid} in {self.name} is {copy.state}, not pending")
+        if self.queue.remove(copy):
+            self._wait(copy, -1)
+        copy.state = "deleted"
+
+    def release(self, copy: GangCopy) -> None:
+        """A bound gang finished: its pods stop using their nodes."""
+        if copy.state != "bound":
+            raise ValueError(f"copy of {copy.job.uid} in {self.name} is {copy.state}, not bound")
+        for key in copy.pod_keys:
+            node = self.ledger.node_of(key)
+            if node is not None:
+                self._changed.add(node)
+            self.ledger.release(key)
+        self._use(copy, -1)
+        self.ledger_version += 1
+        copy.state = "finished"
+
+    def _wait(self, copy: GangCopy, sign: int) -> None:
+        job = copy.job
+        pods = job.pods
+        self.waiting[CPU] += sign * pods * job.cpu_milli_per_pod
+        self.waiting[MEMORY] += sign * pods * job.memory_per_pod
+        self.waiting[GPU] += sign * pods * job.gpus_per_pod
+        self.waiting[PODS] += sign * pods
+        if job.gpu_model is not None and job.gpu_model in self.gpu_waiting_by_model:
+            self.gpu_waiting_by_model[job.gpu_model] += sign * copy.gpus
+
+    def _use(self, copy: GangCopy, sign: int) -> None:
+        job = copy.job
+        pods = job.pods
+        self.used[CPU] += sign * pods * job.cpu_milli_per_pod
+        self.used[MEMORY] += sign * pods * job.memory_per_pod
+        self.used[GPU] += sign * pods * job.gpus_per_pod
+        self.used[PODS] += sign * pods
+        for node in copy.nodes.values():
+            model = self.model_of_node[node]
+            self.gpu_used_by_model[model] += sign * job.gpus_per_pod
+
+    # ------------------------------------------------------------ the gang scheduler
+
+    def cycle(self, on_bound: Callable[[GangCopy], None]) -> list[GangCopy]:
+        """One scheduling cycle: bind every waiting gang that fits, oldest first, with backfill."""
+        if not len(self.queue):
+            return []
+        self.cycles += 1
+        generation = self.ledger.generation
+        skip = [shape for shape in self.queue.shapes() if self._failed_at.get(shape) == generation]
+        planner = _Planner(self.ledger, self._feasible)
+
+        def attempt(copy: GangCopy) -> bool:
+            outcome = planner.place_gang([(key, copy.requirements) for key in copy.pod_keys], need=copy.job.pods)
+            if not outcome.committed:
+                # Binds do not move the generation: the memo stays exact until capacity is freed.
+                self._failed_at[copy.shape] = generation
+                return False
+            copy.nodes = dict(outcome.placed)
+            copy.state = "bound"
+            self._changed.update(outcome.placed.values())
+            self._wait(copy, -1)
+            self._use(copy, +1)
+            self.ledger_version += 1
+            return True
+
+        bound = self.queue.run_pass(attempt, skip=skip)
+        for copy in bound:
+            on_bound(copy)
+        return bound
+
+    # ------------------------------------------------------------ questions baselines ask
+
+    def could_ever_hold(self, copy: GangCopy) -> bool:
+        """Would the gang fit on this member's nodes if they were all empty?"""
+        known = self._ever.get(copy.shape)
+        if known is None:
+            planner = _Planner(self._empty, self._empty_feasible)
+            outcome = planner.place_gang([(f"probe/{i}", copy.requirements) for i in range(copy.job.pods)],
+                                         need=copy.job.pods)
+            for key in outcome.placed:
+                self._empty.release(key, freed=False)
+            known = outcome.committed
+            self._ever[copy.shape] = known
+        return known
+
+    def fits_now(self, requirements: PodRequirements, pods: int) -> bool:
+        """Would a gang of `pods` such pods be bound now (ignoring anything waiting here)? Changes nothing."""
+        planner = _Planner(self.ledger, self._feasible)
+        outcome = planner.place_gang([(f"probe/{i}", requirements) for i in range(pods)], need=pods)
+        for key in outcome.placed:
+            self.ledger.release(key, freed=False)
+        return outcome.committed
+
+    def feasible_nodes(self, placement: Placement) -> Sequence[NodeInfo]:
+        return _Planner(self.ledger, self._feasible).feasible(placement)
+
+    def has_model(self, model: str | None) -> bool:
+        return model is None or model in self.gpu_capacity_by_model
+
+    def free_gpus(self, model: str | None = None, *, minus_waiting: bool = True) -> int:
+        """Summed free GPUs (of one model, or all), less what gangs waiting here will take."""
+        if model is None:
+            free = self.capacity[GPU] - self.used[GPU]
+            return free - self.waiting[GPU] if minus_waiting else free
+        if model not in self.gpu_capacity_by_model:
+            return 0
+        free = self.gpu_capacity_by_model[model] - self.gpu_used_by_model[model]
+        return free - self.gpu_waiting_by_model[model] if minus_waiting else free
+
+    def take_changed_nodes(self) -> set[str]:
+        changed, self._changed = self._changed, set()
+        return changed
