@@ -5,7 +5,10 @@ NoMatchingNodes: a node-selector label no schedulable node carries):
 1. ExceedsCapacity: even with every schedulable node empty, the cluster
    could not hold the gang: CPU or memory totals, or, for every accepted
    GPU model, the allocatable-GPU histogram (O(models x distinct GPU
-   counts)). Such a gang never fits there.
+   counts)), or one pod asks more of some resource than any schedulable
+   node has (the componentwise maximum of the nodes' allocatable: O(roles);
+   without it, such a gang was found out only by visiting every node with
+   room for its GPUs). Such a gang never fits there.
 2. InsufficientGpu, then InsufficientCpu / InsufficientMemory: the free
    GPUs counted node by node (free-GPU histogram), the free GPU total, or
    the free CPU or memory totals are short. 64 free GPUs spread one per node
@@ -102,6 +105,21 @@ def _free_totals_short(gang: GangRequest, index: ClusterIndex) -> FilterResult |
     return None
 
 
+def _pod_larger_than_every_node(gang: GangRequest, index: ClusterIndex) -> FilterResult | None:
+    """A role whose pods ask more of some resource than any schedulable node has, even empty: O(roles)."""
+    largest = index.max_node_allocatable
+    for role in gang.fit_order:
+        if not role.requests.fits_in(largest):
+            return FilterResult.reject(
+                EXCEEDS_CAPACITY,
+                f"{_needs(gang, role, model=None)}; no schedulable node could hold one "
+                f"({role.requests.describe()}) even when empty: the most any node has is {largest.describe()}",
+                pods_needed=role.replicas,
+                pods_fit=0,
+            )
+    return None
+
+
 def _histogram_text(index: ClusterIndex, model: str) -> str:
     parts = [f"{count} nodes with {k}" for k, count in reversed(index.free_gpu_histogram(model)) if k]
     return ", ".join(parts[:4]) if parts else "none"
@@ -160,6 +178,9 @@ class GangFitFilter:
                 needed_bytes=total.memory,
                 capacity_bytes=index.capacity_memory,
             )
+        too_big = _pod_larger_than_every_node(gang, index)
+        if too_big is not None:
+            return too_big
         if not gang.needs_gpu:
             short = _free_totals_short(gang, index)
             if short is not None:

@@ -122,3 +122,21 @@ def test_node_selector_nobody_matches_is_rejected_without_visiting_nodes() -> No
         result = check(g, snap, context_for(snap))  # type: ignore[arg-type]
         assert result.code == NO_MATCHING_NODES  # not-ready nodes do not count
         assert result.message == "no schedulable node has label pool=train (the gang's node selector)"
+
+
+def test_a_pod_larger_than_every_node_never_fits_and_no_node_is_visited() -> None:
+    # 8 GPUs and 128 cores per pod on 96-core nodes: the GPU histogram and the CPU total both pass
+    g = gang("g", pods=2, gpus=8, cpu=128, rdma=1, network="rdma", models=["A100"])
+    snap = cluster("a", nodes("n", 10))
+    result, ctx = run_filter(GangFitFilter(), g, snap)
+    assert result.code == EXCEEDS_CAPACITY  # type: ignore[attr-defined]
+    assert result.message == (  # type: ignore[attr-defined]
+        "needs 2 pods of 8 GPUs with RDMA; no schedulable node could hold one (128 cpu, 512Gi memory, 8 GPUs, "
+        "1 rdma/hca) even when empty: the most any node has is 96 cpu, 1Ti memory, 8 GPUs, 1 rdma/hca"
+    )
+    assert (result.numbers["pods_needed"], result.numbers["pods_fit"]) == (2, 0)  # type: ignore[attr-defined]
+    assert ctx.fit is None  # type: ignore[attr-defined]
+    # one node big enough is enough to pass this stage
+    bigger = cluster("b", nodes("n", 10) + [node("huge", cpu=256)])
+    result, _ = run_filter(GangFitFilter(), g, bigger)
+    assert result.code == DOES_NOT_FIT and "at most 1 fit node by node" in result.message  # type: ignore[attr-defined]
