@@ -4,6 +4,8 @@
                                  [--workdir DIR]
 
 Example: .venv/bin/python bench/ha.py --runs 5        (about 3 minutes; prints a table and the medians)
+`--quick`: leader TTL 4s (unless given); `--json FILE`: every run's figures in the format of
+bench/benchresult.py (`federator bench` reads it).
 
 It builds the chaos lab of tests/chaos/lab.py (imported from the source tree: ROOT is put first on
 sys.path, then `from tests.chaos.lab import ...`): 3 etcd members (processes), `--clusters` simulated
@@ -45,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
 from tests.chaos.lab import (  # noqa: E402 - after the sys.path change above
     CLUSTERS,
     NAMESPACE,
@@ -249,6 +252,16 @@ async def bench(args: argparse.Namespace, workdir: Path) -> int:
         await sampler.stop()
         await lab.stop()
     report(rows, ttl=ttl, violations=violations, sampler=sampler)
+    result = BenchResult("ha")
+    figures = ("kill->leads s", "kill->controllers s", "kill->probe acked s", "kill->probe Placed s",
+               "kill->probe Running s", "member LISTs after", "baseline LISTs (same window)", "lost")
+    result.add_runs([{k: float(row[k]) for k in figures} for row in rows],
+                    bars={"kill->leads s": ("<=", ttl + 2.0), "lost": ("<=", 0.0)},
+                    units={"member LISTs after": "requests", "baseline LISTs (same window)": "requests",
+                           "lost": "jobs"})
+    result.notes.append(f"leader TTL {args.leader_ttl}, {args.clusters} clusters; invariant violations: "
+                        f"{len(violations)}")
+    result.write(args.json)
     return 0 if not violations and all(r["lost"] == 0 for r in rows) else 1
 
 
@@ -290,7 +303,12 @@ def main() -> int:
                         help="seconds between background job submissions (default: 0.5)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the lab's files (hub, agent and etcd logs) here instead of a temporary directory")
+    parser.add_argument("--quick", action="store_true", help="leader TTL 4s (unless given)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write every run's figures to FILE (bench/benchresult.py)")
     args = parser.parse_args()
+    if args.quick and "--leader-ttl" not in sys.argv[1:]:
+        args.leader_ttl = "4s"
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if args.workdir is not None:

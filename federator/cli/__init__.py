@@ -12,7 +12,7 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
     drill.py       federator drill [list|show]          failover drills (drillrun.py runs one) and their reports
     agent.py       federator agent                      the member-side fence agent
     etcd.py        federator etcd                       a local N-member etcd cluster for development
-    bench.py       federator bench replay|...           benchmarks run from the installed command
+    bench.py       federator bench [replay|scale]       every benchmark into one report; the trace replay; scale
     common.py      UserError, InputError, hub access flags and runner, manifests, tables and printers
 
 A command module imports `common` and never another command module (sim.py
