@@ -84,7 +84,25 @@ def _register_replay(benches: Any) -> None:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    raise UserError("federator bench replay: the replay engine is not built yet")
+    try:
+        from federator.replay.run import ReplayInputError, replay_options, run_replay
+    except ImportError as e:  # matplotlib or rich missing: the `bench` extra
+        raise UserError(f"federator bench replay needs the bench extra (pip install 'federator[bench]'): {e}") from None
+    try:
+        options = replay_options(
+            trace=args.trace, clusters=args.clusters, seed=args.seed, jobs=args.jobs, policies=args.policies,
+            workers=args.workers, out=args.out, progress=not args.no_progress,
+        )
+        report = run_replay(options)
+    except ReplayInputError as e:
+        raise UserError(str(e)) from None
+    for name, metrics in report["policies"].items():
+        print(f"{name:<24} mean delay {metrics['meanQueueDelaySeconds']:>10.1f} s   "
+              f"p95 {metrics['p95QueueDelaySeconds']:>9.1f} s   writes/job {metrics['memberWritesPerJob']:>6.2f}   "
+              f"copied {metrics['datasetBytesCopied'] / 2**40:>9.1f} TiB   wall {metrics['wallSeconds']:>6.1f} s",
+              flush=True)
+    print(f"report: {options.out / 'report.md'}", flush=True)
+    return 0
 
 
 # ---------------------------------------------------------------- every benchmark: `federator bench --out DIR`

@@ -1,0 +1,217 @@
+"""Writing a replay's report: report.json, report.md and three PNG plots (matplotlib, no display).
+
+- report.json: `trace`, `clustersFile`, `seed`, `rule`, `machine`, and
+  `policies` (policy -> exactly METRIC_KEYS);
+- report.md: the inputs, every metric per policy, federator / each
+  baseline per metric, jobs that never started, and the plots;
+- queue_delay_cdf.png, gpu_utilization.png, writes_and_bytes.png.
+
+Files are written into `out` (created if missing) only after every
+policy ran; a plot that cannot be drawn raises rather than leaving a
+partial report unexplained.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from federator.replay.clusters import Federation
+from federator.replay.engine import PolicyResult
+
+__all__ = ["METRIC_KEYS", "PLOTS", "write_report"]
+
+METRIC_KEYS: tuple[str, ...] = (
+    "meanQueueDelaySeconds",
+    "p95QueueDelaySeconds",
+    "p99QueueDelaySeconds",
+    "meanJctSeconds",
+    "makespanSeconds",
+    "gpuUtilization",
+    "failedDispatches",
+    "memberWritesPerJob",
+    "datasetBytesCopied",
+    "fabricMismatches",
+    "jainFairness",
+    "jobs",
+    "wallSeconds",
+)
+PLOTS = ("queue_delay_cdf.png", "gpu_utilization.png", "writes_and_bytes.png")
+_LOWER_IS_BETTER = {
+    "meanQueueDelaySeconds", "p95QueueDelaySeconds", "p99QueueDelaySeconds", "meanJctSeconds", "makespanSeconds",
+    "failedDispatches", "memberWritesPerJob", "datasetBytesCopied", "fabricMismatches",
+}
+
+
+def _cell(key: str, value: float | int) -> str:
+    if key == "datasetBytesCopied":
+        return f"{value / 2**40:,.1f} TiB"
+    if key in ("gpuUtilization", "jainFairness"):
+        return f"{value:.3f}"
+    if key == "memberWritesPerJob":
+        return f"{value:.2f}"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return f"{value:,}"
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    if theirs == 0:
+        return "=" if ours == 0 else "∞"
+    return f"{ours / theirs:.3g}"
+
+
+def _markdown(
+    report: dict[str, Any], results: Sequence[PolicyResult], federation: Federation, *, wall_seconds: float, jobs: int
+) -> str:
+    names = [r.policy for r in results]
+    lines = [
+        "# federator bench replay",
+        "",
+        f"- trace: `{report['trace']}` ({jobs:,} jobs replayed)",
+        f"- clusters file: `{report['clustersFile']}`: {federation.description or '(no description)'}; "
+        f"{len(federation.clusters)} clusters, "
+        f"{sum(c.gpus for c in federation.clusters):,} GPUs",
+        f"- seed: {report['seed']}",
+        f"- machine: {report['machine']['cpus']} CPUs ({report['machine']['cpuModel'] or 'unknown model'}), "
+        f"load average at start {report['machine']['loadAverageAtStart']}, "
+        f"{report['machine']['workers']} worker processes; whole run {wall_seconds:.1f} s wall",
+        "",
+        "Attribute rule (what the trace does not say):",
+        "",
+        f"> {report['rule']}",
+        "",
+        "## Metrics",
+        "",
+        "| metric | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for key in METRIC_KEYS:
+        lines.append(f"| {key} | " + " | ".join(_cell(key, r.metrics[key]) for r in results) + " |")
+    lines.append("| jobs never started | " + " | ".join(f"{r.never_started:,}" for r in results) + " |")
+    if "federator" in names:
+        ours = next(r for r in results if r.policy == "federator")
+        others = [r for r in results if r.policy != "federator"]
+        if others:
+            lines += [
+                "",
+                "## federator / baseline",
+                "",
+                "Ratio of federator's figure to each baseline's (for delays, JCT, makespan, failures, writes, "
+                "bytes copied and mismatches lower is better, so below 1 means federator does better; for "
+                "utilisation and fairness higher is better).",
+                "",
+                "| metric | " + " | ".join(r.policy for r in others) + " |",
+                "|---|" + "---|" * len(others),
+            ]
+            for key in METRIC_KEYS:
+                if key in ("jobs", "wallSeconds"):
+                    continue
+                lines.append(
+                    f"| {key} | "
+                    + " | ".join(_ratio(float(ours.metrics[key]), float(r.metrics[key])) for r in others)
+                    + " |"
+                )
+            lines += ["", "Where federator is not the best:", ""]
+            worse = []
+            for key in METRIC_KEYS:
+                if key in ("jobs", "wallSeconds"):
+                    continue
+                lower = key in _LOWER_IS_BETTER
+                better = [
+                    r.policy for r in others
+                    if (r.metrics[key] < ours.metrics[key] if lower else r.metrics[key] > ours.metrics[key])
+                ]
+                if better:
+                    worse.append(f"- {key}: {', '.join(better)}")
+            lines += worse or ["- nowhere: federator is best or tied on every metric"]
+    lines += [
+        "",
+        "## Plots",
+        "",
+        "![queueing delay CDF](queue_delay_cdf.png)",
+        "",
+        "![GPU utilisation over time](gpu_utilization.png)",
+        "",
+        "![writes per job and dataset bytes copied](writes_and_bytes.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _plots(out: Path, results: Sequence[PolicyResult]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for r in results:
+        delays = r.delays
+        if not delays:
+            continue
+        n = len(delays)
+        step = max(1, n // 2000)
+        xs = [delays[i] for i in range(0, n, step)] + [delays[-1]]
+        ys = [(i + 1) / n for i in range(0, n, step)] + [1.0]
+        ax.step(xs, ys, where="post", label=r.policy, linewidth=1.6 if r.policy == "federator" else 1.0)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("queueing delay (s, symmetric log)")
+    ax.set_ylabel("share of started jobs")
+    ax.set_title("Queueing delay CDF")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "queue_delay_cdf.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for r in results:
+        if r.utilization:
+            ax.plot([t / 86400 for t, _ in r.utilization], [u for _, u in r.utilization], label=r.policy,
+                    linewidth=1.4 if r.policy == "federator" else 0.8)
+    ax.set_xlabel("days since the first submission")
+    ax.set_ylabel("GPUs allocated / all GPUs")
+    ax.set_title("GPU utilisation over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "gpu_utilization.png", dpi=110)
+    plt.close(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    names = [r.policy for r in results]
+    left.bar(names, [float(r.metrics["memberWritesPerJob"]) for r in results], color="tab:blue")
+    left.set_ylabel("member writes per job")
+    left.set_title("Writes into member clusters per job")
+    right.bar(names, [float(r.metrics["datasetBytesCopied"]) / 2**40 for r in results], color="tab:orange")
+    right.set_ylabel("TiB")
+    right.set_title("Dataset bytes copied")
+    for axis in (left, right):
+        axis.tick_params(axis="x", labelrotation=45)
+        for label in axis.get_xticklabels():
+            label.set_horizontalalignment("right")
+        axis.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "writes_and_bytes.png", dpi=110)
+    plt.close(fig)
+
+
+def write_report(
+    out: Path,
+    *,
+    report: dict[str, Any],
+    results: Sequence[PolicyResult],
+    federation: Federation,
+    wall_seconds: float,
+    jobs: int,
+) -> None:
+    for r in results:
+        if tuple(r.metrics) != METRIC_KEYS:
+            raise RuntimeError(f"policy {r.policy} measured {sorted(r.metrics)}, not the report's keys")
+    out.mkdir(parents=True, exist_ok=True)
+    _plots(out, results)
+    (out / "report.md").write_text(_markdown(report, results, federation, wall_seconds=wall_seconds, jobs=jobs))
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -1,0 +1,306 @@
+"""Running a replay: check the inputs, replay each policy in its own process, write the report.
+
+`replay_options(...)` turns command-line text into `ReplayOptions` or raises
+`ReplayInputError` with one line naming the bad flag; `run_replay(options)`
+then loads the trace and clusters file (errors again as ReplayInputError,
+before anything is written), replays every policy (in `workers` spawned
+processes, policies in parallel, a rich progress bar per policy), and only
+then creates `--out` and writes report.json, report.md and the PNG plots
+(report.py).
+
+Everything a policy's figures depend on is (trace, clusters file, seed,
+rule): each worker loads the same files and draws the same attributes, and
+the engine is deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import platform
+import queue as queue_module
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from federator.replay.attributes import RULE, ReplayJob, assign_attributes, describe_rule
+from federator.replay.clusters import ClustersFileError, Federation, load_clusters
+from federator.replay.engine import Engine, Policy, PolicyResult
+from federator.replay.federated import FederatorPolicy
+from federator.replay.policies import (
+    ArmadaPolicy,
+    FirstFitPolicy,
+    KarmadaPolicy,
+    MultiKueuePolicy,
+    NonePolicy,
+    RandomPolicy,
+)
+from federator.replay.trace import TraceError, load_trace
+
+__all__ = [
+    "POLICIES",
+    "ReplayInputError",
+    "ReplayOptions",
+    "default_clusters_file",
+    "default_trace_dir",
+    "load_inputs",
+    "make_policy",
+    "replay_options",
+    "run_policy",
+    "run_replay",
+]
+
+POLICIES: tuple[str, ...] = (
+    "federator",
+    "multikueue-allatonce",
+    "multikueue-incremental",
+    "karmada",
+    "karmada-estimator",
+    "armada",
+    "none",
+    "first-fit",
+    "random",
+)
+MAX_SEED = 2**63 - 1
+MAX_WORKERS = 32
+_REPO = Path(__file__).resolve().parents[2]
+
+
+class ReplayInputError(ValueError):
+    """Bad input to a replay (a flag, the trace, the clusters file): one line, nothing written."""
+
+
+def default_trace_dir() -> Path:
+    """../shared/traces/itp beside the repository (or the working directory)."""
+    beside_repo = _REPO.parent / "shared" / "traces" / "itp"
+    return beside_repo if beside_repo.is_dir() else Path("../shared/traces/itp")
+
+
+def default_clusters_file() -> Path:
+    return _REPO / "bench" / "replay" / "clusters" / "default.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    trace: Path
+    clusters: Path
+    seed: int
+    jobs: int | None
+    policies: tuple[str, ...]
+    workers: int
+    out: Path
+    progress: bool = True
+
+
+def _int(text: str | None, *, flag: str, low: int, high: int) -> int | None:
+    if text is None:
+        return None
+    value = text.strip()
+    if not value.isdigit() or len(value) > 20:
+        raise ReplayInputError(f"{flag} must be an integer from {low} to {high}, got {text!r}")
+    number = int(value)
+    if not low <= number <= high:
+        raise ReplayInputError(f"{flag} must be an integer from {low} to {high}, got {text!r}")
+    return number
+
+
+def replay_options(
+    *,
+    trace: str | None,
+    clusters: str | None,
+    seed: str | None,
+    jobs: str | None,
+    policies: str | None,
+    workers: str | None,
+    out: str,
+    progress: bool = True,
+) -> ReplayOptions:
+    """Check the flags (not the files: `load_inputs` does) and return the options."""
+    if jobs is not None and jobs.strip().startswith("-"):
+        raise ReplayInputError(f"--jobs must be a positive integer, got {jobs!r}")
+    seed_value = _int(seed if seed is not None else "1", flag="--seed", low=0, high=MAX_SEED)
+    assert seed_value is not None
+    jobs_value = _int(jobs, flag="--jobs", low=1, high=10_000_000)
+    if policies is None:
+        chosen = POLICIES
+    else:
+        names = [p.strip() for p in policies.split(",")]
+        if not names or any(not n for n in names):
+            raise ReplayInputError(f"--policies must be a comma-separated list of: {', '.join(POLICIES)}")
+        unknown = [n for n in names if n not in POLICIES]
+        if unknown:
+            raise ReplayInputError(f"--policies: unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
+        if len(set(names)) != len(names):
+            raise ReplayInputError("--policies names a policy twice")
+        chosen = tuple(names)
+    cpus = os.cpu_count() or 1
+    workers_value = _int(workers, flag="--workers", low=1, high=MAX_WORKERS)
+    if workers_value is None:
+        workers_value = max(1, min(cpus, 4, len(chosen)))
+    if not out or not out.strip():
+        raise ReplayInputError("--out must name a directory")
+    out_path = Path(out)
+    if out_path.exists() and not out_path.is_dir():
+        raise ReplayInputError(f"--out {out} exists and is not a directory")
+    return ReplayOptions(
+        trace=Path(trace) if trace else default_trace_dir(),
+        clusters=Path(clusters) if clusters else default_clusters_file(),
+        seed=seed_value,
+        jobs=jobs_value,
+        policies=chosen,
+        workers=workers_value,
+        out=out_path,
+        progress=progress,
+    )
+
+
+def load_inputs(options: ReplayOptions) -> tuple[list[ReplayJob], Federation]:
+    """The jobs (first --jobs by submission time) with their attributes, and the federation."""
+    try:
+        trace = load_trace(options.trace)
+        federation = load_clusters(options.clusters)
+        federation.check_trace({job.cluster for job in trace})
+    except (TraceError, ClustersFileError) as e:
+        raise ReplayInputError(str(e)) from None
+    if options.jobs is not None:
+        trace = trace[: options.jobs]
+    return assign_attributes(trace, federation, seed=options.seed, rule=RULE), federation
+
+
+def make_policy(name: str, *, seed: int) -> Policy:
+    if name == "federator":
+        return FederatorPolicy()
+    if name == "multikueue-allatonce":
+        return MultiKueuePolicy(incremental=False)
+    if name == "multikueue-incremental":
+        return MultiKueuePolicy(incremental=True)
+    if name == "karmada":
+        return KarmadaPolicy(estimator=False)
+    if name == "karmada-estimator":
+        return KarmadaPolicy(estimator=True)
+    if name == "armada":
+        return ArmadaPolicy()
+    if name == "none":
+        return NonePolicy()
+    if name == "first-fit":
+        return FirstFitPolicy()
+    if name == "random":
+        return RandomPolicy(seed)
+    raise ReplayInputError(f"unknown policy {name!r}")
+
+
+def run_policy(
+    name: str,
+    jobs: Sequence[ReplayJob],
+    federation: Federation,
+    *,
+    seed: int,
+    progress: Callable[[int], None] | None = None,
+) -> PolicyResult:
+    policy = make_policy(name, seed=seed)
+    return Engine(jobs=jobs, federation=federation, policy=policy, seed=seed, progress=progress).run()
+
+
+# ---------------------------------------------------------------- worker processes
+
+_PROGRESS: Any = None
+
+
+def _init_worker(progress_queue: Any) -> None:
+    global _PROGRESS
+    _PROGRESS = progress_queue
+
+
+def _worker(name: str, options: ReplayOptions) -> PolicyResult:
+    jobs, federation = load_inputs(options)
+    sink = _PROGRESS
+
+    def report(n: int) -> None:
+        if sink is not None:
+            sink.put((name, n))
+
+    return run_policy(name, jobs, federation, seed=options.seed, progress=report)
+
+
+def machine_description(workers: int) -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError):
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {
+        "cpus": os.cpu_count() or 1,
+        "cpuModel": model,
+        "memoryBytes": memory,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "loadAverageAtStart": [round(x, 2) for x in load],
+        "workers": workers,
+    }
+
+
+def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[str, PolicyResult], float]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    ctx = multiprocessing.get_context("spawn")
+    progress_queue = ctx.Queue()
+    started = time.perf_counter()
+    results: dict[str, PolicyResult] = {}
+    columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not options.progress, transient=False) as bar:
+        tasks = {name: bar.add_task(name, total=total_jobs) for name in options.policies}
+        with ProcessPoolExecutor(max_workers=options.workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(progress_queue,)) as pool:
+            futures: dict[str, Future[PolicyResult]] = {
+                name: pool.submit(_worker, name, options) for name in options.policies
+            }
+            pending = set(futures)
+            while pending:
+                try:
+                    name, n = progress_queue.get(timeout=0.2)
+                    bar.advance(tasks[name], n)
+                except queue_module.Empty:
+                    pass
+                for name in [n for n in pending if futures[n].done()]:
+                    pending.discard(name)
+                    results[name] = futures[name].result()
+                    bar.update(tasks[name], completed=total_jobs)
+    return results, time.perf_counter() - started
+
+
+def run_replay(options: ReplayOptions) -> dict[str, Any]:
+    """Replay every chosen policy and write the report; returns report.json's content."""
+    from federator.replay.report import write_report
+
+    jobs, federation = load_inputs(options)
+    if not jobs:
+        raise ReplayInputError(f"trace {options.trace} has no jobs to replay")
+    machine = machine_description(options.workers)
+    results, wall = _run_all(options, total_jobs=len(jobs))
+    report = {
+        "trace": str(options.trace),
+        "clustersFile": str(options.clusters),
+        "seed": options.seed,
+        "rule": describe_rule(RULE),
+        "machine": machine,
+        "policies": {name: results[name].metrics for name in options.policies},
+    }
+    write_report(options.out, report=report, results=[results[n] for n in options.policies], federation=federation,
+                 wall_seconds=wall, jobs=len(jobs))
+    return report
