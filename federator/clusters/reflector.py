@@ -15,6 +15,13 @@ The client-go reflector loop, over `MemberClient`:
    jitter, logging what it waits for) and resumes from the last
    resourceVersion, without a LIST.
 
+A LIST and the folding of its result run inside `list_gate` when one is
+given (the hub shares one among all its reflectors): a LIST's objects are
+held in memory all at once, and a hub that starts syncing 100 clusters
+would otherwise hold all of their lists at the same moment. CPU-bound
+either way, the initial sync takes no longer for it; the hub's peak heap,
+and the heap the allocator keeps once those lists are freed, are smaller.
+
 It reports watch state to a listener (health) and never touches the hub
 store. It must never log an object body or a credential.
 """
@@ -122,8 +129,11 @@ class Reflector:
         rng: random.Random | None = None,
         logger: Any = None,
         label_selector: str | None = None,
+        list_gate: asyncio.Semaphore | None = None,
     ) -> None:
         self.client = client
+        #: LISTs (and folding their result) happen inside it, when given (see the module docstring)
+        self.list_gate = list_gate
         #: only objects matching this selector flow into the sink (e.g. a hub's own member objects)
         self.label_selector = label_selector or None
         self.resource = resource
@@ -193,6 +203,13 @@ class Reflector:
         await asyncio.sleep(delay)
 
     async def _relist(self, reason: str, loop: asyncio.AbstractEventLoop) -> None:
+        if self.list_gate is None:
+            await self._list_and_apply(reason, loop)
+            return
+        async with self.list_gate:
+            await self._list_and_apply(reason, loop)
+
+    async def _list_and_apply(self, reason: str, loop: asyncio.AbstractEventLoop) -> None:
         result: ListResult = await self.client.list_all(self.resource, page_size=self.page_size,
                                                          label_selector=self.label_selector)
         received = loop.time()

@@ -33,6 +33,7 @@ allocates nothing.
 from __future__ import annotations
 
 import re
+import sys
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -130,9 +131,41 @@ def _rv_of(obj: Mapping[str, Any]) -> str:
     return rv if isinstance(rv, str) else ""
 
 
+# Nodes of one cluster cache few distinct sets of datasets: one frozenset object per distinct set, not one per
+# node. Bounded; cleared when full.
+_DATASETS_CACHE: dict[frozenset[str], frozenset[str]] = {}
+_DATASETS_CACHE_MAX = 4096
+
+
 def _datasets(labels: Mapping[str, str]) -> frozenset[str]:
-    return frozenset(k[len(DATASET_LABEL_PREFIX):] for k in labels
-                     if k.startswith(DATASET_LABEL_PREFIX) and len(k) > len(DATASET_LABEL_PREFIX))
+    found = frozenset(sys.intern(k[len(DATASET_LABEL_PREFIX):]) for k in labels
+                      if k.startswith(DATASET_LABEL_PREFIX) and len(k) > len(DATASET_LABEL_PREFIX))
+    shared = _DATASETS_CACHE.get(found)
+    if shared is None:
+        if len(_DATASETS_CACHE) >= _DATASETS_CACHE_MAX:
+            _DATASETS_CACHE.clear()
+        shared = _DATASETS_CACHE[found] = found
+    return shared
+
+
+def _node_labels(labels: Mapping[str, str], template: Map[str, str] | None) -> Map[str, str]:
+    """A node's labels as a Map that shares its structure with `template` (the labels of another node of the
+    cluster, or of this node before) wherever the two agree, with interned values.
+
+    Nodes of one pool differ in a label or two (the hostname): built from the previous node's Map, each
+    node's Map costs the few HAMT nodes on the path to those labels, not a map of its own, and a value
+    such as "true" or "A100-SXM4-40GB" is one string object for the whole cluster. Equal in content to
+    `Map(labels)`."""
+    if template is None:
+        return Map({k: sys.intern(v) for k, v in labels.items()})
+    mutation = template.mutate()
+    for key, value in labels.items():
+        if mutation.get(key) != value:
+            mutation[sys.intern(key)] = sys.intern(value)
+    if len(mutation) != len(labels):
+        for key in [k for k in template if k not in labels]:
+            del mutation[key]
+    return mutation.finish()
 
 
 def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
@@ -149,10 +182,13 @@ def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
     return tuple(out)
 
 
-def node_state(obj: Mapping[str, Any], *, previous: NodeState | None = None) -> tuple[NodeState, bool]:
+def node_state(obj: Mapping[str, Any], *, previous: NodeState | None = None,
+               template: Map[str, str] | None = None) -> tuple[NodeState, bool]:
     """The NodeState (nothing allocated) of a member Node object, and whether it was well-formed.
 
-    Shares the previous state's label map when the labels did not change."""
+    Shares the previous state's label map when the labels did not change; otherwise builds the labels from
+    the previous state's, or else `template` (another node's labels), sharing what they have in common
+    (see `_node_labels`). Nodes with the same allocatable share one `Resources` value."""
     name = object_key(obj)
     labels = _labels_of(obj)
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
@@ -161,7 +197,7 @@ def node_state(obj: Mapping[str, Any], *, previous: NodeState | None = None) -> 
     well_formed = True
     allocatable_raw = status.get("allocatable")
     try:
-        allocatable = Resources.from_kube(allocatable_raw if isinstance(allocatable_raw, dict) else {}, strict=False)
+        allocatable = _cached_resources(allocatable_raw if isinstance(allocatable_raw, dict) else {})
     except (QuantityError, TypeError, ValueError):
         allocatable, well_formed = ZERO, False
     ready = False
@@ -169,7 +205,8 @@ def node_state(obj: Mapping[str, Any], *, previous: NodeState | None = None) -> 
     for cond in conditions if isinstance(conditions, list) else []:
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
-    shared_labels: Mapping[str, str] = Map(labels)
+    base = previous.labels if previous is not None and isinstance(previous.labels, Map) else template
+    shared_labels: Mapping[str, str] = _node_labels(labels, base)
     if previous is not None and previous.labels == shared_labels:
         shared_labels = previous.labels
     state = NodeState(
@@ -185,10 +222,27 @@ def node_state(obj: Mapping[str, Any], *, previous: NodeState | None = None) -> 
     return state, well_formed
 
 
-# Pods of one cluster ask for a handful of distinct resource maps: parsing each once saves most of the
-# per-event cost (quantity parsing is exact, with Fractions). Bounded; cleared when full.
+# Pods of one cluster ask for a handful of distinct resource maps, and its nodes offer a handful: parsing each
+# once saves most of the per-event cost (quantity parsing is exact, with Fractions), and equal maps share one
+# Resources value. Bounded; cleared when full.
 _REQUESTS_CACHE: dict[tuple[tuple[str, Any], ...], Resources] = {}
 _REQUESTS_CACHE_MAX = 4096
+
+
+def _cached_resources(resources: Mapping[str, Any]) -> Resources:
+    """`Resources.from_kube(resources, strict=False)`, parsed once per distinct map (pod requests, node
+    allocatable): the same value object for equal maps."""
+    try:
+        key = tuple(sorted(resources.items()))
+        cached = _REQUESTS_CACHE.get(key)
+    except TypeError:  # unhashable junk: parse (and fail) without caching
+        return Resources.from_kube(resources, strict=False)
+    if cached is None:
+        cached = Resources.from_kube(resources, strict=False)
+        if len(_REQUESTS_CACHE) >= _REQUESTS_CACHE_MAX:
+            _REQUESTS_CACHE.clear()
+        _REQUESTS_CACHE[key] = cached
+    return cached
 
 
 def _container_requests(container: Any) -> Resources:
@@ -203,17 +257,7 @@ def _container_requests(container: Any) -> Resources:
     # kube defaults a missing request to its limit, per resource
     if isinstance(requests, dict):
         merged.update(requests)
-    try:
-        key = tuple(sorted(merged.items()))
-        cached = _REQUESTS_CACHE.get(key)
-    except TypeError:  # unhashable junk: parse (and fail) without caching
-        return Resources.from_kube(merged, strict=False)
-    if cached is None:
-        cached = Resources.from_kube(merged, strict=False)
-        if len(_REQUESTS_CACHE) >= _REQUESTS_CACHE_MAX:
-            _REQUESTS_CACHE.clear()
-        _REQUESTS_CACHE[key] = cached
-    return cached
+    return _cached_resources(merged)
 
 
 def _max(a: Resources, b: Resources) -> Resources:
@@ -272,7 +316,8 @@ class _PodGroup:
 class _NodeEntry:
     rv: str
     base: NodeState  # allocated = ZERO
-    #: the checkpoint row of `base` after name and rv (built once: node facts change rarely, pods often)
+    #: the checkpoint row of `base` after name and rv, less the labels (built once: node facts change rarely,
+    #: pods often; the labels are copied out of `base` at each encoding rather than kept twice)
     row_tail: list[Any] | None = None
 
 
@@ -318,6 +363,8 @@ class SnapshotBuilder:
     _pg_members: dict[int, set[str]] = field(default_factory=dict)
     _jobs_changed: bool = False
     _snapshot: ClusterSnapshot | None = None
+    #: the labels of the node built last: the next node's labels share its structure (see `_node_labels`)
+    _label_template: Map[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self._snapshot is None:
@@ -444,7 +491,9 @@ class SnapshotBuilder:
             return True
         entry = self._nodes.get(name)
         rv = _rv_of(obj)
-        state, well_formed = node_state(obj, previous=entry.base if entry else None)
+        state, well_formed = node_state(obj, previous=entry.base if entry else None, template=self._label_template)
+        if isinstance(state.labels, Map):
+            self._label_template = state.labels
         if not well_formed:
             self.malformed += 1
         if entry is not None and entry.base == state:
@@ -581,8 +630,8 @@ class SnapshotBuilder:
                     b = entry.base
                     a = b.allocatable
                     tail = entry.row_tail = [a.cpu_milli, a.memory, a.gpu, a.rdma, b.gpu_model, b.ready, b.schedulable,
-                                             [[t.key, t.value, t.effect.value] for t in b.taints], dict(b.labels)]
-                nodes.append([name, entry.rv, *tail])
+                                             [[t.key, t.value, t.effect.value] for t in b.taints]]
+                nodes.append([name, entry.rv, *tail, dict(entry.base.labels)])
             for key, p in (on_node or {}).items():
                 r = p.requests
                 pods.append([key, p.rv, name, r.cpu_milli, r.memory, r.gpu, r.rdma, p.job, p.epoch])
@@ -610,15 +659,22 @@ class SnapshotBuilder:
         """Rebuild from checkpoint shards (as `encode_shard` made them). Raises ValueError on bad data."""
         builder = cls(cluster=cluster, info=info, resources=tuple(resources), shard_count=shard_count,
                       resource_versions=dict(resource_versions))
+        allocatables: dict[tuple[Any, ...], Resources] = {}
         try:
             for shard in shards:
                 for row in shard.get("nodes", ()):
                     name, rv, cpu, mem, gpu, rdma, model, ready, schedulable, taints, labels = row
+                    allocatable = allocatables.get((cpu, mem, gpu, rdma))
+                    if allocatable is None:
+                        allocatable = allocatables[(cpu, mem, gpu, rdma)] = Resources(cpu, mem, gpu, rdma)
+                    if not isinstance(labels, dict):
+                        raise TypeError(f"node {name!r}: labels are not a mapping")
                     state = NodeState(
-                        name=name, allocatable=Resources(cpu, mem, gpu, rdma), gpu_model=model, ready=bool(ready),
+                        name=name, allocatable=allocatable, gpu_model=model, ready=bool(ready),
                         schedulable=bool(schedulable), taints=tuple(Taint(k, v, _EFFECTS[e]) for k, v, e in taints),
-                        labels=labels, datasets=_datasets(labels),
+                        labels=_node_labels(labels, builder._label_template), datasets=_datasets(labels),
                     )
+                    builder._label_template = state.labels  # type: ignore[assignment]
                     builder._nodes[name] = _NodeEntry(rv=rv, base=state)
                 for row in shard.get("pods", ()):
                     key, rv, node, cpu, mem, gpu, rdma, job, epoch = row

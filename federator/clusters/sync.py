@@ -156,8 +156,11 @@ class ClusterSync:
         on_status_change: Callable[[str, bool], None] | None = None,
         on_applied: AppliedCallback | None = None,
         metrics: Metrics | None = None,
+        list_gate: asyncio.Semaphore | None = None,
     ) -> None:
         self.name = name
+        #: shared by the hub's reflectors: how many LISTs run at once (reflector.py)
+        self.list_gate = list_gate
         self.uid = uid
         self.spec = spec
         self.settings = settings or SyncSettings()
@@ -265,7 +268,7 @@ class ClusterSync:
             reflector = Reflector(
                 client=self.client, resource=resource, sink=self, listener=self, backoff=self.settings.backoff,
                 resume_from=resume.get(resource.key), watch_timeout_seconds=self.settings.watch_timeout_seconds,
-                page_size=self.settings.page_size, metrics=self.metrics, rng=self._rng,
+                page_size=self.settings.page_size, metrics=self.metrics, rng=self._rng, list_gate=self.list_gate,
             )
             self.reflectors[resource.key] = reflector
             self._spawn(f"reflector:{resource.key}", reflector.run())

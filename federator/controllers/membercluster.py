@@ -23,7 +23,8 @@ cluster_loss_grace_seconds (`--cluster-loss-grace`), member_lease_duration_secon
 member_lease_margin_seconds and member_lease (the fencing Lease, clusters/memberlease.py),
 member_status_interval_seconds, member_watch_timeout_seconds (a (min, max)
 pair), member_connect/request/probe_timeout_seconds,
-member_watch_idle_seconds, checkpoint_meta_refresh_seconds, and
+member_watch_idle_seconds, checkpoint_meta_refresh_seconds, member_concurrent_lists
+(LISTs in flight at once across all clusters, default 4), and
 member_on_applied (a callback after every applied batch, for benchmarks).
 
 Every loop is a named task started and stopped by the factory. Credentials
@@ -57,6 +58,8 @@ KIND = "MemberCluster"
 SNAPSHOTS = "snapshots"
 SYNCS = "member_syncs"
 STATUS_DEBOUNCE_SECONDS = 0.2
+#: member LISTs in flight at once (the initial sync of many clusters, re-lists after 410)
+DEFAULT_CONCURRENT_LISTS = 4
 
 _log = get_logger("controllers.membercluster")
 
@@ -116,6 +119,8 @@ class MemberSyncController:
         self._rng = random.Random()
         #: hook for benchmarks: called with (cluster, resource, events, received_at) after each batch
         self.on_applied = extra.get("member_on_applied")
+        #: at most this many member LISTs at once, across all clusters (clusters/reflector.py says why)
+        self.list_gate = asyncio.Semaphore(int(extra.get("member_concurrent_lists", DEFAULT_CONCURRENT_LISTS)))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -225,7 +230,7 @@ class MemberSyncController:
         sync = ClusterSync(
             name=name, uid=str(uid), spec=spec, settings=self.settings, writer=self.writer,
             stored=self._stored.get(name), on_snapshot=self._publish, on_status_change=self._status_changed,
-            on_applied=self.on_applied, metrics=self.hub.metrics,
+            on_applied=self.on_applied, metrics=self.hub.metrics, list_gate=self.list_gate,
         )
         self.syncs[name] = sync
         await sync.start()

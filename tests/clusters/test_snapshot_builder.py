@@ -251,3 +251,53 @@ def test_restore_rejects_malformed_shards() -> None:
     with pytest.raises(ValueError, match="malformed"):
         SnapshotBuilder.restore(cluster="c1", info=INFO, resources=RESOURCES, resource_versions={},
                                 shard_count=1, shards=[{"nodes": [["only-a-name"]]}])
+
+
+def test_nodes_share_label_values_and_allocatable_but_keep_their_own_labels() -> None:
+    """Nodes of a pool share label value strings and one allocatable value; each node still shows exactly
+    its own labels, also after they change, and after a checkpoint round trip."""
+    pool = {"zone": "eu-1a", "pool": "a100", "feature.node.kubernetes.io/rdma.capable": "true"}
+    b = builder()
+    b.apply("nodes", [("ADDED", node(f"n{i}", labels=dict(pool))) for i in range(3)]
+            + [("ADDED", node("big", cpu="128", labels={"zone": "eu-1b", "other": "x"}))], resource_version="1")
+    nodes = b.snapshot.nodes
+    for name in ("n0", "n1", "n2"):
+        assert dict(nodes[name].labels) == {"kubernetes.io/hostname": name, **pool,
+                                            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert dict(nodes["big"].labels) == {"kubernetes.io/hostname": "big", "zone": "eu-1b", "other": "x",
+                                         "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert nodes["n0"].labels["zone"] is nodes["n2"].labels["zone"]
+    assert nodes["n0"].allocatable is nodes["n1"].allocatable
+    assert nodes["big"].allocatable == Resources(128_000, 512 * GI, 8, 1000)
+    assert nodes["n0"].allocatable == Resources(64_000, 512 * GI, 8, 1000)
+    # a label removed, one changed, one added: the node shows exactly its new labels, the others keep theirs
+    changed = {"pool": "h100", "new": "yes"}
+    b.apply("nodes", [("MODIFIED", node("n1", rv="2", labels=changed))], resource_version="2")
+    nodes = b.snapshot.nodes
+    assert dict(nodes["n1"].labels) == {"kubernetes.io/hostname": "n1", **changed,
+                                        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert dict(nodes["n0"].labels)["pool"] == "a100" and "new" not in nodes["n0"].labels
+    assert b.snapshot.index.node_labels.get(("pool", "a100")) == 2
+    assert b.snapshot.index.node_labels.get(("pool", "h100")) == 1
+    assert b.snapshot.index.node_labels.get(("zone", "eu-1a")) == 2
+    b.ensure_shards()
+    restored = SnapshotBuilder.restore(
+        cluster="c1", info=INFO, resources=RESOURCES, resource_versions=b.resource_versions,
+        shard_count=b.shard_count, shards=[b.encode_shard(i) for i in range(b.shard_count)])
+    assert {n: dict(s.labels) for n, s in restored.snapshot.nodes.items()} == \
+        {n: dict(s.labels) for n, s in b.snapshot.nodes.items()}
+    assert restored.snapshot.nodes["n0"].allocatable is restored.snapshot.nodes["n2"].allocatable
+    assert restored.snapshot.index == b.snapshot.index
+
+
+def test_restore_rejects_labels_that_are_not_a_map_of_strings() -> None:
+    b = builder()
+    b.apply("nodes", [("ADDED", node("n0"))], resource_version="1")
+    b.ensure_shards()
+    shards = [b.encode_shard(i) for i in range(b.shard_count)]
+    row = next(r for s in shards for r in s["nodes"])
+    for bad in (["not", "a", "map"], {"zone": 7}):
+        row[-1] = bad
+        with pytest.raises(ValueError, match="malformed"):
+            SnapshotBuilder.restore(cluster="c1", info=INFO, resources=RESOURCES, resource_versions={},
+                                    shard_count=b.shard_count, shards=shards)
