@@ -11,6 +11,10 @@
                    report `federator drill` stores), columns Cluster, Fault,
                    Moved, MaxConcurrentCopies, JobsLost, Age
 
+and, from `federator.apiserver.events`, core v1 Events (what the controllers
+record; `kubectl describe tj` lists them) with their read-only
+events.k8s.io/v1 view of the same stored objects.
+
 All validate through `federator.apis` (a 422 Invalid Status naming every bad
 field) and publish the structural schema of `federator.apis.crd` under
 /openapi/v3, so `kubectl apply` validates against the hub and `kubectl
@@ -42,6 +46,7 @@ from federator.apis import drillreport, membercluster, trainingjob
 from federator.apis.common import API_GROUP, API_VERSION, ValidationSettings, split_cause
 from federator.apis.crd import KINDS, column_getter, openapi_schema
 from federator.apiserver.errors import FieldError
+from federator.apiserver.events import event_types
 from federator.apiserver.registry import JSONObject, Registry, ResourceType, TableColumn
 
 __all__ = [
@@ -176,7 +181,7 @@ def hub_registry(
     """The kinds the hub serves. `job_finalizers` go on every new TrainingJob:
     pass only finalizers that a running controller removes."""
     return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
-                     drillreport_type(validation)])
+                     drillreport_type(validation), *event_types()])
 
 
 def validation_settings(*, max_replicas_per_role: int, extra: Mapping[str, Any] | None = None) -> ValidationSettings:

@@ -279,6 +279,11 @@ class Metrics:
         self.api_watchers = Gauge(
             "federator_api_watchers", "Open watch streams", ["server", "resource"], registry=r
         )
+        # Events (apiserver/events.py EventRecorder): recorded (a new Event), aggregated (a repeat raised a
+        # count), ratelimited / dropped (over the per-object bucket / queue full), written, failed, expired, invalid
+        self.events_recorded = Counter(
+            "federator_events_total", "Events the hub's controllers recorded, by outcome", ["result"], registry=r
+        )
         # member clusters (clusters/): label values are cluster names, never URLs or credentials
         self.member_requests = Counter(
             "federator_member_requests_total", "Requests the hub sent to member clusters",

@@ -142,6 +142,10 @@ class ResourceType:
     #: the name under which the schema is published (e.g. io.k8s.api.core.v1.Pod)
     openapi_name: str = ""
     description: str = ""
+    #: Keep the objects under another resource's keys, as (storage group, plural): one
+    #: storage, several API views (events.k8s.io/v1 Events are core v1 Events, as in kube).
+    #: Such a view converts with `present` and its field selectors read the stored form.
+    stored_as: tuple[str, str] | None = None
 
     # ------------------------------------------------------------ names
 
@@ -170,6 +174,12 @@ class ResourceType:
     @property
     def storage_group(self) -> str:
         return self.group or "core"
+
+    @property
+    def storage_path(self) -> str:
+        """`<storage group>/<plural>` of the keys the objects live under."""
+        group, plural = self.stored_as or (self.storage_group, self.plural)
+        return f"{group}/{plural}"
 
     @property
     def drops_status_on_create(self) -> bool:

@@ -457,7 +457,7 @@ class ObjectStorage:
     # ------------------------------------------------------------ keys
 
     def collection_prefix(self, rt: ResourceType, namespace: str | None = None) -> str:
-        base = f"{self._root}{rt.storage_group}/{rt.plural}/"
+        base = f"{self._root}{rt.storage_path}/"
         if not rt.namespaced:
             return base + "_/"
         if namespace:
@@ -470,8 +470,8 @@ class ObjectStorage:
         if rt.namespaced:
             if not namespace or "/" in namespace:
                 raise errors.bad_request(f"a namespace is required for {rt.qualified_resource}")
-            return f"{self._root}{rt.storage_group}/{rt.plural}/{namespace}/{name}"
-        return f"{self._root}{rt.storage_group}/{rt.plural}/_/{name}"
+            return f"{self._root}{rt.storage_path}/{namespace}/{name}"
+        return f"{self._root}{rt.storage_path}/_/{name}"
 
     def _now(self) -> str:
         return rfc3339(self._clock())
@@ -1291,7 +1291,7 @@ class ObjectStorage:
 
     def feed(self, rt: ResourceType) -> ResourceFeed:
         # The resource's prefix (for a cluster-scoped kind: above its "_/"), as `_route` computes it.
-        return self._watch_cache().feed(f"{self._root}{rt.storage_group}/{rt.plural}/",
+        return self._watch_cache().feed(f"{self._root}{rt.storage_path}/",
                                         capacity=self._watch_cache_events, name=f"{rt.qualified_resource}")
 
     async def start(self) -> None:
