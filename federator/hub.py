@@ -100,6 +100,9 @@ def hub_controllers() -> list[ControllerFactory]:
     Add a controller by appending it here (imports stay local so that
     `federator --help` stays fast)."""
     controllers: list[ControllerFactory] = []
+    # first: the others record Events into the recorder it installs (hub.events)
+    from federator.controllers.events import event_recording
+    controllers.append(event_recording)
     from federator.controllers.membercluster import member_sync
     controllers.append(member_sync)
     # job lifecycle (issue 7): dispatch before placement (placement hands decisions to the dispatcher)
@@ -118,7 +121,26 @@ def hub_controllers() -> list[ControllerFactory]:
     controllers.append(cluster_drain)
     from federator.controllers.cleanup import member_cleanup
     controllers.append(member_cleanup)
+    controllers.append(store_compaction)
     return controllers
+
+
+async def store_compaction(hub: HubContext) -> AsyncIterator[None]:
+    """The leader compacts the hub store every `--compaction-interval` (HubSettings.extra
+    "compaction_interval_seconds"; 0 turns it off) to the revision of the interval before, as
+    kube-apiserver does (store/compaction.py). Only the leader runs it; a second replica compacting at
+    the same time does no harm (compaction is idempotent)."""
+    from federator.controllers.loops import background_loop
+    from federator.store.compaction import DEFAULT_COMPACTION_INTERVAL_SECONDS, run_compactor
+
+    interval = float(hub.settings.extra.get("compaction_interval_seconds", DEFAULT_COMPACTION_INTERVAL_SECONDS))
+    if interval <= 0:
+        _log.info("store compaction off (--compaction-interval 0): the store keeps all history")
+        yield
+        return
+    async with background_loop(run_compactor(hub.store, interval_seconds=interval), name="hub-store-compaction",
+                               what="store compaction", log=_log):
+        yield
 
 
 #: Finalizers put on every new TrainingJob. Only list one whose controller is
@@ -741,7 +763,8 @@ class _Plan:
 
 
 def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
-    """HubSettings.extra from `federator up`'s failover flags; ValueError naming the flag when one is wrong."""
+    """HubSettings.extra from `federator up`'s failover flags and --compaction-interval; ValueError naming the
+    flag when one is wrong (devclusters.run_up calls it before any simulated cluster starts)."""
     from federator.apis.common import parse_duration_seconds
 
     def duration(flag: str, attribute: str, default: str) -> float:
@@ -769,7 +792,24 @@ def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
         "member_lease_margin_seconds": duration("--lease-margin", "lease_margin", "5s"),
         "mass_loss_threshold": number("--mass-loss-threshold", "mass_loss_threshold", "0.5", low=0.0, high=1.0),
         "failover_rate": number("--failover-rate", "failover_rate", "20", low=0.01, high=100_000.0),
+        "compaction_interval_seconds": compaction_interval_flag(args),
     }
+
+
+def compaction_interval_flag(args: argparse.Namespace) -> float:
+    """`--compaction-interval` in seconds (0 turns compaction off, else 1s to 24h); ValueError naming the
+    flag when it is wrong."""
+    from federator.apis.common import parse_duration_seconds
+    from federator.store.compaction import DEFAULT_COMPACTION_INTERVAL_SECONDS
+
+    value = getattr(args, "compaction_interval", None) or f"{DEFAULT_COMPACTION_INTERVAL_SECONDS:g}s"
+    try:
+        seconds = parse_duration_seconds(value, allow_zero=True)
+    except ValueError as e:
+        raise ValueError(f"--compaction-interval {value!r}: {e}") from None
+    if seconds != 0 and not 1.0 <= seconds <= 86_400.0:
+        raise ValueError(f"--compaction-interval {value!r}: must be 0 (off) or between 1s and 24h")
+    return seconds
 
 
 def leader_ttl_flag(args: argparse.Namespace) -> float:
@@ -790,6 +830,9 @@ def _plan(args: argparse.Namespace) -> _Plan:
     state_dir = Path(args.state_dir)
     store_url: str = getattr(args, "store", None) or default_store_url(state_dir)
     host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
+    # Flags first: a wrong one is one line, with nothing written yet.
+    knobs = failover_knobs(args)
+    leader_ttl = leader_ttl_flag(args)
     _prepare_state(store_url, state_dir)
     cert_arg, key_arg = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
     if (cert_arg is None) != (key_arg is None):
@@ -821,8 +864,6 @@ def _plan(args: argparse.Namespace) -> _Plan:
     clusters_dir = Path(clusters) if clusters else None
     if clusters_dir is not None:
         read_registrations(clusters_dir)  # malformed files fail before anything starts
-    knobs = failover_knobs(args)
-    leader_ttl = leader_ttl_flag(args)
     return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
                  kubeconfig_dir=state_dir, knobs=knobs, leader_ttl=leader_ttl)

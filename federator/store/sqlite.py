@@ -27,6 +27,16 @@ Watch. Commits are published in-process to an `EventLog` that caches the
 most recent events; a watch from older revisions first replays them from the
 `log` table, then follows live events. Compaction deletes old `log` rows.
 
+Space. The file runs with auto_vacuum=INCREMENTAL (a file made before that is
+converted once, by a VACUUM at open). `compact()` deletes history in steps of
+_COMPACT_STEP revisions and then returns the freed pages to the file system
+in steps of _VACUUM_STEP_PAGES pages, each step its own short write
+transaction, so writes queued meanwhile run between the steps instead of
+waiting for the whole compaction. The write-ahead log is checkpointed by the
+worker every _CHECKPOINT_EVERY commits and cut back to _WAL_LIMIT_BYTES after
+each checkpoint (journal_size_limit), so neither file grows without bound
+while something compacts (the hub's compaction loop, store/compaction.py).
+
 This module must never be opened by two processes on one file at once, and
 must never acknowledge a write before its COMMIT returned.
 """
@@ -90,6 +100,15 @@ _MAX_GROUP = 256
 _CACHED_EVENTS = 20_000
 #: Revisions replayed from disk per step of a catching-up watch.
 _REPLAY_SPAN = 2_000
+#: Revisions of history one compaction step deletes (one short write transaction).
+_COMPACT_STEP = 2_000
+#: Free pages one incremental-vacuum step gives back (4 MiB at the default page size; ~60 ms on a loaded
+#: 2-core machine: sqlite3 frees one page per statement step, see _w_vacuum).
+_VACUUM_STEP_PAGES = 1_024
+#: What the write-ahead log is cut back to after a checkpoint (PRAGMA journal_size_limit).
+_WAL_LIMIT_BYTES = 32 * 1024 * 1024
+#: PRAGMA auto_vacuum value of INCREMENTAL.
+_AUTO_VACUUM_INCREMENTAL = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
@@ -157,6 +176,8 @@ class _WriteOutcome:
     revision: int
     events: list[Event]
     compact_revision: int
+    #: a step of a compact() call that is not its last: the call counts one compaction, not one per step
+    partial_compaction: bool = False
 
 
 _Outcome = _WriteOutcome | _Read | BaseException
@@ -499,7 +520,7 @@ class SqliteStore(BaseStore):
                 self._commits_since_checkpoint = 0
                 self._submit(self._w_checkpoint, writes=False)
         self._revision = max(self._revision, outcome.revision)
-        if outcome.compact_revision > self._compact_revision:
+        if outcome.compact_revision > self._compact_revision and not outcome.partial_compaction:
             self._metrics.compacted()
         self._compact_revision = max(self._compact_revision, outcome.compact_revision)
 
@@ -545,11 +566,15 @@ class SqliteStore(BaseStore):
                     f"sqlite store {self.path} is not a federator store "
                     f"(application_id {app_id:#x}, tables {sorted(tables)})"
                 )
+            if not tables:
+                # Only before the first table (and before WAL mode writes the header) does this take.
+                conn.execute(f"PRAGMA auto_vacuum={_AUTO_VACUUM_INCREMENTAL}")
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise StoreUnavailable(f"sqlite store {self.path} cannot use WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute("PRAGMA wal_autocheckpoint=0")
+            conn.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
             if not tables:
                 # One transaction, so a crash here leaves no half-made store.
                 conn.executescript(
@@ -578,6 +603,16 @@ class SqliteStore(BaseStore):
             check = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
             if check != "ok":
                 raise StoreError(f"sqlite store {self.path} is corrupt: {check}")
+            if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != _AUTO_VACUUM_INCREMENTAL:
+                # A file made before compaction gave space back: convert it once (VACUUM rewrites the
+                # whole file, before the store serves anything).
+                _log.info("converting the sqlite store to incremental vacuum (once; rewrites the file)",
+                          path=str(self.path))
+                started = time.monotonic()
+                conn.execute(f"PRAGMA auto_vacuum={_AUTO_VACUUM_INCREMENTAL}")
+                conn.execute("VACUUM")
+                _log.info("sqlite store converted to incremental vacuum", path=str(self.path),
+                          seconds=round(time.monotonic() - started, 3))
             # From now on the connection never blocks inside SQLite: see _begin.
             conn.execute("PRAGMA busy_timeout=0")
         except sqlite3.Error as e:
@@ -754,13 +789,34 @@ class SqliteStore(BaseStore):
         conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (self._w_revision,))
         self._w_compact = revision
 
-    def _w_compact_job(self, conn: sqlite3.Connection, revision: int) -> _WriteOutcome:
-        if revision > self._w_revision:
-            raise FutureRevision(revision, self._w_revision)
-        if revision < self._w_compact:
-            raise Compacted(revision, self._w_compact)
-        self._w_compact_to(conn, revision)
-        return self._outcome(None, [])
+    def _w_compact_step(self, conn: sqlite3.Connection, revision: int, *, first: bool) -> _WriteOutcome:
+        """One step of compact(revision): forget at most _COMPACT_STEP revisions of history. The first
+        step checks the revision; a later one finding the store already compacted past it does nothing.
+        The result is True once the store is compacted to `revision`."""
+        if first:
+            if revision > self._w_revision:
+                raise FutureRevision(revision, self._w_revision)
+            if revision < self._w_compact:
+                raise Compacted(revision, self._w_compact)
+        if revision <= self._w_compact:
+            return self._outcome(True, [])
+        oldest = conn.execute("SELECT MIN(rev) FROM log").fetchone()[0]
+        step_to = min(revision, max(self._w_compact, oldest or revision) + _COMPACT_STEP)
+        self._w_compact_to(conn, step_to)
+        outcome = self._outcome(step_to >= revision, [])
+        outcome.partial_compaction = step_to < revision
+        return outcome
+
+    def _w_vacuum(self, conn: sqlite3.Connection, pages: int) -> _WriteOutcome:
+        """Give up to `pages` free pages back to the file system (the file shrinks at commit); the result is
+        how many free pages are left (0 also when none could be freed). One page per statement: Python's
+        sqlite3 steps a statement that returns no columns once, and each step of incremental_vacuum frees
+        one page."""
+        before = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        for _ in range(min(pages, before)):
+            conn.execute("PRAGMA incremental_vacuum(1)")
+        after: int = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return self._outcome(after if after < before else 0, [])
 
     def _w_lease_grant(self, conn: sqlite3.Connection, ttl: float) -> _WriteOutcome:
         while True:
@@ -847,7 +903,21 @@ class SqliteStore(BaseStore):
         self._check_open()
         if not isinstance(revision, int) or isinstance(revision, bool):
             raise StoreError(f"compact revision must be an int, not {revision!r}")
-        await self._timed("compact", lambda: self._run(lambda conn: self._w_compact_job(conn, revision), writes=True, inline=False))
+        await self._timed("compact", lambda: self._compact_in_steps(revision))
+
+    async def _compact_in_steps(self, revision: int) -> None:
+        """compact(): history deleted, then free pages given back, in short write transactions (see the
+        module docstring: Space); other writes queue between the steps, never behind the whole of it."""
+        def step(first: bool) -> Callable[[sqlite3.Connection], _WriteOutcome]:
+            return lambda conn: self._w_compact_step(conn, revision, first=first)
+
+        done = await self._run(step(True), writes=True, inline=False)
+        while not done:
+            done = await self._run(step(False), writes=True, inline=False)
+        while not self._closed:
+            left = await self._run(lambda conn: self._w_vacuum(conn, _VACUUM_STEP_PAGES), writes=True, inline=False)
+            if not left:
+                break
 
     async def compact_revision(self) -> int:
         self._check_open()
