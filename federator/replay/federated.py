@@ -38,7 +38,6 @@ policies' members.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
@@ -137,11 +136,16 @@ class FederatorPolicy:
         # cluster -> {uid: pods} bound there whose placed reservation the book may still hold
         self._shown: dict[str, dict[str, int]] = {}
         self._changed = True
+        # Clusters whose member bound or released a gang, or whose shown gangs changed, since the last sync.
+        self._stale: set[str] = set()
+        self._federation: FederationStats | None = None
         self._cheap = default_registry().resolve(self.profile).cheap_checks
         # cluster -> (snapshot the memo is for, {signature: (filter, first rejection) or None})
         self._memo: dict[str, tuple[ClusterSnapshot, dict[Hashable, tuple[str, FilterResult] | None]]] = {}
         self.cycles = 0
         self.gangs_evaluated = 0
+        # Cycles that ended with at least one head-of-line hold in the book.
+        self.cycles_with_holds = 0
         self.decisions: list[tuple[float, str, str]] = []
 
     @property
@@ -173,9 +177,10 @@ class FederatorPolicy:
 
     def on_bound(self, copy: GangCopy) -> None:
         self._shown[copy.cluster][copy.job.uid] = copy.job.pods
+        self._stale.add(copy.cluster)
 
     def on_finished(self, copy: GangCopy) -> None:
-        return None
+        self._stale.add(copy.cluster)
 
     def on_timer(self, payload: Any) -> None:
         if isinstance(payload, tuple) and payload[0] == "aged" and payload[1] in self._signature_of:
@@ -184,7 +189,11 @@ class FederatorPolicy:
     # ------------------------------------------------------------ snapshots
 
     def _sync(self) -> None:
-        for name, member in self.e.members.items():
+        if not self._stale:
+            return
+        stale, self._stale = self._stale, set()
+        for name in sorted(stale):
+            member = self.e.members[name]
             changed = member.take_changed_nodes()
             shown = self._shown[name]
             snapshot = self.snapshots[name]
@@ -216,9 +225,11 @@ class FederatorPolicy:
             return pending
         holds = self.book.holds()
         holders = {r.gang_uid for r in holds}
-        per_cluster = Counter(r.cluster for r in holds)
         limit = self.profile.max_holds_per_cluster
-        federation = FederationStats.of(self.snapshots.values())
+        if self._federation is None:
+            # What it holds (declared datasets, bandwidth, cost, largest node) never changes in a replay.
+            self._federation = FederationStats.of(self.snapshots.values())
+        federation = self._federation
         chosen: list[GangRequest] = []
         for signature, group in self._queue.items():
             if not group:
@@ -243,10 +254,11 @@ class FederatorPolicy:
                     models = candidate_gpu_models(example, index) if example.needs_gpu else ()
                     pods = sum(index.max_pods_by_free_gpus(m, role.requests.gpu) for m in models)
                     placeable += pods // max(1, role.replicas) if example.needs_gpu else len(group)
-                # A hold may be taken where the gang passes every filter but gang-fit, and fits when empty.
+                # A hold may be taken where the gang passes every filter but gang-fit, and fits when empty;
+                # a slot taken now may be freed within the cycle (its holder placed, or its hold dropped).
                 may_hold = rejection is None or (rejection[0] == GANG_FIT and rejection[1].code != EXCEEDS_CAPACITY)
-                if may_hold and per_cluster[name] < limit:
-                    hold_slots += limit - per_cluster[name]
+                if may_hold:
+                    hold_slots += limit
             wanted = placeable + hold_slots
             taken = 0
             for uid, (_, gang) in group.items():
@@ -276,6 +288,8 @@ class FederatorPolicy:
         self.cycles += 1
         self.gangs_evaluated += len(candidates)
         self.book = result.reservations
+        if self.book.holds():
+            self.cycles_with_holds += 1
         for decision in result.decisions:
             signature = self._signature_of.pop(decision.gang_uid)
             job, _ = self._queue[signature].pop(decision.gang_uid)
@@ -285,6 +299,9 @@ class FederatorPolicy:
             self.e.dispatch(job, decision.cluster)
         # Forget what the member showed for gangs whose placed reservation the cycle released.
         for name, shown in self._shown.items():
-            for uid in [u for u in shown if (r := self.book.get(u)) is None or r.kind is not ReservationKind.PLACED]:
+            gone = [u for u in shown if (r := self.book.get(u)) is None or r.kind is not ReservationKind.PLACED]
+            for uid in gone:
                 del shown[uid]
+            if gone:
+                self._stale.add(name)
 

@@ -30,7 +30,7 @@ Must never bind part of a gang, overcommit a node, or read a clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from federator.replay.attributes import ReplayJob
@@ -53,6 +53,7 @@ __all__ = ["GPU_PRODUCT_LABEL", "GangCopy", "Member", "pod_requirements_of"]
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 PODS_PER_NODE = 110
+_RESOURCES = (CPU, MEMORY, GPU, PODS)
 
 _REQUIREMENTS: dict[tuple[int, int, int, str | None], PodRequirements] = {}
 
@@ -136,6 +137,7 @@ class Member:
         for node in _nodes_of(spec):
             self.ledger.upsert_node(node)
         self._feasible: dict[Placement, list[NodeInfo]] = {}
+        self._feasible_models: dict[Placement, frozenset[str]] = {}
         # An empty twin of the nodes, for "could this gang ever fit here".
         self._empty = ClusterLedger()
         for node in _nodes_of(spec):
@@ -159,6 +161,12 @@ class Member:
         self.gpu_used_by_model = dict.fromkeys(self.gpu_capacity_by_model, 0)
         self.gpu_waiting_by_model = dict.fromkeys(self.gpu_capacity_by_model, 0)
         self.model_of_node = {n.name: n.labels[GPU_PRODUCT_LABEL] for n in self.ledger.ordered_nodes()}
+        # model -> {(free cpu, memory, GPUs, pods) -> nodes in that state}: node-level estimates in
+        # O(states), not O(nodes). Exact because a pool's nodes are alike but for their names.
+        self._node_free: dict[str, tuple[int, ...]] = {}
+        self._states: dict[str, dict[tuple[int, ...], int]] = {}
+        for node in self.ledger.ordered_nodes():
+            self._track(node.name, +1)
         # Nodes whose usage changed since the last `take_changed_nodes` (the hub's snapshot feed).
         self._changed: set[str] = set()
         self.cycles = 0
@@ -189,9 +197,30 @@ class Member:
             if node is not None:
                 self._changed.add(node)
             self.ledger.release(key)
+        self._retrack(copy.nodes.values())
         self._use(copy, -1)
         self.ledger_version += 1
         copy.state = "finished"
+
+    def _track(self, name: str, sign: int) -> None:
+        node = self.ledger.nodes[name]
+        model = self.model_of_node[name]
+        if sign > 0:
+            state = tuple(node.free(r) for r in _RESOURCES)
+            self._node_free[name] = state
+        else:
+            state = self._node_free.pop(name)
+        table = self._states.setdefault(model, {})
+        count = table.get(state, 0) + sign
+        if count:
+            table[state] = count
+        else:
+            del table[state]
+
+    def _retrack(self, names: Iterable[str]) -> None:
+        for name in set(names):
+            self._track(name, -1)
+            self._track(name, +1)
 
     def _wait(self, copy: GangCopy, sign: int) -> None:
         job = copy.job
@@ -234,6 +263,7 @@ class Member:
             copy.nodes = dict(outcome.placed)
             copy.state = "bound"
             self._changed.update(outcome.placed.values())
+            self._retrack(outcome.placed.values())
             self._wait(copy, -1)
             self._use(copy, +1)
             self.ledger_version += 1
@@ -269,6 +299,22 @@ class Member:
 
     def feasible_nodes(self, placement: Placement) -> Sequence[NodeInfo]:
         return _Planner(self.ledger, self._feasible).feasible(placement)
+
+    def node_level_replicas(self, requirements: PodRequirements) -> int:
+        """Pods of this shape the free resources hold, node by node, over the nodes its placement admits."""
+        models = self._feasible_models.get(requirements.placement)
+        if models is None:
+            models = frozenset(self.model_of_node[n.name] for n in self.feasible_nodes(requirements.placement))
+            self._feasible_models[requirements.placement] = models
+        wanted = [(i, units) for i, resource in enumerate(_RESOURCES) for name, units in requirements.requests
+                  if name == resource and units > 0]
+        total = 0
+        for model in models:
+            for state, count in self._states.get(model, {}).items():
+                fit = min(state[i] // units for i, units in wanted) if wanted else 0
+                if fit > 0:
+                    total += count * fit
+        return total
 
     def has_model(self, model: str | None) -> bool:
         return model is None or model in self.gpu_capacity_by_model

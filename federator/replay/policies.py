@@ -268,8 +268,6 @@ class KarmadaPolicy(_HubQueue):
         super().__init__()
         self.estimator = estimator
         self.name = "karmada-estimator" if estimator else "karmada"
-        # (member, requirements) -> (member usage version, node-level replicas)
-        self._node_level: dict[tuple[str, Any], tuple[int, int]] = {}
 
     def _affinity(self, member: Member, job: ReplayJob) -> bool:
         if job.network != "any" and member.spec.fabric != job.network:
@@ -288,24 +286,8 @@ class KarmadaPolicy(_HubQueue):
         return replicas or 0
 
     def _accurate(self, member: Member, job: ReplayJob) -> int:
-        copy_req = pod_requirements_of(job)
-        key = (member.name, copy_req)
-        version = member.ledger_version
-        known = self._node_level.get(key)
-        if known is not None and known[0] == version:
-            return known[1]
-        total = 0
-        requests = [(name, units) for name, units in copy_req.requests if units]
-        for node in member.feasible_nodes(copy_req.placement):
-            fit: int | None = None
-            for name, units in requests:
-                n = node.free(name) // units
-                fit = n if fit is None else min(fit, n)
-                if fit <= 0:
-                    break
-            total += max(0, fit or 0)
-        self._node_level[key] = (version, total)
-        return total
+        """karmada-scheduler-estimator: per node that admits the pod, the pods its free resources hold."""
+        return member.node_level_replicas(pod_requirements_of(job))
 
     def choose(self, waiting: _Waiting) -> str | None:
         job = waiting.job
