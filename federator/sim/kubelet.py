@@ -15,7 +15,10 @@ one timer heap for every pod of the cluster (no task per pod):
   a dead kubelet cannot finish a delete, so such pods stay Terminating, as
   in a real cluster;
 - every Ready node's Lease in kube-node-lease is renewed every 10 s
-  (`nodelease.NodeLeases`, one batched timer for all nodes).
+  (`nodelease.NodeLeases`, one batched timer for all nodes);
+- what each container prints (start, epochs and steps with a loss, checkpoints,
+  exit), and `GET .../pods/NAME/log`, are in `containerlogs.py`: a function of
+  the pod these timers write (startedAt, finishedAt, exit code) and the clock.
 
 `fail_node`, `recover_node` and `set_unhealthy_gpus` change Node objects the
 way the node lifecycle controller and the device plugin would. This module

@@ -56,6 +56,7 @@ from federator.apiserver.storage import ObjectStorage
 from federator.devcerts import DevTLS, ensure_dev_tls, server_ssl_context, write_kubeconfig
 from federator.obs import METRICS, Metrics, get_logger
 from federator.sim import kinds
+from federator.sim.containerlogs import POD_LOG
 from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_middleware
 from federator.sim.nodelease import NODE_LEASE_RENEW_SECONDS
 from federator.sim.profile import ClusterProfile, initial_nodes
@@ -230,7 +231,7 @@ class SimCluster:
             authenticate=self._authenticate,
             middlewares=[fault_middleware(self.faults), *self._rbac_middlewares()],
             version_info=_version_info(profile.kubernetes_version),
-            subresources=subresources,
+            subresources=[*subresources, POD_LOG],
             verb_only_resources=verb_only,
             bookmark_interval=bookmark_interval,
             metrics=self.metrics,
