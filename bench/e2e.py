@@ -76,6 +76,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import ssl
@@ -101,6 +102,9 @@ GROUP_PATH = "/apis/federator.dev/v1alpha1"
 JOBS = f"{GROUP_PATH}/namespaces/{NAMESPACE}/trainingjobs"
 LABEL_JOB_NAME = "federator.dev/job-name"
 PODS_PER_JOB = 2
+#: a job (or directly written gang) whose objects are not all in the member this long after its submission
+#: is late: its latency counts as infinite (p99 then reads as none) and the run goes on
+LATE_SECONDS = 60.0
 
 
 def job_body(name: str) -> bytes:
@@ -495,10 +499,10 @@ async def direct_sustained(driver: DirectDriver, members: Members, gangs: list[t
     """p50, p99 (ms) of first write -> every pod in the member, gangs written at `rate` per second."""
     waiters = {name: members.wait(name) for name, _ in gangs}
     sent = await driver.run("sustained", gangs, rate=rate)
-    done = await asyncio.wait_for(asyncio.gather(*waiters.values()), 60)
-    latencies = sorted((finished - sent[name]) * 1000 for name, finished in zip(waiters, done, strict=True))
-    return (statistics.median(latencies), latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-            len(latencies))
+    done = await asyncio.gather(*(asyncio.wait_for(w, LATE_SECONDS) for w in waiters.values()),
+                                return_exceptions=True)
+    return percentiles([(finished - sent[name]) * 1000 if isinstance(finished, float) else math.inf
+                        for name, finished in zip(waiters, done, strict=True)])
 
 
 async def direct_burst(driver: DirectDriver, members: Members, gangs: list[tuple[str, str]], *,
@@ -511,8 +515,8 @@ async def direct_burst(driver: DirectDriver, members: Members, gangs: list[tuple
 
 
 def same_clusters(names: list[str], landed: dict[str, str], prefix: str) -> list[tuple[str, str]]:
-    """The hub's gangs renamed with `prefix`, each for the cluster the hub put it in."""
-    return [(f"{prefix}-{i}", landed[name]) for i, name in enumerate(names)]
+    """The hub's gangs renamed with `prefix`, each for the cluster the hub put it in (late ones left out)."""
+    return [(f"{prefix}-{i}", landed[name]) for i, name in enumerate(names) if name in landed]
 
 
 # ---------------------------------------------------------------- measurements
@@ -550,7 +554,11 @@ async def sustained_latency(hub: Hub, members: Members, *, rate: float, duration
         done = members.wait(name)
         sent = time.perf_counter()
         await post_job(session, hub, name)
-        finished = await asyncio.wait_for(done, 60)
+        try:
+            finished = await asyncio.wait_for(done, LATE_SECONDS)
+        except TimeoutError:  # counted as late (an infinite latency), so that one slow job does not end the run
+            latencies.append(math.inf)
+            return
         latencies.append((finished - sent) * 1000)
 
     async with hub.session(limit=200) as session:
@@ -562,9 +570,14 @@ async def sustained_latency(hub: Hub, members: Members, *, rate: float, duration
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(session, i)))
         await asyncio.gather(*tasks)
-    latencies.sort()
+    return percentiles(latencies)
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float, int]:
+    """p50, p99 and how many jobs were late (no objects within LATE_SECONDS: infinite latency)."""
+    latencies = sorted(latencies)
     return (statistics.median(latencies), latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-            len(latencies))
+            sum(1 for x in latencies if math.isinf(x)))
 
 
 async def burst_throughput(hub: Hub, members: Members, *, count: int, concurrency: int, prefix: str) -> float:
@@ -622,6 +635,8 @@ FIGURES: dict[str, tuple[str, str, tuple[str, float] | None]] = {
     "hubP99Ms": ("hub: submit->objects p99", "ms", ("<=", 100.0)),
     "directP50Ms": ("direct: first write->objects p50", "ms", None),
     "directP99Ms": ("direct: first write->objects p99", "ms", None),
+    "hubLateJobs": (f"hub: jobs late (no objects in {LATE_SECONDS:g} s)", "jobs", ("<=", 0.0)),
+    "directLateGangs": (f"direct: gangs late (no objects in {LATE_SECONDS:g} s)", "gangs", None),
     "hubCpuSustainedPercent": ("hub CPU % (sustained)", "%", None),
     "membersCpuSustainedPercent": ("members+driver CPU % (sustained, hub)", "%", None),
     "hubCpuBurstPercent": ("hub CPU % (burst)", "%", None),
@@ -657,7 +672,7 @@ async def hub_phases(store_url: str, workdir: Path, args: argparse.Namespace,
                 # warm up connections, caches and the code paths
                 await sustained_latency(hub, members, rate=args.rate, duration=2.0, prefix=f"warm{run}")
                 with CpuShares(hub) as sustained:
-                    p50, p99, jobs = await sustained_latency(hub, members, rate=args.rate, duration=args.duration,
+                    p50, p99, late = await sustained_latency(hub, members, rate=args.rate, duration=args.duration,
                                                              prefix=f"lat{run}")
                 rss_after_sustained, _ = hub.memory_mib()
                 with CpuShares(hub) as burst:
@@ -666,12 +681,13 @@ async def hub_phases(store_url: str, workdir: Path, args: argparse.Namespace,
                 rss, peak = hub.memory_mib()
     finally:
         await members.stop()
-    print(f"  run {run} hub: {jobs} jobs at {args.rate}/s: p50 {p50:.1f} ms p99 {p99:.1f} ms (hub CPU "
+    jobs = int(args.rate * args.duration)
+    print(f"  run {run} hub: {jobs} jobs at {args.rate}/s ({late} late): p50 {p50:.1f} ms p99 {p99:.1f} ms (hub CPU "
           f"{sustained.hub_share:.0%}, members+driver CPU {sustained.own_share:.0%}); burst {jobs_per_second:.0f} "
           f"jobs/s (hub CPU {burst.hub_share:.0%}, waiting for a CPU {burst.hub_wait:.0%}; members+driver CPU "
           f"{burst.own_share:.0%}, waiting {burst.own_wait:.0%}); "
           f"hub RSS {rss:.0f} MiB (peak {peak:.0f})", file=sys.stderr, flush=True)
-    figures = {"hubP50Ms": p50, "hubP99Ms": p99, "hubCpuSustainedPercent": sustained.hub_share * 100,
+    figures = {"hubP50Ms": p50, "hubP99Ms": p99, "hubLateJobs": late, "hubCpuSustainedPercent": sustained.hub_share * 100,
                "membersCpuSustainedPercent": sustained.own_share * 100, "hubBurstJobsPerSecond": jobs_per_second,
                "hubCpuBurstPercent": burst.hub_share * 100, "membersCpuBurstPercent": burst.own_share * 100,
                "hubCpuMsPerJob": burst.hub_cpu * 1000 / args.burst,
@@ -696,17 +712,17 @@ async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, la
                 warm.sort(key=lambda n: int(n.rsplit("-", 1)[1]))
                 await direct_sustained(driver, members, same_clusters(warm, landed, f"dwarm{run}"), rate=args.rate)
                 latency_gangs = same_clusters([f"lat{run}-{i}" for i in range(sustained_jobs)], landed, f"dlat{run}")
-                p50, p99, jobs = await direct_sustained(driver, members, latency_gangs, rate=args.rate)
+                p50, p99, late = await direct_sustained(driver, members, latency_gangs, rate=args.rate)
                 burst_gangs = same_clusters([f"burst{run}-{i}" for i in range(args.burst)], landed, f"dburst{run}")
                 with CpuShares(driver) as burst:
                     per_second = await direct_burst(driver, members, burst_gangs, concurrency=args.concurrency)
     finally:
         await members.stop()
-    print(f"  run {run} direct: {jobs} gangs at {args.rate}/s: p50 {p50:.1f} ms p99 {p99:.1f} ms; burst "
+    print(f"  run {run} direct: {len(latency_gangs)} gangs at {args.rate}/s ({late} late): p50 {p50:.1f} ms p99 {p99:.1f} ms; burst "
           f"{per_second:.0f} gangs/s (driver CPU {burst.hub_share:.0%}, waiting {burst.hub_wait:.0%}; members CPU "
           f"{burst.own_share:.0%}, waiting {burst.own_wait:.0%})",
           file=sys.stderr, flush=True)
-    return {"directP50Ms": p50, "directP99Ms": p99, "directBurstJobsPerSecond": per_second,
+    return {"directP50Ms": p50, "directP99Ms": p99, "directLateGangs": late, "directBurstJobsPerSecond": per_second,
             "directDriverCpuBurstPercent": burst.hub_share * 100, "directMembersCpuBurstPercent": burst.own_share * 100,
             "directDriverCpuMsPerGang": burst.hub_cpu * 1000 / len(burst_gangs),
             "directMembersCpuMsPerGang": burst.own_cpu * 1000 / len(burst_gangs),
@@ -719,7 +735,9 @@ async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run:
     direct = await direct_phases(workdir, args, run, landed=landed, sustained_jobs=jobs)
     figures = {**hub, **direct,
                "burstThroughputRatio": hub["hubBurstJobsPerSecond"] / direct["directBurstJobsPerSecond"],
-               "p99Ratio": hub["hubP99Ms"] / direct["directP99Ms"]}
+               # with a late job on either side the ratio is unknown (NaN: written as null)
+               "p99Ratio": hub["hubP99Ms"] / direct["directP99Ms"] if math.isfinite(hub["hubP99Ms"] + direct["directP99Ms"])
+               else math.nan}
     print(f"  run {run}: burst throughput hub/direct {figures['burstThroughputRatio']:.2f}, "
           f"p99 hub/direct {figures['p99Ratio']:.1f}", file=sys.stderr, flush=True)
     return {key: figures[key] for key in FIGURES}
