@@ -642,7 +642,7 @@ class EventRecorder:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - logged, retried, then dropped; never raised
-                    self._failures.failed(e, now=time.monotonic(), event=observed.name, namespace=observed.namespace,
+                    self._failures.failed(e, now=time.monotonic(), name=observed.name, namespace=observed.namespace,
                                           attempt=attempt + 1)
                     if attempt == retries:
                         self._count("failed")

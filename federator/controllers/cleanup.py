@@ -411,6 +411,8 @@ class GarbageCollector:
                                                           now=now))
             return fresh
 
+        self.hub.events.record(job, controller="cleanup", reason="StaleCopyKilled", action="Fence", warning=True,
+                               message=message)
         try:
             await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
         except (ApiError, StoreError) as e:

@@ -1,5 +1,5 @@
 """What every hub controller is handed: the hub's store, its object storage and
-registry, settings, metrics and the leader's fencing token.
+registry, settings, metrics, the leader's fencing token and the Event recorder.
 
 `hub.py` builds one `HubContext` per hub process and passes it to each
 controller's cleanup_ctx factory (`async def ctx(hub: HubContext) ->
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from federator.apiserver.events import EventRecorder
 from federator.apiserver.registry import Registry, ResourceType
 from federator.apiserver.storage import ObjectStorage
 from federator.obs import Metrics
@@ -63,6 +64,10 @@ class HubContext:
     #: shared in-process state controllers publish for each other (e.g. the
     #: latest ClusterSnapshot per cluster), by well-known name
     shared: dict[str, Any] = field(default_factory=dict)
+    #: where controllers record Events (`hub.events.record(job, controller=..., reason=..., message=...)`);
+    #: controllers/events.py's event_recording replaces it with the term's recorder and runs its writer.
+    #: Until then (and in tests without that controller) records stay in memory, bounded, unwritten.
+    events: EventRecorder = field(default_factory=EventRecorder)
 
     def kind(self, kind: str) -> ResourceType:
         rt = self.registry.by_kind(HUB_API_VERSION, kind)

@@ -541,6 +541,9 @@ class Dispatcher:
         """Condition Dispatched and a history entry: handed to status sync (`jobs.DispatchRecords`), which
         writes it with the gang's next status; written here only when status sync is not running."""
         ref = job_ref(job)
+        self.hub.events.record(job, controller="dispatch", reason="Dispatched", action="Dispatch",
+                               message=f"gang created in {cluster} at epoch {epoch} ({created} objects created, "
+                                       f"{existing} already there)")
         record = DispatchRecord(cluster=cluster, epoch=epoch, created=created, existing=existing, at=time.time())
         if dispatch_records(self.hub).add(ref.uid, record):
             return
@@ -620,7 +623,9 @@ class Dispatcher:
                           cluster=cluster)
                 return stored
 
-            await self._write(ref, fail)
+            if (stored := await self._write(ref, fail)) is not None:
+                self.hub.events.record(stored, controller="dispatch", reason="DispatchFailed", action="Dispatch",
+                                       warning=True, message=message)
             return
         delay = self.retries.failed(ref.uid, now=now)
         attempt = self.retries.attempts(ref.uid)
@@ -648,16 +653,20 @@ class Dispatcher:
                 status["placement"]["previous"] = {"cluster": cluster, "epoch": epoch}
             return stored
 
-        await self._write(ref, back)
+        if (stored := await self._write(ref, back)) is not None:
+            self.hub.events.record(stored, controller="dispatch", reason="Requeued", action="Requeue", warning=True,
+                                   message=message)
         if self.on_requeued is not None:
             self.on_requeued(delay)
 
-    async def _write(self, ref: Any, mutate: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+    async def _write(self, ref: Any, mutate: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any] | None:
         try:
-            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
+            return await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                           uid=ref.uid)
         except (ApiError, StoreError) as e:
             # the job stays Placed; the next hub start re-dispatches it
             _log.error("could not requeue the job after a failed dispatch", job=ref.key, error=str(e))
+            return None
 
     # ------------------------------------------------------------ crash recovery
 

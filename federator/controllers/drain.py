@@ -290,6 +290,7 @@ class ClusterDrain:
                 reservations(self.hub).forget(ref.uid)
                 return
             _log.info("drain: gang moving", job=ref.key, cluster=cluster, target=target, epoch=epoch + 1)
+            self.hub.events.record(stored, controller="drain", reason="Drained", action="Drain", message=message)
             # The old copy goes first (the dispatcher waits until the member shows it gone).
             await self.dispatcher.delete_previous(stored, cluster=target)
             result = await self.dispatcher.dispatch(stored, cluster=target, epoch=epoch + 1,

@@ -323,6 +323,11 @@ class ClusterFailover:
             return
         if stored is None or not outcome:
             return
+        self.hub.events.record(stored, controller="failover", reason="ClusterLost", action="Failover", warning=True,
+                               message=lost_message + {
+                                   "waiting": "; the gang waits for it to return (onClusterLoss: wait)",
+                                   "requeued": f"; requeued: the gang moves whole elsewhere at epoch {epoch + 1}",
+                               }.get(outcome, "; the job fails"))
         if outcome != "waiting":
             reservations(self.hub).forget(uid)
         if outcome == "requeued":

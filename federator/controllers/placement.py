@@ -500,6 +500,12 @@ class PlacementController:
         if stored is None:
             _log.info("placement decision not recorded: the job changed meanwhile", job=ref.key,
                       cluster=decision.cluster)
+        else:
+            score = f", score {decision.scores[0].total:.1f}" if decision.scores else ""
+            model = f" on {decision.gpu_model}" if decision.gpu_model else ""
+            self.hub.events.record(stored, controller="placement", reason="Placed", action="Place",
+                                   message=f"placed in {decision.cluster}{model}{score} at epoch "
+                                           f"{current_placement(stored)[1]}")
         self._unplaced_written.pop(ref.uid, None)
         return stored
 
@@ -563,6 +569,9 @@ class PlacementController:
         self._unplaced_written[ref.uid] = (signature, now)
         if stored is not None:
             self._remember(stored)
+            short = "; ".join(f"{r['cluster']}: {r['reason']}" for r in rows[:8])
+            self.hub.events.record(stored, controller="placement", reason=reason, action="Place", warning=True,
+                                   message=f"{message.split(':', 1)[0]}{': ' + short if short else ''}")
 
     async def _unschedulable_spec(self, job: Mapping[str, Any], error: str, *, now: float) -> None:
         ref = job_ref(job)
@@ -580,11 +589,15 @@ class PlacementController:
             return stored if changed else None
 
         try:
-            await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
+            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                             uid=ref.uid)
         except (ApiError, StoreError) as e:
             _log.warning("could not record why the job cannot be placed", job=ref.key, error=str(e))
             return
         self._unplaced_written[ref.uid] = (signature, now)
+        if stored is not None:
+            self.hub.events.record(stored, controller="placement", reason="InvalidSpec", action="Place",
+                                   warning=True, message=error)
 
 
 async def job_placement(hub: HubContext) -> AsyncIterator[None]:

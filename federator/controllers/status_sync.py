@@ -797,6 +797,8 @@ class StatusSync:
                                          uid=ref.uid)
         self._missing_since.pop(ref.uid, None)
         if stored is not None:
+            self.hub.events.record(stored, controller="status-sync", reason="Requeued", action="Requeue",
+                                   warning=True, message=message)
             reservations(self.hub).forget(ref.uid)
             self.hub.metrics.job_requeues.labels(reason="Fenced").inc()
             _log.warning("gang killed by the member's fence agent; requeued", job=ref.key, cluster=cluster,
@@ -858,6 +860,14 @@ class StatusSync:
         stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
         if record is not None:
             self.records.done(uid, record)  # written, already there, or its job moved on
+        new_phase = stored["status"].get("phase") if stored is not None else phase
+        if stored is not None and isinstance(new_phase, str) and new_phase != phase:
+            said = {h.get("event"): h.get("message") for h in stored["status"].get("history") or ()
+                    if isinstance(h, Mapping)}
+            for step in (*_passed_phases(str(phase), new_phase), new_phase):
+                self.hub.events.record(stored, controller="status-sync", reason=step, action="Sync",
+                                       warning=step == PHASE_FAILED,
+                                       message=str(said.get(step) or f"{step} in cluster {cluster} (epoch {epoch})"))
         if stored is not None and stored["status"].get("phase") in TERMINAL_PHASES \
                 and reservations(self.hub).forget(uid):
             # A short gang can finish before the snapshot ever shows it bound: its pods hold nothing now.

@@ -150,6 +150,8 @@ class StuckGangs:
         if stored is None:
             return
         self.pulling[uid] = _PullBack(cluster=cluster, epoch=epoch, why=why, started=now)
+        self.hub.events.record(stored, controller="stuck-gangs", reason="NotAdmitted", action="PullBack",
+                               warning=True, message=f"pulling the gang back: {why}")
         self.hub.metrics.gangs_pulled_back.labels(cluster=cluster).inc()
         _log.warning("gang not admitted in time; pulling it back", job=ref.key, cluster=cluster, epoch=epoch,
                      waited_s=waited, reason=gs.reason)
@@ -187,7 +189,10 @@ class StuckGangs:
                           message=f"pulled back from cluster {pull.cluster}: {pull.why}", now=now)
             return fresh
 
-        await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=pull_back, uid=uid)
+        if (stored := await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=pull_back,
+                                              uid=uid)) is not None:
+            self.hub.events.record(stored, controller="stuck-gangs", reason="PulledBack", action="PullBack",
+                                   warning=True, message=f"{deleted_message}; requeued, {excluded_message}")
         reservations(self.hub).forget(uid)
         del self.pulling[uid]
         self.pulled_back += 1

@@ -24,6 +24,7 @@ from federator.controllers.cleanup import GarbageCollector, member_cleanup
 from federator.controllers.context import ControllerFactory
 from federator.controllers.dispatch import DISPATCHER, Dispatcher, job_dispatch
 from federator.controllers.drain import cluster_drain
+from federator.controllers.events import event_recording
 from federator.controllers.failover import ClusterFailover, cluster_failover
 from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
@@ -39,8 +40,8 @@ from .jobtest_support import API, STANDARD, Federation, HubApi, fast_settings, r
 CLUSTER_LABEL = "federator.test/cluster"
 
 #: The hub's controllers for these tests, in hub_controllers() order.
-LIFECYCLE: Sequence[ControllerFactory] = (member_sync, job_dispatch, job_placement, status_sync, stuck_gangs,
-                                          cluster_failover, cluster_drain, member_cleanup)
+LIFECYCLE: Sequence[ControllerFactory] = (event_recording, member_sync, job_dispatch, job_placement, status_sync,
+                                          stuck_gangs, cluster_failover, cluster_drain, member_cleanup)
 
 
 class RunningFederation(Federation):
