@@ -4,7 +4,8 @@
 `ReplayInputError` with one line naming the bad flag; `run_replay(options)`
 then loads the trace and clusters file (errors again as ReplayInputError,
 before anything is written), replays every policy (in `workers` spawned
-processes, policies in parallel, a rich progress bar per policy), and only
+processes, policies in parallel, or in this process with one worker; a
+rich progress bar per policy), and only
 then creates `--out` and writes report.json, report.md and the PNG plots
 (report.py).
 
@@ -258,13 +259,25 @@ def machine_description(workers: int) -> dict[str, Any]:
 def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[str, PolicyResult], float]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    ctx = multiprocessing.get_context("spawn")
-    progress_queue = ctx.Queue()
     started = time.perf_counter()
     results: dict[str, PolicyResult] = {}
     columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not options.progress, transient=False) as bar:
         tasks = {name: bar.add_task(name, total=total_jobs) for name in options.policies}
+        if options.workers == 1:
+            # One worker: replay in this process, one policy after another (no process start-up).
+            jobs, federation = load_inputs(options)
+            for name in options.policies:
+                task = tasks[name]
+
+                def advance(n: int, task: Any = task) -> None:
+                    bar.advance(task, n)
+
+                results[name] = run_policy(name, jobs, federation, seed=options.seed, progress=advance)
+                bar.update(task, completed=total_jobs)
+            return results, time.perf_counter() - started
+        ctx = multiprocessing.get_context("spawn")
+        progress_queue = ctx.Queue()
         with ProcessPoolExecutor(max_workers=options.workers, mp_context=ctx, initializer=_init_worker,
                                  initargs=(progress_queue,)) as pool:
             futures: dict[str, Future[PolicyResult]] = {

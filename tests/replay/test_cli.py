@@ -1,0 +1,128 @@
+"""`federator bench replay` end to end: the report's exact keys and files, and bad input that writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from replay_builders import TINY_CLUSTERS, synthetic_trace, write_trace
+
+from federator.cli import main
+from federator.replay.report import METRIC_KEYS, PLOTS
+from federator.replay.run import POLICIES, replay_options
+
+TOP_LEVEL = {"trace", "clustersFile", "seed", "rule", "machine", "policies"}
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    trace = synthetic_trace(tmp_path / "trace", jobs_per_cluster=40)
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(TINY_CLUSTERS)
+    return trace, clusters
+
+
+def test_replay_writes_report_json_md_and_plots_with_exactly_the_keys(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, clusters = inputs
+    out = tmp_path / "out"
+    code = main(["bench", "replay", "--trace", str(trace), "--clusters", str(clusters), "--seed", "4",
+                 "--jobs", "100", "--workers", "2", "--no-progress", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in POLICIES) and "report.md" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert set(report) == TOP_LEVEL
+    assert report["seed"] == 4 and report["clustersFile"] == str(clusters) and report["trace"] == str(trace)
+    assert "BLAKE2b" in report["rule"]
+    assert report["machine"]["cpus"] >= 1 and report["machine"]["workers"] == 2
+    assert list(report["policies"]) == list(POLICIES)
+    for name, metrics in report["policies"].items():
+        assert list(metrics) == list(METRIC_KEYS), name
+        assert metrics["jobs"] == 100
+    allatonce = report["policies"]["multikueue-allatonce"]["memberWritesPerJob"]
+    assert report["policies"]["federator"]["memberWritesPerJob"] < allatonce
+    for plot in PLOTS:
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "report.md").read_text()
+    assert "## federator / baseline" in md and "meanQueueDelaySeconds" in md and report["rule"] in md
+    for plot in PLOTS:
+        assert f"({plot})" in md
+
+
+def test_policies_subset_keeps_the_order_given(tmp_path: Path) -> None:
+    options = replay_options(trace=None, clusters=None, seed=None, jobs="7", policies="none, federator",
+                             workers=None, out=str(tmp_path / "o"))
+    assert options.policies == ("none", "federator") and options.jobs == 7 and options.seed == 1
+    assert 1 <= options.workers <= 2
+    assert options.trace.name == "itp" and options.clusters.name == "default.yaml"
+    assert not (tmp_path / "o").exists()
+
+
+def _bad(tmp_path: Path, inputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], *flags: str) -> str:
+    trace, clusters = inputs
+    out = tmp_path / "never"
+    argv = ["bench", "replay", "--trace", str(trace), "--clusters", str(clusters), "--no-progress",
+            "--out", str(out), *flags]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert not out.exists(), "bad input must write nothing"
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--policies", "federator,slurm"], "unknown policy 'slurm'"),
+        (["--policies", "none,none"], "names a policy twice"),
+        (["--policies", ","], "comma-separated"),
+        (["--jobs", "-5"], "--jobs must be a positive integer"),
+        (["--jobs", "0"], "--jobs must be an integer from 1"),
+        (["--jobs", "ten"], "--jobs must be an integer"),
+        (["--seed", "-1"], "--seed must be an integer"),
+        (["--seed", "9" * 40], "--seed must be an integer"),
+        (["--workers", "0"], "--workers must be an integer from 1"),
+    ],
+)
+def test_bad_flags(inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                   flags: list[str], message: str) -> None:
+    assert message in _bad(tmp_path, inputs, capsys, *flags)
+
+
+def test_missing_trace_directory(inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "does not exist" in _bad(tmp_path, inputs, capsys, "--trace", str(tmp_path / "no-such-trace"))
+
+
+def test_malformed_and_mismatched_clusters_files(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("clusters:\n  - name: [unclosed\n")
+    assert "not valid YAML" in _bad(tmp_path, inputs, capsys, "--clusters", str(broken))
+    negative = tmp_path / "negative.yaml"
+    negative.write_text(TINY_CLUSTERS.replace("nodes: 3", "nodes: -1"))
+    assert "nodePools[0].nodes" in _bad(tmp_path, inputs, capsys, "--clusters", str(negative))
+    unmapped = tmp_path / "unmapped.yaml"
+    unmapped.write_text(TINY_CLUSTERS.replace("[cluster03]", "[cluster09]"))
+    message = _bad(tmp_path, inputs, capsys, "--clusters", str(unmapped))
+    assert "cluster03 are the home of no cluster" in message
+    assert "does not exist" in _bad(tmp_path, inputs, capsys, "--clusters", str(tmp_path / "nope.yaml"))
+
+
+def test_malformed_trace_and_out_that_is_a_file(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad_trace = write_trace(tmp_path / "bad-trace", {"cluster01": [("a", 1, 2, 1)]})
+    (bad_trace / "cluster02.csv").write_text("job_id,submission_time,duration,num_gpu\nb,1,2,-3\n")
+    assert "cluster02.csv:2" in _bad(tmp_path, inputs, capsys, "--trace", str(bad_trace))
+    trace, clusters = inputs
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    code = main(["bench", "replay", "--trace", str(trace), "--clusters", str(clusters), "--out", str(a_file)])
+    assert code == 2 and "exists and is not a directory" in capsys.readouterr().err
+    assert a_file.read_text() == "not a directory"
