@@ -50,6 +50,7 @@ from federator.apiserver.app import Subresource, SubresourceRequest, build_api_a
 from federator.apiserver.auth import TokenAuthenticator, TokenFileError, auth_middleware
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError, bad_request, not_found, service_unavailable
 from federator.apiserver.registry import JSONObject
+from federator.apiserver.reviews import review_resources
 from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.gcpolicy import server_gc
@@ -326,6 +327,8 @@ def build_hub_app(
         subresources=[Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="memberclusters",
                                   name="failoverplan", kind="FailoverPlan", verbs=("get",),
                                   handler=lambda req: _failover_plan(state, req))],
+        # kubectl auth whoami / can-i, decided by the same role rules as auth_middleware.
+        verb_only_resources=review_resources(),
     )
     app[HUB_STATE] = state
 

@@ -66,6 +66,8 @@ class Principal:
 
     name: str
     groups: tuple[str, ...] = ()
+    #: the user's uid (token file column 3; shown by `kubectl auth whoami`), not part of its identity
+    uid: str = field(default="", compare=False)
 
 
 Authenticator = Callable[[web.Request], Awaitable[Principal | None]]
@@ -163,7 +165,10 @@ def json_response(body: Any, *, status: int = 200, headers: Mapping[str, str] | 
 
 def status_response(err: ApiError) -> web.Response:
     headers = {"Retry-After": str(err.retry_after_seconds)} if err.retry_after_seconds is not None else None
-    return json_response(err.to_status(), status=err.code, headers=headers)
+    response = json_response(err.to_status(), status=err.code, headers=headers)
+    for value in errors.warning_headers(err.warnings):
+        response.headers.add("Warning", value)
+    return response
 
 
 def _shown(rt: ResourceType, obj: JSONObject) -> JSONObject:
@@ -375,18 +380,19 @@ class _Handlers:
     async def apis(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.match_info.get("tail", "").split("/") if p]
         state = self.state
+        extra = [(vo.group, vo.version) for vo in state.verb_only.values()]
         if not parts:
             self._only_get(request)
-            return self._cached("apis", lambda: api_group_list(state.registry))
+            return self._cached("apis", lambda: api_group_list(state.registry, extra_group_versions=extra))
         group = parts[0]
         if len(parts) == 1:
             self._only_get(request)
-            doc = api_group(state.registry, group)
+            doc = api_group(state.registry, group, extra_group_versions=extra)
             if doc is None:
                 raise _not_found()
             return json_response(doc)
         version, rest = parts[1], parts[2:]
-        if not state.registry.has_group_version(group, version):
+        if not state.registry.has_group_version(group, version) and (group, version) not in extra:
             raise _not_found()
         return await self._group_version(request, group, version, rest)
 

@@ -12,7 +12,8 @@ skipped. Roles and namespaces are groups:
                            (`system:masters` is accepted as a synonym)
     federator:researcher   TrainingJobs in its own namespaces only (get, list,
                            watch, create, update, patch, delete), reading
-                           their status and Events there; reading MemberClusters
+                           their status and Events (core v1 and events.k8s.io)
+                           there; reading MemberClusters
                            and DrillReports
     federator:viewer       get, list and watch of everything
     ns:<namespace>         a researcher's namespace (at least one is required)
@@ -21,9 +22,16 @@ A principal with several roles gets the union of what they allow. Every
 authenticated principal may read discovery, /version and /openapi; the
 health probes (/healthz, /livez, /readyz) need no token.
 
-`authenticate` reads `Authorization: Bearer <token>` (header name and scheme
-case-insensitive) and compares tokens in constant time. `authorize` answers a
-kube-style attribute check with kube's denial wording. `auth_middleware`
+What each role may do is data: `ROLE_RULES` (plus `EVERYONE_RULES` for every
+authenticated principal) lists kube-RBAC-like `PolicyRule`s. `authorize` and
+`authorize_request` (the request guard) and the SelfSubject*Review endpoints
+(reviews.py) all read those rules, so `kubectl auth can-i` answers exactly what
+a request gets.
+
+`authenticate` reads `Authorization: Bearer <token>` as kube's bearertoken
+authenticator does (header trimmed, scheme case-insensitive, the token is the
+second space-separated word, an empty one -- `Bearer  TOKEN` -- is refused
+with kube's warning) and compares tokens in constant time. `auth_middleware`
 combines both into 401/403 Status responses.
 
 This module must never log, return or put into an error message a token or
@@ -48,11 +56,17 @@ from typing import Any, Final
 from aiohttp import web
 
 from federator.apiserver.app import Principal
-from federator.apiserver.errors import ApiError, forbidden, unauthorized
+from federator.apiserver.errors import ApiError, forbidden, unauthorized, warning_headers
 
 __all__ = [
     "ADMIN_GROUPS",
+    "ANY_NAMESPACE",
+    "EVERYONE_RULES",
+    "EXTRA_SPACE_WARNING",
+    "OWN_NAMESPACES",
+    "ROLE_RULES",
     "Authorizer",
+    "PolicyRule",
     "NAMESPACE_GROUP_PREFIX",
     "PRINCIPAL_KEY",
     "RESEARCHER_GROUP",
@@ -62,10 +76,13 @@ __all__ = [
     "TokenFileError",
     "auth_middleware",
     "authorize",
+    "authorize_path",
     "authorize_request",
+    "bearer_token",
     "parse_token_file",
     "principal_namespaces",
     "principal_roles",
+    "principal_rules",
     "request_attributes",
 ]
 
@@ -79,8 +96,6 @@ PRINCIPAL_KEY: Final = web.RequestKey("federator.principal", Principal)
 
 READ_VERBS: Final = frozenset({"get", "list", "watch"})
 RESEARCHER_JOB_VERBS: Final = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
-# Paths every authenticated principal may read (kube's system:discovery and public-info roles).
-_DISCOVERY_PREFIXES: Final = ("/api", "/apis", "/openapi", "/version")
 # Probes a kubelet or load balancer calls without credentials.
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
 
@@ -176,7 +191,7 @@ def parse_token_file(text: str, *, source: str = "token file") -> list[tuple[str
             raise TokenFileError(f"{where}: user {user!r} already has a token on line {seen_users[user]}")
         groups = tuple(dict.fromkeys(g.strip() for g in (record[3] if len(record) == 4 else "").split(",")
                                      if g.strip()))
-        principal = Principal(name=user, groups=groups)
+        principal = Principal(name=user, groups=groups, uid=uid)
         roles = principal_roles(principal)
         if "researcher" in roles and not principal_namespaces(principal):
             raise TokenFileError(
@@ -197,6 +212,29 @@ def _is_dns_label(value: str) -> bool:
         and value[0].isalnum() and value[-1].isalnum()
         and all(c.islower() or c.isdigit() or c == "-" for c in value)
     )
+
+
+#: kube's warning for `Bearer  TOKEN` (AS/pkg/authentication/request/bearertoken/bearertoken.go).
+EXTRA_SPACE_WARNING: Final = ("the provided Authorization header contains extra space before the bearer token, "
+                              "and is ignored")
+
+
+def bearer_token(value: str | None) -> tuple[str | None, str]:
+    """(token or None, why not) from an Authorization header value, parsed as kube's bearertoken
+    authenticator does: trim the value, split it on single spaces into at most three parts, the
+    scheme (case-insensitive) must be Bearer and the token is the second part. So `Bearer  TOKEN`
+    (two spaces) has an empty token and is refused, and anything after the token is ignored."""
+    if value is None:
+        return None, "no Authorization header"
+    auth = value.strip()
+    if not auth:
+        return None, "empty Authorization header"
+    parts = auth.split(" ", 2)
+    if len(parts) < 2 or parts[0].lower() != "bearer":
+        return None, "Authorization scheme is not Bearer"
+    if not parts[1]:
+        return None, "extra space before the bearer token" if len(parts) == 3 else "empty bearer token"
+    return parts[1], ""
 
 
 class TokenAuthenticator:
@@ -267,13 +305,10 @@ class TokenAuthenticator:
 
     def principal_for_header(self, value: str | None) -> tuple[Principal | None, str]:
         """(principal or None, why not) for the value of an Authorization header."""
-        if value is None:
-            return None, "no Authorization header"
-        scheme, _, token = value.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            return None, "Authorization scheme is not Bearer"
-        token = token.strip()
-        if not token or any(c.isspace() for c in token):
+        token, why = bearer_token(value)
+        if token is None:
+            return None, why
+        if any(c.isspace() for c in token):
             return None, "malformed bearer token"
         principal = self.principal_for_token(token)
         if principal is None:
@@ -305,6 +340,103 @@ class TokenAuthenticator:
 # --------------------------------------------------------------------------- authorization
 
 
+#: A rule applies in every namespace and at the cluster scope (kube: a ClusterRoleBinding).
+ANY_NAMESPACE: Final = "any"
+#: A rule applies only in the principal's own `ns:<namespace>` namespaces (kube: a RoleBinding in each).
+OWN_NAMESPACES: Final = "own"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """One grant, shaped like a kube RBAC PolicyRule: `verbs` on `resources` ("plural" or
+    "plural/subresource"; "*" is every resource and subresource) of `api_groups` ("" is the core
+    group, "*" every group), or `verbs` on `non_resource_urls` (an exact path, or a prefix ending
+    in "*"). `scope` says where a resource rule applies; `why` is the reason an allowed request gets."""
+
+    verbs: frozenset[str]
+    api_groups: frozenset[str] = frozenset()
+    resources: frozenset[str] = frozenset()
+    non_resource_urls: frozenset[str] = frozenset()
+    scope: str = ANY_NAMESPACE
+    why: str = ""
+
+    def allows(self, *, verb: str, group: str, resource: str, subresource: str, namespace: str,
+               own_namespaces: frozenset[str]) -> bool:
+        """Whether this rule allows a resource request (kube's RBAC RuleAllows)."""
+        if not self.resources or not ("*" in self.verbs or verb in self.verbs):
+            return False
+        if not ("*" in self.api_groups or group in self.api_groups):
+            return False
+        wanted = f"{resource}/{subresource}" if subresource else resource
+        if not ("*" in self.resources or wanted in self.resources
+                or (subresource and f"*/{subresource}" in self.resources)):
+            return False
+        return self.scope == ANY_NAMESPACE or namespace in own_namespaces
+
+    def allows_path(self, *, verb: str, path: str) -> bool:
+        """Whether this rule allows a non-resource request (kube's NonResourceURLMatches)."""
+        if not self.non_resource_urls or not ("*" in self.verbs or verb in self.verbs):
+            return False
+        return any(url == path or (url.endswith("*") and path.startswith(url[:-1]))
+                   for url in self.non_resource_urls)
+
+    def applies_in(self, namespace: str, own_namespaces: frozenset[str]) -> bool:
+        """Whether the rule holds in `namespace` ("" is the cluster scope), for rules reviews."""
+        return self.scope == ANY_NAMESPACE or namespace in own_namespaces
+
+
+def _rule(verbs: Iterable[str], groups: Iterable[str], resources: Iterable[str], *, why: str,
+          scope: str = ANY_NAMESPACE) -> PolicyRule:
+    return PolicyRule(frozenset(verbs), frozenset(groups), frozenset(resources), scope=scope, why=why)
+
+
+def _path_rule(verbs: Iterable[str], urls: Iterable[str], *, why: str) -> PolicyRule:
+    return PolicyRule(frozenset(verbs), non_resource_urls=frozenset(urls), why=why)
+
+
+#: What each role may do. The request guard, `kubectl auth can-i` (SelfSubjectAccessReview) and
+#: `kubectl auth can-i --list` (SelfSubjectRulesReview) all read this table and nothing else.
+ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
+    "admin": (
+        _rule(["*"], ["*"], ["*"], why="admin may do everything"),
+        _path_rule(["*"], ["*"], why="admin may do everything"),
+    ),
+    "viewer": (
+        _rule(READ_VERBS, ["*"], ["*"], why="viewer may read everything"),
+        _path_rule(["get"], ["/metrics"], why="viewer may read metrics"),
+    ),
+    "researcher": (
+        _rule(RESEARCHER_JOB_VERBS, [FEDERATOR_GROUP], ["trainingjobs"], scope=OWN_NAMESPACES,
+              why="researchers own the TrainingJobs of their namespaces"),
+        _rule(READ_VERBS, [FEDERATOR_GROUP], ["trainingjobs/status"], scope=OWN_NAMESPACES,
+              why="researchers may read job status in their namespaces"),
+        _rule(READ_VERBS, [FEDERATOR_GROUP], ["memberclusters"], why="researchers may read member clusters"),
+        _rule(READ_VERBS, [FEDERATOR_GROUP], ["drillreports"], why="researchers may read drill reports"),
+        _rule(READ_VERBS, ["", "events.k8s.io"], ["events"], scope=OWN_NAMESPACES,
+              why="researchers may read events in their namespaces"),
+    ),
+}
+
+#: What every authenticated principal may do, whatever its roles: read discovery, /version,
+#: /openapi and the probes (kube's system:discovery and system:public-info-viewer), and ask
+#: who it is and what it may do (kube's system:basic-user).
+EVERYONE_RULES: Final[tuple[PolicyRule, ...]] = (
+    _path_rule(["get"], ["/", "/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version",
+                         "/version/", *sorted(PUBLIC_PATHS)],
+               why="discovery is open to authenticated users"),
+    _rule(["create"], ["authorization.k8s.io"], ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+          why="every user may ask what it may do"),
+    _rule(["create"], ["authentication.k8s.io"], ["selfsubjectreviews"], why="every user may ask who it is"),
+)
+
+
+def principal_rules(principal: Principal) -> tuple[PolicyRule, ...]:
+    """Every rule that holds for `principal`: its roles' rules, then everyone's."""
+    roles = principal_roles(principal)
+    return tuple(rule for role in ("admin", "viewer", "researcher") if role in roles
+                 for rule in ROLE_RULES[role]) + EVERYONE_RULES
+
+
 def _forbidden_reason(principal: Principal, *, verb: str, group: str, resource: str, subresource: str,
                       namespace: str, name: str) -> str:
     # kube-apiserver's RBAC denial wording (plugin/pkg/auth/authorizer/rbac, "cannot ... resource ...").
@@ -328,31 +460,29 @@ def authorize(
     subresource: str | None = None,
 ) -> tuple[bool, str]:
     """Whether `principal` may `verb` the resource; (allowed, reason). Denials use kube's wording."""
-    roles = principal_roles(principal)
     namespace = namespace or ""
     sub = subresource or ""
-    if "admin" in roles:
-        return True, "admin may do everything"
-    if "viewer" in roles and verb in READ_VERBS:
-        return True, "viewer may read everything"
-    if "researcher" in roles:
-        own = principal_namespaces(principal)
-        if group == FEDERATOR_GROUP and resource == "trainingjobs" and namespace in own:
-            if not sub and verb in RESEARCHER_JOB_VERBS:
-                return True, f'researcher owns namespace "{namespace}"'
-            if sub == "status" and verb in READ_VERBS:
-                return True, f'researcher may read job status in namespace "{namespace}"'
-        if group == FEDERATOR_GROUP and resource == "memberclusters" and not sub and verb in READ_VERBS:
-            return True, "researchers may read member clusters"
-        if group == FEDERATOR_GROUP and resource == "drillreports" and not sub and verb in READ_VERBS:
-            return True, "researchers may read drill reports"
-        if group == "" and resource == "events" and namespace in own and verb in READ_VERBS:
-            return True, f'researcher may read events in namespace "{namespace}"'
+    own = principal_namespaces(principal)
+    for rule in principal_rules(principal):
+        if rule.allows(verb=verb, group=group, resource=resource, subresource=sub, namespace=namespace,
+                       own_namespaces=own):
+            return True, rule.why
     why = _forbidden_reason(principal, verb=verb, group=group, resource=resource, subresource=sub,
                             namespace=namespace, name=name or "")
-    if not roles:
+    if not principal_roles(principal):
         return False, why + " (the user has no federator role group)"
     return False, why
+
+
+def authorize_path(principal: Principal, *, verb: str, path: str) -> tuple[bool, str]:
+    """Whether `principal` may `verb` a non-resource path such as /metrics; (allowed, reason)."""
+    # HEAD reads what GET reads.
+    verb = "get" if verb == "head" else verb
+    path = path.rstrip("/") or "/"
+    for rule in principal_rules(principal):
+        if rule.allows_path(verb=verb, path=path):
+            return True, rule.why
+    return False, f'User "{principal.name}" cannot {verb} path "{path}"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,16 +558,7 @@ def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Requ
 def authorize_request(principal: Principal, attributes: RequestAttributes) -> tuple[bool, str]:
     """`authorize` for parsed request attributes, non-resource paths included."""
     if not attributes.is_resource_request:
-        path = attributes.path.rstrip("/") or "/"
-        readable = attributes.verb in ("get", "head")
-        if readable and (path in PUBLIC_PATHS or path == "/"
-                         or any(path == p or path.startswith(p + "/") for p in _DISCOVERY_PREFIXES)):
-            return True, "discovery is open to authenticated users"
-        if "admin" in principal_roles(principal):
-            return True, "admin may do everything"
-        if readable and path == "/metrics" and "viewer" in principal_roles(principal):
-            return True, "viewer may read metrics"
-        return False, f'User "{principal.name}" cannot {attributes.verb} path "{attributes.path}"'
+        return authorize_path(principal, verb=attributes.verb, path=attributes.path)
     return authorize(
         principal,
         verb=attributes.verb,
@@ -450,7 +571,10 @@ def authorize_request(principal: Principal, attributes: RequestAttributes) -> tu
 
 
 def _status_response(error: ApiError) -> web.Response:
-    return web.json_response(error.to_status(), status=error.code)
+    response = web.json_response(error.to_status(), status=error.code)
+    for value in warning_headers(error.warnings):
+        response.headers.add("Warning", value)
+    return response
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -477,7 +601,11 @@ def auth_middleware(
             return await handler(request)
         principal = await authenticate(request)
         if principal is None:
-            return _status_response(unauthorized())
+            error = unauthorized()
+            headers = request.headers.getall("Authorization", [])
+            if len(headers) == 1 and bearer_token(headers[0])[1] == "extra space before the bearer token":
+                error.warnings.append(EXTRA_SPACE_WARNING)
+            return _status_response(error)
         request[PRINCIPAL_KEY] = principal
         attributes = request_attributes(request.method, request.path, request.query)
         allowed, reason = authorizer(principal, attributes)

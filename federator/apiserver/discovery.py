@@ -91,13 +91,24 @@ def _group_entry(group: str, versions: list[str]) -> JSONObject:
     return {"name": group, "versions": entries, "preferredVersion": dict(entries[0])}
 
 
-def api_group_list(registry: Registry) -> JSONObject:
-    groups = [_group_entry(g, vs) for g, vs in registry.groups().items()]
+def _groups(registry: Registry, extra_group_versions: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Named groups -> versions: the registry's, then groups that only have verb-only resources
+    (e.g. authorization.k8s.io for SelfSubjectAccessReview)."""
+    groups = {g: list(vs) for g, vs in registry.groups().items()}
+    for group, version in extra_group_versions:
+        if group and version not in groups.setdefault(group, []):
+            groups[group].append(version)
+    return groups
+
+
+def api_group_list(registry: Registry, *, extra_group_versions: Iterable[tuple[str, str]] = ()) -> JSONObject:
+    groups = [_group_entry(g, vs) for g, vs in _groups(registry, extra_group_versions).items()]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def api_group(registry: Registry, group: str) -> JSONObject | None:
-    versions = registry.groups().get(group)
+def api_group(registry: Registry, group: str, *,
+              extra_group_versions: Iterable[tuple[str, str]] = ()) -> JSONObject | None:
+    versions = _groups(registry, extra_group_versions).get(group)
     if not versions:
         return None
     doc: dict[str, Any] = {"kind": "APIGroup", "apiVersion": "v1"}

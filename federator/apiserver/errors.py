@@ -130,6 +130,7 @@ class ApiError(Exception):
         details: dict[str, Any] | None = None,
         retry_after_seconds: int | None = None,
         status_metadata: dict[str, Any] | None = None,
+        warnings: Sequence[str] = (),
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -138,6 +139,8 @@ class ApiError(Exception):
         self.details = details
         self.retry_after_seconds = retry_after_seconds
         self.status_metadata = status_metadata
+        #: texts sent as `Warning` response headers with the Status (see `warning_headers`)
+        self.warnings = list(warnings)
 
     def to_status(self) -> dict[str, Any]:
         status: dict[str, Any] = {
@@ -158,6 +161,39 @@ class ApiError(Exception):
 
     def __repr__(self) -> str:
         return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+# ---------------------------------------------------------------- warnings
+
+#: kube-apiserver's limits on Warning headers (AS/pkg/endpoints/filters/warning.go): once the
+#: texts add up to more than 4096 characters, each is cut to 256 and those that still do not fit
+#: are dropped.
+WARNINGS_TOTAL_CHARS = 4096
+WARNING_ITEM_CHARS = 256
+
+
+def warning_header(text: str) -> str:
+    """One `Warning` header value as kube-apiserver writes it: `299 - "<text>"`, with `"` and
+    `\\` escaped (AM/pkg/util/net/http.go NewWarningHeader). Control characters become spaces
+    (Go's header writer does that with CR and LF), so a hostile field name cannot split the header."""
+    clean = "".join(" " if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text)
+    return '299 - "' + clean.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def warning_headers(texts: Iterable[str]) -> list[str]:
+    """The Warning header values for `texts`: duplicates and empty texts dropped, in order,
+    within kube's size limits."""
+    unique = [t for t in dict.fromkeys(texts) if t]
+    if sum(len(t) for t in unique) > WARNINGS_TOTAL_CHARS:
+        unique = [t if len(t) <= WARNING_ITEM_CHARS else t[:WARNING_ITEM_CHARS - 3] + "..." for t in unique]
+    out: list[str] = []
+    total = 0
+    for text in unique:
+        total += len(text)
+        if total > WARNINGS_TOTAL_CHARS:
+            break
+        out.append(warning_header(text))
+    return out
 
 
 # ---------------------------------------------------------------- helpers
