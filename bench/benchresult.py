@@ -34,11 +34,15 @@ _SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_per_s", "/s"), ("Ms
 
 
 def unit_of(key: str) -> str:
-    """The unit a figure's name states: "/s" in it, a closing "(ms)", or an ending such as "_ms", "Seconds"."""
+    """The unit a figure's name states: "/s" in it, a closing "(ms)", a last word "ms", "s" or "MiB", or an ending
+    such as "_ms", "Seconds"."""
     if "/s" in key:
         return "/s"
     if key.endswith(")") and "(" in key:
         return key[key.rindex("(") + 1 : -1]
+    for word in ("ms", "s", "MiB"):
+        if key.endswith(f" {word}"):
+            return word
     for suffix, unit in sorted(_SUFFIXES, key=lambda pair: -len(pair[0])):
         if key.endswith(suffix):
             return unit
