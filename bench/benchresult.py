@@ -36,7 +36,7 @@ _SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_per_s", "/s"), ("Ms
 def unit_of(key: str) -> str:
     """The unit a figure's name states: "/s" in it, a closing "(ms)", a last word "ms", "s" or "MiB", or an ending
     such as "_ms", "Seconds"."""
-    if "/s" in key:
+    if "/s" in key or "_per_s_" in key:
         return "/s"
     if key.endswith(")") and "(" in key:
         return key[key.rindex("(") + 1 : -1]
