@@ -33,9 +33,10 @@ _COMPACT_STEP revisions and then returns the freed pages to the file system
 in steps of _VACUUM_STEP_PAGES pages, each step its own short write
 transaction, so writes queued meanwhile run between the steps instead of
 waiting for the whole compaction. The write-ahead log is checkpointed by the
-worker every _CHECKPOINT_EVERY commits and cut back to _WAL_LIMIT_BYTES after
-each checkpoint (journal_size_limit), so neither file grows without bound
-while something compacts (the hub's compaction loop, store/compaction.py).
+worker every _CHECKPOINT_EVERY commits or once it holds _WAL_CHECKPOINT_BYTES,
+whichever comes first, and cut back to _WAL_LIMIT_BYTES after a checkpoint
+(journal_size_limit), so neither file grows without bound while something
+compacts (the hub's compaction loop, store/compaction.py).
 
 This module must never be opened by two processes on one file at once, and
 must never acknowledge a write before its COMMIT returned.
@@ -106,7 +107,12 @@ _COMPACT_STEP = 2_000
 #: 2-core machine: sqlite3 frees one page per statement step, see _w_vacuum).
 _VACUUM_STEP_PAGES = 1_024
 #: What the write-ahead log is cut back to after a checkpoint (PRAGMA journal_size_limit).
-_WAL_LIMIT_BYTES = 32 * 1024 * 1024
+_WAL_LIMIT_BYTES = 16 * 1024 * 1024
+#: A write-ahead log this big is checkpointed even before _CHECKPOINT_EVERY commits (its size is looked at
+#: every _WAL_SIZE_EVERY commits: one stat). Small commits of big pages (a status write touches a few
+#: pages of kv, the log table and their indexes) would otherwise grow it to ~30 MiB between checkpoints.
+_WAL_CHECKPOINT_BYTES = 8 * 1024 * 1024
+_WAL_SIZE_EVERY = 50
 #: PRAGMA auto_vacuum value of INCREMENTAL.
 _AUTO_VACUUM_INCREMENTAL = 2
 
@@ -514,7 +520,9 @@ class SqliteStore(BaseStore):
             self._log.append(outcome.revision, outcome.events)
             self._log.trim_to_size(_CACHED_EVENTS)
             self._commits_since_checkpoint += 1
-            if self._commits_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed:
+            due = self._commits_since_checkpoint >= _CHECKPOINT_EVERY or (
+                self._commits_since_checkpoint % _WAL_SIZE_EVERY == 0 and self._wal_bytes() >= _WAL_CHECKPOINT_BYTES)
+            if due and not self._closed:
                 # The connection does not auto-checkpoint (that would stall
                 # an inline write); the worker does it, off the loop.
                 self._commits_since_checkpoint = 0
@@ -539,6 +547,12 @@ class SqliteStore(BaseStore):
                 _resolve(job.future, outcome.value)
             else:
                 _resolve(job.future, outcome.result)
+
+    def _wal_bytes(self) -> int:
+        try:
+            return self.path.with_name(self.path.name + "-wal").stat().st_size
+        except OSError:
+            return 0
 
     def _w_checkpoint(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
