@@ -83,6 +83,8 @@ class PolicyResult:
     never_started: int
     events: int
     member_cycles: int
+    # CPU time of the replay in its process (wall time moves with the machine's load; this less so)
+    cpu_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -245,6 +247,7 @@ class Engine:
 
     def run(self) -> PolicyResult:
         started = time.perf_counter()
+        cpu_started = time.process_time()
         for job in self.jobs:
             heapq.heappush(self._events, (job.submitted, _ARRIVAL, next(self._seq), job))
         events = self._events
@@ -271,7 +274,7 @@ class Engine:
             self._util_busy.append(float(self.busy_gpus))
         if self._progress is not None and self._finished % self._progress_every:
             self._progress(self._finished % self._progress_every)
-        return self._result(wall=time.perf_counter() - started)
+        return self._result(wall=time.perf_counter() - started, cpu=time.process_time() - cpu_started)
 
     # ------------------------------------------------------------ results
 
@@ -292,7 +295,7 @@ class Engine:
                     area[k] += value * (hi - lo)
         return [(k * width + width / 2, area[k] / (width * self.total_gpus)) for k in range(bins)]
 
-    def _result(self, *, wall: float) -> PolicyResult:
+    def _result(self, *, wall: float, cpu: float) -> PolicyResult:
         jobs = self.jobs
         delays: list[float] = []
         jcts: list[float] = []
@@ -339,4 +342,5 @@ class Engine:
             never_started=never,
             events=self.events,
             member_cycles=sum(m.cycles for m in self.members.values()),
+            cpu_seconds=round(cpu, 3),
         )

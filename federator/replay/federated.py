@@ -71,6 +71,9 @@ from federator.sim.fit import CPU, GPU, MEMORY
 
 __all__ = ["FederatorPolicy", "gang_request_of"]
 
+# A queue this short goes into the cycle whole: choosing would cost more than it saves.
+_SELECT_ABOVE = 16
+
 
 def gang_request_of(job: ReplayJob) -> GangRequest:
     """The GangRequest the hub builds for a job of the replay (what `controllers.jobs.gang_request` reads)."""
@@ -221,7 +224,7 @@ class FederatorPolicy:
 
     def _candidates(self, *, now: float) -> list[GangRequest]:
         pending = [gang for group in self._queue.values() for _, gang in group.values()]
-        if self.exhaustive_queue:
+        if self.exhaustive_queue or len(pending) <= _SELECT_ABOVE:
             return pending
         holds = self.book.holds()
         holders = {r.gang_uid for r in holds}

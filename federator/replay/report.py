@@ -91,6 +91,7 @@ def _markdown(
     for key in METRIC_KEYS:
         lines.append(f"| {key} | " + " | ".join(_cell(key, r.metrics[key]) for r in results) + " |")
     lines.append("| jobs never started | " + " | ".join(f"{r.never_started:,}" for r in results) + " |")
+    lines.append("| CPU seconds | " + " | ".join(f"{r.cpu_seconds:,.1f}" for r in results) + " |")
     if "federator" in names:
         ours = next(r for r in results if r.policy == "federator")
         others = [r for r in results if r.policy != "federator"]
