@@ -7,8 +7,10 @@ No timing is asserted: the figures are whatever this machine gives."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,11 @@ def test_a_directory_without_benchmarks_is_refused(tmp_path: Path, capsys: pytes
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "placement.py").write_text("raise SystemExit('must not run')\n")  # no benchresult.py: not a bench dir
+    only_helper = tmp_path / "only-helper"
+    only_helper.mkdir()
+    shutil.copy(BENCH_DIR / "benchresult.py", only_helper)
+    assert main(["bench", "--bench-dir", str(only_helper), "--out", str(tmp_path / "out")]) == 2
+    assert "holds no federator benchmarks" in one_error_line(capsys.readouterr().err)
     for argv in (["bench", "--bench-dir", str(empty), "--out", str(tmp_path / "out")],
                  ["bench", "--bench-dir", str(empty), "scale", "--quick"]):
         assert main(argv) == 2
@@ -152,6 +159,45 @@ def test_a_failing_benchmark_is_reported_with_its_log_and_exit_1(tmp_path: Path)
     assert any("invalid choice: 'nosuch'" in line for line in entry["logTail"])
     markdown = (out / "report.md").read_text()
     assert "**failed**: exit code 2 and no figures written" in markdown and "invalid choice: 'nosuch'" in markdown
+
+
+TINY_BENCH = textwrap.dedent("""\
+    import argparse
+    from benchresult import BenchResult
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, required=True)
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    result = BenchResult("tiny")
+    for run in range(args.runs):
+        result.add("triangle", sum(range(10 * (run + 1))), unit="things", bar=(">=", 100))
+    result.notes.append(f"quick={args.quick}")
+    result.write(args.json)
+""")
+
+
+def test_a_bench_the_table_does_not_name_is_found_and_run_the_same_way(tmp_path: Path) -> None:
+    bench_dir = tmp_path / "bench"
+    bench_dir.mkdir()
+    shutil.copy(BENCH_DIR / "benchresult.py", bench_dir)
+    (bench_dir / "tiny.py").write_text(TINY_BENCH)
+    out = tmp_path / "report"
+    # the table's benchmarks are absent from this directory (replay is part of the package: skipped here)
+    done = run_cli("--bench-dir", str(bench_dir), "--skip", "replay", "--quick", "--runs", "3", "--out", str(out))
+    report = json.loads((out / "report.json").read_text()) if done.returncode in (0, 1) else None
+    assert report is not None, done.stderr
+    by_name = {b["name"]: b for b in report["benches"]}
+    assert by_name["store"]["status"] == "absent" and by_name["ha"]["status"] == "absent"
+    tiny = by_name["tiny"]
+    assert tiny["status"] == "ok" and tiny["notes"] == ["quick=True"]
+    assert tiny["command"] == [str(bench_dir / "tiny.py"), "--runs", "3", "--json", str(out / "raw" / "tiny.json"),
+                               "--quick"]
+    [figure] = tiny["figures"]
+    assert figure["values"] == [45, 190, 435]
+    assert (figure["median"], figure["min"], figure["max"], figure["unit"], figure["met"]) == (190, 45, 435, "things",
+                                                                                               True)
+    assert "| triangle | 190 | 45.00 - 435 | things | >= 100: met |" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("content", [

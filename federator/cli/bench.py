@@ -143,8 +143,18 @@ BENCHES: tuple[BenchSpec, ...] = (
     BenchSpec("scale", runs=3, quick_runs=1, timeout=7200.0),
     BenchSpec("failover", runs=3, quick_runs=1),
     BenchSpec("ha", runs=5, quick_runs=1),
+    BenchSpec("soak", runs=1, quick_runs=1, timeout=7200.0),
 )
 BENCH_NAMES = tuple(spec.name for spec in BENCHES)
+#: modules of bench/ that are not benchmarks
+_HELPERS = ("benchresult",)
+
+
+def benches_in(bench_dir: Path) -> tuple[BenchSpec, ...]:
+    """The table above, then any other bench/NAME.py (a benchmark added since: called the same way)."""
+    others = sorted(path.stem for path in bench_dir.glob("*.py")
+                    if path.stem not in BENCH_NAMES and path.stem not in _HELPERS and not path.stem.startswith("_"))
+    return BENCHES + tuple(BenchSpec(name, runs=3, quick_runs=1) for name in others)
 _MAX_RUNS = 20
 _MAX_BENCH_ARGS = 4096
 
@@ -162,31 +172,32 @@ def _bench_dir(given: str | None) -> Path:
         how = "" if given else (" (the benchmarks ship with the source checkout, not with the installed package: "
                                 "run from a checkout, e.g. after `pip install -e .`, or pass --bench-dir)")
         raise UserError(f"no benchmark directory {where}{how}")
-    if not (where / "benchresult.py").is_file() or not any((where / f"{name}.py").is_file() for name in BENCH_NAMES):
-        raise UserError(f"{where} holds no federator benchmarks (bench/benchresult.py and bench/NAME.py for NAME "
+    scripts = [path for path in where.glob("*.py") if path.stem not in _HELPERS]
+    if not (where / "benchresult.py").is_file() or not scripts:
+        raise UserError(f"{where} holds no federator benchmarks (bench/benchresult.py and bench/NAME.py, e.g. NAME "
                         f"in {', '.join(n for n in BENCH_NAMES if n != 'replay')})")
     return where.resolve()
 
 
-def _names(text: str | None, flag: str) -> list[str]:
+def _names(text: str | None, flag: str, known: Sequence[str]) -> list[str]:
     if text is None:
         return []
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BENCH_NAMES]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise UserError(f"{flag} {text[:100]!r}: unknown benchmark {unknown[0][:40]!r}; known: {', '.join(BENCH_NAMES)}"
+        raise UserError(f"{flag} {text[:100]!r}: unknown benchmark {unknown[0][:40]!r}; known: {', '.join(known)}"
                         if unknown else f"{flag}: no benchmark named")
     return names
 
 
-def _bench_args(items: Sequence[str]) -> dict[str, list[str]]:
+def _bench_args(items: Sequence[str], known: Sequence[str]) -> dict[str, list[str]]:
     extra: dict[str, list[str]] = {}
     for item in items:
         if len(item) > _MAX_BENCH_ARGS:
             raise UserError(f"--bench-args: longer than {_MAX_BENCH_ARGS} characters")
         name, sep, text = item.partition("=")
-        if not sep or name not in BENCH_NAMES:
-            raise UserError(f"--bench-args {item[:80]!r}: expected NAME=ARGS with NAME one of {', '.join(BENCH_NAMES)}")
+        if not sep or name not in known:
+            raise UserError(f"--bench-args {item[:80]!r}: expected NAME=ARGS with NAME one of {', '.join(known)}")
         try:
             words = shlex.split(text)
         except ValueError as e:
@@ -490,7 +501,8 @@ def _register_run_all(p: argparse.ArgumentParser) -> None:
                    help="small sizes and fewer runs (a few minutes on two cores): a check, not the figures")
     p.add_argument("--runs", default=None, metavar="N",
                    help=f"runs of every benchmark (default: each one's own, fewer with --quick; at most {_MAX_RUNS})")
-    p.add_argument("--only", metavar="a,b,...", help=f"only these benchmarks ({', '.join(BENCH_NAMES)})")
+    p.add_argument("--only", metavar="a,b,...",
+                   help=f"only these benchmarks ({', '.join(BENCH_NAMES)}, and any other bench/NAME.py)")
     p.add_argument("--skip", metavar="a,b,...", help="every benchmark but these")
     p.add_argument("--bench-args", action="append", default=[], metavar="NAME=ARGS",
                    help="more arguments for one benchmark, e.g. 'e2e=--backends sqlite,etcd' (repeatable)")
@@ -544,31 +556,33 @@ def _cmd_run_all(args: argparse.Namespace) -> int:
         raise UserError("federator bench: --out DIR is required (or name a benchmark: federator bench replay|scale)")
     runs = _runs(args.runs)
     timeout = _timeout(args.timeout)
-    chosen = _names(args.only, "--only") or list(BENCH_NAMES)
-    skipped = _names(args.skip, "--skip")
-    chosen = [n for n in chosen if n not in skipped]
-    if not chosen:
-        raise UserError("--only and --skip leave no benchmark to run")
-    extra = _bench_args(args.bench_args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {args.out}: exists and is not a directory")
     bench_dir = _bench_dir(args.bench_dir)
+    specs = benches_in(bench_dir)
+    known = [spec.name for spec in specs]
+    chosen = _names(args.only, "--only", known) or known
+    skipped = _names(args.skip, "--skip", known)
+    chosen = [n for n in chosen if n not in skipped]
+    if not chosen:
+        raise UserError("--only and --skip leave no benchmark to run")
+    extra = _bench_args(args.bench_args, known)
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
         "command": _command_line(args), "startedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _commit(bench_dir.parent), "quick": bool(args.quick), "machine": machine_info(), "benches": []}
     started = time.monotonic()
-    specs = [spec for spec in BENCHES if spec.name in chosen]
-    for i, spec in enumerate(specs, 1):
+    selected = [spec for spec in specs if spec.name in chosen]
+    for i, spec in enumerate(selected, 1):
         spec_runs = 1 if spec.protocol == "replay" else runs or (spec.quick_runs if args.quick else spec.runs)
         spec_timeout = timeout or (spec.quick_timeout if args.quick else spec.timeout)
-        print(f"[{i}/{len(specs)}] {spec.name}: {spec_runs} run{'s' if spec_runs != 1 else ''}"
+        print(f"[{i}/{len(selected)}] {spec.name}: {spec_runs} run{'s' if spec_runs != 1 else ''}"
               f"{' (quick)' if args.quick else ''}...", file=sys.stderr, flush=True)
         entry = _run_bench(spec, bench_dir=bench_dir, out=out, quick=args.quick, runs=spec_runs,
                            extra=extra.get(spec.name, []), timeout=spec_timeout)
         report["benches"].append(entry)
-        print(f"[{i}/{len(specs)}] {spec.name}: {entry['status']}"
+        print(f"[{i}/{len(selected)}] {spec.name}: {entry['status']}"
               + (f" in {entry['seconds']:.0f} s, {len(entry['figures'])} figures" if entry["status"] == "ok"
                  else f": {entry.get('error', '')}"), file=sys.stderr, flush=True)
     report["seconds"] = round(time.monotonic() - started, 1)
