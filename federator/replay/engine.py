@@ -45,7 +45,7 @@ from federator.replay.attributes import RULE, AttributeRule, ReplayJob
 from federator.replay.clusters import Federation
 from federator.replay.member import GangCopy, Member, pod_requirements_of
 
-__all__ = ["FAILED_DISPATCH_NOTICE_SECONDS", "Engine", "Policy", "PolicyResult"]
+__all__ = ["FAILED_DISPATCH_NOTICE_SECONDS", "Engine", "Policy", "PolicyBase", "PolicyResult"]
 
 # A gang written where it can never run stays Unschedulable; the dispatcher notices after this long
 # (karmada-descheduler's default unschedulable threshold is 5 minutes) and pulls it back.
@@ -69,6 +69,39 @@ class Policy(Protocol):
     def on_finished(self, copy: GangCopy) -> None: ...
 
     def on_timer(self, payload: Any) -> None: ...
+
+
+class PolicyBase:
+    """What every policy shares: the engine it drives, and hooks that do nothing unless overridden."""
+
+    name = "policy"
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+
+    @property
+    def e(self) -> Engine:
+        if self.engine is None:
+            raise RuntimeError("policy not attached to an engine")
+        return self.engine
+
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def submit(self, job: ReplayJob) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        return None
+
+    def on_bound(self, copy: GangCopy) -> None:
+        return None
+
+    def on_finished(self, copy: GangCopy) -> None:
+        return None
+
+    def on_timer(self, payload: Any) -> None:
+        return None
 
 
 @dataclass

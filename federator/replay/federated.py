@@ -65,7 +65,7 @@ from federator.placement.nodefit import candidate_gpu_models
 from federator.placement.plugins import default_registry
 from federator.placement.plugins.gang_fit import EXCEEDS_CAPACITY
 from federator.replay.attributes import ReplayJob
-from federator.replay.engine import Engine
+from federator.replay.engine import Engine, PolicyBase
 from federator.replay.member import GPU_PRODUCT_LABEL, GangCopy, Member
 from federator.sim.fit import CPU, GPU, MEMORY
 
@@ -123,13 +123,13 @@ def _node_state(member: Member, name: str, previous: NodeState | None) -> NodeSt
     )
 
 
-class FederatorPolicy:
+class FederatorPolicy(PolicyBase):
     name = "federator"
 
     def __init__(self, *, profile: Profile | None = None, exhaustive_queue: bool = False) -> None:
+        super().__init__()
         self.profile = profile or Profile()
         self.exhaustive_queue = exhaustive_queue
-        self.engine: Engine | None = None
         self.book: ReservationBook = EMPTY_BOOK
         self.snapshots: dict[str, ClusterSnapshot] = {}
         self._rv: dict[str, int] = {}
@@ -151,14 +151,8 @@ class FederatorPolicy:
         self.cycles_with_holds = 0
         self.decisions: list[tuple[float, str, str]] = []
 
-    @property
-    def e(self) -> Engine:
-        if self.engine is None:
-            raise RuntimeError("policy not attached to an engine")
-        return self.engine
-
     def attach(self, engine: Engine) -> None:
-        self.engine = engine
+        super().attach(engine)
         for name, member in engine.members.items():
             nodes = [_node_state(member, n.name, None) for n in member.ledger.ordered_nodes()]
             self._rv[name] = 1

@@ -127,6 +127,14 @@ def _nodes_of(spec: ClusterSpec) -> list[NodeInfo]:
     return nodes
 
 
+def _count(totals: dict[str, int], copy: GangCopy, sign: int) -> None:
+    job = copy.job
+    totals[CPU] += sign * job.pods * job.cpu_milli_per_pod
+    totals[MEMORY] += sign * job.pods * job.memory_per_pod
+    totals[GPU] += sign * job.pods * job.gpus_per_pod
+    totals[PODS] += sign * job.pods
+
+
 class Member:
     """One member cluster: its ledger, its queue of waiting gang copies, and its totals."""
 
@@ -223,25 +231,15 @@ class Member:
             self._track(name, +1)
 
     def _wait(self, copy: GangCopy, sign: int) -> None:
-        job = copy.job
-        pods = job.pods
-        self.waiting[CPU] += sign * pods * job.cpu_milli_per_pod
-        self.waiting[MEMORY] += sign * pods * job.memory_per_pod
-        self.waiting[GPU] += sign * pods * job.gpus_per_pod
-        self.waiting[PODS] += sign * pods
-        if job.gpu_model is not None and job.gpu_model in self.gpu_waiting_by_model:
-            self.gpu_waiting_by_model[job.gpu_model] += sign * copy.gpus
+        _count(self.waiting, copy, sign)
+        model = copy.job.gpu_model
+        if model is not None and model in self.gpu_waiting_by_model:
+            self.gpu_waiting_by_model[model] += sign * copy.gpus
 
     def _use(self, copy: GangCopy, sign: int) -> None:
-        job = copy.job
-        pods = job.pods
-        self.used[CPU] += sign * pods * job.cpu_milli_per_pod
-        self.used[MEMORY] += sign * pods * job.memory_per_pod
-        self.used[GPU] += sign * pods * job.gpus_per_pod
-        self.used[PODS] += sign * pods
+        _count(self.used, copy, sign)
         for node in copy.nodes.values():
-            model = self.model_of_node[node]
-            self.gpu_used_by_model[model] += sign * job.gpus_per_pod
+            self.gpu_used_by_model[self.model_of_node[node]] += sign * copy.job.gpus_per_pod
 
     # ------------------------------------------------------------ the gang scheduler
 

@@ -87,7 +87,7 @@ from typing import Any
 
 from federator.replay.attributes import ReplayJob
 from federator.replay.backfill import BackfillQueue
-from federator.replay.engine import FAILED_DISPATCH_NOTICE_SECONDS, Engine
+from federator.replay.engine import FAILED_DISPATCH_NOTICE_SECONDS, Engine, PolicyBase
 from federator.replay.member import GangCopy, Member, pod_requirements_of
 from federator.sim.fit import CPU, GPU, MEMORY, PODS
 
@@ -111,37 +111,16 @@ class _Waiting:
     excluded: frozenset[str] = frozenset()
 
 
-class _Base:
-    name = "base"
+class _Base(PolicyBase):
+    """A baseline: arrival numbering, and single-target dispatch with failed-dispatch pull-back."""
 
     def __init__(self) -> None:
-        self.engine: Engine | None = None
+        super().__init__()
         self._seq = 0
-
-    @property
-    def e(self) -> Engine:
-        if self.engine is None:
-            raise RuntimeError("policy not attached to an engine")
-        return self.engine
-
-    def attach(self, engine: Engine) -> None:
-        self.engine = engine
 
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
-
-    def submit(self, job: ReplayJob) -> None:
-        raise NotImplementedError
-
-    def step(self) -> None:
-        return None
-
-    def on_bound(self, copy: GangCopy) -> None:
-        return None
-
-    def on_finished(self, copy: GangCopy) -> None:
-        return None
 
     def on_timer(self, payload: Any) -> None:
         if isinstance(payload, tuple) and payload and payload[0] == "unrunnable":
