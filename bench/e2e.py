@@ -378,7 +378,7 @@ async def direct_driver() -> None:
     bearer token), first object alone, the rest at once, as `Dispatcher._create_all` does. No node
     hints (placement is not run). Commands arrive as JSON lines on stdin, answers go to stdout.
     """
-    from federator.clusters.client import MemberApiError, MemberClient, ResourceKind
+    from federator.clusters.client import MemberApiError, MemberClient, MemberClientError, ResourceKind
     from federator.delegation import adapter_for
 
     namespaces = ResourceKind(group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False)
@@ -394,6 +394,7 @@ async def direct_driver() -> None:
             if e.code != 409:
                 raise
     print(json.dumps({"ready": True}), flush=True)
+    retries = [0]  # member requests retried (timeouts, 5xx, 429), reported with each phase
 
     async def create_gang(name: str, cluster: str) -> None:
         adapter = adapters[cluster]
@@ -406,11 +407,31 @@ async def direct_driver() -> None:
             return ResourceKind(group=gvk.group, version=gvk.version, plural=gvk.plural, kind=gvk.kind,
                                 namespaced=gvk.namespaced)
 
+        async def create(obj: Any) -> dict[str, Any]:
+            """As dispatch does: retry what a retry can fix (timeouts, 5xx, 429) with capped backoff; an
+            object that already exists (a retried create that had gone through) is created."""
+            delay = 0.05
+            for attempt in range(12):
+                try:
+                    stored: dict[str, Any] = await client.create(resource(obj), obj.body, namespace=obj.namespace)
+                    return stored
+                except MemberApiError as e:
+                    if e.code == 409 and attempt:
+                        got: dict[str, Any] = await client.get(resource(obj), namespace=obj.namespace, name=obj.name)
+                        return got
+                    if e.code != 429 and e.code < 500:
+                        raise
+                except MemberClientError:
+                    pass
+                retries[0] += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            raise RuntimeError(f"{obj.kind} {obj.namespace}/{obj.name} in {cluster}: not created after 12 attempts")
+
         first, rest = objects[0], objects[1:]
-        stored = await client.create(resource(first), first.body, namespace=first.namespace)
+        stored = await create(first)
         owner = stored if first.gvk.kind != "Pod" and adapter.pods_owned_by_group else None
-        await asyncio.gather(*(client.create(resource(obj), (obj.owned_by(owner) if owner else obj).body,
-                                             namespace=obj.namespace) for obj in rest))
+        await asyncio.gather(*(create(obj.owned_by(owner) if owner else obj) for obj in rest))
 
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -440,7 +461,8 @@ async def direct_driver() -> None:
                     await create_gang(name, cluster)
 
             await asyncio.gather(*(writer() for _ in range(int(command["concurrency"]))))
-        print(json.dumps({"sent": sent}), flush=True)
+        print(json.dumps({"sent": sent, "retries": retries[0]}), flush=True)
+        retries[0] = 0
     for client in clients.values():
         await client.close()
 
@@ -452,6 +474,8 @@ class DirectDriver:
         self.members = members
         self.log = log
         self.process: asyncio.subprocess.Process | None = None
+        #: member requests the driver retried over every phase so far
+        self.retries = 0
 
     async def __aenter__(self) -> DirectDriver:
         with self.log.open("wb") as log:
@@ -483,7 +507,9 @@ class DirectDriver:
         assert self.process is not None and self.process.stdout is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
         if not line:
-            raise RuntimeError(f"the direct driver exited; its log ends:\n{self.log.read_text()[-3000:]}")
+            text = self.log.read_text(errors="replace")
+            start = text.rfind("Traceback")  # the error, not the warnings about unclosed connections after it
+            raise RuntimeError(f"the direct driver exited; its log says:\n{text[max(start, 0):][:3000]}")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -491,7 +517,9 @@ class DirectDriver:
                   concurrency: int = 0) -> dict[str, float]:
         """Send times (perf_counter: CLOCK_MONOTONIC, the same clock in both processes) of every gang."""
         await self._send({"phase": phase, "gangs": gangs, "rate": rate, "concurrency": concurrency})
-        sent: dict[str, float] = (await self._answer(600))["sent"]
+        answer = await self._answer(600)
+        self.retries += int(answer.get("retries", 0))
+        sent: dict[str, float] = answer["sent"]
         return sent
 
 async def direct_sustained(driver: DirectDriver, members: Members, gangs: list[tuple[str, str]], *,
@@ -637,6 +665,7 @@ FIGURES: dict[str, tuple[str, str, tuple[str, float] | None]] = {
     "directP99Ms": ("direct: first write->objects p99", "ms", None),
     "hubLateJobs": (f"hub: jobs late (no objects in {LATE_SECONDS:g} s)", "jobs", ("<=", 0.0)),
     "directLateGangs": (f"direct: gangs late (no objects in {LATE_SECONDS:g} s)", "gangs", None),
+    "directRetries": ("direct: member requests retried", "requests", None),
     "hubCpuSustainedPercent": ("hub CPU % (sustained)", "%", None),
     "membersCpuSustainedPercent": ("members+driver CPU % (sustained, hub)", "%", None),
     "hubCpuBurstPercent": ("hub CPU % (burst)", "%", None),
@@ -716,6 +745,7 @@ async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, la
                 burst_gangs = same_clusters([f"burst{run}-{i}" for i in range(args.burst)], landed, f"dburst{run}")
                 with CpuShares(driver) as burst:
                     per_second = await direct_burst(driver, members, burst_gangs, concurrency=args.concurrency)
+                driver_retries = driver.retries
     finally:
         await members.stop()
     print(f"  run {run} direct: {len(latency_gangs)} gangs at {args.rate}/s ({late} late): p50 {p50:.1f} ms p99 {p99:.1f} ms; burst "
@@ -726,6 +756,7 @@ async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, la
             "directDriverCpuBurstPercent": burst.hub_share * 100, "directMembersCpuBurstPercent": burst.own_share * 100,
             "directDriverCpuMsPerGang": burst.hub_cpu * 1000 / len(burst_gangs),
             "directMembersCpuMsPerGang": burst.own_cpu * 1000 / len(burst_gangs),
+            "directRetries": driver_retries,
             "directDriverRunQueueWaitBurstPercent": burst.hub_wait * 100,
             "directMembersRunQueueWaitBurstPercent": burst.own_wait * 100}
 
