@@ -49,6 +49,7 @@ from federator import __version__
 from federator.apiserver.app import Subresource, SubresourceRequest, build_api_app, json_response
 from federator.apiserver.auth import TokenAuthenticator, TokenFileError, auth_middleware
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError, bad_request, not_found, service_unavailable
+from federator.apiserver.podlog import parse_log_options, serve_log
 from federator.apiserver.registry import JSONObject
 from federator.apiserver.reviews import review_resources
 from federator.apiserver.storage import ObjectStorage
@@ -281,6 +282,18 @@ async def _failover_plan(state: HubState, req: SubresourceRequest) -> web.Stream
     return json_response(failover_plan(state.context, req.name, purpose=purpose))
 
 
+async def _job_log(state: HubState, req: SubresourceRequest) -> web.StreamResponse:
+    """GET trainingjobs/{name}/log[?role=R&index=I&follow=...]: the job's pods' logs from the cluster holding
+    them now (controllers/joblogs.py); authorised like the job itself (apiserver/auth.py)."""
+    from federator.controllers.joblogs import log_selection, open_job_log
+
+    options = parse_log_options(req.request.query, name=req.name)
+    role, index = log_selection(req.request.query)
+    job = await req.storage.get(state.context.kind("TrainingJob"), namespace=req.namespace, name=req.name)
+    async with open_job_log(state.context, job, role=role, index=index, options=options) as chunks:
+        return await serve_log(req.request, chunks, limit_bytes=options.limit_bytes)
+
+
 def hub_state(app: web.Application) -> HubState:
     return app[HUB_STATE]
 
@@ -326,7 +339,9 @@ def build_hub_app(
         readiness=lambda: _readiness(state),
         subresources=[Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="memberclusters",
                                   name="failoverplan", kind="FailoverPlan", verbs=("get",),
-                                  handler=lambda req: _failover_plan(state, req))],
+                                  handler=lambda req: _failover_plan(state, req)),
+                      Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="trainingjobs", name="log",
+                                  kind="TrainingJob", verbs=("get",), handler=lambda req: _job_log(state, req))],
         # kubectl auth whoami / can-i, decided by the same role rules as auth_middleware.
         verb_only_resources=review_resources(),
     )

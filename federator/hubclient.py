@@ -227,6 +227,24 @@ class HubClient:
             raise HubError(f"error: the hub at {self.connection.server} answered with a JSON {type(decoded).__name__}")
         return decoded
 
+    async def stream(self, path: str, *, params: Mapping[str, str] | None = None,
+                     follow: bool = False) -> AsyncIterator[bytes]:
+        """A GET whose body is read as it comes (a log): its chunks; a non-2xx answer is HubError. A follow has
+        no read timeout (a job may print nothing for long); other reads give up after a silent timeout."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_seconds,
+                                        sock_read=None if follow else self.timeout_seconds)
+        try:
+            async with self.session.get(self.connection.server + path, params=params,
+                                        ssl=self.connection.ssl_context, timeout=timeout) as response:
+                if response.status >= 400:
+                    raise server_error(response.status, await response.read(), response.content_type)
+                async for chunk in response.content.iter_any():
+                    yield chunk
+        except HubError:
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            raise self._transport_error(e) from None
+
     async def watch(self, path: str, *, resource_version: str,
                     params: Mapping[str, str] | None = None) -> AsyncIterator[JSONObject]:
         """Watch events (dicts with type and object) from `resource_version`,

@@ -12,7 +12,8 @@ skipped. Roles and namespaces are groups:
                            (`system:masters` is accepted as a synonym)
     federator:researcher   TrainingJobs in its own namespaces only (get, list,
                            watch, create, update, patch, delete), reading
-                           their status and Events (core v1 and events.k8s.io)
+                           their status, their pods' logs (trainingjobs/log)
+                           and Events (core v1 and events.k8s.io)
                            there; reading MemberClusters
                            and DrillReports
     federator:viewer       get, list and watch of everything
@@ -410,6 +411,8 @@ ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
               why="researchers own the TrainingJobs of their namespaces"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["trainingjobs/status"], scope=OWN_NAMESPACES,
               why="researchers may read job status in their namespaces"),
+        _rule(["get"], [FEDERATOR_GROUP], ["trainingjobs/log"], scope=OWN_NAMESPACES,
+              why="researchers may read the logs of their jobs' pods"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["memberclusters"], why="researchers may read member clusters"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["drillreports"], why="researchers may read drill reports"),
         _rule(READ_VERBS, ["", "events.k8s.io"], ["events"], scope=OWN_NAMESPACES,

@@ -1,9 +1,10 @@
-"""`federator submit | get | describe | delete`: a researcher's jobs on a running hub.
+"""`federator submit | get | describe | delete | logs`: a researcher's jobs on a running hub.
 
     federator submit -f FILE [-f FILE ...]          create TrainingJobs (YAML/JSON, several documents, - for stdin)
     federator get jobs|clusters [NAME] [-n NS] [-A] [-w] [-o json|yaml|wide|name]
     federator describe job NAME                      placement, why-not table, history, conditions, pods
     federator delete job NAME [NAME ...]
+    federator logs NAME [-n NS] [--role R] [--index I] [-f] [--tail N]   the job's pods' logs, through the hub
 
 Every command talks only to the hub API through `federator.hubclient` (the
 kubeconfig as kubectl reads it). Output is an aligned table by default, or
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +33,7 @@ from federator.cli.common import (
     dump,
     hub_flags,
     namespace_of,
+    parse_duration,
     read_documents,
     render_table,
     run_on_hub,
@@ -229,11 +233,80 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return run_on_hub(args, work)
 
 
+# ---------------------------------------------------------------- logs
+
+LOGS_EXAMPLES = """\
+examples:
+  federator logs resnet-ps -n vision                          # every pod of the job, each line prefixed [role-index]
+  federator logs resnet-ps -n vision --role worker --index 0  # one pod, as it printed it
+  federator logs resnet-ps -n vision --role worker --tail 20  # the last 20 lines of each worker
+  federator logs resnet-ps -n vision --role ps --index 1 -f   # follow one pod until it exits (Ctrl-C stops)
+  federator logs resnet-ps --since 10m --timestamps           # the last ten minutes, with the kubelet's timestamps
+
+The logs come through the hub from whichever member cluster runs the job now
+(GET .../trainingjobs/NAME/log); a researcher reads the jobs of their own
+namespaces only.
+"""
+
+
+def _log_params(args: argparse.Namespace) -> dict[str, str]:
+    """The log subresource's query for the flags (InputError naming the flag for a bad one)."""
+    if args.index is not None and args.role is None:
+        raise InputError("--index needs --role: which role's pod?")
+    if args.index is not None and args.index < 0:
+        raise InputError(f"--index {args.index}: must be 0 or more")
+    if args.tail < -1:
+        raise InputError(f"--tail {args.tail}: must be -1 (every line) or more")
+    if args.limit_bytes is not None and args.limit_bytes < 1:
+        raise InputError(f"--limit-bytes {args.limit_bytes}: must be at least 1")
+    params: dict[str, str] = {}
+    if args.role is not None:
+        params["role"] = args.role
+    if args.index is not None:
+        params["index"] = str(args.index)
+    if args.follow:
+        params["follow"] = "true"
+    if args.tail >= 0:
+        params["tailLines"] = str(args.tail)
+    if args.since is not None:
+        seconds = parse_duration(args.since, flag="--since")
+        params["sinceSeconds"] = str(max(1, math.ceil(seconds)))
+    if args.timestamps:
+        params["timestamps"] = "true"
+    if args.limit_bytes is not None:
+        params["limitBytes"] = str(args.limit_bytes)
+    return params
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    try:
+        params = _log_params(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = sys.stdout.buffer
+
+    async def work(client: HubClient) -> int:
+        path = jobs_path(namespace_of(args, client), args.name) + "/log"
+        async for chunk in client.stream(path, params=params, follow=args.follow):
+            out.write(chunk)
+            out.flush()
+        return 0
+
+    try:
+        return run_on_hub(args, work)
+    except BrokenPipeError:
+        # `federator logs ... | head`: the reader has what it wanted; say nothing more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
 # ---------------------------------------------------------------- registration
 
 
 def register(sub: Any) -> None:
-    """Add submit, get, describe and delete to the `federator` parser."""
+    """Add submit, get, describe, logs and delete to the `federator` parser."""
     p = sub.add_parser("submit", help="submit TrainingJobs from YAML/JSON files (several documents allowed)",
                        description="Create the TrainingJobs in FILE (YAML or JSON; several documents, or a "
                                    "kind: List; - reads stdin).")
@@ -262,6 +335,24 @@ def register(sub: Any) -> None:
     p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
     hub_flags(p)
     p.set_defaults(handler=_cmd_describe)
+
+    p = sub.add_parser("logs", help="print (-f: follow) the logs of a job's pods, from whichever cluster runs it",
+                       description="Print the logs of the pods of TrainingJob NAME, read through the hub from the "
+                                   "member cluster that runs the job now. Without --role, every pod's lines come, "
+                                   "each prefixed [role-index]; with --role and --index, one pod's.",
+                       epilog=LOGS_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", metavar="NAME", help="the TrainingJob")
+    p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    p.add_argument("--role", help="only the pods of this role (e.g. worker, ps)")
+    p.add_argument("--index", type=int, help="with --role: only the pod with this index (0, 1, ...)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the pods exit")
+    p.add_argument("--tail", type=int, default=-1, metavar="N",
+                   help="only the last N lines of each pod (default: -1, every line)")
+    p.add_argument("--since", metavar="DURATION", help="only lines newer than this, e.g. 30s, 10m, 2h")
+    p.add_argument("--timestamps", action="store_true", help="prefix each line with the time it was printed")
+    p.add_argument("--limit-bytes", type=int, metavar="N", help="stop after N bytes")
+    hub_flags(p)
+    p.set_defaults(handler=_cmd_logs)
 
     p = sub.add_parser("delete", help="delete jobs (their member objects are cleaned up first)")
     p.add_argument("resource", choices=["job", "jobs", "tj", "trainingjob"], metavar="job")

@@ -1,7 +1,7 @@
 """MemberClient: the one module that talks HTTP to member clusters.
 
 Everything the hub asks of a member cluster (list, watch, get, create,
-patch, delete, a health probe) goes through a `MemberClient`. It is built
+patch, delete, a pod's log, a health probe) goes through a `MemberClient`. It is built
 from a kubeconfig file (`from_kubeconfig`) or from a MemberCluster's
 `spec.connection` (`from_connection`: a kubeconfigPath, or a server URL plus
 the credentials the hub stores).
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import random
 import ssl
@@ -640,6 +641,45 @@ class MemberClient:
             raise MemberUnreachable(f"cluster {self.cluster}: probe at {self.server}: {_describe(e)}") from None
         finally:
             response.release()
+
+    # ------------------------------------------------------------ pod logs
+
+    @contextlib.asynccontextmanager
+    async def pod_log(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        query: Sequence[tuple[str, Any]] = (),
+        follow: bool = False,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """`GET pods/NAME/log` (kube's PodLogOptions in `query`): inside the block, the body's chunks as the
+        member sends them. The request is answered before the block is entered (`MemberApiError` with the
+        member's Status, e.g. 400 "waiting to start"; `MemberUnreachable`); the connection is closed when the
+        block ends, however it ends, so an abandoned follow never stays open. A follow has no read timeout
+        (a quiet container may print nothing for long); other reads have the request timeout per read."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect,
+                                        sock_read=None if follow else self.timeouts.request)
+        path = PODS.object_path(namespace=namespace, name=name, subresource="log")
+        response = await self._send("GET", path, verb="log", query=query, timeout=timeout)
+        try:
+            if response.status != 200:
+                raise await self._error(response)
+            yield self._log_chunks(response, pod=f"{namespace}/{name}")
+        finally:
+            response.release()
+            response.close()
+
+    async def _log_chunks(self, response: aiohttp.ClientResponse, *, pod: str) -> AsyncIterator[bytes]:
+        while True:
+            try:
+                chunk = await response.content.readany()
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                raise MemberUnreachable(f"cluster {self.cluster}: log of pod {pod} interrupted: {_describe(e)}"
+                                        ) from None
+            if not chunk:
+                return
+            yield chunk
 
     # ------------------------------------------------------------ watch
 

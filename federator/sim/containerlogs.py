@@ -50,6 +50,8 @@ __all__ = [
     "ContainerLog",
     "ContainerRun",
     "LOG_ROTATE_LINES",
+    "LOG_STREAMS",
+    "LogStreams",
     "POD_LOG",
     "container_run",
     "log_container",
@@ -458,7 +460,29 @@ async def _empty() -> AsyncIterator[bytes]:
         yield chunk
 
 
+@dataclass(slots=True)
+class LogStreams:
+    """How many log requests a cluster is answering now, and has answered (its /_sim/stats show them)."""
+
+    open: int = 0
+    served: int = 0
+
+
+#: where a SimCluster keeps its LogStreams (optional: an app without one counts nothing)
+LOG_STREAMS: web.AppKey[LogStreams] = web.AppKey("federator_sim_log_streams", LogStreams)
+
+
 async def _pod_log(req: SubresourceRequest) -> web.StreamResponse:
+    streams = req.request.app.get(LOG_STREAMS) or LogStreams()
+    streams.open += 1
+    try:
+        return await _serve_pod_log(req)
+    finally:
+        streams.open -= 1
+        streams.served += 1
+
+
+async def _serve_pod_log(req: SubresourceRequest) -> web.StreamResponse:
     assert req.rt is not None
     options = parse_log_options(req.request.query, name=req.name)
     read_at = time.time_ns()

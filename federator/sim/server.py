@@ -56,7 +56,7 @@ from federator.apiserver.storage import ObjectStorage
 from federator.devcerts import DevTLS, ensure_dev_tls, server_ssl_context, write_kubeconfig
 from federator.obs import METRICS, Metrics, get_logger
 from federator.sim import kinds
-from federator.sim.containerlogs import POD_LOG
+from federator.sim.containerlogs import LOG_STREAMS, POD_LOG, LogStreams
 from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_middleware
 from federator.sim.nodelease import NODE_LEASE_RENEW_SECONDS
 from federator.sim.profile import ClusterProfile, initial_nodes
@@ -237,6 +237,8 @@ class SimCluster:
             metrics=self.metrics,
             **extra,
         )
+        self.log_streams = LogStreams()
+        self.app[LOG_STREAMS] = self.log_streams
         self.app.router.add_routes(admin_routes(self.faults, authenticate=self._authenticate_admin))
         self.app.router.add_get(STATS_PATH, self._stats)
         self.app.cleanup_ctx.append(self._cluster_ctx)
@@ -465,7 +467,8 @@ class SimCluster:
         by_verb: dict[str, dict[str, int]] = {}
         for (verb, resource), n in sorted(counts.items()):
             by_verb.setdefault(verb, {})[resource] = n
-        stats: dict[str, Any] = {"cluster": self.name, "requests": by_verb, "openWatches": self.api.open_watches}
+        stats: dict[str, Any] = {"cluster": self.name, "requests": by_verb, "openWatches": self.api.open_watches,
+                                 "openLogStreams": self.log_streams.open}
         if self.rbac is not None:
             stats["forbidden"] = [{"user": user, "verb": verb, "resource": what, "count": n}
                                   for (user, verb, what), n in sorted(self.forbidden.items())]

@@ -101,11 +101,13 @@ def test_each_overlay_grants_the_hub_what_it_calls_and_nothing_around_it(schedul
         for namespace in MANAGED:
             collection = f"{base}/namespaces/{namespace}/{gvk.plural}"
             yes += [("POST", collection, {}), ("GET", f"{collection}/x", {}), ("DELETE", f"{collection}/x", {}),
-                    ("GET", f"/api/v1/namespaces/{namespace}", {})]
+                    ("GET", f"/api/v1/namespaces/{namespace}", {}),
+                    ("GET", f"/api/v1/namespaces/{namespace}/pods/x/log", {})]   # a job's logs (joblogs.py)
             no += [("PATCH", f"{collection}/x", {}), ("PUT", f"{collection}/x", {}),
                    ("PUT", f"{collection}/x/status", {}), ("DELETE", collection, {})]
         unmanaged = f"{base}/namespaces/{UNMANAGED}/{gvk.plural}"
-        no += [("POST", unmanaged, {}), ("DELETE", f"{unmanaged}/x", {}), ("GET", f"{unmanaged}/x", {})]
+        no += [("POST", unmanaged, {}), ("DELETE", f"{unmanaged}/x", {}), ("GET", f"{unmanaged}/x", {}),
+               ("GET", f"/api/v1/namespaces/{UNMANAGED}/pods/x/log", {}), ("GET", "/api/v1/nodes/n1/proxy", {})]
     # status sync, GC and job deletion list and watch the scheduler's PodGroups across namespaces
     own = podgroup_resource(scheduler)
     if own is not None:
