@@ -217,3 +217,17 @@ def test_summarise_skips_runs_without_a_value_and_judges_the_median() -> None:
     assert (figure["median"], figure["min"], figure["max"], figure["runs"], figure["met"]) == (2.0, 1.0, 3.0, 4, True)
     nothing = bench.summarise({"name": "y", "values": [None], "bar": {"op": ">=", "value": 1}})
     assert nothing["median"] is None and nothing["met"] is None
+
+
+def test_replay_figures_read_as_one_row_per_policy() -> None:
+    report = {"trace": "itp", "seed": 1, "policies": {
+        "federator": {"meanQueueDelaySeconds": 6.0, "memberWritesPerJob": 4.0},
+        "karmada": {"meanQueueDelaySeconds": 139.0, "memberWritesPerJob": 4.0, "note": "text is not a figure"}}}
+    figures, notes = bench._replay_figures(report)
+    assert [f["name"] for f in figures] == ["federator.meanQueueDelaySeconds", "federator.memberWritesPerJob",
+                                           "karmada.meanQueueDelaySeconds", "karmada.memberWritesPerJob"]
+    assert notes == ["trace: itp", "seed: 1"]
+    table = bench._policy_table([bench.summarise(f) for f in figures])
+    assert table[:4] == ["| policy | meanQueueDelaySeconds | memberWritesPerJob |", "|---|---|---|",
+                         "| federator | 6.00 | 4.00 |", "| karmada | 139 | 4.00 |"]
+    assert bench._replay_figures({"policies": "nonsense"}) == ([], [])

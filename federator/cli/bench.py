@@ -370,6 +370,9 @@ def _run_bench(spec: BenchSpec, *, bench_dir: Path, out: Path, quick: bool, runs
                                     "bar": None})
             entry["plots"] = sorted(str(p) for p in replay_out.glob("*.png"))
             entry["notes"].append("deterministic (virtual time, seeded): one run; the same inputs give the same figures")
+            entry["layout"] = "policies"  # report.md shows one row per policy
+            entry["notes"].append(f"the replay's own report, with federator's ratio to each baseline: "
+                                  f"{(replay_out / 'report.md').relative_to(out)}")
     entry["seconds"] = round(time.monotonic() - started, 1)
     entry["exitCodes"] = codes
     entry["figures"] = [summarise(f) for f in raw_figures]
@@ -440,6 +443,25 @@ def _spread_text(figure: Mapping[str, Any]) -> str:
     return f"{_number(figure['min'])} - {_number(figure['max'])}"
 
 
+def _policy_table(figures: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Figures named POLICY.METRIC (one run each) as one row per policy, one column per metric."""
+    rows: dict[str, dict[str, str]] = {}
+    metrics: list[str] = []
+    other: list[Mapping[str, Any]] = []
+    for f in figures:
+        policy, dot, metric = str(f["name"]).partition(".")
+        if not dot:
+            other.append(f)
+            continue
+        if metric not in metrics:
+            metrics.append(metric)
+        rows.setdefault(policy, {})[metric] = _number(f["median"])
+    lines = ["| policy | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    lines += [f"| {policy} | " + " | ".join(cells.get(m, "") for m in metrics) + " |" for policy, cells in rows.items()]
+    lines += ["", *(f"- {f['name']}: {_number(f['median'])} {f['unit']}".rstrip() for f in other)]
+    return [*lines, ""] if other else lines
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     m = report["machine"]
     load = " / ".join(f"{x:.2f}" for x in m["loadAverageAtStart"])
@@ -476,7 +498,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         if b.get("command"):
             lines += [f"`{shlex.join(['python', *b['command']])}` ({b['runs']} run{'s' if b['runs'] != 1 else ''}, "
                       f"log: {b['log']})", ""]
-        if b["figures"]:
+        if b["figures"] and b.get("layout") == "policies":
+            lines += _policy_table(b["figures"])
+        elif b["figures"]:
             lines += ["| figure | median | spread | unit | bar |", "|---|---|---|---|---|"]
             for f in b["figures"]:
                 lines.append(f"| {f['name']} | {_number(f['median'])} | {_spread_text(f)} | {f['unit']} | "
