@@ -343,7 +343,7 @@ def ensure_dev_credentials(
     if not token_file.exists():
         lines = ["# token,user,uid,groups  (kube-apiserver --token-auth-file format; see federator/apiserver/auth.py)"]
         for user, groups in DEV_USERS:
-            lines.append(f'{secrets.token_urlsafe(32)},{user},{user}-{secrets.token_hex(4)},"{groups}"')
+            lines.append(f'{secrets.token_hex(32)},{user},{user}-{secrets.token_hex(4)},"{groups}"')
         write_private_file(token_file, ("\n".join(lines) + "\n").encode("utf-8"))
     tokens = _read_dev_tokens(token_file)
     kubeconfigs: dict[str, Path] = {}

@@ -724,7 +724,7 @@ def ensure_dev_token_file(state_dir: Path) -> tuple[Path, dict[str, str]]:
                 return path, {name: by_user[user] for name, user, _ in DEV_USERS}
         except (OSError, UnicodeDecodeError, TokenFileError):
             pass  # regenerate below: it is ours, in our state dir
-    tokens = {name: secrets.token_urlsafe(32) for name, _, _ in DEV_USERS}
+    tokens = {name: secrets.token_hex(32) for name, _, _ in DEV_USERS}
     lines = ["# Development tokens written by `federator up` (kube --token-auth-file format)."]
     lines += [f'{tokens[name]},{user},uid-{user},"{groups}"' for name, user, groups in DEV_USERS]
     write_private_file(path, ("\n".join(lines) + "\n").encode("utf-8"))

@@ -45,7 +45,8 @@ from federator.apiserver.discovery import (
 )
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError
 from federator.apiserver.openapi import OpenAPISpecs, openapi_v2_body
-from federator.apiserver.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from federator.apiserver.managedfields import default_manager, field_manager_errors, options_invalid
+from federator.apiserver.patch import APPLY_PATCH, JSON_PATCH, accepted_patch_types
 from federator.apiserver.registry import JSONObject, Registry, ResourceType
 from federator.apiserver.storage import ObjectList, ObjectStorage
 from federator.apiserver.table import build_table, wants_table
@@ -265,6 +266,16 @@ def _dry_run(query: Any, body: JSONObject | None = None) -> bool:
 def _field_validation(query: Mapping[str, str]) -> str:
     """kube's server-side field validation; unset means Warn (kube >= 1.27)."""
     return query.get("fieldValidation") or "Warn"
+
+
+def _field_manager(request: web.Request, options_kind: str) -> str:
+    """Who a write is by, for managedFields: `?fieldManager=` (422 on `<options_kind>` when longer
+    than 128 bytes or unprintable, as kube), else derived from the User-Agent as kube does."""
+    manager = request.query.get("fieldManager") or ""
+    problems = field_manager_errors(manager)
+    if problems:
+        raise options_invalid(options_kind, problems)
+    return manager or default_manager(request.headers.get("User-Agent", ""))
 
 
 def _include_object(query: Mapping[str, str]) -> str:
@@ -622,7 +633,8 @@ class _Handlers:
         if rt.namespaced and t.namespace is None:
             raise errors.method_not_allowed(f"create {rt.qualified_resource} needs a namespace in the path")
         created = await self.state.storage.create(rt, obj, namespace=t.namespace, dry_run=_dry_run(request.query),
-                                                  field_validation=_field_validation(request.query))
+                                                  field_validation=_field_validation(request.query),
+                                                  field_manager=_field_manager(request, "CreateOptions"))
         return json_response(_shown(rt, created), status=201)
 
     def _check_body_kind(self, rt: ResourceType, obj: JSONObject) -> None:
@@ -654,6 +666,7 @@ class _Handlers:
         updated = await self.state.storage.update(
             rt, obj, namespace=t.namespace, name=t.name, subresource=t.subresource,
             dry_run=_dry_run(request.query), field_validation=_field_validation(request.query),
+            field_manager=_field_manager(request, "UpdateOptions"),
         )
         return json_response(_shown(rt, updated))
 
@@ -661,9 +674,14 @@ class _Handlers:
         rt = t.rt
         assert rt is not None and t.name is not None
         ct = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+        if ct not in accepted_patch_types(rt):
+            raise errors.unsupported_media(ct, accepted_patch_types(rt))
         if ct == APPLY_PATCH:
-            raise errors.unsupported_media(ct, [JSON_PATCH, MERGE_PATCH] + (
-                [STRATEGIC_MERGE_PATCH] if rt.supports_strategic_merge else []))
+            return await self._apply(request, t)
+        if "force" in request.query:
+            raise options_invalid("PatchOptions", [errors.FieldError.forbidden(
+                "force", "may not be specified for non-apply patch")])
+        manager = _field_manager(request, "PatchOptions")
         body = await read_body(request, self.state.max_body_bytes)
         storage = self.state.storage
         doc = storage.decode_patch(rt, body, ct)
@@ -671,8 +689,33 @@ class _Handlers:
             rt, namespace=t.namespace, name=t.name, patch=doc, content_type=ct,
             subresource=t.subresource, dry_run=_dry_run(request.query),
             field_validation=_field_validation(request.query),
+            field_manager=manager,
         )
         return json_response(_shown(rt, patched))
+
+    async def _apply(self, request: web.Request, t: _Target) -> web.StreamResponse:
+        """Server-side apply (kube's applyPatcher): `fieldManager` is required, `force` takes
+        fields other managers own; 201 when the apply created the object."""
+        rt = t.rt
+        assert rt is not None and t.name is not None
+        query = request.query
+        manager = query.get("fieldManager") or ""
+        problems = [] if manager else [errors.FieldError.required("fieldManager", "is required for apply patch")]
+        problems += field_manager_errors(manager)
+        if problems:
+            raise options_invalid("PatchOptions", problems)
+        body = await read_body(request, self.state.max_body_bytes)
+        # kubectl and the Python client send JSON, which is YAML too; JSON is read as JSON (tabs and all)
+        try:
+            config = decode_body(body, JSON_CT)
+        except ApiError:
+            config = decode_body(body, "application/yaml")
+        obj, created = await self.state.storage.apply(
+            rt, namespace=t.namespace, name=t.name, config=config, field_manager=manager,
+            force=parse_bool(query.get("force")), subresource=t.subresource, dry_run=_dry_run(query),
+            field_validation=_field_validation(query),
+        )
+        return json_response(_shown(rt, obj), status=201 if created else 200)
 
     async def _delete_options(self, request: web.Request) -> JSONObject:
         opts: JSONObject = {}

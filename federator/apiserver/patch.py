@@ -9,6 +9,9 @@
   `$setElementOrder/`, `$retainKeys` and `$deleteFromPrimitiveList/` are
   honoured and never stored.
 
+Server-side apply (`APPLY_PATCH`) is not a patch format here: see ssa.py and
+managedfields.py. `accepted_patch_types(rt)` is the list of what a kind takes.
+
 Every function returns a new document and never mutates its inputs. Errors
 raise `PatchError` (bad patch document -> 400) or `PatchApplyError` (a
 well-formed patch that cannot apply -> 422). Pure: no I/O.
@@ -20,12 +23,18 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from federator.apiserver.registry import SMPListStrategy
+from federator.apiserver.registry import ResourceType, SMPListStrategy
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+
+
+def accepted_patch_types(rt: ResourceType) -> list[str]:
+    """The PATCH media types `rt` takes, in kube's order: the one list every 415 names."""
+    return [JSON_PATCH, MERGE_PATCH] + ([STRATEGIC_MERGE_PATCH] if rt.supports_strategic_merge else []) + (
+        [APPLY_PATCH] if rt.managed_fields else [])
 
 
 class PatchError(ValueError):

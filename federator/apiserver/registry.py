@@ -137,6 +137,10 @@ class ResourceType:
     #: strategic merge patch list strategies by dotted path ("spec.containers",
     #: "spec.containers[].env"); None means SMP is refused with 415 (custom kinds).
     strategic_merge: Mapping[str, SMPListStrategy] | None = None
+    #: metadata.managedFields kept on every API write and server-side apply
+    #: (PATCH application/apply-patch+yaml) served, merging by `openapi_schema`'s
+    #: list types (apiserver/managedfields.py); False refuses apply with 415.
+    managed_fields: bool = False
     #: OpenAPI v3 schema of the whole object (properties of spec/status...)
     openapi_schema: Mapping[str, Any] | None = None
     #: the name under which the schema is published (e.g. io.k8s.api.core.v1.Pod)

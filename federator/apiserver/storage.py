@@ -51,7 +51,7 @@ from typing import Any
 
 import orjson
 
-from federator.apiserver import errors
+from federator.apiserver import errors, managedfields, ssa
 from federator.apiserver.errors import ApiError, FieldError, FieldErrorLike
 from federator.apiserver.patch import (
     APPLY_PATCH,
@@ -60,6 +60,7 @@ from federator.apiserver.patch import (
     STRATEGIC_MERGE_PATCH,
     PatchApplyError,
     PatchError,
+    accepted_patch_types,
     apply_patch,
 )
 from federator.apiserver.registry import JSONObject, Registry, ResourceType
@@ -401,6 +402,19 @@ def _check_type_meta(rt: ResourceType, obj: JSONObject) -> None:
         obj["kind"] = rt.kind
     elif kind != rt.kind:
         raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+
+
+def _gvk_text(api_version: Any, kind: Any) -> str:
+    """A GroupVersionKind as Go prints it: `federator.dev/v1alpha1, Kind=TrainingJob`, `/v1, Kind=Pod`."""
+    gv = api_version if isinstance(api_version, str) else ""
+    group, _, version = gv.rpartition("/") if "/" in gv else ("", "", gv)
+    return f"{group}/{version}, Kind={kind if isinstance(kind, str) else ''}"
+
+
+def _merge_invalid(rt: ResourceType, name: str, error: ssa.MergeError) -> ApiError:
+    """A keyed list the apply merge refuses (duplicates, items without their keys): 422."""
+    return errors.invalid(rt, name, [FieldError(ssa.path_string(error.path).lstrip(".") or "<root>",
+                                                "FieldValueInvalid", error.detail)])
 
 
 # ---------------------------------------------------------------- storage
@@ -768,9 +782,11 @@ class ObjectStorage:
             )
 
     def prepare_create(
-        self, rt: ResourceType, obj: Any, *, namespace: str | None, field_validation: str | None = None
+        self, rt: ResourceType, obj: Any, *, namespace: str | None, field_validation: str | None = None,
+        field_manager: str | None = None,
     ) -> JSONObject:
-        """The object as it will be stored (without name generation), or ApiError."""
+        """The object as it will be stored (without name generation), or ApiError. With
+        `field_manager`, kinds that keep managedFields get an Update entry for it."""
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
         check_nesting(obj)
@@ -799,6 +815,7 @@ class ObjectStorage:
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
+        request_fields = meta.get("managedFields", managedfields.NOT_SENT)
         for field in _SERVER_OWNED_META:
             meta.pop(field, None)
         if not meta.get("name") and not meta.get("generateName"):
@@ -810,6 +827,8 @@ class ObjectStorage:
             new.pop("status", None)
         if rt.defaults is not None:
             rt.defaults(new)
+        # before create_defaults: what the server adds on create is nobody's (kube's admission runs later)
+        self._track_update(rt, None, new, request_fields=request_fields, manager=field_manager, subresource=None)
         if rt.create_defaults is not None:
             rt.create_defaults(new)
         return new
@@ -831,12 +850,17 @@ class ObjectStorage:
 
     async def create(
         self, rt: ResourceType, obj: JSONObject, *, namespace: str | None, dry_run: bool = False,
-        field_validation: str | None = None,
+        field_validation: str | None = None, field_manager: str | None = None,
     ) -> JSONObject:
         """Create `obj`. `field_validation` (as the HTTP query parameter:
         "Strict", "Warn", "Ignore") handles unknown fields; None (in-process
-        callers) leaves them alone."""
-        new = self.prepare_create(rt, obj, namespace=namespace, field_validation=field_validation)
+        callers) leaves them alone. `field_manager` (API requests) is the
+        writer recorded in managedFields; in-process writes are not recorded."""
+        new = self.prepare_create(rt, obj, namespace=namespace, field_validation=field_validation,
+                                  field_manager=field_manager)
+        return await self._create_prepared(rt, new, dry_run=dry_run)
+
+    async def _create_prepared(self, rt: ResourceType, new: JSONObject, *, dry_run: bool) -> JSONObject:
         meta = new["metadata"]
         ns = meta.get("namespace")
         if ns:
@@ -984,6 +1008,7 @@ class ObjectStorage:
         subresource: str | None = None,
         dry_run: bool = False,
         field_validation: str | None = None,
+        field_manager: str | None = None,
     ) -> JSONObject:
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
@@ -1023,6 +1048,8 @@ class ObjectStorage:
                 raise errors.conflict(rt, name)
         old = _decode(kv.value, kv.mod_revision)
         new = self._prepare_update(rt, obj, old, subresource=subresource, field_validation=field_validation)
+        self._track_update(rt, old, new, request_fields=meta.get("managedFields", managedfields.NOT_SENT),
+                           manager=field_manager, subresource=subresource)
         return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
 
     async def guaranteed_update(
@@ -1057,6 +1084,7 @@ class ObjectStorage:
                 return None
             new = self._prepare_update(rt, proposed, old, subresource=subresource,
                                        trusted_status=trusted_status and subresource == "status")
+            self._track_update(rt, old, new, manager=None, subresource=subresource)
             try:
                 return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False)
             except ApiError as e:
@@ -1069,11 +1097,8 @@ class ObjectStorage:
 
     def decode_patch(self, rt: ResourceType, patch: _PatchBody, content_type: str) -> Any:
         ct = content_type.split(";", 1)[0].strip().lower()
-        if ct == STRATEGIC_MERGE_PATCH and not rt.supports_strategic_merge:
-            raise errors.unsupported_media(ct, [JSON_PATCH, MERGE_PATCH, APPLY_PATCH])
-        if ct not in PATCH_TYPES:
-            accepted = [JSON_PATCH, MERGE_PATCH] + ([STRATEGIC_MERGE_PATCH] if rt.supports_strategic_merge else [])
-            raise errors.unsupported_media(ct, accepted)
+        if ct not in PATCH_TYPES or (ct == STRATEGIC_MERGE_PATCH and not rt.supports_strategic_merge):
+            raise errors.unsupported_media(ct, accepted_patch_types(rt))
         if isinstance(patch, (bytes, bytearray, memoryview)):
             try:
                 doc = orjson.loads(patch)
@@ -1095,6 +1120,7 @@ class ObjectStorage:
         subresource: str | None = None,
         dry_run: bool = False,
         field_validation: str | None = None,
+        field_manager: str | None = None,
     ) -> JSONObject:
         doc = self.decode_patch(rt, patch, content_type)
         ct = content_type.split(";", 1)[0].strip().lower()
@@ -1131,8 +1157,11 @@ class ObjectStorage:
                     "the namespace of the provided object does not match the namespace sent on the request")
             pmeta["name"] = name
             pmeta["resourceVersion"] = current_rv
+            request_fields = pmeta.get("managedFields", managedfields.NOT_SENT)
             new = self._prepare_update(rt, patched, old, subresource=subresource,
                                        field_validation=field_validation)
+            self._track_update(rt, old, new, request_fields=request_fields, manager=field_manager,
+                               subresource=subresource)
             try:
                 return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
             except ApiError as e:
@@ -1140,6 +1169,135 @@ class ObjectStorage:
                     raise
                 await _backoff(attempt, what=f"conflict patching {rt.plural}/{name}")
         raise errors.conflict(rt, name)  # pragma: no cover
+
+    # ------------------------------------------------------------ managedFields and server-side apply
+
+    def _field_manager(self, rt: ResourceType, subresource: str | None) -> managedfields.FieldManager:
+        return managedfields.field_manager_for(
+            openapi_schema=rt.openapi_schema, api_version=rt.api_version, kind=rt.kind,
+            subresource=subresource or "", status_subresource=rt.status_subresource)
+
+    def _track_update(
+        self, rt: ResourceType, old: JSONObject | None, new: JSONObject, *, manager: str | None,
+        subresource: str | None, request_fields: Any = managedfields.NOT_SENT,
+    ) -> None:
+        """Set `new`'s managedFields for a non-apply write by `manager` (kube's Update). Kinds
+        that keep none never store any; an in-process write (manager None) keeps the stored ones."""
+        meta = new["metadata"]
+        if not rt.managed_fields:
+            meta.pop("managedFields", None)
+            return
+        if manager is None:
+            kept = (old or {}).get("metadata", {}).get("managedFields")
+            if kept:
+                meta["managedFields"] = _copy(kept)
+            else:
+                meta.pop("managedFields", None)
+            return
+        entries = self._field_manager(rt, subresource).update(
+            old, new, request_fields=request_fields, manager=manager, now=self._now())
+        if entries:
+            meta["managedFields"] = entries
+        else:
+            meta.pop("managedFields", None)
+
+    async def apply(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None,
+        name: str,
+        config: Any,
+        field_manager: str,
+        force: bool = False,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        field_validation: Any = None,
+    ) -> tuple[JSONObject, bool]:
+        """Server-side apply (PATCH application/apply-patch+yaml) of `config` by `field_manager`,
+        kube's way (managedfields.py): (the object as stored, whether it was created). Creates the
+        object when it does not exist (not through a subresource); a conflict with another
+        manager is a 409 unless `force`."""
+        if not rt.managed_fields:
+            raise errors.unsupported_media(APPLY_PATCH, accepted_patch_types(rt))
+        if not isinstance(config, dict):
+            raise errors.bad_request(
+                f"error decoding patch: the apply configuration must be a {rt.kind} object, "
+                f"not a JSON {type(config).__name__}")
+        check_nesting(config)
+        config = _copy(config)
+        api_version, kind = config.get("apiVersion"), config.get("kind")
+        if api_version != rt.api_version or kind != rt.kind:
+            raise errors.bad_request(f"invalid object type: {_gvk_text(api_version, kind)}")
+        meta = config.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise errors.invalid(rt, name, [FieldError.wrong_type("metadata", meta, "an object")])
+        if isinstance(meta, dict) and meta.get("managedFields") is not None:
+            raise errors.bad_request("metadata.managedFields must be nil")
+        _drop_unknown_fields(rt, config, field_validation)
+        fm = self._field_manager(rt, subresource)
+        try:
+            ssa.check_keys(config, fm.atom)
+        except ssa.MergeError as e:
+            raise _merge_invalid(rt, name, e) from None
+        key = self.object_key(rt, namespace, name)
+        for attempt in range(_UPDATE_RETRIES):
+            kv = await self.store.get(key)
+            old = _decode(kv.value, kv.mod_revision) if kv is not None else None
+            if old is None and subresource is not None:
+                raise errors.not_found(rt, name)
+            proposed = config
+            if old is not None and rt.prepare_update is not None:
+                # e.g. a MemberCluster credential sent back redacted keeps its stored value
+                proposed = rt.prepare_update(_copy(config), _copy(old))
+            try:
+                merged, entries, _ = fm.apply(old, proposed, manager=field_manager, force=force, now=self._now())
+            except ssa.MergeError as e:
+                raise _merge_invalid(rt, name, e) from None
+            mmeta = merged.setdefault("metadata", {})
+            if mmeta.get("name") != name:
+                raise errors.bad_request(
+                    f"the name of the object ({mmeta.get('name') or ''}) does not match the name on the URL ({name})")
+            if rt.namespaced:
+                if mmeta.get("namespace") in (None, ""):
+                    mmeta["namespace"] = namespace
+                elif mmeta["namespace"] != namespace:
+                    raise errors.bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request")
+            else:
+                mmeta.pop("namespace", None)
+            if old is None:
+                if mmeta.get("uid"):
+                    raise errors.conflict(rt, name, f"uid mismatch: the provided object specified uid "
+                                                    f"{mmeta['uid']}, and no existing object was found")
+                new = self.prepare_create(rt, merged, namespace=namespace)
+                if entries:
+                    new["metadata"]["managedFields"] = entries
+                try:
+                    return await self._create_prepared(rt, new, dry_run=dry_run), True
+                except ApiError as e:
+                    if e.reason != "AlreadyExists" or attempt == _UPDATE_RETRIES - 1:
+                        raise
+                    continue  # created meanwhile: apply over it
+            current_rv = old["metadata"]["resourceVersion"]
+            wanted_rv = mmeta.get("resourceVersion")
+            if wanted_rv not in (None, "") and wanted_rv != current_rv:
+                raise errors.conflict(rt, name)
+            mmeta["resourceVersion"] = current_rv
+            new = self._prepare_update(rt, merged, old, subresource=subresource)
+            if entries:
+                new["metadata"]["managedFields"] = entries
+            else:
+                new["metadata"].pop("managedFields", None)
+            assert kv is not None
+            try:
+                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run), False
+            except ApiError as e:
+                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
+                    raise
+                await _backoff(attempt, what=f"conflict applying {rt.plural}/{name}")
+        raise errors.conflict(rt, name)  # pragma: no cover - loop always returns or raises
+
 
     # ------------------------------------------------------------ delete
 

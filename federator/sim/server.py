@@ -186,8 +186,8 @@ class SimCluster:
         self.name = profile.name
         self.host = host
         self._requested_port = port
-        self.token = token or secrets.token_urlsafe(32)
-        self.agent_token = agent_token or secrets.token_urlsafe(32)
+        self.token = token or secrets.token_hex(32)
+        self.agent_token = agent_token or secrets.token_hex(32)
         if self.agent_token == self.token:
             raise ValueError("the agent token must differ from the admin token")
         self.identities: tuple[SimIdentity, ...] = (
@@ -198,7 +198,7 @@ class SimCluster:
         #: (namespace, name) -> the identity of a ServiceAccount the RBAC policy names
         self.service_accounts: dict[tuple[str, str], SimIdentity] = {}
         for namespace, name in rbac.service_accounts if rbac is not None else ():
-            identity = SimIdentity(service_account_user(namespace, name), secrets.token_urlsafe(32),
+            identity = SimIdentity(service_account_user(namespace, name), secrets.token_hex(32),
                                    service_account_groups(namespace))
             self.service_accounts[(namespace, name)] = identity
         self.identities += tuple(self.service_accounts.values())
