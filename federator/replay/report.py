@@ -92,6 +92,15 @@ def _markdown(
         lines.append(f"| {key} | " + " | ".join(_cell(key, r.metrics[key]) for r in results) + " |")
     lines.append("| jobs never started | " + " | ".join(f"{r.never_started:,}" for r in results) + " |")
     lines.append("| CPU seconds | " + " | ".join(f"{r.cpu_seconds:,.1f}" for r in results) + " |")
+    lines += [
+        "",
+        "Queueing delay is submission to training start, so it includes copying a dataset the cluster does "
+        "not cache (the gang holds its GPUs meanwhile); delays and JCT count the jobs that started. "
+        "gpuUtilization counts GPUs allocated to gangs over the makespan, copying included, so a policy that "
+        "copies more looks busier. memberWritesPerJob counts 1 + pods writes per gang copy written into or "
+        "deleted from a member (finished gangs are cleaned up too). jainFairness is Jain's index over teams of "
+        "each team's mean traced duration / JCT.",
+    ]
     if "federator" in names:
         ours = next(r for r in results if r.policy == "federator")
         others = [r for r in results if r.policy != "federator"]
