@@ -64,6 +64,11 @@ def _object_schema(rt: ResourceType) -> JSONObject:
     props = dict(custom.pop("properties", {}) or {})
     base.update(custom)
     base["properties"].update(props)
+    # The server takes (and serves) only this kind's apiVersion and kind: say so, so that generated
+    # bodies are of this kind and a generated wrong one is expected to get its 400.
+    for field, value in (("apiVersion", rt.api_version), ("kind", rt.kind)):
+        base["properties"][field] = {**base["properties"].get(field, {}), "type": "string", "enum": [value]}
+    base["required"] = sorted({"apiVersion", "kind", *base.get("required", ())})
     base["x-kubernetes-group-version-kind"] = [_gvk(rt)]
     return base
 
