@@ -3,7 +3,8 @@
 `hub_registry()` turns the pydantic kinds of `federator.apis` into the
 `ResourceType`s that `federator.apiserver` serves under federator.dev/v1alpha1:
 
-    TrainingJob    namespaced, short name tj, /status, columns Phase, Cluster, Age
+    TrainingJob    namespaced, short name tj, /status, columns Phase (Terminating
+                   while being deleted, as kubectl shows a pod), Cluster, Age
                    (-o wide: Epoch, Priority)
     MemberCluster  cluster-scoped, short name mc, /status, columns Ready, Fabric,
                    GPUs, Age (-o wide: Free, Scheduler, Cordoned)
@@ -79,7 +80,7 @@ def _as_field_errors(validator: _FieldValidator) -> Callable[[JSONObject], list[
 
 def _columns(kind: str) -> tuple[TableColumn, ...]:
     return tuple(
-        TableColumn(c.name, column_getter(c.json_path), type=c.type, description=c.description, priority=c.priority)
+        TableColumn(c.name, c.cell(), type=c.type, description=c.description, priority=c.priority)
         for c in KINDS[kind].columns
     )
 

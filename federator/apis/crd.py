@@ -52,6 +52,24 @@ class PrinterColumn:
     json_path: str
     description: str = ""
     priority: int = 0
+    #: the cell says "Terminating" for an object being deleted (metadata.deletionTimestamp set), as
+    #: kubectl's STATUS column of a pod does. The hub's Table rows and the CLI show it (`cell`); a CRD column
+    #: is a plain JSONPath, so kubectl against a cluster holding crds/ shows the phase there.
+    terminating: bool = False
+
+    def cell(self) -> Callable[[Mapping[str, Any]], Any]:
+        """The cell getter of this column (the one way to compute a cell: the API's Tables and the CLI)."""
+        getter = column_getter(self.json_path)
+        if not self.terminating:
+            return getter
+
+        def cell(obj: Mapping[str, Any]) -> Any:
+            meta = obj.get("metadata")
+            if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
+                return "Terminating"
+            return getter(obj)
+
+        return cell
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +103,7 @@ KINDS: Mapping[str, KindInfo] = {
         namespaced=True,
         model=trainingjob.TrainingJob,
         columns=(
-            PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase"),
+            PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase", terminating=True),
             PrinterColumn("Cluster", "string", ".status.placement.cluster", "Member cluster running the gang"),
             _AGE,
             PrinterColumn("Epoch", "integer", ".status.placement.epoch", "Fencing epoch", priority=1),

@@ -82,7 +82,7 @@ SINGULAR = "trainingjob"
 SHORT_NAMES = ("tj",)
 CATEGORIES = ("federator",)
 
-JobPhase = Literal["Pending", "Placed", "Admitted", "Running", "Succeeded", "Failed", "Requeued"]
+JobPhase = Literal["Pending", "Placed", "Admitted", "Running", "Succeeded", "Failed", "Requeued", "Suspended"]
 NetworkRequirement = Literal["rdma", "ethernet", "any"]
 
 # Kubernetes' rule for environment variable names (validation.IsEnvVarName).
@@ -258,7 +258,8 @@ class TrainingJobSpec(ApiModel):
     placement: PlacementSpec | None = None
     failover: Failover | None = None
     priority: StrictInt = Field(default=0, ge=-(2**31), le=2**31 - 1, description="Higher places first.")
-    suspend: StrictBool = Field(default=False, description="While true the job is not placed (or is removed).")
+    suspend: StrictBool = Field(default=False, description=(
+        "While true the job is not placed (phase Suspended); a gang already placed keeps running."))
 
     @field_validator("roles")
     @classmethod

@@ -203,9 +203,9 @@ class _Column:
 
 
 def _columns(kind: str) -> list[_Column]:
-    from federator.apis.crd import KINDS, column_getter
+    from federator.apis.crd import KINDS
 
-    return [_Column(c.name.upper(), column_getter(c.json_path), wide_only=c.priority > 0, date=c.type == "date")
+    return [_Column(c.name.upper(), c.cell(), wide_only=c.priority > 0, date=c.type == "date")
             for c in KINDS[kind].columns]
 
 

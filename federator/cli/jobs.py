@@ -121,7 +121,7 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
     add("Labels:       " + (", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"))
     add(f"Priority:     {spec.get('priority', 0)}")
     add(f"Suspended:    {'yes' if spec.get('suspend') else 'no'}")
-    add(f"Phase:        {status.get('phase') or '<none> (not yet seen by the hub)'}")
+    add(f"Phase:        {_phase_text(meta, spec, status)}")
     cluster = placement_status.get("cluster")
     add(f"Cluster:      {cluster or '<none>'}")
     add(f"Epoch:        {placement_status.get('epoch', 0)}")
@@ -193,6 +193,21 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
     else:
         add("  <none>")
     return "\n".join(out)
+
+
+def _phase_text(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+    """The Phase line: the phase, and what it means now (deleted, suspended) in words."""
+    phase = status.get("phase")
+    if meta.get("deletionTimestamp"):
+        return (f"Terminating (was {phase or 'not yet seen by the hub'}): the job is being deleted; its member "
+                "objects go first (condition Terminating)")
+    if phase == "Suspended":
+        return "Suspended: spec.suspend is true, so the job is not placed until it is set to false"
+    if not phase:
+        return "<none> (not yet seen by the hub)"
+    if spec.get("suspend") is True:
+        return f"{phase} (spec.suspend is true: suspend stops placement; a gang already placed keeps running)"
+    return str(phase)
 
 
 def _indent(text: str, spaces: int = 2) -> str:

@@ -12,7 +12,10 @@ duties:
   job is in flight (`jobs.dispatches_in_flight`: objects may still be on
   their way) and every cluster shows none of them left (its index, and then
   the member's own list, which cannot lag), the finalizer is removed
-  (fenced) and the API server removes the job. A cluster that stays unreachable does not block a
+  (fenced) and the API server removes the job. Meanwhile the job keeps its
+  phase (a job deleted while Running never turns Failed: status sync leaves
+  a deleting job alone) and its condition Terminating=True
+  (DeletingMemberObjects) says which clusters still hold its objects. A cluster that stays unreachable does not block a
   deletion forever: after `cleanup_grace_seconds` (HubSettings.extra, default
   60) the finalizer goes anyway and the GC collects the leftovers when the
   cluster returns (they are orphans then).
@@ -54,6 +57,7 @@ from federator.controllers.jobs import (
     append_history,
     current_placement,
     history_entry,
+    set_condition,
     update_job_status,
     dispatches_in_flight,
     job_ref,
@@ -93,6 +97,10 @@ __all__ = [
 ]
 
 _log = get_logger("controllers.cleanup")
+
+#: The condition of a job being deleted (True while its member objects are being removed).
+CONDITION_TERMINATING = "Terminating"
+REASON_DELETING_MEMBER_OBJECTS = "DeletingMemberObjects"
 
 #: orphan reasons that mean an old copy of a live job's gang (the epoch fence at work)
 _STALE_COPY_REASONS = frozenset({"stale-epoch", "not-placed-here"})
@@ -254,6 +262,7 @@ class JobFinalizer:
         registered = set((self.hub.shared.get("member_syncs") or {}))
         unknown += sorted(registered - set(self.objects.clusters))
         if left or unknown:
+            await self._say_terminating(job, left=left, unknown=unknown)
             deleted_at = parse_timestamp((job.get("metadata") or {}).get("deletionTimestamp"))
             if deleted_at is None or time.time() - deleted_at < self.grace:
                 return False
@@ -265,6 +274,40 @@ class JobFinalizer:
         await self._remove_finalizer(ref.namespace, ref.name, uid)
         _log.info("job's member objects deleted; finalizer removed", job=ref.key)
         return True
+
+    async def _say_terminating(self, job: dict[str, Any], *, left: Sequence[str], unknown: Sequence[str]) -> None:
+        """The job's condition Terminating=True says what its deletion waits for (kubectl and `federator get`
+        show it Terminating from its deletionTimestamp); written when that changes, and recorded as an Event
+        the first time. Its phase stays what it was: a job deleted while Running never turns Failed."""
+        where = ", ".join(left) or "no cluster"
+        message = (f"the job is being deleted: its member objects in {where} are being removed (pods first); "
+                   "it goes once none are left")
+        if unknown:
+            message += f"; waiting to hear from {', '.join(unknown)}"
+        current = next((c for c in (job.get("status") or {}).get("conditions") or ()
+                        if isinstance(c, dict) and c.get("type") == CONDITION_TERMINATING), None)
+        if current is not None and current.get("status") == "True" and current.get("message") == message:
+            return
+        ref = job_ref(job)
+        now = time.time()
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            if not (fresh.get("metadata") or {}).get("deletionTimestamp"):
+                return None
+            changed = set_condition(fresh["status"], type=CONDITION_TERMINATING, state="True",
+                                    reason=REASON_DELETING_MEMBER_OBJECTS, message=message, now=now)
+            return fresh if changed else None
+
+        try:
+            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                             uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            _log.info("could not record that the job is terminating; its deletion goes on", job=ref.key,
+                      error=str(e))
+            return
+        if stored is not None and current is None:
+            self.hub.events.record(stored, controller="member-cleanup", reason="Terminating", action="Delete",
+                                   message=message)
 
     async def _remove_finalizer(self, namespace: str, name: str, uid: str) -> None:
         def mutate(job: dict[str, Any]) -> dict[str, Any] | None:

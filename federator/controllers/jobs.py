@@ -70,6 +70,7 @@ __all__ = [
     "PHASE_PENDING",
     "PHASE_PLACED",
     "PHASE_REQUEUED",
+    "PHASE_SUSPENDED",
     "PHASE_RUNNING",
     "PHASE_SUCCEEDED",
     "RESERVATIONS",
@@ -116,10 +117,12 @@ PHASE_RUNNING = "Running"
 PHASE_SUCCEEDED = "Succeeded"
 PHASE_FAILED = "Failed"
 PHASE_REQUEUED = "Requeued"
+#: waiting, not placed, because spec.suspend is true (written by placement; set it false to queue the job)
+PHASE_SUSPENDED = "Suspended"
 TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 #: every phase a TrainingJob can be in (apis/trainingjob.JobPhase): the label values of obs' federator_jobs
 JOB_PHASES = (PHASE_PENDING, PHASE_PLACED, PHASE_ADMITTED, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED,
-              PHASE_REQUEUED)
+              PHASE_REQUEUED, PHASE_SUSPENDED)
 #: phases in which the job holds (or is about to hold) member objects in status.placement.cluster
 ACTIVE_PHASES = frozenset({PHASE_PLACED, PHASE_ADMITTED, PHASE_RUNNING})
 #: TrainingJobStatus.history keeps at most 256 entries; we keep the newest

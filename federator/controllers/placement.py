@@ -18,7 +18,10 @@ list + watch of `hub.storage` and runs placement cycles:
    then dispatch it (`controllers/dispatch.py`). If the write-ahead fails or
    is refused (the job changed meanwhile), the reservation is forgotten and
    nothing is dispatched;
-4. for each gang that fits nowhere: phase Pending, the why-not table in
+4. a queued job with spec.suspend true is not placed and goes to phase
+   Suspended (condition Suspended=True); once suspend is false again it is
+   queued like a Pending job (condition Suspended=False, reason Resumed);
+5. for each gang that fits nowhere: phase Pending, the why-not table in
    status.placement.whyNot and a condition `Schedulable=False` with reason
    `NoClusterFits` (or `TooLargeForAnyCluster` when no cluster could take it
    even empty, `NoClusters` when none is registered). Written only when the
@@ -56,6 +59,7 @@ from federator.controllers.jobs import (
     PHASE_PENDING,
     PHASE_PLACED,
     PHASE_REQUEUED,
+    PHASE_SUSPENDED,
     SNAPSHOTS,
     append_history,
     current_placement,
@@ -82,7 +86,9 @@ _log = get_logger("controllers.placement")
 
 PLACEMENT = "placement_controller"
 SCHEDULABLE = "Schedulable"
-_ELIGIBLE_PHASES = frozenset({PHASE_PENDING, PHASE_REQUEUED})
+_ELIGIBLE_PHASES = frozenset({PHASE_PENDING, PHASE_REQUEUED, PHASE_SUSPENDED})
+CONDITION_SUSPENDED = "Suspended"
+_SUSPENDED_MESSAGE = "spec.suspend is true: the job is not placed until it is set to false"
 _MAX_WHY_NOT_ROWS = 1024
 
 
@@ -111,6 +117,21 @@ def _queued(job: Mapping[str, Any]) -> bool:
     if phase_of(job) not in _ELIGIBLE_PHASES:
         return False
     return (job.get("spec") or {}).get("suspend") is not True
+
+
+def _to_suspend(job: Mapping[str, Any]) -> bool:
+    """A job waiting for a placement (not placed, not being deleted) whose spec says suspend, not yet shown
+    as Suspended."""
+    if (job.get("metadata") or {}).get("deletionTimestamp") or (job.get("spec") or {}).get("suspend") is not True:
+        return False
+    return phase_of(job) in (PHASE_PENDING, PHASE_REQUEUED)
+
+
+def _resumed(status: dict[str, Any], *, now: float) -> None:
+    """A Suspended job leaves that phase: its Suspended condition turns False (kube Job's JobResumed)."""
+    if status.get("phase") == PHASE_SUSPENDED:
+        set_condition(status, type=CONDITION_SUSPENDED, state="False", reason="Resumed",
+                      message="spec.suspend is false: the job is queued for a placement again", now=now)
 
 
 def _rv(job: Mapping[str, Any]) -> int:
@@ -142,6 +163,8 @@ class PlacementController:
         #: uids of the jobs in `jobs` that wait for a placement (`_queued`): what a cycle looks at, so that
         #: a cycle costs the queue's length, not the number of jobs the hub ever held
         self.queued: set[str] = set()
+        #: uids of suspended jobs whose phase still says Pending or Requeued (`_to_suspend`)
+        self.suspending: set[str] = set()
         #: uids whose decision is being written or dispatched (shared: the deletion finalizer waits for them)
         self.inflight = dispatches_in_flight(hub)
         #: uid -> (reasons signature, when written) of the last unplaced status write
@@ -227,6 +250,11 @@ class PlacementController:
             return False
         self.jobs[uid] = job
         self._count(uid, phase_of(job))
+        if _to_suspend(job):
+            self.suspending.add(uid)
+            self._wake.set()
+        else:
+            self.suspending.discard(uid)
         if _queued(job):
             if uid not in self.queued:
                 self._queued_since[uid] = time.time() if self._listed else (queued_at(job) or time.time())
@@ -258,6 +286,7 @@ class PlacementController:
         # deletes them, which forgets the reservation, or the snapshot shows them, which releases it).
         self.jobs.pop(uid, None)
         self.queued.discard(uid)
+        self.suspending.discard(uid)
         self._count(uid, None)
         self._queued_since.pop(uid, None)
         self.hub.metrics.placement_queue_depth.set(len(self.queued))
@@ -353,6 +382,10 @@ class PlacementController:
         snapshots = self._snapshots()
         gangs: list[GangRequest] = []
         jobs_by_uid: dict[str, dict[str, Any]] = {}
+        for uid in sorted(self.suspending):
+            suspended = self.jobs.get(uid)
+            if suspended is not None:
+                await self._record_suspended(suspended, now=now)
         for uid in sorted(self.queued):
             job = self.jobs[uid]
             if not self._eligible(job, now=now):
@@ -474,6 +507,7 @@ class PlacementController:
             if phase_of(stored) not in _ELIGIBLE_PHASES:
                 return None  # someone placed or finished it meanwhile: never place twice
             status = stored["status"]
+            _resumed(status, now=now)
             _, previous_epoch = current_placement(stored)
             epoch = previous_epoch + 1
             placement = dict(status.get("placement") or {})
@@ -534,7 +568,7 @@ class PlacementController:
         status = job.get("status") or {}
         stored_rows = (status.get("placement") or {}).get("whyNot")
         already = self._unplaced_written.get(job_ref(job).uid)
-        if already is not None and already[0] == signature and (
+        if already is not None and already[0] == signature and phase_of(job) != PHASE_SUSPENDED and (
                 stored_rows == rows or now - already[1] < self.unplaced_refresh_seconds):
             return
         ref = job_ref(job)
@@ -550,7 +584,8 @@ class PlacementController:
             st["placement"] = placement
             changed = set_condition(st, type=SCHEDULABLE, state="False", reason=reason, message=message,
                                     now=now) or changed
-            if st.get("phase") is None:
+            if st.get("phase") in (None, PHASE_SUSPENDED):
+                _resumed(st, now=now)
                 set_phase(st, PHASE_PENDING, reason=reason, message=message, now=now, job=ref.key)
                 changed = True
             if not changed:
@@ -573,17 +608,47 @@ class PlacementController:
             self.hub.events.record(stored, controller="placement", reason=reason, action="Place", warning=True,
                                    message=f"{message.split(':', 1)[0]}{': ' + short if short else ''}")
 
+    async def _record_suspended(self, job: Mapping[str, Any], *, now: float) -> None:
+        """Phase Suspended, condition Suspended=True and a history entry for a suspended queued job (the
+        mutate checks again on the stored job: a job placed or resumed meanwhile is left alone)."""
+        ref = job_ref(job)
+
+        def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            if not _to_suspend(stored):
+                return None
+            st = stored["status"]
+            set_phase(st, PHASE_SUSPENDED, reason="Suspended", message=_SUSPENDED_MESSAGE, now=now, job=ref.key)
+            set_condition(st, type=CONDITION_SUSPENDED, state="True", reason="Suspended",
+                          message=_SUSPENDED_MESSAGE, now=now)
+            append_history(st, history_entry("Suspended", cluster=None, epoch=None, message=_SUSPENDED_MESSAGE,
+                                             now=now))
+            return stored
+
+        try:
+            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                             uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not record that the job is suspended; trying again next cycle", job=ref.key,
+                         error=str(e))
+            return
+        self.suspending.discard(ref.uid)
+        if stored is not None:
+            self._remember(stored)
+            self.hub.events.record(stored, controller="placement", reason="Suspended", action="Suspend",
+                                   message=_SUSPENDED_MESSAGE)
+
     async def _unschedulable_spec(self, job: Mapping[str, Any], error: str, *, now: float) -> None:
         ref = job_ref(job)
         signature = ("InvalidSpec", error)
-        if self._unplaced_written.get(ref.uid, (None, 0.0))[0] == signature:
+        if self._unplaced_written.get(ref.uid, (None, 0.0))[0] == signature and phase_of(job) != PHASE_SUSPENDED:
             return
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             st = stored["status"]
             changed = set_condition(st, type=SCHEDULABLE, state="False", reason="InvalidSpec", message=error,
                                     now=now)
-            if st.get("phase") is None:
+            if st.get("phase") in (None, PHASE_SUSPENDED):
+                _resumed(st, now=now)
                 set_phase(st, PHASE_PENDING, reason="InvalidSpec", message=error, now=now, job=ref.key)
                 changed = True
             return stored if changed else None

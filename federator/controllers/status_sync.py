@@ -530,6 +530,10 @@ def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: Schedu
     return adapter.read_status(podgroup, pods, expected=expected_roles(job))
 
 
+def _deleting(job: Mapping[str, Any]) -> bool:
+    return bool(_mapping(job.get("metadata")).get("deletionTimestamp"))
+
+
 def objects_missing(job: Mapping[str, Any], gs: GangStatus) -> bool:
     """The gang's objects are gone from its member after it was admitted (and it has not finished)."""
     phase = (job.get("status") or {}).get("phase")
@@ -786,7 +790,7 @@ class StatusSync:
                    f"(its lease there expired); the gang is placed again at epoch {epoch + 1}")
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
-            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
+            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or _deleting(fresh):
                 return None
             status = fresh["status"]
             append_history(status, history_entry("Fenced", cluster=cluster, epoch=epoch, message=message, now=now))
@@ -811,7 +815,10 @@ class StatusSync:
             return
         phase = (job.get("status") or {}).get("phase")
         cluster, epoch = current_placement(job)
-        if phase not in ACTIVE_PHASES or cluster is None or uid in (self.hub.shared.get(PULLING_BACK) or ()):
+        if phase not in ACTIVE_PHASES or cluster is None or uid in (self.hub.shared.get(PULLING_BACK) or ()) \
+                or _deleting(job):
+            # A job being deleted loses its member objects on purpose (cleanup.py): that is no failure, and
+            # what the member shows no longer changes what the job is (its Terminating condition says it).
             self._missing_since.pop(uid, None)
             return
         now = time.time()
@@ -847,8 +854,8 @@ class StatusSync:
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
             fresh_phase = (fresh.get("status") or {}).get("phase")
-            if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
-                return None  # the job moved on (requeued, another epoch) since we looked
+            if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or _deleting(fresh):
+                return None  # the job moved on (requeued, another epoch, deleted) since we looked
             changed = record is not None and apply_dispatch_record(fresh["status"], record)
             if gs is not None and watched is not None:
                 new = synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch, now=now)
