@@ -121,11 +121,11 @@ class FederatorUp:
                 return record
         raise AssertionError(f"no {name!r} log line")
 
-    def stop(self, *, timeout: float = 60.0) -> int:
-        """Ctrl-C; the exit code."""
+    def stop(self, *, timeout: float = 60.0, sig: signal.Signals = signal.SIGINT) -> int:
+        """Ctrl-C (or `sig`, e.g. SIGTERM as a service manager stops it); the exit code."""
         assert self.process is not None
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(sig)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

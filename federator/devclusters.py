@@ -26,6 +26,13 @@ through their HTTPS endpoints and kubeconfigs, like any member. Ctrl-C
 stops the hub first (its member watches close), then the agents, then the
 clusters. An agent also stops when `federator up` dies (its stdin closes).
 
+Each cluster keeps its objects in `<state-dir>/sim/<cluster>.db` (the store
+protocol's sqlite backend) and takes the port and tokens of its last run, so
+stopping `federator up` and starting it again with the same state directory
+leaves jobs Running, on the same member pods (federator/sim/server.py,
+`start_sim_cluster`). `--sim-ephemeral` keeps them in memory instead: every
+start is a fresh cluster (random ports, new tokens), as before.
+
 Profiles without `kubelet.defaultRunSeconds` get `--sim-run-seconds`
 (default 60): a simulated training pod then succeeds after that long, so a
 submitted job goes all the way to Succeeded.
@@ -113,6 +120,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             f"{DEFAULT_PROFILES}/). Ignored with --clusters or --no-sim")
     group.add_argument("--sim-port-base", type=int, default=None, metavar="N",
                        help="serve simulated cluster i on port N+i (default: free random ports)")
+    group.add_argument("--sim-ephemeral", action="store_true",
+                       help="keep the simulated clusters in memory: a restart starts them empty (default: each "
+                            "keeps its objects in STATE_DIR/sim/<cluster>.db, so Running jobs stay Running across "
+                            "a restart)")
     group.add_argument("--sim-run-seconds", type=float, default=DEFAULT_SIM_RUN_SECONDS, metavar="SECONDS",
                        help="how long a simulated training pod runs before it succeeds, for profiles that set "
                             f"no kubelet.defaultRunSeconds (default: {DEFAULT_SIM_RUN_SECONDS:g})")
@@ -217,7 +228,8 @@ class DevClusters:
     registration are written (or raises DevClusterError, with everything it
     started stopped again); `stop()` stops them all and joins the thread."""
 
-    def __init__(self, profiles: Sequence[ClusterProfile], *, state_dir: Path, port_base: int | None = None) -> None:
+    def __init__(self, profiles: Sequence[ClusterProfile], *, state_dir: Path, port_base: int | None = None,
+                 ephemeral: bool = False) -> None:
         if port_base is not None and not (1 <= port_base and port_base + len(profiles) - 1 <= 65535):
             raise DevClusterError(f"--sim-port-base {port_base}: ports {port_base}..{port_base + len(profiles) - 1}"
                                   " must lie within 1..65535")
@@ -225,6 +237,8 @@ class DevClusters:
         self.directory = state_dir / "sim"
         self.registrations_dir = self.directory / "registrations"
         self.port_base = port_base
+        #: in memory (a restart starts empty) rather than in <state-dir>/sim/<cluster>.db
+        self.ephemeral = ephemeral
         self.clusters: list[DevCluster] = []
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -270,7 +284,8 @@ class DevClusters:
     async def _serve(self) -> None:
         from federator.devcerts import ensure_dev_tls
         from federator.obs import Metrics, get_logger
-        from federator.sim.server import SimCluster
+        from federator.sim.server import SimCluster, start_sim_cluster
+        from federator.store.protocol import StoreError
 
         log = get_logger("devclusters")
         self._loop = asyncio.get_running_loop()
@@ -281,14 +296,17 @@ class DevClusters:
         started: list[SimCluster] = []
         try:
             for index, profile in enumerate(self.profiles):
-                port = self.port_base + index if self.port_base is not None else 0
-                cluster = SimCluster(profile, port=port, tls=tls, metrics=metrics)
+                port = self.port_base + index if self.port_base is not None else None
                 try:
-                    await cluster.start()
+                    cluster = await start_sim_cluster(profile, directory=None if self.ephemeral else self.directory,
+                                                      port=port, tls=tls, metrics=metrics)
                 except OSError as e:
-                    await cluster.stop()
-                    raise DevClusterError(f"simulated cluster {profile.name}: cannot listen on 127.0.0.1:{port}: "
-                                          f"{e.strerror or e}") from None
+                    raise DevClusterError(f"simulated cluster {profile.name}: cannot listen on "
+                                          f"127.0.0.1:{port or 0}: {e.strerror or e}") from None
+                except StoreError as e:
+                    raise DevClusterError(f"simulated cluster {profile.name}: {e} (another `federator up` or "
+                                          "`federator sim` on this state directory? --sim-ephemeral keeps "
+                                          "clusters in memory)") from None
                 started.append(cluster)
                 self.clusters.append(self._register(cluster))
             self._remove_stale_registrations()
@@ -434,7 +452,8 @@ def run_up(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     try:
         profiles = load_dev_profiles(args.sim_profile, run_seconds=float(args.sim_run_seconds))
-        clusters = DevClusters(profiles, state_dir=state_dir, port_base=args.sim_port_base)
+        clusters = DevClusters(profiles, state_dir=state_dir, port_base=args.sim_port_base,
+                               ephemeral=bool(getattr(args, "sim_ephemeral", False)))
     except DevClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

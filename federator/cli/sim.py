@@ -1,7 +1,7 @@
 """`federator sim`: serve simulated member clusters from one process.
 
     federator sim --profile clusterconfigs/sim/onprem-rdma-a100.yaml [--profile ...]
-                  [--state-dir .federator/sim] [--port-base 7443]
+                  [--state-dir .federator/sim] [--port-base 7443] [--sim-ephemeral]
                   [--rbac FILE [--hub-service-account NS/NAME] [--agent-service-account NS/NAME]]
 
 Each profile (a file, or a directory of *.yaml) becomes one SimCluster on
@@ -10,7 +10,11 @@ a kubeconfig per cluster is written to <state-dir>/<cluster>.kubeconfig (the
 fence agent's identity to <state-dir>/<cluster>-agent.kubeconfig), its
 MemberCluster registration to <state-dir>/registrations/<cluster>.yaml (for
 `federator up --clusters`: hub replicas that must outlive the clusters' process)
-and an index of all of them to <state-dir>/clusters.json.
+and an index of all of them to <state-dir>/clusters.json. Each cluster keeps
+its objects in <state-dir>/<cluster>.db and, when started again on the same
+state dir, comes back as it was, on the port and with the tokens of its last
+run (federator/sim/server.py, `start_sim_cluster`); `--sim-ephemeral` keeps
+them in memory instead (every start is a fresh cluster).
 
 With `--rbac FILE` (Roles, ClusterRoles and their bindings, e.g. the output of
 `kubectl kustomize deploy/member/schedulers/volcano`) every cluster enforces
@@ -67,7 +71,11 @@ def register(sub: Any) -> None:
     p.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
                    help=f"where kubeconfigs and the development CA go (default: {DEFAULT_STATE_DIR})")
     p.add_argument("--port-base", type=int, default=None, metavar="N",
-                   help="serve cluster i on port N+i (default: free random ports)")
+                   help="serve cluster i on port N+i (default: the port of the cluster's last run in the state "
+                        "dir if free, else a free random one)")
+    p.add_argument("--sim-ephemeral", action="store_true",
+                   help="keep the clusters in memory: a restart starts them empty (default: each keeps its objects "
+                        "in STATE_DIR/<cluster>.db and comes back as it was)")
     p.add_argument("--rbac", default=None, metavar="FILE",
                    help="enforce the RBAC (Role, ClusterRole, RoleBinding, ClusterRoleBinding) in this YAML file in "
                         "every cluster, as kube does, e.g. the output of `kubectl kustomize "
@@ -102,7 +110,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
     configure_logging(level=args.log_level)
     with server_gc():  # no full-heap GC pauses in the members' API (see gcpolicy)
-        return asyncio.run(serve(profiles, state_dir=Path(args.state_dir), port_base=port_base, rbac=access))
+        return asyncio.run(serve(profiles, state_dir=Path(args.state_dir), port_base=port_base, rbac=access,
+                                 ephemeral=args.sim_ephemeral))
 
 
 def _account(value: str, flag: str) -> tuple[str, str]:
@@ -168,11 +177,13 @@ def _load(paths: list[str]) -> list[ClusterProfile]:
 
 async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: int | None,
                 ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
-                rbac: RbacAccess | None = None) -> int:
+                rbac: RbacAccess | None = None, ephemeral: bool = True) -> int:
     """Serve `profiles` until SIGINT/SIGTERM (or `stop`); 0 on a clean stop. With `rbac`, every cluster
-    enforces its policy and the registrations and agent kubeconfigs use its ServiceAccounts."""
+    enforces its policy and the registrations and agent kubeconfigs use its ServiceAccounts. Unless
+    `ephemeral` (the command's --sim-ephemeral), every cluster keeps its objects in the state dir."""
     from federator.devcerts import ensure_dev_tls
-    from federator.sim.server import SimCluster
+    from federator.sim.server import SimCluster, start_sim_cluster
+    from federator.store.protocol import StoreError
 
     state_dir.mkdir(parents=True, exist_ok=True)
     tls = ensure_dev_tls(state_dir)
@@ -186,14 +197,16 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
     clusters: list[SimCluster] = []
     try:
         for i, prof in enumerate(profiles):
-            port = port_base + i if port_base is not None else 0
-            cluster = SimCluster(prof, port=port, tls=tls, rbac=rbac.policy if rbac is not None else None)
+            port = port_base + i if port_base is not None else None
             try:
-                await cluster.start()
+                cluster = await start_sim_cluster(prof, directory=None if ephemeral else state_dir, port=port, tls=tls,
+                                                  rbac=rbac.policy if rbac is not None else None)
             except OSError as e:
-                await cluster.stop()
-                raise UserError(f"cluster {prof.name}: cannot listen on 127.0.0.1:{port}: "
+                raise UserError(f"cluster {prof.name}: cannot listen on 127.0.0.1:{port or 0}: "
                                 f"{e.strerror or e}") from None
+            except StoreError as e:
+                raise UserError(f"cluster {prof.name}: {e} (is another `federator sim` serving this state dir? "
+                                "--sim-ephemeral keeps the clusters in memory)", exit_code=1) from None
             clusters.append(cluster)
         index = []
         registrations = state_dir / "registrations"

@@ -81,7 +81,7 @@ def register(sub: Any) -> None:
                           help="at most this many gangs fail over per second (default: 20)")
     from federator.devclusters import add_arguments as add_devcluster_arguments
 
-    add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-run-seconds
+    add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-ephemeral, --sim-run-seconds
     p.set_defaults(handler=_cmd_up)
 
 

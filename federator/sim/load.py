@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -165,6 +166,10 @@ class BackgroundLoadLoop:
         groups_in_use: set[str] = set()
         for pod in listing.items:
             meta = pod.get("metadata") or {}
+            # arrivals after a restart of a persistent cluster take serials after those it kept
+            found = _SERIAL.match(str(meta.get("name") or ""))
+            if found is not None:
+                self.serial = max(self.serial, int(found.group(1)) + 1)
             status = pod.get("status") or {}
             phase = status.get("phase") or "Pending"
             created = _epoch(meta.get("creationTimestamp"))
@@ -227,6 +232,9 @@ class BackgroundLoadLoop:
                 self.log.warning("background load step failed; retrying", error=f"{type(e).__name__}: {e}",
                                  wait_seconds=round(wait, 2), attempt=attempt)
             await wait_event(stop, wait)
+
+
+_SERIAL = re.compile(r"^bg-(\d{6,})-")
 
 
 def _epoch(stamp: Any) -> float | None:

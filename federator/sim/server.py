@@ -1,9 +1,12 @@
 """SimCluster: one simulated member cluster, in-process.
 
-A MemoryStore with a bounded history window (older revisions are compacted,
-so a watch that falls too far behind gets 410 exactly as from a real
-apiserver), an ObjectStorage over it, and the kube-style API app on a
-127.0.0.1 port with bearer-token authentication (401 without a token).
+A store with a bounded history window (older revisions are compacted, so a
+watch that falls too far behind gets 410 exactly as from a real apiserver):
+in memory by default, or a SqliteStore file that outlives the process
+(`start_sim_cluster(..., directory=DIR)`, what `federator up` and `federator
+sim` use unless `--sim-ephemeral`); an ObjectStorage over it, and the
+kube-style API app on a 127.0.0.1 port with bearer-token authentication (401
+without a token).
 A cluster has named identities, each with its own token: `sim-admin` (the
 operator: the whole API and the admin side) and `federator-agent` (the
 member-side fence agent: the API only), so that a fault can cut one
@@ -28,6 +31,17 @@ ServiceAccount the policy names (`service_account_token`, `write_service_account
 also creates the policy's Namespace documents. Without it, every authenticated identity may do
 everything, as before.
 
+A persistent cluster (`start_sim_cluster` with a directory) keeps its objects in
+`DIR/<cluster>.db` and comes back as it was: the same nodes (the profile's are
+created only where missing), pods with their uids and phases (the kubelet
+takes a Running pod's run time from its startTime, so a pod whose duration
+ended while the cluster was down finishes at once; a bound Pending pod starts
+after the start delay; a Terminating one is removed), resourceVersions that go
+on from the last one (a watch from an RV the history still holds resumes, an
+older one gets 410 and re-lists), and, read back from the kubeconfigs it wrote
+there, the same port (when it is free) and tokens, so that clients and a hub
+that kept running reconnect as if to a restarted kube-apiserver.
+
 This module must never import anything of the hub, and never log a token.
 """
 
@@ -45,6 +59,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -62,6 +77,7 @@ from federator.sim.nodelease import NODE_LEASE_RENEW_SECONDS
 from federator.sim.profile import ClusterProfile, initial_nodes
 from federator.sim.rbac import RbacPolicy, service_account_groups, service_account_user
 from federator.store.memory import MemoryStore
+from federator.store.protocol import Store
 from federator.waits import wait_event
 
 #: History a simulated cluster keeps for watches (revisions); kube-apiserver's
@@ -181,7 +197,10 @@ class SimCluster:
         max_body_bytes: int | None = None,
         tls: DevTLS | None = None,
         rbac: RbacPolicy | None = None,
+        store: Store | None = None,
     ) -> None:
+        """`store` (opened by the caller, e.g. `open_cluster_store`; the cluster closes it when it stops)
+        replaces the in-memory store; its prefix must be `cluster_prefix(profile)`."""
         self.profile = profile
         self.name = profile.name
         self.host = host
@@ -207,11 +226,12 @@ class SimCluster:
         self.run_controllers = run_controllers
         self.metrics = metrics or METRICS
         self.log = get_logger("sim").bind(cluster=profile.name)
-        if retained_revisions is None:
-            lease_churn = profile.node_count * NODE_LEASE_RETAINED_SECONDS / NODE_LEASE_RENEW_SECONDS
-            retained_revisions = DEFAULT_RETAINED_REVISIONS + (int(lease_churn) if run_controllers else 0)
-        self.store = MemoryStore(prefix=f"/sim/{profile.name}/", retain_revisions=retained_revisions,
-                                 metrics=self.metrics)
+        if store is not None and store.prefix != cluster_prefix(profile):
+            raise ValueError(f"cluster {profile.name}: the store's prefix {store.prefix!r} must be "
+                             f"{cluster_prefix(profile)!r}")
+        self.store: Store = store if store is not None else MemoryStore(
+            prefix=cluster_prefix(profile), retain_revisions=retained_revisions or history_window(
+                profile, run_controllers=run_controllers), metrics=self.metrics)
         gang_types = [s.type for s in profile.gang_schedulers]
         self.registry: Registry = kinds.sim_registry(gang_types)
         self.storage = ObjectStorage(self.store, self.registry)
@@ -297,7 +317,11 @@ class SimCluster:
         await runner.setup()
         ssl_context = self._ssl_context()
         site = web.TCPSite(runner, self.host, self._requested_port, reuse_address=True, ssl_context=ssl_context)
-        await site.start()
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()  # stops the controllers and closes the store (a file's lock with it)
+            raise
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self._requested_port
@@ -531,3 +555,110 @@ class SimCluster:
 def _version_info(kubernetes_version: str) -> dict[str, str]:
     parts = kubernetes_version.lstrip("v").split(".")
     return {"major": parts[0], "minor": parts[1] if len(parts) > 1 else "0", "gitVersion": kubernetes_version}
+
+
+def cluster_prefix(profile: ClusterProfile) -> str:
+    """The store prefix of a cluster's keys."""
+    return f"/sim/{profile.name}/"
+
+
+def history_window(profile: ClusterProfile, *, run_controllers: bool = True) -> int:
+    """Revisions of history a cluster keeps for watches (DEFAULT_RETAINED_REVISIONS plus its node Leases' churn)."""
+    lease_churn = profile.node_count * NODE_LEASE_RETAINED_SECONDS / NODE_LEASE_RENEW_SECONDS
+    return DEFAULT_RETAINED_REVISIONS + (int(lease_churn) if run_controllers else 0)
+
+
+def store_path(directory: Path, profile: ClusterProfile) -> Path:
+    """Where a persistent cluster keeps its objects."""
+    return directory / f"{profile.name}.db"
+
+
+async def open_cluster_store(directory: Path, profile: ClusterProfile, *, metrics: Metrics | None = None) -> Store:
+    """The SqliteStore file of a persistent cluster (created if missing). Raises StoreError /
+    StoreUnavailable (e.g. another process holds the file) with a message naming the file."""
+    from federator.store.sqlite import SqliteStore
+
+    directory.mkdir(parents=True, exist_ok=True)
+    return await SqliteStore.open(store_path(directory, profile), prefix=cluster_prefix(profile),
+                                  retain_revisions=history_window(profile), metrics=metrics)
+
+
+def _previous_identity(kubeconfig: Path) -> tuple[int | None, str | None]:
+    """(port, token) a kubeconfig this module wrote names; (None, None) if it cannot be read."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
+        server = str(document["clusters"][0]["cluster"]["server"])
+        token = document["users"][0]["user"]["token"]
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError):
+        return None, None
+    try:
+        port = urlsplit(server).port
+    except ValueError:
+        port = None
+    return port, token if isinstance(token, str) and len(token) >= 32 else None
+
+
+def _port_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+async def start_sim_cluster(
+    profile: ClusterProfile,
+    *,
+    directory: Path | None,
+    port: int | None = None,
+    **cluster_kw: Any,
+) -> SimCluster:
+    """A started SimCluster. With `directory` it is persistent (module docstring): its store is
+    `DIR/<cluster>.db`, and unless `port` is given it takes the port and tokens of the kubeconfigs
+    `DIR/<cluster>.kubeconfig` and `DIR/<cluster>-agent.kubeconfig` of its last run (a port now taken
+    by something else: a free one). Without, it is what `SimCluster(profile)` is. Raises OSError when
+    `port` cannot be listened on, StoreError/StoreUnavailable when the store file cannot be opened."""
+    metrics = cluster_kw.get("metrics")
+    if directory is None:
+        cluster = SimCluster(profile, port=port or 0, **cluster_kw)
+        try:
+            await cluster.start()
+        except BaseException:
+            await cluster.stop()
+            raise
+        return cluster
+    previous_port, token = _previous_identity(directory / f"{profile.name}.kubeconfig")
+    _, agent_token = _previous_identity(directory / f"{profile.name}-agent.kubeconfig")
+    if token is not None and agent_token is not None and token != agent_token:
+        cluster_kw.setdefault("token", token)
+        cluster_kw.setdefault("agent_token", agent_token)
+    chosen = port
+    if chosen is None and previous_port and _port_free(str(cluster_kw.get("host", "127.0.0.1")), previous_port):
+        chosen = previous_port
+    for attempt in (chosen, 0) if port is None and chosen else (chosen,):
+        store = await open_cluster_store(directory, profile, metrics=metrics)
+        try:
+            cluster = SimCluster(profile, port=attempt or 0, store=store, **cluster_kw)
+        except BaseException:
+            await store.close()
+            raise
+        try:
+            await cluster.start()
+        except OSError:
+            await cluster.stop()
+            if attempt == 0 or port is not None:
+                raise
+            get_logger("sim.server").info("the port of the last run is taken; serving on another",
+                                          cluster=profile.name, port=attempt)
+            continue
+        except BaseException:
+            await cluster.stop()
+            raise
+        return cluster
+    raise AssertionError("unreachable")  # pragma: no cover
