@@ -18,7 +18,7 @@ from federator.sim.fit import format_units
 from federator.sim.scheduler import VOLCANO, SchedulerState, schedule_cycle
 
 
-def _jobs(tmp_path: Path, *, seed: int = 3, per_cluster: int = 60):  # type: ignore[no-untyped-def]
+def _jobs(tmp_path: Path, *, seed: int = 3, per_cluster: int = 30):  # type: ignore[no-untyped-def]
     fed = federation()
     trace = load_trace(synthetic_trace(tmp_path / "trace", jobs_per_cluster=per_cluster))
     return assign_attributes(trace, fed, seed=seed), fed
@@ -67,7 +67,7 @@ def test_queue_selection_changes_no_federator_decision(tmp_path: Path) -> None:
                                                                              "        datasets: {imagenet",
                                                                              "nodes: 1, gpusPerNode: 8}\n"
                                                                              "        datasets: {imagenet"))
-    trace = load_trace(synthetic_trace(tmp_path / "trace", jobs_per_cluster=80))
+    trace = load_trace(synthetic_trace(tmp_path / "trace", jobs_per_cluster=30))
     jobs = assign_attributes(trace, fed, seed=5)
     selected = FederatorPolicy()
     everything = FederatorPolicy(exhaustive_queue=True)
