@@ -294,10 +294,13 @@ class MemberSyncController:
                 self._written_status[name] = status
 
     async def _write_status(self, sync: ClusterSync, status: dict[str, Any]) -> None:
+        lost_before: list[Any] = [None]
+
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
             meta = obj.get("metadata") or {}
             if meta.get("uid") != sync.uid:
                 return None  # a different object of the same name: its own sync writes it
+            lost_before[0] = _condition(obj, "Lost")
             merged = dict(obj.get("status") or {})
             for key in ("firstLossOfContact", "lastSyncTime", "capacity", "datasetsSeen"):
                 if key not in status:
@@ -312,11 +315,27 @@ class MemberSyncController:
             return obj
 
         try:
-            await self.hub.storage.guaranteed_update(self.rt, namespace=None, name=sync.name, mutate=mutate,
-                                                     subresource="status")
+            stored = await self.hub.storage.guaranteed_update(self.rt, namespace=None, name=sync.name, mutate=mutate,
+                                                              subresource="status")
         except ApiError as e:
             if e.code != 404:
                 raise
+            return
+        lost, before = _condition(stored, "Lost"), lost_before[0]
+        if stored is not None and lost is not None and lost.get("status") in ("True", "False") and before is not None \
+                and lost.get("status") != before.get("status") and (lost["status"] == "True" or
+                                                                    before.get("status") == "True"):
+            returned = lost["status"] == "False"
+            self.hub.events.record(stored, controller="member-sync", reason="ClusterReturned" if returned
+                                   else "ClusterLost", action="Sync", warning=not returned,
+                                   message=str(lost.get("message") or ""))
+
+
+def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == type_:
+            return condition
+    return None
 
 
 async def member_sync(hub: HubContext) -> AsyncIterator[None]:

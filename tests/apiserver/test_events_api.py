@@ -21,7 +21,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from ..hub.hubtest_support import TOKENS, RunningHub, start_hub
+from federator.controllers.context import HubSettings
+from federator.controllers.events import event_recording
+
+from ..controllers.jobtest_support import wait_until
+from ..hub.hubtest_support import TOKENS, RunningHub, job, start_hub
 
 CORE = "/api/v1"
 V1 = "/apis/events.k8s.io/v1"
@@ -227,3 +231,25 @@ async def test_kubectl_lists_events_through_both_apis(hub: RunningHub) -> None:
     rows = {tuple(line.split()[:3]) for line in out.splitlines()[1:]}
     assert ("events", "ev", "v1") in rows and ("events", "ev", "events.k8s.io/v1") in rows
     assert ("trainingjobs", "tj", "federator.dev/v1alpha1") in rows
+
+
+async def test_the_leader_records_through_its_store_and_expires_old_events(tmp_path: Path) -> None:
+    settings = HubSettings(state_dir=tmp_path / "hub" / "state",
+                           extra={"event_ttl_seconds": 60.0, "event_gc_interval_seconds": 0.1})
+    async with start_hub(tmp_path / "hub", controllers=[event_recording], settings=settings) as hub:
+        stale = event("stale.1", lastTimestamp="2020-01-01T00:00:00Z", firstTimestamp="2020-01-01T00:00:00Z",
+                      eventTime=None)
+        assert (await hub.request("POST", f"{CORE}/namespaces/default/events", body=stale))[0] == 201
+        status, created = await hub.request("POST", "/apis/federator.dev/v1alpha1/namespaces/default/trainingjobs",
+                                            body=job("default", "resnet"))
+        assert status == 201, created
+        hub.context.events.record(created, controller="placement", reason="Placed", message="placed in c1")
+
+        async def expired_and_recorded() -> bool:
+            status, listing = await hub.request("GET", f"{CORE}/namespaces/default/events")
+            names = [e["involvedObject"]["name"] for e in listing["items"]]
+            return status == 200 and names == ["resnet"]
+
+        await wait_until(expired_and_recorded, timeout=20, what="the stale Event expired, the recorded one kept")
+        assert hub.context.events.counts.get("expired") == 1
+        assert hub.state.context.fencing is not None  # written by the leader, through its fenced store
