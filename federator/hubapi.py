@@ -17,9 +17,12 @@ record; `kubectl describe tj` lists them) with their read-only
 events.k8s.io/v1 view of the same stored objects.
 
 All validate through `federator.apis` (a 422 Invalid Status naming every bad
-field) and publish the structural schema of `federator.apis.crd` under
-/openapi/v3, so `kubectl apply` validates against the hub and `kubectl
-explain tj.spec` works.
+field), take kube's field validation against their structural schema
+(fieldValidation Strict refuses unknown fields, Warn -- the default -- drops
+them with a Warning header, Ignore drops them), need kind and apiVersion in
+every written body as custom resources do, and publish the structural
+schema of `federator.apis.crd` under /openapi/v3, so `kubectl apply`
+validates against the hub and `kubectl explain tj.spec` works.
 
 MemberCluster credentials are stored but never shown: every object the HTTP
 API returns (GET, LIST, WATCH, Table rows, write responses) passes through
@@ -48,6 +51,7 @@ from federator.apis.common import API_GROUP, API_VERSION, ValidationSettings, sp
 from federator.apis.crd import KINDS, column_getter, openapi_schema
 from federator.apiserver.errors import FieldError
 from federator.apiserver.events import event_types
+from federator.apiserver.fieldvalidation import schema_unknown_fields
 from federator.apiserver.registry import JSONObject, Registry, ResourceType, TableColumn
 
 __all__ = [
@@ -127,6 +131,8 @@ def trainingjob_type(
         create_defaults=_add_finalizers(tuple(job_finalizers)) if job_finalizers else None,
         managed_fields=True,
         openapi_schema=openapi_schema(trainingjob.KIND),
+        unknown_fields=schema_unknown_fields(openapi_schema(trainingjob.KIND)),
+        requires_type_meta=True,
         openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
         description=(trainingjob.TrainingJob.__doc__ or "").strip(),
     )
@@ -155,6 +161,8 @@ def membercluster_type(validation: ValidationSettings | None = None) -> Resource
         prepare_update=_keep_stored_credentials,
         managed_fields=True,
         openapi_schema=openapi_schema(membercluster.KIND),
+        unknown_fields=schema_unknown_fields(openapi_schema(membercluster.KIND)),
+        requires_type_meta=True,
         openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
         description=(membercluster.MemberCluster.__doc__ or "").strip(),
     )
@@ -174,6 +182,8 @@ def drillreport_type(validation: ValidationSettings | None = None) -> ResourceTy
                          "spec.fault": _string_field(".spec.fault")},
         managed_fields=True,
         openapi_schema=openapi_schema(drillreport.KIND),
+        unknown_fields=schema_unknown_fields(openapi_schema(drillreport.KIND)),
+        requires_type_meta=True,
         openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
         description=(drillreport.DrillReport.__doc__ or "").strip(),
     )

@@ -44,6 +44,12 @@ from federator.apiserver.discovery import (
     version_document,
 )
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError
+from federator.apiserver.fieldvalidation import (
+    FieldValidation,
+    directive_from_query,
+    json_duplicate_fields,
+    json_patch_unknown_fields,
+)
 from federator.apiserver.openapi import OpenAPISpecs, openapi_v2_body
 from federator.apiserver.managedfields import default_manager, field_manager_errors, options_invalid
 from federator.apiserver.patch import APPLY_PATCH, JSON_PATCH, accepted_patch_types
@@ -183,37 +189,76 @@ def _not_found() -> ApiError:
 
 class _NoAliasLoader(yaml.SafeLoader):
     """YAML without anchors/aliases: an alias bomb expands to gigabytes when
-    re-encoded, so hostile bodies are refused before that."""
+    re-encoded, so hostile bodies are refused before that. Keys a mapping
+    repeats are noted (`repeated`) for field validation, in go-yaml's words."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.repeated: list[str] = []
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.events.AliasEvent):
             raise yaml.composer.ComposerError(None, None, "YAML aliases are not accepted", None)
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    if key_node.value in seen:
+                        self.repeated.append(f"line {key_node.start_mark.line + 1}: key "
+                                             f"{orjson.dumps(key_node.value).decode()} already set in map")
+                    seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBody:
+    """A decoded request body and the keys it repeated (for field validation)."""
+
+    value: Any
+    #: `duplicate field "<path>"` for each key a JSON body repeats
+    duplicates: tuple[str, ...] = ()
+    #: `line N: key "k" already set in map` for each key a YAML body repeats
+    yaml_duplicates: tuple[str, ...] = ()
+
 
 def decode_body(body: bytes, content_type: str) -> Any:
     """JSON or YAML request body -> Python value; 400 if malformed, 415 if the media type is unknown."""
+    return decode_body_checked(body, content_type, find_duplicates=False).value
+
+
+def decode_body_checked(body: bytes, content_type: str, *, find_duplicates: bool = True) -> DecodedBody:
+    """`decode_body`, also finding the keys the body repeats (the last value of each is kept)."""
     ct = content_type.split(";", 1)[0].strip().lower()
     if not body.strip():
         raise errors.bad_request("the request body is empty; expected a JSON or YAML object")
     if ct in ("", JSON_CT, "*/*", "application/octet-stream"):
         try:
-            return orjson.loads(body)
+            value = orjson.loads(body)
         except orjson.JSONDecodeError as e:
             raise errors.bad_request(f"error decoding request body as JSON: {e}") from None
+        return DecodedBody(value, tuple(json_duplicate_fields(body)) if find_duplicates else ())
     if ct in YAML_CTS:
+        loader = _NoAliasLoader(body)
         try:
-            docs = list(yaml.load_all(body, Loader=_NoAliasLoader))  # noqa: S506 - SafeLoader subclass
+            docs = []
+            while loader.check_data():  # type: ignore[no-untyped-call]
+                docs.append(loader.get_data())
         except yaml.YAMLError as e:
             raise errors.bad_request(f"error decoding request body as YAML: {_yaml_problem(e)}") from None
         except RecursionError:
             raise errors.bad_request("the request body is nested too deeply") from None
+        finally:
+            loader.dispose()
         if len(docs) != 1:
             raise errors.bad_request(f"expected exactly one YAML document in the request body, got {len(docs)}")
         try:
-            return orjson.loads(orjson.dumps(docs[0]))  # reject what JSON cannot hold (dates, sets...)
+            value = orjson.loads(orjson.dumps(docs[0]))  # reject what JSON cannot hold (dates, sets...)
         except TypeError as e:
             raise errors.bad_request(f"error decoding request body as YAML: {e}") from None
+        return DecodedBody(value, yaml_duplicates=tuple(loader.repeated) if find_duplicates else ())
     raise errors.unsupported_media(ct, [JSON_CT, "application/yaml"])
 
 
@@ -263,9 +308,43 @@ def _dry_run(query: Any, body: JSONObject | None = None) -> bool:
     return "All" in values
 
 
-def _field_validation(query: Mapping[str, str]) -> str:
-    """kube's server-side field validation; unset means Warn (kube >= 1.27)."""
-    return query.get("fieldValidation") or "Warn"
+#: The request's field validation (fieldvalidation.py), whose warnings go out as Warning headers.
+_FIELD_VALIDATION: web.RequestKey[FieldValidation] = web.RequestKey("federator_field_validation", FieldValidation)
+
+
+def _field_validation(request: web.Request, options_kind: str) -> FieldValidation:
+    """kube's server-side field validation of this write; unset means Warn (kube >= 1.27)."""
+    validation = FieldValidation(directive_from_query(request.query, options_kind=options_kind))
+    request[_FIELD_VALIDATION] = validation
+    return validation
+
+
+def _patch_problems(validation: FieldValidation, body: bytes, doc: Any, *, json_patch: bool) -> None:
+    """What kube's patch handler finds in the patch itself: repeated keys, and fields a JSON patch
+    operation does not have (`json patch unknown field "[0].foo"`)."""
+    validation.patch = True
+    if validation.directive == "Ignore":
+        return
+    repeated = json_duplicate_fields(body)
+    if json_patch:
+        validation.duplicates = tuple(f"json patch {text}" for text in repeated) + tuple(
+            json_patch_unknown_fields(doc))
+    else:
+        validation.duplicates = tuple(repeated)
+
+
+#: How much of a body an error message repeats.
+_ECHO_CHARS = 1024
+
+
+def _echo(rt: ResourceType, obj: JSONObject) -> str:
+    """The body as an error message may repeat it: as the API would show it (credentials
+    redacted), cut short."""
+    try:
+        text = orjson.dumps(_shown(rt, obj)).decode()
+    except Exception:  # noqa: BLE001 - a body `present` cannot handle is echoed by its keys only
+        text = orjson.dumps(dict.fromkeys(obj, "...")).decode()
+    return text if len(text) <= _ECHO_CHARS else text[:_ECHO_CHARS] + "..."
 
 
 def _field_manager(request: web.Request, options_kind: str) -> str:
@@ -619,21 +698,25 @@ class _Handlers:
         obj = await self.state.storage.get(t.rt, namespace=t.namespace, name=t.name)
         return self._render_object(request, t.rt, obj)
 
-    async def _body_object(self, request: web.Request) -> Any:
+    async def _body_object(self, request: web.Request, validation: FieldValidation) -> Any:
         body = await read_body(request, self.state.max_body_bytes)
-        return decode_body(body, request.headers.get("Content-Type", ""))
+        decoded = decode_body_checked(body, request.headers.get("Content-Type", ""),
+                                      find_duplicates=validation.directive != "Ignore")
+        validation.duplicates, validation.yaml_duplicates = decoded.duplicates, decoded.yaml_duplicates
+        return decoded.value
 
     async def _create(self, request: web.Request, t: _Target) -> web.StreamResponse:
         rt = t.rt
         assert rt is not None
-        obj = await self._body_object(request)
+        validation = _field_validation(request, "CreateOptions")
+        obj = await self._body_object(request, validation)
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the request body must be a {rt.kind} object, not a JSON {type(obj).__name__}")
         self._check_body_kind(rt, obj)
         if rt.namespaced and t.namespace is None:
             raise errors.method_not_allowed(f"create {rt.qualified_resource} needs a namespace in the path")
         created = await self.state.storage.create(rt, obj, namespace=t.namespace, dry_run=_dry_run(request.query),
-                                                  field_validation=_field_validation(request.query),
+                                                  field_validation=validation,
                                                   field_manager=_field_manager(request, "CreateOptions"))
         return json_response(_shown(rt, created), status=201)
 
@@ -645,6 +728,10 @@ class _Handlers:
             raise errors.bad_request("apiVersion must be a string")
         if kind is not None and not isinstance(kind, str):
             raise errors.bad_request("kind must be a string")
+        if rt.requires_type_meta and (not kind or not api_version):
+            # kube decodes a custom resource as unstructured, which needs both (AM/.../unstructured/helpers.go).
+            raise errors.bad_request(f"Object '{'Kind' if not kind else 'apiVersion'}' is missing in "
+                                     f"'{_echo(rt, obj)}'")
         if kind and kind != rt.kind:
             known = self.state.registry.by_kind(api_version or rt.api_version, kind)
             if known is None:
@@ -659,13 +746,14 @@ class _Handlers:
     async def _update(self, request: web.Request, t: _Target) -> web.StreamResponse:
         rt = t.rt
         assert rt is not None and t.name is not None
-        obj = await self._body_object(request)
+        validation = _field_validation(request, "UpdateOptions")
+        obj = await self._body_object(request, validation)
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the request body must be a {rt.kind} object, not a JSON {type(obj).__name__}")
         self._check_body_kind(rt, obj)
         updated = await self.state.storage.update(
             rt, obj, namespace=t.namespace, name=t.name, subresource=t.subresource,
-            dry_run=_dry_run(request.query), field_validation=_field_validation(request.query),
+            dry_run=_dry_run(request.query), field_validation=validation,
             field_manager=_field_manager(request, "UpdateOptions"),
         )
         return json_response(_shown(rt, updated))
@@ -682,13 +770,15 @@ class _Handlers:
             raise options_invalid("PatchOptions", [errors.FieldError.forbidden(
                 "force", "may not be specified for non-apply patch")])
         manager = _field_manager(request, "PatchOptions")
+        validation = _field_validation(request, "PatchOptions")
         body = await read_body(request, self.state.max_body_bytes)
         storage = self.state.storage
         doc = storage.decode_patch(rt, body, ct)
+        _patch_problems(validation, body, doc, json_patch=ct == JSON_PATCH)
         patched = await storage.patch(
             rt, namespace=t.namespace, name=t.name, patch=doc, content_type=ct,
             subresource=t.subresource, dry_run=_dry_run(request.query),
-            field_validation=_field_validation(request.query),
+            field_validation=validation,
             field_manager=manager,
         )
         return json_response(_shown(rt, patched))
@@ -699,6 +789,7 @@ class _Handlers:
         rt = t.rt
         assert rt is not None and t.name is not None
         query = request.query
+        validation = _field_validation(request, "PatchOptions")
         manager = query.get("fieldManager") or ""
         problems = [] if manager else [errors.FieldError.required("fieldManager", "is required for apply patch")]
         problems += field_manager_errors(manager)
@@ -707,13 +798,15 @@ class _Handlers:
         body = await read_body(request, self.state.max_body_bytes)
         # kubectl and the Python client send JSON, which is YAML too; JSON is read as JSON (tabs and all)
         try:
-            config = decode_body(body, JSON_CT)
+            decoded = decode_body_checked(body, JSON_CT, find_duplicates=validation.directive != "Ignore")
         except ApiError:
-            config = decode_body(body, "application/yaml")
+            decoded = decode_body_checked(body, "application/yaml", find_duplicates=validation.directive != "Ignore")
+        validation.duplicates, validation.yaml_duplicates = decoded.duplicates, decoded.yaml_duplicates
+        config = decoded.value
         obj, created = await self.state.storage.apply(
             rt, namespace=t.namespace, name=t.name, config=config, field_manager=manager,
             force=parse_bool(query.get("force")), subresource=t.subresource, dry_run=_dry_run(query),
-            field_validation=_field_validation(query),
+            field_validation=validation,
         )
         return json_response(_shown(rt, obj), status=201 if created else 200)
 
@@ -816,6 +909,21 @@ def _error_middleware(state: ApiServerState) -> Any:
     return middleware
 
 
+def _warnings_middleware() -> Any:
+    """Field validation's warnings (Warn) as `Warning` headers, on the answer whatever it is."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        response = await handler(request)
+        validation = request.get(_FIELD_VALIDATION)
+        if validation is not None and validation.warnings and not response.prepared:
+            for value in errors.warning_headers(validation.warnings):
+                response.headers.add("Warning", value)
+        return response
+
+    return middleware
+
+
 _UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 
 
@@ -869,7 +977,7 @@ def build_api_app(
         readiness=readiness,
     )
     app = web.Application(
-        middlewares=[*middlewares, _error_middleware(state), _auth_middleware(state)],
+        middlewares=[*middlewares, _warnings_middleware(), _error_middleware(state), _auth_middleware(state)],
         client_max_size=max_body_bytes,
     )
     app[API_STATE] = state

@@ -122,6 +122,10 @@ class ResourceType:
     #: finds unknown fields for fieldValidation (Strict -> 400, Warn/Ignore ->
     #: dropped); None keeps whatever a client sends
     unknown_fields: UnknownFields | None = None
+    #: a written body must carry kind and apiVersion (400 "Object 'Kind' is
+    #: missing in ..."), as kube's custom resources must; built-in kinds take
+    #: them from the URL
+    requires_type_meta: bool = False
     #: "subdomain" (RFC 1123 DNS subdomain, most kinds) or "label" (namespaces)
     name_format: str = "subdomain"
     #: Table columns between NAME and AGE

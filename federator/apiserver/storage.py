@@ -53,6 +53,7 @@ import orjson
 
 from federator.apiserver import errors, managedfields, ssa
 from federator.apiserver.errors import ApiError, FieldError, FieldErrorLike
+from federator.apiserver.fieldvalidation import FieldValidation
 from federator.apiserver.patch import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -351,41 +352,21 @@ def validate_metadata(meta: Any) -> list[FieldError]:
     return errs
 
 
-FIELD_VALIDATION_VALUES = ("Ignore", "Warn", "Strict")
+#: A write's field validation: kube's directive ("Strict", "Warn", "Ignore") or the request's
+#: FieldValidation (with what decoding its body found); None for in-process writes.
+FieldValidationArg = FieldValidation | str | None
 
 
-def _drop_unknown_fields(rt: ResourceType, obj: JSONObject, field_validation: str | None) -> None:
-    """kube's server-side field validation: Strict refuses unknown fields
-    (400), Warn and Ignore drop them; None (in-process writes) skips."""
-    if field_validation is None or rt.unknown_fields is None:
+def _drop_unknown_fields(rt: ResourceType, obj: JSONObject, field_validation: FieldValidationArg,
+                         name: str = "") -> None:
+    """kube's server-side field validation (fieldvalidation.py): Strict refuses
+    unknown and repeated fields, Warn and Ignore drop unknown ones (Warn says
+    so); None (in-process writes) skips it."""
+    if field_validation is None:
         return
-    if field_validation not in FIELD_VALIDATION_VALUES:
-        raise errors.bad_request(
-            f'fieldValidation must be one of "Ignore", "Warn" or "Strict", not "{field_validation}"')
-    unknown = list(rt.unknown_fields(obj))
-    if not unknown:
-        return
-    if field_validation == "Strict":
-        listed = ", ".join(f'unknown field "{path}"' for path in sorted(_loc_text(loc) for loc in unknown))
-        raise errors.bad_request(
-            f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: {listed}')
-    for loc in sorted(unknown, key=len, reverse=True):
-        parent: Any = obj
-        for part in loc[:-1]:
-            try:
-                parent = parent[part]
-            except (KeyError, IndexError, TypeError):
-                parent = None
-                break
-        if isinstance(parent, dict):
-            parent.pop(loc[-1], None)
-
-
-def _loc_text(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+    if isinstance(field_validation, str):
+        field_validation = FieldValidation(field_validation)
+    field_validation.check(rt, obj, name=name)
 
 
 def _check_type_meta(rt: ResourceType, obj: JSONObject) -> None:
@@ -782,7 +763,7 @@ class ObjectStorage:
             )
 
     def prepare_create(
-        self, rt: ResourceType, obj: Any, *, namespace: str | None, field_validation: str | None = None,
+        self, rt: ResourceType, obj: Any, *, namespace: str | None, field_validation: FieldValidationArg = None,
         field_manager: str | None = None,
     ) -> JSONObject:
         """The object as it will be stored (without name generation), or ApiError. With
@@ -850,7 +831,7 @@ class ObjectStorage:
 
     async def create(
         self, rt: ResourceType, obj: JSONObject, *, namespace: str | None, dry_run: bool = False,
-        field_validation: str | None = None, field_manager: str | None = None,
+        field_validation: FieldValidationArg = None, field_manager: str | None = None,
     ) -> JSONObject:
         """Create `obj`. `field_validation` (as the HTTP query parameter:
         "Strict", "Warn", "Ignore") handles unknown fields; None (in-process
@@ -899,7 +880,7 @@ class ObjectStorage:
 
     def _prepare_update(
         self, rt: ResourceType, obj: JSONObject, old: JSONObject, *, subresource: str | None,
-        field_validation: str | None = None, trusted_status: bool = False,
+        field_validation: FieldValidationArg = None, trusted_status: bool = False,
     ) -> JSONObject:
         old_meta = old["metadata"]
         if subresource == "status":
@@ -910,7 +891,7 @@ class ObjectStorage:
                 new["status"] = _copy(obj["status"])
             else:
                 new.pop("status", None)
-            _drop_unknown_fields(rt, new, field_validation)
+            _drop_unknown_fields(rt, new, field_validation, old_meta.get("name", ""))
             if rt.defaults is not None:
                 rt.defaults(new)
             self._validate(rt, new, old, trusted=trusted_status)
@@ -930,7 +911,7 @@ class ObjectStorage:
             return new
         new = _copy(obj)
         _check_type_meta(rt, new)
-        _drop_unknown_fields(rt, new, field_validation)
+        _drop_unknown_fields(rt, new, field_validation, old_meta.get("name", ""))
         meta = new.get("metadata")
         meta_errs = validate_metadata(meta)
         if meta_errs:
@@ -1007,7 +988,7 @@ class ObjectStorage:
         name: str | None = None,
         subresource: str | None = None,
         dry_run: bool = False,
-        field_validation: str | None = None,
+        field_validation: FieldValidationArg = None,
         field_manager: str | None = None,
     ) -> JSONObject:
         if not isinstance(obj, dict):
@@ -1119,7 +1100,7 @@ class ObjectStorage:
         content_type: str,
         subresource: str | None = None,
         dry_run: bool = False,
-        field_validation: str | None = None,
+        field_validation: FieldValidationArg = None,
         field_manager: str | None = None,
     ) -> JSONObject:
         doc = self.decode_patch(rt, patch, content_type)
