@@ -661,7 +661,7 @@ class MemberClient:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect,
                                         sock_read=None if follow else self.timeouts.request)
         path = PODS.object_path(namespace=namespace, name=name, subresource="log")
-        response = await self._send("GET", path, verb="log", query=query, timeout=timeout)
+        response = await self._send("GET", path, verb="get", query=query, timeout=timeout)  # kube: get pods/log
         try:
             if response.status != 200:
                 raise await self._error(response)
