@@ -156,6 +156,8 @@ def benches_in(bench_dir: Path) -> tuple[BenchSpec, ...]:
     others = sorted(path.stem for path in bench_dir.glob("*.py")
                     if path.stem not in BENCH_NAMES and path.stem not in _HELPERS and not path.stem.startswith("_"))
     return BENCHES + tuple(BenchSpec(name, runs=3, quick_runs=1) for name in others)
+
+
 _MAX_RUNS = 20
 _MAX_BENCH_ARGS = 4096
 
