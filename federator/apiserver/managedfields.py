@@ -461,12 +461,12 @@ def _cap(managed: Managed, api_version: str) -> Managed:
             break
         owned = fields[manager]
         bucket = manager_id(ANCIENT_CHANGES, UPDATE, owned.api_version)
-        if manager == bucket:
-            continue  # (kube would merge the bucket into itself and then delete it)
         first = first_of_version.get(owned.api_version)
         if first is None:
             first_of_version[owned.api_version] = manager
             continue
+        if manager == bucket:
+            continue  # kube would merge the bucket into itself and then delete it
         if bucket not in fields:
             fields[bucket] = fields.pop(first)
             times.pop(first, None)
