@@ -103,8 +103,8 @@ def test_scale_gets_every_argument_and_its_usage_errors_come_back(capsys: pytest
     assert "100 simulated clusters" in capsys.readouterr().out
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "federator.cli", "bench", *args], cwd=ROOT, capture_output=True,
+def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "federator.cli", "bench", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300, check=False)
 
 
@@ -114,12 +114,14 @@ def test_a_quick_run_writes_medians_spread_and_the_machine(tmp_path: Path) -> No
     trace.write_text("job_id,num_gpu\n" + "".join(f"j{i},{g}\n" for i, g in enumerate((1, 2, 4, 8, 16, 32))))
     out = tmp_path / "report"
     bench_args = f"placement=--gangs 40 --trace {trace}"
-    done = run_cli("--quick", "--only", "placement", "--runs", "2", "--bench-args", bench_args, "--out", str(out))
+    # --out relative to where federator runs, not to the checkout where the benches run
+    done = run_cli("--quick", "--only", "placement", "--runs", "2", "--bench-args", bench_args, "--out", "report",
+                   cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["quick"] is True
     assert report["command"] == (f"federator bench --quick --runs 2 --only placement "
-                                 f"--bench-args '{bench_args}' --out {out}")
+                                 f"--bench-args '{bench_args}' --out report")
     machine = report["machine"]
     assert machine["cores"] >= 1 and machine["ramBytes"] > 0 and machine["cpuModel"]
     assert machine["python"] == ".".join(map(str, sys.version_info[:3]))

@@ -586,7 +586,7 @@ def _cmd_run_all(args: argparse.Namespace) -> int:
         raise UserError("federator bench: --out DIR is required (or name a benchmark: federator bench replay|scale)")
     runs = _runs(args.runs)
     timeout = _timeout(args.timeout)
-    out = Path(args.out)
+    out = Path(args.out).absolute()  # the benches run in the checkout, not in our working directory
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {args.out}: exists and is not a directory")
     bench_dir = _bench_dir(args.bench_dir)
