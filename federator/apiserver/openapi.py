@@ -68,7 +68,8 @@ def _object_schema(rt: ResourceType) -> JSONObject:
     # bodies are of this kind and a generated wrong one is expected to get its 400.
     for field, value in (("apiVersion", rt.api_version), ("kind", rt.kind)):
         base["properties"][field] = {**base["properties"].get(field, {}), "type": "string", "enum": [value]}
-    base["required"] = sorted({"apiVersion", "kind", *base.get("required", ())})
+    base["required"] = sorted({"apiVersion", "kind", "metadata", *base.get("required", ())})
+    base["properties"]["metadata"] = _metadata_schema(rt, dict(base["properties"].get("metadata") or {}))
     base["x-kubernetes-group-version-kind"] = [_gvk(rt)]
     return base
 
@@ -145,36 +146,70 @@ def _query(name: str, schema: JSONObject, description: str) -> JSONObject:
 
 
 _FIELD_VALIDATION = _query(
-    "fieldValidation", {"type": "string", "uniqueItems": True},
+    "fieldValidation", {"type": "string", "uniqueItems": True, "enum": ["Ignore", "Warn", "Strict"]},
     "fieldValidation instructs the server on how to handle objects in the request containing unknown or "
     "duplicate fields. Valid values are: Ignore, Warn, Strict.")
-_DRY_RUN = _query("dryRun", {"type": "string", "uniqueItems": True},
+_DRY_RUN = _query("dryRun", {"type": "string", "uniqueItems": True, "enum": ["All"]},
                   "When present, modifications are not persisted. The only valid value is All.")
-_FIELD_MANAGER = _query("fieldManager", {"type": "string", "uniqueItems": True},
+_FIELD_MANAGER = _query("fieldManager", {"type": "string", "maxLength": 128, "uniqueItems": True},
                         "A name associated with the actor or entity that is making these changes.")
 _LIST_PARAMETERS: list[JSONObject] = [
     _query("labelSelector", {"type": "string", "uniqueItems": True}, "A selector on the objects' labels."),
     _query("fieldSelector", {"type": "string", "uniqueItems": True}, "A selector on the objects' fields."),
-    _query("limit", {"type": "integer", "uniqueItems": True}, "The most items to return (0: no limit)."),
+    _query("limit", {"type": "integer", "minimum": 0, "uniqueItems": True}, "The most items to return (0: no limit)."),
     _query("continue", {"type": "string", "uniqueItems": True}, "The continue token of the previous page."),
     _query("resourceVersion", {"type": "string", "uniqueItems": True},
            "Which version of the collection to list (unset: most recent, 0: any, N: not older than N)."),
-    _query("resourceVersionMatch", {"type": "string", "uniqueItems": True},
+    _query("resourceVersionMatch", {"type": "string", "uniqueItems": True, "enum": ["Exact", "NotOlderThan"]},
            "How resourceVersion applies to the list: Exact or NotOlderThan."),
 ]
 _DELETE_PARAMETERS: list[JSONObject] = [
     _DRY_RUN,
-    _query("gracePeriodSeconds", {"type": "integer", "uniqueItems": True},
+    _query("gracePeriodSeconds", {"type": "integer", "minimum": 0, "uniqueItems": True},
            "Seconds before the object is deleted (non-negative)."),
 ]
 
 
-def _path_param(name: str, description: str) -> JSONObject:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "uniqueItems": True},
+#: The names the server accepts (RFC 1123 label or subdomain, ResourceType.name_format): generated
+#: requests then mostly name objects that could exist; any other name gets a 404 or 422.
+_NAME_SCHEMAS: dict[str, JSONObject] = {
+    "label": {"type": "string", "maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+    "subdomain": {"type": "string", "maxLength": 253,
+                  "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"},
+}
+
+
+def _path_param(name: str, description: str, *, name_format: str = "label") -> JSONObject:
+    return {"name": name, "in": "path", "required": True,
+            "schema": {**_NAME_SCHEMAS.get(name_format, {"type": "string"}), "uniqueItems": True},
             "description": description}
 
 
 _NAMESPACE = _path_param("namespace", "object name and auth scope, such as for teams and projects")
+
+
+def _metadata_schema(rt: ResourceType, declared: JSONObject) -> JSONObject:
+    """ObjectMeta as the server reads and writes it (unless the kind's schema already spells it out)."""
+    if declared.get("properties"):
+        return declared
+    text: JSONObject = {"type": "string"}
+    strings: JSONObject = {"type": "object", "additionalProperties": {"type": "string"}}
+    return {
+        **declared,
+        "type": "object",
+        "properties": {
+            "name": _NAME_SCHEMAS.get(rt.name_format, text), "generateName": text, "namespace": text,
+            "labels": strings, "annotations": strings, "uid": text, "resourceVersion": text,
+            "generation": {"type": "integer", "format": "int64"},
+            "creationTimestamp": {"type": "string", "format": "date-time"},
+            "deletionTimestamp": {"type": "string", "format": "date-time", "nullable": True},
+            "deletionGracePeriodSeconds": {"type": "integer", "format": "int64"},
+            "finalizers": {"type": "array", "items": text},
+            "ownerReferences": {"type": "array", "items": {"type": "object"}},
+            "managedFields": {"type": "array", "items": {"type": "object"}},
+        },
+        "required": ["name"],
+    }
 
 
 def _write_op(rt: ResourceType, action: str, op_id: str, ref: str, content_types: dict[str, JSONObject], *,
@@ -209,12 +244,12 @@ def _paths_for(rt: ResourceType) -> dict[str, JSONObject]:
     deleted = {"anyOf": [{"$ref": _STATUS_REF}, obj]}
     prefix = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
     kind = rt.kind
-    bodies = {"application/json": obj, "application/yaml": {"type": "object"}}
+    bodies = {"application/json": obj, "application/yaml": obj}
     patches: dict[str, JSONObject] = {"application/json-patch+json": {"type": "array", "items": {"type": "object"}},
                                       "application/merge-patch+json": {"type": "object"}}
     verbs = set(rt.verbs)
     paths: dict[str, JSONObject] = {}
-    name = _path_param("name", f"name of the {kind}")
+    name = _path_param("name", f"name of the {kind}", name_format=rt.name_format)
     if rt.namespaced:
         if "list" in verbs:
             paths[f"{prefix}/{rt.plural}"] = {"get": _op(rt, "list", f"list{kind}ForAllNamespaces",
