@@ -28,9 +28,12 @@ that signature could possibly be placed or take a hold: the count of such
 pods the clusters that pass the profile's own cheap filters hold by free
 GPUs node by node (`ClusterIndex.max_pods_by_free_gpus`, on the snapshots
 without reservations, so never less than the cycle's own views), plus the
-free hold slots. Gangs of one signature are placed in queue order and fail
-alike, so the cycle decides exactly what one over the whole queue would;
-`exhaustive_queue=True` turns the selection off (the tests compare both).
+hold slots of every cluster where it could hold (taken or not: a holder
+placed in the cycle frees its slot for the next). Gangs of one signature
+are placed in queue order and fail alike, so the cycle decides exactly
+what one over the whole queue would; `exhaustive_queue=True` turns the
+selection off (the tests compare both), and a queue of 16 gangs or fewer
+goes in whole.
 
 Must never: place through anything but `run_cycle`, or see the other
 policies' members.
