@@ -228,8 +228,8 @@ def _unknown_fields(ev: JSONObject) -> list[tuple[str | int, ...]]:
 
 
 def _event_defaults(ev: JSONObject) -> None:
-    """What kube's legacy Event defaults and decoding amount to: a type, a count
-    and timestamps when the writer gave none."""
+    """What kube's legacy Event defaults and decoding amount to: a type, a count,
+    timestamps and a source when the writer gave none."""
     ev.setdefault("type", NORMAL)
     if "count" not in ev and ev.get("series") is None:
         ev["count"] = 1
@@ -238,6 +238,8 @@ def _event_defaults(ev: JSONObject) -> None:
         ev["firstTimestamp"] = now
     if not ev.get("lastTimestamp") and not ev.get("eventTime"):
         ev["lastTimestamp"] = ev.get("firstTimestamp") or now
+    if not isinstance(ev.get("source"), dict) and not ev.get("reportingComponent"):
+        ev["source"] = {}
 
 
 # ---------------------------------------------------------------- kinds

@@ -19,6 +19,7 @@ hub, and never keep state of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +31,7 @@ from aiohttp import web
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, VerbOnlyResource, decode_body, json_response
 from federator.apiserver.errors import ApiError, FieldError
+from federator.apiserver.events import core_event_type, format_micro_time, validate_event
 from federator.apiserver.registry import (
     JSONObject,
     Registry,
@@ -867,87 +869,12 @@ PODS = ResourceType(
 
 # ---------------------------------------------------------------- Event
 
-
-def _event_defaults(ev: JSONObject) -> None:
-    ev.setdefault("type", "Normal")
-    if "count" not in ev and ev.get("series") is None:
-        ev["count"] = 1
-    now = _now()
-    if not ev.get("firstTimestamp") and not ev.get("eventTime"):
-        ev["firstTimestamp"] = now
-    if not ev.get("lastTimestamp") and not ev.get("eventTime"):
-        ev["lastTimestamp"] = ev.get("firstTimestamp") or now
-    if not isinstance(ev.get("source"), dict) and not ev.get("reportingComponent"):
-        ev["source"] = {}
-
-
-def _validate_event(ev: JSONObject) -> list[FieldError]:
-    c = _Checker()
-    involved = c.object_at(ev.get("involvedObject"), "involvedObject", required=True)
-    if involved is not None:
-        for f in ("kind", "name", "namespace", "uid", "apiVersion", "fieldPath", "resourceVersion"):
-            c.string(involved.get(f), f"involvedObject.{f}")
-        ns = involved.get("namespace")
-        ev_ns = (ev.get("metadata") or {}).get("namespace")
-        if isinstance(ns, str) and ns and ev_ns and ns != ev_ns:
-            c.errors.append(FieldError.invalid("involvedObject.namespace", ns, "does not match event.namespace"))
-    for f in ("reason", "message", "reportingComponent", "reportingInstance", "action"):
-        c.string(ev.get(f), f)
-    c.one_of(ev.get("type"), "type", ("Normal", "Warning"))
-    c.integer(ev.get("count"), "count", minimum=0)
-    return c.errors
-
-
-def _event_source_cell(ev: JSONObject) -> str:
-    source = ev.get("source") or {}
-    component = source.get("component") or ev.get("reportingComponent") or ""
-    host = source.get("host")
-    return f"{component}, {host}" if host else str(component)
-
-
-def _event_object_cell(ev: JSONObject) -> str:
-    inv = ev.get("involvedObject") or {}
-    return f"{str(inv.get('kind', '')).lower()}/{inv.get('name', '')}"
-
-
-EVENTS = ResourceType(
-    group="", version="v1", kind="Event", plural="events", singular="event", namespaced=True,
-    short_names=("ev",), status_subresource=False,
-    field_selectors={
-        **{f"involvedObject.{f}": path_getter(f"involvedObject.{f}") for f in (
-            "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
-        "reason": path_getter("reason"),
-        "reportingComponent": path_getter("reportingComponent"),
-        "source": path_getter("source.component"),
-        "type": path_getter("type"),
-    },
-    defaults=_event_defaults, validate=_with_client_schema("CoreV1Event", _validate_event),
-    unknown_fields=client_unknown_fields("CoreV1Event"),
-    # kube's event columns: NAME only with -o wide (K/pkg/printers/internalversion/printers.go)
-    columns=(
-        TableColumn("Last Seen", lambda e: e.get("lastTimestamp") or e.get("eventTime") or None, type="date",
-                    description="Time when this Event was last observed."),
-        TableColumn("Type", jsonpath_cell("type"), description="Type of this event (Normal, Warning)."),
-        TableColumn("Reason", jsonpath_cell("reason"), description="Short, machine understandable string."),
-        TableColumn("Object", _event_object_cell, description="The object that this event is about."),
-        TableColumn("Subobject", jsonpath_cell("involvedObject", "fieldPath"), priority=1,
-                    description="The field of the object that this event is about."),
-        TableColumn("Source", _event_source_cell, priority=1, description="The component reporting this event."),
-        TableColumn("Message", jsonpath_cell("message"), description="A human-readable description of the status."),
-        TableColumn("First Seen", lambda e: e.get("firstTimestamp") or e.get("eventTime") or None, type="date",
-                    priority=1, description="The time at which the event was first recorded."),
-        TableColumn("Count", jsonpath_cell("count", default=1), type="integer", priority=1,
-                    description="The number of times this event has occurred."),
-        TableColumn("Name", jsonpath_cell("metadata", "name"), format="name", priority=1,
-                    description="Name must be unique within a namespace."),
-    ),
-    strategic_merge=dict(_OBJECT_META_SMP),
-    openapi_schema={"properties": {
-        "involvedObject": {"type": "object", "description": "The object that this event is about."},
-        "reason": {"type": "string"}, "message": {"type": "string"}, "type": {"type": "string"},
-        "count": {"type": "integer", "format": "int32"},
-    }},
-    description="Event is a report of an event somewhere in the cluster.",
+#: kube's core v1 Event, the same kind the hub serves (federator/apiserver/events.py: validation, field
+#: selectors, Table columns, OpenAPI), also checked against the official client's model like every
+#: simulated kind.
+EVENTS = dataclasses.replace(
+    core_event_type(), validate=_with_client_schema("CoreV1Event", validate_event),
+    unknown_fields=client_unknown_fields("CoreV1Event"), strategic_merge=dict(_OBJECT_META_SMP),
 )
 
 
@@ -976,11 +903,6 @@ def parse_micro_time(value: str) -> dt.datetime | None:
                            tzinfo=tz)
     except ValueError:  # a day, hour or offset out of range
         return None
-
-
-def format_micro_time(when: dt.datetime) -> str:
-    """How kube serves a MicroTime: UTC, six fraction digits."""
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _lease_defaults(lease: JSONObject) -> None:
