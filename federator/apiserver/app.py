@@ -64,6 +64,10 @@ _log = get_logger("apiserver")
 
 JSON_CT = "application/json"
 YAML_CTS = ("application/yaml", "application/x-yaml", "text/yaml")
+#: Read as JSON: what clients that say nothing useful send (aiohttp's default for bytes is octet-stream).
+_JSON_CTS = (JSON_CT, "application/octet-stream", "*/*")
+#: Every media type a request body may have (the one list a 415 for a body names); none at all is JSON too.
+BODY_MEDIA_TYPES = (JSON_CT, *YAML_CTS, *_JSON_CTS[1:])
 _NOT_FOUND_MESSAGE = "the server could not find the requested resource"
 
 
@@ -234,7 +238,7 @@ def decode_body_checked(body: bytes, content_type: str, *, find_duplicates: bool
     ct = content_type.split(";", 1)[0].strip().lower()
     if not body.strip():
         raise errors.bad_request("the request body is empty; expected a JSON or YAML object")
-    if ct in ("", JSON_CT, "*/*", "application/octet-stream"):
+    if ct == "" or ct in _JSON_CTS:
         try:
             value = orjson.loads(body)
         except orjson.JSONDecodeError as e:
@@ -259,7 +263,7 @@ def decode_body_checked(body: bytes, content_type: str, *, find_duplicates: bool
         except TypeError as e:
             raise errors.bad_request(f"error decoding request body as YAML: {e}") from None
         return DecodedBody(value, yaml_duplicates=tuple(loader.repeated) if find_duplicates else ())
-    raise errors.unsupported_media(ct, [JSON_CT, "application/yaml"])
+    raise errors.unsupported_media(ct, BODY_MEDIA_TYPES)
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:

@@ -268,11 +268,25 @@ class Printer:
 
 
 def dump(obj: Any, output: str, out: TextIO) -> None:
-    """`obj` as `-o json` (kubectl's four-space indent) or `-o yaml`."""
+    """`obj` as `-o json` (kubectl's four-space indent) or `-o yaml`, without metadata.managedFields
+    (of a list's items too), as kubectl prints objects unless given --show-managed-fields."""
+    obj = _without_managed_fields(obj)
     if output == "json":
         print(json.dumps(obj, indent=4), file=out, flush=True)
     else:
         print(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False).rstrip("\n"), file=out, flush=True)
+
+
+def _without_managed_fields(obj: Any) -> Any:
+    if not isinstance(obj, dict):
+        return obj
+    out = dict(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if isinstance(out.get("items"), list):
+        out["items"] = [_without_managed_fields(item) for item in out["items"]]
+    return out
 
 
 # ---------------------------------------------------------------- get (also `cluster list`)

@@ -10,6 +10,7 @@ the User-Agent, and hostile apply requests (each a clear Status, nothing changed
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes import dynamic
 from kubernetes.client.exceptions import ApiException
+
+from federator.apiserver.app import BODY_MEDIA_TYPES
+from federator.cli.common import dump
 
 from .hubtest_support import RunningHub, job, jobs_url
 
@@ -269,3 +273,26 @@ async def test_hostile_apply_requests_get_a_status_and_change_nothing(hub: Runni
                                     headers={"Content-Type": APPLY})
     assert status == 200 and dry["spec"]["priority"] == 42, dry
     assert await _stored(hub, "default", "target") == before
+
+
+async def test_a_415_names_exactly_the_media_types_a_body_may_have(hub: RunningHub) -> None:
+    status, answer = await hub.request("POST", jobs_url("default"), data=b"{}", headers={"Content-Type": "text/plain"})
+    assert status == 415, answer
+    listed = answer["message"].split("accepted media types include: ", 1)[1].split(", ")
+    assert listed == list(BODY_MEDIA_TYPES)
+    for i, media_type in enumerate(listed):  # and every one of them is read
+        body = json.dumps(job("default", f"typed-{i}")).encode()
+        status, created = await hub.request("POST", jobs_url("default"), data=body,
+                                            headers={"Content-Type": media_type})
+        assert status == 201, (media_type, created)
+
+
+def test_the_cli_prints_objects_without_managed_fields_as_kubectl_does() -> None:
+    entry = {"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}
+    obj = {"apiVersion": "v1", "kind": "List",
+           "items": [{"kind": "TrainingJob", "metadata": {"name": "a", "managedFields": [entry]}}]}
+    for output in ("json", "yaml"):
+        out = io.StringIO()
+        dump(obj, output, out)
+        assert "managedFields" not in out.getvalue() and "name: a" in out.getvalue().replace('"name": "a"', "name: a")
+    assert obj["items"][0]["metadata"]["managedFields"] == [entry]  # the object itself is left alone
