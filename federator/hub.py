@@ -47,7 +47,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from federator import __version__
 from federator.apiserver.app import Subresource, SubresourceRequest, build_api_app, json_response
-from federator.apiserver.auth import TokenAuthenticator, TokenFileError, auth_middleware
+from federator.apiserver.auth import (
+    PRINCIPAL_KEY,
+    TokenAuthenticator,
+    TokenFileError,
+    auth_middleware,
+    principal_roles,
+)
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError, bad_request, not_found, service_unavailable
 from federator.apiserver.podlog import parse_log_options, serve_log
 from federator.apiserver.registry import JSONObject
@@ -56,7 +62,7 @@ from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.gcpolicy import server_gc
 from federator.devcerts import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
-from federator.hubapi import MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
+from federator.hubapi import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, configure_logging, get_logger
 from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
 from federator.store.open import open_store
@@ -294,6 +300,20 @@ async def _job_log(state: HubState, req: SubresourceRequest) -> web.StreamRespon
         return await serve_log(req.request, chunks, limit_bytes=options.limit_bytes)
 
 
+@web.middleware
+async def _connection_visibility(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Admins see MemberClusters' spec.connection (credentials redacted); researchers and viewers do not
+    (hubapi.CONNECTION_VISIBLE, read by the kind's `present` for every object this request returns, watch
+    events included: they are written inside the handler)."""
+    principal = request.get(PRINCIPAL_KEY)
+    token = CONNECTION_VISIBLE.set(principal is not None and "admin" in principal_roles(principal))
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    finally:
+        CONNECTION_VISIBLE.reset(token)
+
+
 def hub_state(app: web.Application) -> HubState:
     return app[HUB_STATE]
 
@@ -331,7 +351,7 @@ def build_hub_app(
         storage=storage, registry=registry, server_name=HUB_SERVER_NAME,
         # auth_middleware authenticates (401) and authorizes (403); the app's own
         # authenticate hook would only repeat the first half.
-        middlewares=[auth_middleware(authenticator, logger=get_logger("hub.auth"))],
+        middlewares=[auth_middleware(authenticator, logger=get_logger("hub.auth")), _connection_visibility],
         # gitVersion stays kube-like (kubectl warns on a skewed minor); ours rides along.
         version_info={"federatorVersion": __version__},
         max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics,

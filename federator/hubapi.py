@@ -27,7 +27,10 @@ validates against the hub and `kubectl explain tj.spec` works.
 MemberCluster credentials are stored but never shown: every object the HTTP
 API returns (GET, LIST, WATCH, Table rows, write responses) passes through
 `membercluster.redact`, and an update that sends the placeholder back keeps
-the stored value. In-process `ObjectStorage` reads (controllers) see the real
+the stored value. Researchers and viewers see no spec.connection at all
+(`membercluster.hide_connection`: no kubeconfig path, server or CA either),
+decided per request through `CONNECTION_VISIBLE`. In-process `ObjectStorage`
+reads (controllers) see the real
 credentials; that is how the hub reaches its members.
 
 The cleanup finalizer (`MEMBER_CLEANUP_FINALIZER`) is put on new TrainingJobs
@@ -44,6 +47,7 @@ apis. It must never do I/O, import the simulator, or log an object.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, Final
 
 from federator.apis import drillreport, membercluster, trainingjob
@@ -55,6 +59,7 @@ from federator.apiserver.fieldvalidation import schema_unknown_fields
 from federator.apiserver.registry import JSONObject, Registry, ResourceType, TableColumn
 
 __all__ = [
+    "CONNECTION_VISIBLE",
     "HUB_GROUP",
     "HUB_VERSION",
     "MEMBER_CLEANUP_FINALIZER",
@@ -138,8 +143,15 @@ def trainingjob_type(
     )
 
 
+#: True while serving an HTTP request of a caller who may see MemberClusters' spec.connection (an admin);
+#: hub.py's middleware sets it per request from the authenticated principal. Unset (no request, anyone
+#: else): MemberClusters are shown without their connection.
+CONNECTION_VISIBLE: ContextVar[bool] = ContextVar("federator_connection_visible", default=False)
+
+
 def _present_membercluster(obj: JSONObject) -> JSONObject:
-    return membercluster.redact(obj)
+    shown = membercluster.redact(obj)
+    return shown if CONNECTION_VISIBLE.get() else membercluster.hide_connection(shown)
 
 
 def _keep_stored_credentials(proposed: JSONObject, stored: JSONObject) -> JSONObject:

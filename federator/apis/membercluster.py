@@ -22,6 +22,7 @@ import binascii
 import copy
 import json
 import posixpath
+import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -538,6 +539,54 @@ def redact(obj: Mapping[str, Any]) -> dict[str, Any]:
             annotations[LAST_APPLIED_ANNOTATION] = json.dumps(applied, separators=(",", ":"), sort_keys=True)
         else:
             annotations[LAST_APPLIED_ANNOTATION] = REDACTED
+    return result
+
+
+#: What a server URL or a kubeconfig path quoted in a status message becomes for a non-admin.
+HIDDEN = "<hidden>"
+#: a URL, without the punctuation that may follow it in a sentence
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]]")
+
+
+def hide_connection(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a MemberCluster as a researcher or viewer sees it: what it offers (location, network, GPUs,
+    datasets, scheduler, capacity, conditions) but nothing of how the hub reaches it. spec.connection
+    (kubeconfig path, context, server, CA, credentials) is left out, also from kubectl's last-applied
+    annotation and from metadata.managedFields (which fields it has), and a server URL or the kubeconfig path that an error in status.conditions quotes reads
+    "<hidden>". Admins see the connection, with the credentials redacted (`redact`)."""
+    result = copy.deepcopy(dict(obj))
+    spec = result.get("spec")
+    connection = spec.pop("connection", None) if isinstance(spec, dict) else None
+    path = connection.get("kubeconfigPath") if isinstance(connection, dict) else None
+    metadata = result.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations:
+        raw = annotations[LAST_APPLIED_ANNOTATION]
+        try:
+            applied = json.loads(raw) if isinstance(raw, str) else None
+        except ValueError:
+            applied = None
+        applied_spec = applied.get("spec") if isinstance(applied, dict) else None
+        if isinstance(applied, dict) and (applied_spec is None or isinstance(applied_spec, dict)):
+            if isinstance(applied_spec, dict):
+                applied_spec.pop("connection", None)
+            annotations[LAST_APPLIED_ANNOTATION] = json.dumps(applied, separators=(",", ":"), sort_keys=True)
+        else:
+            annotations[LAST_APPLIED_ANNOTATION] = REDACTED
+    managed = metadata.get("managedFields") if isinstance(metadata, dict) else None
+    for entry in managed if isinstance(managed, list) else ():
+        fields = entry.get("fieldsV1") if isinstance(entry, dict) else None
+        spec_fields = fields.get("f:spec") if isinstance(fields, dict) else None
+        if isinstance(spec_fields, dict):
+            spec_fields.pop("f:connection", None)  # which connection fields exist says how it is reached
+    status = result.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        message = condition.get("message") if isinstance(condition, dict) else None
+        if isinstance(message, str):
+            if isinstance(path, str) and path:
+                message = message.replace(path, HIDDEN)
+            condition["message"] = _URL.sub(HIDDEN, message)
     return result
 
 

@@ -181,6 +181,10 @@ async def test_cluster_add_list_remove_with_a_member_kubeconfig(hub: RunningHub,
     code, shown, err = await hub.cli("researcher", "get", "clusters", "-o", "yaml")
     assert code == 0, err
     assert_no_secret(shown + out + err, "CLI output")
+    assert "connection" not in shown  # researchers see no connection at all
+    code, shown, err = await hub.cli("admin", "get", "clusters", "-o", "yaml")
+    assert code == 0, err
+    assert_no_secret(shown + err, "CLI output")
     assert "<redacted>" in shown
 
     code, out, err = await hub.cli("researcher", "cluster", "add", "-f", str(registration))

@@ -171,6 +171,10 @@ async def test_kubectl_apply_and_get_never_show_credentials(hub: RunningHub) -> 
         code, out, err = await hub.kubectl("researcher", "get", "mc", "applied", "-o", "yaml")
         assert code == 0, err
         outputs += [out, err]
+        assert "connection" not in out and "10.0.0.1" not in out  # researchers see no connection at all
+        code, out, err = await hub.kubectl("admin", "get", "mc", "applied", "-o", "yaml")
+        assert code == 0, err
+        outputs += [out, err]
         assert "<redacted>" in out
     for text in outputs:
         assert_no_secret(text, "kubectl output")

@@ -33,6 +33,8 @@ async def test_registrations_are_applied_at_start_and_updated_on_restart(tmp_pat
         status, listing = await hub.request("GET", clusters_url(), who="viewer")
         assert status == 200
         assert [i["metadata"]["name"] for i in listing["items"]] == ["cloud-h100", "cloud-small", "onprem-a100"]
+        assert all("connection" not in i["spec"] for i in listing["items"])  # a viewer sees no connection
+        status, listing = await hub.request("GET", clusters_url())
         assert all(i["spec"]["connection"]["credentials"] == {"token": "<redacted>"} for i in listing["items"])
         rt = hub.context.kind("MemberCluster")
         stored = await hub.context.storage.get(rt, namespace=None, name="onprem-a100")
