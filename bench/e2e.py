@@ -105,6 +105,9 @@ PODS_PER_JOB = 2
 #: a job (or directly written gang) whose objects are not all in the member this long after its submission
 #: is late: its latency counts as infinite (p99 then reads as none) and the run goes on
 LATE_SECONDS = 60.0
+#: the direct driver's commands and answers are one JSON line each, a few hundred KiB for a long phase
+#: (asyncio's default limit of a line is 64 KiB)
+PIPE_LINE_LIMIT = 64 * 1024 * 1024
 
 
 def job_body(name: str) -> bytes:
@@ -434,7 +437,7 @@ async def direct_driver() -> None:
         await asyncio.gather(*(create(obj.owned_by(owner) if owner else obj) for obj in rest))
 
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    reader = asyncio.StreamReader(limit=PIPE_LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := await reader.readline():
         command = json.loads(line)
@@ -481,7 +484,7 @@ class DirectDriver:
         with self.log.open("wb") as log:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--direct-driver", env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, limit=PIPE_LINE_LIMIT,
             )
         await self._send({"kubeconfigs": {k: str(v) for k, v in self.members.kubeconfigs.items()},
                           "schedulers": {s["name"]: s["scheduler"] for s in self.members.specs}})
