@@ -22,7 +22,9 @@ field), take kube's field validation against their structural schema
 them with a Warning header, Ignore drops them), need kind and apiVersion in
 every written body as custom resources do, and publish the structural
 schema of `federator.apis.crd` under /openapi/v3, so `kubectl apply`
-validates against the hub and `kubectl explain tj.spec` works.
+validates against the hub and `kubectl explain tj.spec` works. All keep
+metadata.managedFields and take server-side apply (`managed_fields=True`),
+lists merging as that schema's x-kubernetes-list-type says.
 
 MemberCluster credentials are stored but never shown: every object the HTTP
 API returns (GET, LIST, WATCH, Table rows, write responses) passes through
