@@ -169,3 +169,24 @@ def test_inputs_are_copied_not_aliased() -> None:
     snap = cluster("a", [n], datasets=datasets)
     datasets["d"] = 99
     assert snap.info.datasets["d"] == 10
+
+
+def test_batches_of_many_changes_keep_the_index_equal_to_a_rebuild() -> None:
+    """Many nodes entering, leaving and moving between the same buckets in one update (a re-list, a burst
+    of pod events): the buckets stay sorted and equal to a rebuild, and a bucket emptied and filled again
+    within one update is kept."""
+    rng = random.Random(11)
+    snap = cluster("a", nodes("n", 300, used=0))
+    for step in range(40):
+        names = rng.sample([f"n-{i:03d}" for i in range(360)], rng.randrange(1, 120))
+        present = [n for n in names if n in snap.nodes]
+        removed = [n for n in present if rng.random() < 0.2]
+        updated = [node(n, used=rng.choice([0, 0, 2, 8]), model=rng.choice(["A100", "H100"]))
+                   for n in names if n not in removed]
+        snap = snap.with_nodes(updated, removed=removed)
+        assert snap.index == rebuilt(snap).index, f"index drifted at step {step}"
+        for bucket in snap.index.buckets.values():
+            assert list(bucket) == sorted(set(bucket)) and bucket
+    full = snap.with_nodes([node(n, used=8) for n in snap.nodes])  # every node leaves its bucket at once
+    back = full.with_nodes([node(n, used=0) for n in full.nodes])  # and every node comes back
+    assert full.index == rebuilt(full).index and back.index == rebuilt(back).index
