@@ -8,9 +8,6 @@ token to a hub seeded with one object of each kind (named "0", where generation 
 must not be a 5xx and must conform to the document: a declared status code, a declared content type and
 a body that matches the declared schema. A second test checks the documents' shape directly: every path
 parameter declared, only the verbs a kind serves, the status codes the server uses declared.
-
-KNOWN lists failures that another change (issue 16 item 10: bad input found by fuzzing) fixes; each is
-tolerated only as long as it matches, and named in the failure report.
 """
 
 from __future__ import annotations
@@ -45,8 +42,6 @@ from ..hub.hubtest_support import TOKENS, RunningHub, job, start_hub
 EXAMPLES = {GenerationMode.POSITIVE: 3, GenerationMode.NEGATIVE: 2}
 BODY_EXAMPLES = {GenerationMode.POSITIVE: 2, GenerationMode.NEGATIVE: 1}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-#: (operation label regex, failure text regex) -> the issue item whose fix removes it
-KNOWN: dict[tuple[str, str], str] = {}
 
 
 async def seed(hub: RunningHub, tmp_path: Path) -> None:
@@ -108,13 +103,6 @@ async def documents(hub: RunningHub) -> dict[str, dict[str, Any]]:
     return out
 
 
-def known(failure: str) -> str | None:
-    for (operation, text), item in KNOWN.items():
-        if re.search(operation, failure) and re.search(text, failure):
-            return item
-    return None
-
-
 @pytest.mark.slow
 async def test_generated_requests_get_no_server_error_and_answers_that_match_the_document(tmp_path: Path) -> None:
     async with start_hub(tmp_path / "hub", controllers=[event_recording]) as hub:
@@ -127,9 +115,8 @@ async def test_generated_requests_get_no_server_error_and_answers_that_match_the
             failures += found
             sent += count
         took = time.monotonic() - started
-    unknown = [f for f in failures if known(f) is None]
     assert sent >= 120, f"only {sent} requests were sent in {took:.0f}s"
-    assert not unknown, f"{len(unknown)} of {sent} generated requests failed:\n" + "\n\n".join(unknown[:20])
+    assert not failures, f"{len(failures)} of {sent} generated requests failed:\n" + "\n\n".join(failures[:20])
 
 
 async def test_the_documents_declare_parameters_verbs_and_status_codes(tmp_path: Path) -> None:
