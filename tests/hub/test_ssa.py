@@ -296,3 +296,42 @@ def test_the_cli_prints_objects_without_managed_fields_as_kubectl_does() -> None
         dump(obj, output, out)
         assert "managedFields" not in out.getvalue() and "name: a" in out.getvalue().replace('"name": "a"', "name: a")
     assert obj["items"][0]["metadata"]["managedFields"] == [entry]  # the object itself is left alone
+
+
+async def test_member_cluster_apply_keeps_credentials_and_field_validation_applies(hub: RunningHub) -> None:
+    from .test_credentials import MEMBER_TOKEN, assert_no_secret, token_cluster
+
+    url = "/apis/federator.dev/v1alpha1/memberclusters/applied"
+    status, created = await hub.request("PATCH", url + "?fieldManager=ops", data=json.dumps(
+        token_cluster("applied")).encode(), headers={"Content-Type": APPLY})
+    assert status == 201, created
+    assert_no_secret(json.dumps(created), "an apply answer")
+    rt = hub.context.kind("MemberCluster")
+    stored = await hub.context.storage.get(rt, namespace=None, name="applied")
+    assert stored["spec"]["connection"]["credentials"]["token"] == MEMBER_TOKEN
+    # what a client read back (credentials redacted) applied again: no conflict, the token stays
+    echoed = token_cluster("applied", bandwidth=200.0)
+    echoed["spec"]["connection"]["credentials"]["token"] = created["spec"]["connection"]["credentials"]["token"]
+    status, answer = await hub.request("PATCH", url + "?fieldManager=ops", data=json.dumps(echoed).encode(),
+                                       headers={"Content-Type": APPLY})
+    assert status == 200, answer
+    stored = await hub.context.storage.get(rt, namespace=None, name="applied")
+    assert stored["spec"]["connection"]["credentials"]["token"] == MEMBER_TOKEN
+    assert stored["spec"]["network"]["bandwidthGbps"] == 200.0
+    # kubectl's fieldValidation=Strict refuses an unknown field; Warn (the default) drops it and says so
+    unknown = token_cluster("applied", bandwidth=200.0)
+    unknown["spec"]["bogus"] = 1
+    status, answer = await hub.request("PATCH", url + "?fieldManager=ops&fieldValidation=Strict",
+                                       data=json.dumps(unknown).encode(), headers={"Content-Type": APPLY})
+    assert status == 400 and 'unknown field "spec.bogus"' in answer["message"], answer
+    status, answer = await hub.request("PATCH", url + "?fieldManager=ops", data=json.dumps(unknown).encode(),
+                                       headers={"Content-Type": APPLY})
+    assert status == 200 and "bogus" not in answer["spec"], answer
+    # a stale resourceVersion in an applied configuration is kube's optimistic-lock conflict
+    stale = token_cluster("applied", bandwidth=300.0)
+    stale["metadata"]["resourceVersion"] = "1"
+    status, answer = await hub.request("PATCH", url + "?fieldManager=ops", data=json.dumps(stale).encode(),
+                                       headers={"Content-Type": APPLY})
+    assert status == 409 and "the object has been modified" in answer["message"], answer
+    assert (await hub.context.storage.get(rt, namespace=None, name="applied"))["spec"]["network"][
+        "bandwidthGbps"] == 200.0
