@@ -408,7 +408,8 @@ class FieldManager:
         changed = new is not None
         if changed:
             times[identifier] = now
-            result: dict[str, Any] = ssa.drop_applied_nulls(new, config, self.atom)
+            # (the merged object may share parts with `config` and `live`: never change those)
+            result: dict[str, Any] = ssa.drop_applied_nulls(copy.deepcopy(new), config, self.atom)
         else:
             result = copy.deepcopy(live)
         owned = fields.get(identifier)

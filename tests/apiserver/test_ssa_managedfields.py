@@ -286,3 +286,20 @@ def test_nulls_an_apply_sets_leave_no_field() -> None:
     config["spec"]["priority"] = None
     result, _, _ = fm.apply(None, config, manager="kubectl", force=False, now=T0)
     assert "priority" not in result["spec"] and "failover" not in result["spec"]
+
+
+def test_an_apply_leaves_its_configuration_and_the_live_object_alone() -> None:
+    fm = _fm()
+    config = _job()
+    config["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "u1",
+                                              "controller": None}]  # an atomic map the merge hands back as is
+    config["spec"]["priority"] = None
+    before = copy.deepcopy(config)
+    result, entries, _ = fm.apply(None, config, manager="kubectl", force=False, now=T0)
+    assert config == before
+    assert result["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                                                      "uid": "u1"}]
+    live = _stored(result, entries)
+    live_before = copy.deepcopy(live)
+    fm.apply(live, config, manager="other", force=True, now=T1)
+    assert live == live_before and config == before
