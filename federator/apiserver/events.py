@@ -27,8 +27,9 @@ Kinds (as kube-apiserver serves them, kube-api-notes §1, §7):
 - `record()` never blocks and never raises: it only updates memory and marks
   the Event for the writer task (`run`), which coalesces repeated updates of
   one Event, writes through the storage it is given (the hub passes the
-  leader's fenced storage), and logs failures rate-limited. At most
-  `max_pending` Events wait; more are dropped and counted;
+  leader's fenced storage) at most `writes_per_second` (100), and logs
+  failures rate-limited. At most `max_pending` Events wait; more are dropped
+  and counted;
 - `expire` deletes Events not seen for `ttl_seconds` (kube's --event-ttl,
   1 h): one cheap pass over the watch cache, run periodically by the owner.
 
@@ -475,6 +476,7 @@ class EventRecorder:
         aggregate_max: int = 10,
         aggregate_window: float = 600.0,
         max_pending: int = 1000,
+        writes_per_second: float = 100.0,
         cache_size: int = 4096,
         ttl_seconds: float = EVENT_TTL_SECONDS,
         metrics: Metrics | None = None,
@@ -486,6 +488,7 @@ class EventRecorder:
         self.aggregate_max = aggregate_max
         self.aggregate_window = aggregate_window
         self.max_pending = max_pending
+        self.writes_per_second = writes_per_second
         self.cache_size = cache_size
         self.ttl_seconds = ttl_seconds
         self.metrics = metrics or METRICS
@@ -624,13 +627,25 @@ class EventRecorder:
         return len(self._pending)
 
     async def run(self, storage: ObjectStorage, rt: ResourceType, *, retries: int = 3, backoff: float = 0.5) -> None:
-        """Write pending Events through `storage` (an ObjectStorage) until cancelled. A failed write is
-        retried `retries` times with capped backoff, then dropped; failures are logged rate-limited."""
+        """Write pending Events through `storage` (an ObjectStorage) until cancelled, at most
+        `writes_per_second` (burst of one second's worth): Events must not crowd the store the controllers
+        write to; a backlog coalesces repeats, and past `max_pending` new Events are dropped. A failed write
+        is retried `retries` times with capped backoff, then dropped; failures are logged rate-limited."""
+        loop = asyncio.get_running_loop()
+        rate = self.writes_per_second
+        tokens, stamp = max(1.0, rate), loop.time()
         while True:
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if rate > 0:
+                now = loop.time()
+                tokens, stamp = min(max(1.0, rate), tokens + (now - stamp) * rate), now
+                if tokens < 1.0:
+                    await asyncio.sleep((1.0 - tokens) / rate)
+                    continue
+                tokens -= 1.0
             key, _ = self._pending.popitem(last=False)
             observed = self._observed.get(key)
             if observed is None:

@@ -5,8 +5,10 @@ controller records into it) puts a fresh `EventRecorder` into `hub.events`,
 runs its writer (every Event goes through this term's `hub.storage`, which
 the hub fences with the leader's token) and a pass every
 `event_gc_interval_seconds` (HubSettings.extra, 60 s) that deletes Events not
-seen for `event_ttl_seconds` (3600 s, kube's --event-ttl). On the way out it
-gives pending Events a moment to be written.
+seen for `event_ttl_seconds` (3600 s, kube's --event-ttl). The writer writes
+at most `event_writes_per_second` (100): Events never crowd out the
+controllers' own writes. On the way out it gives pending Events a moment to
+be written.
 
 It must never fail another controller: recording is in memory, the writer
 and the expiry pass log their failures (rate-limited) and keep going.
@@ -56,7 +58,8 @@ async def event_recording(hub: HubContext) -> AsyncIterator[None]:
     rt = hub.registry.by_kind("v1", "Event")
     if rt is None:
         raise RuntimeError("event_recording needs the hub registry's core v1 Event kind")
-    recorder = EventRecorder(instance=f"federator-hub-{hub_id(hub)}", ttl_seconds=ttl, metrics=hub.metrics)
+    recorder = EventRecorder(instance=f"federator-hub-{hub_id(hub)}", ttl_seconds=ttl, metrics=hub.metrics,
+                             writes_per_second=float(extra.get("event_writes_per_second", 100.0)))
     hub.events = recorder
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(background_loop(

@@ -227,3 +227,18 @@ async def test_the_events_v1_view_shows_the_same_objects(
     assert shown["series"] == stored["series"] and shown["reportingController"] == "federator.dev/dispatch"
     assert shown["deprecatedSource"] == {"component": "federator-dispatch"}
     assert "involvedObject" not in shown and "message" not in shown and seen == stored  # not mutated
+
+
+async def test_the_writer_keeps_to_its_write_rate(storage: ObjectStorage) -> None:
+    """At (next to) zero writes per second only the first second's burst (one Event) is written; the rest
+    wait (coalescing repeats) instead of crowding the store."""
+    recorder = EventRecorder(metrics=Metrics(), writes_per_second=1e-9)
+    task = asyncio.create_task(recorder.run(storage, core(storage)))
+    try:
+        for i in range(3):
+            recorder.record(job(uid=f"u{i}", name=f"j{i}"), controller="placement", reason="Placed", message="m")
+        assert not await recorder.flush(0.5)
+        assert recorder.counts.get("written") == 1 and recorder.pending == 2
+        assert len(await events(storage)) == 1
+    finally:
+        task.cancel()
