@@ -9,7 +9,9 @@ per simulated cluster, the real `member_sync` controller, and the real placement
 
 Measured per run, at each size:
 - initial sync: from starting the member sync to every cluster Ready (every node, pod and PodGroup
-  listed and folded into its snapshot, every watch open);
+  listed and folded into its snapshot, every watch open); and the CPU seconds the hub and the
+  simulators spent on it (`initialSyncHubCpuSeconds`, `initialSyncSimCpuSeconds`): the wall time
+  moves with the machine's load, the CPU it took much less;
 - hub RSS once every cluster is Ready (`hubRssMiB`), its peak over the run (`hubPeakRssMiB`), and
   memory per node: (RSS when Ready - RSS before the sync) / nodes; the same after a collection and
   glibc's malloc_trim (`hubRssTrimmedMiB`, `hubHeldBytesPerNode`: what the hub holds, without the heap
@@ -79,7 +81,7 @@ BAR_SIZE = (100, 1000)
 QUICK = {"clusters": 20, "nodes": [500], "runs": 1, "seconds": 5.0, "gangs": 300}
 #: memory left to the machine's other tenants when judging whether the next size fits
 MEMORY_MARGIN_MIB = 4096
-UNITS = {"initialSyncSeconds": "s", "hubRssMiB": "MiB", "hubRssTrimmedMiB": "MiB", "hubHeldBytesPerNode": "B", "hubPeakRssMiB": "MiB", "hubBytesPerNode": "B",
+UNITS = {"initialSyncSeconds": "s", "initialSyncHubCpuSeconds": "s", "initialSyncSimCpuSeconds": "s", "hubRssMiB": "MiB", "hubRssTrimmedMiB": "MiB", "hubHeldBytesPerNode": "B", "hubPeakRssMiB": "MiB", "hubBytesPerNode": "B",
          "simRssMiB": "MiB", "decisionsPerSecond": "decisions/s", "p99DecisionMs": "ms",
          "lagP50Ms": "ms", "lagP99Ms": "ms", "simEmitP99Ms": "ms", "hubLagP99Ms": "ms",
          "eventsPerSecond": "events/s", "hubRunqueueWaitSPerS": "s/s", "nodes": "nodes"}
@@ -155,10 +157,13 @@ async def one_run(args: argparse.Namespace) -> dict[str, Any]:
             tracemalloc.start(1)
             tracing = tracemalloc.take_snapshot()
         rss_before = syncbench.rss_mib()
+        cpu_before, sim_cpu_before = syncbench.cpu_seconds(), sum(syncbench.cpu_seconds(p) for p in members.pids)
         sync_started = time.perf_counter()
         await hub.start(members.registrations)
         await hub.wait_ready(members.names, members, timeout=args.sync_timeout)
         synced_in = time.perf_counter() - sync_started
+        sync_cpu = syncbench.cpu_seconds() - cpu_before
+        sim_sync_cpu = sum(syncbench.cpu_seconds(p) for p in members.pids) - sim_cpu_before
         rss_ready = syncbench.rss_mib()
         nodes = hub.nodes()
         if tracing is not None:
@@ -170,6 +175,8 @@ async def one_run(args: argparse.Namespace) -> dict[str, Any]:
         figures.update({
             "nodes": nodes,
             "initialSyncSeconds": synced_in,
+            "initialSyncHubCpuSeconds": sync_cpu,
+            "initialSyncSimCpuSeconds": sim_sync_cpu,
             "hubRssMiB": rss_ready,
             "hubBytesPerNode": (rss_ready - rss_before) * 2**20 / max(nodes, 1),
             "simRssMiB": members.rss_mib(),
