@@ -58,6 +58,7 @@ from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError, bad_req
 from federator.apiserver.podlog import parse_log_options, serve_log
 from federator.apiserver.registry import JSONObject
 from federator.apiserver.reviews import review_resources
+from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
 from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.gcpolicy import server_gc
@@ -334,6 +335,7 @@ def build_hub_app(
     leader_ttl_seconds: float = LEADER_TTL_SECONDS,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     bookmark_interval: float = 10.0,
+    limits: ServerLimits = DEFAULT_LIMITS,
 ) -> web.Application:
     """The hub as one aiohttp Application (see the module docstring). Serve it
     with an AppRunner; nothing is opened before the runner sets it up."""
@@ -354,7 +356,7 @@ def build_hub_app(
         middlewares=[auth_middleware(authenticator, logger=get_logger("hub.auth")), _connection_visibility],
         # gitVersion stays kube-like (kubectl warns on a skewed minor); ours rides along.
         version_info={"federatorVersion": __version__},
-        max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics,
+        max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics, limits=limits,
         start_storage=False,
         readiness=lambda: _readiness(state),
         subresources=[Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="memberclusters",
@@ -951,7 +953,8 @@ async def _serve(plan: _Plan) -> int:
                         authenticator=authenticator, clusters_dir=plan.clusters_dir,
                         leader_ttl_seconds=plan.leader_ttl)
     state = hub_state(app)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
+    # api_runner: what the HTTP parser refuses (oversized URL or header...) is a kube Status too.
+    runner = api_runner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
     exit_code = 0
     gc_settings = contextlib.ExitStack()
     try:

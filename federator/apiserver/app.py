@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -54,6 +55,7 @@ from federator.apiserver.openapi import OpenAPISpecs, openapi_v2_body
 from federator.apiserver.managedfields import default_manager, field_manager_errors, options_invalid
 from federator.apiserver.patch import APPLY_PATCH, JSON_PATCH, accepted_patch_types
 from federator.apiserver.registry import JSONObject, Registry, ResourceType
+from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, handler_args
 from federator.apiserver.storage import ObjectList, ObjectStorage
 from federator.apiserver.table import build_table, wants_table
 from federator.apiserver.watch import WatchOptions, parse_bool, serve_watch
@@ -152,6 +154,8 @@ class ApiServerState:
     open_watches: int = 0
     #: GET /readyz: (ready, one line saying why); None: always "ok"
     readiness: Readiness | None = None
+    #: read timeouts and request-head limits (serving.py)
+    limits: ServerLimits = DEFAULT_LIMITS
     _discovery_cache: dict[str, bytes] = field(default_factory=dict)
 
     def count(self, verb: str, resource: str) -> int:
@@ -276,29 +280,55 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
     return type(error).__name__
 
 
+#: Set on a request whose connection must be closed after the answer (a body that never came).
+_CLOSE_CONNECTION: web.RequestKey[bool] = web.RequestKey("federator_close_connection", bool)
+
+
 async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refusing (413) anything above `limit` bytes without buffering it all."""
+    """The request body, refusing (413) anything above `limit` bytes without buffering it all,
+    and (504 Timeout, connection closed) one that does not arrive in full within the server's
+    body read timeout (ServerLimits.body_timeout_seconds)."""
     length = request.content_length
     if length is not None and length > limit:
         raise errors.too_large(limit)
+    state = request.config_dict.get(API_STATE)
+    seconds = (state.limits if state is not None else DEFAULT_LIMITS).body_timeout_seconds
     data = bytearray()
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        data += chunk
-        if len(data) > limit:
-            raise errors.too_large(limit)
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > limit:
+                    raise errors.too_large(limit)
+    except TimeoutError:
+        request[_CLOSE_CONNECTION] = True
+        raise errors.timeout(f"Timeout: the request body did not arrive within {seconds:g}s") from None
     return bytes(data)
+
+
+#: Integer query parameters are int64 in kube (strconv.ParseInt: optional sign, ASCII digits).
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_INT64_MAX = (1 << 63) - 1
+#: A list limit above any list's size lists everything (paging semantics kept); larger values are
+#: cut to this so that no store does arithmetic on kube's int64 maximum (sqlite binds limit + 1).
+_MAX_LIST_LIMIT = (1 << 31) - 1
+#: A watch asked to last longer than a day ends after a day (clients re-watch from their last RV).
+_MAX_WATCH_TIMEOUT_SECONDS = 86_400
 
 
 def _int_param(query: Mapping[str, str], name: str) -> int | None:
     raw = query.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise errors.bad_request(f"invalid value for query parameter {name}: {raw!r} is not an integer") from None
+    shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    if not _INTEGER.fullmatch(raw):
+        raise errors.bad_request(f"invalid value for query parameter {name}: {shown!r} is not an integer")
+    value = int(raw)
+    if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+        raise errors.bad_request(
+            f"invalid value for query parameter {name}: {shown!r} is out of range (at most {_INT64_MAX})")
     if value < 0:
-        raise errors.bad_request(f"invalid value for query parameter {name}: {raw!r} must be >= 0")
+        raise errors.bad_request(f"invalid value for query parameter {name}: {shown!r} must be >= 0")
     return value
 
 
@@ -335,6 +365,31 @@ def _patch_problems(validation: FieldValidation, body: bytes, doc: Any, *, json_
             json_patch_unknown_fields(doc))
     else:
         validation.duplicates = tuple(repeated)
+
+
+_PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+
+
+def _check_propagation(query: Mapping[str, str], opts: JSONObject) -> None:
+    """kube's ValidateDeleteOptions for propagationPolicy and orphanDependents (query or body):
+    422 on DeleteOptions, before anything is deleted. (Nothing here owns other objects, so a
+    valid policy changes nothing.)"""
+    policy = query.get("propagationPolicy", opts.get("propagationPolicy"))
+    orphan: Any = opts.get("orphanDependents")
+    if "orphanDependents" in query:
+        orphan = parse_bool(query.get("orphanDependents"))
+    if policy is not None and not isinstance(policy, str):
+        raise errors.bad_request("DeleteOptions.propagationPolicy must be a string")
+    if orphan is not None and not isinstance(orphan, bool):
+        raise errors.bad_request("DeleteOptions.orphanDependents must be a boolean")
+    causes = []
+    if orphan is not None and policy is not None:
+        causes.append(errors.FieldError.invalid("propagationPolicy", policy,
+                                                "orphanDependents and deletionPropagation cannot be both set"))
+    if policy is not None and policy not in _PROPAGATION_POLICIES:
+        causes.append(errors.FieldError.not_supported("propagationPolicy", policy, [*_PROPAGATION_POLICIES, "nil"]))
+    if causes:
+        raise options_invalid("DeleteOptions", causes)
 
 
 #: How much of a body an error message repeats.
@@ -646,9 +701,14 @@ class _Handlers:
     async def _list(self, request: web.Request, t: _Target) -> web.StreamResponse:
         assert t.rt is not None
         q = request.query
+        if "sendInitialEvents" in q:
+            # kube's ValidateListOptions: set at all (even false) without watch.
+            raise options_invalid("ListOptions", [errors.FieldError.forbidden(
+                "sendInitialEvents", "sendInitialEvents is forbidden for list")])
+        _int_param(q, "timeoutSeconds")  # kube parses every ListOptions field: not an int64 is a 400
         listing = await self.state.storage.list(
             t.rt, namespace=t.namespace, label_selector=q.get("labelSelector"),
-            field_selector=q.get("fieldSelector"), limit=_int_param(q, "limit") or 0,
+            field_selector=q.get("fieldSelector"), limit=min(_int_param(q, "limit") or 0, _MAX_LIST_LIMIT),
             continue_token=q.get("continue") or None, resource_version=q.get("resourceVersion"),
             resource_version_match=q.get("resourceVersionMatch") or None,
         )
@@ -670,7 +730,7 @@ class _Handlers:
             raise errors.invalid(rt, "", [errors.FieldError.forbidden(
                 "sendInitialEvents", "sendInitialEvents is forbidden for watch unless resourceVersionMatch "
                 "is NotOlderThan")])
-        timeout = _int_param(q, "timeoutSeconds")
+        timeout = min(_int_param(q, "timeoutSeconds") or 0, _MAX_WATCH_TIMEOUT_SECONDS)
         options = WatchOptions(
             namespace=t.namespace,
             resource_version=q.get("resourceVersion") or None,
@@ -832,6 +892,7 @@ class _Handlers:
         pre = opts.get("preconditions")
         if pre is not None and not isinstance(pre, dict):
             raise errors.bad_request("DeleteOptions.preconditions must be an object")
+        _check_propagation(request.query, opts)
         return opts
 
     async def _delete(self, request: web.Request, t: _Target) -> web.StreamResponse:
@@ -914,7 +975,8 @@ def _error_middleware(state: ApiServerState) -> Any:
 
 
 def _warnings_middleware() -> Any:
-    """Field validation's warnings (Warn) as `Warning` headers, on the answer whatever it is."""
+    """Field validation's warnings (Warn) as `Warning` headers, on the answer whatever it is; and
+    the connection closed after an answer to a body that never arrived."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
@@ -923,6 +985,8 @@ def _warnings_middleware() -> Any:
         if validation is not None and validation.warnings and not response.prepared:
             for value in errors.warning_headers(validation.warnings):
                 response.headers.add("Warning", value)
+        if request.get(_CLOSE_CONNECTION) and not response.prepared:
+            response.force_close()
         return response
 
     return middleware
@@ -962,6 +1026,7 @@ def build_api_app(
     metrics: Metrics | None = None,
     start_storage: bool = True,
     readiness: Readiness | None = None,
+    limits: ServerLimits = DEFAULT_LIMITS,
 ) -> web.Application:
     """An aiohttp Application serving `registry` from `storage`. With
     `start_storage`, the app's cleanup_ctx starts the storage's watch cache
@@ -979,10 +1044,13 @@ def build_api_app(
         metrics=metrics or METRICS,
         openapi=OpenAPISpecs(registry),
         readiness=readiness,
+        limits=limits,
     )
     app = web.Application(
         middlewares=[*middlewares, _warnings_middleware(), _error_middleware(state), _auth_middleware(state)],
         client_max_size=max_body_bytes,
+        # Read timeouts and request-head limits for whatever runner serves the app (serving.py).
+        handler_args=handler_args(limits),
     )
     app[API_STATE] = state
     h = _Handlers(state)

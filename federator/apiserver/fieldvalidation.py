@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from federator.apiserver import errors
+from federator.apiserver.managedfields import options_invalid
 from federator.apiserver.registry import ResourceType
 
 __all__ = [
@@ -58,13 +59,8 @@ def directive_from_query(query: Mapping[str, str], *, options_kind: str) -> str:
     if value == "":
         return DEFAULT_DIRECTIVE
     if value not in FIELD_VALIDATION_VALUES:
-        raise errors.ApiError(
-            422, "Invalid",
-            f'{options_kind}.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "{value}": '
-            'supported values: "", "Ignore", "Strict", "Warn"',
-            details={"group": "meta.k8s.io", "kind": options_kind, "causes": [{
-                "reason": "FieldValueNotSupported", "field": "fieldValidation",
-                "message": f'Unsupported value: "{value}": supported values: "", "Ignore", "Strict", "Warn"'}]})
+        raise options_invalid(options_kind, [errors.FieldError.not_supported(
+            "fieldValidation", value, ["", "Ignore", "Strict", "Warn"])])
     return value
 
 

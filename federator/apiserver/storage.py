@@ -90,8 +90,9 @@ from federator.store.protocol import (
 
 _log = get_logger("apiserver.storage")
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# fullmatch only: `$` would also match before a trailing newline ("job\n").
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_OWNED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                       "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
@@ -268,7 +269,7 @@ _CONTINUE_EXPIRED = (
 
 def _name_error(name: str, fmt: str, field: str = "metadata.name") -> FieldError | None:
     if fmt == "label":
-        if len(name) > 63 or not _DNS1123_LABEL.match(name):
+        if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
             return FieldError.invalid(
                 field, name,
                 "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
@@ -276,7 +277,7 @@ def _name_error(name: str, fmt: str, field: str = "metadata.name") -> FieldError
                 "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
             )
         return None
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
         return FieldError.invalid(
             field, name,
             "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
@@ -845,7 +846,12 @@ class ObjectStorage:
         meta = new["metadata"]
         ns = meta.get("namespace")
         if ns:
+            # A namespace that cannot exist: 404 where namespaces are objects (kube's NamespaceLifecycle
+            # admission answers first), else 422 on metadata.namespace (kube's ObjectMeta validation).
             await self._check_namespace(rt, ns)
+            ns_error = _name_error(ns, "label", "metadata.namespace")
+            if ns_error is not None:
+                raise errors.invalid(rt, meta.get("name") or "", [ns_error])
         generate = not meta.get("name")
         for attempt in range(8):
             if generate:

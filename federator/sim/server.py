@@ -67,6 +67,7 @@ from federator.apiserver.app import ApiServerState, Principal, api_state, build_
 from federator.apiserver.auth import RequestAttributes, auth_middleware
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import Registry
+from federator.apiserver.serving import api_runner
 from federator.apiserver.storage import ObjectStorage
 from federator.devcerts import DevTLS, ensure_dev_tls, server_ssl_context, write_kubeconfig
 from federator.obs import METRICS, Metrics, get_logger
@@ -313,7 +314,7 @@ class SimCluster:
         return api_state(self.app)
 
     async def start(self) -> None:
-        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
+        runner = api_runner(self.app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
         await runner.setup()
         ssl_context = self._ssl_context()
         site = web.TCPSite(runner, self.host, self._requested_port, reuse_address=True, ssl_context=ssl_context)

@@ -1,6 +1,7 @@
 """`kubectl auth whoami` / `can-i` against a real hub: the reviews answer what the request gets.
 
-The full matrix (every verb x resource x namespace x role) goes through the API: for each cell the
+The full matrix (every verb x every resource and subresource in discovery x namespace x role) goes
+through the API: for each cell the
 hub is asked with a SelfSubjectAccessReview, the request itself is sent, and the two must agree
 (allowed <=> the request is not 403); the SelfSubjectRulesReview of the same user and namespace,
 matched as kube's RBAC matches rules, must agree too. A sample goes through real kubectl, each
@@ -34,24 +35,6 @@ SUB_VERBS = ("get", "create", "update", "patch", "delete")  # a subresource has 
 
 
 @dataclass(frozen=True)
-class Kind:
-    group: str
-    base: str  # "/api/v1" or "/apis/<g>/<v>"
-    plural: str
-    namespaced: bool
-    subresources: tuple[str, ...] = ()
-
-
-KINDS = (
-    Kind(G, GV, "trainingjobs", True, ("status",)),
-    Kind(G, GV, "memberclusters", False, ("status", "failoverplan")),
-    Kind(G, GV, "drillreports", False),
-    Kind("", "/api/v1", "events", True),
-    Kind("events.k8s.io", "/apis/events.k8s.io/v1", "events", True),
-)
-
-
-@dataclass(frozen=True)
 class Cell:
     """One request: its review attributes and how to send it."""
 
@@ -64,37 +47,41 @@ class Cell:
     path: str
 
 
-def _cells() -> list[Cell]:
+METHOD_OF = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT", "patch": "PATCH",
+             "delete": "DELETE", "deletecollection": "DELETE"}
+
+
+async def _cells(hub: RunningHub) -> list[Cell]:
+    """Every resource and subresource the hub's discovery lists, with every verb that has a URL,
+    in the researcher's own namespace, another one and (collections) across namespaces; plus a few
+    non-resource paths."""
     cells: list[Cell] = []
-    method_of = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT",
-                 "patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE"}
-    for kind in KINDS:
-        scopes = ("default", "team-b", "") if kind.namespaced else ("",)
-        for ns in scopes:
-            base = f"{kind.base}/namespaces/{ns}/{kind.plural}" if ns else f"{kind.base}/{kind.plural}"
-            for verb in VERBS:
-                if kind.namespaced and not ns and verb not in ("list", "watch", "deletecollection"):
-                    continue  # a namespaced object has no cluster-scoped URL
-                on_collection = verb in ("list", "watch", "create", "deletecollection")
-                path = base if on_collection else f"{base}/x"
-                if verb == "watch":
-                    path += "?watch=1"
-                cells.append(Cell(verb, kind.group, kind.plural, "", ns, method_of[verb], path))
-            for sub in kind.subresources:
-                if kind.namespaced and not ns:
-                    continue
-                for verb in SUB_VERBS:
-                    cells.append(Cell(verb, kind.group, kind.plural, sub, ns, method_of[verb], f"{base}/x/{sub}"))
+    status, groups = await hub.request("GET", "/apis", who="admin")
+    assert status == 200
+    bases = [("", "/api/v1")] + [(g["name"], f"/apis/{g['preferredVersion']['groupVersion']}")
+                                 for g in groups["groups"]]
+    for group, base in bases:
+        status, listing = await hub.request("GET", base, who="admin")
+        assert status == 200
+        for entry in listing["resources"]:
+            plural, _, sub = entry["name"].partition("/")
+            namespaced = entry["namespaced"]
+            for ns in ("default", "team-b", "") if namespaced else ("",):
+                prefix = f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
+                for verb in (VERBS if not sub else SUB_VERBS):
+                    collection = not sub and verb in ("list", "watch", "create", "deletecollection")
+                    if namespaced and not ns and not (collection and verb != "create"):
+                        continue  # only list, watch and deletecollection have a URL across namespaces
+                    if entry["verbs"] == ["create"] and verb != "create":
+                        continue  # the reviews: create is all there is
+                    path = prefix if collection else f"{prefix}/x" + (f"/{sub}" if sub else "")
+                    if verb == "watch":
+                        path += "?watch=1"
+                    cells.append(Cell(verb, group, plural, sub, ns, METHOD_OF[verb], path))
     for path, verb in (("/metrics", "get"), ("/version", "get"), ("/apis", "get"), ("/openapi/v3", "get"),
                        ("/debug/pprof", "get"), ("/apis", "post")):
         cells.append(Cell(verb, "", "", "", "", verb.upper(), path))
-    for review in (SSAR, SSRR, WHOAMI):
-        group, plural = review.split("/")[2], review.rsplit("/", 1)[1]
-        cells.append(Cell("create", group, plural, "", "", "POST", review))
     return cells
-
-
-CELLS = _cells()
 
 
 class Client:
@@ -165,6 +152,11 @@ async def test_can_i_answers_what_every_request_gets(hub: RunningHub) -> None:
         status, body = await hub.request("POST", f"{GV}/namespaces/{obj['metadata']['namespace']}/trainingjobs",
                                          body=obj)
         assert status == 201, body
+    cells = await _cells(hub)
+    resources = {(c.group, c.resource, c.subresource) for c in cells if c.resource}
+    assert {(G, "trainingjobs", "status"), (G, "trainingjobs", "log"), (G, "memberclusters", "failoverplan"),
+            ("", "events", ""), ("events.k8s.io", "events", ""), (G, "drillreports", ""),
+            ("authorization.k8s.io", "selfsubjectaccessreviews", "")} <= resources, resources
     session, clients = await _clients(hub)
     mismatches: list[str] = []
     counts = {"allowed": 0, "denied": 0}
@@ -196,10 +188,9 @@ async def test_can_i_answers_what_every_request_gets(hub: RunningHub) -> None:
         # Reads first, then writes, deletes last: a delete only changes 404s into 404s, never a 403.
         order = {"GET": 0, "POST": 1, "PUT": 1, "PATCH": 1, "DELETE": 2}
         for phase in (0, 1, 2):
-            await asyncio.gather(*(check(who, cell) for who in ROLES for cell in CELLS
+            await asyncio.gather(*(check(who, cell) for who in ROLES for cell in cells
                                    if order[cell.method] == phase))
     assert not mismatches, "\n".join(mismatches)
-    print(counts)
     # The matrix is not trivially all-yes or all-no.
     assert counts["allowed"] > 100 and counts["denied"] > 100, counts
 

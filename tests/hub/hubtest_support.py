@@ -7,7 +7,7 @@
 
 Options: `store_url` (e.g. an etcd URL), `controllers` (ControllerFactory list;
 e.g. [member_sync]), `settings` (HubSettings), `clusters_dir`, `job_finalizers`,
-`max_body_bytes`. The hub has four users (TOKENS): admin, researcher
+`max_body_bytes`, `limits` (read timeouts and request-head limits, serving.py). The hub has four users (TOKENS): admin, researcher
 (namespace default), other (researcher in namespace team-b) and viewer, and a
 kubeconfig for each plus `wrong` (unknown token) and `untrusting` (a CA that
 did not sign the hub's certificate).
@@ -35,6 +35,7 @@ from aiohttp import web
 
 from federator.apiserver.auth import TokenAuthenticator
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES
+from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
 from federator.controllers.context import ControllerFactory, HubContext, HubSettings
 from federator.devcerts import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
 from federator.hub import HubState, build_hub_app, hub_state
@@ -142,6 +143,7 @@ async def start_hub(
     clusters_dir: Path | None = None,
     job_finalizers: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    limits: ServerLimits = DEFAULT_LIMITS,
     bookmark_interval: float = 1.0,
     leader_ttl_seconds: float | None = None,
     wait_for_lead: bool = True,
@@ -163,10 +165,11 @@ async def start_hub(
         metrics=metrics,
         clusters_dir=clusters_dir,
         max_body_bytes=max_body_bytes,
+        limits=limits,
         bookmark_interval=bookmark_interval,
         **({"leader_ttl_seconds": leader_ttl_seconds} if leader_ttl_seconds is not None else {}),
     )
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
+    runner = api_runner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
     await runner.setup()
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(tls.server_cert, tls.server_key))
