@@ -288,6 +288,8 @@ def test_the_new_families_say_what_the_run_did(scrape: Scrape) -> None:
     assert value("federator_drill_reports") == 2
     assert value("federator_store_size_bytes", backend="sqlite") > 0
     assert value("federator_dispatches_total", result="ok") == 3
+    # each job's Placed, Dispatched and Running Events at least (the last ones may still be on their way)
+    assert value("federator_events_total", result="written") >= 3 * 3
 
 
 # ---------------------------------------------------------------- the dashboard
