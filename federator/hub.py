@@ -34,7 +34,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import secrets
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -664,8 +666,12 @@ def read_registrations(directory: Path) -> list[tuple[Path, JSONObject]]:
             continue
         try:
             documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
-        except (OSError, UnicodeDecodeError) as e:
-            raise RegistrationError(f"{path}: cannot read it ({e})") from None
+        except UnicodeDecodeError:
+            raise RegistrationError(f"{path}: not UTF-8 text") from None
+        except OSError as e:
+            raise RegistrationError(f"{path}: cannot read it ({e.strerror or 'read failed'})") from None
+        except RecursionError:
+            raise RegistrationError(f"{path}: nested too deeply to be a registration") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -1008,10 +1014,14 @@ async def _wait_first(*events: asyncio.Event) -> bool:
 
 
 def _print_next_steps(url: str, kubeconfigs: dict[str, Path]) -> None:
-    """Tell a person at a terminal how to use the hub (stdout; logs go to stderr)."""
+    """Tell a person at a terminal how to use the hub (stdout; logs go to stderr). Every command is printed so
+    that it runs as printed from this working directory: `federator` by the path it has here unless it is
+    on PATH, the example job by a path that exists."""
     lines = [f"federator hub {__version__} is serving {url}"]
     if kubeconfigs:
         admin, researcher = kubeconfigs.get("admin"), kubeconfigs.get("researcher")
+        federator = federator_command()
+        example = example_job_path()
         lines += [
             f"  admin kubeconfig:      {admin}",
             f"  researcher kubeconfig: {researcher} (namespace default)",
@@ -1019,9 +1029,42 @@ def _print_next_steps(url: str, kubeconfigs: dict[str, Path]) -> None:
             f"  export KUBECONFIG={admin}",
             "  kubectl get tj -A                              # TrainingJobs in every namespace",
             "  kubectl get mc                                 # registered member clusters",
-            "  federator submit -f examples/resnet-ps.yaml    # the example job (namespace vision)",
-            "  federator get jobs -A -w                       # watch jobs",
         ]
+        if example is not None:
+            lines.append(f"  {federator} submit -f {example}    # the example job (namespace vision)")
+        lines.append(f"  {federator} get jobs -A -w                       # watch jobs")
     lines.append("Ctrl-C stops the hub.")
-    print("\n".join(lines), flush=True)
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:
+        # stdout was closed (`federator up | head`): the hub serves on, printing nowhere.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def federator_command() -> str:
+    """How to run this installation's `federator` from the working directory: the bare name when PATH finds
+    this one, else its script next to this Python (`.venv/bin/federator` when the venv is below the working
+    directory), else `python -m federator.cli` with this Python."""
+    script = Path(sys.executable).parent / "federator"
+    found = shutil.which("federator")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return "federator"
+    if script.exists():
+        try:
+            return str(script.absolute().relative_to(Path.cwd()))
+        except ValueError:
+            return str(script.absolute())
+    return f"{sys.executable} -m federator.cli"
+
+
+def example_job_path() -> str | None:
+    """The design.md example job: relative to the working directory when it is there (a checkout), else in
+    the source tree this hub runs from; None when neither has it (an installed package)."""
+    relative = Path("examples") / "resnet-ps.yaml"
+    if relative.is_file():
+        return str(relative)
+    source = Path(__file__).resolve().parents[1] / relative
+    return str(source) if source.is_file() else None
 

@@ -19,8 +19,10 @@ a token or any part of a kubeconfig's credentials.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import json
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ from urllib.parse import quote
 
 import aiohttp
 import yaml
+
+from federator.apis.common import json_type
 
 API_GROUP = "federator.dev"
 API_VERSION = "v1alpha1"
@@ -88,13 +92,24 @@ def load_connection(*, kubeconfig: str | None = None, context: str | None = None
                          client_configuration=configuration, persist_config=False)
         contexts, active = list_kube_config_contexts(config_file=expanded)  # type: ignore[no-untyped-call]
     except ConfigException as e:
-        raise HubError(f"error: cannot use kubeconfig {path}: {_first_line(str(e))}") from None
+        # The loader's messages end with the Python repr of the entry it choked on: not for a user.
+        said = re.sub(r"\s*/?[{\[]'.*$", "", _first_line(str(e))) or "not a usable kubeconfig"
+        raise HubError(f"error: cannot use kubeconfig {path}: {said}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise HubError(f"error: cannot use kubeconfig {path}: not valid YAML{at}") from None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:  # fields the loader trips on
-        raise HubError(f"error: cannot use kubeconfig {path}: {type(e).__name__}: {_first_line(str(e))}") from None
+    except UnicodeDecodeError:
+        raise HubError(f"error: cannot use kubeconfig {path}: not UTF-8 text") from None
+    except binascii.Error:
+        raise HubError(f"error: cannot use kubeconfig {path}: its certificate or key data is not valid base64") \
+            from None
+    except OSError as e:
+        raise HubError(f"error: cannot use kubeconfig {path}: {e.strerror or 'cannot read a file it names'}"
+                       f"{f' ({e.filename})' if e.filename else ''}") from None
+    except (ValueError, TypeError, KeyError, AttributeError):  # fields the loader trips on
+        raise HubError(f"error: cannot use kubeconfig {path}: not a kubeconfig (a YAML mapping with clusters, "
+                       "contexts and users, each a list of named entries)") from None
     chosen = next((c for c in contexts or [] if c.get("name") == context), None) if context else active
     namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
     headers: dict[str, str] = {"Accept": "application/json", "User-Agent": "federator-cli"}
@@ -197,7 +212,9 @@ class HubClient:
             return HubError(f"error: the hub at {where} did not answer within {self.timeout_seconds:g}s")
         if isinstance(error, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
             return HubError(f"error: the connection to the hub at {where} broke off")
-        return HubError(f"error: request to the hub at {where} failed: {type(error).__name__}")
+        if isinstance(error, aiohttp.InvalidURL):
+            return HubError(f"error: the hub's server URL in the kubeconfig, {where}, is not a valid URL")
+        return HubError(f"error: request to the hub at {where} failed: the connection broke off or was refused")
 
     async def request(self, method: str, path: str, *, body: Any = None,
                       params: Mapping[str, str] | None = None,
@@ -224,7 +241,8 @@ class HubClient:
             raise HubError(f"error: the hub at {self.connection.server} answered with something other "
                            "than JSON") from None
         if not isinstance(decoded, dict):
-            raise HubError(f"error: the hub at {self.connection.server} answered with a JSON {type(decoded).__name__}")
+            raise HubError(f"error: the hub at {self.connection.server} answered with a JSON {json_type(decoded)}, "
+                           "not an object")
         return decoded
 
     async def stream(self, path: str, *, params: Mapping[str, str] | None = None,

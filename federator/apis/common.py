@@ -116,7 +116,7 @@ def _validate_quantity(value: object) -> str | int:
     The API takes quantities as strings or integers only (a float such as 1.5
     does not round-trip exactly), so floats are refused here."""
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"must be a quantity string or an integer, not {_json_type(value)}")
+        raise ValueError(f"must be a quantity string or an integer, not {json_type(value)}")
     try:
         amount = parse_quantity(value)
     except QuantityError as exc:
@@ -565,7 +565,8 @@ def selector_errors(selector: object, *, path: str) -> list[FieldError]:
 # --------------------------------------------------------------------------- errors
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
+    """What a decoded JSON/YAML value is, in JSON's words (object, array, string, null...), for messages."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -586,11 +587,11 @@ def _json_type(value: object) -> str:
 def _render(value: object) -> str:
     """A short JSON rendering of a submitted value, safe to put in a message."""
     if isinstance(value, Mapping) or isinstance(value, list | tuple):
-        return _json_type(value)
+        return json_type(value)
     try:
         text = json.dumps(value, ensure_ascii=True, allow_nan=True)
     except (TypeError, ValueError):
-        text = _json_type(value)
+        text = json_type(value)
     if len(text) > _MAX_RENDERED:
         text = text[:_MAX_RENDERED] + "..."
     return text

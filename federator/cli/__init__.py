@@ -64,8 +64,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Bytes that are not UTF-8 (in a file name, say) are written back as they came, never a UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="surrogateescape")
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # argparse's --help, --version and usage errors: printed, not yet flushed
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is an ignored traceback
+        return code
+    except BrokenPipeError:
+        # `federator ... | head`: the reader has what it wanted. Say nothing, and let the interpreter's
+        # last flush of stdout go nowhere instead of failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    undecodable = _undecodable_argument(parser, args)
+    if undecodable is not None:
+        print(f"error: {undecodable}", file=sys.stderr)
+        return 2
     handler: Handler = args.handler
     try:
         return handler(args)
@@ -74,8 +101,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise
+    except RecursionError:
+        # Only hostile input gets this deep (a YAML or JSON file of thousands of nested levels).
+        print("error: an input file is nested too deeply to read", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - last line of defence: one line, no traceback
         if os.environ.get("FEDERATOR_DEBUG"):
             raise
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"error: federator failed unexpectedly ({type(e).__name__}: {e}); this is a bug: please report it "
+              "(FEDERATOR_DEBUG=1 shows where)", file=sys.stderr)
         return 1
+
+
+#: Arguments that name files or pass arguments through: any bytes the OS allows may be in them.
+_PATH_METAVARS = frozenset({"FILE", "DIR", "PATH"})
+_PATH_DESTS = frozenset({"state_dir", "store", "kubeconfig", "data_dir", "scale_args", "bench_args"})
+
+
+def _undecodable_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The message for the first argument that is not UTF-8 text (the OS hands Python such bytes as lone
+    surrogates) and is not a file name, or None. Names, namespaces, selectors and the like are sent to the
+    hub as UTF-8: such an argument could only fail later with Python's words."""
+    shown: dict[str, str] = {}
+    paths: set[str] = set()
+    pending = [parser]
+    while pending:
+        for action in pending.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                pending.extend(action.choices.values())
+                continue
+            shown.setdefault(action.dest, "/".join(action.option_strings) or str(action.metavar or action.dest))
+            if action.metavar in _PATH_METAVARS or action.dest in _PATH_DESTS:
+                paths.add(action.dest)
+    for dest, value in vars(args).items():
+        values = value if isinstance(value, list) else [value]
+        for text in values:
+            if not isinstance(text, str) or dest in paths:
+                continue
+            if any("\ud800" <= ch <= "\udfff" for ch in text):
+                try:
+                    encoded = text.encode("utf-8", "surrogateescape")
+                except UnicodeEncodeError:
+                    encoded = text.encode("utf-8", "backslashreplace")
+                raw = encoded.decode("ascii", "backslashreplace")
+                return f"argument {shown.get(dest, dest)}: {raw!s} is not UTF-8 text"
+    return None

@@ -52,8 +52,10 @@ def member_connection(kubeconfig: Path, *, context: str | None) -> JSONObject:
         config = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"--kubeconfig {where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"--kubeconfig {where}: cannot read it ({type(e).__name__})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"--kubeconfig {where}: not UTF-8 text") from None
+    except OSError as e:
+        raise InputError(f"--kubeconfig {where}: cannot read it ({e.strerror or 'read failed'})") from None
     except yaml.YAMLError:
         raise InputError(f"--kubeconfig {where}: not valid YAML") from None
     if not isinstance(config, dict):

@@ -24,7 +24,7 @@ from typing import Any, TextIO, TypeVar
 
 import yaml
 
-from federator.apis.common import parse_duration_seconds
+from federator.apis.common import json_type, parse_duration_seconds
 from federator.hubclient import (
     API_GROUP,
     API_VERSION,
@@ -70,8 +70,19 @@ def hub_flags(parser: argparse.ArgumentParser, *, member_kubeconfig: bool = Fals
                            help="kubeconfig of the hub (default: $KUBECONFIG, then ~/.kube/config)")
     group.add_argument("--hub-context", dest="hub_context", metavar="NAME",
                        help="kubeconfig context to use (default: the current context)")
-    group.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
-                       help="give up on a request after this long (default: 30)")
+    group.add_argument("--request-timeout", type=request_timeout, default=30.0, metavar="SECONDS",
+                       help="give up on a request after this long (default: 30; at most a day)")
+
+
+def request_timeout(text: str) -> float:
+    """--request-timeout: seconds, more than 0 and at most a day (argparse turns the error into usage + one line)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < seconds <= 86_400:  # also refuses nan and infinity
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most 86400 seconds")
+    return seconds
 
 
 def run_on_hub(args: argparse.Namespace, work: Callable[[HubClient], Any]) -> int:
@@ -154,6 +165,8 @@ def read_documents(path: str, *, stdin: TextIO | None = None) -> list[JSONObject
         raise InputError(f"{where}: larger than {_MAX_INPUT_BYTES // (1024 * 1024)} MiB")
     try:
         loaded = [d for d in yaml.safe_load_all(text) if d is not None]
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply to be a manifest") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -162,7 +175,7 @@ def read_documents(path: str, *, stdin: TextIO | None = None) -> list[JSONObject
     documents: list[JSONObject] = []
     for index, document in enumerate(loaded, start=1):
         if not isinstance(document, dict):
-            raise InputError(f"{where}: document {index} is a {type(document).__name__}, not an object")
+            raise InputError(f"{where}: document {index} is a {json_type(document)}, not an object")
         if document.get("kind") == "List" and isinstance(document.get("items"), list):
             documents.extend(i for i in document["items"] if isinstance(i, dict))
         else:
@@ -170,15 +183,23 @@ def read_documents(path: str, *, stdin: TextIO | None = None) -> list[JSONObject
     if not documents:
         raise InputError(f"{where}: no objects in it")
     try:
-        # JSON round trip: refuse what the API cannot hold (YAML dates, sets...) here, clearly.
-        return [json.loads(json.dumps(d)) for d in documents]
-    except (TypeError, ValueError) as e:
-        raise InputError(f"{where}: {e}") from None
+        # JSON round trip: refuse what the API cannot hold (YAML dates, sets, lone surrogates...) here, clearly.
+        return [json.loads(json.dumps(d, ensure_ascii=False).encode("utf-8")) for d in documents]
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply to be a manifest") from None
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: a string in it is not valid Unicode (a lone \\uD800-\\uDFFF escape)") \
+            from None
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: a value in it is a YAML date, time, set or other type JSON cannot hold "
+                         "(quote it to make it a string)") from None
 
 
 def check_kind(document: JSONObject, kind: str, where: str, index: int) -> None:
     """InputError unless object `index` of `where` is a `kind` of our API group (or names no apiVersion)."""
     found_kind, found_version = document.get("kind"), document.get("apiVersion")
+    if found_kind is None:
+        raise InputError(f"{where}: object {index} has no kind; expected kind: {kind} (apiVersion: {GROUP_VERSION})")
     if found_kind != kind or found_version not in (None, GROUP_VERSION):
         shown = f"{found_version}/{found_kind}" if found_version else str(found_kind)
         raise InputError(f"{where}: object {index} is a {shown}, not a {GROUP_VERSION} {kind}")
