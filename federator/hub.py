@@ -137,10 +137,10 @@ def hub_controllers() -> list[ControllerFactory]:
 
 
 async def store_compaction(hub: HubContext) -> AsyncIterator[None]:
-    """The leader compacts the hub store every `--compaction-interval` (HubSettings.extra
-    "compaction_interval_seconds"; 0 turns it off) to the revision of the interval before, as
-    kube-apiserver does (store/compaction.py). Only the leader runs it; a second replica compacting at
-    the same time does no harm (compaction is idempotent)."""
+    """The leader keeps `--compaction-interval` of history in the hub store (HubSettings.extra
+    "compaction_interval_seconds"; 0 turns compaction off), compacting older revisions every fifth of it
+    (store/compaction.py). Only the leader runs it; a second replica compacting at the same time does no
+    harm (compaction is idempotent)."""
     from federator.controllers.loops import background_loop
     from federator.store.compaction import DEFAULT_COMPACTION_INTERVAL_SECONDS, run_compactor
 

@@ -57,10 +57,10 @@ def register(sub: Any) -> None:
                          "shorter means faster takeover and more store traffic (default: 10s, 1s to 5m)")
     store = p.add_argument_group("store")
     store.add_argument("--compaction-interval", default="5m", metavar="DURATION",
-                       help="every DURATION the leading hub compacts the store's history to what it was one "
-                            "interval before (kube-apiserver's --etcd-compaction-interval; sqlite also gives the "
-                            "space back), so 5 to 10 minutes of history are kept: a watch or paged list older "
-                            "than that gets 410 Expired and re-lists; 0 keeps all history (default: 5m)")
+                       help="the store keeps DURATION of history (up to 1.2x): the leading hub compacts older "
+                            "revisions every fifth of it (kube-apiserver's --etcd-compaction-interval, whose "
+                            "default this is; sqlite also gives the space back); a watch or paged list older than "
+                            "that gets 410 Expired and re-lists; 0 keeps all history (default: 5m)")
     failover = p.add_argument_group("failover (docs/failover.md)")
     failover.add_argument("--cluster-loss-grace", default="60s", metavar="DURATION",
                           help="a cluster out of contact this long, from its first failed contact, is Lost and its "

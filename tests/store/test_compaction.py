@@ -2,8 +2,8 @@
 
 - sqlite compacts in short steps and gives the freed pages back (the file shrinks), lets writes through
   between the steps, counts one compaction per call, and converts a file made before incremental vacuum;
-- `run_compactor` (kube-apiserver's compactor: every interval, compact to the revision of the tick before)
-  on every backend, and two replicas compacting one etcd at once;
+- `run_compactor` (a window of history: every fifth of the interval, compact to the newest revision at least
+  one interval old) on every backend, and two replicas compacting one etcd at once;
 - `--compaction-interval`: parsed, refused with one line, nothing written;
 - on a running hub: the leader's compaction loop runs (the metric counts it), a watch from before the window
   gets kube's 410 Expired, and the hub's own watchers re-list after the watch cache falls behind a compaction.
@@ -147,7 +147,7 @@ async def test_a_store_file_made_before_incremental_vacuum_is_converted(tmp_path
 # ---------------------------------------------------------------- the compactor, every backend
 
 
-async def test_the_compactor_compacts_to_the_revision_of_the_tick_before(store: Store) -> None:
+async def test_the_compactor_keeps_a_window_of_history(store: Store) -> None:
     record = CompactionRecord()
     first = await store.put(store.prefix + "a", b"0")
     task = asyncio.create_task(run_compactor(store, interval_seconds=0.2, record=record))
