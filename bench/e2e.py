@@ -54,6 +54,13 @@ events (reflector) 23%, status sync 21%, the API's create path 15%, the placemen
 write-ahead to the store 11%, placement cycles 9%. So per job the hub does about 2.8 times the CPU
 work of a writer that only writes the member objects; the throughput ratio stays above 1 / 2.8
 because the members, which both setups share, bound the direct writer too: 0.61 (0.52-0.70).
+A full run (`federator bench --only e2e --bench-args 'e2e=--backends sqlite'`: 60 s at 50/s, bursts
+of 2,000, 3 runs, load average 9 falling to 2): ratio 0.45 (0.43-0.60), the bar missed on the median;
+hub 7.6 CPU ms per job against the direct writer's 2.2 (3.5 times). In the last run the machine was
+quiet: the hub used a whole core (98%, the most one event loop gets) for 157 jobs/s, while the
+members, which bound the direct writer, used 96% of theirs for 261 gangs/s: 0.60. So the hub is
+CPU-bound on its one core; on a loaded machine it also gets less of it (it waited for a CPU 99% of
+the burst in the first two runs), and the ratio falls below 0.5.
 
 Prints the median of the runs (and each run's value), with the CPU share of
 the hub and of this process (the simulated members and the driver) in each
