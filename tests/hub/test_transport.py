@@ -264,7 +264,7 @@ async def test_federator_up_dev_mode_writes_kubeconfigs_that_work(tmp_path: Path
         code, out = await _stop(process)
     assert code == 0
     assert f"export KUBECONFIG={kubeconfigs['admin']}" in out
-    assert "kubectl get tj -A" in out and "federator submit -f examples/resnet-ps.yaml" in out
+    assert "kubectl get tj -A" in out and "federator submit -f " in out and "examples/resnet-ps.yaml" in out
     assert TOKENS["admin"] not in out
 
     # A restart reuses the tokens (old kubeconfigs keep their credentials) and the data.
