@@ -30,7 +30,8 @@ Figures (bar: maxToReferenceRatio <= 2): the size at the reference point, the la
 ratio, the size at the end; for sqlite, what the file held at the end (Events, other objects, history);
 jobs submitted and deleted; the hub's compactions and the longest one (from its
 "store compacted" log lines); create latency p50/p99/max over the whole run and the largest create latency of
-a request that overlapped a compaction (how long compaction stalls writes: sqlite compacts in short steps).
+a request that overlapped a compaction, and the longest single step of a sqlite compaction (one write
+transaction: what a write queued behind compaction can wait for it; sqlite compacts in short steps).
 Prints a table; `--json FILE` writes every run's figures in the format of bench/benchresult.py and, with
 matplotlib installed, a plot of size over time next to it. Never part of the tests.
 """
@@ -90,6 +91,8 @@ class Run:
     errors: int = 0
     #: (seconds since start, seconds it took) of each compaction the hub logged
     compactions: list[tuple[float, float]] = field(default_factory=list)
+    #: the longest single step (one write transaction) of each sqlite compaction, in ms
+    compaction_steps_ms: list[float] = field(default_factory=list)
     #: what the sqlite file held at the end (MiB): Events, other objects, history (the log table)
     contents: dict[str, float] = field(default_factory=dict)
 
@@ -256,17 +259,21 @@ async def drive(hub: Hub, run: Run, probe: SizeProbe, *, rate: float, lifetime: 
     run.sizes.append((time.monotonic() - started, await probe.size()))
 
 
-def _compactions(hub: Hub, wall_start: float) -> list[tuple[float, float]]:
-    """(seconds since start, seconds taken) of each "store compacted" line, by the log's UTC timestamp."""
+def _compactions(hub: Hub, wall_start: float) -> tuple[list[tuple[float, float]], list[float]]:
+    """(seconds since start, seconds taken) of each "store compacted" line, by the log's UTC timestamp; and
+    the longest step of each sqlite compaction ("sqlite store compacted" lines)."""
     import datetime as dt
 
     found = []
+    steps = []
     for record in hub.records():
+        if record.get("event") == "sqlite store compacted":
+            steps.append(float(record.get("longest_step_ms") or 0.0))
         if record.get("event") != "store compacted":
             continue
         stamp = dt.datetime.fromisoformat(str(record["timestamp"]).replace("Z", "+00:00")).timestamp()
         found.append((stamp - wall_start, float(record.get("seconds") or 0.0)))
-    return found
+    return found, steps
 
 
 def figures(run: Run) -> dict[str, float]:
@@ -290,6 +297,7 @@ def figures(run: Run) -> dict[str, float]:
         "requestErrors": float(run.errors),
         "compactions": float(len(run.compactions)),
         "longestCompactionSeconds": max((took for _, took in run.compactions), default=0.0),
+        "longestCompactionStepMs": max(run.compaction_steps_ms, default=float("nan")),
         "createP50Ms": pct(0.50),
         "createP99Ms": pct(0.99),
         "createMaxMs": latencies[-1] * 1000,
@@ -340,7 +348,7 @@ async def one_run(args: argparse.Namespace, workdir: Path, *, compaction: bool) 
         hub.start()
         wall_start = time.time()
         await drive(hub, run, probe, rate=args.rate, lifetime=args.lifetime)
-        run.compactions = _compactions(hub, wall_start)
+        run.compactions, run.compaction_steps_ms = _compactions(hub, wall_start)
     finally:
         await probe.close()
         hub.stop()

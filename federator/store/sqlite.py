@@ -922,16 +922,35 @@ class SqliteStore(BaseStore):
     async def _compact_in_steps(self, revision: int) -> None:
         """compact(): history deleted, then free pages given back, in short write transactions (see the
         module docstring: Space); other writes queue between the steps, never behind the whole of it."""
+        longest = 0.0  # the longest step, in the worker: how long a write queued behind it can wait for it
+        steps = vacuum_steps = 0
+
+        def timed(fn: Callable[[sqlite3.Connection], _WriteOutcome]) -> Callable[[sqlite3.Connection], _WriteOutcome]:
+            def run(conn: sqlite3.Connection) -> _WriteOutcome:
+                nonlocal longest
+                started = time.perf_counter()
+                try:
+                    return fn(conn)
+                finally:
+                    longest = max(longest, time.perf_counter() - started)
+            return run
+
         def step(first: bool) -> Callable[[sqlite3.Connection], _WriteOutcome]:
-            return lambda conn: self._w_compact_step(conn, revision, first=first)
+            return timed(lambda conn: self._w_compact_step(conn, revision, first=first))
 
         done = await self._run(step(True), writes=True, inline=False)
+        steps = 1
         while not done:
             done = await self._run(step(False), writes=True, inline=False)
+            steps += 1
+        vacuum = timed(lambda conn: self._w_vacuum(conn, _VACUUM_STEP_PAGES))
         while not self._closed:
-            left = await self._run(lambda conn: self._w_vacuum(conn, _VACUUM_STEP_PAGES), writes=True, inline=False)
+            left = await self._run(vacuum, writes=True, inline=False)
+            vacuum_steps += 1
             if not left:
                 break
+        _log.info("sqlite store compacted", path=str(self.path), revision=revision, steps=steps,
+                  vacuum_steps=vacuum_steps, longest_step_ms=round(longest * 1000, 1))
 
     async def compact_revision(self) -> int:
         self._check_open()
