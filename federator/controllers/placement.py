@@ -435,7 +435,10 @@ class PlacementController:
                 self._unreserved.discard(uid)
                 continue
             snapshot = snapshots.get(cluster)
-            if snapshot is None:
+            # not synced yet: a restarted hub without a checkpoint publishes each cluster's empty snapshot
+            # before its first LIST lands (the crash-safety test met "no node is both ready and
+            # schedulable (0 nodes)" here); a cluster with no nodes can hold nothing anyway
+            if snapshot is None or not snapshot.nodes:
                 continue
             self._unreserved.discard(uid)
             try:
@@ -455,8 +458,10 @@ class PlacementController:
                 _log.info("reservation rebuilt for a job placed before this hub started", job=gang.key,
                           cluster=cluster, pods=gang.pod_count)
             else:
+                why = next((str(u.why_not.get(cluster)) for u in result.unplaced if cluster in u.why_not), None)
                 _log.info("no room found to re-reserve for a job placed before this hub started; its member "
-                          "pods will show in the snapshot once bound", job=gang.key, cluster=cluster)
+                          "pods will show in the snapshot once bound", job=gang.key, cluster=cluster,
+                          why_not=(why or "")[:512])
 
     def _spawn(self, coro: Any, *, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
