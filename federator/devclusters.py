@@ -407,14 +407,12 @@ def hub_identity_of(args: argparse.Namespace) -> str:
 # ---------------------------------------------------------------- federator up
 
 
-def _example_path() -> Path:
-    here = Path("examples/resnet-ps.yaml")
-    return here if here.is_file() else _SOURCE_ROOT / "examples" / "resnet-ps.yaml"
-
-
 def _print_clusters(clusters: Sequence[DevCluster], *, registrations: Path, admin_kubeconfig: Path | None,
                     agents: DevAgents | None = None) -> None:
-    """What a person at the terminal needs (stdout; logs go to stderr). No token is printed."""
+    """What a person at the terminal needs (stdout; logs go to stderr). No token is printed; every command
+    runs as printed from the working directory (hub.federator_command, hub.example_job_path)."""
+    from federator.hub import example_job_path, federator_command
+
     width = max(len(c.name) for c in clusters)
     lines = [f"federator up: {len(clusters)} simulated member cluster(s), registered from {registrations}/"]
     for c in clusters:
@@ -426,9 +424,10 @@ def _print_clusters(clusters: Sequence[DevCluster], *, registrations: Path, admi
     admin = str(admin_kubeconfig) if admin_kubeconfig is not None else "HUB_KUBECONFIG"
     # The design example needs RDMA: show the pods of the first RDMA cluster, where it should land.
     first = next((c for c in clusters if c.network == "rdma"), clusters[0])
+    example = example_job_path()
     lines += [
         "Once the hub is ready (below), submit the example and watch it land, run and succeed:",
-        f"  federator submit --kubeconfig {admin} -f {_example_path()}",
+        *([f"  {federator_command()} submit --kubeconfig {admin} -f {example}"] if example else []),
         f"  kubectl --kubeconfig {admin} get tj -A -w",
         f"  kubectl --kubeconfig {first.kubeconfig} get pods -A -l federator.dev/job-name=resnet-ps -w",
     ]
