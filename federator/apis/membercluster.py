@@ -526,20 +526,31 @@ def redact(obj: Mapping[str, Any]) -> dict[str, Any]:
     """
     result = copy.deepcopy(dict(obj))
     _redact_credentials(result)
-    metadata = result.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    if isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations:
-        raw = annotations[LAST_APPLIED_ANNOTATION]
-        try:
-            applied = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
-            applied = None
-        if isinstance(applied, dict):
-            _redact_credentials(applied)
-            annotations[LAST_APPLIED_ANNOTATION] = json.dumps(applied, separators=(",", ":"), sort_keys=True)
-        else:
-            annotations[LAST_APPLIED_ANNOTATION] = REDACTED
+
+    def edit(applied: dict[str, Any]) -> bool:
+        _redact_credentials(applied)
+        return True
+
+    _edit_last_applied(result, edit)
     return result
+
+
+def _edit_last_applied(obj: dict[str, Any], edit: Callable[[dict[str, Any]], bool]) -> None:
+    """Apply `edit` to the object kubectl keeps in the last-applied-configuration annotation; an annotation
+    that is not a JSON object, or that `edit` cannot handle (False), is replaced by "<redacted>" whole."""
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict) or LAST_APPLIED_ANNOTATION not in annotations:
+        return
+    raw = annotations[LAST_APPLIED_ANNOTATION]
+    try:
+        applied = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        applied = None
+    if isinstance(applied, dict) and edit(applied):
+        annotations[LAST_APPLIED_ANNOTATION] = json.dumps(applied, separators=(",", ":"), sort_keys=True)
+    else:
+        annotations[LAST_APPLIED_ANNOTATION] = REDACTED
 
 
 #: What a server URL or a kubeconfig path quoted in a status message becomes for a non-admin.
@@ -552,27 +563,22 @@ def hide_connection(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a MemberCluster as a researcher or viewer sees it: what it offers (location, network, GPUs,
     datasets, scheduler, capacity, conditions) but nothing of how the hub reaches it. spec.connection
     (kubeconfig path, context, server, CA, credentials) is left out, also from kubectl's last-applied
-    annotation and from metadata.managedFields (which fields it has), and a server URL or the kubeconfig path that an error in status.conditions quotes reads
-    "<hidden>". Admins see the connection, with the credentials redacted (`redact`)."""
+    annotation and from metadata.managedFields (which fields it has), and a server URL or the kubeconfig
+    path that an error in status.conditions quotes reads "<hidden>". Admins see the connection, with the
+    credentials redacted (`redact`)."""
     result = copy.deepcopy(dict(obj))
     spec = result.get("spec")
     connection = spec.pop("connection", None) if isinstance(spec, dict) else None
     path = connection.get("kubeconfigPath") if isinstance(connection, dict) else None
+
+    def edit(applied: dict[str, Any]) -> bool:
+        applied_spec = applied.get("spec")
+        if isinstance(applied_spec, dict):
+            applied_spec.pop("connection", None)
+        return applied_spec is None or isinstance(applied_spec, dict)
+
+    _edit_last_applied(result, edit)
     metadata = result.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    if isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations:
-        raw = annotations[LAST_APPLIED_ANNOTATION]
-        try:
-            applied = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
-            applied = None
-        applied_spec = applied.get("spec") if isinstance(applied, dict) else None
-        if isinstance(applied, dict) and (applied_spec is None or isinstance(applied_spec, dict)):
-            if isinstance(applied_spec, dict):
-                applied_spec.pop("connection", None)
-            annotations[LAST_APPLIED_ANNOTATION] = json.dumps(applied, separators=(",", ":"), sort_keys=True)
-        else:
-            annotations[LAST_APPLIED_ANNOTATION] = REDACTED
     managed = metadata.get("managedFields") if isinstance(metadata, dict) else None
     for entry in managed if isinstance(managed, list) else ():
         fields = entry.get("fieldsV1") if isinstance(entry, dict) else None
