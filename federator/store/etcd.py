@@ -88,6 +88,16 @@ _RESULTS = {"=": rpc.Compare.EQUAL, ">": rpc.Compare.GREATER, "<": rpc.Compare.L
 _MAX_MESSAGE = 256 * 1024 * 1024
 
 
+def _timed_out(e: grpc.aio.AioRpcError) -> bool:
+    """The request timed out, on our side (DEADLINE_EXCEEDED) or on etcd's: a member without
+    quorum answers a proposal it could not commit in time with UNKNOWN "context deadline
+    exceeded". Either way the store is unavailable and a write's outcome is unknown."""
+    code = e.code()
+    return code == grpc.StatusCode.DEADLINE_EXCEEDED or (
+        code == grpc.StatusCode.UNKNOWN and "context deadline exceeded" in (e.details() or "")
+    )
+
+
 def _enc(key: str) -> bytes:
     return key.encode("utf-8")
 
@@ -206,7 +216,7 @@ class EtcdStore(BaseStore):
             except grpc.aio.AioRpcError as e:
                 code = e.code()
                 retriable = code == grpc.StatusCode.UNAVAILABLE or (
-                    idempotent and code == grpc.StatusCode.DEADLINE_EXCEEDED
+                    idempotent and _timed_out(e)
                 )
                 if not retriable:
                     raise self._translate(e, op) from None
@@ -225,9 +235,9 @@ class EtcdStore(BaseStore):
 
     def _translate(self, e: grpc.aio.AioRpcError, op: str) -> StoreError:
         code, details = e.code(), e.details() or ""
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        if _timed_out(e):
             return StoreUnavailable(
-                f"etcd at {self._where}: {op} timed out after {self._timeout}s; its outcome is unknown"
+                f"etcd at {self._where}: {op} timed out ({code.name}: {details}); its outcome is unknown"
             )
         if "request is too large" in details or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return StoreError(f"etcd at {self._where} refused {op} as too large: {details}")

@@ -106,3 +106,48 @@ async def test_watch_raises_store_unavailable_when_etcd_stays_away(
                 await task
     finally:
         await store.close()
+
+
+async def test_an_etcd_side_timeout_is_unavailable_with_an_unknown_outcome_and_a_read_is_retried(
+    etcd_factory: Callable[[], EtcdProcess],
+) -> None:
+    """A member that cannot commit a proposal in time (quorum lost) answers UNKNOWN "context
+    deadline exceeded" just before our own deadline fires: the same fault as DEADLINE_EXCEEDED,
+    so the API answers 503, not 500 (seen once in CI on the 3-member quorum-loss test)."""
+    import grpc
+
+    etcd = etcd_factory()
+    store = await EtcdStore.connect([etcd.endpoint], retry_budget_seconds=5.0)
+    server_timeout = grpc.aio.AioRpcError(
+        grpc.StatusCode.UNKNOWN, grpc.aio.Metadata(), grpc.aio.Metadata(), details="context deadline exceeded",
+    )
+    try:
+        async def write(_timeout: float) -> None:
+            raise server_timeout
+
+        with pytest.raises(StoreUnavailable, match="outcome is unknown"):
+            await store._call("txn", write, idempotent=False)
+
+        calls = 0
+        await store.put(PREFIX + "k", b"1")
+
+        async def read_after_one_timeout(timeout: float) -> object:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise server_timeout
+            return await store.get(PREFIX + "k")
+
+        got = await store._call("get", read_after_one_timeout, idempotent=True)
+        assert calls == 2 and got is not None and got.value == b"1"
+
+        async def other_unknown(_timeout: float) -> None:
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNKNOWN, grpc.aio.Metadata(), grpc.aio.Metadata(), details="something else",
+            )
+
+        with pytest.raises(Exception) as other:
+            await store._call("txn", other_unknown, idempotent=False)
+        assert not isinstance(other.value, StoreUnavailable)
+    finally:
+        await store.close()
