@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,6 +56,7 @@ from federator.controllers.dispatch import DISPATCHER, Dispatcher, crash_point
 from federator.controllers.jobs import (
     JOB_KIND,
     JOB_PHASES,
+    JobRef,
     PHASE_PENDING,
     PHASE_PLACED,
     PHASE_REQUEUED,
@@ -501,6 +502,20 @@ class PlacementController:
             self.inflight.end(ref.uid)
             self._wake.set()
 
+    async def _write_status(
+        self, ref: JobRef, mutate: Callable[[dict[str, Any]], dict[str, Any] | None], *, failed: str,
+        **log_fields: Any,
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """`update_job_status` for this controller's writes: (False, None) when the write failed (logged
+        as `failed`: the job stays queued and the next cycle tries again), else (True, the stored job or
+        None when `mutate` left it alone)."""
+        try:
+            return True, await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                                 uid=ref.uid)
+        except (ApiError, StoreError) as e:
+            _log.warning(failed, job=ref.key, error=str(e), **log_fields)
+            return False, None
+
     async def _write_decision(self, job: Mapping[str, Any], decision: Decision) -> dict[str, Any] | None:
         ref = job_ref(job)
         now = time.time()
@@ -529,12 +544,10 @@ class PlacementController:
                       cluster=decision.cluster)
             return stored
 
-        try:
-            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
-                                             uid=ref.uid)
-        except (ApiError, StoreError) as e:
-            _log.warning("could not record the placement decision; the job stays in the queue", job=ref.key,
-                         cluster=decision.cluster, error=str(e))
+        written, stored = await self._write_status(
+            ref, mutate, failed="could not record the placement decision; the job stays in the queue",
+            cluster=decision.cluster)
+        if not written:
             return None
         if stored is None:
             _log.info("placement decision not recorded: the job changed meanwhile", job=ref.key,
@@ -600,11 +613,8 @@ class PlacementController:
                                                  now=now))
             return stored
 
-        try:
-            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
-                                             uid=ref.uid)
-        except (ApiError, StoreError) as e:
-            _log.warning("could not record why the job fits nowhere", job=ref.key, error=str(e))
+        written, stored = await self._write_status(ref, mutate, failed="could not record why the job fits nowhere")
+        if not written:
             return
         self._unplaced_written[ref.uid] = (signature, now)
         if stored is not None:
@@ -629,12 +639,9 @@ class PlacementController:
                                              now=now))
             return stored
 
-        try:
-            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
-                                             uid=ref.uid)
-        except (ApiError, StoreError) as e:
-            _log.warning("could not record that the job is suspended; trying again next cycle", job=ref.key,
-                         error=str(e))
+        written, stored = await self._write_status(
+            ref, mutate, failed="could not record that the job is suspended; trying again next cycle")
+        if not written:
             return
         self.suspending.discard(ref.uid)
         if stored is not None:
@@ -658,11 +665,8 @@ class PlacementController:
                 changed = True
             return stored if changed else None
 
-        try:
-            stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
-                                             uid=ref.uid)
-        except (ApiError, StoreError) as e:
-            _log.warning("could not record why the job cannot be placed", job=ref.key, error=str(e))
+        written, stored = await self._write_status(ref, mutate, failed="could not record why the job cannot be placed")
+        if not written:
             return
         self._unplaced_written[ref.uid] = (signature, now)
         if stored is not None:
