@@ -81,6 +81,7 @@ from federator.store.protocol import (
     StoreUsage,
     TxnResult,
 )
+from federator.ui import ui_middleware
 
 _log = get_logger("hub")
 
@@ -355,7 +356,10 @@ def build_hub_app(
         storage=storage, registry=registry, server_name=HUB_SERVER_NAME,
         # auth_middleware authenticates (401) and authorizes (403); the app's own
         # authenticate hook would only repeat the first half.
-        middlewares=[auth_middleware(authenticator, logger=get_logger("hub.auth")), _connection_visibility],
+        # ui_middleware first: the dashboard's static files (/ui/) need no token; the page then calls this API
+        # with the user's own credentials.
+        middlewares=[ui_middleware, auth_middleware(authenticator, logger=get_logger("hub.auth")),
+                     _connection_visibility],
         # gitVersion stays kube-like (kubectl warns on a skewed minor); ours rides along.
         version_info={"federatorVersion": __version__},
         max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics, limits=limits,
