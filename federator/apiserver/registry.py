@@ -12,7 +12,7 @@ a store, the simulator or the hub.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,11 @@ SubresourceStrategy = Callable[[JSONObject, JSONObject], JSONObject]
 UnknownFields = Callable[[JSONObject], Sequence[tuple[str | int, ...]]]
 #: Extracts a field-selector value (always a string, "" when absent).
 FieldGetter = Callable[[JSONObject], str]
+#: (storage, object) -> None: admission on create that reads other objects (kube's admission plugins,
+#: e.g. Priority resolving spec.priorityClassName). It runs after defaulting and before validation, may
+#: change the object, and refuses with an ApiError (kube's plugins answer 403 Forbidden). The storage is
+#: the ObjectStorage creating the object, typed Any so that this module imports no storage.
+CreateAdmission = Callable[[Any, JSONObject], Awaitable[None]]
 
 ALL_VERBS: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -119,6 +124,8 @@ class ResourceType:
     create_defaults: Defaulter | None = None
     validate: Validator | None = None
     validate_update: UpdateValidator | None = None
+    #: admission on create that reads other objects (see CreateAdmission)
+    admit_create: CreateAdmission | None = None
     #: finds unknown fields for fieldValidation (Strict -> 400, Warn/Ignore ->
     #: dropped); None keeps whatever a client sends
     unknown_fields: UnknownFields | None = None

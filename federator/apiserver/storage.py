@@ -852,6 +852,8 @@ class ObjectStorage:
             ns_error = _name_error(ns, "label", "metadata.namespace")
             if ns_error is not None:
                 raise errors.invalid(rt, meta.get("name") or "", [ns_error])
+        if rt.admit_create is not None:
+            await rt.admit_create(self, new)
         generate = not meta.get("name")
         for attempt in range(8):
             if generate:

@@ -1,7 +1,11 @@
 """The kinds a simulated member cluster serves, as kube-apiserver shapes them.
 
 Namespace, Node (+status), Pod (+status, +binding), Event, Lease
-(coordination.k8s.io/v1: node heartbeats, the hub's fencing lease) and
+(coordination.k8s.io/v1: node heartbeats, the hub's fencing lease),
+PriorityClass (scheduling.k8s.io/v1, with kube's Priority admission: a pod's
+spec.priorityClassName, or the globalDefault class, becomes spec.priority and
+spec.preemptionPolicy at create; an unknown class or a contradicting value is
+403 Forbidden) and
 PodGroup in the five gang-scheduler API groups (kube-api-notes §11; Kubernetes'
 own scheduling.k8s.io/v1alpha2 and KAI's scheduling.run.ai/v2alpha2), each with
 its real field names (`minMember`, `schedulingPolicy.gang.minCount`), the pod
@@ -41,6 +45,7 @@ from federator.apiserver.registry import (
     jsonpath_cell,
 )
 from federator.apiserver.selectors import path_getter
+from federator.apis.common import dns1123_subdomain_errors
 from federator.apis.quantity import QuantityError, parse_quantity
 
 # ---------------------------------------------------------------- gang-scheduler wiring (kube-api-notes §11)
@@ -504,6 +509,179 @@ NODES = ResourceType(
 )
 
 
+# ---------------------------------------------------------------- PriorityClass and Priority admission
+
+SCHEDULING_GROUP = "scheduling.k8s.io"
+#: kube's HighestUserDefinablePriority: larger values are the built-in system classes' only
+HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
+#: K/pkg/apis/scheduling: the two system classes kube-apiserver creates at start
+SYSTEM_PRIORITY_CLASSES: Mapping[str, int] = {"system-node-critical": 2_000_001_000,
+                                              "system-cluster-critical": 2_000_000_000}
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+DEFAULT_PREEMPTION_POLICY = "PreemptLowerPriority"
+_MAX_NAME_SHOWN = 253
+
+
+def _priority_class_defaults(pc: JSONObject) -> None:
+    """SetDefaults_PriorityClass (preemptionPolicy) and what decoding into the Go type does (value is a
+    plain int32: absent is 0; globalDefault is omitempty)."""
+    if pc.get("value") is None:
+        pc["value"] = 0
+    if pc.get("preemptionPolicy") is None:
+        pc["preemptionPolicy"] = DEFAULT_PREEMPTION_POLICY
+    if pc.get("globalDefault") is False:
+        del pc["globalDefault"]
+
+
+def _validate_priority_class(pc: JSONObject) -> list[FieldError]:
+    """K/pkg/apis/scheduling/validation ValidatePriorityClass."""
+    c = _Checker()
+    value = c.integer(pc.get("value"), "value", minimum=-(2**31), maximum=2**31 - 1)
+    c.boolean(pc.get("globalDefault"), "globalDefault")
+    c.string(pc.get("description"), "description")
+    c.one_of(pc.get("preemptionPolicy"), "preemptionPolicy", PREEMPTION_POLICIES)
+    name = (pc.get("metadata") or {}).get("name")
+    if isinstance(name, str) and name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+        if SYSTEM_PRIORITY_CLASSES.get(name) != value or pc.get("globalDefault"):
+            c.errors.append(FieldError.forbidden(
+                "metadata.name", f"priority class names with '{SYSTEM_PRIORITY_CLASS_PREFIX}' prefix are reserved "
+                                 f"for system use only. error: {name} is not a known system priority class"))
+    elif value is not None and value > HIGHEST_USER_DEFINABLE_PRIORITY:
+        c.errors.append(FieldError.forbidden(
+            "value", f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"))
+    return c.errors
+
+
+def _validate_priority_class_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
+    """ValidatePriorityClassUpdate: value and preemptionPolicy are immutable."""
+    errs: list[FieldError] = []
+    if new.get("value") != old.get("value"):
+        errs.append(FieldError.forbidden("value", "may not be changed in an update."))
+    if new.get("preemptionPolicy") != old.get("preemptionPolicy"):
+        errs.append(FieldError.invalid("preemptionPolicy", new.get("preemptionPolicy"), "field is immutable"))
+    return errs
+
+
+async def _default_priority_class(storage: Any) -> JSONObject | None:
+    """The class marked globalDefault (the lowest value if several are: kube's getDefaultPriorityClass)."""
+    found: JSONObject | None = None
+    for pc in (await storage.list(PRIORITY_CLASSES)).items:
+        value = pc.get("value")
+        if pc.get("globalDefault") is True and isinstance(value, int) and (
+                found is None or value < found["value"]):
+            found = pc
+    return found
+
+
+async def _admit_priority_class(storage: Any, pc: JSONObject) -> None:
+    """Priority admission on a PriorityClass create: only one class may be the global default."""
+    if pc.get("globalDefault") is not True:
+        return
+    current = await _default_priority_class(storage)
+    if current is not None:
+        raise errors.forbidden(PRIORITY_CLASSES, str((pc.get("metadata") or {}).get("name") or ""),
+                               f"PriorityClass {current['metadata']['name']} is already marked as default. "
+                               "Only one default can exist")
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= _MAX_NAME_SHOWN else name[:_MAX_NAME_SHOWN] + "..."
+
+
+async def admit_pod_priority(storage: Any, pod: JSONObject) -> None:
+    """kube's Priority admission plugin on a pod create (plugin/pkg/admission/priority): resolve
+    spec.priorityClassName (none: the globalDefault class, else priority 0) into spec.priority and
+    spec.preemptionPolicy. An unknown class, or a priority or preemptionPolicy the pod sets that differs
+    from its class's, is refused with 403 Forbidden in kube's words."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return  # validation reports it
+    pod_name = str((pod.get("metadata") or {}).get("name") or "")
+    class_name = spec.get("priorityClassName")
+    policy: Any
+    if class_name in (None, ""):
+        default = await _default_priority_class(storage)
+        value, policy = (0, DEFAULT_PREEMPTION_POLICY) if default is None else \
+            (default["value"], default.get("preemptionPolicy") or DEFAULT_PREEMPTION_POLICY)
+        if default is not None:
+            spec["priorityClassName"] = default["metadata"]["name"]
+    elif not isinstance(class_name, str):
+        return  # validation reports the type
+    else:
+        pc: JSONObject | None = None
+        if not dns1123_subdomain_errors(class_name):
+            try:
+                pc = await storage.get(PRIORITY_CLASSES, namespace=None, name=class_name)
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+        if pc is None:
+            raise errors.forbidden(PODS, pod_name, f"no PriorityClass with name {_shown(class_name)} was found")
+        value, policy = pc.get("value"), pc.get("preemptionPolicy") or DEFAULT_PREEMPTION_POLICY
+    given = spec.get("priority")
+    if given is not None and isinstance(given, int) and not isinstance(given, bool) and given != value:
+        raise errors.forbidden(PODS, pod_name, f"the integer value of priority ({given}) must not be provided in "
+                                               f"pod spec; priority admission controller computed {value} from the "
+                                               "given PriorityClass name")
+    given_policy = spec.get("preemptionPolicy")
+    if isinstance(given_policy, str) and given_policy != policy:
+        raise errors.forbidden(PODS, pod_name, f"the string value of PreemptionPolicy ({_shown(given_policy)}) must "
+                                               f"not be provided in pod spec; priority admission controller computed "
+                                               f"{policy} from the given PriorityClass name")
+    if given is None:
+        spec["priority"] = value
+    if given_policy is None:
+        spec["preemptionPolicy"] = policy
+
+
+def _keep_pod_priority(proposed: JSONObject, stored: JSONObject) -> JSONObject:
+    """Priority admission on a pod update: a body without spec.priority or spec.preemptionPolicy keeps the
+    stored ones (admission set them at create; validation refuses any other change)."""
+    new_spec, old_spec = proposed.get("spec"), stored.get("spec")
+    if isinstance(new_spec, dict) and isinstance(old_spec, dict):
+        for f in ("priority", "preemptionPolicy"):
+            if new_spec.get(f) is None and old_spec.get(f) is not None:
+                new_spec[f] = old_spec[f]
+    return proposed
+
+
+PRIORITY_CLASSES = ResourceType(
+    group=SCHEDULING_GROUP, version="v1", kind="PriorityClass", plural="priorityclasses", singular="priorityclass",
+    namespaced=False, short_names=("pc",), status_subresource=False,
+    defaults=_priority_class_defaults,
+    validate=_with_client_schema("V1PriorityClass", _validate_priority_class),
+    validate_update=_validate_priority_class_update, admit_create=_admit_priority_class,
+    unknown_fields=client_unknown_fields("V1PriorityClass"),
+    # kube's printer: NAME, VALUE, GLOBAL-DEFAULT, AGE, PREEMPTIONPOLICY
+    columns=(
+        TableColumn("Value", jsonpath_cell("value", default=0), type="integer",
+                    description="value represents the integer value of this priority class."),
+        TableColumn("Global-Default", lambda pc: bool(pc.get("globalDefault")), type="boolean",
+                    description="globalDefault specifies whether this PriorityClass should be considered as the "
+                                "default priority for pods that do not have any priority class."),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+        TableColumn("PreemptionPolicy", jsonpath_cell("preemptionPolicy", default=DEFAULT_PREEMPTION_POLICY),
+                    description="preemptionPolicy is the Policy for preempting pods with lower priority."),
+    ),
+    strategic_merge=dict(_OBJECT_META_SMP),
+    openapi_schema={"required": ["value"], "properties": {
+        "value": {"type": "integer", "format": "int32",
+                  "description": "value represents the integer value of this priority class. This is the actual "
+                                 "priority that pods receive when they have the name of this class in their pod spec."},
+        "globalDefault": {"type": "boolean",
+                          "description": "globalDefault specifies whether this PriorityClass should be considered as "
+                                         "the default priority for pods that do not have any priority class."},
+        "description": {"type": "string", "description": "description is an arbitrary string that usually provides "
+                                                         "guidelines on when this priority class should be used."},
+        "preemptionPolicy": {"type": "string", "enum": list(PREEMPTION_POLICIES),
+                             "description": "preemptionPolicy is the Policy for preempting pods with lower priority."},
+    }},
+    openapi_name="io.k8s.api.scheduling.v1.PriorityClass",
+    description="PriorityClass defines mapping from a priority class name to the priority integer value.",
+)
+
+
 # ---------------------------------------------------------------- Pod
 
 
@@ -567,8 +745,7 @@ def _pod_defaults(pod: JSONObject) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("securityContext", {})
     spec.setdefault("enableServiceLinks", True)
-    spec.setdefault("priority", 0)
-    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    # spec.priority and spec.preemptionPolicy are Priority admission's (admit_pod_priority), as in kube
     spec.setdefault("serviceAccountName", "default")
     for field in ("containers", "initContainers"):
         for c in spec.get(field) or []:
@@ -825,6 +1002,7 @@ PODS = ResourceType(
     },
     subresource_strategies={"binding": _pod_bind_strategy},
     defaults=_pod_defaults, validate=_with_client_schema("V1Pod", _validate_pod),
+    admit_create=admit_pod_priority, prepare_update=_keep_pod_priority,
     validate_update=_validate_pod_update, unknown_fields=client_unknown_fields("V1Pod"),
     columns=(
         TableColumn("Ready", _pod_ready_cell, description="The aggregate readiness state of this pod for accepting traffic."),
@@ -1354,7 +1532,8 @@ def sim_registry(gang_schedulers: Iterable[str] | None = None) -> Registry:
     """The kinds a simulated member cluster serves. `gang_schedulers` limits
     the PodGroup groups to those schedulers' (volcano, coscheduling,
     kube-batch, native, kai); None serves them all."""
-    registry = Registry([NAMESPACES, NODES, PODS, EVENTS, LEASES])
+    # PriorityClass before the PodGroups: scheduling.k8s.io's preferred version is v1, not native's v1alpha2
+    registry = Registry([NAMESPACES, NODES, PODS, EVENTS, LEASES, PRIORITY_CLASSES])
     wanted = list(PODGROUP_KINDS) if gang_schedulers is None else list(dict.fromkeys(gang_schedulers))
     for name in wanted:
         rt = PODGROUP_KINDS.get(name)

@@ -10,9 +10,15 @@ Two halves:
   cycle takes the pending pods (gangs as one unit), places them with
   `fit.CyclePlanner` and returns the binds and the reasons for the rest. A
   gang is bound all-or-nothing: only once `minMember` of its pods (counting
-  members already bound) fit node by node.
-- `run_gang_scheduler`: the loop. It lists and watches nodes, pods and every
-  PodGroup kind through `ObjectStorage` (in-process, not HTTP), runs cycles
+  members already bound) fit node by node. Units go in priority order, then
+  oldest first: a Volcano, kube-batch or KAI gang has its PodGroup's
+  spec.priorityClassName's value (the globalDefault class's, else 0, when it
+  names none or an unknown class), as their scheduler caches resolve it; a
+  coscheduling or native gang and a single pod have their pods' spec.priority
+  (which the API's Priority admission resolved). Equal priority: the older
+  PodGroup (or pod) first.
+- `run_gang_scheduler`: the loop. It lists and watches nodes, pods,
+  PriorityClasses and every PodGroup kind through `ObjectStorage` (in-process, not HTTP), runs cycles
   when something changed, binds, writes PodScheduled=False conditions and
   FailedScheduling events for pods that do not fit, and keeps PodGroup status
   (phase, counts, conditions; Kubernetes' PodGroupScheduled condition; KAI's
@@ -83,6 +89,11 @@ class GroupKind:
     quiet_below_minimum: bool = False
     #: spec.queue a new group gets when it names none (None: the kind has no queue)
     default_queue: str | None = None
+    #: the gang's priority is its PodGroup's spec.priorityClassName, resolved through the PriorityClasses (the
+    #: globalDefault class's value, else 0, when it names none or an unknown one): Volcano's and kube-batch's
+    #: scheduler cache, KAI's podgroup info. False: the highest priority of its pods (coscheduling's QueueSort,
+    #: kube-scheduler's PrioritySort)
+    group_priority_class: bool = False
 
     def group_of(self, pod: Mapping[str, Any]) -> str | None:
         meta = pod.get("metadata") or {}
@@ -143,7 +154,7 @@ def _dig(value: Any, path: tuple[str, ...]) -> Any:
 VOLCANO = GroupKind(
     scheduler_type="volcano", group="scheduling.volcano.sh", version="v1beta1", pod_label=None,
     pod_annotations=("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"), has_conditions=True,
-    default_queue="default",
+    default_queue="default", group_priority_class=True,
 )
 COSCHEDULING = GroupKind(
     scheduler_type="coscheduling", group="scheduling.x-k8s.io", version="v1alpha1",
@@ -152,6 +163,7 @@ COSCHEDULING = GroupKind(
 KUBE_BATCH = GroupKind(
     scheduler_type="kube-batch", group="scheduling.incubator.k8s.io", version="v1alpha1", pod_label=None,
     pod_annotations=("scheduling.k8s.io/group-name",), has_conditions=True, default_queue="default",
+    group_priority_class=True,
 )
 #: Kubernetes v1.36 gang scheduling: pods name their group in spec.schedulingGroup.podGroupName
 NATIVE = GroupKind(
@@ -163,7 +175,7 @@ NATIVE = GroupKind(
 KAI = GroupKind(
     scheduler_type="kai", group="scheduling.run.ai", version="v2alpha2", pod_label=None,
     pod_annotations=("pod-group-name",), has_conditions=False, quiet_below_minimum=True,
-    default_queue="default-queue",
+    default_queue="default-queue", group_priority_class=True,
 )
 GROUP_KINDS: dict[str, GroupKind] = {k.scheduler_type: k for k in (VOLCANO, COSCHEDULING, KUBE_BATCH, NATIVE, KAI)}
 
@@ -208,6 +220,8 @@ class PodEntry:
     invalid: str | None
     priority: int
     seq: int
+    #: metadata.creationTimestamp (orders pods of equal priority, then seq)
+    created: str = ""
 
     @property
     def bound(self) -> bool:
@@ -246,6 +260,12 @@ class GroupEntry:
     gang: bool = True
     #: spec.queue ("" if none)
     queue: str = ""
+    #: spec.priorityClassName ("" if none); see GroupKind.group_priority_class
+    priority_class: str = ""
+    #: metadata.creationTimestamp and the order in which the cache first saw the group: gangs of equal
+    #: priority go oldest first (Volcano's JobOrderFn falls back to the PodGroup's creation time)
+    created: str = ""
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +301,48 @@ class SchedulerState:
         self.in_flight: set[str] = set()
         self._seq = 0
         self.dirty_groups: set[str] = set()
+        #: PriorityClass name -> value, and the names marked globalDefault
+        self.priority_classes: dict[str, int] = {}
+        self._global_defaults: set[str] = set()
+
+    # ------------------------------------------------------------ priority classes
+
+    def apply_priority_class(self, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        value = obj.get("value")
+        if not name or not isinstance(value, int) or isinstance(value, bool):
+            self.delete_priority_class(name)
+            return
+        self.priority_classes[name] = value
+        if obj.get("globalDefault") is True:
+            self._global_defaults.add(name)
+        else:
+            self._global_defaults.discard(name)
+
+    def delete_priority_class(self, name: str) -> None:
+        self.priority_classes.pop(name, None)
+        self._global_defaults.discard(name)
+
+    @property
+    def default_priority(self) -> int:
+        """The globalDefault class's value (the lowest, if several are marked), else 0."""
+        values = [self.priority_classes[n] for n in self._global_defaults if n in self.priority_classes]
+        return min(values) if values else 0
+
+    def gang_order(self, key: str, members: Iterable[PodEntry]) -> tuple[int, str, int]:
+        """(-priority, created, seq) of the gang `key` whose pending members are `members`: higher
+        priority first, then the older group (see GroupKind.group_priority_class)."""
+        pods = list(members)
+        group = self.groups.get(key)
+        pod_priority = max((m.priority for m in pods), default=0)
+        if group is None:
+            return (-pod_priority, min((m.created for m in pods), default=""), min((m.seq for m in pods), default=0))
+        if group.kind.group_priority_class:
+            value = self.priority_classes.get(group.priority_class) if group.priority_class else None
+            priority = value if value is not None else self.default_priority
+        else:
+            priority = pod_priority
+        return (-priority, group.created, group.seq)
 
     # ------------------------------------------------------------ nodes
 
@@ -329,12 +391,13 @@ class SchedulerState:
         priority = spec.get("priority")
         if old is None:
             self._seq += 1
+        created = meta.get("creationTimestamp")
         entry = PodEntry(
             key=key, namespace=namespace, name=name, uid=uid, rv=rv, scheduler_name=scheduler_name,
             node_name=node_name, phase=phase, deleting=bool(meta.get("deletionTimestamp")),
             group=self._group_for(obj, scheduler_name, namespace), requirements=requirements, invalid=invalid,
             priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-            seq=old.seq if old is not None else self._seq,
+            seq=old.seq if old is not None else self._seq, created=created if isinstance(created, str) else "",
         )
         self.pods[key] = entry
         if old is not None and old.group != entry.group:
@@ -397,15 +460,23 @@ class SchedulerState:
         if old is not None and old.uid == uid and rv and rv < old.rv:
             return
         min_member = kind.min_member_of(obj)
-        queue = (obj.get("spec") or {}).get("queue") if isinstance(obj.get("spec"), Mapping) else None
+        raw_spec = obj.get("spec")
+        spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+        queue, priority_class = spec.get("queue"), spec.get("priorityClassName")
+        created = meta.get("creationTimestamp")
         entry = GroupEntry(key=key, kind=kind, namespace=namespace, name=name, uid=uid, rv=rv,
                            min_member=min_member or 0, obj=dict(obj), gang=min_member is not None,
-                           queue=queue if isinstance(queue, str) else "")
+                           queue=queue if isinstance(queue, str) else "",
+                           priority_class=priority_class if isinstance(priority_class, str) else "",
+                           created=created if isinstance(created, str) else "")
         if old is not None and old.uid == uid:
             entry.members = old.members
             entry.verdict = old.verdict
             entry.first_attempt = old.first_attempt
+            entry.seq = old.seq
         else:
+            self._seq += 1
+            entry.seq = self._seq
             entry.members = self._orphans.pop(key, set()) | (old.members if old is not None else set())
         self.groups[key] = entry
         self.dirty_groups.add(key)
@@ -474,9 +545,10 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
     pods = state.pods
     generation = state.ledger.generation
 
-    # Units: a gang (every pending member of one group) or a single pod.
+    # Units: a gang (every pending member of one group) or a single pod, ordered by priority (a gang's:
+    # SchedulerState.gang_order), then age.
     gangs: dict[str, list[PodEntry]] = {}
-    units: list[tuple[int, int, str, list[PodEntry]]] = []
+    ordered: list[tuple[tuple[int, str, int], str, list[PodEntry]]] = []
     for key in state.pending:
         entry = pods.get(key)
         if entry is None:
@@ -485,22 +557,17 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
             members = gangs.get(entry.group)
             if members is None:
                 gangs[entry.group] = members = []
-                units.append((0, 0, entry.group, members))
             members.append(entry)
         else:
-            units.append((-entry.priority, entry.seq, key, [entry]))
-    ordered: list[tuple[int, int, str, list[PodEntry]]] = []
-    for prio, seq, unit_key, members in units:
-        if unit_key in gangs:
-            prio = min(-m.priority for m in members)
-            seq = min(m.seq for m in members)
-            members.sort(key=lambda m: (-m.priority, m.seq))
-        ordered.append((prio, seq, unit_key, members))
-    ordered.sort(key=lambda u: (u[0], u[1]))
+            ordered.append(((-entry.priority, entry.created, entry.seq), key, [entry]))
+    for unit_key, members in gangs.items():
+        members.sort(key=lambda m: (-m.priority, m.seq))
+        ordered.append((state.gang_order(unit_key, members), unit_key, members))
+    ordered.sort(key=lambda u: u[0])
 
     budget = max_pods
     more = False
-    for _, _, unit_key, members in ordered:
+    for _, unit_key, members in ordered:
         if budget <= 0:
             more = True
             break
@@ -830,6 +897,7 @@ class GangScheduler:
         self.pods_rt: ResourceType = pods
         self.nodes_rt: ResourceType = nodes
         self.events_rt: ResourceType | None = registry.get("", "v1", "events")
+        self.priority_classes_rt: ResourceType | None = registry.get("scheduling.k8s.io", "v1", "priorityclasses")
         self.group_rts: dict[str, tuple[GroupKind, ResourceType]] = {}
         for spec in cluster.gang_schedulers:
             kind = GROUP_KINDS[spec.type]
@@ -856,6 +924,11 @@ class GangScheduler:
         for obj in nodes.items:
             state.apply_node(obj)
         watches.append((self.nodes_rt, nodes.resource_version, None))
+        if self.priority_classes_rt is not None:
+            classes = await self.storage.list(self.priority_classes_rt)
+            for obj in classes.items:
+                state.apply_priority_class(obj)
+            watches.append((self.priority_classes_rt, classes.resource_version, None))
         for kind, rt in self.group_rts.values():
             groups = await self.storage.list(rt)
             for obj in groups.items:
@@ -899,6 +972,11 @@ class GangScheduler:
                 self._reported.pop(pod_key(str(meta.get("namespace")), str(meta.get("name"))), None)
             else:
                 state.apply_pod(obj)
+        elif rt is self.priority_classes_rt:
+            if type_ == "DELETED":
+                state.delete_priority_class(str(meta.get("name")))
+            else:
+                state.apply_priority_class(obj)
         elif kind is not None:
             if type_ == "DELETED":
                 state.delete_group(kind, str(meta.get("namespace")), str(meta.get("name")))
