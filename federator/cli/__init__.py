@@ -10,6 +10,7 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
     version.py     federator version
     sim.py         federator sim (simfault.py: federator sim fault)
     drill.py       federator drill [list|show]          failover drills (drillrun.py runs one) and their reports
+    dashboard.py   federator dashboard                  the web dashboard through a local proxy (kubeconfig credentials)
     agent.py       federator agent                      the member-side fence agent
     etcd.py        federator etcd                       a local N-member etcd cluster for development
     bench.py       federator bench [replay|scale]       every benchmark into one report; the trace replay; scale
@@ -56,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The command groups, in the order `federator --help` lists their commands; a new group is a
     # module of this package with `register(sub)`, added here. (Imported here, not at the top, so that
     # `from federator.cli.common import ...` does not load every command.)
-    from federator.cli import agent, bench, cluster, drill, etcd, jobs, kubeconfig, sim, up, version
+    from federator.cli import agent, bench, cluster, dashboard, drill, etcd, jobs, kubeconfig, sim, up, version
 
-    for group in (up, jobs, cluster, drill, kubeconfig, version, sim, agent, etcd, bench):
+    for group in (up, jobs, cluster, drill, dashboard, kubeconfig, version, sim, agent, etcd, bench):
         group.register(sub)
     return parser
 

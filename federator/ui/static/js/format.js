@@ -1,0 +1,113 @@
+// Times, quantities and small text helpers shared by the pages.
+
+/** "5s", "3m", "2h10m", "4d" like kubectl's ages. */
+export function shortDuration(ms) {
+  let s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return s % 60 && m < 10 ? `${m}m${s % 60}s` : `${m}m`;
+  const hours = Math.floor(m / 60);
+  if (hours < 24) return m % 60 && hours < 10 ? `${hours}h${m % 60}m` : `${hours}h`;
+  const d = Math.floor(hours / 24);
+  return hours % 24 && d < 8 ? `${d}d${hours % 24}h` : `${d}d`;
+}
+
+export function parseTime(value) {
+  if (!value) return null;
+  const t = Date.parse(value);
+  return Number.isNaN(t) ? null : t;
+}
+
+/** "3m ago" (or "in 3m" for a time ahead of this browser's clock). */
+export function relative(value, now = Date.now()) {
+  const t = parseTime(value);
+  if (t === null) return "—";
+  const delta = now - t;
+  return delta >= -1000 ? `${shortDuration(delta)} ago` : `in ${shortDuration(-delta)}`;
+}
+
+/** The absolute time in the reader's locale, with the zone. */
+export function absolute(value) {
+  const t = parseTime(value);
+  if (t === null) return "";
+  return new Date(t).toLocaleString(undefined, {
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+    timeZoneName: "short",
+  });
+}
+
+/** A <time> element: relative text, absolute time in its title and datetime attribute. Refreshed by
+ *  refreshTimes(). */
+export function timeElement(value, { age = false } = {}) {
+  const el = document.createElement("time");
+  setTime(el, value, { age });
+  return el;
+}
+
+export function setTime(el, value, { age = false } = {}) {
+  const t = parseTime(value);
+  if (t === null) {
+    el.textContent = "—";
+    el.removeAttribute("datetime");
+    el.removeAttribute("title");
+    delete el.dataset.t;
+    return;
+  }
+  el.dateTime = new Date(t).toISOString();
+  el.title = absolute(value);
+  el.dataset.t = String(t);
+  el.dataset.age = age ? "1" : "";
+  el.textContent = age ? shortDuration(Date.now() - t) : relative(value);
+}
+
+/** Re-render every <time data-t> under root (ages move on while the page is open). */
+export function refreshTimes(root = document) {
+  const now = Date.now();
+  for (const el of root.querySelectorAll("time[data-t]")) {
+    const t = Number(el.dataset.t);
+    el.textContent = el.dataset.age ? shortDuration(now - t) : relative(new Date(t).toISOString(), now);
+  }
+}
+
+/** Bytes as "1.4 TiB". */
+export function bytes(n) {
+  if (typeof n !== "number" || !Number.isFinite(n)) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i += 1;
+  }
+  return `${n >= 10 || i === 0 ? Math.round(n) : n.toFixed(1)} ${units[i]}`;
+}
+
+export function seconds(value) {
+  if (value === null || value === undefined) return "—";
+  return `${Number(value).toFixed(value < 10 ? 1 : 0)} s`;
+}
+
+/** GPUs a job asks for: replicas x nvidia.com/gpu per role. */
+export function jobGpus(job) {
+  let total = 0;
+  for (const role of (job.spec && job.spec.roles) || []) {
+    const gpu = ((role.template || {}).resources || {})["nvidia.com/gpu"];
+    const n = typeof gpu === "number" ? gpu : parseInt(gpu || "0", 10);
+    if (Number.isFinite(n)) total += n * (role.replicas || 0);
+  }
+  return total;
+}
+
+export function jobKey(obj) {
+  const m = obj.metadata || {};
+  return m.namespace ? `${m.namespace}/${m.name}` : m.name;
+}
+
+/** The phase shown for a job: Terminating while it is being deleted (as kubectl's column). */
+export function jobPhase(job) {
+  if ((job.metadata || {}).deletionTimestamp) return "Terminating";
+  return (job.status || {}).phase || "Pending";
+}
+
+export function condition(obj, type) {
+  return (((obj.status || {}).conditions) || []).find((c) => c.type === type) || null;
+}
