@@ -5,14 +5,30 @@ cluster (ClusterSnapshot), `run_cycle` chooses for each gang the one cluster
 where all of it fits node by node, on the right fabric and GPU model,
 nearest its data, and says for every other cluster why not. Decisions
 reserve what they take (reservation.py) until the member shows the pods.
+With queues (admission.py), a gang is placed only within its queue's GPU
+quota (own or borrowed from its cohort), queues are served by fair share,
+and a gang its queue is entitled to place may preempt whole lower-priority
+or borrowing gangs of one cluster (preemption.py).
 
 This package must never do I/O, use asyncio, read clocks, or import the
 store, the API server, member clients or the simulator (import-linter
 checks it). Time and state come in as arguments and go out as values.
 """
 
+from federator.placement.admission import QueueQuota, QueueUsage, QuotaAmounts, RunningGang, WithinQueue
 from federator.placement.cycle import CycleResult, evaluate_gang, queue_order, run_cycle
-from federator.placement.decision import Decision, Hold, PodAssignment, Rejection, ScoreBreakdown, Unplaced
+from federator.placement.decision import (
+    Decision,
+    Hold,
+    PodAssignment,
+    Preemption,
+    QuotaBlock,
+    Rejection,
+    ScoreBreakdown,
+    Unplaced,
+    Victim,
+    VictimReason,
+)
 from federator.placement.framework import PluginRegistry, Profile, ProfileError
 from federator.placement.gang import (
     GangRequest,
@@ -58,8 +74,13 @@ __all__ = [
     "NodeState",
     "PluginRegistry",
     "PodAssignment",
+    "Preemption",
     "Profile",
     "ProfileError",
+    "QueueQuota",
+    "QueueUsage",
+    "QuotaAmounts",
+    "QuotaBlock",
     "RdmaKind",
     "Rejection",
     "Reservation",
@@ -67,11 +88,15 @@ __all__ = [
     "ReservationKind",
     "Resources",
     "RoleRequest",
+    "RunningGang",
     "ScoreBreakdown",
     "Taint",
     "TaintEffect",
     "Toleration",
     "Unplaced",
+    "Victim",
+    "VictimReason",
+    "WithinQueue",
     "assume",
     "evaluate_gang",
     "queue_order",

@@ -1,17 +1,41 @@
 """The placement cycle: pending gangs + frozen snapshots -> decisions, reasons, new reservations.
 
-`run_cycle(gangs, snapshots, profile, now=..., reservations=...)`:
+`run_cycle(gangs, snapshots, profile, now=..., reservations=..., queues=..., running=..., preempt=...)`:
 1. Release reservations the snapshots now show, and expired ones; drop the
    holds of gangs that left the queue (`reservation`).
 2. Build the assumed view of every cluster: fresh snapshot + reservations.
 3. Order the queue: priority (desc), then submission time, then key, uid.
-4. For each gang (`evaluate_gang`): run the profile's cheap filters on every
+   With `queues`, fair share first (`admission.FairQueue`): the next gang
+   comes from the queue with the lowest weighted dominant share, counting
+   what this cycle admitted; gangs without a queue form a lane of share 0.
+4. Admission (only with `queues`): a gang with a queue is considered only
+   for the GPU models its queue has room for, own or borrowed
+   (`admission.QuotaLedger.admit`; the "quota" filter applies it per
+   cluster); a gang its queue cannot admit gets every cluster's row
+   "QuotaExceeded" and an `Unplaced.quota` that says which quota, how much
+   is used and what it waits for. Usage counts the running gangs and every
+   gang this cycle admitted before it.
+5. For each gang (`evaluate_gang`): run the profile's cheap filters on every
    cluster (the first "no" is that cluster's reason), bound each survivor's
    score, fit node by node in bound order only the clusters that could still
    win, take the best (ties by cluster name), reserve its node-level fit:
    the view of that cluster for the next gang is a new snapshot with the
    gang's amounts allocated. Nothing is mutated; the result carries the new
    views and book.
+6. Preemption (only with `queues`, for a gang with a queue that fits
+   nowhere or that its queue cannot admit, when its queue's policy allows
+   evicting someone): `preemption.plan_preemption` picks the cluster and the
+   fewest whole victim gangs of that same cluster. With `preempt=True` the
+   gang is decided there: a Decision with `preemption` (the victims, which
+   the caller evicts) and a PLACED reservation of exactly the gang's fit on
+   the view without the victims. The victims' pods still count in the
+   snapshot until they are gone, and the reservation counts on top, so no
+   third gang can take the room meanwhile; the reservation is released, as
+   any, when the member shows the gang's pods bound. The victims' quota is
+   freed at once (the caller stops listing them as running). With
+   `preempt=False` (explain mode, for describe) nothing is evicted or
+   reserved: the plan is only reported, "fits on X after preempting A, B",
+   in `Unplaced.preemption`.
 
 Head-of-line rule: bounded backfill with hold aging.
 - A gang that fits nowhere does not block the queue: the gangs behind it
@@ -35,6 +59,15 @@ Head-of-line rule: bounded backfill with hold aging.
   cluster stops passing the filters, or whose nodes change under it, is
   dropped and chosen again. A gang that exceeds every cluster's capacity
   gets no hold (it never fits) and says so.
+- Quota (with `queues`): holds apply within the quota-admitted set. Only a
+  gang its queue admits takes or keeps a node hold (on a model it has
+  quota for); a held gang its queue no longer admits loses its hold. A
+  holder also holds its demand in its queue's quota, and an aged gang its
+  queue cannot admit holds its demand in the quota (at most one per queue;
+  none for a gang its queue can never admit), so that the smaller gangs
+  behind it in its queue backfill only into what is left: they cannot take
+  the quota (or the nodes) that free up for the head first. Preemption
+  comes before holds: a gang that can make room does not wait.
 
 Pure: no I/O, no clocks (`now` is an argument), no mutation of inputs.
 """
@@ -43,11 +76,29 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from immutables import Map
 
-from federator.placement.decision import Decision, Hold, PodAssignment, Rejection, ScoreBreakdown, ScoreTable, Unplaced
+from federator.placement.admission import (
+    QUEUE_NOT_FOUND,
+    Admission,
+    FairQueue,
+    QueueQuota,
+    QueueUsage,
+    QuotaLedger,
+    RunningGang,
+)
+from federator.placement.decision import (
+    Decision,
+    Hold,
+    PodAssignment,
+    Preemption,
+    Rejection,
+    ScoreBreakdown,
+    ScoreTable,
+    Unplaced,
+)
 from federator.placement.framework import ScorePlugin
 from federator.placement.framework import (
     GANG_FIT,
@@ -55,12 +106,14 @@ from federator.placement.framework import (
     FederationStats,
     PluginRegistry,
     Profile,
+    ProfileError,
     ResolvedProfile,
 )
 from federator.placement.gang import GangRequest
 from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang_on_capacity, node_accepts_gang
 from federator.placement.plugins import default_registry
 from federator.placement.plugins.gang_fit import EXCEEDS_CAPACITY
+from federator.placement.preemption import plan_preemption
 from federator.placement.reservation import (
     EMPTY_BOOK,
     Release,
@@ -100,6 +153,10 @@ class CycleResult:
     released: tuple[Release, ...]
     # Gangs passed in that already hold a placed reservation (not decided again).
     already_placed: tuple[str, ...]
+    # With queues: every queue's usage after the cycle (running + admitted - evicted), for its status.
+    usage: Mapping[str, QueueUsage] = Map()
+    # Uids of the running gangs this cycle's decisions preempt (in decision order): the caller evicts them.
+    evictions: tuple[str, ...] = ()
 
 
 def queue_order(gangs: Iterable[GangRequest]) -> list[GangRequest]:
@@ -117,6 +174,7 @@ def evaluate_gang(
     resolved: ResolvedProfile,
     now: float,
     federation: FederationStats,
+    admission: Admission | None = None,
 ) -> GangEvaluation:
     """Filter every view, then fit and score, best bound first, the clusters that could win.
 
@@ -142,7 +200,7 @@ def evaluate_gang(
     candidates: list[tuple[float, str, ClusterSnapshot, EvalContext, float]] = []
     cheap_checks = resolved.cheap_checks
     for snapshot in views:
-        ctx = EvalContext(now=now, profile=profile, federation=federation)
+        ctx = EvalContext(now=now, profile=profile, federation=federation, admission=admission)
         for filter_name, check in cheap_checks:
             result = check(gang, snapshot, ctx)
             if not result.ok:
@@ -235,7 +293,12 @@ def _assignment(gang: GangRequest, fit: GangFit) -> tuple[PodAssignment, ...]:
 
 
 def _hold_still_valid(
-    hold: Reservation, gang: GangRequest, *, evaluation: GangEvaluation, view: ClusterSnapshot | None
+    hold: Reservation,
+    gang: GangRequest,
+    *,
+    evaluation: GangEvaluation,
+    view: ClusterSnapshot | None,
+    models: tuple[str, ...] | None,
 ) -> bool:
     if view is None:
         return False
@@ -246,7 +309,20 @@ def _hold_still_valid(
         node = view.nodes.get(name)
         if node is None or not node_accepts_gang(gang, node) or not amount.fits_in(node.allocatable):
             return False
+        if models is not None and amount.gpu and node.model_key not in models:
+            return False  # its queue no longer has quota for the held nodes' model
     return True
+
+
+def _hold_model(hold: Reservation, view: ClusterSnapshot | None) -> str | None:
+    """The GPU model of a hold's nodes (None for a gang without GPUs)."""
+    if view is None:
+        return None
+    for name, amount in sorted(hold.amounts.items()):
+        node = view.nodes.get(name)
+        if amount.gpu and node is not None:
+            return node.model_key
+    return None
 
 
 def _ready_fraction(gang: GangRequest, view: ClusterSnapshot, *, amounts: Mapping[str, Resources]) -> float:
@@ -271,6 +347,7 @@ def _choose_hold(
     views: Mapping[str, ClusterSnapshot],
     holds_per_cluster: Counter[str],
     profile: Profile,
+    models: tuple[str, ...] | None = None,
 ) -> tuple[str, GangFit, float] | None:
     best: tuple[float, str, GangFit] | None = None
     for cluster in sorted(evaluation.why_not):
@@ -280,10 +357,12 @@ def _choose_hold(
         if holds_per_cluster[cluster] >= profile.max_holds_per_cluster:
             continue
         view = views[cluster]
-        models: tuple[str | None, ...] = (
-            tuple(candidate_gpu_models(gang, view.index)) if gang.needs_gpu else (None,)
+        tried: tuple[str | None, ...] = (
+            tuple(m for m in candidate_gpu_models(gang, view.index) if models is None or m in models)
+            if gang.needs_gpu
+            else (None,)
         )
-        for model in models:
+        for model in tried:
             fit = fit_gang_on_capacity(gang, view, gpu_model=model)
             if not fit.ok:
                 continue
@@ -303,7 +382,14 @@ def _never_fits(evaluation: GangEvaluation) -> bool:
     )
 
 
-def _validate_inputs(gangs: Sequence[GangRequest], snapshots: Mapping[str, ClusterSnapshot]) -> None:
+def _validate_inputs(
+    gangs: Sequence[GangRequest],
+    snapshots: Mapping[str, ClusterSnapshot],
+    *,
+    profile: Profile,
+    queues: Mapping[str, QueueQuota] | None,
+    running: Sequence[RunningGang],
+) -> None:
     for name, snapshot in snapshots.items():
         if not isinstance(snapshot, ClusterSnapshot):
             raise TypeError(f"snapshot {name!r} is not a ClusterSnapshot")
@@ -316,6 +402,11 @@ def _validate_inputs(gangs: Sequence[GangRequest], snapshots: Mapping[str, Clust
         if gang.uid in seen:
             raise ValueError(f"gang uid {gang.uid!r} appears twice in one cycle")
         seen.add(gang.uid)
+    if queues is not None and "quota" not in profile.filters:
+        raise ProfileError(f"profile {profile.name!r}: queues were given, so filter 'quota' is required")
+    for other in running:
+        if isinstance(other, RunningGang) and other.uid in seen:
+            raise ValueError(f"gang {other.key} ({other.uid}) is both pending and running; it must be one or the other")
 
 
 def run_cycle(
@@ -326,10 +417,21 @@ def run_cycle(
     now: float,
     reservations: ReservationBook = EMPTY_BOOK,
     registry: PluginRegistry | None = None,
+    queues: Mapping[str, QueueQuota] | None = None,
+    running: Iterable[RunningGang] = (),
+    preempt: bool = True,
 ) -> CycleResult:
-    """Place as many gangs as fit; see the module docstring for the order and the head-of-line rule."""
+    """Place as many gangs as fit; see the module docstring for the order, admission, preemption and holds.
+
+    `queues` (None: no quota, no fair share, no preemption: placement as
+    before queues existed) maps queue names to their quota; `running` lists
+    every gang that holds quota and room (placed or running, not finished,
+    not being evicted), with its per-node amounts. `preempt=False` only
+    explains what preemption would do.
+    """
     pending = list(gangs)
-    _validate_inputs(pending, snapshots)
+    running_list = list(running)
+    _validate_inputs(pending, snapshots, profile=profile, queues=queues, running=running_list)
     resolved = (registry or default_registry()).resolve(profile)
 
     book, released_list = expire_reservations(reservations, now=now)
@@ -355,15 +457,56 @@ def run_cycle(
     holder_priority = {gang.uid: gang.priority for gang in pending}
     holds_per_cluster: Counter[str] = Counter(r.cluster for r in holds.values())
 
+    ledger: QuotaLedger | None = None
+    order: Iterable[GangRequest]
+    if queues is None:
+        order = queue_order(pending)
+    else:
+        models: set[str] = set()
+        for name in names:
+            models.update(snapshots[name].index.gpu_models)
+        ledger = QuotaLedger(queues, running_list, models=models)
+        order = FairQueue(pending, ledger)
+    # Gangs whose placement is still in flight are no victims (their pods may not even exist yet).
+    in_flight = {r.gang_uid for r in book if r.kind is ReservationKind.PLACED}
+
     decisions: list[Decision] = []
     unplaced: list[Unplaced] = []
     already_placed: list[str] = []
+    evictions: list[str] = []
 
-    for gang in queue_order(pending):
+    def drop_hold(gang: GangRequest, hold: Reservation, reason: ReleaseReason) -> None:
+        nonlocal book
+        if hold.cluster in views:
+            views[hold.cluster] = views[hold.cluster].with_allocation_changes(hold.amounts, release=True)
+        del holds[gang.uid]
+        holds_per_cluster[hold.cluster] -= 1
+        book = book.forget(gang.uid)
+        released.append(Release(gang.uid, hold.cluster, ReservationKind.HOLD, reason))
+
+    def reserve_placed(gang: GangRequest, cluster: str, amounts: Mapping[str, Resources]) -> None:
+        nonlocal book
+        views[cluster] = views[cluster].with_allocation_changes(amounts)
+        book = book.reserve(
+            Reservation(
+                gang_uid=gang.uid,
+                gang_key=gang.key,
+                cluster=cluster,
+                kind=ReservationKind.PLACED,
+                amounts=amounts,
+                pods=gang.pod_count,
+                resource_version=snapshots[cluster].resource_version,
+                created_at=now,
+                expires_at=now + profile.reservation_ttl_seconds,
+            )
+        )
+
+    for gang in order:
         existing = book.get(gang.uid)
         if existing is not None and existing.kind is ReservationKind.PLACED:
             already_placed.append(gang.uid)
             continue
+        admission = ledger.admit(gang) if ledger is not None and gang.queue else None
         own_hold = holds.get(gang.uid)
         # What this gang may use: everything except its own hold and holds of lower-priority gangs.
         ignored = [
@@ -379,38 +522,20 @@ def run_cycle(
                     hold.amounts, release=True
                 )
         evaluation = evaluate_gang(
-            gang, [gang_views[name] for name in names], resolved=resolved, now=now, federation=federation
+            gang,
+            [gang_views[name] for name in names],
+            resolved=resolved,
+            now=now,
+            federation=federation,
+            admission=admission,
         )
 
         if evaluation.ranked:
             best = evaluation.ranked[0]
             fit = evaluation.fits[best.cluster]
-            amounts = fit.node_amounts(gang)
             if own_hold is not None:
-                views[own_hold.cluster] = views[own_hold.cluster].with_allocation_changes(
-                    own_hold.amounts, release=True
-                )
-                del holds[gang.uid]
-                holds_per_cluster[own_hold.cluster] -= 1
-                book = book.forget(gang.uid)
-                released.append(
-                    Release(gang.uid, own_hold.cluster, ReservationKind.HOLD, ReleaseReason.SUPERSEDED)
-                )
-            views[best.cluster] = views[best.cluster].with_allocation_changes(amounts)
-            chosen = snapshots[best.cluster]
-            book = book.reserve(
-                Reservation(
-                    gang_uid=gang.uid,
-                    gang_key=gang.key,
-                    cluster=best.cluster,
-                    kind=ReservationKind.PLACED,
-                    amounts=amounts,
-                    pods=gang.pod_count,
-                    resource_version=chosen.resource_version,
-                    created_at=now,
-                    expires_at=now + profile.reservation_ttl_seconds,
-                )
-            )
+                drop_hold(gang, own_hold, ReleaseReason.SUPERSEDED)
+            reserve_placed(gang, best.cluster, fit.node_amounts(gang))
             decisions.append(
                 Decision(
                     gang_key=gang.key,
@@ -418,42 +543,93 @@ def run_cycle(
                     cluster=best.cluster,
                     gpu_model=fit.gpu_model,
                     assignment=_assignment(gang, fit),
-                    resource_version=chosen.resource_version,
+                    resource_version=snapshots[best.cluster].resource_version,
                     decided_at=now,
                     why_not=Map(evaluation.why_not),
                     scores=evaluation.ranked,
                     outranked=Map(evaluation.outranked),
+                    queue=admission.queue if admission is not None else "",
+                    borrowed=admission.borrows(fit.gpu_model) if admission is not None else False,
                 )
             )
+            if ledger is not None:
+                ledger.charge(gang, fit.gpu_model)
             continue
 
-        never_fits = _never_fits(evaluation)
+        would_preempt: Preemption | None = None
+        if ledger is not None and admission is not None and not admission.never and (
+            admission.block is None or admission.block.code != QUEUE_NOT_FOUND
+        ):
+            plan = plan_preemption(
+                gang,
+                [gang_views[name] for name in names],
+                ledger=ledger,
+                resolved=resolved,
+                now=now,
+                federation=federation,
+                excluded=in_flight,
+            )
+            if plan is not None and preempt:
+                if own_hold is not None:
+                    drop_hold(gang, own_hold, ReleaseReason.SUPERSEDED)
+                victims = [victim for victim, _ in plan.victims]
+                within_nominal = ledger.fits_after(gang, plan.gpu_model, victims, own_only=True)
+                for victim in victims:
+                    ledger.evict(victim)
+                    evictions.append(victim.uid)
+                ledger.charge(gang, plan.gpu_model)
+                reserve_placed(gang, plan.cluster, plan.fit.node_amounts(gang))
+                decisions.append(
+                    Decision(
+                        gang_key=gang.key,
+                        gang_uid=gang.uid,
+                        cluster=plan.cluster,
+                        gpu_model=plan.gpu_model,
+                        assignment=_assignment(gang, plan.fit),
+                        resource_version=snapshots[plan.cluster].resource_version,
+                        decided_at=now,
+                        why_not=Map({k: v for k, v in evaluation.why_not.items() if k != plan.cluster}),
+                        scores=(),
+                        queue=gang.queue,
+                        borrowed=not within_nominal,
+                        preemption=plan.preemption(),
+                    )
+                )
+                continue
+            if plan is not None:
+                would_preempt = plan.preemption()
+
+        admitted = admission is None or admission.admitted
+        allowed = admission.models if admission is not None and gang.needs_gpu and admission.models else None
+        if admission is None:
+            never_fits = _never_fits(evaluation)
+        elif admission.admitted:
+            # A model left out for lack of quota may fit some day: only claim "never" if none was.
+            never_fits = _never_fits(evaluation) and not admission.narrowed
+        else:
+            never_fits = admission.never
         hold_out: Hold | None = None
-        if own_hold is not None and _hold_still_valid(
-            own_hold, gang, evaluation=evaluation, view=gang_views.get(own_hold.cluster)
+        if admitted and own_hold is not None and _hold_still_valid(
+            own_hold, gang, evaluation=evaluation, view=gang_views.get(own_hold.cluster), models=allowed
         ):
             view = gang_views[own_hold.cluster]
             hold_out = Hold(
                 own_hold.cluster, tuple(sorted(own_hold.amounts)), _ready_fraction(gang, view, amounts=own_hold.amounts)
             )
+            if ledger is not None:
+                ledger.hold(gang, _hold_model(own_hold, view))
         else:
             if own_hold is not None:
-                if own_hold.cluster in views:
-                    views[own_hold.cluster] = views[own_hold.cluster].with_allocation_changes(
-                        own_hold.amounts, release=True
-                    )
-                del holds[gang.uid]
-                holds_per_cluster[own_hold.cluster] -= 1
-                book = book.forget(gang.uid)
-                released.append(Release(gang.uid, own_hold.cluster, ReservationKind.HOLD, ReleaseReason.DROPPED))
+                drop_hold(gang, own_hold, ReleaseReason.DROPPED)
             aged = now - gang.submitted_at >= profile.hold_after_seconds
-            if aged and not never_fits and profile.max_holds_per_cluster > 0:
+            if admitted and aged and not never_fits and profile.max_holds_per_cluster > 0:
                 choice = _choose_hold(
                     gang,
                     evaluation=evaluation,
                     views=gang_views,
                     holds_per_cluster=holds_per_cluster,
                     profile=profile,
+                    models=allowed,
                 )
                 if choice is not None:
                     cluster, capacity_fit, fraction = choice
@@ -473,6 +649,19 @@ def run_cycle(
                     holds_per_cluster[cluster] += 1
                     views[cluster] = views[cluster].with_allocation_changes(amounts)
                     hold_out = Hold(cluster, tuple(sorted(amounts)), fraction)
+                    if ledger is not None:
+                        ledger.hold(gang, capacity_fit.gpu_model)
+        block = admission.block if admission is not None else None
+        if (
+            ledger is not None
+            and block is not None
+            and block.code != QUEUE_NOT_FOUND
+            and not never_fits
+            and now - gang.submitted_at >= profile.hold_after_seconds
+            and not ledger.holds_quota(gang.queue)
+        ):
+            ledger.hold(gang, ledger.hold_model(gang), quota_hold=True)
+            block = replace(block, holding=True)
         unplaced.append(
             Unplaced(
                 gang_key=gang.key,
@@ -480,6 +669,8 @@ def run_cycle(
                 why_not=Map(evaluation.why_not),
                 hold=hold_out,
                 never_fits=never_fits,
+                quota=block,
+                preemption=would_preempt,
             )
         )
 
@@ -490,4 +681,6 @@ def run_cycle(
         snapshots=Map(views),
         released=tuple(released),
         already_placed=tuple(already_placed),
+        usage=ledger.usage() if ledger is not None else Map(),
+        evictions=tuple(evictions),
     )

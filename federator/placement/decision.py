@@ -8,6 +8,13 @@ in `why_not` (a filter rejected it, with a code and numbers), in `scores`
 filters but even its best possible score was below the chosen one's, so it
 was not fitted node by node).
 
+With queues (see `admission`), a Decision also says which queue it charges
+and whether it borrowed quota, and a Decision that needs room made for it
+carries its `preemption`: the victim gangs the caller must evict first (all
+in the decision's cluster) and why each was chosen. An Unplaced gang says
+which quota it waits for (`quota`), and in the cycle's explain mode
+(`run_cycle(..., preempt=False)`) where it would fit after preempting whom.
+
 Pure: no I/O.
 """
 
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple
 
 from immutables import Map
@@ -23,11 +31,15 @@ __all__ = [
     "Decision",
     "Hold",
     "PodAssignment",
+    "Preemption",
+    "QuotaBlock",
     "Rejection",
     "ScoreBreakdown",
     "ScorePart",
     "ScoreTable",
     "Unplaced",
+    "Victim",
+    "VictimReason",
 ]
 
 
@@ -96,6 +108,71 @@ class PodAssignment:
     node: str
 
 
+class VictimReason(StrEnum):
+    # A gang of the preemptor's own queue with a lower priority (the queue's withinQueue: LowerPriority).
+    LOWER_PRIORITY = "LowerPriority"
+    # A gang another queue of the cohort runs on borrowed quota (the preemptor's queue: reclaimBorrowed).
+    RECLAIM_BORROWED = "ReclaimBorrowed"
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A running gang a preemption evicts, whole."""
+
+    uid: str
+    key: str
+    queue: str
+    priority: int
+    borrowed: bool
+    reason: VictimReason
+
+    def describe(self) -> str:
+        why = "lower priority" if self.reason is VictimReason.LOWER_PRIORITY else "borrowed quota"
+        return f"{self.key} (queue {self.queue}, priority {self.priority}, {why})"
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Room made for a gang: evict these whole gangs of `cluster`, and the gang fits there node by node.
+
+    `nodes` are the nodes where the victims free room the gang's fit uses.
+    `minimal` is True when no smaller set of victims in any cluster was
+    possible (proven by search); False when the search was cut short and
+    the set is only irreducible (no victim can be spared).
+    """
+
+    cluster: str
+    gpu_model: str | None
+    victims: tuple[Victim, ...]
+    nodes: tuple[str, ...]
+    minimal: bool = True
+
+    @property
+    def victim_uids(self) -> tuple[str, ...]:
+        return tuple(victim.uid for victim in self.victims)
+
+    def describe(self) -> str:
+        """E.g. "would fit on dc-a after preempting ns/a (queue vision, priority 1, lower priority), ns/b (...)"."""
+        return f"would fit on {self.cluster} after preempting {', '.join(v.describe() for v in self.victims)}"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaBlock:
+    """Why a gang's queue cannot admit it now: a stable code, a sentence with the numbers.
+
+    code: QuotaExceeded (its queue, and what the cohort can lend, has no
+    room for what it asks) or QueueNotFound. `holding` is True when this
+    gang, aged, holds its queue's quota so that gangs of equal or lower
+    priority of the same queue cannot take what frees up first.
+    """
+
+    queue: str
+    code: str
+    message: str
+    numbers: Mapping[str, int | float] = field(default_factory=Map)
+    holding: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A gang placed: the cluster, the node of every pod, and the evidence."""
@@ -114,10 +191,21 @@ class Decision:
     scores: tuple[ScoreBreakdown, ...]
     # Clusters that could not beat the chosen one: name -> the most they could have scored.
     outranked: Mapping[str, float] = field(default_factory=Map)
+    # The queue whose quota the gang is charged to ("" = none), and whether it runs on borrowed quota.
+    queue: str = ""
+    borrowed: bool = False
+    # Set when room is made by evicting other gangs first (then `scores` is empty: the cluster was
+    # chosen for needing the fewest victims, not by score).
+    preemption: Preemption | None = None
 
     @property
     def nodes(self) -> frozenset[str]:
         return frozenset(pod.node for pod in self.assignment)
+
+    @property
+    def preempts(self) -> tuple[str, ...]:
+        """Uids of the gangs to evict before this gang's pods can run; () for most decisions."""
+        return self.preemption.victim_uids if self.preemption is not None else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,5 +228,10 @@ class Unplaced:
     # Set when the gang has (or just got) a head-of-line hold.
     hold: Hold | None = None
     # True when every cluster that passes the other filters (health, selector, fabric, model...)
-    # lacks the capacity for the gang even with every node free: waiting will not help.
+    # lacks the capacity for the gang even with every node free, or when its queue can never
+    # have what it asks: waiting will not help.
     never_fits: bool = False
+    # Set when the gang's queue has no room for it (then every cluster's row says so too).
+    quota: QuotaBlock | None = None
+    # Explain mode only (`run_cycle(preempt=False)`): where it would fit after preempting whom.
+    preemption: Preemption | None = None

@@ -3,7 +3,10 @@
 `render_decision` and `render_unplaced` produce the text that
 `federator describe job` prints: the chosen cluster and its nodes, the score
 table of the clusters that passed, and the why-not table of the clusters a
-filter rejected (filter, reason code, message with the numbers).
+filter rejected (filter, reason code, message with the numbers). With
+queues: the queue a decision is charged to, the gangs it preempts (and
+why), the quota an unplaced gang waits for, and, in explain mode, where it
+would fit after preempting whom.
 
 Pure: builds strings, prints nothing.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from federator.placement.decision import Decision, Rejection, ScoreBreakdown, Unplaced
+from federator.placement.decision import Decision, Preemption, Rejection, ScoreBreakdown, Unplaced, VictimReason
 
 __all__ = ["render_decision", "render_scores", "render_unplaced", "render_why_not"]
 
@@ -63,17 +66,38 @@ def _assignment_lines(decision: Decision) -> list[str]:
     return [f"  {node}: {', '.join(pods)}" for node, pods in sorted(by_node.items())]
 
 
+def _victim_lines(preemption: Preemption) -> list[str]:
+    rows = [
+        (v.key, v.queue, str(v.priority), "lower priority" if v.reason is VictimReason.LOWER_PRIORITY else "borrowed quota")
+        for v in preemption.victims
+    ]
+    lines = _table(("GANG", "QUEUE", "PRIORITY", "WHY"), rows)
+    if preemption.nodes:
+        lines.append(f"  room made on {len(preemption.nodes)} nodes: {', '.join(preemption.nodes)}")
+    if not preemption.minimal:
+        lines.append("  (the search for fewer victims was cut short: no victim of this set can be spared)")
+    return lines
+
+
 def render_decision(decision: Decision) -> str:
     model = f" on {decision.gpu_model}" if decision.gpu_model else ""
     lines = [
         f"Placed {decision.gang_key} in cluster {decision.cluster}{model} "
         f"({len(decision.assignment)} pods on {len(decision.nodes)} nodes, "
         f"decided at member resourceVersion {decision.resource_version or '-'})",
-        "Nodes:",
-        *_assignment_lines(decision),
-        "Scores (normalised x weight):",
-        *render_scores(decision.scores),
     ]
+    if decision.queue:
+        lines.append(f"Queue {decision.queue}" + (", on quota borrowed from its cohort" if decision.borrowed else ""))
+    if decision.preemption is not None:
+        preemption = decision.preemption
+        lines.append(
+            f"Preempts {len(preemption.victims)} gang{'s' if len(preemption.victims) != 1 else ''} "
+            f"in {preemption.cluster} (evicted whole before it starts):"
+        )
+        lines.extend(_victim_lines(preemption))
+    lines.extend(["Nodes:", *_assignment_lines(decision)])
+    if decision.preemption is None or decision.scores:
+        lines.extend(["Scores (normalised x weight):", *render_scores(decision.scores)])
     if decision.outranked:
         best = decision.scores[0].total if decision.scores else 0.0
         lines.append(f"Outranked (passed the cheap filters, but could score at most this, below {best:.1f}):")
@@ -85,11 +109,26 @@ def render_decision(decision: Decision) -> str:
 
 
 def render_unplaced(unplaced: Unplaced) -> str:
-    if unplaced.never_fits:
+    quota = unplaced.quota
+    if quota is not None:
+        if unplaced.never_fits:
+            headline = f"{unplaced.gang_key} can never be admitted by its queue: {quota.message}"
+        else:
+            headline = f"{unplaced.gang_key} is waiting for quota: {quota.message}"
+    elif unplaced.never_fits:
         headline = f"{unplaced.gang_key} fits no eligible cluster, even with every node free"
     else:
         headline = f"{unplaced.gang_key} is waiting: no cluster can take the whole gang now"
     lines = [headline]
+    if quota is not None and quota.holding:
+        lines.append(
+            f"Holding its demand in queue {quota.queue}'s quota: gangs of equal or lower priority of that "
+            "queue cannot take what frees up first"
+        )
+    if unplaced.preemption is not None:
+        text = unplaced.preemption.describe()
+        lines.append(f"{text[:1].upper()}{text[1:]}:")
+        lines.extend(_victim_lines(unplaced.preemption))
     if unplaced.hold is not None:
         hold = unplaced.hold
         lines.append(

@@ -23,8 +23,10 @@ Shape borrowed from kube-scheduler and Volcano:
 
 `EvalContext` is the per-(gang, cluster) scratch of one evaluation, like
 kube-scheduler's CycleState: the gpu-model filter leaves the models to try,
-the gang-fit filter leaves the node-level fit that scores and the
-reservation use. It lives only for one evaluation.
+the quota filter narrows them to the models the gang's queue has room for
+(the cycle's `Admission`, passed in), the gang-fit filter leaves the
+node-level fit that scores and the reservation use. It lives only for one
+evaluation.
 
 Pure: no I/O, no clocks (time comes in as `now`).
 """
@@ -38,6 +40,7 @@ from typing import Protocol, runtime_checkable
 
 from immutables import Map
 
+from federator.placement.admission import Admission
 from federator.placement.gang import GangRequest
 from federator.placement.nodefit import GangFit
 from federator.placement.resources import ZERO, Resources
@@ -197,12 +200,16 @@ class FederationStats:
 class EvalContext:
     """Scratch of one (gang, cluster) evaluation; see the module docstring."""
 
-    __slots__ = ("now", "profile", "federation", "gpu_models", "fit")
+    __slots__ = ("now", "profile", "federation", "admission", "gpu_models", "fit")
 
-    def __init__(self, *, now: float, profile: Profile, federation: FederationStats) -> None:
+    def __init__(
+        self, *, now: float, profile: Profile, federation: FederationStats, admission: Admission | None = None
+    ) -> None:
         self.now = now
         self.profile = profile
         self.federation = federation
+        # What the gang's queue admits (None: no queues in this cycle, or the gang has none): read by "quota".
+        self.admission = admission
         # Set by the gpu-model filter: models to try, in order; None = not filtered yet.
         self.gpu_models: tuple[str, ...] | None = None
         # Set by the gang-fit filter when the gang fits.

@@ -198,6 +198,9 @@ class GangRequest:
     reservations and for matching the member's pods). `excluded_clusters`
     maps a cluster name to the time (seconds, same clock as `now`) until
     which the gang must not go there, e.g. after being pulled back from it.
+    `queue` names the queue whose quota it is charged to; "" means no
+    queue: no quota, no fair share, never preempted (placement as before
+    queues existed).
     """
 
     key: str
@@ -212,6 +215,7 @@ class GangRequest:
     priority: int = 0
     submitted_at: float = 0.0
     excluded_clusters: Mapping[str, float] = field(default_factory=Map)
+    queue: str = ""
     # Derived in __post_init__.
     fit_order: tuple[RoleRequest, ...] = field(init=False, compare=False, repr=False)
     total: Resources = field(init=False, compare=False, repr=False)
@@ -257,6 +261,8 @@ class GangRequest:
         ):
             raise ValueError(f"gang {self.key}: excluded_clusters must map cluster names to finite times")
         object.__setattr__(self, "excluded_clusters", Map(excluded))
+        if not isinstance(self.queue, str) or len(self.queue) > _MAX_NAME:
+            raise ValueError(f"gang {self.key}: queue must be a string of at most {_MAX_NAME} characters")
         pod_count = sum(role.replicas for role in roles)
         if pod_count > MAX_GANG_PODS:
             raise ValueError(f"gang {self.key}: {pod_count} pods exceeds the limit of {MAX_GANG_PODS}")

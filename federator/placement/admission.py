@@ -1,0 +1,705 @@
+"""Admission: GPU quota per queue, borrowing within a cohort, fair share across queues.
+
+Placement's own terms; callers build them from the hub's Queue objects and
+from the gangs that run (placement never sees API types):
+- `QueueQuota`: a queue's nominal quota (GPUs per model, optional cpu and
+  memory), its cohort, how much it may borrow, its fair-share weight and its
+  preemption policy.
+- `RunningGang`: a gang that holds quota and room: placed or running, not
+  finished, not being evicted. Its `demand` is charged to its queue; its
+  per-node `amounts` are what preemption can free.
+- `QuotaLedger`: the usage of every queue during one cycle: the running
+  gangs, plus what the cycle admits, minus what it evicts.
+
+Rules (federation-wide: a queue's 64 A100s may sit in any member cluster):
+- Charging. A gang's demand is its total requests: its GPUs are charged to
+  the GPU model it is placed on, its cpu and memory as such. A gang that
+  accepts several models is admitted for each model its queue has room for,
+  and placement considers only those (the "quota" filter narrows the models
+  to try, own-quota models before borrowed ones).
+- Room, per resource the gang asks (GPUs of one model, cpu, memory): own
+  room if used + held + demand <= nominal; else borrowed room if the queue
+  has a cohort, the cohort's used + held + demand <= the cohort's nominal
+  total (idle quota of the other queues), and what the queue borrows stays
+  within its borrowing limit. A model the queue lists no quota for has
+  nominal 0 (it can only borrow); cpu or memory without a nominal is not
+  limited (and not lent). A borrowing limit limits what it lists; no limit
+  at all means any idle quota of the cohort may be borrowed.
+- A gang whose queue has no room is not placed (it stays pending with a
+  `QuotaBlock`: "queue vision uses 96 of 96 A100 GPUs (cohort research
+  lends 0); waits for 8"). A gang with no queue ("") has no quota.
+- Fair share. When several queues wait, the next gang comes from the queue
+  with the lowest weighted dominant share: for each resource the queue has
+  a nominal quota of, used / nominal (so a queue at its nominal quota has
+  share 1 whatever its size: quota is the entitlement, DRF over it);
+  borrowing a resource it has no nominal of gives share infinity; the
+  largest of these divided by its weight. Shares count the gangs admitted
+  earlier in the same cycle. Ties: the head's priority, submission time,
+  key. Within a queue: priority, then submission time (`cycle.queue_order`).
+  The lane of gangs with no queue has share 0.
+- Holds and quota. A gang holding nodes (the head-of-line rule of `cycle`)
+  also holds its demand in its queue's quota, and an aged gang (waiting
+  `hold_after_seconds`) that its queue cannot admit holds its demand in the
+  quota (at most one per queue, never one its queue can never admit), so
+  that smaller gangs behind it in its queue cannot take what frees up
+  first. Held quota counts as used for every check but not for fair share.
+
+Pure: no I/O, no clocks; the ledger is scratch of one cycle and never
+changes its inputs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from immutables import Map
+
+from federator.apis.quantity import format_bytes, format_cpu
+from federator.placement.decision import QuotaBlock, VictimReason
+from federator.placement.gang import GangRequest
+from federator.placement.resources import Resources
+
+__all__ = [
+    "QUEUE_NOT_FOUND",
+    "QUOTA_EXCEEDED",
+    "Admission",
+    "FairQueue",
+    "QueueQuota",
+    "QueueUsage",
+    "QuotaAmounts",
+    "QuotaLedger",
+    "RunningGang",
+    "WithinQueue",
+]
+
+QUOTA_EXCEEDED = "QuotaExceeded"
+QUEUE_NOT_FOUND = "QueueNotFound"
+_MAX_NAME = 253
+
+# ("gpu", model) | ("cpu", "") | ("memory", "")
+ResourceKey = tuple[str, str]
+_CPU: ResourceKey = ("cpu", "")
+_MEMORY: ResourceKey = ("memory", "")
+
+
+class WithinQueue(StrEnum):
+    """May a gang evict gangs of its own queue? LowerPriority: those of strictly lower priority."""
+
+    LOWER_PRIORITY = "LowerPriority"
+    NEVER = "Never"
+
+
+def _check_name(value: object, what: str, *, empty: bool = False) -> str:
+    if not isinstance(value, str) or len(value) > _MAX_NAME or (not value and not empty):
+        raise ValueError(f"{what} must be a string of {0 if empty else 1}-{_MAX_NAME} characters, got {value!r}")
+    return value
+
+
+def _check_count(value: object, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{what} must be a non-negative int, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaAmounts:
+    """GPUs per model, and optionally cpu (millicores) and memory (bytes); None = not limited/listed."""
+
+    gpus: Mapping[str, int] = field(default_factory=Map)
+    cpu_milli: int | None = None
+    memory: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.gpus, Mapping):
+            raise TypeError("quota gpus must map GPU models to counts")
+        for model, count in self.gpus.items():
+            _check_name(model, "quota GPU model")
+            _check_count(count, f"quota of {model} GPUs")
+        object.__setattr__(self, "gpus", Map(self.gpus))
+        for name in ("cpu_milli", "memory"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_count(value, f"quota {name}")
+
+    def get(self, key: ResourceKey) -> int | None:
+        if key == _CPU:
+            return self.cpu_milli
+        if key == _MEMORY:
+            return self.memory
+        return self.gpus.get(key[1])
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """One queue, in placement's terms (built by callers from a Queue object)."""
+
+    name: str
+    nominal: QuotaAmounts = field(default_factory=QuotaAmounts)
+    cohort: str = ""
+    # None: may borrow any idle quota of its cohort; else limits what it lists.
+    borrowing_limit: QuotaAmounts | None = None
+    weight: float = 1.0
+    within_queue: WithinQueue = WithinQueue.NEVER
+    # May take back its nominal quota by evicting gangs other queues of its cohort run on borrowed quota.
+    reclaim_borrowed: bool = False
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "queue name")
+        _check_name(self.cohort, f"queue {self.name}: cohort", empty=True)
+        if not isinstance(self.nominal, QuotaAmounts):
+            raise TypeError(f"queue {self.name}: nominal must be QuotaAmounts")
+        if self.borrowing_limit is not None and not isinstance(self.borrowing_limit, QuotaAmounts):
+            raise TypeError(f"queue {self.name}: borrowing_limit must be QuotaAmounts or None")
+        weight = self.weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"queue {self.name}: weight must be a positive finite number, got {weight!r}")
+        object.__setattr__(self, "within_queue", WithinQueue(self.within_queue))
+        if type(self.reclaim_borrowed) is not bool:
+            raise TypeError(f"queue {self.name}: reclaim_borrowed must be a bool")
+
+    def nominal_of(self, key: ResourceKey) -> int | None:
+        """Nominal quota of one resource; GPUs of an unlisted model: 0; cpu/memory unset: None (unlimited)."""
+        value = self.nominal.get(key)
+        if value is None and key[0] == "gpu":
+            return 0
+        return value
+
+    def limit_of(self, key: ResourceKey) -> int | None:
+        return None if self.borrowing_limit is None else self.borrowing_limit.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningGang:
+    """A gang that holds quota and room: placed or running, not finished, not being evicted.
+
+    Built by callers from the job (queue, priority, demand, model, whether it
+    was admitted on borrowed quota: `Decision.borrowed`) and from the member
+    pods (`amounts`: node -> what its pods hold there now, in `cluster`).
+    """
+
+    uid: str
+    key: str
+    cluster: str
+    queue: str
+    priority: int
+    started_at: float
+    demand: Resources
+    gpu_model: str | None = None
+    amounts: Mapping[str, Resources] = field(default_factory=Map)
+    borrowed: bool = False
+
+    def __post_init__(self) -> None:
+        _check_name(self.uid, "running gang uid")
+        _check_name(self.key, f"running gang {self.uid}: key")
+        _check_name(self.cluster, f"running gang {self.key}: cluster")
+        _check_name(self.queue, f"running gang {self.key}: queue", empty=True)
+        if type(self.priority) is not int:
+            raise TypeError(f"running gang {self.key}: priority must be an int")
+        started = self.started_at
+        if isinstance(started, bool) or not isinstance(started, int | float) or not math.isfinite(started):
+            raise ValueError(f"running gang {self.key}: started_at must be a finite number")
+        if not isinstance(self.demand, Resources):
+            raise TypeError(f"running gang {self.key}: demand must be Resources")
+        if self.gpu_model is not None:
+            _check_name(self.gpu_model, f"running gang {self.key}: gpu_model")
+        elif self.demand.gpu:
+            raise ValueError(f"running gang {self.key}: a gang with GPUs needs the gpu_model it is charged to")
+        amounts = self.amounts
+        if not isinstance(amounts, Mapping) or not all(
+            isinstance(node, str) and isinstance(amount, Resources) for node, amount in amounts.items()
+        ):
+            raise TypeError(f"running gang {self.key}: amounts must map node names to Resources")
+        object.__setattr__(self, "amounts", Map(amounts))
+        if type(self.borrowed) is not bool:
+            raise TypeError(f"running gang {self.key}: borrowed must be a bool")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueUsage:
+    """What a queue uses (for its status): used, of which borrowed (above nominal), and admitted gangs."""
+
+    queue: str
+    used: QuotaAmounts
+    borrowed: QuotaAmounts
+    gangs: int
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What a gang's queue admits in this cycle.
+
+    `models`: the GPU models it has room for, own-quota models first (() for
+    a gang without GPUs); `own`: those within its nominal quota; `borrowing`:
+    a GPU-less gang admitted only by borrowing. When not admitted, `block`
+    says why and `never` whether it ever can be.
+    """
+
+    queue: str
+    admitted: bool
+    models: tuple[str, ...] = ()
+    own: frozenset[str] = frozenset()
+    borrowing: bool = False
+    # Some model the gang accepts was left out for lack of quota.
+    narrowed: bool = False
+    block: QuotaBlock | None = None
+    never: bool = False
+
+    def borrows(self, model: str | None) -> bool:
+        """Would a placement on `model` run on borrowed quota?"""
+        if model is None:
+            return self.borrowing
+        return model not in self.own
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    ok: bool
+    borrowing: bool = False
+    never: bool = False
+    text: str = ""
+    numbers: Mapping[str, int | float] = field(default_factory=Map)
+
+
+def _demand_keys(model: str | None, demand: Resources) -> list[tuple[ResourceKey, int]]:
+    keys: list[tuple[ResourceKey, int]] = []
+    if demand.gpu and model is not None:
+        keys.append((("gpu", model), demand.gpu))
+    if demand.cpu_milli:
+        keys.append((_CPU, demand.cpu_milli))
+    if demand.memory:
+        keys.append((_MEMORY, demand.memory))
+    return keys
+
+
+def _amount_text(key: ResourceKey, amount: int) -> str:
+    if key == _CPU:
+        return f"{format_cpu(amount)} cpu"
+    if key == _MEMORY:
+        return f"{format_bytes(amount)} memory"
+    return f"{amount} {key[1]} GPUs"
+
+
+def _bare(key: ResourceKey, amount: int) -> str:
+    if key == _CPU:
+        return format_cpu(amount)
+    if key == _MEMORY:
+        return format_bytes(amount)
+    return str(amount)
+
+
+class QuotaLedger:
+    """Usage of every queue during one cycle; see the module docstring for the rules.
+
+    Scratch of one cycle (like nodefit's packing scratch): it changes as the
+    cycle admits (`charge`), holds (`hold`) and evicts (`evict`), and never
+    touches its inputs.
+    """
+
+    def __init__(
+        self, queues: Mapping[str, QueueQuota], running: Iterable[RunningGang], *, models: Iterable[str] = ()
+    ) -> None:
+        if not isinstance(queues, Mapping):
+            raise TypeError("queues must map queue names to QueueQuota")
+        for name, queue in queues.items():
+            if not isinstance(queue, QueueQuota):
+                raise TypeError(f"queue {name!r} is not a QueueQuota")
+            if queue.name != name:
+                raise ValueError(f"queue stored under {name!r} is named {queue.name!r}")
+        self._queues: dict[str, QueueQuota] = dict(queues)
+        self._models = tuple(sorted(set(models)))
+        self._used: dict[str, Counter[ResourceKey]] = {}
+        self._held: dict[str, Counter[ResourceKey]] = {}
+        self._quota_holder: dict[str, str] = {}
+        self._gangs: Counter[str] = Counter()
+        self._cohort_nominal: dict[str, Counter[ResourceKey]] = {}
+        # Per cohort: used + held by its queues (of what each limits).
+        self._cohort_load: dict[str, Counter[ResourceKey]] = {}
+        self._running: dict[str, RunningGang] = {}
+        self._by_cluster: dict[str, list[RunningGang]] = {}
+        self._evicted: set[str] = set()
+        # Queues whose share went down (evictions) since the fair order last looked.
+        self.dirty: set[str] = set()
+        for queue in self._queues.values():
+            if queue.cohort:
+                total = self._cohort_nominal.setdefault(queue.cohort, Counter())
+                for model, count in queue.nominal.gpus.items():
+                    total[("gpu", model)] += count
+                if queue.nominal.cpu_milli is not None:
+                    total[_CPU] += queue.nominal.cpu_milli
+                if queue.nominal.memory is not None:
+                    total[_MEMORY] += queue.nominal.memory
+                self._cohort_load.setdefault(queue.cohort, Counter())
+        for gang in running:
+            if not isinstance(gang, RunningGang):
+                raise TypeError(f"{gang!r} is not a RunningGang")
+            if gang.uid in self._running:
+                raise ValueError(f"running gang uid {gang.uid!r} appears twice")
+            self._running[gang.uid] = gang
+            self._by_cluster.setdefault(gang.cluster, []).append(gang)
+            if gang.queue:
+                self._add(self._used, gang.queue, gang.gpu_model, gang.demand, +1)
+                self._gangs[gang.queue] += 1
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _add(
+        self, table: dict[str, Counter[ResourceKey]], queue: str, model: str | None, demand: Resources, sign: int
+    ) -> None:
+        account = table.setdefault(queue, Counter())
+        quota = self._queues.get(queue)
+        cohort = self._cohort_load.get(quota.cohort) if quota is not None and quota.cohort else None
+        for key, amount in _demand_keys(model, demand):
+            account[key] += sign * amount
+            # cpu/memory of a queue that does not limit them are neither lent nor counted against its cohort.
+            if cohort is not None and quota is not None and quota.nominal_of(key) is not None:
+                cohort[key] += sign * amount
+
+    def charge(self, gang: GangRequest, model: str | None) -> None:
+        """A gang of this cycle was admitted and placed (or made room for) on `model`."""
+        if gang.queue:
+            self._add(self._used, gang.queue, model, gang.total, +1)
+            self._gangs[gang.queue] += 1
+
+    def hold(self, gang: GangRequest, model: str | None, *, quota_hold: bool = False) -> None:
+        """Hold the gang's demand in its queue's quota for the rest of the cycle (see "Holds and quota")."""
+        if gang.queue:
+            self._add(self._held, gang.queue, model, gang.total, +1)
+            if quota_hold:
+                self._quota_holder[gang.queue] = gang.key
+
+    def holds_quota(self, queue: str) -> bool:
+        return queue in self._quota_holder
+
+    def hold_model(self, gang: GangRequest) -> str | None:
+        """The GPU model a quota hold is charged to: of the models the gang accepts, its queue's largest quota."""
+        if not gang.needs_gpu:
+            return None
+        quota = self._queues.get(gang.queue)
+        models = gang.gpu_models or self._models
+        if quota is None or not models:
+            return None
+        return min(enumerate(models), key=lambda entry: (-quota.nominal.gpus.get(entry[1], 0), entry[0]))[1]
+
+    def evict(self, victim: RunningGang) -> None:
+        """A running gang is being evicted in this cycle: its quota is free, and it is no victim again."""
+        if victim.uid in self._evicted:
+            return
+        self._evicted.add(victim.uid)
+        if victim.queue:
+            self._add(self._used, victim.queue, victim.gpu_model, victim.demand, -1)
+            self._gangs[victim.queue] -= 1
+            self.dirty.add(victim.queue)
+
+    def queue(self, name: str) -> QueueQuota | None:
+        return self._queues.get(name)
+
+    def running_in(self, cluster: str) -> list[RunningGang]:
+        """Running gangs of one cluster, not evicted in this cycle."""
+        return [g for g in self._by_cluster.get(cluster, ()) if g.uid not in self._evicted]
+
+    def is_running(self, uid: str) -> bool:
+        return uid in self._running
+
+    # ------------------------------------------------------------ room
+
+    def _verdict(
+        self,
+        quota: QueueQuota,
+        key: ResourceKey,
+        demand: int,
+        *,
+        removed_queue: int = 0,
+        removed_cohort: int = 0,
+        own_only: bool = False,
+    ) -> _Verdict:
+        nominal = quota.nominal_of(key)
+        if nominal is None:
+            return _Verdict(True)
+        used = self._used.get(quota.name, Counter())[key] - removed_queue
+        held = self._held.get(quota.name, Counter())[key]
+        if used + held + demand <= nominal:
+            return _Verdict(True)
+        limit = quota.limit_of(key)
+        cohort = quota.cohort
+        if cohort and not own_only:
+            cohort_load = self._cohort_load[cohort][key] - removed_cohort
+            within_limit = limit is None or used + held + demand - nominal <= limit
+            if within_limit and cohort_load + demand <= self._cohort_nominal[cohort][key]:
+                return _Verdict(True, borrowing=True)
+        # Not admitted: say how much is used and what the cohort could lend.
+        at_most = nominal
+        if cohort:
+            spare = self._cohort_nominal[cohort][key] - nominal
+            at_most = nominal + max(0, spare if limit is None else min(limit, spare))
+        never = demand > at_most
+        own_room = max(0, nominal - used - held)
+        what = _amount_text(key, nominal)
+        text = f"queue {quota.name} uses {_bare(key, used)} of {what}"
+        if held:
+            holder = self._quota_holder.get(quota.name)
+            text += f" and holds {_bare(key, held)} for {holder or 'a gang holding nodes'}"
+        if never:
+            text += (
+                f"; it can never have {_bare(key, demand)} (at most {_bare(key, at_most)}: nominal "
+                f"{_bare(key, nominal)}"
+                + (f" + what cohort {cohort} can lend" if cohort else ", no cohort to borrow from")
+                + ")"
+            )
+            lends = 0
+        elif not cohort:
+            text += f" (no cohort to borrow from); waits for {_bare(key, demand)}"
+            lends = 0
+        else:
+            cohort_free = self._cohort_nominal[cohort][key] - self._cohort_load[cohort][key] + removed_cohort - own_room
+            borrowed = max(0, used + held - nominal)
+            left = None if limit is None else max(0, limit - borrowed)
+            lends = max(0, cohort_free if left is None else min(cohort_free, left))
+            if own_only:
+                text += f" (reclaiming needs it within nominal); waits for {_bare(key, demand)}"
+            else:
+                limit_text = "" if limit is None else f", borrowing limit {_bare(key, limit)}"
+                text += f" (cohort {cohort} lends {_bare(key, lends)}{limit_text}); waits for {_bare(key, demand)}"
+        numbers: dict[str, int | float] = {
+            "used": used,
+            "nominal": nominal,
+            "held": held,
+            "lendable": lends,
+            "demand": demand,
+        }
+        return _Verdict(False, never=never, text=text, numbers=Map(numbers))
+
+    def _model_verdict(
+        self,
+        quota: QueueQuota,
+        model: str | None,
+        demand: Resources,
+        *,
+        removed: Sequence[RunningGang] = (),
+        own_only: bool = False,
+    ) -> _Verdict:
+        borrowing = False
+        for key, amount in _demand_keys(model, demand):
+            removed_queue = removed_cohort = 0
+            for victim in removed:
+                taken = _taken(victim, key)
+                if not taken:
+                    continue
+                if victim.queue == quota.name:
+                    removed_queue += taken
+                victim_quota = self._queues.get(victim.queue)
+                if (
+                    quota.cohort
+                    and victim_quota is not None
+                    and victim_quota.cohort == quota.cohort
+                    and victim_quota.nominal_of(key) is not None
+                ):
+                    removed_cohort += taken
+            verdict = self._verdict(
+                quota, key, amount, removed_queue=removed_queue, removed_cohort=removed_cohort, own_only=own_only
+            )
+            if not verdict.ok:
+                return verdict
+            borrowing = borrowing or verdict.borrowing
+        return _Verdict(True, borrowing=borrowing)
+
+    def admit(self, gang: GangRequest) -> Admission:
+        """Which models (if any) the gang's queue has room for now."""
+        quota = self._queues.get(gang.queue)
+        if quota is None:
+            block = QuotaBlock(
+                gang.queue, QUEUE_NOT_FOUND, f"queue {gang.queue} does not exist; the gang waits until it does"
+            )
+            return Admission(gang.queue, False, block=block)
+        if not gang.needs_gpu:
+            verdict = self._model_verdict(quota, None, gang.total)
+            if verdict.ok:
+                return Admission(gang.queue, True, borrowing=verdict.borrowing)
+            block = QuotaBlock(gang.queue, QUOTA_EXCEEDED, verdict.text, verdict.numbers)
+            return Admission(gang.queue, False, block=block, never=verdict.never)
+        models = gang.gpu_models or self._models
+        own: list[str] = []
+        borrowed: list[str] = []
+        refused: list[tuple[str, _Verdict]] = []
+        for model in models:
+            verdict = self._model_verdict(quota, model, gang.total)
+            if not verdict.ok:
+                refused.append((model, verdict))
+            elif verdict.borrowing:
+                borrowed.append(model)
+            else:
+                own.append(model)
+        if own or borrowed:
+            return Admission(
+                gang.queue, True, models=(*own, *borrowed), own=frozenset(own), narrowed=bool(refused)
+            )
+        if not refused:
+            # No GPU model anywhere in the federation: the gpu-model filter says so, cluster by cluster.
+            return Admission(gang.queue, True)
+        _, first = refused[0]
+        text = first.text if len(refused) == 1 else "; ".join(f"{m}: {v.text}" for m, v in refused[:3])
+        block = QuotaBlock(gang.queue, QUOTA_EXCEEDED, text, first.numbers)
+        return Admission(gang.queue, False, block=block, never=all(v.never for _, v in refused))
+
+    def fits_after(
+        self, gang: GangRequest, model: str | None, removed: Sequence[RunningGang], *, own_only: bool
+    ) -> bool:
+        """Would the gang's queue admit it on `model` once `removed` are evicted? (`own_only`: within nominal.)"""
+        quota = self._queues.get(gang.queue)
+        if quota is None:
+            return False
+        return self._model_verdict(quota, model, gang.total, removed=removed, own_only=own_only).ok
+
+    def borrowing(self, gang: RunningGang) -> bool:
+        """Does the gang's queue use more than its nominal quota of something the gang is charged?"""
+        quota = self._queues.get(gang.queue)
+        if quota is None:
+            return False
+        used = self._used.get(gang.queue, Counter())
+        for key, _ in _demand_keys(gang.gpu_model, gang.demand):
+            nominal = quota.nominal_of(key)
+            if nominal is not None and used[key] > nominal:
+                return True
+        return False
+
+    def victim_candidates(
+        self, gang: GangRequest, cluster: str, *, excluded: frozenset[str] | set[str] = frozenset()
+    ) -> list[tuple[RunningGang, VictimReason]]:
+        """Running gangs of `cluster` this gang's queue policy allows it to evict (whole), with the reason.
+
+        Within its queue (withinQueue LowerPriority): gangs of strictly lower
+        priority. Reclaim (reclaimBorrowed): gangs that other queues of its
+        cohort admitted on borrowed quota while those queues still use more
+        than their nominal quota of what the gang is charged. Never a gang
+        without a queue, nor one in `excluded`.
+        """
+        quota = self._queues.get(gang.queue)
+        if quota is None:
+            return []
+        lower = quota.within_queue is WithinQueue.LOWER_PRIORITY
+        reclaim = quota.reclaim_borrowed and bool(quota.cohort)
+        if not (lower or reclaim):
+            return []
+        out: list[tuple[RunningGang, VictimReason]] = []
+        for victim in self.running_in(cluster):
+            if victim.uid in excluded or not victim.queue:
+                continue
+            if victim.queue == gang.queue:
+                if lower and victim.priority < gang.priority:
+                    out.append((victim, VictimReason.LOWER_PRIORITY))
+                continue
+            other = self._queues.get(victim.queue)
+            if reclaim and other is not None and other.cohort == quota.cohort and victim.borrowed:
+                if self.borrowing(victim):
+                    out.append((victim, VictimReason.RECLAIM_BORROWED))
+        return out
+
+    # ------------------------------------------------------------ fair share and status
+
+    def share(self, queue: str) -> float:
+        """Weighted dominant share (see the module docstring); 0 for no queue or an unknown one."""
+        quota = self._queues.get(queue)
+        if quota is None:
+            return 0.0
+        dominant = 0.0
+        for key, used in self._used.get(queue, Counter()).items():
+            if used <= 0:
+                continue
+            nominal = quota.nominal_of(key)
+            if nominal is None:
+                continue
+            dominant = max(dominant, math.inf if nominal == 0 else used / nominal)
+        return dominant / quota.weight
+
+    def usage(self) -> Map[str, QueueUsage]:
+        """Every queue's usage now (running gangs, plus this cycle's admissions, minus its evictions)."""
+        out: dict[str, QueueUsage] = {}
+        for name, quota in sorted(self._queues.items()):
+            used = self._used.get(name, Counter())
+            gpus = {key[1]: amount for key, amount in sorted(used.items()) if key[0] == "gpu" and amount}
+            borrowed_gpus = {
+                model: amount - quota.nominal.gpus.get(model, 0)
+                for model, amount in gpus.items()
+                if amount > quota.nominal.gpus.get(model, 0)
+            }
+            cpu, memory = used[_CPU], used[_MEMORY]
+            out[name] = QueueUsage(
+                queue=name,
+                used=QuotaAmounts(gpus=gpus, cpu_milli=cpu, memory=memory),
+                borrowed=QuotaAmounts(
+                    gpus=borrowed_gpus,
+                    cpu_milli=max(0, cpu - quota.nominal.cpu_milli) if quota.nominal.cpu_milli is not None else 0,
+                    memory=max(0, memory - quota.nominal.memory) if quota.nominal.memory is not None else 0,
+                ),
+                gangs=self._gangs[name],
+            )
+        return Map(out)
+
+
+def _taken(victim: RunningGang, key: ResourceKey) -> int:
+    if key == _CPU:
+        return victim.demand.cpu_milli
+    if key == _MEMORY:
+        return victim.demand.memory
+    return victim.demand.gpu if victim.gpu_model == key[1] else 0
+
+
+def _order_key(gang: GangRequest) -> tuple[int, float, str, str]:
+    return (-gang.priority, gang.submitted_at, gang.key, gang.uid)
+
+
+class FairQueue:
+    """The cycle's order when queues exist: the lane (queue) with the lowest share gives the next gang.
+
+    Iterate it; between two `next` calls the cycle charges or evicts in the
+    ledger, and the lane that gave the last gang (and every lane whose queue
+    lost gangs to eviction) is ranked again with its new share.
+    """
+
+    def __init__(self, gangs: Iterable[GangRequest], ledger: QuotaLedger) -> None:
+        self._ledger = ledger
+        lanes: dict[str, list[GangRequest]] = {}
+        for gang in gangs:
+            lanes.setdefault(gang.queue, []).append(gang)
+        # Each lane is sorted worst first, so the head is popped from the end.
+        self._lanes = {name: sorted(lane, key=_order_key, reverse=True) for name, lane in lanes.items()}
+        self._version: Counter[str] = Counter()
+        self._heap: list[tuple[float, int, float, str, str, str, int]] = []
+        self._last: str | None = None
+        for name in sorted(self._lanes):
+            self._push(name)
+
+    def _push(self, lane: str) -> None:
+        entries = self._lanes[lane]
+        self._version[lane] += 1
+        if not entries:
+            return
+        head = entries[-1]
+        share = self._ledger.share(lane) if lane else 0.0
+        heapq.heappush(
+            self._heap,
+            (share, -head.priority, head.submitted_at, head.key, head.uid, lane, self._version[lane]),
+        )
+
+    def __iter__(self) -> Iterator[GangRequest]:
+        return self
+
+    def __next__(self) -> GangRequest:
+        if self._last is not None:
+            self._push(self._last)
+            self._last = None
+        for lane in sorted(self._ledger.dirty):
+            if lane in self._lanes:
+                self._push(lane)
+        self._ledger.dirty.clear()
+        while self._heap:
+            *_, lane, version = heapq.heappop(self._heap)
+            if version != self._version[lane]:
+                continue
+            self._last = lane
+            return self._lanes[lane].pop()
+        raise StopIteration
