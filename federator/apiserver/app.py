@@ -619,6 +619,8 @@ class _Handlers:
                 raise errors.method_not_allowed()
         if verb not in rt.verbs:
             raise errors.method_not_allowed(f"{verb} on {rt.qualified_resource}")
+        if t.subresource == "status" and verb not in rt.status_verbs:
+            raise errors.method_not_allowed(f"{verb} on {rt.qualified_resource}/status")
         resource = rt.qualified_resource + (f"/{t.subresource}" if t.subresource else "")
         self._record(verb, resource)
         started = time.perf_counter()

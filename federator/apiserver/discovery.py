@@ -74,7 +74,7 @@ def api_resource_list(
         if rt.status_subresource:
             resources.append({
                 "name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
-                "kind": rt.kind, "verbs": ["get", "patch", "update"],
+                "kind": rt.kind, "verbs": sorted(rt.status_verbs),
             })
         for plural, sub, kind, verbs in extras:
             if plural == rt.plural:

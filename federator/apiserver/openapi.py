@@ -288,12 +288,13 @@ def _paths_for(rt: ResourceType) -> dict[str, JSONObject]:
         paths[item] = {"parameters": [name, *scope_params], **single}
     if rt.status_subresource:
         status: JSONObject = {"parameters": [name, *scope_params]}
-        if "get" in verbs:
+        status_verbs = verbs & set(rt.status_verbs)
+        if "get" in status_verbs:
             status["get"] = _op(rt, "get", f"read{scope}{kind}Status", ok={"200": _json(obj, "OK")})
-        if "update" in verbs:
+        if "update" in status_verbs:
             status["put"] = _write_op(rt, "put", f"replace{scope}{kind}Status", ref,
                                       {"application/json": obj}, ok={"200": _json(obj, "OK")})
-        if "patch" in verbs:
+        if "patch" in status_verbs:
             status["patch"] = _write_op(rt, "patch", f"patch{scope}{kind}Status", ref, patches,
                                         ok={"200": _json(obj, "OK")})
         paths[f"{item}/status"] = status

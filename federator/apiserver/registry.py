@@ -41,6 +41,10 @@ FieldGetter = Callable[[JSONObject], str]
 #: change the object, and refuses with an ApiError (kube's plugins answer 403 Forbidden). The storage is
 #: the ObjectStorage creating the object, typed Any so that this module imports no storage.
 CreateAdmission = Callable[[Any, JSONObject], Awaitable[None]]
+#: (storage, new object, stored object) -> None: admission on an update of the main resource (not
+#: /status) that reads other objects (e.g. only one globalDefault PriorityClass). It runs after
+#: validation and may only refuse, with an ApiError.
+UpdateAdmission = Callable[[Any, JSONObject, JSONObject], Awaitable[None]]
 
 ALL_VERBS: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -105,6 +109,9 @@ class ResourceType:
     #: writes to the main resource ignore `status`; PUT/PATCH on /status
     #: change only `status` (kube-api-notes §4).
     status_subresource: bool = True
+    #: what the HTTP API serves on /status (discovery and OpenAPI list these); ("get",) keeps status
+    #: to in-process writers (the hub's controllers): PUT/PATCH over HTTP get 405
+    status_verbs: tuple[str, ...] = ("get", "patch", "update")
     #: POST drops `status` (kube does for kinds with /status; Node keeps it).
     reset_status_on_create: bool | None = None
     #: PUT without metadata.resourceVersion is allowed (pods: true).
@@ -126,6 +133,8 @@ class ResourceType:
     validate_update: UpdateValidator | None = None
     #: admission on create that reads other objects (see CreateAdmission)
     admit_create: CreateAdmission | None = None
+    #: admission on an update that reads other objects (see UpdateAdmission)
+    admit_update: UpdateAdmission | None = None
     #: finds unknown fields for fieldValidation (Strict -> 400, Warn/Ignore ->
     #: dropped); None keeps whatever a client sends
     unknown_fields: UnknownFields | None = None

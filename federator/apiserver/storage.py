@@ -886,6 +886,11 @@ class ObjectStorage:
 
     # ------------------------------------------------------------ update
 
+    async def _admit_update(self, rt: ResourceType, new: JSONObject, old: JSONObject, *,
+                            subresource: str | None) -> None:
+        if rt.admit_update is not None and subresource is None:
+            await rt.admit_update(self, new, old)
+
     def _prepare_update(
         self, rt: ResourceType, obj: JSONObject, old: JSONObject, *, subresource: str | None,
         field_validation: FieldValidationArg = None, trusted_status: bool = False,
@@ -1037,6 +1042,7 @@ class ObjectStorage:
                 raise errors.conflict(rt, name)
         old = _decode(kv.value, kv.mod_revision)
         new = self._prepare_update(rt, obj, old, subresource=subresource, field_validation=field_validation)
+        await self._admit_update(rt, new, old, subresource=subresource)
         self._track_update(rt, old, new, request_fields=meta.get("managedFields", managedfields.NOT_SENT),
                            manager=field_manager, subresource=subresource)
         return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
@@ -1073,6 +1079,7 @@ class ObjectStorage:
                 return None
             new = self._prepare_update(rt, proposed, old, subresource=subresource,
                                        trusted_status=trusted_status and subresource == "status")
+            await self._admit_update(rt, new, old, subresource=subresource)
             self._track_update(rt, old, new, manager=None, subresource=subresource)
             try:
                 return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False)
@@ -1149,6 +1156,7 @@ class ObjectStorage:
             request_fields = pmeta.get("managedFields", managedfields.NOT_SENT)
             new = self._prepare_update(rt, patched, old, subresource=subresource,
                                        field_validation=field_validation)
+            await self._admit_update(rt, new, old, subresource=subresource)
             self._track_update(rt, old, new, request_fields=request_fields, manager=field_manager,
                                subresource=subresource)
             try:
@@ -1274,6 +1282,7 @@ class ObjectStorage:
                 raise errors.conflict(rt, name)
             mmeta["resourceVersion"] = current_rv
             new = self._prepare_update(rt, merged, old, subresource=subresource)
+            await self._admit_update(rt, new, old, subresource=subresource)
             if entries:
                 new["metadata"]["managedFields"] = entries
             else:
