@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from federator.apis import drillreport, membercluster, trainingjob
+from federator.apis import drillreport, membercluster, queue, trainingjob
 from federator.apis.common import API_GROUP, API_VERSION
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "crd",
     "crd_filename",
     "main",
+    "model_openapi_schema",
     "openapi_schema",
     "render_crd",
     "structural_schema",
@@ -56,10 +57,16 @@ class PrinterColumn:
     #: kubectl's STATUS column of a pod does. The hub's Table rows and the CLI show it (`cell`); a CRD column
     #: is a plain JSONPath, so kubectl against a cluster holding crds/ shows the phase there.
     terminating: bool = False
+    #: turns the value at json_path into the cell (e.g. a Queue's resource map into "A100=64,cpu=512") for
+    #: the hub's Tables and the CLI; a CRD column shows the raw value
+    render: Callable[[Any], Any] | None = None
 
     def cell(self) -> Callable[[Mapping[str, Any]], Any]:
         """The cell getter of this column (the one way to compute a cell: the API's Tables and the CLI)."""
         getter = column_getter(self.json_path)
+        render = self.render
+        if render is not None:
+            return lambda obj: render(getter(obj))
         if not self.terminating:
             return getter
 
@@ -108,6 +115,7 @@ KINDS: Mapping[str, KindInfo] = {
             _AGE,
             PrinterColumn("Epoch", "integer", ".status.placement.epoch", "Fencing epoch", priority=1),
             PrinterColumn("Priority", "integer", ".spec.priority", "Placement priority", priority=1),
+            PrinterColumn("Queue", "string", ".spec.queue", "The Queue whose quota the job uses", priority=1),
         ),
     ),
     membercluster.KIND: KindInfo(
@@ -152,6 +160,28 @@ KINDS: Mapping[str, KindInfo] = {
                           priority=1),
         ),
         status_subresource=False,
+    ),
+    queue.KIND: KindInfo(
+        kind=queue.KIND,
+        plural=queue.PLURAL,
+        singular=queue.SINGULAR,
+        short_names=queue.SHORT_NAMES,
+        namespaced=False,
+        model=queue.Queue,
+        columns=(
+            PrinterColumn("Quota", "string", ".spec.quota", "Nominal quota (GPUs per model, cpu, memory)",
+                          render=queue.resources_text),
+            PrinterColumn("Used", "string", ".status.used", "Resources of admitted jobs", render=queue.resources_text),
+            PrinterColumn("Borrowed", "string", ".status.borrowed", "The part of used beyond the quota",
+                          render=queue.resources_text),
+            PrinterColumn("Pending", "integer", ".status.pendingJobs", "Jobs waiting for quota"),
+            PrinterColumn("Admitted", "integer", ".status.admittedJobs", "Jobs holding quota"),
+            _AGE,
+            PrinterColumn("Cohort", "string", ".spec.cohort", "Queues that lend each other idle quota", priority=1),
+            PrinterColumn("Weight", "number", ".spec.weight", "Fair-share weight", priority=1),
+            PrinterColumn("Default", "boolean", ".spec.default", "Default queue of the namespaces it selects",
+                          priority=1),
+        ),
     ),
 }
 
@@ -276,8 +306,14 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
 def openapi_schema(kind: str) -> dict[str, Any]:
     """The component schema the hub serves for `kind` under /openapi/v3, with its GVK list."""
     info = KINDS[kind]
-    schema = structural_schema(info.model)
-    schema["x-kubernetes-group-version-kind"] = [{"group": API_GROUP, "kind": info.kind, "version": API_VERSION}]
+    return model_openapi_schema(info.model, group=API_GROUP, version=API_VERSION, kind=info.kind)
+
+
+def model_openapi_schema(model: type[BaseModel], *, group: str, version: str, kind: str) -> dict[str, Any]:
+    """The structural schema of any kind's model with its GVK list, as served under /openapi/v3 (the
+    hub's own kinds, and the Kubernetes kinds it serves from a model, e.g. PriorityClass)."""
+    schema = structural_schema(model)
+    schema["x-kubernetes-group-version-kind"] = [{"group": group, "kind": kind, "version": version}]
     return schema
 
 

@@ -13,6 +13,7 @@ submitted object; stored objects keep the exact form the user sent.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -72,6 +73,8 @@ __all__ = [
     "TrainingJobSpec",
     "TrainingJobStatus",
     "WhyNotRow",
+    "keep_admitted_fields",
+    "trainingjob_update_validator",
     "trainingjob_validator",
     "validate_trainingjob",
 ]
@@ -257,7 +260,15 @@ class TrainingJobSpec(ApiModel):
     )
     placement: PlacementSpec | None = None
     failover: Failover | None = None
-    priority: StrictInt = Field(default=0, ge=-(2**31), le=2**31 - 1, description="Higher places first.")
+    priority: StrictInt = Field(default=0, ge=-(2**31), le=2**31 - 1, description=(
+        "Higher places first. With priorityClassName, the hub writes the class's value here on create "
+        "(a different value is refused)."))
+    priority_class_name: DNSSubdomain | None = Field(default=None, alias="priorityClassName", description=(
+        "A scheduling.k8s.io/v1 PriorityClass whose value becomes spec.priority on create. With neither "
+        "this nor priority, the globalDefault class applies (and is written here)."))
+    queue: DNSLabel | None = Field(default=None, description=(
+        "The Queue whose quota the job uses. Left out, the hub writes the default Queue of the job's "
+        "namespace on create (none: the job uses no queue). Once set it can be changed, not removed."))
     suspend: StrictBool = Field(default=False, description=(
         "While true the job is not placed (phase Suspended); a gang already placed keeps running."))
 
@@ -407,6 +418,43 @@ def validate_trainingjob(
         errors += errors_from_validation(exc, model=TrainingJob)
     errors += _semantic_errors(obj, settings)
     return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+
+
+def keep_admitted_fields(proposed: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """The `ResourceType.prepare_update` hook: what the hub's admission wrote on create survives an
+    update that leaves it out (a PUT or apply of the original manifest), as kube keeps a pod's
+    admitted priority: spec.priorityClassName and, while a class is set, spec.priority; and
+    spec.queue, which may be changed but not removed (an empty queue would slip past the quota)."""
+    old_spec, new_spec = stored.get("spec"), proposed.get("spec")
+    if not isinstance(old_spec, Mapping) or not isinstance(new_spec, dict):
+        return proposed
+    for key in ("priorityClassName", "queue"):
+        if old_spec.get(key) and not new_spec.get(key):
+            new_spec[key] = old_spec[key]
+    if old_spec.get("priorityClassName") and "priority" not in new_spec and "priority" in old_spec:
+        new_spec["priority"] = old_spec["priority"]
+    return proposed
+
+
+def trainingjob_update_validator() -> Callable[[dict[str, Any], dict[str, Any]], list[FieldError]]:
+    """The `ResourceType.validate_update` hook: spec.priorityClassName is immutable (as a pod's is),
+    and so is spec.priority while a class set it."""
+
+    def validate(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+        new_spec, old_spec = new.get("spec"), old.get("spec")
+        if not isinstance(new_spec, Mapping) or not isinstance(old_spec, Mapping):
+            return []
+        errors: list[FieldError] = []
+        new_class, old_class = new_spec.get("priorityClassName") or "", old_spec.get("priorityClassName") or ""
+        if new_class != old_class:
+            shown = json.dumps(new_class)[:80] if isinstance(new_class, str) else "the new value"
+            errors.append(("spec.priorityClassName", f"Invalid value: {shown}: field is immutable"))
+        elif old_class and new_spec.get("priority", 0) != old_spec.get("priority", 0):
+            errors.append(("spec.priority", f"Forbidden: may not be changed while spec.priorityClassName is set "
+                                            f"(the class {old_class} gave {old_spec.get('priority', 0)})"))
+        return errors
+
+    return validate
 
 
 def trainingjob_validator(

@@ -66,7 +66,8 @@ def _nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 _ALLOWED_KEYS = {
     "type", "description", "properties", "additionalProperties", "items", "required", "enum", "default",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems",
-    "maxItems", "pattern", "format", "nullable", "anyOf", "x-kubernetes-int-or-string",
+    "maxItems", "minProperties", "maxProperties", "pattern", "format", "nullable", "anyOf",
+    "x-kubernetes-int-or-string",
     "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-preserve-unknown-fields",
 }
 

@@ -1,0 +1,286 @@
+"""Queue (federator.dev/v1alpha1, cluster-scoped, short name q): a team's share of the federation's GPUs.
+
+A Queue is what Kueue splits into a ClusterQueue and its LocalQueues, in one
+cluster-scoped object, counted over every member cluster together:
+
+    spec.namespaces      which namespaces' TrainingJobs may use it: `names`, a
+                         metav1 `selector`, or both (either matching is enough).
+                         The hub has no Namespace objects, so the selector is
+                         evaluated against the one label every Kubernetes
+                         namespace carries, `kubernetes.io/metadata.name: <ns>`
+                         (NAMESPACE_NAME_LABEL); `selector: {}` selects every
+                         namespace. At least one of the two is required.
+    spec.quota           nominal quota: whole GPUs per GPU model (the model
+                         names TrainingJob.spec.placement.gpuModels and
+                         MemberCluster.spec.gpuModels use), optional cpu and
+                         memory. A GPU model not listed has a nominal quota of
+                         0; cpu or memory left out are not limited by the queue.
+    spec.cohort          queues of one cohort lend each other idle quota.
+    spec.borrowingLimit  at most this much borrowed from the cohort (same
+                         shape; requires a cohort). Left out, or a resource left
+                         out of it: any idle quota of the cohort may be borrowed.
+    spec.weight          fair share between queues (> 0, default 1).
+    spec.preemption      withinQueue: LowerPriority (default; a job may preempt
+                         lower-priority jobs of its own queue) or Never;
+                         reclaimBorrowed (default true): a queue under its
+                         nominal quota takes back what others borrowed.
+    spec.default         the default queue of the namespaces it selects: a new
+                         TrainingJob there that names no queue gets this one
+                         (the hub's admission, hubapi.queue_for_namespace).
+    status               written only by the hub's controllers (the /status
+                         subresource is read-only over HTTP): used and borrowed
+                         (same shape as the quota), pendingJobs, admittedJobs,
+                         conditions.
+
+Enforcing the quota (admission, borrowing, fair share, preemption) is the
+placement controller's job; this module only says what a valid Queue is.
+Bottom layer: pydantic and stdlib only, no I/O; validation never changes the
+submitted object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, ValidationInfo, model_validator
+
+from federator.apis.common import (
+    ApiModel,
+    Condition,
+    DNSLabel,
+    FieldError,
+    LabelSelector,
+    ObjectMeta,
+    Quantity,
+    ValidationSettings,
+    duplicate_errors,
+    duplicate_scalar_errors,
+    errors_from_validation,
+    finish_errors,
+    label_value_errors,
+    metadata_errors,
+    raise_semantic,
+    selector_errors,
+    settings_of,
+)
+from federator.apis.trainingjob import NameToken
+
+__all__ = [
+    "CATEGORIES",
+    "KIND",
+    "MAX_GPUS_PER_MODEL",
+    "MAX_GPU_MODELS",
+    "MAX_NAMESPACE_NAMES",
+    "MAX_WEIGHT",
+    "NAMESPACE_NAME_LABEL",
+    "PLURAL",
+    "SHORT_NAMES",
+    "SINGULAR",
+    "Queue",
+    "QueueNamespaces",
+    "QueuePreemption",
+    "QueueResources",
+    "QueueSpec",
+    "QueueStatus",
+    "queue_validator",
+    "resources_text",
+    "validate_queue",
+]
+
+KIND: Final = "Queue"
+PLURAL: Final = "queues"
+SINGULAR: Final = "queue"
+SHORT_NAMES: Final = ("q",)
+CATEGORIES: Final = ("federator",)
+
+#: The label kube puts on every namespace (NamespaceDefaultLabelName), the one a Queue's selector sees.
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+MAX_GPU_MODELS: Final = 64
+MAX_NAMESPACE_NAMES: Final = 1024
+MAX_GPUS_PER_MODEL: Final = 1_000_000
+MAX_WEIGHT: Final = 1_000_000
+
+GpuCount = Annotated[StrictInt, Field(ge=0, le=MAX_GPUS_PER_MODEL)]
+
+
+class QueueResources(ApiModel):
+    """An amount of resources: whole GPUs per GPU model, and optionally CPU and memory."""
+
+    gpus: dict[NameToken, GpuCount] | None = Field(
+        default=None, max_length=MAX_GPU_MODELS,
+        description="Whole GPUs per GPU model, e.g. {A100: 64, H100: 16} (the model names of "
+                    "spec.placement.gpuModels).")
+    cpu: Quantity | None = Field(default=None, description="CPU cores, e.g. \"512\".")
+    memory: Quantity | None = Field(default=None, description="Memory in bytes, e.g. \"4Ti\".")
+
+
+class QueueNamespaces(ApiModel):
+    """The namespaces whose TrainingJobs may use the queue: listed by name, chosen by a label selector
+    over each namespace's kubernetes.io/metadata.name label, or both (either is enough)."""
+
+    names: list[DNSLabel] | None = Field(
+        default=None, max_length=MAX_NAMESPACE_NAMES, json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Namespaces by name.")
+    selector: LabelSelector | None = Field(
+        default=None,
+        description="Namespaces whose labels match; the hub knows one label of a namespace, "
+                    "kubernetes.io/metadata.name (its name). {} selects every namespace.")
+
+
+class QueuePreemption(ApiModel):
+    """When the hub may evict whole gangs to make room for this queue's jobs."""
+
+    within_queue: Literal["LowerPriority", "Never"] = Field(
+        default="LowerPriority", alias="withinQueue",
+        description="LowerPriority: a job may preempt lower-priority jobs of this queue; Never: it waits.")
+    reclaim_borrowed: StrictBool = Field(
+        default=True, alias="reclaimBorrowed",
+        description="While under its nominal quota, the queue takes back quota other queues of the cohort "
+                    "borrowed, preempting their borrowing jobs.")
+
+
+class QueueSpec(ApiModel):
+    """A share of the federation's GPUs for the TrainingJobs of some namespaces."""
+
+    namespaces: QueueNamespaces = Field(description="The namespaces whose jobs may use this queue.")
+    quota: QueueResources | None = Field(
+        default=None, description="Nominal quota over all member clusters; a GPU model not listed has none.")
+    cohort: DNSLabel | None = Field(
+        default=None, description="Queues of one cohort lend each other their idle quota.")
+    borrowing_limit: QueueResources | None = Field(
+        default=None, alias="borrowingLimit",
+        description="At most this much borrowed from the cohort; a resource left out is not limited. "
+                    "Requires cohort.")
+    weight: Annotated[StrictFloat, Field(gt=0, le=MAX_WEIGHT)] = Field(
+        default=1.0, description="Fair-share weight against the other queues (> 0).")
+    preemption: QueuePreemption | None = None
+    is_default: StrictBool = Field(
+        default=False, alias="default",
+        description="The default queue of the namespaces it selects: their new jobs that name no queue get it.")
+
+
+class QueueStatus(ApiModel):
+    """What the hub's controllers observed. Written only by the hub."""
+
+    used: QueueResources | None = Field(default=None, description="Resources of the queue's admitted jobs.")
+    borrowed: QueueResources | None = Field(default=None, description="The part of used beyond the nominal quota.")
+    pending_jobs: StrictInt = Field(default=0, alias="pendingJobs", ge=0, description="Jobs waiting for quota.")
+    admitted_jobs: StrictInt = Field(default=0, alias="admittedJobs", ge=0, description="Jobs holding quota.")
+    conditions: list[Condition] | None = Field(
+        default=None, max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
+
+
+class Queue(ApiModel):
+    """A team's share of the federation's GPUs: quota per GPU model, borrowing in a cohort, fair-share
+    weight and preemption policy, for the TrainingJobs of the namespaces it selects."""
+
+    api_version: Literal["federator.dev/v1alpha1"] = Field(default="federator.dev/v1alpha1", alias="apiVersion")
+    kind: Literal["Queue"] = "Queue"
+    metadata: ObjectMeta
+    spec: QueueSpec
+    status: QueueStatus | None = None
+
+    @model_validator(mode="after")
+    def _cross_field(self, info: ValidationInfo) -> Queue:
+        raise_semantic(_semantic_errors(self.model_dump(by_alias=True, exclude_none=True), settings_of(info)))
+        return self
+
+
+def _selector_value_errors(selector: object, *, path: str) -> list[FieldError]:
+    """kube validates matchExpressions values as label values (the model keeps them plain strings)."""
+    if not isinstance(selector, Mapping) or not isinstance(selector.get("matchExpressions"), list):
+        return []
+    errors: list[FieldError] = []
+    for index, requirement in enumerate(selector["matchExpressions"]):
+        values = requirement.get("values") if isinstance(requirement, Mapping) else None
+        if isinstance(values, list):
+            for v_index, value in enumerate(values):
+                if isinstance(value, str):
+                    problems = label_value_errors(value)
+                    if problems:
+                        shown = value if len(value) <= 64 else value[:64] + "..."
+                        errors.append((f"{path}.matchExpressions[{index}].values[{v_index}]",
+                                       f"Invalid value: {shown!r}: {problems[0]}"))
+    return errors
+
+
+def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> list[FieldError]:
+    """Rules across fields, with exact paths. Tolerates any shape (it runs on raw input too)."""
+    del settings  # no configurable caps yet; the signature matches the other kinds'
+    errors = metadata_errors(obj.get("metadata"), namespaced=False)
+    spec = obj.get("spec")
+    if isinstance(spec, Mapping):
+        namespaces = spec.get("namespaces")
+        if isinstance(namespaces, Mapping):
+            if namespaces.get("names") is None and namespaces.get("selector") is None:
+                errors.append(("spec.namespaces", "Required value: names, selector, or both (selector: {} "
+                                                  "selects every namespace)"))
+            errors += duplicate_scalar_errors(namespaces.get("names"), path="spec.namespaces.names")
+            errors += selector_errors(namespaces.get("selector"), path="spec.namespaces.selector")
+            errors += _selector_value_errors(namespaces.get("selector"), path="spec.namespaces.selector")
+        if spec.get("borrowingLimit") is not None and not spec.get("cohort"):
+            errors.append(("spec.borrowingLimit", "Forbidden: may only be set together with spec.cohort "
+                                                  "(a queue borrows from the other queues of its cohort)"))
+    status = obj.get("status")
+    if isinstance(status, Mapping):
+        errors += duplicate_errors(status.get("conditions"), path="status.conditions", key="type")
+    return errors
+
+
+def validate_queue(
+    obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
+) -> list[FieldError]:
+    """Every problem with a Queue, as (field path, message); empty when it is valid."""
+    settings = settings or ValidationSettings()
+    if not isinstance(obj, Mapping):
+        return [("", "Invalid value: must be a JSON object")]
+    errors: list[FieldError] = []
+    try:
+        Queue.model_validate(obj, context={"settings": settings})
+    except ValidationError as exc:
+        errors += errors_from_validation(exc, model=Queue)
+    errors += _semantic_errors(obj, settings)
+    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+
+
+def queue_validator(
+    settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
+) -> Callable[[dict[str, Any]], list[FieldError]]:
+    """The apiserver's `ResourceType.validate` hook for Queue under `settings` (generic metadata
+    checks left to the API server, as for the other kinds)."""
+    chosen = settings or ValidationSettings()
+
+    def validate(obj: dict[str, Any]) -> list[FieldError]:
+        return validate_queue(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
+
+    return validate
+
+
+def _amount_text(value: object) -> str:
+    """A stored amount as submitted (4, "512", "4Ti"); "" for anything else."""
+    if isinstance(value, bool):
+        return ""
+    if isinstance(value, int):
+        return str(value)
+    return value if isinstance(value, str) and len(value) <= 64 else ""
+
+
+def resources_text(amounts: object) -> str:
+    """A QueueResources object as one Table cell: `A100=64,H100=16,cpu=512,memory=4Ti` (GPU models
+    sorted); "" for nothing or something that is not one."""
+    if not isinstance(amounts, Mapping):
+        return ""
+    parts: list[str] = []
+    gpus = amounts.get("gpus")
+    if isinstance(gpus, Mapping):
+        parts += [f"{model}={text}" for model, count in sorted(gpus.items(), key=lambda kv: str(kv[0]))
+                  if isinstance(model, str) and (text := _amount_text(count))]
+    for resource in ("cpu", "memory"):
+        text = _amount_text(amounts.get(resource))
+        if text:
+            parts.append(f"{resource}={text}")
+    return ",".join(parts)
