@@ -11,10 +11,29 @@
     DrillReport    cluster-scoped, short name dr, no /status (the spec is the
                    report `federator drill` stores), columns Cluster, Fault,
                    Moved, MaxConcurrentCopies, JobsLost, Age
+    Queue          cluster-scoped, short name q, /status read-only over HTTP
+                   (the hub's controllers write it in-process), columns Quota,
+                   Used, Borrowed, Pending, Admitted, Age (-o wide: Cohort,
+                   Weight, Default)
 
+plus Kubernetes' own scheduling.k8s.io/v1 PriorityClass (short name pc,
+columns Value, Global-Default, Age, PreemptionPolicy, as kube prints them),
 and, from `federator.apiserver.events`, core v1 Events (what the controllers
 record; `kubectl describe tj` lists them) with their read-only
 events.k8s.io/v1 view of the same stored objects.
+
+Admission (kube's admission plugins, reading other objects; `admit_create`):
+a new TrainingJob's spec.priorityClassName resolves into spec.priority
+(`priorityclass.resolve_priority`; no such class: 403 naming the field), and
+a job that names no queue gets its namespace's default Queue
+(`queue_for_namespace`); a job naming an existing Queue that does not select
+its namespace is refused (403); one naming a Queue that does not exist is
+accepted and waits (the placement controller finds it inadmissible, as Kueue
+does). A second globalDefault PriorityClass is refused (403). A Queue's
+namespace selector is evaluated against `namespace_labels(ns)`, the one label
+the hub knows of a namespace (kubernetes.io/metadata.name). On update, a job
+keeps what admission wrote (`trainingjob.keep_admitted_fields`) and its class
+is immutable (`trainingjob.trainingjob_update_validator`).
 
 All validate through `federator.apis` (a 422 Invalid Status naming every bad
 field), take kube's field validation against their structural schema
@@ -48,17 +67,27 @@ apis. It must never do I/O, import the simulator, or log an object.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, Final
 
-from federator.apis import drillreport, membercluster, trainingjob
-from federator.apis.common import API_GROUP, API_VERSION, ValidationSettings, split_cause
-from federator.apis.crd import KINDS, column_getter, openapi_schema
-from federator.apiserver.errors import FieldError
+from federator.apis import drillreport, membercluster, priorityclass, queue, trainingjob
+from federator.apis.common import (
+    API_GROUP,
+    API_VERSION,
+    ValidationSettings,
+    dns1123_label_errors,
+    dns1123_subdomain_errors,
+    split_cause,
+)
+from federator.apis.crd import KINDS, column_getter, model_openapi_schema, openapi_schema
+from federator.apiserver import errors
+from federator.apiserver.errors import ApiError, FieldError
 from federator.apiserver.events import event_types
 from federator.apiserver.fieldvalidation import schema_unknown_fields
 from federator.apiserver.registry import JSONObject, Registry, ResourceType, TableColumn
+from federator.apiserver.selectors import SelectorError, selector_from_dict
+from federator.apiserver.storage import ObjectStorage
 
 __all__ = [
     "CONNECTION_VISIBLE",
@@ -68,6 +97,11 @@ __all__ = [
     "drillreport_type",
     "hub_registry",
     "membercluster_type",
+    "namespace_labels",
+    "priorityclass_type",
+    "queue_for_namespace",
+    "queue_type",
+    "selects_namespace",
     "trainingjob_type",
 ]
 
@@ -85,6 +119,17 @@ def _as_field_errors(validator: _FieldValidator) -> Callable[[JSONObject], list[
 
     def validate(obj: JSONObject) -> list[FieldError]:
         return [FieldError(path, *split_cause(message)) for path, message in validator(obj)]
+
+    return validate
+
+
+def _update_errors(
+    validator: Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, str]]],
+) -> Callable[[JSONObject, JSONObject], list[FieldError]]:
+    """`_as_field_errors` for a (new, old) validator."""
+
+    def validate(new: JSONObject, old: JSONObject) -> list[FieldError]:
+        return [FieldError(path, *split_cause(message)) for path, message in validator(new, old)]
 
     return validate
 
@@ -119,6 +164,116 @@ def _add_finalizers(finalizers: Sequence[str]) -> Callable[[JSONObject], None]:
     return add
 
 
+# --------------------------------------------------------------------------- queues and priority (admission)
+
+
+def namespace_labels(namespace: str) -> dict[str, str]:
+    """The labels of a namespace as far as the hub knows them: the hub has no Namespace objects, and
+    every Kubernetes namespace carries kubernetes.io/metadata.name = its name."""
+    return {queue.NAMESPACE_NAME_LABEL: namespace}
+
+
+def selects_namespace(queue_obj: Mapping[str, Any], namespace: str) -> bool:
+    """Whether a stored Queue takes the TrainingJobs of `namespace`: it lists the namespace in
+    spec.namespaces.names, or its spec.namespaces.selector matches `namespace_labels(namespace)`
+    (`selector: {}` matches every namespace). A malformed Queue selects nothing."""
+    spec = queue_obj.get("spec")
+    chosen = spec.get("namespaces") if isinstance(spec, Mapping) else None
+    if not isinstance(chosen, Mapping):
+        return False
+    names = chosen.get("names")
+    if isinstance(names, list) and namespace in names:
+        return True
+    selector = chosen.get("selector")
+    if not isinstance(selector, Mapping):
+        return False
+    try:
+        return selector_from_dict(selector).matches(namespace_labels(namespace))
+    except SelectorError:
+        return False
+
+
+def _created(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    stamp = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
+    return stamp if isinstance(stamp, str) else ""
+
+
+def _object_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def queue_for_namespace(queues: Iterable[Mapping[str, Any]], namespace: str) -> str | None:
+    """The name of `namespace`'s default Queue among stored Queues: one with spec.default that selects
+    the namespace. Should several, the newest wins (creationTimestamp, then the name that sorts first),
+    as kube picks the newest default StorageClass since v1.26; None when there is none."""
+    candidates = [q for q in queues if isinstance(q.get("spec"), Mapping) and q["spec"].get("default") is True
+                  and _object_name(q) and selects_namespace(q, namespace)]
+    if not candidates:
+        return None
+    newest = max(_created(q) for q in candidates)
+    return min(_object_name(q) for q in candidates if _created(q) == newest)
+
+
+def _refuse(rt: ResourceType | None, obj: Mapping[str, Any], field: str, why: str) -> ApiError:
+    """kube's admission refusal (403 Forbidden), with the field named in the message and a cause."""
+    error = errors.forbidden(rt, _object_name(obj), f"{field}: {why}",
+                             resource="" if rt is not None else "trainingjobs.federator.dev")
+    error.details = {**(error.details or {}),
+                     "causes": [{"reason": "FieldValueForbidden", "message": why, "field": field}]}
+    return error
+
+
+async def _list_kind(storage: ObjectStorage, group: str, version: str, plural: str) -> list[JSONObject]:
+    """Every stored object of a kind the storage serves (a consistent list), [] if it serves none."""
+    rt = storage.registry.get(group, version, plural)
+    return (await storage.list(rt)).items if rt is not None else []
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 253 else text[:253] + "..."
+
+
+async def _admit_trainingjob(storage: ObjectStorage, job: JSONObject) -> None:
+    """Priority and queue admission of a new TrainingJob (see the module docstring). Values of the
+    wrong type or form are left alone: validation, which runs next, names them."""
+    spec = job.get("spec")
+    meta = job.get("metadata")
+    if not isinstance(spec, dict) or not isinstance(meta, Mapping):
+        return
+    rt = storage.registry.by_kind(f"{HUB_GROUP}/{HUB_VERSION}", trainingjob.KIND)
+    class_name = spec.get("priorityClassName")
+    stated = spec.get("priority")
+    names_class = isinstance(class_name, str) and class_name != "" and not dns1123_subdomain_errors(class_name)
+    states_priority = "priority" in spec
+    if (names_class or (class_name is None and not states_priority)) and             (not states_priority or type(stated) is int):
+        classes = await _list_kind(storage, priorityclass.GROUP, priorityclass.VERSION, priorityclass.PLURAL)
+        resolved = priorityclass.resolve_priority(spec, classes)
+        if resolved.error:
+            raise _refuse(rt, job, resolved.field, _shown(resolved.error))
+        if resolved.class_name:
+            spec["priority"] = resolved.priority
+            spec["priorityClassName"] = resolved.class_name
+    namespace = meta.get("namespace")
+    wanted = spec.get("queue")
+    if not isinstance(namespace, str) or not namespace or (wanted is not None and not isinstance(wanted, str)):
+        return
+    if wanted and dns1123_label_errors(wanted):
+        return
+    queues = await _list_kind(storage, HUB_GROUP, HUB_VERSION, queue.PLURAL)
+    if wanted:
+        named = next((q for q in queues if _object_name(q) == wanted), None)
+        if named is not None and not selects_namespace(named, namespace):
+            raise _refuse(rt, job, "spec.queue", f"Queue {wanted} does not take jobs from namespace {namespace} "
+                                                 "(see its spec.namespaces)")
+        return
+    default = queue_for_namespace(queues, namespace)
+    if default is not None:
+        spec["queue"] = default
+
+
 def trainingjob_type(
     validation: ValidationSettings | None = None, *, job_finalizers: Sequence[str] = ()
 ) -> ResourceType:
@@ -128,6 +283,9 @@ def trainingjob_type(
         group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
         namespaced=True, short_names=info.short_names, categories=info.categories,
         validate=_as_field_errors(trainingjob.trainingjob_validator(validation)),
+        validate_update=_update_errors(trainingjob.trainingjob_update_validator()),
+        prepare_update=trainingjob.keep_admitted_fields,
+        admit_create=_admit_trainingjob,
         # Pod names are built from the job name, so it must be a DNS-1123 label.
         name_format="label",
         columns=_columns(trainingjob.KIND),
@@ -203,13 +361,91 @@ def drillreport_type(validation: ValidationSettings | None = None) -> ResourceTy
     )
 
 
+def queue_type(validation: ValidationSettings | None = None) -> ResourceType:
+    """The Queue kind as the hub serves it: status is the hub's own (GET only on /status over HTTP)."""
+    info = KINDS[queue.KIND]
+    return ResourceType(
+        group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
+        namespaced=False, short_names=info.short_names, categories=info.categories,
+        status_verbs=("get",),
+        validate=_as_field_errors(queue.queue_validator(validation)),
+        # TrainingJobs name their queue in spec.queue, a DNS-1123 label.
+        name_format="label",
+        columns=_columns(queue.KIND),
+        field_selectors={"spec.cohort": _string_field(".spec.cohort")},
+        managed_fields=True,
+        openapi_schema=openapi_schema(queue.KIND),
+        unknown_fields=schema_unknown_fields(openapi_schema(queue.KIND)),
+        requires_type_meta=True,
+        openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
+        description=(queue.Queue.__doc__ or "").strip(),
+    )
+
+
+def _priorityclass_defaults(obj: JSONObject) -> None:
+    """kube's SetDefaults_PriorityClass."""
+    if obj.get("preemptionPolicy") is None:
+        obj["preemptionPolicy"] = priorityclass.DEFAULT_PREEMPTION_POLICY
+
+
+async def _admit_priorityclass_update(storage: ObjectStorage, obj: JSONObject, old: JSONObject) -> None:
+    if old.get("globalDefault") is not True:
+        await _admit_priorityclass(storage, obj)
+
+
+async def _admit_priorityclass(storage: ObjectStorage, obj: JSONObject) -> None:
+    """kube's Priority admission of a PriorityClass write: only one may be the global default."""
+    classes = await _list_kind(storage, priorityclass.GROUP, priorityclass.VERSION, priorityclass.PLURAL) \
+        if obj.get("globalDefault") is True else []
+    why = priorityclass.default_conflict(obj, classes)
+    if why is not None:
+        rt = storage.registry.by_kind(priorityclass.API_VERSION, priorityclass.KIND)
+        raise errors.forbidden(rt, _object_name(obj), why, resource=f"{priorityclass.PLURAL}.{priorityclass.GROUP}")
+
+
+def _global_default_cell(obj: JSONObject) -> bool:
+    return obj.get("globalDefault") is True
+
+
+def priorityclass_type(validation: ValidationSettings | None = None) -> ResourceType:
+    """Kubernetes' scheduling.k8s.io/v1 PriorityClass as the hub serves it (kubectl create priorityclass)."""
+    schema = model_openapi_schema(priorityclass.PriorityClass, group=priorityclass.GROUP,
+                                  version=priorityclass.VERSION, kind=priorityclass.KIND)
+    return ResourceType(
+        group=priorityclass.GROUP, version=priorityclass.VERSION, kind=priorityclass.KIND,
+        plural=priorityclass.PLURAL, singular=priorityclass.SINGULAR, namespaced=False,
+        short_names=priorityclass.SHORT_NAMES, status_subresource=False,
+        defaults=_priorityclass_defaults,
+        validate=_as_field_errors(priorityclass.priorityclass_validator(validation)),
+        validate_update=_update_errors(priorityclass.priorityclass_update_validator()),
+        admit_create=_admit_priorityclass,
+        admit_update=_admit_priorityclass_update,
+        columns=(
+            TableColumn("Value", column_getter(".value"), type="integer",
+                        description="The value of this priority class."),
+            TableColumn("Global-Default", _global_default_cell, type="boolean",
+                        description="The priority of jobs and pods that name no class."),
+            TableColumn("Age", column_getter(".metadata.creationTimestamp"), type="date",
+                        description="When the class was created."),
+            TableColumn("PreemptionPolicy", _string_field(".preemptionPolicy"),
+                        description="PreemptLowerPriority or Never."),
+        ),
+        managed_fields=True,
+        openapi_schema=schema,
+        unknown_fields=schema_unknown_fields(schema),
+        openapi_name="io.k8s.api.scheduling.v1.PriorityClass",
+        description=(priorityclass.PriorityClass.__doc__ or "").strip(),
+    )
+
+
 def hub_registry(
     validation: ValidationSettings | None = None, *, job_finalizers: Sequence[str] = ()
 ) -> Registry:
     """The kinds the hub serves. `job_finalizers` go on every new TrainingJob:
     pass only finalizers that a running controller removes."""
     return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
-                     drillreport_type(validation), *event_types()])
+                     drillreport_type(validation), queue_type(validation), priorityclass_type(validation),
+                     *event_types()])
 
 
 def validation_settings(*, max_replicas_per_role: int, extra: Mapping[str, Any] | None = None) -> ValidationSettings:

@@ -154,6 +154,11 @@ def clusters_path(name: str | None = None) -> str:
     return f"{base}/{quote(name, safe='')}" if name else base
 
 
+def queues_path(name: str | None = None) -> str:
+    base = f"{GROUP_PATH}/queues"
+    return f"{base}/{quote(name, safe='')}" if name else base
+
+
 def server_error(status: int, body: bytes, content_type: str) -> HubError:
     """kubectl's wording for a non-2xx answer (kube-api-notes §2, §10)."""
     status_obj: Any = None

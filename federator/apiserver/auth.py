@@ -14,8 +14,8 @@ skipped. Roles and namespaces are groups:
                            watch, create, update, patch, delete), reading
                            their status, their pods' logs (trainingjobs/log)
                            and Events (core v1 and events.k8s.io)
-                           there; reading MemberClusters
-                           and DrillReports
+                           there; reading MemberClusters, DrillReports,
+                           Queues (and their status) and PriorityClasses
     federator:viewer       get, list and watch of everything
     ns:<namespace>         a researcher's namespace (at least one is required)
 
@@ -415,6 +415,9 @@ ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
               why="researchers may read the logs of their jobs' pods"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["memberclusters"], why="researchers may read member clusters"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["drillreports"], why="researchers may read drill reports"),
+        _rule(READ_VERBS, [FEDERATOR_GROUP], ["queues", "queues/status"],
+              why="researchers may read queues and their status"),
+        _rule(READ_VERBS, ["scheduling.k8s.io"], ["priorityclasses"], why="researchers may read priority classes"),
         _rule(READ_VERBS, ["", "events.k8s.io"], ["events"], scope=OWN_NAMESPACES,
               why="researchers may read events in their namespaces"),
     ),

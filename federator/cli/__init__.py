@@ -4,7 +4,7 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
 `register(sub)` adding its commands to the parser:
 
     up.py          federator up                         the hub (and simulated clusters in dev mode)
-    jobs.py        federator submit|get|describe|delete
+    jobs.py        federator submit|get|describe|delete (get: jobs, clusters, queues)
     cluster.py     federator cluster add|list|remove
     kubeconfig.py  federator kubeconfig
     version.py     federator version

@@ -35,6 +35,7 @@ from federator.hubclient import (
     clusters_path,
     jobs_path,
     load_connection,
+    queues_path,
 )
 
 GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
@@ -318,15 +319,18 @@ RESOURCES = {
     "trainingjob": "TrainingJob",
     "clusters": "MemberCluster", "cluster": "MemberCluster", "mc": "MemberCluster",
     "memberclusters": "MemberCluster", "membercluster": "MemberCluster",
+    "queues": "Queue", "queue": "Queue", "q": "Queue",
 }
+#: The path of one object of a cluster-scoped kind `federator get` shows (None: the collection).
+_CLUSTER_SCOPED: dict[str, Callable[[str | None], str]] = {"MemberCluster": clusters_path, "Queue": queues_path}
 
 
 def _collection(kind: str, namespace: str | None) -> str:
-    return jobs_path(namespace) if kind == "TrainingJob" else clusters_path()
+    return jobs_path(namespace) if kind == "TrainingJob" else _CLUSTER_SCOPED[kind](None)
 
 
 def _object_path(kind: str, namespace: str | None, name: str) -> str:
-    return jobs_path(namespace, name) if kind == "TrainingJob" else clusters_path(name)
+    return jobs_path(namespace, name) if kind == "TrainingJob" else _CLUSTER_SCOPED[kind](name)
 
 
 def warn_hub_partitioned(clusters: Sequence[JSONObject]) -> None:
@@ -341,14 +345,15 @@ def warn_hub_partitioned(clusters: Sequence[JSONObject]) -> None:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    """`federator get jobs|clusters` and `federator cluster list`: a table, JSON/YAML or names; -w watches."""
+    """`federator get jobs|clusters|queues` and `federator cluster list`: a table, JSON/YAML or names; -w
+    watches."""
     kind = RESOURCES[args.resource]
     if args.all_namespaces and args.name:
         print("error: a resource cannot be retrieved by name across all namespaces", file=sys.stderr)
         return 2
 
     async def work(client: HubClient) -> int:
-        namespace = None if kind == "MemberCluster" or args.all_namespaces else namespace_of(args, client)
+        namespace = None if kind != "TrainingJob" or args.all_namespaces else namespace_of(args, client)
         output = args.output or "table"
         printer = Printer(kind, wide=output == "wide", all_namespaces=bool(args.all_namespaces and kind ==
                           "TrainingJob"), out=sys.stdout)

@@ -1,7 +1,7 @@
 """`federator submit | get | describe | delete | logs`: a researcher's jobs on a running hub.
 
     federator submit -f FILE [-f FILE ...]          create TrainingJobs (YAML/JSON, several documents, - for stdin)
-    federator get jobs|clusters [NAME] [-n NS] [-A] [-w] [-o json|yaml|wide|name]
+    federator get jobs|clusters|queues [NAME] [-n NS] [-A] [-w] [-o json|yaml|wide|name]
     federator describe job NAME                      placement, why-not table, history, conditions, pods
     federator delete job NAME [NAME ...]
     federator logs NAME [-n NS] [--role R] [--index I] [-f] [--tail N]   the job's pods' logs, through the hub
@@ -119,7 +119,9 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
         add(f"Deleting:     since {meta['deletionTimestamp']} (finalizers: {', '.join(meta.get('finalizers') or [])})")
     labels = meta.get("labels") or {}
     add("Labels:       " + (", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"))
-    add(f"Priority:     {spec.get('priority', 0)}")
+    priority_class = spec.get("priorityClassName")
+    add(f"Priority:     {spec.get('priority', 0)}" + (f" (class {priority_class})" if priority_class else ""))
+    add(f"Queue:        {spec.get('queue') or '<none>'}")
     add(f"Suspended:    {'yes' if spec.get('suspend') else 'no'}")
     add(f"Phase:        {_phase_text(meta, spec, status)}")
     cluster = placement_status.get("cluster")
@@ -332,9 +334,10 @@ def register(sub: Any) -> None:
     hub_flags(p)
     p.set_defaults(handler=_cmd_submit)
 
-    p = sub.add_parser("get", help="list jobs or clusters (-w to watch)",
-                       description="Show TrainingJobs (jobs, tj) or MemberClusters (clusters, mc).")
-    p.add_argument("resource", choices=sorted(RESOURCES), metavar="jobs|clusters")
+    p = sub.add_parser("get", help="list jobs, clusters or queues (-w to watch)",
+                       description="Show TrainingJobs (jobs, tj), MemberClusters (clusters, mc) or Queues "
+                                   "(queues, q: quota, used, borrowed, pending and admitted jobs).")
+    p.add_argument("resource", choices=sorted(RESOURCES), metavar="jobs|clusters|queues")
     p.add_argument("name", nargs="?", help="one object by name")
     p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
     p.add_argument("-A", "--all-namespaces", action="store_true", help="jobs in every namespace")

@@ -2,7 +2,7 @@
 documents, as a schema-driven client would use them.
 
 Every operation of every group-version document the hub serves (/openapi/v3 index: core v1 Events,
-events.k8s.io/v1, federator.dev/v1alpha1) gets a bounded number of generated requests, valid ones and
+events.k8s.io/v1, federator.dev/v1alpha1, scheduling.k8s.io/v1 PriorityClasses) gets a bounded number of generated requests, valid ones and
 invalid ones (hypothesis, derandomized, so a run is repeatable), sent over HTTPS with the admin's bearer
 token to a hub seeded with one object of each kind (named "0", where generation starts). Each response
 must not be a 5xx and must conform to the document: a declared status code, a declared content type and
@@ -49,12 +49,18 @@ async def seed(hub: RunningHub, tmp_path: Path) -> None:
     cluster = registration("0", tmp_path / "member.kubeconfig", scheduler="volcano", network="rdma")
     drill = report()
     drill["metadata"] = {"name": "0"}
+    queue = {"apiVersion": "federator.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "0"},
+             "spec": {"namespaces": {"names": ["0"]}, "quota": {"gpus": {"A100": 8}}}}
+    priority_class = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "0"},
+                      "value": 100}
     event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "0", "namespace": "0"},
              "involvedObject": {"apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob", "name": "0",
                                 "namespace": "0"}, "reason": "Placed", "message": "seeded"}
     for path, body in (("/apis/federator.dev/v1alpha1/namespaces/0/trainingjobs", job("0", "0")),
                        ("/apis/federator.dev/v1alpha1/memberclusters", cluster),
                        ("/apis/federator.dev/v1alpha1/drillreports", drill),
+                       ("/apis/federator.dev/v1alpha1/queues", queue),
+                       ("/apis/scheduling.k8s.io/v1/priorityclasses", priority_class),
                        ("/api/v1/namespaces/0/events", event)):
         status, answer = await hub.request("POST", path, body=body)
         assert status == 201, (path, answer)
@@ -99,7 +105,8 @@ async def documents(hub: RunningHub) -> dict[str, dict[str, Any]]:
         status, document = await hub.request("GET", ref["serverRelativeURL"])
         assert status == 200
         out[gv] = document
-    assert set(out) == {"api/v1", "apis/events.k8s.io/v1", "apis/federator.dev/v1alpha1"}
+    assert set(out) == {"api/v1", "apis/events.k8s.io/v1", "apis/federator.dev/v1alpha1",
+                        "apis/scheduling.k8s.io/v1"}
     return out
 
 
@@ -142,6 +149,10 @@ async def test_the_documents_declare_parameters_verbs_and_status_codes(tmp_path:
     events_v1 = docs["apis/events.k8s.io/v1"]["paths"]
     # the events.k8s.io view is read-only: no write operations are documented
     assert {m for item in events_v1.values() for m in item if m != "parameters"} == {"get"}
+    # a Queue's status is the hub's own: read-only over HTTP
+    hub_paths = docs["apis/federator.dev/v1alpha1"]["paths"]
+    assert set(hub_paths["/apis/federator.dev/v1alpha1/queues/{name}/status"]) == {"parameters", "get"}
+    assert {"put", "patch"} <= set(hub_paths["/apis/federator.dev/v1alpha1/memberclusters/{name}/status"])
     core = docs["api/v1"]["paths"]
     assert set(core["/api/v1/namespaces/{namespace}/events/{name}"]) == {"parameters", "get", "put", "patch",
                                                                           "delete"}

@@ -49,7 +49,8 @@ async def test_example_through_kubectl_apply(hub: RunningHub) -> None:
     assert lines[1].split()[0] == "resnet-ps"
     code, out, err = await hub.kubectl("admin", "get", "trainingjobs", "-A", "-o", "wide")
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["NAMESPACE", "NAME", "PHASE", "CLUSTER", "AGE", "EPOCH", "PRIORITY"]
+    assert out.splitlines()[0].split() == ["NAMESPACE", "NAME", "PHASE", "CLUSTER", "AGE", "EPOCH", "PRIORITY",
+                                               "QUEUE"]
     assert out.splitlines()[1].split()[:2] == ["vision", "resnet-ps"]
     assert out.splitlines()[1].split()[-1] == "100"
 
