@@ -4,8 +4,12 @@
 status already holds the decision (phase Placed, placement.cluster and
 placement.epoch written BEFORE this runs: the write-ahead rule), renders it
 with the cluster's delegation adapter (PodGroup first, then the pods; labels
-carry the job uid, role, index, epoch and this hub's id), makes sure the
-member namespace exists, waits for the cluster's epoch fence (a cluster back
+carry the job uid, role, index, epoch and this hub's id; GPU pods pinned to
+the `nvidia.com/gpu.product` values of the GPU model of the nodes placement
+assigned them, read from the cluster's snapshot), makes sure the member
+namespace exists and, for a job with a priority, the member PriorityClass its
+pods name (`delegation.member_priority_class`; created if missing, never
+changed; a member that refuses with 403 gets the pods without a class), waits for the cluster's epoch fence (a cluster back
 in contact gets a GC pass that deletes older epochs' objects first:
 `cleanup.fence_pending`), and creates each object through the MemberClient
 that member sync holds for the cluster. An object that already exists with
@@ -62,6 +66,7 @@ from federator.controllers.jobs import (
     MEMBER_SYNCS,
     PHASE_FAILED,
     PHASE_PLACED,
+    SNAPSHOTS,
     DispatchRecord,
     append_history,
     apply_dispatch_record,
@@ -80,7 +85,18 @@ from federator.controllers.jobs import (
     set_phase,
     update_job_status,
 )
-from federator.delegation import MemberObject, Ownership, RenderError, adapter_for, ownership_of, selector_for
+from federator.clusters.snapshot_builder import GPU_PRODUCT_LABEL
+from federator.delegation import (
+    MemberObject,
+    Ownership,
+    RenderError,
+    adapter_for,
+    gpu_node_labels,
+    is_system_priority_class,
+    member_priority_class,
+    ownership_of,
+    selector_for,
+)
 from federator.delegation.adapter import Gvk
 from federator.obs import get_logger
 from federator.placement.decision import PodAssignment
@@ -202,6 +218,8 @@ class Dispatcher:
         #: called with the requeue delay after a failed dispatch (placement wakes up then)
         self.on_requeued = on_requeued
         self._namespaces: dict[str, set[str]] = {}
+        #: (cluster, PriorityClass) the member refused to create: said once in the log
+        self._priority_refused: set[tuple[str, str]] = set()
         self._hub_id = hub_id(hub)
         self._recovering: asyncio.Task[None] | None = None
 
@@ -394,15 +412,26 @@ class Dispatcher:
         kind, override = scheduler
         try:
             adapter = adapter_for(kind)
-            objects = adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
-                                     epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
-                                     assignment=assignment)
+            priority_class = member_priority_class(job)
+            gpu_pin = self._gpu_node_labels(job, cluster=cluster, assignment=assignment)
+
+            def render(with_priority: bool) -> list[MemberObject]:
+                return adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
+                                      epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
+                                      assignment=assignment, gpu_node_labels=gpu_pin,
+                                      priority_class_name=priority_class.name if priority_class and with_priority
+                                      else None)
+
+            objects = render(True)
         except (RenderError, KeyError) as e:
             raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
         client = await self._client(cluster, wait=wait_for_client)
         await self.wait_for_fence(cluster, wait=self.fence_wait_seconds)
         await self.wait_for_previous(job, cluster=cluster, wait=self.fence_wait_seconds)
         await self._ensure_namespace(client, cluster=cluster, namespace=ref.namespace)
+        if priority_class is not None and not await self._ensure_priority_class(client, cluster=cluster,
+                                                                                 priority_class=priority_class):
+            objects = render(False)
         created = existing = 0
         total = len(objects)
         half = max(1, total // 2)
@@ -471,6 +500,43 @@ class Dispatcher:
         except MemberClientError as e:
             raise DispatchError(f"reading namespace {namespace} in {cluster}: {e}") from None
         known.add(namespace)
+
+    async def _ensure_priority_class(self, client: Any, *, cluster: str, priority_class: MemberObject) -> bool:
+        """Create the PriorityClass the job's pods will name unless the member has it (409 AlreadyExists: the
+        member's own class, and its value, stand). kube's own system- classes are never created. False when
+        the member refuses (403: its deploy/member RBAC predates PriorityClasses; 404: it serves no such API):
+        the pods then go without a class and the member treats them as its default priority (logged once
+        per cluster and class). Any other failure fails the dispatch (retried)."""
+        name = priority_class.name
+        if is_system_priority_class(name):
+            return True
+        try:
+            await client.create(_resource_of(priority_class.gvk), priority_class.body, namespace=None)
+            _log.info("created member PriorityClass", cluster=cluster, priority_class=name,
+                      value=priority_class.body.get("value"))
+        except MemberApiError as e:
+            if e.code == 409:
+                return True
+            if e.code in (403, 404):
+                if (cluster, name) not in self._priority_refused:
+                    self._priority_refused.add((cluster, name))
+                    _log.warning("the member refuses to create the job's PriorityClass; its pods go without one "
+                                 "(the job's priority is not passed down there)", cluster=cluster,
+                                 priority_class=name, code=e.code, error=str(e))
+                return False
+            raise DispatchError(f"creating PriorityClass {name} in {cluster}: {e}") from None
+        except MemberClientError as e:
+            raise DispatchError(f"creating PriorityClass {name} in {cluster}: {e}") from None
+        return True
+
+    def _gpu_node_labels(self, job: Mapping[str, Any], *, cluster: str, assignment: Sequence[PodAssignment]
+                         ) -> dict[str, list[str]]:
+        """`delegation.gpu_node_labels` over the cluster's snapshot ({} without one): the GPU pods stay on
+        the nvidia.com/gpu.product values of the GPU model placement chose."""
+        snapshot = (self.hub.shared.get(SNAPSHOTS) or {}).get(cluster)
+        if snapshot is None:
+            return {}
+        return gpu_node_labels(job, nodes=snapshot.nodes, assignment=assignment, label=GPU_PRODUCT_LABEL)
 
     async def _create_one(
         self, client: Any, obj: MemberObject, *, ref_uid: str, epoch: int, cluster: str,

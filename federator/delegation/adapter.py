@@ -58,8 +58,25 @@ Pods get the role's template (image, command, args, env, resources as
 requests and limits, nodeSelector, tolerations), `restartPolicy: Never`
 (a gang member that fails fails the gang), the cluster's schedulerName and,
 when placement chose a node, a *preferred* node affinity for it: a hint the
-member scheduler may ignore. The adapter never binds a pod itself; the
+member scheduler may ignore. Pods that request GPUs also get a *required*
+node affinity for the GPU model placement chose (`gpu_node_labels`: the
+`nvidia.com/gpu.product` values of that model's nodes in the cluster, which
+the dispatcher reads from the cluster's snapshot), so the member scheduler
+cannot put them on another model. The adapter never binds a pod itself; the
 member's scheduler decides.
+
+Priority: a job with `spec.priorityClassName`, or with a non-zero
+`spec.priority`, needs a PriorityClass in the member (`member_priority_class`:
+the job's class name, else `federator-priority-<value>`, `-minus-<n>` below
+zero; value = the job's priority, capped at kube's 1000000000 for user
+classes; preemptionPolicy Never, because the hub preempts whole gangs and a
+member scheduler must not evict single pods of one). The dispatcher creates it
+if missing (409 AlreadyExists is fine: the member's own class wins) and
+passes its name to `render`, which sets `priorityClassName` on every pod and
+on the PodGroup where the kind has the field (Volcano, kube-batch, KAI order
+their gangs by it; coscheduling and Kubernetes' own order by the pods'
+priority, which the member's Priority admission resolves from the class). A
+job with priority 0 and no class gets nothing.
 
 Pure: no I/O, no asyncio, no global mutable state. It must never bind a
 pod, never produce a name that is not a DNS-1123 label of at most 63
@@ -81,6 +98,7 @@ from federator.apis.common import (
     ValidationSettings,
     dns1123_label_errors,
     dns1123_subdomain_errors,
+    label_key_errors,
     label_value_errors,
 )
 from federator.apis.trainingjob import Role, TrainingJob, validate_trainingjob
@@ -88,6 +106,7 @@ from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
 from federator.apis.quantity import QuantityError
 from federator.placement.resources import Resources
+from federator.placement.snapshot import NodeState
 
 __all__ = [
     "ANNOTATION_GANG",
@@ -106,7 +125,10 @@ __all__ = [
     "MANAGED_BY",
     "MAX_EPOCH",
     "MAX_NAME_LENGTH",
+    "MAX_MEMBER_PRIORITY",
     "POD_GVK",
+    "PRIORITY_CLASS_GVK",
+    "PRIORITY_CLASS_PREFIX",
     "Adapter",
     "GangPhase",
     "GangStatus",
@@ -120,10 +142,14 @@ __all__ = [
     "RoleCounts",
     "SchedulerAdapter",
     "extended_resource_tolerations",
+    "gpu_node_labels",
     "hub_selector",
+    "is_system_priority_class",
+    "member_priority_class",
     "ownership_of",
     "podgroup_name",
     "pod_name",
+    "priority_class_name_for",
     "selector_for",
     "stale_selector",
 ]
@@ -207,6 +233,17 @@ class Gvk:
 
 
 POD_GVK = Gvk(group="", version="v1", kind="Pod", plural="pods")
+#: cluster-scoped; made sure of (not owned: shared by every job of that priority) before pods name it
+PRIORITY_CLASS_GVK = Gvk(group="scheduling.k8s.io", version="v1", kind="PriorityClass", plural="priorityclasses",
+                         namespaced=False)
+#: the member class of a job that has an integer priority and no class name
+PRIORITY_CLASS_PREFIX = "federator-priority-"
+#: kube refuses user-defined PriorityClasses above this (HighestUserDefinablePriority)
+MAX_MEMBER_PRIORITY = 1_000_000_000
+#: class names kube reserves for its own classes: used as they are, never created
+_SYSTEM_CLASS_PREFIX = "system-"
+#: how many label values one GPU pin may list (one per GPU product of a model in a cluster)
+_MAX_PIN_VALUES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +531,8 @@ class PodGroupKind:
     queue_label: str | None = None
     #: pods get an ownerReference to their PodGroup (`MemberObject.owned_by`; the dispatcher asks)
     pods_owned_by_group: bool = True
+    #: spec.priorityClassName exists (Volcano, kube-batch, KAI: their schedulers order gangs by it)
+    has_priority_class: bool = False
 
 
 class Adapter(Protocol):
@@ -520,6 +559,8 @@ class Adapter(Protocol):
         hub_id: str,
         namespace: str,
         assignment: Iterable[PodAssignment] = (),
+        priority_class_name: str | None = None,
+        gpu_node_labels: Mapping[str, Sequence[str]] | None = None,
     ) -> list[MemberObject]: ...
 
     def read_status(
@@ -587,13 +628,18 @@ class SchedulerAdapter:
         hub_id: str,
         namespace: str,
         assignment: Iterable[PodAssignment] = (),
+        priority_class_name: str | None = None,
+        gpu_node_labels: Mapping[str, Sequence[str]] | None = None,
     ) -> list[MemberObject]:
         """The member objects of `job` at `epoch`, in dispatch order (PodGroup first, then pods).
 
         `namespace` is the member namespace (the dispatcher makes sure it
         exists); `assignment` (from the placement Decision) gives each pod a
-        node hint. Raises RenderError, naming the field, for anything that
-        would not make valid member objects.
+        node hint; `priority_class_name` (the name of `member_priority_class(job)`,
+        once the member has it) goes on the pods and the PodGroup;
+        `gpu_node_labels` (label -> allowed values) pins the pods that request
+        GPUs to nodes of the GPU model placement chose. Raises RenderError,
+        naming the field, for anything that would not make valid member objects.
         """
         model = _parse_job(job)
         meta = model.metadata
@@ -619,6 +665,9 @@ class SchedulerAdapter:
             raise RenderError(f"{where}: spec.roles: {total_pods} pods exceeds the limit of {MAX_GANG_PODS} "
                               "per gang")
         hints = _node_hints(assignment, roles, where=where)
+        if priority_class_name is not None:
+            _check_class_name(priority_class_name, "priority_class_name")
+        gpu_pin = _gpu_pin(gpu_node_labels)
 
         common_labels = {
             LABEL_MANAGED_BY: MANAGED_BY,
@@ -640,7 +689,8 @@ class SchedulerAdapter:
             group_name = podgroup_name(job_name=job_name, job_uid=job_uid, epoch=epoch)
             objects.append(self._render_podgroup(
                 group, name=group_name, namespace=namespace, roles=roles, total_pods=total_pods,
-                labels=common_labels, annotations=common_annotations, where=where))
+                labels=common_labels, annotations=common_annotations, where=where,
+                priority_class_name=priority_class_name))
         seen: set[str] = {group_name} if group_name else set()
         for role in roles:
             container, user_env = _container_of(role, where=where)
@@ -655,12 +705,13 @@ class SchedulerAdapter:
                 objects.append(self._render_pod(
                     role, index=index, name=name, namespace=namespace, container=pod_container,
                     scheduler_name=cluster_scheduler_name, group_name=group_name,
-                    labels=common_labels, annotations=common_annotations, node=hints.get((role.name, index))))
+                    labels=common_labels, annotations=common_annotations, node=hints.get((role.name, index)),
+                    priority_class_name=priority_class_name, gpu_pin=gpu_pin))
         return objects
 
     def _render_podgroup(
         self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role], total_pods: int,
-        labels: Mapping[str, str], annotations: Mapping[str, str], where: str,
+        labels: Mapping[str, str], annotations: Mapping[str, str], where: str, priority_class_name: str | None,
     ) -> MemberObject:
         spec: JSON = {}
         _set_dotted(spec, group.min_member_field, total_pods)
@@ -675,6 +726,8 @@ class SchedulerAdapter:
             spec["queue"] = group.queue
         if group.schedule_timeout_seconds is not None:
             spec["scheduleTimeoutSeconds"] = group.schedule_timeout_seconds
+        if group.has_priority_class and priority_class_name is not None:
+            spec["priorityClassName"] = priority_class_name
         group_labels = dict(labels)
         if group.queue_label is not None and group.queue is not None:
             group_labels[group.queue_label] = group.queue
@@ -690,6 +743,7 @@ class SchedulerAdapter:
     def _render_pod(
         self, role: Role, *, index: int, name: str, namespace: str, container: JSON, scheduler_name: str,
         group_name: str | None, labels: Mapping[str, str], annotations: Mapping[str, str], node: str | None,
+        priority_class_name: str | None, gpu_pin: list[JSON],
     ) -> MemberObject:
         pod_labels = {**labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
         pod_annotations = dict(annotations)
@@ -700,6 +754,8 @@ class SchedulerAdapter:
             "restartPolicy": "Never",
             "containers": [container],
         }
+        if priority_class_name is not None:
+            spec["priorityClassName"] = priority_class_name
         if group is not None and group_name is not None:
             if group.member_by == "label":
                 pod_labels[group.member_key] = group_name
@@ -715,12 +771,18 @@ class SchedulerAdapter:
         tolerations += extended_resource_tolerations(container, present=tolerations)
         if tolerations:
             spec["tolerations"] = tolerations
+        node_affinity: JSON = {}
+        if gpu_pin and _requests_gpus(container):
+            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+                "nodeSelectorTerms": [{"matchExpressions": _copy_json(gpu_pin)}]}
         if node is not None:
             pod_annotations[ANNOTATION_NODE_HINT] = node
-            spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [{
                 "weight": 100,
                 "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]},
-            }]}}
+            }]
+        if node_affinity:
+            spec["affinity"] = {"nodeAffinity": node_affinity}
         body: JSON = {
             "apiVersion": POD_GVK.api_version,
             "kind": POD_GVK.kind,
@@ -864,6 +926,98 @@ def _node_hints(
             raise RenderError(f"{where}: the assignment's node {str(pod.node)[:80]!r} is not a valid node name")
         hints[(pod.role, pod.index)] = pod.node
     return hints
+
+
+def _check_class_name(name: Any, what: str) -> None:
+    problems = dns1123_subdomain_errors(name) if isinstance(name, str) else ["must be a string"]
+    if problems:
+        raise RenderError(f"{what} {str(name)[:80]!r} cannot be a PriorityClass name: {problems[0]}")
+
+
+def _gpu_pin(labels: Mapping[str, Sequence[str]] | None) -> list[JSON]:
+    """The matchExpressions (label In values) that keep GPU pods on the chosen GPU model's nodes."""
+    if not labels:
+        return []
+    if not isinstance(labels, Mapping):
+        raise RenderError("gpu_node_labels must map a node label to its allowed values")
+    expressions: list[JSON] = []
+    for key in sorted(labels):
+        values = labels[key]
+        problems = label_key_errors(key) if isinstance(key, str) else ["must be a string"]
+        if problems:
+            raise RenderError(f"gpu_node_labels: {str(key)[:80]!r} is not a label key: {problems[0]}")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values \
+                or len(values) > _MAX_PIN_VALUES:
+            raise RenderError(f"gpu_node_labels[{key}] must be a list of 1 to {_MAX_PIN_VALUES} label values")
+        for value in values:
+            problems = label_value_errors(value) if isinstance(value, str) and value else ["must be a non-empty string"]
+            if problems:
+                raise RenderError(f"gpu_node_labels[{key}]: {str(value)[:80]!r} is not a label value: {problems[0]}")
+        expressions.append({"key": key, "operator": "In", "values": sorted(set(values))})
+    return expressions
+
+
+def gpu_node_labels(job: Mapping[str, Any], *, nodes: Mapping[str, NodeState], assignment: Iterable[PodAssignment],
+                    label: str) -> dict[str, list[str]]:
+    """The `gpu_node_labels` that keep `job`'s GPU pods on the GPU model placement chose in a cluster whose
+    nodes are `nodes` (its snapshot): {label: every value of `label` (the GPU product) on a node of that
+    model}. The model is that of the nodes `assignment` gives the GPU pods; with no assignment (a re-dispatch
+    after a hub restart) the job's spec.placement.gpuModels. {} when nothing is known (no GPU pods, no
+    model): then nothing is pinned."""
+    model = _parse_job(job)
+    gpu_roles = {role.name for role in model.spec.roles if _requests_of(role, where="gpu_node_labels").gpu}
+    if not gpu_roles:
+        return {}
+    assigned = list(assignment)
+    models = {nodes[pod.node].gpu_model for pod in assigned if pod.role in gpu_roles and pod.node in nodes
+              and nodes[pod.node].allocatable.gpu} - {""}
+    if not models and not assigned:
+        placement = model.spec.placement
+        models = set(placement.gpu_models or ()) if placement is not None else set()
+    values = {node.labels.get(label) or "" for node in nodes.values() if node.gpu_model in models} - {""}
+    return {label: sorted(values)} if values else {}
+
+
+def _requests_gpus(container: Mapping[str, Any]) -> bool:
+    requests = _mapping(_mapping(container.get("resources")).get("requests"))
+    return requests.get(EXTENDED_RESOURCES[0]) not in (None, "", "0", 0)
+
+
+def priority_class_name_for(value: int) -> str:
+    """`federator-priority-<value>` (`-minus-<n>` below zero): the member class of an integer priority."""
+    return f"{PRIORITY_CLASS_PREFIX}{value}" if value >= 0 else f"{PRIORITY_CLASS_PREFIX}minus-{-value}"
+
+
+def member_priority_class(job: Mapping[str, Any]) -> MemberObject | None:
+    """The PriorityClass a member needs before `job`'s pods can name it (see the module docstring), or None
+    when the job has neither a class nor a non-zero priority. Raises RenderError for a job that cannot be
+    rendered."""
+    model = _parse_job(job)
+    raw_spec = job.get("spec")
+    name = raw_spec.get("priorityClassName") if isinstance(raw_spec, Mapping) else None
+    priority = model.spec.priority
+    if not name and priority == 0:
+        return None
+    value = min(priority, MAX_MEMBER_PRIORITY)
+    if name:
+        _check_class_name(name, "spec.priorityClassName")
+    else:
+        name = priority_class_name_for(value)
+    body: JSON = {
+        "apiVersion": PRIORITY_CLASS_GVK.api_version,
+        "kind": PRIORITY_CLASS_GVK.kind,
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        "value": value,
+        "preemptionPolicy": "Never",
+        "description": f"TrainingJobs of priority {value} delegated by federator. Never preempts: the hub "
+                       "preempts whole gangs, a member scheduler must not evict single pods of one.",
+    }
+    return MemberObject(gvk=PRIORITY_CLASS_GVK, namespace="", name=name, body=body)
+
+
+def is_system_priority_class(name: str) -> bool:
+    """kube's own classes (system-node-critical, system-cluster-critical): used as they are, never created."""
+    return name.startswith(_SYSTEM_CLASS_PREFIX)
 
 
 #: Extended resources whose nodes are conventionally tainted with the resource name (NoSchedule): GPU

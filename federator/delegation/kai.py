@@ -9,7 +9,8 @@ pkg/podgrouper, pkg/scheduler/cache/status_updater, docs/quickstart).
   `spec.queue`; the queue is also the label `kai.scheduler/queue` on the
   PodGroup and on every pod, as KAI's docs ask of a workload. The queue is
   `default-queue`, the leaf queue a fresh install creates; a PodGroup whose
-  queue does not exist is never scheduled (QueueDoesNotExist).
+  queue does not exist is never scheduled (QueueDoesNotExist). A job with a
+  priority also sets `spec.priorityClassName`, by which KAI orders gangs.
 - A pod joins through the annotation `pod-group-name`. Pods get **no**
   ownerReference to the PodGroup: KAI's pod-grouper leaves alone only pods
   that carry that annotation and have no owner; a pod with an owner is
@@ -51,5 +52,6 @@ KAI = SchedulerAdapter(
         unschedulable_condition=("schedulingConditions", "UnschedulableOnNodePool", "True"),
         queue_label="kai.scheduler/queue",
         pods_owned_by_group=False,
+        has_priority_class=True,
     ),
 )

@@ -1,8 +1,9 @@
 """The kube-batch adapter: a scheduling.incubator.k8s.io/v1alpha1 PodGroup plus pods (schedulerName `kube-batch`).
 
 Pods join the group through the annotation `scheduling.k8s.io/group-name`.
-This PodGroup version has minMember and queue but no minResources, so none
-is sent (the API would reject the field). Phases are Pending | Running |
+This PodGroup version has minMember, queue and priorityClassName (set for a
+job with a priority: kube-batch orders jobs by it) but no minResources, so
+none is sent (the API would reject the field). Phases are Pending | Running |
 Unknown; Running means minMember pods are allocated, the gang scheduled.
 kube-batch was archived in 2021 (v1alpha2 moved to `scheduling.sigs.dev`,
 not supported). kube-api-notes §11.
@@ -31,5 +32,6 @@ KUBE_BATCH = SchedulerAdapter(
         schedule_timeout_seconds=None,
         admitted_phases=frozenset({"Running"}),
         failed_phases=frozenset(),
+        has_priority_class=True,
     ),
 )

@@ -5,7 +5,8 @@ Pods join the group through the annotation `scheduling.k8s.io/group-name`
 one its own controllers write). The PodGroup has minMember = every pod of
 the gang, minResources = the gang's summed requests (Volcano's enqueue
 action admits a group into its queue only when the queue has room for
-them) and the queue (`default`; another with `dataclasses.replace`).
+them), the queue (`default`; another with `dataclasses.replace`) and, for a
+job with a priority, spec.priorityClassName (Volcano orders jobs by it).
 
 Volcano's phases are Pending | Inqueue | Running | Unknown | Completed.
 Inqueue means the queue accepted the group but nothing is allocated yet, so
@@ -36,5 +37,6 @@ VOLCANO = SchedulerAdapter(
         schedule_timeout_seconds=None,
         admitted_phases=frozenset({"Running", "Completed"}),
         failed_phases=frozenset(),
+        has_priority_class=True,
     ),
 )

@@ -19,7 +19,10 @@ from federator.delegation import (
     Ownership,
     RenderError,
     adapter_for,
+    gpu_node_labels,
     hub_selector,
+    is_system_priority_class,
+    member_priority_class,
     ownership_of,
     selector_for,
     stale_selector,
@@ -28,14 +31,18 @@ from federator.delegation.adapter import (
     MAX_NAME_LENGTH,
     NO_GANG_GUARANTEE,
     POD_GVK,
+    PRIORITY_CLASS_GVK,
     Gvk,
     MemberObject,
     SchedulerAdapter,
     pod_name,
     podgroup_name,
 )
+from federator.apis.trainingjob import TrainingJobSpec
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
+from federator.placement.resources import Resources
+from federator.placement.snapshot import NodeState
 
 UID = "6f1c7a1e-2b1d-4c8e-9a43-0d5b1e7f3a20"
 HUB = "hub-eu-1"
@@ -534,3 +541,131 @@ def test_native_and_kai_podgroups_have_no_min_resources_and_native_no_queue() ->
     assert all(p.body["metadata"]["annotations"]["pod-group-name"] == GOLDEN_GROUP
                and p.labels["kai.scheduler/queue"] == "default-queue" and "schedulingGroup" not in p.body["spec"]
                for p in kai[1:])
+
+
+# ---------------------------------------------------------------- priority and the chosen GPU model
+
+
+#: TrainingJob.spec.priorityClassName comes with the hub's PriorityClass API (issue 17, another change)
+NEEDS_CLASS_NAME = pytest.mark.skipif("priority_class_name" not in TrainingJobSpec.model_fields,
+                                      reason="TrainingJob has no spec.priorityClassName yet")
+
+
+@pytest.mark.parametrize(("spec", "name", "value"), [
+    ({}, None, None),
+    ({"priority": 0}, None, None),
+    ({"priority": 100}, "federator-priority-100", 100),
+    ({"priority": -5}, "federator-priority-minus-5", -5),
+    ({"priority": 2**31 - 1}, "federator-priority-1000000000", 1_000_000_000),   # kube's cap for user classes
+    pytest.param({"priority": 500, "priorityClassName": "research-high"}, "research-high", 500,
+                 marks=NEEDS_CLASS_NAME),
+    pytest.param({"priority": 0, "priorityClassName": "batch"}, "batch", 0, marks=NEEDS_CLASS_NAME),
+], ids=["none", "zero", "positive", "negative", "capped", "named", "named-zero"])
+def test_the_member_priority_class_of_a_job(spec: dict[str, Any], name: str | None, value: int | None) -> None:
+    found = member_priority_class(make_job(uid=UID, **spec))
+    if name is None:
+        assert found is None
+        return
+    assert found is not None
+    assert (found.gvk, found.name, found.namespace) == (PRIORITY_CLASS_GVK, name, "")
+    assert found.body == {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "federator"}},
+        "value": value, "preemptionPolicy": "Never", "description": found.body["description"]}
+    assert is_system_priority_class(name) is False
+
+
+@pytest.mark.parametrize("bad", ["Bad_Class", "x" * 254, "-lead", 7])
+def test_a_bad_priority_class_name_is_refused(bad: Any) -> None:
+    with pytest.raises(RenderError, match="priorityClassName|cannot render"):
+        member_priority_class(make_job(uid=UID, priority=1, priorityClassName=bad))
+    with pytest.raises(RenderError, match="priority_class_name"):
+        render("volcano", "volcano", priority_class_name=bad)
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_the_priority_class_goes_on_every_pod_and_the_podgroups_that_have_the_field(adapter: str) -> None:
+    objects = render(adapter, "sched", priority_class_name="federator-priority-100")
+    pods = [o for o in objects if o.gvk == POD_GVK]
+    assert {p.body["spec"]["priorityClassName"] for p in pods} == {"federator-priority-100"}
+    assert all("priority" not in p.body["spec"] for p in pods)  # the member's Priority admission resolves it
+    groups = [o for o in objects if o.gvk != POD_GVK]
+    has_field = adapter in ("volcano", "kube-batch", "kai")
+    assert [g.body["spec"].get("priorityClassName") for g in groups] == (
+        ["federator-priority-100"] if has_field else [None] * len(groups))
+    # without a class name nothing names one
+    assert all("priorityClassName" not in o.body["spec"] for o in render(adapter, "sched"))
+
+
+def test_gpu_pods_are_pinned_to_the_chosen_model_and_keep_their_node_hint() -> None:
+    pin = {"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]}
+    objects = render("volcano", "volcano", gpu_node_labels=pin,
+                     assignment=[PodAssignment(role="worker", index=3, node="gpu-1")])
+    w3 = next(o for o in objects if o.name == "resnet-ps-mssxt-worker-3")
+    assert w3.body["spec"]["affinity"]["nodeAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In",
+             "values": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]}]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}}]}
+    assert w3.body["spec"]["nodeSelector"] == {"federator.test/pool": "gpu"}   # the template's own, kept
+    ps0 = next(o for o in objects if o.name == "resnet-ps-mssxt-ps-0")
+    assert "affinity" not in ps0.body["spec"]   # no GPUs: not pinned
+    assert render("volcano", "volcano", gpu_node_labels={})[1:] == render("volcano", "volcano")[1:]
+
+
+@pytest.mark.parametrize("bad", [
+    {"nvidia.com/gpu.product": []},
+    {"nvidia.com/gpu.product": "A100"},
+    {"nvidia.com/gpu.product": ["A100 SXM"]},
+    {"nvidia.com/gpu.product": [""]},
+    {"nvidia.com/gpu.product": [7]},
+    {"nvidia.com/gpu.product": [f"p{i}" for i in range(65)]},
+    {"bad key!": ["A100"]},
+    ["nvidia.com/gpu.product"],
+])
+def test_a_bad_gpu_pin_is_refused(bad: Any) -> None:
+    with pytest.raises(RenderError, match="gpu_node_labels"):
+        render("volcano", "volcano", gpu_node_labels=bad)
+
+
+def _node(name: str, model: str, product: str | None, *, gpus: int = 8) -> NodeState:
+    labels = {"kubernetes.io/hostname": name}
+    if product is not None:
+        labels["nvidia.com/gpu.product"] = product
+    return NodeState(name=name, allocatable=Resources(cpu_milli=64_000, memory=2**39, gpu=gpus), gpu_model=model,
+                     labels=labels)
+
+
+TWO_MODELS = {n.name: n for n in (
+    _node("a-40", "A100", "NVIDIA-A100-SXM4-40GB"), _node("a-80", "A100", "NVIDIA-A100-SXM4-80GB"),
+    _node("h-1", "H100", "NVIDIA-H100-80GB-HBM3"), _node("h-unlabelled", "H100", None),
+    _node("cpu-1", "", None, gpus=0))}
+
+
+@pytest.mark.parametrize(("assignment", "spec", "expected"), [
+    # the model of the nodes the GPU workers were assigned: every product of that model in the cluster
+    ([PodAssignment("worker", 0, "a-40"), PodAssignment("ps", 0, "cpu-1")], {},
+     ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]),
+    ([PodAssignment("worker", 0, "h-1")], {"placement": {"gpuModels": ["A100", "H100"]}}, ["NVIDIA-H100-80GB-HBM3"]),
+    # a CPU pod on a GPU node of another model does not widen the pin
+    ([PodAssignment("worker", 0, "h-1"), PodAssignment("ps", 0, "a-80")], {}, ["NVIDIA-H100-80GB-HBM3"]),
+    # no assignment (a re-dispatch after a restart): the job's own models
+    ([], {"placement": {"gpuModels": ["A100"]}}, ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]),
+    ([], {}, None),                                           # nothing known: no pin
+    ([PodAssignment("worker", 0, "gone")], {}, None),         # a node the snapshot no longer has
+    ([], {"placement": {"gpuModels": ["B200"]}}, None),       # a model the cluster does not have
+], ids=["assigned-a100", "assigned-h100", "cpu-pod-elsewhere", "job-models", "unknown", "vanished-node",
+        "absent-model"])
+def test_the_gpu_pin_follows_the_model_placement_chose(assignment: list[PodAssignment], spec: dict[str, Any],
+                                                       expected: list[str] | None) -> None:
+    job = make_job(uid=UID, **spec)
+    pin = gpu_node_labels(job, nodes=TWO_MODELS, assignment=assignment, label="nvidia.com/gpu.product")
+    assert pin == ({"nvidia.com/gpu.product": expected} if expected else {})
+
+
+def test_a_job_without_gpu_pods_is_never_pinned() -> None:
+    job = make_job(uid=UID, roles=[{"name": "w", "replicas": 1,
+                                    "template": {"image": "x", "resources": {"cpu": "1"}}}])
+    assert gpu_node_labels(job, nodes=TWO_MODELS, assignment=[PodAssignment("w", 0, "a-40")],
+                           label="nvidia.com/gpu.product") == {}

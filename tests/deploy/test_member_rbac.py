@@ -85,6 +85,7 @@ def test_each_overlay_grants_the_hub_what_it_calls_and_nothing_around_it(schedul
         ("POST", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases", {}),        # the fencing Lease
         ("PATCH", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases/federator", {}),
         ("GET", "/readyz", {}),                                                            # the health probe
+        ("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {}),                       # a job's PriorityClass
     ]
     no: list[tuple[str, str, dict[str, str]]] = [
         ("GET", "/api/v1/nodes/n1", {}), ("PATCH", "/api/v1/nodes/n1/status", {}),
@@ -94,6 +95,9 @@ def test_each_overlay_grants_the_hub_what_it_calls_and_nothing_around_it(schedul
         ("GET", f"/api/v1/namespaces/{SYSTEM}/secrets", {}), ("GET", "/api/v1/secrets", {}),
         ("POST", "/api/v1/namespaces/vision/events", {}), ("POST", f"/api/v1/namespaces/{SYSTEM}/events", {}),
         ("GET", "/metrics", {}),
+        ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses/x", {}),
+        ("PATCH", "/apis/scheduling.k8s.io/v1/priorityclasses/x", {}),
+        ("DELETE", "/apis/scheduling.k8s.io/v1/priorityclasses/x", {}),
     ]
     # dispatch writes exactly the kinds of the scheduler's adapter (pods, and its PodGroup if it has one)
     for gvk in ADAPTERS[scheduler].gvk_list():
@@ -132,7 +136,8 @@ def test_each_overlay_grants_the_agent_less_than_the_hub(scheduler: str) -> None
     no = [("POST", "/api/v1/namespaces/vision/pods"), ("GET", "/api/v1/namespaces/vision/pods/p"),
           ("DELETE", f"/api/v1/namespaces/{UNMANAGED}/pods/p"), ("DELETE", f"/api/v1/namespaces/{SYSTEM}/pods/p"),
           ("GET", "/api/v1/nodes"), ("POST", lease), ("GET", f"{lease}/another-hub"),
-          ("POST", "/api/v1/namespaces/vision/events"), ("GET", f"/api/v1/namespaces/{SYSTEM}/secrets")]
+          ("POST", "/api/v1/namespaces/vision/events"), ("GET", f"/api/v1/namespaces/{SYSTEM}/secrets"),
+          ("POST", "/apis/scheduling.k8s.io/v1/priorityclasses")]
     if own is not None:
         yes += [("GET", _pg_path(own.group, own.version))]
         yes += [("DELETE", _pg_path(own.group, own.version, ns, "g")) for ns in MANAGED]
@@ -195,11 +200,24 @@ async def test_a_hub_with_exactly_the_member_rbac_places_syncs_and_cleans_up(tmp
         sim = env.fed.sims[CLUSTER]
         registered = yaml.safe_load((env.fed.workdir / f"{CLUSTER}-hub.kubeconfig").read_text())
         assert registered["users"][0]["name"] == "federator-hub-access"   # not the admin
-        created = await env.api.submit(aimed_job("rbac-job", CLUSTER, namespace="vision"))
+        job = aimed_job("rbac-job", CLUSTER, namespace="vision")
+        job["spec"]["priority"] = 100
+        created = await env.api.submit(job)
         uid = created["metadata"]["uid"]
         await env.api.wait_job("vision", "rbac-job", lambda j: phase(j) == "Running", what="running")
         groups, pods = await env.fed.member_objects(CLUSTER, uid)
         assert len(groups) == 1 and len(pods) == 3
+        # the job's priority went down: the hub created the member PriorityClass its pods and PodGroup name
+        pc = await sim.storage.get(kinds.PRIORITY_CLASSES, namespace=None, name="federator-priority-100")
+        assert (pc["value"], pc["preemptionPolicy"]) == (100, "Never")
+        assert groups[0]["spec"]["priorityClassName"] == "federator-priority-100"
+        assert {(p["spec"]["priorityClassName"], p["spec"]["priority"]) for p in pods} == {
+            ("federator-priority-100", 100)}
+        # and the GPU workers are pinned to the cluster's GPU model (the parameter server is not)
+        pins = {p["metadata"]["labels"]["federator.dev/role"]: p["spec"].get("affinity", {}).get(
+            "nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution") for p in pods}
+        assert pins == {"ps": None, "worker": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]}]}]}}
         lease = await sim.storage.get(kinds.LEASES, namespace=SYSTEM, name="federator")
         assert lease["spec"]["holderIdentity"] == "federator"   # created and renewed by the hub identity
 
@@ -240,6 +258,28 @@ async def test_without_delete_on_pods_the_hubs_cleanup_is_refused_and_it_says_so
         _, pods = await env.fed.member_objects(CLUSTER, uid)
         assert len(pods) == 3
         assert forbidden_for(sim, HUB).get(("delete", "pods"), 0) >= 3
+
+
+@pytest.mark.slow
+async def test_a_member_that_refuses_priority_classes_gets_the_gang_without_one(tmp_path: Path) -> None:
+    objects = render(MEMBER / "schedulers" / "volcano")
+    for role in (o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "federator-hub-access"):
+        role["rules"] = [r for r in role["rules"] if r["resources"] != ["priorityclasses"]]
+    fed = MemberRbacFederation(tmp_path / "members", run_seconds=None,
+                               rbac=parse_policy(yaml.safe_dump_all(objects)))
+    async with lifecycle_env(tmp_path, [CLUSTER], federation=fed) as env:
+        sim = env.fed.sims[CLUSTER]
+        job = aimed_job("old-rbac", CLUSTER, namespace="vision")
+        job["spec"]["priority"] = 100
+        with structlog.testing.capture_logs() as logs:
+            created = await env.api.submit(job)
+            await env.api.wait_job("vision", "old-rbac", lambda j: phase(j) == "Running", what="running")
+        refusals = [r for r in logs if r["event"].startswith("the member refuses to create the job's PriorityClass")]
+        assert len(refusals) == 1 and refusals[0]["log_level"] == "warning" and refusals[0]["code"] == 403
+        groups, pods = await env.fed.member_objects(CLUSTER, created["metadata"]["uid"])
+        assert "priorityClassName" not in groups[0]["spec"]
+        assert {(p["spec"].get("priorityClassName"), p["spec"]["priority"]) for p in pods} == {(None, 0)}
+        assert forbidden_for(sim, HUB) == {("create", "priorityclasses.scheduling.k8s.io"): 1}
 
 
 # ---------------------------------------------------------------- the fence agent, as deployed
