@@ -319,7 +319,51 @@ async def test_federator_get_queues(hub: RunningHub) -> None:
                                                          ["vision", "A100=64,H100=16,cpu=2048,memory=16Ti"]]
     code, out, err = await hub.cli("viewer", "get", "q", "vision", "-o", "json")
     assert code == 0 and json.loads(out)["spec"]["cohort"] == "research", err
-    code, out, err = await hub.cli("viewer", "get", "queues", "-o", "name")
-    assert code == 0 and out.split() == ["queue.federator.dev/nlp", "queue.federator.dev/vision"], err
-    code, out, err = await hub.cli("viewer", "get", "queues", "missing")
-    assert code != 0 and "not found" in err and "Traceback" not in err, err
+    code, out, err = await hub.cli("viewer", "get", "queues", "../../api/v1")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1 and "(NotFound)" in err and "Traceback" not in err and out == "", err
+    code, out, err = await hub.cli("wrong", "get", "queues")
+    assert code != 0 and "Unauthorized" in err and out == "", err
+
+
+def _stored(name: str, namespaces: Any, *, default: bool = True, created: str = "2024-05-01T12:00:00Z") -> Any:
+    return {"metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"namespaces": namespaces, "default": default}}
+
+
+@pytest.mark.parametrize(("namespaces", "selected"), [
+    ({"names": ["vision"]}, {"vision"}),
+    ({"names": []}, set()),
+    ({"selector": {}}, {"vision", "nlp", "default"}),
+    ({"selector": {"matchLabels": {"kubernetes.io/metadata.name": "nlp"}}}, {"nlp"}),
+    ({"selector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                         "values": ["default"]}]}}, {"vision", "nlp"}),
+    ({"selector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}}, set()),
+    ({"selector": {"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}}, {"vision", "nlp", "default"}),
+    ({"names": ["default"], "selector": {"matchLabels": {"kubernetes.io/metadata.name": "nlp"}}}, {"default", "nlp"}),
+    # malformed stored objects select nothing, and never raise
+    ({"selector": {"matchExpressions": [{"key": "x", "operator": "Near"}]}}, set()),
+    ({"selector": "everything"}, set()),
+    ("vision", set()),
+    (None, set()),
+])
+def test_selects_namespace(namespaces: Any, selected: set[str]) -> None:
+    from federator.hubapi import selects_namespace
+
+    assert {ns for ns in ("vision", "nlp", "default") if selects_namespace(_stored("q", namespaces), ns)} == selected
+
+
+def test_queue_for_namespace_picks_the_newest_default_that_selects_it() -> None:
+    from federator.hubapi import queue_for_namespace
+
+    queues = [_stored("b-old", {"names": ["vision"]}, created="2024-05-01T12:00:00Z"),
+              _stored("a-new", {"selector": {}}, created="2024-05-02T12:00:00Z"),
+              _stored("z-new", {"names": ["vision"]}, created="2024-05-02T12:00:00Z"),
+              _stored("newest-not-default", {"names": ["vision"]}, default=False, created="2024-06-01T00:00:00Z"),
+              _stored("other-ns", {"names": ["nlp"]}, created="2024-07-01T00:00:00Z"),
+              {"metadata": {"name": "broken"}, "spec": "?"}, {"spec": {"default": True}}]
+    assert queue_for_namespace(queues, "vision") == "a-new"  # newest, then the name that sorts first
+    assert queue_for_namespace(queues, "nlp") == "other-ns"
+    assert queue_for_namespace(queues[:1], "vision") == "b-old"
+    assert queue_for_namespace(queues[:1], "default") is None
+    assert queue_for_namespace([], "vision") is None
