@@ -13,16 +13,17 @@ and the gang schedulers ordering their queue by priority.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from simapi_support import ThreadedSim, raw_request
+from simapi_support import ThreadedSim, raw_request, wait_for
 
 from federator.sim import kinds
 from federator.sim.profile import ClusterProfile, parse_profile
@@ -107,10 +108,6 @@ def test_bad_priority_classes_are_422_naming_the_field(sim_cluster: ThreadedSim,
 def test_malformed_and_unauthorised_priority_class_writes_change_nothing(sim_cluster: ThreadedSim) -> None:
     code, status = raw_request(sim_cluster, "POST", PC_PATH, b'{"metadata": {"name": "pc-x"}, "value": ')
     assert code == 400, status
-    import ssl
-    import urllib.error
-    import urllib.request
-
     request = urllib.request.Request(sim_cluster.c.url + PC_PATH, method="POST",
                                      data=json.dumps(priority_class("pc-x", 5)).encode(),
                                      headers={"Content-Type": "application/json"})
@@ -238,17 +235,6 @@ def gang_group(kind: GroupKind, name: str, *, priority_class: str | None) -> JSO
         spec["priorityClassName"] = priority_class
     return {"apiVersion": f"{kind.group}/{kind.version}", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": "team"}, "spec": spec}
-
-
-async def wait_for(what: str, check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("kind", [VOLCANO, KUBE_BATCH, KAI, COSCHEDULING, NATIVE], ids=lambda k: k.scheduler_type)
