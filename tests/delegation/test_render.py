@@ -38,7 +38,6 @@ from federator.delegation.adapter import (
     pod_name,
     podgroup_name,
 )
-from federator.apis.trainingjob import TrainingJobSpec
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
 from federator.placement.resources import Resources
@@ -546,20 +545,14 @@ def test_native_and_kai_podgroups_have_no_min_resources_and_native_no_queue() ->
 # ---------------------------------------------------------------- priority and the chosen GPU model
 
 
-#: TrainingJob.spec.priorityClassName comes with the hub's PriorityClass API (issue 17, another change)
-NEEDS_CLASS_NAME = pytest.mark.skipif("priority_class_name" not in TrainingJobSpec.model_fields,
-                                      reason="TrainingJob has no spec.priorityClassName yet")
-
-
 @pytest.mark.parametrize(("spec", "name", "value"), [
     ({}, None, None),
     ({"priority": 0}, None, None),
     ({"priority": 100}, "federator-priority-100", 100),
     ({"priority": -5}, "federator-priority-minus-5", -5),
     ({"priority": 2**31 - 1}, "federator-priority-1000000000", 1_000_000_000),   # kube's cap for user classes
-    pytest.param({"priority": 500, "priorityClassName": "research-high"}, "research-high", 500,
-                 marks=NEEDS_CLASS_NAME),
-    pytest.param({"priority": 0, "priorityClassName": "batch"}, "batch", 0, marks=NEEDS_CLASS_NAME),
+    pytest.param({"priority": 500, "priorityClassName": "research-high"}, "research-high", 500),
+    pytest.param({"priority": 0, "priorityClassName": "batch"}, "batch", 0),
 ], ids=["none", "zero", "positive", "negative", "capped", "named", "named-zero"])
 def test_the_member_priority_class_of_a_job(spec: dict[str, Any], name: str | None, value: int | None) -> None:
     found = member_priority_class(make_job(uid=UID, **spec))
