@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# the browser the tests in tests/ui drive (`make test` installs Debian's where missing)
+CHROMIUM ?= /usr/bin/chromium
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test test-loaded lint bench clean
 
@@ -16,11 +19,20 @@ run: $(BIN)/federator
 	$(BIN)/federator up $(ARGS)
 
 ## make test: install and run the whole test suite, plus the layering and type checks
-## (JOBS=2 pytest-xdist workers by default; JOBS=1 runs it in one process)
-test: $(BIN)/federator
+## (JOBS=2 pytest-xdist workers by default; JOBS=1 runs it in one process; --dist loadgroup keeps a module
+## marked xdist_group, such as tests/ui's browser suite with its one hub, on one worker)
+test: $(BIN)/federator $(CHROMIUM)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -p no:cacheprovider -n $(or $(JOBS),2) $(PYTEST_ARGS)
+	FEDERATOR_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -p no:cacheprovider -n $(or $(JOBS),2) --dist loadgroup $(PYTEST_ARGS)
+
+# Debian's Chromium for the browser tests (tests/ui, through Playwright), installed where missing.
+$(CHROMIUM):
+	@command -v apt-get >/dev/null 2>&1 || { echo "error: the browser tests (tests/ui) need Chromium at $(CHROMIUM); \
+	this machine has no apt-get: install Chromium yourself, or pass CHROMIUM=/path/to/chromium" >&2; exit 1; }
+	@echo "installing Debian's chromium for the browser tests (tests/ui)"
+	$(SUDO) apt-get update -q
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium
 
 ## make test-loaded: the test run while two CPU hogs compete for the cores (RUNS=3 for three in a row)
 test-loaded: $(BIN)/federator

@@ -26,14 +26,17 @@ export function relative(value, now = Date.now()) {
   return delta >= -1000 ? `${shortDuration(delta)} ago` : `in ${shortDuration(-delta)}`;
 }
 
+// one formatter for every time on the page (building one per call costs more than the formatting)
+const ABSOLUTE = new Intl.DateTimeFormat(undefined, {
+  year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+  timeZoneName: "short",
+});
+
 /** The absolute time in the reader's locale, with the zone. */
 export function absolute(value) {
   const t = parseTime(value);
   if (t === null) return "";
-  return new Date(t).toLocaleString(undefined, {
-    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
-    timeZoneName: "short",
-  });
+  return ABSOLUTE.format(new Date(t));
 }
 
 /** A <time> element: relative text, absolute time in its title and datetime attribute. Refreshed by
