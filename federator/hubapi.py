@@ -382,19 +382,9 @@ def queue_type(validation: ValidationSettings | None = None) -> ResourceType:
     )
 
 
-def _priorityclass_defaults(obj: JSONObject) -> None:
-    """kube's SetDefaults_PriorityClass."""
-    if obj.get("preemptionPolicy") is None:
-        obj["preemptionPolicy"] = priorityclass.DEFAULT_PREEMPTION_POLICY
-
-
-async def _admit_priorityclass_update(storage: ObjectStorage, obj: JSONObject, old: JSONObject) -> None:
-    if old.get("globalDefault") is not True:
-        await _admit_priorityclass(storage, obj)
-
-
-async def _admit_priorityclass(storage: ObjectStorage, obj: JSONObject) -> None:
-    """kube's Priority admission of a PriorityClass write: only one may be the global default."""
+async def _admit_priorityclass(storage: ObjectStorage, obj: JSONObject, old: JSONObject | None = None) -> None:
+    """kube's Priority admission of a PriorityClass create or update: only one may be the global default
+    (the default itself may be updated)."""
     classes = await _list_kind(storage, priorityclass.GROUP, priorityclass.VERSION, priorityclass.PLURAL) \
         if obj.get("globalDefault") is True else []
     why = priorityclass.default_conflict(obj, classes)
@@ -415,11 +405,11 @@ def priorityclass_type(validation: ValidationSettings | None = None) -> Resource
         group=priorityclass.GROUP, version=priorityclass.VERSION, kind=priorityclass.KIND,
         plural=priorityclass.PLURAL, singular=priorityclass.SINGULAR, namespaced=False,
         short_names=priorityclass.SHORT_NAMES, status_subresource=False,
-        defaults=_priorityclass_defaults,
+        defaults=priorityclass.priorityclass_defaults,
         validate=_as_field_errors(priorityclass.priorityclass_validator(validation)),
         validate_update=_update_errors(priorityclass.priorityclass_update_validator()),
         admit_create=_admit_priorityclass,
-        admit_update=_admit_priorityclass_update,
+        admit_update=_admit_priorityclass,
         columns=(
             TableColumn("Value", column_getter(".value"), type="integer",
                         description="The value of this priority class."),

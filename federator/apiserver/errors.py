@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from federator.apis.common import split_cause
+
 #: kube-apiserver's default request body limit (AS/pkg/server/config.go).
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 
@@ -110,11 +112,12 @@ FieldErrorLike = FieldError | tuple[str, str]
 
 
 def as_field_error(e: FieldErrorLike) -> FieldError:
-    """Accept (field, message) pairs from simple validators as FieldValueInvalid."""
+    """Accept (field, message) pairs, as `federator.apis` validators give them: the cause reason comes
+    from the message's kube prefix ("Forbidden: ..." is FieldValueForbidden), FieldValueInvalid without one."""
     if isinstance(e, FieldError):
         return e
     field, message = e
-    return FieldError(field, "FieldValueInvalid", message)
+    return FieldError(field, *split_cause(message))
 
 
 class ApiError(Exception):

@@ -34,7 +34,7 @@ from aiohttp import web
 
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, VerbOnlyResource, decode_body, json_response
-from federator.apiserver.errors import ApiError, FieldError
+from federator.apiserver.errors import ApiError, FieldError, as_field_error
 from federator.apiserver.events import core_event_type, format_micro_time, validate_event
 from federator.apiserver.registry import (
     JSONObject,
@@ -45,7 +45,7 @@ from federator.apiserver.registry import (
     jsonpath_cell,
 )
 from federator.apiserver.selectors import path_getter
-from federator.apis.common import dns1123_subdomain_errors
+from federator.apis import priorityclass
 from federator.apis.quantity import QuantityError, parse_quantity
 
 # ---------------------------------------------------------------- gang-scheduler wiring (kube-api-notes §11)
@@ -510,83 +510,27 @@ NODES = ResourceType(
 
 
 # ---------------------------------------------------------------- PriorityClass and Priority admission
-
-SCHEDULING_GROUP = "scheduling.k8s.io"
-#: kube's HighestUserDefinablePriority: larger values are the built-in system classes' only
-HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
-SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
-#: K/pkg/apis/scheduling: the two system classes kube-apiserver creates at start
-SYSTEM_PRIORITY_CLASSES: Mapping[str, int] = {"system-node-critical": 2_000_001_000,
-                                              "system-cluster-critical": 2_000_000_000}
-PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
-DEFAULT_PREEMPTION_POLICY = "PreemptLowerPriority"
-_MAX_NAME_SHOWN = 253
-
-
-def _priority_class_defaults(pc: JSONObject) -> None:
-    """SetDefaults_PriorityClass (preemptionPolicy) and what decoding into the Go type does (value is a
-    plain int32: absent is 0; globalDefault is omitempty)."""
-    if pc.get("value") is None:
-        pc["value"] = 0
-    if pc.get("preemptionPolicy") is None:
-        pc["preemptionPolicy"] = DEFAULT_PREEMPTION_POLICY
-    if pc.get("globalDefault") is False:
-        del pc["globalDefault"]
+#
+# The rules are federator.apis.priorityclass's, which the hub serves too: validation, defaults, the one
+# globalDefault class, and Priority admission's resolution of a pod's spec.
 
 
 def _validate_priority_class(pc: JSONObject) -> list[FieldError]:
-    """K/pkg/apis/scheduling/validation ValidatePriorityClass."""
-    c = _Checker()
-    value = c.integer(pc.get("value"), "value", minimum=-(2**31), maximum=2**31 - 1)
-    c.boolean(pc.get("globalDefault"), "globalDefault")
-    c.string(pc.get("description"), "description")
-    c.one_of(pc.get("preemptionPolicy"), "preemptionPolicy", PREEMPTION_POLICIES)
-    name = (pc.get("metadata") or {}).get("name")
-    if isinstance(name, str) and name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
-        if SYSTEM_PRIORITY_CLASSES.get(name) != value or pc.get("globalDefault"):
-            c.errors.append(FieldError.forbidden(
-                "metadata.name", f"priority class names with '{SYSTEM_PRIORITY_CLASS_PREFIX}' prefix are reserved "
-                                 f"for system use only. error: {name} is not a known system priority class"))
-    elif value is not None and value > HIGHEST_USER_DEFINABLE_PRIORITY:
-        c.errors.append(FieldError.forbidden(
-            "value", f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"))
-    return c.errors
+    """The client model's type checks first (as for every built-in kind the simulator serves), then
+    kube's ValidatePriorityClass rules on the fields those did not report."""
+    typed = client_schema_errors(pc, "V1PriorityClass")
+    seen = {e.field for e in typed}
+    rules = priorityclass.validate_priorityclass(pc, include_generic_metadata=False)
+    return typed + [as_field_error(e) for e in rules if e[0] not in seen]
 
 
-def _validate_priority_class_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
-    """ValidatePriorityClassUpdate: value and preemptionPolicy are immutable."""
-    errs: list[FieldError] = []
-    if new.get("value") != old.get("value"):
-        errs.append(FieldError.forbidden("value", "may not be changed in an update."))
-    if new.get("preemptionPolicy") != old.get("preemptionPolicy"):
-        errs.append(FieldError.invalid("preemptionPolicy", new.get("preemptionPolicy"), "field is immutable"))
-    return errs
-
-
-async def _default_priority_class(storage: Any) -> JSONObject | None:
-    """The class marked globalDefault (the lowest value if several are: kube's getDefaultPriorityClass)."""
-    found: JSONObject | None = None
-    for pc in (await storage.list(PRIORITY_CLASSES)).items:
-        value = pc.get("value")
-        if pc.get("globalDefault") is True and isinstance(value, int) and (
-                found is None or value < found["value"]):
-            found = pc
-    return found
-
-
-async def _admit_priority_class(storage: Any, pc: JSONObject) -> None:
-    """Priority admission on a PriorityClass create: only one class may be the global default."""
+async def _admit_priority_class(storage: Any, pc: JSONObject, old: JSONObject | None = None) -> None:
+    """Priority admission on a PriorityClass create or update: only one class may be the global default."""
     if pc.get("globalDefault") is not True:
         return
-    current = await _default_priority_class(storage)
-    if current is not None:
-        raise errors.forbidden(PRIORITY_CLASSES, str((pc.get("metadata") or {}).get("name") or ""),
-                               f"PriorityClass {current['metadata']['name']} is already marked as default. "
-                               "Only one default can exist")
-
-
-def _shown(name: str) -> str:
-    return name if len(name) <= _MAX_NAME_SHOWN else name[:_MAX_NAME_SHOWN] + "..."
+    why = priorityclass.default_conflict(pc, (await storage.list(PRIORITY_CLASSES)).items)
+    if why is not None:
+        raise errors.forbidden(PRIORITY_CLASSES, str((pc.get("metadata") or {}).get("name") or ""), why)
 
 
 async def admit_pod_priority(storage: Any, pod: JSONObject) -> None:
@@ -595,44 +539,18 @@ async def admit_pod_priority(storage: Any, pod: JSONObject) -> None:
     spec.preemptionPolicy. An unknown class, or a priority or preemptionPolicy the pod sets that differs
     from its class's, is refused with 403 Forbidden in kube's words."""
     spec = pod.get("spec")
-    if not isinstance(spec, dict):
+    class_name = spec.get("priorityClassName") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or (class_name is not None and not isinstance(class_name, str)):
         return  # validation reports it
-    pod_name = str((pod.get("metadata") or {}).get("name") or "")
-    class_name = spec.get("priorityClassName")
-    policy: Any
-    if class_name in (None, ""):
-        default = await _default_priority_class(storage)
-        value, policy = (0, DEFAULT_PREEMPTION_POLICY) if default is None else \
-            (default["value"], default.get("preemptionPolicy") or DEFAULT_PREEMPTION_POLICY)
-        if default is not None:
-            spec["priorityClassName"] = default["metadata"]["name"]
-    elif not isinstance(class_name, str):
-        return  # validation reports the type
-    else:
-        pc: JSONObject | None = None
-        if not dns1123_subdomain_errors(class_name):
-            try:
-                pc = await storage.get(PRIORITY_CLASSES, namespace=None, name=class_name)
-            except ApiError as e:
-                if e.code != 404:
-                    raise
-        if pc is None:
-            raise errors.forbidden(PODS, pod_name, f"no PriorityClass with name {_shown(class_name)} was found")
-        value, policy = pc.get("value"), pc.get("preemptionPolicy") or DEFAULT_PREEMPTION_POLICY
-    given = spec.get("priority")
-    if given is not None and isinstance(given, int) and not isinstance(given, bool) and given != value:
-        raise errors.forbidden(PODS, pod_name, f"the integer value of priority ({given}) must not be provided in "
-                                               f"pod spec; priority admission controller computed {value} from the "
-                                               "given PriorityClass name")
-    given_policy = spec.get("preemptionPolicy")
-    if isinstance(given_policy, str) and given_policy != policy:
-        raise errors.forbidden(PODS, pod_name, f"the string value of PreemptionPolicy ({_shown(given_policy)}) must "
-                                               f"not be provided in pod spec; priority admission controller computed "
-                                               f"{policy} from the given PriorityClass name")
-    if given is None:
-        spec["priority"] = value
-    if given_policy is None:
-        spec["preemptionPolicy"] = policy
+    resolved = priorityclass.resolve_priority(spec, (await storage.list(PRIORITY_CLASSES)).items, subject="pod")
+    if resolved.error:
+        raise errors.forbidden(PODS, str((pod.get("metadata") or {}).get("name") or ""), resolved.error)
+    if resolved.class_name:
+        spec["priorityClassName"] = resolved.class_name
+    if spec.get("priority") is None:
+        spec["priority"] = resolved.priority
+    if spec.get("preemptionPolicy") is None:
+        spec["preemptionPolicy"] = resolved.preemption_policy
 
 
 def _keep_pod_priority(proposed: JSONObject, stored: JSONObject) -> JSONObject:
@@ -647,11 +565,11 @@ def _keep_pod_priority(proposed: JSONObject, stored: JSONObject) -> JSONObject:
 
 
 PRIORITY_CLASSES = ResourceType(
-    group=SCHEDULING_GROUP, version="v1", kind="PriorityClass", plural="priorityclasses", singular="priorityclass",
-    namespaced=False, short_names=("pc",), status_subresource=False,
-    defaults=_priority_class_defaults,
-    validate=_with_client_schema("V1PriorityClass", _validate_priority_class),
-    validate_update=_validate_priority_class_update, admit_create=_admit_priority_class,
+    group=priorityclass.GROUP, version=priorityclass.VERSION, kind=priorityclass.KIND, plural=priorityclass.PLURAL,
+    singular=priorityclass.SINGULAR, namespaced=False, short_names=priorityclass.SHORT_NAMES,
+    status_subresource=False, defaults=priorityclass.priorityclass_defaults, validate=_validate_priority_class,
+    validate_update=priorityclass.priorityclass_update_validator(),
+    admit_create=_admit_priority_class, admit_update=_admit_priority_class,
     unknown_fields=client_unknown_fields("V1PriorityClass"),
     # kube's printer: NAME, VALUE, GLOBAL-DEFAULT, AGE, PREEMPTIONPOLICY
     columns=(
@@ -661,7 +579,8 @@ PRIORITY_CLASSES = ResourceType(
                     description="globalDefault specifies whether this PriorityClass should be considered as the "
                                 "default priority for pods that do not have any priority class."),
         TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
-        TableColumn("PreemptionPolicy", jsonpath_cell("preemptionPolicy", default=DEFAULT_PREEMPTION_POLICY),
+        TableColumn("PreemptionPolicy",
+                    jsonpath_cell("preemptionPolicy", default=priorityclass.DEFAULT_PREEMPTION_POLICY),
                     description="preemptionPolicy is the Policy for preempting pods with lower priority."),
     ),
     strategic_merge=dict(_OBJECT_META_SMP),
@@ -674,7 +593,7 @@ PRIORITY_CLASSES = ResourceType(
                                          "the default priority for pods that do not have any priority class."},
         "description": {"type": "string", "description": "description is an arbitrary string that usually provides "
                                                          "guidelines on when this priority class should be used."},
-        "preemptionPolicy": {"type": "string", "enum": list(PREEMPTION_POLICIES),
+        "preemptionPolicy": {"type": "string", "enum": list(priorityclass.PREEMPTION_POLICIES),
                              "description": "preemptionPolicy is the Policy for preempting pods with lower priority."},
     }},
     openapi_name="io.k8s.api.scheduling.v1.PriorityClass",

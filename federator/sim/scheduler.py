@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
+from federator.apis.priorityclass import default_priority_class
 from federator.obs import METRICS
 from federator.sim import kinds
 from federator.sim.fit import (
@@ -301,9 +302,8 @@ class SchedulerState:
         self.in_flight: set[str] = set()
         self._seq = 0
         self.dirty_groups: set[str] = set()
-        #: PriorityClass name -> value, and the names marked globalDefault
-        self.priority_classes: dict[str, int] = {}
-        self._global_defaults: set[str] = set()
+        #: PriorityClass name -> the class (name, value, globalDefault)
+        self.priority_classes: dict[str, Mapping[str, Any]] = {}
 
     # ------------------------------------------------------------ priority classes
 
@@ -313,21 +313,17 @@ class SchedulerState:
         if not name or not isinstance(value, int) or isinstance(value, bool):
             self.delete_priority_class(name)
             return
-        self.priority_classes[name] = value
-        if obj.get("globalDefault") is True:
-            self._global_defaults.add(name)
-        else:
-            self._global_defaults.discard(name)
+        self.priority_classes[name] = {"metadata": {"name": name}, "value": value,
+                                       "globalDefault": obj.get("globalDefault") is True}
 
     def delete_priority_class(self, name: str) -> None:
         self.priority_classes.pop(name, None)
-        self._global_defaults.discard(name)
 
     @property
     def default_priority(self) -> int:
-        """The globalDefault class's value (the lowest, if several are marked), else 0."""
-        values = [self.priority_classes[n] for n in self._global_defaults if n in self.priority_classes]
-        return min(values) if values else 0
+        """The globalDefault class's value (as Priority admission picks it), else 0."""
+        default = default_priority_class(self.priority_classes.values())
+        return int(default["value"]) if default is not None else 0
 
     def gang_order(self, key: str, members: Iterable[PodEntry]) -> tuple[int, str, int]:
         """(-priority, created, seq) of the gang `key` whose pending members are `members`: higher
@@ -338,7 +334,8 @@ class SchedulerState:
         if group is None:
             return (-pod_priority, min((m.created for m in pods), default=""), min((m.seq for m in pods), default=0))
         if group.kind.group_priority_class:
-            value = self.priority_classes.get(group.priority_class) if group.priority_class else None
+            named = self.priority_classes.get(group.priority_class) if group.priority_class else None
+            value = int(named["value"]) if named is not None else None
             priority = value if value is not None else self.default_priority
         else:
             priority = pod_priority

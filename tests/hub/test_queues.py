@@ -140,7 +140,11 @@ async def test_only_one_global_default_class(hub: RunningHub) -> None:
     await _create(hub, CLASSES, pclass("normal", 100, globalDefault=True))
     status, answer = await hub.request("POST", CLASSES, body=pclass("other", 50, globalDefault=True))
     assert status == 403 and "PriorityClass normal is already marked as default" in answer["message"], answer
-    await _create(hub, CLASSES, pclass("other", 50))
+    other = await _create(hub, CLASSES, pclass("other", 50, globalDefault=False))
+    assert "globalDefault" not in other  # omitempty, as kube stores it
+    # no value is 0, as kube-apiserver decodes it (the hub and the simulator default alike)
+    zero = await _create(hub, CLASSES, {k: v for k, v in pclass("zero", 1).items() if k != "value"})
+    assert (zero["value"], zero["preemptionPolicy"]) == (0, "PreemptLowerPriority"), zero
     status, answer = await hub.request("PATCH", f"{CLASSES}/other", body={"globalDefault": True},
                                        headers={"Content-Type": "application/merge-patch+json"})
     assert status == 403 and "Only one default can exist" in answer["message"], answer

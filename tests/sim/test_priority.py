@@ -189,6 +189,11 @@ def test_pod_priority_admission(sim_cluster: ThreadedSim, api: client.ApiClient)
         assert (e.value.status, status_of(e.value)["message"]) == (
             403, 'priorityclasses.scheduling.k8s.io "pc-default-2" is forbidden: PriorityClass pc-default is already '
                  "marked as default. Only one default can exist")
+        # and so is marking another class default by an update (kube's admission runs on update too)
+        with pytest.raises(ApiException) as e:
+            scheduling.patch_priority_class("pc-high", {"globalDefault": True})
+        assert e.value.status == 403 and "PriorityClass pc-default is already marked" in status_of(e.value)["message"]
+        assert scheduling.read_priority_class("pc-high").global_default is None
         defaulted = core.create_namespaced_pod(ns, plain_pod("defaulted"))
         assert (defaulted.spec.priority, defaulted.spec.priority_class_name) == (50, "pc-default")
     finally:
