@@ -10,12 +10,16 @@ Playwright) signed in as the admin. Each run:
 - render: loads /ui/#/jobs afresh and reads the page's own performance marks: `federator:listed` (every
   list answered) and `federator:jobs-table` (the first full table painted, one frame after it was
   built), both from the navigation start. Bar (issue 18): <= 1 s for 2,000 jobs.
-- follow: patches a label of a random job `--rate` times a second for `--seconds` from this process
-  (each write's send time noted with its resourceVersion), while a MutationObserver in the page notes
-  when each job's row shows that resourceVersion (`data-rv`). Lag = row shown - write sent (both on this
-  machine's clock). It follows "without falling behind" when every write was shown within 2 s of the
-  end of the stream and the lag of the last quarter of the writes is not more than twice that of the
-  first (a page that falls behind has a lag that grows with the stream).
+- follow: patches a label of one of the jobs on screen (the page renders only the rows near the window:
+  writes to rows in view are its worst case) `--rate` times a second for `--seconds` from this process,
+  each write's send time noted with its resourceVersion, while the page notes when each watch event
+  arrived (its store) and a MutationObserver when the job's row showed that resourceVersion or a later
+  one (`data-rv`; this hub's resourceVersions are integers). Update lag = row shown - write sent (the hub's
+  write and watch included); page lag = row shown - event arrived (the page alone). It follows "without
+  falling behind" when every write was shown within 2 s of the end of the stream and the page lag's p95
+  over the last quarter of the writes is at most twice that of the first quarter (or 100 ms).
+  The hub answers 409 to a merge patch that races another patch of the same job (kube-apiserver retries
+  such a patch itself); the writer sends it again and counts it (writeConflictsRetried).
 
 Prints each run and the median of the runs. `--quick`: 500 jobs, 2 runs, 8 s of writes. `--json FILE`:
 every run's figures in bench/benchresult.py's format (`federator bench` reads it). Never part of the tests.
@@ -52,9 +56,12 @@ GROUP = "/apis/federator.dev/v1alpha1"
 NAMESPACES = [f"bench-{i}" for i in range(10)]
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "resnet-ps.yaml").read_text())
 RENDER_BAR_MS = 1000.0
+#: 409s the writer met and sent again (see stream_updates)
+CONFLICTS = [0]
 
 OBSERVER = """() => {
   window.benchShown = [];
+  window.benchArrivals = [];  // the page's store notes when each watch event arrived (store.js)
   const body = document.querySelector('table.jobs tbody');
   new MutationObserver((records) => {
     const now = performance.timeOrigin + performance.now();
@@ -140,6 +147,7 @@ async def stream_updates(session: aiohttp.ClientSession, hub: Hub, keys: list[st
                          ssl_ctx: ssl.SSLContext, run: int) -> dict[str, tuple[float, str]]:
     """Patch a label of a random job `rate` times a second; rv -> (send time, key)."""
     sent: dict[str, tuple[float, str]] = {}
+    conflicts = CONFLICTS
     rng = random.Random(run)
     total = int(rate * seconds)
     start = time.monotonic()
@@ -148,13 +156,22 @@ async def stream_updates(session: aiohttp.ClientSession, hub: Hub, keys: list[st
     async def patch(seq: int, key: str) -> None:
         namespace, name = key.split("/")
         t_sent = time.time() * 1000
-        async with session.patch(f"{hub.url}{GROUP}/namespaces/{namespace}/trainingjobs/{name}",
-                                 data=json.dumps({"metadata": {"labels": {"bench-seq": str(seq)}}}),
-                                 headers={"Content-Type": "application/merge-patch+json"}, ssl=ssl_ctx) as response:
-            body = await response.json()
-            if response.status != 200:
-                raise SystemExit(f"patch {key}: HTTP {response.status}: {body}")
-            sent[body["metadata"]["resourceVersion"]] = (t_sent, key)
+        for _ in range(20):
+            async with session.patch(f"{hub.url}{GROUP}/namespaces/{namespace}/trainingjobs/{name}",
+                                     data=json.dumps({"metadata": {"labels": {"bench-seq": str(seq)}}}),
+                                     headers={"Content-Type": "application/merge-patch+json"},
+                                     ssl=ssl_ctx) as response:
+                body = await response.json()
+                if response.status == 409:
+                    # two patches of one job at once: the hub answers the second 409 (kube-apiserver would
+                    # retry a patch without a resourceVersion itself); send it again, counted
+                    conflicts[0] += 1
+                    continue
+                if response.status != 200:
+                    raise SystemExit(f"patch {key}: HTTP {response.status}: {body}")
+                sent[body["metadata"]["resourceVersion"]] = (t_sent, key)
+                return
+        raise SystemExit(f"patch {key}: 20 conflicts in a row")
 
     for seq in range(total):
         due = start + seq / rate
@@ -166,6 +183,19 @@ async def stream_updates(session: aiohttp.ClientSession, hub: Hub, keys: list[st
         task.add_done_callback(in_flight.discard)
     await asyncio.gather(*in_flight)
     return sent
+
+
+async def settled(session: aiohttp.ClientSession, hub: Hub, count: int, ssl_ctx: ssl.SSLContext) -> None:
+    """Wait until the placement controller has written every job's status (no cluster: NoClusters), so that
+    its burst of writes is over before anything is measured."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        async with session.get(f"{hub.url}{GROUP}/trainingjobs", ssl=ssl_ctx) as response:
+            listing = await response.json()
+        if sum(1 for job in listing["items"] if (job.get("status") or {}).get("phase")) >= count:
+            return
+        await asyncio.sleep(1.0)  # polling the hub's progress, not timing anything
+    raise SystemExit("the hub did not write every job's status within 5 minutes")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -195,6 +225,7 @@ async def one_run(page: Any, session: aiohttp.ClientSession, hub: Hub, keys: lis
     if len(on_screen) < 5:
         raise SystemExit(f"only {len(on_screen)} rows on screen")
     applied_before = await page.evaluate("() => window.federatorDashboard.collections.get('jobs').stats.events")
+    conflicts_before = CONFLICTS[0]
     started = time.time() * 1000
     sent = await stream_updates(session, hub, on_screen, rate=args.rate, seconds=args.seconds, ssl_ctx=ssl_ctx,
                                 run=run)
@@ -217,24 +248,29 @@ async def one_run(page: Any, session: aiohttp.ClientSession, hub: Hub, keys: lis
     shown_by_key: dict[str, list[tuple[int, float]]] = {}
     for key, rv, t in await page.evaluate("() => window.benchShown"):
         shown_by_key.setdefault(key, []).append((int(rv), t))
+    arrived = {rv: t for _key, rv, t in await page.evaluate("() => window.benchArrivals")}
     ordered = sorted(sent.items(), key=lambda item: item[1][0])
     lags: list[float] = []
+    page_lags: list[float] = []
     behind = 0
     for rv, (t_sent, key) in ordered:
         times = [t for shown_rv, t in shown_by_key.get(key, ()) if shown_rv >= int(rv)]
         if times:
             lags.append(min(times) - t_sent)
+            if rv in arrived:
+                page_lags.append(min(times) - arrived[rv])
         else:
             behind += 1
-    quarter = max(1, len(lags) // 4)
-    first, last = _percentile(lags[:quarter], 0.95), _percentile(lags[-quarter:], 0.95)
+    # falling behind is the page's own lag (event arrived -> row shown) growing along the stream
+    quarter = max(1, len(page_lags) // 4)
+    first, last = _percentile(page_lags[:quarter], 0.95), _percentile(page_lags[-quarter:], 0.95)
     # the final DOM agrees with the store for the jobs written last
     final_rvs = await page.evaluate("keys => keys.map(k => { const r = document.querySelector(`tr[data-key='${k}']`);"
                                     " return r ? r.dataset.rv : ''; })", [key for _, (_, key) in ordered[-20:]])
     latest: dict[str, str] = {}
     for rv, (_, key) in ordered:
         latest[key] = rv
-    stale = sum(1 for (_, (_, key)), got in zip(ordered[-20:], final_rvs) if got != latest[key])
+    stale = sum(1 for (_, (_, key)), got in zip(ordered[-20:], final_rvs) if not got or int(got) < int(latest[key]))
     applied = await page.evaluate("() => window.federatorDashboard.collections.get('jobs').stats.events")
     return {
         "listedMs": marks["listed"],
@@ -247,11 +283,15 @@ async def one_run(page: Any, session: aiohttp.ClientSession, hub: Hub, keys: lis
         "updateLagP50Ms": _percentile(lags, 0.5),
         "updateLagP95Ms": _percentile(lags, 0.95),
         "updateLagMaxMs": max(lags) if lags else float("nan"),
-        "lagP95FirstQuarterMs": first,
-        "lagP95LastQuarterMs": last,
+        "pageLagP50Ms": _percentile(page_lags, 0.5),
+        "pageLagP95Ms": _percentile(page_lags, 0.95),
+        "pageLagMaxMs": max(page_lags) if page_lags else float("nan"),
+        "writeConflictsRetried": float(CONFLICTS[0] - conflicts_before),
+        "pageLagP95FirstQuarterMs": first,
+        "pageLagP95LastQuarterMs": last,
         "updatesBehindAfter2s": float(behind),
         "staleRowsAtEnd": float(stale),
-        "fellBehind": 1.0 if behind or (lags and last > 2 * max(first, 50.0)) else 0.0,
+        "fellBehind": 1.0 if behind or (page_lags and last > 2 * max(first, 50.0)) else 0.0,
     }
 
 
@@ -283,6 +323,9 @@ async def main() -> None:
                 began = time.monotonic()
                 keys = await create_jobs(session, hub, args.jobs, ssl_ctx)
                 print(f"created {len(keys)} jobs in {time.monotonic() - began:.1f}s", flush=True)
+                await settled(session, hub, len(keys), ssl_ctx)
+                print(f"the hub's controllers wrote every job's status after {time.monotonic() - began:.1f}s",
+                      flush=True)
                 async with async_playwright() as playwright:
                     browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                     context = await browser.new_context(ignore_https_errors=True,
@@ -301,7 +344,7 @@ async def main() -> None:
     bars = {"jobsPageRenderMs": ("<=", RENDER_BAR_MS), "updatesBehindAfter2s": ("<=", 0.0), "fellBehind": ("<=", 0.0)}
     units = {"updatesSent": "updates", "updatesBehindAfter2s": "updates", "staleRowsAtEnd": "rows",
              "fellBehind": "runs", "updatesPerSecondSent": "/s", "watchEventsApplied": "events",
-             "rowsOnScreen": "rows", "domRows": "rows"}
+             "rowsOnScreen": "rows", "domRows": "rows", "writeConflictsRetried": "writes"}
     result.add_runs(runs, prefix=f"{args.jobs}jobs.", bars=bars, units=units)
     result.notes.append(f"{args.jobs} jobs in the hub; {args.rate:g} label patches/s for {args.seconds:g} s per run; "
                         f"Chromium at {CHROMIUM}")

@@ -12,6 +12,8 @@ with the app, in this order and back):
    bearer-token authentication and role authorization (401/403 Status);
    MemberCluster registrations from `--clusters DIR` are applied at start;
    `/readyz` says whether the store answers and whether this replica leads;
+   the web dashboard's static files are served at /ui/ (federator/ui, no token: the page then calls
+   this API with the user's own credentials);
 4. the controllers (`HUB_CONTROLLERS` below: the one list of what the hub
    runs), entered each time leadership is won, each as a cleanup_ctx-style
    async generator over that term's `HubContext`, whose store and storage

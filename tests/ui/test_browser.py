@@ -175,6 +175,10 @@ def researcher(proxy: dict[str, Any], browser: Any) -> Iterator[Any]:
 
 
 def shot(page: Any, name: str) -> None:
+    """A screenshot of the whole page, once its text has nothing a template left unfilled."""
+    text = page.inner_text("body")
+    for leftover in ("[object ", "undefined", "NaN", "null"):
+        assert leftover not in text, (name, leftover, text[:2000])
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 

@@ -96,6 +96,10 @@ def test_the_page_loads_nothing_from_another_origin_and_never_puts_a_token_in_a_
         assert "localStorage" not in text, name  # sessionStorage only: gone with the tab
     app = UI_FILES["js/api.js"].body.decode()
     assert "headers.Authorization = `Bearer ${this.token}`" in app
+    # every module is preloaded by the page at once (a module left out would load a round trip later)
+    index = UI_FILES["index.html"].body.decode()
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="([^"]+)">', index))
+    assert preloaded == {name for name in UI_FILES if name.endswith(".js") and name != "js/app.js"}
 
 
 def test_only_regular_files_of_known_types_are_served(tmp_path: Path) -> None:

@@ -189,6 +189,7 @@ async function boot() {
   });
   const token = sessionStorage.getItem(TOKEN_KEY);
   const api = new Api(token);
+  api.can("list", "trainingjobs");  // asked now, beside whoami: the first page needs the answer (cached)
   try {
     const identity = await api.whoami();
     await begin(api, identity, { proxied: !token });

@@ -74,6 +74,10 @@ export class LiveCollection {
     else this.items.set(key, obj);
     this.stats.events += 1;
     this.stats.lastResourceVersion = (obj.metadata || {}).resourceVersion || "";
+    // bench/ui.py sets window.benchArrivals to note when each event arrived
+    if (window.benchArrivals) {
+      window.benchArrivals.push([key, this.stats.lastResourceVersion, performance.timeOrigin + performance.now()]);
+    }
     this.changed.add(key);
     this.schedule();
   }

@@ -2,7 +2,7 @@
 // model, datasets cached) and a strip of the latest placements. Live: both come from list-watches.
 
 import { clustersPath } from "../api.js";
-import { confirmDialog, empty, failure, fill, h, loading, toast } from "../dom.js";
+import { append, confirmDialog, empty, failure, fill, h, loading, toast } from "../dom.js";
 import { bytes, condition, timeElement } from "../format.js";
 
 const FABRICS = { rdma: "RDMA", ethernet: "Ethernet" };
@@ -85,11 +85,11 @@ function card(cluster, ctx, mayPatch) {
   const reachable = condition(cluster, "Reachable");
   const contact = h("dd");
   if (status.firstLossOfContact) {
-    contact.append(h("span.bad-text", "out of contact since "), timeElement(status.firstLossOfContact));
+    append(contact, [h("span.bad-text", "out of contact since "), timeElement(status.firstLossOfContact)]);
   } else if (reachable && reachable.status === "True") {
-    contact.append("in contact", status.lastSyncTime ? [" · synced since ", timeElement(status.lastSyncTime)] : "");
+    append(contact, ["in contact", status.lastSyncTime ? [" · synced since ", timeElement(status.lastSyncTime)] : ""]);
   } else {
-    contact.append(reachable ? `not reachable: ${reachable.message || reachable.reason || ""}` : "not contacted yet");
+    append(contact, [reachable ? `not reachable: ${reachable.message || reachable.reason || ""}` : "not contacted yet"]);
   }
   const actions = [];
   if (mayPatch) {
