@@ -357,6 +357,15 @@ def test_an_admin_cordons_and_uncordons_a_cluster(up: FederatorUp, admin: Any) -
     assert not up.json("get", "mc", "cloud-native-gang")["spec"].get("cordoned")
 
 
+def tab_to(page: Any, predicate: str, what: str, *, most: int = 40) -> None:
+    """Press Tab until the focused element satisfies the JS `predicate`, as a keyboard user would."""
+    for _ in range(most):
+        page.keyboard.press("Tab")
+        if page.evaluate(f"() => ({predicate})(document.activeElement)"):
+            return
+    raise AssertionError(f"{what} cannot be reached with Tab")
+
+
 def test_every_control_has_a_label_and_the_jobs_page_works_from_the_keyboard(admin: Any) -> None:
     go(admin, "#/jobs")
     admin.wait_for_selector("table.jobs tbody tr[data-key]")
@@ -366,20 +375,10 @@ def test_every_control_has_a_label_and_the_jobs_page_works_from_the_keyboard(adm
         .map(el => el.outerHTML.slice(0, 80))""")
     assert unlabelled == []
     admin.evaluate("() => document.activeElement && document.activeElement.blur()")
-    for _ in range(40):
-        admin.keyboard.press("Tab")
-        if admin.evaluate("() => document.activeElement.id") == "job-search":
-            break
-    else:
-        raise AssertionError("the search field cannot be reached with Tab")
+    tab_to(admin, "el => el.id === 'job-search'", "the search field")
     admin.keyboard.type("too-big")
     admin.wait_for_function("() => document.querySelectorAll('table.jobs tbody tr[data-key]').length === 1")
-    for _ in range(40):
-        admin.keyboard.press("Tab")
-        if admin.evaluate("() => document.activeElement.textContent") == "too-big":
-            break
-    else:
-        raise AssertionError("the job link cannot be reached with Tab")
+    tab_to(admin, "el => el.textContent === 'too-big'", "the job's link")
     admin.keyboard.press("Enter")
     admin.wait_for_selector("table.why-not")
     assert admin.evaluate("() => window.location.hash") == "#/jobs/default/too-big"
