@@ -45,7 +45,6 @@ import asyncio
 import datetime as dt
 import os
 import random
-import re
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from federator.apis.common import dns1123_label_errors
 from federator.clusters.memberlease import FENCE_COUNT, FENCED_AT
 from federator.clusters.client import (
     EVENTS,
@@ -88,15 +88,14 @@ COMPONENT = "federator-agent"
 MAX_SWEEP_ROUNDS = 5
 #: the onClusterLoss policy whose gangs the hub never moves: the agent leaves them running
 SPARED_POLICY = "wait"
-#: a hub identity is both a label value and the Lease's name: a DNS-1123 label
-_IDENTITY = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def check_hub_identity(identity: str) -> str:
-    """The identity, or ValueError saying what is wrong with it."""
+    """The identity, or ValueError saying what is wrong with it: it is both a label value and the Lease's
+    name, so a DNS-1123 label."""
     if not isinstance(identity, str) or not identity.strip():
         raise ValueError("the hub identity must not be empty")
-    if len(identity) > 63 or not _IDENTITY.match(identity):
+    if dns1123_label_errors(identity):
         raise ValueError(f"hub identity {identity[:80]!r} must be a valid label value and Lease name: at most 63 "
                          "lowercase letters, digits and '-', starting and ending with a letter or digit")
     return identity
@@ -213,7 +212,7 @@ class FenceAgent:
     ) -> None:
         if not (isinstance(poll_seconds, (int, float)) and 0 < poll_seconds <= 3600):
             raise ValueError(f"poll seconds must be more than 0 and at most 3600, not {poll_seconds!r}")
-        if not isinstance(namespace, str) or not _IDENTITY.match(namespace):
+        if not isinstance(namespace, str) or dns1123_label_errors(namespace):
             raise ValueError(f"namespace {str(namespace)[:80]!r} is not a valid namespace name")
         self.client = client
         self.cluster = client.cluster

@@ -2,7 +2,8 @@
 
 What lives here: the API group and version, `ValidationSettings` (the
 configurable caps), name and label validation in Kubernetes' own words
-(DNS-1123 labels and subdomains, qualified names), Kubernetes resource
+(DNS-1123 labels and subdomains, qualified names: the only copy, which the
+API server, the simulator and the CLI use too), Kubernetes resource
 quantities, RFC 3339 timestamps, `ObjectMeta`, `Condition`, `LabelSelector`,
 and the translation of pydantic errors into kube-style `(field path, message)`
 pairs.
@@ -230,81 +231,85 @@ def raise_semantic(errors: list[FieldError]) -> None:
 # --------------------------------------------------------------------------- names and labels
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
 _DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
-_DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_SUBDOMAIN}$")
 _QUALIFIED_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QUALIFIED_NAME_RE = re.compile(rf"^{_QUALIFIED_NAME}$")
+_LABEL_VALUE = rf"({_QUALIFIED_NAME})?"
+# Matched with fullmatch only: `^...$` with re.match would also accept a trailing newline ("name\n").
+_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
+_DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN)
+_QUALIFIED_NAME_RE = re.compile(_QUALIFIED_NAME)
+_LABEL_VALUE_RE = re.compile(_LABEL_VALUE)
+# JSON-schema patterns (ECMA and pydantic-core's regex: `$` is the end of the text there).
 _LABEL_KEY_PATTERN = rf"^({_DNS1123_SUBDOMAIN}/)?{_QUALIFIED_NAME}$"
-_LABEL_VALUE_PATTERN = rf"^({_QUALIFIED_NAME})?$"
+_LABEL_VALUE_PATTERN = rf"^{_LABEL_VALUE}$"
+_QUALIFIED_NAME_MESSAGE = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+                           "an alphanumeric character")
+
+
+def _regex_error(message: str, pattern: str, *examples: str) -> str:
+    """kube's validation.RegexError, to the character (its examples are joined by ",  or ")."""
+    shown = "".join(f"{' or ' if i else ''}'{e}', " for i, e in enumerate(examples))
+    return f"{message} ({'e.g. ' + shown if shown else ''}regex used for validation is '{pattern}')"
 
 
 def dns1123_label_errors(value: str) -> list[str]:
-    """Why `value` is not an RFC 1123 label (Kubernetes' wording); empty when it is one."""
+    """Why `value` is not an RFC 1123 label (kube's IsDNS1123Label, in its words); empty when it is one."""
     errors: list[str] = []
     if len(value) > 63:
         errors.append("must be no more than 63 characters")
-    if not _DNS1123_LABEL_RE.match(value):
-        errors.append(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-            "and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc', "
-            f"regex used for validation is '{_DNS1123_LABEL}')"
-        )
+    if not _DNS1123_LABEL_RE.fullmatch(value):
+        errors.append(_regex_error(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+            "and end with an alphanumeric character", _DNS1123_LABEL, "my-name", "123-abc"))
     return errors
 
 
 def dns1123_subdomain_errors(value: str) -> list[str]:
-    """Why `value` is not an RFC 1123 subdomain (Kubernetes' wording); empty when it is one."""
+    """Why `value` is not an RFC 1123 subdomain (kube's IsDNS1123Subdomain); empty when it is one."""
     errors: list[str] = []
     if len(value) > 253:
         errors.append("must be no more than 253 characters")
-    if not _DNS1123_SUBDOMAIN_RE.match(value):
-        errors.append(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-            "and must start and end with an alphanumeric character (e.g. 'example.com', "
-            f"regex used for validation is '{_DNS1123_SUBDOMAIN}')"
-        )
-    return errors
-
-
-def _qualified_name_errors(value: str) -> list[str]:
-    errors: list[str] = []
-    if not value:
-        errors.append("name part must be non-empty")
-    elif len(value) > 63:
-        errors.append("name part must be no more than 63 characters")
-    if value and not _QUALIFIED_NAME_RE.match(value):
-        errors.append(
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-            f"with an alphanumeric character (regex used for validation is '{_QUALIFIED_NAME}')"
-        )
+    if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
+        errors.append(_regex_error(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+            "must start and end with an alphanumeric character", _DNS1123_SUBDOMAIN, "example.com"))
     return errors
 
 
 def label_key_errors(key: str) -> list[str]:
-    """Why `key` is not a valid label or annotation key ([prefix/]name)."""
-    prefix, slash, name = key.rpartition("/")
-    if not slash:
-        return _qualified_name_errors(key)
+    """Why `key` is not a qualified name, i.e. a valid label or annotation key or finalizer: [prefix/]name
+    (kube's IsQualifiedName, in its words); empty when it is one."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        return ["a qualified name " + _regex_error(_QUALIFIED_NAME_MESSAGE, _QUALIFIED_NAME, "MyName", "my.name",
+                                                   "123-abc")
+                + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
     errors: list[str] = []
-    if not prefix:
-        errors.append("prefix part must be non-empty")
-    else:
-        errors += [f"prefix part {e}" for e in dns1123_subdomain_errors(prefix)]
-    return errors + _qualified_name_errors(name)
+    name = parts[-1]
+    if len(parts) == 2:
+        if not parts[0]:
+            errors.append("prefix part must be non-empty")
+        else:
+            errors += [f"prefix part {e}" for e in dns1123_subdomain_errors(parts[0])]
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name) > 63:
+        errors.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME_RE.fullmatch(name):
+        errors.append("name part " + _regex_error(_QUALIFIED_NAME_MESSAGE, _QUALIFIED_NAME, "MyName", "my.name",
+                                                  "123-abc"))
+    return errors
 
 
 def label_value_errors(value: str) -> list[str]:
-    """Why `value` is not a valid label value (empty is valid)."""
+    """Why `value` is not a valid label value (kube's IsValidLabelValue; empty is valid)."""
     errors: list[str] = []
     if len(value) > 63:
         errors.append("must be no more than 63 characters")
-    if value and not _QUALIFIED_NAME_RE.match(value):
-        errors.append(
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-            f"and must start and end with an alphanumeric character (regex used for validation is "
-            f"'({_QUALIFIED_NAME})?')"
-        )
+    if not _LABEL_VALUE_RE.fullmatch(value):
+        errors.append(_regex_error(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+            "must start and end with an alphanumeric character", _LABEL_VALUE, "MyValue", "my_value", "12345"))
     return errors
 
 

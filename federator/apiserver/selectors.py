@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_INT_RE = re.compile(r"^-?[0-9]+$")
+from federator.apis.common import label_key_errors, label_value_errors
+
+_INT_RE = re.compile(r"-?[0-9]+")  # fullmatch only: `$` accepts a trailing newline
 
 
 class SelectorError(ValueError):
@@ -27,36 +27,14 @@ class SelectorError(ValueError):
 
 
 def validate_label_key(key: str) -> str | None:
-    """None if `key` is a valid qualified name ([prefix/]name), else why not."""
-    if not key:
-        return "name part must be non-empty"
-    prefix, sep, name = key.rpartition("/")
-    if sep:
-        if not prefix:
-            return "prefix part must be non-empty"
-        if len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix):
-            return "prefix part must be a lowercase RFC 1123 subdomain"
-    if len(name) > 63:
-        return "name part must be no more than 63 characters"
-    if not _NAME_RE.match(name):
-        return (
-            "name part must consist of alphanumeric characters, '-', '_' or '.', "
-            "and must start and end with an alphanumeric character"
-        )
-    return None
+    """None if `key` is a valid qualified name ([prefix/]name), else why not: kube's messages joined by
+    "; ", as its selector parser joins them."""
+    return "; ".join(label_key_errors(key)) or None
 
 
 def validate_label_value(value: str) -> str | None:
-    if value == "":
-        return None
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    if not _NAME_RE.match(value):
-        return (
-            "a valid label must be an empty string or consist of alphanumeric characters, "
-            "'-', '_' or '.', and must start and end with an alphanumeric character"
-        )
-    return None
+    """None if `value` is a valid label value (empty is), else why not (as `validate_label_key`)."""
+    return "; ".join(label_value_errors(value)) or None
 
 
 # ---------------------------------------------------------------- label selectors
@@ -82,7 +60,7 @@ class Requirement:
             v = labels.get(self.key)
             return v is None or v not in self.values
         v = labels.get(self.key)
-        if v is None or not _INT_RE.match(v):
+        if v is None or not _INT_RE.fullmatch(v):
             return False
         bound = int(next(iter(self.values)))
         return int(v) > bound if op == ">" else int(v) < bound
@@ -246,7 +224,7 @@ def parse_label_selector(text: str | None) -> LabelSelector:
                 elif t is not None and t[0] != "comma":
                     raise fail(f"found '{t[1]}', expected: a value")
                 if op in ("<", ">"):
-                    if not _INT_RE.match(value):
+                    if not _INT_RE.fullmatch(value):
                         raise fail(f"for '<', '>' operators, exactly one integer value is required (key {key!r})")
                 elif (why := validate_label_value(value)) is not None:
                     raise fail(f"value {value!r} of key {key!r}: {why}")

@@ -43,7 +43,6 @@ import copy
 import base64
 import datetime as dt
 import random
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -71,9 +70,8 @@ from federator.apiserver.selectors import (
     SelectorError,
     parse_field_selector,
     parse_label_selector,
-    validate_label_key,
-    validate_label_value,
 )
+from federator.apis.common import dns1123_label_errors, dns1123_subdomain_errors, label_key_errors, label_value_errors
 from federator.apiserver.watchcache import CachedEvent, FeedReset, ResourceFeed, WatchCache, follow
 from federator.obs import RepeatedFailureLog, get_logger
 from federator.store.protocol import (
@@ -90,9 +88,6 @@ from federator.store.protocol import (
 
 _log = get_logger("apiserver.storage")
 
-# fullmatch only: `$` would also match before a trailing newline ("job\n").
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_OWNED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                       "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
@@ -267,24 +262,11 @@ _CONTINUE_EXPIRED = (
 # ---------------------------------------------------------------- metadata checks
 
 
-def _name_error(name: str, fmt: str, field: str = "metadata.name") -> FieldError | None:
-    if fmt == "label":
-        if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
-            return FieldError.invalid(
-                field, name,
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-                "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
-                "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
-            )
-        return None
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
-        return FieldError.invalid(
-            field, name,
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
-            "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation "
-            "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
-        )
-    return None
+def _name_errors(name: str, fmt: str, field: str = "metadata.name") -> list[FieldError]:
+    """kube's ObjectMeta name check: one Invalid cause per problem ("label": a DNS-1123 label, else a
+    DNS-1123 subdomain)."""
+    problems = dns1123_label_errors(name) if fmt == "label" else dns1123_subdomain_errors(name)
+    return [FieldError.invalid(field, name, why) for why in problems]
 
 
 def validate_metadata(meta: Any) -> list[FieldError]:
@@ -307,10 +289,9 @@ def validate_metadata(meta: Any) -> list[FieldError]:
             if not isinstance(v, str):
                 errs.append(FieldError.wrong_type(f"metadata.{field}.{k}", v, "a string"))
                 continue
-            if (why := validate_label_key(k)) is not None:
-                errs.append(FieldError.invalid(f"metadata.{field}", k, why))
-            if field == "labels" and (why := validate_label_value(v)) is not None:
-                errs.append(FieldError.invalid(f"metadata.labels.{k}", v, why))
+            errs += [FieldError.invalid(f"metadata.{field}", k, why) for why in label_key_errors(k)]
+            if field == "labels":
+                errs += [FieldError.invalid(f"metadata.labels.{k}", v, why) for why in label_value_errors(v)]
         if field == "annotations" and sum(len(k) + len(v) for k, v in m.items() if isinstance(v, str)) \
                 > _MAX_ANNOTATIONS_BYTES:
             errs.append(FieldError("metadata.annotations", "FieldValueTooLong",
@@ -323,8 +304,8 @@ def validate_metadata(meta: Any) -> list[FieldError]:
             for i, f in enumerate(fin):
                 if not isinstance(f, str):
                     errs.append(FieldError.wrong_type(f"metadata.finalizers[{i}]", f, "a string"))
-                elif (why := validate_label_key(f)) is not None:
-                    errs.append(FieldError.invalid(f"metadata.finalizers[{i}]", f, why))
+                else:
+                    errs += [FieldError.invalid(f"metadata.finalizers[{i}]", f, why) for why in label_key_errors(f)]
     owners = meta.get("ownerReferences")
     if owners is not None:
         if not isinstance(owners, list):
@@ -821,8 +802,7 @@ class ObjectStorage:
         name = meta.get("name", "")
         errs: list[FieldErrorLike] = []
         if name:
-            if (ne := _name_error(name, rt.name_format)) is not None:
-                errs.append(ne)
+            errs += _name_errors(name, rt.name_format)
         if rt.validate is not None and not trusted:
             errs.extend(rt.validate(obj))
         if old is not None and rt.validate_update is not None:
@@ -849,9 +829,9 @@ class ObjectStorage:
             # A namespace that cannot exist: 404 where namespaces are objects (kube's NamespaceLifecycle
             # admission answers first), else 422 on metadata.namespace (kube's ObjectMeta validation).
             await self._check_namespace(rt, ns)
-            ns_error = _name_error(ns, "label", "metadata.namespace")
-            if ns_error is not None:
-                raise errors.invalid(rt, meta.get("name") or "", [ns_error])
+            ns_errors = _name_errors(ns, "label", "metadata.namespace")
+            if ns_errors:
+                raise errors.invalid(rt, meta.get("name") or "", ns_errors)
         if rt.admit_create is not None:
             await rt.admit_create(self, new)
         generate = not meta.get("name")
@@ -860,9 +840,9 @@ class ObjectStorage:
                 prefix = meta["generateName"]
                 meta["name"] = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
                 if attempt == 0:
-                    gen_err = _name_error(prefix + "a", rt.name_format, "metadata.generateName")
-                    if gen_err is not None:
-                        raise errors.invalid(rt, "", [gen_err])
+                    gen_errors = _name_errors(prefix + "a", rt.name_format, "metadata.generateName")
+                    if gen_errors:
+                        raise errors.invalid(rt, "", gen_errors)
             self._validate(rt, new)
             key = self.object_key(rt, ns, meta["name"])
             value = _encode(new)

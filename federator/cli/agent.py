@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from federator.apis.common import dns1123_label_errors
 from federator.cli.common import InputError, UserError, parse_duration
 
 DEFAULT_NAMESPACE = "federator-system"
@@ -81,7 +81,7 @@ def _settings(args: argparse.Namespace) -> tuple[Path, str, str, float]:
         what = "is not a file" if kubeconfig.exists() else "no such file"
         raise UserError(f"--kubeconfig {kubeconfig}: {what}")
     namespace = str(args.namespace)
-    if len(namespace) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace):
+    if dns1123_label_errors(namespace):
         raise UserError(f"--namespace {namespace[:80]!r}: not a valid namespace name (lowercase letters, digits "
                         "and '-', at most 63)")
     return kubeconfig, identity, namespace, poll

@@ -26,12 +26,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from federator.apis.common import dns1123_subdomain_errors
 from federator.clusters.checkpoint import CheckpointIdentity, CheckpointWriter, StoredCheckpoint, endpoint_hash
 from federator.clusters.client import (
     NODES,
@@ -52,8 +52,6 @@ from federator.obs import MAX_GPU_MODELS_PER_CLUSTER, METRICS, OTHER_GPU_MODEL, 
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
 
 __all__ = ["ClusterSync", "SyncSettings", "cluster_info", "loss_grace_seconds", "stop_task", "synced_resources"]
-
-_DNS_SUBDOMAIN_MAX = 253
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +110,8 @@ def loss_grace_seconds(spec: Mapping[str, Any], health: HealthSettings) -> float
         else health.loss_grace_seconds
 
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
 def _valid_dataset_name(name: str) -> bool:
-    return len(name) <= _DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.match(name) is not None
+    return not dns1123_subdomain_errors(name)
 
 
 def _remove_series(gauge: Any, *labels: str) -> None:

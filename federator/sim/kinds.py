@@ -46,6 +46,7 @@ from federator.apiserver.registry import (
 )
 from federator.apiserver.selectors import path_getter
 from federator.apis import priorityclass
+from federator.apis.common import dns1123_label_errors, label_key_errors
 from federator.apis.quantity import QuantityError, parse_quantity
 
 # ---------------------------------------------------------------- gang-scheduler wiring (kube-api-notes §11)
@@ -60,8 +61,6 @@ VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.volcano.sh/group-name"
 #: scheduler-plugins coscheduling: the pod label naming its PodGroup
 COSCHEDULING_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _CONDITION_STATUSES = ("True", "False", "Unknown")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -269,10 +268,8 @@ class _Checker:
 
     def dns_label(self, value: Any, path: str, *, required: bool = False) -> None:
         s = self.string(value, path, required=required)
-        if s is not None and (len(s) > 63 or not _DNS1123_LABEL.match(s)):
-            self.errors.append(FieldError.invalid(
-                path, s, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                         "and must start and end with an alphanumeric character"))
+        if s is not None:
+            self.errors += [FieldError.invalid(path, s, why) for why in dns1123_label_errors(s)]
 
     def conditions(self, value: Any, path: str) -> None:
         items = self.list_at(value, path)
@@ -426,8 +423,8 @@ def _validate_node(node: JSONObject) -> list[FieldError]:
             if t is None:
                 continue
             key = c.string(t.get("key"), f"{p}.key", required=True)
-            if key is not None and not _qualified_key(key):
-                c.errors.append(FieldError.invalid(f"{p}.key", key, "must be a qualified name"))
+            if key is not None:
+                c.errors += [FieldError.invalid(f"{p}.key", key, why) for why in label_key_errors(key)]
             c.string(t.get("value"), f"{p}.value")
             c.one_of(t.get("effect"), f"{p}.effect", _TAINT_EFFECTS, required=True)
         c.string(spec.get("podCIDR"), "spec.podCIDR")
@@ -445,11 +442,6 @@ def _validate_node(node: JSONObject) -> list[FieldError]:
                 c.string(a.get("address"), f"status.addresses[{i}].address", required=True)
         c.object_at(status.get("nodeInfo"), "status.nodeInfo")
     return c.errors
-
-
-def _qualified_key(key: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    return bool(name) and len(name) <= 63 and bool(_QUALIFIED.match(name)) and len(prefix) <= 253
 
 
 _OBJECT_META_SMP = {
@@ -980,7 +972,7 @@ EVENTS = dataclasses.replace(
 LEASE_GROUP = "coordination.k8s.io"
 #: metav1.RFC3339Micro, the only layout a MicroTime accepts: exactly six fraction digits, then Z or ±hh:mm
 MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
-_MICRO_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})$")
+_MICRO_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})")
 #: kube's only Kubernetes-defined coordinated leader election strategy (a domain-prefixed one is free-form)
 _LEASE_STRATEGIES = ("OldestEmulationVersion",)
 _LEASE_SPEC_FIELDS = ("acquireTime", "holderIdentity", "leaseDurationSeconds", "leaseTransitions",
@@ -989,7 +981,7 @@ _LEASE_SPEC_FIELDS = ("acquireTime", "holderIdentity", "leaseDurationSeconds", "
 
 def parse_micro_time(value: str) -> dt.datetime | None:
     """A MicroTime string as kube's decoder reads it (time.Parse with RFC3339Micro), else None."""
-    m = _MICRO_TIME.match(value)
+    m = _MICRO_TIME.fullmatch(value)  # not `$`: it would accept a trailing newline
     if m is None:
         return None
     year, month, day, hour, minute, second, micro, zone = m.groups()
@@ -1044,8 +1036,8 @@ def _validate_lease(lease: JSONObject) -> list[FieldError]:
         if "/" not in strategy:
             if strategy not in _LEASE_STRATEGIES:
                 c.errors.append(FieldError.not_supported("spec.strategy", strategy, _LEASE_STRATEGIES))
-        elif not _qualified_key(strategy) or strategy.count("/") != 1:
-            c.errors.append(FieldError.invalid("spec.strategy", strategy, "must be a qualified name"))
+        else:
+            c.errors += [FieldError.invalid("spec.strategy", strategy, why) for why in label_key_errors(strategy)]
     holder = c.string(spec.get("preferredHolder"), "spec.preferredHolder")
     if holder and not strategy:
         c.errors.append(FieldError.forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined"))

@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from federator.apis.common import dns1123_label_errors, dns1123_subdomain_errors, label_key_errors, label_value_errors
 from federator.apis.quantity import QuantityError
 from federator.sim.fit import CPU, GPU, MEMORY, PODS, RDMA_HCA, format_units, resource_units
 
@@ -55,10 +56,6 @@ KAI_DEFAULT_QUEUES = ("default-parent-queue", "default-queue")
 MAX_PROFILE_BYTES = 1_000_000
 MAX_NODES_PER_CLUSTER = 20_000
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?)$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ProfileError(ValueError):
@@ -67,7 +64,7 @@ class ProfileError(ValueError):
 
 
 def _check_dns_label(value: str, what: str) -> str:
-    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+    if dns1123_label_errors(value):
         raise ValueError(
             f"{what} {value!r} must be a DNS-1123 label: lower-case letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters"
@@ -76,21 +73,18 @@ def _check_dns_label(value: str, what: str) -> str:
 
 
 def check_label_key(key: str) -> str:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        raise ValueError(f"label key {key!r}: prefix must be a DNS-1123 subdomain")
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
-        raise ValueError(
-            f"label key {key!r}: name part must be at most 63 characters of letters, digits, '-', '_' or '.'"
-        )
+    """`key` if it is a valid label key, else ValueError in kube's words."""
+    problems = label_key_errors(key)
+    if problems:
+        raise ValueError(f"label key {key!r}: {'; '.join(problems)}")
     return key
 
 
 def check_label_value(key: str, value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise ValueError(
-            f"label {key!r}: value {value!r} must be at most 63 characters of letters, digits, '-', '_' or '.'"
-        )
+    """`value` if it is a valid label value, else ValueError in kube's words."""
+    problems = label_value_errors(value)
+    if problems:
+        raise ValueError(f"label {key!r}: value {value!r}: {'; '.join(problems)}")
     return value
 
 
@@ -247,7 +241,7 @@ class SchedulerSpec(_Model):
     @field_validator("scheduler_name")
     @classmethod
     def _sched_name(cls, v: str | None) -> str | None:
-        if v is not None and (len(v) > 253 or not _DNS1123_SUBDOMAIN.match(v)):
+        if v is not None and dns1123_subdomain_errors(v):
             raise ValueError(f"schedulerName {v!r} must be a DNS-1123 subdomain")
         return v
 
@@ -380,7 +374,7 @@ class ClusterProfile(_Model):
     @field_validator("kubernetes_version")
     @classmethod
     def _version(cls, v: str) -> str:
-        if not re.match(r"^v1\.[0-9]{1,3}\.[0-9]{1,3}$", v):
+        if not re.fullmatch(r"v1\.[0-9]{1,3}\.[0-9]{1,3}", v):
             raise ValueError(f"kubernetesVersion {v!r} must look like v1.30.2")
         return v
 

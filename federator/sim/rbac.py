@@ -35,7 +35,6 @@ This module never imports the hub, and keeps no state beyond the policy it was g
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any, Final
 
 import yaml
 
+from federator.apis.common import dns1123_label_errors, dns1123_subdomain_errors
 from federator.apiserver.app import Principal
 from federator.apiserver.auth import RequestAttributes
 
@@ -65,8 +65,6 @@ AUTHENTICATED_GROUP: Final = "system:authenticated"
 MAX_POLICY_BYTES: Final = 4 * 1024 * 1024
 MAX_DOCUMENTS: Final = 10_000
 _RBAC_KINDS: Final = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class PolicyError(ValueError):
@@ -317,8 +315,7 @@ class _Builder:
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise PolicyError(f"{self._where(index, kind)}: metadata.name is required")
-        pattern, limit = (_DNS1123_LABEL, 63) if dns_label else (_DNS1123_SUBDOMAIN, 253)
-        if len(name) > limit or not pattern.match(name):
+        if (dns1123_label_errors if dns_label else dns1123_subdomain_errors)(name):
             raise PolicyError(f"{self._where(index, kind)}: metadata.name {name[:80]!r} is not a valid name")
         return name
 
@@ -329,7 +326,7 @@ class _Builder:
         if not isinstance(namespace, str) or not namespace:
             raise PolicyError(f"{self._where(index, kind, str((meta or {}).get('name') or ''))}: "
                               "metadata.namespace is required (kubectl kustomize output carries it)")
-        if len(namespace) > 63 or not _DNS1123_LABEL.match(namespace):
+        if dns1123_label_errors(namespace):
             raise PolicyError(f"{self._where(index, kind)}: metadata.namespace {namespace[:80]!r} is not a valid "
                               "namespace name")
         return namespace
@@ -436,12 +433,12 @@ class _Builder:
         if kind == "ServiceAccount":
             if group not in ("", None):
                 raise PolicyError(f"{at}.apiGroup: Unsupported value: {str(group)[:80]!r}: supported values: \"\"")
-            if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+            if dns1123_subdomain_errors(name):
                 raise PolicyError(f"{at}.name: Invalid value: {name[:80]!r}: not a valid ServiceAccount name")
             if not namespace and not namespaced:
                 raise PolicyError(f"{at}.namespace: Required value (a ServiceAccount subject of a "
                                   "ClusterRoleBinding names its namespace)")
-            if namespace and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
+            if namespace and dns1123_label_errors(namespace):
                 raise PolicyError(f"{at}.namespace: Invalid value: {namespace[:80]!r}")
         elif kind in ("User", "Group"):
             if group != RBAC_GROUP:

@@ -33,6 +33,7 @@ FEDERATOR = [sys.executable, "-m", "federator.cli"]
     (["--kubeconfig", "{kc}", "--hub-identity", "hub-a", "--poll-seconds", "-2"], "must be more than zero"),
     (["--kubeconfig", "{kc}", "--hub-identity", "hub-a", "--poll-seconds", "soon"], "not a duration"),
     (["--kubeconfig", "{kc}", "--hub-identity", "hub-a", "--namespace", "No_Such"], "not a valid namespace"),
+    (["--kubeconfig", "{kc}", "--hub-identity", "hub-a", "--namespace", "team\n"], "not a valid namespace"),
     (["--kubeconfig", "{garbage}", "--hub-identity", "hub-a"], "is not a kubeconfig document"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

@@ -283,7 +283,7 @@ async def test_a_lease_without_a_duration_cannot_expire(member: Member, stepped:
 
 def test_identity_and_settings_are_checked() -> None:
     assert check_hub_identity("federator") == "federator"
-    for bad in ("", "  ", "Hub", "a_b", "x" * 64, "-a", "a-"):
+    for bad in ("", "  ", "Hub", "a_b", "x" * 64, "-a", "a-", "hub-a\n"):
         with pytest.raises(ValueError):
             check_hub_identity(bad)
     keys = {k.key for k in podgroup_kinds()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from fractions import Fraction
 
@@ -52,6 +53,41 @@ def test_names() -> None:
     assert label_key_errors("/x") and label_key_errors("a/b/c") and label_key_errors("x" * 64)
     assert label_value_errors("") == [] and label_value_errors("research") == []
     assert label_value_errors("-x") and label_value_errors("x" * 64)
+
+
+@pytest.mark.parametrize("check", [dns1123_label_errors, dns1123_subdomain_errors, label_key_errors,
+                                   label_value_errors])
+@pytest.mark.parametrize("name", ["job\n", "job\r\n", "\njob", "example.com/job\n", "jo\nb"])
+def test_a_newline_anywhere_is_refused(check: Callable[[str], list[str]], name: str) -> None:
+    """`$` with re.match would accept "job\\n": every name check matches the whole text."""
+    assert check(name), (check.__name__, name)
+    assert check(name.replace("\r", "").replace("\n", "")) == [] or "/" in name  # the rest is a good name
+
+
+def test_name_messages_are_kubes_to_the_character() -> None:
+    """apimachinery's IsDNS1123Label/IsDNS1123Subdomain/IsQualifiedName/IsValidLabelValue and RegexError
+    (whose examples are joined by ",  or ": two spaces)."""
+    assert dns1123_label_errors("A" * 64) == [
+        "must be no more than 63 characters",
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+        "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
+    assert dns1123_subdomain_errors("-x") == [
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+        "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"]
+    name_part = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                 "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation "
+                 "is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+    assert label_key_errors("Example.com/-x") == [
+        "prefix part " + dns1123_subdomain_errors("Example.com")[0], "name part " + name_part]
+    assert label_key_errors("x/") == ["name part must be non-empty", "name part " + name_part]
+    assert label_key_errors("a/b/c") == ["a qualified name " + name_part + " with an optional DNS subdomain prefix "
+                                         "and '/' (e.g. 'example.com/MyName')"]
+    assert label_value_errors("x_") == [
+        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+        "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
+        "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"]
 
 
 def test_time() -> None:

@@ -102,6 +102,17 @@ def test_selector_from_dict() -> None:
         selector_from_dict({"matchExpressions": [{"key": "a", "operator": "Near"}]})
 
 
+
+@pytest.mark.parametrize("spec", [
+    {"matchLabels": {"app\n": "trainer"}},
+    {"matchLabels": {"app": "trainer\n"}},
+    {"matchExpressions": [{"key": "example.com/tier\n", "operator": "Exists"}]},
+])
+def test_selector_from_dict_refuses_a_trailing_newline(spec: dict[str, object]) -> None:
+    with pytest.raises(SelectorError):
+        selector_from_dict(spec)
+
+
 POD = {
     "metadata": {"name": "p1", "namespace": "team-a"},
     "spec": {"nodeName": "node-7", "unschedulable": True},

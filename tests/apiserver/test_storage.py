@@ -72,6 +72,12 @@ async def test_validation_errors_name_the_field(storage: ObjectStorage) -> None:
         (widget("w1", finalizers="x"), "metadata.finalizers", "FieldValueTypeInvalid"),
         (widget("w1", ownerReferences=[{"kind": "Job", "name": "j"}]), "metadata.ownerReferences[0].apiVersion",
          "FieldValueRequired"),
+        # a trailing newline is no name (`$` with re.match would take it)
+        (widget("w1\n"), "metadata.name", "FieldValueInvalid"),
+        (widget("w1", labels={"app\n": "x"}), "metadata.labels", "FieldValueInvalid"),
+        (widget("w1", labels={"app": "x\n"}), "metadata.labels.app", "FieldValueInvalid"),
+        (widget("w1", annotations={"example.com/note\n": "x"}), "metadata.annotations", "FieldValueInvalid"),
+        (widget("w1", finalizers=["example.com/keep\n"]), "metadata.finalizers[0]", "FieldValueInvalid"),
     ]
     for obj, field, reason in cases:
         with pytest.raises(ApiError) as e:

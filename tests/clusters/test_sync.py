@@ -222,3 +222,12 @@ async def _status_written_after(hub: Hub, name: str, reach: dict) -> dict | None
     if cond and cond["status"] == "False" and cond["message"] != reach["message"]:
         return status
     return None
+
+
+def test_dataset_names_in_status_are_dns_subdomains() -> None:
+    """datasetsSeen takes only what could be a dataset's name: a trailing newline is not one."""
+    from federator.clusters.sync import _valid_dataset_name
+
+    assert _valid_dataset_name("imagenet-22k") and _valid_dataset_name("c4.en")
+    for bad in ("imagenet\n", "ImageNet", "x" * 254, "", "a..b"):
+        assert not _valid_dataset_name(bad), bad

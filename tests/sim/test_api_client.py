@@ -94,6 +94,11 @@ def test_invalid_pod_names_the_field(sim_cluster: ThreadedSim, api_client: clien
     with pytest.raises(ApiException) as e:
         v1.create_namespaced_pod(ns, bad)
     assert status_body(e.value)["details"]["causes"][0]["field"] == "spec.containers[0].name"
+    bad["spec"]["containers"] = [{"name": "main\n", "image": "x"}]
+    with pytest.raises(ApiException) as e:
+        v1.create_namespaced_pod(ns, bad)
+    cause = status_body(e.value)["details"]["causes"][0]
+    assert cause["field"] == "spec.containers[0].name" and "a lowercase RFC 1123 label" in cause["message"]
     with pytest.raises(ApiException) as e:
         v1.create_namespaced_pod("no-such-namespace", pod("p1"))
     assert e.value.status == 404 and status_body(e.value)["message"] == 'namespaces "no-such-namespace" not found'

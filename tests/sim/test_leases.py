@@ -108,6 +108,9 @@ def test_create_get_replace_and_watch_a_lease(sim_cluster: ThreadedSim,
     ({"renewTime": 1700000000}, "spec.renewTime", "string"),
     ({"preferredHolder": "b"}, "spec.preferredHolder", "may only be specified if `strategy` is defined"),
     ({"strategy": "Newest"}, "spec.strategy", "Unsupported value"),
+    ({"strategy": "example.com/mine\n"}, "spec.strategy", "name part must consist of alphanumeric characters"),
+    ({"strategy": "a/b/c"}, "spec.strategy", "a qualified name must consist"),
+    ({"renewTime": "2025-03-01T10:00:00.000000Z\n"}, "spec.renewTime", "MicroTime"),
 ])
 def test_invalid_leases_are_422_and_change_nothing(sim_cluster: ThreadedSim, spec: dict[str, Any], field: str,
                                                    detail: str) -> None:

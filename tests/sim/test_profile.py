@@ -18,6 +18,8 @@ from federator.sim.profile import (
     MAX_PROFILE_BYTES,
     ClusterProfile,
     ProfileError,
+    check_label_key,
+    check_label_value,
     initial_nodes,
     load_profile_file,
     load_profiles,
@@ -136,6 +138,20 @@ def test_bad_profiles_name_the_file_and_field(
     assert text.startswith(f"{f}: ")
     assert f"{f}: {field}:" in text, text
     assert message in text, text
+
+
+def test_no_name_keeps_a_trailing_newline() -> None:
+    """The profile strips whitespace around every string (a YAML block scalar ends in a newline), so the
+    names it checks never carry one; the label checks refuse one themselves."""
+    data = base()
+    data.update(name="cloud\n", labels={"tier\n": "gpu\n"})
+    parsed = parse_profile(data)
+    assert (parsed.name, dict(parsed.labels)) == ("cloud", {"tier": "gpu"})
+    for bad_key in ("tier\n", "example.com/tier\n"):
+        with pytest.raises(ValueError, match="name part must consist"):
+            check_label_key(bad_key)
+    with pytest.raises(ValueError, match="a valid label must be"):
+        check_label_value("tier", "gpu\n")
 
 
 @pytest.mark.parametrize(
