@@ -192,6 +192,11 @@ class RunningGang:
     gpu_model: str | None = None
     amounts: Mapping[str, Resources] = field(default_factory=Map)
     borrowed: bool = False
+    # Derived: some of its pods hold no GPU (they may sit on nodes of any model).
+    has_gpu_free_pods: bool = field(init=False, compare=False, repr=False)
+    # Derived: the order preemption evicts in (smaller first): borrowed first, lowest priority, most
+    # recently started, then uid.
+    eviction_rank: tuple[int, int, float, str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_name(self.uid, "running gang uid")
@@ -215,8 +220,12 @@ class RunningGang:
         ):
             raise TypeError(f"running gang {self.key}: amounts must map node names to Resources")
         object.__setattr__(self, "amounts", Map(amounts))
+        object.__setattr__(self, "has_gpu_free_pods", any(not amount.gpu for amount in amounts.values()))
         if type(self.borrowed) is not bool:
             raise TypeError(f"running gang {self.key}: borrowed must be a bool")
+        object.__setattr__(
+            self, "eviction_rank", (0 if self.borrowed else 1, self.priority, -float(started), self.uid)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +330,18 @@ class QuotaLedger:
         self._cohort_load: dict[str, Counter[ResourceKey]] = {}
         self._running: dict[str, RunningGang] = {}
         self._by_cluster: dict[str, list[RunningGang]] = {}
+        # cluster -> queue -> its running gangs there, by priority (built on first use).
+        self._by_cluster_queue: dict[str, dict[str, list[RunningGang]]] = {}
+        # (cluster, queue, below priority or -1 for borrowed ones, models) -> candidates there, not evicted.
+        self._lower_cache: dict[tuple[str, str, int, tuple[str, ...]], list[RunningGang]] = {}
+        # (cluster, queue, priority, models) -> `_sources` (cleared with the lists on an eviction there).
+        self._source_cache: dict[
+            tuple[str, str, int, tuple[str, ...]], list[tuple[list[RunningGang], VictimReason]]
+        ] = {}
+        # (id of a cached list, resource) -> (that list, what its gangs are charged of the resource).
+        self._taken_memo: dict[tuple[int, ResourceKey], tuple[list[RunningGang], int]] = {}
+        # cluster -> queue -> its gangs there admitted on borrowed quota (built with `_queues_in`).
+        self._borrowed_in: dict[str, dict[str, list[RunningGang]]] = {}
         self._evicted: set[str] = set()
         # Queues whose share went down (evictions) since the fair order last looked.
         self.dirty: set[str] = set()
@@ -334,16 +355,45 @@ class QuotaLedger:
                 if queue.nominal.memory is not None:
                     total[_MEMORY] += queue.nominal.memory
                 self._cohort_load.setdefault(queue.cohort, Counter())
+        # One tight pass (a federation runs thousands of gangs, and a cycle builds this anew).
+        seen = self._running
+        by_cluster = self._by_cluster
+        used: dict[str, dict[ResourceKey, int]] = {}
+        gangs = self._gangs
         for gang in running:
-            if not isinstance(gang, RunningGang):
+            if type(gang) is not RunningGang:
                 raise TypeError(f"{gang!r} is not a RunningGang")
-            if gang.uid in self._running:
-                raise ValueError(f"running gang uid {gang.uid!r} appears twice")
-            self._running[gang.uid] = gang
-            self._by_cluster.setdefault(gang.cluster, []).append(gang)
-            if gang.queue:
-                self._add(self._used, gang.queue, gang.gpu_model, gang.demand, +1)
-                self._gangs[gang.queue] += 1
+            uid = gang.uid
+            if uid in seen:
+                raise ValueError(f"running gang uid {uid!r} appears twice")
+            seen[uid] = gang
+            group = by_cluster.get(gang.cluster)
+            if group is None:
+                by_cluster[gang.cluster] = [gang]
+            else:
+                group.append(gang)
+            queue_name = gang.queue
+            if queue_name:
+                account = used.get(queue_name)
+                if account is None:
+                    account = used[queue_name] = {}
+                demand = gang.demand
+                if demand.gpu and gang.gpu_model is not None:
+                    key = ("gpu", gang.gpu_model)
+                    account[key] = account.get(key, 0) + demand.gpu
+                if demand.cpu_milli:
+                    account[_CPU] = account.get(_CPU, 0) + demand.cpu_milli
+                if demand.memory:
+                    account[_MEMORY] = account.get(_MEMORY, 0) + demand.memory
+                gangs[queue_name] += 1
+        for queue_name, account in used.items():
+            self._used[queue_name] = Counter(account)
+            quota = self._queues.get(queue_name)
+            if quota is not None and quota.cohort:
+                load = self._cohort_load[quota.cohort]
+                for key, amount in account.items():
+                    if quota.nominal_of(key) is not None:
+                        load[key] += amount
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -390,6 +440,10 @@ class QuotaLedger:
         if victim.uid in self._evicted:
             return
         self._evicted.add(victim.uid)
+        for key in [key for key in self._lower_cache if key[0] == victim.cluster]:
+            del self._lower_cache[key]
+        for source_key in [key for key in self._source_cache if key[0] == victim.cluster]:
+            del self._source_cache[source_key]
         if victim.queue:
             self._add(self._used, victim.queue, victim.gpu_model, victim.demand, -1)
             self._gangs[victim.queue] -= 1
@@ -401,6 +455,22 @@ class QuotaLedger:
     def running_in(self, cluster: str) -> list[RunningGang]:
         """Running gangs of one cluster, not evicted in this cycle."""
         return [g for g in self._by_cluster.get(cluster, ()) if g.uid not in self._evicted]
+
+    def _queues_in(self, cluster: str) -> dict[str, list[RunningGang]]:
+        table = self._by_cluster_queue.get(cluster)
+        if table is None:
+            table = {}
+            borrowed: dict[str, list[RunningGang]] = {}
+            for gang in self._by_cluster.get(cluster, ()):
+                if gang.queue:
+                    table.setdefault(gang.queue, []).append(gang)
+                    if gang.borrowed:
+                        borrowed.setdefault(gang.queue, []).append(gang)
+            for group in table.values():
+                group.sort(key=lambda g: g.priority)
+            self._by_cluster_queue[cluster] = table
+            self._borrowed_in[cluster] = borrowed
+        return table
 
     def is_running(self, uid: str) -> bool:
         return uid in self._running
@@ -566,17 +636,22 @@ class QuotaLedger:
                 return True
         return False
 
-    def victim_candidates(
-        self, gang: GangRequest, cluster: str, *, excluded: frozenset[str] | set[str] = frozenset()
-    ) -> list[tuple[RunningGang, VictimReason]]:
-        """Running gangs of `cluster` this gang's queue policy allows it to evict (whole), with the reason.
+    def _sources(
+        self, gang: GangRequest, cluster: str, models: tuple[str, ...]
+    ) -> list[tuple[list[RunningGang], VictimReason]]:
+        """Lists (each in eviction order, not evicted, cached until an eviction in `cluster`) that hold
+        this gang's candidates: its own queue's lower-priority gangs, other cohort queues' borrowed ones."""
+        cache_key = (cluster, gang.queue, gang.priority, models)
+        cached = self._source_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        out = self._find_sources(gang, cluster, models)
+        self._source_cache[cache_key] = out
+        return out
 
-        Within its queue (withinQueue LowerPriority): gangs of strictly lower
-        priority. Reclaim (reclaimBorrowed): gangs that other queues of its
-        cohort admitted on borrowed quota while those queues still use more
-        than their nominal quota of what the gang is charged. Never a gang
-        without a queue, nor one in `excluded`.
-        """
+    def _find_sources(
+        self, gang: GangRequest, cluster: str, models: tuple[str, ...]
+    ) -> list[tuple[list[RunningGang], VictimReason]]:
         quota = self._queues.get(gang.queue)
         if quota is None:
             return []
@@ -584,18 +659,141 @@ class QuotaLedger:
         reclaim = quota.reclaim_borrowed and bool(quota.cohort)
         if not (lower or reclaim):
             return []
-        out: list[tuple[RunningGang, VictimReason]] = []
-        for victim in self.running_in(cluster):
-            if victim.uid in excluded or not victim.queue:
-                continue
-            if victim.queue == gang.queue:
-                if lower and victim.priority < gang.priority:
-                    out.append((victim, VictimReason.LOWER_PRIORITY))
-                continue
-            other = self._queues.get(victim.queue)
-            if reclaim and other is not None and other.cohort == quota.cohort and victim.borrowed:
-                if self.borrowing(victim):
-                    out.append((victim, VictimReason.RECLAIM_BORROWED))
+        evicted = self._evicted
+        out: list[tuple[list[RunningGang], VictimReason]] = []
+        table = self._queues_in(cluster)
+        for queue_name, group in table.items():
+            if queue_name == gang.queue:
+                if not lower:
+                    continue
+                source: Iterable[RunningGang] = group
+                reason = VictimReason.LOWER_PRIORITY
+                key = (cluster, queue_name, gang.priority, models)
+            else:
+                other = self._queues.get(queue_name)
+                if not reclaim or other is None or other.cohort != quota.cohort:
+                    continue
+                source = self._borrowed_in[cluster].get(queue_name, ())
+                reason = VictimReason.RECLAIM_BORROWED
+                # Reclaim ignores priority: one cached list per queue (priority -1 marks it).
+                key = (cluster, queue_name, -1, models)
+            listed = self._lower_cache.get(key)
+            if listed is None:
+                listed = []
+                for victim in source:
+                    if reason is VictimReason.LOWER_PRIORITY and victim.priority >= gang.priority:
+                        break  # by priority: the rest are of equal or higher priority
+                    if victim.uid not in evicted and (
+                        not models
+                        or victim.gpu_model is None
+                        or victim.gpu_model in models
+                        or victim.has_gpu_free_pods
+                    ):
+                        listed.append(victim)
+                listed.sort(key=_eviction_rank)
+                self._lower_cache[key] = listed
+            if listed:
+                out.append((listed, reason))
+        return out
+
+    def _reclaim_allowed(
+        self,
+        gang: GangRequest,
+        sources: list[tuple[list[RunningGang], VictimReason]],
+        models: tuple[str, ...],
+    ) -> bool:
+        """Could this gang be within its queue's nominal quota once its own candidates here are gone?
+
+        Reclaiming is only for a gang its own nominal quota covers; when even evicting every
+        lower-priority gang of its queue in this cluster leaves it borrowing, no borrowed gang here is
+        a candidate (checked now, against the current usage).
+        """
+        if not any(reason is VictimReason.RECLAIM_BORROWED for _, reason in sources):
+            return False
+        if not gang.needs_gpu:
+            tried: tuple[str | None, ...] = (None,)
+        else:
+            tried = models or gang.gpu_models or self._models
+        if any(self.fits_after(gang, model, (), own_only=True) for model in tried):
+            return True
+        quota = self._queues.get(gang.queue)
+        own = [listed for listed, reason in sources if reason is VictimReason.LOWER_PRIORITY]
+        if quota is None or not own:
+            return False
+        for model in tried:
+            if all(
+                self._verdict(quota, key, amount, removed_queue=self._taken_by(own, key), own_only=True).ok
+                for key, amount in _demand_keys(model, gang.total)
+            ):
+                return True
+        return False
+
+    def _taken_by(self, lists: list[list[RunningGang]], key: ResourceKey) -> int:
+        """What the gangs of these (cached) lists are charged of one resource; memoised with the lists."""
+        total = 0
+        for listed in lists:
+            memo = self._taken_memo.get((id(listed), key))
+            if memo is None or memo[0] is not listed:
+                memo = (listed, sum(_taken(victim, key) for victim in listed))
+                self._taken_memo[(id(listed), key)] = memo
+            total += memo[1]
+        return total
+
+    def _admissible(self, victim: RunningGang, reason: VictimReason, excluded: frozenset[str] | set[str]) -> bool:
+        if victim.uid in excluded:
+            return False
+        # A borrowed gang is reclaimed only while its queue still uses more than its nominal quota.
+        return reason is VictimReason.LOWER_PRIORITY or self.borrowing(victim)
+
+    def iter_candidates(
+        self,
+        gang: GangRequest,
+        cluster: str,
+        *,
+        excluded: frozenset[str] | set[str] = frozenset(),
+        models: tuple[str, ...] = (),
+    ) -> Iterator[tuple[RunningGang, VictimReason]]:
+        """`victim_candidates(...)`, lazily, in eviction order (the first few cost little)."""
+        sources = self._sources(gang, cluster, models)
+        reclaim = self._reclaim_allowed(gang, sources, models)
+        streams = [
+            _tagged(listed, reason) for listed, reason in sources if reason is VictimReason.LOWER_PRIORITY or reclaim
+        ]
+        for victim, reason in heapq.merge(*streams, key=lambda entry: entry[0].eviction_rank):
+            if self._admissible(victim, reason, excluded):
+                yield victim, reason
+
+    def victim_candidates(
+        self,
+        gang: GangRequest,
+        cluster: str,
+        *,
+        excluded: frozenset[str] | set[str] = frozenset(),
+        models: tuple[str, ...] = (),
+    ) -> list[tuple[RunningGang, VictimReason]]:
+        """Running gangs of `cluster` this gang's queue policy allows it to evict (whole), with the reason.
+
+        Within its queue (withinQueue LowerPriority): gangs of strictly lower
+        priority. Reclaim (reclaimBorrowed): gangs that other queues of its
+        cohort admitted on borrowed quota while those queues still use more
+        than their nominal quota of what the gang is charged, and only if
+        the gang can be within its own nominal quota once its own queue's
+        candidates here are gone. Never a gang
+        without a queue, nor one in `excluded`. With `models`, only gangs
+        that can free room on nodes of those models: charged to one of them,
+        without GPUs, or with a pod that holds no GPU. In eviction order
+        (`RunningGang.eviction_rank`).
+        """
+        sources = self._sources(gang, cluster, models)
+        reclaim = self._reclaim_allowed(gang, sources, models)
+        out = [
+            (victim, reason)
+            for listed, reason in sources
+            if reason is VictimReason.LOWER_PRIORITY or reclaim
+            for victim in listed
+            if self._admissible(victim, reason, excluded)
+        ]
+        out.sort(key=lambda entry: entry[0].eviction_rank)
         return out
 
     # ------------------------------------------------------------ fair share and status
@@ -638,6 +836,15 @@ class QuotaLedger:
                 gangs=self._gangs[name],
             )
         return Map(out)
+
+
+def _tagged(listed: list[RunningGang], reason: VictimReason) -> Iterator[tuple[RunningGang, VictimReason]]:
+    for victim in listed:
+        yield victim, reason
+
+
+def _eviction_rank(gang: RunningGang) -> tuple[int, int, float, str]:
+    return gang.eviction_rank
 
 
 def _taken(victim: RunningGang, key: ResourceKey) -> int:

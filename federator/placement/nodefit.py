@@ -26,6 +26,7 @@ Pure: no I/O; reads snapshots, returns new values, mutates only local scratch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -40,6 +41,7 @@ __all__ = [
     "fit_gang",
     "fit_gang_on_capacity",
     "node_accepts_gang",
+    "pods_on",
 ]
 
 
@@ -101,7 +103,8 @@ def candidate_gpu_models(gang: GangRequest, index: ClusterIndex) -> tuple[str, .
     return index.models_by_free
 
 
-def _pods_on(left: list[int], rc: int, rm: int, rg: int, rr: int, need: int) -> int:
+def pods_on(left: Sequence[int], rc: int, rm: int, rg: int, rr: int, need: int) -> int:
+    """Pods asking (cpu, memory, GPUs, rdma) = (rc, rm, rg, rr) that fit in `left`, at most `need`."""
     # Positional on purpose: called per node in the packing loop, where keyword passing costs.
     n = need
     if rg:
@@ -137,7 +140,7 @@ def fit_gang(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_model: str | N
                 if rg and nodes[name].model_key != gpu_model:
                     continue
                 left = used[name]
-                n = _pods_on(left, rc, rm, rg, rr, need)
+                n = pods_on(left, rc, rm, rg, rr, need)
                 if n > 0:
                     left[0] -= n * rc
                     left[1] -= n * rm
@@ -261,7 +264,7 @@ def fit_gang_on_capacity(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_mo
             if rg and snapshot.nodes[name].model_key != gpu_model:
                 continue
             left = used[name]
-            n = _pods_on(left, rc, rm, rg, rr, need)
+            n = pods_on(left, rc, rm, rg, rr, need)
             if n > 0:
                 left[0] -= n * rc
                 left[1] -= n * rm
@@ -277,7 +280,7 @@ def fit_gang_on_capacity(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_mo
                     continue
                 cap = node.allocatable
                 left = [cap.cpu_milli, cap.memory, cap.gpu, cap.rdma]
-                n = _pods_on(left, rc, rm, rg, rr, need)
+                n = pods_on(left, rc, rm, rg, rr, need)
                 if n <= 0:
                     continue
                 left[0] -= n * rc

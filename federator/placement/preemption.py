@@ -24,21 +24,28 @@ Rules of the plan:
   is least senior wins (then the next most senior, ...), then the cluster
   name. A gang that fits without victims gets no plan.
 
-Search, per (cluster, GPU model), over the candidates that free room on a
-node the gang may use or quota it needs:
-1. Feasible at all? Release every candidate; if the gang still does not
-   fit (or its queue still cannot admit it), no plan there.
-2. Two greedy plans (candidates in rank order; whole nodes' worth of
-   candidates, nodes with the fewest victims first), each pruned to an
-   irreducible set (dropping the most senior victims first while the gang
-   still fits): the better is an upper bound U.
-3. A lower bound L: the gang's missing pods, against the most pods each
-   victim could free (per node, the largest ceil(freed / asked) over the
-   resources a pod asks).
-4. If the subsets of size L..U number at most `budget`, they are checked
-   in rank order (colex over the ranked candidates), smallest size first:
-   the first that fits is the plan, proven minimal. Otherwise the greedy
-   plan is used (`minimal` False unless L == U).
+Search: best first over the clusters, exact wherever the budget allows.
+- Each cluster enters a priority queue with a bound on the best plan it
+  could hold: (fewest victims, then the best rank tuple, most senior
+  first). The bound tightens each time the cluster comes up: first the
+  best-ranked candidate that could be a plan by itself (for a one-role gang
+  whose quota is not short: one whose eviction alone makes room for a pod;
+  a borrowed gang of another queue only if the gang is within its nominal
+  quota now), then the same per GPU model, then the search's exact best
+  one-victim plan (or "two or more"), then its lower bound L. The search
+  stops when the best plan found is no worse than every bound left, so the
+  plan is the one an exhaustive search of every cluster would choose.
+- Within a (cluster, model), over the candidates that free room on a node
+  the gang may use (or quota it needs): L is a lower bound on the victims
+  (per node, the fewest victims there whose amounts cover what x more pods
+  ask, a victim on k of the gang's nodes counting 1/k; nodes added up by a
+  small knapsack over the missing pods). The subsets of size L are tried
+  first, in rank (colex) order: the first that fits is the plan, proven
+  minimal. Otherwise two greedy plans (candidates in rank order; nodes with
+  the fewest victims first), each pruned to an irreducible set, give an
+  upper bound U; if the subsets of sizes L..U number at most `budget`,
+  they are all tried in rank order; if not, the greedy plan stands and
+  `minimal` is False unless U == L.
 Checking a subset is O(nodes it touches): the gang's pods that fit on a
 node are counted from the node's free resources, which for a one-role gang
 is exactly what the packing finds (see `nodefit`); a gang of several roles
@@ -50,6 +57,8 @@ Pure: no I/O, no clocks; reads snapshots and the ledger, returns values.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -58,7 +67,7 @@ from federator.placement.admission import QuotaLedger, RunningGang
 from federator.placement.decision import Preemption, Victim, VictimReason
 from federator.placement.framework import GANG_FIT, EvalContext, FederationStats, ResolvedProfile
 from federator.placement.gang import GangRequest
-from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang, node_accepts_gang
+from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang, node_accepts_gang, pods_on
 from federator.placement.resources import Resources
 from federator.placement.snapshot import ClusterSnapshot, NodeState
 
@@ -100,9 +109,8 @@ class PreemptionPlan:
         )
 
 
-def _rank(victim: RunningGang) -> tuple[int, int, float, str]:
-    """Eviction order: borrowed first, lowest priority, most recently started, uid."""
-    return (0 if victim.borrowed else 1, victim.priority, -victim.started_at, victim.uid)
+# Eviction rank of a candidate (`RunningGang.eviction_rank`); smaller goes first.
+Rank = tuple[int, int, float, str]
 
 
 def released_view(view: ClusterSnapshot, victims: Sequence[RunningGang]) -> ClusterSnapshot:
@@ -129,62 +137,65 @@ def released_view(view: ClusterSnapshot, victims: Sequence[RunningGang]) -> Clus
 _Role = tuple[int, int, int, int, int]
 
 
-def _pods(free: tuple[int, int, int, int], role: _Role) -> int:
-    n, rc, rm, rg, rr = role
-    if rg:
-        n = min(n, free[2] // rg)
-    if rc:
-        n = min(n, free[0] // rc)
-    if rm:
-        n = min(n, free[1] // rm)
-    if rr:
-        n = min(n, free[3] // rr)
-    return n
+def _pods(free: Sequence[int], role: _Role) -> int:
+    """Pods of the role that fit in `free` (cpu, memory, GPUs, rdma), at most its replicas."""
+    return pods_on(free, role[1], role[2], role[3], role[4], role[0])
 
 
-def _free_after(node: NodeState, freed: list[int] | None) -> tuple[int, int, int, int]:
-    cap, alloc = node.allocatable, node.allocated
-    if freed is None:
-        free = node.free
-        return (free.cpu_milli, free.memory, free.gpu, free.rdma)
+def _free_now(node: NodeState) -> tuple[int, int, int, int]:
+    free = node.free
+    return (free.cpu_milli, free.memory, free.gpu, free.rdma)
+
+
+# Per node of a search: pods of each role may use it?, pods of each role that fit now, allocatable, allocated.
+_NodeInfo = tuple[tuple[bool, ...], list[int], tuple[int, int, int, int], tuple[int, int, int, int]]
+_Amount = tuple[int, int, int, int]
+
+
+def _free_with(cap: _Amount, alloc: _Amount, freed: Sequence[int]) -> _Amount:
     return (
-        max(0, cap.cpu_milli - max(0, alloc.cpu_milli - freed[0])),
-        max(0, cap.memory - max(0, alloc.memory - freed[1])),
-        max(0, cap.gpu - max(0, alloc.gpu - freed[2])),
-        max(0, cap.rdma - max(0, alloc.rdma - freed[3])),
+        max(0, cap[0] - max(0, alloc[0] - freed[0])),
+        max(0, cap[1] - max(0, alloc[1] - freed[1])),
+        max(0, cap[2] - max(0, alloc[2] - freed[2])),
+        max(0, cap[3] - max(0, alloc[3] - freed[3])),
     )
 
 
 class _Tally:
     """Pods of each role that fit once some candidates are released; updated one candidate at a time."""
 
-    __slots__ = ("search", "freed", "pods")
+    __slots__ = ("search", "freed", "node_pods", "pods")
 
     def __init__(self, search: _Search) -> None:
         self.search = search
         self.freed: dict[str, list[int]] = {}
+        self.node_pods: dict[str, list[int]] = {}
         self.pods = list(search.base)
 
     def add(self, i: int) -> None:
         search = self.search
-        nodes = search.view.nodes
+        roles = search.roles
+        pods = self.pods
         for name, amount in search.amounts[i]:
-            accepts = search.accepts(name)
-            if not any(accepts):
+            info = search.node_info(name)
+            if info is None:
                 continue
-            node = nodes[name]
+            accepts, before, cap, alloc = info
             slot = self.freed.get(name)
-            before = _free_after(node, slot)
             if slot is None:
                 slot = self.freed[name] = [0, 0, 0, 0]
-            slot[0] += amount.cpu_milli
-            slot[1] += amount.memory
-            slot[2] += amount.gpu
-            slot[3] += amount.rdma
-            after = _free_after(node, slot)
-            for r, role in enumerate(search.roles):
-                if accepts[r]:
-                    self.pods[r] += _pods(after, role) - _pods(before, role)
+                previous = before
+            else:
+                previous = self.node_pods[name]
+            slot[0] += amount[0]
+            slot[1] += amount[1]
+            slot[2] += amount[2]
+            slot[3] += amount[3]
+            after = _free_with(cap, alloc, slot)
+            now = [_pods(after, role) if accepts[r] else 0 for r, role in enumerate(roles)]
+            for r in range(len(roles)):
+                pods[r] += now[r] - previous[r]
+            self.node_pods[name] = now
 
     def enough(self) -> bool:
         return all(have >= role[0] for have, role in zip(self.pods, self.search.roles, strict=True))
@@ -200,6 +211,8 @@ class _Search:
         model: str | None,
         candidates: list[tuple[RunningGang, VictimReason]],
         ledger: QuotaLedger,
+        *,
+        quota_free: bool,
     ) -> None:
         self.gang = gang
         self.view = view
@@ -210,25 +223,29 @@ class _Search:
             for r in gang.fit_order
         ]
         self._accepts: dict[str, tuple[bool, ...]] = {}
+        self._nodes: dict[str, _NodeInfo | None] = {}
         self._packed: dict[frozenset[int], bool] = {}
-        self.quota_free = ledger.fits_after(gang, model, (), own_only=False)
+        self._lower: int | None = None
+        self._single: int | None = None
+        self.quota_free = quota_free
         nodes = view.nodes
-        kept: list[tuple[RunningGang, VictimReason, list[tuple[str, Resources]]]] = []
+        kept: list[tuple[RunningGang, VictimReason, list[tuple[str, _Amount]]]] = []
         for victim, reason in candidates:
-            amounts = [(name, amount) for name, amount in victim.amounts.items() if name in nodes]
-            useful = any(any(self.accepts(name)) for name, _ in amounts)
+            amounts = [
+                (name, (a.cpu_milli, a.memory, a.gpu, a.rdma)) for name, a in victim.amounts.items() if name in nodes
+            ]
+            useful = any(self.node_info(name) is not None for name, _ in amounts)
             if not useful and not self.quota_free:
                 useful = _shares_quota(victim, gang, model)
             if useful:
                 kept.append((victim, reason, amounts))
-        kept.sort(key=lambda entry: _rank(entry[0]))
+        kept.sort(key=lambda entry: entry[0].eviction_rank)  # already in rank order: a cheap check
         self.victims = [entry[0] for entry in kept]
         self.reasons = [entry[1] for entry in kept]
         self.amounts = [entry[2] for entry in kept]
-        self.keys = [_rank(v) for v in self.victims]
+        self.keys = [v.eviction_rank for v in self.victims]
         self.base = self._base_pods()
-        # Most pods each candidate could add, per role: the lower bound's currency.
-        self.gains = [self._max_gain(i) for i in range(len(self.victims))]
+        self._gains: list[list[int]] | None = None
 
     # -------------------------------------------------------------- node arithmetic
 
@@ -241,6 +258,41 @@ class _Search:
             known = tuple(ok and (not role[3] or node.model_key == self.model) for role in self.roles)
             self._accepts[name] = known
         return known
+
+    def node_info(self, name: str) -> _NodeInfo | None:
+        """What a tally needs of one node (None if no role of the gang may use it); cached."""
+        if name in self._nodes:
+            return self._nodes[name]
+        accepts = self.accepts(name)
+        info: _NodeInfo | None = None
+        if any(accepts):
+            node = self.view.nodes[name]
+            cap, alloc = node.allocatable, node.allocated
+            free = node.free
+            now = (free.cpu_milli, free.memory, free.gpu, free.rdma)
+            info = (
+                accepts,
+                [_pods(now, role) if accepts[r] else 0 for r, role in enumerate(self.roles)],
+                (cap.cpu_milli, cap.memory, cap.gpu, cap.rdma),
+                (alloc.cpu_milli, alloc.memory, alloc.gpu, alloc.rdma),
+            )
+        self._nodes[name] = info
+        return info
+
+    def alone_fits(self, i: int) -> bool:
+        """Does releasing candidate `i` alone let every role fit node by node? (A tally of one, inlined.)"""
+        roles = self.roles
+        pods = list(self.base)
+        for name, amount in self.amounts[i]:
+            info = self.node_info(name)
+            if info is None:
+                continue
+            accepts, before, cap, alloc = info
+            after = _free_with(cap, alloc, amount)
+            for r, role in enumerate(roles):
+                if accepts[r]:
+                    pods[r] += _pods(after, role) - before[r]
+        return all(have >= role[0] for have, role in zip(pods, roles, strict=True))
 
     def _base_pods(self) -> list[int]:
         """Pods of each role that fit on the free resources now (each role alone), as the packing walks."""
@@ -263,15 +315,21 @@ class _Search:
             total = 0
             for name in names:
                 if self.accepts(name)[r]:
-                    total += _pods(_free_after(view.nodes[name], None), role)
+                    total += _pods(_free_now(view.nodes[name]), role)
             out.append(total)
         return out
 
+    @property
+    def gains(self) -> list[list[int]]:
+        """Most pods each candidate could add, per role (computed when first needed)."""
+        if self._gains is None:
+            self._gains = [self._max_gain(i) for i in range(len(self.victims))]
+        return self._gains
+
     def _max_gain(self, i: int) -> list[int]:
         gains = [0] * len(self.roles)
-        for name, amount in self.amounts[i]:
+        for name, freed in self.amounts[i]:
             accepts = self.accepts(name)
-            freed = (amount.cpu_milli, amount.memory, amount.gpu, amount.rdma)
             for r, role in enumerate(self.roles):
                 if not accepts[r]:
                     continue
@@ -312,24 +370,79 @@ class _Search:
 
     def lower_bound(self) -> int:
         """No smaller subset can make the gang fit (>= 1: it does not fit without victims)."""
-        bound = 1
+        if self._lower is None:
+            self._lower = self._lower_bound()
+        return self._lower
+
+    def first_alone(self) -> int | None:
+        """The best-ranked candidate whose eviction alone lets the gang fit, node by node and in quota."""
+        if self._single is None:
+            self._single = next(
+                (i for i in range(len(self.victims)) if self.alone_fits(i) and self.quota_fits((i,))), -1
+            )
+        return self._single if self._single >= 0 else None
+
+    def _lower_bound(self) -> int:
+        if not self.victims:
+            return 1
+        # One victim suffices only if the gang fits without it alone.
+        if self.first_alone() is not None:
+            return 1
+        bound = 2
         for r, role in enumerate(self.roles):
             missing = role[0] - self.base[r]
             if missing <= 0:
                 continue
-            total = 0
-            for count, gain in enumerate(sorted((g[r] for g in self.gains), reverse=True), start=1):
-                total += gain
-                if total >= missing:
-                    bound = max(bound, count)
-                    break
-            else:
+            need = self._fewest_for(r, missing)
+            if need is None:
                 return len(self.victims) + 1
+            bound = max(bound, need)
         return bound
 
+    def _fewest_for(self, r: int, missing: int) -> int | None:
+        """A lower bound on the victims needed for `missing` more pods of role `r`; None if impossible.
+
+        Per node: x more pods there need at least x more pods' worth of every resource they ask, so at
+        least the fewest victims on that node whose amounts there cover it (a victim on k of the
+        role's nodes weighs 1/k, so a victim set is never charged more than its size). Nodes add up
+        (a min-cost knapsack over `missing`, which is small).
+        """
+        role = self.roles[r]
+        on_node: dict[str, list[tuple[float, tuple[int, int, int, int]]]] = {}
+        for amounts in self.amounts:
+            useful = [(name, freed) for name, freed in amounts if self.accepts(name)[r]]
+            for name, freed in useful:
+                on_node.setdefault(name, []).append((1.0 / len(useful), freed))
+        best = [0.0] + [math.inf] * missing
+        nodes = self.view.nodes
+        for name, victims in on_node.items():
+            free = _free_now(nodes[name])
+            now = _pods(free, role)
+            options: list[tuple[int, float]] = []
+            for extra in range(1, missing + 1):
+                cost = _cover(victims, [max(0, (now + extra) * asked - have) for asked, have in zip(role[1:], free, strict=True)])
+                if cost is None:
+                    break
+                options.append((extra, cost))
+            if not options:
+                continue
+            nxt = list(best)
+            for have in range(missing + 1):
+                if best[have] == math.inf:
+                    continue
+                for extra, cost in options:
+                    reach = min(missing, have + extra)
+                    if best[have] + cost < nxt[reach]:
+                        nxt[reach] = best[have] + cost
+            best = nxt
+        if best[missing] == math.inf:
+            return None
+        return max(1, math.ceil(best[missing] - 1e-9))
+
     def _may_fit(self, chosen: Sequence[int]) -> bool:
+        gains = self.gains
         for r, role in enumerate(self.roles):
-            if self.base[r] + sum(self.gains[i][r] for i in chosen) < role[0]:
+            if self.base[r] + sum(gains[i][r] for i in chosen) < role[0]:
                 return False
         return True
 
@@ -386,12 +499,29 @@ class _Search:
                     return list(chosen)
         return None
 
+    def key_bound(self, size: int) -> tuple[Rank, ...]:
+        """No subset of `size` victims here has a better (smaller) most-senior-first rank tuple than this."""
+        if size == 1:
+            alone = self.first_alone()
+            return (self.keys[alone if alone is not None else 0],)
+        return tuple(self.keys[i] for i in range(min(size, len(self.keys)) - 1, -1, -1))
+
     def plan(self, *, budget: int, at_most: int) -> tuple[list[int] | None, bool]:
         """The best subset of at most `at_most` victims (or None), and whether that answer is proven."""
         n = len(self.victims)
         everyone = list(range(n))
-        if n == 0 or not self.fits(everyone):
+        lower = self.lower_bound()
+        if n == 0 or lower > min(at_most, n) or not self.fits(everyone):
             return None, True
+        # The common case first: a subset of the lower bound's size, in rank order, is proven best.
+        spent = math.comb(n, lower)
+        if spent <= budget:
+            first = self._first_in_colex(range(lower, lower + 1))
+            if first is not None:
+                return first, True
+            lower += 1
+        else:
+            spent = 0
         own = [i for i in everyone if self.reasons[i] is VictimReason.LOWER_PRIORITY]
         pools = (everyone, own) if own and len(own) < n else (everyone,)
         found = [
@@ -401,21 +531,48 @@ class _Search:
             if (chosen := greedy(pool)) is not None
         ]
         best = min(found, key=lambda chosen: (len(chosen), sorted(chosen, reverse=True))) if found else None
-        lower = self.lower_bound()
         upper = at_most if best is None else min(len(best), at_most)
         if lower > upper:
             return None, True
-        if sum(math.comb(n, k) for k in range(lower, upper + 1)) <= budget:
+        if spent + sum(math.comb(n, k) for k in range(lower, upper + 1)) <= budget:
             # Exhaustive in rank order: the first subset that fits is the fewest and least senior.
             return self._first_in_colex(range(lower, upper + 1)), True
         if best is None or len(best) > at_most:
             return None, False
         if lower == len(best):
             return best, True
-        if sum(math.comb(n, k) for k in range(lower, len(best))) <= budget:
+        if spent + sum(math.comb(n, k) for k in range(lower, len(best))) <= budget:
             smaller = self._first_in_colex(range(lower, len(best)))
             return (smaller if smaller is not None else best), True
         return best, False
+
+
+def _cover(victims: list[tuple[float, tuple[int, int, int, int]]], need: list[int]) -> float | None:
+    """Least total weight of victims whose amounts cover `need` in each resource (a lower bound); None if none."""
+    if not any(need):
+        return 0.0
+    if any(sum(freed[k] for _, freed in victims) < need[k] for k in range(4)):
+        return None
+    if len(victims) <= 8:
+        least: float | None = None
+        for size in range(1, len(victims) + 1):
+            for subset in itertools.combinations(victims, size):
+                if all(sum(freed[k] for _, freed in subset) >= need[k] for k in range(4)):
+                    weight = sum(w for w, _ in subset)
+                    least = weight if least is None else min(least, weight)
+        return least
+    # Many victims on one node: per resource, the fewest largest amounts that cover it, at the least weight.
+    count = 0
+    for k in range(4):
+        if need[k]:
+            amounts = sorted((freed[k] for _, freed in victims), reverse=True)
+            total = 0
+            for taken, amount in enumerate(amounts, start=1):
+                total += amount
+                if total >= need[k]:
+                    count = max(count, taken)
+                    break
+    return count * min(w for w, _ in victims)
 
 
 def _shares_quota(victim: RunningGang, gang: GangRequest, model: str | None) -> bool:
@@ -426,6 +583,48 @@ def _shares_quota(victim: RunningGang, gang: GangRequest, model: str | None) -> 
     if total.memory and victim.demand.memory:
         return True
     return bool(total.gpu and model is not None and victim.gpu_model == model and victim.demand.gpu)
+
+
+def _may_free_room(victim: RunningGang, gang: GangRequest, model: str | None) -> bool:
+    """Could evicting the victim free room the gang can use? (No snapshot needed; exactness is kept.)
+
+    A gang whose every role asks GPUs uses only nodes of `model`; a victim's GPU pods all sit on nodes
+    of the model it is charged to, so it frees room there only if that is `model`, or through a pod
+    without GPUs (which may sit on any node).
+    """
+    if model is None or any(not role.requests.gpu for role in gang.roles):
+        return True
+    return victim.gpu_model == model or victim.gpu_model is None or victim.has_gpu_free_pods
+
+
+def _frees_a_pod(view: ClusterSnapshot, victim: RunningGang, gang: GangRequest, model: str | None) -> bool:
+    """Does evicting the victim alone make room for one more pod of the gang on one of its nodes?
+
+    Used only as a bound, for a one-role gang whose quota is not what is missing: a plan of one victim
+    needs a victim that makes room for a pod by itself, and a plan of more victims loses to any plan of
+    one; so (1 victim, the best rank among these) bounds every plan in the cluster. With `model` None,
+    any GPU model is accepted.
+    """
+    nodes = view.nodes
+    for name, amount in victim.amounts.items():
+        node = nodes.get(name)
+        if node is None or not node_accepts_gang(gang, node):
+            continue
+        cap, alloc = node.allocatable, node.allocated
+        before = _free_now(node)
+        after = _free_with(
+            (cap.cpu_milli, cap.memory, cap.gpu, cap.rdma),
+            (alloc.cpu_milli, alloc.memory, alloc.gpu, alloc.rdma),
+            (amount.cpu_milli, amount.memory, amount.gpu, amount.rdma),
+        )
+        for role in gang.fit_order:
+            r = role.requests
+            if r.gpu and model is not None and node.model_key != model:
+                continue
+            shape = (role.replicas, r.cpu_milli, r.memory, r.gpu, r.rdma)
+            if _pods(after, shape) > _pods(before, shape):
+                return True
+    return False
 
 
 def _colex(n: int, k: int) -> Iterator[tuple[int, ...]]:
@@ -470,24 +669,107 @@ def plan_preemption(
     it may ignore); `excluded` are uids never to evict (gangs with a placed
     reservation still in flight, gangs already evicted in this cycle).
     """
-    searches: list[tuple[int, str, int, _Search]] = []
-    for view in sorted(views, key=lambda v: v.name):
-        candidates = ledger.victim_candidates(gang, view.name, excluded=excluded)
-        if not candidates:
+    # Best first. Each cluster enters with a bound on the best plan it could hold (fewest victims, then
+    # the best possible rank tuple, most senior first), made tighter step by step as it comes up: its
+    # filters and models (position -1), then per model the candidates that can free room there (no
+    # search yet), then the search's exact lower bound. The search stops when the best plan found
+    # beats every bound left. A bound never exceeds what its cluster can hold, so nothing is missed.
+    Entry = tuple[int, tuple[Rank, ...], str, int, int, "_Search | None", list[tuple[RunningGang, VictimReason]]]
+    heap: list[Entry] = []
+    by_name = {view.name: view for view in views}
+    models_of: dict[str, tuple[str | None, ...]] = {}
+    quota_free: dict[str | None, bool] = {}
+    def free_of(model: str | None) -> bool:
+        known = quota_free.get(model)
+        if known is None:
+            known = quota_free[model] = ledger.fits_after(gang, model, (), own_only=False)
+        return known
+
+    within: dict[str | None, bool] = {}
+
+    def within_of(model: str | None) -> bool:
+        """Within nominal now: needed before a borrowed gang of another queue can be a plan by itself."""
+        known = within.get(model)
+        if known is None:
+            known = within[model] = ledger.fits_after(gang, model, (), own_only=True)
+        return known
+
+    def may_be_alone(reason: VictimReason, model: str | None) -> bool:
+        if reason is VictimReason.LOWER_PRIORITY:
+            return True
+        if model is not None:
+            return within_of(model)
+        return any(within_of(m) for m in gang.gpu_models) if gang.gpu_models else True
+
+    # A gang that names its models, none short of quota, can use room only on nodes of those models.
+    named = gang.gpu_models if gang.needs_gpu and gang.gpu_models and all(map(free_of, gang.gpu_models)) else ()
+    if named and any(not role.requests.gpu for role in gang.roles):
+        named = ()
+    for name in sorted(by_name):
+        # The best-ranked candidate that frees room for a pod (or any, when quota may be what is missing)
+        # bounds any plan here; the full list is built only if this cluster comes up.
+        view = by_name[name]
+        top: Rank | None = None
+        any_candidate = False
+        for victim, reason in ledger.iter_candidates(gang, name, excluded=excluded, models=named):
+            any_candidate = True
+            if may_be_alone(reason, None) and (
+                not named or len(gang.roles) > 1 or _frees_a_pod(view, victim, gang, None)
+            ):
+                top = victim.eviction_rank
+                break
+        if top is not None:
+            heapq.heappush(heap, (1, (top,), name, -1, len(heap), None, []))
+        elif any_candidate:
+            # Candidates, but none is a plan by itself: plans here have two victims or more.
+            lowest = (-1, 0, 0.0, "")
+            heapq.heappush(heap, (2, (lowest, lowest), name, -1, len(heap), None, []))
+    best: tuple[tuple[int, tuple[Rank, ...], str, int], _Search, list[int]] | None = None
+    proven = True
+    serial = len(heap)
+    while heap:
+        size, keys, name, position, _, search, candidates = heapq.heappop(heap)
+        if best is not None and (size, keys) >= best[0][:2]:
+            break  # no plan left can beat the best one
+        serial += 1
+        if position < 0:
+            candidates = ledger.victim_candidates(gang, name, excluded=excluded, models=named)
+            models = models_of[name] = _cluster_models(gang, by_name[name], resolved, now=now, federation=federation)
+            for index, model in enumerate(models):
+                # When quota is not what is missing, only gangs that can free room on its nodes matter,
+                # and a plan's best victim frees room for a pod by itself.
+                free = free_of(model)
+                pool = [c for c in candidates if _may_free_room(c[0], gang, model)] if free else candidates
+                view = by_name[name]
+                single = free and len(gang.roles) == 1
+                first = next(
+                    (
+                        v
+                        for v, reason in pool
+                        if may_be_alone(reason, model) and (not single or _frees_a_pod(view, v, gang, model))
+                    ),
+                    None,
+                )
+                if first is not None:
+                    heapq.heappush(heap, (1, (first.eviction_rank,), name, index, serial, None, pool))
+                elif pool:
+                    lowest = (-1, 0, 0.0, "")
+                    heapq.heappush(heap, (2, (lowest, lowest), name, index, serial, None, pool))
             continue
-        for position, model in enumerate(_cluster_models(gang, view, resolved, now=now, federation=federation)):
-            search = _Search(gang, view, model, candidates, ledger)
+        if search is None:
+            model = models_of[name][position]
+            search = _Search(gang, by_name[name], model, candidates, ledger, quota_free=free_of(model))
             if search.quota_free and search.fits([]):
                 return None  # it fits without victims: that is a placement, not a preemption
             if search.victims:
-                searches.append((search.lower_bound(), view.name, position, search))
-    searches.sort(key=lambda entry: (entry[0], entry[1], entry[2]))
-    # (victims, their rank keys most senior first, cluster, model position), search, chosen
-    best: tuple[tuple[int, tuple[tuple[int, int, float, str], ...], str, int], _Search, list[int]] | None = None
-    proven = True
-    for lower, name, position, search in searches:
-        if best is not None and lower > best[0][0]:
-            break  # no cheaper plan is possible in the remaining clusters
+                # One victim alone, or at least two: the exact bound waits until this cluster comes up again.
+                quick = 1 if search.first_alone() is not None else 2
+                heapq.heappush(heap, (quick, search.key_bound(quick), name, position, serial, search, candidates))
+            continue
+        if size < search.lower_bound():
+            lower = search.lower_bound()
+            heapq.heappush(heap, (lower, search.key_bound(lower), name, position, serial, search, candidates))
+            continue
         at_most = best[0][0] if best is not None else len(search.victims)
         chosen, sure = search.plan(budget=budget, at_most=at_most)
         proven = proven and sure

@@ -337,7 +337,7 @@ def test_gangs_without_a_queue_have_no_quota_and_a_share_of_zero() -> None:
     assert [d.gang_key for d in result.decisions] == ["v/g"]
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -413,3 +413,33 @@ def test_run_cycle_refuses_queues_without_the_quota_filter_and_gangs_both_pendin
     twin = dataclasses.replace(running("v/g", "vision", 8), uid=g.uid)
     with pytest.raises(ValueError, match="both pending and running"):
         run_cycle([g], ROOMY, PROFILE, now=0.0, queues=queues(quota("vision", {})), running=[twin])
+
+
+def test_candidates_lazily_and_in_full_agree_on_order_and_reasons() -> None:
+    qs = queues(
+        quota("vision", {"A100": 16}, cohort="research", within_queue=WithinQueue.LOWER_PRIORITY,
+              reclaim_borrowed=True),
+        quota("nlp", {"A100": 0}, cohort="research"),
+    )
+    gangs_running = [
+        running("v/low", "vision", 4, cluster_name="a", on={"n-0": 4}, priority=1, started_at=5.0),
+        running("v/lower", "vision", 4, cluster_name="a", on={"n-1": 4}, priority=0, started_at=1.0),
+        running("v/peer", "vision", 4, cluster_name="a", on={"n-2": 4}, priority=5),
+        running("nlp/borrowed", "nlp", 4, cluster_name="a", on={"n-3": 4}, priority=9, borrowed=True),
+        running("nlp/own", "nlp", 4, cluster_name="a", on={"n-4": 4}, priority=0),
+        running("v/elsewhere", "vision", 4, cluster_name="b", on={"m-0": 4}, priority=0),
+    ]
+    ledger = QuotaLedger(qs, gangs_running, models=("A100",))
+    g = gang("v/hi", gpus=4, queue="vision", priority=5)
+    full = ledger.victim_candidates(g, "a")
+    assert [(v.key, r.value) for v, r in full] == [
+        ("nlp/borrowed", "ReclaimBorrowed"),  # borrowed first, whatever its priority
+        ("v/lower", "LowerPriority"),
+        ("v/low", "LowerPriority"),
+    ]
+    assert list(ledger.iter_candidates(g, "a")) == full
+    assert list(ledger.iter_candidates(g, "a", models=("A100",))) == full
+    assert ledger.victim_candidates(g, "a", excluded={"run-v/lower"}) == [full[0], full[2]]
+    # Evicted gangs are no candidates any more.
+    ledger.evict(full[1][0])
+    assert list(ledger.iter_candidates(g, "a")) == ledger.victim_candidates(g, "a") == [full[0], full[2]]

@@ -420,8 +420,9 @@ def worlds(draw: st.DrawFn) -> World:
         reclaim_borrowed=draw(st.booleans()),
     )
     if draw(st.booleans()):
+        # Naming the (only) model takes the planner's path for gangs that name theirs.
         g = gang("vision/p", pods=draw(st.integers(1, 3)), gpus=draw(st.sampled_from([2, 4, 8])), queue="vision",
-                 priority=draw(st.integers(1, 4)))
+                 priority=draw(st.integers(1, 4)), models=["A100"] if draw(st.booleans()) else [])
     else:
         g = GangRequest(
             key="vision/p",
