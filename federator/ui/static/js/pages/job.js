@@ -180,9 +180,10 @@ export function mount(root, ctx, [namespace, name]) {
       return;
     }
     if (!job) return;
-    fill(actions, mayDelete && !job.metadata.deletionTimestamp ? h("button.danger", { type: "button",
-      on: { click: () => deleteJob(ctx, job) } }, "Delete job") : null);
+    // the page is built again on each change: a focused control gets the focus back (by its id)
     const focusedId = document.activeElement && root.contains(document.activeElement) ? document.activeElement.id : "";
+    fill(actions, mayDelete && !job.metadata.deletionTimestamp ? h("button.danger", { type: "button",
+      id: "delete-job", on: { click: () => deleteJob(ctx, job) } }, "Delete job") : null);
     fill(body, summary(job), decision(job, events.items), timeline(job), pods(job), conditions(job), eventsPanel(events));
     body.dataset.rv = job.metadata.resourceVersion || "";
     body.dataset.phase = jobPhase(job);
