@@ -26,13 +26,14 @@ test: $(BIN)/federator $(CHROMIUM)
 	$(BIN)/mypy
 	FEDERATOR_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -p no:cacheprovider -n $(or $(JOBS),2) --dist loadgroup $(PYTEST_ARGS)
 
-# Debian's Chromium for the browser tests (tests/ui, through Playwright), installed where missing.
+# Debian's Chromium for the browser tests (tests/ui, through Playwright), installed where missing; without its
+# recommends (printing, samba, perl: about a minute of unpacking on a fresh machine), plus a font for screenshots.
 $(CHROMIUM):
 	@command -v apt-get >/dev/null 2>&1 || { echo "error: the browser tests (tests/ui) need Chromium at $(CHROMIUM); \
 	this machine has no apt-get: install Chromium yourself, or pass CHROMIUM=/path/to/chromium" >&2; exit 1; }
 	@echo "installing Debian's chromium for the browser tests (tests/ui)"
 	$(SUDO) apt-get update -q
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium fonts-liberation
 
 ## make test-loaded: the test run while two CPU hogs compete for the cores (RUNS=3 for three in a row)
 test-loaded: $(BIN)/federator
