@@ -55,6 +55,7 @@ from federator.apiserver.errors import ApiError
 from federator.clusters.client import NODES, PODS, MemberClientError, ResourceKind
 from federator.clusters.reflector import Backoff, Reflector
 from federator.controllers.context import HubContext
+from federator.controllers.loops import watch_hub_kind
 from federator.controllers.jobs import (
     ACTIVE_PHASES,
     JOB_KIND,
@@ -446,7 +447,6 @@ class JobCache:
         self.rt = hub.kind(JOB_KIND)
         self.jobs: dict[str, dict[str, Any]] = {}
         self._listeners: list[JobListener] = []
-        self._rng = random.Random()
         self.synced = asyncio.Event()
 
     def subscribe(self, listener: JobListener) -> None:
@@ -479,36 +479,14 @@ class JobCache:
         self.synced.set()
         return listing.resource_version
 
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._drop(str((obj.get("metadata") or {}).get("uid") or ""))
+        elif kind in ("ADDED", "MODIFIED"):
+            self._set(obj)
+
     async def run(self) -> None:
-        attempt = 0
-        rv: str | None = None
-        s = self.hub.settings
-        backoff = Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds)
-        while True:
-            try:
-                if rv is None:
-                    rv = await self._relist()
-                async for event in self.hub.storage.watch(self.rt, resource_version=rv):
-                    attempt = 0
-                    obj = event.object
-                    meta = obj.get("metadata") or {}
-                    rv = meta.get("resourceVersion") or rv
-                    if event.type == "DELETED":
-                        self._drop(str(meta.get("uid") or ""))
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        self._set(obj)
-                rv = None  # the storage closed the watch: list again
-            except (ApiError, StoreError) as e:
-                expired = isinstance(e, ApiError) and e.code == 410
-                rv = None
-                if expired:
-                    _log.info("TrainingJob watch expired; re-listing")
-                    continue
-                delay = backoff.delay(attempt, self._rng)
-                attempt += 1
-                _log.warning("TrainingJob watch failed; retrying", waiting_for="the hub store",
-                             delay_s=round(delay, 3), error=str(e))
-                await asyncio.sleep(delay)
+        await watch_hub_kind(self.hub, self.rt, relist=self._relist, apply=self._apply, log=_log)
 
 
 # ---------------------------------------------------------------- the status computation (pure)
