@@ -156,6 +156,15 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
     add("Placement explanation:")
     if cluster:
         add(f"  Placed in {cluster} (epoch {placement_status.get('epoch', 0)}).")
+    by_type = {c.get("type"): c for c in status.get("conditions") or () if isinstance(c, Mapping)}
+    quota = by_type.get("QuotaReserved")
+    if cluster and quota and quota.get("status") == "True":
+        add(f"  Quota:      {quota.get('message', '')} ({quota.get('reason', '')})")
+    waiting = by_type.get("Schedulable")
+    if not cluster and waiting and waiting.get("status") == "False":
+        # QuotaExceeded / QueueNotFound say which quota and what it waits for; Preempted says by whom;
+        # a plan placement would carry out says "would fit on X after preempting A, B"
+        add(f"  Waiting:    {waiting.get('reason', '')}: {waiting.get('message', '')}")
     why_not = placement_status.get("whyNot") or []
     if why_not:
         add("  Why not the other clusters:")

@@ -357,6 +357,8 @@ class SnapshotBuilder:
     _allocated: dict[str, Resources] = field(default_factory=dict)
     _podgroups: dict[str, _PodGroup] = field(default_factory=dict)
     _bound_by_job: dict[str, int] = field(default_factory=dict)
+    #: job uid -> its bound pods (key -> pod): what `job_amounts` sums
+    _pods_by_job: dict[str, dict[str, _Pod]] = field(default_factory=dict)
     _dirty: set[int] = field(default_factory=set)
     #: shard -> node names (with a node entry or bound pods) and PodGroup keys that hash to it
     _members: dict[int, set[str]] = field(default_factory=dict)
@@ -397,6 +399,24 @@ class SnapshotBuilder:
             if pg.job:
                 seen.setdefault(pg.job, set()).add(pg.epoch)
         return {job: frozenset(epochs) for job, epochs in seen.items()}
+
+    def job_amounts(self, job_uid: str, *, epoch: int | None = None, up_to: bool = False) -> dict[str, Resources]:
+        """Node -> what the job's bound, non-terminal pods hold there: the room their deletion frees.
+
+        `epoch` keeps only the pods of that epoch (`up_to`: of that epoch or an older one); a pod whose
+        epoch label is missing or malformed is kept only when no epoch is asked for. O(pods of the job)."""
+        amounts: dict[str, Resources] = {}
+        for pod in (self._pods_by_job.get(job_uid) or {}).values():
+            if epoch is not None:
+                label = pod.epoch
+                if not label.isdigit():
+                    continue
+                value = int(label)
+                if value > epoch or (value < epoch and not up_to):
+                    continue
+            previous = amounts.get(pod.node)
+            amounts[pod.node] = pod.requests if previous is None else previous + pod.requests
+        return amounts
 
     def podgroup_phases(self) -> dict[str, str]:
         return {key: pg.phase for key, pg in self._podgroups.items()}
@@ -543,6 +563,7 @@ class SnapshotBuilder:
         self._allocated[node] = self._allocated.get(node, ZERO) + requests
         if new.job:
             self._bound_by_job[new.job] = self._bound_by_job.get(new.job, 0) + 1
+            self._pods_by_job.setdefault(new.job, {})[key] = new
             self._jobs_changed = True
         changed.add(node)
         self._mark(node)
@@ -562,6 +583,11 @@ class SnapshotBuilder:
             self._allocated[pod.node] = remaining
         if pod.job:
             self._jobs_changed = True
+            of_job = self._pods_by_job.get(pod.job)
+            if of_job is not None:
+                of_job.pop(key, None)
+                if not of_job:
+                    del self._pods_by_job[pod.job]
             count = self._bound_by_job.get(pod.job, 0) - 1
             if count > 0:
                 self._bound_by_job[pod.job] = count
@@ -684,6 +710,7 @@ class SnapshotBuilder:
                     builder._allocated[node] = builder._allocated.get(node, ZERO) + pod.requests
                     if job:
                         builder._bound_by_job[job] = builder._bound_by_job.get(job, 0) + 1
+                        builder._pods_by_job.setdefault(job, {})[key] = pod
                 for row in shard.get("podgroups", ()):
                     key, rv, phase, job, epoch, min_member = row
                     builder._podgroups[key] = _PodGroup(rv=rv, phase=phase, job=job, epoch=epoch,

@@ -33,8 +33,10 @@ task: the crash-recovery path. It must run after member_sync and before
 job_placement in hub_controllers().
 
 Test-only crash hook: when the environment variable FEDERATOR_TEST_CRASH_AT
-is `after-decision` (placement.py, after the decision is written and before
-dispatch), `mid-dispatch` (after about half of a job's objects exist) or
+is `after-eviction` (placement.py, after a preemption's victims are evicted
+and before the preemptor's decision is written), `after-decision`
+(placement.py, after the decision is written and before dispatch),
+`mid-dispatch` (after about half of a job's objects exist) or
 `after-dispatch` (after every object exists, before the Dispatched status
 write), the process kills itself with SIGKILL at that point, once; with
 FEDERATOR_TEST_CRASH_JOB=namespace/name only for that job. Unset, it is
@@ -119,7 +121,7 @@ _log = get_logger("controllers.dispatch")
 DISPATCHER = "dispatcher"
 CRASH_ENV = "FEDERATOR_TEST_CRASH_AT"
 CRASH_JOB_ENV = "FEDERATOR_TEST_CRASH_JOB"
-CRASH_POINTS = frozenset({"after-decision", "mid-dispatch", "after-dispatch"})
+CRASH_POINTS = frozenset({"after-eviction", "after-decision", "mid-dispatch", "after-dispatch"})
 NAMESPACES = ResourceKind(group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False)
 
 #: how long a create waits for a same-named pod of an older epoch to disappear

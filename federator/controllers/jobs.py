@@ -4,7 +4,7 @@ The contract between those controllers lives here:
 
 - `gang_request(job, now=...)`: a stored TrainingJob as placement's
   `GangRequest` (roles, network, GPU models, datasets, selectors,
-  tolerations, priority, submission time, excluded clusters).
+  tolerations, priority, submission time, excluded clusters, queue).
 - `update_job_status(hub, namespace=..., name=..., mutate=...)`: a
   read-mutate-CAS write of the status subresource through `hub.storage`
   (whose writes the hub fences with the leader's token, see hub.py).
@@ -311,6 +311,7 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
     placement = spec.get("placement") or {}
     created = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
     priority = spec.get("priority", 0)
+    queue = spec.get("queue")
     return GangRequest(
         key=ref.key,
         uid=ref.uid,
@@ -324,6 +325,7 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
         priority=priority if type(priority) is int else 0,
         submitted_at=created if created is not None else now,
         excluded_clusters=excluded_clusters(job, now=now),
+        queue=queue if isinstance(queue, str) else "",
     )
 
 

@@ -24,21 +24,69 @@ list + watch of `hub.storage` and runs placement cycles:
 5. for each gang that fits nowhere: phase Pending, the why-not table in
    status.placement.whyNot and a condition `Schedulable=False` with reason
    `NoClusterFits` (or `TooLargeForAnyCluster` when no cluster could take it
-   even empty, `NoClusters` when none is registered). Written only when the
-   reasons change (and at most every few seconds when only numbers change).
+   even empty, `NoClusters` when none is registered, `QuotaExceeded` or
+   `QueueNotFound` when its queue refuses it). Written only when the
+   reasons change (and at most every few seconds when only numbers change),
+   with a history entry when the reason changes;
+6. queues (issue 17): the loop keeps the hub's Queues in a list+watch cache
+   (`controllers/queues.py`) and passes them to `run_cycle` as
+   `QueueQuota`s, with every gang that holds quota (`RunningGang`: queue,
+   priority, when it was placed, demand, the GPU model it is charged to,
+   whether it borrowed (condition QuotaReserved, reason Borrowed, written
+   with the decision), and per node what its member pods hold, from the
+   cluster's snapshot builder, or its reservation while they are not
+   bound). With no Queue at all and no job naming one, `queues` is None:
+   placement exactly as before. A job whose queue no longer selects its
+   namespace waits (Schedulable=False, NamespaceNotInQueue); one whose
+   queue does not exist waits with QueueNotFound; one its queue has no
+   room for waits with QuotaExceeded and placement's message ("queue
+   vision uses 96 of 96 A100 GPUs ...; waits for 8"). Pods of queued
+   (evicted, requeued) jobs still in a member are set aside in the views
+   placement sees: they are being deleted, and counting them would evict
+   more gangs than needed. Queue status (used, borrowed, pendingJobs,
+   admittedJobs, condition Admitting) is written on change, coalesced.
+7. preemption: a decision that carries victims (`Decision.preemption`) is
+   carried out in this order, in the decision's task:
+   a. the preemptor is read again: if it no longer waits (deleted,
+      suspended, placed), nothing is evicted and its reservation goes;
+   b. each victim, whole: a fenced status write (only while it is still
+      placed at the (cluster, epoch) the decision saw): history Preempted
+      and condition Schedulable=False (reason Preempted: "preempted by
+      ns/name (reason: lower priority in queue X | reclaiming borrowed
+      quota of queue Y)"), back to Pending (`jobs.requeue`; its next
+      placement takes epoch + 1) with status.placement.previous set, so
+      its next dispatch waits until this copy is gone; an Event Preempted;
+      then its member objects are deleted (the drain's pull-back:
+      `Dispatcher.delete_previous`; the GC takes what is missed);
+   c. only then the preemptor's decision is written (history Preempting and
+      Placed, an Event Preempting) and dispatched as any decision. Its
+      reservation (made by the cycle on the room the victims free) stays in
+      the book across cycles until the member shows its pods bound (or the
+      stuck-gang pull-back or the reservation TTL ends it), so no third gang
+      takes the room. Should that write be refused (the preemptor was
+      deleted or suspended in between), the victims stay evicted.
+   Crash safety: a crash after (b) leaves the victims queued with their
+   old copy fenced (it is deleted, and never runs beside a new one) and the
+   preemptor still Pending in the store: the restarted hub places it again
+   (the victims' leftovers do not count against it, so it does not evict
+   more) or, after (c), re-dispatches it with its reservation rebuilt. A
+   gang is evicted only as a victim of a decision of this loop.
+   HubSettings.extra "placement_preemption" false only explains: a job
+   that would fit after preemption says "would fit on X after preempting
+   A, B" in its Schedulable condition.
 
-Cycles run on job events, on snapshot changes (polled and debounced) and on
-a periodic tick (expired reservations, backoffs that ran out). Phase timings
-go to `metrics.loop_phase_seconds{loop="placement"}`. The job index also
-keeps `federator_jobs{phase}` and `federator_placement_queue_depth` current,
-and a job's move from the queue to Placed observes
-`federator_placement_decision_latency_seconds` (from when this loop saw it
-enter the queue, or, for a job already queued when the loop started, from
-its creation or newest requeue).
+Cycles run on job events, on Queue changes, on snapshot changes (polled and
+debounced) and on a periodic tick (expired reservations, backoffs that ran
+out). Phase timings go to `metrics.loop_phase_seconds{loop="placement"}`. The
+job index also keeps `federator_jobs{phase}` and
+`federator_placement_queue_depth` current, and a job's move from the queue to
+Placed observes `federator_placement_decision_latency_seconds` (from when
+this loop saw it enter the queue, or, for a job already queued when the loop
+started, from its creation or newest requeue).
 
 Must never: dispatch before the decision is stored, place a job that holds a
-placement (phase Placed/Admitted/Running) again, or do I/O inside the pure
-placement call.
+placement (phase Placed/Admitted/Running) again, evict a gang that no
+decision named, or do I/O inside the pure placement call.
 """
 
 from __future__ import annotations
@@ -51,11 +99,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from federator.apiserver.errors import ApiError
+from federator.clusters.snapshot_builder import SnapshotBuilder
 from federator.controllers.context import HubContext
 from federator.controllers.dispatch import DISPATCHER, Dispatcher, crash_point
 from federator.controllers.jobs import (
+    ACTIVE_PHASES,
     JOB_KIND,
     JOB_PHASES,
+    MEMBER_SYNCS,
     JobRef,
     PHASE_PENDING,
     PHASE_PLACED,
@@ -69,19 +120,38 @@ from federator.controllers.jobs import (
     history_entry,
     job_ref,
     phase_of,
+    placed_at,
     queued_at,
+    requeue,
     reservations,
     set_condition,
     set_phase,
     update_job_status,
 )
+from federator.controllers.queues import QueueCache, QueueStatusWriter, queue_status
+from federator.hubapi import selects_namespace
 from federator.obs import get_logger
-from federator.placement import Decision, GangRequest, Profile, Rejection, Unplaced, run_cycle
+from federator.placement import (
+    Decision,
+    GangRequest,
+    Profile,
+    QueueQuota,
+    Rejection,
+    ReservationKind,
+    Resources,
+    RunningGang,
+    Unplaced,
+    Victim,
+    VictimReason,
+    run_cycle,
+)
+from federator.placement.admission import QUOTA_EXCEEDED, QuotaLedger
+from federator.placement.cycle import CycleResult
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
 from federator.waits import wait_event
 
-__all__ = ["CycleReport", "PlacementController", "job_placement", "why_not_rows"]
+__all__ = ["CONDITION_QUOTA_RESERVED", "CycleReport", "PlacementController", "job_placement", "why_not_rows"]
 
 _log = get_logger("controllers.placement")
 
@@ -91,6 +161,13 @@ _ELIGIBLE_PHASES = frozenset({PHASE_PENDING, PHASE_REQUEUED, PHASE_SUSPENDED})
 CONDITION_SUSPENDED = "Suspended"
 _SUSPENDED_MESSAGE = "spec.suspend is true: the job is not placed until it is set to false"
 _MAX_WHY_NOT_ROWS = 1024
+#: A placed job's quota: True (reason WithinQuota or Borrowed: what preemption may reclaim) once placement
+#: charged it to its queue, False (Preempted) once it was evicted.
+CONDITION_QUOTA_RESERVED = "QuotaReserved"
+REASON_BORROWED = "Borrowed"
+REASON_WITHIN_QUOTA = "WithinQuota"
+#: The job's queue exists but no longer selects its namespace (queues change after jobs are created).
+REASON_NAMESPACE_NOT_IN_QUEUE = "NamespaceNotInQueue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +235,8 @@ class PlacementController:
         self.debounce_seconds = float(extra.get("placement_debounce_seconds", 0.005))
         self.unplaced_refresh_seconds = float(extra.get("placement_unplaced_refresh_seconds", 5.0))
         self.max_inflight = int(extra.get("placement_max_inflight", 64))
+        #: False: preemption is only explained ("would fit on X after preempting A, B"), never done
+        self.preempt = extra.get("placement_preemption", True) is not False
         self.ledger = reservations(hub)
         #: uid -> the newest stored TrainingJob seen
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -171,6 +250,20 @@ class PlacementController:
         #: uid -> (reasons signature, when written) of the last unplaced status write
         self._unplaced_written: dict[str, tuple[Any, float]] = {}
         self._wake = asyncio.Event()
+        self.queues = QueueCache(hub, on_change=self._wake.set)
+        self.queue_status = QueueStatusWriter(hub, cache=self.queues)
+        #: uids of the jobs in `jobs` that hold a placement (Placed, Admitted, Running with a cluster; not
+        #: being deleted): the gangs that hold quota and room
+        self.active: set[str] = set()
+        #: uid -> (cluster, epoch) of a decision's victims, from the decision until their eviction is written
+        self.evicting: dict[str, tuple[str, int]] = {}
+        #: uid -> (cluster, epoch, GPU model) of the placements this process decided
+        self._charged: dict[str, tuple[str, int, str | None]] = {}
+        #: uid -> (what it was built from, the RunningGang)
+        self._running_cache: dict[str, tuple[tuple[Any, ...], RunningGang]] = {}
+        #: uid -> (spec generation, its GangRequest) of the active jobs
+        self._gang_cache: dict[str, tuple[Any, GangRequest]] = {}
+        self._quota_filter_warned = False
         self._tasks: list[asyncio.Task[None]] = []
         self._work: set[asyncio.Task[None]] = set()
         self._semaphore = asyncio.Semaphore(self.max_inflight)
@@ -192,6 +285,7 @@ class PlacementController:
     async def start(self) -> None:
         for gauge in self._phase_gauges.values():
             gauge.set(0)
+        queues_rv = await self.queues.list()
         listing = await self.hub.storage.list(self.rt)
         for job in listing.items:
             self._remember(job)
@@ -203,6 +297,9 @@ class PlacementController:
             loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
                              name="placement:watch"),
             loop.create_task(self._supervised("cycle", self._cycle_loop()), name="placement:cycle"),
+            loop.create_task(self._supervised("queues", self.queues.run(queues_rv)), name="placement:queues"),
+            loop.create_task(self._supervised("queue-status", self.queue_status.run()),
+                             name="placement:queue-status"),
         ]
         self._wake.set()
         _log.info("placement loop started", jobs=len(self.jobs))
@@ -251,6 +348,13 @@ class PlacementController:
             return False
         self.jobs[uid] = job
         self._count(uid, phase_of(job))
+        if phase_of(job) in ACTIVE_PHASES and current_placement(job)[0] is not None and not (
+                job.get("metadata") or {}).get("deletionTimestamp"):
+            self.active.add(uid)
+        else:
+            self.active.discard(uid)
+            self._running_cache.pop(uid, None)
+            self._gang_cache.pop(uid, None)
         if _to_suspend(job):
             self.suspending.add(uid)
             self._wake.set()
@@ -294,6 +398,10 @@ class PlacementController:
         self._unplaced_written.pop(uid, None)
         self._unreserved.discard(uid)
         self.dispatcher.retries.forget(uid)
+        self.active.discard(uid)
+        self._charged.pop(uid, None)
+        self._running_cache.pop(uid, None)
+        self._gang_cache.pop(uid, None)
 
     async def _watch_loop(self, resource_version: str) -> None:
         attempt = 0
@@ -392,18 +500,33 @@ class PlacementController:
             if not self._eligible(job, now=now):
                 continue
             try:
-                gangs.append(gang_request(job, now=now))
+                gang = gang_request(job, now=now)
             except (ValueError, TypeError) as e:
-                await self._unschedulable_spec(job, str(e), now=now)
+                await self._unschedulable(job, "InvalidSpec", str(e), now=now)
                 continue
+            refused = self._queue_refuses(gang, job)
+            if refused is not None:
+                await self._unschedulable(job, REASON_NAMESPACE_NOT_IN_QUEUE, refused, now=now)
+                continue
+            gangs.append(gang)
             jobs_by_uid[uid] = job
+        queues = self._cycle_queues(gangs)
+        views: Mapping[str, ClusterSnapshot] = snapshots
+        running: list[RunningGang] = []
+        if queues is not None:
+            views = self._without_leftovers(snapshots)
         if self._unreserved:
-            self._rebuild_reservations(snapshots, now=now)
+            self._rebuild_reservations(views, now=now)
+        if queues is not None:
+            running = self._running(snapshots)
         collected = time.perf_counter()
         metrics.labels(loop="placement", phase="collect").observe(collected - started)
         if not gangs and len(self.ledger) == 0:
+            if queues is not None:
+                self._want_queue_status(queues, running, result=None, now=now)
             return CycleReport(pending=0, placed=0, unplaced=0, seconds=collected - started)
-        result = run_cycle(gangs, snapshots, self.profile, now=now, reservations=self.ledger.book)
+        result = run_cycle(gangs, views, self.profile, now=now, reservations=self.ledger.book, queues=queues,
+                           running=running, preempt=self.preempt)
         # Assume: the new book holds every decision's reservation before anything is written.
         self.ledger.book = result.reservations
         decided = time.perf_counter()
@@ -412,15 +535,191 @@ class PlacementController:
         for decision in result.decisions:
             job = jobs_by_uid[decision.gang_uid]
             self.inflight.begin(decision.gang_uid)
+            victims = self._victims(decision)
             self.hub.metrics.placement_decisions.labels(result="placed").inc()
-            self._spawn(self._place(job, decision), name=f"placement:place:{decision.gang_key}")
+            self._spawn(self._place(job, decision, victims), name=f"placement:place:{decision.gang_key}")
         for unplaced in result.unplaced:
             self.hub.metrics.placement_decisions.labels(result="unplaced").inc()
             await self._record_unplaced(jobs_by_uid[unplaced.gang_uid], unplaced, snapshots=snapshots, now=now)
+        if queues is not None:
+            self._want_queue_status(queues, running, result=result, now=now)
         recorded = time.perf_counter()
         metrics.labels(loop="placement", phase="unplaced").observe(recorded - decided)
         return CycleReport(pending=len(gangs), placed=len(result.decisions), unplaced=len(result.unplaced),
                            seconds=recorded - started)
+
+    # ------------------------------------------------------------ queues: what a cycle charges, who runs
+
+    def _queue_refuses(self, gang: GangRequest, job: Mapping[str, Any]) -> str | None:
+        """Why the job's queue may not take it now: it exists but no longer selects the job's namespace
+        (a missing queue is placement's QueueNotFound). None when it may."""
+        if not gang.queue:
+            return None
+        queue = self.queues.objects.get(gang.queue)
+        namespace = job_ref(job).namespace
+        if queue is None or selects_namespace(queue, namespace):
+            return None
+        return (f"queue {gang.queue} does not select namespace {namespace} (its spec.namespaces changed after the "
+                f"job was created); the job waits until it does, or until spec.queue names a queue that does")
+
+    def _cycle_queues(self, gangs: list[GangRequest]) -> dict[str, QueueQuota] | None:
+        """The cycle's queues: None (placement as before queues existed) when the hub holds no Queue and no
+        gang names one; else every readable Queue (a gang naming a missing one waits: QueueNotFound)."""
+        quotas = self.queues.quotas()
+        if quotas is None and not any(gang.queue for gang in gangs):
+            return None
+        if "quota" not in self.profile.filters:
+            if not self._quota_filter_warned:
+                self._quota_filter_warned = True
+                _log.warning("the placement profile has no 'quota' filter: Queues are not enforced",
+                             profile=self.profile.name)
+            return None
+        return dict(quotas or {})
+
+    def _builder(self, cluster: str, snapshot: ClusterSnapshot | None) -> SnapshotBuilder | None:
+        """The member sync's snapshot builder of `cluster`, when `snapshot` is the one it built (its tables
+        then hold exactly the pods `snapshot` counts)."""
+        sync = (self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster)
+        builder = getattr(sync, "builder", None)
+        if not isinstance(builder, SnapshotBuilder) or snapshot is None or builder.snapshot is not snapshot:
+            return None
+        return builder
+
+    def _without_leftovers(self, snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, ClusterSnapshot]:
+        """The snapshots with the pods of queued jobs released: what an evicted (or otherwise requeued) gang
+        left in a member is being deleted (its next dispatch waits for that, and the GC takes what is
+        missed), so it is room for the gang that made it, not a reason to evict more gangs."""
+        views = dict(snapshots)
+        for name, snapshot in snapshots.items():
+            leftovers = [uid for uid in snapshot.bound_pods if uid in self.queued]
+            builder = self._builder(name, snapshot) if leftovers else None
+            if builder is None:
+                continue
+            released: dict[str, Resources] = {}
+            for uid in leftovers:
+                job = self.jobs.get(uid)
+                epoch = current_placement(job)[1] if job is not None else 0
+                for node, amount in builder.job_amounts(uid, epoch=epoch, up_to=True).items():
+                    previous = released.get(node)
+                    released[node] = amount if previous is None else previous + amount
+            try:
+                views[name] = snapshot.with_allocation_changes(released, release=True)
+            except ValueError as e:  # would mean the builder and its snapshot disagree: keep the snapshot
+                _log.warning("could not set a requeued gang's leftover pods aside", cluster=name, error=str(e))
+        return views
+
+    def _gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
+        generation = (job.get("metadata") or {}).get("generation")
+        cached = self._gang_cache.get(uid)
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        try:
+            gang = gang_request(job, now=time.time())
+        except (ValueError, TypeError):
+            return None
+        self._gang_cache[uid] = (generation, gang)
+        return gang
+
+    def _running(self, snapshots: Mapping[str, ClusterSnapshot]) -> list[RunningGang]:
+        """Every gang that holds quota and room (placed, admitted or running; not finished, not being deleted
+        or evicted), with what its pods hold per node, or its reservation while they are not bound."""
+        out: list[RunningGang] = []
+        for uid in sorted(self.active):
+            if uid in self.evicting:
+                continue
+            job = self.jobs.get(uid)
+            cluster, epoch = current_placement(job) if job is not None else (None, 0)
+            if job is None or cluster is None:
+                continue
+            snapshot = snapshots.get(cluster)
+            reservation = self.ledger.get(uid)
+            if reservation is not None and (reservation.kind is not ReservationKind.PLACED
+                                            or reservation.cluster != cluster):
+                reservation = None
+            bound = snapshot.bound_pods.get(uid, 0) if snapshot is not None else -1
+            basis = (_rv(job), bound, id(reservation), self._charged.get(uid))
+            cached = self._running_cache.get(uid)
+            if cached is not None and cached[0] == basis:
+                out.append(cached[1])
+                continue
+            gang = self._gang_of(uid, job)
+            if gang is None:
+                continue
+            if reservation is not None:
+                amounts: Mapping[str, Resources] = reservation.amounts
+            else:
+                builder = self._builder(cluster, snapshot)
+                amounts = builder.job_amounts(uid, epoch=epoch) if builder is not None else {}
+            try:
+                gang_running = RunningGang(
+                    uid=uid, key=gang.key, cluster=cluster, queue=gang.queue, priority=gang.priority,
+                    started_at=placed_at(job, epoch=epoch) or gang.submitted_at, demand=gang.total,
+                    gpu_model=self._model_of(uid, gang, cluster=cluster, epoch=epoch, amounts=amounts,
+                                             snapshot=snapshot),
+                    amounts=amounts, borrowed=_borrowed(job),
+                )
+            except (ValueError, TypeError) as e:
+                _log.warning("a placed job cannot be counted against its queue", job=gang.key, error=str(e))
+                continue
+            self._running_cache[uid] = (basis, gang_running)
+            out.append(gang_running)
+        return out
+
+    def _model_of(self, uid: str, gang: GangRequest, *, cluster: str, epoch: int, amounts: Mapping[str, Resources],
+                  snapshot: ClusterSnapshot | None) -> str | None:
+        """The GPU model a placed gang is charged to: the one this process placed it on, else the model of
+        the nodes its pods (or reservation) hold GPUs on, else its first accepted model, else the cluster's."""
+        if not gang.needs_gpu:
+            return None
+        charged = self._charged.get(uid)
+        if charged is not None and charged[:2] == (cluster, epoch) and charged[2]:
+            return charged[2]
+        if snapshot is not None:
+            for node_name, amount in sorted(amounts.items()):
+                node = snapshot.nodes.get(node_name)
+                if amount.gpu and node is not None and node.gpu_model:
+                    return node.model_key
+        if gang.gpu_models:
+            return gang.gpu_models[0]
+        models = snapshot.index.gpu_models if snapshot is not None else ()
+        return models[0] if models else "unknown"
+
+    def _victims(self, decision: Decision) -> list[tuple[Victim, dict[str, Any] | None]]:
+        """The decision's victims with their jobs as this loop knows them, marked as being evicted (no longer
+        counted as running, never chosen again) until their eviction is written."""
+        victims: list[tuple[Victim, dict[str, Any] | None]] = []
+        for victim in decision.preemption.victims if decision.preemption is not None else ():
+            job = self.jobs.get(victim.uid)
+            if job is not None:
+                cluster, epoch = current_placement(job)
+                self.evicting[victim.uid] = (cluster or decision.cluster, epoch)
+            victims.append((victim, job))
+        return victims
+
+    def _want_queue_status(self, queues: Mapping[str, QueueQuota], running: list[RunningGang], *,
+                           result: CycleResult | None, now: float) -> None:
+        """Each Queue's status after this cycle (written by `queue_status` only when it changed)."""
+        usage = result.usage if result is not None and result.usage else QuotaLedger(queues, running).usage()
+        pending: dict[str, int] = {}
+        for uid in self.queued:
+            queue = ((self.jobs[uid].get("spec") or {}).get("queue"))
+            if isinstance(queue, str) and queue:
+                pending[queue] = pending.get(queue, 0) + 1
+        blocked: dict[str, list[str]] = {}
+        for unplaced in result.unplaced if result is not None else ():
+            block = unplaced.quota
+            if block is not None and block.code == QUOTA_EXCEEDED:
+                blocked.setdefault(block.queue, []).append(f"{unplaced.gang_key}: {block.message}")
+        for name in queues:
+            obj = self.queues.objects.get(name)
+            if obj is None:
+                continue
+            generation = (obj.get("metadata") or {}).get("generation")
+            waiting = blocked.get(name, [])
+            self.queue_status.want(name, queue_status(
+                self.queue_status.stored_status(name), usage=usage.get(name), pending=pending.get(name, 0),
+                waiting_for_quota=len(waiting), head_block=waiting[0] if waiting else "",
+                generation=generation if type(generation) is int else None, now=now))
 
     def _rebuild_reservations(self, snapshots: Mapping[str, ClusterSnapshot], *, now: float) -> None:
         """Reserve again what jobs decided before this hub started hold, until their pods show as bound.
@@ -471,11 +770,15 @@ class PlacementController:
 
     # ------------------------------------------------------------ a decision: write-ahead, then dispatch
 
-    async def _place(self, job: dict[str, Any], decision: Decision) -> None:
+    async def _place(self, job: dict[str, Any], decision: Decision,
+                     victims: list[tuple[Victim, dict[str, Any] | None]]) -> None:
         ref = job_ref(job)
         metrics = self.hub.metrics.loop_phase_seconds
         try:
             async with self._semaphore:
+                if decision.preemption is not None and not await self._make_room(job, decision, victims):
+                    self.ledger.forget(ref.uid)
+                    return
                 started = time.perf_counter()
                 stored = await self._write_decision(job, decision)
                 written = time.perf_counter()
@@ -499,8 +802,88 @@ class PlacementController:
             _log.error("placing a job failed; it stays in the queue", job=ref.key, cluster=decision.cluster,
                        error=f"{type(e).__name__}: {e}", exc_info=not isinstance(e, (ApiError, StoreError)))
         finally:
+            for victim, _ in victims:
+                self.evicting.pop(victim.uid, None)
             self.inflight.end(ref.uid)
             self._wake.set()
+
+    # ------------------------------------------------------------ preemption: evict the victims, then place
+
+    async def _make_room(self, job: Mapping[str, Any], decision: Decision,
+                         victims: list[tuple[Victim, dict[str, Any] | None]]) -> bool:
+        """Evict the decision's victims, whole, before the preemptor's decision is written (see the module
+        docstring for why in this order). False (nothing placed; the next cycle decides again) when the
+        preemptor no longer waits for a placement or an eviction could not be written."""
+        ref = job_ref(job)
+        try:
+            fresh = await self.hub.storage.get(self.rt, namespace=ref.namespace, name=ref.name)
+        except (ApiError, StoreError) as e:
+            _log.warning("could not read a preempting job; nothing evicted, it stays in the queue", job=ref.key,
+                         error=str(e))
+            return False
+        if job_ref(fresh).uid != ref.uid or not _queued(fresh):
+            _log.info("preemption dropped: the preempting job changed meanwhile; nothing evicted", job=ref.key,
+                      phase=phase_of(fresh))
+            return False
+        now = time.time()
+        done = await asyncio.gather(*(self._evict(victim, victim_job, preemptor=ref.key, queue=decision.queue,
+                                                  now=now)
+                                      for victim, victim_job in victims))
+        if not all(done):
+            return False
+        crash_point("after-eviction", job=ref.key)
+        return True
+
+    async def _evict(self, victim: Victim, job: dict[str, Any] | None, *, preemptor: str, queue: str,
+                     now: float) -> bool:
+        """Send one victim back to the queue (fenced: only while it is still placed where the decision saw
+        it), then ask its member to delete its gang. False when the write failed (the caller gives up)."""
+        where = self.evicting.get(victim.uid)
+        if job is None or where is None:
+            return True  # deleted meanwhile: its room is being freed anyway
+        cluster, epoch = where
+        ref = job_ref(job)
+        why = (f"lower priority in queue {victim.queue}" if victim.reason is VictimReason.LOWER_PRIORITY
+               else f"reclaiming borrowed quota of queue {queue}")
+        message = (f"preempted by {preemptor} (reason: {why}); its gang in {cluster} (epoch {epoch}) is deleted "
+                   f"and the job is queued again")
+
+        def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            if (stored.get("metadata") or {}).get("deletionTimestamp") or phase_of(stored) not in ACTIVE_PHASES \
+                    or current_placement(stored) != (cluster, epoch):
+                return None  # finished, deleted or moved meanwhile: not this decision's to evict
+            status = stored["status"]
+            append_history(status, history_entry("Preempted", cluster=cluster, epoch=epoch, message=message,
+                                                 now=now))
+            requeue(status, reason="Preempted", message=f"requeued: preempted by {preemptor}", now=now,
+                    job=ref.key, count=False)
+            # its next dispatch, wherever it goes, waits until this copy is gone (design.md invariant 2)
+            status["placement"]["previous"] = {"cluster": cluster, "epoch": epoch}
+            set_condition(status, type=SCHEDULABLE, state="False", reason="Preempted", message=message, now=now)
+            set_condition(status, type=CONDITION_QUOTA_RESERVED, state="False", reason="Preempted",
+                          message=message, now=now)
+            return stored
+
+        written, stored = await self._write_status(ref, mutate, failed="could not evict a preemption victim; "
+                                                   "the preemption is dropped and decided again", cluster=cluster)
+        if not written:
+            return False
+        if stored is None:
+            _log.info("preemption victim already moved on; nothing to evict", job=ref.key, cluster=cluster,
+                      epoch=epoch, preemptor=preemptor)
+            return True
+        self._remember(stored)
+        self.hub.events.record(stored, controller="placement", reason="Preempted", action="Preempt", warning=True,
+                               message=message)
+        _log.info("gang preempted", job=ref.key, cluster=cluster, epoch=epoch, preemptor=preemptor,
+                  reason=victim.reason.value)
+        try:
+            # the pull-back path a drain uses: pods first, uid-guarded, only this epoch and older
+            await self.dispatcher.delete_previous(stored, cluster="")
+        except Exception as e:  # noqa: BLE001 - the GC deletes what is left (not placed there any more)
+            _log.warning("could not ask the member to delete a preempted gang; the GC will", job=ref.key,
+                         cluster=cluster, error=f"{type(e).__name__}: {e}")
+        return True
 
     async def _write_status(
         self, ref: JobRef, mutate: Callable[[dict[str, Any]], dict[str, Any] | None], *, failed: str,
@@ -520,6 +903,7 @@ class PlacementController:
         ref = job_ref(job)
         now = time.time()
         rows = why_not_rows(decision.why_not)
+        preempted = ", ".join(victim.key for victim in decision.preemption.victims) if decision.preemption else ""
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             if (stored.get("metadata") or {}).get("deletionTimestamp") or (stored.get("spec") or {}).get("suspend"):
@@ -537,9 +921,21 @@ class PlacementController:
             model = f" on {decision.gpu_model}" if decision.gpu_model else ""
             message = (f"placed in {decision.cluster}{model} ({len(decision.assignment)} pods on "
                        f"{len(decision.nodes)} nodes) at epoch {epoch}")
+            if preempted:
+                message += f" after preempting {preempted}"
+                assert decision.preemption is not None
+                append_history(status, history_entry(
+                    "Preempting", cluster=decision.cluster, epoch=epoch, now=now,
+                    message=f"made room in {decision.cluster} by preempting "
+                            f"{', '.join(v.describe() for v in decision.preemption.victims)}"))
             append_history(status, history_entry("Placed", cluster=decision.cluster, epoch=epoch, message=message,
                                                  now=now))
             set_condition(status, type=SCHEDULABLE, state="True", reason="Placed", message=message, now=now)
+            if decision.queue:
+                set_condition(status, type=CONDITION_QUOTA_RESERVED, state="True",
+                              reason=REASON_BORROWED if decision.borrowed else REASON_WITHIN_QUOTA,
+                              message=f"charged to queue {decision.queue}"
+                                      + (" on quota borrowed from its cohort" if decision.borrowed else ""), now=now)
             set_phase(status, PHASE_PLACED, reason="Placed", message=message, now=now, job=ref.key,
                       cluster=decision.cluster)
             return stored
@@ -553,11 +949,16 @@ class PlacementController:
             _log.info("placement decision not recorded: the job changed meanwhile", job=ref.key,
                       cluster=decision.cluster)
         else:
+            epoch = current_placement(stored)[1]
+            self._charged[ref.uid] = (decision.cluster, epoch, decision.gpu_model)
+            if preempted:
+                self.hub.events.record(stored, controller="placement", reason="Preempting", action="Preempt",
+                                       message=f"preempted {preempted} to make room in {decision.cluster}")
             score = f", score {decision.scores[0].total:.1f}" if decision.scores else ""
             model = f" on {decision.gpu_model}" if decision.gpu_model else ""
             self.hub.events.record(stored, controller="placement", reason="Placed", action="Place",
-                                   message=f"placed in {decision.cluster}{model}{score} at epoch "
-                                           f"{current_placement(stored)[1]}")
+                                   message=f"placed in {decision.cluster}{model}{score} at epoch {epoch}"
+                                           + (f" after preempting {preempted}" if preempted else ""))
         self._unplaced_written.pop(ref.uid, None)
         return stored
 
@@ -567,7 +968,13 @@ class PlacementController:
         self, job: Mapping[str, Any], unplaced: Unplaced, *, snapshots: Mapping[str, ClusterSnapshot], now: float,
     ) -> None:
         rows = why_not_rows(unplaced.why_not)
-        if not snapshots:
+        quota = unplaced.quota
+        if quota is not None:
+            # every cluster's row says the same; the rows of clusters another filter rejected stay in the table
+            reason, message = quota.code, quota.message
+            if quota.holding:
+                message += "; it holds that quota for itself meanwhile (jobs behind it in its queue wait)"
+        elif not snapshots:
             reason, message = "NoClusters", "no member cluster is registered (or none has been synced yet)"
         elif unplaced.never_fits:
             reason = "TooLargeForAnyCluster"
@@ -575,14 +982,17 @@ class PlacementController:
         else:
             reason = "NoClusterFits"
             message = f"no cluster can take the whole gang now ({len(rows)} of {len(snapshots)} rejected)"
-        if rows:
+        if rows and quota is None:
             detail = "; ".join(f"{r['cluster']}: {r['reason']} ({r['message']})" for r in rows[:8])
             message = f"{message}: {detail}"
         if unplaced.hold is not None:
             message += (f"; holding {len(unplaced.hold.nodes)} nodes in {unplaced.hold.cluster} "
                         f"({unplaced.hold.ready_fraction:.0%} ready)")
+        if unplaced.preemption is not None:
+            message += f"; {unplaced.preemption.describe()}"
         signature = (reason, tuple((r["cluster"], r["filter"], r["reason"]) for r in rows),
-                     unplaced.hold.cluster if unplaced.hold else None)
+                     unplaced.hold.cluster if unplaced.hold else None,
+                     unplaced.preemption.victim_uids if unplaced.preemption else None)
         status = job.get("status") or {}
         stored_rows = (status.get("placement") or {}).get("whyNot")
         already = self._unplaced_written.get(job_ref(job).uid)
@@ -621,7 +1031,8 @@ class PlacementController:
             self._remember(stored)
             short = "; ".join(f"{r['cluster']}: {r['reason']}" for r in rows[:8])
             self.hub.events.record(stored, controller="placement", reason=reason, action="Place", warning=True,
-                                   message=f"{message.split(':', 1)[0]}{': ' + short if short else ''}")
+                                   message=message if quota is not None
+                                   else f"{message.split(':', 1)[0]}{': ' + short if short else ''}")
 
     async def _record_suspended(self, job: Mapping[str, Any], *, now: float) -> None:
         """Phase Suspended, condition Suspended=True and a history entry for a suspended queued job (the
@@ -649,20 +1060,29 @@ class PlacementController:
             self.hub.events.record(stored, controller="placement", reason="Suspended", action="Suspend",
                                    message=_SUSPENDED_MESSAGE)
 
-    async def _unschedulable_spec(self, job: Mapping[str, Any], error: str, *, now: float) -> None:
+    async def _unschedulable(self, job: Mapping[str, Any], reason: str, message: str, *, now: float) -> None:
+        """Condition Schedulable=False with `reason` for a job that is not even tried (its spec cannot be
+        expressed: InvalidSpec; its queue does not take its namespace: NamespaceNotInQueue); written once
+        per (reason, message), with an Event and, when the reason changes, a history entry."""
         ref = job_ref(job)
-        signature = ("InvalidSpec", error)
-        if self._unplaced_written.get(ref.uid, (None, 0.0))[0] == signature and phase_of(job) != PHASE_SUSPENDED:
+        signature = (reason, message)
+        already = self._unplaced_written.get(ref.uid)
+        if already is not None and already[0] == signature and phase_of(job) != PHASE_SUSPENDED:
             return
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            if phase_of(stored) not in _ELIGIBLE_PHASES or current_placement(stored)[0] is not None:
+                return None
             st = stored["status"]
-            changed = set_condition(st, type=SCHEDULABLE, state="False", reason="InvalidSpec", message=error,
+            changed = set_condition(st, type=SCHEDULABLE, state="False", reason=reason, message=message,
                                     now=now)
             if st.get("phase") in (None, PHASE_SUSPENDED):
                 _resumed(st, now=now)
-                set_phase(st, PHASE_PENDING, reason="InvalidSpec", message=error, now=now, job=ref.key)
+                set_phase(st, PHASE_PENDING, reason=reason, message=message, now=now, job=ref.key)
                 changed = True
+            if changed and (already is None or already[0][0] != reason):
+                append_history(st, history_entry("Unschedulable", cluster=None, epoch=None, message=message,
+                                                 now=now))
             return stored if changed else None
 
         written, stored = await self._write_status(ref, mutate, failed="could not record why the job cannot be placed")
@@ -670,8 +1090,17 @@ class PlacementController:
             return
         self._unplaced_written[ref.uid] = (signature, now)
         if stored is not None:
-            self.hub.events.record(stored, controller="placement", reason="InvalidSpec", action="Place",
-                                   warning=True, message=error)
+            self._remember(stored)
+            self.hub.events.record(stored, controller="placement", reason=reason, action="Place",
+                                   warning=True, message=message)
+
+
+def _borrowed(job: Mapping[str, Any]) -> bool:
+    """Whether the job's placement runs on quota its queue borrowed (its QuotaReserved condition says so)."""
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == CONDITION_QUOTA_RESERVED:
+            return condition.get("status") == "True" and condition.get("reason") == REASON_BORROWED
+    return False
 
 
 async def job_placement(hub: HubContext) -> AsyncIterator[None]:

@@ -7,7 +7,8 @@
 - `submit`, `get_job`, `wait_job`: the hub's public API through the official `kubernetes.aio` client;
 - `member_objects(...)`: a job's PodGroups and pods in one member, by label;
 - `wait_until`: polling with a deadline (never bare sleeps);
-- `HubProcess`: `federator up` as a subprocess (sqlite by default, or any --store), its JSON log read back.
+- `HubProcess`: `federator up` as a subprocess (sqlite by default, or any --store), its JSON log read back;
+  `stored_jobs(store_url)`: its TrainingJobs read from the store while it is down.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ import yaml
 from kubernetes.aio import client as kube_client
 from kubernetes.aio import config as kube_config
 
+from federator.apiserver.storage import ObjectStorage
 from federator.clusters.client import PODS, MemberClient, podgroup_resource
 from federator.controllers.context import HubSettings
 from federator.delegation.adapter import LABEL_JOB_UID
+from federator.hub import HUB_STORE_PREFIX
+from federator.hubapi import hub_registry
 from federator.sim.profile import ClusterProfile, parse_profile
 from federator.sim.server import SimCluster
+from federator.store.open import open_store
 
 T = TypeVar("T")
 API = "federator.dev/v1alpha1"
@@ -326,6 +331,18 @@ def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
         if c.get("type") == type_:
             return dict(c)
     return None
+
+
+async def stored_jobs(store_url: str) -> dict[str, dict[str, Any]]:
+    """The hub's TrainingJobs read straight from its sqlite file while the hub is down."""
+    store = await open_store(store_url, prefix=HUB_STORE_PREFIX)
+    storage = ObjectStorage(store, hub_registry())
+    try:
+        listing = await storage.list(storage.registry.by_kind(API, "TrainingJob"))  # type: ignore[arg-type]
+        return {job["metadata"]["name"]: job for job in listing.items}
+    finally:
+        await storage.close()
+        await store.close()
 
 
 def json_log_records(path: Path) -> list[dict[str, Any]]:

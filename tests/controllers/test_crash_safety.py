@@ -25,13 +25,17 @@ from typing import Any
 
 import pytest
 
-from federator.apiserver.storage import ObjectStorage
 from federator.delegation.adapter import LABEL_EPOCH
-from federator.hub import HUB_STORE_PREFIX
-from federator.hubapi import hub_registry
-from federator.store.open import open_store
 
-from .jobtest_support import API, Federation, HubProcess, condition, gpu_job, placement_of, wait_until
+from .jobtest_support import (
+    Federation,
+    HubProcess,
+    condition,
+    gpu_job,
+    placement_of,
+    stored_jobs,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -54,18 +58,6 @@ def cpu_job(name: str, *, pods: int, namespace: str = "crash") -> dict[str, Any]
     body = gpu_job(name, namespace=namespace, workers=pods, gpus=0)
     body["spec"]["roles"][0]["template"]["resources"] = {"cpu": "500m", "memory": "1Gi"}
     return body
-
-
-async def stored_jobs(store_url: str) -> dict[str, dict[str, Any]]:
-    """The hub's TrainingJobs read straight from its sqlite file while the hub is down."""
-    store = await open_store(store_url, prefix=HUB_STORE_PREFIX)
-    storage = ObjectStorage(store, hub_registry())
-    try:
-        listing = await storage.list(storage.registry.by_kind(API, "TrainingJob"))  # type: ignore[arg-type]
-        return {job["metadata"]["name"]: job for job in listing.items}
-    finally:
-        await storage.close()
-        await store.close()
 
 
 async def crashed_state(hub: HubProcess, fed: Federation, name: str) -> tuple[dict[str, Any], int, int]:
