@@ -78,11 +78,10 @@ from federator.apis.common import (
     ValidationSettings,
     dns1123_label_errors,
     dns1123_subdomain_errors,
-    split_cause,
 )
 from federator.apis.crd import KINDS, column_getter, model_openapi_schema, openapi_schema
 from federator.apiserver import errors
-from federator.apiserver.errors import ApiError, FieldError
+from federator.apiserver.errors import ApiError
 from federator.apiserver.events import event_types
 from federator.apiserver.fieldvalidation import schema_unknown_fields
 from federator.apiserver.registry import JSONObject, Registry, ResourceType, TableColumn
@@ -110,28 +109,6 @@ HUB_VERSION: Final = API_VERSION
 #: Put on TrainingJobs when the lifecycle controller runs; it removes the
 #: job's member objects, then this finalizer.
 MEMBER_CLEANUP_FINALIZER: Final = "federator.dev/member-cleanup"
-
-_FieldValidator = Callable[[dict[str, Any]], list[tuple[str, str]]]
-
-
-def _as_field_errors(validator: _FieldValidator) -> Callable[[JSONObject], list[FieldError]]:
-    """apis validators speak (path, "Reason prefix: detail"); the apiserver wants kube causes."""
-
-    def validate(obj: JSONObject) -> list[FieldError]:
-        return [FieldError(path, *split_cause(message)) for path, message in validator(obj)]
-
-    return validate
-
-
-def _update_errors(
-    validator: Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, str]]],
-) -> Callable[[JSONObject, JSONObject], list[FieldError]]:
-    """`_as_field_errors` for a (new, old) validator."""
-
-    def validate(new: JSONObject, old: JSONObject) -> list[FieldError]:
-        return [FieldError(path, *split_cause(message)) for path, message in validator(new, old)]
-
-    return validate
 
 
 def _columns(kind: str) -> tuple[TableColumn, ...]:
@@ -282,8 +259,8 @@ def trainingjob_type(
     return ResourceType(
         group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
         namespaced=True, short_names=info.short_names, categories=info.categories,
-        validate=_as_field_errors(trainingjob.trainingjob_validator(validation)),
-        validate_update=_update_errors(trainingjob.trainingjob_update_validator()),
+        validate=trainingjob.trainingjob_validator(validation),
+        validate_update=trainingjob.trainingjob_update_validator(),
         prepare_update=trainingjob.keep_admitted_fields,
         admit_create=_admit_trainingjob,
         # Pod names are built from the job name, so it must be a DNS-1123 label.
@@ -324,7 +301,7 @@ def membercluster_type(validation: ValidationSettings | None = None) -> Resource
     return ResourceType(
         group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
         namespaced=False, short_names=info.short_names, categories=info.categories,
-        validate=_as_field_errors(membercluster.membercluster_validator(validation)),
+        validate=membercluster.membercluster_validator(validation),
         # Cluster names travel in member object labels and in Table cells.
         name_format="label",
         columns=_columns(membercluster.KIND),
@@ -347,7 +324,7 @@ def drillreport_type(validation: ValidationSettings | None = None) -> ResourceTy
         group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
         namespaced=False, short_names=info.short_names, categories=info.categories,
         status_subresource=False,
-        validate=_as_field_errors(drillreport.drillreport_validator(validation)),
+        validate=drillreport.drillreport_validator(validation),
         name_format="label",
         columns=_columns(drillreport.KIND),
         field_selectors={"spec.cluster": _string_field(".spec.cluster"),
@@ -368,7 +345,7 @@ def queue_type(validation: ValidationSettings | None = None) -> ResourceType:
         group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
         namespaced=False, short_names=info.short_names, categories=info.categories,
         status_verbs=("get",),
-        validate=_as_field_errors(queue.queue_validator(validation)),
+        validate=queue.queue_validator(validation),
         # TrainingJobs name their queue in spec.queue, a DNS-1123 label.
         name_format="label",
         columns=_columns(queue.KIND),
@@ -406,8 +383,8 @@ def priorityclass_type(validation: ValidationSettings | None = None) -> Resource
         plural=priorityclass.PLURAL, singular=priorityclass.SINGULAR, namespaced=False,
         short_names=priorityclass.SHORT_NAMES, status_subresource=False,
         defaults=priorityclass.priorityclass_defaults,
-        validate=_as_field_errors(priorityclass.priorityclass_validator(validation)),
-        validate_update=_update_errors(priorityclass.priorityclass_update_validator()),
+        validate=priorityclass.priorityclass_validator(validation),
+        validate_update=priorityclass.priorityclass_update_validator(),
         admit_create=_admit_priorityclass,
         admit_update=_admit_priorityclass,
         columns=(

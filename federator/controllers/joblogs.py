@@ -37,6 +37,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.common import dns1123_label_errors
 from federator.apiserver import errors
 from federator.apiserver.errors import ApiError
 from federator.apiserver.podlog import LogOptions, log_query
@@ -50,7 +51,7 @@ __all__ = ["MAX_FOLLOWED", "LogSource", "log_selection", "open_job_log"]
 
 #: pods whose logs one request may follow at once (each is one member connection)
 MAX_FOLLOWED = 32
-_ROLE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_INDEX = re.compile(r"[0-9]{1,9}")
 #: lines queued from followed pods before their readers wait for the client
 _QUEUED_LINES = 1024
 
@@ -75,12 +76,12 @@ def log_selection(query: Mapping[str, str]) -> tuple[str | None, int | None]:
     """(role, index) from the query string; 400 BadRequest naming the parameter for a bad one."""
     role = query.get("role") or None
     raw_index = query.get("index")
-    if role is not None and not _ROLE.match(role):
+    if role is not None and dns1123_label_errors(role):
         raise errors.bad_request(f"invalid value for query parameter role: {role[:64]!r} is not a role name "
                                  "(a DNS-1123 label)")
     index: int | None = None
     if raw_index is not None and raw_index != "":
-        if not raw_index.isdigit() or len(raw_index) > 9:
+        if not _INDEX.fullmatch(raw_index):  # ASCII digits only: str.isdigit() takes '²', which int() refuses
             raise errors.bad_request(f"invalid value for query parameter index: {raw_index[:64]!r} is not a "
                                      "non-negative integer")
         index = int(raw_index)

@@ -12,6 +12,7 @@ import re
 import sys
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
@@ -54,7 +55,7 @@ def open_streams(env: Env) -> int:
 
 
 async def get_log(env: Env, name: str, who: str = "admin", **query: str) -> tuple[int, Any]:
-    path = log_url(name) + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+    path = log_url(name) + ("?" + urlencode(query) if query else "")
     return await env.hub.request("GET", path, who=who)
 
 
@@ -105,6 +106,8 @@ async def test_the_logs_of_a_jobs_pods_through_the_hub(tmp_path: Any, capsys: py
             ("j1", {"role": "Bad_Role"}, 400, "is not a role name"),
             ("j1", {"role": "worker", "index": "-1"}, 400, "is not a non-negative integer"),
             ("j1", {"role": "worker", "index": "9" * 30}, 400, "is not a non-negative integer"),
+            ("j1", {"role": "worker", "index": "\u00b2"}, 400, "is not a non-negative integer"),  # isdigit() takes it
+            ("j1", {"role": "worker\n"}, 400, "is not a role name"),
             ("j1", {"tailLines": "-3"}, 422, "tailLines: Invalid value: -3: must be greater than or equal to 0"),
             ("j1", {"sinceSeconds": "x"}, 400, "sinceSeconds: 'x' is not an integer"),
             ("j1", {"role": "worker", "index": "0", "previous": "true"}, 400,
