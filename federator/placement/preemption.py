@@ -16,8 +16,16 @@ Rules of the plan:
   victim runs in the cluster the gang then fits in, node by node, on the
   real (assumed) view with the victims' amounts released; room made in one
   cluster is never used to land elsewhere.
-- The gang's queue must admit it once the victims' quota is freed (the
-  same quota rules as admission).
+- The gang must fit within its queue's nominal quota once the victims'
+  quota is freed: no preemption in order to borrow (Kueue's classical
+  default, borrowWithinCohort: Never), whatever the victims' reason.
+  Otherwise a gang above its nominal quota could evict a lower-priority
+  gang of its own queue and run on borrowed quota, which another queue of
+  the cohort then reclaims for its own lower-priority gang, whose queue's
+  higher-priority gang does the same: evictions without end (the trace
+  replay with queues found such a cycle of four gangs at one instant). A
+  preemptor is thus never on borrowed quota, and can be evicted again only
+  by a gang of higher priority in its own queue.
 - Fewest victims first, across all clusters. Candidates are ranked
   borrowed first, then lowest priority, then most recently started (then
   uid); among sets of the fewest victims the one whose most senior victim
@@ -347,9 +355,8 @@ class _Search:
         return tally
 
     def quota_fits(self, chosen: Sequence[int]) -> bool:
-        victims = [self.victims[i] for i in chosen]
-        reclaiming = any(self.reasons[i] is VictimReason.RECLAIM_BORROWED for i in chosen)
-        return self.ledger.fits_after(self.gang, self.model, victims, own_only=reclaiming)
+        # Within nominal, whoever the victims are (see "Rules of the plan").
+        return self.ledger.fits_after(self.gang, self.model, [self.victims[i] for i in chosen], own_only=True)
 
     def fits(self, chosen: Sequence[int], tally: _Tally | None = None) -> bool:
         """Does the gang fit, node by node and in quota, once `chosen` are released?"""

@@ -205,6 +205,37 @@ CASES = [
         },
     ),
     Case(
+        "no eviction within its queue to run on borrowed quota",
+        TWO_FULL,
+        [
+            victim("own-low", {"n-0": 8}, priority=0, borrowed=True),
+            victim("nlp-own", {"n-1": 8}, queue="nlp"),
+        ],
+        HI,
+        # vision's nominal is 4: HI in own-low's place would borrow 4, and could then be reclaimed by nlp,
+        # whose own higher-priority gang would do the same to it: a cycle of evictions (found by the replay).
+        queues={
+            "vision": QueueQuota("vision", QuotaAmounts({"A100": 4}), cohort="research", within_queue=LOWER,
+                                 reclaim_borrowed=True),
+            "nlp": QueueQuota("nlp", QuotaAmounts({"A100": 12}), cohort="research", within_queue=LOWER,
+                              reclaim_borrowed=True),
+        },
+    ),
+    Case(
+        "within its queue when it stays within its nominal quota",
+        TWO_FULL,
+        [
+            victim("own-low", {"n-0": 8}, priority=0),
+            victim("nlp-own", {"n-1": 8}, queue="nlp"),
+        ],
+        HI,
+        queues={
+            "vision": QueueQuota("vision", QuotaAmounts({"A100": 8}), cohort="research", within_queue=LOWER),
+            "nlp": QueueQuota("nlp", QuotaAmounts({"A100": 8}), cohort="research"),
+        },
+        expect=("a", ("own-low",)),
+    ),
+    Case(
         "borrowed gangs of its own queue go first",
         TWO_FULL,
         [victim("own-low", {"n-0": 8}, priority=0), victim("own-borrowed", {"n-1": 8}, priority=2, borrowed=True)],
