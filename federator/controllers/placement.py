@@ -873,6 +873,7 @@ class PlacementController:
                       epoch=epoch, preemptor=preemptor)
             return True
         self._remember(stored)
+        self.hub.metrics.job_requeues.labels(reason="Preempted").inc()
         self.hub.events.record(stored, controller="placement", reason="Preempted", action="Preempt", warning=True,
                                message=message)
         _log.info("gang preempted", job=ref.key, cluster=cluster, epoch=epoch, preemptor=preemptor,

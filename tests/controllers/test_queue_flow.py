@@ -247,6 +247,8 @@ async def test_preemption_evicts_the_fewest_lowest_priority_gangs_whole(tmp_path
         [preempted] = history(victim, "Preempted")
         assert preempted["message"].startswith("preempted by team-a/urgent (reason: lower priority in queue vision)")
         assert phase(victim) == "Pending" and placement_of(victim)["epoch"] == placement_of(low)["epoch"]
+        assert env.hub.context.metrics.registry.get_sample_value(
+            "federator_job_requeues_total", {"reason": "Preempted"}) == 1
         assert await wait_until(lambda: _gone(env, low["metadata"]["uid"]), timeout=20, what="low's pods deleted")
         kept = await env.api.get("team-a", "mid")
         assert phase(kept) == "Running" and placement_of(kept)["epoch"] == placement_of(mid)["epoch"]
