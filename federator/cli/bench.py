@@ -3,7 +3,7 @@
     federator bench [--quick] [--runs N] [--only a,b] [--skip a,b] [--bench-args NAME=ARGS]
                     [--bench-dir DIR] [--timeout SECONDS] --out DIR
     federator bench replay [--trace DIR] [--clusters FILE] [--seed N] [--jobs N]
-                           [--policies a,b,...] [--workers N] --out DIR
+                           [--policies a,b,...] [--workers N] [--queues] --out DIR
     federator bench scale [bench/scale.py's arguments]
 
 Each benchmark is a subcommand of `bench`, registered by its own function
@@ -78,6 +78,10 @@ def _register_replay(benches: Any) -> None:
     p.add_argument("--policies", default=None, metavar="a,b,...", help="policies to run (default: all)")
     p.add_argument("--workers", default=None, metavar="N",
                    help="policies replayed in parallel processes (default: the number of CPUs, at most 4)")
+    p.add_argument("--queues", action="store_true",
+                   help="also replay federator with one queue per trace cluster (quota, fair share, priorities, "
+                        "preemption) beside federator without them, and report per-queue delay, Jain fairness "
+                        "over queues and preemptions")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for report.json, report.md, *.png")
     p.set_defaults(handler=_cmd_replay)
@@ -91,7 +95,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     try:
         options = replay_options(
             trace=args.trace, clusters=args.clusters, seed=args.seed, jobs=args.jobs, policies=args.policies,
-            workers=args.workers, out=args.out, progress=not args.no_progress,
+            workers=args.workers, out=args.out, progress=not args.no_progress, queues=args.queues,
         )
         report = run_replay(options)
     except ReplayInputError as e:
@@ -101,6 +105,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
               f"p95 {metrics['p95QueueDelaySeconds']:>9.1f} s   writes/job {metrics['memberWritesPerJob']:>6.2f}   "
               f"copied {metrics['datasetBytesCopied'] / 2**40:>9.1f} TiB   wall {metrics['wallSeconds']:>6.1f} s",
               flush=True)
+    queues = report.get("queues")
+    if queues:
+        for name, figures in queues["policies"].items():
+            print(f"{name:<24} Jain over queues {figures['queueJainFairness']:.3f}   preemptions per 1,000 jobs "
+                  f"{figures['preemptionsPer1000Jobs']:.2f}   GPU-hours lost {figures['gpuHoursLostToPreemption']:,.1f}",
+                  flush=True)
     print(f"report: {options.out / 'report.md'}", flush=True)
     return 0
 

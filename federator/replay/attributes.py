@@ -2,7 +2,9 @@
 
 The ITP trace gives each job a submission time, a duration and a GPU
 count; a federation also needs its gang shape, dataset, network need,
-GPU-model constraint and team. `RULE` fixes how they are drawn and
+GPU-model constraint and team, and a replay with queues (`--queues`) a
+priority: the trace has no notion of one, so it is drawn too (a stated
+mix; without queues every job has priority 0). `RULE` fixes how they are drawn and
 `describe_rule()` says it in words (printed in every report). Each job's
 draws come from BLAKE2b of "<seed>/<job uid>", so a job's attributes depend
 only on the seed, the job and the clusters file (for its home's models and
@@ -46,6 +48,8 @@ class AttributeRule:
     teams_per_trace_cluster: int = 4
     # A multi-pod gang that needs RDMA but runs on Ethernet runs this much longer.
     fabric_mismatch_slowdown: float = 1.3
+    # With queues: (priority, share) of the jobs, drawn per job; the shares sum to 1.
+    priority_mix: tuple[tuple[int, float], ...] = ((0, 0.25), (100, 0.65), (1000, 0.10))
 
 
 RULE = AttributeRule()
@@ -71,16 +75,26 @@ class ReplayJob:
     gpu_model: str | None
     dataset: str | None
     dataset_bytes: int
+    # 0 unless priorities were drawn (a replay with queues).
+    priority: int = 0
 
     @property
     def multi_pod(self) -> bool:
         return self.pods > 1
 
 
-def describe_rule(rule: AttributeRule = RULE) -> str:
+def describe_rule(rule: AttributeRule = RULE, *, priorities: bool = False) -> str:
     """The rule in words, for report.json's `rule` and report.md."""
     r = rule
     other_dataset = 1 - r.no_dataset_share - r.home_dataset_share
+    if priorities:
+        mix = ", ".join(f"{value} with probability {share:g}" for value, share in r.priority_mix)
+        priority_text = (
+            f"Priority (the trace has none; drawn because queues are replayed): {mix}, from the digest's eighth "
+            "draw, so every other attribute is the same as without queues. "
+        )
+    else:
+        priority_text = "All jobs have priority 0. "
     return (
         "Per job, uniform draws from BLAKE2b('<seed>/<job uid>') (uid = '<trace cluster>-<row>'). "
         f"Gang shape: a job of at most {r.max_single_pod_gpus} GPUs is one pod with all its GPUs; a larger job is "
@@ -96,14 +110,14 @@ def describe_rule(rule: AttributeRule = RULE) -> str:
         f"{other_dataset:g}; its size is the largest size any cluster declares for it. A dataset missing in "
         "the cluster that runs the job is copied in before the job starts, taking size / that cluster's "
         "bandwidthGbps while the gang holds its GPUs. "
-        f"Team: one of {r.teams_per_trace_cluster} teams per trace cluster (uniform). All jobs have priority 0. "
+        f"Team: one of {r.teams_per_trace_cluster} teams per trace cluster (uniform). {priority_text}"
         f"A multi-pod gang that asked for rdma and runs on an Ethernet cluster runs "
         f"{r.fabric_mismatch_slowdown:g} times its traced duration."
     )
 
 
 class _Draws:
-    """Uniform numbers in [0, 1) from one BLAKE2b digest (8 per job; one per attribute)."""
+    """Uniform numbers in [0, 1) from one BLAKE2b digest (8 per job; one per attribute, the 8th the priority)."""
 
     __slots__ = ("_digest", "_next")
 
@@ -131,10 +145,26 @@ def _weighted(items: Sequence[tuple[str, int]], u: float) -> str:
     return items[-1][0]
 
 
+def _priority(mix: Sequence[tuple[int, float]], u: float) -> int:
+    acc = 0.0
+    for value, share in mix:
+        acc += share
+        if u < acc:
+            return value
+    return mix[-1][0]
+
+
 def assign_attributes(
-    jobs: Sequence[TraceJob], federation: Federation, *, seed: int, rule: AttributeRule = RULE
+    jobs: Sequence[TraceJob],
+    federation: Federation,
+    *,
+    seed: int,
+    rule: AttributeRule = RULE,
+    priorities: bool = False,
 ) -> list[ReplayJob]:
-    """Every trace job with its drawn attributes (in the given order)."""
+    """Every trace job with its drawn attributes (in the given order); `priorities`: draw each job's too."""
+    if priorities and (not rule.priority_mix or abs(sum(s for _, s in rule.priority_mix) - 1) > 1e-9):
+        raise ValueError(f"priority_mix must be (priority, share) pairs whose shares sum to 1: {rule.priority_mix}")
     sizes = federation.dataset_sizes
     catalogue = tuple(sizes)
     specs = {c.name: c for c in federation.clusters}
@@ -143,7 +173,7 @@ def assign_attributes(
         draws = _Draws(seed, job.uid)
         home = federation.home_of[job.cluster]
         spec = specs[home]
-        u_shape, u_net, u_pin, u_model, u_ds_kind, u_ds, u_team = (draws.uniform() for _ in range(7))
+        u_shape, u_net, u_pin, u_model, u_ds_kind, u_ds, u_team, u_priority = (draws.uniform() for _ in range(8))
         if job.gpus <= rule.max_single_pod_gpus:
             pods, per_pod = 1, job.gpus
         else:
@@ -190,6 +220,7 @@ def assign_attributes(
                 gpu_model=model,
                 dataset=dataset,
                 dataset_bytes=sizes.get(dataset, 0) if dataset else 0,
+                priority=_priority(rule.priority_mix, u_priority) if priorities else 0,
             )
         )
     return out

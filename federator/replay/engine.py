@@ -23,7 +23,22 @@ minus submission; its JCT is finish minus submission.
 Writes are counted uniformly: every gang copy written into a member costs
 1 + pods writes (a PodGroup, or the policy's equivalent workload object,
 and its pods), and every copy deleted (a losing copy, a failed dispatch
-pulled back, or a finished gang cleaned up) the same again.
+pulled back, a finished gang cleaned up, or a gang evicted) the same again.
+
+Preemption (`evict`, asked by a policy with queues): a bound gang is
+evicted whole at once (its member objects deleted, every pod's node
+freed), its job goes back to not started with epoch + 1 (the policy
+requeues it), and its work is lost: it restarts from the beginning (its
+dataset copy too, if its next cluster does not cache the dataset), and
+the GPUs it held from binding until eviction count as GPU-hours lost to
+preemption. Its queueing delay is still its final start minus its
+submission, its JCT its final finish minus its submission.
+
+Per queue (the trace cluster a job came from: the queues of `--queues`,
+measured for every policy): jobs, median and p95 queueing delay, mean
+speed (traced duration / JCT, 1 when never delayed), evictions and GPU-hours lost
+(`PolicyResult.extra["queues"]`); `queue_fairness` is Jain's index over
+the queues' mean speeds.
 
 Must never: read a clock for the simulation (only `wall_seconds`
 measures the run), or let any policy see another's members.
@@ -45,7 +60,16 @@ from federator.replay.attributes import RULE, AttributeRule, ReplayJob
 from federator.replay.clusters import Federation
 from federator.replay.member import GangCopy, Member, pod_requirements_of
 
-__all__ = ["FAILED_DISPATCH_NOTICE_SECONDS", "Engine", "Policy", "PolicyBase", "PolicyResult"]
+__all__ = [
+    "FAILED_DISPATCH_NOTICE_SECONDS",
+    "Engine",
+    "Policy",
+    "PolicyBase",
+    "PolicyResult",
+    "jain_index",
+    "quantile",
+    "queue_fairness",
+]
 
 # A gang written where it can never run stays Unschedulable; the dispatcher notices after this long
 # (karmada-descheduler's default unschedulable threshold is 5 minutes) and pulls it back.
@@ -140,6 +164,16 @@ def jain_index(values: Sequence[float]) -> float:
     return (total * total) / (len(values) * squares) if squares > 0 else 1.0
 
 
+def _speed(duration: float, jct: float) -> float:
+    """Traced duration / JCT: 1 for a job that never waited or slowed, towards 0 the longer it did."""
+    return duration / jct if jct > 0 else 1.0
+
+
+def queue_fairness(per_queue: dict[str, dict[str, Any]]) -> float:
+    """Jain's index over the queues' mean speeds (`meanSpeed`), of the queues with a finished job."""
+    return jain_index([q["meanSpeed"] for _, q in sorted(per_queue.items()) if q["finished"]])
+
+
 class Engine:
     """One policy's replay over fresh members; `run()` returns its PolicyResult."""
 
@@ -172,6 +206,10 @@ class Engine:
         self.started_at = array("d", [math.nan]) * n
         self.finished_at = array("d", [math.nan]) * n
         self.cluster_of: list[str | None] = [None] * n
+        # Times each job was evicted (its epoch) and the GPU-seconds its evicted runs held.
+        self.epoch = array("l", [0]) * n
+        self.lost_gpu_seconds = array("d", [0.0]) * n
+        self.evictions = 0
         self.writes = 0
         self.failed_dispatches = 0
         self.fabric_mismatches = 0
@@ -194,14 +232,18 @@ class Engine:
         """Call `policy.on_timer(payload)` at virtual time `at` (not before now)."""
         heapq.heappush(self._events, (max(at, self.now), _TIMER, next(self._seq), payload))
 
-    def dispatch(self, job: ReplayJob, cluster: str, *, cycle: bool = True) -> GangCopy:
-        """Write a copy of the job's gang into a member; with `cycle`, the member schedules at once."""
+    def dispatch(self, job: ReplayJob, cluster: str, *, cycle: bool = True, gpu_model: str | None = None) -> GangCopy:
+        """Write a copy of the job's gang into a member; with `cycle`, the member schedules at once.
+
+        `gpu_model` pins the pods of a job that accepts any model to that one (the hub's delegation does so
+        with the model placement chose).
+        """
         member = self.members[cluster]
         copy = GangCopy(
             job=job,
             cluster=cluster,
             seq=next(self._seq),
-            requirements=pod_requirements_of(job),
+            requirements=pod_requirements_of(job, gpu_model=gpu_model),
             pod_keys=tuple(f"{job.uid}/{cluster}/{i}" for i in range(job.pods)),
         )
         self.writes += 1 + job.pods
@@ -216,6 +258,22 @@ class Engine:
         """Delete a waiting copy from its member (the writes of its PodGroup and pods)."""
         self.members[copy.cluster].delete(copy)
         self.writes += 1 + copy.job.pods
+
+    def evict(self, copy: GangCopy) -> None:
+        """Evict a bound gang whole (a preemption); see the module docstring. The policy requeues the job."""
+        job = copy.job
+        if copy.state != "bound" or math.isnan(self.bound_at[job.index]):
+            raise ValueError(f"only a running gang can be evicted; {job.uid}'s copy in {copy.cluster} is {copy.state}")
+        self.members[copy.cluster].evict(copy)
+        self.writes += 1 + job.pods
+        self.busy_gpus -= copy.gpus
+        self.lost_gpu_seconds[job.index] += copy.gpus * (self.now - copy.bound_at)
+        self.evictions += 1
+        self.epoch[job.index] += 1
+        self.bound_at[job.index] = math.nan
+        self.started_at[job.index] = math.nan
+        self.cluster_of[job.index] = None
+        self._dirty.add(copy.cluster)
 
     def count_failed_dispatch(self) -> None:
         self.failed_dispatches += 1
@@ -292,7 +350,8 @@ class Engine:
                 batch.append(heapq.heappop(events))
             self.events += len(batch)
             for _, kind, _, payload in batch:
-                if kind == _FINISH:
+                # An evicted gang's finish never comes.
+                if kind == _FINISH and payload.state == "bound":
                     self._finish(payload)
             for _, kind, _, payload in batch:
                 if kind == _ARRIVAL:
@@ -333,18 +392,30 @@ class Engine:
         delays: list[float] = []
         jcts: list[float] = []
         per_team: dict[str, list[float]] = {}
+        # queue (trace cluster) -> (delays, speeds, [jobs, evictions, lost GPU-seconds])
+        per_queue: dict[str, tuple[list[float], list[float], list[float]]] = {}
         never = 0
         for job in jobs:
+            queue = per_queue.get(job.trace_cluster)
+            if queue is None:
+                queue = per_queue[job.trace_cluster] = ([], [], [0.0, 0.0, 0.0])
+            counts = queue[2]
+            counts[0] += 1
+            counts[1] += self.epoch[job.index]
+            counts[2] += self.lost_gpu_seconds[job.index]
             start = self.started_at[job.index]
             if math.isnan(start):
                 never += 1
                 continue
             delays.append(start - job.submitted)
+            queue[0].append(start - job.submitted)
             finish = self.finished_at[job.index]
             if not math.isnan(finish):
                 jct = finish - job.submitted
                 jcts.append(jct)
-                per_team.setdefault(job.team, []).append(job.duration / jct if jct > 0 else 1.0)
+                speed = _speed(job.duration, jct)
+                per_team.setdefault(job.team, []).append(speed)
+                queue[1].append(speed)
         delays.sort()
         first = min((j.submitted for j in jobs), default=0.0)
         finishes = [f for f in self.finished_at if not math.isnan(f)]
@@ -367,6 +438,28 @@ class Engine:
             "jobs": len(jobs),
             "wallSeconds": round(wall, 3),
         }
+        queues: dict[str, dict[str, Any]] = {}
+        for name, (queue_delays, speeds, counts) in sorted(per_queue.items()):
+            queue_delays.sort()
+            queues[name] = {
+                "jobs": int(counts[0]),
+                "started": len(queue_delays),
+                "finished": len(speeds),
+                "medianQueueDelaySeconds": round(quantile(queue_delays, 0.5), 3),
+                "p95QueueDelaySeconds": round(quantile(queue_delays, 0.95), 3),
+                "meanSpeed": round(sum(speeds) / len(speeds), 6) if speeds else 0.0,
+                "evictions": int(counts[1]),
+                "gpuHoursLostToPreemption": round(counts[2] / 3600, 3),
+            }
+        lost_hours = sum(self.lost_gpu_seconds) / 3600
+        extra: dict[str, Any] = {
+            "queues": queues,
+            "queueJainFairness": round(queue_fairness(queues), 6),
+            "preemptions": self.evictions,
+            "preemptionsPer1000Jobs": round(1000 * self.evictions / len(jobs), 3) if jobs else 0.0,
+            "preemptedJobs": sum(1 for e in self.epoch if e),
+            "gpuHoursLostToPreemption": round(lost_hours, 3),
+        }
         return PolicyResult(
             policy=self.policy.name,
             metrics=metrics,
@@ -376,4 +469,5 @@ class Engine:
             events=self.events,
             member_cycles=sum(m.cycles for m in self.members.values()),
             cpu_seconds=round(cpu, 3),
+            extra=extra,
         )

@@ -19,21 +19,49 @@ What the hub does, in virtual time:
   scheduler binds it), the unplaced stay queued, and a gang still queued
   when it becomes old enough to hold gets a cycle at that instant.
 
+A job's gang carries its priority (0 unless the replay drew priorities),
+and a dispatched gang's pods are pinned to the GPU model placement chose
+(a required node affinity on `nvidia.com/gpu.product`, as the hub's
+delegation writes), so the member binds it on that model.
+
+With queues (`queues=`: the `federator-queues` policy, `replay/queues.py`
+builds them from the trace's clusters), each gang names its queue (its
+trace cluster) and every cycle also gets the queues and the running
+gangs: every gang dispatched and not finished, with the queue it is
+charged to, its priority, its start, the GPU model it runs on, whether it
+was admitted on borrowed quota (the decision's `borrowed`) and its
+per-node amounts from the member's binding (none yet for a copy still
+waiting in its member). A decision with a `preemption` is carried out
+before its gang is dispatched: each victim's copy is evicted whole
+(`Engine.evict`: its PodGroup and pods deleted, counted as writes, its
+work lost) and its job requeued with its original submission time and
+epoch + 1; then the preemptor is dispatched into the cluster where the
+room was made, where its member binds it at once. A cycle that preempted
+is followed by another at the same instant, so that the victims are
+placed elsewhere at once if they fit (as the hub's next cycle would).
+`preemptions` records each one (who, where, whom, why).
+
 Which queued gangs go into a cycle: run_cycle's answer for a gang that
 cannot be placed and cannot take a hold is "unplaced, no hold", whatever
 else is in the cycle. So, to keep a 69,000-job replay fast, a cycle is
-given the gangs that hold a hold, and per signature (shape, network,
-GPU models: what the filters read) the oldest gangs up to how many of
-that signature could possibly be placed or take a hold: the count of such
-pods the clusters that pass the profile's own cheap filters hold by free
-GPUs node by node (`ClusterIndex.max_pods_by_free_gpus`, on the snapshots
-without reservations, so never less than the cycle's own views), plus the
-hold slots of every cluster where it could hold (taken or not: a holder
-placed in the cycle frees its slot for the next). Gangs of one signature
-are placed in queue order and fail alike, so the cycle decides exactly
-what one over the whole queue would; `exhaustive_queue=True` turns the
-selection off (the tests compare both), and a queue of 16 gangs or fewer
-goes in whole.
+given the gangs that hold a hold, and per group (signature: shape,
+network, GPU models, what the filters read; queue; priority) the oldest
+gangs up to how many of that group could possibly be placed or take a
+hold: the count of such pods the clusters that pass the profile's own
+cheap filters hold by free GPUs node by node
+(`ClusterIndex.max_pods_by_free_gpus`, on the snapshots without
+reservations, so never less than the cycle's own views), plus the hold
+slots of every cluster where it could hold (taken or not: a holder placed
+in the cycle frees its slot for the next), and with queues, plus how many
+running gangs its queue's policy could evict for it (its queue's gangs of
+lower priority, the cohort's gangs admitted on borrowed quota: each
+preemption evicts at least one) and one for the quota hold an aged gang
+may take. Gangs of one group are ordered alike and fail alike, so the
+cycle decides what one over the whole queue would (with queues an
+eviction can free quota for a gang of the group behind one that found
+none; the tests compare selection and the whole queue on contended
+traces with preemption); `exhaustive_queue=True` turns the selection off,
+and a queue of 16 gangs or fewer goes in whole.
 
 Must never: place through anything but `run_cycle`, or see the other
 policies' members.
@@ -41,7 +69,9 @@ policies' members.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections import Counter
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from immutables import Map
@@ -56,13 +86,18 @@ from federator.placement import (
     Network,
     NodeState,
     Profile,
+    QueueQuota,
     RdmaKind,
     ReservationBook,
     ReservationKind,
     Resources,
     RoleRequest,
+    RunningGang,
+    Victim,
+    WithinQueue,
     run_cycle,
 )
+from federator.placement.decision import Decision
 from federator.placement.framework import GANG_FIT, EvalContext, FederationStats, FilterResult
 from federator.placement.nodefit import candidate_gpu_models
 from federator.placement.plugins import default_registry
@@ -70,15 +105,34 @@ from federator.placement.plugins.gang_fit import EXCEEDS_CAPACITY
 from federator.replay.attributes import ReplayJob
 from federator.replay.engine import Engine, PolicyBase
 from federator.replay.member import GPU_PRODUCT_LABEL, GangCopy, Member
+from federator.replay.queues import QUEUE_POLICY
 from federator.sim.fit import CPU, GPU, MEMORY
 
-__all__ = ["FederatorPolicy", "gang_request_of"]
+__all__ = ["FederatorPolicy", "PreemptionRecord", "gang_request_of"]
 
 # A queue this short goes into the cycle whole: choosing would cost more than it saves.
 _SELECT_ABOVE = 16
+# More evictions of one job at one instant than this is a cycle of preemptions, not a decision.
+_MAX_EVICTIONS_AT_ONCE = 3
 
 
-def gang_request_of(job: ReplayJob) -> GangRequest:
+# (signature, queue, priority): gangs of one group are ordered alike and fail alike.
+_Group = tuple[Hashable, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionRecord:
+    """One preemption carried out: at `at`, `preemptor` was placed in `cluster` after evicting `victims`."""
+
+    at: float
+    preemptor: str
+    queue: str
+    priority: int
+    cluster: str
+    victims: tuple[Victim, ...]
+
+
+def gang_request_of(job: ReplayJob, *, queue: str = "") -> GangRequest:
     """The GangRequest the hub builds for a job of the replay (what `controllers.jobs.gang_request` reads)."""
     return GangRequest(
         key=f"{job.trace_cluster}/{job.uid}",
@@ -88,7 +142,9 @@ def gang_request_of(job: ReplayJob) -> GangRequest:
         gpu_models=(job.gpu_model,) if job.gpu_model else (),
         datasets=(job.dataset,) if job.dataset else (),
         node_selector={GPU_PRODUCT_LABEL: job.gpu_model} if job.gpu_model else {},
+        priority=job.priority,
         submitted_at=job.submitted,
+        queue=queue,
     )
 
 
@@ -129,16 +185,41 @@ def _node_state(member: Member, name: str, previous: NodeState | None) -> NodeSt
 class FederatorPolicy(PolicyBase):
     name = "federator"
 
-    def __init__(self, *, profile: Profile | None = None, exhaustive_queue: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        profile: Profile | None = None,
+        exhaustive_queue: bool = False,
+        queues: Mapping[str, QueueQuota] | None = None,
+    ) -> None:
         super().__init__()
         self.profile = profile or Profile()
         self.exhaustive_queue = exhaustive_queue
+        self.queues: dict[str, QueueQuota] | None = dict(queues) if queues is not None else None
+        if self.queues is not None:
+            self.name = QUEUE_POLICY
         self.book: ReservationBook = EMPTY_BOOK
         self.snapshots: dict[str, ClusterSnapshot] = {}
         self._rv: dict[str, int] = {}
-        # signature -> {uid: (job, gang)} in queue order (submission order: arrivals come in that order)
-        self._queue: dict[Hashable, dict[str, tuple[ReplayJob, GangRequest]]] = {}
-        self._signature_of: dict[str, Hashable] = {}
+        # group -> {uid: (job, gang)} in queue order (submission time, then key)
+        self._queue: dict[_Group, dict[str, tuple[ReplayJob, GangRequest]]] = {}
+        self._group_of: dict[str, _Group] = {}
+        # With queues: every gang dispatched and not finished (uid -> its gang, copy, model, borrowed).
+        self._placed: dict[str, tuple[GangRequest, str | None, bool]] = {}
+        self._copies: dict[str, GangCopy] = {}
+        self._running: dict[str, RunningGang] = {}
+        # Per cluster: running gangs per (queue, priority), and those admitted on borrowed quota per queue;
+        # GPUs running per (queue, model).
+        self._running_by: dict[str, Counter[tuple[str, int]]] = {}
+        self._borrowed_by: dict[str, Counter[str]] = {}
+        self._used: Counter[tuple[str, str | None]] = Counter()
+        self.preemptions: list[PreemptionRecord] = []
+        # Preemptors their member did not bind at once (the room made was not enough): never, if all is right.
+        self.preemptors_not_bound = 0
+        # (instant, uid) -> evictions of that job at that instant: a job evicted again and again at one
+        # instant is a cycle of preemptions (placement's rules must make one impossible), an error here.
+        self._evicted_now: Counter[str] = Counter()
+        self._evicted_at = float("nan")
         # cluster -> {uid: pods} bound there whose placed reservation the book may still hold
         self._shown: dict[str, dict[str, int]] = {}
         self._changed = True
@@ -156,6 +237,10 @@ class FederatorPolicy(PolicyBase):
 
     def attach(self, engine: Engine) -> None:
         super().attach(engine)
+        if self.queues is not None:
+            unknown = sorted({job.trace_cluster for job in engine.jobs} - set(self.queues))
+            if unknown:
+                raise ValueError(f"jobs of trace cluster(s) {', '.join(unknown)} have no queue")
         for name, member in engine.members.items():
             nodes = [_node_state(member, n.name, None) for n in member.ledger.ordered_nodes()]
             self._rv[name] = 1
@@ -167,24 +252,107 @@ class FederatorPolicy(PolicyBase):
     # ------------------------------------------------------------ engine hooks
 
     def submit(self, job: ReplayJob) -> None:
-        gang = gang_request_of(job)
-        signature = _signature(gang)
-        self._queue.setdefault(signature, {})[job.uid] = (job, gang)
-        self._signature_of[job.uid] = signature
-        self._changed = True
+        self._enqueue(job, gang_request_of(job, queue=job.trace_cluster if self.queues is not None else ""))
         # Once old enough it may take a head-of-line hold: make sure a cycle runs then.
         self.e.timer(job.submitted + self.profile.hold_after_seconds, ("aged", job.uid))
+
+    def _enqueue(self, job: ReplayJob, gang: GangRequest, *, requeued: bool = False) -> None:
+        group: _Group = (_signature(gang), gang.queue, gang.priority)
+        entries = self._queue.setdefault(group, {})
+        entries[job.uid] = (job, gang)
+        if requeued and len(entries) > 1:
+            # A requeued gang keeps its submission time: its place is among the older ones.
+            self._queue[group] = dict(sorted(entries.items(), key=lambda e: (e[1][1].submitted_at, e[1][1].key)))
+        self._group_of[job.uid] = group
+        self._changed = True
 
     def on_bound(self, copy: GangCopy) -> None:
         self._shown[copy.cluster][copy.job.uid] = copy.job.pods
         self._stale.add(copy.cluster)
+        if copy.job.uid in self._placed:
+            self._track_running(self._running_gang(copy))
 
     def on_finished(self, copy: GangCopy) -> None:
         self._stale.add(copy.cluster)
+        if self.queues is not None:
+            self._forget(copy.job.uid)
 
     def on_timer(self, payload: Any) -> None:
-        if isinstance(payload, tuple) and payload[0] == "aged" and payload[1] in self._signature_of:
+        if isinstance(payload, tuple) and payload[0] == "aged" and payload[1] in self._group_of:
             self._changed = True
+        elif payload == ("preempted",):
+            self._changed = True
+
+    # ------------------------------------------------------------ running gangs (with queues)
+
+    def _running_gang(self, copy: GangCopy) -> RunningGang:
+        """What the cycle knows of a dispatched gang: its queue and priority, its model, its pods per node."""
+        job = copy.job
+        gang, model, borrowed = self._placed[job.uid]
+        per_node = Counter(copy.nodes.values())
+        member = self.e.members[copy.cluster]
+        if per_node and {member.model_of_node[node] for node in per_node} != {model}:
+            raise RuntimeError(f"gang {gang.key} was placed on {model} GPUs but bound on other nodes")
+        amounts = {
+            node: Resources(job.cpu_milli_per_pod * n, job.memory_per_pod * n, job.gpus_per_pod * n)
+            for node, n in per_node.items()
+        }
+        return RunningGang(
+            uid=job.uid,
+            key=gang.key,
+            cluster=copy.cluster,
+            queue=gang.queue,
+            priority=gang.priority,
+            started_at=copy.bound_at if copy.state == "bound" else self.e.now,
+            demand=gang.total,
+            gpu_model=model if gang.needs_gpu else None,
+            amounts=amounts,
+            borrowed=borrowed,
+        )
+
+    def _track_running(self, running: RunningGang) -> None:
+        self._untrack_running(running.uid)
+        self._running[running.uid] = running
+        self._count_running(running, +1)
+
+    def _untrack_running(self, uid: str) -> None:
+        running = self._running.pop(uid, None)
+        if running is not None:
+            self._count_running(running, -1)
+
+    def _count_running(self, running: RunningGang, sign: int) -> None:
+        self._running_by.setdefault(running.cluster, Counter())[(running.queue, running.priority)] += sign
+        if running.borrowed:
+            self._borrowed_by.setdefault(running.cluster, Counter())[running.queue] += sign
+        self._used[(running.queue, running.gpu_model)] += sign * running.demand.gpu
+
+    def _forget(self, uid: str) -> None:
+        self._untrack_running(uid)
+        self._placed.pop(uid, None)
+        self._copies.pop(uid, None)
+
+    def _may_reclaim(self, gang: GangRequest) -> bool:
+        """Could the gang's queue reclaim for it: reclaimBorrowed, and room in its nominal quota of some model?"""
+        assert self.queues is not None
+        quota = self.queues[gang.queue]
+        if not quota.reclaim_borrowed or not quota.cohort:
+            return False
+        models = gang.gpu_models or tuple(quota.nominal.gpus)
+        return any(self._used[(gang.queue, m)] + gang.total.gpu <= quota.nominal.gpus.get(m, 0) for m in models)
+
+    def _victims_in(self, cluster: str, queue: str, priority: int, *, reclaim: bool) -> int:
+        """Running gangs of `cluster` the queue's policy could evict for a gang of (queue, priority)."""
+        assert self.queues is not None
+        quota = self.queues[queue]
+        count = 0
+        if quota.within_queue is WithinQueue.LOWER_PRIORITY:
+            count += sum(n for (q, p), n in self._running_by.get(cluster, {}).items() if q == queue and p < priority)
+        if reclaim:
+            count += sum(
+                n for q, n in self._borrowed_by.get(cluster, {}).items()
+                if q != queue and self.queues[q].cohort == quota.cohort
+            )
+        return count
 
     # ------------------------------------------------------------ snapshots
 
@@ -231,12 +399,14 @@ class FederatorPolicy(PolicyBase):
             self._federation = FederationStats.of(self.snapshots.values())
         federation = self._federation
         chosen: list[GangRequest] = []
-        for signature, group in self._queue.items():
+        for (signature, queue, priority), group in self._queue.items():
             if not group:
                 continue
             example = next(iter(group.values()))[1]
             placeable = 0
             hold_slots = 0
+            victims = 0
+            reclaim = self.queues is not None and self._may_reclaim(example)
             for name, snapshot in self.snapshots.items():
                 memo = self._memo.get(name)
                 if memo is None or memo[0] is not snapshot:
@@ -259,7 +429,13 @@ class FederatorPolicy(PolicyBase):
                 may_hold = rejection is None or (rejection[0] == GANG_FIT and rejection[1].code != EXCEEDS_CAPACITY)
                 if may_hold:
                     hold_slots += limit
+                    # Each preemption (possible only where it could hold) evicts at least one running gang.
+                    if self.queues is not None:
+                        victims += self._victims_in(name, queue, priority, reclaim=reclaim)
             wanted = placeable + hold_slots
+            if self.queues is not None:
+                # + the quota hold one aged gang of its queue may take.
+                wanted += victims + 1
             taken = 0
             for uid, (_, gang) in group.items():
                 if taken >= wanted:
@@ -277,26 +453,36 @@ class FederatorPolicy(PolicyBase):
 
     def step(self) -> None:
         self._sync()
-        if not self._changed or not self._signature_of:
+        if not self._changed or not self._group_of:
             return
         self._changed = False
         now = self.e.now
         candidates = self._candidates(now=now)
         if not candidates and not self.book.holds():
             return
-        result = run_cycle(candidates, self.snapshots, self.profile, now=now, reservations=self.book)
+        result = run_cycle(
+            candidates,
+            self.snapshots,
+            self.profile,
+            now=now,
+            reservations=self.book,
+            queues=self.queues,
+            running=tuple(self._running.values()),
+        )
         self.cycles += 1
         self.gangs_evaluated += len(candidates)
         self.book = result.reservations
         if self.book.holds():
             self.cycles_with_holds += 1
         for decision in result.decisions:
-            signature = self._signature_of.pop(decision.gang_uid)
-            job, _ = self._queue[signature].pop(decision.gang_uid)
-            if not self._queue[signature]:
-                del self._queue[signature]
+            group = self._group_of.pop(decision.gang_uid)
+            job, gang = self._queue[group].pop(decision.gang_uid)
+            if not self._queue[group]:
+                del self._queue[group]
             self.decisions.append((now, job.uid, decision.cluster))
-            self.e.dispatch(job, decision.cluster)
+            if decision.preemption is not None:
+                self._preempt(job, gang, decision)
+            self._dispatch(job, gang, decision)
         # Forget what the member showed for gangs whose placed reservation the cycle released.
         for name, shown in self._shown.items():
             gone = [u for u in shown if (r := self.book.get(u)) is None or r.kind is not ReservationKind.PLACED]
@@ -304,4 +490,51 @@ class FederatorPolicy(PolicyBase):
                 del shown[uid]
             if gone:
                 self._stale.add(name)
+
+    def _dispatch(self, job: ReplayJob, gang: GangRequest, decision: Decision) -> None:
+        if self.queues is not None:
+            self._placed[job.uid] = (gang, decision.gpu_model, decision.borrowed)
+        copy = self.e.dispatch(job, decision.cluster, gpu_model=decision.gpu_model)
+        if self.queues is None:
+            return
+        self._copies[job.uid] = copy
+        if copy.state == "pending":
+            # Charged to its queue while its member has not bound it yet (nothing on nodes to free).
+            self._track_running(self._running_gang(copy))
+            if decision.preemption is not None:
+                self.preemptors_not_bound += 1
+
+    def _preempt(self, job: ReplayJob, gang: GangRequest, decision: Decision) -> None:
+        """Evict the decision's victims whole and requeue them (epoch + 1), before the preemptor goes out."""
+        preemption = decision.preemption
+        assert preemption is not None
+        if preemption.cluster != decision.cluster:
+            raise RuntimeError(f"{gang.key} is placed in {decision.cluster} but room was made in {preemption.cluster}")
+        for victim in preemption.victims:
+            copy = self._copies.get(victim.uid)
+            placed = self._placed.get(victim.uid)
+            if copy is None or placed is None or copy.cluster != preemption.cluster:
+                raise RuntimeError(f"victim {victim.key} of {gang.key} does not run in {preemption.cluster}")
+            victim_gang = placed[0]
+            if self.e.now != self._evicted_at:
+                self._evicted_at, self._evicted_now = self.e.now, Counter()
+            self._evicted_now[victim.uid] += 1
+            if self._evicted_now[victim.uid] > _MAX_EVICTIONS_AT_ONCE:
+                raise RuntimeError(
+                    f"preemption cycle: {victim.key} evicted {self._evicted_now[victim.uid]} times at t={self.e.now}, "
+                    f"last by {gang.key}"
+                )
+            self._forget(victim.uid)
+            if copy.state == "bound":
+                self.e.evict(copy)
+            else:
+                self.e.delete(copy)
+            self._shown[copy.cluster].pop(victim.uid, None)
+            self._stale.add(copy.cluster)
+            self._enqueue(copy.job, victim_gang, requeued=True)
+        self.preemptions.append(
+            PreemptionRecord(self.e.now, job.uid, gang.queue, gang.priority, decision.cluster, preemption.victims)
+        )
+        # The hub's next cycle places the victims elsewhere if they fit: one at this same instant.
+        self.e.timer(self.e.now, ("preempted",))
 

@@ -9,13 +9,17 @@ exactly as `federator/sim`'s gang scheduler does, with its code:
   minMember), never overcommitting a node: the simulator's fit, not a
   second one;
 - the order is `sim.scheduler.schedule_cycle`'s: pending gangs by priority,
-  then arrival; a gang that does not fit does not block the ones behind
+  then arrival (here by arrival alone: the member reads no priority, which
+  changes nothing while every job has priority 0; with `--queues` jobs
+  have priorities, and the hub that applies them sends a gang only where
+  it fits now); a gang that does not fit does not block the ones behind
   it (backfill); like schedule_cycle's attempt memo, a shape that failed at
   the ledger's current generation (no capacity freed since) is not tried
   again.
 What the simulator does around that (Kubernetes objects, conditions,
 events, HTTP) is left out: here a copy is a Python object and binding it
-is immediate.
+is immediate. A bound copy leaves by finishing or by being evicted whole
+(a preemption); neither ever frees part of a gang.
 
 A member also answers the questions baselines ask of a cluster: summed
 free resources (minus what waiting gangs will take, Karmada's
@@ -58,13 +62,18 @@ _RESOURCES = (CPU, MEMORY, GPU, PODS)
 _REQUIREMENTS: dict[tuple[int, int, int, str | None], PodRequirements] = {}
 
 
-def pod_requirements_of(job: ReplayJob) -> PodRequirements:
-    """The pod spec of every pod of the job's gang, as the simulator's scheduler reads it (shared per shape)."""
-    key = (job.cpu_milli_per_pod, job.memory_per_pod, job.gpus_per_pod, job.gpu_model)
+def pod_requirements_of(job: ReplayJob, *, gpu_model: str | None = None) -> PodRequirements:
+    """The pod spec of every pod of the job's gang, as the simulator's scheduler reads it (shared per shape).
+
+    `gpu_model` pins the pods to that model (as the hub's delegation does with the model placement chose)
+    when the job itself is not pinned.
+    """
+    model = job.gpu_model or gpu_model
+    key = (job.cpu_milli_per_pod, job.memory_per_pod, job.gpus_per_pod, model)
     req = _REQUIREMENTS.get(key)
     if req is None:
         requests = {CPU: job.cpu_milli_per_pod, MEMORY: job.memory_per_pod, GPU: job.gpus_per_pod, PODS: 1}
-        placement = Placement(node_selector=((GPU_PRODUCT_LABEL, job.gpu_model),)) if job.gpu_model else Placement()
+        placement = Placement(node_selector=((GPU_PRODUCT_LABEL, model),)) if model else Placement()
         req = PodRequirements(requests=tuple(sorted(requests.items())), placement=placement)
         _REQUIREMENTS[key] = req
     return req
@@ -79,7 +88,7 @@ class GangCopy:
     seq: int
     requirements: PodRequirements
     pod_keys: tuple[str, ...]
-    state: str = "pending"  # pending | bound | deleted | finished
+    state: str = "pending"  # pending | bound | deleted | finished | evicted
     bound_at: float = -1.0
     nodes: dict[str, str] = field(default_factory=dict)
 
@@ -198,6 +207,15 @@ class Member:
 
     def release(self, copy: GangCopy) -> None:
         """A bound gang finished: its pods stop using their nodes."""
+        self._unbind(copy)
+        copy.state = "finished"
+
+    def evict(self, copy: GangCopy) -> None:
+        """A bound gang evicted whole (preempted): every one of its pods stops using its node."""
+        self._unbind(copy)
+        copy.state = "evicted"
+
+    def _unbind(self, copy: GangCopy) -> None:
         if copy.state != "bound":
             raise ValueError(f"copy of {copy.job.uid} in {self.name} is {copy.state}, not bound")
         for key in copy.pod_keys:
@@ -208,7 +226,6 @@ class Member:
         self._retrack(copy.nodes.values())
         self._use(copy, -1)
         self.ledger_version += 1
-        copy.state = "finished"
 
     def _track(self, name: str, sign: int) -> None:
         node = self.ledger.nodes[name]

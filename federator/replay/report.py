@@ -1,9 +1,14 @@
 """Writing a replay's report: report.json, report.md and three PNG plots (matplotlib, no display).
 
 - report.json: `trace`, `clustersFile`, `seed`, `rule`, `machine`, and
-  `policies` (policy -> exactly METRIC_KEYS);
+  `policies` (policy -> exactly METRIC_KEYS); with `--queues` also
+  `queues` (`queue_section`: the queue rule, each queue's GPU-hours and
+  nominal quota, and per policy Jain's index over queues, preemptions per
+  1,000 jobs, GPU-hours lost to preemption and per queue the median and
+  p95 queueing delay; federator-queues / federator);
 - report.md: the inputs, every metric per policy, federator / each
-  baseline per metric, jobs that never started, and the plots;
+  baseline per metric, jobs that never started, the queues section, and
+  the plots;
 - queue_delay_cdf.png, gpu_utilization.png, writes_and_bytes.png.
 
 Files are written into `out` (created if missing) only after every
@@ -14,14 +19,18 @@ partial report unexplained.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from federator.placement import QueueQuota
+from federator.replay.attributes import ReplayJob
 from federator.replay.clusters import Federation
 from federator.replay.engine import PolicyResult
+from federator.replay.queues import QUEUE_POLICY, describe_queues, queue_gpu_hours
 
-__all__ = ["METRIC_KEYS", "PLOTS", "write_report"]
+__all__ = ["FAIRNESS_TEXT", "METRIC_KEYS", "PLOTS", "QUEUE_KEYS", "queue_section", "write_report"]
 
 METRIC_KEYS: tuple[str, ...] = (
     "meanQueueDelaySeconds",
@@ -39,6 +48,24 @@ METRIC_KEYS: tuple[str, ...] = (
     "wallSeconds",
 )
 PLOTS = ("queue_delay_cdf.png", "gpu_utilization.png", "writes_and_bytes.png")
+# Per policy in report.json's queues.policies (besides perQueue).
+QUEUE_KEYS: tuple[str, ...] = (
+    "queueJainFairness",
+    "preemptions",
+    "preemptionsPer1000Jobs",
+    "preemptedJobs",
+    "gpuHoursLostToPreemption",
+)
+FAIRNESS_TEXT = (
+    "queueJainFairness is Jain's index (sum x)^2 / (n sum x^2) over the queues (trace clusters) with a finished "
+    "job, x = the queue's mean speed, a job's speed being its traced duration / its JCT (1: never waited, "
+    "never slowed; a preempted job's JCT runs from its submission to its final finish). A preemption evicts "
+    "the victim whole and it restarts from the beginning: GPU-hours lost are the GPUs it held from binding "
+    "(dataset copy included) until eviction. Queueing delay is submission to the final start."
+)
+# federator-queues / federator in the queues section (delays and JCT lower is better; the rest higher).
+_COMPARED = ("meanQueueDelaySeconds", "p95QueueDelaySeconds", "p99QueueDelaySeconds", "meanJctSeconds",
+             "gpuUtilization", "memberWritesPerJob")
 _LOWER_IS_BETTER = {
     "meanQueueDelaySeconds", "p95QueueDelaySeconds", "p99QueueDelaySeconds", "meanJctSeconds", "makespanSeconds",
     "failedDispatches", "memberWritesPerJob", "datasetBytesCopied", "fabricMismatches",
@@ -103,7 +130,8 @@ def _markdown(
     ]
     if "federator" in names:
         ours = next(r for r in results if r.policy == "federator")
-        others = [r for r in results if r.policy != "federator"]
+        # federator-queues is federator itself with queues: its own section compares the two.
+        others = [r for r in results if r.policy not in ("federator", QUEUE_POLICY)]
         if others:
             lines += [
                 "",
@@ -137,6 +165,9 @@ def _markdown(
                 if better:
                     worse.append(f"- {key}: {', '.join(better)}")
             lines += worse or ["- nowhere: federator is best or tied on every metric"]
+    queues = report.get("queues")
+    if isinstance(queues, Mapping):
+        lines += _queue_markdown(queues)
     lines += [
         "",
         "## Plots",
@@ -149,6 +180,112 @@ def _markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def queue_section(
+    results: Sequence[PolicyResult], *, queues: Mapping[str, QueueQuota], jobs: Sequence[ReplayJob]
+) -> dict[str, Any]:
+    """report.json's `queues`: the rule, each queue's quota, and every policy's fairness and preemptions."""
+    hours = queue_gpu_hours(jobs, queues)
+    counts = Counter(job.trace_cluster for job in jobs)
+    section: dict[str, Any] = {
+        "rule": describe_queues(queues),
+        "fairness": FAIRNESS_TEXT,
+        "priorities": {str(p): n for p, n in sorted(Counter(job.priority for job in jobs).items())},
+        "quota": {
+            name: {
+                "jobs": counts.get(name, 0),
+                "gpuHours": round(hours[name], 3),
+                "nominal": dict(sorted(quota.nominal.gpus.items())),
+            }
+            for name, quota in sorted(queues.items())
+        },
+        "policies": {
+            r.policy: {**{key: r.extra[key] for key in QUEUE_KEYS}, "perQueue": r.extra["queues"]} for r in results
+        },
+    }
+    by_name = {r.policy: r for r in results}
+    if QUEUE_POLICY in by_name and "federator" in by_name:
+        with_q, without = by_name[QUEUE_POLICY], by_name["federator"]
+        ratios = {key: _ratio_value(float(with_q.metrics[key]), float(without.metrics[key])) for key in _COMPARED}
+        ratios["queueJainFairness"] = _ratio_value(
+            float(with_q.extra["queueJainFairness"]), float(without.extra["queueJainFairness"])
+        )
+        section["comparison"] = {"of": QUEUE_POLICY, "to": "federator", "ratios": ratios}
+    return section
+
+
+def _ratio_value(ours: float, theirs: float) -> float | None:
+    """ours / theirs rounded; None when theirs is 0 (undefined)."""
+    return round(ours / theirs, 4) if theirs else None
+
+
+def _queue_markdown(section: Mapping[str, Any]) -> list[str]:
+    policies: Mapping[str, Any] = section["policies"]
+    quota: Mapping[str, Any] = section["quota"]
+    models = sorted({m for q in quota.values() for m in q["nominal"]})
+    lines = [
+        "",
+        "## Queues",
+        "",
+        f"> {section['rule']}",
+        "",
+        "Jobs per priority: " + ", ".join(f"{p}: {n:,}" for p, n in section["priorities"].items()) + ".",
+        "",
+        "| queue | jobs | GPU-hours submitted | " + " | ".join(f"nominal {m}" for m in models) + " |",
+        "|---|---|---|" + "---|" * len(models),
+    ]
+    for name, q in quota.items():
+        lines.append(
+            f"| {name} | {q['jobs']:,} | {q['gpuHours']:,.0f} | "
+            + " | ".join(f"{q['nominal'].get(m, 0):,}" for m in models)
+            + " |"
+        )
+    lines += [
+        "",
+        FAIRNESS_TEXT,
+        "",
+        "| policy | Jain over queues | preemptions per 1,000 jobs | preempted jobs | GPU-hours lost to preemption |",
+        "|---|---|---|---|---|",
+    ]
+    for name, p in policies.items():
+        lines.append(
+            f"| {name} | {p['queueJainFairness']:.3f} | {p['preemptionsPer1000Jobs']:.2f} | {p['preemptedJobs']:,} | "
+            f"{p['gpuHoursLostToPreemption']:,.1f} |"
+        )
+    shown = [n for n in (QUEUE_POLICY, "federator") if n in policies]
+    if shown:
+        lines += [
+            "",
+            "Per queue: median / p95 queueing delay (s), mean speed, evictions.",
+            "",
+            "| queue | " + " | ".join(f"{n} delay | {n} speed | {n} evictions" for n in shown) + " |",
+            "|---|" + "---|---|---|" * len(shown),
+        ]
+        for queue in quota:
+            cells = []
+            for n in shown:
+                q = policies[n]["perQueue"].get(queue)
+                if q is None:
+                    cells.append("- | - | -")
+                else:
+                    cells.append(
+                        f"{q['medianQueueDelaySeconds']:,.1f} / {q['p95QueueDelaySeconds']:,.1f} | "
+                        f"{q['meanSpeed']:.3f} | {q['evictions']:,}"
+                    )
+            lines.append(f"| {queue} | " + " | ".join(cells) + " |")
+    comparison = section.get("comparison")
+    if isinstance(comparison, Mapping):
+        lines += [
+            "",
+            f"{comparison['of']} / {comparison['to']} (same jobs, same priorities, this invocation; delays, JCT "
+            "and writes lower is better, utilisation and fairness higher):",
+            "",
+            "| " + " | ".join(comparison["ratios"]) + " |",
+            "|" + "---|" * len(comparison["ratios"]),
+            "| " + " | ".join("n/a" if v is None else f"{v:.3g}" for v in comparison["ratios"].values()) + " |",
+        ]
+    return lines
 
 
 def _plots(out: Path, results: Sequence[PolicyResult]) -> None:

@@ -12,6 +12,12 @@ then creates `--out` and writes report.json, report.md and the PNG plots
 Everything a policy's figures depend on is (trace, clusters file, seed,
 rule): each worker loads the same files and draws the same attributes, and
 the engine is deterministic for a seed.
+
+With `queues` (`--queues`): every job also gets a drawn priority (the
+rule's mix), the policy `federator-queues` (federator with one queue per
+trace cluster, `replay/queues.py`) is replayed beside `federator` (added
+if not chosen: the same jobs without queues, on the same machine in the
+same invocation), and the report gains its `queues` section.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from federator.replay.attributes import RULE, ReplayJob, assign_attributes, desc
 from federator.replay.clusters import ClustersFileError, Federation, load_clusters
 from federator.replay.engine import Engine, Policy, PolicyResult
 from federator.replay.federated import FederatorPolicy
+from federator.replay.queues import QUEUE_POLICY, trace_queues
 from federator.replay.policies import (
     ArmadaPolicy,
     FirstFitPolicy,
@@ -44,6 +51,7 @@ from federator.replay.trace import TraceError, load_trace
 
 __all__ = [
     "POLICIES",
+    "QUEUE_POLICY",
     "ReplayInputError",
     "ReplayOptions",
     "default_clusters_file",
@@ -95,6 +103,7 @@ class ReplayOptions:
     workers: int
     out: Path
     progress: bool = True
+    queues: bool = False
 
 
 def _int(text: str | None, *, flag: str, low: int, high: int) -> int | None:
@@ -119,6 +128,7 @@ def replay_options(
     workers: str | None,
     out: str,
     progress: bool = True,
+    queues: bool = False,
 ) -> ReplayOptions:
     """Check the flags (not the files: `load_inputs` does) and return the options."""
     if jobs is not None and jobs.strip().startswith("-"):
@@ -132,12 +142,19 @@ def replay_options(
         names = [p.strip() for p in policies.split(",")]
         if not names or any(not n for n in names):
             raise ReplayInputError(f"--policies must be a comma-separated list of: {', '.join(POLICIES)}")
+        if QUEUE_POLICY in names:
+            raise ReplayInputError(f"--policies: {QUEUE_POLICY} is replayed by --queues (beside federator)")
         unknown = [n for n in names if n not in POLICIES]
         if unknown:
             raise ReplayInputError(f"--policies: unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
         if len(set(names)) != len(names):
             raise ReplayInputError("--policies names a policy twice")
         chosen = tuple(names)
+    if queues:
+        if "federator" not in chosen:
+            chosen = ("federator", *chosen)
+        at = chosen.index("federator") + 1
+        chosen = (*chosen[:at], QUEUE_POLICY, *chosen[at:])
     cpus = os.cpu_count() or 1
     workers_value = _int(workers, flag="--workers", low=1, high=MAX_WORKERS)
     if workers_value is None:
@@ -156,6 +173,7 @@ def replay_options(
         workers=workers_value,
         out=out_path,
         progress=progress,
+        queues=queues,
     )
 
 
@@ -169,12 +187,20 @@ def load_inputs(options: ReplayOptions) -> tuple[list[ReplayJob], Federation]:
         raise ReplayInputError(str(e)) from None
     if options.jobs is not None:
         trace = trace[: options.jobs]
-    return assign_attributes(trace, federation, seed=options.seed, rule=RULE), federation
+    jobs = assign_attributes(trace, federation, seed=options.seed, rule=RULE, priorities=options.queues)
+    return jobs, federation
 
 
-def make_policy(name: str, *, seed: int) -> Policy:
+def make_policy(
+    name: str, *, seed: int, jobs: Sequence[ReplayJob] = (), federation: Federation | None = None
+) -> Policy:
+    """The named policy; `federator-queues` builds its queues from the jobs and the federation."""
     if name == "federator":
         return FederatorPolicy()
+    if name == QUEUE_POLICY:
+        if federation is None:
+            raise ReplayInputError(f"{QUEUE_POLICY} needs the jobs and the federation to build its queues")
+        return FederatorPolicy(queues=trace_queues(jobs, federation))
     if name == "multikueue-allatonce":
         return MultiKueuePolicy(incremental=False)
     if name == "multikueue-incremental":
@@ -202,7 +228,7 @@ def run_policy(
     seed: int,
     progress: Callable[[int], None] | None = None,
 ) -> PolicyResult:
-    policy = make_policy(name, seed=seed)
+    policy = make_policy(name, seed=seed, jobs=jobs, federation=federation)
     return Engine(jobs=jobs, federation=federation, policy=policy, seed=seed, progress=progress).run()
 
 
@@ -299,21 +325,24 @@ def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[str, Poli
 
 def run_replay(options: ReplayOptions) -> dict[str, Any]:
     """Replay every chosen policy and write the report; returns report.json's content."""
-    from federator.replay.report import write_report
+    from federator.replay.report import queue_section, write_report
 
     jobs, federation = load_inputs(options)
     if not jobs:
         raise ReplayInputError(f"trace {options.trace} has no jobs to replay")
     machine = machine_description(options.workers)
     results, wall = _run_all(options, total_jobs=len(jobs))
-    report = {
+    ordered = [results[n] for n in options.policies]
+    report: dict[str, Any] = {
         "trace": str(options.trace),
         "clustersFile": str(options.clusters),
         "seed": options.seed,
-        "rule": describe_rule(RULE),
+        "rule": describe_rule(RULE, priorities=options.queues),
         "machine": machine,
         "policies": {name: results[name].metrics for name in options.policies},
     }
-    write_report(options.out, report=report, results=[results[n] for n in options.policies], federation=federation,
-                 wall_seconds=wall, jobs=len(jobs))
+    if options.queues:
+        report["queues"] = queue_section(ordered, queues=trace_queues(jobs, federation), jobs=jobs)
+    write_report(options.out, report=report, results=ordered, federation=federation, wall_seconds=wall,
+                 jobs=len(jobs))
     return report

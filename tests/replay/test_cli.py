@@ -9,7 +9,7 @@ import pytest
 from replay_builders import TINY_CLUSTERS, synthetic_trace, write_trace
 
 from federator.cli import main
-from federator.replay.report import METRIC_KEYS, PLOTS
+from federator.replay.report import METRIC_KEYS, PLOTS, QUEUE_KEYS
 from federator.replay.run import POLICIES, replay_options
 
 TOP_LEVEL = {"trace", "clustersFile", "seed", "rule", "machine", "policies"}
@@ -61,6 +61,56 @@ def test_policies_subset_keeps_the_order_given(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+def test_queues_replays_federator_with_and_without_queues_and_reports_fairness_and_preemptions(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, clusters = inputs
+    out = tmp_path / "out"
+    code = main(["bench", "replay", "--trace", str(trace), "--clusters", str(clusters), "--seed", "3", "--jobs", "90",
+                 "--policies", "none", "--queues", "--workers", "1", "--no-progress", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "federator-queues" in printed and "Jain over queues" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert set(report) == TOP_LEVEL | {"queues"}
+    assert list(report["policies"]) == ["federator", "federator-queues", "none"]
+    assert all(list(m) == list(METRIC_KEYS) for m in report["policies"].values())
+    assert "Priority (the trace has none" in report["rule"]
+    queues = report["queues"]
+    assert set(queues) == {"rule", "fairness", "priorities", "quota", "policies", "comparison"}
+    assert list(queues["quota"]) == ["cluster01", "cluster02", "cluster03"]
+    # The nominal quotas add up to the federation's GPUs of each model (TINY_CLUSTERS: A100 32, V100 16, H100 16).
+    totals: dict[str, int] = {}
+    for q in queues["quota"].values():
+        for model, count in q["nominal"].items():
+            totals[model] = totals.get(model, 0) + count
+    assert totals == {"A100": 32, "H100": 16, "V100": 16}
+    assert sum(queues["priorities"].values()) == 90 and set(queues["priorities"]) <= {"0", "100", "1000"}
+    assert list(queues["policies"]) == ["federator", "federator-queues", "none"]
+    for figures in queues["policies"].values():
+        assert set(figures) == set(QUEUE_KEYS) | {"perQueue"}
+        assert 0 < figures["queueJainFairness"] <= 1
+        for queue in figures["perQueue"].values():
+            assert queue["p95QueueDelaySeconds"] >= queue["medianQueueDelaySeconds"] >= 0
+    assert queues["policies"]["federator"]["preemptions"] == 0 == queues["policies"]["none"]["preemptions"]
+    assert queues["comparison"]["of"] == "federator-queues" and queues["comparison"]["to"] == "federator"
+    md = (out / "report.md").read_text()
+    assert "## Queues" in md and "Jain over queues" in md and queues["rule"] in md
+    # federator-queues is no baseline of federator's.
+    baseline_header = next(line for line in md.splitlines() if line.startswith("| metric | none"))
+    assert "federator-queues" not in baseline_header
+
+
+def test_queues_adds_federator_beside_the_chosen_policies(tmp_path: Path) -> None:
+    def chosen(policies: str | None) -> tuple[str, ...]:
+        return replay_options(trace=None, clusters=None, seed=None, jobs=None, policies=policies, workers=None,
+                              out=str(tmp_path / "o"), queues=True).policies
+
+    assert chosen("none") == ("federator", "federator-queues", "none")
+    assert chosen("karmada,federator") == ("karmada", "federator", "federator-queues")
+    assert chosen(None) == ("federator", "federator-queues", *POLICIES[1:])
+
+
 def _bad(tmp_path: Path, inputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], *flags: str) -> str:
     trace, clusters = inputs
     out = tmp_path / "never"
@@ -87,6 +137,8 @@ def _bad(tmp_path: Path, inputs: tuple[Path, Path], capsys: pytest.CaptureFixtur
         (["--seed", "-1"], "--seed must be an integer"),
         (["--seed", "9" * 40], "--seed must be an integer"),
         (["--workers", "0"], "--workers must be an integer from 1"),
+        (["--policies", "federator-queues"], "federator-queues is replayed by --queues"),
+        (["--queues", "--policies", "none,federator-queues"], "federator-queues is replayed by --queues"),
     ],
 )
 def test_bad_flags(inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
