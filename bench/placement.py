@@ -1,9 +1,11 @@
 """Benchmark of the pure placement engine: decisions per second and p99 decision latency.
 
-Scenarios: 20 clusters x 500 nodes and 100 clusters x 1,000 nodes, and
-20x500-unplaceable: 20 x 500 where 20% of the gangs fit nowhere.
+Scenarios: 20 clusters x 500 nodes and 100 clusters x 1,000 nodes,
+20x500-unplaceable: 20 x 500 where 20% of the gangs fit nowhere, and
+20x500-preemption: 20 x 500 with team queues where 30% of the gangs need preemption.
 Bars (issue 5): 20x500 >= 2,000 decisions/s with p99 <= 2 ms; 100x1000 >= 500 decisions/s;
-(issue 15) 20x500-unplaceable >= 2,000 decisions/s, unplaceable gangs included.
+(issue 15) 20x500-unplaceable >= 2,000 decisions/s, unplaceable gangs included;
+(issue 17) 20x500-preemption >= 1,000 decisions/s, each preemption included.
 
 Workload (seeded; stated here because the trace carries none of it):
 - Gang sizes: `num_gpu` of the jobs in the Microsoft ITP traces (read from
@@ -39,6 +41,33 @@ Workload (seeded; stated here because the trace carries none of it):
   are released) until it is back under, so clusters neither fill up nor
   empty out during the run.
 
+Preemption (scenario 20x500-preemption; measured in cycles of 64 only):
+- Four team queues (team-0..3) in one cohort, each with a quarter of the
+  federation's GPUs of each model as nominal quota, withinQueue
+  LowerPriority and reclaimBorrowed; every gang names a team (round robin).
+- 10% of each cluster's nodes are a scarce pool of H200 nodes, always full:
+  each holds 1-4 running gangs (8, 4+4, 4+2+2 or 2x4 GPUs, priority 0-2,
+  random start times), each of the team using the least of the pool so far
+  (so each team uses about its nominal quota; the few gangs beyond it run on
+  borrowed quota), passed to `run_cycle` as `running` with their per-node
+  amounts, like every gang the bench places.
+- A seeded 30% of the gangs are urgent: priority 10, H200 only, 1 pod of
+  up to 8 GPUs or 2 pods of 8 (from the trace's sizes). The pool is full, so
+  each needs preemption (nodes, and its queue's quota: a preemptor must end
+  within its nominal quota, so its victims are its own team's lower-priority
+  gangs in the cluster it lands in, or gangs other teams run there on
+  borrowed quota). After each cycle the bench evicts the victims (their
+  amounts leave the views) and gives what they freed beyond the preemptor's
+  need to new low-priority gangs of the victims' teams (a busy member
+  backfills), and once urgent gangs hold more than a quarter of the pool,
+  the oldest finish and new low-priority gangs of their team take their
+  place, so victims never run out and every urgent gang needs a preemption.
+- The other 70% are the usual gangs (priority 0, steady state as below).
+- "without preemption": the same world and gangs, the queues' policies
+  withinQueue Never and no reclaim: the urgent gangs stay unplaced (the
+  ratio is the cost of planning and doing preemption); "without queues":
+  no queues at all (the cost of admission and fair share on top).
+
 Two measurements per run:
 - latency: one gang per `run_cycle` call (the cycle's fixed cost is
   included, so this is an upper bound of a decision inside a larger cycle);
@@ -65,7 +94,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from federator.placement import (
@@ -74,10 +103,14 @@ from federator.placement import (
     GangRequest,
     NodeState,
     Profile,
+    QueueQuota,
+    QuotaAmounts,
     Resources,
     RoleRequest,
+    RunningGang,
     Taint,
     Unplaced,
+    WithinQueue,
     run_cycle,
 )
 from federator.placement.reservation import EMPTY_BOOK
@@ -88,9 +121,25 @@ GI = 2**30
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "itp"
 DATASETS = [f"dataset-{i}" for i in range(8)]
 # name -> (clusters, nodes per cluster, share of gangs that fit nowhere)
-SCENARIOS = {"20x500": (20, 500, 0.0), "100x1000": (100, 1000, 0.0), "20x500-unplaceable": (20, 500, 0.2)}
-BARS = {"20x500": (2000.0, 2.0), "100x1000": (500.0, None), "20x500-unplaceable": (2000.0, None)}
-DEFAULT_SCENARIOS = ("20x500", "100x1000", "20x500-unplaceable")
+SCENARIOS = {
+    "20x500": (20, 500, 0.0),
+    "100x1000": (100, 1000, 0.0),
+    "20x500-unplaceable": (20, 500, 0.2),
+    "20x500-preemption": (20, 500, 0.0),
+}
+BARS = {
+    "20x500": (2000.0, 2.0),
+    "100x1000": (500.0, None),
+    "20x500-unplaceable": (2000.0, None),
+    "20x500-preemption": (1000.0, None),
+}
+DEFAULT_SCENARIOS = ("20x500", "100x1000", "20x500-unplaceable", "20x500-preemption")
+# Scenario -> share of gangs that need preemption.
+PREEMPTION = {"20x500-preemption": 0.3}
+TEAMS = 4
+POOL_SHARE = 0.1
+POOL_MODEL = "H200"
+URGENT_PRIORITY = 10
 # The kinds of gang that fit nowhere, in turn: (pods, GPUs per pod, cores per pod, RDMA, GPU models).
 UNPLACEABLE_KINDS = {
     "exceeds-capacity": (600, 8, 8, 1, ()),
@@ -291,6 +340,232 @@ def run_once(
     )
 
 
+@dataclass
+class PreemptionWorld:
+    clusters: dict[str, ClusterSnapshot]
+    running: dict[str, RunningGang]
+    queues: dict[str, QueueQuota]
+    gangs: list[GangRequest]
+    urgent: set[str]
+    pool_nodes: int
+
+
+def _team(rng: random.Random) -> str:
+    return f"team-{rng.randrange(TEAMS)}"
+
+
+def make_preemption_world(
+    count: int, nodes_per_cluster: int, gangs: list[GangRequest], gpu_counts: Sequence[int], *, share: float,
+    rng: random.Random,
+) -> PreemptionWorld:
+    """The 20x500-preemption world (see the module docstring): a full H200 pool of running team gangs."""
+    clusters = make_clusters(count, nodes_per_cluster, rng)
+    running: dict[str, RunningGang] = {}
+    pool_nodes = 0
+    # Each pool gang goes to the team using the least of the pool so far, so that every team uses its
+    # share (its nominal quota of H200s); the cohort's other gangs are all the other queues' own.
+    team_use = [0] * TEAMS
+    for name, snapshot in list(clusters.items()):
+        pool = sorted(rng.sample(sorted(snapshot.nodes), round(len(snapshot.nodes) * POOL_SHARE)))
+        pool_nodes += len(pool)
+        updated = []
+        for node_name in pool:
+            old = snapshot.nodes[node_name]
+            load = Resources()
+            for gpus in rng.choice([[8], [4, 4], [4, 2, 2], [2, 2, 2, 2]]):
+                amount = Resources(gpus * 8_000, gpus * 64 * GI, gpus, 0)
+                uid = f"bg-{len(running)}"
+                team = min(range(TEAMS), key=lambda t: (team_use[t], t))
+                team_use[team] += gpus
+                running[uid] = RunningGang(
+                    uid=uid, key=f"bench/{uid}", cluster=name, queue=f"team-{team}", priority=rng.randint(0, 2),
+                    started_at=-1000.0 * rng.random(), demand=amount, gpu_model=POOL_MODEL,
+                    amounts={node_name: amount},
+                )
+                load = load + amount
+            updated.append(NodeState(name=node_name, allocatable=old.allocatable, allocated=load, gpu_model=POOL_MODEL))
+        clusters[name] = snapshot.with_nodes(updated)
+    capacity: dict[str, int] = {}
+    for snapshot in clusters.values():
+        for node in snapshot.nodes.values():
+            if node.eligible:
+                capacity[node.gpu_model] = capacity.get(node.gpu_model, 0) + node.allocatable.gpu
+    queues = {
+        f"team-{t}": QueueQuota(
+            f"team-{t}", QuotaAmounts({model: total // TEAMS for model, total in capacity.items()}),
+            cohort="research", within_queue=WithinQueue.LOWER_PRIORITY, reclaim_borrowed=True,
+        )
+        for t in range(TEAMS)
+    }
+    # A team's pool gangs beyond its nominal quota (the last started) run on quota borrowed from the cohort.
+    for t in range(TEAMS):
+        nominal = queues[f"team-{t}"].nominal.gpus.get(POOL_MODEL, 0)
+        used = 0
+        for gang in sorted((g for g in running.values() if g.queue == f"team-{t}"), key=lambda g: g.started_at):
+            used += gang.demand.gpu
+            if used > nominal:
+                running[gang.uid] = replace(gang, borrowed=True)
+    queued = [
+        GangRequest(
+            key=g.key, uid=g.uid, roles=g.roles, network=g.network, gpu_models=g.gpu_models, datasets=g.datasets,
+            submitted_at=g.submitted_at, queue=f"team-{i % TEAMS}",
+        )
+        for i, g in enumerate(gangs)
+    ]
+    urgent: set[str] = set()
+    for i in sorted(rng.sample(range(len(queued)), round(len(queued) * share))):
+        old = queued[i]
+        gpus = rng.choice(gpu_counts)
+        pods, per_pod = (1, gpus) if gpus <= 8 else (2, 8)
+        queued[i] = GangRequest(
+            key=old.key, uid=old.uid,
+            roles=(RoleRequest("worker", pods, Resources(per_pod * 8_000, per_pod * 64 * GI, per_pod, 0)),),
+            gpu_models=(POOL_MODEL,), priority=URGENT_PRIORITY, submitted_at=old.submitted_at, queue=old.queue,
+        )
+        urgent.add(old.uid)
+    return PreemptionWorld(clusters, running, queues, queued, urgent, pool_nodes)
+
+
+@dataclass
+class PreemptionRun:
+    rate: float
+    placed: int
+    preempting: int
+    victims: int
+    unplaced: int
+    urgent_unplaced: int
+
+
+def run_preemption_once(world: PreemptionWorld, profile: Profile, *, queues: dict[str, QueueQuota] | None) -> PreemptionRun:
+    """Cycles of 64 over the world; only `run_cycle` is timed (the bench's bookkeeping is not)."""
+    views = dict(world.clusters)
+    running = dict(world.running)
+    by_uid = {g.uid: g for g in world.gangs}
+    capacity = sum(n.allocatable.gpu for s in views.values() for n in s.nodes.values() if n.eligible)
+    normal: deque[str] = deque()
+    urgent: deque[str] = deque()
+    rng = random.Random(11)
+    elapsed = 0.0
+    placed = preempting = victims = unplaced = urgent_unplaced = 0
+    for start_index in range(0, len(world.gangs), 64):
+        batch = world.gangs[start_index : start_index + 64]
+        current = list(running.values()) if queues is not None else ()
+        start = time.perf_counter()
+        result = run_cycle(batch, views, profile, now=1.0, queues=queues, running=current)
+        elapsed += time.perf_counter() - start
+        views = dict(result.snapshots)
+        freed: dict[str, set[str]] = {}
+        freed_by: dict[tuple[str, str], str] = {}
+        for uid in result.evictions:
+            gone = running.pop(uid)
+            views[gone.cluster] = views[gone.cluster].with_allocation_changes(gone.amounts, release=True)
+            freed.setdefault(gone.cluster, set()).update(gone.amounts)
+            for node_name in gone.amounts:
+                freed_by.setdefault((gone.cluster, node_name), gone.queue)
+        victims += len(result.evictions)
+        # What the victims freed beyond the preemptor's need goes to new low-priority gangs of the victims'
+        # teams at once (a busy member backfills it), so that every urgent gang needs a preemption of its own.
+        for cluster, names in freed.items():
+            refills: dict[str, Resources] = {}
+            for node_name in sorted(names):
+                gpus = views[cluster].nodes[node_name].free.gpu
+                if gpus:
+                    amount = Resources(gpus * 8_000, gpus * 64 * GI, gpus, 0)
+                    uid = f"refill-{len(running)}-{start_index}-{node_name}"
+                    running[uid] = RunningGang(
+                        uid=uid, key=f"bench/{uid}", cluster=cluster, queue=freed_by[(cluster, node_name)],
+                        priority=rng.randint(0, 2),
+                        started_at=float(start_index), demand=amount, gpu_model=POOL_MODEL,
+                        amounts={node_name: amount},
+                    )
+                    refills[node_name] = amount
+            views[cluster] = views[cluster].with_allocation_changes(refills)
+        for decision in result.decisions:
+            reservation = result.reservations.get(decision.gang_uid)
+            assert reservation is not None
+            gang = by_uid[decision.gang_uid]
+            running[gang.uid] = RunningGang(
+                uid=gang.uid, key=gang.key, cluster=decision.cluster, queue=decision.queue, priority=gang.priority,
+                started_at=float(start_index), demand=gang.total, gpu_model=decision.gpu_model,
+                amounts=dict(reservation.amounts), borrowed=decision.borrowed,
+            )
+            (urgent if gang.uid in world.urgent else normal).append(gang.uid)
+            placed += 1
+            preempting += decision.preemption is not None
+        unplaced += len(result.unplaced)
+        urgent_unplaced += sum(1 for u in result.unplaced if u.gang_uid in world.urgent)
+        # Urgent gangs finish; new low-priority gangs take their pool nodes (the views do not change).
+        # (A gang evicted by a later preemption, reclaim included, has already left `running`.)
+        for uid in [uid for uid in urgent if uid not in running]:
+            urgent.remove(uid)
+        while len(urgent) > world.pool_nodes // 4:
+            done = running.pop(urgent.popleft())
+            for node_name, amount in done.amounts.items():
+                uid = f"refill-{done.uid}-{node_name}"
+                running[uid] = RunningGang(
+                    uid=uid, key=f"bench/{uid}", cluster=done.cluster, queue=done.queue, priority=rng.randint(0, 2),
+                    started_at=float(start_index), demand=amount, gpu_model=POOL_MODEL, amounts={node_name: amount},
+                )
+        while normal and _utilisation(views, capacity) > 0.8:
+            finished = running.pop(normal.popleft(), None)
+            if finished is not None:
+                views[finished.cluster] = views[finished.cluster].with_allocation_changes(
+                    finished.amounts, release=True
+                )
+    return PreemptionRun(
+        rate=len(world.gangs) / elapsed, placed=placed, preempting=preempting, victims=victims, unplaced=unplaced,
+        urgent_unplaced=urgent_unplaced,
+    )
+
+
+def _without_preemption(queues: dict[str, QueueQuota]) -> dict[str, QueueQuota]:
+    return {
+        name: QueueQuota(q.name, q.nominal, cohort=q.cohort, borrowing_limit=q.borrowing_limit, weight=q.weight)
+        for name, q in queues.items()
+    }
+
+
+def bench_preemption(
+    scenario: str, *, args: argparse.Namespace, gangs_given: int, gpu_counts: Sequence[int], profile: Profile,
+    out: BenchResult,
+) -> bool:
+    count, nodes, _ = SCENARIOS[scenario]
+    rng = random.Random(args.seed)
+    base = make_gangs(gangs_given, gpu_counts, rng)
+    world = make_preemption_world(count, nodes, base, gpu_counts, share=PREEMPTION[scenario], rng=rng)
+    min_rate, _ = BARS[scenario]
+    variants = {
+        "": world.queues,
+        "WithoutPreemption": _without_preemption(world.queues),
+        "WithoutQueues": None,
+    }
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    for run in range(args.runs):
+        parts = []
+        for variant, queues in variants.items():
+            result = run_preemption_once(world, profile, queues=queues)
+            rates[variant].append(result.rate)
+            bar = (">=", min_rate) if not variant else None
+            out.add(f"{scenario}.decisionsPerSecond{variant}", result.rate, unit="decisions/s", bar=bar)
+            label = variant or "with preemption"
+            parts.append(
+                f"{label}: {result.rate:,.0f} decisions/s (placed {result.placed}, {result.preempting} by preempting "
+                f"{result.victims} gangs; unplaced {result.unplaced}, {result.urgent_unplaced} of them urgent)"
+            )
+        print(f"{scenario} run {run + 1}: " + "; ".join(parts), flush=True)
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    met = median[""] >= min_rate
+    line = (
+        f"{scenario} median of {args.runs}: {median['']:,.0f} decisions/s in cycles of 64 with {len(world.urgent)} of "
+        f"{len(world.gangs)} gangs needing preemption; {median['WithoutPreemption']:,.0f} without preemption "
+        f"(ratio {median[''] / median['WithoutPreemption']:.2f}), {median['WithoutQueues']:,.0f} without queues; "
+        f"bar >= {min_rate:,.0f}/s: {'met' if met else 'MISSED'}"
+    )
+    print(line, flush=True)
+    out.notes.append(line)
+    return met
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -315,6 +590,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = BenchResult("placement")
     default = ("20x500", "20x500-unplaceable") if args.quick else DEFAULT_SCENARIOS
     for scenario in args.scenario or default:
+        if scenario in PREEMPTION:
+            ok = bench_preemption(
+                scenario, args=args, gangs_given=gangs_given, gpu_counts=gpu_counts, profile=profile, out=out
+            ) and ok
+            continue
         count, nodes, share = SCENARIOS[scenario]
         rng = random.Random(args.seed)
         clusters = make_clusters(count, nodes, rng)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ __all__ = [
     "QueueUsage",
     "QuotaAmounts",
     "QuotaLedger",
+    "RoomTerm",
     "RunningGang",
     "WithinQueue",
 ]
@@ -274,6 +276,41 @@ class _Verdict:
     numbers: Mapping[str, int | float] = field(default_factory=Map)
 
 
+NO_ROOM, OWN_ROOM, BORROWED_ROOM = 0, 1, 2
+_NO_USAGE: Counter[ResourceKey] = Counter()  # read only: the usage of a queue nothing is charged to
+
+
+@dataclass(frozen=True, slots=True)
+class RoomTerm:
+    """One resource a gang asks, as its queue's quota stands now: everything the room rule reads.
+
+    `room` is the rule (module docstring, "Room"), in one place: admission,
+    `fits_after` and the preemption planner (which sums what its candidate
+    victims would free, per term, without asking the ledger again) all use it.
+    """
+
+    key: ResourceKey
+    demand: int
+    nominal: int
+    used: int
+    held: int
+    limit: int | None
+    # None: the queue has no cohort.
+    cohort_nominal: int | None
+    cohort_load: int
+
+    def room(self, removed_queue: int = 0, removed_cohort: int = 0, *, own_only: bool = False) -> int:
+        """NO_ROOM, OWN_ROOM or BORROWED_ROOM once gangs charging `removed_*` of it are gone."""
+        taken = self.used - removed_queue + self.held + self.demand
+        if taken <= self.nominal:
+            return OWN_ROOM
+        if self.cohort_nominal is not None and not own_only:
+            within_limit = self.limit is None or taken - self.nominal <= self.limit
+            if within_limit and self.cohort_load - removed_cohort + self.demand <= self.cohort_nominal:
+                return BORROWED_ROOM
+        return NO_ROOM
+
+
 def _demand_keys(model: str | None, demand: Resources) -> list[tuple[ResourceKey, int]]:
     keys: list[tuple[ResourceKey, int]] = []
     if demand.gpu and model is not None:
@@ -328,8 +365,8 @@ class QuotaLedger:
         self._cohort_nominal: dict[str, Counter[ResourceKey]] = {}
         # Per cohort: used + held by its queues (of what each limits).
         self._cohort_load: dict[str, Counter[ResourceKey]] = {}
-        self._running: dict[str, RunningGang] = {}
-        self._by_cluster: dict[str, list[RunningGang]] = {}
+        self._everyone: list[RunningGang] = []
+        self._by_cluster_index: dict[str, list[RunningGang]] | None = None
         # cluster -> queue -> its running gangs there, by priority (built on first use).
         self._by_cluster_queue: dict[str, dict[str, list[RunningGang]]] = {}
         # (cluster, queue, below priority or -1 for borrowed ones, models) -> candidates there, not evicted.
@@ -345,6 +382,9 @@ class QuotaLedger:
         self._evicted: set[str] = set()
         # Queues whose share went down (evictions) since the fair order last looked.
         self.dirty: set[str] = set()
+        # Bumped by every change of usage (charge, hold, evict): the key of `_room_memo`.
+        self._version = 0
+        self._room_memo: dict[tuple[int, str, Resources, str | None, bool], bool] = {}
         for queue in self._queues.values():
             if queue.cohort:
                 total = self._cohort_nominal.setdefault(queue.cohort, Counter())
@@ -355,37 +395,43 @@ class QuotaLedger:
                 if queue.nominal.memory is not None:
                     total[_MEMORY] += queue.nominal.memory
                 self._cohort_load.setdefault(queue.cohort, Counter())
-        # One tight pass (a federation runs thousands of gangs, and a cycle builds this anew).
-        seen = self._running
-        by_cluster = self._by_cluster
-        used: dict[str, dict[ResourceKey, int]] = {}
-        gangs = self._gangs
+        # One tight pass (a federation runs thousands of gangs, and a cycle builds this anew): one dict
+        # update per gang; the per-cluster index is built only if preemption asks for it.
+        everyone: list[RunningGang] = []
+        uids: set[str] = set()
+        sums: dict[tuple[str, str | None], list[int]] = {}
         for gang in running:
             if type(gang) is not RunningGang:
                 raise TypeError(f"{gang!r} is not a RunningGang")
-            uid = gang.uid
-            if uid in seen:
-                raise ValueError(f"running gang uid {uid!r} appears twice")
-            seen[uid] = gang
-            group = by_cluster.get(gang.cluster)
-            if group is None:
-                by_cluster[gang.cluster] = [gang]
-            else:
-                group.append(gang)
-            queue_name = gang.queue
-            if queue_name:
-                account = used.get(queue_name)
-                if account is None:
-                    account = used[queue_name] = {}
+            everyone.append(gang)
+            uids.add(gang.uid)
+            if gang.queue:
+                slot = sums.get((gang.queue, gang.gpu_model))
                 demand = gang.demand
-                if demand.gpu and gang.gpu_model is not None:
-                    key = ("gpu", gang.gpu_model)
-                    account[key] = account.get(key, 0) + demand.gpu
-                if demand.cpu_milli:
-                    account[_CPU] = account.get(_CPU, 0) + demand.cpu_milli
-                if demand.memory:
-                    account[_MEMORY] = account.get(_MEMORY, 0) + demand.memory
-                gangs[queue_name] += 1
+                if slot is None:
+                    sums[(gang.queue, gang.gpu_model)] = [demand.gpu, demand.cpu_milli, demand.memory, 1]
+                else:
+                    slot[0] += demand.gpu
+                    slot[1] += demand.cpu_milli
+                    slot[2] += demand.memory
+                    slot[3] += 1
+        if len(uids) != len(everyone):
+            seen: set[str] = set()
+            for gang in everyone:
+                if gang.uid in seen:
+                    raise ValueError(f"running gang uid {gang.uid!r} appears twice")
+                seen.add(gang.uid)
+        self._everyone = everyone
+        used: dict[str, dict[ResourceKey, int]] = {}
+        for (queue_name, charged), (gpus, cpu, memory, count) in sums.items():
+            account = used.setdefault(queue_name, {})
+            if gpus and charged is not None:
+                account[("gpu", charged)] = account.get(("gpu", charged), 0) + gpus
+            if cpu:
+                account[_CPU] = account.get(_CPU, 0) + cpu
+            if memory:
+                account[_MEMORY] = account.get(_MEMORY, 0) + memory
+            self._gangs[queue_name] += count
         for queue_name, account in used.items():
             self._used[queue_name] = Counter(account)
             quota = self._queues.get(queue_name)
@@ -400,6 +446,7 @@ class QuotaLedger:
     def _add(
         self, table: dict[str, Counter[ResourceKey]], queue: str, model: str | None, demand: Resources, sign: int
     ) -> None:
+        self._version += 1
         account = table.setdefault(queue, Counter())
         quota = self._queues.get(queue)
         cohort = self._cohort_load.get(quota.cohort) if quota is not None and quota.cohort else None
@@ -467,52 +514,73 @@ class QuotaLedger:
                     if gang.borrowed:
                         borrowed.setdefault(gang.queue, []).append(gang)
             for group in table.values():
-                group.sort(key=lambda g: g.priority)
+                group.sort(key=_priority)
             self._by_cluster_queue[cluster] = table
             self._borrowed_in[cluster] = borrowed
         return table
 
-    def is_running(self, uid: str) -> bool:
-        return uid in self._running
+    @property
+    def _by_cluster(self) -> dict[str, list[RunningGang]]:
+        if self._by_cluster_index is None:
+            index: dict[str, list[RunningGang]] = {}
+            for gang in self._everyone:
+                group = index.get(gang.cluster)
+                if group is None:
+                    index[gang.cluster] = [gang]
+                else:
+                    group.append(gang)
+            self._by_cluster_index = index
+        return self._by_cluster_index
 
     # ------------------------------------------------------------ room
 
-    def _verdict(
-        self,
-        quota: QueueQuota,
-        key: ResourceKey,
-        demand: int,
-        *,
-        removed_queue: int = 0,
-        removed_cohort: int = 0,
-        own_only: bool = False,
-    ) -> _Verdict:
+    def _term(self, quota: QueueQuota, key: ResourceKey, demand: int) -> RoomTerm | None:
+        """The room rule's numbers for one resource of a gang of this queue; None if it is not limited."""
         nominal = quota.nominal_of(key)
         if nominal is None:
-            return _Verdict(True)
-        used = self._used.get(quota.name, Counter())[key] - removed_queue
-        held = self._held.get(quota.name, Counter())[key]
-        if used + held + demand <= nominal:
-            return _Verdict(True)
-        limit = quota.limit_of(key)
+            return None
         cohort = quota.cohort
-        if cohort and not own_only:
-            cohort_load = self._cohort_load[cohort][key] - removed_cohort
-            within_limit = limit is None or used + held + demand - nominal <= limit
-            if within_limit and cohort_load + demand <= self._cohort_nominal[cohort][key]:
-                return _Verdict(True, borrowing=True)
-        # Not admitted: say how much is used and what the cohort could lend.
+        return RoomTerm(
+            key=key,
+            demand=demand,
+            nominal=nominal,
+            used=self._used.get(quota.name, _NO_USAGE)[key],
+            held=self._held.get(quota.name, _NO_USAGE)[key],
+            limit=quota.limit_of(key),
+            cohort_nominal=self._cohort_nominal[cohort][key] if cohort else None,
+            cohort_load=self._cohort_load[cohort][key] if cohort else 0,
+        )
+
+    def room_terms(self, gang: GangRequest, model: str | None) -> list[RoomTerm]:
+        """The limited resources the gang asks of its queue on `model`, as they stand now."""
+        quota = self._queues.get(gang.queue)
+        if quota is None:
+            return []
+        return [t for key, amount in _demand_keys(model, gang.total) if (t := self._term(quota, key, amount))]
+
+    def removal(self, gang: GangRequest, victim: RunningGang, key: ResourceKey) -> tuple[int, int]:
+        """What evicting `victim` frees of one resource for `gang`'s queue: (of the queue, of its cohort)."""
+        quota = self._queues.get(gang.queue)
+        return (0, 0) if quota is None else self._removal_for(quota, victim, key)
+
+    def _refusal(
+        self, quota: QueueQuota, term: RoomTerm, *, removed_queue: int, removed_cohort: int, own_only: bool
+    ) -> _Verdict:
+        """No room: say how much is used and what the cohort could lend."""
+        key, demand, nominal, held, limit = term.key, term.demand, term.nominal, term.held, term.limit
+        used = term.used - removed_queue
+        cohort = quota.cohort
         at_most = nominal
-        if cohort:
-            spare = self._cohort_nominal[cohort][key] - nominal
+        if term.cohort_nominal is not None:
+            spare = term.cohort_nominal - nominal
             at_most = nominal + max(0, spare if limit is None else min(limit, spare))
         never = demand > at_most
         own_room = max(0, nominal - used - held)
-        what = _amount_text(key, nominal)
-        text = f"queue {quota.name} uses {_bare(key, used)} of {what}"
+        text = f"queue {quota.name} uses {_bare(key, used)} of {_amount_text(key, nominal)}"
         if held:
             holder = self._quota_holder.get(quota.name)
             text += f" and holds {_bare(key, held)} for {holder or 'a gang holding nodes'}"
+        lends = 0
         if never:
             text += (
                 f"; it can never have {_bare(key, demand)} (at most {_bare(key, at_most)}: nominal "
@@ -520,12 +588,10 @@ class QuotaLedger:
                 + (f" + what cohort {cohort} can lend" if cohort else ", no cohort to borrow from")
                 + ")"
             )
-            lends = 0
-        elif not cohort:
+        elif term.cohort_nominal is None:
             text += f" (no cohort to borrow from); waits for {_bare(key, demand)}"
-            lends = 0
         else:
-            cohort_free = self._cohort_nominal[cohort][key] - self._cohort_load[cohort][key] + removed_cohort - own_room
+            cohort_free = term.cohort_nominal - term.cohort_load + removed_cohort - own_room
             borrowed = max(0, used + held - nominal)
             left = None if limit is None else max(0, limit - borrowed)
             lends = max(0, cohort_free if left is None else min(cohort_free, left))
@@ -551,31 +617,40 @@ class QuotaLedger:
         *,
         removed: Sequence[RunningGang] = (),
         own_only: bool = False,
+        explain: bool = True,
     ) -> _Verdict:
         borrowing = False
         for key, amount in _demand_keys(model, demand):
+            term = self._term(quota, key, amount)
+            if term is None:
+                continue
             removed_queue = removed_cohort = 0
             for victim in removed:
-                taken = _taken(victim, key)
-                if not taken:
-                    continue
-                if victim.queue == quota.name:
-                    removed_queue += taken
-                victim_quota = self._queues.get(victim.queue)
-                if (
-                    quota.cohort
-                    and victim_quota is not None
-                    and victim_quota.cohort == quota.cohort
-                    and victim_quota.nominal_of(key) is not None
-                ):
-                    removed_cohort += taken
-            verdict = self._verdict(
-                quota, key, amount, removed_queue=removed_queue, removed_cohort=removed_cohort, own_only=own_only
-            )
-            if not verdict.ok:
-                return verdict
-            borrowing = borrowing or verdict.borrowing
+                of_queue, of_cohort = self._removal_for(quota, victim, key)
+                removed_queue += of_queue
+                removed_cohort += of_cohort
+            room = term.room(removed_queue, removed_cohort, own_only=own_only)
+            if room == NO_ROOM:
+                if not explain:
+                    return _Verdict(False)
+                return self._refusal(
+                    quota, term, removed_queue=removed_queue, removed_cohort=removed_cohort, own_only=own_only
+                )
+            borrowing = borrowing or room == BORROWED_ROOM
         return _Verdict(True, borrowing=borrowing)
+
+    def _removal_for(self, quota: QueueQuota, victim: RunningGang, key: ResourceKey) -> tuple[int, int]:
+        taken = _taken(victim, key)
+        if not taken:
+            return 0, 0
+        other = self._queues.get(victim.queue)
+        in_cohort = (
+            bool(quota.cohort)
+            and other is not None
+            and other.cohort == quota.cohort
+            and other.nominal_of(key) is not None
+        )
+        return (taken if victim.queue == quota.name else 0), (taken if in_cohort else 0)
 
     def admit(self, gang: GangRequest) -> Admission:
         """Which models (if any) the gang's queue has room for now."""
@@ -622,14 +697,27 @@ class QuotaLedger:
         quota = self._queues.get(gang.queue)
         if quota is None:
             return False
-        return self._model_verdict(quota, model, gang.total, removed=removed, own_only=own_only).ok
+        if removed:
+            return self._model_verdict(
+                quota, model, gang.total, removed=removed, own_only=own_only, explain=False
+            ).ok
+        # Without removals the answer depends only on usage: asked again and again by the planner.
+        key = (self._version, gang.queue, gang.total, model, own_only)
+        known = self._room_memo.get(key)
+        if known is None:
+            if len(self._room_memo) > 4096:
+                self._room_memo.clear()
+            known = self._room_memo[key] = self._model_verdict(
+                quota, model, gang.total, own_only=own_only, explain=False
+            ).ok
+        return known
 
     def borrowing(self, gang: RunningGang) -> bool:
         """Does the gang's queue use more than its nominal quota of something the gang is charged?"""
         quota = self._queues.get(gang.queue)
         if quota is None:
             return False
-        used = self._used.get(gang.queue, Counter())
+        used = self._used.get(gang.queue, _NO_USAGE)
         for key, _ in _demand_keys(gang.gpu_model, gang.demand):
             nominal = quota.nominal_of(key)
             if nominal is not None and used[key] > nominal:
@@ -648,6 +736,13 @@ class QuotaLedger:
         out = self._find_sources(gang, cluster, models)
         self._source_cache[cache_key] = out
         return out
+
+    def may_preempt(self, gang: GangRequest) -> bool:
+        """Does the gang's queue let it evict anyone at all (withinQueue LowerPriority, or reclaimBorrowed)?"""
+        quota = self._queues.get(gang.queue)
+        if quota is None:
+            return False
+        return quota.within_queue is WithinQueue.LOWER_PRIORITY or (quota.reclaim_borrowed and bool(quota.cohort))
 
     def _find_sources(
         self, gang: GangRequest, cluster: str, models: tuple[str, ...]
@@ -690,7 +785,7 @@ class QuotaLedger:
                         or victim.has_gpu_free_pods
                     ):
                         listed.append(victim)
-                listed.sort(key=_eviction_rank)
+                listed.sort(key=_eviction_rank)  # C-level key: a cycle builds many of these lists
                 self._lower_cache[key] = listed
             if listed:
                 out.append((listed, reason))
@@ -721,10 +816,8 @@ class QuotaLedger:
         if quota is None or not own:
             return False
         for model in tried:
-            if all(
-                self._verdict(quota, key, amount, removed_queue=self._taken_by(own, key), own_only=True).ok
-                for key, amount in _demand_keys(model, gang.total)
-            ):
+            terms = [t for key, amount in _demand_keys(model, gang.total) if (t := self._term(quota, key, amount))]
+            if all(t.room(self._taken_by(own, t.key), own_only=True) for t in terms):
                 return True
         return False
 
@@ -759,7 +852,7 @@ class QuotaLedger:
         streams = [
             _tagged(listed, reason) for listed, reason in sources if reason is VictimReason.LOWER_PRIORITY or reclaim
         ]
-        for victim, reason in heapq.merge(*streams, key=lambda entry: entry[0].eviction_rank):
+        for victim, reason in heapq.merge(*streams, key=_entry_rank):
             if self._admissible(victim, reason, excluded):
                 yield victim, reason
 
@@ -793,7 +886,7 @@ class QuotaLedger:
             for victim in listed
             if self._admissible(victim, reason, excluded)
         ]
-        out.sort(key=lambda entry: entry[0].eviction_rank)
+        out.sort(key=_entry_rank)
         return out
 
     # ------------------------------------------------------------ fair share and status
@@ -804,7 +897,7 @@ class QuotaLedger:
         if quota is None:
             return 0.0
         dominant = 0.0
-        for key, used in self._used.get(queue, Counter()).items():
+        for key, used in self._used.get(queue, _NO_USAGE).items():
             if used <= 0:
                 continue
             nominal = quota.nominal_of(key)
@@ -843,8 +936,12 @@ def _tagged(listed: list[RunningGang], reason: VictimReason) -> Iterator[tuple[R
         yield victim, reason
 
 
-def _eviction_rank(gang: RunningGang) -> tuple[int, int, float, str]:
-    return gang.eviction_rank
+_eviction_rank = operator.attrgetter("eviction_rank")
+_priority = operator.attrgetter("priority")
+
+
+def _entry_rank(entry: tuple[RunningGang, VictimReason]) -> tuple[int, int, float, str]:
+    return entry[0].eviction_rank
 
 
 def _taken(victim: RunningGang, key: ResourceKey) -> int:

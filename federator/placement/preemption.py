@@ -49,9 +49,9 @@ Search: best first over the clusters, exact wherever the budget allows.
   ask, a victim on k of the gang's nodes counting 1/k; nodes added up by a
   small knapsack over the missing pods). The subsets of size L are tried
   first, in rank (colex) order: the first that fits is the plan, proven
-  minimal. Otherwise two greedy plans (candidates in rank order; nodes with
-  the fewest victims first), each pruned to an irreducible set, give an
-  upper bound U; if the subsets of sizes L..U number at most `budget`,
+  minimal. Otherwise a greedy plan (nodes with the fewest victims first,
+  topped up in rank order while quota is short), pruned to an irreducible
+  set, gives an upper bound U; if the subsets of sizes L..U number at most `budget`,
   they are all tried in rank order; if not, the greedy plan stands and
   `minimal` is False unless U == L.
 Checking a subset is O(nodes it touches): the gang's pods that fit on a
@@ -71,11 +71,12 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from federator.placement.admission import QuotaLedger, RunningGang
+from federator.placement.admission import NO_ROOM, QuotaLedger, RoomTerm, RunningGang
 from federator.placement.decision import Preemption, Victim, VictimReason
 from federator.placement.framework import GANG_FIT, EvalContext, FederationStats, ResolvedProfile
 from federator.placement.gang import GangRequest
 from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang, node_accepts_gang, pods_on
+from federator.placement.plugins.gang_fit import EXCEEDS_CAPACITY, NO_MATCHING_NODES
 from federator.placement.resources import Resources
 from federator.placement.snapshot import ClusterSnapshot, NodeState
 
@@ -242,7 +243,7 @@ class _Search:
             amounts = [
                 (name, (a.cpu_milli, a.memory, a.gpu, a.rdma)) for name, a in victim.amounts.items() if name in nodes
             ]
-            useful = any(self.node_info(name) is not None for name, _ in amounts)
+            useful = any(any(self.accepts(name)) for name, _ in amounts)
             if not useful and not self.quota_free:
                 useful = _shares_quota(victim, gang, model)
             if useful:
@@ -252,6 +253,9 @@ class _Search:
         self.reasons = [entry[1] for entry in kept]
         self.amounts = [entry[2] for entry in kept]
         self.keys = [v.eviction_rank for v in self.victims]
+        # The quota rule's numbers now, and what each candidate's eviction frees of each (queue, cohort).
+        self.terms = ledger.room_terms(gang, model)
+        self.freeing = [[ledger.removal(gang, v, term.key) for term in self.terms] for v in self.victims]
         self.base = self._base_pods()
         self._gains: list[list[int]] | None = None
 
@@ -355,8 +359,34 @@ class _Search:
         return tally
 
     def quota_fits(self, chosen: Sequence[int]) -> bool:
-        # Within nominal, whoever the victims are (see "Rules of the plan").
-        return self.ledger.fits_after(self.gang, self.model, [self.victims[i] for i in chosen], own_only=True)
+        """Within its queue's nominal quota once `chosen` are gone, whoever they are (see "Rules of the plan")."""
+        freeing = self.freeing
+        for t, term in enumerate(self.terms):
+            of_queue = of_cohort = 0
+            for i in chosen:
+                q, c = freeing[i][t]
+                of_queue += q
+                of_cohort += c
+            if term.room(of_queue, of_cohort, own_only=True) == NO_ROOM:
+                return False
+        return True
+
+    def _quota_bound(self) -> int | None:
+        """Fewest victims that could bring the gang within nominal (each resource alone, largest first)."""
+        bound = 0
+        for t, term in enumerate(self.terms):
+            if term.room(own_only=True) != NO_ROOM:
+                continue
+            of_queue = sorted((f[t][0] for f in self.freeing), reverse=True)
+            freed = 0
+            for count, amount in enumerate(of_queue, start=1):
+                freed += amount
+                if term.room(freed, own_only=True) != NO_ROOM:
+                    bound = max(bound, count)
+                    break
+            else:
+                return None
+        return bound
 
     def fits(self, chosen: Sequence[int], tally: _Tally | None = None) -> bool:
         """Does the gang fit, node by node and in quota, once `chosen` are released?"""
@@ -385,7 +415,12 @@ class _Search:
         """The best-ranked candidate whose eviction alone lets the gang fit, node by node and in quota."""
         if self._single is None:
             self._single = next(
-                (i for i in range(len(self.victims)) if self.alone_fits(i) and self.quota_fits((i,))), -1
+                (
+                    i
+                    for i in range(len(self.victims))
+                    if self.alone_fits(i) and self.quota_fits((i,)) and (len(self.roles) == 1 or self.fits((i,)))
+                ),
+                -1,
             )
         return self._single if self._single >= 0 else None
 
@@ -395,7 +430,10 @@ class _Search:
         # One victim suffices only if the gang fits without it alone.
         if self.first_alone() is not None:
             return 1
-        bound = 2
+        quota = self._quota_bound()
+        if quota is None:
+            return len(self.victims) + 1
+        bound = max(2, quota)
         for r, role in enumerate(self.roles):
             missing = role[0] - self.base[r]
             if missing <= 0:
@@ -462,16 +500,6 @@ class _Search:
                 kept = trial
         return kept
 
-    def _greedy_in_rank(self, pool: list[int]) -> list[int] | None:
-        tally = _Tally(self)
-        chosen: list[int] = []
-        for i in pool:
-            chosen.append(i)
-            tally.add(i)
-            if tally.enough() and self.fits(chosen, tally):
-                return self._prune(chosen)
-        return None
-
     def _greedy_by_node(self, pool: list[int]) -> list[int] | None:
         by_node: dict[str, list[int]] = {}
         for i in pool:
@@ -518,7 +546,12 @@ class _Search:
         n = len(self.victims)
         everyone = list(range(n))
         lower = self.lower_bound()
-        if n == 0 or lower > min(at_most, n) or not self.fits(everyone):
+        if n == 0 or lower > min(at_most, n):
+            return None, True
+        alone = self.first_alone()
+        if alone is not None:
+            return [alone], True  # the best-ranked plan of one victim: fewest, then least senior
+        if not self.fits(everyone):
             return None, True
         # The common case first: a subset of the lower bound's size, in rank order, is proven best.
         spent = math.comb(n, lower)
@@ -531,12 +564,7 @@ class _Search:
             spent = 0
         own = [i for i in everyone if self.reasons[i] is VictimReason.LOWER_PRIORITY]
         pools = (everyone, own) if own and len(own) < n else (everyone,)
-        found = [
-            chosen
-            for pool in pools
-            for greedy in (self._greedy_in_rank, self._greedy_by_node)
-            if (chosen := greedy(pool)) is not None
-        ]
+        found = [chosen for pool in pools if (chosen := self._greedy_by_node(pool)) is not None]
         best = min(found, key=lambda chosen: (len(chosen), sorted(chosen, reverse=True))) if found else None
         upper = at_most if best is None else min(len(best), at_most)
         if lower > upper:
@@ -676,6 +704,8 @@ def plan_preemption(
     it may ignore); `excluded` are uids never to evict (gangs with a placed
     reservation still in flight, gangs already evicted in this cycle).
     """
+    if not ledger.may_preempt(gang):
+        return None
     # Best first. Each cluster enters with a bound on the best plan it could hold (fewest victims, then
     # the best possible rank tuple, most senior first), made tighter step by step as it comes up: its
     # filters and models (position -1), then per model the candidates that can free room there (no
@@ -687,50 +717,65 @@ def plan_preemption(
     models_of: dict[str, tuple[str | None, ...]] = {}
     quota_free: dict[str | None, bool] = {}
     def free_of(model: str | None) -> bool:
+        """Quota is not what is missing: the gang is within its nominal quota now on `model`."""
         known = quota_free.get(model)
         if known is None:
-            known = quota_free[model] = ledger.fits_after(gang, model, (), own_only=False)
+            known = quota_free[model] = ledger.fits_after(gang, model, (), own_only=True)
         return known
 
-    within: dict[str | None, bool] = {}
+    terms: dict[str | None, list[RoomTerm]] = {}
 
-    def within_of(model: str | None) -> bool:
-        """Within nominal now: needed before a borrowed gang of another queue can be a plan by itself."""
-        known = within.get(model)
-        if known is None:
-            known = within[model] = ledger.fits_after(gang, model, (), own_only=True)
-        return known
+    def alone_on(victim: RunningGang, model: str | None, view: ClusterSnapshot) -> bool:
+        """Could evicting this candidate alone be a plan on `model`? It must bring the gang within its
+        nominal quota by itself, and, when the gang does not fit by nodes there now (quota is not what
+        is missing, so it fits nowhere by nodes, or it would have been placed; or the index says so),
+        make room for a pod by itself (one-role gangs)."""
+        model_terms = terms.get(model)
+        if model_terms is None:
+            model_terms = terms[model] = ledger.room_terms(gang, model)
+        for term in model_terms:
+            of_queue, of_cohort = ledger.removal(gang, victim, term.key)
+            if term.room(of_queue, of_cohort, own_only=True) == NO_ROOM:
+                return False
+        if len(gang.roles) == 1 and (free_of(model) or view.name in short):
+            return _frees_a_pod(view, victim, gang, model)
+        return True
 
-    def may_be_alone(reason: VictimReason, model: str | None) -> bool:
-        if reason is VictimReason.LOWER_PRIORITY:
-            return True
-        if model is not None:
-            return within_of(model)
-        return any(within_of(m) for m in gang.gpu_models) if gang.gpu_models else True
+    def may_be_alone(victim: RunningGang, view: ClusterSnapshot) -> bool:
+        """`alone_on` for some model the gang may use here (a gang that accepts any model: not known yet)."""
+        if not gang.needs_gpu:
+            return alone_on(victim, None, view)
+        return any(alone_on(victim, m, view) for m in gang.gpu_models) if gang.gpu_models else True
 
     # A gang that names its models, none short of quota, can use room only on nodes of those models.
     named = gang.gpu_models if gang.needs_gpu and gang.gpu_models and all(map(free_of, gang.gpu_models)) else ()
     if named and any(not role.requests.gpu for role in gang.roles):
         named = ()
-    for name in sorted(by_name):
-        # The best-ranked candidate that frees room for a pod (or any, when quota may be what is missing)
-        # bounds any plan here; the full list is built only if this cluster comes up.
+    # Clusters where the index alone says the gang does not fit now (memoised per index and shape).
+    short: set[str] = set()
+    precheck = dict(resolved.cheap_checks).get(GANG_FIT)
+    def scan(name: str) -> Entry | None:
+        """A cluster's first tightening: the best-ranked candidate that could be a plan by itself."""
         view = by_name[name]
-        top: Rank | None = None
-        any_candidate = False
-        for victim, reason in ledger.iter_candidates(gang, name, excluded=excluded, models=named):
-            any_candidate = True
-            if may_be_alone(reason, None) and (
-                not named or len(gang.roles) > 1 or _frees_a_pod(view, victim, gang, None)
-            ):
-                top = victim.eviction_rank
-                break
-        if top is not None:
-            heapq.heappush(heap, (1, (top,), name, -1, len(heap), None, []))
-        elif any_candidate:
-            # Candidates, but none is a plan by itself: plans here have two victims or more.
-            lowest = (-1, 0, 0.0, "")
-            heapq.heappush(heap, (2, (lowest, lowest), name, -1, len(heap), None, []))
+        if precheck is not None:
+            verdict = precheck(gang, view, EvalContext(now=now, profile=resolved.profile, federation=federation))
+            if verdict.code in (EXCEEDS_CAPACITY, NO_MATCHING_NODES):
+                return None  # no eviction helps: it does not fit even with every node empty
+            if not verdict.ok:
+                short.add(name)
+        for victim, _ in ledger.iter_candidates(gang, name, excluded=excluded, models=named):
+            if may_be_alone(victim, view):
+                return (1, (victim.eviction_rank,), name, -1, 0, None, [])
+        # Candidates, but none is a plan by itself: plans here have two victims or more.
+        lowest = (-1, 0, 0.0, "")
+        return (2, (lowest, lowest), name, -1, 0, None, [])
+
+    # Each cluster enters with its best-ranked candidate (any plan's best victim ranks no better); the scan
+    # above runs only when that comes up (position -2).
+    for name in sorted(by_name):
+        head = next(ledger.iter_candidates(gang, name, excluded=excluded, models=named), None)
+        if head is not None:
+            heapq.heappush(heap, (1, (head[0].eviction_rank,), name, -2, len(heap), None, []))
     best: tuple[tuple[int, tuple[Rank, ...], str, int], _Search, list[int]] | None = None
     proven = True
     serial = len(heap)
@@ -739,24 +784,20 @@ def plan_preemption(
         if best is not None and (size, keys) >= best[0][:2]:
             break  # no plan left can beat the best one
         serial += 1
+        if position == -2:
+            scanned = scan(name)
+            if scanned is not None:
+                heapq.heappush(heap, (*scanned[:4], serial, None, []))
+            continue
         if position < 0:
             candidates = ledger.victim_candidates(gang, name, excluded=excluded, models=named)
             models = models_of[name] = _cluster_models(gang, by_name[name], resolved, now=now, federation=federation)
             for index, model in enumerate(models):
                 # When quota is not what is missing, only gangs that can free room on its nodes matter,
                 # and a plan's best victim frees room for a pod by itself.
-                free = free_of(model)
-                pool = [c for c in candidates if _may_free_room(c[0], gang, model)] if free else candidates
+                pool = [c for c in candidates if _may_free_room(c[0], gang, model)] if free_of(model) else candidates
                 view = by_name[name]
-                single = free and len(gang.roles) == 1
-                first = next(
-                    (
-                        v
-                        for v, reason in pool
-                        if may_be_alone(reason, model) and (not single or _frees_a_pod(view, v, gang, model))
-                    ),
-                    None,
-                )
+                first = next((v for v, _ in pool if alone_on(v, model, view)), None)
                 if first is not None:
                     heapq.heappush(heap, (1, (first.eviction_rank,), name, index, serial, None, pool))
                 elif pool:
