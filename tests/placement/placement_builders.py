@@ -19,6 +19,7 @@ from federator.placement import (
     NodeState,
     Resources,
     RoleRequest,
+    RunningGang,
     Taint,
     Toleration,
 )
@@ -135,6 +136,39 @@ def gang(
         node_selector=dict(node_selector or {}),
         tolerations=tuple(tolerations),
         **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def per_gpu(gpus: int) -> Resources:
+    """What `gpus` GPUs of a pod ask in these tests: 8 cores and 64Gi per GPU."""
+    return Resources(gpus * 8000, gpus * 64 * GI, gpus, 0)
+
+
+def running_gang(
+    key: str,
+    *,
+    queue: str = "vision",
+    on: Mapping[str, int] | None = None,
+    gpus: int | None = None,
+    cluster: str = "a",
+    priority: int = 0,
+    started_at: float = 0.0,
+    borrowed: bool = False,
+    model: str = "A100",
+) -> RunningGang:
+    """A running gang (uid "run-<key>") holding `on[node]` GPUs per node, charged `gpus` (default: their sum)."""
+    held = dict(on or {})
+    return RunningGang(
+        uid=f"run-{key}",
+        key=key,
+        cluster=cluster,
+        queue=queue,
+        priority=priority,
+        started_at=started_at,
+        demand=per_gpu(sum(held.values()) if gpus is None else gpus),
+        gpu_model=model,
+        amounts={name: per_gpu(count) for name, count in held.items()},
+        borrowed=borrowed,
     )
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from placement_builders import GI, by_name, cluster, gang, node, nodes
+from placement_builders import GI, by_name, cluster, gang, node, nodes, running_gang
 from test_properties import clusters as cluster_sets
 from test_properties import gangs as gang_lists
 
-from federator.placement import ClusterSnapshot, GangRequest, Profile, ProfileError, Resources, run_cycle
+from federator.placement import ClusterSnapshot, GangRequest, Profile, ProfileError, run_cycle
 from federator.placement.admission import QueueQuota, QuotaAmounts, QuotaLedger, RunningGang, WithinQueue
 from federator.placement.explain import render_decision, render_unplaced
 
@@ -29,35 +30,9 @@ def queues(*items: QueueQuota) -> dict[str, QueueQuota]:
     return {q.name: q for q in items}
 
 
-def per_gpu(gpus: int) -> Resources:
-    return Resources(gpus * 8000, gpus * 64 * GI, gpus, 0)
-
-
-def running(
-    key: str,
-    queue: str,
-    gpus: int,
-    *,
-    cluster_name: str = "elsewhere",
-    on: Mapping[str, int] | None = None,
-    model: str = "A100",
-    priority: int = 0,
-    started_at: float = 0.0,
-    borrowed: bool = False,
-) -> RunningGang:
-    """A running gang charged `gpus` GPUs of `model` (8 cores and 64Gi per GPU), on nodes `on` (node -> GPUs)."""
-    return RunningGang(
-        uid=f"run-{key}",
-        key=key,
-        cluster=cluster_name,
-        queue=queue,
-        priority=priority,
-        started_at=started_at,
-        demand=per_gpu(gpus),
-        gpu_model=model,
-        amounts={name: per_gpu(count) for name, count in (on or {}).items()},
-        borrowed=borrowed,
-    )
+def running(key: str, queue: str, gpus: int, *, cluster_name: str = "elsewhere", **kwargs: Any) -> RunningGang:
+    """A running gang of `queue` charged `gpus` GPUs (of A100 unless `model`), on nodes `on` (node -> GPUs)."""
+    return running_gang(key, queue=queue, gpus=gpus, cluster=cluster_name, **kwargs)
 
 
 ROOMY = by_name(cluster("a", nodes("n", 16)))
@@ -393,7 +368,7 @@ def test_admitted_usage_never_exceeds_nominal_plus_what_the_cohort_lends(
         (lambda: QueueQuota("q", QuotaAmounts({"A100": 1.5})), "non-negative int"),  # type: ignore[dict-item]
         (lambda: QueueQuota("q", within_queue="Sometimes"), "Sometimes"),  # type: ignore[arg-type]
         (lambda: QueueQuota("q", cohort="x" * 300), "cohort"),
-        (lambda: running("k", "q", 8, model=None), "needs the gpu_model"),  # type: ignore[arg-type]
+        (lambda: running("k", "q", 8, model=None), "needs the gpu_model"),
         (lambda: dataclasses.replace(running("k", "q", 8), started_at=float("inf")), "finite"),
         (lambda: gang("g", queue="q" * 254), "queue must be a string"),
         (lambda: QuotaLedger({"a": QueueQuota("b")}, ()), "named 'b'"),

@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from placement_builders import GI, by_name, check_decisions, cluster, gang, node
+from placement_builders import GI, by_name, check_decisions, cluster, gang, node, per_gpu, running_gang
 
 from federator.placement import (
     ClusterSnapshot,
@@ -35,34 +36,9 @@ PROFILE = Profile(hold_after_seconds=10_000.0)
 LOWER = WithinQueue.LOWER_PRIORITY
 
 
-def per_gpu(gpus: int) -> Resources:
-    return Resources(gpus * 8000, gpus * 64 * GI, gpus, 0)
-
-
-def victim(
-    key: str,
-    on: Mapping[str, int],
-    *,
-    cluster_name: str = "a",
-    queue: str = "vision",
-    priority: int = 0,
-    started_at: float = 0.0,
-    borrowed: bool = False,
-    model: str = "A100",
-) -> RunningGang:
+def victim(key: str, on: Mapping[str, int], *, cluster_name: str = "a", **kwargs: Any) -> RunningGang:
     """A running gang with `on[node]` GPUs (8 cores, 64Gi each) on each node of `cluster_name`."""
-    return RunningGang(
-        uid=f"run-{key}",
-        key=key,
-        cluster=cluster_name,
-        queue=queue,
-        priority=priority,
-        started_at=started_at,
-        demand=per_gpu(sum(on.values())),
-        gpu_model=model,
-        amounts={name: per_gpu(count) for name, count in on.items()},
-        borrowed=borrowed,
-    )
+    return running_gang(key, on=on, cluster=cluster_name, **kwargs)
 
 
 def occupied(name: str, node_gpus: Mapping[str, int], running: Sequence[RunningGang], **kwargs: object) -> ClusterSnapshot:
