@@ -72,7 +72,7 @@ async def test_member_outage_requeues_with_backoff_then_succeeds(env: Env) -> No
     uid = created["metadata"]["uid"]
     # the failed dispatch is recorded: back to Pending, a history entry saying what it waits for
     failed = await env.api.wait_job("team-a", "during-outage", lambda j: "Requeued" in _events(j),
-                                    what="a requeue after the failed dispatch")
+                                    timeout=60, what="a requeue after the failed dispatch")
     requeued = [h for h in failed["status"]["history"] if h["event"] == "Requeued"][0]
     assert "dispatch to cloud-eth-h100 failed" in requeued["message"] and "placing again in" in requeued["message"]
     assert "503" in requeued["message"]

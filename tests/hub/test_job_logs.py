@@ -182,7 +182,7 @@ async def test_job_log_streams_end_with_the_client_and_fail_clearly(tmp_path: An
                 await wait_until(lambda: open_streams(env) == wanted or None, timeout=20,
                                  what=f"{wanted} member log streams open ({query})")
                 response.close()   # the client leaves mid-stream
-            await wait_until(lambda: open_streams(env) == 0 or None, timeout=10,
+            await wait_until(lambda: open_streams(env) == 0 or None, timeout=30,
                              what=f"every member log stream closed after the client left ({query})")
 
         # a hub that does not lead has no member sync: it makes a member client for the request
