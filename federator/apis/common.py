@@ -752,6 +752,52 @@ def finish_errors(
     return unique
 
 
+def validate_object(
+    obj: object,
+    *,
+    model: type[BaseModel],
+    semantic: Callable[[Mapping[str, Any]], list[FieldError]],
+    settings: ValidationSettings | None,
+    include_generic_metadata: bool,
+    secret_prefixes: Iterable[str] = (),
+) -> list[FieldError]:
+    """Every problem with one object of a kind, as (field path, message): the kind's pydantic `model`,
+    then its own `semantic` checks (run on any JSON object, also when the model refused it), then
+    `finish_errors`. `secret_prefixes`: paths whose values an error must never echo."""
+    settings = settings or ValidationSettings()
+    if not isinstance(obj, Mapping):
+        return [("", "Invalid value: must be a JSON object")]
+    errors: list[FieldError] = []
+    try:
+        model.model_validate(obj, context={"settings": settings})
+    except ValidationError as exc:
+        errors += errors_from_validation(exc, model=model, secret_prefixes=secret_prefixes)
+    errors += semantic(obj)
+    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+
+
+class KindValidation(typing.Protocol):
+    """A kind's `validate_<kind>(obj, settings=..., include_generic_metadata=...)`."""
+
+    def __call__(
+        self, obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True,
+    ) -> list[FieldError]: ...
+
+
+def api_validator(
+    validate: KindValidation, settings: ValidationSettings | None, *, include_generic_metadata: bool,
+) -> Callable[[dict[str, Any]], list[FieldError]]:
+    """The apiserver's `ResourceType.validate` hook of a kind under `settings`. By default the kinds
+    leave out the metadata checks a kube-style API server makes for every kind (name format, labels,
+    ...), so no field is reported twice."""
+    chosen = settings or ValidationSettings()
+
+    def hook(obj: dict[str, Any]) -> list[FieldError]:
+        return validate(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
+
+    return hook
+
+
 # The kube field.Error prefixes of our messages, and the Status cause reason of each.
 _CAUSE_REASONS = (
     ("Required value", "FieldValueRequired"),

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, model_validator
 
 from federator.apis.common import (
     ApiModel,
@@ -35,12 +35,12 @@ from federator.apis.common import (
     ObjectMeta,
     Timestamp,
     ValidationSettings,
+    api_validator,
     dns1123_label_errors,
-    errors_from_validation,
-    finish_errors,
     metadata_errors,
     parse_time,
     raise_semantic,
+    validate_object,
 )
 
 __all__ = [
@@ -225,26 +225,14 @@ def validate_drillreport(
     obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
 ) -> list[FieldError]:
     """Every problem with a DrillReport, as (field path, message); empty when it is valid."""
-    settings = settings or ValidationSettings()
-    if not isinstance(obj, Mapping):
-        return [("", "Invalid value: must be a JSON object")]
-    errors: list[FieldError] = []
-    try:
-        DrillReport.model_validate(obj, context={"settings": settings})
-    except ValidationError as exc:
-        errors += errors_from_validation(exc, model=DrillReport)
-    errors += _semantic_errors(obj)
-    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+    return validate_object(obj, model=DrillReport, semantic=_semantic_errors, settings=settings,
+                           include_generic_metadata=include_generic_metadata)
 
 
 def drillreport_validator(
     settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
 ) -> Callable[[dict[str, Any]], list[FieldError]]:
-    """The apiserver's `ResourceType.validate` hook for DrillReport under `settings` (generic metadata
-    checks left to the API server, as for the other kinds)."""
-    chosen = settings or ValidationSettings()
+    """The apiserver's `ResourceType.validate` hook for DrillReport (`common.api_validator`)."""
+    return api_validator(validate_drillreport, settings, include_generic_metadata=include_generic_metadata)
 
-    def validate(obj: dict[str, Any]) -> list[FieldError]:
-        return validate_drillreport(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
 
-    return validate

@@ -34,7 +34,6 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -42,23 +41,23 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from federator.apis.common import (
-    HIDDEN_VALUE_ERROR,
-    REDACTED,
     ApiModel,
     Condition,
     DNSSubdomain,
     FieldError,
+    HIDDEN_VALUE_ERROR,
     LabelMap,
     ObjectMeta,
+    REDACTED,
     Timestamp,
     ValidationSettings,
+    api_validator,
     duplicate_errors,
     duplicate_scalar_errors,
-    errors_from_validation,
-    finish_errors,
     metadata_errors,
     raise_semantic,
     settings_of,
+    validate_object,
 )
 
 __all__ = [
@@ -474,35 +473,15 @@ def validate_membercluster(
     obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
 ) -> list[FieldError]:
     """Every problem with a MemberCluster registration, as (field path, message); never echoes a credential."""
-    settings = settings or ValidationSettings()
-    if not isinstance(obj, Mapping):
-        return [("", "Invalid value: must be a JSON object")]
-    errors: list[FieldError] = []
-    try:
-        MemberCluster.model_validate(obj, context={"settings": settings})
-    except ValidationError as exc:
-        errors += errors_from_validation(exc, model=MemberCluster, secret_prefixes=SECRET_PATH_PREFIXES)
-    errors += _semantic_errors(obj)
-    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+    return validate_object(obj, model=MemberCluster, semantic=_semantic_errors, settings=settings,
+                           include_generic_metadata=include_generic_metadata, secret_prefixes=SECRET_PATH_PREFIXES)
 
 
 def membercluster_validator(
     settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
 ) -> Callable[[dict[str, Any]], list[FieldError]]:
-    """The apiserver's `ResourceType.validate` hook for MemberCluster under `settings`.
-
-    By default it leaves out the metadata checks a kube-style API server makes
-    for every kind (name format, labels, ...), so no field is reported twice.
-    """
-    chosen = settings or ValidationSettings()
-
-    def validate(obj: dict[str, Any]) -> list[FieldError]:
-        return validate_membercluster(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
-
-    return validate
-
-
-# --------------------------------------------------------------------------- redaction
+    """The apiserver's `ResourceType.validate` hook for MemberCluster (`common.api_validator`)."""
+    return api_validator(validate_membercluster, settings, include_generic_metadata=include_generic_metadata)
 
 
 def _redact_credentials(obj: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, ValidationInfo, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, model_validator
 
 from federator.apis.common import (
     ApiModel,
@@ -54,15 +54,15 @@ from federator.apis.common import (
     ObjectMeta,
     Quantity,
     ValidationSettings,
+    api_validator,
     duplicate_errors,
     duplicate_scalar_errors,
-    errors_from_validation,
-    finish_errors,
     label_value_errors,
     metadata_errors,
     raise_semantic,
     selector_errors,
     settings_of,
+    validate_object,
 )
 from federator.apis.trainingjob import NameToken
 
@@ -235,29 +235,15 @@ def validate_queue(
     obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
 ) -> list[FieldError]:
     """Every problem with a Queue, as (field path, message); empty when it is valid."""
-    settings = settings or ValidationSettings()
-    if not isinstance(obj, Mapping):
-        return [("", "Invalid value: must be a JSON object")]
-    errors: list[FieldError] = []
-    try:
-        Queue.model_validate(obj, context={"settings": settings})
-    except ValidationError as exc:
-        errors += errors_from_validation(exc, model=Queue)
-    errors += _semantic_errors(obj, settings)
-    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+    return validate_object(obj, model=Queue, semantic=lambda o: _semantic_errors(o, settings or ValidationSettings()), settings=settings,
+                           include_generic_metadata=include_generic_metadata)
 
 
 def queue_validator(
     settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
 ) -> Callable[[dict[str, Any]], list[FieldError]]:
-    """The apiserver's `ResourceType.validate` hook for Queue under `settings` (generic metadata
-    checks left to the API server, as for the other kinds)."""
-    chosen = settings or ValidationSettings()
-
-    def validate(obj: dict[str, Any]) -> list[FieldError]:
-        return validate_queue(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
-
-    return validate
+    """The apiserver's `ResourceType.validate` hook for Queue (`common.api_validator`)."""
+    return api_validator(validate_queue, settings, include_generic_metadata=include_generic_metadata)
 
 
 def _amount_text(value: object) -> str:
