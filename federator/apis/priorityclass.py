@@ -37,16 +37,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from federator.apis.common import (
     ApiModel,
     FieldError,
     ObjectMeta,
     ValidationSettings,
-    errors_from_validation,
-    finish_errors,
+    api_validator,
     raise_semantic,
+    validate_object,
 )
 
 __all__ = [
@@ -176,17 +176,9 @@ def validate_priorityclass(
 ) -> list[FieldError]:
     """Every problem with a PriorityClass, as (field path, message); empty when it is valid. The name
     is a DNS subdomain, which the API server checks itself (as for every kind)."""
-    settings = settings or ValidationSettings()
-    if not isinstance(obj, Mapping):
-        return [("", "Invalid value: must be a JSON object")]
-    errors: list[FieldError] = []
-    try:
-        PriorityClass.model_validate(obj, context={"settings": settings})
-    except ValidationError as exc:
-        errors += errors_from_validation(exc, model=PriorityClass)
-    errors += _semantic_errors(obj)
-    errors = finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
-    if not include_generic_metadata:
+    errors = validate_object(obj, model=PriorityClass, semantic=_semantic_errors, settings=settings,
+                             include_generic_metadata=include_generic_metadata)
+    if not include_generic_metadata and isinstance(obj, Mapping):
         errors = _system_name_errors(obj) + errors
     return errors
 
@@ -194,13 +186,8 @@ def validate_priorityclass(
 def priorityclass_validator(
     settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
 ) -> Callable[[dict[str, Any]], list[FieldError]]:
-    """The apiserver's `ResourceType.validate` hook for PriorityClass."""
-    chosen = settings or ValidationSettings()
-
-    def validate(obj: dict[str, Any]) -> list[FieldError]:
-        return validate_priorityclass(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
-
-    return validate
+    """The apiserver's `ResourceType.validate` hook for PriorityClass (`common.api_validator`)."""
+    return api_validator(validate_priorityclass, settings, include_generic_metadata=include_generic_metadata)
 
 
 def priorityclass_update_validator() -> Callable[[dict[str, Any], dict[str, Any]], list[FieldError]]:
