@@ -21,6 +21,7 @@ from pydantic import (
     AfterValidator,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -54,10 +55,12 @@ from federator.apis.common import (
 
 __all__ = [
     "KIND",
+    "MAX_SCORE_ROWS",
     "PLURAL",
     "SHORT_NAMES",
     "SINGULAR",
     "EnvVar",
+    "ClusterScore",
     "ExcludedCluster",
     "Failover",
     "HistoryEntry",
@@ -68,6 +71,7 @@ __all__ = [
     "PodTemplate",
     "ResourceRequests",
     "Role",
+    "ScoreContribution",
     "Toleration",
     "TrainingJob",
     "TrainingJobSpec",
@@ -306,6 +310,40 @@ class PreviousCopy(ApiModel):
     epoch: StrictInt = Field(ge=0)
 
 
+#: status.placement.scores holds at most this many clusters: the chosen one and the best runners-up.
+MAX_SCORE_ROWS = 16
+#: ... and the chosen cluster's breakdown at most this many score plugins.
+MAX_SCORE_PARTS = 32
+
+
+class ScoreContribution(ApiModel):
+    """One score plugin's part of the chosen cluster's total."""
+
+    plugin: StrictStr = Field(max_length=128, description="The score plugin, e.g. data-locality.")
+    raw: StrictFloat | None = Field(default=None, description=(
+        "What the plugin measured, in its own unit (before normalising to 0..100); absent when not finite."))
+    weight: StrictFloat = Field(description="The plugin's weight in the placement profile.")
+    weighted: StrictFloat = Field(description=(
+        "Normalised score (0..100) x weight: what this plugin adds to the total."))
+
+
+class ClusterScore(ApiModel):
+    """How a cluster scored for the current decision."""
+
+    cluster: StrictStr = Field(max_length=253)
+    total: StrictFloat = Field(description="Weighted sum of the normalised scores; the chosen cluster's is the "
+                                           "highest.")
+    gpu_model: StrictStr | None = Field(default=None, alias="gpuModel", max_length=63,
+                                        description="The GPU model the gang's fit uses there.")
+    nodes: StrictInt | None = Field(default=None, ge=0, description="Nodes the gang's fit uses there.")
+    outranked: StrictBool = Field(default=False, description=(
+        "True: not fitted node by node, because even its best possible score (`total`) was below the "
+        "chosen cluster's."))
+    parts: list[ScoreContribution] | None = Field(
+        default=None, max_length=MAX_SCORE_PARTS,
+        description="Per score plugin (the chosen cluster only): raw score, weight, weighted contribution.")
+
+
 class PlacementStatus(ApiModel):
     """The current placement decision."""
 
@@ -313,6 +351,12 @@ class PlacementStatus(ApiModel):
     epoch: StrictInt = Field(default=0, ge=0, description="Fencing epoch; +1 on every requeue.")
     decision_resource_version: StrictStr | None = Field(default=None, alias="decisionResourceVersion", max_length=64)
     why_not: list[WhyNotRow] | None = Field(default=None, alias="whyNot", max_length=1024)
+    scores: list[ClusterScore] | None = Field(
+        default=None, max_length=MAX_SCORE_ROWS,
+        description="The chosen cluster first, with its score breakdown per plugin, then the runners-up "
+                    "best first (totals only). Empty when no score chose the cluster (a preemption); absent "
+                    "before a decision.",
+    )
     excluded_clusters: list[ExcludedCluster] | None = Field(
         default=None, alias="excludedClusters", max_length=256,
         description="Clusters this job must avoid for a while (pulled back from them), with until when.",

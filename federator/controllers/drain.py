@@ -60,7 +60,7 @@ from federator.controllers.jobs import (
     update_job_status,
 )
 from federator.controllers.loops import background_loop
-from federator.controllers.placement import PLACEMENT, SCHEDULABLE, why_not_rows
+from federator.controllers.placement import PLACEMENT, SCHEDULABLE, score_rows, why_not_rows
 from federator.controllers.status_sync import JOB_CACHE, JobCache, lifecycle_tick_seconds
 from federator.obs import get_logger
 from federator.placement import Decision, GangRequest, Profile, run_cycle
@@ -258,6 +258,7 @@ class ClusterDrain:
         target = decision.cluster
         now = time.time()
         rows = why_not_rows(decision.why_not)
+        scores = score_rows(decision)
         message = f"drained from {cluster}: moves whole to {target} at epoch {epoch + 1}"
         try:
             def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
@@ -269,7 +270,7 @@ class ClusterDrain:
                 append_history(status, history_entry("Drained", cluster=cluster, epoch=epoch, message=message,
                                                      now=now))
                 placement = dict(status.get("placement") or {})
-                placement.update(cluster=target, epoch=epoch + 1, whyNot=rows,
+                placement.update(cluster=target, epoch=epoch + 1, whyNot=rows, scores=scores,
                                  decisionResourceVersion=decision.resource_version[:64] or "0",
                                  previous={"cluster": cluster, "epoch": epoch})
                 status["placement"] = placement

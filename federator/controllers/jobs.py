@@ -23,8 +23,8 @@ failed dispatch) goes back to Pending with `placement.cluster` cleared and
 its epoch kept; the next decision takes epoch + 1, so every placement of a
 job has a fresh, larger epoch (the first one is 1).
 
-status.placement = {cluster, epoch, decisionResourceVersion, whyNot,
-excludedClusters: [{cluster, until}]}.
+status.placement = {cluster, epoch, decisionResourceVersion, whyNot, scores
+(the decision's; a requeue drops them), excludedClusters: [{cluster, until}]}.
 
 This module does no I/O of its own except `update_job_status` (the hub
 store through `hub.storage`); it never talks to a member cluster and never
@@ -409,6 +409,7 @@ def requeue(
         placement["excludedClusters"] = kept
     placement.pop("cluster", None)
     placement.pop("decisionResourceVersion", None)
+    placement.pop("scores", None)  # the decision's, which no longer holds
     placement["epoch"] = epoch
     status["placement"] = placement
     if count:

@@ -14,7 +14,9 @@ list + watch of `hub.storage` and runs placement cycles:
    (with each decision's reservation: "assume") replaces the old one;
 3. for each decision, in its own task: write the decision into the job's
    status FIRST (phase Placed, cluster, epoch = previous epoch + 1,
-   decisionResourceVersion, why-not table, history entry; fenced), and only
+   decisionResourceVersion, why-not table, the scores (`score_rows`: the
+   chosen cluster's breakdown per score plugin, the runners-up's totals),
+   history entry; fenced), and only
    then dispatch it (`controllers/dispatch.py`). If the write-ahead fails or
    is refused (the job changed meanwhile), the reservation is forgotten and
    nothing is dispatched;
@@ -92,12 +94,14 @@ decision named, or do I/O inside the pure placement call.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from federator.apis.trainingjob import MAX_SCORE_PARTS, MAX_SCORE_ROWS
 from federator.apiserver.errors import ApiError
 from federator.clusters.snapshot_builder import SnapshotBuilder
 from federator.controllers.context import HubContext
@@ -140,6 +144,7 @@ from federator.placement import (
     ReservationKind,
     Resources,
     RunningGang,
+    ScoreBreakdown,
     Unplaced,
     Victim,
     VictimReason,
@@ -151,7 +156,8 @@ from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
 from federator.waits import wait_event
 
-__all__ = ["CONDITION_QUOTA_RESERVED", "CycleReport", "PlacementController", "job_placement", "why_not_rows"]
+__all__ = ["CONDITION_QUOTA_RESERVED", "CycleReport", "PlacementController", "job_placement", "score_rows",
+           "why_not_rows"]
 
 _log = get_logger("controllers.placement")
 
@@ -185,6 +191,43 @@ def why_not_rows(why_not: Mapping[str, Rejection]) -> list[dict[str, str]]:
         r = why_not[name]
         rows.append({"cluster": r.cluster[:253], "filter": r.filter[:128], "reason": r.code[:128],
                      "message": r.message[:4096]})
+    return rows
+
+
+def _finite(value: float) -> float | None:
+    return round(value, 4) if math.isfinite(value) else None
+
+
+def _fit_fields(breakdown: ScoreBreakdown) -> dict[str, Any]:
+    return {"nodes": breakdown.nodes_used} | ({"gpuModel": breakdown.gpu_model[:63]} if breakdown.gpu_model else {})
+
+
+def score_rows(decision: Decision) -> list[dict[str, Any]]:
+    """status.placement.scores: the chosen cluster first with its breakdown per score plugin (raw score,
+    weight, weighted contribution), then the runners-up best first (totals only), then the clusters that
+    were outranked before their fit (the most they could have scored), at most MAX_SCORE_ROWS in all.
+    Empty when no score chose the cluster (a preemption picks the cluster needing the fewest victims)."""
+    chosen = next((b for b in decision.scores if b.cluster == decision.cluster), None)
+    total = _finite(chosen.total) if chosen is not None else None
+    if chosen is None or total is None:
+        return []
+    parts = []
+    for part in chosen.parts[:MAX_SCORE_PARTS]:
+        weighted, weight, raw = _finite(part.weighted), _finite(part.weight), _finite(part.raw)
+        if weighted is not None and weight is not None:
+            parts.append({"plugin": part.plugin[:128], "weight": weight, "weighted": weighted}
+                         | ({"raw": raw} if raw is not None else {}))
+    rows: list[dict[str, Any]] = [{"cluster": chosen.cluster[:253], "total": total, **_fit_fields(chosen),
+                                   "parts": parts}]
+    others = sorted(((b.cluster, b.total, _fit_fields(b)) for b in decision.scores if b is not chosen),
+                    key=lambda r: (-r[1], r[0]))
+    others += sorted(((name, bound, {"outranked": True}) for name, bound in decision.outranked.items()),
+                     key=lambda r: (-r[1], r[0]))
+    for name, value, extra in others:
+        if len(rows) >= MAX_SCORE_ROWS:
+            break
+        if (shown := _finite(value)) is not None:
+            rows.append({"cluster": name[:253], "total": shown, **extra})
     return rows
 
 
@@ -904,6 +947,7 @@ class PlacementController:
         ref = job_ref(job)
         now = time.time()
         rows = why_not_rows(decision.why_not)
+        scores = score_rows(decision)
         preempted = ", ".join(victim.key for victim in decision.preemption.victims) if decision.preemption else ""
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
@@ -917,7 +961,8 @@ class PlacementController:
             epoch = previous_epoch + 1
             placement = dict(status.get("placement") or {})
             placement.update(cluster=decision.cluster, epoch=epoch,
-                             decisionResourceVersion=decision.resource_version[:64] or "0", whyNot=rows)
+                             decisionResourceVersion=decision.resource_version[:64] or "0", whyNot=rows,
+                             scores=scores)
             status["placement"] = placement
             model = f" on {decision.gpu_model}" if decision.gpu_model else ""
             message = (f"placed in {decision.cluster}{model} ({len(decision.assignment)} pods on "

@@ -119,6 +119,8 @@ async def test_drain_moves_every_gang_whole_within_its_budget_and_never_runs_two
         placement = placement_of(job)
         assert placement["epoch"] == epochs[name] + 1 and placement["previous"] == {"cluster": HOME,
                                                                                    "epoch": epochs[name]}
+        assert placement["scores"][0]["cluster"] == FALLBACK  # the move's own decision, not the first one's
+        assert all(row["cluster"] != HOME for row in placement["scores"])
         (drained,) = history(job, "Drained")
         assert drained["cluster"] == HOME and drained["epoch"] == epochs[name]
         steps = events(job)

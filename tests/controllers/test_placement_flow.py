@@ -107,6 +107,18 @@ async def test_example_lands_whole_in_the_rdma_cluster_with_its_dataset(env: Env
     # every other cluster has a why-not row (or lost on score: the RDMA one without the dataset)
     rejected = {row["cluster"]: row["reason"] for row in placement["whyNot"]}
     assert set(rejected) >= {"cloud-eth-h100", "cloud-small"}
+    # the score breakdown: the chosen cluster first, its parts add up to its total; every other
+    # cluster that passed the filters is a runner-up, none is both rejected and scored
+    scores = placement["scores"]
+    chosen = scores[0]
+    assert chosen["cluster"] == "onprem-rdma-a100" and chosen["gpuModel"] == "A100" and chosen["nodes"] >= 1
+    plugins = [part["plugin"] for part in chosen["parts"]]
+    assert "data-locality" in plugins and len(plugins) == len(set(plugins))
+    assert abs(sum(part["weighted"] for part in chosen["parts"]) - chosen["total"]) < 0.01
+    assert all(part["weighted"] <= 100 * part["weight"] + 1e-6 for part in chosen["parts"])
+    assert all(row["total"] <= chosen["total"] and "parts" not in row for row in scores[1:])
+    assert {row["cluster"] for row in scores}.isdisjoint(rejected)
+    assert {row["cluster"] for row in scores} | set(rejected) == set(env.fed.registrations)
     events = [h["event"] for h in job["status"]["history"]]
     assert events[:2] == ["Placed", "Dispatched"]
     assert job["status"]["history"][0]["epoch"] == 1

@@ -96,13 +96,15 @@ def test_excluded_clusters_in_force_only_until_their_time() -> None:
 
 def test_requeue_clears_the_cluster_keeps_the_epoch_and_records_it() -> None:
     status: dict[str, Any] = {"phase": "Placed", "placement": {"cluster": "x", "epoch": 3,
-                                                               "decisionResourceVersion": "9"}}
+                                                               "decisionResourceVersion": "9",
+                                                               "scores": [{"cluster": "x", "total": 50.0}]}}
     requeue(status, reason="PulledBack", message="not admitted in time", now=NOW, job="vision/j",
             exclude_until=NOW + 300)
     assert status["phase"] == PHASE_PENDING
     assert current_placement({"status": status}) == (None, 3)  # the next decision takes epoch 4
     assert status["placement"]["excludedClusters"] == [{"cluster": "x", "until": timestamp(NOW + 300)}]
     assert status["requeues"] == 1
+    assert "scores" not in status["placement"]  # the decision they explained no longer holds
     assert status["history"][-1] | {"time": None} == {"time": None, "event": "Requeued", "cluster": "x",
                                                         "epoch": 3, "message": "not admitted in time"}
 
