@@ -31,14 +31,17 @@ freed), its job goes back to not started with epoch + 1 (the policy
 requeues it), and its work is lost: it restarts from the beginning (its
 dataset copy too, if its next cluster does not cache the dataset), and
 the GPUs it held from binding until eviction count as GPU-hours lost to
-preemption. Its queueing delay is still its final start minus its
-submission, its JCT its final finish minus its submission.
+preemption. Its queueing delay is the time it waited: its final start
+minus its submission, less the time its evicted runs held their GPUs
+(that time is lost work, not waiting); its JCT is its final finish minus
+its submission, lost runs and all.
 
 Per queue (the trace cluster a job came from: the queues of `--queues`,
-measured for every policy): jobs, median and p95 queueing delay, mean
-speed (traced duration / JCT, 1 when never delayed), evictions and GPU-hours lost
-(`PolicyResult.extra["queues"]`); `queue_fairness` is Jain's index over
-the queues' mean speeds.
+measured for every policy) and per priority: jobs, mean, median and p95
+queueing delay, mean speed (traced duration / JCT: 1 when never delayed),
+evictions and GPU-hours lost (`PolicyResult.extra["queues"]` and
+`["priorities"]`); `queue_fairness` is Jain's index over the queues' mean
+speeds.
 
 Must never: read a clock for the simulation (only `wall_seconds`
 measures the run), or let any policy see another's members.
@@ -209,6 +212,7 @@ class Engine:
         # Times each job was evicted (its epoch) and the GPU-seconds its evicted runs held.
         self.epoch = array("l", [0]) * n
         self.lost_gpu_seconds = array("d", [0.0]) * n
+        self.evicted_run_seconds = array("d", [0.0]) * n
         self.evictions = 0
         self.writes = 0
         self.failed_dispatches = 0
@@ -268,6 +272,7 @@ class Engine:
         self.writes += 1 + job.pods
         self.busy_gpus -= copy.gpus
         self.lost_gpu_seconds[job.index] += copy.gpus * (self.now - copy.bound_at)
+        self.evicted_run_seconds[job.index] += self.now - copy.bound_at
         self.evictions += 1
         self.epoch[job.index] += 1
         self.bound_at[job.index] = math.nan
@@ -387,35 +392,62 @@ class Engine:
                     area[k] += value * (hi - lo)
         return [(k * width + width / 2, area[k] / (width * self.total_gpus)) for k in range(bins)]
 
+    def _delay(self, job: ReplayJob) -> float:
+        """Time waiting: final start - submission - the time evicted runs held GPUs (nan: never started)."""
+        return self.started_at[job.index] - job.submitted - self.evicted_run_seconds[job.index]
+
+    def _groups(self, key: Callable[[ReplayJob], str]) -> dict[str, dict[str, Any]]:
+        """Jobs, delays (mean, median, p95), mean speed, evictions and GPU-hours lost, per group of jobs."""
+        # group -> (delays, speeds, [jobs, evictions, lost GPU-seconds])
+        groups: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        for job in self.jobs:
+            group = groups.get(key(job))
+            if group is None:
+                group = groups[key(job)] = ([], [], [0.0, 0.0, 0.0])
+            counts = group[2]
+            counts[0] += 1
+            counts[1] += self.epoch[job.index]
+            counts[2] += self.lost_gpu_seconds[job.index]
+            delay = self._delay(job)
+            if math.isnan(delay):
+                continue
+            group[0].append(delay)
+            finish = self.finished_at[job.index]
+            if not math.isnan(finish):
+                group[1].append(_speed(job.duration, finish - job.submitted))
+        out: dict[str, dict[str, Any]] = {}
+        for name, (delays, speeds, counts) in sorted(groups.items()):
+            delays.sort()
+            out[name] = {
+                "jobs": int(counts[0]),
+                "started": len(delays),
+                "finished": len(speeds),
+                "meanQueueDelaySeconds": round(sum(delays) / len(delays), 3) if delays else 0.0,
+                "medianQueueDelaySeconds": round(quantile(delays, 0.5), 3),
+                "p95QueueDelaySeconds": round(quantile(delays, 0.95), 3),
+                "meanSpeed": round(sum(speeds) / len(speeds), 6) if speeds else 0.0,
+                "evictions": int(counts[1]),
+                "gpuHoursLostToPreemption": round(counts[2] / 3600, 3),
+            }
+        return out
+
     def _result(self, *, wall: float, cpu: float) -> PolicyResult:
         jobs = self.jobs
         delays: list[float] = []
         jcts: list[float] = []
         per_team: dict[str, list[float]] = {}
-        # queue (trace cluster) -> (delays, speeds, [jobs, evictions, lost GPU-seconds])
-        per_queue: dict[str, tuple[list[float], list[float], list[float]]] = {}
         never = 0
         for job in jobs:
-            queue = per_queue.get(job.trace_cluster)
-            if queue is None:
-                queue = per_queue[job.trace_cluster] = ([], [], [0.0, 0.0, 0.0])
-            counts = queue[2]
-            counts[0] += 1
-            counts[1] += self.epoch[job.index]
-            counts[2] += self.lost_gpu_seconds[job.index]
-            start = self.started_at[job.index]
-            if math.isnan(start):
+            delay = self._delay(job)
+            if math.isnan(delay):
                 never += 1
                 continue
-            delays.append(start - job.submitted)
-            queue[0].append(start - job.submitted)
+            delays.append(delay)
             finish = self.finished_at[job.index]
             if not math.isnan(finish):
                 jct = finish - job.submitted
                 jcts.append(jct)
-                speed = _speed(job.duration, jct)
-                per_team.setdefault(job.team, []).append(speed)
-                queue[1].append(speed)
+                per_team.setdefault(job.team, []).append(_speed(job.duration, jct))
         delays.sort()
         first = min((j.submitted for j in jobs), default=0.0)
         finishes = [f for f in self.finished_at if not math.isnan(f)]
@@ -438,27 +470,16 @@ class Engine:
             "jobs": len(jobs),
             "wallSeconds": round(wall, 3),
         }
-        queues: dict[str, dict[str, Any]] = {}
-        for name, (queue_delays, speeds, counts) in sorted(per_queue.items()):
-            queue_delays.sort()
-            queues[name] = {
-                "jobs": int(counts[0]),
-                "started": len(queue_delays),
-                "finished": len(speeds),
-                "medianQueueDelaySeconds": round(quantile(queue_delays, 0.5), 3),
-                "p95QueueDelaySeconds": round(quantile(queue_delays, 0.95), 3),
-                "meanSpeed": round(sum(speeds) / len(speeds), 6) if speeds else 0.0,
-                "evictions": int(counts[1]),
-                "gpuHoursLostToPreemption": round(counts[2] / 3600, 3),
-            }
-        lost_hours = sum(self.lost_gpu_seconds) / 3600
+        queues = self._groups(lambda job: job.trace_cluster)
         extra: dict[str, Any] = {
             "queues": queues,
+            "priorities": self._groups(lambda job: str(job.priority)),
             "queueJainFairness": round(queue_fairness(queues), 6),
             "preemptions": self.evictions,
             "preemptionsPer1000Jobs": round(1000 * self.evictions / len(jobs), 3) if jobs else 0.0,
             "preemptedJobs": sum(1 for e in self.epoch if e),
-            "gpuHoursLostToPreemption": round(lost_hours, 3),
+            "mostEvictionsOfOneJob": max(self.epoch, default=0),
+            "gpuHoursLostToPreemption": round(sum(self.lost_gpu_seconds) / 3600, 3),
         }
         return PolicyResult(
             policy=self.policy.name,

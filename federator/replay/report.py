@@ -4,8 +4,8 @@
   `policies` (policy -> exactly METRIC_KEYS); with `--queues` also
   `queues` (`queue_section`: the queue rule, each queue's GPU-hours and
   nominal quota, and per policy Jain's index over queues, preemptions per
-  1,000 jobs, GPU-hours lost to preemption and per queue the median and
-  p95 queueing delay; federator-queues / federator);
+  1,000 jobs, GPU-hours lost to preemption, and per queue and per priority
+  the mean, median and p95 queueing delay; federator-queues / federator);
 - report.md: the inputs, every metric per policy, federator / each
   baseline per metric, jobs that never started, the queues section, and
   the plots;
@@ -54,6 +54,7 @@ QUEUE_KEYS: tuple[str, ...] = (
     "preemptions",
     "preemptionsPer1000Jobs",
     "preemptedJobs",
+    "mostEvictionsOfOneJob",
     "gpuHoursLostToPreemption",
 )
 FAIRNESS_TEXT = (
@@ -61,7 +62,8 @@ FAIRNESS_TEXT = (
     "job, x = the queue's mean speed, a job's speed being its traced duration / its JCT (1: never waited, "
     "never slowed; a preempted job's JCT runs from its submission to its final finish). A preemption evicts "
     "the victim whole and it restarts from the beginning: GPU-hours lost are the GPUs it held from binding "
-    "(dataset copy included) until eviction. Queueing delay is submission to the final start."
+    "(dataset copy included) until eviction. Queueing delay is the time a job waited: submission to its final "
+    "start, less the time its evicted runs held GPUs (lost work, counted in its JCT)."
 )
 # federator-queues / federator in the queues section (delays and JCT lower is better; the rest higher).
 _COMPARED = ("meanQueueDelaySeconds", "p95QueueDelaySeconds", "p99QueueDelaySeconds", "meanJctSeconds",
@@ -122,7 +124,8 @@ def _markdown(
     lines += [
         "",
         "Queueing delay is submission to training start, so it includes copying a dataset the cluster does "
-        "not cache (the gang holds its GPUs meanwhile); delays and JCT count the jobs that started. "
+        "not cache (the gang holds its GPUs meanwhile), less the runs a preemption lost (federator-queues only); "
+        "delays and JCT count the jobs that started. "
         "gpuUtilization counts GPUs allocated to gangs over the makespan, copying included, so a policy that "
         "copies more looks busier. memberWritesPerJob counts 1 + pods writes per gang copy written into or "
         "deleted from a member (finished gangs are cleaned up too). jainFairness is Jain's index over teams of "
@@ -201,7 +204,12 @@ def queue_section(
             for name, quota in sorted(queues.items())
         },
         "policies": {
-            r.policy: {**{key: r.extra[key] for key in QUEUE_KEYS}, "perQueue": r.extra["queues"]} for r in results
+            r.policy: {
+                **{key: r.extra[key] for key in QUEUE_KEYS},
+                "perQueue": r.extra["queues"],
+                "perPriority": r.extra["priorities"],
+            }
+            for r in results
         },
     }
     by_name = {r.policy: r for r in results}
@@ -254,26 +262,29 @@ def _queue_markdown(section: Mapping[str, Any]) -> list[str]:
             f"{p['gpuHoursLostToPreemption']:,.1f} |"
         )
     shown = [n for n in (QUEUE_POLICY, "federator") if n in policies]
-    if shown:
+    for title, table, names in (("queue", "perQueue", list(quota)), ("priority", "perPriority", None)):
+        if not shown:
+            break
+        groups = names or sorted({g for n in shown for g in policies[n][table]}, key=int)
         lines += [
             "",
-            "Per queue: median / p95 queueing delay (s), mean speed, evictions.",
+            f"Per {title}: mean / median / p95 queueing delay (s), mean speed, evictions.",
             "",
-            "| queue | " + " | ".join(f"{n} delay | {n} speed | {n} evictions" for n in shown) + " |",
+            f"| {title} | " + " | ".join(f"{n} delay | {n} speed | {n} evictions" for n in shown) + " |",
             "|---|" + "---|---|---|" * len(shown),
         ]
-        for queue in quota:
+        for group in groups:
             cells = []
             for n in shown:
-                q = policies[n]["perQueue"].get(queue)
+                q = policies[n][table].get(group)
                 if q is None:
                     cells.append("- | - | -")
                 else:
                     cells.append(
-                        f"{q['medianQueueDelaySeconds']:,.1f} / {q['p95QueueDelaySeconds']:,.1f} | "
-                        f"{q['meanSpeed']:.3f} | {q['evictions']:,}"
+                        f"{q['meanQueueDelaySeconds']:,.1f} / {q['medianQueueDelaySeconds']:,.1f} / "
+                        f"{q['p95QueueDelaySeconds']:,.1f} | {q['meanSpeed']:.3f} | {q['evictions']:,}"
                     )
-            lines.append(f"| {queue} | " + " | ".join(cells) + " |")
+            lines.append(f"| {group} | " + " | ".join(cells) + " |")
     comparison = section.get("comparison")
     if isinstance(comparison, Mapping):
         lines += [

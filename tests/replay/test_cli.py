@@ -88,7 +88,7 @@ def test_queues_replays_federator_with_and_without_queues_and_reports_fairness_a
     assert sum(queues["priorities"].values()) == 90 and set(queues["priorities"]) <= {"0", "100", "1000"}
     assert list(queues["policies"]) == ["federator", "federator-queues", "none"]
     for figures in queues["policies"].values():
-        assert set(figures) == set(QUEUE_KEYS) | {"perQueue"}
+        assert set(figures) == set(QUEUE_KEYS) | {"perQueue", "perPriority"}
         assert 0 < figures["queueJainFairness"] <= 1
         for queue in figures["perQueue"].values():
             assert queue["p95QueueDelaySeconds"] >= queue["medianQueueDelaySeconds"] >= 0

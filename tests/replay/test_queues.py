@@ -171,9 +171,14 @@ def test_a_high_priority_job_evicts_the_latest_low_priority_gang_whole(tmp_path:
     assert result.extra["gpuHoursLostToPreemption"] == pytest.approx(round(8 * 99 / 3600, 3))
     # Writes: 3 gangs in and out (1 PodGroup + 1 pod each way), plus b evicted and written again.
     assert result.metrics["memberWritesPerJob"] == pytest.approx(16 / 3, abs=1e-6)
+    # b waited 500 s: from submission (1) to its final start (600), less the 99 s its evicted run held GPUs.
+    assert result.metrics["meanQueueDelaySeconds"] == pytest.approx(500 / 3, abs=1e-3)
     queue = result.extra["queues"]["cluster01"]
-    assert queue["medianQueueDelaySeconds"] == 0 and queue["p95QueueDelaySeconds"] == pytest.approx(539.1)
-    assert queue["evictions"] == 1
+    assert queue["medianQueueDelaySeconds"] == 0 and queue["p95QueueDelaySeconds"] == pytest.approx(450)
+    assert queue["evictions"] == 1 and result.extra["mostEvictionsOfOneJob"] == 1
+    by_priority = result.extra["priorities"]
+    assert by_priority["0"]["meanQueueDelaySeconds"] == 250 and by_priority["1000"]["meanQueueDelaySeconds"] == 0
+    assert (by_priority["0"]["evictions"], by_priority["1000"]["evictions"]) == (1, 0)
     # Without queues hi waits for a gang to finish, and nobody is evicted.
     engine0, plain = replay(jobs, fed, FederatorPolicy())
     assert engine0.started_at[2] == 1000 and plain.extra["preemptions"] == 0
