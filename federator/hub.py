@@ -306,6 +306,15 @@ async def _job_log(state: HubState, req: SubresourceRequest) -> web.StreamRespon
         return await serve_log(req.request, chunks, limit_bytes=options.limit_bytes)
 
 
+async def _job_pods(state: HubState, req: SubresourceRequest) -> web.StreamResponse:
+    """GET trainingjobs/{name}/pods: the job's member pods (role, index, node, phase, ...) in the cluster holding
+    them now (controllers/jobpods.py); authorised like the job's log (apiserver/auth.py)."""
+    from federator.controllers.jobpods import job_pods
+
+    job = await req.storage.get(state.context.kind("TrainingJob"), namespace=req.namespace, name=req.name)
+    return json_response(await job_pods(state.context, job))
+
+
 @web.middleware
 async def _connection_visibility(request: web.Request, handler: Any) -> web.StreamResponse:
     """Admins see MemberClusters' spec.connection (credentials redacted); researchers and viewers do not
@@ -371,7 +380,10 @@ def build_hub_app(
                                   name="failoverplan", kind="FailoverPlan", verbs=("get",),
                                   handler=lambda req: _failover_plan(state, req)),
                       Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="trainingjobs", name="log",
-                                  kind="TrainingJob", verbs=("get",), handler=lambda req: _job_log(state, req))],
+                                  kind="TrainingJob", verbs=("get",), handler=lambda req: _job_log(state, req)),
+                      Subresource(group=HUB_GROUP, version=HUB_VERSION, plural="trainingjobs", name="pods",
+                                  kind="TrainingJobPods", verbs=("get",),
+                                  handler=lambda req: _job_pods(state, req))],
         # kubectl auth whoami / can-i, decided by the same role rules as auth_middleware.
         verb_only_resources=review_resources(),
     )

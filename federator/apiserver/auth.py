@@ -13,7 +13,8 @@ skipped. Roles and namespaces are groups:
     federator:researcher   TrainingJobs in its own namespaces only (get, list,
                            watch, create, update, patch, delete), reading
                            their status, their pods' logs (trainingjobs/log)
-                           and Events (core v1 and events.k8s.io)
+                           and member pods (trainingjobs/pods), and Events
+                           (core v1 and events.k8s.io)
                            there; reading MemberClusters, DrillReports,
                            Queues (and their status) and PriorityClasses
     federator:viewer       get, list and watch of everything
@@ -413,6 +414,8 @@ ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
               why="researchers may read job status in their namespaces"),
         _rule(["get"], [FEDERATOR_GROUP], ["trainingjobs/log"], scope=OWN_NAMESPACES,
               why="researchers may read the logs of their jobs' pods"),
+        _rule(["get"], [FEDERATOR_GROUP], ["trainingjobs/pods"], scope=OWN_NAMESPACES,
+              why="researchers may list their jobs' member pods"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["memberclusters"], why="researchers may read member clusters"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["drillreports"], why="researchers may read drill reports"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["queues", "queues/status"],

@@ -2,7 +2,7 @@
 
     federator submit -f FILE [-f FILE ...]          create TrainingJobs (YAML/JSON, several documents, - for stdin)
     federator get jobs|clusters|queues [NAME] [-n NS] [-A] [-w] [-o json|yaml|wide|name]
-    federator describe job NAME                      placement, why-not table, history, conditions, pods
+    federator describe job NAME                      placement (scores, why-not table), history, conditions, pods
     federator delete job NAME [NAME ...]
     federator logs NAME [-n NS] [--role R] [--index I] [-f] [--tail N]   the job's pods' logs, through the hub
 
@@ -102,9 +102,13 @@ def _time(value: Any, now: dt.datetime) -> str:
     return f"{value} ({age(value, now)} ago)"
 
 
-def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
+def describe_job(job: JSONObject, *, now: dt.datetime | None = None, pods: JSONObject | None = None,
+                 pods_error: str | None = None) -> str:
     """The text of `federator describe job`: what the job asks for, where it is
-    and why (placement, why-not table), what happened (history), its pods."""
+    and why (placement with its scores, why-not table), what happened (history),
+    its pods (counts from its status; with `pods`, the answer of its pods
+    subresource, each member pod with its node and phase; `pods_error` says why
+    that could not be read)."""
     now = now or dt.datetime.now(dt.UTC)
     meta = job.get("metadata") or {}
     spec = job.get("spec") or {}
@@ -156,6 +160,7 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
     add("Placement explanation:")
     if cluster:
         add(f"  Placed in {cluster} (epoch {placement_status.get('epoch', 0)}).")
+        out.extend(_score_lines(placement_status.get("scores") or [], cluster))
     by_type = {c.get("type"): c for c in status.get("conditions") or () if isinstance(c, Mapping)}
     quota = by_type.get("QuotaReserved")
     if cluster and quota and quota.get("status") == "True":
@@ -183,6 +188,21 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
                                   for role, c in sorted(counts.items())])))
     else:
         add("  <none>")
+    if pods_error:
+        add(f"  Member pods: cannot be read now: {pods_error}")
+    elif pods is not None and pods.get("cluster"):
+        items = [p for p in pods.get("items") or () if isinstance(p, Mapping)]
+        add(f"  Member pods in {pods['cluster']} (epoch {pods.get('epoch', 0)}):")
+        if items:
+            add(_indent(render_table(
+                ["NAME", "ROLE", "INDEX", "NODE", "PHASE", "READY", "RESTARTS", "STARTED"],
+                [[str(p.get("name", "")), str(p.get("role", "")), str(p.get("index", "")),
+                  str(p.get("node") or "<none>"),
+                  str(p.get("phase", "")) + (" (deleting)" if p.get("deletionTimestamp") else ""),
+                  "yes" if p.get("ready") else "no", str(p.get("restarts", 0)),
+                  f"{age(p['startTime'], now)} ago" if p.get("startTime") else "<not yet>"] for p in items]), 4))
+        else:
+            add("    <none yet>")
 
     add("Conditions:")
     conditions = status.get("conditions") or []
@@ -204,6 +224,38 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None) -> str:
     else:
         add("  <none>")
     return "\n".join(out)
+
+
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
+
+
+def _score_lines(scores: list[Any], cluster: str) -> list[str]:
+    """status.placement.scores: the chosen cluster's total and its breakdown per score plugin, then the
+    other clusters that passed the filters, best first."""
+    rows = [r for r in scores if isinstance(r, Mapping)]
+    chosen = rows[0] if rows and rows[0].get("cluster") == cluster else None
+    if chosen is None:
+        return ["  Score:      not recorded (a preemption chose the cluster, or an older hub placed it)"]
+    fit = ", ".join(x for x in (str(chosen.get("gpuModel") or ""),
+                                f"{chosen['nodes']} nodes" if isinstance(chosen.get("nodes"), int) else "") if x)
+    lines = [f"  Score:      {_number(chosen.get('total'), '.1f')}" + (f" ({fit})" if fit else "")
+             + ", the sum of each score plugin's weighted part:"]
+    parts = [p for p in chosen.get("parts") or () if isinstance(p, Mapping)]
+    lines.append(_indent(render_table(
+        ["PLUGIN", "RAW", "WEIGHT", "WEIGHTED"],
+        [[str(p.get("plugin", "")), _number(p.get("raw"), ".4g"), _number(p.get("weight"), "g"),
+          _number(p.get("weighted"), ".1f")] for p in parts]), 4))
+    others = rows[1:]
+    if others:
+        lines.append("  Runners-up (passed every filter, scored lower; \"at most\": not fitted, could not win):")
+        lines.append(_indent(render_table(
+            ["CLUSTER", "TOTAL", "GPU", "NODES"],
+            [[str(r.get("cluster", "")),
+              ("at most " if r.get("outranked") else "") + _number(r.get("total"), ".1f"),
+              str(r.get("gpuModel") or "-"), str(r["nodes"]) if isinstance(r.get("nodes"), int) else "-"]
+             for r in others]), 4))
+    return lines
 
 
 def _phase_text(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
@@ -235,8 +287,16 @@ def _selector_text(selector: Mapping[str, Any]) -> str:
 
 def _cmd_describe(args: argparse.Namespace) -> int:
     async def work(client: HubClient) -> int:
-        job = await client.request("GET", jobs_path(namespace_of(args, client), args.name))
-        print(describe_job(job), flush=True)
+        path = jobs_path(namespace_of(args, client), args.name)
+        job = await client.request("GET", path)
+        pods: JSONObject | None = None
+        pods_error = None
+        if ((job.get("status") or {}).get("placement") or {}).get("cluster"):
+            try:
+                pods = await client.request("GET", path + "/pods")
+            except HubError as e:  # the job is still described; the member's pods are what is missing
+                pods_error = str(e)
+        print(describe_job(job, pods=pods, pods_error=pods_error), flush=True)
         return 0
 
     return run_on_hub(args, work)

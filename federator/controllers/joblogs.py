@@ -8,20 +8,19 @@ plus kube's PodLogOptions, hub.py) and `federator logs`:
 - `open_job_log(hub, job, role=, index=, options=)` is an async context
   manager whose value is the log's chunks. The job must be placed
   (`status.placement`: its cluster and epoch; 400 otherwise). One LIST of the
-  member (by the job-uid and epoch labels the hub put on its pods) finds the
+  member (`jobpods.current_pods`, as the pods subresource does) finds the
   pods of the current attempt; `role` and `index` choose among them (400 for
   a role the job does not have or an index beyond its replicas, 404 when the
   chosen pod is not there: not created yet, or deleted). Each pod's log comes
-  from the member's `pods/NAME/log` through the `MemberClient` member sync
-  holds for that cluster or, on a hub that does not lead (no member sync
-  runs there), one made for this request from the MemberCluster's
-  connection and closed with it.
+  from the member's `pods/NAME/log` through `jobpods.job_member`'s client
+  (member sync's, or on a hub that does not lead one made for the request).
 - One pod: its log as the member sends it; a member's error before the first
   byte is a Status (its 400 and 404 pass through, naming the cluster; no
   answer is 503). Several pods: every line prefixed `[role-index] `, all
   pods at once when following (at most `MAX_FOLLOWED`), else one pod after
   the other; a pod whose log cannot be read adds one line saying why and
-  the others go on.
+  the others go on. Neither names the member's address (only the hub's log
+  does).
 - Leaving the block (the stream ended, the client left, the request was
   cancelled) closes every member connection it opened.
 
@@ -41,10 +40,10 @@ from federator.apis.common import dns1123_label_errors
 from federator.apiserver import errors
 from federator.apiserver.errors import ApiError
 from federator.apiserver.podlog import LogOptions, log_query
-from federator.clusters.client import PODS, MemberApiError, MemberClient, MemberClientError
+from federator.clusters.client import MemberApiError, MemberClient, MemberClientError
 from federator.controllers.context import HubContext
-from federator.controllers.jobs import current_placement, job_ref, member_client, phase_of
-from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, selector_for
+from federator.controllers.jobpods import current_pods, job_member, job_roles, pod_slot, unreachable
+from federator.controllers.jobs import current_placement, job_ref, phase_of
 from federator.obs import get_logger
 
 __all__ = ["MAX_FOLLOWED", "LogSource", "log_selection", "open_job_log"]
@@ -90,19 +89,10 @@ def log_selection(query: Mapping[str, str]) -> tuple[str | None, int | None]:
     return role, index
 
 
-def _roles(job: Mapping[str, Any]) -> list[tuple[str, int]]:
-    found: list[tuple[str, int]] = []
-    for role in (job.get("spec") or {}).get("roles") or ():
-        if isinstance(role, Mapping) and isinstance(role.get("name"), str):
-            replicas = role.get("replicas")
-            found.append((role["name"], replicas if type(replicas) is int and replicas > 0 else 1))
-    return found
-
-
 def _wanted(job: Mapping[str, Any], role: str | None, index: int | None) -> list[tuple[str, int]]:
     """The (role, index) pairs a request reads, in the job's role order."""
     ref = job_ref(job)
-    roles = _roles(job)
+    roles = job_roles(job)
     if role is None:
         return [(name, i) for name, replicas in roles for i in range(replicas)]
     replicas = dict(roles).get(role)
@@ -118,42 +108,6 @@ def _wanted(job: Mapping[str, Any], role: str | None, index: int | None) -> list
     return [(role, index)]
 
 
-def _index_of(pod: Mapping[str, Any]) -> tuple[str, int] | None:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    role, raw = labels.get(LABEL_ROLE), labels.get(LABEL_INDEX)
-    if not isinstance(role, str) or not isinstance(raw, str) or not raw.isdigit():
-        return None
-    return role, int(raw)
-
-
-@contextlib.asynccontextmanager
-async def _member(hub: HubContext, cluster: str) -> AsyncIterator[MemberClient]:
-    """Member sync's client for `cluster`, else one for this request (closed after it)."""
-    shared = member_client(hub, cluster)
-    if isinstance(shared, MemberClient):
-        yield shared
-        return
-    try:
-        registered = await hub.storage.get(hub.kind("MemberCluster"), namespace=None, name=cluster)
-    except ApiError as e:
-        if e.code == 404:
-            raise errors.service_unavailable(f"cluster {cluster} is no longer registered with the hub") from None
-        raise
-    connection = (registered.get("spec") or {}).get("connection") or {}
-    try:
-        client = await MemberClient.from_connection(connection, cluster=cluster)
-    except MemberClientError as e:
-        raise errors.service_unavailable(f"cannot reach cluster {cluster}: {e}") from None
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-def _unreachable(cluster: str, job: str, error: MemberClientError) -> ApiError:
-    return errors.service_unavailable(f"cluster {cluster}, which holds trainingjob {job}, did not answer: {error}")
-
-
 def _member_error(cluster: str, source: LogSource, error: MemberApiError) -> ApiError:
     if error.code in (400, 404):
         return ApiError(error.code, "NotFound" if error.code == 404 else "BadRequest",
@@ -167,16 +121,9 @@ async def _sources(client: MemberClient, job: Mapping[str, Any], *, cluster: str
                    wanted: Sequence[tuple[str, int]]) -> list[LogSource]:
     ref = job_ref(job)
     where = f"{ref.namespace}/{ref.name}"
-    try:
-        listing = await client.list_all(PODS, namespace=ref.namespace, label_selector=selector_for(ref.uid, epoch))
-    except MemberApiError as e:
-        raise errors.internal(f"cluster {cluster} refused to list the pods of trainingjob {where}: "
-                              f"{e.code} {e.reason}: {e.message}") from None
-    except MemberClientError as e:
-        raise _unreachable(cluster, where, e) from None
     pods: dict[tuple[str, int], str] = {}
-    for pod in listing.items:
-        at = _index_of(pod)
+    for pod in await current_pods(client, job, cluster=cluster, epoch=epoch):
+        at = pod_slot(pod)
         if at is not None:
             pods[at] = str((pod.get("metadata") or {}).get("name") or "")
     found = [LogSource(role=r, index=i, pod=pods[(r, i)], namespace=ref.namespace) for r, i in wanted
@@ -206,7 +153,7 @@ async def open_job_log(hub: HubContext, job: Mapping[str, Any], *, role: str | N
     if options.follow and len(wanted) > MAX_FOLLOWED:
         raise errors.bad_request(f"following {len(wanted)} pods at once is more than {MAX_FOLLOWED}: "
                                  "choose a role (role=) or one pod (role= and index=)")
-    async with _member(hub, cluster) as client:
+    async with job_member(hub, cluster) as client:
         sources = await _sources(client, job, cluster=cluster, epoch=epoch, wanted=wanted)
         query = log_query(options)
         if len(sources) == 1 and len(wanted) == 1:
@@ -218,7 +165,7 @@ async def open_job_log(hub: HubContext, job: Mapping[str, Any], *, role: str | N
                 except MemberApiError as e:
                     raise _member_error(cluster, source, e) from None
                 except MemberClientError as e:
-                    raise _unreachable(cluster, where, e) from None
+                    raise unreachable(cluster, where, e) from None
                 single = _until_broken(chunks, cluster=cluster, source=source)
                 try:
                     yield single
@@ -268,7 +215,9 @@ async def _prefixed(client: MemberClient, source: LogSource, query: Sequence[tup
     except MemberApiError as e:
         yield prefix + f"(no log: {e.message})\n".encode()
     except MemberClientError as e:
-        yield prefix + f"(log interrupted: {e})\n".encode()
+        # the error's text may name the member's address: the reader gets its kind, the hub's log the rest
+        _log.info("job log stream broke off", pod=f"{source.namespace}/{source.pod}", error=str(e))
+        yield prefix + f"(log interrupted: {type(e).__name__})\n".encode()
 
 
 async def _one_after_another(client: MemberClient, sources: Sequence[LogSource],

@@ -101,7 +101,13 @@ async def test_describe_job_explains_placement(hub: RunningHub) -> None:
     assert (await hub.request("POST", jobs_url("vision"), body=job("vision", "resnet-ps")))[0] == 201
     await _set_status(hub, "vision", "resnet-ps", {
         "phase": "Running",
-        "placement": {"cluster": "onprem-a100", "epoch": 1, "decisionResourceVersion": "42", "whyNot": [
+        "placement": {"cluster": "onprem-a100", "epoch": 1, "decisionResourceVersion": "42", "scores": [
+            {"cluster": "onprem-a100", "total": 212.5, "gpuModel": "A100", "nodes": 3, "parts": [
+                {"plugin": "data-locality", "raw": 1.0, "weight": 2.0, "weighted": 200.0},
+                {"plugin": "cost", "raw": 2.75, "weight": 0.25, "weighted": 12.5}]},
+            {"cluster": "onprem-b", "total": 90.25, "gpuModel": "H100", "nodes": 2},
+            {"cluster": "onprem-c", "total": 80.0, "outranked": True},
+        ], "whyNot": [
             {"cluster": "cloud-h100", "filter": "Network", "reason": "NoRDMA",
              "message": "the job needs rdma; the cluster has ethernet"},
             {"cluster": "cloud-small", "filter": "GangFit", "reason": "InsufficientGPU",
@@ -116,6 +122,14 @@ async def test_describe_job_explains_placement(hub: RunningHub) -> None:
     code, out, err = await hub.cli("admin", "describe", "job", "resnet-ps", "-n", "vision")
     assert code == 0, err
     assert "Placed in onprem-a100 (epoch 1)." in out
+    scores = out[out.index("  Score:"):].splitlines()
+    assert scores[0] == "  Score:      212.5 (A100, 3 nodes), the sum of each score plugin's weighted part:"
+    assert [line.split() for line in scores[1:4]] == [["PLUGIN", "RAW", "WEIGHT", "WEIGHTED"],
+                                                      ["data-locality", "1", "2", "200.0"],
+                                                      ["cost", "2.75", "0.25", "12.5"]]
+    assert scores[4].startswith("  Runners-up")
+    assert [line.split() for line in scores[6:8]] == [["onprem-b", "90.2", "H100", "2"],
+                                                      ["onprem-c", "at", "most", "80.0", "-", "-"]]
     why_not = out[out.index("Why not the other clusters:"):]
     assert why_not.splitlines()[1].split() == ["CLUSTER", "FILTER", "REASON", "MESSAGE"]
     assert why_not.splitlines()[2].split()[:3] == ["cloud-h100", "Network", "NoRDMA"]

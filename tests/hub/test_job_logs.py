@@ -201,6 +201,7 @@ async def test_job_log_streams_end_with_the_client_and_fail_clearly(tmp_path: An
             code, body = await get_log(env, "j2", role="worker", index="0")
             assert (code, body["reason"]) == (503, "ServiceUnavailable"), body
             assert f"cluster {CLUSTER}, which holds trainingjob {NS}/j2, did not answer" in body["message"]
+            assert f":{sim.port}" not in body["message"]  # the member's address is for the hub's log only
         finally:
             await sim.faults.end_outage()
 

@@ -6,7 +6,9 @@ the browser is checked against what the API says:
 
 - an admin signs in with a token (the form); the cluster cards and their GPU bars match the MemberClusters;
 - a job submitted while the jobs page is open appears without a reload and moves to Running; its page shows
-  the history as a timeline and the pods per role;
+  the placement's score breakdown as the status records it, the history as a timeline, the pods per role,
+  and each member pod with its node and phase as the member cluster itself lists them (kubectl with the
+  member's kubeconfig), asked again while the page stays open;
 - a job that fits nowhere shows the why-not table, row for row as in its status;
 - a researcher, through `federator dashboard` (the kubeconfig proxy), sees only their namespace and none of
   the admin's actions; a job elsewhere is refused;
@@ -268,6 +270,48 @@ def test_the_job_page_shows_the_decision_history_and_pods(up: FederatorUp, admin
     pods = admin.eval_on_selector_all("table.pods tbody tr",
                                       "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
     assert [(p[0], p[1], p[5]) for p in pods] == [("ps", "2", "2"), ("worker", "8", "8")]
+
+    # the score breakdown: plugin by plugin as status.placement.scores records it, then the runners-up
+    scores = status["placement"]["scores"]
+    assert scores[0]["cluster"] == status["placement"]["cluster"]
+    admin.wait_for_selector("table.scores tbody tr")
+    parts = admin.eval_on_selector_all("table.scores tbody tr", """rows => rows.map(r => [r.cells[0].textContent,
+        Number(r.cells[3].textContent), Number(r.cells[4].querySelector('[role=meter]').getAttribute('aria-valuenow'))])""")
+    assert [p[0] for p in parts] == [p["plugin"] for p in scores[0]["parts"]]
+    for (_, shown, bar), part in zip(parts, scores[0]["parts"], strict=True):
+        assert abs(shown - part["weighted"]) <= 0.05 + 1e-9 and abs(bar - part["weighted"]) <= 0.05 + 1e-9
+    total = float(admin.locator("table.scores tfoot td").nth(2).inner_text())
+    assert abs(total - scores[0]["total"]) <= 0.05 + 1e-9
+    runners_up = admin.eval_on_selector_all("table.runners-up tbody tr", "rows => rows.map(r => r.cells[0].textContent)")
+    assert runners_up == [row["cluster"] for row in scores[1:]]
+
+    # each member pod with its node and phase, as the member cluster itself lists them
+    job = job_json(up, "vision", "live-1")
+    cluster, epoch = job["status"]["placement"]["cluster"], job["status"]["placement"]["epoch"]
+    selector = f"federator.dev/job-uid={job['metadata']['uid']},federator.dev/epoch={epoch}"
+
+    def member_pods() -> list[list[Any]]:
+        items = up.json("get", "pods", "-n", "vision", "-l", selector, kubeconfig=up.member(cluster))["items"]
+        return sorted([p["metadata"]["labels"]["federator.dev/role"], int(p["metadata"]["labels"]["federator.dev/index"]),
+                       p["metadata"]["name"], p["spec"].get("nodeName") or "not bound yet", p["status"]["phase"]]
+                      for p in items)
+
+    def page_pods() -> list[list[Any]]:
+        return sorted(admin.eval_on_selector_all("table.member-pods tbody tr", """rows => rows.map(r => [
+            r.closest('table').dataset.role, Number(r.cells[0].textContent), r.cells[1].textContent,
+            r.cells[2].textContent, r.cells[3].textContent])"""))
+
+    def both_match() -> list[list[Any]] | None:
+        member = member_pods()
+        return member if len(member) == 10 and page_pods() == member else None
+
+    matched = wait_for("the page's member pods to match the member's own", both_match, timeout=30)
+    assert {p[4] for p in matched} == {"Running"} and all(p[3] != "not bound yet" for p in matched)
+    assert admin.eval_on_selector_all("table.member-pods", "ts => ts.map(t => t.dataset.role)") == ["ps", "worker"]
+    # asked again while the page stays open (the poll while visible; the next request is waited for)
+    with admin.expect_request(lambda request: request.url.endswith("/namespaces/vision/trainingjobs/live-1/pods"),
+                              timeout=20_000):
+        pass
     shot(admin, "job-running")
 
 
@@ -389,7 +433,8 @@ def test_a_narrow_window_does_not_scroll_sideways(admin: Any) -> None:
     try:
         for route, ready, name in (("#/federation", "article.card", "federation-narrow"),
                                    ("#/jobs", "table.jobs", "jobs-narrow"),
-                                   ("#/jobs/default/too-big", "table.why-not", "job-narrow")):
+                                   ("#/jobs/default/too-big", "table.why-not", "job-narrow"),
+                                   ("#/jobs/vision/live-1", "table.member-pods", "job-running-narrow")):
             go(admin, route)
             admin.wait_for_selector(ready)
             overflow = admin.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")

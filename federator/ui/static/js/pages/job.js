@@ -1,17 +1,62 @@
-// Job: what `federator describe job` says, live: the placement decision, the why-not table per
-// cluster (the same words), the history as a timeline (epochs, failovers, preemptions), the pods per
-// role, conditions and the job's Events. Delete where the role allows.
+// Job: what `federator describe job` says, live: the placement decision with its score breakdown
+// (status.placement.scores), the why-not table per cluster (the same words), the history as a timeline
+// (epochs, failovers, preemptions), the pods per role with each member pod's node and phase, conditions
+// and the job's Events. Delete where the role allows.
+//
+// The job and its Events come through watches. The member pods come from the job's pods subresource
+// (GET .../trainingjobs/NAME/pods, which reads the member): it is asked at once when a watch event
+// changes the job's placement or pod counts, and every POD_POLL_MS while the tab is visible (a node,
+// readiness or restart count changes no count); never while the tab is hidden, never two at a time.
 
 import { ListWatch, jobsPath } from "../api.js";
 import { empty, failure, fill, h, loading } from "../dom.js";
 import { jobGpus, jobPhase, timeElement } from "../format.js";
 import { deleteJob } from "./jobs.js";
 
-function table(caption, headers, rows, { className = "", hideCaption = false } = {}) {
-  return h(`table${className ? `.${className}` : ""}`,
+const POD_POLL_MS = 5000;
+
+function table(caption, headers, rows, { className = "", hideCaption = false, dataset = null, foot = null } = {}) {
+  return h(`table${className ? `.${className}` : ""}`, dataset ? { dataset } : null,
     h(hideCaption ? "caption.visually-hidden" : "caption", caption),
     h("thead", h("tr", headers.map((x) => h("th", { scope: "col" }, x)))),
-    h("tbody", rows.map((cells) => h("tr", cells.map((c, i) => (i === 0 ? h("th", { scope: "row" }, c) : h("td", c)))))));
+    h("tbody", rows.map((cells) => h("tr", cells.map((c, i) => (i === 0 ? h("th", { scope: "row" }, c) : h("td", c)))))),
+    foot ? h("tfoot", h("tr", foot.map((c, i) => (i === 0 ? h("th", { scope: "row" }, c) : h("td", c))))) : null);
+}
+
+const isNumber = (n) => typeof n === "number" && Number.isFinite(n);
+const fixed = (n, digits = 1) => (isNumber(n) ? n.toFixed(digits) : "—");
+/** A raw score in its own unit: four significant digits, no trailing zeros. */
+const rawText = (n) => (!isNumber(n) ? "—" : Math.abs(n) >= 1e6 ? n.toPrecision(4) : String(Number(n.toPrecision(4))));
+
+/** A horizontal bar: `value` of `max` (a meter for assistive technology too). */
+function meter(value, max, label) {
+  const share = isNumber(value) && isNumber(max) && max > 0 ? Math.max(0, Math.min(1, value / max)) : 0;
+  const fill = h("span.fill");
+  fill.style.width = `${(100 * share).toFixed(1)}%`;
+  return h("span.bar.score-bar", { role: "meter", "aria-valuemin": "0", "aria-valuemax": fixed(max),
+    "aria-valuenow": fixed(value), "aria-label": label, "aria-valuetext": `${fixed(value)} of ${fixed(max)}` }, fill);
+}
+
+/** The chosen cluster's score, plugin by plugin, and the runners-up's totals (status.placement.scores). */
+function scoreTables(placement) {
+  const scores = placement.scores || [];
+  const chosen = scores[0];
+  if (!chosen || chosen.cluster !== placement.cluster) return [];
+  const parts = chosen.parts || [];
+  const out = [table(`Score breakdown of ${chosen.cluster}: each score plugin's weighted part of the total`,
+    ["Plugin", "Raw", "Weight", "Weighted", "Share of the total"],
+    parts.map((p) => [p.plugin, rawText(p.raw), String(p.weight), fixed(p.weighted),
+      meter(p.weighted, chosen.total, `${p.plugin}: weighted part of the total`)]),
+    { className: "scores", foot: ["Total", "", "", fixed(chosen.total), ""] })];
+  const others = scores.slice(1);
+  if (others.length) {
+    out.push(table("Runners-up: passed every filter, scored lower (“at most”: not fitted, could not win)",
+      ["Cluster", "Total", "GPU", "Nodes", `Against ${chosen.cluster}`],
+      others.map((r) => [r.cluster, `${r.outranked ? "at most " : ""}${fixed(r.total)}`, r.gpuModel || "—",
+        isNumber(r.nodes) ? String(r.nodes) : "—", meter(r.total, chosen.total, `${r.cluster}: total against the chosen`)]),
+      { className: "runners-up" }));
+  }
+  return out;
 }
 
 function requests(template) {
@@ -62,14 +107,16 @@ function decision(job, events) {
   const out = [h("h2", { id: "decision-title" }, "Placement decision")];
   if (placement.cluster) {
     const placed = [...history].reverse().find((e) => e.event === "Placed" && e.cluster === placement.cluster);
-    const score = placedScore(events);
+    const breakdown = scoreTables(placement);
+    const score = breakdown.length ? fixed(placement.scores[0].total) : placedScore(events);
     out.push(h("p.decision", "Placed in ", h("strong", placement.cluster), ` (epoch ${placement.epoch || 0})`,
       placed && placed.message ? ` — ${placed.message}` : "", "."));
     out.push(h("dl.facts",
       h("dt", "Score"), h("dd", score !== null ? `${score} (the best of the clusters that passed every filter)`
-        : "not recorded (the Placed Event has it while the hub keeps Events, an hour)"),
+        : "not recorded (a preemption chose the cluster by the fewest victims, or an older hub placed it)"),
       h("dt", "Decided on"), h("dd", placement.decisionResourceVersion
         ? `member snapshot ${placement.decisionResourceVersion}` : "—")));
+    out.push(...breakdown);
   } else if (schedulable && schedulable.status === "False") {
     // the message is "<sentence>: <cluster>: <reason> (...); ...[; holding ...]": the table below has the rest
     const message = schedulable.message || "";
@@ -118,19 +165,45 @@ function timeline(job) {
     items.length ? h("ol.timeline", items) : h("p.muted", "Nothing has happened yet."));
 }
 
-function pods(job) {
+/** Each member pod of each role, with its node and phase (the pods subresource's answer). */
+function memberPods(job, state) {
+  const placement = (job.status || {}).placement || {};
+  if (!placement.cluster) return h("p.muted", "No member pods: the job is not placed.");
+  if (state.error) {
+    return h("p.muted.member-pods-error", state.error.status === 403 ? "You may not list this job's member pods."
+      : `Member pods cannot be read now: ${state.error.message}`);
+  }
+  const body = state.body;
+  if (!body || body.cluster !== placement.cluster || body.epoch !== placement.epoch) return loading("member pods");
+  const byRole = new Map(((job.spec || {}).roles || []).map((r) => [r.name, []]));
+  for (const pod of body.items || []) {
+    if (!byRole.has(pod.role)) byRole.set(pod.role, []);
+    byRole.get(pod.role).push(pod);
+  }
+  return h("div.member-pods", { dataset: { cluster: body.cluster, epoch: String(body.epoch) } },
+    h("p.muted", `Member pods in ${body.cluster} (epoch ${body.epoch}), read `, timeElement(state.at), "."),
+    [...byRole].map(([role, items]) => table(`${role}: ${items.length} member pod${items.length === 1 ? "" : "s"}`,
+      ["Index", "Pod", "Node", "Phase", "Ready", "Restarts", "Started"],
+      items.map((p) => [String(p.index), p.name, p.node || "not bound yet",
+        h(`span.phase.phase-${String(p.phase).toLowerCase()}`, p.phase, p.deletionTimestamp ? " (deleting)" : ""),
+        p.ready ? "yes" : "no", String(p.restarts), p.startTime ? timeElement(p.startTime) : "not yet"]),
+      { className: "member-pods", dataset: { role } })));
+}
+
+function pods(job, podState) {
   const roles = (job.spec || {}).roles || [];
   const counts = (job.status || {}).podCounts || {};
   const cluster = ((job.status || {}).placement || {}).cluster;
   return h("section.panel", { "aria-labelledby": "pods-title" },
     h("h2", { id: "pods-title" }, "Pods"),
-    table(cluster ? `Member pods per role in ${cluster}` : "Pods per role (none created yet)",
+    table(cluster ? `Pods per role in ${cluster} (counts from the job's status)` : "Pods per role (none created yet)",
       ["Role", "Replicas", "Image", "Requests (per pod)", "Pending", "Running", "Succeeded", "Failed"],
       roles.map((r) => {
         const c = counts[r.name] || {};
         return [r.name, String(r.replicas), (r.template || {}).image || "", requests(r.template),
           String(c.pending || 0), String(c.running || 0), String(c.succeeded || 0), String(c.failed || 0)];
-      }), { className: "pods" }));
+      }), { className: "pods" }),
+    memberPods(job, podState));
 }
 
 function conditions(job) {
@@ -167,6 +240,8 @@ export function mount(root, ctx, [namespace, name]) {
   let gone = false;
   let mayDelete = false;
   const events = { items: [], loaded: false, error: null };
+  // the pods subresource's latest answer; `asked` is what the job looked like when it was last asked
+  const podState = { body: null, error: null, at: null, inFlight: null, again: false, asked: "" };
   let frame = 0;
 
   function schedule() {
@@ -184,7 +259,8 @@ export function mount(root, ctx, [namespace, name]) {
     const focusedId = document.activeElement && root.contains(document.activeElement) ? document.activeElement.id : "";
     fill(actions, mayDelete && !job.metadata.deletionTimestamp ? h("button.danger", { type: "button",
       id: "delete-job", on: { click: () => deleteJob(ctx, job) } }, "Delete job") : null);
-    fill(body, summary(job), decision(job, events.items), timeline(job), pods(job), conditions(job), eventsPanel(events));
+    fill(body, summary(job), decision(job, events.items), timeline(job), pods(job, podState), conditions(job),
+      eventsPanel(events));
     body.dataset.rv = job.metadata.resourceVersion || "";
     body.dataset.phase = jobPhase(job);
     if (focusedId) {
@@ -192,6 +268,49 @@ export function mount(root, ctx, [namespace, name]) {
       if (again) again.focus();
     }
   }
+
+  const podsController = new AbortController();
+
+  /** Ask the pods subresource (one request at a time; asked again after it if something changed meanwhile). */
+  async function refreshPods() {
+    const placed = job && !gone && ((job.status || {}).placement || {}).cluster;
+    if (!placed || document.visibilityState !== "visible" || podsController.signal.aborted) return;
+    if (podState.inFlight) {
+      podState.again = true;
+      return;
+    }
+    podState.inFlight = ctx.api.get(`${jobsPath(namespace, name)}/pods`, null, podsController.signal);
+    try {
+      podState.body = await podState.inFlight;
+      podState.error = null;
+      podState.at = new Date().toISOString();
+    } catch (error) {
+      if (error && error.name === "AbortError") return;
+      podState.error = error;
+    } finally {
+      podState.inFlight = null;
+    }
+    schedule();
+    if (podState.again) {
+      podState.again = false;
+      refreshPods();
+    }
+  }
+
+  /** A watch event asks for the pods at once when the placement or the pod counts changed. */
+  function podsChanged() {
+    const status = (job && job.status) || {};
+    const placement = status.placement || {};
+    const key = JSON.stringify([placement.cluster, placement.epoch, status.podCounts, status.phase]);
+    if (key !== podState.asked) {
+      podState.asked = key;
+      refreshPods();
+    }
+  }
+
+  const podTimer = setInterval(refreshPods, POD_POLL_MS);
+  const onVisible = () => { if (document.visibilityState === "visible") refreshPods(); };
+  document.addEventListener("visibilitychange", onVisible);
 
   const watch = new ListWatch(ctx.api, jobsPath(namespace), {
     reset(items) {
@@ -202,6 +321,7 @@ export function mount(root, ctx, [namespace, name]) {
           h("a", { href: "#/jobs" }, "Back to the jobs")));
         return;
       }
+      podsChanged();
       schedule();
     },
     event(type, obj) {
@@ -211,6 +331,7 @@ export function mount(root, ctx, [namespace, name]) {
       } else {
         gone = false;
         job = obj;
+        podsChanged();
       }
       schedule();
     },
@@ -246,6 +367,9 @@ export function mount(root, ctx, [namespace, name]) {
   return () => {
     watch.stop();
     eventWatch.stop();
+    clearInterval(podTimer);
+    document.removeEventListener("visibilitychange", onVisible);
+    podsController.abort();
     cancelAnimationFrame(frame);
   };
 }
