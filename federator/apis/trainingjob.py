@@ -24,7 +24,6 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -42,15 +41,15 @@ from federator.apis.common import (
     Quantity,
     Timestamp,
     ValidationSettings,
+    api_validator,
     duplicate_errors,
     duplicate_scalar_errors,
-    errors_from_validation,
-    finish_errors,
     metadata_errors,
     parse_quantity,
     raise_semantic,
     selector_errors,
     settings_of,
+    validate_object,
 )
 
 __all__ = [
@@ -452,16 +451,9 @@ def validate_trainingjob(
     obj: object, *, settings: ValidationSettings | None = None, include_generic_metadata: bool = True
 ) -> list[FieldError]:
     """Every problem with a submitted TrainingJob, as (field path, message); empty when it is valid."""
-    settings = settings or ValidationSettings()
-    if not isinstance(obj, Mapping):
-        return [("", "Invalid value: must be a JSON object")]
-    errors: list[FieldError] = []
-    try:
-        TrainingJob.model_validate(obj, context={"settings": settings})
-    except ValidationError as exc:
-        errors += errors_from_validation(exc, model=TrainingJob)
-    errors += _semantic_errors(obj, settings)
-    return finish_errors(errors, settings, include_generic_metadata=include_generic_metadata)
+    chosen = settings or ValidationSettings()
+    return validate_object(obj, model=TrainingJob, semantic=lambda o: _semantic_errors(o, chosen), settings=chosen,
+                           include_generic_metadata=include_generic_metadata)
 
 
 def keep_admitted_fields(proposed: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
@@ -504,14 +496,5 @@ def trainingjob_update_validator() -> Callable[[dict[str, Any], dict[str, Any]],
 def trainingjob_validator(
     settings: ValidationSettings | None = None, *, include_generic_metadata: bool = False
 ) -> Callable[[dict[str, Any]], list[FieldError]]:
-    """The apiserver's `ResourceType.validate` hook for TrainingJob under `settings`.
-
-    By default it leaves out the metadata checks a kube-style API server makes
-    for every kind (name format, labels, ...), so no field is reported twice.
-    """
-    chosen = settings or ValidationSettings()
-
-    def validate(obj: dict[str, Any]) -> list[FieldError]:
-        return validate_trainingjob(obj, settings=chosen, include_generic_metadata=include_generic_metadata)
-
-    return validate
+    """The apiserver's `ResourceType.validate` hook for TrainingJob (`common.api_validator`)."""
+    return api_validator(validate_trainingjob, settings, include_generic_metadata=include_generic_metadata)
