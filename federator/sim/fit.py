@@ -573,15 +573,18 @@ class CyclePlanner:
         return node.name
 
     def place_gang(
-        self, members: Sequence[tuple[str, PodRequirements]], *, need: int
+        self, members: Sequence[tuple[str, PodRequirements]], *, need: int, limit: int | None = None
     ) -> GangOutcome:
-        """Place as many of `members` as fit, in order. If at least `need` of
-        them fit, keep them all (accounted); otherwise undo every tentative
-        placement. Never leaves a node overcommitted."""
+        """Place as many of `members` as fit, in order (at most `limit` of
+        them: the rest are not tried). If at least `need` of them fit, keep
+        them all (accounted); otherwise undo every tentative placement. Never
+        leaves a node overcommitted."""
         saved = {req: self._cursor.get(req, 0) for _, req in members}
         placed: dict[str, str] = {}
         first_miss: PodRequirements | None = None
         for pod_key, req in members:
+            if limit is not None and len(placed) >= limit:
+                break
             node = self._find(req)
             if node is None:
                 if first_miss is None:

@@ -16,7 +16,13 @@ Two halves:
   names none or an unknown class), as their scheduler caches resolve it; a
   coscheduling or native gang and a single pod have their pods' spec.priority
   (which the API's Priority admission resolved). Equal priority: the older
-  PodGroup (or pod) first.
+  PodGroup (or pod) first. A gang with more pods than its minimum is
+  elastic: once its minimum is bound, its other pods are bound one by one as
+  room appears (a pod created later into a running group too), and never
+  preempt anything; Volcano, kube-batch and KAI place them after the gangs of
+  the same priority still short of their minimum, coscheduling and native in
+  the gang's own turn (`GroupKind.extras_last`). Deleting pods above the
+  minimum leaves the group admitted.
 - `run_gang_scheduler`: the loop. It lists and watches nodes, pods,
   PriorityClasses and every PodGroup kind through `ObjectStorage` (in-process, not HTTP), runs cycles
   when something changed, binds, writes PodScheduled=False conditions and
@@ -37,7 +43,7 @@ import hashlib
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -95,6 +101,13 @@ class GroupKind:
     #: scheduler cache, KAI's podgroup info. False: the highest priority of its pods (coscheduling's QueueSort,
     #: kube-scheduler's PrioritySort)
     group_priority_class: bool = False
+    #: pods beyond the minimum of an admitted gang wait until every gang of the same priority still short of its
+    #: minimum had its turn, then go one pod per gang in turn, each gang stopping at its first pod that fits
+    #: nowhere: Volcano's and kube-batch's allocate action re-queues a ready job after each task and their gang
+    #: JobOrderFn puts ready jobs last; KAI's elastic JobOrderFn puts jobs at or above their minimum last and its
+    #: allocate takes one pod of a satisfied gang at a time. False (coscheduling, native): the gang's pods go in
+    #: its own turn, minimum and beyond, as far as they fit (pods are queued by priority, then group age).
+    extras_last: bool = False
 
     def group_of(self, pod: Mapping[str, Any]) -> str | None:
         meta = pod.get("metadata") or {}
@@ -155,7 +168,7 @@ def _dig(value: Any, path: tuple[str, ...]) -> Any:
 VOLCANO = GroupKind(
     scheduler_type="volcano", group="scheduling.volcano.sh", version="v1beta1", pod_label=None,
     pod_annotations=("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"), has_conditions=True,
-    default_queue="default", group_priority_class=True,
+    default_queue="default", group_priority_class=True, extras_last=True,
 )
 COSCHEDULING = GroupKind(
     scheduler_type="coscheduling", group="scheduling.x-k8s.io", version="v1alpha1",
@@ -164,7 +177,7 @@ COSCHEDULING = GroupKind(
 KUBE_BATCH = GroupKind(
     scheduler_type="kube-batch", group="scheduling.incubator.k8s.io", version="v1alpha1", pod_label=None,
     pod_annotations=("scheduling.k8s.io/group-name",), has_conditions=True, default_queue="default",
-    group_priority_class=True,
+    group_priority_class=True, extras_last=True,
 )
 #: Kubernetes v1.36 gang scheduling: pods name their group in spec.schedulingGroup.podGroupName
 NATIVE = GroupKind(
@@ -176,7 +189,7 @@ NATIVE = GroupKind(
 KAI = GroupKind(
     scheduler_type="kai", group="scheduling.run.ai", version="v2alpha2", pod_label=None,
     pod_annotations=("pod-group-name",), has_conditions=False, quiet_below_minimum=True,
-    default_queue="default-queue", group_priority_class=True,
+    default_queue="default-queue", group_priority_class=True, extras_last=True,
 )
 GROUP_KINDS: dict[str, GroupKind] = {k.scheduler_type: k for k in (VOLCANO, COSCHEDULING, KUBE_BATCH, NATIVE, KAI)}
 
@@ -530,6 +543,57 @@ def _unfit_verdict(group: GroupEntry, *, total: int, pending: int, fitted: int, 
     return GroupVerdict(scheduled=False, reason="NotEnoughResources", message=msg), msg
 
 
+def _admitted(group: GroupEntry) -> None:
+    group.verdict = GroupVerdict(scheduled=True, reason="tasks in gang are ready to be scheduled", at=_now())
+
+
+@dataclass(slots=True)
+class _Extras:
+    """The pending pods beyond the minimum of one admitted gang, in its placement order."""
+
+    group: GroupEntry
+    pods: list[PodEntry]
+    #: (minMember, pending members, bound members) at the start of the cycle (SchedulerState._attempts)
+    version: tuple[int, ...]
+    #: its pods bound this cycle so far
+    placed: int = 0
+
+    def version_after(self) -> tuple[int, ...]:
+        """The gang's version once this cycle's binds are in (what the next cycle will compute)."""
+        return _version_after(self.version, self.placed)
+
+
+def _version_after(version: tuple[int, ...], placed: int) -> tuple[int, ...]:
+    min_member, pending, bound = version
+    return (min_member, pending - placed, bound + placed)
+
+
+def _place_extras(state: SchedulerState, planner: CyclePlanner, extras: list[_Extras], *, binds: dict[str, str],
+                  unschedulable: dict[str, str], generation: int) -> None:
+    """One pod per gang in turn (gangs in `extras` order); a gang stops at its first pod that fits nowhere, and
+    its pods not placed get that pod's FitError (see GroupKind.extras_last). Never preempts."""
+    turn = [(e, iter(e.pods)) for e in extras]
+    while turn:
+        waiting: list[tuple[_Extras, Iterator[PodEntry]]] = []
+        for e, pods in turn:
+            pod = next(pods, None)
+            if pod is None:
+                state._attempts.pop(e.group.key, None)
+                continue
+            assert pod.requirements is not None
+            node = planner.place_one(pod.key, pod.requirements)
+            if node is not None:
+                binds[pod.key] = node
+                e.placed += 1
+                waiting.append((e, pods))
+                continue
+            why = explain(pod.requirements, state.ledger.ordered_nodes())
+            for m in [pod, *pods]:
+                unschedulable[m.key] = why
+            state._attempts[e.group.key] = (generation, e.version_after())
+        turn = waiting
+
+
 def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResult:
     """Place pending pods (gangs all-or-nothing) onto nodes, accounting the
     placements in `state.ledger` and marking them assumed. Pods and gangs that
@@ -564,7 +628,15 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
 
     budget = max_pods
     more = False
-    for _, unit_key, members in ordered:
+    # Pods beyond the minimum of admitted extras_last gangs at the current priority level: placed once the
+    # level's other units had their turn.
+    extras: list[_Extras] = []
+    level: int | None = None
+    for order, unit_key, members in ordered:
+        if level is not None and order[0] != level and extras:
+            _place_extras(state, planner, extras, binds=binds, unschedulable=unschedulable, generation=generation)
+            extras = []
+        level = order[0]
         if budget <= 0:
             more = True
             break
@@ -635,17 +707,29 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
                     unschedulable[m.key] = msg
             state._attempts[unit_key] = (generation, version)
             continue
-        outcome = planner.place_gang([(m.key, m.requirements) for m in valid if m.requirements], need=need)
+        if group.kind.extras_last and need == 0:
+            # admitted already: every pending pod is beyond the minimum
+            _admitted(group)
+            extras.append(_Extras(group=group, pods=valid, version=version))
+            continue
+        limit = need if group.kind.extras_last else None
+        outcome = planner.place_gang([(m.key, m.requirements) for m in valid if m.requirements], need=need,
+                                     limit=limit)
         if outcome.committed:
             binds.update(outcome.placed)
             if outcome.placed or need == 0:
-                group.verdict = GroupVerdict(scheduled=True, reason="tasks in gang are ready to be scheduled",
-                                             at=_now())
+                _admitted(group)
             left = [m for m in valid if m.key not in outcome.placed]
+            if group.kind.extras_last:
+                if left:
+                    extras.append(_Extras(group=group, pods=left, version=version, placed=len(outcome.placed)))
+                else:
+                    state._attempts.pop(unit_key, None)
+                continue
             for m in left:
                 unschedulable[m.key] = outcome.message or "no node fits"
             if left:
-                state._attempts[unit_key] = (generation, version)
+                state._attempts[unit_key] = (generation, _version_after(version, len(outcome.placed)))
             else:
                 state._attempts.pop(unit_key, None)
         else:
@@ -655,6 +739,8 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
             for m in valid:
                 unschedulable[m.key] = pod_message
             state._attempts[unit_key] = (generation, version)
+    if extras:
+        _place_extras(state, planner, extras, binds=binds, unschedulable=unschedulable, generation=generation)
 
     for key, node in binds.items():
         entry = pods[key]
@@ -705,16 +791,21 @@ def count_members(members: Iterable[PodEntry]) -> GroupCounts:
     return GroupCounts(pending, starting, running, succeeded, failed)
 
 
-def group_phase(kind: GroupKind, min_member: int, c: GroupCounts) -> str:
-    """The phase the real scheduler of `kind` would show."""
+def group_phase(kind: GroupKind, min_member: int, c: GroupCounts, *, previous: str | None = None) -> str:
+    """The phase the real scheduler of `kind` would show (`previous`: the phase the group shows now)."""
     active = c.running + c.succeeded
     all_done = c.total > 0 and c.pending == c.starting == c.running == 0
     ever_scheduled = c.starting + c.running + c.succeeded + c.failed > 0
     if kind is COSCHEDULING:
-        # scheduler-plugins: Pending | Scheduling | Running | Finished | Failed | Unknown
-        if all_done and c.succeeded >= min_member and c.failed == 0:
+        # scheduler-plugins' PodGroup controller: Pending | Scheduling | Running | Finished | Failed | Unknown.
+        # Finished and Failed are final (it stops reconciling the group). Failed as soon as any member pod
+        # failed once the group's pods reached minMember, even while enough others still run (an elastic group
+        # that loses one pod stays Failed); Finished once minMember pods succeeded, even with others running.
+        if previous in ("Finished", "Failed"):
+            return previous
+        if c.total > 0 and c.succeeded >= max(1, min_member):
             return "Finished"
-        if c.failed > 0 and active < min_member:
+        if c.failed > 0 and c.failed + active >= min_member:
             return "Failed"
         if c.running > 0 and active >= min_member:
             return "Running"
@@ -750,7 +841,9 @@ def desired_group_status(group: GroupEntry, members: Iterable[PodEntry], *, now:
     c = count_members(members)
     kind = group.kind
     old: JSON = dict(group.obj.get("status") or {})
-    status: JSON = {"phase": group_phase(kind, group.min_member, c)}
+    previous = old.get("phase")
+    status: JSON = {"phase": group_phase(kind, group.min_member, c,
+                                         previous=previous if isinstance(previous, str) else None)}
     for name, value in (("running", c.running), ("succeeded", c.succeeded), ("failed", c.failed)):
         if value:
             status[name] = value
