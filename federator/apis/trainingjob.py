@@ -1,9 +1,10 @@
 """TrainingJob (federator.dev/v1alpha1, namespaced, short name tj): a gang to run whole in one cluster.
 
-The spec is what a researcher submits (roles with pod templates, placement
-needs, failover policy, priority, suspend); the status is what the hub's
+The spec is what a researcher submits (roles with pod templates and, for an
+elastic role, the range of sizes it may run at; placement needs, failover
+and restart policy, priority, suspend); the status is what the hub's
 controllers write (phase, conditions, placement with its why-not table,
-history, pod counts per role). `validate_trainingjob` returns every bad field
+the size each role runs at, history with its resizes, pod counts per role). `validate_trainingjob` returns every bad field
 of a submitted object as kube-style (path, message) pairs, which the hub's API
 server turns into a 422 Invalid Status.
 
@@ -69,6 +70,7 @@ __all__ = [
     "PodCounts",
     "PodTemplate",
     "ResourceRequests",
+    "RestartPolicy",
     "Role",
     "ScoreContribution",
     "Toleration",
@@ -76,7 +78,10 @@ __all__ = [
     "TrainingJobSpec",
     "TrainingJobStatus",
     "WhyNotRow",
+    "DEFAULT_BACKOFF_LIMIT",
+    "HISTORY_RESIZED",
     "keep_admitted_fields",
+    "placed_replicas",
     "trainingjob_update_validator",
     "trainingjob_validator",
     "validate_trainingjob",
@@ -90,6 +95,14 @@ CATEGORIES = ("federator",)
 
 JobPhase = Literal["Pending", "Placed", "Admitted", "Running", "Succeeded", "Failed", "Requeued", "Suspended"]
 NetworkRequirement = Literal["rdma", "ethernet", "any"]
+#: what happens to a role's pod that fails (as a Kubeflow replicaSpec's restartPolicy, less Always and ExitCode)
+RestartPolicy = Literal["Never", "OnFailure"]
+#: what happens when an elastic role loses a worker (its pod failed, or its node was lost)
+WorkerLossPolicy = Literal["shrink", "restart"]
+#: spec.backoffLimit when left out: a Kubernetes Job's default
+DEFAULT_BACKOFF_LIMIT = 6
+#: status.history event of a resize (with `from`, `to` and `reason`)
+HISTORY_RESIZED = "Resized"
 
 # Kubernetes' rule for environment variable names (validation.IsEnvVarName).
 _ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
@@ -204,17 +217,54 @@ class PodTemplate(ApiModel):
 class Role(ApiModel):
     """One kind of pod in the gang (e.g. ps, worker): all its replicas start together with the rest."""
 
+    # Elastic when minReplicas < maxReplicas: it runs with any number of pods in that range (replicas is the
+    # size it starts at if that fits). 1 <= minReplicas <= replicas <= maxReplicas; a bound left out is
+    # replicas (`fewest`, `most`).
+
     name: DNSLabel = Field(description="Role name, unique in the job; part of pod names.")
-    replicas: StrictInt = Field(ge=1, description="Number of pods of this role.")
+    replicas: StrictInt = Field(ge=1, description=(
+        "Number of pods of this role; for an elastic role, the preferred size to start at."))
+    min_replicas: StrictInt | None = Field(default=None, alias="minReplicas", ge=1, description=(
+        "Elastic role: the fewest pods it can run with (at most replicas; left out: replicas). The member "
+        "PodGroup's minimum is the sum of the roles' minimums, so the member's gang scheduler guarantees "
+        "at least these. May not change while the job is placed."))
+    max_replicas: StrictInt | None = Field(default=None, alias="maxReplicas", ge=1, description=(
+        "Elastic role: the most pods it can use (at least replicas; left out: replicas). The gang, counted "
+        "at every role's maximum, stays within the hub's gang size limit. May not change while the job is "
+        "placed."))
+    restart_policy: RestartPolicy | None = Field(default=None, alias="restartPolicy", description=(
+        "What happens to a pod of this role that fails: Never (the default: the gang fails) or OnFailure "
+        "(recreated in the same cluster, counted against spec.backoffLimit). Per role, as a Kubeflow "
+        "replicaSpec's. Not enforced yet: the hub renders every pod with restartPolicy Never and a failed "
+        "pod fails the gang."))
+    on_worker_loss: WorkerLossPolicy | None = Field(default=None, alias="onWorkerLoss", description=(
+        "Elastic roles only: when a pod of this role fails or its node is lost and the role is above its "
+        "minimum, shrink (the gang goes on with one pod fewer) or restart (the pod is recreated; needs "
+        "restartPolicy OnFailure). Left out, restartPolicy decides. Not enforced yet: a lost pod fails the "
+        "gang."))
     template: PodTemplate
 
-    @field_validator("replicas")
+    @field_validator("replicas", "min_replicas", "max_replicas")
     @classmethod
-    def _replica_cap(cls, value: int, info: ValidationInfo) -> int:
+    def _replica_cap(cls, value: int | None, info: ValidationInfo) -> int | None:
         cap = settings_of(info).max_replicas_per_role
-        if value > cap:
+        if value is not None and value > cap:
             raise ValueError(f"must be less than or equal to {cap}")
         return value
+
+    @property
+    def fewest(self) -> int:
+        """The fewest pods this role runs with (minReplicas, else replicas)."""
+        return self.min_replicas if self.min_replicas is not None else self.replicas
+
+    @property
+    def most(self) -> int:
+        """The most pods this role runs with (maxReplicas, else replicas)."""
+        return self.max_replicas if self.max_replicas is not None else self.replicas
+
+    @property
+    def elastic(self) -> bool:
+        return self.fewest < self.most
 
 
 class PlacementSpec(ApiModel):
@@ -274,6 +324,11 @@ class TrainingJobSpec(ApiModel):
         "namespace on create (none: the job uses no queue). Once set it can be changed, not removed."))
     suspend: StrictBool = Field(default=False, description=(
         "While true the job is not placed (phase Suspended); a gang already placed keeps running."))
+    backoff_limit: StrictInt = Field(
+        default=DEFAULT_BACKOFF_LIMIT, alias="backoffLimit", ge=0, le=2**31 - 1, description=(
+            "How many pod failures of roles with restartPolicy OnFailure the job survives (each failed pod "
+            "recreated in place) before it fails; for the whole job, as a Kubernetes Job's backoffLimit and "
+            "a Kubeflow job's runPolicy.backoffLimit. Not enforced yet: no pod is recreated."))
 
     @field_validator("roles")
     @classmethod
@@ -364,14 +419,24 @@ class PlacementStatus(ApiModel):
         default=None, description="An earlier copy to wait for before dispatching (drain, failed dispatch).")
 
 
+ReplicaCount = Annotated[StrictInt, Field(ge=0)]
+
+
 class HistoryEntry(ApiModel):
-    """One step in the job's life (placed, requeued, ...)."""
+    """One step in the job's life (placed, requeued, resized, ...)."""
 
     time: Timestamp
     event: StrictStr = Field(max_length=128)
     cluster: StrictStr | None = Field(default=None, max_length=253)
     epoch: StrictInt | None = Field(default=None, ge=0)
     message: StrictStr = Field(default="", max_length=_MAX_TEXT)
+    from_replicas: dict[DNSLabel, ReplicaCount] | None = Field(default=None, alias="from", description=(
+        "Resized: the pods per role before."))
+    to_replicas: dict[DNSLabel, ReplicaCount] | None = Field(default=None, alias="to", description=(
+        "Resized: the pods per role after."))
+    reason: StrictStr | None = Field(default=None, max_length=128, description=(
+        "Resized: why, as a code (e.g. Preempted: shrunk to make room; Grown: room appeared; WorkerLost); "
+        "the message says it in words."))
 
 
 class PodCounts(ApiModel):
@@ -395,6 +460,10 @@ class TrainingJobStatus(ApiModel):
     history: list[HistoryEntry] | None = Field(
         default=None, max_length=256, description="Most recent last; controllers keep the newest entries."
     )
+    replicas: dict[DNSLabel, ReplicaCount] | None = Field(default=None, description=(
+        "Pods per role of the gang as placed: the size placement chose (written with the decision, so a "
+        "restarted hub dispatches the same size), then each resize (a history entry Resized says from, "
+        "to and why). Within each role's [minReplicas, maxReplicas]."))
     pod_counts: dict[DNSLabel, PodCounts] | None = Field(default=None, alias="podCounts")
     requeues: StrictInt = Field(default=0, ge=0)
     observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
@@ -423,11 +492,15 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
         roles = spec.get("roles")
         errors += duplicate_errors(roles, path="spec.roles", key="name")
         if isinstance(roles, list):
-            total = sum(r["replicas"] for r in roles if isinstance(r, Mapping) and type(r.get("replicas")) is int)
+            sizes = [_role_sizes(role) for role in roles]
+            total = sum(size[1] for size in sizes if size is not None)
             if total > settings.max_total_replicas:
+                at_max = " (each role at maxReplicas)" if any(
+                    isinstance(r, Mapping) and type(r.get("maxReplicas")) is int for r in roles) else ""
                 errors.append(("spec.roles", f"Invalid value: {total}: the gang may have at most "
-                                             f"{settings.max_total_replicas} pods in all"))
+                                             f"{settings.max_total_replicas} pods in all{at_max}"))
             for index, role in enumerate(roles):
+                errors += _elastic_errors(role, path=f"spec.roles[{index}]")
                 template = role.get("template") if isinstance(role, Mapping) else None
                 if isinstance(template, Mapping):
                     where = f"spec.roles[{index}].template"
@@ -444,6 +517,49 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
     status = obj.get("status")
     if isinstance(status, Mapping):
         errors += duplicate_errors(status.get("conditions"), path="status.conditions", key="type")
+        history = status.get("history")
+        for index, entry in enumerate(history if isinstance(history, list) else ()):
+            if isinstance(entry, Mapping) and entry.get("event") == HISTORY_RESIZED:
+                errors += [(f"status.history[{index}].{key}", "Required value: a Resized entry says the "
+                                                              "pods per role before (from) and after (to)")
+                           for key in ("from", "to") if key not in entry]
+    return errors
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _role_sizes(role: object) -> tuple[int, int] | None:
+    """(fewest, most) pods of a role as submitted (any shape): minReplicas / maxReplicas, else replicas; None
+    when replicas is not an int."""
+    if not isinstance(role, Mapping) or (replicas := _count(role.get("replicas"))) is None:
+        return None
+    low, high = _count(role.get("minReplicas")), _count(role.get("maxReplicas"))
+    return (replicas if low is None else low, replicas if high is None else max(high, replicas))
+
+
+def _elastic_errors(role: object, *, path: str) -> list[FieldError]:
+    """1 <= minReplicas <= replicas <= maxReplicas, and the policies only an elastic role may set."""
+    if not isinstance(role, Mapping):
+        return []
+    errors: list[FieldError] = []
+    replicas = _count(role.get("replicas"))
+    low, high = _count(role.get("minReplicas")), _count(role.get("maxReplicas"))
+    if replicas is not None and low is not None and low > replicas:
+        errors.append((f"{path}.minReplicas",
+                       f"Invalid value: {low}: must be less than or equal to replicas ({replicas})"))
+    if replicas is not None and high is not None and high < replicas:
+        errors.append((f"{path}.maxReplicas",
+                       f"Invalid value: {high}: must be greater than or equal to replicas ({replicas})"))
+    loss = role.get("onWorkerLoss")
+    if loss in ("shrink", "restart") and replicas is not None and not errors:
+        if (replicas if low is None else low) >= (replicas if high is None else high):
+            errors.append((f"{path}.onWorkerLoss", "Forbidden: only an elastic role (minReplicas < maxReplicas) "
+                                                   "may set onWorkerLoss"))
+        elif loss == "restart" and role.get("restartPolicy") != "OnFailure":
+            errors.append((f"{path}.onWorkerLoss", 'Invalid value: "restart": needs restartPolicy OnFailure '
+                                                   "(with Never a lost pod is not recreated)"))
     return errors
 
 
@@ -474,7 +590,9 @@ def keep_admitted_fields(proposed: dict[str, Any], stored: dict[str, Any]) -> di
 
 def trainingjob_update_validator() -> Callable[[dict[str, Any], dict[str, Any]], list[FieldError]]:
     """The `ResourceType.validate_update` hook: spec.priorityClassName is immutable (as a pod's is),
-    and so is spec.priority while a class set it."""
+    and so is spec.priority while a class set it; a role's minReplicas and maxReplicas may not be set,
+    changed or removed while the job is placed (status.placement.cluster set: the member's gang was built
+    for those bounds, its PodGroup's minimum among them), as a pod's resources may not change in place."""
 
     def validate(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
         new_spec, old_spec = new.get("spec"), old.get("spec")
@@ -488,9 +606,57 @@ def trainingjob_update_validator() -> Callable[[dict[str, Any], dict[str, Any]],
         elif old_class and new_spec.get("priority", 0) != old_spec.get("priority", 0):
             errors.append(("spec.priority", f"Forbidden: may not be changed while spec.priorityClassName is set "
                                             f"(the class {old_class} gave {old_spec.get('priority', 0)})"))
+        errors += _bounds_change_errors(new_spec, old_spec, cluster=_placed_cluster(old))
         return errors
 
     return validate
+
+
+def _placed_cluster(job: Mapping[str, Any]) -> str | None:
+    status = job.get("status")
+    placement = status.get("placement") if isinstance(status, Mapping) else None
+    cluster = placement.get("cluster") if isinstance(placement, Mapping) else None
+    return cluster if isinstance(cluster, str) and cluster else None
+
+
+def _bounds_change_errors(new_spec: Mapping[str, Any], old_spec: Mapping[str, Any], *,
+                          cluster: str | None) -> list[FieldError]:
+    if cluster is None:
+        return []
+    old_roles = {r["name"]: r for r in old_spec.get("roles") or () if isinstance(r, Mapping)
+                 and isinstance(r.get("name"), str)} if isinstance(old_spec.get("roles"), list) else {}
+    new_roles = new_spec.get("roles")
+    errors: list[FieldError] = []
+    for index, role in enumerate(new_roles if isinstance(new_roles, list) else ()):
+        old_role = old_roles.get(role.get("name")) if isinstance(role, Mapping) else None
+        if old_role is None:
+            continue
+        for key in ("minReplicas", "maxReplicas"):
+            if role.get(key) != old_role.get(key):
+                errors.append((f"spec.roles[{index}].{key}",
+                               f"Forbidden: may not be changed while the job is placed (in cluster {cluster[:63]}); "
+                               f"it was {json.dumps(old_role.get(key))[:32]}"))
+    return errors
+
+
+def placed_replicas(job: Mapping[str, Any]) -> dict[str, int]:
+    """Pods per role of `job` (a stored TrainingJob, any shape) as placed: status.replicas when it names
+    exactly the spec's roles, each within its [minReplicas, maxReplicas]; otherwise (not placed yet, a
+    status from before elastic roles, a spec changed since) each role's spec.replicas. Roles without an
+    int replicas are left out."""
+    spec = job.get("spec")
+    roles = spec.get("roles") if isinstance(spec, Mapping) else None
+    bounds: dict[str, tuple[int, int, int]] = {}
+    for role in roles if isinstance(roles, list) else ():
+        sizes = _role_sizes(role)
+        if sizes is not None and isinstance(role, Mapping) and isinstance(role.get("name"), str):
+            bounds[role["name"]] = (role["replicas"], *sizes)
+    status = job.get("status")
+    recorded = status.get("replicas") if isinstance(status, Mapping) else None
+    if isinstance(recorded, Mapping) and set(recorded) == set(bounds) and all(
+            type(recorded[name]) is int and low <= recorded[name] <= high for name, (_, low, high) in bounds.items()):
+        return {name: recorded[name] for name in bounds}
+    return {name: replicas for name, (replicas, _, _) in bounds.items()}
 
 
 def trainingjob_validator(
