@@ -821,9 +821,10 @@ def _pod_ready_cell(pod: JSONObject) -> str:
 
 
 def _pod_status_cell(pod: JSONObject) -> str:
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return "Terminating"
     status = pod.get("status") or {}
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        # kubectl's printPod: a deleted pod of an unreachable node shows Unknown
+        return "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     reason = status.get("reason")
     if reason:
         return str(reason)

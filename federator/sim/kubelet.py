@@ -7,9 +7,30 @@ one timer heap for every pod of the cluster (no task per pod):
   `sim.federator.dev/start-delay-seconds` annotation);
 - a Running pod turns Succeeded after `sim.federator.dev/duration-seconds`
   (else the profile's default run time, for pods whose restartPolicy is not
-  Always), or Failed after `sim.federator.dev/fail-after-seconds` with exit
-  code `sim.federator.dev/exit-code` (default 1);
-- a pod on a node that is not Ready is failed (reason NodeLost);
+  Always), or its container exits non-zero after
+  `sim.federator.dev/fail-after-seconds` with exit code
+  `sim.federator.dev/exit-code` (default 1): state.terminated {exitCode,
+  reason Error}; under restartPolicy Never the pod turns Failed, under
+  OnFailure/Always the container restarts in place as a kubelet does
+  (restartCount + 1, lastState.terminated, CrashLoopBackOff with the
+  profile's doubling back-off, then running again);
+- GPUs are devices: a starting pod gets the node's lowest-numbered healthy free
+  GPUs, named in `containerStatuses[].allocatedResourcesStatus` (kube's
+  ResourceHealthStatus shape: {name nvidia.com/gpu, resources [{resourceID,
+  health}]}); a pod that finds too few is rejected as kube's device manager
+  rejects it (phase Failed, reason UnexpectedAdmissionError). When a node's
+  first K GPUs go unhealthy (`set_unhealthy_gpus`), a running pod holding one
+  crashes as a CUDA process on a lost GPU does: health Unhealthy, exit code
+  134, reason Error, a message naming the GPU;
+- a pod on a node that is not Ready is failed at once (phase Failed, reason
+  NodeLost, DisruptionTarget=True reason DeletionByTaintManager): kube's
+  taint-eviction controller would mark it so and delete it after the pod's
+  unreachable toleration, and it would stay Terminating (phase Running)
+  until the node returns or is deleted; the simulator compresses that into a
+  terminal pod the hub can delete at once (a finished pod has no grace);
+- the pods of a deleted Node are garbage-collected as kube's PodGC does with
+  orphans (phase Failed, DisruptionTarget=True reason DeletionByPodGC, then
+  deleted with no grace), at once instead of after its 40 s quarantine;
 - a bound pod with a deletionTimestamp is removed after the profile's
   termination time (capped by its grace period), unless its node is down:
   a dead kubelet cannot finish a delete, so such pods stay Terminating, as
@@ -21,7 +42,8 @@ one timer heap for every pod of the cluster (no task per pod):
   the pod these timers write (startedAt, finishedAt, exit code) and the clock.
 
 `fail_node`, `recover_node` and `set_unhealthy_gpus` change Node objects the
-way the node lifecycle controller and the device plugin would. This module
+way the node lifecycle controller and the device plugin would; the loop
+above does what follows for the pods. This module
 never schedules pods and never imports anything of the hub.
 """
 
@@ -62,7 +84,22 @@ ANNOTATION_UNHEALTHY_GPUS = "sim.federator.dev/unhealthy-gpus"
 UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
 TERMINAL = frozenset({"Succeeded", "Failed"})
 
-_START, _FINISH, _TERMINATE = 0, 1, 2
+#: the pod condition kube's disruption-aware controllers write before they delete a pod (v1.DisruptionTarget)
+DISRUPTION_TARGET = "DisruptionTarget"
+#: pkg/controller/tainteviction addConditionAndDeletePod
+TAINT_EVICTION_REASON = "DeletionByTaintManager"
+TAINT_EVICTION_MESSAGE = "Taint manager: deleting due to NoExecute taint"
+#: pkg/controller/podgc gcOrphaned
+PODGC_REASON = "DeletionByPodGC"
+PODGC_MESSAGE = "PodGC: node no longer exists"
+#: what kubectl and the node controller call a pod of an unreachable node (pkg/util/node NodeUnreachablePodReason)
+NODE_LOST_REASON = "NodeLost"
+#: pkg/kubelet/lifecycle ErrorReasonUnexpected: the device manager could not allocate at admission
+ADMISSION_ERROR_REASON = "UnexpectedAdmissionError"
+#: the exit code of a training process on a GPU that went away (NCCL/CUDA abort: 128 + SIGABRT)
+GPU_LOST_EXIT_CODE = 134
+
+_START, _FINISH, _TERMINATE, _RESTART = 0, 1, 2, 3
 
 
 def _stamp(when: datetime | None = None) -> str:
@@ -105,8 +142,20 @@ class _Pod:
     grace: float
     annotations: dict[str, Any]
     restart_policy: str
+    #: when the running container started (its state.running.startedAt, else the pod's startTime)
     started_at: datetime | None
     scheduled: set[int]
+    #: container name -> GPUs it requests
+    gpu_requests: tuple[tuple[str, int], ...] = ()
+    #: container name -> the GPU devices it holds (from allocatedResourcesStatus)
+    devices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: the highest restartCount among its containers
+    restarts: int = 0
+    #: its containers wait to restart (CrashLoopBackOff)
+    backing_off: bool = False
+
+    def device_ids(self) -> set[str]:
+        return {d for _, ids in self.devices for d in ids}
 
 
 def _hex(*parts: str) -> str:
@@ -134,19 +183,98 @@ def _qos_class(pod: Mapping[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def _container_statuses(pod: Mapping[str, Any], *, state: JSON, ready: bool, started: bool) -> list[JSON]:
+def _container_statuses(pod: Mapping[str, Any], *, state: JSON, ready: bool, started: bool,
+                        devices: Mapping[str, tuple[str, ...]] | None = None,
+                        unhealthy: frozenset[str] = frozenset(), restarts: int = 0,
+                        last_state: JSON | None = None) -> list[JSON]:
     uid = str((pod.get("metadata") or {}).get("uid") or "")
     out = []
     for c in (pod.get("spec") or {}).get("containers") or []:
         name = str((c or {}).get("name") or "main")
         image = str((c or {}).get("image") or "busybox")
         ref = image if "/" in image else f"docker.io/library/{image}"
-        out.append({
+        entry: JSON = {
             "name": name, "image": image, "imageID": f"{ref.split(':')[0]}@sha256:{_hex(image)[:64]}",
-            "containerID": f"containerd://{_hex(uid, name)[:64]}", "ready": ready, "started": started,
-            "restartCount": 0, "state": state, "lastState": {},
-        })
+            "containerID": f"containerd://{_hex(uid, name, str(restarts))[:64]}", "ready": ready,
+            "started": started, "restartCount": restarts, "state": state, "lastState": dict(last_state or {}),
+        }
+        held = (devices or {}).get(name)
+        if held:
+            entry["allocatedResourcesStatus"] = [{"name": GPU, "resources": [
+                {"resourceID": d, "health": "Unhealthy" if d in unhealthy else "Healthy"} for d in held]}]
+        out.append(entry)
     return out
+
+
+def gpu_device_ids(node: str, count: int) -> list[str]:
+    """The IDs the device plugin gives a node's GPUs, index 0 first (UUID-shaped, stable per node name)."""
+    out = []
+    for i in range(count):
+        h = _hex(node, "gpu", str(i))
+        out.append(f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}")
+    return out
+
+
+def _gpu_requests(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """(container, GPUs) for each container that asks for GPUs (limits, else requests; bad values count 0)."""
+    out = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if not isinstance(c, Mapping):
+            continue
+        resources = c.get("resources")
+        raw = None
+        for part in ("limits", "requests"):
+            values = resources.get(part) if isinstance(resources, Mapping) else None
+            if isinstance(values, Mapping) and GPU in values:
+                raw = values[GPU]
+                break
+        if raw is None:
+            continue
+        try:
+            count = resource_units(GPU, raw)
+        except (QuantityError, TypeError, ValueError):
+            continue
+        if count > 0:
+            out.append((str(c.get("name") or "main"), count))
+    return tuple(out)
+
+
+def _allocated_devices(status: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(container, GPU device IDs) from containerStatuses[].allocatedResourcesStatus."""
+    out = []
+    for cs in status.get("containerStatuses") or []:
+        if not isinstance(cs, Mapping):
+            continue
+        for rs in cs.get("allocatedResourcesStatus") or []:
+            if not isinstance(rs, Mapping) or rs.get("name") != GPU:
+                continue
+            ids = tuple(str(r["resourceID"]) for r in rs.get("resources") or []
+                        if isinstance(r, Mapping) and isinstance(r.get("resourceID"), str))
+            if ids:
+                out.append((str(cs.get("name") or ""), ids))
+    return tuple(out)
+
+
+def _container_started(status: Mapping[str, Any]) -> datetime | None:
+    for cs in status.get("containerStatuses") or []:
+        running = ((cs or {}).get("state") or {}).get("running") if isinstance(cs, Mapping) else None
+        if isinstance(running, Mapping):
+            started = _parse_stamp(running.get("startedAt"))
+            if started is not None:
+                return started
+    return _parse_stamp(status.get("startTime"))
+
+
+def _go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it ("10s", "2m40s", "5m0s", "500ms")."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    minutes, secs = divmod(seconds, 60)
+    text = f"{secs:g}s"
+    if minutes >= 60:
+        hours, minutes = divmod(minutes, 60)
+        return f"{int(hours)}h{int(minutes)}m{text}"
+    return f"{int(minutes)}m{text}" if minutes else text
 
 
 def _set_condition(status: JSON, type_: str, value: str, now: str, reason: str | None = None) -> None:
@@ -189,6 +317,12 @@ class Kubelet:
         self._restart = asyncio.Event()
         #: nodes that went down and whose pods must be failed
         self._lost_nodes: set[str] = set()
+        #: nodes that were deleted and whose pods PodGC must fail and remove
+        self._orphaned_nodes: set[str] = set()
+        #: node -> (GPU capacity, how many of its first GPUs are unhealthy)
+        self.node_gpus: dict[str, tuple[int, int]] = {}
+        #: nodes whose running pods may hold an unhealthy GPU
+        self._gpu_checks: set[str] = set()
         #: pod uid -> monotonic time this kubelet started it (precise run times)
         self._started: dict[str, float] = {}
 
@@ -213,6 +347,20 @@ class Kubelet:
         for a in status.get("addresses") or []:
             if a.get("type") == "InternalIP":
                 self.node_ip[name] = str(a.get("address"))
+        try:
+            capacity = resource_units(GPU, (status.get("capacity") or {}).get(GPU, "0"))
+        except (QuantityError, TypeError, ValueError):
+            capacity = 0
+        try:
+            bad = int((meta.get("annotations") or {}).get(ANNOTATION_UNHEALTHY_GPUS) or 0)
+        except (TypeError, ValueError):
+            bad = 0
+        gpus = (capacity, max(0, min(bad, capacity)))
+        if self.node_gpus.get(name) != gpus:
+            self.node_gpus[name] = gpus
+            if gpus[1]:
+                self._gpu_checks.add(name)
+                self._wake.set()
         if not ready and was is not False:
             self._lost_nodes.add(name)
             self._wake.set()
@@ -226,7 +374,12 @@ class Kubelet:
     def delete_node(self, name: str) -> None:
         self.node_ready.pop(name, None)
         self.node_uid.pop(name, None)
+        self.node_gpus.pop(name, None)
         self.leases.node_deleted(name)
+        self._lost_nodes.discard(name)
+        if self.by_node.get(name):
+            self._orphaned_nodes.add(name)
+            self._wake.set()
 
     def lease_nodes(self) -> dict[str, NodeState]:
         """The nodes whose Leases the kubelets keep, and whether each kubelet is up (Ready)."""
@@ -256,8 +409,17 @@ class Kubelet:
             grace=float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else 30.0,
             annotations=dict(meta.get("annotations") or {}),
             restart_policy=str(spec.get("restartPolicy") or "Always"),
-            started_at=_parse_stamp(status.get("startTime")),
+            started_at=_container_started(status),
             scheduled=old.scheduled if old is not None else set(),
+            gpu_requests=_gpu_requests(obj),
+            # the kubelet's own record wins (a real one checkpoints it); the status is read back only on a
+            # (re)list, so a status write by someone else cannot move a pod's GPUs
+            devices=old.devices if old is not None and old.devices else _allocated_devices(status),
+            restarts=max((int(cs.get("restartCount") or 0) for cs in status.get("containerStatuses") or []
+                          if isinstance(cs, Mapping) and isinstance(cs.get("restartCount"), int)), default=0),
+            backing_off=any(
+                (((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff")
+                for cs in status.get("containerStatuses") or [] if isinstance(cs, Mapping)),
         )
         self.pods[key] = pod
         self.by_node.setdefault(node, set()).add(key)
@@ -304,7 +466,12 @@ class Kubelet:
         if pod.phase == "Pending":
             delay = _seconds(pod.annotations, ANNOTATION_START_DELAY)
             self._push(now + (self.timings.start_delay_seconds if delay is None else delay), _START, pod)
+        elif pod.phase == "Running" and pod.backing_off:
+            self._push(now + self._backoff(pod.restarts), _RESTART, pod)
         elif pod.phase == "Running":
+            if pod.devices and self._holds_unhealthy_gpu(pod):
+                self._gpu_checks.add(pod.node)
+                self._wake.set()
             end = self._run_seconds(pod)
             if end is not None:
                 started = self._started.get(pod.uid)
@@ -322,17 +489,23 @@ class Kubelet:
     # ------------------------------------------------------------ informers
 
     async def _sync(self) -> list[tuple[ResourceType, str]]:
+        known = set(self.node_ready) | self._orphaned_nodes
         self.pods.clear()
         self.by_node.clear()
         self.node_ready.clear()
         self.node_uid.clear()
+        self.node_gpus.clear()
         self._heap.clear()
         self._lost_nodes.clear()
+        self._gpu_checks.clear()
         nodes = await self.storage.list(self.nodes_rt)
         for obj in nodes.items:
             self.apply_node(obj)
         self.leases.nodes_listed(self.node_ready)
         self._lost_nodes = {n for n, ok in self.node_ready.items() if not ok}
+        # nodes deleted while the watch was down: their pods are orphans (a node never seen is not: PodGC
+        # would wait out its quarantine, and the simulator leaves such pods alone)
+        self._orphaned_nodes = known - set(self.node_ready)
         pods = await self.storage.list(self.pods_rt)
         for obj in pods.items:
             self.apply_pod(obj)
@@ -421,13 +594,15 @@ class Kubelet:
                 if self._restart.is_set():
                     raise _RestartNeeded()
                 await self._fail_lost_nodes()
+                await self._collect_orphans()
+                await self._fail_unhealthy_gpus()
                 await self._fire_due()
                 if self._restart.is_set():
                     raise _RestartNeeded()
                 timeout = None
                 if self._heap:
                     timeout = max(0.0, self._heap[0][0] - time.monotonic())
-                if timeout == 0.0 or self._lost_nodes:
+                if timeout == 0.0 or self._lost_nodes or self._orphaned_nodes or self._gpu_checks:
                     await asyncio.sleep(0)
                     continue
                 self._wake.clear()
@@ -458,15 +633,45 @@ class Kubelet:
                     continue
                 elif action == _START and pod.phase == "Pending" and self.node_ready.get(pod.node):
                     await self._start(pod)
-                elif action == _FINISH and pod.phase == "Running" and self.node_ready.get(pod.node):
+                elif action == _RESTART and pod.phase == "Running" and pod.backing_off \
+                        and self.node_ready.get(pod.node):
+                    await self._restart_containers(pod)
+                elif action == _FINISH and pod.phase == "Running" and not pod.backing_off \
+                        and self.node_ready.get(pod.node):
                     end = self._run_seconds(pod)
-                    if end is not None:
+                    started = self._started.get(pod.uid)
+                    if end is not None and started is not None and time.monotonic() < started + end[0]:
+                        self._push(started + end[0], _FINISH, pod)  # set for a run its containers restarted from
+                    elif end is not None:
                         await self._finish(pod, failed=end[1])
             except ApiError as e:
                 if e.code != 404:
                     self.log.info("kubelet write failed", pod=key, code=e.code, message=e.message)
         if fired:
             METRICS.loop_phase_seconds.labels(loop="sim-kubelet", phase="timers").observe(time.perf_counter() - t0)
+
+    # ------------------------------------------------------------ devices
+
+    def _unhealthy_ids(self, node: str) -> frozenset[str]:
+        capacity, bad = self.node_gpus.get(node, (0, 0))
+        return frozenset(gpu_device_ids(node, capacity)[:bad])
+
+    def _holds_unhealthy_gpu(self, pod: _Pod) -> bool:
+        return bool(pod.device_ids() & self._unhealthy_ids(pod.node))
+
+    def _free_healthy_gpus(self, node: str, *, exclude: str) -> list[str]:
+        """The node's healthy GPUs no live pod holds, lowest index first."""
+        capacity, bad = self.node_gpus.get(node, (0, 0))
+        held: set[str] = set()
+        for key in self.by_node.get(node, ()):
+            other = self.pods.get(key)
+            if other is not None and other.key != exclude and other.phase not in TERMINAL:
+                held |= other.device_ids()
+        return [d for d in gpu_device_ids(node, capacity)[bad:] if d not in held]
+
+    def _backoff(self, restarts: int) -> float:
+        base = self.timings.crash_loop_backoff_seconds
+        return float(min(base * 2 ** max(0, restarts - 1), base * 30))
 
     # ------------------------------------------------------------ pod transitions
 
@@ -487,6 +692,16 @@ class Kubelet:
         now_dt = datetime.now(UTC)
         now = _stamp(now_dt)
         host_ip = self.node_ip.get(pod.node, "10.0.0.1")
+        wanted = sum(n for _, n in pod.gpu_requests)
+        free = self._free_healthy_gpus(pod.node, exclude=pod.key) if wanted else []
+        if wanted > len(free):
+            await self._reject(pod, ADMISSION_ERROR_REASON,
+                               f"Allocate failed due to requested number of devices unavailable for {GPU}. "
+                               f"Requested: {wanted}, Available: {len(free)}, which is unexpected")
+            return
+        devices: dict[str, tuple[str, ...]] = {}
+        for container, count in pod.gpu_requests:
+            devices[container], free = tuple(free[:count]), free[count:]
 
         def change(obj: JSON) -> JSON | None:
             status = obj.setdefault("status", {})
@@ -503,33 +718,80 @@ class Kubelet:
             for t in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"):
                 _set_condition(status, t, "True", now)
             status["containerStatuses"] = _container_statuses(
-                obj, state={"running": {"startedAt": now}}, ready=True, started=True)
+                obj, state={"running": {"startedAt": now}}, ready=True, started=True, devices=devices)
             return obj
 
         self._started[pod.uid] = time.monotonic()
         await self._write_status(pod, change)
 
-    async def _finish(self, pod: _Pod, *, failed: bool) -> None:
+    async def _reject(self, pod: _Pod, reason: str, message: str) -> None:
+        """kubelet rejectPod: the pod fails admission and never starts."""
+        def change(obj: JSON) -> JSON | None:
+            status = obj.setdefault("status", {})
+            if status.get("phase") not in (None, "", "Pending"):
+                return None
+            status["phase"] = "Failed"
+            status["reason"] = reason
+            status["message"] = f"Pod was rejected: {message}"
+            status.setdefault("qosClass", _qos_class(obj))
+            return obj
+
+        await self._write_status(pod, change)
+
+    def _exit_code(self, pod: _Pod) -> int:
+        raw = pod.annotations.get(ANNOTATION_EXIT_CODE, 1)
+        try:
+            exit_code = int(raw)
+        except (TypeError, ValueError):
+            exit_code = 1
+        if exit_code == 0 or not -(2**31) <= exit_code < 2**31:
+            exit_code = 1
+        return exit_code
+
+    async def _finish(self, pod: _Pod, *, failed: bool, exit_code: int | None = None,
+                      message: str | None = None) -> None:
+        """The containers exit: 0 (Succeeded), or non-zero (`exit_code`, else the pod's annotation): the pod
+        fails under restartPolicy Never, its containers back off and restart under OnFailure/Always."""
         now = _stamp()
-        exit_code = 0
-        if failed:
-            raw = pod.annotations.get(ANNOTATION_EXIT_CODE, 1)
-            try:
-                exit_code = int(raw)
-            except (TypeError, ValueError):
-                exit_code = 1
-            if exit_code == 0 or not -(2**31) <= exit_code < 2**31:
-                exit_code = 1
+        if failed and exit_code is None:
+            exit_code = self._exit_code(pod)
+        code = exit_code if failed and exit_code is not None else 0
+        restart = failed and pod.restart_policy in ("OnFailure", "Always")
+        devices = dict(pod.devices)
+        unhealthy = self._unhealthy_ids(pod.node)
+        backoff = self._backoff(pod.restarts + 1)
 
         def change(obj: JSON) -> JSON | None:
             status = obj.setdefault("status", {})
             if status.get("phase") != "Running":
                 return None
-            status["phase"] = "Failed" if failed else "Succeeded"
             started = status.get("startTime") or now
-            term = {"exitCode": exit_code, "reason": "Error" if failed else "Completed", "startedAt": started,
-                    "finishedAt": now, "containerID": ""}
-            statuses = _container_statuses(obj, state={}, ready=False, started=False)
+            for cs in status.get("containerStatuses") or []:
+                running = ((cs or {}).get("state") or {}).get("running") if isinstance(cs, dict) else None
+                if isinstance(running, dict) and running.get("startedAt"):
+                    started = running["startedAt"]
+                    break
+            term: JSON = {"exitCode": code, "reason": "Error" if failed else "Completed", "startedAt": started,
+                          "finishedAt": now, "containerID": ""}
+            if message:
+                term["message"] = message
+            if restart:
+                restarts = pod.restarts + 1
+                statuses = _container_statuses(obj, state={}, ready=False, started=False, devices=devices,
+                                               unhealthy=unhealthy, restarts=restarts)
+                for cs in statuses:
+                    cs["lastState"] = {"terminated": {**term, "containerID": cs["containerID"]}}
+                    cs["state"] = {"waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off {_go_duration(backoff)} restarting failed container={cs['name']} "
+                                   f"pod={pod.name}_{pod.namespace}({pod.uid})"}}
+                status["containerStatuses"] = statuses
+                _set_condition(status, "Ready", "False", now, "ContainersNotReady")
+                _set_condition(status, "ContainersReady", "False", now, "ContainersNotReady")
+                return obj
+            status["phase"] = "Failed" if failed else "Succeeded"
+            statuses = _container_statuses(obj, state={}, ready=False, started=False, devices=devices,
+                                           unhealthy=unhealthy, restarts=pod.restarts)
             for cs in statuses:
                 cs["state"] = {"terminated": {**term, "containerID": cs["containerID"]}}
             status["containerStatuses"] = statuses
@@ -537,6 +799,28 @@ class Kubelet:
             _set_condition(status, "ContainersReady", "False", now, "PodCompleted" if not failed else "PodFailed")
             return obj
 
+        await self._write_status(pod, change)
+
+    async def _restart_containers(self, pod: _Pod) -> None:
+        """The back-off is over: the containers run again (same devices; the pod's startTime stays)."""
+        now = _stamp()
+        devices = dict(pod.devices)
+        unhealthy = self._unhealthy_ids(pod.node)
+
+        def change(obj: JSON) -> JSON | None:
+            status = obj.setdefault("status", {})
+            if status.get("phase") != "Running":
+                return None
+            last = next((cs.get("lastState") for cs in status.get("containerStatuses") or []
+                         if isinstance(cs, dict) and cs.get("lastState")), None)
+            status["containerStatuses"] = _container_statuses(
+                obj, state={"running": {"startedAt": now}}, ready=True, started=True, devices=devices,
+                unhealthy=unhealthy, restarts=pod.restarts, last_state=last if isinstance(last, dict) else None)
+            _set_condition(status, "Ready", "True", now)
+            _set_condition(status, "ContainersReady", "True", now)
+            return obj
+
+        self._started[pod.uid] = time.monotonic()
         await self._write_status(pod, change)
 
     async def _terminate(self, pod: _Pod) -> None:
@@ -562,21 +846,25 @@ class Kubelet:
                 if pod is None or pod.phase in TERMINAL:
                     continue
                 message = f"Node {node} which was running pod {pod.name} is unresponsive"
+                devices = dict(pod.devices)
 
-                def change(obj: JSON, message: str = message) -> JSON | None:
+                def change(obj: JSON, message: str = message, devices: dict[str, tuple[str, ...]] = devices,
+                           restarts: int = pod.restarts) -> JSON | None:
                     status = obj.setdefault("status", {})
                     if status.get("phase") in TERMINAL:
                         return None
                     was_running = status.get("phase") == "Running"
                     status["phase"] = "Failed"
-                    status["reason"] = "NodeLost"
+                    status["reason"] = NODE_LOST_REASON
                     status["message"] = message
                     _set_condition(status, "Ready", "False", now, "PodFailed")
                     _set_condition(status, "ContainersReady", "False", now, "PodFailed")
-                    term = {"terminated": {"exitCode": 137, "reason": "NodeLost", "finishedAt": now,
+                    _set_disruption(status, TAINT_EVICTION_REASON, TAINT_EVICTION_MESSAGE, now)
+                    term = {"terminated": {"exitCode": 137, "reason": NODE_LOST_REASON, "finishedAt": now,
                                            "startedAt": status.get("startTime") or now}}
-                    statuses = _container_statuses(obj, state=term, ready=False, started=False) if was_running \
-                        else _container_statuses(obj, state={"waiting": {"reason": "NodeLost"}}, ready=False,
+                    statuses = _container_statuses(obj, state=term, ready=False, started=False, devices=devices,
+                                                   restarts=restarts) if was_running \
+                        else _container_statuses(obj, state={"waiting": {"reason": NODE_LOST_REASON}}, ready=False,
                                                  started=False)
                     status["containerStatuses"] = statuses
                     return obj
@@ -586,6 +874,71 @@ class Kubelet:
                 except ApiError as e:
                     if e.code != 404:
                         self.log.info("could not fail pod of lost node", pod=key, node=node, message=e.message)
+
+    async def _collect_orphans(self) -> None:
+        """PodGC's gcOrphaned for the pods of deleted nodes: Failed with DisruptionTarget (DeletionByPodGC),
+        then deleted with no grace."""
+        if not self._orphaned_nodes:
+            return
+        orphaned, self._orphaned_nodes = self._orphaned_nodes, set()
+        now = _stamp()
+        for node in sorted(orphaned):
+            if node in self.node_ready:
+                continue  # it came back under the same name
+            for key in sorted(self.by_node.get(node, ())):
+                pod = self.pods.get(key)
+                if pod is None:
+                    continue
+
+                def change(obj: JSON) -> JSON | None:
+                    status = obj.setdefault("status", {})
+                    if status.get("phase") in TERMINAL:
+                        return None
+                    status["phase"] = "Failed"
+                    _set_disruption(status, PODGC_REASON, PODGC_MESSAGE, now)
+                    return obj
+
+                try:
+                    await self._write_status(pod, change)
+                    await self.storage.delete(self.pods_rt, namespace=pod.namespace, name=pod.name,
+                                              grace_period_seconds=0, precondition_uid=pod.uid)
+                except ApiError as e:
+                    if e.code not in (404, 409):
+                        self.log.info("could not collect pod of deleted node", pod=key, node=node,
+                                      message=e.message)
+
+    async def _fail_unhealthy_gpus(self) -> None:
+        """A running container on a GPU that went unhealthy crashes, as a CUDA process on a lost GPU does."""
+        if not self._gpu_checks:
+            return
+        checks, self._gpu_checks = self._gpu_checks, set()
+        for node in sorted(checks):
+            unhealthy = self._unhealthy_ids(node)
+            if not unhealthy or not self.node_ready.get(node, False):
+                continue
+            for key in sorted(self.by_node.get(node, ())):
+                pod = self.pods.get(key)
+                if pod is None or pod.phase != "Running" or pod.backing_off:
+                    continue
+                bad = sorted(pod.device_ids() & unhealthy)
+                if not bad:
+                    continue
+                message = (f"CUDA error: unspecified launch failure: GPU {', '.join(bad)} became unhealthy "
+                           f"(Xid 79: GPU has fallen off the bus)")
+                try:
+                    await self._finish(pod, failed=True, exit_code=GPU_LOST_EXIT_CODE, message=message)
+                except ApiError as e:
+                    if e.code != 404:
+                        self.log.info("could not fail pod on an unhealthy GPU", pod=key, node=node,
+                                      message=e.message)
+
+
+def _set_disruption(status: JSON, reason: str, message: str, now: str) -> None:
+    """kube's apipod.UpdatePodCondition with a DisruptionTarget=True condition."""
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
+    conditions.append({"type": DISRUPTION_TARGET, "status": "True", "reason": reason, "message": message,
+                       "lastProbeTime": None, "lastTransitionTime": now})
+    status["conditions"] = conditions
 
 
 async def run_kubelet(
@@ -660,10 +1013,11 @@ async def recover_node(storage: ObjectStorage, registry: Registry, *, node: str)
 
 
 async def set_unhealthy_gpus(storage: ObjectStorage, registry: Registry, *, node: str, count: int) -> JSON | None:
-    """The device plugin reports `count` of the node's GPUs unhealthy:
-    allocatable nvidia.com/gpu = capacity - count (pods already running keep
-    running, as in a real cluster). count 0 heals them. Raises ValueError
-    for a count outside 0..capacity, ApiError 404 for an unknown node."""
+    """The device plugin reports the node's first `count` GPUs (device index
+    0..count-1) unhealthy: allocatable nvidia.com/gpu = capacity - count; the
+    kubelet loop then crashes the running pods that hold one of them (the
+    others keep running). count 0 heals them. Raises ValueError for a count
+    outside 0..capacity, ApiError 404 for an unknown node."""
     rt = _nodes_rt(registry)
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"unhealthy GPU count must be an integer >= 0, not {count!r}")

@@ -253,6 +253,9 @@ class KubeletTimings(_Model):
     default_run_seconds: Annotated[float, Field(gt=0)] | None = None
     #: deletionTimestamp set -> object removed (capped by the pod's grace period).
     termination_seconds: Annotated[float, Field(ge=0, le=600)] = 0.2
+    #: a container that failed under restartPolicy OnFailure/Always waits this long (CrashLoopBackOff) before
+    #: its first restart, doubling per restart up to 30 times this (kube's kubelet: 10 s up to 5 min).
+    crash_loop_backoff_seconds: Annotated[float, Field(ge=0, le=300)] = 10.0
 
 
 class PodShape(_Model):
