@@ -5,6 +5,9 @@ cluster (ClusterSnapshot), `run_cycle` chooses for each gang the one cluster
 where all of it fits node by node, on the right fabric and GPU model,
 nearest its data, and says for every other cluster why not. Decisions
 reserve what they take (reservation.py) until the member shows the pods.
+An elastic gang (roles with min_replicas < max_replicas) is placed whole at
+the largest size that fits in one cluster; preemption shrinks running
+elastic gangs toward their minimum before it evicts whole gangs.
 With queues (admission.py), a gang is placed only within its queue's GPU
 quota (own or borrowed from its cohort), queues are served by fair share,
 and a gang its queue is entitled to place may preempt whole lower-priority
@@ -15,7 +18,14 @@ store, the API server, member clients or the simulator (import-linter
 checks it). Time and state come in as arguments and go out as values.
 """
 
-from federator.placement.admission import QueueQuota, QueueUsage, QuotaAmounts, RunningGang, WithinQueue
+from federator.placement.admission import (
+    QueueQuota,
+    QueueUsage,
+    QuotaAmounts,
+    RunningGang,
+    RunningPod,
+    WithinQueue,
+)
 from federator.placement.cycle import CycleResult, evaluate_gang, queue_order, run_cycle
 from federator.placement.decision import (
     Decision,
@@ -25,6 +35,7 @@ from federator.placement.decision import (
     QuotaBlock,
     Rejection,
     ScoreBreakdown,
+    Shrink,
     Unplaced,
     Victim,
     VictimReason,
@@ -89,7 +100,9 @@ __all__ = [
     "Resources",
     "RoleRequest",
     "RunningGang",
+    "RunningPod",
     "ScoreBreakdown",
+    "Shrink",
     "Taint",
     "TaintEffect",
     "Toleration",

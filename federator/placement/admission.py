@@ -7,7 +7,11 @@ from the gangs that run (placement never sees API types):
   preemption policy.
 - `RunningGang`: a gang that holds quota and room: placed or running, not
   finished, not being evicted. Its `demand` is charged to its queue; its
-  per-node `amounts` are what preemption can free.
+  per-node `amounts` are what preemption can free. An elastic one may also
+  list its `pods` (`RunningPod`: name, role, node, requests, start time)
+  and its `request` (the GangRequest with the roles' ranges): then its
+  pods above the minimum (`removable`, newest first) are what a preemption
+  can shrink it by, and `growth` can add up to the maximum.
 - `QuotaLedger`: the usage of every queue during one cycle: the running
   gangs, plus what the cycle admits, minus what it evicts.
 
@@ -55,7 +59,7 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from immutables import Map
@@ -76,6 +80,7 @@ __all__ = [
     "QuotaLedger",
     "RoomTerm",
     "RunningGang",
+    "RunningPod",
     "WithinQueue",
 ]
 
@@ -176,12 +181,49 @@ class QueueQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningPod:
+    """One pod of a running gang: its member name, role, index, node, what it requests and when it started."""
+
+    name: str
+    role: str
+    node: str
+    requests: Resources
+    started_at: float
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "running pod name")
+        _check_name(self.role, f"running pod {self.name}: role")
+        _check_name(self.node, f"running pod {self.name}: node")
+        if not isinstance(self.requests, Resources):
+            raise TypeError(f"running pod {self.name}: requests must be Resources")
+        started = self.started_at
+        if isinstance(started, bool) or not isinstance(started, int | float) or not math.isfinite(started):
+            raise ValueError(f"running pod {self.name}: started_at must be a finite number")
+        _check_count(self.index, f"running pod {self.name}: index")
+
+    @property
+    def age_rank(self) -> tuple[float, int, str, str]:
+        """Sorts the newest first: latest start, then highest index, then role and name (descending)."""
+        return (-float(self.started_at), -self.index, self.role, self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class RunningGang:
     """A gang that holds quota and room: placed or running, not finished, not being evicted.
 
     Built by callers from the job (queue, priority, demand, model, whether it
     was admitted on borrowed quota: `Decision.borrowed`) and from the member
     pods (`amounts`: node -> what its pods hold there now, in `cluster`).
+
+    Elastic gangs (optional, compatible: both default to nothing): `pods`
+    lists its member pods, and `request` is its GangRequest (the roles'
+    min_replicas / max_replicas, what a pod asks, where pods may go). With
+    `pods`, `amounts` may be left empty (it is their sum per node) or must
+    equal that sum. `removable` is derived: per role, the pods beyond its
+    min_replicas, the newest first (by start time, then index), all roles
+    merged newest first: the only pods a preemption may take from it, in
+    that order. Without an elastic `request` and `pods`, nothing is removable.
     """
 
     uid: str
@@ -194,6 +236,10 @@ class RunningGang:
     gpu_model: str | None = None
     amounts: Mapping[str, Resources] = field(default_factory=Map)
     borrowed: bool = False
+    pods: tuple[RunningPod, ...] = ()
+    request: GangRequest | None = None
+    # Derived: pods above the minimum, newest first (see the class docstring).
+    removable: tuple[RunningPod, ...] = field(init=False, compare=False, repr=False)
     # Derived: some of its pods hold no GPU (they may sit on nodes of any model).
     has_gpu_free_pods: bool = field(init=False, compare=False, repr=False)
     # Derived: the order preemption evicts in (smaller first): borrowed first, lowest priority, most
@@ -221,13 +267,65 @@ class RunningGang:
             isinstance(node, str) and isinstance(amount, Resources) for node, amount in amounts.items()
         ):
             raise TypeError(f"running gang {self.key}: amounts must map node names to Resources")
+        pods = tuple(self.pods)
+        object.__setattr__(self, "pods", pods)
+        removable: tuple[RunningPod, ...] = ()
+        if pods:
+            amounts = self._check_pods(pods, amounts)
+            removable = self._removable(pods)
         object.__setattr__(self, "amounts", Map(amounts))
+        object.__setattr__(self, "removable", removable)
         object.__setattr__(self, "has_gpu_free_pods", any(not amount.gpu for amount in amounts.values()))
         if type(self.borrowed) is not bool:
             raise TypeError(f"running gang {self.key}: borrowed must be a bool")
         object.__setattr__(
             self, "eviction_rank", (0 if self.borrowed else 1, self.priority, -float(started), self.uid)
         )
+
+    def _check_pods(self, pods: tuple[RunningPod, ...], amounts: Mapping[str, Resources]) -> Mapping[str, Resources]:
+        """Validate `pods` (and `request`) and return the per-node amounts (their sum, which `amounts` must equal)."""
+        request = self.request
+        if request is not None:
+            if not isinstance(request, GangRequest):
+                raise TypeError(f"running gang {self.key}: request must be a GangRequest")
+            if request.uid != self.uid:
+                raise ValueError(f"running gang {self.key}: request is for gang {request.uid!r}, not {self.uid!r}")
+        roles = {role.name for role in request.roles} if request is not None else None
+        summed: dict[str, Resources] = {}
+        names: set[str] = set()
+        for pod in pods:
+            if not isinstance(pod, RunningPod):
+                raise TypeError(f"running gang {self.key}: pods must be RunningPod values, got {pod!r}")
+            if pod.name in names:
+                raise ValueError(f"running gang {self.key}: pod {pod.name!r} is listed twice")
+            names.add(pod.name)
+            if roles is not None and pod.role not in roles:
+                raise ValueError(f"running gang {self.key}: pod {pod.name!r} has role {pod.role!r}, not one of its roles")
+            previous = summed.get(pod.node)
+            summed[pod.node] = pod.requests if previous is None else previous + pod.requests
+        if amounts and dict(amounts) != summed:
+            raise ValueError(f"running gang {self.key}: amounts must be the sum of its pods' requests per node")
+        return summed
+
+    def _removable(self, pods: tuple[RunningPod, ...]) -> tuple[RunningPod, ...]:
+        request = self.request
+        if request is None or not request.elastic:
+            return ()
+        out: list[RunningPod] = []
+        for role in request.roles:
+            mine = sorted((pod for pod in pods if pod.role == role.name), key=lambda pod: pod.age_rank)
+            extra = len(mine) - role.low
+            if extra > 0:
+                out.extend(mine[:extra])  # newest first
+        out.sort(key=lambda pod: pod.age_rank)
+        return tuple(out)
+
+    def replicas(self) -> dict[str, int]:
+        """Pods per role now (from `pods`; every role of `request` listed, 0 if none runs)."""
+        counts = {role.name: 0 for role in self.request.roles} if self.request is not None else {}
+        for pod in self.pods:
+            counts[pod.role] = counts.get(pod.role, 0) + 1
+        return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +357,10 @@ class Admission:
     narrowed: bool = False
     block: QuotaBlock | None = None
     never: bool = False
+    # Elastic gangs (admitted at their minimum): model ("" for a gang without GPUs) -> the largest size step
+    # its queue has room for there. Within nominal quota on an own-quota model: an elastic gang does not
+    # borrow to grow. Empty for a fixed-size gang.
+    max_step: Mapping[str, int] = field(default_factory=Map)
 
     def borrows(self, model: str | None) -> bool:
         """Would a placement on `model` run on borrowed quota?"""
@@ -400,11 +502,15 @@ class QuotaLedger:
         everyone: list[RunningGang] = []
         uids: set[str] = set()
         sums: dict[tuple[str, str | None], list[int]] = {}
+        # Clusters where some running gang of a queue has pods above its minimum (preemption may shrink it).
+        self._shrinkable: set[str] = set()
         for gang in running:
             if type(gang) is not RunningGang:
                 raise TypeError(f"{gang!r} is not a RunningGang")
             everyone.append(gang)
             uids.add(gang.uid)
+            if gang.removable and gang.queue:
+                self._shrinkable.add(gang.cluster)
             if gang.queue:
                 slot = sums.get((gang.queue, gang.gpu_model))
                 demand = gang.demand
@@ -495,6 +601,24 @@ class QuotaLedger:
             self._add(self._used, victim.queue, victim.gpu_model, victim.demand, -1)
             self._gangs[victim.queue] -= 1
             self.dirty.add(victim.queue)
+
+    def shrink(self, victim: RunningGang, removed: Sequence[RunningPod]) -> None:
+        """A running elastic gang gives up these pods in this cycle: their quota is free, and it is no
+        candidate again in this cycle (its pods are still in the snapshot until they are gone)."""
+        if victim.uid in self._evicted:
+            return
+        freed = Resources()
+        for pod in removed:
+            freed = freed + pod.requests
+        self.evict(victim)  # no candidate again: drops it from the cached lists, and its whole demand...
+        if victim.queue:
+            # ...of which all but the freed pods is charged again.
+            self._add(self._used, victim.queue, victim.gpu_model, victim.demand.minus_clamped(freed), +1)
+            self._gangs[victim.queue] += 1
+
+    def has_shrinkable(self, cluster: str) -> bool:
+        """Does some running gang of a queue in `cluster` have pods above its minimum?"""
+        return cluster in self._shrinkable
 
     def queue(self, name: str) -> QueueQuota | None:
         return self._queues.get(name)
@@ -653,7 +777,34 @@ class QuotaLedger:
         return (taken if victim.queue == quota.name else 0), (taken if in_cohort else 0)
 
     def admit(self, gang: GangRequest) -> Admission:
-        """Which models (if any) the gang's queue has room for now."""
+        """Which models (if any) the gang's queue has room for now.
+
+        An elastic gang is admitted at its minimum; `Admission.max_step` then says how far its queue lets
+        it grow on each admitted model (within nominal quota where its minimum is; the size placed is what
+        is charged).
+        """
+        if not gang.elastic:
+            return self._admit(gang)
+        admission = self._admit(gang.minimum)
+        quota = self._queues.get(gang.queue)
+        if not admission.admitted or quota is None:
+            return admission
+        tried: tuple[str | None, ...] = admission.models if gang.needs_gpu and admission.models else (None,)
+        caps: dict[str, int] = {}
+        for model in tried:
+            own_only = model in admission.own if model is not None else not admission.borrowing
+            low, high = 0, gang.steps  # step `low` is admitted (the minimum is); find the largest
+            while low < high:
+                middle = (low + high + 1) // 2
+                total = gang.sized(middle).total
+                if self._model_verdict(quota, model, total, own_only=own_only, explain=False).ok:
+                    low = middle
+                else:
+                    high = middle - 1
+            caps[model or ""] = low
+        return replace(admission, max_step=Map(caps))
+
+    def _admit(self, gang: GangRequest) -> Admission:
         quota = self._queues.get(gang.queue)
         if quota is None:
             block = QuotaBlock(

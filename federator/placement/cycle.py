@@ -113,7 +113,8 @@ from federator.placement.gang import GangRequest
 from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang_on_capacity, node_accepts_gang
 from federator.placement.plugins import default_registry
 from federator.placement.plugins.gang_fit import EXCEEDS_CAPACITY
-from federator.placement.preemption import plan_preemption
+from federator.placement.plugins.gang_fit import largest_fit
+from federator.placement.preemption import PreemptionPlan, plan_preemption
 from federator.placement.reservation import (
     EMPTY_BOOK,
     Release,
@@ -140,6 +141,8 @@ class GangEvaluation:
     fits: Mapping[str, GangFit]
     # Clusters that passed the cheap filters but whose score bound could not beat the winner.
     outranked: Mapping[str, float]
+    # The gang at the size each fitted cluster takes (an elastic gang's largest that fits; else the gang).
+    sized: Mapping[str, GangRequest] = Map()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,8 @@ class CycleResult:
     usage: Mapping[str, QueueUsage] = Map()
     # Uids of the running gangs this cycle's decisions preempt (in decision order): the caller evicts them.
     evictions: tuple[str, ...] = ()
+    # Running elastic gangs this cycle's decisions shrink: uid -> names of the pods the caller removes.
+    shrinks: Mapping[str, tuple[str, ...]] = Map()
 
 
 def queue_order(gangs: Iterable[GangRequest]) -> list[GangRequest]:
@@ -189,8 +194,15 @@ def evaluate_gang(
     and is listed in `outranked` with its bound instead of being fitted.
     The choice is therefore the one an exhaustive evaluation makes
     (`Profile.exhaustive` does that, for fuller explanations).
+
+    An elastic gang is filtered, fitted and pre-fit scored at its minimum
+    (see `framework`); gang-fit finds the largest size each fitted cluster
+    takes (`GangEvaluation.sized`), which the post-fit scores see.
     """
     profile = resolved.profile
+    elastic = gang if gang.elastic else None
+    base = gang.minimum if elastic is not None else gang
+    top = gang.maximum if elastic is not None else gang
     why_not: dict[str, Rejection] = {}
     pre = list(resolved.pre_fit_scores)
     post = list(resolved.post_fit_scores)
@@ -200,19 +212,19 @@ def evaluate_gang(
     candidates: list[tuple[float, str, ClusterSnapshot, EvalContext, float]] = []
     cheap_checks = resolved.cheap_checks
     for snapshot in views:
-        ctx = EvalContext(now=now, profile=profile, federation=federation, admission=admission)
+        ctx = EvalContext(now=now, profile=profile, federation=federation, admission=admission, elastic=elastic)
         for filter_name, check in cheap_checks:
-            result = check(gang, snapshot, ctx)
+            result = check(base, snapshot, ctx)
             if not result.ok:
                 why_not[snapshot.name] = Rejection(snapshot.name, filter_name, result.code, result.message, result.numbers)
                 break
         else:
             partial = 0.0
             for plugin, weight in pre:
-                partial += weight * plugin.normalize(plugin.score(gang, snapshot, ctx), gang, ctx)
+                partial += weight * plugin.normalize(plugin.score(base, snapshot, ctx), base, ctx)
             bound = partial + post_fixed
             for bounded, weight in post_bounded:
-                bound += weight * bounded.bound(gang, snapshot, ctx)
+                bound += weight * bounded.bound(top, snapshot, ctx)
             candidates.append((round(bound + _BOUND_SLACK, 6), snapshot.name, snapshot, ctx, partial))
     candidates.sort(key=lambda c: (-c[0], c[1]))
 
@@ -224,22 +236,23 @@ def evaluate_gang(
             outranked[name] = bound
             continue
         for filter_name, check in resolved.exact_checks:
-            result = check(gang, snapshot, ctx)
+            result = check(base, snapshot, ctx)
             if not result.ok:
                 why_not[name] = Rejection(name, filter_name, result.code, result.message, result.numbers)
                 break
         else:
             if ctx.fit is None or not ctx.fit.ok:
                 raise RuntimeError(f"filter {GANG_FIT!r} passed {name} without leaving a fit")
-            post_raws = [plugin.score(gang, snapshot, ctx) for plugin, _ in post]
-            post_norms = [plugin.normalize(raw, gang, ctx) for (plugin, _), raw in zip(post, post_raws, strict=True)]
+            sized = ctx.sized if ctx.sized is not None else base
+            post_raws = [plugin.score(sized, snapshot, ctx) for plugin, _ in post]
+            post_norms = [plugin.normalize(raw, sized, ctx) for (plugin, _), raw in zip(post, post_raws, strict=True)]
             total = partial
             for norm, (_, weight) in zip(post_norms, post, strict=True):
                 total += weight * norm
             total = round(total, 6)
             # The breakdown's pre-fit parts are recomputed only for the few clusters scored in full.
-            raws = [plugin.score(gang, snapshot, ctx) for plugin, _ in pre]
-            norms = [plugin.normalize(raw, gang, ctx) for (plugin, _), raw in zip(pre, raws, strict=True)]
+            raws = [plugin.score(base, snapshot, ctx) for plugin, _ in pre]
+            norms = [plugin.normalize(raw, base, ctx) for (plugin, _), raw in zip(pre, raws, strict=True)]
             scored.append((name, ctx, total, raws + post_raws, norms + post_norms))
             if best is None or total > best[0] or (total == best[0] and name < best[1]):
                 best = (total, name)
@@ -248,6 +261,7 @@ def evaluate_gang(
         ranked=_breakdowns(scored, pre=pre, post=post),
         fits={name: ctx.fit for name, ctx, _, _, _ in scored if ctx.fit is not None},
         outranked=outranked,
+        sized={name: ctx.sized if ctx.sized is not None else base for name, ctx, _, _, _ in scored},
     )
 
 
@@ -290,6 +304,33 @@ def _assignment(gang: GangRequest, fit: GangFit) -> tuple[PodAssignment, ...]:
         next_index[placement.role] = start + placement.pods
     pods.sort(key=lambda p: (p.role, p.index))
     return tuple(pods)
+
+
+def _replicas(gang: GangRequest) -> Map[str, int]:
+    """Pods per role of a fixed-size gang (an elastic gang's chosen size)."""
+    return Map({role.name: role.replicas for role in gang.roles})
+
+
+def _ranges(gang: GangRequest) -> Map[str, tuple[int, int]]:
+    """(min, max) of the elastic roles of a request."""
+    return Map({role.name: (role.low, role.high) for role in gang.roles if role.elastic})
+
+
+def _preemptor_size(gang: GangRequest, plan: PreemptionPlan, ledger: QuotaLedger) -> tuple[GangRequest, GangFit]:
+    """An elastic preemptor, planned at its minimum, at the largest size that fits where room was made.
+
+    It grows only into room that is free once the plan's victims and shrinks are gone (no further
+    victims), and within its queue's nominal quota (a preemptor never borrows; see `preemption`).
+    """
+    low, high = 0, gang.steps
+    removed = plan.removed
+    while low < high:
+        middle = (low + high + 1) // 2
+        if ledger.fits_after(gang.sized(middle), plan.gpu_model, removed, own_only=True):
+            low = middle
+        else:
+            high = middle - 1
+    return largest_fit(gang, plan.released, plan.fit, cap=low)
 
 
 def _hold_still_valid(
@@ -469,11 +510,14 @@ def run_cycle(
         order = FairQueue(pending, ledger)
     # Gangs whose placement is still in flight are no victims (their pods may not even exist yet).
     in_flight = {r.gang_uid for r in book if r.kind is ReservationKind.PLACED}
+    # Gangs shrunk in this cycle are no candidates again until the next (their pods are still in the views).
+    shrunk: set[str] = set()
 
     decisions: list[Decision] = []
     unplaced: list[Unplaced] = []
     already_placed: list[str] = []
     evictions: list[str] = []
+    shrinks: dict[str, tuple[str, ...]] = {}
 
     def drop_hold(gang: GangRequest, hold: Reservation, reason: ReleaseReason) -> None:
         nonlocal book
@@ -485,6 +529,7 @@ def run_cycle(
         released.append(Release(gang.uid, hold.cluster, ReservationKind.HOLD, reason))
 
     def reserve_placed(gang: GangRequest, cluster: str, amounts: Mapping[str, Resources]) -> None:
+        """Reserve a decision's amounts; `gang` is the gang at the size placed."""
         nonlocal book
         views[cluster] = views[cluster].with_allocation_changes(amounts)
         book = book.reserve(
@@ -507,6 +552,8 @@ def run_cycle(
             already_placed.append(gang.uid)
             continue
         admission = ledger.admit(gang) if ledger is not None and gang.queue else None
+        # Everything but the choice of size judges an elastic gang at its minimum (see `gang`).
+        base = gang.minimum if gang.elastic else gang
         own_hold = holds.get(gang.uid)
         # What this gang may use: everything except its own hold and holds of lower-priority gangs.
         ignored = [
@@ -533,16 +580,17 @@ def run_cycle(
         if evaluation.ranked:
             best = evaluation.ranked[0]
             fit = evaluation.fits[best.cluster]
+            chosen = evaluation.sized.get(best.cluster, base)
             if own_hold is not None:
                 drop_hold(gang, own_hold, ReleaseReason.SUPERSEDED)
-            reserve_placed(gang, best.cluster, fit.node_amounts(gang))
+            reserve_placed(chosen, best.cluster, fit.node_amounts(chosen))
             decisions.append(
                 Decision(
                     gang_key=gang.key,
                     gang_uid=gang.uid,
                     cluster=best.cluster,
                     gpu_model=fit.gpu_model,
-                    assignment=_assignment(gang, fit),
+                    assignment=_assignment(chosen, fit),
                     resource_version=snapshots[best.cluster].resource_version,
                     decided_at=now,
                     why_not=Map(evaluation.why_not),
@@ -550,10 +598,12 @@ def run_cycle(
                     outranked=Map(evaluation.outranked),
                     queue=admission.queue if admission is not None else "",
                     borrowed=admission.borrows(fit.gpu_model) if admission is not None else False,
+                    replicas=_replicas(chosen),
+                    ranges=_ranges(gang),
                 )
             )
             if ledger is not None:
-                ledger.charge(gang, fit.gpu_model)
+                ledger.charge(chosen, fit.gpu_model)
             continue
 
         would_preempt: Preemption | None = None
@@ -561,38 +611,47 @@ def run_cycle(
             admission.block is None or admission.block.code != QUEUE_NOT_FOUND
         ):
             plan = plan_preemption(
-                gang,
+                base,
                 [gang_views[name] for name in names],
                 ledger=ledger,
                 resolved=resolved,
                 now=now,
                 federation=federation,
-                excluded=in_flight,
+                excluded=in_flight | shrunk if shrunk else in_flight,
             )
             if plan is not None and preempt:
                 if own_hold is not None:
                     drop_hold(gang, own_hold, ReleaseReason.SUPERSEDED)
-                victims = [victim for victim, _ in plan.victims]
-                within_nominal = ledger.fits_after(gang, plan.gpu_model, victims, own_only=True)
-                for victim in victims:
+                removed = plan.removed
+                chosen, fit = base, plan.fit
+                if gang.elastic:
+                    chosen, fit = _preemptor_size(gang, plan, ledger)
+                within_nominal = ledger.fits_after(chosen, plan.gpu_model, removed, own_only=True)
+                for victim, _ in plan.victims:
                     ledger.evict(victim)
                     evictions.append(victim.uid)
-                ledger.charge(gang, plan.gpu_model)
-                reserve_placed(gang, plan.cluster, plan.fit.node_amounts(gang))
+                for victim, _, pods in plan.shrinks:
+                    ledger.shrink(victim, pods)
+                    shrunk.add(victim.uid)
+                    shrinks[victim.uid] = tuple(pod.name for pod in pods)
+                ledger.charge(chosen, plan.gpu_model)
+                reserve_placed(chosen, plan.cluster, fit.node_amounts(chosen))
                 decisions.append(
                     Decision(
                         gang_key=gang.key,
                         gang_uid=gang.uid,
                         cluster=plan.cluster,
                         gpu_model=plan.gpu_model,
-                        assignment=_assignment(gang, plan.fit),
+                        assignment=_assignment(chosen, fit),
                         resource_version=snapshots[plan.cluster].resource_version,
                         decided_at=now,
                         why_not=Map({k: v for k, v in evaluation.why_not.items() if k != plan.cluster}),
                         scores=(),
                         queue=gang.queue,
                         borrowed=not within_nominal,
-                        preemption=plan.preemption(),
+                        preemption=plan.preemption(fit),
+                        replicas=_replicas(chosen),
+                        ranges=_ranges(gang),
                     )
                 )
                 continue
@@ -610,21 +669,21 @@ def run_cycle(
             never_fits = admission.never
         hold_out: Hold | None = None
         if admitted and own_hold is not None and _hold_still_valid(
-            own_hold, gang, evaluation=evaluation, view=gang_views.get(own_hold.cluster), models=allowed
+            own_hold, base, evaluation=evaluation, view=gang_views.get(own_hold.cluster), models=allowed
         ):
             view = gang_views[own_hold.cluster]
             hold_out = Hold(
-                own_hold.cluster, tuple(sorted(own_hold.amounts)), _ready_fraction(gang, view, amounts=own_hold.amounts)
+                own_hold.cluster, tuple(sorted(own_hold.amounts)), _ready_fraction(base, view, amounts=own_hold.amounts)
             )
             if ledger is not None:
-                ledger.hold(gang, _hold_model(own_hold, view))
+                ledger.hold(base, _hold_model(own_hold, view))
         else:
             if own_hold is not None:
                 drop_hold(gang, own_hold, ReleaseReason.DROPPED)
             aged = now - gang.submitted_at >= profile.hold_after_seconds
             if admitted and aged and not never_fits and profile.max_holds_per_cluster > 0:
                 choice = _choose_hold(
-                    gang,
+                    base,
                     evaluation=evaluation,
                     views=gang_views,
                     holds_per_cluster=holds_per_cluster,
@@ -633,14 +692,14 @@ def run_cycle(
                 )
                 if choice is not None:
                     cluster, capacity_fit, fraction = choice
-                    amounts = capacity_fit.node_amounts(gang)
+                    amounts = capacity_fit.node_amounts(base)
                     hold = Reservation(
                         gang_uid=gang.uid,
                         gang_key=gang.key,
                         cluster=cluster,
                         kind=ReservationKind.HOLD,
                         amounts=amounts,
-                        pods=gang.pod_count,
+                        pods=base.pod_count,
                         resource_version=snapshots[cluster].resource_version,
                         created_at=now,
                     )
@@ -650,7 +709,7 @@ def run_cycle(
                     views[cluster] = views[cluster].with_allocation_changes(amounts)
                     hold_out = Hold(cluster, tuple(sorted(amounts)), fraction)
                     if ledger is not None:
-                        ledger.hold(gang, capacity_fit.gpu_model)
+                        ledger.hold(base, capacity_fit.gpu_model)
         block = admission.block if admission is not None else None
         if (
             ledger is not None
@@ -660,7 +719,7 @@ def run_cycle(
             and now - gang.submitted_at >= profile.hold_after_seconds
             and not ledger.holds_quota(gang.queue)
         ):
-            ledger.hold(gang, ledger.hold_model(gang), quota_hold=True)
+            ledger.hold(base, ledger.hold_model(base), quota_hold=True)
             block = replace(block, holding=True)
         unplaced.append(
             Unplaced(
@@ -683,4 +742,5 @@ def run_cycle(
         already_placed=tuple(already_placed),
         usage=ledger.usage() if ledger is not None else Map(),
         evictions=tuple(evictions),
+        shrinks=Map(shrinks),
     )

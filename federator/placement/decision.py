@@ -11,7 +11,10 @@ was not fitted node by node).
 With queues (see `admission`), a Decision also says which queue it charges
 and whether it borrowed quota, and a Decision that needs room made for it
 carries its `preemption`: the victim gangs the caller must evict first (all
-in the decision's cluster) and why each was chosen. An Unplaced gang says
+in the decision's cluster) and why each was chosen, and the running
+elastic gangs it shrinks instead (the pods the caller removes from each).
+A Decision says how many pods of each role it placed (`replicas`: an
+elastic gang's size; `ranges` the elastic roles' [min, max]). An Unplaced gang says
 which quota it waits for (`quota`), and in the cycle's explain mode
 (`run_cycle(..., preempt=False)`) where it would fit after preempting whom.
 
@@ -37,6 +40,7 @@ __all__ = [
     "ScoreBreakdown",
     "ScorePart",
     "ScoreTable",
+    "Shrink",
     "Unplaced",
     "Victim",
     "VictimReason",
@@ -132,13 +136,36 @@ class Victim:
 
 
 @dataclass(frozen=True, slots=True)
-class Preemption:
-    """Room made for a gang: evict these whole gangs of `cluster`, and the gang fits there node by node.
+class Shrink:
+    """A running elastic gang shrunk toward its minimum: `pods` (member pod names, newest first) are removed.
 
-    `nodes` are the nodes where the victims free room the gang's fit uses.
-    `minimal` is True when no smaller set of victims in any cluster was
-    possible (proven by search); False when the search was cut short and
-    the set is only irreducible (no victim can be spared).
+    Only pods above the gang's minimum, the newest first; the gang keeps running with the rest.
+    """
+
+    uid: str
+    key: str
+    queue: str
+    priority: int
+    borrowed: bool
+    reason: VictimReason
+    pods: tuple[str, ...]
+
+    def describe(self) -> str:
+        why = "lower priority" if self.reason is VictimReason.LOWER_PRIORITY else "borrowed quota"
+        count = len(self.pods)
+        return f"{self.key} by {count} pod{'s' if count != 1 else ''} (queue {self.queue}, priority {self.priority}, {why})"
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Room made for a gang: evict these whole gangs of `cluster` (and shrink these elastic ones), and the
+    gang fits there node by node.
+
+    `nodes` are the nodes where the victims and shrinks free room the gang's
+    fit uses. `minimal` is True when no plan with fewer evicted gangs, or as
+    few and fewer removed pods, was possible in any cluster (proven by
+    search); False when the search was cut short and the plan is only
+    irreducible (no victim can be spared, no shrink made smaller).
     """
 
     cluster: str
@@ -146,14 +173,26 @@ class Preemption:
     victims: tuple[Victim, ...]
     nodes: tuple[str, ...]
     minimal: bool = True
+    shrinks: tuple[Shrink, ...] = ()
 
     @property
     def victim_uids(self) -> tuple[str, ...]:
         return tuple(victim.uid for victim in self.victims)
 
+    @property
+    def shrink_pods(self) -> Mapping[str, tuple[str, ...]]:
+        """Gang uid -> the names of the pods to remove from it."""
+        return Map({shrink.uid: shrink.pods for shrink in self.shrinks})
+
     def describe(self) -> str:
-        """E.g. "would fit on dc-a after preempting ns/a (queue vision, priority 1, lower priority), ns/b (...)"."""
-        return f"would fit on {self.cluster} after preempting {', '.join(v.describe() for v in self.victims)}"
+        """E.g. "would fit on dc-a after preempting ns/a (queue vision, priority 1, lower priority), ns/b (...)"
+        or "... after shrinking ns/c by 2 pods (...)"."""
+        parts = []
+        if self.victims:
+            parts.append(f"preempting {', '.join(v.describe() for v in self.victims)}")
+        if self.shrinks:
+            parts.append(f"shrinking {', '.join(s.describe() for s in self.shrinks)}")
+        return f"would fit on {self.cluster} after {' and '.join(parts)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +236,10 @@ class Decision:
     # Set when room is made by evicting other gangs first (then `scores` is empty: the cluster was
     # chosen for needing the fewest victims, not by score).
     preemption: Preemption | None = None
+    # Pods placed per role (`assignment` holds exactly these); for an elastic gang, the size chosen.
+    replicas: Mapping[str, int] = field(default_factory=Map)
+    # The elastic roles' (min_replicas, max_replicas); empty for a fixed-size gang.
+    ranges: Mapping[str, tuple[int, int]] = field(default_factory=Map)
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -206,6 +249,11 @@ class Decision:
     def preempts(self) -> tuple[str, ...]:
         """Uids of the gangs to evict before this gang's pods can run; () for most decisions."""
         return self.preemption.victim_uids if self.preemption is not None else ()
+
+    @property
+    def shrinks(self) -> Mapping[str, tuple[str, ...]]:
+        """Gang uid -> pods to remove from it before this gang's pods can run; empty for most decisions."""
+        return self.preemption.shrink_pods if self.preemption is not None else Map()
 
 
 @dataclass(frozen=True, slots=True)

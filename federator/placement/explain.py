@@ -5,8 +5,9 @@
 table of the clusters that passed, and the why-not table of the clusters a
 filter rejected (filter, reason code, message with the numbers). With
 queues: the queue a decision is charged to, the gangs it preempts (and
-why), the quota an unplaced gang waits for, and, in explain mode, where it
-would fit after preempting whom.
+why), the elastic gangs it shrinks instead (by how many pods), the quota an
+unplaced gang waits for, and, in explain mode, where it would fit after
+preempting whom. An elastic gang's decision says the size chosen per role.
 
 Pure: builds strings, prints nothing.
 """
@@ -66,12 +67,21 @@ def _assignment_lines(decision: Decision) -> list[str]:
     return [f"  {node}: {', '.join(pods)}" for node, pods in sorted(by_node.items())]
 
 
+def _why(reason: VictimReason) -> str:
+    return "lower priority" if reason is VictimReason.LOWER_PRIORITY else "borrowed quota"
+
+
 def _victim_lines(preemption: Preemption) -> list[str]:
-    rows = [
-        (v.key, v.queue, str(v.priority), "lower priority" if v.reason is VictimReason.LOWER_PRIORITY else "borrowed quota")
-        for v in preemption.victims
-    ]
-    lines = _table(("GANG", "QUEUE", "PRIORITY", "WHY"), rows)
+    rows = [(v.key, v.queue, str(v.priority), _why(v.reason)) for v in preemption.victims]
+    lines = _table(("GANG", "QUEUE", "PRIORITY", "WHY"), rows) if rows else []
+    if preemption.shrinks:
+        lines.append("  shrunk toward their minimum instead (their newest pods above it removed):")
+        lines.extend(
+            _table(
+                ("GANG", "QUEUE", "PRIORITY", "WHY", "PODS REMOVED"),
+                [(s.key, s.queue, str(s.priority), _why(s.reason), ", ".join(s.pods)) for s in preemption.shrinks],
+            )
+        )
     if preemption.nodes:
         lines.append(f"  room made on {len(preemption.nodes)} nodes: {', '.join(preemption.nodes)}")
     if not preemption.minimal:
@@ -88,12 +98,23 @@ def render_decision(decision: Decision) -> str:
     ]
     if decision.queue:
         lines.append(f"Queue {decision.queue}" + (", on quota borrowed from its cohort" if decision.borrowed else ""))
+    if decision.ranges:
+        sizes = ", ".join(
+            f"{role} {count}" + (" (of {}..{})".format(*decision.ranges[role]) if role in decision.ranges else "")
+            for role, count in sorted(decision.replicas.items())
+        )
+        lines.append(f"Elastic size: {sizes}")
     if decision.preemption is not None:
         preemption = decision.preemption
-        lines.append(
-            f"Preempts {len(preemption.victims)} gang{'s' if len(preemption.victims) != 1 else ''} "
-            f"in {preemption.cluster} (evicted whole before it starts):"
-        )
+        evicted = len(preemption.victims)
+        if evicted or not preemption.shrinks:
+            lines.append(
+                f"Preempts {evicted} gang{'s' if evicted != 1 else ''} "
+                f"in {preemption.cluster} (evicted whole before it starts):"
+            )
+        else:
+            shrunk = len(preemption.shrinks)
+            lines.append(f"Shrinks {shrunk} gang{'s' if shrunk != 1 else ''} in {preemption.cluster} (evicts none):")
         lines.extend(_victim_lines(preemption))
     lines.extend(["Nodes:", *_assignment_lines(decision)])
     if decision.preemption is None or decision.scores:

@@ -28,6 +28,14 @@ the quota filter narrows them to the models the gang's queue has room for
 node-level fit that scores and the reservation use. It lives only for one
 evaluation.
 
+Elastic gangs (see `gang`): filters, pre-fit scores and the fit are asked
+about the gang at its minimum (so a cluster's reason is always the one at
+the minimum), with the elastic request in `ctx.elastic`; gang-fit then
+finds the largest size that fits there and leaves it in `ctx.sized` (its
+fit in `ctx.fit`), and post-fit scores are asked about that size. A
+`BoundedScore` is asked about the gang at its maximum and must bound every
+size.
+
 Pure: no I/O, no clocks (time comes in as `now`).
 """
 
@@ -77,11 +85,14 @@ DEFAULT_FILTERS: tuple[str, ...] = (
 # Data locality outweighs location preference (a cross-site copy of a big
 # dataset costs more than running in the cloud); preference outweighs packing,
 # topology, headroom and cost together, so "on-prem before cloud" holds unless
-# the data says otherwise.
+# the data says otherwise. For an elastic gang, the size a cluster fits
+# (elastic-size) weighs less than preference and more than any one of packing,
+# topology, headroom and cost; a fixed-size gang scores 0 on it everywhere.
 DEFAULT_WEIGHTS: Mapping[str, float] = Map(
     {
         "data-locality": 8.0,
         "preference": 5.0,
+        "elastic-size": 3.0,
         "packing": 1.0,
         "topology": 1.0,
         "network-headroom": 1.0,
@@ -200,10 +211,16 @@ class FederationStats:
 class EvalContext:
     """Scratch of one (gang, cluster) evaluation; see the module docstring."""
 
-    __slots__ = ("now", "profile", "federation", "admission", "gpu_models", "fit")
+    __slots__ = ("now", "profile", "federation", "admission", "gpu_models", "fit", "elastic", "sized")
 
     def __init__(
-        self, *, now: float, profile: Profile, federation: FederationStats, admission: Admission | None = None
+        self,
+        *,
+        now: float,
+        profile: Profile,
+        federation: FederationStats,
+        admission: Admission | None = None,
+        elastic: GangRequest | None = None,
     ) -> None:
         self.now = now
         self.profile = profile
@@ -214,6 +231,20 @@ class EvalContext:
         self.gpu_models: tuple[str, ...] | None = None
         # Set by the gang-fit filter when the gang fits.
         self.fit: GangFit | None = None
+        # The elastic request when the gang being filtered is its minimum (None for a fixed-size gang).
+        self.elastic = elastic
+        # Set by the gang-fit filter for an elastic gang: the gang at the largest size that fits (`fit` is its fit).
+        self.sized: GangRequest | None = None
+
+    def max_step(self, model: str | None) -> int:
+        """The largest size step of the elastic gang its queue admits on `model` (its maximum without a cap)."""
+        elastic = self.elastic
+        if elastic is None:
+            return 0
+        admission = self.admission
+        if admission is None:
+            return elastic.steps
+        return min(elastic.steps, admission.max_step.get(model or "", elastic.steps))
 
 
 @runtime_checkable
@@ -256,7 +287,8 @@ class BoundedScore(Protocol):
 
     `bound` must be >= `normalize(score(...))` for every fit the gang-fit
     filter could produce on this snapshot; the cycle relies on it to skip
-    fitting clusters that cannot win.
+    fitting clusters that cannot win. For an elastic gang it is asked about
+    the gang at its maximum (`ctx.elastic` set) and must hold for every size.
     """
 
     def bound(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> float: ...

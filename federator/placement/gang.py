@@ -6,8 +6,21 @@ tolerations, priority, submission time). Placement never sees the API types.
 
 All-or-nothing is the point: a gang is placed whole into one cluster or not
 at all. Validation here rejects requests that could never be honoured or
-that are hostile in size (more than `MAX_GANG_PODS` pods), with a message
-naming the field; it must never silently fix a request up.
+that are hostile in size (more than `MAX_GANG_PODS` pods, at its maximum),
+with a message naming the field; it must never silently fix a request up.
+
+Elastic gangs: a role may run with any number of pods between its
+`min_replicas` and `max_replicas` (`replicas` is the preferred start;
+1 <= min <= replicas <= max; a role that sets neither has
+min = replicas = max and is placed exactly as before). Placement sizes an
+elastic gang in steps: step k in 0..`steps` gives each role
+min + k x (max - min) // steps pods, so step 0 is the gang at its minimum,
+`steps` at its maximum, and each step adds pods (for a gang with one
+elastic role, a step is one pod of it). `sized(k)` is the gang at step k:
+a fixed gang (min = replicas = max) with the same identity, which is what
+every fixed-size part of placement (filters, packing, quota, holds,
+preemption) works on. The derived `total`, `pod_count`, `shape` and
+`fit_order` describe a gang at its preferred size (`replicas`).
 
 Pure: no I/O.
 """
@@ -16,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from immutables import Map
@@ -170,11 +183,18 @@ class Toleration:
 
 @dataclass(frozen=True, slots=True)
 class RoleRequest:
-    """One role of a gang (e.g. "ps", "worker"): `replicas` identical pods each requesting `requests`."""
+    """One role of a gang (e.g. "ps", "worker"): `replicas` identical pods each requesting `requests`.
+
+    Elastic when `min_replicas` < `max_replicas`: it may run with any count in
+    between (`replicas` is the preferred start). Either bound left out (None)
+    is `replicas`; after construction both are ints.
+    """
 
     name: str
     replicas: int
     requests: Resources
+    min_replicas: int | None = None
+    max_replicas: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str) or len(self.name) > 63:
@@ -183,6 +203,42 @@ class RoleRequest:
             raise ValueError(f"role {self.name!r}: replicas must be a positive integer, got {self.replicas!r}")
         if not isinstance(self.requests, Resources):
             raise TypeError(f"role {self.name!r}: requests must be Resources")
+        for field_name in ("min_replicas", "max_replicas"):
+            value = getattr(self, field_name)
+            if value is None:
+                object.__setattr__(self, field_name, self.replicas)
+            elif type(value) is not int or value < 1:
+                raise ValueError(f"role {self.name!r}: {field_name} must be a positive integer, got {value!r}")
+        low, high = self.min_replicas, self.max_replicas
+        assert low is not None and high is not None
+        if low > self.replicas:
+            raise ValueError(
+                f"role {self.name!r}: min_replicas ({low}) must be at most replicas ({self.replicas})"
+            )
+        if high < self.replicas:
+            raise ValueError(
+                f"role {self.name!r}: max_replicas ({high}) must be at least replicas ({self.replicas})"
+            )
+
+    @property
+    def low(self) -> int:
+        """`min_replicas` as an int (it always is one after construction)."""
+        return self.min_replicas if self.min_replicas is not None else self.replicas
+
+    @property
+    def high(self) -> int:
+        """`max_replicas` as an int (it always is one after construction)."""
+        return self.max_replicas if self.max_replicas is not None else self.replicas
+
+    @property
+    def elastic(self) -> bool:
+        return self.low < self.high
+
+    def fixed(self, replicas: int) -> RoleRequest:
+        """This role with exactly `replicas` pods (min = replicas = max)."""
+        if replicas == self.replicas and not self.elastic:
+            return self
+        return RoleRequest(self.name, replicas, self.requests)
 
 
 def _fit_order_key(role: RoleRequest) -> tuple[int, int, int, int, str]:
@@ -223,6 +279,11 @@ class GangRequest:
     rdma_pod_count: int = field(init=False, compare=False, repr=False)
     # What the pods ask, role by role in fit order: gangs with the same shape pack the same way.
     shape: tuple[tuple[str, int, int, int, int, int], ...] = field(init=False, compare=False, repr=False)
+    # Some role may run with fewer or more pods (min_replicas < max_replicas); and its number of size steps.
+    elastic: bool = field(init=False, compare=False, repr=False)
+    steps: int = field(init=False, compare=False, repr=False)
+    # step -> the gang at that step (built once each: a cycle asks for the same few sizes again and again).
+    _sized: dict[int, GangRequest] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("key", "uid"):
@@ -264,8 +325,14 @@ class GangRequest:
         if not isinstance(self.queue, str) or len(self.queue) > _MAX_NAME:
             raise ValueError(f"gang {self.key}: queue must be a string of at most {_MAX_NAME} characters")
         pod_count = sum(role.replicas for role in roles)
-        if pod_count > MAX_GANG_PODS:
-            raise ValueError(f"gang {self.key}: {pod_count} pods exceeds the limit of {MAX_GANG_PODS}")
+        most = sum(role.high for role in roles)
+        if most > MAX_GANG_PODS:
+            what = "pods" if most == pod_count else "pods at max_replicas"
+            raise ValueError(f"gang {self.key}: {most} {what} exceeds the limit of {MAX_GANG_PODS}")
+        steps = max(role.high - role.low for role in roles)
+        object.__setattr__(self, "elastic", steps > 0)
+        object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "_sized", {})
         object.__setattr__(self, "pod_count", pod_count)
         fit_order = tuple(sorted(roles, key=_fit_order_key))
         object.__setattr__(self, "fit_order", fit_order)
@@ -286,6 +353,75 @@ class GangRequest:
     @property
     def needs_gpu(self) -> bool:
         return self.total.gpu > 0
+
+    # ------------------------------------------------------------ elastic sizes
+
+    def counts(self, step: int) -> dict[str, int]:
+        """Pods of each role at `step` (0 = every role at its minimum, `steps` = at its maximum)."""
+        if type(step) is not int or not 0 <= step <= self.steps:
+            raise ValueError(f"gang {self.key}: size step must be an int in 0..{self.steps}, got {step!r}")
+        if not self.elastic:
+            return {role.name: role.replicas for role in self.roles}
+        return {role.name: role.low + step * (role.high - role.low) // self.steps for role in self.roles}
+
+    def sized(self, step: int) -> GangRequest:
+        """The gang at `step`: a fixed gang (min = replicas = max for every role) with the same identity."""
+        known = self._sized.get(step)
+        if known is not None:
+            return known
+        if not self.elastic:
+            self.counts(step)  # validates: only step 0 exists
+            return self
+        counts = self.counts(step)
+        fixed = GangRequest(
+            key=self.key,
+            uid=self.uid,
+            roles=tuple(role.fixed(counts[role.name]) for role in self.roles),
+            network=self.network,
+            gpu_models=self.gpu_models,
+            datasets=self.datasets,
+            cluster_selector=self.cluster_selector,
+            node_selector=self.node_selector,
+            tolerations=self.tolerations,
+            priority=self.priority,
+            submitted_at=self.submitted_at,
+            excluded_clusters=self.excluded_clusters,
+            queue=self.queue,
+        )
+        if len(self._sized) < 64:
+            self._sized[step] = fixed
+        return fixed
+
+    @property
+    def minimum(self) -> GangRequest:
+        """The gang at its minimum size (itself for a fixed gang)."""
+        return self.sized(0)
+
+    @property
+    def maximum(self) -> GangRequest:
+        """The gang at its maximum size (itself for a fixed gang)."""
+        return self.sized(self.steps)
+
+    def range_pods(self) -> tuple[int, int]:
+        """(pods at the minimum, pods at the maximum)."""
+        return sum(role.low for role in self.roles), sum(role.high for role in self.roles)
+
+    def resized(self, replicas: Mapping[str, int]) -> GangRequest:
+        """The gang with exactly these pods per role (a fixed gang), e.g. what a Decision chose or what runs now.
+
+        Every role must be given, within its [min_replicas, max_replicas].
+        """
+        if not isinstance(replicas, Mapping) or set(replicas) != {role.name for role in self.roles}:
+            raise ValueError(f"gang {self.key}: replicas must name every role exactly once, got {dict(replicas)!r}")
+        for role in self.roles:
+            count = replicas[role.name]
+            if type(count) is not int or not role.low <= count <= role.high:
+                raise ValueError(
+                    f"gang {self.key}: role {role.name!r} must have {role.low}..{role.high} replicas, got {count!r}"
+                )
+        if all(replicas[role.name] == role.replicas for role in self.roles) and not self.elastic:
+            return self
+        return replace(self, roles=tuple(role.fixed(replicas[role.name]) for role in self.roles))
 
     def tolerates(self, taints: tuple[Taint, ...]) -> bool:
         """True if every taint that blocks scheduling is tolerated by one of the gang's tolerations."""

@@ -68,11 +68,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from federator.placement.admission import NO_ROOM, QuotaLedger, RoomTerm, RunningGang
-from federator.placement.decision import Preemption, Victim, VictimReason
+from immutables import Map
+
+from federator.placement.admission import NO_ROOM, QuotaLedger, RoomTerm, RunningGang, RunningPod
+from federator.placement.decision import Preemption, Shrink, Victim, VictimReason
 from federator.placement.framework import GANG_FIT, EvalContext, FederationStats, ResolvedProfile
 from federator.placement.gang import GangRequest
 from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang, node_accepts_gang, pods_on
@@ -89,7 +91,8 @@ _QUOTA_FILTER = "quota"
 
 @dataclass(frozen=True, slots=True)
 class PreemptionPlan:
-    """Evict `victims` (whole, all in `cluster`); then `fit` places the gang on `released`."""
+    """Evict `victims` (whole) and shrink `shrinks` (these pods of each), all in `cluster`; then `fit`
+    places the gang on `released`."""
 
     gang_uid: str
     cluster: str
@@ -99,14 +102,23 @@ class PreemptionPlan:
     # The assumed view of `cluster` with the victims' amounts released: where `fit` was packed.
     released: ClusterSnapshot
     minimal: bool
+    # Running elastic gangs shrunk toward their minimum, with the pods removed (newest first).
+    shrinks: tuple[tuple[RunningGang, VictimReason, tuple[RunningPod, ...]], ...] = ()
 
     @property
     def victim_uids(self) -> tuple[str, ...]:
         return tuple(victim.uid for victim, _ in self.victims)
 
-    def preemption(self) -> Preemption:
+    @property
+    def removed(self) -> list[RunningGang]:
+        """What the plan takes away, as running gangs (a shrink as the part it removes): for quota checks."""
+        return [victim for victim, _ in self.victims] + [shrunk_part(v, pods) for v, _, pods in self.shrinks]
+
+    def preemption(self, fit: GangFit | None = None) -> Preemption:
+        """The plan as the Decision shows it; `fit` is the preemptor's final fit if it grew (elastic)."""
         freed = {node for victim, _ in self.victims for node in victim.amounts}
-        used = sorted({placement.node for placement in self.fit.placements} & freed)
+        freed.update(pod.node for _, _, pods in self.shrinks for pod in pods)
+        used = sorted({placement.node for placement in (fit or self.fit).placements} & freed)
         return Preemption(
             cluster=self.cluster,
             gpu_model=self.gpu_model,
@@ -115,7 +127,23 @@ class PreemptionPlan:
             ),
             nodes=tuple(used),
             minimal=self.minimal,
+            shrinks=tuple(
+                Shrink(v.uid, v.key, v.queue, v.priority, v.borrowed, reason, tuple(pod.name for pod in pods))
+                for v, reason, pods in self.shrinks
+            ),
         )
+
+
+def shrunk_part(victim: RunningGang, pods: Sequence[RunningPod]) -> RunningGang:
+    """The part of a running gang that a shrink removes, as a running gang of its own (same identity):
+    its amounts and demand are the removed pods' requests."""
+    amounts: dict[str, Resources] = {}
+    demand = Resources()
+    for pod in pods:
+        previous = amounts.get(pod.node)
+        amounts[pod.node] = pod.requests if previous is None else previous + pod.requests
+        demand = demand + pod.requests
+    return replace(victim, amounts=Map(amounts), demand=demand, pods=(), request=None)
 
 
 # Eviction rank of a candidate (`RunningGang.eviction_rank`); smaller goes first.
@@ -222,6 +250,7 @@ class _Search:
         ledger: QuotaLedger,
         *,
         quota_free: bool,
+        keep_all: bool = False,
     ) -> None:
         self.gang = gang
         self.view = view
@@ -243,7 +272,7 @@ class _Search:
             amounts = [
                 (name, (a.cpu_milli, a.memory, a.gpu, a.rdma)) for name, a in victim.amounts.items() if name in nodes
             ]
-            useful = any(any(self.accepts(name)) for name, _ in amounts)
+            useful = keep_all or any(any(self.accepts(name)) for name, _ in amounts)
             if not useful and not self.quota_free:
                 useful = _shares_quota(victim, gang, model)
             if useful:
@@ -582,6 +611,164 @@ class _Search:
         return best, False
 
 
+# A plan's place in the order of plans (smaller is better): evicted gangs, pods removed by shrinks, the
+# evicted gangs' ranks (most senior first), the ranks of the removed pods' gangs (most senior first).
+PlanKey = tuple[int, int, tuple[Rank, ...], tuple[Rank, ...]]
+
+
+class _ShrinkSearch:
+    """One (cluster, GPU model) where some candidates are elastic: evict whole gangs, shrink elastic ones.
+
+    Options per candidate gang: keep it, shrink it by its j newest removable pods (1 <= j <= all of
+    them: never below its minimum), or evict it whole. Plans are ordered by `PlanKey`: fewest evicted
+    gangs, then fewest removed pods, then (as for whole victims) the least senior evicted gangs, then
+    the pods taken from the least senior gangs. Exact within `budget` fit checks: for each number of
+    evicted gangs w (from 0), every set W of w gangs (in rank order) that lets the gang fit with every
+    other elastic gang shrunk to its minimum; for each such W, the fewest pods to remove, each total
+    t tried in the order above (fewest from the most senior gang first). Beyond the budget, a greedy
+    plan (W by rank until it fits with the others at their minimum, pruned most senior first, then each
+    shrink made as small as it can be, most senior first): irreducible, not proven minimal.
+    """
+
+    def __init__(
+        self,
+        gang: GangRequest,
+        view: ClusterSnapshot,
+        model: str | None,
+        candidates: list[tuple[RunningGang, VictimReason]],
+        ledger: QuotaLedger,
+        *,
+        quota_free: bool,
+    ) -> None:
+        self.gangs: list[tuple[RunningGang, VictimReason]] = sorted(candidates, key=lambda c: c[0].eviction_rank)
+        self.removable: list[tuple[RunningPod, ...]] = []
+        options: list[tuple[RunningGang, VictimReason]] = []
+        self.whole: list[int] = []
+        self.shrink: list[list[int]] = []
+        for victim, reason in self.gangs:
+            pods = tuple(pod for pod in victim.removable if pod.node in view.nodes)
+            self.removable.append(pods)
+            self.whole.append(len(options))
+            options.append((victim, reason))
+            steps = []
+            for j in range(1, len(pods) + 1):
+                steps.append(len(options))
+                options.append((shrunk_part(victim, pods[:j]), reason))
+            self.shrink.append(steps)
+        self.full = _Search(gang, view, model, options, ledger, quota_free=quota_free, keep_all=True)
+        full = self.full
+        self.useful = [
+            g
+            for g, (victim, _) in enumerate(self.gangs)
+            if any(any(full.accepts(name)) for name in victim.amounts if name in view.nodes)
+            or (not quota_free and _shares_quota(victim, gang, model))
+        ]
+        self.spent = 0
+
+    @property
+    def model(self) -> str | None:
+        return self.full.model
+
+    def fits_without(self) -> bool:
+        return self.full.quota_free and self.full.fits([])
+
+    def _fits(self, whole: Sequence[int], vector: dict[int, int]) -> bool:
+        self.spent += 1
+        chosen = [self.whole[g] for g in whole] + [self.shrink[g][j - 1] for g, j in vector.items() if j > 0]
+        return self.full.fits(sorted(chosen))
+
+    def key(self, whole: Sequence[int], vector: Mapping[int, int]) -> PlanKey:
+        evicted = tuple(sorted((self.gangs[g][0].eviction_rank for g in whole), reverse=True))
+        pods = tuple(sorted((self.gangs[g][0].eviction_rank for g, j in vector.items() for _ in range(j)), reverse=True))
+        return (len(whole), sum(vector.values()), evicted, pods)
+
+    def _elastic(self, whole: Sequence[int]) -> list[int]:
+        """Useful elastic gangs not evicted, most senior first."""
+        return [g for g in reversed(self.useful) if self.removable[g] and g not in whole]
+
+    def _fewest_pods(self, whole: Sequence[int], *, below: int, budget: int) -> dict[int, int] | None:
+        """With `whole` evicted: the first shrink vector, in plan order, of fewer than `below` pods that fits."""
+        elastic = self._elastic(whole)
+        caps = [len(self.removable[g]) for g in elastic]
+        top = min(below - 1, sum(caps))
+        for total in range(top + 1):
+            for vector in _compositions(total, caps):
+                if self.spent > budget:
+                    return None
+                if self._fits(whole, dict(zip(elastic, vector, strict=True))):
+                    return dict(zip(elastic, vector, strict=True))
+        return None
+
+    def plan(self, *, budget: int, at_most: int) -> tuple[list[int], dict[int, int], bool] | None:
+        """The best plan with at most `at_most` evicted gangs: (evicted gang indices, gang -> pods removed,
+        proven); None if there is none."""
+        useful = self.useful
+        n = len(useful)
+        for w in range(min(at_most, n) + 1):
+            feasible: list[list[int]] = []
+            for subset in _colex(n, w):
+                whole = [useful[i] for i in subset]
+                if self.spent > budget:
+                    return self._greedy()
+                at_minimum = {g: len(self.removable[g]) for g in self._elastic(whole)}
+                if self._fits(whole, at_minimum):
+                    feasible.append(whole)
+            if not feasible:
+                continue
+            best: tuple[list[int], dict[int, int]] | None = None
+            for whole in feasible:
+                below = sum(best[1].values()) if best is not None else sum(len(self.removable[g]) for g in self._elastic(whole)) + 1
+                vector = self._fewest_pods(whole, below=below, budget=budget)
+                if self.spent > budget:
+                    return self._greedy()
+                if vector is not None:
+                    best = (whole, vector)
+            if best is None:  # cannot happen: each feasible set fits with the others at their minimum
+                return self._greedy()
+            return best[0], {g: j for g, j in best[1].items() if j}, True
+        return None
+
+    def _greedy(self) -> tuple[list[int], dict[int, int], bool] | None:
+        useful = self.useful
+        whole: list[int] = []
+        at_minimum = {g: len(self.removable[g]) for g in self._elastic(whole)}
+        if not self._fits(whole, at_minimum):
+            for g in useful:  # rank order: the least senior first
+                whole.append(g)
+                at_minimum = {e: len(self.removable[e]) for e in self._elastic(whole)}
+                if self._fits(whole, at_minimum):
+                    break
+            else:
+                return None
+            for g in sorted(whole, reverse=True):  # prune, the most senior first
+                trial = [e for e in whole if e != g]
+                if self._fits(trial, {e: len(self.removable[e]) for e in self._elastic(trial)}):
+                    whole = trial
+        vector = {g: len(self.removable[g]) for g in self._elastic(whole)}
+        for g in self._elastic(whole):  # the most senior first: take as few of its pods as still fits
+            low, high = 0, vector[g]
+            while low < high:
+                middle = (low + high) // 2
+                if self._fits(whole, {**vector, g: middle}):
+                    high = middle
+                else:
+                    low = middle + 1
+            vector[g] = low
+        return sorted(whole), {g: j for g, j in vector.items() if j}, False
+
+
+def _compositions(total: int, caps: Sequence[int]) -> Iterator[tuple[int, ...]]:
+    """Ways to take `total` pods from gangs with these caps (the most senior first), fewest from the first."""
+    if not caps:
+        if total == 0:
+            yield ()
+        return
+    rest = sum(caps[1:])
+    for first in range(max(0, total - rest), min(total, caps[0]) + 1):
+        for tail in _compositions(total - first, caps[1:]):
+            yield (first, *tail)
+
+
 def _cover(victims: list[tuple[float, tuple[int, int, int, int]]], need: list[int]) -> float | None:
     """Least total weight of victims whose amounts cover `need` in each resource (a lower bound); None if none."""
     if not any(need):
@@ -698,7 +885,7 @@ def plan_preemption(
     excluded: frozenset[str] | set[str] = frozenset(),
     budget: int = SEARCH_BUDGET,
 ) -> PreemptionPlan | None:
-    """The cluster and fewest victims that let `gang` fit (see the module docstring), or None.
+    """The cluster and fewest victims (and shrinks) that let `gang` fit (see the module docstring), or None.
 
     `views` are the assumed views the gang sees (the cycle's, minus the holds
     it may ignore); `excluded` are uids never to evict (gangs with a placed
@@ -711,7 +898,11 @@ def plan_preemption(
     # filters and models (position -1), then per model the candidates that can free room there (no
     # search yet), then the search's exact lower bound. The search stops when the best plan found
     # beats every bound left. A bound never exceeds what its cluster can hold, so nothing is missed.
-    Entry = tuple[int, tuple[Rank, ...], str, int, int, "_Search | None", list[tuple[RunningGang, VictimReason]]]
+    # Bounds and plans are ordered like `PlanKey` (evicted gangs, pods removed by shrinks, ranks); a cluster
+    # with elastic candidates enters with the least bound (0, 0, ()) and is searched whole when it comes up.
+    Entry = tuple[
+        int, int, tuple[Rank, ...], str, int, int, "_Search | None", list[tuple[RunningGang, VictimReason]]
+    ]
     heap: list[Entry] = []
     by_name = {view.name: view for view in views}
     models_of: dict[str, tuple[str | None, ...]] = {}
@@ -763,31 +954,43 @@ def plan_preemption(
                 return None  # no eviction helps: it does not fit even with every node empty
             if not verdict.ok:
                 short.add(name)
+        if ledger.has_shrinkable(name):
+            return (0, 0, (), name, -1, 0, None, [])  # a plan may evict nobody and only shrink
         for victim, _ in ledger.iter_candidates(gang, name, excluded=excluded, models=named):
             if may_be_alone(victim, view):
-                return (1, (victim.eviction_rank,), name, -1, 0, None, [])
+                return (1, 0, (victim.eviction_rank,), name, -1, 0, None, [])
         # Candidates, but none is a plan by itself: plans here have two victims or more.
         lowest = (-1, 0, 0.0, "")
-        return (2, (lowest, lowest), name, -1, 0, None, [])
+        return (2, 0, (lowest, lowest), name, -1, 0, None, [])
 
     # Each cluster enters with its best-ranked candidate (any plan's best victim ranks no better); the scan
     # above runs only when that comes up (position -2).
     for name in sorted(by_name):
         head = next(ledger.iter_candidates(gang, name, excluded=excluded, models=named), None)
         if head is not None:
-            heapq.heappush(heap, (1, (head[0].eviction_rank,), name, -2, len(heap), None, []))
-    best: tuple[tuple[int, tuple[Rank, ...], str, int], _Search, list[int]] | None = None
+            if ledger.has_shrinkable(name):
+                heapq.heappush(heap, (0, 0, (), name, -2, len(heap), None, []))
+            else:
+                heapq.heappush(heap, (1, 0, (head[0].eviction_rank,), name, -2, len(heap), None, []))
+    # (plan key, cluster, model position), and the search with its plan: whole victims (indices into
+    # `_Search.victims`) or, from a `_ShrinkSearch`, (evicted gangs, gang -> pods removed).
+    Best = tuple[
+        tuple[int, int, tuple[Rank, ...], tuple[Rank, ...], str, int],
+        "_Search | _ShrinkSearch",
+        "list[int] | tuple[list[int], dict[int, int]]",
+    ]
+    best: Best | None = None
     proven = True
     serial = len(heap)
     while heap:
-        size, keys, name, position, _, search, candidates = heapq.heappop(heap)
-        if best is not None and (size, keys) >= best[0][:2]:
+        size, pods, keys, name, position, _, search, candidates = heapq.heappop(heap)
+        if best is not None and (size, pods, keys) >= best[0][:3]:
             break  # no plan left can beat the best one
         serial += 1
         if position == -2:
             scanned = scan(name)
             if scanned is not None:
-                heapq.heappush(heap, (*scanned[:4], serial, None, []))
+                heapq.heappush(heap, (*scanned[:5], serial, None, []))
             continue
         if position < 0:
             candidates = ledger.victim_candidates(gang, name, excluded=excluded, models=named)
@@ -797,12 +1000,24 @@ def plan_preemption(
                 # and a plan's best victim frees room for a pod by itself.
                 pool = [c for c in candidates if _may_free_room(c[0], gang, model)] if free_of(model) else candidates
                 view = by_name[name]
+                if any(victim.removable for victim, _ in pool):
+                    shrinking = _ShrinkSearch(gang, view, model, pool, ledger, quota_free=free_of(model))
+                    if shrinking.fits_without():
+                        return None  # it fits without victims: that is a placement, not a preemption
+                    found = shrinking.plan(budget=budget, at_most=best[0][0] if best is not None else len(pool))
+                    if found is not None:
+                        whole, vector, sure = found
+                        proven = proven and sure
+                        plan_key = (*shrinking.key(whole, vector), name, index)
+                        if best is None or plan_key < best[0]:
+                            best = (plan_key, shrinking, (whole, vector))
+                    continue
                 first = next((v for v, _ in pool if alone_on(v, model, view)), None)
                 if first is not None:
-                    heapq.heappush(heap, (1, (first.eviction_rank,), name, index, serial, None, pool))
+                    heapq.heappush(heap, (1, 0, (first.eviction_rank,), name, index, serial, None, pool))
                 elif pool:
                     lowest = (-1, 0, 0.0, "")
-                    heapq.heappush(heap, (2, (lowest, lowest), name, index, serial, None, pool))
+                    heapq.heappush(heap, (2, 0, (lowest, lowest), name, index, serial, None, pool))
             continue
         if search is None:
             model = models_of[name][position]
@@ -812,35 +1027,50 @@ def plan_preemption(
             if search.victims:
                 # One victim alone, or at least two: the exact bound waits until this cluster comes up again.
                 quick = 1 if search.first_alone() is not None else 2
-                heapq.heappush(heap, (quick, search.key_bound(quick), name, position, serial, search, candidates))
+                heapq.heappush(heap, (quick, 0, search.key_bound(quick), name, position, serial, search, candidates))
             continue
         if size < search.lower_bound():
             lower = search.lower_bound()
-            heapq.heappush(heap, (lower, search.key_bound(lower), name, position, serial, search, candidates))
+            heapq.heappush(heap, (lower, 0, search.key_bound(lower), name, position, serial, search, candidates))
             continue
         at_most = best[0][0] if best is not None else len(search.victims)
         chosen, sure = search.plan(budget=budget, at_most=at_most)
         proven = proven and sure
         if chosen is None:
             continue
-        key = (len(chosen), tuple(search.keys[i] for i in sorted(chosen, reverse=True)), name, position)
+        key = (len(chosen), 0, tuple(search.keys[i] for i in sorted(chosen, reverse=True)), (), name, position)
         if best is None or key < best[0]:
             best = (key, search, chosen)
     if best is None:
         return None
-    (_, _, name, _), search, chosen = best
-    ordered = sorted(chosen)
-    victims = [search.victims[i] for i in ordered]
-    released = released_view(search.view, victims)
-    fit = fit_gang(gang, released, gpu_model=search.model)
+    name = best[0][4]
+    found_by = best[1]
+    victims: list[tuple[RunningGang, VictimReason]]
+    shrinks: list[tuple[RunningGang, VictimReason, tuple[RunningPod, ...]]] = []
+    if isinstance(found_by, _ShrinkSearch):
+        assert isinstance(best[2], tuple)
+        whole, vector = best[2]
+        victims = [found_by.gangs[g] for g in sorted(whole)]
+        for g in sorted(vector):
+            victim, reason = found_by.gangs[g]
+            shrinks.append((victim, reason, found_by.removable[g][: vector[g]]))
+        view, model = found_by.full.view, found_by.model
+    else:
+        assert isinstance(best[2], list)
+        ordered = sorted(best[2])
+        victims = [(found_by.victims[i], found_by.reasons[i]) for i in ordered]
+        view, model = found_by.view, found_by.model
+    released = released_view(view, [v for v, _ in victims] + [shrunk_part(v, pods) for v, _, pods in shrinks])
+    fit = fit_gang(gang, released, gpu_model=model)
     if not fit.ok:
         return None  # cannot happen for a one-role gang (the count is exact); several roles were packed
     return PreemptionPlan(
         gang_uid=gang.uid,
         cluster=name,
-        gpu_model=search.model,
-        victims=tuple((search.victims[i], search.reasons[i]) for i in ordered),
+        gpu_model=model,
+        victims=tuple(victims),
         fit=fit,
         released=released,
         minimal=proven,
+        shrinks=tuple(shrinks),
     )

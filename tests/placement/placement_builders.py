@@ -117,13 +117,18 @@ def gang(
     node_selector: Mapping[str, str] | None = None,
     tolerations: Sequence[Toleration] = (),
     uid: str | None = None,
+    min_pods: int | None = None,
+    max_pods: int | None = None,
     **kwargs: object,
 ) -> GangRequest:
-    """A one-role gang of `pods` pods x `gpus` GPUs (8 cores and 64Gi per GPU unless given)."""
+    """A one-role gang of `pods` pods x `gpus` GPUs (8 cores and 64Gi per GPU unless given); elastic between
+    `min_pods` and `max_pods` when given."""
     if roles is None:
         per_cpu = cpu if cpu is not None else max(1, gpus * 8)
         per_mem = mem_gi if mem_gi is not None else max(1, gpus * 64)
-        roles = (RoleRequest("worker", pods, Resources(per_cpu * 1000, per_mem * GI, gpus, rdma)),)
+        roles = (
+            RoleRequest("worker", pods, Resources(per_cpu * 1000, per_mem * GI, gpus, rdma), min_pods, max_pods),
+        )
     return GangRequest(
         key=key,
         uid=uid or f"uid-{key}",
@@ -215,7 +220,12 @@ def check_decisions(
         assert info.healthy and not info.cordoned, f"{g.key}: placed on unhealthy/cordoned {decision.cluster}"
         if g.cluster_selector is not None:
             assert g.cluster_selector.matches(info.labels), f"{g.key}: cluster selector violated"
-        expected = {(role.name, i) for role in g.roles for i in range(role.replicas)}
+        # An elastic gang is placed at the size the decision names, within each role's range.
+        counts = {role.name: decision.replicas.get(role.name, role.replicas) for role in g.roles}
+        for role in g.roles:
+            low, high = role.min_replicas or role.replicas, role.max_replicas or role.replicas
+            assert low <= counts[role.name] <= high, f"{g.key}: {role.name} at {counts[role.name]}, not in {low}..{high}"
+        expected = {(role.name, i) for role in g.roles for i in range(counts[role.name])}
         got = [(pod.role, pod.index) for pod in decision.assignment]
         assert sorted(got) == sorted(expected), f"{g.key}: pods assigned {sorted(got)} != {sorted(expected)}"
         requests = {role.name: role.requests for role in g.roles}

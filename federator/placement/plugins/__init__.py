@@ -2,7 +2,7 @@
 
 Filters: health, exclusion, cluster-selector, network, gpu-model, quota,
 gang-fit. Scores: data-locality, packing, network-headroom, preference,
-cost, topology. Pure, like everything under placement.
+cost, topology, elastic-size. Pure, like everything under placement.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from federator.placement.framework import PluginRegistry
 from federator.placement.plugins.cluster_selector import ClusterSelectorFilter
 from federator.placement.plugins.cost import CostScore
 from federator.placement.plugins.data_locality import DataLocalityScore
+from federator.placement.plugins.elastic_size import ElasticSizeScore
 from federator.placement.plugins.exclusion import ExclusionFilter
 from federator.placement.plugins.gang_fit import GangFitFilter
 from federator.placement.plugins.gpu_model import GpuModelFilter
@@ -41,6 +42,7 @@ _DEFAULT = PluginRegistry(
         PreferenceScore(),
         CostScore(),
         TopologyScore(),
+        ElasticSizeScore(),
     ),
 )
 

@@ -24,6 +24,17 @@ It is a deferred filter: `precheck` runs stages 1 and 2 in the filter
 chain, and the cycle calls `filter` (all three stages) only for clusters
 that could still win the gang.
 
+Elastic gangs: the stages above judge the gang at its minimum (the cycle
+passes `gang.minimum`, the request in `ctx.elastic`), so a cluster's reason
+is the one at the minimum. Once the minimum fits (on the first model that
+holds it, in the usual order), `filter` finds the largest size step up to
+what the queue admits (`ctx.max_step`): the node-fit bound of stage 2
+(free GPUs per node, free totals) caps the step (`step_bound`: a binary
+search over steps, no node visited), the packing tries that step, and if
+it fails, a binary search between the minimum and it (for a one-role
+gang, the count the failed packing reports is exact, so one more packing
+confirms it). `ctx.sized` is the gang at the step found, `ctx.fit` its fit.
+
 Pure: reads the snapshot; writes only the evaluation context.
 """
 
@@ -31,7 +42,7 @@ from __future__ import annotations
 
 from federator.placement.framework import PASSED, EvalContext, FilterResult
 from federator.placement.gang import GangRequest, RoleRequest
-from federator.placement.nodefit import candidate_gpu_models, fit_gang
+from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang
 from federator.placement.plugins.gpu_model import reject_for_models
 from federator.apis.quantity import format_bytes, format_cpu
 from federator.placement.snapshot import ClusterIndex, ClusterSnapshot
@@ -150,8 +161,11 @@ class GangFitFilter:
         return result
 
     def filter(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> FilterResult:
-        """All three stages; on success `ctx.fit` holds the node-level fit."""
-        return self._check(gang, snapshot, ctx, node_fit=True)
+        """All three stages; on success `ctx.fit` holds the node-level fit (of the largest size, if elastic)."""
+        result = self._check(gang, snapshot, ctx, node_fit=True)
+        if result.ok and ctx.elastic is not None and ctx.fit is not None:
+            ctx.sized, ctx.fit = largest_fit(ctx.elastic, snapshot, ctx.fit, cap=ctx.max_step(ctx.fit.gpu_model))
+        return result
 
     def _check(self, gang: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext, *, node_fit: bool) -> FilterResult:
         index = snapshot.index
@@ -280,3 +294,71 @@ class GangFitFilter:
             pods_needed=role.replicas,
             pods_fit=fit.failed_role_fit,
         )
+
+
+def _within_free_bounds(gang: GangRequest, index: ClusterIndex, model: str | None) -> bool:
+    """Stage 2 for one model: the free-GPU histogram, the free GPU total and the free cpu/memory totals."""
+    if model is not None and gang.needs_gpu:
+        if _gpu_shortfall(gang, index, model=model, capacity=False) is not None:
+            return False
+        if gang.total.gpu > index.free_gpu_by_model.get(model, 0):
+            return False
+    return _free_totals_short(gang, index) is None
+
+
+def step_bound(elastic: GangRequest, index: ClusterIndex, *, model: str | None, cap: int) -> int:
+    """The largest step <= `cap` whose size passes stage 2 on `model` (0 if only the minimum may)."""
+    low, high = 0, cap
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _within_free_bounds(elastic.sized(middle), index, model):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def largest_fit(elastic: GangRequest, snapshot: ClusterSnapshot, fit: GangFit, *, cap: int) -> tuple[GangRequest, GangFit]:
+    """The elastic gang at the largest step <= `cap` that fits node by node, and its fit.
+
+    `fit` is the fit of its minimum (step 0) on `snapshot`. Packings: one when the step the
+    node-fit bound allows fits, two for a one-role gang, else a binary search.
+    """
+    model = fit.gpu_model
+    top = step_bound(elastic, snapshot.index, model=model, cap=cap)
+    if top == 0:
+        return elastic.minimum, fit
+    tried = fit_gang(elastic.sized(top), snapshot, gpu_model=model)
+    if tried.ok:
+        return elastic.sized(top), tried
+    low, high, best = 0, top, fit  # step `low` fits (`best`), step `high` does not
+    if len(elastic.roles) == 1:
+        # The greedy count is exact for one role: the pods that fit, minus the minimum, is the step.
+        guess = min(top - 1, max(0, tried.failed_role_fit - elastic.roles[0].low))
+        if guess == 0:
+            return elastic.minimum, fit
+        again = fit_gang(elastic.sized(guess), snapshot, gpu_model=model)
+        if again.ok:
+            return elastic.sized(guess), again
+        high = guess  # not expected (the count is exact); searched below all the same
+    while high - low > 1:
+        middle = (low + high) // 2
+        attempt = fit_gang(elastic.sized(middle), snapshot, gpu_model=model)
+        if attempt.ok:
+            low, best = middle, attempt
+        else:
+            high = middle
+    return elastic.sized(low), best
+
+
+def largest_step_bound(elastic: GangRequest, snapshot: ClusterSnapshot, ctx: EvalContext) -> int:
+    """An upper bound on the step gang-fit can find on this cluster, before any packing (for scores)."""
+    if not elastic.needs_gpu:
+        return step_bound(elastic, snapshot.index, model=None, cap=ctx.max_step(None))
+    models = ctx.gpu_models if ctx.gpu_models is not None else candidate_gpu_models(elastic, snapshot.index)
+    best = 0
+    for model in models:
+        best = max(best, step_bound(elastic, snapshot.index, model=model, cap=ctx.max_step(model)))
+        if best >= elastic.steps:
+            break
+    return best
