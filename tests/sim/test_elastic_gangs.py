@@ -190,43 +190,42 @@ class Cycle:
 EXTRAS_LAST = {VOLCANO, KUBE_BATCH, KAI}
 
 
+#: (nodes of 8 GPUs, gangs in creation order as (name, minMember, pods of 8 GPUs, high priority),
+#:  pods bound per gang by Volcano/kube-batch/KAI, the same by coscheduling/native)
+ORDER_CASES = {
+    # Volcano/kube-batch: the gang plugin orders ready jobs last; KAI: the elastic plugin. coscheduling and
+    # native: pods in queue order (priority, then group age), pods beyond the minimum in the gang's own turn.
+    "beyond-a-minimum-yields-to-a-gang-short-of-its-own": (
+        3, [("older", 1, 3, False), ("newer", 2, 2, False)], {"older": 1, "newer": 2}, {"older": 3}),
+    "admitted-gangs-take-one-pod-each-in-turn": (
+        4, [("a", 1, 3, False), ("b", 1, 3, False)], {"a": 2, "b": 2}, {"a": 3, "b": 1}),
+    # priority first: a higher-priority gang's extra pods go before a lower-priority gang's minimum
+    "priority-before-readiness": (
+        3, [("low", 2, 2, False), ("high", 1, 3, True)], {"high": 3}, {"high": 3}),
+}
+
+
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.scheduler_type)
-def test_pods_beyond_a_minimum_yield_to_gangs_short_of_theirs_where_the_real_scheduler_does(kind: GroupKind) -> None:
-    # Three nodes. The older gang needs 1 of its 3 pods, the newer one 2 of 2.
-    c = Cycle(kind, nodes=3)
-    c.group("older", 1, pods=3)
-    c.group("newer", 2, pods=2)
-    got = c.run()
-    if kind in EXTRAS_LAST:
-        # Volcano/kube-batch: the gang plugin orders ready jobs last; KAI: the elastic plugin
-        assert got == {"older": 1, "newer": 2}
-    else:
-        # coscheduling and native: pods in queue order (priority, then group age), extras in the gang's turn
-        assert got == {"older": 3}
+@pytest.mark.parametrize("case", ORDER_CASES)
+def test_whose_pods_go_first(case: str, kind: GroupKind) -> None:
+    nodes, gangs, extras_last, in_turn = ORDER_CASES[case]
+    c = Cycle(kind, nodes=nodes)
+    for name, min_member, pods, high in gangs:
+        c.group(name, min_member, pods=pods, high=high)
+    assert c.run() == (extras_last if kind in EXTRAS_LAST else in_turn)
     assert kind.extras_last == (kind in EXTRAS_LAST)
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.scheduler_type)
-def test_admitted_gangs_share_free_room_one_pod_each_in_turn(kind: GroupKind) -> None:
-    c = Cycle(kind, nodes=4)
+def test_room_that_appears_goes_to_the_pods_still_waiting() -> None:
+    c = Cycle(VOLCANO, nodes=4)
     c.group("a", 1, pods=3)
     c.group("b", 1, pods=3)
-    got = c.run()
-    assert got == ({"a": 2, "b": 2} if kind in EXTRAS_LAST else {"a": 3, "b": 1})
-    # room appears: the pods still waiting are bound, in the same order
+    assert c.run() == {"a": 2, "b": 2}
     c.state.apply_node({"metadata": {"name": "n9", "labels": {}, "resourceVersion": "1"}, "spec": {},
                         "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110",
                                                    "nvidia.com/gpu": "8"},
                                    "conditions": [{"type": "Ready", "status": "True"}]}})
     assert c.run() == {"a": 3, "b": 2}
-
-
-@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.scheduler_type)
-def test_a_higher_priority_gangs_extra_pods_go_before_a_lower_priority_gangs_minimum(kind: GroupKind) -> None:
-    c = Cycle(kind, nodes=3)
-    c.group("low", 2, pods=2)  # older, but lower priority
-    c.group("high", 1, pods=3, high=True)
-    assert c.run() == {"high": 3}
 
 
 def test_extra_pods_that_fit_nowhere_wait_with_the_fit_error_and_keep_the_gang_admitted() -> None:

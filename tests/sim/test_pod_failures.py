@@ -19,6 +19,7 @@ import pytest
 from kubernetes.client import ApiClient
 from simapi_support import ThreadedSim, raw_request, wait_for
 from test_kubectl import Kubectl
+from test_scheduler import start
 
 from federator.apiserver.errors import ApiError
 from federator.sim import kinds
@@ -59,14 +60,6 @@ def pod(name: str, *, gpus: int = 1, node: str | None = None, restart_policy: st
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})}, "spec": spec}
-
-
-async def start(prof: ClusterProfile) -> SimCluster:
-    cluster = SimCluster(prof)
-    await cluster.start()
-    await cluster.storage.create(kinds.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                    "metadata": {"name": "team"}}, namespace=None)
-    return cluster
 
 
 async def get(cluster: SimCluster, name: str) -> JSON:
