@@ -51,6 +51,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from federator.apis.trainingjob import placed_replicas
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import NODES, PODS, MemberClientError, ResourceKind
 from federator.clusters.reflector import Backoff, Reflector
@@ -493,12 +494,9 @@ class JobCache:
 
 
 def expected_roles(job: Mapping[str, Any]) -> dict[str, int]:
-    """role -> replicas from the job's spec."""
-    out: dict[str, int] = {}
-    for role in _mapping(job.get("spec")).get("roles") or ():
-        if isinstance(role, Mapping) and isinstance(role.get("name"), str) and type(role.get("replicas")) is int:
-            out[role["name"]] = role["replicas"]
-    return out
+    """role -> pods the member should hold: the size the gang was placed at (`placed_replicas`: status.replicas,
+    else the spec's replicas), as the adapters render it."""
+    return placed_replicas(job)
 
 
 def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: SchedulerAdapter, *,

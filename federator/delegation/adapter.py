@@ -54,6 +54,16 @@ Every member object carries the labels `federator.dev/hub`,
 `federator.dev/job` (namespace/name) and `federator.dev/gang` (the roles and
 replicas, so a status reader knows how many pods there should be).
 
+Size: the pods rendered per role are the job's placed size
+(`apis.trainingjob.placed_replicas`: `status.replicas`, which the placement
+controller writes with the decision, else each role's `spec.replicas`), so a
+re-dispatch after a hub restart renders what was placed. The PodGroup's
+minimum (minMember, or the native API's minCount) is the sum of the roles'
+minimums (`minReplicas`, else `replicas`): every pod for a fixed-size gang,
+and for an elastic gang the fewest it can run with, so the member's gang
+scheduler admits it at that minimum and places the rest as they fit;
+minResources (Volcano, coscheduling) is what that minimum requests.
+
 Pods get the role's template (image, command, args, env, resources as
 requests and limits, nodeSelector, tolerations), `restartPolicy: Never`
 (a gang member that fails fails the gang), the cluster's schedulerName and,
@@ -101,7 +111,7 @@ from federator.apis.common import (
     label_key_errors,
     label_value_errors,
 )
-from federator.apis.trainingjob import Role, TrainingJob, validate_trainingjob
+from federator.apis.trainingjob import Role, TrainingJob, placed_replicas, validate_trainingjob
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
 from federator.apis.quantity import QuantityError
@@ -615,7 +625,8 @@ class SchedulerAdapter:
         return (JobCondition(
             type="GangGuarantee", status="True", reason="PodGroup",
             message=f"{self.name} starts the gang all or nothing ({self.pod_group.gvk.kind} "
-                    f"{self.pod_group.gvk.api_version} with {self.pod_group.min_member_field} = every pod)"),)
+                    f"{self.pod_group.gvk.api_version} with {self.pod_group.min_member_field} = every pod, or an "
+                    f"elastic gang's minimum)"),)
 
     # ------------------------------------------------------------ render
 
@@ -638,8 +649,10 @@ class SchedulerAdapter:
         node hint; `priority_class_name` (the name of `member_priority_class(job)`,
         once the member has it) goes on the pods and the PodGroup;
         `gpu_node_labels` (label -> allowed values) pins the pods that request
-        GPUs to nodes of the GPU model placement chose. Raises RenderError,
-        naming the field, for anything that would not make valid member objects.
+        GPUs to nodes of the GPU model placement chose. Each role gets its
+        placed number of pods (`placed_replicas(job)`, see the module docstring).
+        Raises RenderError, naming the field, for anything that would not make
+        valid member objects.
         """
         model = _parse_job(job)
         meta = model.metadata
@@ -660,11 +673,12 @@ class SchedulerAdapter:
         if problems:
             raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problems[0]}")
         roles = model.spec.roles
-        total_pods = sum(role.replicas for role in roles)
+        counts = placed_replicas(job)
+        total_pods = sum(counts[role.name] for role in roles)
         if total_pods > MAX_GANG_PODS:
             raise RenderError(f"{where}: spec.roles: {total_pods} pods exceeds the limit of {MAX_GANG_PODS} "
                               "per gang")
-        hints = _node_hints(assignment, roles, where=where)
+        hints = _node_hints(assignment, counts, where=where)
         if priority_class_name is not None:
             _check_class_name(priority_class_name, "priority_class_name")
         gpu_pin = _gpu_pin(gpu_node_labels)
@@ -680,7 +694,7 @@ class SchedulerAdapter:
         }
         common_annotations = {
             ANNOTATION_JOB: f"{job_namespace}/{job_name}",
-            ANNOTATION_GANG: ",".join(f"{role.name}={role.replicas}" for role in roles),
+            ANNOTATION_GANG: ",".join(f"{role.name}={counts[role.name]}" for role in roles),
         }
         objects: list[MemberObject] = []
         group = self.pod_group
@@ -688,20 +702,20 @@ class SchedulerAdapter:
         if group is not None:
             group_name = podgroup_name(job_name=job_name, job_uid=job_uid, epoch=epoch)
             objects.append(self._render_podgroup(
-                group, name=group_name, namespace=namespace, roles=roles, total_pods=total_pods,
-                labels=common_labels, annotations=common_annotations, where=where,
+                group, name=group_name, namespace=namespace, roles=roles, labels=common_labels, annotations=common_annotations, where=where,
                 priority_class_name=priority_class_name))
         seen: set[str] = {group_name} if group_name else set()
         for role in roles:
             container, user_env = _container_of(role, where=where)
-            for index in range(role.replicas):
+            for index in range(counts[role.name]):
                 name = pod_name(job_name=job_name, job_uid=job_uid, role=role.name, index=index)
                 if name in seen or dns1123_label_errors(name):  # cannot happen; refuse rather than send it
                     raise RenderError(f"{where}: rendered pod name {name!r} is not a unique DNS-1123 label")
                 seen.add(name)
                 pod_container = _copy_json(container)
-                pod_container["env"] = _gang_env(job_namespace=job_namespace, job_name=job_name, role=role,
-                                                 index=index, gang_size=total_pods, epoch=epoch, user_env=user_env)
+                pod_container["env"] = _gang_env(job_namespace=job_namespace, job_name=job_name, role=role.name,
+                                                 index=index, role_size=counts[role.name], gang_size=total_pods,
+                                                 epoch=epoch, user_env=user_env)
                 objects.append(self._render_pod(
                     role, index=index, name=name, namespace=namespace, container=pod_container,
                     scheduler_name=cluster_scheduler_name, group_name=group_name,
@@ -710,15 +724,16 @@ class SchedulerAdapter:
         return objects
 
     def _render_podgroup(
-        self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role], total_pods: int,
+        self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role],
         labels: Mapping[str, str], annotations: Mapping[str, str], where: str, priority_class_name: str | None,
     ) -> MemberObject:
+        # the gang's minimum: every pod of a fixed-size gang, the fewest an elastic one runs with
         spec: JSON = {}
-        _set_dotted(spec, group.min_member_field, total_pods)
+        _set_dotted(spec, group.min_member_field, sum(role.fewest for role in roles))
         if group.has_min_resources:
             total = Resources()
             for role in roles:
-                total = total + _requests_of(role, where=where).times(role.replicas)
+                total = total + _requests_of(role, where=where).times(role.fewest)
             min_resources = _gang_min_resources(total)
             if min_resources:
                 spec["minResources"] = min_resources
@@ -912,9 +927,8 @@ def _parse_job(job: Mapping[str, Any]) -> TrainingJob:
 
 
 def _node_hints(
-    assignment: Iterable[PodAssignment], roles: Sequence[Role], *, where: str
+    assignment: Iterable[PodAssignment], replicas: Mapping[str, int], *, where: str
 ) -> dict[tuple[str, int], str]:
-    replicas = {role.name: role.replicas for role in roles}
     hints: dict[tuple[str, int], str] = {}
     for pod in assignment:
         if not isinstance(pod, PodAssignment):
@@ -1083,15 +1097,16 @@ def _container_of(role: Role, *, where: str) -> tuple[JSON, list[JSON]]:
     return container, user_env
 
 
-def _gang_env(*, job_namespace: str, job_name: str, role: Role, index: int, gang_size: int, epoch: int,
-              user_env: Sequence[JSON]) -> list[JSON]:
-    """What a training process needs to find its place in the gang, then the user's env (whose names win)."""
+def _gang_env(*, job_namespace: str, job_name: str, role: str, index: int, role_size: int, gang_size: int,
+              epoch: int, user_env: Sequence[JSON]) -> list[JSON]:
+    """What a training process needs to find its place in the gang, then the user's env (whose names win).
+    The sizes are the gang's when the pod was rendered (an elastic gang's may change later)."""
     ours = (
         ("FEDERATOR_JOB_NAMESPACE", job_namespace),
         ("FEDERATOR_JOB_NAME", job_name),
-        ("FEDERATOR_ROLE", role.name),
+        ("FEDERATOR_ROLE", role),
         ("FEDERATOR_ROLE_INDEX", str(index)),
-        ("FEDERATOR_ROLE_REPLICAS", str(role.replicas)),
+        ("FEDERATOR_ROLE_REPLICAS", str(role_size)),
         ("FEDERATOR_GANG_SIZE", str(gang_size)),
         ("FEDERATOR_EPOCH", str(epoch)),
     )

@@ -4,7 +4,7 @@ Pods join the group through the *label* `scheduling.x-k8s.io/pod-group`
 (so the group's name must be a valid label value: at most 63 characters)
 and go to the scheduler the MemberCluster names (the standard install calls
 it `scheduler-plugins-scheduler`). The PodGroup has minMember = every pod
-and minResources = the gang's summed requests (the plugin's PreFilter
+(an elastic gang's minimum: adapter.py) and minResources = those pods' summed requests (the plugin's PreFilter
 rejects the gang early when the cluster cannot hold them);
 scheduleTimeoutSeconds is left to the plugin's default unless set with
 `dataclasses.replace`.

@@ -5,7 +5,8 @@ Followed: KAI Scheduler v0.13 (github.com/NVIDIA/KAI-Scheduler:
 pkg/apis/scheduling/v2alpha2/podgroup_types.go, pkg/common/constants,
 pkg/podgrouper, pkg/scheduler/cache/status_updater, docs/quickstart).
 
-- The PodGroup has `spec.minMember` = every pod (the CRD wants >= 1) and
+- The PodGroup has `spec.minMember` = every pod (an elastic gang's minimum:
+  adapter.py; the CRD wants >= 1) and
   `spec.queue`; the queue is also the label `kai.scheduler/queue` on the
   PodGroup and on every pod, as KAI's docs ask of a workload. The queue is
   `default-queue`, the leaf queue a fresh install creates; a PodGroup whose

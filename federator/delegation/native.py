@@ -11,7 +11,7 @@ and https://kubernetes.io/docs/concepts/workloads/pods/scheduling-group/.
 
 - The PodGroup is standalone (no Workload, no spec.podGroupTemplateRef: a
   "user-managed" PodGroup) with `spec.schedulingPolicy.gang.minCount` = every
-  pod of the gang. The API has no minResources and no queue.
+  pod of the gang (an elastic gang's minimum: adapter.py). The API has no minResources and no queue.
 - A pod joins through its own spec field `spec.schedulingGroup.podGroupName`
   (immutable), not a label or annotation.
 - There is no phase. kube-scheduler's pod-group scheduling cycle writes the

@@ -3,7 +3,7 @@
 Pods join the group through the annotation `scheduling.k8s.io/group-name`
 (Volcano also reads `scheduling.volcano.sh/group-name`; the former is the
 one its own controllers write). The PodGroup has minMember = every pod of
-the gang, minResources = the gang's summed requests (Volcano's enqueue
+the gang (an elastic gang's minimum: adapter.py), minResources = those pods' summed requests (Volcano's enqueue
 action admits a group into its queue only when the queue has room for
 them), the queue (`default`; another with `dataclasses.replace`) and, for a
 job with a priority, spec.priorityClassName (Volcano orders jobs by it).
