@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
                        ("node-recover", "the node reports Ready again")):
         f = faults.add_parser(name, help=text)
         f.add_argument("--node", required=True)
-    f = faults.add_parser("gpu-unhealthy", help="mark GPUs of a node unhealthy (lowers allocatable)")
+    f = faults.add_parser("gpu-unhealthy", help="mark the first COUNT GPUs of a node unhealthy: lowers allocatable "
+                                                "and crashes the running pods holding them (exit 134, reason Error)")
     f.add_argument("--node", required=True)
     f.add_argument("--count", type=int, required=True, help="unhealthy GPUs (0 heals them)")
     f = faults.add_parser("partition",
