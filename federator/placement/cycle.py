@@ -35,7 +35,17 @@
    freed at once (the caller stops listing them as running). With
    `preempt=False` (explain mode, for describe) nothing is evicted or
    reserved: the plan is only reported, "fits on X after preempting A, B",
-   in `Unplaced.preemption`.
+   in `Unplaced.preemption`. A plan may shrink running elastic gangs
+   instead of evicting them (`CycleResult.shrinks`: the pods the caller
+   removes); a gang shrunk in a cycle is no candidate again in that cycle.
+   An elastic preemptor is planned at its minimum and placed at the
+   largest size that fits where room was made, within its nominal quota.
+
+Elastic gangs (roles with min_replicas < max_replicas): admission, the
+filters, holds and preemption judge the gang at its minimum; a placed
+gang takes the largest size that fits in the cluster chosen (see
+`evaluate_gang`), is charged and reserved at that size, and its Decision
+says the size (`replicas`).
 
 Head-of-line rule: bounded backfill with hold aging.
 - A gang that fits nowhere does not block the queue: the gangs behind it

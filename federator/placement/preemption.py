@@ -1,4 +1,4 @@
-"""Preemption planning: the one cluster and the fewest whole gangs to evict so that a gang fits there.
+"""Preemption planning: the one cluster, and the fewest whole gangs to evict (or elastic ones to shrink) there.
 
 Asked by the cycle for a gang with a queue that fits nowhere (or that its
 queue cannot admit) when its queue's policy lets it evict someone:
@@ -31,6 +31,18 @@ Rules of the plan:
   uid); among sets of the fewest victims the one whose most senior victim
   is least senior wins (then the next most senior, ...), then the cluster
   name. A gang that fits without victims gets no plan.
+- Shrink instead of kill. A candidate that is a running elastic gang with
+  pods above its minimum (`RunningGang.removable`) may be shrunk instead of
+  evicted: its newest pods above the minimum are removed (never one below
+  it, never an older one before a newer one), it keeps running with the
+  rest, and the removed pods' quota is freed like a victim's. The order of
+  plans (`PlanKey`): fewest evicted gangs; among those, the least senior
+  evicted set (the rule above, unchanged); then the fewest pods removed by
+  shrinking; then, among as few pods, those of the least senior gangs (the
+  fewest taken from the most senior gang first); then the cluster name. So
+  a plan that only shrinks beats every eviction, a shrink never makes the
+  search evict a more senior gang than it would have, and where no
+  candidate is elastic the plans are exactly as before.
 
 Search: best first over the clusters, exact wherever the budget allows.
 - Each cluster enters a priority queue with a bound on the best plan it
@@ -54,6 +66,15 @@ Search: best first over the clusters, exact wherever the budget allows.
   set, gives an upper bound U; if the subsets of sizes L..U number at most `budget`,
   they are all tried in rank order; if not, the greedy plan stands and
   `minimal` is False unless U == L.
+- A (cluster, model) where some candidate can be shrunk is searched by
+  `_ShrinkSearch` (it enters the best-first queue with the least bound):
+  for each number of evicted gangs w from 0, the sets of w gangs in rank
+  order; the first that lets the gang fit with every other elastic
+  candidate shrunk to its minimum is the evicted set, then the shrinks
+  are made as small as they can be, totals tried upward in the order
+  above. Exact within `budget` fit checks; beyond it a greedy plan
+  (irreducible: no victim can be spared, no shrink made smaller) with
+  `minimal` False.
 Checking a subset is O(nodes it touches): the gang's pods that fit on a
 node are counted from the node's free resources, which for a one-role gang
 is exactly what the packing finds (see `nodefit`); a gang of several roles
@@ -611,23 +632,22 @@ class _Search:
         return best, False
 
 
-# A plan's place in the order of plans (smaller is better): evicted gangs, pods removed by shrinks, the
-# evicted gangs' ranks (most senior first), the ranks of the removed pods' gangs (most senior first).
-PlanKey = tuple[int, int, tuple[Rank, ...], tuple[Rank, ...]]
+# A plan's place in the order of plans (smaller is better): evicted gangs, their ranks (most senior first),
+# pods removed by shrinks, the ranks of the removed pods' gangs (most senior first).
+PlanKey = tuple[int, tuple[Rank, ...], int, tuple[Rank, ...]]
 
 
 class _ShrinkSearch:
     """One (cluster, GPU model) where some candidates are elastic: evict whole gangs, shrink elastic ones.
 
     Options per candidate gang: keep it, shrink it by its j newest removable pods (1 <= j <= all of
-    them: never below its minimum), or evict it whole. Plans are ordered by `PlanKey`: fewest evicted
-    gangs, then fewest removed pods, then (as for whole victims) the least senior evicted gangs, then
-    the pods taken from the least senior gangs. Exact within `budget` fit checks: for each number of
-    evicted gangs w (from 0), every set W of w gangs (in rank order) that lets the gang fit with every
-    other elastic gang shrunk to its minimum; for each such W, the fewest pods to remove, each total
-    t tried in the order above (fewest from the most senior gang first). Beyond the budget, a greedy
-    plan (W by rank until it fits with the others at their minimum, pruned most senior first, then each
-    shrink made as small as it can be, most senior first): irreducible, not proven minimal.
+    them: never below its minimum), or evict it whole. Plans are ordered by `PlanKey` (see the module
+    docstring). Exact within `budget` fit checks: for each number of evicted gangs w (from 0), the sets
+    W of w gangs in rank order (colex); the first that lets the gang fit with every other elastic gang
+    shrunk to its minimum is the evicted set; then the fewest pods to remove, each total tried with
+    the fewest taken from the most senior gang first. Beyond the budget, a greedy plan (W by rank until
+    it fits with the others at their minimum, pruned most senior first, then each shrink made as small
+    as it can be, most senior first): irreducible, not proven minimal.
     """
 
     def __init__(
@@ -680,7 +700,7 @@ class _ShrinkSearch:
     def key(self, whole: Sequence[int], vector: Mapping[int, int]) -> PlanKey:
         evicted = tuple(sorted((self.gangs[g][0].eviction_rank for g in whole), reverse=True))
         pods = tuple(sorted((self.gangs[g][0].eviction_rank for g, j in vector.items() for _ in range(j)), reverse=True))
-        return (len(whole), sum(vector.values()), evicted, pods)
+        return (len(whole), evicted, sum(vector.values()), pods)
 
     def _elastic(self, whole: Sequence[int]) -> list[int]:
         """Useful elastic gangs not evicted, most senior first."""
@@ -705,27 +725,18 @@ class _ShrinkSearch:
         useful = self.useful
         n = len(useful)
         for w in range(min(at_most, n) + 1):
-            feasible: list[list[int]] = []
             for subset in _colex(n, w):
                 whole = [useful[i] for i in subset]
                 if self.spent > budget:
                     return self._greedy()
                 at_minimum = {g: len(self.removable[g]) for g in self._elastic(whole)}
-                if self._fits(whole, at_minimum):
-                    feasible.append(whole)
-            if not feasible:
-                continue
-            best: tuple[list[int], dict[int, int]] | None = None
-            for whole in feasible:
-                below = sum(best[1].values()) if best is not None else sum(len(self.removable[g]) for g in self._elastic(whole)) + 1
-                vector = self._fewest_pods(whole, below=below, budget=budget)
-                if self.spent > budget:
+                if not self._fits(whole, at_minimum):
+                    continue
+                # The least senior set of w gangs that can make room: now the fewest pods to remove.
+                vector = self._fewest_pods(whole, below=sum(at_minimum.values()) + 1, budget=budget)
+                if vector is None:  # only when the budget ran out (the shrinks at the minimum fit)
                     return self._greedy()
-                if vector is not None:
-                    best = (whole, vector)
-            if best is None:  # cannot happen: each feasible set fits with the others at their minimum
-                return self._greedy()
-            return best[0], {g: j for g, j in best[1].items() if j}, True
+                return whole, {g: j for g, j in vector.items() if j}, True
         return None
 
     def _greedy(self) -> tuple[list[int], dict[int, int], bool] | None:
@@ -898,10 +909,10 @@ def plan_preemption(
     # filters and models (position -1), then per model the candidates that can free room there (no
     # search yet), then the search's exact lower bound. The search stops when the best plan found
     # beats every bound left. A bound never exceeds what its cluster can hold, so nothing is missed.
-    # Bounds and plans are ordered like `PlanKey` (evicted gangs, pods removed by shrinks, ranks); a cluster
-    # with elastic candidates enters with the least bound (0, 0, ()) and is searched whole when it comes up.
+    # Bounds and plans are ordered like `PlanKey` (evicted gangs, their ranks, pods removed by shrinks); a
+    # cluster with elastic candidates enters with the least bound (0, (), 0) and is searched when it comes up.
     Entry = tuple[
-        int, int, tuple[Rank, ...], str, int, int, "_Search | None", list[tuple[RunningGang, VictimReason]]
+        int, tuple[Rank, ...], int, str, int, int, "_Search | None", list[tuple[RunningGang, VictimReason]]
     ]
     heap: list[Entry] = []
     by_name = {view.name: view for view in views}
@@ -955,13 +966,13 @@ def plan_preemption(
             if not verdict.ok:
                 short.add(name)
         if ledger.has_shrinkable(name):
-            return (0, 0, (), name, -1, 0, None, [])  # a plan may evict nobody and only shrink
+            return (0, (), 0, name, -1, 0, None, [])  # a plan may evict nobody and only shrink
         for victim, _ in ledger.iter_candidates(gang, name, excluded=excluded, models=named):
             if may_be_alone(victim, view):
-                return (1, 0, (victim.eviction_rank,), name, -1, 0, None, [])
+                return (1, (victim.eviction_rank,), 0, name, -1, 0, None, [])
         # Candidates, but none is a plan by itself: plans here have two victims or more.
         lowest = (-1, 0, 0.0, "")
-        return (2, 0, (lowest, lowest), name, -1, 0, None, [])
+        return (2, (lowest, lowest), 0, name, -1, 0, None, [])
 
     # Each cluster enters with its best-ranked candidate (any plan's best victim ranks no better); the scan
     # above runs only when that comes up (position -2).
@@ -969,13 +980,13 @@ def plan_preemption(
         head = next(ledger.iter_candidates(gang, name, excluded=excluded, models=named), None)
         if head is not None:
             if ledger.has_shrinkable(name):
-                heapq.heappush(heap, (0, 0, (), name, -2, len(heap), None, []))
+                heapq.heappush(heap, (0, (), 0, name, -2, len(heap), None, []))
             else:
-                heapq.heappush(heap, (1, 0, (head[0].eviction_rank,), name, -2, len(heap), None, []))
+                heapq.heappush(heap, (1, (head[0].eviction_rank,), 0, name, -2, len(heap), None, []))
     # (plan key, cluster, model position), and the search with its plan: whole victims (indices into
     # `_Search.victims`) or, from a `_ShrinkSearch`, (evicted gangs, gang -> pods removed).
     Best = tuple[
-        tuple[int, int, tuple[Rank, ...], tuple[Rank, ...], str, int],
+        tuple[int, tuple[Rank, ...], int, tuple[Rank, ...], str, int],
         "_Search | _ShrinkSearch",
         "list[int] | tuple[list[int], dict[int, int]]",
     ]
@@ -983,8 +994,8 @@ def plan_preemption(
     proven = True
     serial = len(heap)
     while heap:
-        size, pods, keys, name, position, _, search, candidates = heapq.heappop(heap)
-        if best is not None and (size, pods, keys) >= best[0][:3]:
+        size, keys, pods, name, position, _, search, candidates = heapq.heappop(heap)
+        if best is not None and (size, keys, pods) >= best[0][:3]:
             break  # no plan left can beat the best one
         serial += 1
         if position == -2:
@@ -1014,10 +1025,10 @@ def plan_preemption(
                     continue
                 first = next((v for v, _ in pool if alone_on(v, model, view)), None)
                 if first is not None:
-                    heapq.heappush(heap, (1, 0, (first.eviction_rank,), name, index, serial, None, pool))
+                    heapq.heappush(heap, (1, (first.eviction_rank,), 0, name, index, serial, None, pool))
                 elif pool:
                     lowest = (-1, 0, 0.0, "")
-                    heapq.heappush(heap, (2, 0, (lowest, lowest), name, index, serial, None, pool))
+                    heapq.heappush(heap, (2, (lowest, lowest), 0, name, index, serial, None, pool))
             continue
         if search is None:
             model = models_of[name][position]
@@ -1027,18 +1038,18 @@ def plan_preemption(
             if search.victims:
                 # One victim alone, or at least two: the exact bound waits until this cluster comes up again.
                 quick = 1 if search.first_alone() is not None else 2
-                heapq.heappush(heap, (quick, 0, search.key_bound(quick), name, position, serial, search, candidates))
+                heapq.heappush(heap, (quick, search.key_bound(quick), 0, name, position, serial, search, candidates))
             continue
         if size < search.lower_bound():
             lower = search.lower_bound()
-            heapq.heappush(heap, (lower, 0, search.key_bound(lower), name, position, serial, search, candidates))
+            heapq.heappush(heap, (lower, search.key_bound(lower), 0, name, position, serial, search, candidates))
             continue
         at_most = best[0][0] if best is not None else len(search.victims)
         chosen, sure = search.plan(budget=budget, at_most=at_most)
         proven = proven and sure
         if chosen is None:
             continue
-        key = (len(chosen), 0, tuple(search.keys[i] for i in sorted(chosen, reverse=True)), (), name, position)
+        key = (len(chosen), tuple(search.keys[i] for i in sorted(chosen, reverse=True)), 0, (), name, position)
         if best is None or key < best[0]:
             best = (key, search, chosen)
     if best is None:

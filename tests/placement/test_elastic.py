@@ -9,13 +9,14 @@ max is placed exactly as one that sets neither; pruning never changes the choice
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from placement_builders import GI, by_name, check_decisions, cluster, gang, node, nodes, per_gpu
+from placement_builders import GI, by_name, check_decisions, cluster, gang, node, nodes, per_gpu, running_gang
 from test_properties import MODELS, clusters, gangs
 
 from federator.placement import (
@@ -26,6 +27,9 @@ from federator.placement import (
     QuotaAmounts,
     Resources,
     RoleRequest,
+    RunningGang,
+    RunningPod,
+    WithinQueue,
     run_cycle,
 )
 from federator.placement.explain import render_decision, render_unplaced
@@ -329,3 +333,331 @@ def test_an_elastic_gang_with_several_models_sizes_on_the_first_that_holds_its_m
     (decision,) = run_cycle([elastic(models=["A100", "H100"], high=6)], snaps, PROFILE, now=0.0).decisions
     assert decision.gpu_model == "A100" and dict(decision.replicas) == {"worker": 2}
     assert MODELS == ["A100", "H100"]
+
+
+# ---------------------------------------------------------------- shrink instead of evict (preemption)
+
+LOWER = WithinQueue.LOWER_PRIORITY
+
+
+def elastic_running(
+    key: str,
+    pods_on: Sequence[str],
+    *,
+    low: int,
+    gpus: int = 4,
+    cluster_name: str = "a",
+    queue: str = "vision",
+    priority: int = 0,
+    started_at: float = 0.0,
+    borrowed: bool = False,
+) -> RunningGang:
+    """A running elastic gang (uid "run-<key>") with one pod of `gpus` GPUs on each node listed, in start
+    order (pod i started at started_at + i), min_replicas `low`, max_replicas two above its size."""
+    count = len(pods_on)
+    request = GangRequest(
+        key=key, uid=f"run-{key}", queue=queue, priority=priority,
+        roles=(RoleRequest("worker", count, per_gpu(gpus), low, count + 2),),
+    )
+    pods = tuple(
+        RunningPod(f"{key}-worker-{i}", "worker", node_name, per_gpu(gpus), started_at + i, i)
+        for i, node_name in enumerate(pods_on)
+    )
+    return RunningGang(
+        uid=f"run-{key}", key=key, cluster=cluster_name, queue=queue, priority=priority, started_at=started_at,
+        demand=per_gpu(gpus * count), gpu_model="A100", pods=pods, request=request, borrowed=borrowed,
+    )
+
+
+def occupied_by(name: str, node_gpus: Mapping[str, int], running: Sequence[RunningGang]) -> ClusterSnapshot:
+    """Nodes (name -> GPUs) allocated exactly what the running gangs there hold."""
+    load: dict[str, Resources] = {}
+    for held in running:
+        if held.cluster == name:
+            for node_name, amount in held.amounts.items():
+                load[node_name] = load.get(node_name, Resources()) + amount
+    return cluster(name, [node(n, gpus=g).with_allocated(load.get(n, Resources())) for n, g in node_gpus.items()])
+
+
+def vision_queues(**kwargs: object) -> dict[str, QueueQuota]:
+    options: dict[str, object] = {"within_queue": LOWER, "cohort": "research"}
+    options.update(kwargs)
+    nominal = options.pop("nominal", {"A100": 1000})
+    return {
+        "vision": QueueQuota("vision", QuotaAmounts(nominal), **options),  # type: ignore[arg-type]
+        "nlp": QueueQuota("nlp", QuotaAmounts({}), cohort="research"),
+    }
+
+
+THREE = {"n-0": 8, "n-1": 8, "n-2": 8}
+HI = gang("vision/hi", gpus=8, queue="vision", priority=5)
+
+
+@dataclass
+class ShrinkCase:
+    name: str
+    running: Sequence[RunningGang]
+    gang: GangRequest
+    # Expected: evicted keys, {shrunk key: pods removed}; None: no preemption at all.
+    expect: tuple[tuple[str, ...], Mapping[str, tuple[str, ...]]] | None
+    nodes: Mapping[str, int] = field(default_factory=lambda: THREE)
+    queues: Mapping[str, QueueQuota] = field(default_factory=vision_queues)
+
+
+SHRINK_CASES = [
+    ShrinkCase(
+        "shrink rather than evict",
+        [
+            elastic_running("el", ["n-0", "n-0", "n-1", "n-1"], low=1),
+            running_gang("fixed", on={"n-2": 8}),
+        ],
+        HI,
+        ((), {"el": ("el-worker-3", "el-worker-2")}),
+    ),
+    ShrinkCase(
+        "only the newest pods, even when older ones would free more",
+        # Pods alternate nodes: freeing n-1 takes the newest three (3, 2 on n-0... 1), not just 3 and 1.
+        [elastic_running("el", ["n-0", "n-1", "n-0", "n-1"], low=1), running_gang("fixed", on={"n-2": 8}, priority=4)],
+        HI,
+        ((), {"el": ("el-worker-3", "el-worker-2", "el-worker-1")}),
+    ),
+    ShrinkCase(
+        "never below its minimum: when that is not enough, a whole gang goes",
+        [elastic_running("el", ["n-0", "n-1", "n-0", "n-1"], low=2), running_gang("fixed", on={"n-2": 8}, priority=4)],
+        HI,
+        (("el",), {}),
+    ),
+    ShrinkCase(
+        "a shrink beside an eviction: the least senior gang evicted, then the fewest pods removed",
+        [
+            elastic_running("wide", ["n-0", "n-0", "n-1", "n-1"], low=1, priority=3),
+            elastic_running("narrow", ["n-2", "n-2"], low=1, priority=0, started_at=10.0),
+        ],
+        gang("vision/pair", pods=2, gpus=8, queue="vision", priority=5),
+        (("narrow",), {"wide": ("wide-worker-3", "wide-worker-2")}),
+    ),
+    ShrinkCase(
+        "the fewest pods removed, even from a more senior gang",
+        [
+            elastic_running("many", ["n-0"] * 4, low=1, gpus=2, priority=0),
+            elastic_running("few", ["n-1", "n-1"], low=1, priority=1),
+            running_gang("boss", on={"n-2": 8}, priority=9),
+        ],
+        gang("vision/four", gpus=4, queue="vision", priority=5),
+        ((), {"few": ("few-worker-1",)}),
+    ),
+    ShrinkCase(
+        "as few pods: from the least senior gang",
+        [
+            elastic_running("junior", ["n-0", "n-0"], low=1, priority=0),
+            elastic_running("senior", ["n-1", "n-1"], low=1, priority=1),
+            running_gang("boss", on={"n-2": 8}, priority=9),
+        ],
+        gang("vision/four", gpus=4, queue="vision", priority=5),
+        ((), {"junior": ("junior-worker-1",)}),
+    ),
+    ShrinkCase(
+        "never a gang of equal or higher priority",
+        [
+            elastic_running("peer", ["n-0", "n-0", "n-1", "n-1"], low=1, priority=5),
+            running_gang("fixed", on={"n-2": 8}, priority=1),
+        ],
+        HI,
+        (("fixed",), {}),
+    ),
+    ShrinkCase(
+        "never a gang without a queue",
+        [
+            elastic_running("plain", ["n-0", "n-0", "n-1", "n-1"], low=1, queue=""),
+            running_gang("fixed", on={"n-2": 8}, priority=1),
+        ],
+        HI,
+        (("fixed",), {}),
+    ),
+    ShrinkCase(
+        "quota: a shrink frees the quota it needs where nodes are free",
+        [elastic_running("el", ["n-0", "n-0", "n-1", "n-1"], low=1)],
+        HI,
+        ((), {"el": ("el-worker-3", "el-worker-2")}),
+        queues=vision_queues(nominal={"A100": 16}),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SHRINK_CASES, ids=[c.name for c in SHRINK_CASES])
+def test_shrink_table(case: ShrinkCase) -> None:
+    snaps = by_name(occupied_by("a", case.nodes, case.running))
+    result = run_cycle([case.gang], snaps, PROFILE, now=100.0, queues=case.queues, running=case.running)
+    if case.expect is None:
+        assert result.decisions == () and result.evictions == () and not result.shrinks
+        return
+    (decision,) = result.decisions
+    evicted, shrunk = case.expect
+    by_uid = {r.uid: r for r in case.running}
+    assert decision.preemption is not None and decision.preemption.minimal
+    assert tuple(by_uid[uid].key for uid in decision.preempts) == evicted == tuple(
+        by_uid[uid].key for uid in result.evictions
+    )
+    assert {by_uid[uid].key: pods for uid, pods in decision.shrinks.items()} == dict(shrunk)
+    assert dict(result.shrinks) == dict(decision.shrinks)
+    # The preemptor fits once the victims and the removed pods are gone, node by node.
+    left = []
+    for r in case.running:
+        if r.uid in decision.preempts:
+            continue
+        removed = set(decision.shrinks.get(r.uid, ()))
+        if removed:
+            kept = tuple(p for p in r.pods if p.name not in removed)
+            r = dataclasses.replace(r, pods=kept, amounts={})
+            assert r.request is not None and len(kept) >= r.request.roles[0].low  # never below its minimum
+        left.append(r)
+    check_decisions([decision], {case.gang.uid: case.gang}, by_name(occupied_by("a", case.nodes, left)))
+    if decision.shrinks:
+        assert "shrinking" in decision.preemption.describe()
+        assert "PODS REMOVED" in render_decision(decision)
+
+
+@dataclass
+class ShrinkWorld:
+    node_gpus: dict[str, dict[str, int]]  # cluster -> node -> GPUs
+    running: list[RunningGang]
+    queues: dict[str, QueueQuota]
+    gang: GangRequest
+
+
+@st.composite
+def shrink_worlds(draw: st.DrawFn) -> ShrinkWorld:
+    """One or two small busy clusters; running gangs fixed or elastic (pods of 2 or 4 GPUs), of queues vision,
+    nlp (some borrowed) or none; a one-role preemptor of vision."""
+    node_gpus: dict[str, dict[str, int]] = {}
+    running: list[RunningGang] = []
+    count = 0
+    for c in range(draw(st.integers(1, 2))):
+        name = f"c{c}"
+        node_gpus[name] = {f"{name}-n{i}": 8 for i in range(draw(st.integers(1, 3)))}
+        left = dict(node_gpus[name])
+        for _ in range(draw(st.integers(1, 4))):
+            queue = draw(st.sampled_from(["vision", "vision", "vision", "nlp", ""]))
+            priority = draw(st.integers(0, 3))
+            borrowed = queue == "nlp" and draw(st.booleans())
+            started = float(draw(st.integers(0, 5)))
+            if draw(st.integers(0, 2)):
+                per_pod = draw(st.sampled_from([2, 4]))
+                spots = [n for n in sorted(left) for _ in range(left[n] // per_pod)]
+                if not spots:
+                    continue
+                chosen = draw(st.lists(st.sampled_from(spots), min_size=1, max_size=min(4, len(spots))))
+                on = []
+                for node_name in chosen:
+                    if left[node_name] >= per_pod:
+                        left[node_name] -= per_pod
+                        on.append(node_name)
+                if not on:
+                    continue
+                running.append(elastic_running(
+                    f"g{count}", on, low=draw(st.integers(1, len(on))), gpus=per_pod, cluster_name=name, queue=queue,
+                    priority=priority, started_at=started, borrowed=borrowed,
+                ))
+            else:
+                node_name = draw(st.sampled_from(sorted(left)))
+                if not left[node_name]:
+                    continue
+                take = left[node_name] if draw(st.booleans()) else draw(st.integers(1, left[node_name]))
+                left[node_name] -= take
+                running.append(running_gang(f"g{count}", on={node_name: take}, cluster=name, queue=queue,
+                                            priority=priority, started_at=started, borrowed=borrowed))
+            count += 1
+        for node_name in sorted(left):
+            if left[node_name] and draw(st.integers(0, 3)):  # most nodes end up full
+                queue = draw(st.sampled_from(["vision", "nlp", ""]))
+                running.append(running_gang(f"g{count}", on={node_name: left[node_name]}, cluster=name, queue=queue,
+                                            priority=draw(st.integers(0, 3)), borrowed=queue == "nlp"))
+                count += 1
+    queues = vision_queues(
+        within_queue=draw(st.sampled_from([LOWER, LOWER, WithinQueue.NEVER])), reclaim_borrowed=draw(st.booleans())
+    )
+    g = gang("vision/p", pods=draw(st.integers(1, 2)), gpus=draw(st.sampled_from([2, 4, 8])), queue="vision",
+             priority=draw(st.integers(2, 4)))
+    return ShrinkWorld(node_gpus, running, queues, g)
+
+
+def _eligible_in(world: ShrinkWorld) -> list[RunningGang]:
+    """Independent reading of who may be evicted or shrunk (quota is generous: the preemptor never borrows)."""
+    vision = world.queues["vision"]
+    return [
+        r for r in world.running
+        if (r.queue == "vision" and vision.within_queue is LOWER and r.priority < world.gang.priority)
+        or (r.queue == "nlp" and r.borrowed and vision.reclaim_borrowed)
+    ]
+
+
+def _pods_fit(world: ShrinkWorld, cluster_name: str, freed: Mapping[str, int]) -> int:
+    """Pods of the preemptor that fit on a cluster once `freed[node]` GPUs are released (no engine code)."""
+    (role,) = world.gang.roles
+    req = role.requests
+    total = 0
+    for node_name, gpus in world.node_gpus[cluster_name].items():
+        used = sum(r.amounts[node_name].gpu for r in world.running if r.cluster == cluster_name and node_name in r.amounts)
+        free_gpus = gpus - used + freed.get(node_name, 0)
+        free_cpu = 96_000 - used * 8000 + freed.get(node_name, 0) * 8000
+        total += min(free_gpus // req.gpu, free_cpu // req.cpu_milli)
+    return total
+
+
+def _rank(r: RunningGang) -> tuple[int, int, float, str]:
+    return (0 if r.borrowed else 1, r.priority, -r.started_at, r.uid)
+
+
+@SETTINGS
+@given(world=shrink_worlds())
+def test_shrinks_and_evictions_are_minimal_whole_and_above_the_minimum(world: ShrinkWorld) -> None:
+    snaps = {name: occupied_by(name, node_gpus, world.running) for name, node_gpus in world.node_gpus.items()}
+    result = run_cycle([world.gang], snaps, PROFILE, now=100.0, queues=world.queues, running=world.running)
+    need = world.gang.pod_count
+    eligible = _eligible_in(world)
+    # Brute force over every option of every eligible gang (keep, shrink by its j newest pods above the
+    # minimum, evict), cluster by cluster: the least plan by (evicted, their ranks, pods removed, pod ranks).
+    best: tuple[object, ...] | None = None
+    for name in sorted(world.node_gpus):
+        if _pods_fit(world, name, {}) >= need:
+            best = None
+            break
+        here = [r for r in eligible if r.cluster == name]
+        choices = [[("keep", 0), ("evict", 0)] + [("shrink", j) for j in range(1, len(r.removable) + 1)] for r in here]
+        for combo in itertools.product(*choices):
+            freed: dict[str, int] = {}
+            evicted, pods = [], []
+            for r, (kind, j) in zip(here, combo, strict=True):
+                if kind == "evict":
+                    evicted.append(r)
+                    for node_name, amount in r.amounts.items():
+                        freed[node_name] = freed.get(node_name, 0) + amount.gpu
+                elif kind == "shrink":
+                    for pod in r.removable[:j]:
+                        freed[pod.node] = freed.get(pod.node, 0) + pod.requests.gpu
+                        pods.append(_rank(r))
+            if _pods_fit(world, name, freed) >= need:
+                key = (len(evicted), tuple(sorted((_rank(r) for r in evicted), reverse=True)), len(pods),
+                       tuple(sorted(pods, reverse=True)), name)
+                if best is None or key < best:
+                    best = key
+    fits_without = any(_pods_fit(world, name, {}) >= need for name in world.node_gpus)
+    if fits_without or best is None:
+        assert result.evictions == () and not result.shrinks
+        assert bool(result.decisions) == fits_without
+        return
+    (decision,) = result.decisions
+    by_uid = {r.uid: r for r in world.running}
+    evicted = [by_uid[uid] for uid in decision.preempts]
+    removed = []
+    for uid, names in decision.shrinks.items():
+        r = by_uid[uid]
+        # Only pods above its minimum, the newest first; never a gang both shrunk and evicted.
+        assert names == tuple(pod.name for pod in r.removable[: len(names)]) and uid not in decision.preempts
+        removed.extend([_rank(r)] * len(names))
+    assert all(r in eligible for r in evicted) and all(by_uid[uid] in eligible for uid in decision.shrinks)
+    assert all(r.priority < world.gang.priority for r in evicted if r.queue == "vision")
+    key = (len(evicted), tuple(sorted((_rank(r) for r in evicted), reverse=True)), len(removed),
+           tuple(sorted(removed, reverse=True)), decision.cluster)
+    assert decision.preemption is not None and decision.preemption.minimal
+    assert key == best
