@@ -22,7 +22,11 @@ counts as a change (a freshly started agent waits a whole leaseDuration before i
    saw, counts) and a core/v1 Event in its namespace about the Lease, reason `HubLeaseExpired`
    (later deletions in the same expiry update that Event's count and message);
 3. keeps sweeping at every poll while the Lease stays expired (a dispatch that landed late);
-4. stops when the Lease changes again ("hub lease renewed; fencing lifted").
+4. stops when the Lease changes again ("hub lease renewed; fencing lifted"), and says so on the Lease
+   (annotation FENCE_LIFTED = its FENCE_COUNT): until the hub reads that from a renewal's answer, it
+   dispatches nothing here (a sweep begun before the renewal landed may still be deleting). An agent
+   that finds a fence not marked lifted (its predecessor's, say) marks it once it has seen the hub
+   renew since, unless it is fencing itself.
 
 A Lease that does not exist is nothing to fence (the hub never came, or removed it on purpose): that
 is logged once, and the agent keeps waiting. When the member's API does not answer the agent, the
@@ -53,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from federator.apis.common import dns1123_label_errors
-from federator.clusters.memberlease import FENCE_COUNT, FENCED_AT
+from federator.clusters.memberlease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
 from federator.clusters.client import (
     EVENTS,
     LEASES,
@@ -126,6 +130,8 @@ class FenceCounters:
     expiries: int = 0
     #: times fencing stopped because the Lease changed again
     lifts: int = 0
+    #: times the agent marked a fence over on the Lease (FENCE_LIFTED), for the hub to read
+    lifts_marked: int = 0
     #: list-and-delete passes while expired
     sweeps: int = 0
     pods_deleted: int = 0
@@ -157,6 +163,8 @@ class _Seen:
     uid: str
     #: the Lease's FENCE_COUNT annotation: how many times an agent fenced under it
     fence_count: int = 0
+    #: the Lease's FENCE_LIFTED annotation: the FENCE_COUNT whose fence an agent said is over
+    fence_lifted: int = 0
 
 
 @dataclass
@@ -237,6 +245,10 @@ class FenceAgent:
         self._said_missing = False
         self._said_no_duration = False
         self._said_holder = False
+        #: the Lease's renewTime when the agent first saw a fence not marked lifted (None: none is): a
+        #: different renewTime means the hub renewed since, so that fence may be marked lifted
+        self._unlifted_renew: str | None = None
+        self._said_lift_failed = False
         self._instance = socket.gethostname()
 
     # ------------------------------------------------------------ construction
@@ -341,6 +353,7 @@ class FenceAgent:
             return StepResult(state="held", since_change=since)
         self._said_no_duration = False
         if since < seen.duration:
+            await self._mark_lifted(seen)
             return StepResult(state="held", since_change=since, lease_duration=seen.duration)
         return await self._fence(now, since, seen)
 
@@ -366,6 +379,7 @@ class FenceAgent:
         self._seen = None
         self._observed_at = None
         self._expiry = None
+        self._unlifted_renew = None
         return StepResult(state="no-lease")
 
     def _observe(self, lease: dict[str, Any], sent: float) -> None:
@@ -379,9 +393,14 @@ class FenceAgent:
                      renew_time=str(spec.get("renewTime") or ""),
                      duration=duration if duration is not None and duration > 0 else None,
                      holder=str(spec.get("holderIdentity") or ""), uid=str(meta.get("uid") or ""),
-                     fence_count=max(0, _int_or_none(annotations.get(FENCE_COUNT)) or 0))
+                     fence_count=annotation_count(annotations.get(FENCE_COUNT)),
+                     fence_lifted=annotation_count(annotations.get(FENCE_LIFTED)))
         before = self._seen
         self._seen = seen
+        if seen.fence_count <= seen.fence_lifted:
+            self._unlifted_renew = None
+        elif self._unlifted_renew is None:
+            self._unlifted_renew = seen.renew_time
         if before is None:
             self._said_missing = False
             self.log.info("the hub's lease exists; watching it", lease=f"{self.namespace}/{self.hub_identity}",
@@ -465,9 +484,36 @@ class FenceAgent:
                              "killed gangs instead of requeueing them); retrying at the next sweep", error=str(e))
             return
         expiry.marked = True
+        if self._unlifted_renew is None:
+            self._unlifted_renew = seen.renew_time  # lifted once a renewal comes after this
         rv = str((patched.get("metadata") or {}).get("resourceVersion") or "")
         if self._seen is not None and rv:
             self._seen = replace(self._seen, resource_version=rv, fence_count=seen.fence_count + 1)
+
+    async def _mark_lifted(self, seen: _Seen) -> None:
+        """While not fencing: when the Lease shows a fence not marked over (FENCE_COUNT above FENCE_LIFTED) and
+        the hub has renewed since this agent first saw it so, set FENCE_LIFTED to FENCE_COUNT. The hub
+        dispatches nothing here until it reads that: a sweep that began before its renewal landed may have
+        been deleting until this step began. Like the mark, this change of the Lease is no renewal."""
+        if seen.fence_count <= seen.fence_lifted or self._unlifted_renew in (None, seen.renew_time):
+            return
+        try:
+            patched = await self.client.patch(LEASES, namespace=self.namespace, name=self.hub_identity,
+                                              patch={"metadata": {"annotations": {
+                                                  FENCE_LIFTED: str(seen.fence_count)}}})
+        except MemberClientError as e:
+            if not self._said_lift_failed:
+                self._said_lift_failed = True
+                self.log.warning("could not mark the fence lifted on the hub's lease; the hub dispatches nothing "
+                                 "here until it is; retrying at every poll", error=str(e))
+            return
+        self._said_lift_failed = False
+        self._unlifted_renew = None
+        self.counters.lifts_marked += 1
+        self.log.info("marked the fence lifted on the hub's lease", fence_count=seen.fence_count)
+        rv = str((patched.get("metadata") or {}).get("resourceVersion") or "")
+        if self._seen is not None and rv:
+            self._seen = replace(self._seen, resource_version=rv, fence_lifted=seen.fence_count)
 
     async def _served_podgroup_kinds(self) -> list[ResourceKind]:
         """The PodGroup kinds this member serves and the agent may list (a LIST that answers 404 means: not

@@ -24,6 +24,22 @@ What keeps that moment fixed while a partition lasts:
   assumes a renewal may land up to 5 s after its start (the longest renewal
   timeout any hub uses).
 
+Whether the agent may be fencing right now (`fence_may_be_up`): dispatch sends
+nothing into a member while it may, because the agent would delete the new
+copy too (a gang placed back into a cluster that just returned, while the
+agent had not yet seen the hub's first renewal). It may be fencing
+- before the first acknowledged renewal (a hub that just started cannot know
+  whether its predecessor's lease lapsed);
+- once no renewal was acknowledged for `lapse_seconds()` (the agent may have
+  seen no change for its leaseDuration), until one is again;
+- while the last renewal's answer shows FENCE_COUNT above FENCE_LIFTED: the
+  agent fenced and has not yet said that it saw the hub renew since. An agent
+  that never says so (gone since) is taken to have lifted once renewals have
+  been acknowledged without a lapse for a whole leaseDuration (any agent that
+  polls has seen one by then).
+A hub whose renewals were only ever refused (RBAC, no Lease kind) holds no
+lease there (docs/failover.md: no agent fencing), so there is nothing to wait for.
+
 Failures are logged once in full, then summarised (obs.RepeatedFailureLog).
 Never logs a credential or an object body.
 """
@@ -42,13 +58,18 @@ from federator.clusters.client import LEASES, MemberApiError, MemberClient, Memb
 from federator.clusters.health import ClusterHealth
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 
-__all__ = ["FENCED_AT", "FENCE_COUNT", "FENCE_NAMESPACE", "FENCE_SEEN", "LeaseSettings", "MemberLease", "micro_time"]
+__all__ = ["FENCED_AT", "FENCE_COUNT", "FENCE_LIFTED", "FENCE_NAMESPACE", "FENCE_SEEN", "LeaseSettings", "MemberLease",
+           "annotation_count", "micro_time"]
 
 FENCE_NAMESPACE = "federator-system"
 #: Annotations the fence agent puts on the Lease when it fences: how many times, and when (its clock). The hub
 #: reads them from its next renewal's answer, so it knows its gangs there were killed, not lost by the member.
 FENCE_COUNT = "federator.dev/fence-count"
 FENCED_AT = "federator.dev/fenced-at"
+#: Written by the fence agent once it has seen the hub renew after a fence (and is not fencing itself): the
+#: FENCE_COUNT whose fence is over. While FENCE_COUNT is above it, the agent may still delete what the hub
+#: sends, so the hub dispatches nothing into that member (`MemberLease.fence_may_be_up`).
+FENCE_LIFTED = "federator.dev/fence-lifted"
 #: Written by the hub: the FENCE_COUNT whose killed gangs it has requeued. A hub that starts (or takes over)
 #: and finds FENCE_COUNT above it knows a fence happened that no hub followed up yet.
 FENCE_SEEN = "federator.dev/fence-seen"
@@ -59,7 +80,11 @@ FENCE_HANDLING_SECONDS = 60.0
 _OUTCOME_UNKNOWN_CODES = frozenset({500, 502, 503, 504})
 
 
-def _count(value: Any) -> int:
+def annotation_count(value: Any) -> int:
+    """A count kept in a Lease annotation (FENCE_COUNT, FENCE_SEEN, FENCE_LIFTED: a string of digits); 0 when
+    absent, malformed or absurdly long."""
+    if isinstance(value, str) and len(value) > 18:
+        return 0
     try:
         return max(0, int(value or 0))
     except (TypeError, ValueError):
@@ -132,6 +157,15 @@ class MemberLease:
         self.fence_noticed_at: float | None = None
         #: the Lease's FENCE_SEEN as last returned: the fences some hub already followed up
         self.fence_seen = 0
+        #: the Lease's FENCE_LIFTED as last returned: the fences the agent says are over
+        self.fence_lifted = 0
+        #: when (wall clock) an answer first showed no fence up (FENCE_COUNT <= FENCE_LIFTED) since one was
+        self.fence_down_seen_at: float | None = None
+        #: acknowledgement time of the first renewal after a lapse (or the first of all): renewals have been
+        #: acknowledged without a gap the agent could have expired in since then
+        self.in_force_since: float | None = None
+        #: an attempt was refused (it did not land): before any is acknowledged, this hub holds no lease there
+        self.refused = False
         self.renewals = 0
         self.log = get_logger("clusters.memberlease").bind(cluster=cluster)
         self._failures = RepeatedFailureLog(self.log, "could not renew the hub's fencing lease in the member; "
@@ -155,6 +189,35 @@ class MemberLease:
         been cut off since: the latest possible landing of a renewal + leaseDuration + margin."""
         duration = max(self.written_duration, self.duration())
         return self.latest_landing + duration + self.settings.margin_seconds
+
+    def lapse_seconds(self) -> float:
+        """A gap between acknowledged renewals this long may have let the agent expire: its leaseDuration
+        less the margin (an agent dates a change up to one of its requests early), at least half of it."""
+        duration = self.duration()
+        return max(duration - self.settings.margin_seconds, duration / 2)
+
+    def fence_lifted_at(self) -> float | None:
+        """When (wall clock) this hub learnt that the member's fence agent is not fencing it: the answer that
+        showed no fence up, else, for an agent that never says so, a whole leaseDuration of renewals without
+        a lapse (may be in the future). None: not known (yet)."""
+        if self.fence_count is None:
+            return None
+        if self.fence_count <= self.fence_lifted:
+            return self.fence_down_seen_at
+        if self.in_force_since is not None:
+            return self.in_force_since + self.duration()
+        return None
+
+    def fence_may_be_up(self, now: float | None = None) -> bool:
+        """May the member's fence agent be deleting this hub's objects now (see the module docstring)?
+        Dispatch waits while it may: what it created would be killed."""
+        if self.acked_sent_at is None:
+            return not self.refused
+        now = self.wall_clock() if now is None else now
+        if now - self.acked_sent_at >= self.lapse_seconds():
+            return True
+        lifted = self.fence_lifted_at()
+        return lifted is None or lifted > now
 
     def may_send(self) -> bool:
         """In contact, and no attempt of unknown outcome is waiting for contact to be seen again."""
@@ -202,6 +265,7 @@ class MemberLease:
                 self._unknown(sent, e)
             else:
                 # Refused: it did not land (a missing namespace, RBAC, a conflicting create).
+                self.refused = True
                 self.metrics.member_lease_renewals.labels(cluster=self.cluster, result="failed").inc()
                 self._failures.failed(e, now=self.wall_clock(), outcome="refused")
             return False
@@ -209,6 +273,8 @@ class MemberLease:
             self._unknown(sent, e)
             return False
         acknowledged = self.wall_clock()
+        if self.acked_sent_at is None or acknowledged - self.acked_sent_at >= self.lapse_seconds():
+            self.in_force_since = acknowledged  # the agent may have expired since the last renewal it saw
         self._read_fence(answer, acknowledged=acknowledged)
         self.acked_sent_at = sent
         self.written_duration = max(self.written_duration, duration) if self.unknown_since else duration
@@ -229,8 +295,13 @@ class MemberLease:
 
     def _read_fence(self, lease: dict[str, Any], *, acknowledged: float) -> None:
         annotations = (lease.get("metadata") or {}).get("annotations") or {}
-        count, seen = _count(annotations.get(FENCE_COUNT)), _count(annotations.get(FENCE_SEEN))
+        count, seen = annotation_count(annotations.get(FENCE_COUNT)), annotation_count(annotations.get(FENCE_SEEN))
         self.fence_seen = seen
+        self.fence_lifted = annotation_count(annotations.get(FENCE_LIFTED))
+        if count > self.fence_lifted:
+            self.fence_down_seen_at = None
+        elif self.fence_down_seen_at is None:
+            self.fence_down_seen_at = acknowledged
         # The first answer after this hub started compares with what an earlier hub recorded as handled.
         baseline = self.fence_count if self.fence_count is not None else seen
         if count > baseline:
@@ -243,10 +314,17 @@ class MemberLease:
     def fence_verdict(self, *, placed: float, missing_since: float) -> bool | None:
         """Were a gang's objects, placed at `placed` and seen gone at `missing_since` (wall clock), killed by
         the member's fence agent? None until a renewal sent after `missing_since` has been acknowledged (the
-        agent marks the Lease before it deletes anything, so that renewal's answer shows the mark)."""
+        agent marks the Lease before it deletes anything, so that renewal's answer shows the mark). Yes when
+        a fence was noticed after the placement, or one noticed before it was not known to be over when the
+        gang was placed (the agent went on deleting what arrived meanwhile)."""
         if self.acked_sent_at is None or self.acked_sent_at < missing_since:
             return None
-        return self.fence_noticed_at is not None and self.fence_noticed_at >= placed
+        if self.fence_noticed_at is None:
+            return False
+        if self.fence_noticed_at >= placed:
+            return True
+        lifted = self.fence_lifted_at()
+        return lifted is None or lifted > placed
 
     def _unknown(self, sent: float, error: MemberClientError) -> None:
         self.written_duration = max(self.written_duration, self.duration())

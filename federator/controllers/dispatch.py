@@ -11,10 +11,12 @@ namespace exists and, for a job with a priority, the member PriorityClass its
 pods name (`delegation.member_priority_class`; created if missing, never
 changed; a member that refuses with 403 gets the pods without a class), waits for the cluster's epoch fence (a cluster back
 in contact gets a GC pass that deletes older epochs' objects first:
-`cleanup.fence_pending`), and creates each object through the MemberClient
-that member sync holds for the cluster. An object that already exists with
-the same job uid and epoch counts as created, so a re-dispatch after a crash
-creates nothing twice; a pod of an *older* epoch of the same job blocks its
+`cleanup.fence_pending`) and for its fence agent to be known idle (the hub's
+lease there: `MemberLease.fence_may_be_up`; an agent whose view of the lease
+is still expired deletes whatever arrives), and creates each object through
+the MemberClient that member sync holds for the cluster. An object that
+already exists with the same job uid and epoch counts as created, so a
+re-dispatch after a crash creates nothing twice; a pod of an *older* epoch of the same job blocks its
 name (pod names are a per-cluster lock across epochs) and is deleted first,
 then the create is retried for a while. A gang moved by a drain
 (status.placement.previous) starts only once its previous copy is gone
@@ -311,27 +313,49 @@ class Dispatcher:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def wait_for_fence(self, cluster: str, *, wait: float) -> None:
-        """Return once the epoch fence of `cluster` holds (cleanup.cluster_fenced: since the hub last
-        regained contact with it, a GC pass deleted every older epoch's object there), so that a newer
-        epoch never starts beside an older copy; DispatchError (retryable) after `wait` seconds.
+    def agent_may_fence(self, cluster: str) -> bool:
+        """The hub's lease in `cluster` says that the member's fence agent may be deleting this hub's objects
+        there now (`MemberLease.fence_may_be_up`: renewals lapsed, or the agent fenced and has not said that
+        it saw them resume). False without a lease (leases off)."""
+        lease = getattr((self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster), "lease", None)
+        return lease is not None and bool(lease.fence_may_be_up())
 
-        Only a cluster in contact is waited for (`cleanup.fence_pending`: its GC pass is due within a
-        tick). One out of contact is not: the creates then fail with the member's own error and the job
-        is requeued, or, if they get through, the pod names (one per job, role and index, across epochs)
-        still keep an older epoch's pod and a newer one from running side by side."""
-        if not fence_pending(self.hub, cluster):
+    async def wait_for_fence(self, cluster: str, *, wait: float) -> None:
+        """Return once both fences of `cluster` let a new copy in; DispatchError (retryable) after `wait`
+        seconds (the job is requeued and placed again, maybe elsewhere):
+
+        - the epoch fence holds (cleanup.cluster_fenced: since the hub last regained contact with it, a GC
+          pass deleted every older epoch's object there), so that a newer epoch never starts beside an
+          older copy. Only a cluster in contact is waited for (`cleanup.fence_pending`: its GC pass is due
+          within a tick). One out of contact is not: the creates then fail with the member's own error and
+          the job is requeued, or, if they get through, the pod names (one per job, role and index, across
+          epochs) still keep an older epoch's pod and a newer one from running side by side;
+        - the member's fence agent is not fencing (`agent_may_fence`): a cluster back from a partition
+          longer than the lease has an agent that deletes everything of this hub until it sees a renewal,
+          and says on the Lease when it did; a gang created before then would be killed (seed 2061632721
+          of the chaos suite: a requeued gang placed straight back into the cluster it was lost from)."""
+        epoch_fence, agent = fence_pending(self.hub, cluster), self.agent_may_fence(cluster)
+        if not (epoch_fence or agent):
             return
         deadline = time.monotonic() + wait
         delay = 0.05
-        while fence_pending(self.hub, cluster):
+        while epoch_fence or agent:
             if time.monotonic() >= deadline:
-                raise DispatchError(f"cluster {cluster}: the epoch fence does not hold yet (the GC pass that "
-                                    f"deletes older epochs after a loss of contact has not completed)")
-            _log.info("dispatch waiting for the epoch fence", cluster=cluster, delay_s=round(delay, 3),
-                      waiting_for="the GC pass that deletes older epochs' objects in a returning cluster")
+                if epoch_fence:
+                    raise DispatchError(f"cluster {cluster}: the epoch fence does not hold yet (the GC pass that "
+                                        f"deletes older epochs after a loss of contact has not completed)")
+                raise DispatchError(f"cluster {cluster}: its fence agent may still be deleting this hub's objects "
+                                    f"(no renewal of the hub's lease there answered since it lapsed, or the last "
+                                    f"answer shows the agent's fence not lifted)")
+            if epoch_fence:
+                _log.info("dispatch waiting for the epoch fence", cluster=cluster, delay_s=round(delay, 3),
+                          waiting_for="the GC pass that deletes older epochs' objects in a returning cluster")
+            else:
+                _log.info("dispatch waiting for the member's fence agent", cluster=cluster, delay_s=round(delay, 3),
+                          waiting_for="a renewal of the hub's lease whose answer shows the agent's fence lifted")
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
+            epoch_fence, agent = fence_pending(self.hub, cluster), self.agent_may_fence(cluster)
 
     def _previous_copy(self, job: Mapping[str, Any], *, cluster: str) -> tuple[str, int, list[Any]] | None:
         """(cluster, epoch, objects still there) of a moved gang's previous copy (status.placement.previous,

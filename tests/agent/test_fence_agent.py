@@ -24,6 +24,7 @@ from agenttest_support import HUB, NAMESPACE, OTHER_HUB, Member, RecordingLog, R
 
 from federator.agent import EVENT_REASON, FenceAgent, check_hub_identity, podgroup_kinds
 from federator.clusters.client import MemberClient
+from federator.clusters.memberlease import FENCE_COUNT, FENCE_LIFTED
 from federator.sim import kinds
 
 LEASE_SECONDS = 2
@@ -249,6 +250,70 @@ async def test_expiry_counts_from_the_last_change_seen_and_unreachability_is_no_
     await _lease(member)
     clock.now += 0.1
     assert (await agent.step()).state == "held" and not agent.fencing and agent.counters.lifts == 1
+
+
+async def _annotations(member: Member) -> dict[str, str]:
+    lease = await member.storage.get(kinds.LEASES, namespace=NAMESPACE, name=HUB)
+    return dict(lease["metadata"].get("annotations") or {})
+
+
+async def test_each_fence_is_counted_and_marked_lifted_once_the_agent_has_seen_the_hub_renew(
+        member: Member, stepped: tuple[FenceAgent, Clock], log: RecordingLog) -> None:
+    """The hub dispatches nothing into a member while FENCE_COUNT is above FENCE_LIFTED on its Lease: the agent
+    raises the count before its first delete and marks it lifted only from a step that began after it saw
+    a renewal (no sweep of that fence can still be running then)."""
+    agent, clock = stepped
+    ns = await member.namespace()
+    await _lease(member)
+    assert (await agent.step()).state == "held"
+    for fence in (1, 2):  # the second fence raises the count again (it once stayed at "1" for ever)
+        await member.pod(ns, f"p{fence}", hub=HUB)
+        clock.now += LEASE_SECONDS + 0.1
+        result = await agent.step()
+        assert result.state == "expired" and result.pods_deleted == 1
+        marks = await _annotations(member)
+        assert marks[FENCE_COUNT] == str(fence) and marks.get(FENCE_LIFTED, "0") == str(fence - 1)
+        # still expired: no renewal seen, so the fence is not marked lifted, however many polls go by
+        clock.now += 0.5
+        assert (await agent.step()).state == "expired"
+        assert (await _annotations(member)).get(FENCE_LIFTED, "0") == str(fence - 1)
+        await _lease(member)  # the hub renews: the next step lifts the fence and says so on the Lease
+        clock.now += 0.1
+        assert (await agent.step()).state == "held" and not agent.fencing
+        assert (await _annotations(member))[FENCE_LIFTED] == str(fence)
+        assert agent.counters.lifts_marked == fence and log.find("marked the fence lifted")
+        # the agent's own mark is not a renewal: the lease still expires a leaseDuration after the hub's
+        clock.now += LEASE_SECONDS - 0.2
+        assert (await agent.step()).state == "held" and agent.counters.lifts_marked == fence
+    assert agent.counters.expiries == 2 and agent.counters.lifts == 2
+
+
+async def test_an_agent_that_finds_a_fence_not_marked_lifted_marks_it_only_after_a_renewal(
+        member: Member, stepped: tuple[FenceAgent, Clock]) -> None:
+    """A predecessor fenced and died before it said the fence was over: its successor says so once it has
+    seen the hub renew (not at its first sighting, when a renewal may not have come since the fence)."""
+    agent, clock = stepped
+    await _lease(member)
+    lease = await member.storage.get(kinds.LEASES, namespace=NAMESPACE, name=HUB)
+    lease["metadata"]["annotations"] = {FENCE_COUNT: "3", FENCE_LIFTED: "2"}
+    await member.storage.update(kinds.LEASES, lease, namespace=NAMESPACE, name=HUB)
+    for _ in range(2):
+        assert (await agent.step()).state == "held"
+        clock.now += 0.2
+    assert (await _annotations(member))[FENCE_LIFTED] == "2" and agent.counters.lifts_marked == 0
+    await _lease(member)  # replaces the spec only: the annotations stay
+    assert (await agent.step()).state == "held"
+    assert (await _annotations(member))[FENCE_LIFTED] == "3" and agent.counters.lifts_marked == 1
+    # malformed or hostile counts are no fence to mark
+    for bad in ("x", "-4", "9" * 40, ""):
+        lease = await member.storage.get(kinds.LEASES, namespace=NAMESPACE, name=HUB)
+        lease["metadata"]["annotations"] = {FENCE_COUNT: bad, FENCE_LIFTED: "0"}
+        await member.storage.update(kinds.LEASES, lease, namespace=NAMESPACE, name=HUB)
+        await _lease(member)
+        assert (await agent.step()).state == "held"
+        await _lease(member)
+        assert (await agent.step()).state == "held"
+        assert (await _annotations(member))[FENCE_LIFTED] == "0" and agent.counters.lifts_marked == 1
 
 
 async def test_a_missing_lease_is_nothing_to_fence(member: Member, stepped: tuple[FenceAgent, Clock],

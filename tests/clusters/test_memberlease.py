@@ -97,8 +97,11 @@ async def test_a_refused_renewal_is_not_a_possible_landing(tmp_path: Path, sims:
         before = lease.latest_landing
         lease.settings = LeaseSettings(duration_seconds=3.0, margin_seconds=2.0, namespace="no-such-namespace")
         wall.now += 30
+        assert lease.fence_may_be_up()  # nothing known yet
         assert not await lease.renew_once()  # 404 namespace: refused, it did not land
         assert lease.latest_landing == before and lease.unknown_since is None and lease.may_send()
+        # Only ever refused: this hub holds no lease there, so no agent fences it and dispatch need not wait.
+        assert lease.refused and not lease.fence_may_be_up()
         with pytest.raises(MemberApiError):
             await client.get(LEASES, namespace="no-such-namespace", name="hub-a")
     finally:
@@ -107,7 +110,7 @@ async def test_a_refused_renewal_is_not_a_possible_landing(tmp_path: Path, sims:
 
 async def test_a_fence_is_noticed_once_across_hub_restarts_and_recorded_as_handled(
         tmp_path: Path, sims: Sims) -> None:
-    from federator.clusters.memberlease import FENCE_COUNT, FENCE_HANDLING_SECONDS, FENCE_SEEN
+    from federator.clusters.memberlease import FENCE_COUNT, FENCE_HANDLING_SECONDS, FENCE_LIFTED, FENCE_SEEN
 
     wall = Wall()
     lease, client, health = await _lease(tmp_path, sims, wall=wall)
@@ -123,9 +126,19 @@ async def test_a_fence_is_noticed_once_across_hub_restarts_and_recorded_as_handl
         wall.now += 1
         assert await restarted.renew_once()
         assert restarted.fence_noticed_at == wall.now and restarted.fence_count == 1
+        noticed = wall.now
         assert restarted.fence_verdict(placed=wall.now - 100, missing_since=wall.now - 0.5) is True
-        assert restarted.fence_verdict(placed=wall.now + 1, missing_since=wall.now - 0.5) is False
+        # placed after the notice, but before the hub knew the fence was over: the agent may have killed it too
+        assert restarted.fence_verdict(placed=wall.now + 1, missing_since=wall.now - 0.5) is True
         assert restarted.fence_verdict(placed=wall.now - 100, missing_since=wall.now + 5) is None
+        # The agent says the fence is over; from the answer that shows it, a placement is no longer its business.
+        await client.patch(LEASES, namespace=FENCE_NAMESPACE, name="hub-a",
+                           patch={"metadata": {"annotations": {FENCE_LIFTED: "1"}}})
+        wall.now += 1
+        assert await restarted.renew_once()
+        assert restarted.fence_lifted_at() == wall.now and not restarted.fence_may_be_up()
+        assert restarted.fence_verdict(placed=noticed + 0.5, missing_since=wall.now - 0.5) is True
+        assert restarted.fence_verdict(placed=wall.now + 1, missing_since=wall.now - 0.5) is False
         # Once the gangs had time to be requeued, the hub records the fence as handled ...
         wall.now += FENCE_HANDLING_SECONDS
         assert await restarted.renew_once()
@@ -139,3 +152,54 @@ async def test_a_fence_is_noticed_once_across_hub_restarts_and_recorded_as_handl
         assert again.fence_noticed_at is None and again.fence_count == 1
     finally:
         await client.close()
+
+
+async def test_the_hub_knows_when_the_members_fence_agent_may_be_fencing(tmp_path: Path, sims: Sims) -> None:
+    """Dispatch waits while `fence_may_be_up`: before the first answer, after a lapse of renewals, and while
+    the last answer shows a fence the agent has not marked lifted (at most a leaseDuration of renewals
+    without a lapse for an agent that never does). The test plays the agent's part on the Lease."""
+    from federator.clusters.memberlease import FENCE_COUNT, FENCE_LIFTED
+
+    wall = Wall()
+    lease, client, _ = await _lease(tmp_path, sims, wall=wall, duration=3.0)  # margin 2 s: lapse after 1.5 s
+    try:
+        assert lease.lapse_seconds() == 1.5 and lease.fence_may_be_up()  # nothing known yet
+        assert await lease.renew_once()
+        assert not lease.fence_may_be_up() and not lease.fence_may_be_up(wall.now + 1.4)
+        assert lease.fence_may_be_up(wall.now + 1.5)  # no answer for that long: the agent may have expired
+        wall.now += 10  # a partition; meanwhile the agent fenced and marked the Lease
+        await client.patch(LEASES, namespace=FENCE_NAMESPACE, name="hub-a",
+                           patch={"metadata": {"annotations": {FENCE_COUNT: "1"}}})
+        assert lease.fence_may_be_up()
+        assert await lease.renew_once()  # back: the answer shows the fence, not lifted
+        assert lease.in_force_since == wall.now and lease.fence_noticed_at == wall.now
+        assert lease.fence_may_be_up()
+        for _ in range(2):
+            wall.now += 1
+            assert await lease.renew_once() and lease.fence_may_be_up()
+        await client.patch(LEASES, namespace=FENCE_NAMESPACE, name="hub-a",
+                           patch={"metadata": {"annotations": {FENCE_LIFTED: "1"}}})
+        assert lease.fence_may_be_up()  # not read yet
+        wall.now += 1
+        assert await lease.renew_once() and not lease.fence_may_be_up() and lease.fence_lifted == 1
+
+        # An agent that never marks a fence lifted (gone since) is taken to have lifted it once renewals have
+        # been answered without a lapse for a whole leaseDuration since they resumed.
+        wall.now += 10
+        await client.patch(LEASES, namespace=FENCE_NAMESPACE, name="hub-a",
+                           patch={"metadata": {"annotations": {FENCE_COUNT: "2"}}})
+        assert await lease.renew_once()
+        resumed = wall.now
+        while wall.now < resumed + 3.0:
+            assert lease.fence_may_be_up()
+            wall.now += 1
+            assert await lease.renew_once()
+        assert not lease.fence_may_be_up() and lease.fence_lifted_at() == resumed + 3.0
+        # a malformed or hostile annotation counts as no fence at all
+        await client.patch(LEASES, namespace=FENCE_NAMESPACE, name="hub-a",
+                           patch={"metadata": {"annotations": {FENCE_COUNT: "9" * 40, FENCE_LIFTED: "x"}}})
+        wall.now += 1
+        assert await lease.renew_once() and lease.fence_count == 0 and not lease.fence_may_be_up()
+    finally:
+        await client.close()
+

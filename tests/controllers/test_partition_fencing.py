@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from federator.agent import FenceAgent
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID
@@ -27,7 +28,7 @@ from federator.sim import kinds
 from federator.sim.server import SimCluster
 
 from .jobtest_support import API, phase, placement_of, wait_until
-from .lifecycle_support import Env, history, lifecycle_env
+from .lifecycle_support import Env, aimed_job, history, lifecycle_env
 
 pytestmark = pytest.mark.slow
 HOME, FALLBACK = "onprem-rdma-a100", "cloud-eth-h100"
@@ -195,3 +196,83 @@ async def test_gangs_the_agent_killed_while_the_hub_never_judged_the_cluster_los
     assert uid == back["metadata"]["uid"]
     lease = env.hub.context.shared["member_syncs"][HOME].lease
     assert lease.fence_noticed_at is not None and lease.fence_count >= 1
+
+
+async def test_a_gang_placed_back_into_a_returning_cluster_waits_until_its_agent_has_lifted_the_fence(
+        env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chaos seed 2061632721: a partition of the hub from HOME outlasts the lease and the grace; the agent
+    kills the gang, the hub moves it, and placement sends it straight back to HOME the moment HOME returns,
+    while a step of the agent that read the Lease before the hub's first renewal landed is still sweeping.
+    That sweep killed the new copy, and the job failed (MemberObjectsDeleted): lost by the system. Now the
+    hub dispatches into HOME only once a renewal's answer shows the agent marked its fence lifted.
+
+    The agent's sweep is held at its start for the moment HOME returns (the slow step of a loaded machine);
+    everything else is real: SimClusters, the hub and its controllers, the agent on HOME."""
+    home = env.fed.sims[HOME]
+    agent = await FenceAgent.from_kubeconfig(home.write_agent_kubeconfig(tmp_path / "home-agent.kubeconfig"),
+                                             hub_identity="federator", poll_seconds=0.2)
+    sweeps_open, sweep_held = asyncio.Event(), asyncio.Event()
+    sweeps_open.set()
+    sweep = agent._sweep
+
+    async def held_sweep(expiry: Any) -> tuple[int, int, int]:
+        if not sweeps_open.is_set():
+            sweep_held.set()
+            await sweeps_open.wait()
+        return await sweep(expiry)
+
+    monkeypatch.setattr(agent, "_sweep", held_sweep)
+    stop = asyncio.Event()
+    lease = env.hub.context.shared["member_syncs"][HOME].lease
+    try:
+        with structlog.testing.capture_logs() as logs:
+            async with _tasks(agent.run(stop)):
+                await wait_until(lambda: agent.counters.renewals_seen >= 2, timeout=30, what="the agent seeing renewals")
+                uid = (await env.api.submit(aimed_job("back", HOME)))["metadata"]["uid"]
+                job = await env.api.wait_job(NS, "back", lambda j: placement_of(j).get("cluster") == HOME
+                                             and phase(j) == "Running", timeout=40, what="running in HOME")
+                assert placement_of(job)["epoch"] == 1
+
+                home.faults.start_partition(None, source=home.token)  # only the hub's identity is cut off
+                await wait_until(lambda: agent.counters.pods_deleted >= 3, timeout=30, what="the agent fencing")
+                await env.api.wait_job(NS, "back", lambda j: bool(history(j, "ClusterLost")), timeout=60,
+                                       what="the hub moving the gang off HOME (it fits nowhere else)")
+                sweeps_open.clear()  # the agent's next step reads the Lease (still expired), then waits
+                await wait_until(sweep_held.is_set, timeout=30, what="a sweep of the agent held at its start")
+                renewals = lease.renewals
+                home.faults.end_partition()
+
+                def dispatch_held() -> bool:
+                    return any(line.get("event") == "dispatch waiting for the member's fence agent"
+                               and line.get("cluster") == HOME for line in logs)
+
+                async def back_in_home() -> bool:
+                    job = await env.api.get(NS, "back")
+                    placed = placement_of(job).get("cluster") == HOME and placement_of(job).get("epoch") == 2
+                    return placed and lease.renewals > renewals and (phase(job) == "Running" or dispatch_held())
+
+                await wait_until(back_in_home, timeout=60, what="HOME renewed, the gang placed back there at "
+                                 "epoch 2 and either running there or its dispatch waiting for the agent")
+                deleted = agent.counters.pods_deleted
+                sweeps_open.set()  # the held sweep goes on, with its view of the Lease from before HOME returned
+
+                async def settled() -> dict[str, Any] | None:
+                    job = await env.api.get(NS, "back")
+                    if phase(job) == "Failed" or history(job, "Fenced"):
+                        return job
+                    pods = await env.live_pods(HOME, uid)
+                    running = [p for p in pods if p["status"].get("phase") == "Running"]
+                    return job if phase(job) == "Running" and agent.counters.lifts >= 1 and len(running) == 3 \
+                        else None
+
+                final = await wait_until(settled, timeout=60, what="the gang running in HOME after the agent "
+                                         "lifted its fence (or failed, or requeued again)")
+    finally:
+        stop.set()
+        await agent.close()
+    said = [(h["event"], h.get("epoch"), h.get("message", "")[:160]) for h in final["status"]["history"]]
+    assert not history(final, "Failed") and not history(final, "Fenced"), f"the new copy was killed: {said}"
+    assert phase(final) == "Running", said
+    assert placement_of(final) == {**placement_of(final), "cluster": HOME, "epoch": 2}
+    assert agent.counters.pods_deleted == deleted  # the held sweep found nothing of the new copy to kill
+    assert dispatch_held() and agent.counters.lifts_marked >= 1 and lease.fence_lifted >= 1
