@@ -54,6 +54,8 @@ from federator.controllers.jobs import (
     history_entry,
     job_ref,
     phase_of,
+    placed_pods,
+    record_placed_size,
     reservations,
     set_condition,
     set_phase,
@@ -136,8 +138,7 @@ def failover_plan(hub: HubContext, cluster: str, *, purpose: str = "loss", now: 
     rows = []
     for job in affected:
         ref = job_ref(job)
-        spec = job.get("spec") or {}
-        pods = sum(int(r.get("replicas") or 0) for r in spec.get("roles") or () if isinstance(r, Mapping))
+        pods = placed_pods(job)
         decision = decided.get(ref.uid)
         rows.append({
             "namespace": ref.namespace, "name": ref.name, "uid": ref.uid, "epoch": current_placement(job)[1],
@@ -275,9 +276,10 @@ class ClusterDrain:
                                  previous={"cluster": cluster, "epoch": epoch})
                 status["placement"] = placement
                 status.pop("podCounts", None)
+                size = record_placed_size(status, decision)
                 model = f" on {decision.gpu_model}" if decision.gpu_model else ""
                 placed = (f"placed in {target}{model} ({len(decision.assignment)} pods on {len(decision.nodes)} "
-                          f"nodes) at epoch {epoch + 1}, drained from {cluster}")
+                          f"nodes) at epoch {epoch + 1}{size}, drained from {cluster}")
                 append_history(status, history_entry(PHASE_PLACED, cluster=target, epoch=epoch + 1, message=placed,
                                                      now=now))
                 set_condition(status, type=SCHEDULABLE, state="True", reason="Placed", message=placed, now=now)

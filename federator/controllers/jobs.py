@@ -3,8 +3,11 @@
 The contract between those controllers lives here:
 
 - `gang_request(job, now=...)`: a stored TrainingJob as placement's
-  `GangRequest` (roles, network, GPU models, datasets, selectors,
-  tolerations, priority, submission time, excluded clusters, queue).
+  `GangRequest` (roles with an elastic role's min and max replicas,
+  network, GPU models, datasets, selectors, tolerations, priority,
+  submission time, excluded clusters, queue).
+- `record_placed_size(status, decision)`: status.replicas, the pods per role
+  a decision placed (the size dispatch renders: `placed_replicas`).
 - `update_job_status(hub, namespace=..., name=..., mutate=...)`: a
   read-mutate-CAS write of the status subresource through `hub.storage`
   (whose writes the hub fences with the leader's token, see hub.py).
@@ -24,7 +27,8 @@ its epoch kept; the next decision takes epoch + 1, so every placement of a
 job has a fresh, larger epoch (the first one is 1).
 
 status.placement = {cluster, epoch, decisionResourceVersion, whyNot, scores
-(the decision's; a requeue drops them), excludedClusters: [{cluster, until}]}.
+(the decision's; a requeue drops them), excludedClusters: [{cluster, until}]};
+status.replicas = the decision's pods per role (a requeue drops it too).
 
 This module does no I/O of its own except `update_job_status` (the hub
 store through `hub.storage`); it never talks to a member cluster and never
@@ -41,10 +45,12 @@ from typing import Any, TypeVar
 
 from federator.apiserver.errors import ApiError
 from federator.apis.common import format_time, parse_time
+from federator.apis.trainingjob import placed_replicas
 from federator.controllers.context import HubContext
 from federator.obs import get_logger
 from federator.placement import (
     EMPTY_BOOK,
+    Decision,
     GangRequest,
     LabelRequirement,
     LabelSelector,
@@ -97,7 +103,10 @@ __all__ = [
     "parse_timestamp",
     "phase_of",
     "placed_at",
+    "placed_gang",
+    "placed_pods",
     "queued_at",
+    "record_placed_size",
     "remove_condition",
     "requeue",
     "reservations",
@@ -292,8 +301,10 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
             requests = Resources.from_kube(template.get("resources") or {})
         except ValueError as e:
             raise ValueError(f"TrainingJob {ref.key}: spec.roles[{index}].template.resources: {e}") from None
+        low, high = role.get("minReplicas"), role.get("maxReplicas")
         roles.append(RoleRequest(name=str(role.get("name")), replicas=int(role.get("replicas") or 0),
-                                 requests=requests))
+                                 requests=requests, min_replicas=low if type(low) is int else None,
+                                 max_replicas=high if type(high) is int else None))
         for key, value in (template.get("nodeSelector") or {}).items():
             if key in node_selector and node_selector[key] != value:
                 conflicting.add(key)
@@ -329,7 +340,34 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
     )
 
 
+def placed_gang(job: Mapping[str, Any], gang: GangRequest) -> GangRequest:
+    """`gang` (the job's GangRequest) at the size it was placed at (`placed_replicas`: status.replicas, else
+    the spec's replicas): what a placed or running gang holds, e.g. to charge its queue. `gang` itself for a
+    fixed-size gang."""
+    if not gang.elastic:
+        return gang
+    return gang.resized(placed_replicas(job))
+
+
+def placed_pods(job: Mapping[str, Any]) -> int:
+    """How many pods the job's gang has as placed (every role at its `placed_replicas`)."""
+    return sum(placed_replicas(job).values())
+
+
 # ---------------------------------------------------------------- status spelling
+
+
+def record_placed_size(status: dict[str, Any], decision: Decision) -> str:
+    """Write status.replicas = the pods per role `decision` placed, which dispatch renders (also after a
+    hub restart). Returns what to add to the decision's history message: an elastic gang's size within its
+    range ("; size worker 12 (4..16)"), "" for a fixed-size gang."""
+    if decision.replicas:
+        status["replicas"] = dict(decision.replicas)
+    else:
+        status.pop("replicas", None)
+    sizes = [f"{role} {decision.replicas.get(role, '?')} ({low}..{high})"
+             for role, (low, high) in sorted(decision.ranges.items())]
+    return f"; size {', '.join(sizes)}" if sizes else ""
 
 
 def history_entry(event: str, *, cluster: str | None, epoch: int | None, message: str, now: float) -> dict[str, Any]:
@@ -410,6 +448,7 @@ def requeue(
     placement.pop("cluster", None)
     placement.pop("decisionResourceVersion", None)
     placement.pop("scores", None)  # the decision's, which no longer holds
+    status.pop("replicas", None)  # likewise: the next decision chooses the size again
     placement["epoch"] = epoch
     status["placement"] = placement
     if count:

@@ -125,7 +125,9 @@ from federator.controllers.jobs import (
     job_ref,
     phase_of,
     placed_at,
+    placed_gang,
     queued_at,
+    record_placed_size,
     requeue,
     reservations,
     set_condition,
@@ -696,7 +698,8 @@ class PlacementController:
             try:
                 gang_running = RunningGang(
                     uid=uid, key=gang.key, cluster=cluster, queue=gang.queue, priority=gang.priority,
-                    started_at=placed_at(job, epoch=epoch) or gang.submitted_at, demand=gang.total,
+                    started_at=placed_at(job, epoch=epoch) or gang.submitted_at,
+                    demand=placed_gang(job, gang).total,
                     gpu_model=self._model_of(uid, gang, cluster=cluster, epoch=epoch, amounts=amounts,
                                              snapshot=snapshot),
                     amounts=amounts, borrowed=_borrowed(job),
@@ -964,9 +967,10 @@ class PlacementController:
                              decisionResourceVersion=decision.resource_version[:64] or "0", whyNot=rows,
                              scores=scores)
             status["placement"] = placement
+            size = record_placed_size(status, decision)
             model = f" on {decision.gpu_model}" if decision.gpu_model else ""
             message = (f"placed in {decision.cluster}{model} ({len(decision.assignment)} pods on "
-                       f"{len(decision.nodes)} nodes) at epoch {epoch}")
+                       f"{len(decision.nodes)} nodes) at epoch {epoch}{size}")
             if preempted:
                 message += f" after preempting {preempted}"
                 assert decision.preemption is not None
