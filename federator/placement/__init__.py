@@ -7,7 +7,8 @@ nearest its data, and says for every other cluster why not. Decisions
 reserve what they take (reservation.py) until the member shows the pods.
 An elastic gang (roles with min_replicas < max_replicas) is placed whole at
 the largest size that fits in one cluster; preemption shrinks running
-elastic gangs toward their minimum before it evicts whole gangs.
+elastic gangs toward their minimum before it evicts whole gangs, and
+`plan_growth` (growth.py) says which running elastic gangs may grow now.
 With queues (admission.py), a gang is placed only within its queue's GPU
 quota (own or borrowed from its cohort), queues are served by fair share,
 and a gang its queue is entitled to place may preempt whole lower-priority
@@ -49,6 +50,7 @@ from federator.placement.gang import (
     RoleRequest,
     Toleration,
 )
+from federator.placement.growth import Growth, GrowthResult, plan_growth
 from federator.placement.reservation import (
     EMPTY_BOOK,
     Reservation,
@@ -77,6 +79,8 @@ __all__ = [
     "Decision",
     "Fabric",
     "GangRequest",
+    "Growth",
+    "GrowthResult",
     "Hold",
     "LabelRequirement",
     "LabelSelector",
@@ -112,6 +116,7 @@ __all__ = [
     "WithinQueue",
     "assume",
     "evaluate_gang",
+    "plan_growth",
     "queue_order",
     "reconcile_reservations",
     "run_cycle",

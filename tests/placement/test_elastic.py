@@ -22,6 +22,8 @@ from test_properties import MODELS, clusters, gangs
 from federator.placement import (
     ClusterSnapshot,
     GangRequest,
+    GrowthResult,
+    PodAssignment,
     Profile,
     QueueQuota,
     QuotaAmounts,
@@ -30,6 +32,7 @@ from federator.placement import (
     RunningGang,
     RunningPod,
     WithinQueue,
+    plan_growth,
     run_cycle,
 )
 from federator.placement.explain import render_decision, render_unplaced
@@ -351,13 +354,14 @@ def elastic_running(
     priority: int = 0,
     started_at: float = 0.0,
     borrowed: bool = False,
+    high: int | None = None,
 ) -> RunningGang:
     """A running elastic gang (uid "run-<key>") with one pod of `gpus` GPUs on each node listed, in start
-    order (pod i started at started_at + i), min_replicas `low`, max_replicas two above its size."""
+    order (pod i started at started_at + i), min_replicas `low`, max_replicas `high` (two above its size)."""
     count = len(pods_on)
     request = GangRequest(
         key=key, uid=f"run-{key}", queue=queue, priority=priority,
-        roles=(RoleRequest("worker", count, per_gpu(gpus), low, count + 2),),
+        roles=(RoleRequest("worker", count, per_gpu(gpus), low, count + 2 if high is None else high),),
     )
     pods = tuple(
         RunningPod(f"{key}-worker-{i}", "worker", node_name, per_gpu(gpus), started_at + i, i)
@@ -661,3 +665,209 @@ def test_shrinks_and_evictions_are_minimal_whole_and_above_the_minimum(world: Sh
            tuple(sorted(removed, reverse=True)), decision.cluster)
     assert decision.preemption is not None and decision.preemption.minimal
     assert key == best
+
+
+# ---------------------------------------------------------------- growth
+
+
+def grow(running: Sequence[RunningGang], snaps: Mapping[str, ClusterSnapshot], pending: Sequence[GangRequest] = (),
+         **kwargs: object) -> GrowthResult:
+    options: dict[str, object] = {"now": 1000.0, "cooldown_seconds": 60.0}
+    options.update(kwargs)
+    return plan_growth(running, snaps, pending, PROFILE, **options)  # type: ignore[arg-type]
+
+
+def two_of_three() -> tuple[RunningGang, dict[str, ClusterSnapshot]]:
+    """An elastic gang (1..4 pods of 8 GPUs) running 2 pods on n-0 and n-1 of three nodes."""
+    el = elastic_running("el", ["n-0", "n-1"], low=1, gpus=8)
+    return el, by_name(occupied_by("a", THREE, [el]))
+
+
+def test_grows_into_free_room_when_nothing_is_pending() -> None:
+    el, snaps = two_of_three()
+    result = grow([el], snaps)
+    (growth,) = result.growths
+    assert (growth.gang_uid, growth.cluster, dict(growth.replicas)) == ("run-el", "a", {"worker": 3})
+    assert growth.added == (PodAssignment("worker", 2, "n-2"),) and dict(growth.amounts) == {"n-2": per_gpu(8)}
+    reservation = result.reservations.get("run-el")
+    assert reservation is not None and reservation.pods == 3 and dict(reservation.amounts) == {"n-2": per_gpu(8)}
+    # The growth's reservation keeps a later gang off the room it took.
+    after = run_cycle([gang("ns/late", gpus=8)], snaps, PROFILE, now=1001.0, reservations=result.reservations)
+    assert after.decisions == ()
+
+
+def test_pending_gangs_first() -> None:
+    el, snaps = two_of_three()
+    result = grow([el], snaps, [gang("ns/waiting", gpus=8)])
+    assert result.growths == () and "no room" in result.held_back["run-el"]
+    assert len(result.reservations) == 0  # the pending gang's hypothetical placement is not kept
+    # A pending gang that could not use the room even so does not stop it.
+    result = grow([el], snaps, [gang("ns/huge", pods=2, gpus=8)])
+    assert [dict(g.replicas) for g in result.growths] == [{"worker": 3}]
+
+
+def test_a_cooldown_after_each_resize() -> None:
+    el, snaps = two_of_three()
+    cooling = grow([el], snaps, last_resized={"run-el": 990.0})
+    assert cooling.growths == () and cooling.held_back["run-el"] == "resized at 990; cooling down until 1050"
+    assert [g.gang_uid for g in grow([el], snaps, last_resized={"run-el": 940.0}).growths] == ["run-el"]
+
+
+def test_growth_stays_within_its_queues_nominal_quota() -> None:
+    el = elastic_running("el", ["n-0", "n-0"], low=1, gpus=4)  # 8 GPUs; may grow to 4 pods
+    snaps = by_name(occupied_by("a", THREE, [el]))
+    queues = vision_queues(nominal={"A100": 12})
+    (growth,) = grow([el], snaps, queues=queues).growths
+    assert dict(growth.replicas) == {"worker": 3}  # 12 GPUs: its nominal quota, though the cohort could lend
+    # Nothing to grow into once the queue is at its nominal quota.
+    result = grow([el], snaps, queues=vision_queues(nominal={"A100": 8}))
+    assert result.growths == () and "queue vision has 0 of its nominal 8 A100 GPUs left" in result.held_back["run-el"]
+
+
+def test_no_growth_while_a_pending_gang_of_its_queue_or_cohort_waits_for_quota() -> None:
+    el = elastic_running("el", ["n-0", "n-0"], low=1, gpus=4)
+    snaps = by_name(occupied_by("a", THREE, [el]))
+    queues = {
+        "vision": QueueQuota("vision", QuotaAmounts({"A100": 16}), cohort="research", within_queue=LOWER),
+        "nlp": QueueQuota("nlp", QuotaAmounts({"A100": 8}), cohort="research"),
+    }
+    # 24 GPUs: more than vision's 8 left plus the 8 nlp lends: it waits for quota.
+    same_queue = gang("vision/big", pods=3, gpus=8, queue="vision", priority=9)
+    result = grow([el], snaps, [same_queue], queues=queues)
+    assert result.growths == () and "vision/big waits for quota of queue vision" in result.held_back["run-el"]
+    cohort = gang("nlp/big", pods=3, gpus=8, queue="nlp")  # 24 > nlp's 8 + the 8 vision does not use
+    result = grow([el], snaps, [cohort], queues=queues)
+    assert result.growths == () and "cohort research" in result.held_back["run-el"]
+
+
+def test_no_growth_where_a_pending_gang_would_preempt() -> None:
+    el = elastic_running("el", ["n-0", "n-0", "n-1", "n-1"], low=1, gpus=4, priority=0)
+    low = running_gang("low", on={"n-2": 4})
+    snaps = by_name(occupied_by("a", THREE, [el, low]))
+    urgent = gang("vision/urgent", gpus=8, queue="vision", priority=5)
+    result = grow([el, low], snaps, [urgent], queues=vision_queues())
+    assert result.growths == () and "vision/urgent would preempt in a" in result.held_back["run-el"]
+
+
+def test_higher_priority_grows_first_and_each_into_what_is_left() -> None:
+    senior = elastic_running("senior", ["n-0"], low=1, gpus=8, priority=3, started_at=5.0)
+    junior = elastic_running("junior", ["n-1"], low=1, gpus=8, priority=1)
+    snaps = by_name(occupied_by("a", THREE, [senior, junior]))
+    result = grow([junior, senior], snaps)
+    assert [(g.gang_key, dict(g.replicas)) for g in result.growths] == [("senior", {"worker": 2})]
+    assert "no room" in result.held_back["run-junior"]
+
+
+def test_growth_respects_head_of_line_holds() -> None:
+    el, _ = two_of_three()
+    snaps = by_name(occupied_by("a", {**THREE, "n-3": 8}, [el, running_gang("busy", on={"n-3": 4}, queue="")]))
+    aged = gang("ns/aged", pods=2, gpus=8, submitted_at=0.0)  # needs n-2 and n-3: holds them
+    profile = dataclasses.replace(PROFILE, hold_after_seconds=100.0)
+    result = plan_growth([el], snaps, [aged], profile, now=1000.0, cooldown_seconds=0.0)
+    assert result.growths == ()
+
+
+def test_never_below_what_runs_nor_above_the_maximum_nor_elsewhere() -> None:
+    el = elastic_running("el", ["n-0"], low=1, gpus=8)  # max 3
+    snaps = by_name(occupied_by("a", {f"n-{i}": 8 for i in range(6)}, [el]), free_nodes("b", 8))
+    (growth,) = grow([el], snaps).growths
+    assert dict(growth.replicas) == {"worker": 3} and {p.node for p in growth.added} <= set(snaps["a"].nodes)
+    at_max = elastic_running("full", ["n-0", "n-1", "n-2"], low=1, gpus=8, high=3)
+    fixed = running_gang("fixed", on={"n-3": 8})
+    assert grow([at_max, fixed], snaps).growths == ()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"cooldown_seconds": -1.0}, ValueError, "cooldown_seconds must be a finite number >= 0"),
+        ({"cooldown_seconds": float("inf")}, ValueError, "cooldown_seconds must be a finite number >= 0"),
+        ({"now": float("nan")}, ValueError, "now must be a finite number"),
+        ({"last_resized": {"run-el": "yesterday"}}, ValueError, "last_resized must map gang uids to finite times"),
+        ({"last_resized": [("run-el", 1.0)]}, TypeError, "last_resized must map gang uids to times"),
+    ],
+)
+def test_bad_growth_input_is_a_clear_error(kwargs: dict[str, object], error: type[Exception], message: str) -> None:
+    el, snaps = two_of_three()
+    with pytest.raises(error, match=message):
+        grow([el], snaps, **kwargs)
+
+
+def test_bad_running_gangs_are_clear_errors() -> None:
+    el, snaps = two_of_three()
+    with pytest.raises(TypeError, match="is not a RunningGang"):
+        grow([el, "el"], snaps)  # type: ignore[list-item]
+    pod = el.pods[0]
+    with pytest.raises(ValueError, match="pod 'el-worker-0' is listed twice"):
+        dataclasses.replace(el, pods=(pod, pod), amounts={})
+    with pytest.raises(ValueError, match="amounts must be the sum of its pods' requests per node"):
+        dataclasses.replace(el, amounts={"n-0": per_gpu(1)})
+    with pytest.raises(ValueError, match="has role 'ps', not one of its roles"):
+        dataclasses.replace(el, pods=(dataclasses.replace(pod, role="ps"),), amounts={})
+    with pytest.raises(ValueError, match="request is for gang 'other'"):
+        dataclasses.replace(el, request=dataclasses.replace(el.request, uid="other"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="started_at must be a finite number"):
+        RunningPod("p", "worker", "n-0", per_gpu(1), float("nan"))
+
+
+@st.composite
+def growth_worlds(draw: st.DrawFn) -> tuple[dict[str, ClusterSnapshot], list[RunningGang], list[GangRequest]]:
+    running: list[RunningGang] = []
+    snaps: dict[str, ClusterSnapshot] = {}
+    for c in range(draw(st.integers(1, 2))):
+        name = f"c{c}"
+        node_gpus = {f"{name}-n{i}": 8 for i in range(draw(st.integers(1, 4)))}
+        left = dict(node_gpus)
+        here: list[RunningGang] = []
+        for g in range(draw(st.integers(1, 3))):
+            per_pod = draw(st.sampled_from([2, 4, 8]))
+            spots = [n for n in sorted(left) for _ in range(left[n] // per_pod)]
+            if not spots:
+                break
+            on = draw(st.lists(st.sampled_from(spots), min_size=1, max_size=3))
+            placed = []
+            for node_name in on:
+                if left[node_name] >= per_pod:
+                    left[node_name] -= per_pod
+                    placed.append(node_name)
+            here.append(elastic_running(f"{name}-g{g}", placed, low=1, gpus=per_pod, cluster_name=name,
+                                        priority=draw(st.integers(0, 3)), started_at=float(g)))
+        snaps[name] = occupied_by(name, node_gpus, here)
+        running.extend(here)
+    pending = [gang(f"ns/p{i}", pods=draw(st.integers(1, 2)), gpus=draw(st.sampled_from([2, 4, 8])))
+               for i in range(draw(st.integers(0, 2)))]
+    return snaps, running, pending
+
+
+@SETTINGS
+@given(world=growth_worlds())
+def test_growth_never_double_books_and_stays_in_range_and_in_its_cluster(
+    world: tuple[dict[str, ClusterSnapshot], list[RunningGang], list[GangRequest]]
+) -> None:
+    snaps, running, pending = world
+    result = grow(running, snaps, pending)
+    first = run_cycle(pending, snaps, PROFILE, now=1000.0, running=running, preempt=False)
+    by_uid = {r.uid: r for r in running}
+    load: dict[tuple[str, str], int] = {}
+    pending_gpus = {g.uid: g.roles[0].requests.gpu for g in pending}
+    for decision in first.decisions:  # pending first: their placements and the growths never overlap
+        for pod in decision.assignment:
+            load[(decision.cluster, pod.node)] = load.get((decision.cluster, pod.node), 0) + pending_gpus[decision.gang_uid]
+    for growth in result.growths:
+        r = by_uid[growth.gang_uid]
+        assert r.request is not None and growth.cluster == r.cluster
+        now_running = r.replicas()
+        for role in r.request.roles:
+            assert now_running[role.name] <= growth.replicas[role.name] <= role.high
+        assert len(growth.added) == sum(growth.replicas.values()) - sum(now_running.values())
+        for pod in growth.added:
+            assert pod.node in snaps[growth.cluster].nodes
+            load[(growth.cluster, pod.node)] = load.get((growth.cluster, pod.node), 0) + r.request.roles[0].requests.gpu
+    for (name, node_name), gpus in load.items():
+        assert gpus <= snaps[name].nodes[node_name].free.gpu
+    if not pending:
+        # Nothing pending: every gang below its maximum grows unless no step's new pods fit.
+        for r in running:
+            grown = next((g for g in result.growths if g.gang_uid == r.uid), None)
+            if grown is None and r.uid in result.held_back:
+                assert "no room" in result.held_back[r.uid]
