@@ -26,6 +26,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from federator.apis.trainingjob import placed_replicas
 from federator.apiserver import errors
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClient, MemberClientError
@@ -43,12 +44,14 @@ _log = get_logger("controllers.jobpods")
 
 
 def job_roles(job: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """(role name, replicas) in the job's spec order."""
+    """(role name, pods) in the job's spec order: the size the gang was placed at (`placed_replicas`: an
+    elastic gang's status.replicas, else the spec's replicas)."""
+    placed = placed_replicas(job)
     found: list[tuple[str, int]] = []
     for role in (job.get("spec") or {}).get("roles") or ():
         if isinstance(role, Mapping) and isinstance(role.get("name"), str):
-            replicas = role.get("replicas")
-            found.append((role["name"], replicas if type(replicas) is int and replicas > 0 else 1))
+            replicas = placed.get(role["name"])
+            found.append((role["name"], replicas if replicas is not None and replicas > 0 else 1))
     return found
 
 
