@@ -551,8 +551,8 @@ class DispatchRecord:
 
     @property
     def message(self) -> str:
-        return (f"{self.created + self.existing} member objects in {self.cluster} ({self.created} created, "
-                f"{self.existing} already there)")
+        return (f"{self.created + self.existing} member objects in {self.cluster} at epoch {self.epoch} "
+                f"({self.created} created, {self.existing} already there)")
 
 
 def apply_dispatch_record(status: dict[str, Any], record: DispatchRecord) -> bool:

@@ -64,3 +64,15 @@ def test_applying_a_record_sets_the_condition_and_history_once() -> None:
     assert history[0]["epoch"] == 4 and history[0]["cluster"] == "c1"
     assert not apply_dispatch_record(status, record)  # already recorded: no change, no second entry
     assert len(status["history"]) == 1  # type: ignore[arg-type]
+
+
+def test_a_dispatch_at_a_new_epoch_into_the_same_cluster_is_recorded_too() -> None:
+    """A gang requeued from a cluster and placed back into it at epoch + 1, with as many objects, was
+    recorded once only (chaos seed 2061632721: history Placed#2 Admitted#2 with no Dispatched#2): the
+    condition's message did not change, so nothing did."""
+    status: dict[str, object] = {}
+    assert apply_dispatch_record(status, _record(epoch=1))
+    assert apply_dispatch_record(status, _record(epoch=2, at=1010.0))
+    history = status["history"]
+    assert isinstance(history, list)
+    assert [(h["event"], h["epoch"]) for h in history] == [("Dispatched", 1), ("Dispatched", 2)]
