@@ -1,8 +1,9 @@
 """Benchmark of the pure placement engine: decisions per second and p99 decision latency.
 
 Scenarios: 20 clusters x 500 nodes and 100 clusters x 1,000 nodes,
-20x500-unplaceable: 20 x 500 where 20% of the gangs fit nowhere, and
-20x500-preemption: 20 x 500 with team queues where 30% of the gangs need preemption.
+20x500-unplaceable: 20 x 500 where 20% of the gangs fit nowhere,
+20x500-preemption: 20 x 500 with team queues where 30% of the gangs need preemption, and
+20x500-elastic: 20 x 500 where 30% of the gangs are elastic, beside the same gangs all fixed.
 Bars (issue 5): 20x500 >= 2,000 decisions/s with p99 <= 2 ms; 100x1000 >= 500 decisions/s;
 (issue 15) 20x500-unplaceable >= 2,000 decisions/s, unplaceable gangs included;
 (issue 17) 20x500-preemption >= 1,000 decisions/s, each preemption included.
@@ -36,6 +37,12 @@ Workload (seeded; stated here because the trace carries none of it):
   GPUs; gang-fit now compares each pod with the largest node first
   (0.2 ms), which took this scenario from 2,154 and 2,459 decisions/s to
   3,735 and 3,260 (medians of 3, run alternately at load 3.3).
+- Elastic gangs (scenario 20x500-elastic): a seeded 30% of the gangs get an
+  elastic role: min_replicas = half its pods (at least 1), replicas = its
+  pods, max_replicas = twice its pods (a one-pod gang: 1..2), so that at the
+  steady state's load many do not fit at their maximum and placement
+  searches the size. The same gangs, all fixed, run beside them on the same
+  clusters (runs alternate); both rates and the pods each placed are printed.
 - Steady state: decisions reserve what they take; once the federation's
   GPU utilisation passes 80%, the oldest placed gangs finish (their amounts
   are released) until it is back under, so clusters neither fill up nor
@@ -126,14 +133,19 @@ SCENARIOS = {
     "100x1000": (100, 1000, 0.0),
     "20x500-unplaceable": (20, 500, 0.2),
     "20x500-preemption": (20, 500, 0.0),
+    "20x500-elastic": (20, 500, 0.0),
 }
 BARS = {
     "20x500": (2000.0, 2.0),
     "100x1000": (500.0, None),
     "20x500-unplaceable": (2000.0, None),
     "20x500-preemption": (1000.0, None),
+    # No bar of its own in issue 19: the 20x500 bar, so that elasticity is seen not to cost it.
+    "20x500-elastic": (2000.0, None),
 }
-DEFAULT_SCENARIOS = ("20x500", "100x1000", "20x500-unplaceable", "20x500-preemption")
+DEFAULT_SCENARIOS = ("20x500", "100x1000", "20x500-unplaceable", "20x500-preemption", "20x500-elastic")
+# Scenario -> share of gangs that are elastic.
+ELASTIC = {"20x500-elastic": 0.3}
 # Scenario -> share of gangs that need preemption.
 PREEMPTION = {"20x500-preemption": 0.3}
 TEAMS = 4
@@ -251,6 +263,18 @@ def plant_unplaceable(gangs: list[GangRequest], share: float, rng: random.Random
     return planted
 
 
+def make_elastic(gangs: list[GangRequest], share: float, rng: random.Random) -> list[GangRequest]:
+    """A copy of the gangs where a seeded `share` have an elastic role: min half its pods, max twice them."""
+    out = list(gangs)
+    for i in sorted(rng.sample(range(len(gangs)), round(len(gangs) * share))):
+        old = gangs[i]
+        (role,) = old.roles
+        pods = role.replicas
+        elastic_role = RoleRequest(role.name, pods, role.requests, max(1, pods // 2), 2 * pods)
+        out[i] = replace(old, roles=(elastic_role,))
+    return out
+
+
 def _utilisation(views: dict[str, ClusterSnapshot], capacity: int) -> float:
     free = sum(sum(s.index.free_gpu_by_model.values()) for s in views.values())
     return 1.0 - free / capacity
@@ -265,6 +289,10 @@ class RunResult:
     unplaced: int
     # Unplaced gangs that were not planted as unplaceable (the load left no room for them).
     unplaced_other: int
+    # Pods of the gangs placed (one gang per cycle): what elastic sizes add up to.
+    pods_placed: int = 0
+    # Decisions per second of this process's CPU time in cycles of 64 (steadier than wall time on a shared machine).
+    batch_cpu_rate: float = 0.0
 
 
 def _check_unplaced(
@@ -289,7 +317,7 @@ def run_once(
     # The hold rule needs aged gangs; the bench measures the steady decision path, so none age.
     now = 1.0
     latencies: list[float] = []
-    placed = unplaced = others = 0
+    placed = unplaced = others = pods = 0
     views = dict(clusters)
     running: deque[tuple[str, dict[str, Resources]]] = deque()
     for gang in gangs:
@@ -304,6 +332,7 @@ def run_once(
             assert reservation is not None
             running.append((decision.cluster, dict(reservation.amounts)))
             placed += 1
+            pods += len(decision.assignment)
         unplaced += len(result.unplaced)
         others += _check_unplaced(result.unplaced, planted=planted, clusters=len(clusters))
         while running and _utilisation(views, capacity) > 0.8:
@@ -315,12 +344,13 @@ def run_once(
 
     views = dict(clusters)
     running.clear()
-    batch_time = 0.0
+    batch_time = batch_cpu = 0.0
     for start_index in range(0, len(gangs), 64):
         batch = gangs[start_index : start_index + 64]
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = run_cycle(batch, views, profile, now=now, reservations=EMPTY_BOOK)
         batch_time += time.perf_counter() - start
+        batch_cpu += time.process_time() - start_cpu
         views = dict(result.snapshots)
         _check_unplaced(result.unplaced, planted=planted, clusters=len(clusters))
         for decision in result.decisions:
@@ -337,6 +367,8 @@ def run_once(
         placed=placed,
         unplaced=unplaced,
         unplaced_other=others,
+        pods_placed=pods,
+        batch_cpu_rate=len(gangs) / batch_cpu if batch_cpu > 0 else 0.0,
     )
 
 
@@ -566,6 +598,51 @@ def bench_preemption(
     return met
 
 
+def bench_elastic(
+    scenario: str, *, args: argparse.Namespace, gangs_given: int, gpu_counts: Sequence[int], profile: Profile,
+    out: BenchResult,
+) -> bool:
+    count, nodes, _ = SCENARIOS[scenario]
+    rng = random.Random(args.seed)
+    clusters = make_clusters(count, nodes, rng)
+    fixed = make_gangs(gangs_given, gpu_counts, rng)
+    elastic = make_elastic(fixed, ELASTIC[scenario], random.Random(args.seed + 2))
+    min_rate, _ = BARS[scenario]
+    runs: dict[str, list[RunResult]] = {"": [], "Fixed": []}
+    for run in range(args.runs):
+        # Alternate which goes first, so that a load change on the shared machine hits both alike.
+        order = [("", elastic), ("Fixed", fixed)] if run % 2 == 0 else [("Fixed", fixed), ("", elastic)]
+        for variant, gangs in order:
+            result = run_once(clusters, gangs, profile, planted={})
+            runs[variant].append(result)
+            bar = (">=", min_rate) if variant == "" else None
+            out.add(f"{scenario}.decisionsPerSecond{variant}", result.batch_rate, unit="decisions/s", bar=bar)
+            out.add(f"{scenario}.decisionsPerSecondOnePerCycle{variant}", result.latency_rate, unit="decisions/s")
+            out.add(f"{scenario}.decisionsPerCpuSecond{variant}", result.batch_cpu_rate, unit="decisions/s")
+        parts = [
+            f"{'fixed' if variant else 'elastic'}: {r.batch_rate:,.0f} decisions/s in cycles of 64 "
+            f"({r.batch_cpu_rate:,.0f} per CPU second), "
+            f"{r.latency_rate:,.0f} one per cycle (p99 {r.p99_ms:.2f} ms), placed {r.placed} gangs, {r.pods_placed} pods"
+            for variant, r in ((v, runs[v][-1]) for v in ("", "Fixed"))
+        ]
+        print(f"{scenario} run {run + 1}: " + "; ".join(parts), flush=True)
+    median = {variant: statistics.median(r.batch_rate for r in results) for variant, results in runs.items()}
+    cpu = {variant: statistics.median(r.batch_cpu_rate for r in results) for variant, results in runs.items()}
+    pods = {variant: statistics.median(r.pods_placed for r in results) for variant, results in runs.items()}
+    elastic_count = sum(1 for g in elastic if g.elastic)
+    met = median[""] >= min_rate
+    line = (
+        f"{scenario} median of {args.runs}: {median['']:,.0f} decisions/s in cycles of 64 with {elastic_count} of "
+        f"{len(elastic)} gangs elastic, {median['Fixed']:,.0f} with all fixed (ratio {median[''] / median['Fixed']:.2f}; "
+        f"per CPU second {cpu['']:,.0f} vs {cpu['Fixed']:,.0f}, ratio {cpu[''] / cpu['Fixed']:.2f}); "
+        f"pods placed one per cycle {pods['']:,.0f} vs {pods['Fixed']:,.0f}; bar >= {min_rate:,.0f}/s: "
+        f"{'met' if met else 'MISSED'}"
+    )
+    print(line, flush=True)
+    out.notes.append(line)
+    return met
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -592,6 +669,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for scenario in args.scenario or default:
         if scenario in PREEMPTION:
             ok = bench_preemption(
+                scenario, args=args, gangs_given=gangs_given, gpu_counts=gpu_counts, profile=profile, out=out
+            ) and ok
+            continue
+        if scenario in ELASTIC:
+            ok = bench_elastic(
                 scenario, args=args, gangs_given=gangs_given, gpu_counts=gpu_counts, profile=profile, out=out
             ) and ok
             continue
