@@ -291,6 +291,17 @@ class MemberClient:
     def __repr__(self) -> str:
         return f"MemberClient(cluster={self.cluster!r}, server={self.server!r})"
 
+    def _describe(self, error: BaseException) -> str:
+        """What went wrong, naming the cluster, never its API server: these messages reach job status
+        and history, which researchers read, and a member's connection is only for admins (aiohttp's
+        own texts carry host:port, e.g. "Cannot connect to host 10.0.0.7:6443")."""
+        text = _describe(error)
+        parts = urlsplit(self.server)
+        for where in (self.server, parts.netloc, parts.hostname):
+            if where:
+                text = text.replace(where, "<member API server>")
+        return text
+
     # ------------------------------------------------------------ construction
 
     @classmethod
@@ -453,9 +464,7 @@ class MemberClient:
             return response
         except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError, OSError) as e:
             code = type(e).__name__
-            raise MemberUnreachable(
-                f"cluster {self.cluster}: {verb} {path} at {self.server}: {_describe(e)}"
-            ) from None
+            raise MemberUnreachable(f"cluster {self.cluster}: {verb} {path}: {self._describe(e)}") from None
         finally:
             self.metrics.member_requests.labels(cluster=self.cluster, verb=verb, code=code).inc()
             self.metrics.member_request_seconds.labels(cluster=self.cluster, verb=verb).observe(
@@ -500,7 +509,7 @@ class MemberClient:
         try:
             raw = await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            raise MemberUnreachable(f"cluster {self.cluster}: {verb} {path}: {_describe(e)}") from None
+            raise MemberUnreachable(f"cluster {self.cluster}: {verb} {path}: {self._describe(e)}") from None
         finally:
             response.release()
         try:
@@ -638,7 +647,7 @@ class MemberClient:
         try:
             await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            raise MemberUnreachable(f"cluster {self.cluster}: probe at {self.server}: {_describe(e)}") from None
+            raise MemberUnreachable(f"cluster {self.cluster}: probe: {self._describe(e)}") from None
         finally:
             response.release()
 
@@ -675,8 +684,8 @@ class MemberClient:
             try:
                 chunk = await response.content.readany()
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                raise MemberUnreachable(f"cluster {self.cluster}: log of pod {pod} interrupted: {_describe(e)}"
-                                        ) from None
+                raise MemberUnreachable(
+                    f"cluster {self.cluster}: log of pod {pod} interrupted: {self._describe(e)}") from None
             if not chunk:
                 return
             yield chunk
@@ -727,7 +736,7 @@ class MemberClient:
                     chunk = await response.content.readany()
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                     raise MemberUnreachable(
-                        f"cluster {self.cluster}: watch {resource.key} interrupted: {_describe(e)}"
+                        f"cluster {self.cluster}: watch {resource.key} interrupted: {self._describe(e)}"
                     ) from None
                 if not chunk:
                     if pending.strip():

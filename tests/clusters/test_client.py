@@ -105,8 +105,12 @@ async def test_timeouts_and_unreachable_servers(sims: Sims) -> None:
                 pass
         sim.faults.end_partition()
         await sim.stop()
-        with pytest.raises(MemberUnreachable, match="Cannot connect|Connect"):
+        with pytest.raises(MemberUnreachable, match="Cannot connect|Connect") as refused:
             await client.probe()
+        # the message reaches job status and history, which researchers read: it names the cluster only
+        host_port = client.server.split("://", 1)[1]
+        assert "cluster c:" in str(refused.value)
+        assert host_port not in str(refused.value) and "127.0.0.1" not in str(refused.value), refused.value
 
 
 async def test_connection_from_stored_credentials(sims: Sims) -> None:
