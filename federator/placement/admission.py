@@ -841,6 +841,22 @@ class QuotaLedger:
         block = QuotaBlock(gang.queue, QUOTA_EXCEEDED, text, first.numbers)
         return Admission(gang.queue, False, block=block, never=all(v.never for _, v in refused))
 
+    def nominal_shortfall(self, gang: GangRequest, model: str | None) -> str | None:
+        """None if the gang's queue holds it on `model` within its nominal quota now (used + held + its
+        demand: the room rule, own quota only); else why not, with the numbers."""
+        quota = self._queues.get(gang.queue)
+        if quota is None:
+            return f"queue {gang.queue} does not exist"
+        for key, amount in _demand_keys(model, gang.total):
+            term = self._term(quota, key, amount)
+            if term is not None and term.room(own_only=True) == NO_ROOM:
+                held = f" and holds {_bare(key, term.held)}" if term.held else ""
+                return (
+                    f"queue {quota.name} uses {_bare(key, term.used)}{held} of {_amount_text(key, term.nominal)}; "
+                    f"{_bare(key, amount)} more would be beyond its nominal quota"
+                )
+        return None
+
     def fits_after(
         self, gang: GangRequest, model: str | None, removed: Sequence[RunningGang], *, own_only: bool
     ) -> bool:

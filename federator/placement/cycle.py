@@ -139,7 +139,7 @@ from federator.placement.reservation import (
 from federator.placement.resources import Resources
 from federator.placement.snapshot import ClusterSnapshot
 
-__all__ = ["CycleResult", "GangEvaluation", "evaluate_gang", "queue_order", "run_cycle"]
+__all__ = ["CycleResult", "GangEvaluation", "cycle_and_ledger", "evaluate_gang", "queue_order", "run_cycle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +480,26 @@ def run_cycle(
     not being evicted), with its per-node amounts. `preempt=False` only
     explains what preemption would do.
     """
+    return cycle_and_ledger(
+        gangs, snapshots, profile, now=now, reservations=reservations, registry=registry, queues=queues,
+        running=running, preempt=preempt,
+    )[0]
+
+
+def cycle_and_ledger(
+    gangs: Iterable[GangRequest],
+    snapshots: Mapping[str, ClusterSnapshot],
+    profile: Profile,
+    *,
+    now: float,
+    reservations: ReservationBook = EMPTY_BOOK,
+    registry: PluginRegistry | None = None,
+    queues: Mapping[str, QueueQuota] | None = None,
+    running: Iterable[RunningGang] = (),
+    preempt: bool = True,
+) -> tuple[CycleResult, QuotaLedger | None]:
+    """`run_cycle`, and its quota ledger as the cycle left it (None without queues): for rules that come
+    after the cycle and must see its admissions and holds (`growth`)."""
     pending = list(gangs)
     running_list = list(running)
     _validate_inputs(pending, snapshots, profile=profile, queues=queues, running=running_list)
@@ -743,7 +763,7 @@ def run_cycle(
             )
         )
 
-    return CycleResult(
+    result = CycleResult(
         decisions=tuple(decisions),
         unplaced=tuple(unplaced),
         reservations=book,
@@ -754,3 +774,4 @@ def run_cycle(
         evictions=tuple(evictions),
         shrinks=Map(shrinks),
     )
+    return result, ledger

@@ -282,6 +282,9 @@ class GangRequest:
     # Some role may run with fewer or more pods (min_replicas < max_replicas); and its number of size steps.
     elastic: bool = field(init=False, compare=False, repr=False)
     steps: int = field(init=False, compare=False, repr=False)
+    # (pods at the minimum, pods at the maximum), and each role's (min, max) in fit order: memo keys.
+    pods_range: tuple[int, int] = field(init=False, compare=False, repr=False)
+    ranges: tuple[tuple[int, int], ...] = field(init=False, compare=False, repr=False)
     # step -> the gang at that step (built once each: a cycle asks for the same few sizes again and again).
     _sized: dict[int, GangRequest] = field(init=False, compare=False, repr=False)
 
@@ -332,10 +335,12 @@ class GangRequest:
         steps = max(role.high - role.low for role in roles)
         object.__setattr__(self, "elastic", steps > 0)
         object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "pods_range", (sum(role.low for role in roles), most))
         object.__setattr__(self, "_sized", {})
         object.__setattr__(self, "pod_count", pod_count)
         fit_order = tuple(sorted(roles, key=_fit_order_key))
         object.__setattr__(self, "fit_order", fit_order)
+        object.__setattr__(self, "ranges", tuple((role.low, role.high) for role in fit_order))
         object.__setattr__(
             self,
             "shape",
@@ -373,21 +378,7 @@ class GangRequest:
             self.counts(step)  # validates: only step 0 exists
             return self
         counts = self.counts(step)
-        fixed = GangRequest(
-            key=self.key,
-            uid=self.uid,
-            roles=tuple(role.fixed(counts[role.name]) for role in self.roles),
-            network=self.network,
-            gpu_models=self.gpu_models,
-            datasets=self.datasets,
-            cluster_selector=self.cluster_selector,
-            node_selector=self.node_selector,
-            tolerations=self.tolerations,
-            priority=self.priority,
-            submitted_at=self.submitted_at,
-            excluded_clusters=self.excluded_clusters,
-            queue=self.queue,
-        )
+        fixed = replace(self, roles=tuple(role.fixed(counts[role.name]) for role in self.roles))
         if len(self._sized) < 64:
             self._sized[step] = fixed
         return fixed
@@ -404,7 +395,7 @@ class GangRequest:
 
     def range_pods(self) -> tuple[int, int]:
         """(pods at the minimum, pods at the maximum)."""
-        return sum(role.low for role in self.roles), sum(role.high for role in self.roles)
+        return self.pods_range
 
     def resized(self, replicas: Mapping[str, int]) -> GangRequest:
         """The gang with exactly these pods per role (a fixed gang), e.g. what a Decision chose or what runs now.

@@ -15,8 +15,8 @@ grown into:
 - a cluster where a pending gang would preempt (its explain-mode plan) grows nothing: the free room
   is part of what the plan counts on.
 - quota: a gang grows only within its queue's own nominal quota (it does not borrow to grow, as at
-  placement), counting the usage after that cycle, what unplaced pending gangs of the queue hold
-  (their minimum, on the model of their held nodes) and the growth planned before it. No gang of a
+  placement), by the room rule of `admission` on the cycle's ledger: the usage after that cycle,
+  what its unplaced pending gangs hold there, and the growth planned before it. No gang of a
   queue grows while a pending gang of that queue, or of another queue of its cohort, waits for
   quota (QuotaExceeded, not "never"): the quota it would take is what they wait for.
 Gangs grow in order of priority (highest first), then start time (oldest first), key and uid, each
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 from immutables import Map
 
-from federator.placement.admission import QUOTA_EXCEEDED, QueueQuota, QueueUsage, RunningGang
-from federator.placement.cycle import run_cycle
+from federator.placement.admission import QUOTA_EXCEEDED, QueueQuota, RunningGang
+from federator.placement.cycle import cycle_and_ledger
 from federator.placement.decision import PodAssignment
 from federator.placement.framework import PluginRegistry, Profile
 from federator.placement.gang import GangRequest, RoleRequest
@@ -51,10 +51,6 @@ from federator.placement.resources import Resources
 from federator.placement.snapshot import ClusterSnapshot
 
 __all__ = ["Growth", "GrowthResult", "plan_growth"]
-
-# (kind, model): ("gpu", model) | ("cpu", "") | ("memory", "")
-_Key = tuple[str, str]
-
 
 @dataclass(frozen=True, slots=True)
 class Growth:
@@ -107,17 +103,6 @@ def _validate(
             raise TypeError(f"{gang!r} is not a RunningGang")
 
 
-def _demand_keys(model: str | None, amount: Resources) -> list[tuple[_Key, int]]:
-    keys: list[tuple[_Key, int]] = []
-    if amount.gpu and model is not None:
-        keys.append((("gpu", model), amount.gpu))
-    if amount.cpu_milli:
-        keys.append((("cpu", ""), amount.cpu_milli))
-    if amount.memory:
-        keys.append((("memory", ""), amount.memory))
-    return keys
-
-
 def _delta_gang(gang: RunningGang, request: GangRequest, target: Mapping[str, int]) -> GangRequest | None:
     """The new pods as a fixed gang of their own (None if there are none): same placement constraints."""
     now = gang.replicas()
@@ -161,57 +146,6 @@ def _added(gang: RunningGang, fit: GangFit) -> tuple[PodAssignment, ...]:
     return tuple(out)
 
 
-class _QuotaRoom:
-    """Own nominal quota left per (queue, resource) after the pending cycle, for growth (no borrowing)."""
-
-    def __init__(self, queues: Mapping[str, QueueQuota], used: Mapping[str, Mapping[_Key, int]]) -> None:
-        self._queues = queues
-        self._taken: dict[tuple[str, _Key], int] = {}
-        for queue, account in used.items():
-            for key, amount in account.items():
-                self._taken[(queue, key)] = self._taken.get((queue, key), 0) + amount
-
-    def take(self, queue: str, model: str | None, amount: Resources) -> None:
-        for key, value in _demand_keys(model, amount):
-            self._taken[(queue, key)] = self._taken.get((queue, key), 0) + value
-
-    def shortfall(self, queue: str, model: str | None, amount: Resources) -> str | None:
-        """None if the queue's own nominal quota holds `amount` more; else what is short, for people."""
-        quota = self._queues.get(queue)
-        if quota is None:
-            return f"queue {queue} does not exist"
-        for key, value in _demand_keys(model, amount):
-            nominal = quota.nominal_of(key)
-            if nominal is None:
-                continue
-            taken = self._taken.get((queue, key), 0)
-            if taken + value > nominal:
-                what = f"{key[1]} GPUs" if key[0] == "gpu" else key[0]
-                return f"queue {queue} has {max(0, nominal - taken)} of its nominal {nominal} {what} left"
-        return None
-
-
-def _used_after(
-    result_usage: Mapping[str, QueueUsage], unplaced_holds: Iterable[tuple[str, str | None, Resources]]
-) -> dict[str, dict[_Key, int]]:
-    """Per queue and resource: what the pending cycle left used, plus what unplaced pending gangs hold."""
-    used: dict[str, dict[_Key, int]] = {}
-    for name, usage in result_usage.items():
-        amounts = usage.used
-        account = used.setdefault(name, {})
-        for gpu_model, count in amounts.gpus.items():
-            account[("gpu", gpu_model)] = account.get(("gpu", gpu_model), 0) + count
-        if amounts.cpu_milli:
-            account[("cpu", "")] = account.get(("cpu", ""), 0) + amounts.cpu_milli
-        if amounts.memory:
-            account[("memory", "")] = account.get(("memory", ""), 0) + amounts.memory
-    for queue, model, amount in unplaced_holds:
-        account = used.setdefault(queue, {})
-        for key, value in _demand_keys(model, amount):
-            account[key] = account.get(key, 0) + value
-    return used
-
-
 def plan_growth(
     running: Iterable[RunningGang],
     snapshots: Mapping[str, ClusterSnapshot],
@@ -253,8 +187,9 @@ def plan_growth(
     if not candidates:
         return GrowthResult(growths=(), reservations=reservations, held_back=Map(held_back))
 
-    # Pending gangs first: what is left after them is what may be grown into.
-    first = run_cycle(
+    # Pending gangs first: what is left after them is what may be grown into. The ledger, as the cycle
+    # left it, counts its admissions and what its unplaced gangs hold in quota.
+    first, ledger = cycle_and_ledger(
         pending_list, snapshots, profile, now=now, reservations=reservations, registry=registry, queues=queues,
         running=running_list, preempt=False,
     )
@@ -262,7 +197,6 @@ def plan_growth(
     by_uid = {gang.uid: gang for gang in pending_list}
     waiting_quota: dict[str, str] = {}  # queue -> the pending gang that waits for its quota
     preempting: dict[str, str] = {}  # cluster -> the pending gang that would preempt there
-    holds: list[tuple[str, str | None, Resources]] = []
     for unplaced in first.unplaced:
         waiting = by_uid[unplaced.gang_uid]
         block = unplaced.quota
@@ -270,15 +204,9 @@ def plan_growth(
             waiting_quota.setdefault(block.queue, waiting.key)
         if unplaced.preemption is not None:
             preempting.setdefault(unplaced.preemption.cluster, waiting.key)
-        if unplaced.hold is not None and waiting.queue:
-            view = views.get(unplaced.hold.cluster)
-            models = {view.nodes[n].model_key for n in unplaced.hold.nodes if n in view.nodes} if view else set()
-            model = min(models) if waiting.needs_gpu and models else None
-            holds.append((waiting.queue, model, waiting.minimum.total))
     blocked_cohorts = {
         queues[name].cohort for name in waiting_quota if queues is not None and name in queues and queues[name].cohort
     }
-    room = _QuotaRoom(queues or {}, _used_after(first.usage, holds)) if queues is not None else None
 
     book = reservations
     growths: list[Growth] = []
@@ -289,8 +217,8 @@ def plan_growth(
         if gang.cluster in preempting:
             held_back[gang.uid] = f"pending gang {preempting[gang.cluster]} would preempt in {gang.cluster}"
             continue
-        if room is not None and gang.queue:
-            quota = queues.get(gang.queue) if queues is not None else None
+        if ledger is not None and gang.queue:
+            quota = ledger.queue(gang.queue)
             if gang.queue in waiting_quota:
                 held_back[gang.uid] = f"pending gang {waiting_quota[gang.queue]} waits for quota of queue {gang.queue}"
                 continue
@@ -307,7 +235,7 @@ def plan_growth(
             delta = _delta_gang(gang, request, target)
             ok = False
             if delta is not None:
-                short = room.shortfall(gang.queue, gang.gpu_model, delta.total) if room is not None and gang.queue else None
+                short = ledger.nominal_shortfall(delta, gang.gpu_model) if ledger is not None and gang.queue else None
                 if short is not None:
                     why = short
                 else:
@@ -326,8 +254,8 @@ def plan_growth(
         target, fit, delta = best
         amounts = fit.node_amounts(delta)
         views[gang.cluster] = view.with_allocation_changes(amounts)
-        if room is not None and gang.queue:
-            room.take(gang.queue, gang.gpu_model, delta.total)
+        if ledger is not None and gang.queue:
+            ledger.charge(delta, gang.gpu_model)
         added = _added(gang, fit)
         book = book.reserve(
             Reservation(

@@ -47,5 +47,14 @@ class ElasticSizeScore:
         elastic = ctx.elastic
         if elastic is None:
             return 0.0
+        # A function of the (immutable) index, the gang's shape and ranges, and the models and caps tried.
+        models = ctx.gpu_models if elastic.needs_gpu else None
+        caps = tuple(ctx.max_step(model) for model in models) if models is not None else (ctx.max_step(None),)
+        key = ("elastic-size-bound", elastic.shape, elastic.ranges, elastic.gpu_models, models, caps)
+        known = snapshot.index.recall(key)
+        if isinstance(known, float):
+            return known
         step = largest_step_bound(elastic, snapshot, ctx)
-        return _share(elastic, float(elastic.sized(step).pod_count))
+        bound = _share(elastic, float(elastic.sized(step).pod_count))
+        snapshot.index.remember(key, bound)
+        return bound
