@@ -235,13 +235,14 @@ class Role(ApiModel):
     restart_policy: RestartPolicy | None = Field(default=None, alias="restartPolicy", description=(
         "What happens to a pod of this role that fails: Never (the default: the gang fails) or OnFailure "
         "(recreated in the same cluster, counted against spec.backoffLimit). Per role, as a Kubeflow "
-        "replicaSpec's. Not enforced yet: the hub renders every pod with restartPolicy Never and a failed "
-        "pod fails the gang."))
+        "replicaSpec's. OnFailure: the hub deletes the failed pod and creates it again under the same name "
+        "with the next attempt index (annotation federator.dev/attempt, env FEDERATOR_ATTEMPT); failures "
+        "the infrastructure caused (DisruptionTarget: lost or deleted node) are not counted, the others "
+        "are. The gang is never moved or split for it."))
     on_worker_loss: WorkerLossPolicy | None = Field(default=None, alias="onWorkerLoss", description=(
         "Elastic roles only: when a pod of this role fails or its node is lost and the role is above its "
         "minimum, shrink (the gang goes on with one pod fewer) or restart (the pod is recreated; needs "
-        "restartPolicy OnFailure). Left out, restartPolicy decides. Not enforced yet: a lost pod fails the "
-        "gang."))
+        "restartPolicy OnFailure). Left out, restartPolicy decides. Not enforced yet: restartPolicy decides."))
     template: PodTemplate
 
     @field_validator("replicas", "min_replicas", "max_replicas")
@@ -328,7 +329,9 @@ class TrainingJobSpec(ApiModel):
         default=DEFAULT_BACKOFF_LIMIT, alias="backoffLimit", ge=0, le=2**31 - 1, description=(
             "How many pod failures of roles with restartPolicy OnFailure the job survives (each failed pod "
             "recreated in place) before it fails; for the whole job, as a Kubernetes Job's backoffLimit and "
-            "a Kubeflow job's runPolicy.backoffLimit. Not enforced yet: no pod is recreated."))
+            "a Kubeflow job's runPolicy.backoffLimit. Counted per placement (the count rides on the gang's pods, "
+            "annotation federator.dev/counted-failures): past it the job fails with reason "
+            "BackoffLimitExceeded and the pods' reasons."))
 
     @field_validator("roles")
     @classmethod

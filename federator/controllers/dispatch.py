@@ -109,6 +109,8 @@ from federator.store.protocol import StoreError
 __all__ = [
     "CRASH_ENV",
     "CRASH_JOB_ENV",
+    "ANNOTATION_ATTEMPT",
+    "ANNOTATION_FAILURES",
     "DISPATCHER",
     "NAMESPACES",
     "DispatchResult",
@@ -121,6 +123,10 @@ __all__ = [
 _log = get_logger("controllers.dispatch")
 
 DISPATCHER = "dispatcher"
+#: a pod's attempt index (0 first; status sync's restarts of failed workers count it up)
+ANNOTATION_ATTEMPT = "federator.dev/attempt"
+#: failures of this pod counted toward spec.backoffLimit (carried over to the pod created again)
+ANNOTATION_FAILURES = "federator.dev/counted-failures"
 CRASH_ENV = "FEDERATOR_TEST_CRASH_AT"
 CRASH_JOB_ENV = "FEDERATOR_TEST_CRASH_JOB"
 CRASH_POINTS = frozenset({"after-eviction", "after-decision", "mid-dispatch", "after-dispatch"})
@@ -624,6 +630,55 @@ class Dispatcher:
                       delay_s=round(delay, 3))
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(delay * 2, 1.0)
+
+    # ------------------------------------------------------------ one pod again
+
+    async def recreate_pods(self, job: Mapping[str, Any], *, cluster: str, epoch: int,
+                            pods: Mapping[str, Mapping[str, str]]) -> int:
+        """Create again the named pods of the gang at (cluster, epoch) (status sync's restart of failed
+        workers, restartPolicy OnFailure): each rendered as the job's dispatch renders it at its placed
+        size, plus `pods[name]`'s annotations (the attempt index, also in env FEDERATOR_ATTEMPT). The
+        caller deleted the failed pod first; an existing pod of this epoch counts as created. Returns how
+        many were created; raises DispatchError (nothing is requeued or failed here)."""
+        ref = job_ref(job)
+        scheduler = cluster_scheduler(self.hub, cluster)
+        if scheduler is None:
+            raise DispatchError(f"cluster {cluster} is not registered with a scheduler")
+        kind, override = scheduler
+        try:
+            adapter = adapter_for(kind)
+            priority_class = member_priority_class(job)
+            objects = adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
+                                     epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
+                                     gpu_node_labels=self._gpu_node_labels(job, cluster=cluster, assignment=()),
+                                     priority_class_name=priority_class.name if priority_class else None)
+        except (RenderError, KeyError) as e:
+            raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
+        client = await self._client(cluster, wait=0.0)
+        owner: Mapping[str, Any] | None = None
+        if adapter.pods_owned_by_group and objects and objects[0].gvk.kind != "Pod":
+            group = objects[0]
+            try:
+                owner = await client.get(_resource_of(group.gvk), namespace=group.namespace, name=group.name)
+            except (MemberApiError, MemberClientError) as e:
+                raise DispatchError(f"reading {group.kind} {group.namespace}/{group.name} in {cluster}: {e}") \
+                    from None
+        created = 0
+        for obj in objects:
+            extra = pods.get(obj.name) if obj.gvk.kind == "Pod" else None
+            if extra is None:
+                continue
+            body = obj.owned_by(owner) if owner is not None else obj
+            meta = body.body.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
+            attempt = extra.get(ANNOTATION_ATTEMPT)
+            if attempt is not None:
+                for container in body.body.get("spec", {}).get("containers") or ():
+                    env = [e for e in container.get("env") or () if e.get("name") != "FEDERATOR_ATTEMPT"]
+                    container["env"] = [*env, {"name": "FEDERATOR_ATTEMPT", "value": attempt}]
+            state, _ = await self._create_one(client, body, ref_uid=ref.uid, epoch=epoch, cluster=cluster)
+            created += state == "created"
+        return created
 
     # ------------------------------------------------------------ after the dispatch
 

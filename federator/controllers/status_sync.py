@@ -38,22 +38,34 @@ lists it after member sync):
   updates; a full pass over the active jobs runs at most every
   `status_resync_seconds` (default 5).
 
-It never creates or deletes member objects, never decides placement, and
+Failed workers: for a role with restartPolicy OnFailure, a failed pod is
+deleted and created again (same cluster, same name, next attempt index:
+annotation federator.dev/attempt and env FEDERATOR_ATTEMPT) through the
+Dispatcher's `recreate_pods`, and a missing pod of such a role after
+admission is created again; failures the infrastructure caused
+(DisruptionTarget=True: lost or deleted node) do not count toward
+spec.backoffLimit, the others do (counted on the gang's pods, so per
+placement); past the limit the job fails with reason BackoffLimitExceeded
+and the pods' reasons (`restart_plan`). Roles with restartPolicy Never fail
+the gang as before.
+
+Apart from those restarts it never creates or deletes member objects, never decides placement, and
 never logs an object body or a credential.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from federator.apis.trainingjob import placed_replicas
+from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, placed_replicas
 from federator.apiserver.errors import ApiError
-from federator.clusters.client import NODES, PODS, MemberClientError, ResourceKind
+from federator.clusters.client import NODES, PODS, MemberApiError, MemberClientError, ResourceKind
 from federator.clusters.reflector import Backoff, Reflector
 from federator.controllers.context import HubContext
 from federator.controllers.loops import watch_hub_kind
@@ -79,13 +91,22 @@ from federator.controllers.jobs import (
     requeue,
     hub_id,
     job_ref,
+    member_client,
     reservations,
     set_condition,
     set_phase,
     update_job_status,
 )
 from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapter_for, hub_selector
-from federator.delegation.adapter import LABEL_EPOCH, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
+from federator.delegation.adapter import (
+    LABEL_EPOCH,
+    LABEL_INDEX,
+    LABEL_JOB_NAME,
+    LABEL_JOB_NAMESPACE,
+    LABEL_JOB_UID,
+    LABEL_ROLE,
+    pod_name,
+)
 from federator.obs import get_logger
 from federator.placement.reservation import ReservationKind
 from federator.store.protocol import StoreError
@@ -617,6 +638,110 @@ def release_if_shown(hub: HubContext, job_uid: str) -> bool:
     return True
 
 
+# ---------------------------------------------------------------- failed workers (restartPolicy OnFailure)
+
+#: a pod's attempt index and its failures counted toward spec.backoffLimit (the same keys as dispatch.py's)
+ANNOTATION_ATTEMPT = "federator.dev/attempt"
+ANNOTATION_FAILURES = "federator.dev/counted-failures"
+HISTORY_POD_RESTARTED = "PodRestarted"
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPlan:
+    """What to do about the failed and missing pods of a gang's OnFailure roles (`restart_plan`)."""
+
+    #: pod name -> the annotations of the pod created again (attempt, counted failures)
+    recreate: Mapping[str, Mapping[str, str]]
+    #: pod name -> uid of the failed pod to delete first
+    delete: Mapping[str, str]
+    #: one line per failed pod: name, reason, counted or not
+    reasons: tuple[str, ...]
+    #: failures counted toward backoffLimit, this one included
+    counted: int
+    #: the job fails instead: more counted failures than spec.backoffLimit
+    exceeded: bool
+
+
+def _int_annotation(annotations: Mapping[str, Any], key: str) -> int:
+    raw = annotations.get(key)
+    return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else 0
+
+
+def _pod_failure(status: Mapping[str, Any]) -> tuple[str, bool]:
+    """(why the pod failed, in kube's words; whether the infrastructure failed rather than the pod): a
+    DisruptionTarget=True condition (taint eviction, PodGC, preemption) is the infrastructure, as a
+    Kubernetes Job's podFailurePolicy reads it; anything else (a container's Error) is the workload's."""
+    infra = any(isinstance(c, Mapping) and c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                for c in status.get("conditions") or ())
+    parts = [str(status[k]) for k in ("reason", "message") if isinstance(status.get(k), str) and status[k]]
+    for cs in status.get("containerStatuses") or ():
+        term = _mapping(_mapping(_mapping(cs).get("state")).get("terminated"))
+        if term:
+            parts.append(f"container {_mapping(cs).get('name')} terminated: {term.get('reason') or 'Error'} "
+                         f"(exit code {term.get('exitCode')}){': ' + str(term['message']) if term.get('message') else ''}")
+    return "; ".join(parts)[:512] or "Failed", infra
+
+
+def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, admitted: bool) -> RestartPlan | None:
+    """The restarts of the gang's failed pods of roles with restartPolicy OnFailure, or None when there is
+    nothing to restart (roles with restartPolicy Never keep failing the gang, as before).
+
+    A failed pod is deleted and created again under the same name with the next attempt index; once the
+    gang was admitted, a missing pod of such a role is created again too (the member deleted it, e.g. its
+    node was deleted). Failures by the infrastructure (DisruptionTarget) do not count toward
+    spec.backoffLimit; the others do. The count lives on the gang's pods (annotation
+    federator.dev/counted-failures, carried over to the pod created again), so the window is the gang's
+    current placement: a gang placed again (another epoch) starts from 0, as its pods do."""
+    spec = _mapping(job.get("spec"))
+    roles = [r for r in spec.get("roles") or () if isinstance(r, Mapping)]
+    restartable = {str(r.get("name")) for r in roles if r.get("restartPolicy") == "OnFailure"}
+    if not restartable:
+        return None
+    raw_limit = spec.get("backoffLimit")
+    limit = raw_limit if isinstance(raw_limit, int) and raw_limit >= 0 else DEFAULT_BACKOFF_LIMIT
+    job_name = str(_mapping(job.get("metadata")).get("name") or "")
+    job_uid = str(_mapping(job.get("metadata")).get("uid") or "")
+    counted = 0
+    present: set[str] = set()
+    failed: list[tuple[str, str, Mapping[str, Any]]] = []
+    for pod in pods:
+        meta = _mapping(pod.get("metadata"))
+        name = str(meta.get("name") or "")
+        present.add(name)
+        counted += _int_annotation(_mapping(meta.get("annotations")), ANNOTATION_FAILURES)
+        role = str(_mapping(meta.get("labels")).get(LABEL_ROLE) or "")
+        if role in restartable and _mapping(pod.get("status")).get("phase") == "Failed" \
+                and not meta.get("deletionTimestamp"):
+            failed.append((name, str(meta.get("uid") or ""), pod))
+    recreate: dict[str, Mapping[str, str]] = {}
+    delete: dict[str, str] = {}
+    reasons: list[str] = []
+    for name, uid, pod in failed:
+        meta = _mapping(pod.get("metadata"))
+        annotations = _mapping(meta.get("annotations"))
+        why, infra = _pod_failure(_mapping(pod.get("status")))
+        own = _int_annotation(annotations, ANNOTATION_FAILURES) + (0 if infra else 1)
+        counted += 0 if infra else 1
+        attempt = _int_annotation(annotations, ANNOTATION_ATTEMPT)
+        labels = _mapping(meta.get("labels"))
+        reasons.append(f"pod {name} ({labels.get(LABEL_ROLE)} {labels.get(LABEL_INDEX)}, attempt {attempt}): {why}"
+                       f" [{'infrastructure, not counted' if infra else 'counted'}]")
+        delete[name] = uid
+        recreate[name] = {ANNOTATION_ATTEMPT: str(attempt + 1), ANNOTATION_FAILURES: str(own)}
+    if admitted:
+        for role, count in placed_replicas(job).items():
+            if role not in restartable:
+                continue
+            for index in range(count):
+                name = pod_name(job_name=job_name, job_uid=job_uid, role=role, index=index)
+                if name not in present:
+                    recreate[name] = {ANNOTATION_ATTEMPT: "1"}
+    if not recreate:
+        return None
+    return RestartPlan(recreate=recreate, delete=delete, reasons=tuple(reasons), counted=counted,
+                       exceeded=counted > limit)
+
+
 # ---------------------------------------------------------------- the controller
 
 
@@ -784,6 +909,55 @@ class StatusSync:
             _log.warning("gang killed by the member's fence agent; requeued", job=ref.key, cluster=cluster,
                          epoch=epoch)
 
+    async def _restart(self, job: Mapping[str, Any], plan: RestartPlan, *, cluster: str, epoch: int,
+                       now: float) -> None:
+        """Delete the gang's failed pods and create them again (`restart_plan`); a history entry
+        PodRestarted says which, why and how many failures count toward spec.backoffLimit."""
+        from federator.controllers.dispatch import DISPATCHER, DispatchError  # dispatch imports this module
+
+        ref = job_ref(job)
+        dispatcher = self.hub.shared.get(DISPATCHER)
+        client = member_client(self.hub, cluster)
+        if dispatcher is None or client is None:
+            self.work.retry(ref.uid)
+            return
+        try:
+            for name, pod_uid in plan.delete.items():
+                try:
+                    await client.delete(PODS, namespace=ref.namespace, name=name, grace_period_seconds=0,
+                                        precondition_uid=pod_uid or None)
+                except MemberApiError as e:
+                    if e.code not in (404, 409):
+                        raise
+            created = await dispatcher.recreate_pods(job, cluster=cluster, epoch=epoch, pods=plan.recreate)
+        except (MemberClientError, DispatchError) as e:
+            _log.warning("could not restart the gang's failed pods; will retry", job=ref.key, cluster=cluster,
+                         error=str(e))
+            self.work.retry(ref.uid)
+            return
+        if not plan.delete and not created:
+            return  # missing pods already back (our own restart, seen half-way)
+        limit = _mapping(job.get("spec")).get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+        message = (f"pods created again in cluster {cluster} (epoch {epoch}): "
+                   f"{', '.join(sorted(plan.recreate))}; {plan.counted} of spec.backoffLimit {limit} failures "
+                   f"counted" + (": " + "; ".join(plan.reasons) if plan.reasons else " (missing pods)"))
+        _log.info("restarted the gang's failed pods", job=ref.key, cluster=cluster, epoch=epoch,
+                  pods=sorted(plan.recreate), counted=plan.counted)
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) \
+                    or _deleting(fresh):
+                return None
+            append_history(fresh["status"], history_entry(HISTORY_POD_RESTARTED, cluster=cluster, epoch=epoch,
+                                                          message=message, now=now))
+            return fresh
+
+        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                         uid=ref.uid)
+        if stored is not None:
+            self.hub.events.record(stored, controller="status-sync", reason=HISTORY_POD_RESTARTED,
+                                   action="Restart", warning=True, message=message)
+
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)
         job = self.jobs.get(uid)
@@ -808,6 +982,16 @@ class StatusSync:
         if watched is not None:
             objects, adapter = watched
             gs = gang_status(job, objects, adapter, epoch=epoch)
+            plan = restart_plan(job, objects.gang(uid, epoch)[1],
+                                admitted=_PHASE_RANK.get(str(phase), 0) >= _PHASE_RANK[PHASE_ADMITTED])
+            if plan is not None and plan.exceeded:
+                gs = dataclasses.replace(gs, phase=GangPhase.FAILED, reason="BackoffLimitExceeded", message=(
+                    f"{plan.counted} pod failures counted, more than spec.backoffLimit "
+                    f"{_mapping(job.get('spec')).get('backoffLimit', DEFAULT_BACKOFF_LIMIT)}: "
+                    + "; ".join(plan.reasons)))
+            elif plan is not None:
+                await self._restart(job, plan, cluster=cluster, epoch=epoch, now=now)
+                return
             if gs.expected > 0 and gs.bound >= gs.expected and not release_if_shown(self.hub, uid) \
                     and reservations(self.hub).get(uid) is not None:
                 self.awaiting_release.add(uid)
