@@ -519,6 +519,23 @@ def test_shrink_table(case: ShrinkCase) -> None:
     if decision.shrinks:
         assert "shrinking" in decision.preemption.describe()
         assert "PODS REMOVED" in render_decision(decision)
+    # Explain mode tells the same plan and removes nothing.
+    told = run_cycle([case.gang], snaps, PROFILE, now=100.0, queues=case.queues, running=case.running, preempt=False)
+    assert told.decisions == () and told.evictions == () and not told.shrinks
+    assert told.unplaced[0].preemption == decision.preemption
+
+
+def test_an_elastic_preemptor_takes_what_its_victims_free_and_no_more_victims() -> None:
+    wide = running_gang("wide", on={"n-0": 8, "n-1": 8}, priority=0)
+    peer = running_gang("peer", on={"n-2": 8}, priority=9)
+    snaps = by_name(occupied_by("a", THREE, [wide, peer]))
+    urgent = elastic("vision/urgent", low=1, start=1, high=3, queue="vision", priority=5)
+    result = run_cycle([urgent], snaps, PROFILE, now=100.0, queues=vision_queues(), running=[wide, peer])
+    (decision,) = result.decisions
+    assert decision.preempts == ("run-wide",) and dict(decision.replicas) == {"worker": 2}
+    assert decision.preemption is not None and decision.preemption.nodes == ("n-0", "n-1")
+    check_decisions([decision], {urgent.uid: urgent}, by_name(occupied_by("a", THREE, [peer])))
+    assert result.usage["vision"].used.gpus["A100"] == 8 + 16  # peer, and the preemptor at the size placed
 
 
 @dataclass
