@@ -77,6 +77,41 @@ list + watch of `hub.storage` and runs placement cycles:
    that would fit after preemption says "would fit on X after preempting
    A, B" in its Schedulable condition.
 
+8. elastic gangs (issue 19): a running elastic gang lists its bound pods
+   (`RunningGang.pods`, from status sync's index of this hub's member
+   objects; every pod aged by its index, so newest first is highest index
+   first) and its request, so preemption may plan to shrink it instead of
+   evicting (`Preemption.shrinks`). A shrink is carried out in step 7b,
+   beside the evictions: a fenced status write (status.replicas smaller by
+   the planned pods, only while they are still its highest indices above
+   each role's minimum; history Resized with from, to, reason Preempted:
+   "shrunk worker 6 -> 4: room for team-a/urgent (reason: ...)"), an Event
+   Shrunk, then the pods above the new size are deleted through the member
+   client (uid-guarded, as the GC deletes). The preemptor's reservation
+   stays as for an eviction. A named background task ("placement:elastic",
+   every HubSettings.extra "elastic_tick_seconds", default 5 s) then:
+   a. converges every elastic gang to its status.replicas: deletes its pods
+      at or above the count, creates the missing ones below it (rendered at
+      that size; creates are idempotent, the PodGroup is left alone);
+   b. grows: `placement.plan_growth` over the running gangs, the pending
+      queue (pending gangs first), the reservation book and the queues,
+      with a cooldown ("elastic_grow_cooldown_seconds", default 60 s) from
+      the gang's placement or last resize; each growth is assumed into the
+      book (a PLACED reservation of the new pods), written (status.replicas,
+      history Resized reason Grown, an Event Grown), then its new pods are
+      created.
+   Crash safety: status.replicas is written before the member changes and
+   is the truth: a hub that dies after writing a shrink leaves pods above
+   the new size running until (a) deletes them on the next pass (the
+   snapshot counts them while they run, so nothing double-books, and no
+   shrink is planned on them); one that dies after writing a growth has (a)
+   create the missing pods. Pods are named by role and index and labelled
+   with the epoch, so a re-created pod is never a second copy, and the
+   written size is within each role's minimum, so a gang is never cut
+   below it; the PodGroup's minMember (the minimum) never changes. What is
+   lost is the growth's reservation: until the new pods bind, a placement
+   may take that room, and they wait in the member (the gang runs on).
+
 Cycles run on job events, on Queue changes, on snapshot changes (polled and
 debounced) and on a periodic tick (expired reservations, backoffs that ran
 out). Phase timings go to `metrics.loop_phase_seconds{loop="placement"}`. The
@@ -101,9 +136,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from federator.apis.trainingjob import MAX_SCORE_PARTS, MAX_SCORE_ROWS
+from federator.apis.trainingjob import HISTORY_RESIZED, MAX_SCORE_PARTS, MAX_SCORE_ROWS, placed_replicas
 from federator.apiserver.errors import ApiError
+from federator.clusters.client import PODS
 from federator.clusters.snapshot_builder import SnapshotBuilder
+from federator.controllers.cleanup import delete_member_objects
 from federator.controllers.context import HubContext
 from federator.controllers.dispatch import DISPATCHER, Dispatcher, crash_point
 from federator.controllers.jobs import (
@@ -123,6 +160,8 @@ from federator.controllers.jobs import (
     gang_request,
     history_entry,
     job_ref,
+    member_client,
+    parse_timestamp,
     phase_of,
     placed_at,
     placed_gang,
@@ -135,6 +174,8 @@ from federator.controllers.jobs import (
     update_job_status,
 )
 from federator.controllers.queues import QueueCache, QueueStatusWriter, queue_status
+from federator.controllers.status_sync import MEMBER_OBJECTS, ClusterObjects, MemberObjects, member_object
+from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
 from federator.hubapi import selects_namespace
 from federator.obs import get_logger
 from federator.placement import (
@@ -146,7 +187,9 @@ from federator.placement import (
     ReservationKind,
     Resources,
     RunningGang,
+    RunningPod,
     ScoreBreakdown,
+    Shrink,
     Unplaced,
     Victim,
     VictimReason,
@@ -154,6 +197,7 @@ from federator.placement import (
 )
 from federator.placement.admission import QUOTA_EXCEEDED, QuotaLedger
 from federator.placement.cycle import CycleResult
+from federator.placement.growth import Growth, GrowthResult, plan_growth
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
 from federator.waits import wait_event
@@ -302,6 +346,14 @@ class PlacementController:
         self.active: set[str] = set()
         #: uid -> (cluster, epoch) of a decision's victims, from the decision until their eviction is written
         self.evicting: dict[str, tuple[str, int]] = {}
+        #: uid -> (cluster, epoch, pod name -> (role, index)) of a decision's shrinks, from the decision until
+        #: the shrink is written and its pods asked to go (they no longer count as the gang's)
+        self._shrinking: dict[str, tuple[str, int, dict[str, tuple[str, int]]]] = {}
+        #: elastic gangs (issue 19): the grow pass's period and the cooldown after a placement or resize
+        self.elastic_tick_seconds = float(extra.get("elastic_tick_seconds", 5.0))
+        self.grow_cooldown_seconds = float(extra.get("elastic_grow_cooldown_seconds", 60.0))
+        #: the latest grow plan (who grew, who was held back and why): for tests and debugging
+        self.last_growth: GrowthResult | None = None
         #: uid -> (cluster, epoch, GPU model) of the placements this process decided
         self._charged: dict[str, tuple[str, int, str | None]] = {}
         #: uid -> (what it was built from, the RunningGang)
@@ -345,6 +397,7 @@ class PlacementController:
             loop.create_task(self._supervised("queues", self.queues.run(queues_rv)), name="placement:queues"),
             loop.create_task(self._supervised("queue-status", self.queue_status.run()),
                              name="placement:queue-status"),
+            loop.create_task(self._supervised("elastic", self._elastic_loop()), name="placement:elastic"),
         ]
         self._wake.set()
         _log.info("placement loop started", jobs=len(self.jobs))
@@ -682,27 +735,34 @@ class PlacementController:
                                             or reservation.cluster != cluster):
                 reservation = None
             bound = snapshot.bound_pods.get(uid, 0) if snapshot is not None else -1
-            basis = (_rv(job), bound, id(reservation), self._charged.get(uid))
+            gang = self._gang_of(uid, job)
+            if gang is None:
+                continue
+            started = placed_at(job, epoch=epoch) or gang.submitted_at
+            # an elastic gang lists its bound pods (what a preemption may shrink), unless its reservation
+            # still stands for pods not bound yet
+            pods = self._member_pods(uid, gang, job, cluster=cluster, epoch=epoch, started=started) \
+                if gang.elastic and reservation is None else ()
+            basis = (_rv(job), bound, id(reservation), self._charged.get(uid), pods)
             cached = self._running_cache.get(uid)
             if cached is not None and cached[0] == basis:
                 out.append(cached[1])
                 continue
-            gang = self._gang_of(uid, job)
-            if gang is None:
-                continue
             if reservation is not None:
                 amounts: Mapping[str, Resources] = reservation.amounts
+            elif pods:
+                amounts = {}  # the sum of its pods'
             else:
                 builder = self._builder(cluster, snapshot)
                 amounts = builder.job_amounts(uid, epoch=epoch) if builder is not None else {}
             try:
                 gang_running = RunningGang(
                     uid=uid, key=gang.key, cluster=cluster, queue=gang.queue, priority=gang.priority,
-                    started_at=placed_at(job, epoch=epoch) or gang.submitted_at,
+                    started_at=started,
                     demand=placed_gang(job, gang).total,
-                    gpu_model=self._model_of(uid, gang, cluster=cluster, epoch=epoch, amounts=amounts,
-                                             snapshot=snapshot),
-                    amounts=amounts, borrowed=_borrowed(job),
+                    gpu_model=self._model_of(uid, gang, cluster=cluster, epoch=epoch,
+                                             amounts=amounts or _pod_amounts(pods), snapshot=snapshot),
+                    amounts=amounts, borrowed=_borrowed(job), pods=pods, request=gang if pods else None,
                 )
             except (ValueError, TypeError) as e:
                 _log.warning("a placed job cannot be counted against its queue", job=gang.key, error=str(e))
@@ -710,6 +770,39 @@ class PlacementController:
             self._running_cache[uid] = (basis, gang_running)
             out.append(gang_running)
         return out
+
+    def _member_pods(self, uid: str, gang: GangRequest, job: Mapping[str, Any], *, cluster: str, epoch: int,
+                     started: float) -> tuple[RunningPod, ...]:
+        """The bound, live pods of an elastic gang at (cluster, epoch), from status sync's index of this hub's
+        member objects; () when the index is not ready or a pod cannot be read (nothing is planned on it).
+
+        Every pod gets the gang's placement time: a pod's age is its index (a gang's pods are created in
+        index order, and each growth appends indices after the highest), so placement's newest-first
+        removes the highest indices and each role keeps indices 0..n-1: rendering the gang at its new size
+        then names exactly the pods that remain (see `_trim_and_fill`). Pods at or above their role's
+        placed count are left out: a shrink written before its pods went (they are being deleted)."""
+        index = _member_index(self.hub, cluster)
+        if index is None:
+            return ()
+        requests = {role.name: role.requests for role in gang.roles}
+        going = self._shrinking.get(uid, (cluster, epoch, {}))[2]
+        sizes = placed_replicas(job)
+        out: list[RunningPod] = []
+        for pod in index.gang(uid, epoch)[1]:
+            view = _pod_of(pod)
+            if view is None:
+                return ()
+            name, role, number, node, live = view
+            if not live or name in going or (role in sizes and number >= sizes[role]):
+                continue
+            if role not in requests or number < 0 or not node:
+                return ()
+            try:
+                out.append(RunningPod(name=name, role=role, node=node, requests=requests[role], started_at=started,
+                                      index=number))
+            except (ValueError, TypeError):
+                return ()
+        return tuple(sorted(out, key=lambda p: (p.role, p.index)))
 
     def _model_of(self, uid: str, gang: GangRequest, *, cluster: str, epoch: int, amounts: Mapping[str, Resources],
                   snapshot: ClusterSnapshot | None) -> str | None:
@@ -740,6 +833,15 @@ class PlacementController:
                 cluster, epoch = current_placement(job)
                 self.evicting[victim.uid] = (cluster or decision.cluster, epoch)
             victims.append((victim, job))
+        for shrink in decision.preemption.shrinks if decision.preemption is not None else ():
+            job = self.jobs.get(shrink.uid)
+            cached = self._running_cache.get(shrink.uid)
+            if job is None or cached is None:
+                continue  # deleted meanwhile: its room is being freed anyway
+            cluster, epoch = current_placement(job)
+            pods = {pod.name: (pod.role, pod.index) for pod in cached[1].pods}
+            self._shrinking[shrink.uid] = (cluster or decision.cluster, epoch,
+                                           {name: pods[name] for name in shrink.pods if name in pods})
         return victims
 
     def _want_queue_status(self, queues: Mapping[str, QueueQuota], running: list[RunningGang], *,
@@ -850,6 +952,8 @@ class PlacementController:
         finally:
             for victim, _ in victims:
                 self.evicting.pop(victim.uid, None)
+            for shrink in decision.preemption.shrinks if decision.preemption is not None else ():
+                self._shrinking.pop(shrink.uid, None)
             self.inflight.end(ref.uid)
             self._wake.set()
 
@@ -877,8 +981,222 @@ class PlacementController:
                                       for victim, victim_job in victims))
         if not all(done):
             return False
+        assert decision.preemption is not None
+        shrunk = await asyncio.gather(*(self._shrink(shrink, preemptor=ref.key, now=now)
+                                        for shrink in decision.preemption.shrinks))
+        if not all(shrunk):
+            return False
         crash_point("after-eviction", job=ref.key)
         return True
+
+    async def _shrink(self, shrink: Shrink, *, preemptor: str, now: float) -> bool:
+        """Shrink one elastic gang as the decision planned: a fenced status write (status.replicas smaller by
+        the planned pods, history Resized with from/to/reason Preempted), an Event, then its pods above the
+        new size are deleted (`_trim`). False (the preemption is dropped) when the write failed or the
+        planned pods are not the gang's highest indices above its minimum any more."""
+        where = self._shrinking.get(shrink.uid)
+        job = self.jobs.get(shrink.uid)
+        if job is None or where is None or not where[2]:
+            return job is None  # deleted meanwhile (its room is being freed); unknown pods: decide again
+        cluster, epoch, removed = where
+        ref = job_ref(job)
+        gang = self._gang_of(shrink.uid, job)
+        if gang is None:
+            return False
+        lows = {role.name: role.low for role in gang.roles}
+        why = (f"lower priority in queue {shrink.queue}" if shrink.reason is VictimReason.LOWER_PRIORITY
+               else "reclaiming borrowed quota")
+        refused: list[str] = []
+        message = ""
+
+        def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+            nonlocal message
+            if (stored.get("metadata") or {}).get("deletionTimestamp") or phase_of(stored) not in ACTIVE_PHASES \
+                    or current_placement(stored) != (cluster, epoch):
+                return None  # finished, deleted or moved meanwhile: its room is freed anyway
+            before = placed_replicas(stored)
+            after = dict(before)
+            for role, _ in removed.values():
+                after[role] = after.get(role, 0) - 1
+            if any(role not in before or number < after[role] for role, number in removed.values()) or any(
+                    after[role] < lows.get(role, before[role]) for role in after):
+                refused.append(f"pods {sorted(removed)} are not its highest above the minimum at {before}")
+                return None
+            changed = {role: (before[role], after[role]) for role in after if after[role] != before[role]}
+            message = (f"shrunk {', '.join(f'{r} {a} -> {b}' for r, (a, b) in sorted(changed.items()))}: room for "
+                       f"{preemptor} (reason: {why})")
+            status = stored["status"]
+            status["replicas"] = after
+            entry = history_entry(HISTORY_RESIZED, cluster=cluster, epoch=epoch, message=message, now=now)
+            entry.update({"from": before, "to": after, "reason": "Preempted"})
+            append_history(status, entry)
+            return stored
+
+        written, stored = await self._write_status(ref, mutate, failed="could not shrink an elastic gang; the "
+                                                   "preemption is dropped and decided again", cluster=cluster)
+        if not written or refused:
+            if refused:
+                _log.warning("shrink refused; the preemption is decided again", job=ref.key, why=refused[0])
+            return False
+        if stored is None:
+            return True
+        self._remember(stored)
+        self.hub.events.record(stored, controller="placement", reason="Shrunk", action="Preempt", warning=True,
+                               message=message)
+        _log.info("elastic gang shrunk", job=ref.key, cluster=cluster, epoch=epoch, preemptor=preemptor,
+                  pods=sorted(removed))
+        crash_point("after-shrink-write", job=ref.key)
+        await self._trim_and_fill(stored)
+        return True
+
+    # ------------------------------------------------------------ elastic gangs: converge, grow
+
+    async def _trim_and_fill(self, job: Mapping[str, Any]) -> None:
+        """Make an elastic gang's member pods at its (cluster, epoch) match status.replicas: delete the pods
+        whose index is at or above their role's count (a shrink), create the missing ones below it (a
+        growth). Both sides are idempotent, so a hub that died between writing status.replicas and changing
+        the member converges here on its next pass: the written size is the truth, never exceeded for long
+        and never cut below (status.replicas is always within each role's minimum and maximum)."""
+        cluster, epoch = current_placement(job)
+        status = job.get("status") or {}
+        recorded = status.get("replicas")
+        if cluster is None or phase_of(job) not in ACTIVE_PHASES or (job.get("metadata") or {}).get(
+                "deletionTimestamp") or not isinstance(recorded, Mapping) or dict(recorded) != placed_replicas(job):
+            return
+        index = _member_index(self.hub, cluster)
+        if index is None:
+            return
+        ref = job_ref(job)
+        extra: list[Any] = []
+        present: set[tuple[str, int]] = set()
+        for pod in index.gang(ref.uid, epoch)[1]:
+            view = _pod_of(pod)
+            if view is None:
+                continue
+            _, role, number, _, _ = view
+            present.add((role, number))
+            if role in recorded and number >= recorded[role] and not (pod.get("metadata") or {}).get(
+                    "deletionTimestamp"):
+                extra.append(member_object(cluster, PODS, pod))
+        missing: dict[str, Mapping[str, str]] = {pod_name(job_name=ref.name, job_uid=ref.uid, role=role, index=i): {}
+                   for role, count in recorded.items() for i in range(count) if (role, i) not in present}
+        try:
+            if extra:
+                client = member_client(self.hub, cluster)
+                if client is not None:
+                    outcome = await delete_member_objects(client, extra, cluster=cluster)
+                    _log.info("elastic gang trimmed to its size", job=ref.key, cluster=cluster, epoch=epoch,
+                              size=_sizes(recorded), deleted=outcome.requested)
+            if missing and ref.uid not in self.inflight:
+                created = await self.dispatcher.recreate_pods(job, cluster=cluster, epoch=epoch, pods=missing)
+                _log.info("elastic gang filled to its size", job=ref.key, cluster=cluster, epoch=epoch,
+                          size=_sizes(recorded), created=created)
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            _log.warning("could not bring an elastic gang to its size; trying again", job=ref.key, cluster=cluster,
+                         error=f"{type(e).__name__}: {e}", waiting_for="the next elastic pass")
+
+    async def _elastic_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.elastic_tick_seconds)
+            try:
+                await self.elastic_pass()
+            except Exception as e:  # noqa: BLE001 - one bad pass must not end the loop
+                _log.error("elastic pass failed; retrying on the next tick", error=f"{type(e).__name__}: {e}",
+                           exc_info=True, waiting_for="the next tick")
+
+    async def elastic_pass(self) -> int:
+        """Converge every elastic gang to its status.replicas (`_trim_and_fill`), then grow the ones
+        `placement.plan_growth` lets grow (pending gangs first, cooldown after a placement or resize).
+        Returns how many grew."""
+        started = time.perf_counter()
+        now = time.time()
+        for uid in sorted(self.active):
+            job = self.jobs.get(uid)
+            gang = self._gang_of(uid, job) if job is not None and uid not in self.inflight else None
+            if job is not None and gang is not None and gang.elastic and uid not in self._shrinking:
+                await self._trim_and_fill(job)
+        snapshots = self._snapshots()
+        pending: list[GangRequest] = []
+        for uid in sorted(self.queued):
+            try:
+                pending.append(gang_request(self.jobs[uid], now=now))
+            except (ValueError, TypeError):
+                continue
+        queues = self._cycle_queues(pending)
+        views = self._without_leftovers(snapshots) if queues is not None else snapshots
+        running = self._running(snapshots)
+        last: dict[str, float] = {}
+        for gang_running in running:
+            job = self.jobs.get(gang_running.uid)
+            if job is not None:
+                when = _last_resized(job)
+                last[gang_running.uid] = when if when is not None else gang_running.started_at
+        result = plan_growth(running, views, pending, self.profile, now=now, last_resized=last,
+                             cooldown_seconds=self.grow_cooldown_seconds, reservations=self.ledger.book, queues=queues)
+        self.hub.metrics.loop_phase_seconds.labels(loop="placement", phase="grow").observe(
+            time.perf_counter() - started)
+        self.last_growth = result
+        if not result.growths:
+            return 0
+        self.ledger.book = result.reservations  # assume, as a decision does
+        for growth in result.growths:
+            job = self.jobs.get(growth.gang_uid)
+            if job is None:
+                self.ledger.forget(growth.gang_uid)
+                continue
+            self.inflight.begin(growth.gang_uid)
+            self._spawn(self._grow(job, growth), name=f"placement:grow:{growth.gang_key}")
+        return len(result.growths)
+
+    async def _grow(self, job: Mapping[str, Any], growth: Growth) -> None:
+        """Write the growth (status.replicas, history Resized with reason Grown; fenced on the placement the
+        plan saw), an Event, then create the new pods (rendered at the new size; creates are idempotent and
+        the PodGroup is left as it is: its minimum does not change)."""
+        ref = job_ref(job)
+        cluster, epoch = current_placement(job)
+        now = time.time()
+        message = ""
+        try:
+            def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
+                nonlocal message
+                if (stored.get("metadata") or {}).get("deletionTimestamp") or phase_of(stored) not in ACTIVE_PHASES \
+                        or current_placement(stored) != (growth.cluster, epoch):
+                    return None
+                before = placed_replicas(stored)
+                after = dict(growth.replicas)
+                if set(after) != set(before) or any(after[r] < before[r] for r in after) or after == before:
+                    return None  # resized meanwhile: the next pass plans again
+                changed = {r: (before[r], after[r]) for r in after if after[r] != before[r]}
+                message = (f"grew {', '.join(f'{r} {a} -> {b}' for r, (a, b) in sorted(changed.items()))}: room in "
+                           f"{growth.cluster} that no pending job could use")
+                status = stored["status"]
+                status["replicas"] = after
+                entry = history_entry(HISTORY_RESIZED, cluster=growth.cluster, epoch=epoch, message=message, now=now)
+                entry.update({"from": before, "to": after, "reason": "Grown"})
+                append_history(status, entry)
+                return stored
+
+            written, stored = await self._write_status(ref, mutate, failed="could not record a growth; planned "
+                                                       "again next pass", cluster=growth.cluster)
+            if not written or stored is None or cluster != growth.cluster:
+                self.ledger.forget(ref.uid)
+                return
+            self._remember(stored)
+            self.hub.events.record(stored, controller="placement", reason="Grown", action="Resize", message=message)
+            _log.info("elastic gang grown", job=ref.key, cluster=growth.cluster, epoch=epoch,
+                      size=_sizes(growth.replicas), pods=growth.pods)
+            crash_point("after-grow-write", job=ref.key)
+            names: dict[str, Mapping[str, str]] = {pod_name(job_name=ref.name, job_uid=ref.uid, role=p.role, index=p.index): {}
+                     for p in growth.added}
+            await self.dispatcher.recreate_pods(stored, cluster=growth.cluster, epoch=epoch, pods=names)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the next pass fills what is missing
+            self.ledger.forget(ref.uid)
+            _log.warning("growing an elastic gang failed; the next pass creates what is missing", job=ref.key,
+                         error=f"{type(e).__name__}: {e}", waiting_for="the next elastic pass")
+        finally:
+            self.inflight.end(ref.uid)
 
     async def _evict(self, victim: Victim, job: dict[str, Any] | None, *, preemptor: str, queue: str,
                      now: float) -> bool:
@@ -952,6 +1270,7 @@ class PlacementController:
         rows = why_not_rows(decision.why_not)
         scores = score_rows(decision)
         preempted = ", ".join(victim.key for victim in decision.preemption.victims) if decision.preemption else ""
+        shrunk = ", ".join(s.describe() for s in decision.preemption.shrinks) if decision.preemption else ""
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             if (stored.get("metadata") or {}).get("deletionTimestamp") or (stored.get("spec") or {}).get("suspend"):
@@ -978,6 +1297,8 @@ class PlacementController:
                     "Preempting", cluster=decision.cluster, epoch=epoch, now=now,
                     message=f"made room in {decision.cluster} by preempting "
                             f"{', '.join(v.describe() for v in decision.preemption.victims)}"))
+            if shrunk:
+                message += f" after shrinking {shrunk}"
             append_history(status, history_entry("Placed", cluster=decision.cluster, epoch=epoch, message=message,
                                                  now=now))
             set_condition(status, type=SCHEDULABLE, state="True", reason="Placed", message=message, now=now)
@@ -1143,6 +1464,58 @@ class PlacementController:
             self._remember(stored)
             self.hub.events.record(stored, controller="placement", reason=reason, action="Place",
                                    warning=True, message=message)
+
+
+def _member_index(hub: HubContext, cluster: str) -> ClusterObjects | None:
+    """Status sync's index of this hub's objects in `cluster`, once it has listed everything (else None)."""
+    objects = hub.shared.get(MEMBER_OBJECTS)
+    index = objects.get(cluster) if isinstance(objects, MemberObjects) else None
+    return index if index is not None and index.ready else None
+
+
+def _pod_of(pod: Mapping[str, Any]) -> tuple[str, str, int, str, bool] | None:
+    """(name, role, index (-1 if unreadable), node, live: bound, not terminal, not being deleted) of one
+    member pod; None without a name."""
+    def mapping(value: Any) -> Mapping[str, Any]:
+        return value if isinstance(value, Mapping) else {}
+
+    meta = mapping(pod.get("metadata"))
+    labels = mapping(meta.get("labels"))
+    spec = mapping(pod.get("spec"))
+    status = mapping(pod.get("status"))
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    raw = labels.get(LABEL_INDEX)
+    number = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else -1
+    node = spec.get("nodeName")
+    node = node if isinstance(node, str) else ""
+    live = bool(node) and not meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")
+    return name, str(labels.get(LABEL_ROLE) or ""), number, node, live
+
+
+def _pod_amounts(pods: tuple[RunningPod, ...]) -> dict[str, Resources]:
+    amounts: dict[str, Resources] = {}
+    for pod in pods:
+        previous = amounts.get(pod.node)
+        amounts[pod.node] = pod.requests if previous is None else previous + pod.requests
+    return amounts
+
+
+def _sizes(replicas: Mapping[str, int]) -> str:
+    """{"ps": 1, "worker": 6} -> "ps 1, worker 6"."""
+    return ", ".join(f"{role} {count}" for role, count in sorted(replicas.items()))
+
+
+def _last_resized(job: Mapping[str, Any]) -> float | None:
+    """When the job's gang last changed size at its current placement: its newest Placed or Resized entry
+    of the current epoch (the grow pass's cooldown counts from it)."""
+    _, epoch = current_placement(job)
+    for entry in reversed(list((job.get("status") or {}).get("history") or ())):
+        if isinstance(entry, Mapping) and entry.get("event") in (PHASE_PLACED, HISTORY_RESIZED) \
+                and entry.get("epoch") == epoch:
+            return parse_timestamp(entry.get("time"))
+    return None
 
 
 def _borrowed(job: Mapping[str, Any]) -> bool:
