@@ -242,7 +242,9 @@ class Role(ApiModel):
     on_worker_loss: WorkerLossPolicy | None = Field(default=None, alias="onWorkerLoss", description=(
         "Elastic roles only: when a pod of this role fails or its node is lost and the role is above its "
         "minimum, shrink (the gang goes on with one pod fewer) or restart (the pod is recreated; needs "
-        "restartPolicy OnFailure). Left out, restartPolicy decides. Not enforced yet: restartPolicy decides."))
+        "restartPolicy OnFailure). Left out, restartPolicy decides. A shrink deletes the failed pod, makes "
+        "status.replicas one smaller and says Resized (reason WorkerLost) in the history; it does not count "
+        "toward spec.backoffLimit."))
     template: PodTemplate
 
     @field_validator("replicas", "min_replicas", "max_replicas")

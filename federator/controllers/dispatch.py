@@ -63,7 +63,7 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
 from federator.controllers.cleanup import delete_member_objects, fence_pending
-from federator.controllers.status_sync import MEMBER_OBJECTS, MemberObjects
+from federator.controllers.status_sync import ANNOTATION_ATTEMPT, MEMBER_OBJECTS, MemberObjects
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     JOB_KIND,
@@ -94,6 +94,7 @@ from federator.delegation import (
     MemberObject,
     Ownership,
     RenderError,
+    SchedulerAdapter,
     adapter_for,
     gpu_node_labels,
     is_system_priority_class,
@@ -109,8 +110,6 @@ from federator.store.protocol import StoreError
 __all__ = [
     "CRASH_ENV",
     "CRASH_JOB_ENV",
-    "ANNOTATION_ATTEMPT",
-    "ANNOTATION_FAILURES",
     "DISPATCHER",
     "NAMESPACES",
     "DispatchResult",
@@ -123,10 +122,6 @@ __all__ = [
 _log = get_logger("controllers.dispatch")
 
 DISPATCHER = "dispatcher"
-#: a pod's attempt index (0 first; status sync's restarts of failed workers count it up)
-ANNOTATION_ATTEMPT = "federator.dev/attempt"
-#: failures of this pod counted toward spec.backoffLimit (carried over to the pod created again)
-ANNOTATION_FAILURES = "federator.dev/counted-failures"
 CRASH_ENV = "FEDERATOR_TEST_CRASH_AT"
 CRASH_JOB_ENV = "FEDERATOR_TEST_CRASH_JOB"
 CRASH_POINTS = frozenset({"after-eviction", "after-decision", "mid-dispatch", "after-dispatch"})
@@ -441,22 +436,9 @@ class Dispatcher:
                 scheduler = cluster_scheduler(self.hub, cluster)
             if scheduler is None:
                 raise DispatchError(f"cluster {cluster} is not registered with a scheduler")
-        kind, override = scheduler
-        try:
-            adapter = adapter_for(kind)
-            priority_class = member_priority_class(job)
-            gpu_pin = self._gpu_node_labels(job, cluster=cluster, assignment=assignment)
-
-            def render(with_priority: bool) -> list[MemberObject]:
-                return adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
-                                      epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
-                                      assignment=assignment, gpu_node_labels=gpu_pin,
-                                      priority_class_name=priority_class.name if priority_class and with_priority
-                                      else None)
-
-            objects = render(True)
-        except (RenderError, KeyError) as e:
-            raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
+        adapter, priority_class, render = self._renderer(job, scheduler=scheduler, cluster=cluster, epoch=epoch,
+                                                         assignment=assignment)
+        objects = render(True)
         client = await self._client(cluster, wait=wait_for_client)
         await self.wait_for_fence(cluster, wait=self.fence_wait_seconds)
         await self.wait_for_previous(job, cluster=cluster, wait=self.fence_wait_seconds)
@@ -508,6 +490,34 @@ class Dispatcher:
                     raise DispatchError(f"creating member objects in {cluster}: {first_error}") from None
                 raise first_error
         return created, existing
+
+    def _renderer(
+        self, job: Mapping[str, Any], *, scheduler: tuple[str, str | None], cluster: str, epoch: int,
+        assignment: Sequence[PodAssignment],
+    ) -> tuple[SchedulerAdapter, MemberObject | None, Callable[[bool], list[MemberObject]]]:
+        """(the cluster's adapter, the job's member PriorityClass, render(with_priority) -> the job's member
+        objects at (cluster, epoch)); a job that cannot be rendered is a DispatchError (not retryable)."""
+        kind, override = scheduler
+        ref = job_ref(job)
+        try:
+            adapter = adapter_for(kind)
+            priority_class = member_priority_class(job)
+            gpu_pin = self._gpu_node_labels(job, cluster=cluster, assignment=assignment)
+        except (RenderError, KeyError) as e:
+            raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
+
+        def render(with_priority: bool) -> list[MemberObject]:
+            try:
+                return adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
+                                      epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
+                                      assignment=assignment, gpu_node_labels=gpu_pin,
+                                      priority_class_name=priority_class.name if priority_class and with_priority
+                                      else None)
+            except (RenderError, KeyError) as e:
+                raise DispatchError(f"cannot render the job for cluster {cluster}: {e}",
+                                    retryable=False) from None
+
+        return adapter, priority_class, render
 
     async def _ensure_namespace(self, client: Any, *, cluster: str, namespace: str) -> None:
         known = self._namespaces.setdefault(cluster, set())
@@ -644,17 +654,13 @@ class Dispatcher:
         scheduler = cluster_scheduler(self.hub, cluster)
         if scheduler is None:
             raise DispatchError(f"cluster {cluster} is not registered with a scheduler")
-        kind, override = scheduler
-        try:
-            adapter = adapter_for(kind)
-            priority_class = member_priority_class(job)
-            objects = adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
-                                     epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
-                                     gpu_node_labels=self._gpu_node_labels(job, cluster=cluster, assignment=()),
-                                     priority_class_name=priority_class.name if priority_class else None)
-        except (RenderError, KeyError) as e:
-            raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
+        adapter, priority_class, render = self._renderer(job, scheduler=scheduler, cluster=cluster, epoch=epoch,
+                                                         assignment=())
+        objects = render(True)
         client = await self._client(cluster, wait=0.0)
+        if priority_class is not None and not await self._ensure_priority_class(client, cluster=cluster,
+                                                                                 priority_class=priority_class):
+            objects = render(False)
         owner: Mapping[str, Any] | None = None
         if adapter.pods_owned_by_group and objects and objects[0].gvk.kind != "Pod":
             group = objects[0]

@@ -46,8 +46,10 @@ admission is created again; failures the infrastructure caused
 (DisruptionTarget=True: lost or deleted node) do not count toward
 spec.backoffLimit, the others do (counted on the gang's pods, so per
 placement); past the limit the job fails with reason BackoffLimitExceeded
-and the pods' reasons (`restart_plan`). Roles with restartPolicy Never fail
-the gang as before.
+and the pods' reasons (`restart_plan`). An elastic role with onWorkerLoss
+shrink above its minimum instead loses the failed pod: status.replicas one
+smaller, history Resized (reason WorkerLost), written before the pod is
+deleted. Roles with restartPolicy Never fail the gang as before.
 
 Apart from those restarts it never creates or deletes member objects, never decides placement, and
 never logs an object body or a credential.
@@ -63,7 +65,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, placed_replicas
+from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import NODES, PODS, MemberApiError, MemberClientError, ResourceKind
 from federator.clusters.reflector import Backoff, Reflector
@@ -521,10 +523,10 @@ def expected_roles(job: Mapping[str, Any]) -> dict[str, int]:
 
 
 def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: SchedulerAdapter, *,
-                epoch: int) -> GangStatus:
+                epoch: int, expected: Mapping[str, int] | None = None) -> GangStatus:
     uid = str(_mapping(job.get("metadata")).get("uid") or "")
     podgroup, pods = objects.gang(uid, epoch)
-    return adapter.read_status(podgroup, pods, expected=expected_roles(job))
+    return adapter.read_status(podgroup, pods, expected=expected if expected is not None else expected_roles(job))
 
 
 def _deleting(job: Mapping[str, Any]) -> bool:
@@ -648,7 +650,7 @@ HISTORY_POD_RESTARTED = "PodRestarted"
 
 @dataclass(frozen=True, slots=True)
 class RestartPlan:
-    """What to do about the failed and missing pods of a gang's OnFailure roles (`restart_plan`)."""
+    """What to do about the failed and missing pods of a gang's OnFailure and shrink roles (`restart_plan`)."""
 
     #: pod name -> the annotations of the pod created again (attempt, counted failures)
     recreate: Mapping[str, Mapping[str, str]]
@@ -660,6 +662,9 @@ class RestartPlan:
     counted: int
     #: the job fails instead: more counted failures than spec.backoffLimit
     exceeded: bool
+    #: pods per role the plan started from, and after the shrinks (equal when nothing shrinks)
+    sizes_before: Mapping[str, int] = field(default_factory=dict)
+    sizes_after: Mapping[str, int] = field(default_factory=dict)
 
 
 def _int_annotation(annotations: Mapping[str, Any], key: str) -> int:
@@ -682,64 +687,86 @@ def _pod_failure(status: Mapping[str, Any]) -> tuple[str, bool]:
     return "; ".join(parts)[:512] or "Failed", infra
 
 
-def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, admitted: bool) -> RestartPlan | None:
-    """The restarts of the gang's failed pods of roles with restartPolicy OnFailure, or None when there is
-    nothing to restart (roles with restartPolicy Never keep failing the gang, as before).
+def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, admitted: bool,
+                 expected: Mapping[str, int] | None = None) -> RestartPlan | None:
+    """The restarts (and shrinks) for the gang's failed pods, or None when there is nothing to do: roles
+    with restartPolicy Never (and no onWorkerLoss shrink) keep failing the gang, as before.
 
-    A failed pod is deleted and created again under the same name with the next attempt index; once the
-    gang was admitted, a missing pod of such a role is created again too (the member deleted it, e.g. its
-    node was deleted). Failures by the infrastructure (DisruptionTarget) do not count toward
+    A failed pod of an elastic role with onWorkerLoss shrink, while the role is above its minimum, is
+    deleted and the role shrinks by one (not counted). Otherwise a failed pod of a role with restartPolicy
+    OnFailure is deleted and created again under the same name with the next attempt index; once the gang
+    was admitted, a role with restartPolicy OnFailure short of its size (`expected`, else
+    `placed_replicas`) gets its lowest free pod names created again (the member deleted a pod, e.g. its
+    node was deleted). Failures the infrastructure caused (DisruptionTarget) do not count toward
     spec.backoffLimit; the others do. The count lives on the gang's pods (annotation
     federator.dev/counted-failures, carried over to the pod created again), so the window is the gang's
     current placement: a gang placed again (another epoch) starts from 0, as its pods do."""
     spec = _mapping(job.get("spec"))
-    roles = [r for r in spec.get("roles") or () if isinstance(r, Mapping)]
-    restartable = {str(r.get("name")) for r in roles if r.get("restartPolicy") == "OnFailure"}
-    if not restartable:
+    roles = {str(r.get("name")): r for r in spec.get("roles") or () if isinstance(r, Mapping)}
+    restartable = {name for name, r in roles.items() if r.get("restartPolicy") == "OnFailure"}
+    shrinkable = {name for name, r in roles.items() if r.get("onWorkerLoss") == "shrink"}
+    if not restartable and not shrinkable:
         return None
     raw_limit = spec.get("backoffLimit")
     limit = raw_limit if isinstance(raw_limit, int) and raw_limit >= 0 else DEFAULT_BACKOFF_LIMIT
     job_name = str(_mapping(job.get("metadata")).get("name") or "")
     job_uid = str(_mapping(job.get("metadata")).get("uid") or "")
+    before = dict(expected) if expected is not None else placed_replicas(job)
+    sizes = dict(before)
     counted = 0
-    present: set[str] = set()
-    failed: list[tuple[str, str, Mapping[str, Any]]] = []
-    for pod in pods:
+    taken: set[str] = set()
+    alive: dict[str, set[str]] = {}
+    failed: list[tuple[str, str, str, Mapping[str, Any]]] = []
+    for pod in sorted(pods, key=lambda p: str(_mapping(p.get("metadata")).get("name") or "")):
         meta = _mapping(pod.get("metadata"))
         name = str(meta.get("name") or "")
-        present.add(name)
+        taken.add(name)
         counted += _int_annotation(_mapping(meta.get("annotations")), ANNOTATION_FAILURES)
         role = str(_mapping(meta.get("labels")).get(LABEL_ROLE) or "")
-        if role in restartable and _mapping(pod.get("status")).get("phase") == "Failed" \
-                and not meta.get("deletionTimestamp"):
-            failed.append((name, str(meta.get("uid") or ""), pod))
+        if meta.get("deletionTimestamp"):
+            continue
+        alive.setdefault(role, set()).add(name)
+        if role in restartable | shrinkable and _mapping(pod.get("status")).get("phase") == "Failed":
+            failed.append((name, str(meta.get("uid") or ""), role, pod))
     recreate: dict[str, Mapping[str, str]] = {}
     delete: dict[str, str] = {}
     reasons: list[str] = []
-    for name, uid, pod in failed:
+    for name, uid, role, pod in failed:
         meta = _mapping(pod.get("metadata"))
         annotations = _mapping(meta.get("annotations"))
         why, infra = _pod_failure(_mapping(pod.get("status")))
-        own = _int_annotation(annotations, ANNOTATION_FAILURES) + (0 if infra else 1)
-        counted += 0 if infra else 1
         attempt = _int_annotation(annotations, ANNOTATION_ATTEMPT)
         labels = _mapping(meta.get("labels"))
-        reasons.append(f"pod {name} ({labels.get(LABEL_ROLE)} {labels.get(LABEL_INDEX)}, attempt {attempt}): {why}"
-                       f" [{'infrastructure, not counted' if infra else 'counted'}]")
+        spec_role = roles[role]
+        low = spec_role.get("minReplicas") or spec_role.get("replicas") or 0
+        where = f"pod {name} ({role} {labels.get(LABEL_INDEX)}, attempt {attempt}): {why}"
+        if role in shrinkable and isinstance(low, int) and sizes.get(role, 0) > low:
+            sizes[role] -= 1
+            delete[name] = uid
+            alive[role].discard(name)
+            reasons.append(f"{where} [worker lost: {role} shrunk to {sizes[role]}, not counted]")
+            continue
+        if role not in restartable:
+            return None  # at its minimum with restartPolicy Never: the gang fails, as before
+        own = _int_annotation(annotations, ANNOTATION_FAILURES) + (0 if infra else 1)
+        counted += 0 if infra else 1
+        reasons.append(f"{where} [{'infrastructure, not counted' if infra else 'counted'}]")
         delete[name] = uid
         recreate[name] = {ANNOTATION_ATTEMPT: str(attempt + 1), ANNOTATION_FAILURES: str(own)}
     if admitted:
-        for role, count in placed_replicas(job).items():
-            if role not in restartable:
-                continue
-            for index in range(count):
+        for role in sorted(restartable):
+            short = sizes.get(role, 0) - len(alive.get(role, ()))
+            index = 0
+            while short > 0 and index < 100_000:
                 name = pod_name(job_name=job_name, job_uid=job_uid, role=role, index=index)
-                if name not in present:
+                if name not in taken and name not in recreate:
                     recreate[name] = {ANNOTATION_ATTEMPT: "1"}
-    if not recreate:
+                    short -= 1
+                index += 1
+    if not recreate and not delete:
         return None
     return RestartPlan(recreate=recreate, delete=delete, reasons=tuple(reasons), counted=counted,
-                       exceeded=counted > limit)
+                       exceeded=counted > limit, sizes_before=before, sizes_after=sizes)
 
 
 # ---------------------------------------------------------------- the controller
@@ -791,6 +818,8 @@ class StatusSync:
         self.awaiting_release: set[str] = set()
         #: uid -> what of the job decides a reconcile (phase, cluster, epoch) as last seen
         self._job_views: dict[str, tuple[Any, ...]] = {}
+        #: uid -> (cluster, epoch, pods per role) of a shrink this loop wrote that the job cache may not show yet
+        self._shrunk: dict[str, tuple[str, int, dict[str, int]]] = {}
         #: uid -> when (wall clock) its gang's objects were first seen gone after admission
         self._missing_since: dict[str, float] = {}
         #: dispatches whose Dispatched record this loop writes with the gang's next status
@@ -812,6 +841,7 @@ class StatusSync:
         member's changes and the periodic pass still reach it)."""
         if job is None:
             self._job_views.pop(uid, None)
+            self._shrunk.pop(uid, None)
             self.records.forget(uid)
             return
         view = ((job.get("status") or {}).get("phase"), *current_placement(job))
@@ -921,6 +951,10 @@ class StatusSync:
         if dispatcher is None or client is None:
             self.work.retry(ref.uid)
             return
+        if plan.sizes_after != plan.sizes_before and not await self._shrink(job, plan, cluster=cluster,
+                                                                             epoch=epoch, now=now):
+            self.work.retry(ref.uid)
+            return
         try:
             for name, pod_uid in plan.delete.items():
                 try:
@@ -929,14 +963,15 @@ class StatusSync:
                 except MemberApiError as e:
                     if e.code not in (404, 409):
                         raise
-            created = await dispatcher.recreate_pods(job, cluster=cluster, epoch=epoch, pods=plan.recreate)
+            created = await dispatcher.recreate_pods(job, cluster=cluster, epoch=epoch, pods=plan.recreate) \
+                if plan.recreate else 0
         except (MemberClientError, DispatchError) as e:
             _log.warning("could not restart the gang's failed pods; will retry", job=ref.key, cluster=cluster,
                          error=str(e))
             self.work.retry(ref.uid)
             return
-        if not plan.delete and not created:
-            return  # missing pods already back (our own restart, seen half-way)
+        if not created and not any(name in plan.recreate for name in plan.delete):
+            return  # only shrinks (said by the Resized entry), or missing pods already back
         limit = _mapping(job.get("spec")).get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
         message = (f"pods created again in cluster {cluster} (epoch {epoch}): "
                    f"{', '.join(sorted(plan.recreate))}; {plan.counted} of spec.backoffLimit {limit} failures "
@@ -957,6 +992,37 @@ class StatusSync:
         if stored is not None:
             self.hub.events.record(stored, controller="status-sync", reason=HISTORY_POD_RESTARTED,
                                    action="Restart", warning=True, message=message)
+
+    async def _shrink(self, job: Mapping[str, Any], plan: RestartPlan, *, cluster: str, epoch: int,
+                      now: float) -> bool:
+        """Write the gang's smaller size (status.replicas, history Resized with reason WorkerLost) before its
+        lost pods are deleted, so that nothing takes the missing pods for ones to create again. False when
+        the job moved on or its size changed meanwhile."""
+        ref = job_ref(job)
+        lost = [r for r in plan.reasons if "worker lost" in r]
+        message = f"workers lost in cluster {cluster} (epoch {epoch}); the gang goes on smaller: " + "; ".join(lost)
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) \
+                    or _deleting(fresh) or placed_replicas(fresh) != dict(plan.sizes_before):
+                return None
+            status = fresh["status"]
+            status["replicas"] = dict(plan.sizes_after)
+            entry = history_entry(HISTORY_RESIZED, cluster=cluster, epoch=epoch, message=message, now=now)
+            entry.update({"from": dict(plan.sizes_before), "to": dict(plan.sizes_after), "reason": "WorkerLost"})
+            append_history(status, entry)
+            return fresh
+
+        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                         uid=ref.uid)
+        if stored is None:
+            return False
+        self._shrunk[ref.uid] = (cluster, epoch, dict(plan.sizes_after))
+        self.hub.events.record(stored, controller="status-sync", reason=HISTORY_RESIZED, action="Shrink",
+                               warning=True, message=message)
+        _log.info("gang shrunk: workers lost", job=ref.key, cluster=cluster, epoch=epoch,
+                  to=dict(plan.sizes_after))
+        return True
 
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)
@@ -981,8 +1047,13 @@ class StatusSync:
         watched = self._watched(cluster)
         if watched is not None:
             objects, adapter = watched
-            gs = gang_status(job, objects, adapter, epoch=epoch)
-            plan = restart_plan(job, objects.gang(uid, epoch)[1],
+            shrunk = self._shrunk.get(uid)
+            if shrunk is not None and (shrunk[:2] != (cluster, epoch) or placed_replicas(job) == shrunk[2]):
+                shrunk = None  # the job cache caught up with our own shrink (or the job moved on)
+                self._shrunk.pop(uid, None)
+            sizes = shrunk[2] if shrunk is not None else None
+            gs = gang_status(job, objects, adapter, epoch=epoch, expected=sizes)
+            plan = restart_plan(job, objects.gang(uid, epoch)[1], expected=sizes,
                                 admitted=_PHASE_RANK.get(str(phase), 0) >= _PHASE_RANK[PHASE_ADMITTED])
             if plan is not None and plan.exceeded:
                 gs = dataclasses.replace(gs, phase=GangPhase.FAILED, reason="BackoffLimitExceeded", message=(

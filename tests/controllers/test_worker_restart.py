@@ -98,6 +98,41 @@ async def test_a_lost_node_restarts_the_worker_without_counting(tmp_path: Path) 
         assert phase(job) == "Running" and placement_of(job)["cluster"] == CLUSTER
 
 
+async def test_a_lost_worker_shrinks_an_elastic_gang_above_its_minimum(tmp_path: Path) -> None:
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        body = {
+            "apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "elastic", "namespace": "team-a"},
+            "spec": {"backoffLimit": 0, "roles": [{
+                "name": "worker", "replicas": 2, "minReplicas": 1, "maxReplicas": 6, "restartPolicy": "OnFailure",
+                "onWorkerLoss": "shrink",
+                "template": {"image": "trainer:1.4", "resources": {"cpu": "4", "memory": "16Gi",
+                                                                   "nvidia.com/gpu": 8}}}],
+                     "placement": {"clusterSelector": {"matchLabels": {"federator.test/cluster": CLUSTER}}}},
+        }
+        uid = (await env.api.submit(body))["metadata"]["uid"]
+        job = await env.api.wait_job("team-a", "elastic", lambda j: phase(j) == "Running", timeout=60,
+                                     what="running")
+        assert job["status"]["replicas"] == {"worker": 4}  # four whole GPU nodes
+        lost = await _worker(env, uid, index="1")
+        await env.fed.fault(CLUSTER, "node-failure", {"node": lost["spec"]["nodeName"]})
+        job = await env.api.wait_job("team-a", "elastic", lambda j: bool(history(j, "Resized")), what="Resized")
+        (entry,) = history(job, "Resized")
+        assert (entry["from"], entry["to"], entry["reason"]) == ({"worker": 4}, {"worker": 3}, "WorkerLost")
+        assert lost["metadata"]["name"] in entry["message"] and "NodeLost" in entry["message"]
+        assert job["status"]["replicas"] == {"worker": 3} and phase(job) == "Running"
+        assert not history(job, "PodRestarted")
+
+        async def three_left() -> list[str] | None:
+            pods = await env.live_pods(CLUSTER, uid)
+            return sorted(p["metadata"]["labels"]["federator.dev/index"] for p in pods) if len(pods) == 3 else None
+
+        assert await wait_until(three_left, what="the lost worker deleted") == ["0", "2", "3"]
+        job = await env.api.wait_job("team-a", "elastic", lambda j: j["status"]["podCounts"]["worker"] ==
+                                     {"pending": 0, "running": 3, "succeeded": 0, "failed": 0}, what="3 running")
+        assert phase(job) == "Running" and placement_of(job)["cluster"] == CLUSTER
+
+
 def _pods(job: dict[str, Any]) -> list[dict[str, Any]]:
     objects = adapter_for("volcano").render(job, cluster_scheduler_name="volcano", epoch=1, hub_id="hub",
                                             namespace="team-a")
@@ -158,3 +193,34 @@ def test_restart_plan_reads_the_pods() -> None:
     pods[0]["metadata"]["labels"][LABEL_ROLE] = "worker"
     plan = restart_plan(job, pods, admitted=False)
     assert plan is not None and plan.counted == 1 and plan.recreate[names[0]][ANNOTATION_ATTEMPT] == "1"
+
+
+def test_restart_plan_shrinks_elastic_roles_above_their_minimum() -> None:
+    job = _job(backoffLimit=0)
+    worker = job["spec"]["roles"][1]
+    worker.update(replicas=2, minReplicas=2, maxReplicas=4, onWorkerLoss="shrink")
+    job["status"] = {"phase": "Running", "replicas": {"ps": 1, "worker": 3}}
+    pods = _pods(job)
+    names = [p["metadata"]["name"] for p in pods]
+    assert len(pods) == 4
+    crashed = {"phase": "Failed", "reason": "Error"}
+    pods[1]["status"], pods[2]["status"] = crashed, crashed
+    # restartPolicy Never: the first shrinks (3 -> 2), the second is at the minimum: the gang fails
+    assert restart_plan(job, pods, admitted=True) is None
+    pods[2]["status"] = {"phase": "Running"}
+    plan = restart_plan(job, pods, admitted=True)
+    assert plan is not None and plan.delete == {names[1]: f"uid-{names[1]}"} and not plan.recreate
+    assert (plan.sizes_before, plan.sizes_after) == ({"ps": 1, "worker": 3}, {"ps": 1, "worker": 2})
+    assert plan.counted == 0 and not plan.exceeded and "shrunk to 2" in plan.reasons[0]
+    # with OnFailure the one at the minimum restarts instead (and counts)
+    worker["restartPolicy"] = "OnFailure"
+    pods[2]["status"] = crashed
+    plan = restart_plan(job, pods, admitted=True)
+    assert plan is not None and sorted(plan.delete) == sorted(names[1:3]) and list(plan.recreate) == [names[2]]
+    assert plan.sizes_after == {"ps": 1, "worker": 2} and plan.counted == 1 and plan.exceeded
+    # the job cache still says 3 after our own shrink: `expected` says 2, so no pod is missing
+    del pods[1]
+    pods[1]["status"] = {"phase": "Running"}
+    assert restart_plan(job, pods, admitted=True, expected={"ps": 1, "worker": 2}) is None
+    plan = restart_plan(job, pods, admitted=True)
+    assert plan is not None and list(plan.recreate) == [names[1]]  # lowest free name
