@@ -82,7 +82,7 @@ list + watch of `hub.storage` and runs placement cycles:
    objects; every pod aged by its index, so newest first is highest index
    first) and its request, so preemption may plan to shrink it instead of
    evicting (`Preemption.shrinks`). A shrink is carried out in step 7b,
-   beside the evictions: a fenced status write (status.replicas smaller by
+   before the evictions: a fenced status write (status.replicas smaller by
    the planned pods, only while they are still its highest indices above
    each role's minimum; history Resized with from, to, reason Preempted:
    "shrunk worker 6 -> 4: room for team-a/urgent (reason: ...)"), an Event
@@ -840,8 +840,10 @@ class PlacementController:
                 continue  # deleted meanwhile: its room is being freed anyway
             cluster, epoch = current_placement(job)
             pods = {pod.name: (pod.role, pod.index) for pod in cached[1].pods}
+            # a planned pod this loop no longer knows: an empty plan, refused by `_shrink` (decided again)
+            planned = {name: pods[name] for name in shrink.pods if name in pods}
             self._shrinking[shrink.uid] = (cluster or decision.cluster, epoch,
-                                           {name: pods[name] for name in shrink.pods if name in pods})
+                                           planned if len(planned) == len(shrink.pods) else {})
         return victims
 
     def _want_queue_status(self, queues: Mapping[str, QueueQuota], running: list[RunningGang], *,
@@ -976,15 +978,17 @@ class PlacementController:
                       phase=phase_of(fresh))
             return False
         now = time.time()
-        done = await asyncio.gather(*(self._evict(victim, victim_job, preemptor=ref.key, queue=decision.queue,
-                                                  now=now)
-                                      for victim, victim_job in victims))
-        if not all(done):
-            return False
+        # shrinks first: a shrink that cannot be done drops the preemption before anyone is evicted (a
+        # shrunk gang grows back on its own; an evicted one is queued again)
         assert decision.preemption is not None
         shrunk = await asyncio.gather(*(self._shrink(shrink, preemptor=ref.key, now=now)
                                         for shrink in decision.preemption.shrinks))
         if not all(shrunk):
+            return False
+        done = await asyncio.gather(*(self._evict(victim, victim_job, preemptor=ref.key, queue=decision.queue,
+                                                  now=now)
+                                      for victim, victim_job in victims))
+        if not all(done):
             return False
         crash_point("after-eviction", job=ref.key)
         return True
@@ -992,7 +996,7 @@ class PlacementController:
     async def _shrink(self, shrink: Shrink, *, preemptor: str, now: float) -> bool:
         """Shrink one elastic gang as the decision planned: a fenced status write (status.replicas smaller by
         the planned pods, history Resized with from/to/reason Preempted), an Event, then its pods above the
-        new size are deleted (`_trim`). False (the preemption is dropped) when the write failed or the
+        new size are deleted (`_trim_and_fill`). False (the preemption is dropped) when the write failed or the
         planned pods are not the gang's highest indices above its minimum any more."""
         where = self._shrinking.get(shrink.uid)
         job = self.jobs.get(shrink.uid)
