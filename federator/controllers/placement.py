@@ -90,9 +90,11 @@ list + watch of `hub.storage` and runs placement cycles:
    client (uid-guarded, as the GC deletes). The preemptor's reservation
    stays as for an eviction. A named background task ("placement:elastic",
    every HubSettings.extra "elastic_tick_seconds", default 5 s) then:
-   a. converges every elastic gang to its status.replicas: deletes its pods
-      at or above the count, creates the missing ones below it (rendered at
-      that size; creates are idempotent, the PodGroup is left alone);
+   a. converges every settled elastic gang (no pod failed, finished or
+      being deleted: those are status sync's) to its status.replicas: per
+      role, deletes the highest-indexed pods above the count, creates pods
+      at the lowest free indices below it (rendered at that size; creates
+      are idempotent, the PodGroup is left alone);
    b. grows: `placement.plan_growth` over the running gangs, the pending
       queue (pending gangs first), the reservation book and the queues,
       with a cooldown ("elastic_grow_cooldown_seconds", default 60 s) from
@@ -778,9 +780,8 @@ class PlacementController:
 
         Every pod gets the gang's placement time: a pod's age is its index (a gang's pods are created in
         index order, and each growth appends indices after the highest), so placement's newest-first
-        removes the highest indices and each role keeps indices 0..n-1: rendering the gang at its new size
-        then names exactly the pods that remain (see `_trim_and_fill`). Pods at or above their role's
-        placed count are left out: a shrink written before its pods went (they are being deleted)."""
+        removes the highest indices first. Pods beyond their role's placed count (the highest indices) are
+        left out: a shrink written before its pods went (`_trim_and_fill` deletes them)."""
         index = _member_index(self.hub, cluster)
         if index is None:
             return ()
@@ -793,7 +794,7 @@ class PlacementController:
             if view is None:
                 return ()
             name, role, number, node, live = view
-            if not live or name in going or (role in sizes and number >= sizes[role]):
+            if not live or name in going:
                 continue
             if role not in requests or number < 0 or not node:
                 return ()
@@ -802,7 +803,11 @@ class PlacementController:
                                       index=number))
             except (ValueError, TypeError):
                 return ()
-        return tuple(sorted(out, key=lambda p: (p.role, p.index)))
+        out.sort(key=lambda p: (p.role, p.index))
+        kept: list[RunningPod] = []
+        for role, count in sizes.items():
+            kept.extend([p for p in out if p.role == role][:count])
+        return tuple(kept)
 
     def _model_of(self, uid: str, gang: GangRequest, *, cluster: str, epoch: int, amounts: Mapping[str, Resources],
                   snapshot: ClusterSnapshot | None) -> str | None:
@@ -996,7 +1001,7 @@ class PlacementController:
     async def _shrink(self, shrink: Shrink, *, preemptor: str, now: float) -> bool:
         """Shrink one elastic gang as the decision planned: a fenced status write (status.replicas smaller by
         the planned pods, history Resized with from/to/reason Preempted), an Event, then its pods above the
-        new size are deleted (`_trim_and_fill`). False (the preemption is dropped) when the write failed or the
+        planned pods are deleted (what is missed, `_trim_and_fill` deletes). False (the preemption is dropped) when the write failed or the
         planned pods are not the gang's highest indices above its minimum any more."""
         where = self._shrinking.get(shrink.uid)
         job = self.jobs.get(shrink.uid)
@@ -1050,17 +1055,29 @@ class PlacementController:
         _log.info("elastic gang shrunk", job=ref.key, cluster=cluster, epoch=epoch, preemptor=preemptor,
                   pods=sorted(removed))
         crash_point("after-shrink-write", job=ref.key)
-        await self._trim_and_fill(stored)
+        index = _member_index(self.hub, cluster)
+        client = member_client(self.hub, cluster)
+        going = [member_object(cluster, PODS, pod) for pod in (index.gang(ref.uid, epoch)[1] if index else ())
+                 if (pod.get("metadata") or {}).get("name") in removed]
+        if client is not None and going:
+            try:
+                await delete_member_objects(client, going, cluster=cluster)
+            except Exception as e:  # noqa: BLE001 - the elastic pass deletes what is left above the size
+                _log.warning("could not delete a shrunk gang's pods; the elastic pass will", job=ref.key,
+                             cluster=cluster, error=f"{type(e).__name__}: {e}")
         return True
 
     # ------------------------------------------------------------ elastic gangs: converge, grow
 
     async def _trim_and_fill(self, job: Mapping[str, Any]) -> None:
-        """Make an elastic gang's member pods at its (cluster, epoch) match status.replicas: delete the pods
-        whose index is at or above their role's count (a shrink), create the missing ones below it (a
-        growth). Both sides are idempotent, so a hub that died between writing status.replicas and changing
-        the member converges here on its next pass: the written size is the truth, never exceeded for long
-        and never cut below (status.replicas is always within each role's minimum and maximum)."""
+        """Make an elastic gang's member pods at its (cluster, epoch) as many per role as status.replicas:
+        delete the highest-indexed pods above a role's count (a shrink), create pods at the lowest free
+        indices below it (a growth). Only on a settled gang: no pod of it failed, finished or being
+        deleted (status sync restarts or shrinks for failed workers; a deletion in progress is someone's
+        resize). So a hub that died between writing status.replicas and changing the member converges here
+        on its next pass: the written size is the truth, never exceeded for long and never cut below
+        (status.replicas is always within each role's minimum and maximum); pods are named by role and
+        index, so a pod created again is never a second copy."""
         cluster, epoch = current_placement(job)
         status = job.get("status") or {}
         recorded = status.get("replicas")
@@ -1071,19 +1088,26 @@ class PlacementController:
         if index is None:
             return
         ref = job_ref(job)
-        extra: list[Any] = []
-        present: set[tuple[str, int]] = set()
+        by_role: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
         for pod in index.gang(ref.uid, epoch)[1]:
             view = _pod_of(pod)
             if view is None:
-                continue
+                return
             _, role, number, _, _ = view
-            present.add((role, number))
-            if role in recorded and number >= recorded[role] and not (pod.get("metadata") or {}).get(
-                    "deletionTimestamp"):
-                extra.append(member_object(cluster, PODS, pod))
-        missing: dict[str, Mapping[str, str]] = {pod_name(job_name=ref.name, job_uid=ref.uid, role=role, index=i): {}
-                   for role, count in recorded.items() for i in range(count) if (role, i) not in present}
+            phase = (pod.get("status") or {}).get("phase")
+            if (pod.get("metadata") or {}).get("deletionTimestamp") or phase in ("Succeeded", "Failed") \
+                    or role not in recorded or number < 0:
+                return  # not settled (or not readable): leave it to its owner, look again next pass
+            by_role.setdefault(role, []).append((number, pod))
+        extra: list[Any] = []
+        missing: dict[str, Mapping[str, str]] = {}
+        for role, count in recorded.items():
+            pods = sorted(by_role.get(role, ()), key=lambda item: item[0])
+            extra.extend(member_object(cluster, PODS, pod) for _, pod in pods[count:][::-1])
+            used = {number for number, _ in pods}
+            free = (i for i in range(count + len(used)) if i not in used)
+            for _ in range(count - len(pods)):
+                missing[pod_name(job_name=ref.name, job_uid=ref.uid, role=role, index=next(free))] = {}
         try:
             if extra:
                 client = member_client(self.hub, cluster)
