@@ -693,7 +693,8 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     with restartPolicy Never (and no onWorkerLoss shrink) keep failing the gang, as before.
 
     A failed pod of an elastic role with onWorkerLoss shrink, while the role is above its minimum, is
-    deleted and the role shrinks by one (not counted). Otherwise a failed pod of a role with restartPolicy
+    deleted and the role shrinks by one (not counted); the role keeps its indices 0..n-1, so the pods at or
+    above the new size go and the lost index below it is created again. Otherwise a failed pod of a role with restartPolicy
     OnFailure is deleted and created again under the same name with the next attempt index; once the gang
     was admitted, a role with restartPolicy OnFailure short of its size (`expected`, else
     `placed_replicas`) gets its lowest free pod names created again (the member deleted a pod, e.g. its
@@ -731,6 +732,8 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     recreate: dict[str, Mapping[str, str]] = {}
     delete: dict[str, str] = {}
     reasons: list[str] = []
+    #: shrunk pod name -> the attempt its name gets if a lower index is created again under it
+    dropped: dict[str, int] = {}
     for name, uid, role, pod in failed:
         meta = _mapping(pod.get("metadata"))
         annotations = _mapping(meta.get("annotations"))
@@ -743,6 +746,7 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
         if role in shrinkable and isinstance(low, int) and sizes.get(role, 0) > low:
             sizes[role] -= 1
             delete[name] = uid
+            dropped[name] = attempt + 1
             alive[role].discard(name)
             reasons.append(f"{where} [worker lost: {role} shrunk to {sizes[role]}, not counted]")
             continue
@@ -753,6 +757,22 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
         reasons.append(f"{where} [{'infrastructure, not counted' if infra else 'counted'}]")
         delete[name] = uid
         recreate[name] = {ANNOTATION_ATTEMPT: str(attempt + 1), ANNOTATION_FAILURES: str(own)}
+    for role in sorted(r for r in shrinkable if sizes.get(r, 0) < before.get(r, 0)):
+        # Each role keeps its indices 0..n-1 (the placement controller's shrink removes the highest, and its
+        # elastic pass converges to that): a lost worker below the top leaves its index to the top pod.
+        for pod in pods:
+            meta = _mapping(pod.get("metadata"))
+            name, labels = str(meta.get("name") or ""), _mapping(meta.get("labels"))
+            index = _int_annotation(labels, LABEL_INDEX) if str(labels.get(LABEL_INDEX) or "").isdigit() else -1
+            if labels.get(LABEL_ROLE) == role and name in alive.get(role, ()) and index >= sizes[role]:
+                delete[name] = str(meta.get("uid") or "")
+                alive[role].discard(name)
+                reasons.append(f"pod {name} ({role} {index}) removed: {role} keeps indices 0..{sizes[role] - 1}")
+        for index in range(sizes[role]):
+            name = pod_name(job_name=job_name, job_uid=job_uid, role=role, index=index)
+            if name not in alive.get(role, ()) and name not in recreate:
+                recreate[name] = {ANNOTATION_ATTEMPT: str(dropped.get(name, 1))}
+                alive.setdefault(role, set()).add(name)
     if admitted:
         for role in sorted(restartable):
             short = sizes.get(role, 0) - len(alive.get(role, ()))
@@ -951,10 +971,12 @@ class StatusSync:
         if dispatcher is None or client is None:
             self.work.retry(ref.uid)
             return
-        if plan.sizes_after != plan.sizes_before and not await self._shrink(job, plan, cluster=cluster,
-                                                                             epoch=epoch, now=now):
-            self.work.retry(ref.uid)
-            return
+        if plan.sizes_after != plan.sizes_before:
+            stored = await self._shrink(job, plan, cluster=cluster, epoch=epoch, now=now)
+            if stored is None:
+                self.work.retry(ref.uid)
+                return
+            job = stored  # the pods created again are rendered at the new size
         try:
             for name, pod_uid in plan.delete.items():
                 try:
@@ -970,8 +992,9 @@ class StatusSync:
                          error=str(e))
             self.work.retry(ref.uid)
             return
-        if not created and not any(name in plan.recreate for name in plan.delete):
-            return  # only shrinks (said by the Resized entry), or missing pods already back
+        if plan.sizes_after != plan.sizes_before or (
+                not created and not any(name in plan.recreate for name in plan.delete)):
+            return  # a shrink (its Resized entry says it all), or missing pods already back
         limit = _mapping(job.get("spec")).get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
         message = (f"pods created again in cluster {cluster} (epoch {epoch}): "
                    f"{', '.join(sorted(plan.recreate))}; {plan.counted} of spec.backoffLimit {limit} failures "
@@ -994,13 +1017,13 @@ class StatusSync:
                                    action="Restart", warning=True, message=message)
 
     async def _shrink(self, job: Mapping[str, Any], plan: RestartPlan, *, cluster: str, epoch: int,
-                      now: float) -> bool:
+                      now: float) -> dict[str, Any] | None:
         """Write the gang's smaller size (status.replicas, history Resized with reason WorkerLost) before its
         lost pods are deleted, so that nothing takes the missing pods for ones to create again. False when
-        the job moved on or its size changed meanwhile."""
+        the job moved on or its size changed meanwhile; else the job as stored."""
         ref = job_ref(job)
-        lost = [r for r in plan.reasons if "worker lost" in r]
-        message = f"workers lost in cluster {cluster} (epoch {epoch}); the gang goes on smaller: " + "; ".join(lost)
+        message = (f"workers lost in cluster {cluster} (epoch {epoch}); the gang goes on smaller: "
+                   + "; ".join(plan.reasons))
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
             if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) \
@@ -1016,13 +1039,13 @@ class StatusSync:
         stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
                                          uid=ref.uid)
         if stored is None:
-            return False
+            return None
         self._shrunk[ref.uid] = (cluster, epoch, dict(plan.sizes_after))
         self.hub.events.record(stored, controller="status-sync", reason=HISTORY_RESIZED, action="Shrink",
                                warning=True, message=message)
         _log.info("gang shrunk: workers lost", job=ref.key, cluster=cluster, epoch=epoch,
                   to=dict(plan.sizes_after))
-        return True
+        return stored
 
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)

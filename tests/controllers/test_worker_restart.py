@@ -123,11 +123,17 @@ async def test_a_lost_worker_shrinks_an_elastic_gang_above_its_minimum(tmp_path:
         assert job["status"]["replicas"] == {"worker": 3} and phase(job) == "Running"
         assert not history(job, "PodRestarted")
 
+        # the role keeps indices 0..2: worker 3 goes, index 1 is created again (on worker 3's node)
+        again = await _restarted(env, uid, lost, "1")
+        assert again["metadata"]["labels"]["federator.dev/index"] == "1"
+        assert {e["name"]: e.get("value") for e in again["spec"]["containers"][0]["env"]}[
+            "FEDERATOR_ROLE_REPLICAS"] == "3"
+
         async def three_left() -> list[str] | None:
             pods = await env.live_pods(CLUSTER, uid)
             return sorted(p["metadata"]["labels"]["federator.dev/index"] for p in pods) if len(pods) == 3 else None
 
-        assert await wait_until(three_left, what="the lost worker deleted") == ["0", "2", "3"]
+        assert await wait_until(three_left, what="the top worker deleted") == ["0", "1", "2"]
         job = await env.api.wait_job("team-a", "elastic", lambda j: j["status"]["podCounts"]["worker"] ==
                                      {"pending": 0, "running": 3, "succeeded": 0, "failed": 0}, what="3 running")
         assert phase(job) == "Running" and placement_of(job)["cluster"] == CLUSTER
@@ -209,14 +215,16 @@ def test_restart_plan_shrinks_elastic_roles_above_their_minimum() -> None:
     assert restart_plan(job, pods, admitted=True) is None
     pods[2]["status"] = {"phase": "Running"}
     plan = restart_plan(job, pods, admitted=True)
-    assert plan is not None and plan.delete == {names[1]: f"uid-{names[1]}"} and not plan.recreate
+    # worker 0 lost: worker 2 (the top) goes and index 0 is created again, so the role keeps 0..1
+    assert plan is not None and plan.delete == {names[1]: f"uid-{names[1]}", names[3]: f"uid-{names[3]}"}
+    assert plan.recreate == {names[1]: {ANNOTATION_ATTEMPT: "1"}}
     assert (plan.sizes_before, plan.sizes_after) == ({"ps": 1, "worker": 3}, {"ps": 1, "worker": 2})
     assert plan.counted == 0 and not plan.exceeded and "shrunk to 2" in plan.reasons[0]
     # with OnFailure the one at the minimum restarts instead (and counts)
     worker["restartPolicy"] = "OnFailure"
     pods[2]["status"] = crashed
     plan = restart_plan(job, pods, admitted=True)
-    assert plan is not None and sorted(plan.delete) == sorted(names[1:3]) and list(plan.recreate) == [names[2]]
+    assert plan is not None and sorted(plan.delete) == sorted(names[1:]) and sorted(plan.recreate) == names[1:3]
     assert plan.sizes_after == {"ps": 1, "worker": 2} and plan.counted == 1 and plan.exceeded
     # the job cache still says 3 after our own shrink: `expected` says 2, so no pod is missing
     del pods[1]
