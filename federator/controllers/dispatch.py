@@ -66,6 +66,8 @@ from federator.controllers.cleanup import delete_member_objects, fence_pending
 from federator.controllers.status_sync import ANNOTATION_ATTEMPT, MEMBER_OBJECTS, MemberObjects
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
+    DISPATCHER,
+    DispatchError,
     JOB_KIND,
     MEMBER_SYNCS,
     PHASE_FAILED,
@@ -121,7 +123,6 @@ __all__ = [
 
 _log = get_logger("controllers.dispatch")
 
-DISPATCHER = "dispatcher"
 CRASH_ENV = "FEDERATOR_TEST_CRASH_AT"
 CRASH_JOB_ENV = "FEDERATOR_TEST_CRASH_JOB"
 CRASH_POINTS = frozenset({"after-eviction", "after-decision", "mid-dispatch", "after-dispatch"})
@@ -162,17 +163,6 @@ class DispatchResult:
     retryable: bool = True
     #: the dispatch was skipped because the job moved on (another epoch, deleted, no longer Placed)
     outdated: bool = False
-
-
-class DispatchError(Exception):
-    def __init__(self, message: str, *, retryable: bool = True, outdated: bool = False,
-                 superseded: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        #: the dispatch must not go on (the job moved on)
-        self.outdated = outdated or superseded
-        #: this (cluster, epoch) is no longer the job's: what it made may be deleted
-        self.superseded = superseded
 
 
 class RetryBook:

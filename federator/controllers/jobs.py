@@ -67,7 +67,9 @@ from federator.placement.snapshot import TaintEffect
 __all__ = [
     "ACTIVE_PHASES",
     "DEFAULT_HUB_ID",
+    "DISPATCHER",
     "DISPATCH_RECORDS",
+    "DispatchError",
     "JOB_KIND",
     "JOB_PHASES",
     "MAX_HISTORY",
@@ -115,6 +117,24 @@ __all__ = [
     "timestamp",
     "update_job_status",
 ]
+
+#: hub.shared key of the Dispatcher (controllers/dispatch.py), which status sync uses to create a
+#: failed worker again without importing dispatch (dispatch imports status sync)
+DISPATCHER = "dispatcher"
+
+
+class DispatchError(Exception):
+    """A dispatch (controllers/dispatch.py) that did not create the gang: why, and what may follow."""
+
+    def __init__(self, message: str, *, retryable: bool = True, outdated: bool = False,
+                 superseded: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        #: the dispatch must not go on (the job moved on)
+        self.outdated = outdated or superseded
+        #: this (cluster, epoch) is no longer the job's: what it made may be deleted
+        self.superseded = superseded
+
 
 _log = get_logger("controllers.jobs")
 

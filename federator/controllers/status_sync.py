@@ -72,6 +72,8 @@ from federator.clusters.reflector import Backoff, Reflector
 from federator.controllers.context import HubContext
 from federator.controllers.loops import watch_hub_kind
 from federator.controllers.jobs import (
+    DISPATCHER,
+    DispatchError,
     ACTIVE_PHASES,
     JOB_KIND,
     MEMBER_SYNCS,
@@ -963,8 +965,6 @@ class StatusSync:
                        now: float) -> None:
         """Delete the gang's failed pods and create them again (`restart_plan`); a history entry
         PodRestarted says which, why and how many failures count toward spec.backoffLimit."""
-        from federator.controllers.dispatch import DISPATCHER, DispatchError  # dispatch imports this module
-
         ref = job_ref(job)
         dispatcher = self.hub.shared.get(DISPATCHER)
         client = member_client(self.hub, cluster)
