@@ -224,8 +224,10 @@ def queue_section(
 
 
 def _ratio_value(ours: float, theirs: float) -> float | None:
-    """ours / theirs rounded; None when theirs is 0 (undefined)."""
-    return round(ours / theirs, 4) if theirs else None
+    """ours / theirs rounded; 1 when both are 0, None when only theirs is (undefined)."""
+    if not theirs:
+        return 1.0 if not ours else None
+    return round(ours / theirs, 4)
 
 
 def _queue_markdown(section: Mapping[str, Any]) -> list[str]:

@@ -314,3 +314,22 @@ def test_jain_over_queues_of_mean_speed_on_a_hand_checked_case(tmp_path: Path) -
     assert section["comparison"]["ratios"]["queueJainFairness"] == 1.0
     assert section["quota"]["cluster01"] == {"jobs": 1, "gpuHours": pytest.approx(8 * 100 / 3600, abs=1e-3),
                                              "nominal": {"A100": 4}}
+
+
+def test_a_ratio_of_two_zeros_is_one_and_of_something_to_zero_is_undefined(tmp_path: Path) -> None:
+    # Two jobs that never wait: both policies' delays are 0, so federator-queues / federator is 1, not n/a.
+    fed = federation(one_cluster("cluster01", "cluster02", nodes=2))
+    jobs = [
+        job("a", index=0, home="solo", submitted=0, duration=100, trace_cluster="cluster01"),
+        job("b", index=1, home="solo", submitted=1, duration=100, trace_cluster="cluster02"),
+    ]
+    queues = trace_queues(jobs, fed)
+    results = [replay(jobs, fed, policy)[1] for policy in (FederatorPolicy(queues=queues), FederatorPolicy())]
+    assert all(r.metrics["meanQueueDelaySeconds"] == 0 for r in results)
+    ratios = queue_section(results, queues=queues, jobs=jobs)["comparison"]["ratios"]
+    assert ratios["meanQueueDelaySeconds"] == 1.0 and ratios["p95QueueDelaySeconds"] == 1.0
+    assert ratios["meanJctSeconds"] == 1.0
+    without = dataclasses.replace(results[1], metrics={**results[1].metrics, "meanQueueDelaySeconds": 0.0})
+    with_delay = dataclasses.replace(results[0], metrics={**results[0].metrics, "meanQueueDelaySeconds": 5.0})
+    ratios = queue_section([with_delay, without], queues=queues, jobs=jobs)["comparison"]["ratios"]
+    assert ratios["meanQueueDelaySeconds"] is None
