@@ -3,7 +3,7 @@
     federator bench [--quick] [--runs N] [--only a,b] [--skip a,b] [--bench-args NAME=ARGS]
                     [--bench-dir DIR] [--timeout SECONDS] --out DIR
     federator bench replay [--trace DIR] [--clusters FILE] [--seed N] [--jobs N]
-                           [--policies a,b,...] [--workers N] [--queues] --out DIR
+                           [--policies a,b,...] [--workers N] [--queues] [--elastic-share F] --out DIR
     federator bench scale [bench/scale.py's arguments]
 
 Each benchmark is a subcommand of `bench`, registered by its own function
@@ -82,6 +82,10 @@ def _register_replay(benches: Any) -> None:
                    help="also replay federator with one queue per trace cluster (quota, fair share, priorities, "
                         "preemption) beside federator without them, and report per-queue delay, Jain fairness "
                         "over queues and preemptions")
+    p.add_argument("--elastic-share", default=None, metavar="F",
+                   help="make a seeded share F (0..1, default 0) of the multi-pod jobs elastic (min = half the "
+                        "pods, max = all); every policy is then replayed with and without elasticity and the "
+                        "report gains an elasticity section (queueing delay, GPU utilisation, JCT)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for report.json, report.md, *.png")
     p.set_defaults(handler=_cmd_replay)
@@ -96,6 +100,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         options = replay_options(
             trace=args.trace, clusters=args.clusters, seed=args.seed, jobs=args.jobs, policies=args.policies,
             workers=args.workers, out=args.out, progress=not args.no_progress, queues=args.queues,
+            elastic_share=args.elastic_share,
         )
         report = run_replay(options)
     except ReplayInputError as e:
@@ -111,6 +116,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             print(f"{name:<24} Jain over queues {figures['queueJainFairness']:.3f}   preemptions per 1,000 jobs "
                   f"{figures['preemptionsPer1000Jobs']:.2f}   GPU-hours lost {figures['gpuHoursLostToPreemption']:,.1f}",
                   flush=True)
+    elasticity = report.get("elasticity")
+    if elasticity:
+        for name, figures in elasticity["policies"].items():
+            w, o = figures["with"], figures["without"]
+            print(f"{name:<24} elastic {elasticity['share']:g}: mean delay {w['meanQueueDelaySeconds']:.1f} s "
+                  f"(without {o['meanQueueDelaySeconds']:.1f})   p95 {w['p95QueueDelaySeconds']:.1f} s "
+                  f"(without {o['p95QueueDelaySeconds']:.1f})   utilisation {w['gpuUtilization']:.3f} "
+                  f"(without {o['gpuUtilization']:.3f})", flush=True)
     print(f"report: {options.out / 'report.md'}", flush=True)
     return 0
 

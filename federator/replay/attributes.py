@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from federator.replay.clusters import Federation
 from federator.replay.trace import TraceJob
 
-__all__ = ["RULE", "AttributeRule", "ReplayJob", "assign_attributes", "describe_rule"]
+__all__ = ["RULE", "AttributeRule", "ReplayJob", "assign_attributes", "describe_rule", "elastic_draw"]
 
 GIB = 1 << 30
 
@@ -50,6 +50,8 @@ class AttributeRule:
     fabric_mismatch_slowdown: float = 1.3
     # With queues: (priority, share) of the jobs, drawn per job; the shares sum to 1.
     priority_mix: tuple[tuple[int, float], ...] = ((0, 0.25), (100, 0.65), (1000, 0.10))
+    # Share of the multi-pod gangs made elastic (`--elastic-share`): min = half the pods (rounded up), max = all.
+    elastic_share: float = 0.0
 
 
 RULE = AttributeRule()
@@ -77,10 +79,21 @@ class ReplayJob:
     dataset_bytes: int
     # 0 unless priorities were drawn (a replay with queues).
     priority: int = 0
+    # An elastic gang's minimum pods (its max is `pods`); 0 for a fixed-size gang.
+    min_pods: int = 0
 
     @property
     def multi_pod(self) -> bool:
         return self.pods > 1
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.min_pods < self.pods
+
+    @property
+    def low(self) -> int:
+        """Pods at the gang's minimum: `min_pods` for an elastic gang, else every pod."""
+        return self.min_pods if self.elastic else self.pods
 
 
 def describe_rule(rule: AttributeRule = RULE, *, priorities: bool = False) -> str:
@@ -113,7 +126,32 @@ def describe_rule(rule: AttributeRule = RULE, *, priorities: bool = False) -> st
         f"Team: one of {r.teams_per_trace_cluster} teams per trace cluster (uniform). {priority_text}"
         f"A multi-pod gang that asked for rdma and runs on an Ethernet cluster runs "
         f"{r.fabric_mismatch_slowdown:g} times its traced duration."
+        + (_elastic_text(r) if r.elastic_share > 0 else "")
     )
+
+
+def _elastic_text(r: AttributeRule) -> str:
+    return (
+        f" Elastic: a multi-pod gang (the multi-GPU jobs whose gang has more than one pod: a one-pod job has one "
+        f"replica, nothing to scale) is elastic with probability {r.elastic_share:g}, drawn from "
+        "BLAKE2b('<seed>/elastic/<job uid>') (so the other draws, and which jobs are elastic, are the same for "
+        "every policy): maxReplicas = replicas = its pods, minReplicas = half of them rounded up. Work: the "
+        "trace fixes its GPU-seconds, so at s of its max pods it runs max/s times its traced duration (linear "
+        "scaling); a resize recomputes what is left. Members admit an elastic gang when its minimum fits node by "
+        "node (all or nothing at the minimum) at the largest size up to what was written that fits then, as "
+        "Volcano does with minMember and extra pods; pods that did not fit are not placed later by the member. "
+        "federator places it at the largest size that fits (placement's elastic sizing) and its grow pass "
+        "(every 5 s after a gang left its cluster, 60 s cooldown from placement or resize, pending gangs "
+        "first: placement.plan_growth) grows it toward max. The baselines get only their members' admission, "
+        "and never grow a gang: Armada asks its fit for the minimum (its gangMinimumCardinality); first-fit, "
+        "random, none, Karmada and MultiKueue decide on the whole gang as before."
+    )
+
+
+def elastic_draw(seed: int, uid: str) -> float:
+    """The job's uniform draw in [0, 1) for elasticity (a digest of its own: the other draws do not move)."""
+    digest = hashlib.blake2b(f"{seed}/elastic/{uid}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
 
 
 class _Draws:
@@ -163,6 +201,8 @@ def assign_attributes(
     priorities: bool = False,
 ) -> list[ReplayJob]:
     """Every trace job with its drawn attributes (in the given order); `priorities`: draw each job's too."""
+    if not 0 <= rule.elastic_share <= 1:
+        raise ValueError(f"elastic_share must be from 0 to 1, got {rule.elastic_share!r}")
     if priorities and (not rule.priority_mix or abs(sum(s for _, s in rule.priority_mix) - 1) > 1e-9):
         raise ValueError(f"priority_mix must be (priority, share) pairs whose shares sum to 1: {rule.priority_mix}")
     sizes = federation.dataset_sizes
@@ -221,6 +261,7 @@ def assign_attributes(
                 dataset=dataset,
                 dataset_bytes=sizes.get(dataset, 0) if dataset else 0,
                 priority=_priority(rule.priority_mix, u_priority) if priorities else 0,
+                min_pods=-(-pods // 2) if pods > 1 and elastic_draw(seed, job.uid) < rule.elastic_share else 0,
             )
         )
     return out

@@ -20,6 +20,11 @@ with the gang holding its GPUs), then its traced duration (longer on a
 fabric mismatch, by the rule). Its queueing delay is training start
 minus submission; its JCT is finish minus submission.
 
+An elastic gang (`--elastic-share`) bound at s of its max pods runs
+max/s times its traced duration (its GPU-seconds are the trace's: linear
+scaling); when it grows (`grow`: the federator policy's grow pass), the
+run seconds left are recomputed at the new size and its finish moves.
+
 Writes are counted uniformly: every gang copy written into a member costs
 1 + pods writes (a PodGroup, or the policy's equivalent workload object,
 and its pods), and every copy deleted (a losing copy, a failed dispatch
@@ -214,6 +219,9 @@ class Engine:
         self.lost_gpu_seconds = array("d", [0.0]) * n
         self.evicted_run_seconds = array("d", [0.0]) * n
         self.evictions = 0
+        # Elastic gangs: bound below their max, and pods added to running gangs.
+        self.elastic_below_max = 0
+        self.resizes = 0
         self.writes = 0
         self.failed_dispatches = 0
         self.fabric_mismatches = 0
@@ -236,21 +244,28 @@ class Engine:
         """Call `policy.on_timer(payload)` at virtual time `at` (not before now)."""
         heapq.heappush(self._events, (max(at, self.now), _TIMER, next(self._seq), payload))
 
-    def dispatch(self, job: ReplayJob, cluster: str, *, cycle: bool = True, gpu_model: str | None = None) -> GangCopy:
+    def dispatch(
+        self, job: ReplayJob, cluster: str, *, cycle: bool = True, gpu_model: str | None = None, pods: int | None = None
+    ) -> GangCopy:
         """Write a copy of the job's gang into a member; with `cycle`, the member schedules at once.
 
         `gpu_model` pins the pods of a job that accepts any model to that one (the hub's delegation does so
-        with the model placement chose).
+        with the model placement chose). `pods`: how many pods to write (an elastic gang's placed size,
+        at least its minimum; default every pod); its minMember is its minimum.
         """
         member = self.members[cluster]
+        written = job.pods if pods is None else pods
+        if not job.low <= written <= job.pods:
+            raise ValueError(f"{job.uid} runs {job.low}..{job.pods} pods, not {written}")
         copy = GangCopy(
             job=job,
             cluster=cluster,
             seq=next(self._seq),
             requirements=pod_requirements_of(job, gpu_model=gpu_model),
-            pod_keys=tuple(f"{job.uid}/{cluster}/{i}" for i in range(job.pods)),
+            pod_keys=tuple(f"{job.uid}/{cluster}/{i}" for i in range(written)),
+            need=job.low,
         )
-        self.writes += 1 + job.pods
+        self.writes += 1 + written
         member.add(copy)
         if cycle:
             member.cycle(self._bound)
@@ -261,7 +276,7 @@ class Engine:
     def delete(self, copy: GangCopy) -> None:
         """Delete a waiting copy from its member (the writes of its PodGroup and pods)."""
         self.members[copy.cluster].delete(copy)
-        self.writes += 1 + copy.job.pods
+        self.writes += 1 + len(copy.pod_keys)
 
     def evict(self, copy: GangCopy) -> None:
         """Evict a bound gang whole (a preemption); see the module docstring. The policy requeues the job."""
@@ -269,7 +284,7 @@ class Engine:
         if copy.state != "bound" or math.isnan(self.bound_at[job.index]):
             raise ValueError(f"only a running gang can be evicted; {job.uid}'s copy in {copy.cluster} is {copy.state}")
         self.members[copy.cluster].evict(copy)
-        self.writes += 1 + job.pods
+        self.writes += 1 + len(copy.pod_keys)
         self.busy_gpus -= copy.gpus
         self.lost_gpu_seconds[job.index] += copy.gpus * (self.now - copy.bound_at)
         self.evicted_run_seconds[job.index] += self.now - copy.bound_at
@@ -279,6 +294,34 @@ class Engine:
         self.started_at[job.index] = math.nan
         self.cluster_of[job.index] = None
         self._dirty.add(copy.cluster)
+
+    def grow(self, copy: GangCopy, pods: int) -> int:
+        """Create `pods` more pods of a running elastic gang in its member (which binds those that fit now).
+
+        Returns how many were bound; the run seconds left are recomputed at the new size (see the module
+        docstring), and its finish moves.
+        """
+        job = copy.job
+        if copy.state != "bound" or not job.elastic:
+            raise ValueError(f"only a running elastic gang can grow; {job.uid}'s copy in {copy.cluster} is {copy.state}")
+        keys = [f"{job.uid}/{copy.cluster}/{i}" for i in range(len(copy.pod_keys), len(copy.pod_keys) + pods)]
+        before = copy.size
+        added = self.members[copy.cluster].grow(copy, keys)
+        if not added:
+            return 0
+        self.writes += added
+        self.busy_gpus += added * job.gpus_per_pod
+        self.resizes += 1
+        copy.resizes += 1
+        now = self.now
+        if now > copy.segment_at:
+            copy.remaining -= now - copy.segment_at
+            copy.segment_at = now
+        copy.remaining = copy.remaining * before / copy.size
+        copy.finish_at = copy.segment_at + copy.remaining
+        heapq.heappush(self._events, (copy.finish_at, _FINISH, next(self._seq), copy))
+        self._dirty.add(copy.cluster)
+        return added
 
     def count_failed_dispatch(self) -> None:
         self.failed_dispatches += 1
@@ -310,7 +353,13 @@ class Engine:
             if job.network == "rdma":
                 slowdown = self.rule.fabric_mismatch_slowdown
         start = self.now + copy_seconds
-        finish = start + job.duration * slowdown
+        # An elastic gang below its max runs longer: the trace fixes its GPU-seconds (1 for a full gang).
+        stretch = job.pods / copy.size
+        if stretch != 1:
+            self.elastic_below_max += 1
+        copy.segment_at = start
+        copy.remaining = job.duration * slowdown * stretch
+        finish = copy.finish_at = start + copy.remaining
         self.bound_at[job.index] = self.now
         self.started_at[job.index] = start
         self.cluster_of[job.index] = copy.cluster
@@ -320,7 +369,7 @@ class Engine:
 
     def _finish(self, copy: GangCopy) -> None:
         self.members[copy.cluster].release(copy)
-        self.writes += 1 + copy.job.pods
+        self.writes += 1 + len(copy.pod_keys)
         self.busy_gpus -= copy.gpus
         self.finished_at[copy.job.index] = self.now
         self._dirty.add(copy.cluster)
@@ -355,8 +404,8 @@ class Engine:
                 batch.append(heapq.heappop(events))
             self.events += len(batch)
             for _, kind, _, payload in batch:
-                # An evicted gang's finish never comes.
-                if kind == _FINISH and payload.state == "bound":
+                # An evicted gang's finish never comes; nor does a resized gang's earlier one.
+                if kind == _FINISH and payload.state == "bound" and payload.finish_at == t:
                     self._finish(payload)
             for _, kind, _, payload in batch:
                 if kind == _ARRIVAL:
@@ -480,6 +529,9 @@ class Engine:
             "preemptedJobs": sum(1 for e in self.epoch if e),
             "mostEvictionsOfOneJob": max(self.epoch, default=0),
             "gpuHoursLostToPreemption": round(sum(self.lost_gpu_seconds) / 3600, 3),
+            "elasticJobs": sum(1 for job in jobs if job.elastic),
+            "startedBelowMax": self.elastic_below_max,
+            "resizes": self.resizes,
         }
         return PolicyResult(
             policy=self.policy.name,

@@ -63,6 +63,25 @@ none; the tests compare selection and the whole queue on contended
 traces with preemption); `exhaustive_queue=True` turns the selection off,
 and a queue of 16 gangs or fewer goes in whole.
 
+Elastic gangs (`--elastic-share`): the GangRequest's role has
+min_replicas (the job's minimum) and max_replicas (its pods), so
+`run_cycle` judges it at its minimum and places it at the largest size
+that fits in the cluster chosen (`Decision.replicas`); the gang is
+dispatched with that many pods and minMember = its minimum, and its
+member binds them. The grow pass is the hub's (`controllers/placement.py`
+elastic pass, with its defaults): `placement.plan_growth` over the running
+elastic gangs below their max, the queue (the gangs a cycle would be
+given: pending gangs first), the reservation book (reconciled with the
+snapshots first, as a cycle does) and the times of each gang's placement
+or last resize (cooldown GROW_COOLDOWN_SECONDS); each growth's new pods
+are created in its member (`Engine.grow`), which binds them. The hub runs
+the pass every ELASTIC_TICK_SECONDS; here it runs one tick after a gang
+left a cluster where an elastic gang runs below its max (the only event
+that frees room in a replay without queues), and when a cooldown that
+held a gang back ends. Not with queues (`--queues` and `--elastic-share`
+are refused together): running gangs would need their pods for quota
+and shrinking.
+
 Must never: place through anything but `run_cycle`, or see the other
 policies' members.
 """
@@ -93,8 +112,11 @@ from federator.placement import (
     Resources,
     RoleRequest,
     RunningGang,
+    RunningPod,
     Victim,
     WithinQueue,
+    plan_growth,
+    reconcile_reservations,
     run_cycle,
 )
 from federator.placement.decision import Decision
@@ -116,6 +138,11 @@ _SELECT_ABOVE = 16
 _MAX_EVICTIONS_AT_ONCE = 3
 
 
+# The hub's elastic pass: its tick and the cooldown after a placement or resize (controllers/placement.py's
+# defaults, HubSettings.extra elastic_tick_seconds and elastic_grow_cooldown_seconds).
+ELASTIC_TICK_SECONDS = 5.0
+GROW_COOLDOWN_SECONDS = 60.0
+
 # (signature, queue, priority): gangs of one group are ordered alike and fail alike.
 _Group = tuple[Hashable, str, int]
 
@@ -132,12 +159,27 @@ class PreemptionRecord:
     victims: tuple[Victim, ...]
 
 
+@dataclass(slots=True)
+class _ElasticRun:
+    """An elastic gang dispatched by the hub: its copy, its request, the model it runs on, its last resize."""
+
+    copy: GangCopy
+    gang: GangRequest
+    model: str | None
+    resized_at: float
+
+
+def _requests_of(job: ReplayJob) -> Resources:
+    return Resources(job.cpu_milli_per_pod, job.memory_per_pod, job.gpus_per_pod)
+
+
 def gang_request_of(job: ReplayJob, *, queue: str = "") -> GangRequest:
     """The GangRequest the hub builds for a job of the replay (what `controllers.jobs.gang_request` reads)."""
+    low, high = (job.low, job.pods) if job.elastic else (None, None)
     return GangRequest(
         key=f"{job.trace_cluster}/{job.uid}",
         uid=job.uid,
-        roles=(RoleRequest("worker", job.pods, Resources(job.cpu_milli_per_pod, job.memory_per_pod, job.gpus_per_pod)),),
+        roles=(RoleRequest("worker", job.pods, _requests_of(job), min_replicas=low, max_replicas=high),),
         network=Network(job.network),
         gpu_models=(job.gpu_model,) if job.gpu_model else (),
         datasets=(job.dataset,) if job.dataset else (),
@@ -149,7 +191,7 @@ def gang_request_of(job: ReplayJob, *, queue: str = "") -> GangRequest:
 
 
 def _signature(gang: GangRequest) -> Hashable:
-    return (gang.shape, gang.network, gang.gpu_models, tuple(sorted(gang.node_selector.items())))
+    return (gang.shape, gang.ranges, gang.network, gang.gpu_models, tuple(sorted(gang.node_selector.items())))
 
 
 def _info(member: Member) -> ClusterInfo:
@@ -234,6 +276,10 @@ class FederatorPolicy(PolicyBase):
         # Cycles that ended with at least one head-of-line hold in the book.
         self.cycles_with_holds = 0
         self.decisions: list[tuple[float, str, str]] = []
+        # Elastic gangs dispatched and not finished, and the time the next grow pass is due (None: none is).
+        self._elastic: dict[str, _ElasticRun] = {}
+        self._grow_at: float | None = None
+        self.growths = 0
 
     def attach(self, engine: Engine) -> None:
         super().attach(engine)
@@ -267,7 +313,7 @@ class FederatorPolicy(PolicyBase):
         self._changed = True
 
     def on_bound(self, copy: GangCopy) -> None:
-        self._shown[copy.cluster][copy.job.uid] = copy.job.pods
+        self._shown[copy.cluster][copy.job.uid] = copy.size
         self._stale.add(copy.cluster)
         if copy.job.uid in self._placed:
             self._track_running(self._running_gang(copy))
@@ -276,12 +322,75 @@ class FederatorPolicy(PolicyBase):
         self._stale.add(copy.cluster)
         if self.queues is not None:
             self._forget(copy.job.uid)
+        if self._elastic:
+            self._elastic.pop(copy.job.uid, None)
+            # Room freed where an elastic gang runs below its max: the hub's next tick may grow it.
+            if any(r.copy.cluster == copy.cluster and r.copy.size < r.copy.job.pods for r in self._elastic.values()):
+                self._grow_due(self.e.now + ELASTIC_TICK_SECONDS)
 
     def on_timer(self, payload: Any) -> None:
         if isinstance(payload, tuple) and payload[0] == "aged" and payload[1] in self._group_of:
             self._changed = True
         elif payload == ("preempted",):
             self._changed = True
+        elif isinstance(payload, tuple) and payload[0] == "grow" and payload[1] == self._grow_at:
+            self._grow_at = None
+            self._grow()
+
+    # ------------------------------------------------------------ growing elastic gangs
+
+    def _grow_due(self, at: float) -> None:
+        """A grow pass at `at` (or earlier, if one is due sooner)."""
+        if self._grow_at is not None and self._grow_at <= at:
+            return
+        self._grow_at = at
+        self.e.timer(at, ("grow", at))
+
+    def _elastic_running(self, run: _ElasticRun) -> RunningGang:
+        copy, job = run.copy, run.copy.job
+        requests = _requests_of(job)
+        pods = tuple(
+            RunningPod(name=f"{job.uid}-{i}", role="worker", node=copy.nodes[key], requests=requests,
+                       started_at=copy.bound_at, index=i)
+            for i, key in enumerate(copy.pod_keys) if key in copy.nodes
+        )
+        return RunningGang(
+            uid=job.uid, key=run.gang.key, cluster=copy.cluster, queue="", priority=run.gang.priority,
+            started_at=copy.bound_at, demand=requests.times(len(pods)), gpu_model=run.model if job.gpus_per_pod else None,
+            pods=pods, request=run.gang,
+        )
+
+    def _grow(self) -> None:
+        """The hub's grow pass: `plan_growth`, then each growth's new pods created in its member."""
+        self._sync()
+        now = self.e.now
+        below = [r for r in self._elastic.values() if r.copy.state == "bound" and r.copy.size < r.copy.job.pods]
+        if not below:
+            return
+        book = self.book
+        for name in sorted({r.copy.cluster for r in below}):
+            book, _ = reconcile_reservations(book, self.snapshots[name], now=now)
+        self.book = book
+        result = plan_growth(
+            [self._elastic_running(r) for r in below], self.snapshots, self._candidates(now=now), self.profile,
+            now=now, last_resized={r.copy.job.uid: r.resized_at for r in below},
+            cooldown_seconds=GROW_COOLDOWN_SECONDS, reservations=self.book,
+        )
+        self.book = result.reservations
+        for growth in result.growths:
+            run = self._elastic[growth.gang_uid]
+            if self.e.grow(run.copy, growth.pods):
+                self.growths += 1
+            run.resized_at = now
+            self._shown[run.copy.cluster][growth.gang_uid] = run.copy.size
+            self._stale.add(run.copy.cluster)
+            self._changed = True
+        # Held back by a cooldown: try again when it ends (room freed later brings a pass of its own).
+        cooling = [r.resized_at + GROW_COOLDOWN_SECONDS for r in below
+                   if r.copy.size < r.copy.job.pods and now - r.resized_at < GROW_COOLDOWN_SECONDS
+                   and r.copy.job.uid not in {g.gang_uid for g in result.growths}]
+        if cooling:
+            self._grow_due(min(cooling))
 
     # ------------------------------------------------------------ running gangs (with queues)
 
@@ -416,14 +525,16 @@ class FederatorPolicy(PolicyBase):
                     rejection = memo[1][signature]
                 else:
                     ctx = EvalContext(now=now, profile=self.profile, federation=federation)
-                    rejection = self._rejection(example, snapshot, ctx)
+                    # As the cycle does: the filters judge an elastic gang at its minimum.
+                    rejection = self._rejection(example.minimum if example.elastic else example, snapshot, ctx)
                     memo[1][signature] = rejection
                 if rejection is None:
                     index = snapshot.index
                     role = example.roles[0]
                     models = candidate_gpu_models(example, index) if example.needs_gpu else ()
                     pods = sum(index.max_pods_by_free_gpus(m, role.requests.gpu) for m in models)
-                    placeable += pods // max(1, role.replicas) if example.needs_gpu else len(group)
+                    # An elastic gang is placed if its minimum fits.
+                    placeable += pods // max(1, role.low) if example.needs_gpu else len(group)
                 # A hold may be taken where the gang passes every filter but gang-fit, and fits when empty;
                 # a slot taken now may be freed within the cycle (its holder placed, or its hold dropped).
                 may_hold = rejection is None or (rejection[0] == GANG_FIT and rejection[1].code != EXCEEDS_CAPACITY)
@@ -494,7 +605,12 @@ class FederatorPolicy(PolicyBase):
     def _dispatch(self, job: ReplayJob, gang: GangRequest, decision: Decision) -> None:
         if self.queues is not None:
             self._placed[job.uid] = (gang, decision.gpu_model, decision.borrowed)
-        copy = self.e.dispatch(job, decision.cluster, gpu_model=decision.gpu_model)
+        if gang.elastic:
+            size = decision.replicas["worker"]
+            copy = self.e.dispatch(job, decision.cluster, gpu_model=decision.gpu_model, pods=size)
+            self._elastic[job.uid] = _ElasticRun(copy, gang, decision.gpu_model, self.e.now)
+        else:
+            copy = self.e.dispatch(job, decision.cluster, gpu_model=decision.gpu_model)
         if self.queues is None:
             return
         self._copies[job.uid] = copy

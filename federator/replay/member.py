@@ -16,6 +16,13 @@ exactly as `federator/sim`'s gang scheduler does, with its code:
   it (backfill); like schedule_cycle's attempt memo, a shape that failed at
   the ledger's current generation (no capacity freed since) is not tried
   again.
+An elastic gang copy (`--elastic-share`) is written with up to its
+maximum pods and minMember = its minimum: the same `place_gang` with
+`need` = the minimum binds as many of its pods as fit at that cycle, at
+least the minimum or none (as Volcano admits at minMember and binds the
+extra pods that fit); its pods that did not fit are not placed later.
+`grow` binds more pods of a running elastic gang (the hub's grow pass
+created them), again with `place_gang`.
 What the simulator does around that (Kubernetes objects, conditions,
 events, HTTP) is left out: here a copy is a Python object and binding it
 is immediate. A bound copy leaves by finishing or by being evicted whole
@@ -88,17 +95,36 @@ class GangCopy:
     seq: int
     requirements: PodRequirements
     pod_keys: tuple[str, ...]
+    # Pods bound together for the gang to start (its PodGroup's minMember): every pod written but for an
+    # elastic gang, whose minimum it is.
+    need: int = 0
     state: str = "pending"  # pending | bound | deleted | finished | evicted
     bound_at: float = -1.0
     nodes: dict[str, str] = field(default_factory=dict)
+    # Pods written when the copy was (what waits in the member) and pods running once bound.
+    written: int = field(init=False)
+    size: int = field(init=False)
+    # The engine's bookkeeping of a bound run: when it finishes, and (for resizes) the run seconds left at
+    # `size` as of `segment_at`.
+    finish_at: float = float("nan")
+    segment_at: float = 0.0
+    remaining: float = 0.0
+    resizes: int = 0
+
+    def __post_init__(self) -> None:
+        self.written = len(self.pod_keys)
+        self.size = self.written
+        if not self.need:
+            self.need = self.written
 
     @property
     def shape(self) -> Hashable:
-        return (self.requirements, self.job.pods)
+        return (self.requirements, self.written, self.need)
 
     @property
     def gpus(self) -> int:
-        return self.job.pods * self.job.gpus_per_pod
+        """GPUs the copy holds once bound (its size's); what it asks for while it waits."""
+        return self.size * self.job.gpus_per_pod
 
 
 class _Planner(CyclePlanner):
@@ -136,12 +162,11 @@ def _nodes_of(spec: ClusterSpec) -> list[NodeInfo]:
     return nodes
 
 
-def _count(totals: dict[str, int], copy: GangCopy, sign: int) -> None:
-    job = copy.job
-    totals[CPU] += sign * job.pods * job.cpu_milli_per_pod
-    totals[MEMORY] += sign * job.pods * job.memory_per_pod
-    totals[GPU] += sign * job.pods * job.gpus_per_pod
-    totals[PODS] += sign * job.pods
+def _count(totals: dict[str, int], job: ReplayJob, pods: int, sign: int) -> None:
+    totals[CPU] += sign * pods * job.cpu_milli_per_pod
+    totals[MEMORY] += sign * pods * job.memory_per_pod
+    totals[GPU] += sign * pods * job.gpus_per_pod
+    totals[PODS] += sign * pods
 
 
 class Member:
@@ -248,14 +273,16 @@ class Member:
             self._track(name, +1)
 
     def _wait(self, copy: GangCopy, sign: int) -> None:
-        _count(self.waiting, copy, sign)
+        _count(self.waiting, copy.job, copy.written, sign)
         model = copy.job.gpu_model
         if model is not None and model in self.gpu_waiting_by_model:
-            self.gpu_waiting_by_model[model] += sign * copy.gpus
+            self.gpu_waiting_by_model[model] += sign * copy.written * copy.job.gpus_per_pod
 
-    def _use(self, copy: GangCopy, sign: int) -> None:
-        _count(self.used, copy, sign)
-        for node in copy.nodes.values():
+    def _use(self, copy: GangCopy, sign: int, nodes: Iterable[str] | None = None) -> None:
+        """Count the copy's pods on `nodes` (default: all it holds) as used (+1) or not (-1)."""
+        placed = list(copy.nodes.values() if nodes is None else nodes)
+        _count(self.used, copy.job, len(placed), sign)
+        for node in placed:
             self.gpu_used_by_model[self.model_of_node[node]] += sign * copy.job.gpus_per_pod
 
     # ------------------------------------------------------------ the gang scheduler
@@ -270,12 +297,13 @@ class Member:
         planner = _Planner(self.ledger, self._feasible)
 
         def attempt(copy: GangCopy) -> bool:
-            outcome = planner.place_gang([(key, copy.requirements) for key in copy.pod_keys], need=copy.job.pods)
+            outcome = planner.place_gang([(key, copy.requirements) for key in copy.pod_keys], need=copy.need)
             if not outcome.committed:
                 # Binds do not move the generation: the memo stays exact until capacity is freed.
                 self._failed_at[copy.shape] = generation
                 return False
             copy.nodes = dict(outcome.placed)
+            copy.size = len(copy.nodes)
             copy.state = "bound"
             self._changed.update(outcome.placed.values())
             self._retrack(outcome.placed.values())
@@ -289,6 +317,25 @@ class Member:
             on_bound(copy)
         return bound
 
+    def grow(self, copy: GangCopy, pod_keys: Sequence[str]) -> int:
+        """Bind new pods of a running elastic gang, as many of `pod_keys` as fit now; returns how many."""
+        if copy.state != "bound":
+            raise ValueError(f"copy of {copy.job.uid} in {self.name} is {copy.state}, not bound")
+        if copy.size + len(pod_keys) > copy.job.pods:
+            raise ValueError(f"{copy.job.uid} cannot grow past its {copy.job.pods} pods")
+        planner = _Planner(self.ledger, self._feasible)
+        outcome = planner.place_gang([(key, copy.requirements) for key in pod_keys], need=1)
+        if not outcome.committed:
+            return 0
+        copy.nodes.update(outcome.placed)
+        copy.pod_keys += tuple(outcome.placed)
+        copy.size = len(copy.nodes)
+        self._changed.update(outcome.placed.values())
+        self._retrack(outcome.placed.values())
+        self._use(copy, +1, outcome.placed.values())
+        self.ledger_version += 1
+        return len(outcome.placed)
+
     # ------------------------------------------------------------ questions baselines ask
 
     def could_ever_hold(self, copy: GangCopy) -> bool:
@@ -296,8 +343,8 @@ class Member:
         known = self._ever.get(copy.shape)
         if known is None:
             planner = _Planner(self._empty, self._empty_feasible)
-            outcome = planner.place_gang([(f"probe/{i}", copy.requirements) for i in range(copy.job.pods)],
-                                         need=copy.job.pods)
+            outcome = planner.place_gang([(f"probe/{i}", copy.requirements) for i in range(copy.written)],
+                                         need=copy.need)
             for key in outcome.placed:
                 self._empty.release(key, freed=False)
             known = outcome.committed

@@ -68,6 +68,12 @@ it (below), and no baseline knows where datasets are.
   member's fit, rolled back). A gang that fits nowhere waits in the queue
   without blocking others. No data or fabric awareness.
 
+Elastic gangs (`--elastic-share`): every baseline writes the whole gang
+(max pods, minMember = its minimum) and its member admits it at the
+largest size that fits then (member.py). Armada asks its node-level fit
+for the minimum only (its gangMinimumCardinality); the others decide on
+the whole gang as before. None of them grows a running gang.
+
 A dispatch to a cluster that could never run the gang (too big for its
 nodes even if all were empty) is a failed dispatch: the member reports
 it Unschedulable for good; after FAILED_DISPATCH_NOTICE_SECONDS the
@@ -299,7 +305,7 @@ class ArmadaPolicy(_Base):
             self.queues[job.team] = queue = BackfillQueue()
             self.usage.setdefault(job.team, 0)
         queue.add(_Waiting(job, self._next_seq(), (job.gpus_per_pod, job.pods, job.gpu_model,
-                                                     job.cpu_milli_per_pod, job.memory_per_pod)))
+                                                     job.cpu_milli_per_pod, job.memory_per_pod, job.low)))
         self._changed = True
 
     def on_bound(self, copy: GangCopy) -> None:
@@ -313,13 +319,15 @@ class ArmadaPolicy(_Base):
     def _place(self, waiting: _Waiting) -> bool:
         job = waiting.job
         requirements = pod_requirements_of(job)
+        # An elastic gang needs its minimum now (Armada's gangMinimumCardinality); its member binds the rest that fit.
+        gpus = job.low * job.gpus_per_pod if job.elastic else job.gpus
         for member in self.e.members.values():
             key = (member.name, waiting.shape)
             version = member.ledger_version
             if self._misfit.get(key) == version:
                 continue
-            if member.free_gpus(job.gpu_model, minus_waiting=False) < job.gpus or not member.fits_now(
-                requirements, job.pods
+            if member.free_gpus(job.gpu_model, minus_waiting=False) < gpus or not member.fits_now(
+                requirements, job.low
             ):
                 self._misfit[key] = version
                 continue
@@ -381,7 +389,8 @@ class MultiKueuePolicy(_Base):
         self._changed = True
 
     def on_finished(self, copy: GangCopy) -> None:
-        self.reserved -= copy.gpus
+        # The quota reserved for its whole gang (an elastic gang may run below its max).
+        self.reserved -= copy.written * copy.job.gpus_per_pod
         self._active.pop(copy.job.uid, None)
         self._changed = True
 

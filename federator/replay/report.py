@@ -6,9 +6,13 @@
   nominal quota, and per policy Jain's index over queues, preemptions per
   1,000 jobs, GPU-hours lost to preemption, and per queue and per priority
   the mean, median and p95 queueing delay; federator-queues / federator);
+  with `--elastic-share` F > 0 also `elasticity` (`elasticity_section`:
+  the share, and per policy its elastic jobs, how many started below
+  their max, resizes, and ELASTIC_KEYS with elasticity (share F, as
+  `policies`) and without (share 0, the same jobs otherwise));
 - report.md: the inputs, every metric per policy, federator / each
-  baseline per metric, jobs that never started, the queues section, and
-  the plots;
+  baseline per metric, jobs that never started, the queues section, the
+  elasticity table, and the plots;
 - queue_delay_cdf.png, gpu_utilization.png, writes_and_bytes.png.
 
 Files are written into `out` (created if missing) only after every
@@ -30,7 +34,16 @@ from federator.replay.clusters import Federation
 from federator.replay.engine import PolicyResult
 from federator.replay.queues import QUEUE_POLICY, describe_queues, queue_gpu_hours
 
-__all__ = ["FAIRNESS_TEXT", "METRIC_KEYS", "PLOTS", "QUEUE_KEYS", "queue_section", "write_report"]
+__all__ = [
+    "ELASTIC_KEYS",
+    "FAIRNESS_TEXT",
+    "METRIC_KEYS",
+    "PLOTS",
+    "QUEUE_KEYS",
+    "elasticity_section",
+    "queue_section",
+    "write_report",
+]
 
 METRIC_KEYS: tuple[str, ...] = (
     "meanQueueDelaySeconds",
@@ -57,6 +70,8 @@ QUEUE_KEYS: tuple[str, ...] = (
     "mostEvictionsOfOneJob",
     "gpuHoursLostToPreemption",
 )
+# Per policy in report.json's elasticity.policies, with and without elasticity.
+ELASTIC_KEYS: tuple[str, ...] = ("meanQueueDelaySeconds", "p95QueueDelaySeconds", "gpuUtilization", "meanJctSeconds")
 FAIRNESS_TEXT = (
     "queueJainFairness is Jain's index (sum x)^2 / (n sum x^2) over the queues (trace clusters) with a finished "
     "job, x = the queue's mean speed, a job's speed being its traced duration / its JCT (1: never waited, "
@@ -171,6 +186,9 @@ def _markdown(
     queues = report.get("queues")
     if isinstance(queues, Mapping):
         lines += _queue_markdown(queues)
+    elasticity = report.get("elasticity")
+    if isinstance(elasticity, Mapping):
+        lines += _elasticity_markdown(elasticity)
     lines += [
         "",
         "## Plots",
@@ -221,6 +239,53 @@ def queue_section(
         )
         section["comparison"] = {"of": QUEUE_POLICY, "to": "federator", "ratios": ratios}
     return section
+
+
+def elasticity_section(
+    share: float, with_elastic: Sequence[PolicyResult], without: Sequence[PolicyResult]
+) -> dict[str, Any]:
+    """report.json's `elasticity`: per policy, ELASTIC_KEYS at the share and at 0, and the elastic jobs' counts."""
+    if [r.policy for r in with_elastic] != [r.policy for r in without]:
+        raise ValueError("the replays with and without elasticity must be of the same policies")
+    return {
+        "share": share,
+        "policies": {
+            w.policy: {
+                "elasticJobs": w.extra["elasticJobs"],
+                "startedBelowMax": w.extra["startedBelowMax"],
+                "resizes": w.extra["resizes"],
+                "with": {key: w.metrics[key] for key in ELASTIC_KEYS},
+                "without": {key: o.metrics[key] for key in ELASTIC_KEYS},
+            }
+            for w, o in zip(with_elastic, without, strict=True)
+        },
+    }
+
+
+def _elasticity_markdown(section: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Elasticity",
+        "",
+        f"Every policy replayed twice, the same jobs and seed: with a share of {section['share']:g} of the multi-pod "
+        "gangs elastic (the figures above) and with none. Per cell: with / without. Elastic jobs started below "
+        "max count the gangs their member admitted below their max pods; resizes count growths (federator's "
+        "grow pass; the baselines never resize).",
+        "",
+        "| policy | elastic jobs | started below max | resizes | mean delay (s) | p95 delay (s) | GPU utilisation "
+        "| mean JCT (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, p in section["policies"].items():
+        w, o = p["with"], p["without"]
+        lines.append(
+            f"| {name} | {p['elasticJobs']:,} | {p['startedBelowMax']:,} | {p['resizes']:,} | "
+            f"{w['meanQueueDelaySeconds']:,.1f} / {o['meanQueueDelaySeconds']:,.1f} | "
+            f"{w['p95QueueDelaySeconds']:,.1f} / {o['p95QueueDelaySeconds']:,.1f} | "
+            f"{w['gpuUtilization']:.3f} / {o['gpuUtilization']:.3f} | "
+            f"{w['meanJctSeconds']:,.1f} / {o['meanJctSeconds']:,.1f} |"
+        )
+    return lines
 
 
 def _ratio_value(ours: float, theirs: float) -> float | None:

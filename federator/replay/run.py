@@ -18,10 +18,18 @@ rule's mix), the policy `federator-queues` (federator with one queue per
 trace cluster, `replay/queues.py`) is replayed beside `federator` (added
 if not chosen: the same jobs without queues, on the same machine in the
 same invocation), and the report gains its `queues` section.
+
+With `elastic_share` F > 0 (`--elastic-share`): the rule marks a seeded
+share F of the multi-pod gangs elastic (attributes.py), every chosen
+policy is replayed twice, at share F (report.json's `policies`, the
+plots and the metrics tables) and at share 0 (the same jobs otherwise,
+same seed), and the report gains its `elasticity` section (with and
+without, per policy). At 0 (the default) nothing changes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import platform
@@ -34,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from federator.replay.attributes import RULE, ReplayJob, assign_attributes, describe_rule
+from federator.replay.attributes import RULE, AttributeRule, ReplayJob, assign_attributes, describe_rule
 from federator.replay.clusters import ClustersFileError, Federation, load_clusters
 from federator.replay.engine import Engine, Policy, PolicyResult
 from federator.replay.federated import FederatorPolicy
@@ -104,6 +112,32 @@ class ReplayOptions:
     out: Path
     progress: bool = True
     queues: bool = False
+    elastic_share: float = 0.0
+
+    @property
+    def rule(self) -> AttributeRule:
+        return dataclasses.replace(RULE, elastic_share=self.elastic_share) if self.elastic_share else RULE
+
+    @property
+    def runs(self) -> tuple[tuple[str, float], ...]:
+        """(policy, elastic share) of every replay: each policy at the share, and at 0 if the share is not 0."""
+        runs = tuple((name, self.elastic_share) for name in self.policies)
+        if self.elastic_share:
+            runs += tuple((name, 0.0) for name in self.policies)
+        return runs
+
+
+def _share(text: str | None) -> float:
+    if text is None:
+        return 0.0
+    value = text.strip()
+    digits = value.replace(".", "", 1)
+    if not value or len(value) > 12 or not digits.isdigit() or not digits.isascii():
+        raise ReplayInputError(f"--elastic-share must be a number from 0 to 1, got {text!r}")
+    number = float(value)
+    if not 0 <= number <= 1:
+        raise ReplayInputError(f"--elastic-share must be a number from 0 to 1, got {text!r}")
+    return number
 
 
 def _int(text: str | None, *, flag: str, low: int, high: int) -> int | None:
@@ -129,8 +163,13 @@ def replay_options(
     out: str,
     progress: bool = True,
     queues: bool = False,
+    elastic_share: str | None = None,
 ) -> ReplayOptions:
     """Check the flags (not the files: `load_inputs` does) and return the options."""
+    share = _share(elastic_share)
+    if share and queues:
+        raise ReplayInputError("--elastic-share and --queues cannot be combined yet (elastic gangs are replayed "
+                               "without queues)")
     if jobs is not None and jobs.strip().startswith("-"):
         raise ReplayInputError(f"--jobs must be a positive integer, got {jobs!r}")
     seed_value = _int(seed if seed is not None else "1", flag="--seed", low=0, high=MAX_SEED)
@@ -174,11 +213,15 @@ def replay_options(
         out=out_path,
         progress=progress,
         queues=queues,
+        elastic_share=share,
     )
 
 
-def load_inputs(options: ReplayOptions) -> tuple[list[ReplayJob], Federation]:
-    """The jobs (first --jobs by submission time) with their attributes, and the federation."""
+def load_inputs(options: ReplayOptions, *, elastic_share: float | None = None) -> tuple[list[ReplayJob], Federation]:
+    """The jobs (first --jobs by submission time) with their attributes, and the federation.
+
+    `elastic_share` overrides the options' (the replay without elasticity draws the same jobs at 0).
+    """
     try:
         trace = load_trace(options.trace)
         federation = load_clusters(options.clusters)
@@ -187,7 +230,8 @@ def load_inputs(options: ReplayOptions) -> tuple[list[ReplayJob], Federation]:
         raise ReplayInputError(str(e)) from None
     if options.jobs is not None:
         trace = trace[: options.jobs]
-    jobs = assign_attributes(trace, federation, seed=options.seed, rule=RULE, priorities=options.queues)
+    rule = options.rule if elastic_share is None else dataclasses.replace(RULE, elastic_share=elastic_share)
+    jobs = assign_attributes(trace, federation, seed=options.seed, rule=rule, priorities=options.queues)
     return jobs, federation
 
 
@@ -242,13 +286,18 @@ def _init_worker(progress_queue: Any) -> None:
     _PROGRESS = progress_queue
 
 
-def _worker(name: str, options: ReplayOptions) -> PolicyResult:
-    jobs, federation = load_inputs(options)
+def _label(name: str, share: float, options: ReplayOptions) -> str:
+    return name if share == options.elastic_share else f"{name} (no elastic)"
+
+
+def _worker(name: str, share: float, options: ReplayOptions) -> PolicyResult:
+    jobs, federation = load_inputs(options, elastic_share=share)
     sink = _PROGRESS
+    label = _label(name, share, options)
 
     def report(n: int) -> None:
         if sink is not None:
-            sink.put((name, n))
+            sink.put((label, n))
 
     return run_policy(name, jobs, federation, seed=options.seed, progress=report)
 
@@ -282,24 +331,27 @@ def machine_description(workers: int) -> dict[str, Any]:
     }
 
 
-def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[str, PolicyResult], float]:
+def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[tuple[str, float], PolicyResult], float]:
+    """Every run of `options.runs`, keyed by (policy, elastic share)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     started = time.perf_counter()
-    results: dict[str, PolicyResult] = {}
+    labels = {_label(name, share, options): (name, share) for name, share in options.runs}
+    results: dict[tuple[str, float], PolicyResult] = {}
     columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not options.progress, transient=False) as bar:
-        tasks = {name: bar.add_task(name, total=total_jobs) for name in options.policies}
+        tasks = {label: bar.add_task(label, total=total_jobs) for label in labels}
         if options.workers == 1:
             # One worker: replay in this process, one policy after another (no process start-up).
-            jobs, federation = load_inputs(options)
-            for name in options.policies:
-                task = tasks[name]
+            inputs = {share: load_inputs(options, elastic_share=share) for share in {s for _, s in options.runs}}
+            for label, (name, share) in labels.items():
+                task = tasks[label]
+                jobs, federation = inputs[share]
 
                 def advance(n: int, task: Any = task) -> None:
                     bar.advance(task, n)
 
-                results[name] = run_policy(name, jobs, federation, seed=options.seed, progress=advance)
+                results[(name, share)] = run_policy(name, jobs, federation, seed=options.seed, progress=advance)
                 bar.update(task, completed=total_jobs)
             return results, time.perf_counter() - started
         ctx = multiprocessing.get_context("spawn")
@@ -307,7 +359,7 @@ def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[str, Poli
         with ProcessPoolExecutor(max_workers=options.workers, mp_context=ctx, initializer=_init_worker,
                                  initargs=(progress_queue,)) as pool:
             futures: dict[str, Future[PolicyResult]] = {
-                name: pool.submit(_worker, name, options) for name in options.policies
+                label: pool.submit(_worker, name, share, options) for label, (name, share) in labels.items()
             }
             pending = set(futures)
             while pending:
@@ -316,33 +368,39 @@ def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[str, Poli
                     bar.advance(tasks[name], n)
                 except queue_module.Empty:
                     pass
-                for name in [n for n in pending if futures[n].done()]:
-                    pending.discard(name)
-                    results[name] = futures[name].result()
-                    bar.update(tasks[name], completed=total_jobs)
+                for label in [n for n in pending if futures[n].done()]:
+                    pending.discard(label)
+                    results[labels[label]] = futures[label].result()
+                    bar.update(tasks[label], completed=total_jobs)
     return results, time.perf_counter() - started
 
 
 def run_replay(options: ReplayOptions) -> dict[str, Any]:
     """Replay every chosen policy and write the report; returns report.json's content."""
-    from federator.replay.report import queue_section, write_report
+    from federator.replay.report import elasticity_section, queue_section, write_report
 
     jobs, federation = load_inputs(options)
     if not jobs:
         raise ReplayInputError(f"trace {options.trace} has no jobs to replay")
     machine = machine_description(options.workers)
-    results, wall = _run_all(options, total_jobs=len(jobs))
+    runs, wall = _run_all(options, total_jobs=len(jobs))
+    share = options.elastic_share
+    results = {name: runs[(name, share)] for name in options.policies}
     ordered = [results[n] for n in options.policies]
     report: dict[str, Any] = {
         "trace": str(options.trace),
         "clustersFile": str(options.clusters),
         "seed": options.seed,
-        "rule": describe_rule(RULE, priorities=options.queues),
+        "rule": describe_rule(options.rule, priorities=options.queues),
         "machine": machine,
         "policies": {name: results[name].metrics for name in options.policies},
     }
     if options.queues:
         report["queues"] = queue_section(ordered, queues=trace_queues(jobs, federation), jobs=jobs)
+    if share:
+        report["elasticity"] = elasticity_section(
+            share, ordered, [runs[(name, 0.0)] for name in options.policies]
+        )
     write_report(options.out, report=report, results=ordered, federation=federation, wall_seconds=wall,
                  jobs=len(jobs))
     return report

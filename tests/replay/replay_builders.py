@@ -103,12 +103,13 @@ def job(
     team: str = "t",
     trace_cluster: str = "cluster01",
     priority: int = 0,
+    min_pods: int = 0,
 ) -> ReplayJob:
     return ReplayJob(
         uid=uid, index=index, trace_cluster=trace_cluster, home=home, team=team, submitted=submitted,
         duration=duration, gpus=pods * gpus_per_pod, pods=pods, gpus_per_pod=gpus_per_pod,
         cpu_milli_per_pod=gpus_per_pod * 8000, memory_per_pod=gpus_per_pod * 64 * GIB, network=network,
-        gpu_model=gpu_model, dataset=dataset, dataset_bytes=dataset_bytes, priority=priority,
+        gpu_model=gpu_model, dataset=dataset, dataset_bytes=dataset_bytes, priority=priority, min_pods=min_pods,
     )
 
 

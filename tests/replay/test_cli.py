@@ -9,7 +9,7 @@ import pytest
 from replay_builders import TINY_CLUSTERS, synthetic_trace, write_trace
 
 from federator.cli import main
-from federator.replay.report import METRIC_KEYS, PLOTS, QUEUE_KEYS
+from federator.replay.report import ELASTIC_KEYS, METRIC_KEYS, PLOTS, QUEUE_KEYS
 from federator.replay.run import POLICIES, replay_options
 
 TOP_LEVEL = {"trace", "clustersFile", "seed", "rule", "machine", "policies"}
@@ -139,6 +139,16 @@ def _bad(tmp_path: Path, inputs: tuple[Path, Path], capsys: pytest.CaptureFixtur
         (["--workers", "0"], "--workers must be an integer from 1"),
         (["--policies", "federator-queues"], "federator-queues is replayed by --queues"),
         (["--queues", "--policies", "none,federator-queues"], "federator-queues is replayed by --queues"),
+        (["--elastic-share", "-0.3"], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "1.5"], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "nan"], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "inf"], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "3e-1"], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "0.3.1"], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", ""], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "\u0663"], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "0." + "1" * 5000], "--elastic-share must be a number from 0 to 1"),
+        (["--elastic-share", "0.3", "--queues"], "--elastic-share and --queues cannot be combined"),
     ],
 )
 def test_bad_flags(inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -178,3 +188,35 @@ def test_malformed_trace_and_out_that_is_a_file(
     code = main(["bench", "replay", "--trace", str(trace), "--clusters", str(clusters), "--out", str(a_file)])
     assert code == 2 and "exists and is not a directory" in capsys.readouterr().err
     assert a_file.read_text() == "not a directory"
+
+
+def test_elastic_share_replays_every_policy_with_and_without_and_adds_only_the_elasticity_section(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, clusters = inputs
+    reports = {}
+    for share in ("0.5", "0"):
+        out = tmp_path / f"out-{share}"
+        code = main(["bench", "replay", "--trace", str(trace), "--clusters", str(clusters), "--seed", "2",
+                     "--jobs", "120", "--policies", "federator,armada", "--workers", "1", "--no-progress",
+                     "--elastic-share", share, "--out", str(out)])
+        assert code == 0
+        printed = capsys.readouterr().out
+        assert ("elastic 0.5: mean delay" in printed) == (share == "0.5")
+        reports[share] = (json.loads((out / "report.json").read_text()), (out / "report.md").read_text())
+    report, md = reports["0.5"]
+    assert set(report) == TOP_LEVEL | {"elasticity"}
+    assert all(list(m) == list(METRIC_KEYS) for m in report["policies"].values())
+    assert "Elastic: a multi-pod gang" in report["rule"] and "## Elasticity" in md
+    section = report["elasticity"]
+    assert section["share"] == 0.5 and list(section["policies"]) == ["federator", "armada"]
+    for name, figures in section["policies"].items():
+        assert set(figures) == {"elasticJobs", "startedBelowMax", "resizes", "with", "without"}
+        assert list(figures["with"]) == list(ELASTIC_KEYS) == list(figures["without"])
+        assert figures["with"] == {k: report["policies"][name][k] for k in ELASTIC_KEYS}
+        assert figures["elasticJobs"] > 0
+    # The run without elasticity is the plain replay of the same jobs.
+    plain, plain_md = reports["0"]
+    assert set(plain) == TOP_LEVEL and "Elastic" not in plain["rule"] and "Elasticity" not in plain_md
+    for name, figures in section["policies"].items():
+        assert figures["without"] == {k: plain["policies"][name][k] for k in ELASTIC_KEYS}
