@@ -25,6 +25,14 @@ def one_cluster(nodes: int) -> str:
     )
 
 
+def _fixed_then_elastic(fixed_seconds: float) -> list:  # type: ignore[type-arg]
+    """A fixed one-node job from t=0 for `fixed_seconds`, then at t=1 an elastic gang of 4 pods (min 2), 1000 s."""
+    return [
+        job("fixed", index=0, home="solo", submitted=0, duration=fixed_seconds),
+        job("elastic", index=1, home="solo", submitted=1, duration=1000, pods=4, min_pods=2),
+    ]
+
+
 def _policies() -> list:  # type: ignore[type-arg]
     return [FederatorPolicy(), NonePolicy(), ArmadaPolicy(), KarmadaPolicy(estimator=True),
             MultiKueuePolicy(incremental=False)]
@@ -42,10 +50,7 @@ def test_an_elastic_gang_starts_at_the_largest_size_that_fits_and_runs_max_over_
 ) -> None:
     # A fixed 1-node job holds one node until t=5000; the elastic gang (4 pods of 8 GPUs, min 2) gets what is left.
     fed = federation(one_cluster(nodes=nodes))
-    jobs = [
-        job("fixed", index=0, home="solo", submitted=0, duration=5000),
-        job("elastic", index=1, home="solo", submitted=1, duration=1000, pods=4, min_pods=2),
-    ]
+    jobs = _fixed_then_elastic(5000)
     engine, result = replay(jobs, fed, _policies()[index])
     assert engine.started_at[1] == 1.0, "admitted at once, not after the fixed job"
     assert engine.finished_at[1] - engine.started_at[1] == pytest.approx(1000 * 4 / size)
@@ -56,10 +61,7 @@ def test_an_elastic_gang_starts_at_the_largest_size_that_fits_and_runs_max_over_
 @pytest.mark.parametrize("index", (3, 4))
 def test_karmada_and_multikueue_send_an_elastic_gang_only_when_the_whole_gang_fits(index: int) -> None:
     fed = federation(one_cluster(nodes=4))
-    jobs = [
-        job("fixed", index=0, home="solo", submitted=0, duration=5000),
-        job("elastic", index=1, home="solo", submitted=1, duration=1000, pods=4, min_pods=2),
-    ]
+    jobs = _fixed_then_elastic(5000)
     engine, result = replay(jobs, fed, _policies()[index])
     assert engine.started_at[1] == 5000.0 and engine.finished_at[1] == 6000.0
     assert result.extra["startedBelowMax"] == 0
@@ -77,10 +79,7 @@ def test_an_elastic_gang_with_room_starts_at_its_max_and_runs_its_traced_duratio
 @pytest.mark.parametrize("index", ADMIT_WHAT_FITS)
 def test_an_elastic_gang_whose_minimum_does_not_fit_waits_whole(index: int) -> None:
     fed = federation(one_cluster(nodes=2))
-    jobs = [
-        job("fixed", index=0, home="solo", submitted=0, duration=500),
-        job("elastic", index=1, home="solo", submitted=1, duration=1000, pods=4, min_pods=2),
-    ]
+    jobs = _fixed_then_elastic(500)
     engine, _ = replay(jobs, fed, _policies()[index])
     # No part of it ran before its minimum fitted (t=500); then 2 of 4 pods: 2000 s.
     assert engine.started_at[1] == 500.0 and engine.finished_at[1] == 2500.0
@@ -92,10 +91,7 @@ def test_federator_grows_a_running_elastic_gang_into_freed_room_after_its_cooldo
 ) -> None:
     # 4 nodes; a fixed job holds one until `frees_at`; the elastic gang (4 pods, min 2) is placed at 3 at t=1.
     fed = federation(one_cluster(nodes=4))
-    jobs = [
-        job("fixed", index=0, home="solo", submitted=0, duration=frees_at),
-        job("elastic", index=1, home="solo", submitted=1, duration=1000, pods=4, min_pods=2),
-    ]
+    jobs = _fixed_then_elastic(frees_at)
     policy = FederatorPolicy()
     engine, result = replay(jobs, fed, policy)
     # At 3 of 4 pods: 1000 x 4/3 s of run from t=1; at `grows_at` (the tick after the room freed, or the
