@@ -83,9 +83,10 @@ def _register_replay(benches: Any) -> None:
                         "preemption) beside federator without them, and report per-queue delay, Jain fairness "
                         "over queues and preemptions")
     p.add_argument("--elastic-share", default=None, metavar="F",
-                   help="make a seeded share F (0..1, default 0) of the multi-pod jobs elastic (min = half the "
-                        "pods, max = all); every policy is then replayed with and without elasticity and the "
-                        "report gains an elasticity section (queueing delay, GPU utilisation, JCT)")
+                   help="make a seeded share F (0..1, default 0) of the multi-GPU jobs elastic (one worker per "
+                        "GPU, min = half the workers, max = all); every policy is then replayed with and without "
+                        "elasticity (the same jobs and workers, fixed) and the report gains an elasticity section "
+                        "(queueing delay, GPU utilisation, JCT)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for report.json, report.md, *.png")
     p.set_defaults(handler=_cmd_replay)

@@ -50,8 +50,11 @@ class AttributeRule:
     fabric_mismatch_slowdown: float = 1.3
     # With queues: (priority, share) of the jobs, drawn per job; the shares sum to 1.
     priority_mix: tuple[tuple[int, float], ...] = ((0, 0.25), (100, 0.65), (1000, 0.10))
-    # Share of the multi-pod gangs made elastic (`--elastic-share`): min = half the pods (rounded up), max = all.
+    # Share of the multi-GPU jobs made elastic (`--elastic-share`): data-parallel, one worker per GPU,
+    # min = half the workers (rounded up), max = all.
     elastic_share: float = 0.0
+    # The replay without elasticity: the same jobs drawn elastic keep their one-GPU workers, fixed (min = max).
+    elastic_fixed: bool = False
 
 
 RULE = AttributeRule()
@@ -131,14 +134,24 @@ def describe_rule(rule: AttributeRule = RULE, *, priorities: bool = False) -> st
 
 
 def _elastic_text(r: AttributeRule) -> str:
+    fixed = (
+        " This replay is the one without elasticity: the same jobs keep that shape, fixed (minReplicas = "
+        "maxReplicas = N)."
+        if r.elastic_fixed
+        else " The replay without elasticity keeps the same jobs in that shape, fixed (minReplicas = maxReplicas "
+        "= N), so the two differ only in elasticity."
+    )
     return (
-        f" Elastic: a multi-pod gang (the multi-GPU jobs whose gang has more than one pod: a one-pod job has one "
-        f"replica, nothing to scale) is elastic with probability {r.elastic_share:g}, drawn from "
+        f" Elastic: a multi-GPU job (N >= 2 GPUs) is elastic with probability {r.elastic_share:g}, drawn from "
         "BLAKE2b('<seed>/elastic/<job uid>') (so the other draws, and which jobs are elastic, are the same for "
-        "every policy): maxReplicas = replicas = its pods, minReplicas = half of them rounded up. Work: the "
-        "trace fixes its GPU-seconds, so at s of its max pods it runs max/s times its traced duration (linear "
-        "scaling); a resize recomputes what is left. Members admit an elastic gang when its minimum fits node by "
-        "node (all or nothing at the minimum) at the largest size up to what was written that fits then, as "
+        "every policy). An elastic job is data-parallel: its gang is N workers of 1 GPU each (each asking "
+        f"{r.cpu_cores_per_gpu} CPU cores and {r.memory_gib_per_gpu}Gi memory), maxReplicas = replicas = N, "
+        "minReplicas = N/2 rounded up; its network need, GPU model and dataset are those drawn above for its "
+        f"gang shape (a job of at most {r.max_single_pod_gpus} GPUs asks any network), and the rule draws no "
+        f"parameter-server pods.{fixed} Work: the trace fixes its GPU-seconds, so at s of its N workers it runs "
+        "N/s times its traced duration (linear scaling); a resize recomputes what is left. Members admit an "
+        "elastic gang when its minimum fits node by node (all or nothing at the minimum) at the largest size up "
+        "to what was written that fits then, as "
         "Volcano does with minMember and extra pods; pods that did not fit are not placed later by the member. "
         "federator places it at the largest size that fits (placement's elastic sizing) and its grow pass "
         "(every 5 s after a gang left its cluster, 60 s cooldown from placement or resize, pending gangs "
@@ -242,6 +255,11 @@ def assign_attributes(
                 dataset = _pick(home_sets, u_ds)
             else:
                 dataset = _pick(catalogue, u_ds)
+        min_pods = 0
+        if job.gpus > 1 and rule.elastic_share and elastic_draw(seed, job.uid) < rule.elastic_share:
+            # Data-parallel: one worker per GPU; every attribute above stays as drawn for the gang shape.
+            pods, per_pod = job.gpus, 1
+            min_pods = 0 if rule.elastic_fixed else -(-pods // 2)
         out.append(
             ReplayJob(
                 uid=job.uid,
@@ -261,7 +279,7 @@ def assign_attributes(
                 dataset=dataset,
                 dataset_bytes=sizes.get(dataset, 0) if dataset else 0,
                 priority=_priority(rule.priority_mix, u_priority) if priorities else 0,
-                min_pods=-(-pods // 2) if pods > 1 and elastic_draw(seed, job.uid) < rule.elastic_share else 0,
+                min_pods=min_pods,
             )
         )
     return out

@@ -7,9 +7,10 @@
   1,000 jobs, GPU-hours lost to preemption, and per queue and per priority
   the mean, median and p95 queueing delay; federator-queues / federator);
   with `--elastic-share` F > 0 also `elasticity` (`elasticity_section`:
-  the share, and per policy its elastic jobs, how many started below
-  their max, resizes, and ELASTIC_KEYS with elasticity (share F, as
-  `policies`) and without (share 0, the same jobs otherwise));
+  the share, the elastic jobs and the multi-GPU jobs they were drawn
+  from, and per policy its elastic jobs, how many started below their
+  max, resizes (growths), and ELASTIC_KEYS with elasticity (as
+  `policies`) and without (the same jobs and shapes, min = max));
 - report.md: the inputs, every metric per policy, federator / each
   baseline per metric, jobs that never started, the queues section, the
   elasticity table, and the plots;
@@ -242,13 +243,16 @@ def queue_section(
 
 
 def elasticity_section(
-    share: float, with_elastic: Sequence[PolicyResult], without: Sequence[PolicyResult]
+    share: float, with_elastic: Sequence[PolicyResult], without: Sequence[PolicyResult], *, jobs: Sequence[ReplayJob]
 ) -> dict[str, Any]:
-    """report.json's `elasticity`: per policy, ELASTIC_KEYS at the share and at 0, and the elastic jobs' counts."""
+    """report.json's `elasticity`: the elastic jobs (of the multi-GPU `jobs`), and per policy ELASTIC_KEYS with
+    and without elasticity and the elastic jobs' counts."""
     if [r.policy for r in with_elastic] != [r.policy for r in without]:
         raise ValueError("the replays with and without elasticity must be of the same policies")
     return {
         "share": share,
+        "elasticJobs": sum(1 for job in jobs if job.elastic),
+        "multiGpuJobs": sum(1 for job in jobs if job.gpus > 1),
         "policies": {
             w.policy: {
                 "elasticJobs": w.extra["elasticJobs"],
@@ -267,10 +271,11 @@ def _elasticity_markdown(section: Mapping[str, Any]) -> list[str]:
         "",
         "## Elasticity",
         "",
-        f"Every policy replayed twice, the same jobs and seed: with a share of {section['share']:g} of the multi-pod "
-        "gangs elastic (the figures above) and with none. Per cell: with / without. Elastic jobs started below "
-        "max count the gangs their member admitted below their max pods; resizes count growths (federator's "
-        "grow pass; the baselines never resize).",
+        f"Every policy replayed twice, the same jobs and seed: with {section['elasticJobs']:,} of the "
+        f"{section['multiGpuJobs']:,} multi-GPU jobs elastic (share {section['share']:g}: one worker per GPU, "
+        "min = half; the figures above) and with the same jobs in the same shape fixed (min = max). Per cell: "
+        "with / without. Started below max counts the elastic gangs their member admitted below their max pods; "
+        "resizes count growths (federator's grow pass; the baselines never resize).",
         "",
         "| policy | elastic jobs | started below max | resizes | mean delay (s) | p95 delay (s) | GPU utilisation "
         "| mean JCT (s) |",

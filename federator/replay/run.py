@@ -20,11 +20,12 @@ if not chosen: the same jobs without queues, on the same machine in the
 same invocation), and the report gains its `queues` section.
 
 With `elastic_share` F > 0 (`--elastic-share`): the rule marks a seeded
-share F of the multi-pod gangs elastic (attributes.py), every chosen
-policy is replayed twice, at share F (report.json's `policies`, the
-plots and the metrics tables) and at share 0 (the same jobs otherwise,
-same seed), and the report gains its `elasticity` section (with and
-without, per policy). At 0 (the default) nothing changes.
+share F of the multi-GPU jobs elastic, each one worker per GPU
+(attributes.py), every chosen policy is replayed twice, with elasticity
+(report.json's `policies`, the plots and the metrics tables) and without
+(the rule's `elastic_fixed`: the same jobs, the same one-GPU workers,
+min = max; same seed), and the report gains its `elasticity` section
+(with and without, per policy). At 0 (the default) nothing changes.
 """
 
 from __future__ import annotations
@@ -119,11 +120,11 @@ class ReplayOptions:
         return dataclasses.replace(RULE, elastic_share=self.elastic_share) if self.elastic_share else RULE
 
     @property
-    def runs(self) -> tuple[tuple[str, float], ...]:
-        """(policy, elastic share) of every replay: each policy at the share, and at 0 if the share is not 0."""
-        runs = tuple((name, self.elastic_share) for name in self.policies)
+    def runs(self) -> tuple[tuple[str, bool], ...]:
+        """(policy, fixed) of every replay: each policy as chosen, and with elasticity fixed if the share is not 0."""
+        runs = tuple((name, False) for name in self.policies)
         if self.elastic_share:
-            runs += tuple((name, 0.0) for name in self.policies)
+            runs += tuple((name, True) for name in self.policies)
         return runs
 
 
@@ -217,10 +218,10 @@ def replay_options(
     )
 
 
-def load_inputs(options: ReplayOptions, *, elastic_share: float | None = None) -> tuple[list[ReplayJob], Federation]:
+def load_inputs(options: ReplayOptions, *, fixed: bool = False) -> tuple[list[ReplayJob], Federation]:
     """The jobs (first --jobs by submission time) with their attributes, and the federation.
 
-    `elastic_share` overrides the options' (the replay without elasticity draws the same jobs at 0).
+    `fixed`: the jobs of the replay without elasticity (the same jobs drawn elastic, in the same shape, min = max).
     """
     try:
         trace = load_trace(options.trace)
@@ -230,7 +231,7 @@ def load_inputs(options: ReplayOptions, *, elastic_share: float | None = None) -
         raise ReplayInputError(str(e)) from None
     if options.jobs is not None:
         trace = trace[: options.jobs]
-    rule = options.rule if elastic_share is None else dataclasses.replace(RULE, elastic_share=elastic_share)
+    rule = dataclasses.replace(options.rule, elastic_fixed=True) if fixed else options.rule
     jobs = assign_attributes(trace, federation, seed=options.seed, rule=rule, priorities=options.queues)
     return jobs, federation
 
@@ -286,14 +287,14 @@ def _init_worker(progress_queue: Any) -> None:
     _PROGRESS = progress_queue
 
 
-def _label(name: str, share: float, options: ReplayOptions) -> str:
-    return name if share == options.elastic_share else f"{name} (no elastic)"
+def _label(name: str, fixed: bool) -> str:
+    return f"{name} (no elastic)" if fixed else name
 
 
-def _worker(name: str, share: float, options: ReplayOptions) -> PolicyResult:
-    jobs, federation = load_inputs(options, elastic_share=share)
+def _worker(name: str, fixed: bool, options: ReplayOptions) -> PolicyResult:
+    jobs, federation = load_inputs(options, fixed=fixed)
     sink = _PROGRESS
-    label = _label(name, share, options)
+    label = _label(name, fixed)
 
     def report(n: int) -> None:
         if sink is not None:
@@ -331,27 +332,27 @@ def machine_description(workers: int) -> dict[str, Any]:
     }
 
 
-def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[tuple[str, float], PolicyResult], float]:
-    """Every run of `options.runs`, keyed by (policy, elastic share)."""
+def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[tuple[str, bool], PolicyResult], float]:
+    """Every run of `options.runs`, keyed by (policy, fixed)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     started = time.perf_counter()
-    labels = {_label(name, share, options): (name, share) for name, share in options.runs}
-    results: dict[tuple[str, float], PolicyResult] = {}
+    labels = {_label(name, fixed): (name, fixed) for name, fixed in options.runs}
+    results: dict[tuple[str, bool], PolicyResult] = {}
     columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not options.progress, transient=False) as bar:
         tasks = {label: bar.add_task(label, total=total_jobs) for label in labels}
         if options.workers == 1:
             # One worker: replay in this process, one policy after another (no process start-up).
-            inputs = {share: load_inputs(options, elastic_share=share) for share in {s for _, s in options.runs}}
-            for label, (name, share) in labels.items():
+            inputs = {fixed: load_inputs(options, fixed=fixed) for fixed in sorted({f for _, f in options.runs})}
+            for label, (name, fixed) in labels.items():
                 task = tasks[label]
-                jobs, federation = inputs[share]
+                jobs, federation = inputs[fixed]
 
                 def advance(n: int, task: Any = task) -> None:
                     bar.advance(task, n)
 
-                results[(name, share)] = run_policy(name, jobs, federation, seed=options.seed, progress=advance)
+                results[(name, fixed)] = run_policy(name, jobs, federation, seed=options.seed, progress=advance)
                 bar.update(task, completed=total_jobs)
             return results, time.perf_counter() - started
         ctx = multiprocessing.get_context("spawn")
@@ -359,7 +360,7 @@ def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[tuple[str
         with ProcessPoolExecutor(max_workers=options.workers, mp_context=ctx, initializer=_init_worker,
                                  initargs=(progress_queue,)) as pool:
             futures: dict[str, Future[PolicyResult]] = {
-                label: pool.submit(_worker, name, share, options) for label, (name, share) in labels.items()
+                label: pool.submit(_worker, name, fixed, options) for label, (name, fixed) in labels.items()
             }
             pending = set(futures)
             while pending:
@@ -385,7 +386,7 @@ def run_replay(options: ReplayOptions) -> dict[str, Any]:
     machine = machine_description(options.workers)
     runs, wall = _run_all(options, total_jobs=len(jobs))
     share = options.elastic_share
-    results = {name: runs[(name, share)] for name in options.policies}
+    results = {name: runs[(name, False)] for name in options.policies}
     ordered = [results[n] for n in options.policies]
     report: dict[str, Any] = {
         "trace": str(options.trace),
@@ -399,7 +400,7 @@ def run_replay(options: ReplayOptions) -> dict[str, Any]:
         report["queues"] = queue_section(ordered, queues=trace_queues(jobs, federation), jobs=jobs)
     if share:
         report["elasticity"] = elasticity_section(
-            share, ordered, [runs[(name, 0.0)] for name in options.policies]
+            share, ordered, [runs[(name, True)] for name in options.policies], jobs=jobs
         )
     write_report(options.out, report=report, results=ordered, federation=federation, wall_seconds=wall,
                  jobs=len(jobs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from replay_builders import TINY_CLUSTERS, synthetic_trace, write_trace
 
 from federator.cli import main
 from federator.replay.report import ELASTIC_KEYS, METRIC_KEYS, PLOTS, QUEUE_KEYS
-from federator.replay.run import POLICIES, replay_options
+from federator.replay.run import POLICIES, load_inputs, replay_options, run_policy
 
 TOP_LEVEL = {"trace", "clustersFile", "seed", "rule", "machine", "policies"}
 
@@ -207,16 +208,25 @@ def test_elastic_share_replays_every_policy_with_and_without_and_adds_only_the_e
     report, md = reports["0.5"]
     assert set(report) == TOP_LEVEL | {"elasticity"}
     assert all(list(m) == list(METRIC_KEYS) for m in report["policies"].values())
-    assert "Elastic: a multi-pod gang" in report["rule"] and "## Elasticity" in md
+    assert "Elastic: a multi-GPU job" in report["rule"] and "## Elasticity" in md
     section = report["elasticity"]
     assert section["share"] == 0.5 and list(section["policies"]) == ["federator", "armada"]
+    assert 0 < section["elasticJobs"] < section["multiGpuJobs"] < 120
+    assert f"with {section['elasticJobs']:,} of the {section['multiGpuJobs']:,} multi-GPU jobs elastic" in md
     for name, figures in section["policies"].items():
         assert set(figures) == {"elasticJobs", "startedBelowMax", "resizes", "with", "without"}
         assert list(figures["with"]) == list(ELASTIC_KEYS) == list(figures["without"])
         assert figures["with"] == {k: report["policies"][name][k] for k in ELASTIC_KEYS}
         assert figures["elasticJobs"] > 0
-    # The run without elasticity is the plain replay of the same jobs.
     plain, plain_md = reports["0"]
     assert set(plain) == TOP_LEVEL and "Elastic" not in plain["rule"] and "Elasticity" not in plain_md
+    # The run without elasticity is the replay of the same jobs in the same one-GPU-worker shape, fixed.
+    options = replay_options(trace=str(trace), clusters=str(clusters), seed="2", jobs="120", policies=None,
+                             workers="1", out=str(tmp_path / "unused"), elastic_share="0.5")
+    elastic_jobs, _ = load_inputs(options)
+    fixed_jobs, fed = load_inputs(options, fixed=True)
+    assert [dataclasses.replace(j, min_pods=0) for j in elastic_jobs] == fixed_jobs
+    assert not any(j.elastic for j in fixed_jobs)
     for name, figures in section["policies"].items():
-        assert figures["without"] == {k: plain["policies"][name][k] for k in ELASTIC_KEYS}
+        without = run_policy(name, fixed_jobs, fed, seed=2).metrics
+        assert figures["without"] == {k: without[k] for k in ELASTIC_KEYS}

@@ -139,7 +139,9 @@ def test_a_dispatch_outside_the_elastic_range_and_a_grow_of_a_fixed_gang_are_ref
 # ---------------------------------------------------------------- the seeded rule
 
 
-def test_the_rule_marks_a_seeded_share_of_multi_pod_gangs_elastic_and_nothing_else_moves(tmp_path: Path) -> None:
+def test_the_rule_makes_a_seeded_share_of_multi_gpu_jobs_one_gpu_workers_and_nothing_else_moves(
+    tmp_path: Path,
+) -> None:
     fed = federation(TINY_CLUSTERS)
     trace = load_trace(synthetic_trace(tmp_path / "trace", jobs_per_cluster=200))
     plain = assign_attributes(trace, fed, seed=3)
@@ -147,17 +149,61 @@ def test_the_rule_marks_a_seeded_share_of_multi_pod_gangs_elastic_and_nothing_el
     elastic = assign_attributes(trace, fed, seed=3, rule=rule)
     assert assign_attributes(trace, fed, seed=3, rule=rule) == elastic
     assert not any(j.elastic for j in plain)
-    assert [dataclasses.replace(j, min_pods=0) for j in elastic] == plain
-    multi = [j for j in elastic if j.pods > 1]
+    multi = [j for j in elastic if j.gpus > 1]
     marked = [j for j in multi if j.elastic]
-    assert all(j.min_pods == math.ceil(j.pods / 2) and j.low == j.min_pods for j in marked)
-    assert not any(j.elastic for j in elastic if j.pods == 1)
     assert 0.3 < len(marked) / len(multi) < 0.7, (len(marked), len(multi))
+    # Data-parallel: N one-GPU workers, min = N/2 rounded up; the rest of the job is as drawn without it.
+    for j, p in zip(elastic, plain, strict=True):
+        if j.elastic:
+            assert (j.pods, j.gpus_per_pod, j.min_pods, j.low) == (p.gpus, 1, math.ceil(p.gpus / 2), j.min_pods)
+            assert (j.cpu_milli_per_pod, j.memory_per_pod) == (p.cpu_milli_per_pod // p.gpus_per_pod,
+                                                               p.memory_per_pod // p.gpus_per_pod)
+            assert dataclasses.replace(j, pods=p.pods, gpus_per_pod=p.gpus_per_pod, min_pods=0,
+                                       cpu_milli_per_pod=p.cpu_milli_per_pod, memory_per_pod=p.memory_per_pod) == p
+        else:
+            assert j == p
+    # Jobs whose drawn gang is one pod (2 to 8 GPUs) are among them: the share is of the multi-GPU jobs.
+    assert {p.pods for p, j in zip(plain, elastic, strict=True) if j.elastic} >= {1, 2}
+    assert {j.gpus for j in marked} >= {2, 4, 8, 16}
     other_seed = {j.uid for j in assign_attributes(trace, fed, seed=4, rule=rule) if j.elastic}
     assert other_seed != {j.uid for j in marked}
     assert "Elastic" in describe_rule(rule) and "Elastic" not in describe_rule(RULE)
     with pytest.raises(ValueError, match="elastic_share must be from 0 to 1"):
         assign_attributes(trace, fed, seed=3, rule=dataclasses.replace(RULE, elastic_share=1.5))
+
+
+def test_at_share_one_every_multi_gpu_job_is_elastic_and_no_one_gpu_job_is(tmp_path: Path) -> None:
+    fed = federation(TINY_CLUSTERS)
+    trace = load_trace(synthetic_trace(tmp_path / "trace", jobs_per_cluster=40))
+    jobs = assign_attributes(trace, fed, seed=1, rule=dataclasses.replace(RULE, elastic_share=1.0))
+    assert all(j.elastic == (j.gpus > 1) for j in jobs)
+    assert all((j.pods, j.gpus_per_pod) == (1, 1) for j in jobs if j.gpus == 1)
+
+
+def test_without_elasticity_the_same_jobs_keep_the_same_workers_fixed(tmp_path: Path) -> None:
+    fed = federation(TINY_CLUSTERS)
+    trace = load_trace(synthetic_trace(tmp_path / "trace", jobs_per_cluster=100))
+    rule = dataclasses.replace(RULE, elastic_share=0.5)
+    elastic = assign_attributes(trace, fed, seed=3, rule=rule)
+    fixed = assign_attributes(trace, fed, seed=3, rule=dataclasses.replace(rule, elastic_fixed=True))
+    assert any(j.elastic for j in elastic) and not any(j.elastic for j in fixed)
+    assert [dataclasses.replace(j, min_pods=0) for j in elastic] == fixed
+    assert all(f.low == f.pods for f in fixed)
+    assert "fixed (minReplicas = maxReplicas = N)" in describe_rule(rule)
+
+
+def test_a_one_pod_shaped_job_as_one_gpu_workers_starts_on_the_gpus_left_and_fixed_waits() -> None:
+    # One 8-GPU node; a fixed 6-GPU pod holds it until t=5000. A 4-GPU job as 4 one-GPU workers (min 2)
+    # starts at once on the 2 GPUs left and runs 2x as long; fixed (min = max = 4) it waits for the node.
+    fed = federation(one_cluster(nodes=1))
+    holder = job("holder", index=0, home="solo", submitted=0, duration=5000, gpus_per_pod=6)
+    for min_pods, started, run in ((2, 1.0, 2000.0), (0, 5000.0, 1000.0)):
+        workers = job("workers", index=1, home="solo", submitted=1, duration=1000, pods=4, gpus_per_pod=1,
+                      min_pods=min_pods)
+        for policy in _policies()[:3]:
+            engine, result = replay([holder, workers], fed, policy)
+            assert (engine.started_at[1], engine.finished_at[1] - engine.started_at[1]) == (started, run)
+            assert result.extra["elasticJobs"] == (1 if min_pods else 0)
 
 
 @pytest.mark.parametrize("index", range(5))
