@@ -8,7 +8,13 @@ from the moment it last saw the Lease change (its resourceVersion or renewTime),
 leader election tracks `observedTime`: the hub's and the member's wall clocks never meet, so skew
 between them does not matter. A change is dated when the poll that showed it was *sent* (a slow
 answer never delays the fence; at worst it fences a request's latency early), and a first sighting
-counts as a change (a freshly started agent waits a whole leaseDuration before it fences). When the Lease has not changed for its
+counts as a change (a freshly started agent waits a whole leaseDuration before it fences). After
+polls that got no answer, a change is dated when the first of them was sent: the renewal may have
+landed at any time since the last answered poll, and the hub counts from its own latest landing
+(a renewal that landed just before an outage of the member's API, seen only after it, once fenced
+1.2 s late and the hub's failover started the gang's new copy before the old one was gone). So an
+agent cut off from its API for a while fences early rather than late: after a gap of more than about
+two thirds of leaseDuration it may fence a hub that was renewing, which then requeues its gangs. When the Lease has not changed for its
 `leaseDurationSeconds`, the agent:
 
 1. deletes every pod labelled `federator.dev/hub=<identity>` in every namespace (uid precondition,
@@ -241,6 +247,8 @@ class FenceAgent:
                                             lease=f"{namespace}/{hub_identity}")
         self._seen: _Seen | None = None
         self._observed_at: float | None = None
+        #: when the first poll that got no answer since the last answered one was sent (None: the last was answered)
+        self._unanswered_since: float | None = None
         self._expiry: _Expiry | None = None
         self._said_missing = False
         self._said_no_duration = False
@@ -332,16 +340,18 @@ class FenceAgent:
                                                                  name=self.hub_identity)
         except MemberApiError as e:
             if e.code != 404:
-                return self._unreachable(e)
+                return self._unreachable(e, sent)
             lease = None
         except MemberClientError as e:
-            return self._unreachable(e)
+            return self._unreachable(e, sent)
         now = self.clock()
+        # a change seen after unanswered polls may have landed as early as the first of them was sent
+        dated, self._unanswered_since = (sent if self._unanswered_since is None else self._unanswered_since), None
         self._failures.succeeded("the member API answers the agent again")
         self.metrics.loop_phase_seconds.labels(loop="fence-agent", phase="poll").observe(time.perf_counter() - t0)
         if lease is None:
             return self._no_lease()
-        self._observe(lease, sent)
+        self._observe(lease, dated)
         seen = self._seen
         assert seen is not None and self._observed_at is not None
         since = now - self._observed_at
@@ -359,7 +369,10 @@ class FenceAgent:
 
     # ------------------------------------------------------------ observing the Lease
 
-    def _unreachable(self, error: MemberClientError) -> StepResult:
+    def _unreachable(self, error: MemberClientError, sent: float | None = None) -> StepResult:
+        """A request got no answer; `sent`: when the poll that got none was sent (None: a sweep's request)."""
+        if sent is not None and self._unanswered_since is None:
+            self._unanswered_since = sent
         self.counters.unreachable += 1
         self._failures.failed(error, now=self.clock(), fencing=self.fencing)
         return StepResult(state="unreachable", since_change=self.since_change(),

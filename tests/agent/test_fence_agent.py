@@ -252,6 +252,44 @@ async def test_expiry_counts_from_the_last_change_seen_and_unreachability_is_no_
     assert (await agent.step()).state == "held" and not agent.fencing and agent.counters.lifts == 1
 
 
+async def test_a_renewal_seen_only_after_unanswered_polls_is_dated_from_the_first_of_them(
+        member: Member, stepped: tuple[FenceAgent, Clock], log: RecordingLog) -> None:
+    """Chaos seed 568237445: a renewal that landed just before an outage of the member's API was seen only
+    after it, dated then, and fenced 1.2 s later than the hub counted on (its failover's new copy ran beside
+    the old one). The renewal may have landed as soon as the first unanswered poll was sent."""
+    agent, clock = stepped
+    ns = await member.namespace()
+    await member.pod(ns, "p", hub=HUB)
+    await _lease(member)
+    assert (await agent.step()).state == "held"
+    clock.now += 0.5
+    assert (await agent.step()).state == "held"
+    await member.cluster.faults.start_outage(600, mode="503")
+    clock.now += 0.5
+    first_unanswered = clock.now
+    assert (await agent.step()).state == "unreachable"
+    await _lease(member)  # the hub's renewal lands while the agent cannot read (written past the outage)
+    for _ in range(2):
+        clock.now += 0.4
+        assert (await agent.step()).state == "unreachable"
+    await member.cluster.faults.end_outage()
+    clock.now += 0.4
+    result = await agent.step()  # the change is seen now, 1.2 s after the first unanswered poll
+    assert result.state == "held" and agent.counters.renewals_seen == 1
+    assert result.since_change == pytest.approx(clock.now - first_unanswered) == pytest.approx(1.2)
+    # expiry counts from the first unanswered poll, not from this sighting
+    clock.now = first_unanswered + LEASE_SECONDS - 0.05
+    assert (await agent.step()).state == "held"
+    clock.now = first_unanswered + LEASE_SECONDS + 0.05
+    result = await agent.step()
+    assert result.state == "expired" and result.pods_deleted == 1
+    assert ("pod", ns, "p") not in await member.objects()
+    # answered polls date changes when they are sent again
+    await _lease(member)
+    clock.now += 0.3
+    assert (await agent.step()).state == "held" and agent.since_change() == 0
+
+
 async def _annotations(member: Member) -> dict[str, str]:
     lease = await member.storage.get(kinds.LEASES, namespace=NAMESPACE, name=HUB)
     return dict(lease["metadata"].get("annotations") or {})
