@@ -66,8 +66,8 @@ async def serve(store_url: str, state: Path) -> None:
 
     from federator.apiserver.auth import TokenAuthenticator
     from federator.controllers.context import HubSettings
-    from federator.devcerts import ensure_dev_tls, server_ssl_context
-    from federator.hub import build_hub_app, ensure_dev_token_file, write_dev_kubeconfigs
+    from federator.dev.certs import ensure_dev_tls, server_ssl_context
+    from federator.hub.app import build_hub_app, ensure_dev_token_file, write_dev_kubeconfigs
     from federator.obs import configure_logging
 
     configure_logging(level="warning", json=True)

@@ -139,9 +139,9 @@ async def serve(store_url: str, state: Path, clusters: Path) -> None:
 
     from federator.apiserver.auth import TokenAuthenticator
     from federator.controllers.context import HubSettings
-    from federator.devcerts import ensure_dev_tls, server_ssl_context
-    from federator.gcpolicy import server_gc
-    from federator.hub import build_hub_app, ensure_dev_token_file, hub_controllers, write_dev_kubeconfigs
+    from federator.dev.certs import ensure_dev_tls, server_ssl_context
+    from federator.runtime.gcpolicy import server_gc
+    from federator.hub.app import build_hub_app, ensure_dev_token_file, hub_controllers, write_dev_kubeconfigs
     from federator.obs import configure_logging
 
     configure_logging(level=os.environ.get("FEDERATOR_BENCH_HUB_LOG_LEVEL", "warning"), json=True)
@@ -702,7 +702,7 @@ FIGURES: dict[str, tuple[str, str, tuple[str, float] | None]] = {
 async def hub_phases(store_url: str, workdir: Path, args: argparse.Namespace,
                      run: int) -> tuple[dict[str, float], dict[str, str], int]:
     """The hub's figures, where each of its gangs landed, and how many sustained jobs ran."""
-    from federator.gcpolicy import server_gc
+    from federator.runtime.gcpolicy import server_gc
 
     members = Members(workdir / "members", nodes=args.nodes, pod_seconds=args.pod_seconds)
     clusters = await members.start()
@@ -746,7 +746,7 @@ async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, la
 
     The burst comes first, so that it runs right after the hub's burst: on a shared machine the load
     moves within minutes, and the two bursts make the headline ratio."""
-    from federator.gcpolicy import server_gc
+    from federator.runtime.gcpolicy import server_gc
 
     members = Members(workdir / "members-direct", nodes=args.nodes, pod_seconds=args.pod_seconds)
     await members.start()

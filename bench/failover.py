@@ -84,9 +84,9 @@ async def serve(state: Path, clusters: Path, knobs: dict[str, Any]) -> None:
 
     from federator.apiserver.auth import TokenAuthenticator
     from federator.controllers.context import HubSettings
-    from federator.devcerts import ensure_dev_tls, server_ssl_context
-    from federator.gcpolicy import server_gc
-    from federator.hub import build_hub_app, ensure_dev_token_file, hub_controllers, write_dev_kubeconfigs
+    from federator.dev.certs import ensure_dev_tls, server_ssl_context
+    from federator.runtime.gcpolicy import server_gc
+    from federator.hub.app import build_hub_app, ensure_dev_token_file, hub_controllers, write_dev_kubeconfigs
     from federator.obs import configure_logging
 
     configure_logging(level=os.environ.get("FEDERATOR_BENCH_HUB_LOG_LEVEL", "warning"), json=True)
@@ -263,7 +263,7 @@ async def set_cordoned(session: aiohttp.ClientSession, hub: Hub, names: tuple[st
 
 
 async def run_once(args: argparse.Namespace, workdir: Path, run: int, knobs: dict[str, Any]) -> dict[str, float]:
-    from federator.gcpolicy import server_gc
+    from federator.runtime.gcpolicy import server_gc
 
     state = workdir / ".federator"
     members = Members(state, nodes=args.nodes)
@@ -381,7 +381,7 @@ async def main() -> None:
     if args.runs < 1 or args.gangs < 1:
         parser.error("--runs and --gangs must be positive")
     from federator.apis.common import parse_duration_seconds
-    from federator.hub import failover_knobs
+    from federator.hub.app import failover_knobs
     from federator.obs import configure_logging
 
     configure_logging(level="error", json=True)

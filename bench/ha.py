@@ -183,7 +183,7 @@ async def one_takeover(lab: Lab, ledger: Ledger, submitter: Submitter, run: int,
     leads = [r for r in log_records(follower_log, "hub leads") if wall(r) >= killed_at]
     leads_at = wall(leads[0]) - killed_at if leads else math.nan
     term = leads[0]["term"] if leads else None
-    from federator.hub import hub_controllers
+    from federator.hub.app import hub_controllers
 
     expected = {getattr(f, "__name__", repr(f)) for f in hub_controllers()}
     started = [r for r in log_records(follower_log, "controller started") if r.get("term") == term]

@@ -128,7 +128,7 @@ def memory_sites(snapshot: Any, baseline: Any, *, nodes: int, top: int = 12) -> 
 
 async def one_run(args: argparse.Namespace) -> dict[str, Any]:
     """One run at one size, in this process (the hub); the figures."""
-    from federator.gcpolicy import server_gc
+    from federator.runtime.gcpolicy import server_gc
     from federator.obs import configure_logging
     from federator.placement import Profile
 

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
-from federator.devcerts import ensure_dev_tls  # noqa: E402
+from federator.dev.certs import ensure_dev_tls  # noqa: E402
 from federator.obs import METRICS, configure_logging, get_logger  # noqa: E402
 from federator.sim import kinds  # noqa: E402
 from federator.sim.profile import ClusterProfile, parse_profile  # noqa: E402

@@ -158,9 +158,9 @@ def _record_emits(emits: dict[str, float]) -> None:
 
 
 async def sim_worker(args: argparse.Namespace) -> None:
-    from federator.devcerts import ensure_dev_tls
-    from federator.devclusters import registration_for
-    from federator.gcpolicy import server_gc
+    from federator.dev.certs import ensure_dev_tls
+    from federator.dev.clusters import registration_for
+    from federator.runtime.gcpolicy import server_gc
     from federator.obs import configure_logging
     from federator.sim import kinds
     from federator.sim.profile import parse_profile
@@ -286,7 +286,7 @@ class Members:
     @classmethod
     async def start(cls, workdir: Path, *, clusters: int, nodes: int, procs: int, rate: int, burst: int = 20,
                     mix: bool = False, server_gc: bool = True, nice: int = 0, ready_timeout: float = 1800) -> Members:
-        from federator.devcerts import ensure_dev_tls
+        from federator.dev.certs import ensure_dev_tls
 
         ensure_dev_tls(workdir)  # one CA for every simulated cluster, made before the workers start
         children = []
@@ -432,7 +432,7 @@ class HubUnderTest:
         from federator.apiserver.storage import ObjectStorage
         from federator.controllers.context import HubContext, HubSettings
         from federator.controllers.membercluster import member_sync
-        from federator.hubapi import hub_registry
+        from federator.hub.kinds import hub_registry
         from federator.obs import Metrics
         from federator.store.open import open_store
 
@@ -612,7 +612,7 @@ async def measure_churn(members: Members, probe: LagProbe, *, writer: Any = None
 
 
 async def one_run(args: argparse.Namespace, run: int) -> dict[str, float]:
-    from federator.gcpolicy import server_gc
+    from federator.runtime.gcpolicy import server_gc
 
     workdir = Path(tempfile.mkdtemp(prefix="federator-bench-sync-"))
     members = await Members.start(workdir, clusters=args.clusters, nodes=args.nodes, procs=args.sim_procs,

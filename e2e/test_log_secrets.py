@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
-from federator.devcerts import generate_ca
+from federator.dev.certs import generate_ca
 
 from .e2e_support import ROOT, FederatorUp, wait_for
 

@@ -379,7 +379,7 @@ class Metrics:
             "federator_gangs_pulled_back_total",
             "Gangs pulled back from a member whose scheduler did not admit them in time", ["cluster"], registry=r,
         )
-        # failover (controllers/failover.py, clusters/memberlease.py)
+        # failover (controllers/failover.py, fencing/hublease.py)
         self.failovers = Counter(
             "federator_failovers_total", "Gangs of a lost cluster handled by failover, by outcome "
             "(requeued, failed, waiting, requeue_limit)", ["cluster", "outcome"], registry=r,

@@ -61,7 +61,7 @@ from sortedcontainers import SortedDict
 
 from federator.obs import get_logger
 from federator.store.protocol import Compacted, Event, EventType, Store, StoreUnavailable
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 _log = get_logger("apiserver.watchcache")
 

@@ -15,6 +15,7 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
     etcd.py        federator etcd                       a local N-member etcd cluster for development
     bench.py       federator bench [replay|scale]       every benchmark into one report; the trace replay; scale
     common.py      UserError, InputError, hub access flags and runner, manifests, tables and printers
+    hubclient.py   the one way the CLI talks to the hub API (kubeconfig loading like kubectl, then HTTPS)
 
 A command module imports `common` and never another command module (sim.py
 registers its own `fault` from simfault.py; drill.py runs a drill with

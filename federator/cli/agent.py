@@ -1,4 +1,4 @@
-"""`federator agent`: the member-side fence agent (federator/agent.py) as a process.
+"""`federator agent`: the member-side fence agent (federator/fencing/agent.py) as a process.
 
     federator agent --kubeconfig MEMBER.kubeconfig --hub-identity ID
                     [--namespace federator-system] [--poll-seconds 1] [--log-level info]
@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
 
 def _settings(args: argparse.Namespace) -> tuple[Path, str, str, float]:
     """(kubeconfig, hub identity, namespace, poll seconds), or UserError naming the flag."""
-    from federator.agent import check_hub_identity
+    from federator.fencing.agent import check_hub_identity
 
     try:
         identity = check_hub_identity(args.hub_identity)
@@ -118,7 +118,7 @@ def _stop_when_stdin_closes(loop: asyncio.AbstractEventLoop, stop: asyncio.Event
 
 async def _serve(kubeconfig: Path, *, identity: str, namespace: str, poll_seconds: float,
                  stop_with_parent: bool = False) -> int:
-    from federator.agent import FenceAgent
+    from federator.fencing.agent import FenceAgent
     from federator.clusters.client import KubeconfigError
 
     try:

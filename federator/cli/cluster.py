@@ -38,7 +38,7 @@ from federator.cli.common import (
     run_on_hub,
 )
 from federator.apis.membercluster import DEFAULT_SCHEDULER_NAMES, MAX_DRAIN_CONCURRENCY
-from federator.hubclient import API_GROUP, HubClient, JSONObject, clusters_path
+from federator.cli.hubclient import API_GROUP, HubClient, JSONObject, clusters_path
 
 # ---------------------------------------------------------------- add
 

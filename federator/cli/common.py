@@ -25,7 +25,7 @@ from typing import Any, TextIO, TypeVar
 import yaml
 
 from federator.apis.common import json_type, parse_duration_seconds
-from federator.hubclient import (
+from federator.cli.hubclient import (
     API_GROUP,
     API_VERSION,
     HubClient,

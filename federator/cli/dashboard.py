@@ -5,7 +5,7 @@
 Like `kubectl proxy`: it listens on 127.0.0.1 only, forwards every request to
 the hub named by the kubeconfig with the kubeconfig's credentials (bearer
 token, token file, client certificate, exec plugin; resolved once at start by
-`federator.hubclient`, as every command does), and prints the address to open,
+`federator.cli.hubclient`, as every command does), and prints the address to open,
 http://127.0.0.1:PORT/ui/. The page then needs no token: the browser never
 sees one. Before serving it asks the hub who the kubeconfig's user is
 (SelfSubjectReview), so a kubeconfig the hub refuses fails at once.
@@ -39,7 +39,7 @@ from aiohttp import web
 
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError
 from federator.cli.common import hub_flags
-from federator.hubclient import HubClient, HubConnection, HubError, load_connection
+from federator.cli.hubclient import HubClient, HubConnection, HubError, load_connection
 
 LOOPBACK: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8001

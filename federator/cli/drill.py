@@ -49,7 +49,7 @@ from federator.cli.drillrun import (
     report_name,
     run_drill,
 )
-from federator.hubclient import API_GROUP, HubClient, HubError, JSONObject, clusters_path
+from federator.cli.hubclient import API_GROUP, HubClient, HubError, JSONObject, clusters_path
 
 _EXAMPLES = """\
 examples:

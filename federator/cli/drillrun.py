@@ -74,7 +74,7 @@ from federator.cli.common import UserError
 from federator.cli.simfault import FAULTS_PATH, Target, call, read_kubeconfig
 from federator.clusters.client import NODES, PODS, ClientTimeouts, MemberClient, MemberClientError
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID
-from federator.hubclient import GROUP_PATH, HubClient, HubError, JSONObject, clusters_path
+from federator.cli.hubclient import GROUP_PATH, HubClient, HubError, JSONObject, clusters_path
 
 __all__ = [
     "DrillError",

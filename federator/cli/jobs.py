@@ -6,7 +6,7 @@
     federator delete job NAME [NAME ...]
     federator logs NAME [-n NS] [--role R] [--index I] [-f] [--tail N]   the job's pods' logs, through the hub
 
-Every command talks only to the hub API through `federator.hubclient` (the
+Every command talks only to the hub API through `federator.cli.hubclient` (the
 kubeconfig as kubectl reads it). Output is an aligned table by default, or
 JSON/YAML; errors are one line (federator/cli/common.py). This module imports
 no other command module of the CLI.
@@ -38,7 +38,7 @@ from federator.cli.common import (
     render_table,
     run_on_hub,
 )
-from federator.hubclient import API_GROUP, HubClient, HubError, JSONObject, jobs_path
+from federator.cli.hubclient import API_GROUP, HubClient, HubError, JSONObject, jobs_path
 
 # ---------------------------------------------------------------- submit
 

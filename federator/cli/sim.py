@@ -105,7 +105,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         raise UserError(f"--port-base {port_base}: ports {port_base}..{port_base + len(profiles) - 1} "
                         "must lie within 1..65535")
     access = _rbac(args)
-    from federator.gcpolicy import server_gc
+    from federator.runtime.gcpolicy import server_gc
     from federator.obs import configure_logging
 
     configure_logging(level=args.log_level)
@@ -181,7 +181,7 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
     """Serve `profiles` until SIGINT/SIGTERM (or `stop`); 0 on a clean stop. With `rbac`, every cluster
     enforces its policy and the registrations and agent kubeconfigs use its ServiceAccounts. Unless
     `ephemeral` (the command's --sim-ephemeral), every cluster keeps its objects in the state dir."""
-    from federator.devcerts import ensure_dev_tls
+    from federator.dev.certs import ensure_dev_tls
     from federator.sim.server import SimCluster, start_sim_cluster
     from federator.store.protocol import StoreError
 
@@ -254,7 +254,7 @@ async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: i
 def _write_registration(path: Path, profile: ClusterProfile, kubeconfig: Path) -> None:
     import yaml
 
-    from federator.devclusters import registration_for
+    from federator.dev.clusters import registration_for
 
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(yaml.safe_dump(registration_for(profile, kubeconfig=kubeconfig), sort_keys=False),

@@ -6,7 +6,7 @@ generated token file, and two kubeconfigs (admin, and researcher in namespace
 `default`) written next to them, plus simulated member clusters from
 clusterconfigs/sim/ registered with the hub (unless --clusters DIR or
 --no-sim). This module only declares the flags; the work is in
-federator/hub.py and federator/devclusters.py.
+federator/hub/app.py and federator/dev/clusters.py.
 """
 
 from __future__ import annotations
@@ -79,14 +79,14 @@ def register(sub: Any) -> None:
                                "window, the hub assumes it is itself cut off and moves nothing (default: 0.5)")
     failover.add_argument("--failover-rate", default="20", metavar="GANGS_PER_SECOND",
                           help="at most this many gangs fail over per second (default: 20)")
-    from federator.devclusters import add_arguments as add_devcluster_arguments
+    from federator.dev.clusters import add_arguments as add_devcluster_arguments
 
     add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-ephemeral, --sim-run-seconds
     p.set_defaults(handler=_cmd_up)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    # Simulated member clusters next to the hub unless --clusters or --no-sim (federator/devclusters.py).
-    from federator.devclusters import run_up
+    # Simulated member clusters next to the hub unless --clusters or --no-sim (federator/dev/clusters.py).
+    from federator.dev.clusters import run_up
 
     return run_up(args)

@@ -10,7 +10,7 @@ from typing import Any
 
 from federator import __version__
 from federator.cli.common import hub_flags, run_on_hub
-from federator.hubclient import HubClient
+from federator.cli.hubclient import HubClient
 
 
 def register(sub: Any) -> None:

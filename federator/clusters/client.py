@@ -161,7 +161,7 @@ def _segment(value: str) -> str:
 
 NODES = ResourceKind(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
 PODS = ResourceKind(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
-#: coordination.k8s.io/v1 Leases: the hub's fencing lease in each member (clusters/memberlease.py, agent.py)
+#: coordination.k8s.io/v1 Leases: the hub's fencing lease in each member (fencing/hublease.py, fencing/agent.py)
 LEASES = ResourceKind(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True)
 EVENTS = ResourceKind(group="", version="v1", plural="events", kind="Event", namespaced=True)
 #: The PodGroup kind of each gang scheduler (kube-api-notes §11); the default scheduler has none.

@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from federator.apis.common import dns1123_subdomain_errors
 from federator.clusters.checkpoint import CheckpointIdentity, CheckpointWriter, StoredCheckpoint, endpoint_hash
@@ -45,7 +45,6 @@ from federator.clusters.client import (
     podgroup_resource,
 )
 from federator.clusters.health import LOST, ClusterHealth, HealthSettings, rfc3339
-from federator.clusters.memberlease import LeaseSettings, MemberLease
 from federator.clusters.reflector import Backoff, Reflector
 from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
 from federator.obs import MAX_GPU_MODELS_PER_CLUSTER, METRICS, OTHER_GPU_MODEL, Metrics, get_logger
@@ -63,10 +62,27 @@ class SyncSettings:
     watch_timeout_seconds: tuple[int, int] = (300, 600)
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
     page_size: int = 500
-    #: the hub's fencing Lease in the member (clusters/memberlease.py); None: not renewed
-    lease: LeaseSettings | None = None
     #: the hub identity: the Lease's name and holder (jobs.hub_id)
     hub_identity: str = "federator"
+
+
+class HubLease(Protocol):
+    """The hub's fencing Lease in one member, as member sync runs it and the controllers ask it.
+
+    Implemented by `federator.fencing.hublease.MemberLease`; member sync only starts it once a client
+    exists (the fencing package sits above member access, so it is handed in, not imported)."""
+
+    async def run(self) -> None: ...
+
+    def fenced_after(self) -> float: ...
+
+    def fence_may_be_up(self, now: float | None = None) -> bool: ...
+
+    def fence_verdict(self, *, placed: float, missing_since: float) -> bool | None: ...
+
+
+#: builds the Lease of one member: (cluster name, its client, its health) -> the lease to run
+LeaseFactory = Callable[[str, MemberClient, ClusterHealth], HubLease]
 
 
 def synced_resources(spec: Mapping[str, Any]) -> tuple[ResourceKind, ...]:
@@ -152,8 +168,11 @@ class ClusterSync:
         on_applied: AppliedCallback | None = None,
         metrics: Metrics | None = None,
         list_gate: asyncio.Semaphore | None = None,
+        lease_factory: LeaseFactory | None = None,
     ) -> None:
         self.name = name
+        #: builds the hub's fencing Lease in this member once a client exists (None: leases off)
+        self.lease_factory = lease_factory
         #: shared by the hub's reflectors: how many LISTs run at once (reflector.py)
         self.list_gate = list_gate
         self.uid = uid
@@ -175,7 +194,7 @@ class ClusterSync:
                                        resources=self.resource_keys)
         self.client: MemberClient | None = None
         #: the hub's fencing lease in this member, once a client exists (None when leases are off)
-        self.lease: MemberLease | None = None
+        self.lease: HubLease | None = None
         self.identity = CheckpointIdentity(uid=uid, endpoint="", resources=self.resource_keys)
         self.reflectors: dict[str, Reflector] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
@@ -268,11 +287,8 @@ class ClusterSync:
             self.reflectors[resource.key] = reflector
             self._spawn(f"reflector:{resource.key}", reflector.run())
         self._spawn("health", self._health_loop())
-        lease = self.settings.lease
-        if lease is not None and lease.enabled:
-            self.lease = MemberLease(client=self.client, cluster=self.name, identity=self.settings.hub_identity,
-                                     settings=lease, health=self.health,
-                                     request_timeout_seconds=self.settings.timeouts.request, metrics=self.metrics)
+        if self.lease_factory is not None:
+            self.lease = self.lease_factory(self.name, self.client, self.health)
             self._spawn("lease", self.lease.run())
 
     def _spawn(self, what: str, coro: Any) -> None:

@@ -1,6 +1,6 @@
 """Deletion and garbage collection of the member objects this hub created.
 
-`member_cleanup(hub)` (a cleanup_ctx-style factory, listed in hub.py after
+`member_cleanup(hub)` (a cleanup_ctx-style factory, listed in hub/app.py after
 status sync, whose member object index and job cache it reads) runs two
 duties:
 
@@ -77,10 +77,10 @@ from federator.controllers.status_sync import (
     member_object,
 )
 from federator.delegation.adapter import LABEL_JOB_UID
-from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
-from federator.waits import LoopSlice, wait_event
+from federator.runtime.waits import LoopSlice, wait_event
 from federator.controllers.loops import background_loop
 
 __all__ = [

@@ -1,7 +1,7 @@
 """What every hub controller is handed: the hub's store, its object storage and
 registry, settings, metrics, the leader's fencing token and the Event recorder.
 
-`hub.py` builds one `HubContext` per hub process and passes it to each
+`hub/app.py` builds one `HubContext` per hub process and passes it to each
 controller's cleanup_ctx factory (`async def ctx(hub: HubContext) ->
 AsyncIterator[None]`). Controllers read and write hub objects only through
 `storage` (never raw store keys of another component), attach `fencing` to

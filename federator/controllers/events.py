@@ -1,6 +1,6 @@
 """The hub's Event recording: one EventRecorder per leadership term.
 
-`event_recording` (first in hub.py's hub_controllers(), so every other
+`event_recording` (first in hub/app.py's hub_controllers(), so every other
 controller records into it) puts a fresh `EventRecorder` into `hub.events`,
 runs its writer (every Event goes through this term's `hub.storage`, which
 the hub fences with the leader's token) and a pass every

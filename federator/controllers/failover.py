@@ -1,6 +1,6 @@
 """Failover: the gangs of a lost member cluster move whole, fail, or wait, and never run twice.
 
-`cluster_failover(hub)` (a cleanup_ctx-style factory, listed in hub.py after
+`cluster_failover(hub)` (a cleanup_ctx-style factory, listed in hub/app.py after
 status sync, whose job cache it reads, and after member sync, whose syncs it
 reads) checks every tick:
 
@@ -22,7 +22,7 @@ reads) checks every tick:
    last one back must not be judged lost alone.
 3. **Fenced first.** The gangs of a Lost cluster move only once its fence
    holds too: `max(lost_at, MemberLease.fenced_after())`, i.e. the member's
-   fence agent has deleted this hub's pods there (clusters/memberlease.py,
+   fence agent has deleted this hub's pods there (fencing/hublease.py,
    docs/failover.md). Without a lease (turned off) only the grace counts.
 4. **Per gang, by `spec.failover.onClusterLoss`:** `requeue` (default): a
    "ClusterLost" history entry (cluster, old epoch, new epoch), back to the

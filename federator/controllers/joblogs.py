@@ -1,7 +1,7 @@
 """The logs of a TrainingJob's pods, from whichever member cluster holds them now.
 
 Behind the job's `log` subresource (`GET .../trainingjobs/NAME/log?role=R&index=I`
-plus kube's PodLogOptions, hub.py) and `federator logs`:
+plus kube's PodLogOptions, hub/app.py) and `federator logs`:
 
 - `log_selection(query)` reads `role` and `index` (400 for a malformed one, an
   index without a role);

@@ -1,6 +1,6 @@
 """The member pods of a TrainingJob's current attempt, read from whichever member cluster holds them now.
 
-Behind the job's read-only `pods` subresource (`GET .../trainingjobs/NAME/pods`, hub.py; authorised
+Behind the job's read-only `pods` subresource (`GET .../trainingjobs/NAME/pods`, hub/app.py; authorised
 like the job's log, apiserver/auth.py), which the dashboard's Job page and `federator describe job`
 show; the log subresource (joblogs.py) finds its pods here too:
 

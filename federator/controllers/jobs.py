@@ -10,7 +10,7 @@ The contract between those controllers lives here:
   a decision placed (the size dispatch renders: `placed_replicas`).
 - `update_job_status(hub, namespace=..., name=..., mutate=...)`: a
   read-mutate-CAS write of the status subresource through `hub.storage`
-  (whose writes the hub fences with the leader's token, see hub.py).
+  (whose writes the hub fences with the leader's token, see hub/app.py).
 - `history_entry`, `append_history`, `set_condition`, `set_phase`,
   `requeue`: how status changes are spelled. Phase transitions are logged
   with the job and cluster keys.

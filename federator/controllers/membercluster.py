@@ -1,6 +1,6 @@
 """The member-cluster sync controller: one `ClusterSync` per registered MemberCluster.
 
-`member_sync(hub)` is a cleanup_ctx-style factory (hub.py lists it with the
+`member_sync(hub)` is a cleanup_ctx-style factory (hub/app.py lists it with the
 other controllers). While the hub runs it
 - loads every stored checkpoint (one range read) and publishes each
   cluster's checkpointed snapshot at once, unhealthy until re-synced;
@@ -20,7 +20,7 @@ other controllers). While the hub runs it
 
 Knobs beyond HubSettings, in `HubSettings.extra` (tests and benchmarks):
 cluster_loss_grace_seconds (`--cluster-loss-grace`), member_lease_duration_seconds,
-member_lease_margin_seconds and member_lease (the fencing Lease, clusters/memberlease.py),
+member_lease_margin_seconds and member_lease (the fencing Lease, fencing/hublease.py),
 member_status_interval_seconds, member_watch_timeout_seconds (a (min, max)
 pair), member_connect/request/probe_timeout_seconds,
 member_watch_idle_seconds, checkpoint_meta_refresh_seconds, member_concurrent_lists
@@ -41,13 +41,13 @@ from typing import Any
 
 from federator.apiserver.errors import ApiError
 from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
-from federator.clusters.client import ClientTimeouts
-from federator.clusters.health import DEFAULT_LOSS_GRACE_SECONDS, HealthSettings
-from federator.clusters.memberlease import LeaseSettings
+from federator.clusters.client import ClientTimeouts, MemberClient
+from federator.clusters.health import DEFAULT_LOSS_GRACE_SECONDS, ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff
-from federator.clusters.sync import ClusterSync, SyncSettings, stop_task
+from federator.clusters.sync import ClusterSync, LeaseFactory, SyncSettings, stop_task
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
+from federator.fencing.hublease import LeaseSettings, MemberLease
 from federator.obs import get_logger
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
@@ -64,23 +64,35 @@ DEFAULT_CONCURRENT_LISTS = 4
 _log = get_logger("controllers.membercluster")
 
 
-def sync_settings(hub: HubContext) -> SyncSettings:
-    """SyncSettings from HubSettings (plus optional `extra` knobs, for tests and benchmarks)."""
-    s = hub.settings
-    extra = s.extra
-    watch_timeout = extra.get("member_watch_timeout_seconds", (300, 600))
+def lease_factory(hub: HubContext, settings: SyncSettings) -> LeaseFactory | None:
+    """How each member's fencing Lease is made (fencing/hublease.py); None when `member_lease` is off."""
+    extra = hub.settings.extra
     lease = LeaseSettings(
         duration_seconds=(float(extra["member_lease_duration_seconds"])
                           if extra.get("member_lease_duration_seconds") is not None else None),
         margin_seconds=float(extra.get("member_lease_margin_seconds", 5.0)),
         enabled=bool(extra.get("member_lease", True)),
     )
+    if not lease.enabled:
+        return None
+
+    def make(cluster: str, client: MemberClient, health: ClusterHealth) -> MemberLease:
+        return MemberLease(client=client, cluster=cluster, identity=settings.hub_identity, settings=lease,
+                           health=health, request_timeout_seconds=settings.timeouts.request, metrics=hub.metrics)
+
+    return make
+
+
+def sync_settings(hub: HubContext) -> SyncSettings:
+    """SyncSettings from HubSettings (plus optional `extra` knobs, for tests and benchmarks)."""
+    s = hub.settings
+    extra = s.extra
+    watch_timeout = extra.get("member_watch_timeout_seconds", (300, 600))
     return SyncSettings(
         health=HealthSettings(unreachable_after_failures=s.unreachable_after_failures,
                               watch_loss_grace_seconds=s.watch_loss_grace_seconds,
                               loss_grace_seconds=float(extra.get("cluster_loss_grace_seconds",
                                                                  DEFAULT_LOSS_GRACE_SECONDS))),
-        lease=lease,
         hub_identity=hub_id(hub),
         probe_interval_seconds=s.probe_interval_seconds,
         backoff=Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds),
@@ -101,6 +113,7 @@ class MemberSyncController:
         self.hub = hub
         self.rt = hub.kind(KIND)
         self.settings = sync_settings(hub)
+        self.lease_factory = lease_factory(hub, self.settings)
         extra = hub.settings.extra
         self.status_interval = float(extra.get("member_status_interval_seconds", 5.0))
         self.writer = CheckpointWriter(
@@ -231,6 +244,7 @@ class MemberSyncController:
             name=name, uid=str(uid), spec=spec, settings=self.settings, writer=self.writer,
             stored=self._stored.get(name), on_snapshot=self._publish, on_status_change=self._status_changed,
             on_applied=self.on_applied, metrics=self.hub.metrics, list_gate=self.list_gate,
+            lease_factory=self.lease_factory,
         )
         self.syncs[name] = sync
         await sync.start()

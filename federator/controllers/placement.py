@@ -1,6 +1,6 @@
 """The placement loop: pending TrainingJobs -> placement decisions -> write-ahead -> dispatch.
 
-`job_placement(hub)` (a cleanup_ctx-style factory; hub.py lists it after
+`job_placement(hub)` (a cleanup_ctx-style factory; hub/app.py lists it after
 member_sync and job_dispatch) keeps an index of every TrainingJob through a
 list + watch of `hub.storage` and runs placement cycles:
 
@@ -178,7 +178,7 @@ from federator.controllers.jobs import (
 from federator.controllers.queues import QueueCache, QueueStatusWriter, queue_status
 from federator.controllers.status_sync import MEMBER_OBJECTS, ClusterObjects, MemberObjects, member_object
 from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
-from federator.hubapi import selects_namespace
+from federator.hub.kinds import selects_namespace
 from federator.obs import get_logger
 from federator.placement import (
     Decision,
@@ -202,7 +202,7 @@ from federator.placement.cycle import CycleResult
 from federator.placement.growth import Growth, GrowthResult, plan_growth
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 __all__ = ["CONDITION_QUOTA_RESERVED", "CycleReport", "PlacementController", "job_placement", "score_rows",
            "why_not_rows"]

@@ -38,7 +38,7 @@ from federator.controllers.loops import watch_hub_kind
 from federator.obs import get_logger
 from federator.placement.admission import QueueQuota, QueueUsage, QuotaAmounts, WithinQueue
 from federator.store.protocol import StoreError
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 __all__ = ["CONDITION_ADMITTING", "QUEUE_KIND", "QueueCache", "QueueStatusWriter", "queue_quota", "queue_status"]
 

@@ -1,6 +1,6 @@
 """Status sync: member PodGroup and pod state flows into TrainingJob.status.
 
-Three parts, all started by the `status_sync(hub)` cleanup_ctx factory (hub.py
+Three parts, all started by the `status_sync(hub)` cleanup_ctx factory (hub/app.py
 lists it after member sync):
 
 - `MemberObjects` (published as `hub.shared["member_objects"]`): for every
@@ -114,7 +114,7 @@ from federator.delegation.adapter import (
 from federator.obs import get_logger
 from federator.placement.reservation import ReservationKind
 from federator.store.protocol import StoreError
-from federator.waits import LoopSlice, wait_event
+from federator.runtime.waits import LoopSlice, wait_event
 
 __all__ = [
     "JOB_CACHE",

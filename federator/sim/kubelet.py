@@ -65,7 +65,7 @@ from federator.apis.quantity import QuantityError
 from federator.sim.fit import GPU, resource_units
 from federator.sim.nodelease import NodeLeases, NodeState
 from federator.sim.profile import node_conditions
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType

@@ -27,7 +27,7 @@ from federator.sim.fit import GPU, RDMA_HCA
 from federator.sim.kubelet import ANNOTATION_DURATION
 from federator.sim.profile import PLAIN_POD_SCHEDULERS
 from federator.sim.scheduler import GROUP_KINDS, GroupKind
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType

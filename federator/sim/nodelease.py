@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
 from federator.obs import METRICS
-from federator.waits import LoopSlice, wait_event
+from federator.runtime.waits import LoopSlice, wait_event
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType

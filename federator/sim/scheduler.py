@@ -61,7 +61,7 @@ from federator.sim.fit import (
     node_info,
     pod_requirements,
 )
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType

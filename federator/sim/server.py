@@ -69,7 +69,7 @@ from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import Registry
 from federator.apiserver.serving import api_runner
 from federator.apiserver.storage import ObjectStorage
-from federator.devcerts import DevTLS, ensure_dev_tls, server_ssl_context, write_kubeconfig
+from federator.dev.certs import DevTLS, ensure_dev_tls, server_ssl_context, write_kubeconfig
 from federator.obs import METRICS, Metrics, get_logger
 from federator.sim import kinds
 from federator.sim.containerlogs import LOG_STREAMS, POD_LOG, LogStreams
@@ -79,7 +79,7 @@ from federator.sim.profile import ClusterProfile, initial_nodes
 from federator.sim.rbac import RbacPolicy, service_account_groups, service_account_user
 from federator.store.memory import MemoryStore
 from federator.store.protocol import Store
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 #: History a simulated cluster keeps for watches (revisions); kube-apiserver's
 #: watch cache plus etcd's compaction keep roughly the last few minutes.

@@ -10,7 +10,7 @@ interval of history. `Store.compact` does the work: for sqlite it also gives the
 (store/sqlite.py), for memory it trims the event log. What this means for readers: a watch or a paged list
 whose resourceVersion is older than the window gets 410 Expired and re-lists, as against kube.
 
-Who compacts: the hub's leader only (hub.py runs this as part of each term). Two replicas briefly
+Who compacts: the hub's leader only (hub/app.py runs this as part of each term). Two replicas briefly
 compacting at once (a deposed leader that has not yet noticed) is harmless: compaction to a revision the
 store already passed raises Compacted, which is taken as done.
 

@@ -22,7 +22,7 @@ import pytest
 from federator.apiserver.events import EventRecorder, to_events_v1
 from federator.apiserver.registry import ResourceType
 from federator.apiserver.storage import ObjectStorage
-from federator.hubapi import hub_registry
+from federator.hub.kinds import hub_registry
 from federator.obs import Metrics
 from federator.store.leader import FencedStore, FencingToken
 from federator.store.open import open_store

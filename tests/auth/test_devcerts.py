@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from federator.devcerts import (
+from federator.dev.certs import (
     ensure_dev_credentials,
     ensure_dev_tls,
     generate_ca,

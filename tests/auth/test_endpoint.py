@@ -31,7 +31,7 @@ from federator.apiserver.auth import TokenAuthenticator, auth_middleware
 from federator.apiserver.errors import FieldError
 from federator.apiserver.registry import Registry, ResourceType, TableColumn
 from federator.apiserver.storage import ObjectStorage
-from federator.devcerts import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
+from federator.dev.certs import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
 from federator.store.memory import MemoryStore
 
 from ..apis.test_trainingjob import EXAMPLE_YAML

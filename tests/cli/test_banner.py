@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from federator.hub import _print_next_steps, example_job_path, federator_command
+from federator.hub.app import _print_next_steps, example_job_path, federator_command
 
 from ..hub.hubtest_support import ROOT, jobs_url, start_hub
 

@@ -29,7 +29,7 @@ from federator.clusters.client import PODS as PODS_KIND
 from federator.clusters.sync import cluster_info
 from federator.controllers.context import HubContext, HubSettings
 from federator.controllers.membercluster import MemberSyncController, member_sync
-from federator.hubapi import hub_registry
+from federator.hub.kinds import hub_registry
 from federator.obs import Metrics
 from federator.placement.resources import Resources
 from federator.placement.snapshot import ClusterSnapshot, NodeState, Taint

@@ -33,8 +33,8 @@ from federator.apiserver.storage import ObjectStorage
 from federator.clusters.client import PODS, MemberClient, podgroup_resource
 from federator.controllers.context import HubSettings
 from federator.delegation.adapter import LABEL_JOB_UID
-from federator.hub import HUB_STORE_PREFIX
-from federator.hubapi import hub_registry
+from federator.hub.app import HUB_STORE_PREFIX
+from federator.hub.kinds import hub_registry
 from federator.sim.profile import ClusterProfile, parse_profile
 from federator.sim.server import SimCluster
 from federator.store.open import open_store

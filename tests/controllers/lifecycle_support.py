@@ -30,7 +30,7 @@ from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
 from federator.controllers.status_sync import MemberObjects, status_sync
 from federator.controllers.stuck import StuckGangs, stuck_gangs
-from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER
 from federator.sim.rbac import RbacPolicy
 from federator.sim.server import SimCluster
 

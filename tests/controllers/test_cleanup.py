@@ -29,7 +29,7 @@ from federator.delegation.adapter import (
     LABEL_JOB_NAMESPACE,
     LABEL_JOB_UID,
 )
-from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER
 from federator.sim import kinds
 from federator.sim.server import SimCluster
 

@@ -22,7 +22,7 @@ from federator.clusters.client import PODS
 from federator.controllers.dispatch import Dispatcher
 from federator.controllers.jobs import reservations
 from federator.delegation.adapter import LABEL_EPOCH, pod_name
-from federator.hub import hub_controllers
+from federator.hub.app import hub_controllers
 
 from ..hub.hubtest_support import RunningHub, start_hub
 from .jobtest_support import Federation, HubApi, condition, fast_settings, gpu_job, phase, placement_of, wait_until

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from federator.hub import HUB_STORE_PREFIX
+from federator.hub.app import HUB_STORE_PREFIX
 from federator.store.etcd import EtcdStore
 from federator.store.etcd_process import EtcdProcess
 from federator.store.protocol import EventType

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from federator.waits import LoopSlice
+from federator.runtime.waits import LoopSlice
 
 
 async def _steps_before_other_task_runs(share: LoopSlice, steps: int) -> int | None:

@@ -15,7 +15,7 @@ from federator.clusters.health import ClusterHealth, HealthSettings
 from federator.controllers.context import HubContext, HubSettings
 from federator.controllers.failover import ClusterFailover
 from federator.controllers.jobs import MEMBER_SYNCS
-from federator.hubapi import hub_registry
+from federator.hub.kinds import hub_registry
 from federator.obs import Metrics
 from federator.store.memory import MemoryStore
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from federator.hub import hub_controllers
+from federator.hub.app import hub_controllers
 
 from ..hub.hubtest_support import start_hub
 from .jobtest_support import (

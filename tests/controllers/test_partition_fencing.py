@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import structlog
 
-from federator.agent import FenceAgent
+from federator.fencing.agent import FenceAgent
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID
 from federator.sim import kinds
 from federator.sim.server import SimCluster

@@ -31,7 +31,7 @@ from federator.delegation.adapter import (
     LABEL_JOB_UID,
     LABEL_ROLE,
 )
-from federator.hub import hub_controllers
+from federator.hub.app import hub_controllers
 
 from ..hub.hubtest_support import RunningHub, start_hub
 from .jobtest_support import (

@@ -36,7 +36,7 @@ from federator.controllers.dispatch import NAMESPACES
 from federator.controllers.jobs import SNAPSHOTS, dispatches_in_flight, reservations
 from federator.controllers.placement import PLACEMENT, PlacementController
 from federator.delegation.adapter import LABEL_EPOCH
-from federator.hub import JOB_FINALIZERS, hub_controllers
+from federator.hub.app import JOB_FINALIZERS, hub_controllers
 
 from ..hub.hubtest_support import start_hub
 from .jobtest_support import Federation, HubApi, condition, fast_settings, gpu_job, placement_of, wait_until

@@ -372,7 +372,7 @@ _PATH_FLAGS_UP = {"tls_cert": "--tls-cert", "tls_key": "--tls-key", "tls_ca": "-
 def _up_problems(args: Any, at: str, pod: Mapping[str, Any], container: Mapping[str, Any], *,
                  replicas: int, objects: Sequence[Obj], complete: bool) -> list[str]:
     """The checks `federator up` itself makes before it starts, short of reading files."""
-    from federator.hub import failover_knobs, leader_ttl_flag, parse_listen
+    from federator.hub.app import failover_knobs, leader_ttl_flag, parse_listen
     from federator.store.open import parse_etcd_endpoints
 
     problems: list[str] = []

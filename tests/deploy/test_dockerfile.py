@@ -139,7 +139,7 @@ def test_instructions_before_from_fail() -> None:
 
 
 @pytest.mark.parametrize(("patterns", "path", "excluded"), [
-    (["*", "!federator/"], "federator/hub.py", False),
+    (["*", "!federator/"], "federator/hub/app.py", False),
     (["*", "!federator/"], "tests/x.py", True),
     (["*", "!federator/", "**/__pycache__"], "federator/cli/__pycache__/up.pyc", True),
     (["*", "!federator/", "**/*.pyc"], "federator/x.pyc", True),

@@ -23,11 +23,11 @@ import pytest
 import structlog
 import yaml
 
-from federator.agent import FenceAgent, podgroup_kinds
+from federator.fencing.agent import FenceAgent, podgroup_kinds
 from federator.apiserver.app import Principal
 from federator.apiserver.auth import request_attributes
 from federator.clusters.client import podgroup_resource
-from federator.clusters.memberlease import FENCE_COUNT
+from federator.fencing.hublease import FENCE_COUNT
 from federator.delegation import ADAPTERS
 from federator.delegation.adapter import LABEL_HUB
 from federator.sim import kinds

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from federator.apiserver.auth import TokenAuthenticator
-from federator.hub import RegistrationError, read_registrations
+from federator.hub.app import RegistrationError, read_registrations
 
 from .deploy_support import schema_problems
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from federator.apis.drillreport import FIGURES
-from federator.devcerts import generate_ca, write_kubeconfig
+from federator.dev.certs import generate_ca, write_kubeconfig
 
 from ..apis.test_drillreport import report
 from ..hub.hubtest_support import start_hub

@@ -37,8 +37,8 @@ from federator.apiserver.auth import TokenAuthenticator
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES
 from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
 from federator.controllers.context import ControllerFactory, HubContext, HubSettings
-from federator.devcerts import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
-from federator.hub import HubState, build_hub_app, hub_state
+from federator.dev.certs import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
+from federator.hub.app import HubState, build_hub_app, hub_state
 from federator.obs import Metrics, get_logger
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
 from federator.controllers.context import HubContext, HubSettings
-from federator.hubapi import MEMBER_CLEANUP_FINALIZER
+from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER
 
 from ..apis.test_trainingjob import EXAMPLE_YAML
 from .hubtest_support import EXAMPLE_FILE, RunningHub, job, jobs_url, start_hub

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from federator import __version__
-from federator.devcerts import generate_ca, write_kubeconfig
+from federator.dev.certs import generate_ca, write_kubeconfig
 
 from .hubtest_support import EXAMPLE_FILE, ROOT, RunningHub, clusters_url, job, jobs_url
 from .test_credentials import MEMBER_TOKEN, assert_no_secret

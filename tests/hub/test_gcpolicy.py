@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from federator.gcpolicy import SERVER_THRESHOLDS, server_gc
+from federator.runtime.gcpolicy import SERVER_THRESHOLDS, server_gc
 
 
 def test_server_gc_freezes_raises_thresholds_and_restores() -> None:

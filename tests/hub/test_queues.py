@@ -352,13 +352,13 @@ def _stored(name: str, namespaces: Any, *, default: bool = True, created: str = 
     (None, set()),
 ])
 def test_selects_namespace(namespaces: Any, selected: set[str]) -> None:
-    from federator.hubapi import selects_namespace
+    from federator.hub.kinds import selects_namespace
 
     assert {ns for ns in ("vision", "nlp", "default") if selects_namespace(_stored("q", namespaces), ns)} == selected
 
 
 def test_queue_for_namespace_picks_the_newest_default_that_selects_it() -> None:
-    from federator.hubapi import queue_for_namespace
+    from federator.hub.kinds import queue_for_namespace
 
     queues = [_stored("b-old", {"names": ["vision"]}, created="2024-05-01T12:00:00Z"),
               _stored("a-new", {"selector": {}}, created="2024-05-02T12:00:00Z"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from federator.hub import RegistrationError, read_registrations
+from federator.hub.app import RegistrationError, read_registrations
 
 from .hubtest_support import ROOT, clusters_url, start_hub
 from .test_credentials import MEMBER_TOKEN, token_cluster

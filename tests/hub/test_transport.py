@@ -299,7 +299,7 @@ async def test_federator_up_bad_flags_give_one_line(tmp_path: Path, args: tuple[
 
 
 async def test_federator_up_with_given_tls_and_token_file(tmp_path: Path) -> None:
-    from federator.devcerts import generate_ca, generate_server_certificate, write_private_file
+    from federator.dev.certs import generate_ca, generate_server_certificate, write_private_file
 
     ca_pem, ca_key = generate_ca(common_name="production-ca")
     cert_pem, key_pem = generate_server_certificate(ca_pem, ca_key)

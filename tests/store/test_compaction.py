@@ -23,7 +23,7 @@ import pytest
 
 from federator.controllers.context import HubSettings
 from federator.controllers.status_sync import JobCache
-from federator.hub import compaction_interval_flag, store_compaction
+from federator.hub.app import compaction_interval_flag, store_compaction
 from federator.obs import METRICS
 from federator.store import sqlite as sqlite_module
 from federator.store.compaction import CompactionRecord, compact_once, run_compactor

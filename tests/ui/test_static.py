@@ -156,8 +156,8 @@ async def test_redirect_head_etag_and_methods(hub: RunningHub) -> None:
 
 HOSTILE = [
     "/ui/nope.js", "/ui/js/", "/ui/js", "/ui/index.html/", "/ui/INDEX.HTML", "/ui/./../hub.db",
-    "/ui/%2e%2e/%2e%2e/federator/hub.py", "/ui/..%2f..%2ffederator%2fhub.py", "/ui/js/..%2F..%2Fui%2F__init__.py",
-    "/ui/..\\..\\federator\\hub.py", "/ui/%5c..%5c..%5ctokens.csv", "/ui/%00", "/ui/index.html%00.js",
+    "/ui/%2e%2e/%2e%2e/federator/hub/app.py", "/ui/..%2f..%2ffederator%2fhub.py", "/ui/js/..%2F..%2Fui%2F__init__.py",
+    "/ui/..\\..\\federator\\hub/app.py", "/ui/%5c..%5c..%5ctokens.csv", "/ui/%00", "/ui/index.html%00.js",
     "/ui//etc/passwd", "/ui/%2Fetc%2Fpasswd", "/ui/__init__.py", "/ui/static/index.html", "/ui/js/app.js.map",
     "/ui/\u00e9".encode().decode("latin-1"), "/ui/" + "a" * 2000, "/ui/../tokens.csv", "/ui/../metrics",
     "/ui/js/../../apis/federator.dev/v1alpha1/trainingjobs", "/ui/../../../../etc/passwd",

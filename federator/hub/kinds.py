@@ -55,7 +55,7 @@ reads (controllers) see the real
 credentials; that is how the hub reaches its members.
 
 The cleanup finalizer (`MEMBER_CLEANUP_FINALIZER`) is put on new TrainingJobs
-only when the hub runs the controller that removes it (hub.py passes
+only when the hub runs the controller that removes it (hub/app.py passes
 `job_finalizers`); without it, a DELETE removes the job at once, which is
 right while nothing is delegated to member clusters. A gang larger than every
 cluster is accepted here: marking it unschedulable is the placement
@@ -281,7 +281,7 @@ def trainingjob_type(
 
 
 #: True while serving an HTTP request of a caller who may see MemberClusters' spec.connection (an admin);
-#: hub.py's middleware sets it per request from the authenticated principal. Unset (no request, anyone
+#: hub/app.py's middleware sets it per request from the authenticated principal. Unset (no request, anyone
 #: else): MemberClusters are shown without their connection.
 CONNECTION_VISIBLE: ContextVar[bool] = ContextVar("federator_connection_visible", default=False)
 

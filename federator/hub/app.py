@@ -8,7 +8,7 @@ with the app, in this order and back):
    fencing token); every replica campaigns in a named task and serves the API
    meanwhile, so any number of hubs can share one etcd;
 3. the kube-style API (`federator.apiserver.build_api_app` over an
-   `ObjectStorage` on the hub store, kinds from `federator.hubapi`) with
+   `ObjectStorage` on the hub store, kinds from `federator.hub.kinds`) with
    bearer-token authentication and role authorization (401/403 Status);
    MemberCluster registrations from `--clusters DIR` are applied at start;
    `/readyz` says whether the store answers and whether this replica leads;
@@ -65,9 +65,9 @@ from federator.apiserver.reviews import review_resources
 from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
 from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
-from federator.gcpolicy import server_gc
-from federator.devcerts import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
-from federator.hubapi import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
+from federator.runtime.gcpolicy import server_gc
+from federator.dev.certs import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
+from federator.hub.kinds import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, configure_logging, get_logger
 from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
 from federator.store.open import open_store

@@ -5,7 +5,7 @@ The hub holds one Lease per hub identity in every member (namespace
 `federator.dev/hub` label on its member objects) and renews it every
 leaseDuration/3 (at most 5 s apart). The lease lasts as long as the cluster's
 loss grace unless configured otherwise: the agent then fences only when the
-hub is about to judge the cluster lost. The member-side fence agent (`federator/agent.py`, a
+hub is about to judge the cluster lost. The member-side fence agent (`federator/fencing/agent.py`, a
 process inside the member) deletes every pod and PodGroup of this hub once
 the Lease has not changed for leaseDurationSeconds, measured on the agent's
 own clock from when it saw the last change. So the hub can tell from its own

@@ -94,7 +94,7 @@ class Member:
             "schedulers": [{"type": "default"}, {"type": "volcano"}, {"type": "coscheduling"}],
             "kubelet": {"startDelaySeconds": 0.05, "terminationSeconds": 0.05},
             "nodePools": [{"name": "cpu", "count": 2, "cpu": "32", "memory": "128Gi"}],
-        }, source="tests/agent")
+        }, source="tests/fencing")
         cluster = SimCluster(profile)
         await cluster.start()
         return cls(cluster, directory)

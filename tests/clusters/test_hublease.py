@@ -13,7 +13,7 @@ from clustertest_support import Sims, profile
 
 from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberUnreachable
 from federator.clusters.health import ClusterHealth, HealthSettings
-from federator.clusters.memberlease import FENCE_NAMESPACE, LeaseSettings, MemberLease, micro_time
+from federator.fencing.hublease import FENCE_NAMESPACE, LeaseSettings, MemberLease, micro_time
 from federator.obs import Metrics
 
 
@@ -110,14 +110,14 @@ async def test_a_refused_renewal_is_not_a_possible_landing(tmp_path: Path, sims:
 
 async def test_a_fence_is_noticed_once_across_hub_restarts_and_recorded_as_handled(
         tmp_path: Path, sims: Sims) -> None:
-    from federator.clusters.memberlease import FENCE_COUNT, FENCE_HANDLING_SECONDS, FENCE_LIFTED, FENCE_SEEN
+    from federator.fencing.hublease import FENCE_COUNT, FENCE_HANDLING_SECONDS, FENCE_LIFTED, FENCE_SEEN
 
     wall = Wall()
     lease, client, health = await _lease(tmp_path, sims, wall=wall)
     try:
         assert await lease.renew_once()
         assert lease.fence_count == 0 and lease.fence_noticed_at is None
-        # The member's agent fences while this hub is away and marks the Lease (as agent.py does).
+        # The member's agent fences while this hub is away and marks the Lease (as fencing/agent.py does).
         await client.patch(LEASES, namespace=FENCE_NAMESPACE, name="hub-a",
                            patch={"metadata": {"annotations": {FENCE_COUNT: "1"}}})
         # A restarted hub (a fresh MemberLease) notices it on its first renewal: nobody followed it up yet.
@@ -158,7 +158,7 @@ async def test_the_hub_knows_when_the_members_fence_agent_may_be_fencing(tmp_pat
     """Dispatch waits while `fence_may_be_up`: before the first answer, after a lapse of renewals, and while
     the last answer shows a fence the agent has not marked lifted (at most a leaseDuration of renewals
     without a lapse for an agent that never does). The test plays the agent's part on the Lease."""
-    from federator.clusters.memberlease import FENCE_COUNT, FENCE_LIFTED
+    from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED
 
     wall = Wall()
     lease, client, _ = await _lease(tmp_path, sims, wall=wall, duration=3.0)  # margin 2 s: lapse after 1.5 s

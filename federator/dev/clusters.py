@@ -14,7 +14,7 @@ mission runs on a laptop:
    and handed to the hub as its `--clusters` directory, so the hub applies
    it at start exactly as it applies a platform team's registrations;
 3. the hub then runs as `federator up --clusters <that dir>` would;
-4. beside each cluster runs its fence agent (`federator agent`, federator/agent.py) as its own
+4. beside each cluster runs its fence agent (`federator agent`, federator/fencing/agent.py) as its own
    process, with the cluster's agent identity (`<state-dir>/sim/<cluster>-agent.kubeconfig`) and
    the hub's identity, logging to `<state-dir>/sim/<cluster>-agent.log`: it deletes the hub's pods
    and PodGroups in that cluster once the hub stops renewing its Lease there (`DevAgents`).
@@ -282,7 +282,7 @@ class DevClusters:
             self._ready.set()
 
     async def _serve(self) -> None:
-        from federator.devcerts import ensure_dev_tls
+        from federator.dev.certs import ensure_dev_tls
         from federator.obs import Metrics, get_logger
         from federator.sim.server import SimCluster, start_sim_cluster
         from federator.store.protocol import StoreError
@@ -411,7 +411,7 @@ def _print_clusters(clusters: Sequence[DevCluster], *, registrations: Path, admi
                     agents: DevAgents | None = None) -> None:
     """What a person at the terminal needs (stdout; logs go to stderr). No token is printed; every command
     runs as printed from the working directory (hub.federator_command, hub.example_job_path)."""
-    from federator.hub import example_job_path, federator_command
+    from federator.hub.app import example_job_path, federator_command
 
     width = max(len(c.name) for c in clusters)
     lines = [f"federator up: {len(clusters)} simulated member cluster(s), registered from {registrations}/"]
@@ -436,7 +436,7 @@ def _print_clusters(clusters: Sequence[DevCluster], *, registrations: Path, admi
 
 def run_up(args: argparse.Namespace) -> int:
     """`federator up`: the hub, with simulated member clusters unless --clusters or --no-sim."""
-    from federator.hub import failover_knobs, run_hub
+    from federator.hub.app import failover_knobs, run_hub
 
     if getattr(args, "clusters", None) or getattr(args, "no_sim", False):
         return run_hub(args)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from agenttest_support import HUB, Member, Renewer, wait_until
 
-from federator.devclusters import DevAgents, DevCluster
+from federator.dev.clusters import DevAgents, DevCluster
 
 AGENT = [sys.executable, "-m", "federator.cli", "agent"]
 FEDERATOR = [sys.executable, "-m", "federator.cli"]

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from agenttest_support import HUB, NAMESPACE, OTHER_HUB, Member, RecordingLog, Renewer, micro_now, wait_until
 
-from federator.agent import EVENT_REASON, FenceAgent, check_hub_identity, podgroup_kinds
+from federator.fencing.agent import EVENT_REASON, FenceAgent, check_hub_identity, podgroup_kinds
 from federator.clusters.client import MemberClient
-from federator.clusters.memberlease import FENCE_COUNT, FENCE_LIFTED
+from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED
 from federator.sim import kinds
 
 LEASE_SECONDS = 2

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from federator.apis.common import dns1123_label_errors
-from federator.clusters.memberlease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
+from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
 from federator.clusters.client import (
     EVENTS,
     LEASES,
@@ -78,7 +78,7 @@ from federator.clusters.reflector import Backoff
 from federator.delegation import ADAPTERS, hub_selector
 from federator.delegation.adapter import LABEL_HUB, LABEL_ON_CLUSTER_LOSS
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
-from federator.waits import wait_event
+from federator.runtime.waits import wait_event
 
 __all__ = [
     "DEFAULT_NAMESPACE",
