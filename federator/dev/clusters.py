@@ -82,7 +82,7 @@ DEV_CLUSTER_LABEL = "federator.dev/simulated"
 _START_TIMEOUT_SECONDS = 120.0
 _STOP_TIMEOUT_SECONDS = 30.0
 _AGENT_STOP_TIMEOUT_SECONDS = 10.0
-_SOURCE_ROOT = Path(__file__).resolve().parents[1]
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class DevClusterError(Exception):
