@@ -151,17 +151,18 @@ class DecisionWriter:
     """See the module docstring. `remember` is handed every job a write stored (the loop's job index)."""
 
     def __init__(self, store: JobStore, *, events: EventSink, remember: Callable[[dict[str, Any]], object],
-                 unplaced_refresh_seconds: float) -> None:
+                 unplaced_refresh_seconds: float, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.events = events
         self.remember = remember
         self.unplaced_refresh_seconds = unplaced_refresh_seconds
+        self.clock = clock
         #: uid -> (reasons signature, when written) of the last unplaced status write
         self.unplaced_written: dict[str, tuple[Any, float]] = {}
 
     async def write_decision(self, job: Mapping[str, Any], decision: Decision) -> dict[str, Any] | None:
         ref = job_ref(job)
-        now = time.time()
+        now = self.clock()
         rows = why_not_rows(decision.why_not)
         scores = score_rows(decision)
         preempted = ", ".join(victim.key for victim in decision.preemption.victims) if decision.preemption else ""
@@ -218,12 +219,12 @@ class DecisionWriter:
             epoch = current_placement(stored)[1]
             if preempted:
                 self.events.record(stored, controller="placement", reason="Preempting", action="Preempt",
-                                       message=f"preempted {preempted} to make room in {decision.cluster}")
+                                   message=f"preempted {preempted} to make room in {decision.cluster}")
             score = f", score {decision.scores[0].total:.1f}" if decision.scores else ""
             model = f" on {decision.gpu_model}" if decision.gpu_model else ""
             self.events.record(stored, controller="placement", reason="Placed", action="Place",
-                                   message=f"placed in {decision.cluster}{model}{score} at epoch {epoch}"
-                                           + (f" after preempting {preempted}" if preempted else ""))
+                               message=f"placed in {decision.cluster}{model}{score} at epoch {epoch}"
+                                       + (f" after preempting {preempted}" if preempted else ""))
         self.unplaced_written.pop(ref.uid, None)
         return stored
 
@@ -296,8 +297,8 @@ class DecisionWriter:
             self.remember(stored)
             short = "; ".join(f"{r['cluster']}: {r['reason']}" for r in rows[:8])
             self.events.record(stored, controller="placement", reason=reason, action="Place", warning=True,
-                                   message=message if quota is not None
-                                   else f"{message.split(':', 1)[0]}{': ' + short if short else ''}")
+                               message=message if quota is not None
+                               else f"{message.split(':', 1)[0]}{': ' + short if short else ''}")
 
     async def record_suspended(self, job: Mapping[str, Any], *, now: float) -> bool:
         """Phase Suspended, condition Suspended=True and a history entry for a suspended queued job (the
@@ -351,12 +352,13 @@ class DecisionWriter:
                                                  now=now))
             return stored if changed else None
 
-        written, stored = await self.store.write_status(ref, mutate, failed="could not record why the job cannot be placed")
+        written, stored = await self.store.write_status(ref, mutate,
+                                                        failed="could not record why the job cannot be placed")
         if not written:
             return
         self.unplaced_written[ref.uid] = (signature, now)
         if stored is not None:
             self.remember(stored)
             self.events.record(stored, controller="placement", reason=reason, action="Place",
-                                   warning=True, message=message)
+                               warning=True, message=message)
 

@@ -82,7 +82,7 @@ class ElasticResizer:
                  jobs: Mapping[str, dict[str, Any]], active: Set[str], queued: Set[str], inflight: InFlight,
                  remember: Callable[[dict[str, Any]], object],
                  spawn: Callable[[Coroutine[Any, Any, None], str], None],
-                 tick_seconds: float, cooldown_seconds: float) -> None:
+                 tick_seconds: float, cooldown_seconds: float, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.members = members
         self.views = views
@@ -101,6 +101,7 @@ class ElasticResizer:
         self.spawn = spawn
         self.tick_seconds = tick_seconds
         self.cooldown_seconds = cooldown_seconds
+        self.clock = clock
         #: the latest grow plan (who grew, who was held back and why): for tests and debugging
         self.last_growth: GrowthResult | None = None
 
@@ -170,7 +171,7 @@ class ElasticResizer:
         `placement.plan_growth` lets grow (pending gangs first, cooldown after a placement or resize).
         Returns how many grew."""
         started = time.perf_counter()
-        now = time.time()
+        now = self.clock()
         for uid in sorted(self.active):
             job = self.jobs.get(uid)
             gang = self.accounting.gang_of(uid, job) if job is not None and uid not in self.inflight else None
@@ -216,7 +217,7 @@ class ElasticResizer:
         the PodGroup is left as it is: its minimum does not change)."""
         ref = job_ref(job)
         cluster, epoch = current_placement(job)
-        now = time.time()
+        now = self.clock()
         message = ""
         try:
             def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
@@ -239,7 +240,7 @@ class ElasticResizer:
                 return stored
 
             written, stored = await self.store.write_status(ref, mutate, failed="could not record a growth; planned "
-                                                       "again next pass", cluster=growth.cluster)
+                                                            "again next pass", cluster=growth.cluster)
             if not written or stored is None or cluster != growth.cluster:
                 self.ledger.forget(ref.uid)
                 return
@@ -248,8 +249,8 @@ class ElasticResizer:
             _log.info("elastic gang grown", job=ref.key, cluster=growth.cluster, epoch=epoch,
                       size=_sizes(growth.replicas), pods=growth.pods)
             crash_point("after-grow-write", job=ref.key)
-            names: dict[str, Mapping[str, str]] = {pod_name(job_name=ref.name, job_uid=ref.uid, role=p.role, index=p.index): {}
-                     for p in growth.added}
+            names: dict[str, Mapping[str, str]] = {
+                pod_name(job_name=ref.name, job_uid=ref.uid, role=p.role, index=p.index): {} for p in growth.added}
             await self.members.recreate_pods(stored, cluster=growth.cluster, epoch=epoch, pods=names)
         except asyncio.CancelledError:
             raise

@@ -35,7 +35,8 @@ from federator.placement import Resources
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
 
-__all__ = ["EventSink", "GangPods", "HubJobStore", "HubMemberViews", "JobAmounts", "JobStore", "MemberViews", "MemberWrites", "Mutate"]
+__all__ = ["EventSink", "GangPods", "HubJobStore", "HubMemberViews", "JobAmounts", "JobStore", "MemberViews",
+           "MemberWrites", "Mutate"]
 
 _log = get_logger("controllers.placement")
 

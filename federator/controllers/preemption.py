@@ -93,7 +93,7 @@ class Evictor:
 
     def __init__(self, *, store: JobStore, members: MemberWrites, events: EventSink, metrics: Metrics,
                  accounting: QueueAccounting, preempting: Preempting, jobs: Mapping[str, dict[str, Any]],
-                 remember: Callable[[dict[str, Any]], object]) -> None:
+                 remember: Callable[[dict[str, Any]], object], clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.members = members
         self.events = events
@@ -102,6 +102,7 @@ class Evictor:
         self.preempting = preempting
         self.jobs = jobs
         self.remember = remember
+        self.clock = clock
 
     def mark(self, decision: Decision) -> Victims:
         """The decision's victims with their jobs as this loop knows them, marked as being evicted (no longer
@@ -150,7 +151,7 @@ class Evictor:
             _log.info("preemption dropped: the preempting job changed meanwhile; nothing evicted", job=ref.key,
                       phase=phase_of(fresh))
             return False
-        now = time.time()
+        now = self.clock()
         # shrinks first: a shrink that cannot be done drops the preemption before anyone is evicted (a
         # shrunk gang grows back on its own; an evicted one is queued again)
         assert decision.preemption is not None
@@ -211,7 +212,7 @@ class Evictor:
             return stored
 
         written, stored = await self.store.write_status(ref, mutate, failed="could not shrink an elastic gang; the "
-                                                   "preemption is dropped and decided again", cluster=cluster)
+                                                        "preemption is dropped and decided again", cluster=cluster)
         if not written or refused:
             if refused:
                 _log.warning("shrink refused; the preemption is decided again", job=ref.key, why=refused[0])
@@ -220,7 +221,7 @@ class Evictor:
             return True
         self.remember(stored)
         self.events.record(stored, controller="placement", reason="Shrunk", action="Preempt", warning=True,
-                               message=message)
+                           message=message)
         _log.info("elastic gang shrunk", job=ref.key, cluster=cluster, epoch=epoch, preemptor=preemptor,
                   pods=sorted(removed))
         crash_point("after-shrink-write", job=ref.key)
@@ -262,7 +263,7 @@ class Evictor:
             return stored
 
         written, stored = await self.store.write_status(ref, mutate, failed="could not evict a preemption victim; "
-                                                   "the preemption is dropped and decided again", cluster=cluster)
+                                                        "the preemption is dropped and decided again", cluster=cluster)
         if not written:
             return False
         if stored is None:
@@ -272,7 +273,7 @@ class Evictor:
         self.remember(stored)
         self.metrics.job_requeues.labels(reason="Preempted").inc()
         self.events.record(stored, controller="placement", reason="Preempted", action="Preempt", warning=True,
-                               message=message)
+                           message=message)
         _log.info("gang preempted", job=ref.key, cluster=cluster, epoch=epoch, preemptor=preemptor,
                   reason=victim.reason.value)
         try:

@@ -41,7 +41,7 @@ or decide placement (that is `placement.run_cycle`'s, pure).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -156,7 +156,8 @@ class QueueAccounting:
 
     def __init__(self, *, queues: QueueObjects, queue_status: QueueStatusSink, profile: Profile,
                  ledger: ReservationLedger, members: MemberViews, preempting: Preempting,
-                 jobs: Mapping[str, dict[str, Any]], active: Set[str], queued: Set[str]) -> None:
+                 jobs: Mapping[str, dict[str, Any]], active: Set[str], queued: Set[str],
+                 clock: Callable[[], float] = time.time) -> None:
         self.queues = queues
         self.queue_status = queue_status
         self.profile = profile
@@ -166,6 +167,7 @@ class QueueAccounting:
         self.jobs = jobs
         self.active = active
         self.queued = queued
+        self.clock = clock
         #: uid -> (cluster, epoch, GPU model) of the placements this process decided
         self.charged: dict[str, tuple[str, int, str | None]] = {}
         #: uid -> (what it was built from, the RunningGang)
@@ -238,7 +240,7 @@ class QueueAccounting:
         if cached is not None and cached[0] == generation:
             return cached[1]
         try:
-            gang = gang_request(job, now=time.time())
+            gang = gang_request(job, now=self.clock())
         except (ValueError, TypeError):
             return None
         self.gang_cache[uid] = (generation, gang)
