@@ -64,6 +64,7 @@ from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
 from federator.controllers.cleanup import delete_member_objects, fence_pending
 from federator.controllers.status_sync import ANNOTATION_ATTEMPT, MEMBER_OBJECTS, MemberObjects
+from federator.controllers.status_sync import member_object as member_pod
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     DISPATCHER,
@@ -675,6 +676,26 @@ class Dispatcher:
             state, _ = await self._create_one(client, body, ref_uid=ref.uid, epoch=epoch, cluster=cluster)
             created += state == "created"
         return created
+
+    # ------------------------------------------------------------ some pods less (placement's elastic resizes)
+
+    async def delete_pods(self, job: Mapping[str, Any], *, cluster: str, epoch: int, names: Sequence[str]) -> int:
+        """Ask `cluster` to delete the named pods of the job's gang at `epoch` (a shrink: its highest indices),
+        in the order given, each guarded by its uid, as status sync's index of this hub's member objects
+        holds them (a name it does not hold is already gone). How many deletes were requested; 0 when the
+        index has not listed the cluster yet or the cluster has no client (the caller's next pass tries
+        again). Member errors are logged by `delete_member_objects`, not raised."""
+        objects = self.hub.shared.get(MEMBER_OBJECTS)
+        index = objects.get(cluster) if isinstance(objects, MemberObjects) else None
+        client = member_client(self.hub, cluster)
+        if index is None or not index.ready or client is None or not names:
+            return 0
+        held = {str((pod.get("metadata") or {}).get("name")): pod for pod in index.gang(job_ref(job).uid, epoch)[1]}
+        going = [member_pod(cluster, PODS, held[name]) for name in names if name in held]
+        if not going:
+            return 0
+        outcome = await delete_member_objects(client, going, cluster=cluster)
+        return outcome.requested
 
     # ------------------------------------------------------------ after the dispatch
 

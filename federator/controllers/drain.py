@@ -224,8 +224,7 @@ class ClusterDrain:
                 reservation = result.reservations.get(ref.uid)
                 if reservation is None:
                     continue
-                ledger = reservations(self.hub)
-                ledger.book = ledger.book.reserve(reservation)  # assume, before anything is written
+                reservations(self.hub).assume(reservation)  # before anything is written
                 started += 1
                 self.inflight.begin(ref.uid)
                 tasks[ref.uid] = asyncio.get_running_loop().create_task(

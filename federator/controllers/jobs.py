@@ -47,16 +47,15 @@ from federator.apiserver.errors import ApiError
 from federator.apis.common import format_time, parse_time
 from federator.apis.trainingjob import placed_replicas
 from federator.controllers.context import HubContext
+from federator.controllers.reservations import ReservationLedger
 from federator.obs import get_logger
 from federator.placement import (
-    EMPTY_BOOK,
     Decision,
     GangRequest,
     LabelRequirement,
     LabelSelector,
     Network,
     Reservation,
-    ReservationBook,
     Resources,
     RoleRequest,
     Toleration,
@@ -161,7 +160,7 @@ MAX_WHY_NOT = 1024
 #: hub.shared keys
 SNAPSHOTS = "snapshots"  # name -> ClusterSnapshot (membercluster.py)
 MEMBER_SYNCS = "member_syncs"  # name -> ClusterSync (membercluster.py)
-RESERVATIONS = "reservations"  # ReservationLedger (placement.py creates it)
+RESERVATIONS = "reservations"  # ReservationLedger (controllers/reservations.py: the only writer of the book)
 DISPATCH_RECORDS = "dispatch_records"  # DispatchRecords (dispatch.py adds, status_sync.py writes)
 DISPATCHES_IN_FLIGHT = "dispatches_in_flight"  # InFlight (placement.py, dispatch.py; cleanup.py waits)
 
@@ -515,31 +514,6 @@ async def update_job_status(
 
 
 # ---------------------------------------------------------------- shared state
-
-
-class ReservationLedger:
-    """The hub's one reservation book (placement's assumed state), shared by the job controllers.
-
-    Placement replaces `book` after each cycle; dispatch, status sync,
-    pull-back and deletion cleanup call `forget` (idempotent) when a gang's
-    reservation must go: after its member objects were deleted. A deleted
-    job's reservation is NOT dropped by placement (its pods may still get
-    bound); it ends when the snapshot shows them, when cleanup forgets it,
-    or at its TTL."""
-
-    def __init__(self) -> None:
-        self.book: ReservationBook = EMPTY_BOOK
-
-    def forget(self, gang_uid: str) -> bool:
-        had = self.book.get(gang_uid) is not None
-        self.book = self.book.forget(gang_uid)
-        return had
-
-    def get(self, gang_uid: str) -> Reservation | None:
-        return self.book.get(gang_uid)
-
-    def __len__(self) -> int:
-        return len(self.book)
 
 
 _Shared = TypeVar("_Shared")

@@ -112,7 +112,6 @@ from federator.delegation.adapter import (
     pod_name,
 )
 from federator.obs import get_logger
-from federator.placement.reservation import ReservationKind
 from federator.store.protocol import StoreError
 from federator.runtime.waits import LoopSlice, wait_event
 
@@ -627,19 +626,7 @@ def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
 def release_if_shown(hub: HubContext, job_uid: str) -> bool:
     """Forget the gang's placed reservation once its cluster's snapshot shows every pod bound (then the
     nodes' allocation counts them; keeping it would count them twice). True if released."""
-    ledger = reservations(hub)
-    reservation = ledger.get(job_uid)
-    if reservation is None or reservation.kind is not ReservationKind.PLACED:
-        return False
-    snapshot = (hub.shared.get(SNAPSHOTS) or {}).get(reservation.cluster)
-    if snapshot is None or snapshot.resource_version == reservation.resource_version:
-        return False
-    if snapshot.bound_pods.get(job_uid, 0) < reservation.pods:
-        return False
-    ledger.forget(job_uid)
-    _log.info("reservation released: the member shows the gang", job_uid=job_uid, cluster=reservation.cluster,
-              pods=reservation.pods)
-    return True
+    return reservations(hub).release_when_bound(job_uid, hub.shared.get(SNAPSHOTS) or {})
 
 
 # ---------------------------------------------------------------- failed workers (restartPolicy OnFailure)

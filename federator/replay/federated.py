@@ -68,7 +68,7 @@ min_replicas (the job's minimum) and max_replicas (its pods), so
 `run_cycle` judges it at its minimum and places it at the largest size
 that fits in the cluster chosen (`Decision.replicas`); the gang is
 dispatched with that many pods and minMember = its minimum, and its
-member binds them. The grow pass is the hub's (`controllers/placement.py`
+member binds them. The grow pass is the hub's (`controllers/elastic.py`
 elastic pass, with its defaults): `placement.plan_growth` over the running
 elastic gangs below their max, the queue (the gangs a cycle would be
 given: pending gangs first), the reservation book (reconciled with the

@@ -1,0 +1,421 @@
+"""Queue accounting for the placement loop: what a cycle charges to the hub's Queues, and who runs.
+
+The loop keeps the hub's Queues in a list+watch cache (`controllers/queues.py`)
+and, through `QueueAccounting`, passes them to `run_cycle` as `QueueQuota`s
+(`cycle_queues`), with every gang that holds quota (`running`: a
+`RunningGang` per placed, admitted or running job, not being deleted or
+evicted: queue, priority, when it was placed, demand, the GPU model it is
+charged to (`charge`: the one this loop placed it on), whether it borrowed
+(condition QuotaReserved, reason Borrowed, written with the decision), and
+per node what its member pods hold, from the cluster's snapshot builder, or
+its reservation while they are not bound). With no Queue at all and no job
+naming one, `cycle_queues` is None: placement exactly as before queues.
+
+- A job whose queue no longer selects its namespace waits
+  (`queue_refuses`: Schedulable=False, NamespaceNotInQueue); one whose queue
+  does not exist waits with QueueNotFound; one its queue has no room for
+  waits with QuotaExceeded and placement's message ("queue vision uses 96
+  of 96 A100 GPUs ...; waits for 8").
+- Pods of queued (evicted, requeued) jobs still in a member are set aside
+  in the views placement sees (`without_leftovers`): they are being
+  deleted, and counting them would evict more gangs than needed.
+- A running elastic gang (issue 19) lists its bound pods (`RunningGang.pods`,
+  from status sync's index of this hub's member objects; every pod aged by
+  its index, so newest first is highest index first) and its request, so
+  preemption may plan to shrink it instead of evicting.
+- Queue status (used, borrowed, pendingJobs, admittedJobs, condition
+  Admitting) is computed after each cycle (`want_queue_status`) and written
+  on change, coalesced, by the queues' status writer.
+
+A job found Placed when this hub started (decided by an earlier one) may
+have member pods not bound yet, which the snapshot does not count: its
+reservation is rebuilt (`rebuild_reservations`) once its cluster has synced.
+
+Gangs a decision is preempting (`Preempting`, filled by `preemption.py`) do
+not count as running while they are evicted, nor do the pods a shrink takes.
+
+Must never: write anything but through the queue status writer it is handed,
+or decide placement (that is `placement.run_cycle`'s, pure).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from federator.apis.trainingjob import placed_replicas
+from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, REASON_BORROWED
+from federator.controllers.jobs import (PHASE_PLACED, current_placement, gang_request, job_ref, phase_of, placed_at,
+                                        placed_gang)
+from federator.controllers.placement_ports import MemberViews
+from federator.controllers.queues import queue_status
+from federator.controllers.reservations import ReservationLedger
+from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE
+from federator.hub.kinds import selects_namespace
+from federator.obs import get_logger
+from federator.placement import GangRequest, Profile, QueueQuota, ReservationKind, Resources, RunningGang, RunningPod
+from federator.placement.admission import QUOTA_EXCEEDED, QuotaLedger
+from federator.placement.cycle import CycleResult
+from federator.placement.snapshot import ClusterSnapshot
+
+__all__ = ["MemberPod", "Preempting", "QueueAccounting", "QueueObjects", "QueueStatusSink", "ShrinkPlan",
+           "member_pod", "resource_version_of"]
+
+_log = get_logger("controllers.placement")
+
+
+def resource_version_of(job: Mapping[str, Any]) -> int:
+    try:
+        return int((job.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class QueueObjects(Protocol):
+    """The hub's Queues (`queues.QueueCache`)."""
+
+    @property
+    def objects(self) -> Mapping[str, dict[str, Any]]:
+        ...
+
+    def quotas(self) -> dict[str, QueueQuota] | None:
+        ...
+
+
+class QueueStatusSink(Protocol):
+    """Where the Queues' statuses go (`queues.QueueStatusWriter`: written on change, coalesced)."""
+
+    def stored_status(self, name: str) -> Mapping[str, Any] | None:
+        ...
+
+    def want(self, name: str, status: dict[str, Any]) -> None:
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkPlan:
+    """Where a decision shrinks a gang, and its pods that go (name -> (role, index)); no pods: the plan
+    named pods this loop no longer knows, and the shrink is refused (decided again)."""
+
+    cluster: str
+    epoch: int
+    pods: Mapping[str, tuple[str, int]]
+
+
+@dataclass(slots=True)
+class Preempting:
+    """A job found Placed when this hub started (decided by an earlier one) may
+have member pods not bound yet, which the snapshot does not count: its
+reservation is rebuilt (`rebuild_reservations`) once its cluster has synced.
+
+Gangs a decision is preempting, from the decision until its eviction or shrink is written."""
+
+    #: uid -> (cluster, epoch) of a decision's victims: no longer counted as running, never chosen again
+    evicting: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: uid -> a decision's shrink: its pods no longer count as the gang's
+    shrinking: dict[str, ShrinkPlan] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPod:
+    """What the loop reads of one member pod of a gang."""
+
+    name: str
+    role: str
+    #: -1 when its index label cannot be read
+    index: int
+    node: str
+    #: bound, not terminal, not being deleted
+    live: bool
+
+
+def member_pod(pod: Mapping[str, Any]) -> MemberPod | None:
+    """One member pod as a `MemberPod`; None without a name."""
+    def mapping(value: Any) -> Mapping[str, Any]:
+        return value if isinstance(value, Mapping) else {}
+
+    meta = mapping(pod.get("metadata"))
+    labels = mapping(meta.get("labels"))
+    spec = mapping(pod.get("spec"))
+    status = mapping(pod.get("status"))
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    raw = labels.get(LABEL_INDEX)
+    number = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else -1
+    node = spec.get("nodeName")
+    node = node if isinstance(node, str) else ""
+    live = bool(node) and not meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")
+    return MemberPod(name=name, role=str(labels.get(LABEL_ROLE) or ""), index=number, node=node, live=live)
+
+
+class QueueAccounting:
+    """See the module docstring. `jobs`, `active` and `queued` are the loop's job index (read only here)."""
+
+    def __init__(self, *, queues: QueueObjects, queue_status: QueueStatusSink, profile: Profile,
+                 ledger: ReservationLedger, members: MemberViews, preempting: Preempting,
+                 jobs: Mapping[str, dict[str, Any]], active: Set[str], queued: Set[str],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.queues = queues
+        self.queue_status = queue_status
+        self.profile = profile
+        self.ledger = ledger
+        self.members = members
+        self.preempting = preempting
+        self.jobs = jobs
+        self.active = active
+        self.queued = queued
+        self.clock = clock
+        #: uid -> (cluster, epoch, GPU model) of the placements this process decided
+        self.charged: dict[str, tuple[str, int, str | None]] = {}
+        #: uid -> (what it was built from, the RunningGang)
+        self.running_cache: dict[str, tuple[tuple[Any, ...], RunningGang]] = {}
+        #: uid -> (spec generation, its GangRequest) of the active jobs
+        self.gang_cache: dict[str, tuple[Any, GangRequest]] = {}
+        self._quota_filter_warned = False
+
+    def charge(self, uid: str, *, cluster: str, epoch: int, gpu_model: str | None) -> None:
+        """This loop placed the job at (cluster, epoch) on `gpu_model`: it is charged to that model."""
+        self.charged[uid] = (cluster, epoch, gpu_model)
+
+    def running_gang(self, uid: str) -> RunningGang | None:
+        """The job's RunningGang as the last `running` built it."""
+        cached = self.running_cache.get(uid)
+        return cached[1] if cached is not None else None
+
+    def queue_refuses(self, gang: GangRequest, job: Mapping[str, Any]) -> str | None:
+        """Why the job's queue may not take it now: it exists but no longer selects the job's namespace
+        (a missing queue is placement's QueueNotFound). None when it may."""
+        if not gang.queue:
+            return None
+        queue = self.queues.objects.get(gang.queue)
+        namespace = job_ref(job).namespace
+        if queue is None or selects_namespace(queue, namespace):
+            return None
+        return (f"queue {gang.queue} does not select namespace {namespace} (its spec.namespaces changed after the "
+                f"job was created); the job waits until it does, or until spec.queue names a queue that does")
+
+    def cycle_queues(self, gangs: list[GangRequest]) -> dict[str, QueueQuota] | None:
+        """The cycle's queues: None (placement as before queues existed) when the hub holds no Queue and no
+        gang names one; else every readable Queue (a gang naming a missing one waits: QueueNotFound)."""
+        quotas = self.queues.quotas()
+        if quotas is None and not any(gang.queue for gang in gangs):
+            return None
+        if "quota" not in self.profile.filters:
+            if not self._quota_filter_warned:
+                self._quota_filter_warned = True
+                _log.warning("the placement profile has no 'quota' filter: Queues are not enforced",
+                             profile=self.profile.name)
+            return None
+        return dict(quotas or {})
+
+    def without_leftovers(self, snapshots: Mapping[str, ClusterSnapshot]) -> dict[str, ClusterSnapshot]:
+        """The snapshots with the pods of queued jobs released: what an evicted (or otherwise requeued) gang
+        left in a member is being deleted (its next dispatch waits for that, and the GC takes what is
+        missed), so it is room for the gang that made it, not a reason to evict more gangs."""
+        views = dict(snapshots)
+        for name, snapshot in snapshots.items():
+            leftovers = [uid for uid in snapshot.bound_pods if uid in self.queued]
+            builder = self.members.amounts(name, snapshot) if leftovers else None
+            if builder is None:
+                continue
+            released: dict[str, Resources] = {}
+            for uid in leftovers:
+                job = self.jobs.get(uid)
+                epoch = current_placement(job)[1] if job is not None else 0
+                for node, amount in builder.job_amounts(uid, epoch=epoch, up_to=True).items():
+                    previous = released.get(node)
+                    released[node] = amount if previous is None else previous + amount
+            try:
+                views[name] = snapshot.with_allocation_changes(released, release=True)
+            except ValueError as e:  # would mean the builder and its snapshot disagree: keep the snapshot
+                _log.warning("could not set a requeued gang's leftover pods aside", cluster=name, error=str(e))
+        return views
+
+    def gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
+        generation = (job.get("metadata") or {}).get("generation")
+        cached = self.gang_cache.get(uid)
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        try:
+            gang = gang_request(job, now=self.clock())
+        except (ValueError, TypeError):
+            return None
+        self.gang_cache[uid] = (generation, gang)
+        return gang
+
+    def rebuild_reservations(self, unreserved: set[str], snapshots: Mapping[str, ClusterSnapshot], *,
+                             now: float) -> None:
+        """Reserve again what the `unreserved` jobs (found Placed at start: decided by an earlier hub) hold,
+        until their pods show as bound (`ReservationLedger.rebuild`); each leaves `unreserved` once done, or
+        once it needs none, but not while its cluster has not synced (tried again next cycle)."""
+        for uid in list(unreserved):
+            job = self.jobs.get(uid)
+            cluster, _ = current_placement(job) if job is not None else (None, 0)
+            if job is None or phase_of(job) != PHASE_PLACED or cluster is None or self.ledger.get(uid) is not None:
+                unreserved.discard(uid)
+                continue
+            snapshot = snapshots.get(cluster)
+            if snapshot is None or not snapshot.nodes:
+                continue  # not synced yet (a restarted hub publishes empty snapshots before its first LIST)
+            unreserved.discard(uid)
+            try:
+                gang = gang_request(job, now=now)
+            except (ValueError, TypeError):
+                continue
+            self.ledger.rebuild(gang, snapshot, self.profile, now=now)
+
+    def running(self, snapshots: Mapping[str, ClusterSnapshot]) -> list[RunningGang]:
+        """Every gang that holds quota and room (placed, admitted or running; not finished, not being deleted
+        or evicted), with what its pods hold per node, or its reservation while they are not bound."""
+        out: list[RunningGang] = []
+        for uid in sorted(self.active):
+            if uid in self.preempting.evicting:
+                continue
+            job = self.jobs.get(uid)
+            cluster, epoch = current_placement(job) if job is not None else (None, 0)
+            if job is None or cluster is None:
+                continue
+            snapshot = snapshots.get(cluster)
+            reservation = self.ledger.get(uid)
+            if reservation is not None and (reservation.kind is not ReservationKind.PLACED
+                                            or reservation.cluster != cluster):
+                reservation = None
+            bound = snapshot.bound_pods.get(uid, 0) if snapshot is not None else -1
+            gang = self.gang_of(uid, job)
+            if gang is None:
+                continue
+            started = placed_at(job, epoch=epoch) or gang.submitted_at
+            # an elastic gang lists its bound pods (what a preemption may shrink), unless its reservation
+            # still stands for pods not bound yet
+            pods = self._member_pods(uid, gang, job, cluster=cluster, epoch=epoch, started=started) \
+                if gang.elastic and reservation is None else ()
+            basis = (resource_version_of(job), bound, id(reservation), self.charged.get(uid), pods)
+            cached = self.running_cache.get(uid)
+            if cached is not None and cached[0] == basis:
+                out.append(cached[1])
+                continue
+            if reservation is not None:
+                amounts: Mapping[str, Resources] = reservation.amounts
+            elif pods:
+                amounts = {}  # the sum of its pods'
+            else:
+                builder = self.members.amounts(cluster, snapshot)
+                amounts = builder.job_amounts(uid, epoch=epoch) if builder is not None else {}
+            try:
+                gang_running = RunningGang(
+                    uid=uid, key=gang.key, cluster=cluster, queue=gang.queue, priority=gang.priority,
+                    started_at=started,
+                    demand=placed_gang(job, gang).total,
+                    gpu_model=self._model_of(uid, gang, cluster=cluster, epoch=epoch,
+                                             amounts=amounts or _pod_amounts(pods), snapshot=snapshot),
+                    amounts=amounts, borrowed=_borrowed(job), pods=pods, request=gang if pods else None,
+                )
+            except (ValueError, TypeError) as e:
+                _log.warning("a placed job cannot be counted against its queue", job=gang.key, error=str(e))
+                continue
+            self.running_cache[uid] = (basis, gang_running)
+            out.append(gang_running)
+        return out
+
+    def _member_pods(self, uid: str, gang: GangRequest, job: Mapping[str, Any], *, cluster: str, epoch: int,
+                     started: float) -> tuple[RunningPod, ...]:
+        """The bound, live pods of an elastic gang at (cluster, epoch), from status sync's index of this hub's
+        member objects; () when the index is not ready or a pod cannot be read (nothing is planned on it).
+
+        Every pod gets the gang's placement time: a pod's age is its index (a gang's pods are created in
+        index order, and each growth appends indices after the highest), so placement's newest-first
+        removes the highest indices first. Pods beyond their role's placed count (the highest indices) are
+        left out: a shrink written before its pods went (`elastic.ElasticResizer.trim_and_fill` deletes them)."""
+        index = self.members.pods(cluster)
+        if index is None:
+            return ()
+        requests = {role.name: role.requests for role in gang.roles}
+        shrink = self.preempting.shrinking.get(uid)
+        going = shrink.pods if shrink is not None else {}
+        sizes = placed_replicas(job)
+        out: list[RunningPod] = []
+        for pod in index.gang(uid, epoch)[1]:
+            view = member_pod(pod)
+            if view is None:
+                return ()
+            name, role, number, node, live = view.name, view.role, view.index, view.node, view.live
+            if not live or name in going:
+                continue
+            if role not in requests or number < 0 or not node:
+                return ()
+            try:
+                out.append(RunningPod(name=name, role=role, node=node, requests=requests[role], started_at=started,
+                                      index=number))
+            except (ValueError, TypeError):
+                return ()
+        out.sort(key=lambda p: (p.role, p.index))
+        kept: list[RunningPod] = []
+        for role, count in sizes.items():
+            kept.extend([p for p in out if p.role == role][:count])
+        return tuple(kept)
+
+    def _model_of(self, uid: str, gang: GangRequest, *, cluster: str, epoch: int, amounts: Mapping[str, Resources],
+                  snapshot: ClusterSnapshot | None) -> str | None:
+        """The GPU model a placed gang is charged to: the one this process placed it on, else the model of
+        the nodes its pods (or reservation) hold GPUs on, else its first accepted model, else the cluster's."""
+        if not gang.needs_gpu:
+            return None
+        charged = self.charged.get(uid)
+        if charged is not None and charged[:2] == (cluster, epoch) and charged[2]:
+            return charged[2]
+        if snapshot is not None:
+            for node_name, amount in sorted(amounts.items()):
+                node = snapshot.nodes.get(node_name)
+                if amount.gpu and node is not None and node.gpu_model:
+                    return node.model_key
+        if gang.gpu_models:
+            return gang.gpu_models[0]
+        models = snapshot.index.gpu_models if snapshot is not None else ()
+        return models[0] if models else "unknown"
+
+
+    def want_queue_status(self, queues: Mapping[str, QueueQuota], running: list[RunningGang], *,
+                           result: CycleResult | None, now: float) -> None:
+        """Each Queue's status after this cycle (written by `queue_status` only when it changed)."""
+        usage = result.usage if result is not None and result.usage else QuotaLedger(queues, running).usage()
+        pending: dict[str, int] = {}
+        for uid in self.queued:
+            queue = ((self.jobs[uid].get("spec") or {}).get("queue"))
+            if isinstance(queue, str) and queue:
+                pending[queue] = pending.get(queue, 0) + 1
+        blocked: dict[str, list[str]] = {}
+        for unplaced in result.unplaced if result is not None else ():
+            block = unplaced.quota
+            if block is not None and block.code == QUOTA_EXCEEDED:
+                blocked.setdefault(block.queue, []).append(f"{unplaced.gang_key}: {block.message}")
+        for name in queues:
+            obj = self.queues.objects.get(name)
+            if obj is None:
+                continue
+            generation = (obj.get("metadata") or {}).get("generation")
+            waiting = blocked.get(name, [])
+            self.queue_status.want(name, queue_status(
+                self.queue_status.stored_status(name), usage=usage.get(name), pending=pending.get(name, 0),
+                waiting_for_quota=len(waiting), head_block=waiting[0] if waiting else "",
+                generation=generation if type(generation) is int else None, now=now))
+
+
+def _pod_amounts(pods: tuple[RunningPod, ...]) -> dict[str, Resources]:
+    amounts: dict[str, Resources] = {}
+    for pod in pods:
+        previous = amounts.get(pod.node)
+        amounts[pod.node] = pod.requests if previous is None else previous + pod.requests
+    return amounts
+
+
+
+def _borrowed(job: Mapping[str, Any]) -> bool:
+    """Whether the job's placement runs on quota its queue borrowed (its QuotaReserved condition says so)."""
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == CONDITION_QUOTA_RESERVED:
+            return condition.get("status") == "True" and condition.get("reason") == REASON_BORROWED
+    return False
+
