@@ -73,7 +73,7 @@ list + watch of `hub.storage` and runs placement cycles:
    (the victims' leftovers do not count against it, so it does not evict
    more) or, after (c), re-dispatches it with its reservation rebuilt. A
    gang is evicted only as a victim of a decision of this loop.
-   HubSettings.extra "placement_preemption" false only explains: a job
+   HubSettings.placement.preemption false only explains: a job
    that would fit after preemption says "would fit on X after preempting
    A, B" in its Schedulable condition.
 
@@ -89,7 +89,7 @@ list + watch of `hub.storage` and runs placement cycles:
    Shrunk, then the pods above the new size are deleted through the member
    client (uid-guarded, as the GC deletes). The preemptor's reservation
    stays as for an eviction. A named background task ("placement:elastic",
-   every HubSettings.extra "elastic_tick_seconds", default 5 s) then:
+   every HubSettings.elastic.tick_seconds, default 5 s) then:
    a. converges every settled elastic gang (no pod failed, finished or
       being deleted: those are status sync's) to its status.replicas: per
       role, deletes the highest-indexed pods above the count, creates pods
@@ -318,16 +318,15 @@ class PlacementController:
         self.rt = hub.kind(JOB_KIND)
         self.dispatcher = dispatcher
         dispatcher.on_requeued = self._wake_after
-        extra = hub.settings.extra
-        profile = extra.get("placement_profile")
-        self.profile: Profile = profile if isinstance(profile, Profile) else Profile()
-        self.tick_seconds = float(extra.get("placement_tick_seconds", 1.0))
-        self.snapshot_poll_seconds = float(extra.get("placement_snapshot_poll_seconds", 0.1))
-        self.debounce_seconds = float(extra.get("placement_debounce_seconds", 0.005))
-        self.unplaced_refresh_seconds = float(extra.get("placement_unplaced_refresh_seconds", 5.0))
-        self.max_inflight = int(extra.get("placement_max_inflight", 64))
+        knobs = hub.settings.placement
+        self.profile: Profile = knobs.profile
+        self.tick_seconds = knobs.tick_seconds
+        self.snapshot_poll_seconds = knobs.snapshot_poll_seconds
+        self.debounce_seconds = knobs.debounce_seconds
+        self.unplaced_refresh_seconds = knobs.unplaced_refresh_seconds
+        self.max_inflight = knobs.max_inflight
         #: False: preemption is only explained ("would fit on X after preempting A, B"), never done
-        self.preempt = extra.get("placement_preemption", True) is not False
+        self.preempt = knobs.preemption
         self.ledger = reservations(hub)
         #: uid -> the newest stored TrainingJob seen
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -352,8 +351,8 @@ class PlacementController:
         #: the shrink is written and its pods asked to go (they no longer count as the gang's)
         self._shrinking: dict[str, tuple[str, int, dict[str, tuple[str, int]]]] = {}
         #: elastic gangs (issue 19): the grow pass's period and the cooldown after a placement or resize
-        self.elastic_tick_seconds = float(extra.get("elastic_tick_seconds", 5.0))
-        self.grow_cooldown_seconds = float(extra.get("elastic_grow_cooldown_seconds", 60.0))
+        self.elastic_tick_seconds = hub.settings.elastic.tick_seconds
+        self.grow_cooldown_seconds = hub.settings.elastic.grow_cooldown_seconds
         #: the latest grow plan (who grew, who was held back and why): for tests and debugging
         self.last_growth: GrowthResult | None = None
         #: uid -> (cluster, epoch, GPU model) of the placements this process decided
