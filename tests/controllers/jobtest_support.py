@@ -124,8 +124,8 @@ NEWER_GANG_SCHEDULERS = {
 CLUSTERS = {**STANDARD, **NEWER_GANG_SCHEDULERS}
 
 
-def fast_settings(state_dir: Path, **extra: Any) -> HubSettings:
-    """Short periods for tests; `extra` are more hub settings by their flat keys (HubSettings.from_mapping, so
+def fast_settings(state_dir: Path, **more: Any) -> HubSettings:
+    """Short periods for tests; `more` are more hub settings by their flat keys (HubSettings.from_mapping, so
     an unknown or mistyped key fails the test at once)."""
     knobs: dict[str, Any] = {
         "probe_interval_seconds": 0.2, "checkpoint_interval_seconds": 0.1,
@@ -137,7 +137,7 @@ def fast_settings(state_dir: Path, **extra: Any) -> HubSettings:
         "dispatch_backoff_initial_seconds": 0.2, "dispatch_backoff_max_seconds": 1.0,
         "placement_tick_seconds": 0.2, "placement_unplaced_refresh_seconds": 0.5,
     }
-    knobs.update(extra)
+    knobs.update(more)
     return HubSettings.from_mapping({"state_dir": state_dir, **knobs})
 
 
