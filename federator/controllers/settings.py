@@ -12,7 +12,7 @@ default. The dataclasses check their own values too (`__post_init__`), so a dire
 `knobs()` lists every setting (flat key, field, unit, default, flag, what it tunes); README.md's "Hub settings"
 table is `markdown_table()` (a test keeps it so), and `federator up --help` names the setting behind each flag.
 
-This module holds types only; it must never start anything, and imports nothing that does I/O at import.
+This module holds types only; it must never start anything.
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from federator.apiserver.events import EVENT_TTL_SECONDS
 from federator.apis.common import ValidationSettings
 from federator.clusters.health import DEFAULT_LOSS_GRACE_SECONDS
 from federator.placement.framework import Profile
 from federator.store.compaction import DEFAULT_COMPACTION_INTERVAL_SECONDS
+
+if TYPE_CHECKING:
+    from federator.clusters.sync import AppliedCallback
 
 __all__ = [
     "DEFAULT_HUB_ID",
@@ -190,7 +193,7 @@ class MemberSyncSettings:
         4, key="member_concurrent_lists", kind="count", unit="requests", low=1,
         doc="member LISTs in flight at once across all clusters (initial syncs, re-lists after 410)")
     #: test and benchmark hook: called with (cluster, resource, events, received_at) after each applied batch
-    on_applied: Callable[..., None] | None = _knob(
+    on_applied: AppliedCallback | None = _knob(
         None, key="member_on_applied", kind="hook", unit="callable",
         doc="hook for benchmarks and tests, called after every applied batch of member events")
 
