@@ -93,7 +93,7 @@ async def serve(state: Path, clusters: Path, knobs: dict[str, Any]) -> None:
     state.mkdir(parents=True, exist_ok=True)
     tls = ensure_dev_tls(state)
     token_file, tokens = ensure_dev_token_file(state)
-    settings = HubSettings(state_dir=state, extra={"clusters_dir": clusters, **knobs})
+    settings = HubSettings.from_mapping({"state_dir": state, **knobs})
     app = build_hub_app(settings, store_url=f"sqlite://{state / 'hub.db'}", controllers=hub_controllers(),
                         authenticator=TokenAuthenticator.from_file(token_file), clusters_dir=clusters)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -362,7 +362,7 @@ async def main() -> None:
     parser.add_argument("--duration", default="60s", help="how long the partition is held (default: 60s)")
     parser.add_argument("--settle-timeout", default="3m", help="the drill's --settle-timeout (default: 3m)")
     parser.add_argument("--knob", action="append", default=[], metavar="KEY=JSON",
-                        help="another HubSettings.extra knob for the hub, e.g. member_request_timeout_seconds=5 "
+                        help="another hub setting (README: Hub settings), e.g. member_request_timeout_seconds=5 "
                              "(repeatable; printed with the results)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep each run's files (hub log, drill log, agent log, store) under this directory")
@@ -381,6 +381,7 @@ async def main() -> None:
     if args.runs < 1 or args.gangs < 1:
         parser.error("--runs and --gangs must be positive")
     from federator.apis.common import parse_duration_seconds
+    from federator.controllers.settings import HubSettings
     from federator.hub.app import failover_knobs
     from federator.obs import configure_logging
 
@@ -394,6 +395,10 @@ async def main() -> None:
             knobs[key] = json.loads(value)
         except ValueError:
             raise SystemExit(f"--knob {item!r}: expected KEY=JSON, e.g. member_request_timeout_seconds=5") from None
+    try:
+        HubSettings.from_mapping(knobs)  # an unknown or mistyped --knob fails here, before anything starts
+    except ValueError as e:
+        raise SystemExit(f"--knob: {e}") from None
     bar = parse_duration_seconds(args.grace) + parse_duration_seconds(args.margin) + 3.0
     files: contextlib.AbstractContextManager[str]
     if args.workdir is None:

@@ -439,13 +439,12 @@ class HubUnderTest:
         store = await open_store(self.store_url, prefix="/hub/")
         registry = hub_registry()
         storage = ObjectStorage(store, registry)
-        extra: dict[str, Any] = dict(self.extra)
+        knobs: dict[str, Any] = {"state_dir": self.workdir, "checkpoint_interval_seconds": self.checkpoint_interval,
+                                 **self.extra}
         if self.on_applied is not None:
-            extra["member_on_applied"] = self.on_applied
+            knobs["member_on_applied"] = self.on_applied
         self.hub = HubContext(store=store, storage=storage, registry=registry, metrics=Metrics(),
-                              settings=HubSettings(state_dir=self.workdir,
-                                                   checkpoint_interval_seconds=self.checkpoint_interval,
-                                                   extra=extra))
+                              settings=HubSettings.from_mapping(knobs))
         rt = self.hub.kind("MemberCluster")
         for registration in registrations.values():
             await storage.create(rt, registration, namespace=None)

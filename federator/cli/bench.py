@@ -621,7 +621,7 @@ def _cmd_run_all(args: argparse.Namespace) -> int:
     chosen = [n for n in chosen if n not in skipped]
     if not chosen:
         raise UserError("--only and --skip leave no benchmark to run")
-    extra = _bench_args(args.bench_args, known)
+    per_bench = _bench_args(args.bench_args, known)
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
         "command": _command_line(args), "startedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -634,7 +634,7 @@ def _cmd_run_all(args: argparse.Namespace) -> int:
         print(f"[{i}/{len(selected)}] {spec.name}: {spec_runs} run{'s' if spec_runs != 1 else ''}"
               f"{' (quick)' if args.quick else ''}...", file=sys.stderr, flush=True)
         entry = _run_bench(spec, bench_dir=bench_dir, out=out, quick=args.quick, runs=spec_runs,
-                           extra=extra.get(spec.name, []), timeout=spec_timeout)
+                           extra=per_bench.get(spec.name, []), timeout=spec_timeout)
         report["benches"].append(entry)
         print(f"[{i}/{len(selected)}] {spec.name}: {entry['status']}"
               + (f" in {entry['seconds']:.0f} s, {len(entry['figures'])} figures" if entry["status"] == "ok"

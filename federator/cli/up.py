@@ -25,7 +25,9 @@ def register(sub: Any) -> None:
             "server certificate, a token file and two kubeconfigs (STATE_DIR/admin.kubeconfig, "
             "STATE_DIR/researcher.kubeconfig for namespace default) and prints how to use them."
         ),
-        epilog="Example: federator up; export KUBECONFIG=.federator/admin.kubeconfig; kubectl get tj -A",
+        epilog="Example: federator up; export KUBECONFIG=.federator/admin.kubeconfig; kubectl get tj -A. "
+               "A flag marked [setting NAME] sets that hub setting; README.md's 'Hub settings' table lists every "
+               "setting with its unit and default (federator/controllers/settings.py).",
     )
     p.add_argument(
         "--store", default=None,
@@ -60,25 +62,29 @@ def register(sub: Any) -> None:
                        help="the store keeps DURATION of history (up to 1.2x): the leading hub compacts older "
                             "revisions every fifth of it (kube-apiserver's --etcd-compaction-interval, whose "
                             "default this is; sqlite also gives the space back); a watch or paged list older than "
-                            "that gets 410 Expired and re-lists; 0 keeps all history (default: 5m)")
+                            "that gets 410 Expired and re-lists; 0 keeps all history (default: 5m) "
+                            "[setting compaction_interval_seconds]")
     failover = p.add_argument_group("failover (docs/failover.md)")
     failover.add_argument("--cluster-loss-grace", default="60s", metavar="DURATION",
                           help="a cluster out of contact this long, from its first failed contact, is Lost and its "
                                "gangs fail over; a MemberCluster's spec.failover.gracePeriodSeconds overrides it "
-                               "(default: 60s)")
+                               "(default: 60s) [setting cluster_loss_grace_seconds]")
     failover.add_argument("--member-lease-duration", default=None, metavar="DURATION",
                           help="leaseDurationSeconds of the fencing Lease the hub renews in every member (every "
                                "third of it, at most 5s apart); the member's `federator agent` deletes this hub's "
                                "pods when it is not renewed that long, so a hub down longer than this loses its "
-                               "running gangs: run replicas (default: each cluster's loss grace)")
+                               "running gangs: run replicas (default: each cluster's loss grace) "
+                               "[setting member_lease_duration_seconds]")
     failover.add_argument("--lease-margin", default="5s", metavar="DURATION",
                           help="added to the lease before a lost cluster's gangs start elsewhere: the agent's poll "
-                               "interval, its deletes and clock-rate drift (default: 5s)")
+                               "interval, its deletes and clock-rate drift (default: 5s) "
+                               "[setting member_lease_margin_seconds]")
     failover.add_argument("--mass-loss-threshold", default="0.5", metavar="FRACTION",
                           help="when at least this share of the clusters (and at least 2) are lost within one grace "
-                               "window, the hub assumes it is itself cut off and moves nothing (default: 0.5)")
+                               "window, the hub assumes it is itself cut off and moves nothing (default: 0.5) "
+                               "[setting mass_loss_threshold]")
     failover.add_argument("--failover-rate", default="20", metavar="GANGS_PER_SECOND",
-                          help="at most this many gangs fail over per second (default: 20)")
+                          help="at most this many gangs fail over per second (default: 20) [setting failover_rate]")
     from federator.dev.clusters import add_arguments as add_devcluster_arguments
 
     add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-ephemeral, --sim-run-seconds

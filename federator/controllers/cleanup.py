@@ -16,7 +16,7 @@ duties:
   phase (a job deleted while Running never turns Failed: status sync leaves
   a deleting job alone) and its condition Terminating=True
   (DeletingMemberObjects) says which clusters still hold its objects. A cluster that stays unreachable does not block a
-  deletion forever: after `cleanup_grace_seconds` (HubSettings.extra, default
+  deletion forever: after `cleanup_grace_seconds` (HubSettings.gc, default
   60) the finalizer goes anyway and the GC collects the leftovers when the
   cluster returns (they are orphans then).
 - **GC and the epoch fence.** Periodically (`member_gc_interval_seconds`,
@@ -213,7 +213,7 @@ class JobFinalizer:
         self.objects = objects
         self.jobs = jobs
         self.rt = hub.kind(JOB_KIND)
-        self.grace = float(hub.settings.extra.get("cleanup_grace_seconds", 60.0))
+        self.grace = hub.settings.gc.cleanup_grace_seconds
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         jobs.subscribe(self._job_changed)
@@ -359,7 +359,7 @@ class GarbageCollector:
         self.hub = hub
         self.objects = objects
         self.rt = hub.kind(JOB_KIND)
-        self.interval = float(hub.settings.extra.get("member_gc_interval_seconds", 30.0))
+        self.interval = hub.settings.gc.interval_seconds
         self.fence: dict[str, bool] = hub.shared.setdefault(FENCE, {})
         self._last_pass: dict[str, float] = {}
         #: (cluster, reason) -> objects deleted since start (tests read it; the metric is the public face)

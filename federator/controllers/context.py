@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from federator.apiserver.events import EventRecorder
 from federator.apiserver.registry import Registry, ResourceType
 from federator.apiserver.storage import ObjectStorage
+from federator.controllers.settings import HubSettings as HubSettings
 from federator.obs import Metrics
 from federator.store.leader import FencingToken
 from federator.store.protocol import Store
@@ -27,29 +27,6 @@ from federator.store.protocol import Store
 HUB_GROUP = "federator.dev"
 HUB_VERSION = "v1alpha1"
 HUB_API_VERSION = f"{HUB_GROUP}/{HUB_VERSION}"
-
-
-@dataclass(frozen=True, slots=True)
-class HubSettings:
-    """Tunables of the hub's loops. Defaults suit a dev hub; tests shorten them."""
-
-    #: where the hub keeps kubeconfigs it writes, certs and the sqlite file
-    state_dir: Path = Path(".federator")
-    #: failed probes before a member cluster turns Reachable=False
-    unreachable_after_failures: int = 3
-    #: a lost watch that does not recover within this turns Reachable=False
-    watch_loss_grace_seconds: float = 15.0
-    #: seconds between health probes of each member (a lost cluster is noticed within this; GET /readyz)
-    probe_interval_seconds: float = 2.0
-    #: at most this many checkpoint flushes per second per hub (all clusters)
-    checkpoint_interval_seconds: float = 0.5
-    #: reflector reconnect backoff (capped exponential with jitter)
-    backoff_initial_seconds: float = 0.2
-    backoff_max_seconds: float = 10.0
-    #: replica cap per role for TrainingJob validation
-    max_replicas_per_role: int = 1024
-    #: extra knobs for later controllers, by name
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

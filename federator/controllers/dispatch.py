@@ -204,13 +204,12 @@ class Dispatcher:
 
     def __init__(self, hub: HubContext, *, on_requeued: Callable[[float], None] | None = None) -> None:
         self.hub = hub
-        extra = hub.settings.extra
-        self.retries = RetryBook(initial=float(extra.get("dispatch_backoff_initial_seconds", 0.5)),
-                                 maximum=float(extra.get("dispatch_backoff_max_seconds", 30.0)))
-        self.concurrency = int(extra.get("dispatch_object_concurrency", 16))
-        self.client_wait_seconds = float(extra.get("dispatch_client_wait_seconds", 30.0))
+        knobs = hub.settings.dispatch
+        self.retries = RetryBook(initial=knobs.backoff_initial_seconds, maximum=knobs.backoff_max_seconds)
+        self.concurrency = knobs.object_concurrency
+        self.client_wait_seconds = knobs.client_wait_seconds
         #: how long a dispatch waits for a returning cluster's epoch fence before it fails (and requeues)
-        self.fence_wait_seconds = float(extra.get("dispatch_fence_wait_seconds", 30.0))
+        self.fence_wait_seconds = knobs.fence_wait_seconds
         #: called with the requeue delay after a failed dispatch (placement wakes up then)
         self.on_requeued = on_requeued
         self._namespaces: dict[str, set[str]] = {}
@@ -662,13 +661,13 @@ class Dispatcher:
                     from None
         created = 0
         for obj in objects:
-            extra = pods.get(obj.name) if obj.gvk.kind == "Pod" else None
-            if extra is None:
+            annotations = pods.get(obj.name) if obj.gvk.kind == "Pod" else None
+            if annotations is None:
                 continue
             body = obj.owned_by(owner) if owner is not None else obj
             meta = body.body.setdefault("metadata", {})
-            meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
-            attempt = extra.get(ANNOTATION_ATTEMPT)
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+            attempt = annotations.get(ANNOTATION_ATTEMPT)
             if attempt is not None:
                 for container in body.body.get("spec", {}).get("containers") or ():
                     env = [e for e in container.get("env") or () if e.get("name") != "FEDERATOR_ATTEMPT"]

@@ -3,8 +3,8 @@
 A running elastic gang's size is its status.replicas (pods per role, within
 each role's minimum and maximum). Placement shrinks one to make room for a
 preemptor (`preemption.py`); `ElasticResizer` runs the rest as a named
-background task ("placement:elastic", every HubSettings.extra
-"elastic_tick_seconds", default 5 s), `elastic_pass`:
+background task ("placement:elastic", every HubSettings.elastic.tick_seconds,
+default 5 s), `elastic_pass`:
 
 a. trim and fill: every settled elastic gang (no pod failed, finished or
    being deleted: those are status sync's) is converged to its

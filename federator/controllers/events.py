@@ -4,7 +4,7 @@
 controller records into it) puts a fresh `EventRecorder` into `hub.events`,
 runs its writer (every Event goes through this term's `hub.storage`, which
 the hub fences with the leader's token) and a pass every
-`event_gc_interval_seconds` (HubSettings.extra, 60 s) that deletes Events not
+`event_gc_interval_seconds` (HubSettings.events, 60 s) that deletes Events not
 seen for `event_ttl_seconds` (3600 s, kube's --event-ttl). The writer writes
 at most `event_writes_per_second` (100): Events never crowd out the
 controllers' own writes. On the way out it gives pending Events a moment to
@@ -21,7 +21,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from federator.apiserver.events import EVENT_TTL_SECONDS, EventRecorder
+from federator.apiserver.events import EventRecorder
 from federator.apiserver.registry import ResourceType
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
@@ -52,14 +52,14 @@ async def _expire_events(hub: HubContext, recorder: EventRecorder, rt: ResourceT
 
 async def event_recording(hub: HubContext) -> AsyncIterator[None]:
     """cleanup_ctx-style factory: the term's Event recorder, its writer and the expiry pass."""
-    extra = hub.settings.extra
-    ttl = float(extra.get("event_ttl_seconds", EVENT_TTL_SECONDS))
-    interval = float(extra.get("event_gc_interval_seconds", min(60.0, ttl / 10)))
+    knobs = hub.settings.events
+    ttl = knobs.ttl_seconds
+    interval = knobs.gc_interval
     rt = hub.registry.by_kind("v1", "Event")
     if rt is None:
         raise RuntimeError("event_recording needs the hub registry's core v1 Event kind")
     recorder = EventRecorder(instance=f"federator-hub-{hub_id(hub)}", ttl_seconds=ttl, metrics=hub.metrics,
-                             writes_per_second=float(extra.get("event_writes_per_second", 100.0)))
+                             writes_per_second=knobs.writes_per_second)
     hub.events = recorder
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(background_loop(

@@ -81,8 +81,6 @@ _log = get_logger("controllers.failover")
 
 CONDITION_WAITING = "WaitingForCluster"
 FAILOVER = "failover"
-DEFAULT_MASS_LOSS_THRESHOLD = 0.5
-DEFAULT_FAILOVER_RATE = 20.0
 _WRITE_CONCURRENCY = 32
 
 
@@ -136,9 +134,8 @@ class ClusterFailover:
     def __init__(self, hub: HubContext, *, jobs: JobCache) -> None:
         self.hub = hub
         self.jobs = jobs
-        extra = hub.settings.extra
-        self.threshold = float(extra.get("mass_loss_threshold", DEFAULT_MASS_LOSS_THRESHOLD))
-        self.rate = float(extra.get("failover_rate", DEFAULT_FAILOVER_RATE))
+        self.threshold = hub.settings.failover.mass_loss_threshold
+        self.rate = hub.settings.failover.rate_per_second
         self.bucket = _TokenBucket(self.rate, now=time.monotonic())
         self.inflight = dispatches_in_flight(hub)
         #: True while the hub judges itself cut off (mass loss)
@@ -161,7 +158,7 @@ class ClusterFailover:
         # A cluster whose probe is still hanging has no failed contact on record yet, but has been silent
         # since its last contact: counted as out of contact from then, so that a partition of every
         # cluster is seen as one even when one cluster's probe fails later than another's (a loaded hub).
-        silence = SILENT_PROBES * self.hub.settings.probe_interval_seconds
+        silence = SILENT_PROBES * self.hub.settings.member_sync.probe_interval_seconds
         first_losses: dict[str, float] = {}
         for name, sync in syncs.items():
             health = sync.health

@@ -48,6 +48,7 @@ from federator.apis.common import format_time, parse_time
 from federator.apis.trainingjob import placed_replicas
 from federator.controllers.context import HubContext
 from federator.controllers.reservations import ReservationLedger
+from federator.controllers.settings import DEFAULT_HUB_ID
 from federator.obs import get_logger
 from federator.placement import (
     Decision,
@@ -164,7 +165,6 @@ RESERVATIONS = "reservations"  # ReservationLedger (controllers/reservations.py:
 DISPATCH_RECORDS = "dispatch_records"  # DispatchRecords (dispatch.py adds, status_sync.py writes)
 DISPATCHES_IN_FLIGHT = "dispatches_in_flight"  # InFlight (placement.py, dispatch.py; cleanup.py waits)
 
-DEFAULT_HUB_ID = "federator"
 #: The toleration delegated GPU pods get for the conventional GPU node taint (nvidia.com/gpu:NoSchedule).
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EXISTS, effect=TaintEffect.NO_SCHEDULE)
 
@@ -211,9 +211,8 @@ def hub_id(hub: HubContext) -> str:
     """The identity this hub writes into member objects' `federator.dev/hub` label.
 
     Stable across restarts (crash recovery and GC find their objects by it):
-    `HubSettings.extra["hub_id"]`, else DEFAULT_HUB_ID."""
-    value = hub.settings.extra.get("hub_id", DEFAULT_HUB_ID)
-    return str(value)
+    `HubSettings.hub_id` (default DEFAULT_HUB_ID)."""
+    return hub.settings.hub_id
 
 
 def current_placement(job: Mapping[str, Any]) -> tuple[str | None, int]:

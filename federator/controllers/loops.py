@@ -62,7 +62,7 @@ async def watch_hub_kind(
     rv = resource_version
     rng = random.Random()
     s = hub.settings
-    backoff = Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds)
+    backoff = Backoff(initial=s.watch.backoff_initial_seconds, maximum=s.watch.backoff_max_seconds)
     while True:
         try:
             if rv is None:

@@ -14,18 +14,14 @@ other controllers). While the hub runs it
 - writes MemberCluster.status (conditions, first loss of contact, capacity,
   datasets seen, observed resourceVersions, sync lag), rate-limited: a
   condition change within `STATUS_DEBOUNCE_SECONDS`, everything else at
-  most every `member_status_interval_seconds` (HubSettings.extra, default 5);
+  most every `member_status_interval_seconds` (HubSettings.member_sync, default 5);
 - runs one `CheckpointWriter` for all clusters and removes a deleted
   cluster's checkpoint.
 
-Knobs beyond HubSettings, in `HubSettings.extra` (tests and benchmarks):
-cluster_loss_grace_seconds (`--cluster-loss-grace`), member_lease_duration_seconds,
-member_lease_margin_seconds and member_lease (the fencing Lease, fencing/hublease.py),
-member_status_interval_seconds, member_watch_timeout_seconds (a (min, max)
-pair), member_connect/request/probe_timeout_seconds,
-member_watch_idle_seconds, checkpoint_meta_refresh_seconds, member_concurrent_lists
-(LISTs in flight at once across all clusters, default 4), and
-member_on_applied (a callback after every applied batch, for benchmarks).
+Its settings are `HubSettings.member_sync` (probes, health, timeouts, watches,
+checkpoints, LISTs in flight, the `on_applied` hook for benchmarks) and
+`HubSettings.lease` (the fencing Lease, fencing/hublease.py); controllers/settings.py
+documents each.
 
 Every loop is a named task started and stopped by the factory. Credentials
 live only in the spec this controller reads in-process; they never reach a
@@ -42,7 +38,7 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
 from federator.clusters.client import ClientTimeouts, MemberClient
-from federator.clusters.health import DEFAULT_LOSS_GRACE_SECONDS, ClusterHealth, HealthSettings
+from federator.clusters.health import ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff
 from federator.clusters.sync import ClusterSync, LeaseFactory, SyncSettings, stop_task
 from federator.controllers.context import HubContext
@@ -58,21 +54,15 @@ KIND = "MemberCluster"
 SNAPSHOTS = "snapshots"
 SYNCS = "member_syncs"
 STATUS_DEBOUNCE_SECONDS = 0.2
-#: member LISTs in flight at once (the initial sync of many clusters, re-lists after 410)
-DEFAULT_CONCURRENT_LISTS = 4
 
 _log = get_logger("controllers.membercluster")
 
 
 def lease_factory(hub: HubContext, settings: SyncSettings) -> LeaseFactory | None:
     """How each member's fencing Lease is made (fencing/hublease.py); None when `member_lease` is off."""
-    extra = hub.settings.extra
-    lease = LeaseSettings(
-        duration_seconds=(float(extra["member_lease_duration_seconds"])
-                          if extra.get("member_lease_duration_seconds") is not None else None),
-        margin_seconds=float(extra.get("member_lease_margin_seconds", 5.0)),
-        enabled=bool(extra.get("member_lease", True)),
-    )
+    wanted = hub.settings.lease
+    lease = LeaseSettings(duration_seconds=wanted.duration_seconds, margin_seconds=wanted.margin_seconds,
+                          enabled=wanted.enabled)
     if not lease.enabled:
         return None
 
@@ -84,24 +74,22 @@ def lease_factory(hub: HubContext, settings: SyncSettings) -> LeaseFactory | Non
 
 
 def sync_settings(hub: HubContext) -> SyncSettings:
-    """SyncSettings from HubSettings (plus optional `extra` knobs, for tests and benchmarks)."""
-    s = hub.settings
-    extra = s.extra
-    watch_timeout = extra.get("member_watch_timeout_seconds", (300, 600))
+    """SyncSettings from HubSettings.member_sync and .watch."""
+    s = hub.settings.member_sync
     return SyncSettings(
         health=HealthSettings(unreachable_after_failures=s.unreachable_after_failures,
                               watch_loss_grace_seconds=s.watch_loss_grace_seconds,
-                              loss_grace_seconds=float(extra.get("cluster_loss_grace_seconds",
-                                                                 DEFAULT_LOSS_GRACE_SECONDS))),
+                              loss_grace_seconds=s.cluster_loss_grace_seconds),
         hub_identity=hub_id(hub),
         probe_interval_seconds=s.probe_interval_seconds,
-        backoff=Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds),
-        watch_timeout_seconds=(int(watch_timeout[0]), int(watch_timeout[1])),
+        backoff=Backoff(initial=hub.settings.watch.backoff_initial_seconds,
+                        maximum=hub.settings.watch.backoff_max_seconds),
+        watch_timeout_seconds=s.watch_timeout_seconds,
         timeouts=ClientTimeouts(
-            connect=float(extra.get("member_connect_timeout_seconds", 5.0)),
-            request=float(extra.get("member_request_timeout_seconds", 30.0)),
-            probe=float(extra.get("member_probe_timeout_seconds", 3.0)),
-            watch_idle=float(extra.get("member_watch_idle_seconds", 90.0)),
+            connect=s.connect_timeout_seconds,
+            request=s.request_timeout_seconds,
+            probe=s.probe_timeout_seconds,
+            watch_idle=s.watch_idle_seconds,
         ),
     )
 
@@ -114,11 +102,11 @@ class MemberSyncController:
         self.rt = hub.kind(KIND)
         self.settings = sync_settings(hub)
         self.lease_factory = lease_factory(hub, self.settings)
-        extra = hub.settings.extra
-        self.status_interval = float(extra.get("member_status_interval_seconds", 5.0))
+        knobs = hub.settings.member_sync
+        self.status_interval = knobs.status_interval_seconds
         self.writer = CheckpointWriter(
-            hub.store, interval=hub.settings.checkpoint_interval_seconds, metrics=hub.metrics,
-            meta_refresh_seconds=float(extra.get("checkpoint_meta_refresh_seconds", 30.0)),
+            hub.store, interval=knobs.checkpoint_interval_seconds, metrics=hub.metrics,
+            meta_refresh_seconds=knobs.checkpoint_meta_refresh_seconds,
         )
         self.syncs: dict[str, ClusterSync] = {}
         self.snapshots: dict[str, ClusterSnapshot] = hub.shared.setdefault(SNAPSHOTS, {})
@@ -131,9 +119,9 @@ class MemberSyncController:
         self._written_status: dict[str, dict[str, Any]] = {}
         self._rng = random.Random()
         #: hook for benchmarks: called with (cluster, resource, events, received_at) after each batch
-        self.on_applied = extra.get("member_on_applied")
+        self.on_applied = knobs.on_applied
         #: at most this many member LISTs at once, across all clusters (clusters/reflector.py says why)
-        self.list_gate = asyncio.Semaphore(int(extra.get("member_concurrent_lists", DEFAULT_CONCURRENT_LISTS)))
+        self.list_gate = asyncio.Semaphore(knobs.concurrent_lists)
 
     # ------------------------------------------------------------ lifecycle
 

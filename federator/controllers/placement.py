@@ -96,16 +96,15 @@ class PlacementController:
         self.rt = hub.kind(JOB_KIND)
         self.dispatcher = dispatcher
         dispatcher.on_requeued = self._wake_after
-        extra = hub.settings.extra
-        profile = extra.get("placement_profile")
-        self.profile: Profile = profile if isinstance(profile, Profile) else Profile()
-        self.tick_seconds = float(extra.get("placement_tick_seconds", 1.0))
-        self.snapshot_poll_seconds = float(extra.get("placement_snapshot_poll_seconds", 0.1))
-        self.debounce_seconds = float(extra.get("placement_debounce_seconds", 0.005))
-        self.unplaced_refresh_seconds = float(extra.get("placement_unplaced_refresh_seconds", 5.0))
-        self.max_inflight = int(extra.get("placement_max_inflight", 64))
+        knobs = hub.settings.placement
+        self.profile: Profile = knobs.profile
+        self.tick_seconds = knobs.tick_seconds
+        self.snapshot_poll_seconds = knobs.snapshot_poll_seconds
+        self.debounce_seconds = knobs.debounce_seconds
+        self.unplaced_refresh_seconds = knobs.unplaced_refresh_seconds
+        self.max_inflight = knobs.max_inflight
         #: False: preemption is only explained ("would fit on X after preempting A, B"), never done
-        self.preempt = extra.get("placement_preemption", True) is not False
+        self.preempt = knobs.preemption
         self.ledger = reservations(hub)
         #: uid -> the newest stored TrainingJob seen
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -138,8 +137,8 @@ class PlacementController:
             accounting=self.accounting, preempting=self.preempting, ledger=self.ledger, profile=self.profile,
             snapshots=self._snapshots, jobs=self.jobs, active=self.active, queued=self.queued,
             inflight=self.inflight, remember=self._remember, spawn=lambda coro, name: self._spawn(coro, name=name),
-            tick_seconds=float(extra.get("elastic_tick_seconds", 5.0)),
-            cooldown_seconds=float(extra.get("elastic_grow_cooldown_seconds", 60.0)))
+            tick_seconds=hub.settings.elastic.tick_seconds,
+            cooldown_seconds=hub.settings.elastic.grow_cooldown_seconds)
         # the parts' per-job state the job index drops with a job (the same dicts as theirs)
         self._unplaced_written = self.records.unplaced_written
         self._charged = self.accounting.charged

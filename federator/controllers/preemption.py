@@ -43,7 +43,7 @@ preemptor still Pending in the store: the restarted hub places it again
 more) or, after (3), re-dispatches it with its reservation rebuilt. A shrink
 is safe the same way: status.replicas is written before the member changes
 and is the truth (`elastic.py` converges the pods to it).
-HubSettings.extra "placement_preemption" false only explains: a job that
+HubSettings.placement.preemption false only explains: a job that
 would fit after preemption says "would fit on X after preempting A, B" in
 its Schedulable condition.
 

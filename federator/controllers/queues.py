@@ -15,7 +15,7 @@
   jobs wait for quota).
 - `QueueStatusWriter`: writes each Queue's status through the status
   subresource in-process (HTTP serves it read-only), only when it changed,
-  and at most once per `queue_status_interval_seconds` (HubSettings.extra,
+  and at most once per `queue_status_interval_seconds` (HubSettings.queues,
   default 0.5) per Queue: a burst of cycles becomes one write.
 
 The placement controller owns both (started and stopped with it). This
@@ -216,7 +216,7 @@ class QueueStatusWriter:
     def __init__(self, hub: HubContext, *, cache: QueueCache) -> None:
         self.hub = hub
         self.cache = cache
-        self.interval = float(hub.settings.extra.get("queue_status_interval_seconds", 0.5))
+        self.interval = hub.settings.queues.status_interval_seconds
         #: name -> the status wanted now
         self._wanted: dict[str, dict[str, Any]] = {}
         #: name -> (the Queue's uid, the status last written to it)

@@ -33,7 +33,7 @@ lists it after member sync):
   (`jobs.DispatchRecords`) is written with the gang's next status write
   rather than in a write of its own. Work is driven by events (a member batch touching a
   job's objects, a job change), batched per job: the changes within
-  `status_batch_seconds` (HubSettings.extra, default 0.5) of a job's first
+  `status_batch_seconds` (HubSettings.status_sync, default 0.5) of a job's first
   one become one status write, as kube's Job controller batches pod
   updates; a full pass over the active jobs runs at most every
   `status_resync_seconds` (default 5).
@@ -155,8 +155,8 @@ FENCE_VERDICT_PATIENCE_SECONDS = 30.0
 
 
 def lifecycle_tick_seconds(hub: HubContext) -> float:
-    """How often the lifecycle loops re-check everything (HubSettings.extra, default 1 s)."""
-    return max(0.01, float(hub.settings.extra.get("lifecycle_tick_seconds", 1.0)))
+    """How often the lifecycle loops re-check everything (HubSettings.status_sync, default 1 s)."""
+    return hub.settings.status_sync.lifecycle_tick_seconds
 
 
 # ---------------------------------------------------------------- member objects
@@ -400,9 +400,8 @@ class MemberObjects:
         self._watches: dict[str, _ClusterWatch] = {}
         self._listeners: list[Callable[[str, set[str]], None]] = []
         s = hub.settings
-        self.backoff = Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds)
-        timeout = s.extra.get("member_watch_timeout_seconds", (300, 600))
-        self.watch_timeout_seconds = (int(timeout[0]), int(timeout[1]))
+        self.backoff = Backoff(initial=s.watch.backoff_initial_seconds, maximum=s.watch.backoff_max_seconds)
+        self.watch_timeout_seconds = s.member_sync.watch_timeout_seconds
 
     def subscribe(self, listener: Callable[[str, set[str]], None]) -> None:
         """`listener(cluster, job_uids)` after every batch that touched those jobs' objects."""
@@ -819,10 +818,10 @@ class StatusSync:
         self.jobs = jobs
         self.tick = lifecycle_tick_seconds(hub)
         #: a full pass over every active job at most this often (events drive everything else)
-        self.resync = max(self.tick, float(hub.settings.extra.get("status_resync_seconds", 5.0)))
+        self.resync = max(self.tick, hub.settings.status_sync.resync_seconds)
         #: a job's member changes within this window are folded into one status write (kube's Job controller
         #: batches pod updates the same way); job changes and the periodic pass use it too
-        self.work = _Work(batch_seconds=max(0.0, float(hub.settings.extra.get("status_batch_seconds", 0.5))))
+        self.work = _Work(batch_seconds=hub.settings.status_sync.batch_seconds)
         #: gangs the member shows fully bound whose reservation waits for the cluster's snapshot
         self.awaiting_release: set[str] = set()
         #: uid -> what of the job decides a reconcile (phase, cluster, epoch) as last seen

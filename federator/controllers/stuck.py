@@ -6,7 +6,7 @@ may sit in the member's queue. `stuck_gangs(hub)` (a cleanup_ctx-style
 factory, listed after status sync, whose job cache and member object index
 it reads) checks every tick for jobs in phase Placed whose placement
 (history entry "Placed" of the current epoch, else when this hub first saw
-it) is older than `stuck_timeout_seconds` (HubSettings.extra, default 120)
+it) is older than `stuck_timeout_seconds` (HubSettings.stuck, default 120)
 while the member, reachable and watched, still shows the gang unadmitted.
 Such a gang is pulled back, every step recorded in the job's history:
 
@@ -91,9 +91,8 @@ class StuckGangs:
         self.hub = hub
         self.objects = objects
         self.jobs = jobs
-        extra = hub.settings.extra
-        self.timeout = float(extra.get("stuck_timeout_seconds", 120.0))
-        self.exclusion = float(extra.get("stuck_exclusion_seconds", 600.0))
+        self.timeout = hub.settings.stuck.timeout_seconds
+        self.exclusion = hub.settings.stuck.exclusion_seconds
         self.first_seen: dict[tuple[str, int], float] = {}
         self.pulling: dict[str, _PullBack] = hub.shared.setdefault(PULLING_BACK, {})
         #: pull-backs completed since start (tests read it; the metric is the public face)

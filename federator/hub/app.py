@@ -67,7 +67,7 @@ from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.runtime.gcpolicy import server_gc
 from federator.dev.certs import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
-from federator.hub.kinds import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, hub_registry, validation_settings
+from federator.hub.kinds import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, hub_registry
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, configure_logging, get_logger
 from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
 from federator.store.open import open_store
@@ -140,14 +140,14 @@ def hub_controllers() -> list[ControllerFactory]:
 
 
 async def store_compaction(hub: HubContext) -> AsyncIterator[None]:
-    """The leader keeps `--compaction-interval` of history in the hub store (HubSettings.extra
-    "compaction_interval_seconds"; 0 turns compaction off), compacting older revisions every fifth of it
+    """The leader keeps `--compaction-interval` of history in the hub store (HubSettings.compaction
+    .interval_seconds; 0 turns compaction off), compacting older revisions every fifth of it
     (store/compaction.py). Only the leader runs it; a second replica compacting at the same time does no
     harm (compaction is idempotent)."""
     from federator.controllers.loops import background_loop
-    from federator.store.compaction import DEFAULT_COMPACTION_INTERVAL_SECONDS, run_compactor
+    from federator.store.compaction import run_compactor
 
-    interval = float(hub.settings.extra.get("compaction_interval_seconds", DEFAULT_COMPACTION_INTERVAL_SECONDS))
+    interval = hub.settings.compaction.interval_seconds
     if interval <= 0:
         _log.info("store compaction off (--compaction-interval 0): the store keeps all history")
         yield
@@ -355,11 +355,7 @@ def build_hub_app(
     with an AppRunner; nothing is opened before the runner sets it up."""
     metrics = metrics or METRICS
     slot = _StoreSlot(HUB_STORE_PREFIX)
-    registry = hub_registry(
-        validation_settings(max_replicas_per_role=settings.max_replicas_per_role,
-                            extra=settings.extra.get("validation")),
-        job_finalizers=job_finalizers,
-    )
+    registry = hub_registry(settings.validation, job_finalizers=job_finalizers)
     storage = ObjectStorage(slot, registry)
     context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics)
     state = HubState(context=context, store_url=store_url, base=context)
@@ -821,14 +817,15 @@ class _Plan:
     dev_tokens: dict[str, str] | None
     clusters_dir: Path | None
     kubeconfig_dir: Path
-    #: HubSettings.extra knobs from the failover flags
-    knobs: dict[str, Any] = field(default_factory=dict)
+    #: from the flags (failover_knobs), validated
+    settings: HubSettings
     leader_ttl: float = LEADER_TTL_SECONDS
 
 
 def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
-    """HubSettings.extra from `federator up`'s failover flags and --compaction-interval; ValueError naming the
-    flag when one is wrong (devclusters.run_up calls it before any simulated cluster starts)."""
+    """HubSettings keys (HubSettings.from_mapping) from `federator up`'s failover flags and --compaction-interval;
+    ValueError naming the flag when one is wrong (devclusters.run_up calls it before any simulated cluster
+    starts)."""
     from federator.apis.common import parse_duration_seconds
 
     def duration(flag: str, attribute: str, default: str) -> float:
@@ -895,7 +892,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     store_url: str = getattr(args, "store", None) or default_store_url(state_dir)
     host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
     # Flags first: a wrong one is one line, with nothing written yet.
-    knobs = failover_knobs(args)
+    settings = HubSettings.from_mapping({"state_dir": state_dir, **failover_knobs(args)})
     leader_ttl = leader_ttl_flag(args)
     _prepare_state(store_url, state_dir)
     cert_arg, key_arg = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
@@ -930,7 +927,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         read_registrations(clusters_dir)  # malformed files fail before anything starts
     return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
-                 kubeconfig_dir=state_dir, knobs=knobs, leader_ttl=leader_ttl)
+                 kubeconfig_dir=state_dir, settings=settings, leader_ttl=leader_ttl)
 
 
 def default_store_url(state_dir: Path) -> str:
@@ -971,9 +968,8 @@ async def _serve(plan: _Plan) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    settings = HubSettings(state_dir=plan.state_dir, extra={"clusters_dir": plan.clusters_dir, **plan.knobs})
     authenticator = TokenAuthenticator.from_file(plan.token_file, logger=get_logger("hub.auth"))
-    app = build_hub_app(settings, store_url=plan.store_url, controllers=hub_controllers(),
+    app = build_hub_app(plan.settings, store_url=plan.store_url, controllers=hub_controllers(),
                         authenticator=authenticator, clusters_dir=plan.clusters_dir,
                         leader_ttl_seconds=plan.leader_ttl)
     state = hub_state(app)

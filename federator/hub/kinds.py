@@ -413,12 +413,3 @@ def hub_registry(
     return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
                      drillreport_type(validation), queue_type(validation), priorityclass_type(validation),
                      *event_types()])
-
-
-def validation_settings(*, max_replicas_per_role: int, extra: Mapping[str, Any] | None = None) -> ValidationSettings:
-    """ValidationSettings from the hub's settings: the replica cap, plus any
-    other ValidationSettings field named in `extra` (e.g. max_gpus_per_pod)."""
-    fields = set(ValidationSettings.__dataclass_fields__) - {"cpu_cap", "memory_cap"}
-    chosen = {k: v for k, v in (extra or {}).items() if k in fields}
-    chosen["max_replicas_per_role"] = max_replicas_per_role
-    return ValidationSettings(**chosen)

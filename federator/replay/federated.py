@@ -139,7 +139,7 @@ _MAX_EVICTIONS_AT_ONCE = 3
 
 
 # The hub's elastic pass: its tick and the cooldown after a placement or resize (controllers/placement.py's
-# defaults, HubSettings.extra elastic_tick_seconds and elastic_grow_cooldown_seconds).
+# defaults, HubSettings.elastic.tick_seconds and .grow_cooldown_seconds).
 ELASTIC_TICK_SECONDS = 5.0
 GROW_COOLDOWN_SECONDS = 60.0
 

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from federator.controllers.context import HubSettings
+from federator.controllers.settings import EventSettings, HubSettings
 from federator.controllers.events import event_recording
 
 from ..controllers.jobtest_support import wait_until
@@ -237,7 +237,7 @@ async def test_the_leader_records_through_its_store_and_expires_old_events(tmp_p
     """kube's TTL runs from an Event's last write (or last observation, whichever is later): an Event
     written through the API and one the controllers record are both gone once that is past."""
     settings = HubSettings(state_dir=tmp_path / "hub" / "state",
-                           extra={"event_ttl_seconds": 2.0, "event_gc_interval_seconds": 0.1})
+                           events=EventSettings(ttl_seconds=2.0, gc_interval_seconds=0.1))
     async with start_hub(tmp_path / "hub", controllers=[event_recording], settings=settings) as hub:
         old = event("old.1", lastTimestamp="2020-01-01T00:00:00Z", firstTimestamp="2020-01-01T00:00:00Z",
                     eventTime=None)

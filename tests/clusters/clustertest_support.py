@@ -129,9 +129,12 @@ def registration(name: str, kubeconfig: Path | None = None, *, scheduler: str = 
     return body
 
 
-FAST_SETTINGS = dict(
+#: short periods for tests (HubSettings.from_mapping keys); Hub(..., key=value) adds or overrides
+FAST_SETTINGS: dict[str, Any] = dict(
     unreachable_after_failures=2, watch_loss_grace_seconds=1.0, probe_interval_seconds=0.2,
     checkpoint_interval_seconds=0.1, backoff_initial_seconds=0.05, backoff_max_seconds=0.4,
+    member_status_interval_seconds=0.3, member_watch_idle_seconds=5.0, member_probe_timeout_seconds=1.0,
+    member_connect_timeout_seconds=1.0,
 )
 
 
@@ -142,16 +145,10 @@ class Hub:
         self.store = store
         self.registry = hub_registry()
         self.storage = ObjectStorage(store, self.registry)
-        merged = dict(FAST_SETTINGS)
-        extra = dict(settings.pop("extra", {}))
-        extra.setdefault("member_status_interval_seconds", 0.3)
-        extra.setdefault("member_watch_idle_seconds", 5.0)
-        extra.setdefault("member_probe_timeout_seconds", 1.0)
-        extra.setdefault("member_connect_timeout_seconds", 1.0)
-        merged.update(settings)
+        merged: dict[str, Any] = {**FAST_SETTINGS, **settings}
         self.metrics = metrics or Metrics()
         self.ctx = HubContext(store=store, storage=self.storage, registry=self.registry,
-                              settings=HubSettings(extra=extra, **merged), metrics=self.metrics)
+                              settings=HubSettings.from_mapping(merged), metrics=self.metrics)
         self.rt = self.ctx.kind("MemberCluster")
         self._sync_cm: contextlib.AbstractAsyncContextManager[None] | None = None
         self._runner: web.AppRunner | None = None

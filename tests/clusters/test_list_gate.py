@@ -53,7 +53,7 @@ async def _sync_three(sims: Sims, monkeypatch: pytest.MonkeyPatch, concurrent_li
     for name in names:
         await sims.start(profile(name, scheduler="default", gpu_nodes=2, cpu_nodes=0, fabric="ethernet",
                                  datasets=False))
-    hub = await Hub.open("memory://", extra={"member_concurrent_lists": concurrent_lists, "member_lease": False})
+    hub = await Hub.open("memory://", member_concurrent_lists=concurrent_lists, member_lease=False)
     try:
         async with running(hub):
             for name in names:

@@ -124,21 +124,21 @@ NEWER_GANG_SCHEDULERS = {
 CLUSTERS = {**STANDARD, **NEWER_GANG_SCHEDULERS}
 
 
-def fast_settings(state_dir: Path, **extra: Any) -> HubSettings:
+def fast_settings(state_dir: Path, **more: Any) -> HubSettings:
+    """Short periods for tests; `more` are more hub settings by their flat keys (HubSettings.from_mapping, so
+    an unknown or mistyped key fails the test at once)."""
     knobs: dict[str, Any] = {
+        "probe_interval_seconds": 0.2, "checkpoint_interval_seconds": 0.1,
+        "backoff_initial_seconds": 0.05, "backoff_max_seconds": 0.4,
+        "unreachable_after_failures": 2, "watch_loss_grace_seconds": 1.0,
         "member_status_interval_seconds": 0.3, "member_watch_idle_seconds": 5.0,
         "member_probe_timeout_seconds": 1.0, "member_connect_timeout_seconds": 1.0,
         "member_request_timeout_seconds": 5.0,
         "dispatch_backoff_initial_seconds": 0.2, "dispatch_backoff_max_seconds": 1.0,
         "placement_tick_seconds": 0.2, "placement_unplaced_refresh_seconds": 0.5,
     }
-    knobs.update(extra)
-    overrides = {k: knobs.pop(k) for k in ("unreachable_after_failures", "watch_loss_grace_seconds") if k in knobs}
-    return HubSettings(state_dir=state_dir, probe_interval_seconds=0.2, checkpoint_interval_seconds=0.1,
-                       backoff_initial_seconds=0.05, backoff_max_seconds=0.4,
-                       unreachable_after_failures=int(overrides.get("unreachable_after_failures", 2)),
-                       watch_loss_grace_seconds=float(overrides.get("watch_loss_grace_seconds", 1.0)),
-                       extra=knobs)
+    knobs.update(more)
+    return HubSettings.from_mapping({"state_dir": state_dir, **knobs})
 
 
 async def wait_until(check: Callable[[], Awaitable[T | None]] | Callable[[], T | None], *, timeout: float = 20.0,

@@ -12,7 +12,8 @@ from typing import Any
 from federator.apiserver.storage import ObjectStorage
 from federator.clusters.client import MemberUnreachable
 from federator.clusters.health import ClusterHealth, HealthSettings
-from federator.controllers.context import HubContext, HubSettings
+from federator.controllers.context import HubContext
+from federator.controllers.settings import HubSettings, MemberSyncSettings
 from federator.controllers.failover import ClusterFailover
 from federator.controllers.jobs import MEMBER_SYNCS
 from federator.hub.kinds import hub_registry
@@ -38,7 +39,7 @@ def _failover(tmp_path: Path, clock: Clock) -> tuple[ClusterFailover, dict[str, 
     store = MemoryStore()
     registry = hub_registry()
     hub = HubContext(store=store, storage=ObjectStorage(store, registry), registry=registry,
-                     settings=HubSettings(state_dir=tmp_path, probe_interval_seconds=1.0), metrics=Metrics())
+                     settings=HubSettings(state_dir=tmp_path, member_sync=MemberSyncSettings(probe_interval_seconds=1.0)), metrics=Metrics())
     syncs = {name: FakeSync(ClusterHealth(cluster=name, resources=("nodes",), wall_clock=clock,
                                           settings=HealthSettings(loss_grace_seconds=10.0)))
              for name in ("home", "fallback")}

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from federator.controllers.context import HubSettings
+from federator.controllers.settings import CompactionSettings, HubSettings
 from federator.controllers.status_sync import JobCache
 from federator.hub.app import compaction_interval_flag, store_compaction
 from federator.obs import METRICS
@@ -270,7 +270,7 @@ def test_federator_up_refuses_a_wrong_interval_before_anything_starts(tmp_path: 
 
 
 async def test_the_leader_compacts_and_an_old_watch_gets_410(tmp_path: Path) -> None:
-    settings = HubSettings(state_dir=tmp_path / "state", extra={"compaction_interval_seconds": 0.2})
+    settings = HubSettings(state_dir=tmp_path / "state", compaction=CompactionSettings(interval_seconds=0.2))
     async with start_hub(tmp_path, controllers=[store_compaction], settings=settings) as hub:
         status, created = await hub.request("POST", jobs_url("default"), body=example_job("default", "old"))
         assert status == 201
