@@ -35,7 +35,6 @@ Pure (no I/O); the caller supplies the time.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from typing import Any, Final
 
 from federator.apiserver import errors, ssa
 from federator.apiserver.errors import ApiError, FieldError
+from federator.apis.timestamps import parse_epoch, parse_time
 
 __all__ = [
     "APPLY",
@@ -192,12 +192,8 @@ class Managed:
 
 
 def _seconds(when: str | None) -> int:
-    if not when:
-        return 0
-    try:
-        return int(dt.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return 0
+    seconds = parse_epoch(when)
+    return 0 if seconds is None else int(seconds)
 
 
 def decode(entries: Any) -> Managed:
@@ -227,11 +223,8 @@ def decode(entries: Any) -> Managed:
         if not isinstance(manager, str) or not isinstance(subresource, str) or (
                 when is not None and not isinstance(when, str)):
             raise ManagedFieldsError(f"managed fields entry {index} has a field of the wrong type")
-        if when is not None:
-            try:
-                dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
-            except ValueError:
-                raise ManagedFieldsError(f"managed fields entry {index} has an invalid time {when!r}") from None
+        if when is not None and parse_time(when) is None:
+            raise ManagedFieldsError(f"managed fields entry {index} has an invalid time {when[:64]!r}")
         try:
             owned = ssa.parse_fields_v1(entry.get("fieldsV1", {}) if entry.get("fieldsV1") is not None else {})
         except ssa.FieldsV1Error as e:

@@ -72,6 +72,7 @@ from federator.apiserver.selectors import (
     parse_label_selector,
 )
 from federator.apis.common import dns1123_label_errors, dns1123_subdomain_errors, label_key_errors, label_value_errors
+from federator.apis.timestamps import format_time
 from federator.apiserver.watchcache import CachedEvent, FeedReset, ResourceFeed, WatchCache, follow
 from federator.obs import RepeatedFailureLog, get_logger
 from federator.store.protocol import (
@@ -144,10 +145,6 @@ Mutator = Callable[[JSONObject], "JSONObject | None"]
 # method) do not resolve `list` to that method.
 _Batch = list[tuple[str, "CachedEvent | JSONObject"]]
 _PatchBody = bytes | JSONObject | list[Any]
-
-
-def rfc3339(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def utc_now() -> dt.datetime:
@@ -451,7 +448,7 @@ class ObjectStorage:
         return f"{self._root}{rt.storage_path}/_/{name}"
 
     def _now(self) -> str:
-        return rfc3339(self._clock())
+        return format_time(self._clock())
 
     # ------------------------------------------------------------ reads
 
@@ -1369,7 +1366,7 @@ class ObjectStorage:
     ) -> JSONObject:
         new: JSONObject = _copy(old)
         meta = new["metadata"]
-        meta["deletionTimestamp"] = rfc3339(self._clock() + dt.timedelta(seconds=grace))
+        meta["deletionTimestamp"] = format_time(self._clock() + dt.timedelta(seconds=grace))
         meta["deletionGracePeriodSeconds"] = grace
         if bump_generation and meta.get("generation"):
             meta["generation"] = int(meta["generation"]) + 1

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from federator.apiserver.registry import JSONObject, ResourceType
+from federator.apis.timestamps import parse_time
 
 TABLE_API_VERSION = "meta.k8s.io/v1"
 
@@ -49,17 +50,8 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
-def parse_timestamp(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def age(value: Any, now: dt.datetime) -> str:
-    ts = parse_timestamp(value)
+    ts = parse_time(value)
     if ts is None:
         return "<unknown>"
     return human_duration((now - ts).total_seconds())

@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 from federator.apis.drillreport import FAULTS, MAX_CLUSTERS
 from federator.apis.membercluster import MAX_DRAIN_CONCURRENCY
+from federator.apis.timestamps import parse_time
 from federator.cli.common import InputError, Printer, dump, hub_flags, parse_duration, render_table, run_on_hub
 from federator.cli.drillrun import (
     DRILLREPORTS_PATH,
@@ -255,7 +256,7 @@ def render_plan(plan: Mapping[str, Any], *, fault: str) -> str:
 async def _live(client: HubClient, options: DrillOptions, *, output: str) -> int:
     result = await run_drill(client, options, progress=ProgressLine(sys.stderr))
     spec = result.report
-    started = dt.datetime.fromisoformat(str(spec["startedAt"]).replace("Z", "+00:00"))
+    started = parse_time(spec.get("startedAt")) or dt.datetime.now(dt.UTC)
     base = report_name(options.clusters, started)
     stored: str | None = None
     error = ""

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from federator.apis.drillreport import FIGURES, MAX_GANGS
+from federator.apis.timestamps import format_time, parse_time
 from federator.cli.common import UserError
 from federator.cli.simfault import FAULTS_PATH, Target, call, read_kubeconfig
 from federator.clusters.client import NODES, PODS, ClientTimeouts, MemberClient, MemberClientError
@@ -621,11 +622,8 @@ def _stale_from_history(job: Mapping[str, Any], *, faulted: Iterable[str], since
             continue
         if entry.get("cluster") not in clusters:
             continue
-        try:
-            when = dt.datetime.fromisoformat(str(entry.get("time", "")).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        if when < since.replace(microsecond=0):
+        when = parse_time(entry.get("time"))
+        if when is None or when < since.replace(microsecond=0):
             continue
         found = _STALE_PODS.search(str(entry.get("message") or ""))
         total += int(found.group(1)) if found else 0
@@ -713,8 +711,8 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
         "stalePodsKilled": stale,
         "planMatched": (round(matched / moved, 4) if moved else 1.0) if plans else None,
         "durationSeconds": round(options.duration, 3),
-        "startedAt": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "finishedAt": finished.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "startedAt": format_time(started),
+        "finishedAt": format_time(finished),
         "samples": obs.samples,
         "unansweredReads": obs.unanswered_reads,
         "gangs": outcomes[:MAX_GANGS],

@@ -44,7 +44,8 @@ from federator.clusters.client import (
     ResourceKind,
     podgroup_resource,
 )
-from federator.clusters.health import LOST, ClusterHealth, HealthSettings, rfc3339
+from federator.apis.timestamps import format_time
+from federator.clusters.health import LOST, ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff, Reflector
 from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
 from federator.obs import MAX_GPU_MODELS_PER_CLUSTER, METRICS, OTHER_GPU_MODEL, Metrics, get_logger
@@ -489,9 +490,9 @@ class ClusterSync:
             status: dict[str, Any] = {
                 "conditions": [
                     {"type": t, "status": "False", "reason": "KubeconfigInvalid", "message": self.client_error[:1024],
-                     "lastTransitionTime": rfc3339(self.health.conditions[t].last_transition)}
+                     "lastTransitionTime": format_time(self.health.conditions[t].last_transition)}
                     for t in ("Reachable", "Synced", "Ready")] + [self.health.conditions[LOST].as_dict()],
-                "firstLossOfContact": rfc3339(first),
+                "firstLossOfContact": format_time(first),
             }
             self._export_capacity({})
             return status
@@ -506,7 +507,7 @@ class ClusterSync:
             "syncLagSeconds": self.sync_lag_seconds(),
         }
         if self.health.first_loss_of_contact is not None:
-            status["firstLossOfContact"] = rfc3339(self.health.first_loss_of_contact)
+            status["firstLossOfContact"] = format_time(self.health.first_loss_of_contact)
         if self.health.last_synced_at is not None:
-            status["lastSyncTime"] = rfc3339(self.health.last_synced_at)
+            status["lastSyncTime"] = format_time(self.health.last_synced_at)
         return status

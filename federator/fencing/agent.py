@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from federator.apis.common import dns1123_label_errors
+from federator.apis.timestamps import format_time
 from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
 from federator.clusters.client import (
     EVENTS,
@@ -195,10 +196,6 @@ class _Expiry:
     kinds_known: bool = False
     #: the fence is marked on the Lease (FENCE_COUNT raised), so the hub learns of it when it returns
     marked: bool = False
-
-
-def _rfc3339(when: dt.datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -489,7 +486,7 @@ class FenceAgent:
             patched = await self.client.patch(
                 LEASES, namespace=self.namespace, name=self.hub_identity,
                 patch={"metadata": {"annotations": {FENCE_COUNT: str(seen.fence_count + 1),
-                                                    FENCED_AT: _rfc3339(dt.datetime.now(dt.UTC))}}})
+                                                    FENCED_AT: format_time(dt.datetime.now(dt.UTC))}}})
         except MemberApiError as e:
             # refused (RBAC without patch on leases, a conflict): fence anyway, never run twice; the hub then
             # sees the gangs' objects deleted and fails them instead of requeueing them
@@ -626,7 +623,7 @@ class FenceAgent:
             if expiry.event_name is not None:
                 try:
                     await self.client.patch(EVENTS, namespace=self.namespace, name=expiry.event_name, patch={
-                        "count": expiry.event_count + 1, "lastTimestamp": _rfc3339(wall), "message": message})
+                        "count": expiry.event_count + 1, "lastTimestamp": format_time(wall), "message": message})
                     expiry.event_count += 1
                     expiry.event_stale = False
                     return
@@ -643,7 +640,7 @@ class FenceAgent:
                 "reason": EVENT_REASON, "type": "Warning", "message": message,
                 "source": {"component": COMPONENT, "host": self._instance[:253]},
                 "reportingComponent": COMPONENT, "reportingInstance": self._instance[:128],
-                "firstTimestamp": _rfc3339(wall), "lastTimestamp": _rfc3339(wall), "count": 1,
+                "firstTimestamp": format_time(wall), "lastTimestamp": format_time(wall), "count": 1,
             }, namespace=self.namespace)
             expiry.event_name, expiry.event_count, expiry.event_stale = name, 1, False
             self.counters.events_recorded += 1

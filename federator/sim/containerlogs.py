@@ -44,6 +44,7 @@ from aiohttp import web
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, api_state
 from federator.apiserver.podlog import LogOptions, parse_log_options, serve_log
+from federator.apis.timestamps import format_nano_time, parse_time
 
 __all__ = [
     "ANNOTATION_LOG_INTERVAL",
@@ -94,23 +95,8 @@ def _unit(*parts: str) -> float:
 
 def _parse_time(value: Any) -> int | None:
     """A kube timestamp (RFC 3339, whole seconds) as nanoseconds since the epoch."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp()) * _NS
-
-
-def rfc3339_nano(ns: int) -> str:
-    """Go's time.RFC3339Nano (trailing zeros of the fraction dropped), as a kubelet stamps lines."""
-    seconds, fraction = divmod(ns, _NS)
-    text = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    digits = f"{fraction:09d}".rstrip("0")
-    return f"{text}.{digits}Z" if digits else f"{text}Z"
+    parsed = parse_time(value)
+    return None if parsed is None else int(parsed.timestamp()) * _NS
 
 
 def _interval(annotations: Mapping[str, Any]) -> float:
@@ -291,7 +277,7 @@ class ContainerLog:
     def render(self, i: int, *, timestamps: bool) -> bytes:
         text = self.line(i)
         if timestamps:
-            return f"{rfc3339_nano(self.time_of(i))} {text}\n".encode()
+            return f"{format_nano_time(self.time_of(i))} {text}\n".encode()
         return f"{text}\n".encode()
 
 

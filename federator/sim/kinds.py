@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -35,7 +34,7 @@ from aiohttp import web
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, VerbOnlyResource, decode_body, json_response
 from federator.apiserver.errors import ApiError, FieldError, as_field_error
-from federator.apiserver.events import core_event_type, format_micro_time, validate_event
+from federator.apiserver.events import core_event_type, validate_event
 from federator.apiserver.registry import (
     JSONObject,
     Registry,
@@ -48,6 +47,7 @@ from federator.apiserver.selectors import path_getter
 from federator.apis import priorityclass
 from federator.apis.common import dns1123_label_errors, label_key_errors
 from federator.apis.quantity import QuantityError, parse_quantity
+from federator.apis.timestamps import format_micro_time, format_time, parse_micro_time
 
 # ---------------------------------------------------------------- gang-scheduler wiring (kube-api-notes §11)
 
@@ -67,7 +67,7 @@ _POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(dt.datetime.now(dt.UTC))
 
 
 # ---------------------------------------------------------------- the official client's models as schema
@@ -973,26 +973,10 @@ EVENTS = dataclasses.replace(
 LEASE_GROUP = "coordination.k8s.io"
 #: metav1.RFC3339Micro, the only layout a MicroTime accepts: exactly six fraction digits, then Z or ±hh:mm
 MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
-_MICRO_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})")
 #: kube's only Kubernetes-defined coordinated leader election strategy (a domain-prefixed one is free-form)
 _LEASE_STRATEGIES = ("OldestEmulationVersion",)
 _LEASE_SPEC_FIELDS = ("acquireTime", "holderIdentity", "leaseDurationSeconds", "leaseTransitions",
                       "preferredHolder", "renewTime", "strategy")
-
-
-def parse_micro_time(value: str) -> dt.datetime | None:
-    """A MicroTime string as kube's decoder reads it (time.Parse with RFC3339Micro), else None."""
-    m = _MICRO_TIME.fullmatch(value)  # not `$`: it would accept a trailing newline
-    if m is None:
-        return None
-    year, month, day, hour, minute, second, micro, zone = m.groups()
-    try:
-        tz = dt.UTC if zone == "Z" else dt.timezone(
-            (1 if zone[0] == "+" else -1) * dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
-        return dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), int(micro),
-                           tzinfo=tz)
-    except ValueError:  # a day, hour or offset out of range
-        return None
 
 
 def _lease_defaults(lease: JSONObject) -> None:

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from federator.apiserver.errors import ApiError
 from federator.obs import METRICS
 from federator.apis.quantity import QuantityError
+from federator.apis.timestamps import format_time, parse_time
 from federator.sim.fit import GPU, resource_units
 from federator.sim.nodelease import NodeLeases, NodeState
 from federator.sim.profile import node_conditions
@@ -103,16 +104,7 @@ _START, _FINISH, _TERMINATE, _RESTART = 0, 1, 2, 3
 
 
 def _stamp(when: datetime | None = None) -> str:
-    return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_stamp(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
+    return format_time(when or datetime.now(UTC))
 
 
 def _seconds(annotations: Mapping[str, Any], key: str) -> float | None:
@@ -259,10 +251,10 @@ def _container_started(status: Mapping[str, Any]) -> datetime | None:
     for cs in status.get("containerStatuses") or []:
         running = ((cs or {}).get("state") or {}).get("running") if isinstance(cs, Mapping) else None
         if isinstance(running, Mapping):
-            started = _parse_stamp(running.get("startedAt"))
+            started = parse_time(running.get("startedAt"))
             if started is not None:
                 return started
-    return _parse_stamp(status.get("startTime"))
+    return parse_time(status.get("startTime"))
 
 
 def _go_duration(seconds: float) -> str:

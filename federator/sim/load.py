@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
+from federator.apis.timestamps import parse_epoch
 from federator.sim.fit import GPU, RDMA_HCA
 from federator.sim.kubelet import ANNOTATION_DURATION
 from federator.sim.profile import PLAIN_POD_SCHEDULERS
@@ -172,7 +173,7 @@ class BackgroundLoadLoop:
                 self.serial = max(self.serial, int(found.group(1)) + 1)
             status = pod.get("status") or {}
             phase = status.get("phase") or "Pending"
-            created = _epoch(meta.get("creationTimestamp"))
+            created = parse_epoch(meta.get("creationTimestamp"))
             stale = not (pod.get("spec") or {}).get("nodeName") and created is not None and \
                 now - created > give_up_after
             if meta.get("deletionTimestamp"):
@@ -235,17 +236,6 @@ class BackgroundLoadLoop:
 
 
 _SERIAL = re.compile(r"^bg-(\d{6,})-")
-
-
-def _epoch(stamp: Any) -> float | None:
-    from datetime import UTC, datetime
-
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
 
 
 async def run_background_load(

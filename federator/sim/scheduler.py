@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
 from federator.apis.priorityclass import default_priority_class
+from federator.apis.timestamps import format_time
 from federator.obs import METRICS
 from federator.sim import kinds
 from federator.sim.fit import (
@@ -759,7 +760,7 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC))
 
 
 @dataclass(frozen=True, slots=True)
