@@ -44,9 +44,9 @@ import base64
 import datetime as dt
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -93,7 +93,9 @@ _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_OWNED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                       "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
 _MAX_ANNOTATIONS_BYTES = 256 * 1024
+#: attempts of a read-modify-write before a lost race is the caller's 409 (`retry_on_conflict`)
 _UPDATE_RETRIES = 16
+_T = TypeVar("_T")
 
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
 
@@ -1046,7 +1048,8 @@ class ObjectStorage:
         on every status write was the largest single cost of the hub's job
         lifecycle. `validate_update` and the name check still run."""
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> JSONObject | None:
             kv = await self.store.get(key)
             if kv is None:
                 raise errors.not_found(rt, name)
@@ -1058,13 +1061,9 @@ class ObjectStorage:
                                        trusted_status=trusted_status and subresource == "status")
             await self._admit_update(rt, new, old, subresource=subresource)
             self._track_update(rt, old, new, manager=None, subresource=subresource)
-            try:
-                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False)
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict updating {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover - loop always returns or raises
+            return await lost_race_on_conflict(self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False))
+
+        return await retry_on_conflict(attempt, what=f"conflict updating {rt.plural}/{name}")
 
     # ------------------------------------------------------------ patch
 
@@ -1098,7 +1097,8 @@ class ObjectStorage:
         doc = self.decode_patch(rt, patch, content_type)
         ct = content_type.split(";", 1)[0].strip().lower()
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> JSONObject:
             kv = await self.store.get(key)
             if kv is None:
                 raise errors.not_found(rt, name)
@@ -1136,13 +1136,9 @@ class ObjectStorage:
             await self._admit_update(rt, new, old, subresource=subresource)
             self._track_update(rt, old, new, request_fields=request_fields, manager=field_manager,
                                subresource=subresource)
-            try:
-                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict patching {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover
+            return await lost_race_on_conflict(self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run))
+
+        return await retry_on_conflict(attempt, what=f"conflict patching {rt.plural}/{name}")
 
     # ------------------------------------------------------------ managedFields and server-side apply
 
@@ -1215,7 +1211,8 @@ class ObjectStorage:
         except ssa.MergeError as e:
             raise _merge_invalid(rt, name, e) from None
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> tuple[JSONObject, bool]:
             kv = await self.store.get(key)
             old = _decode(kv.value, kv.mod_revision) if kv is not None else None
             if old is None and subresource is not None:
@@ -1250,9 +1247,9 @@ class ObjectStorage:
                 try:
                     return await self._create_prepared(rt, new, dry_run=dry_run), True
                 except ApiError as e:
-                    if e.reason != "AlreadyExists" or attempt == _UPDATE_RETRIES - 1:
+                    if e.reason != "AlreadyExists":
                         raise
-                    continue  # created meanwhile: apply over it
+                    raise LostRace(e, back_off=False) from None  # created meanwhile: apply over it
             current_rv = old["metadata"]["resourceVersion"]
             wanted_rv = mmeta.get("resourceVersion")
             if wanted_rv not in (None, "") and wanted_rv != current_rv:
@@ -1265,13 +1262,10 @@ class ObjectStorage:
             else:
                 new["metadata"].pop("managedFields", None)
             assert kv is not None
-            try:
-                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run), False
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict applying {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover - loop always returns or raises
+            return await lost_race_on_conflict(
+                self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)), False
+
+        return await retry_on_conflict(attempt, what=f"conflict applying {rt.plural}/{name}")
 
 
     # ------------------------------------------------------------ delete
@@ -1311,7 +1305,8 @@ class ObjectStorage:
         ):
             raise errors.bad_request(f"gracePeriodSeconds must be a non-negative integer, not {grace_period_seconds!r}")
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> DeleteResult:
             kv = await self.store.get(key)
             if kv is None:
                 raise errors.not_found(rt, name)
@@ -1327,25 +1322,30 @@ class ObjectStorage:
             grace = 0
             if rt.graceful_delete is not None:
                 grace = max(0, int(rt.graceful_delete(old, grace_period_seconds)))
-            finalizers = meta.get("finalizers") or []
-            try:
-                if meta.get("deletionTimestamp"):
-                    current_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
-                    if not finalizers and (grace == 0 or current_grace == 0):
-                        return await self._delete_now(rt, key, kv.mod_revision, old, dry_run=dry_run)
-                    if grace < current_grace:
-                        return DeleteResult(await self._mark_terminating(
-                            rt, key, kv.mod_revision, old, grace, dry_run=dry_run), False)
-                    return DeleteResult(old, False)
-                if finalizers or grace > 0:
-                    return DeleteResult(await self._mark_terminating(
-                        rt, key, kv.mod_revision, old, grace, dry_run=dry_run, bump_generation=True), False)
-                return await self._delete_now(rt, key, kv.mod_revision, old, dry_run=dry_run)
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict deleting {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover
+            return await lost_race_on_conflict(
+                self._delete_or_terminate(rt, key, kv.mod_revision, old, grace, dry_run=dry_run))
+
+        return await retry_on_conflict(attempt, what=f"conflict deleting {rt.plural}/{name}")
+
+    async def _delete_or_terminate(
+        self, rt: ResourceType, key: str, mod_revision: int, old: JSONObject, grace: int, *, dry_run: bool
+    ) -> DeleteResult:
+        """What a delete does to the stored revision `mod_revision`: remove it now, start (or shorten)
+        its graceful termination, or nothing when it is already terminating sooner."""
+        meta = old["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if meta.get("deletionTimestamp"):
+            current_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
+            if not finalizers and (grace == 0 or current_grace == 0):
+                return await self._delete_now(rt, key, mod_revision, old, dry_run=dry_run)
+            if grace < current_grace:
+                return DeleteResult(await self._mark_terminating(
+                    rt, key, mod_revision, old, grace, dry_run=dry_run), False)
+            return DeleteResult(old, False)
+        if finalizers or grace > 0:
+            return DeleteResult(await self._mark_terminating(
+                rt, key, mod_revision, old, grace, dry_run=dry_run, bump_generation=True), False)
+        return await self._delete_now(rt, key, mod_revision, old, dry_run=dry_run)
 
     async def _delete_now(
         self, rt: ResourceType, key: str, mod_revision: int, old: JSONObject, *, dry_run: bool
@@ -1570,6 +1570,45 @@ class ObjectStorage:
                     return
                 obj = ev.fresh_copy() if isinstance(ev, CachedEvent) else ev
                 yield WatchEvent(typ, obj)
+
+
+class LostRace(Exception):
+    """An attempt of a read-modify-write lost the race for the stored revision (its 409 in `error`):
+    `retry_on_conflict` reads again. Only the write step raises it (`lost_race_on_conflict`), so a
+    409 that is a decision (a precondition, a uid mismatch) reaches the caller at once."""
+
+    def __init__(self, error: ApiError, *, back_off: bool = True) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.back_off = back_off
+
+
+async def lost_race_on_conflict(write: Awaitable[_T]) -> _T:
+    """Await a compare-and-swap write; its 409 Conflict becomes `LostRace`."""
+    try:
+        return await write
+    except ApiError as e:
+        if e.code != 409:
+            raise
+        raise LostRace(e) from None
+
+
+async def retry_on_conflict(attempt: Callable[[], Awaitable[_T]], *, what: str,
+                            attempts: int = _UPDATE_RETRIES) -> _T:
+    """Run `attempt` (read, modify, compare-and-swap write) until it does not lose the race: after a
+    `LostRace`, back off (capped, jittered) and run it again, at most `attempts` times in all; the last
+    loss is raised as its 409. Anything else `attempt` raises is raised at once."""
+    if attempts < 1:
+        raise ValueError("retry_on_conflict needs at least one attempt")
+    for n in range(attempts):
+        try:
+            return await attempt()
+        except LostRace as lost:
+            if n == attempts - 1:
+                raise lost.error from None
+            if lost.back_off:
+                await _backoff(n, what=what)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 async def _backoff(attempt: int, *, what: str) -> None:
