@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError, FieldError
 from federator.apis.timestamps import format_micro_time, format_time, parse_epoch, parse_micro_time
 from federator.apiserver.registry import JSONObject, ResourceType, TableColumn
@@ -96,7 +97,7 @@ def to_events_v1(stored: JSONObject) -> JSONObject:
     """A stored (core v1) Event as events.k8s.io/v1 shows it (kube's
     Convert_core_Event_To_v1_Event). Returns a new dict; never mutates `stored`."""
     out: JSONObject = {"apiVersion": f"{EVENTS_GROUP}/v1", "kind": "Event",
-                       "metadata": stored.get("metadata") or {},
+                       "metadata": dict(Body(stored).metadata),
                        "eventTime": stored.get("eventTime")}
     for source, target in (("series", "series"), ("reportingComponent", "reportingController"),
                            ("reportingInstance", "reportingInstance"), ("action", "action"),
@@ -145,7 +146,7 @@ def validate_event(ev: JSONObject) -> list[FieldError]:
     involved = ev.get("involvedObject")
     if isinstance(involved, dict):
         ns = involved.get("namespace")
-        ev_ns = (ev.get("metadata") or {}).get("namespace")
+        ev_ns = Body(ev).namespace
         if isinstance(ns, str) and ns and ev_ns and ns != ev_ns:
             errs.append(FieldError.invalid("involvedObject.namespace", ns, "does not match event.namespace"))
     _check_string(ev, "reason", errs, limit=_REASON_MAX)
@@ -690,10 +691,10 @@ class EventRecorder:
         for ev in listing.items:
             if now - _last_seen(ev) <= self.ttl_seconds:
                 continue
-            meta = ev.get("metadata") or {}
+            meta = Body(ev)
             try:
-                await storage.delete(rt, namespace=meta.get("namespace"), name=meta.get("name", ""),
-                                     precondition_resource_version=meta.get("resourceVersion"))
+                await storage.delete(rt, namespace=meta.namespace or None, name=meta.name,
+                                     precondition_resource_version=meta.resource_version or None)
                 deleted += 1
             except ApiError as e:
                 if e.code not in (404, 409):
@@ -708,7 +709,7 @@ def _last_seen(ev: JSONObject) -> float:
     candidates: Sequence[Any] = (
         series.get("lastObservedTime") if isinstance(series, dict) else None,
         ev.get("lastTimestamp"), ev.get("eventTime"), ev.get("firstTimestamp"),
-        (ev.get("metadata") or {}).get("creationTimestamp"),
+        Body(ev).creation_timestamp,
     )
     seen = [t for t in (parse_epoch(c) for c in candidates) if t is not None]
     return max(seen) if seen else 0.0

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apiserver import errors, ssa
 from federator.apiserver.errors import ApiError, FieldError
 from federator.apis.timestamps import parse_epoch, parse_time
@@ -324,7 +325,7 @@ class FieldManager:
                 managed = Managed()
             if not managed.fields:
                 managed = self._decode_or_empty(live)
-        if not managed.fields and live is not None and (live.get("metadata") or {}).get("uid"):
+        if not managed.fields and live is not None and Body(live).uid:
             return None  # an object kube never tracked stays untracked by updates (skipNonApplied)
         managed = self._update(_without_managed_fields(live) if live is not None else self._empty(),
                                _without_managed_fields(new), managed,
@@ -335,7 +336,7 @@ class FieldManager:
         if live is None:
             return Managed()
         try:
-            return decode((live.get("metadata") or {}).get("managedFields"))
+            return decode(Body(live).managed_fields)
         except ManagedFieldsError:
             return Managed()
 
@@ -368,7 +369,7 @@ class FieldManager:
         cannot be read) or ssa.MergeError (a keyed list the merge refuses)."""
         live_object = _without_managed_fields(live) if live is not None else self._empty()
         try:
-            managed = decode((live.get("metadata") or {}).get("managedFields")) if live is not None else Managed()
+            managed = decode(Body(live).managed_fields) if live is not None else Managed()
         except ManagedFieldsError as e:
             raise errors.internal(f"failed to decode managed fields: {e}") from None
         try:
@@ -472,8 +473,7 @@ def _cap(managed: Managed, api_version: str) -> Managed:
 
 
 def _last_applied(obj: Mapping[str, Any]) -> str | None:
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    value = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, dict) else None
+    value = Body(obj).annotations.get(LAST_APPLIED_ANNOTATION)
     return value if isinstance(value, str) and value else None
 
 

@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from federator.apis.views import Body
 from federator.apiserver import errors, managedfields, ssa
 from federator.apiserver.errors import ApiError, FieldError, FieldErrorLike
 from federator.apiserver.fieldvalidation import FieldValidation
@@ -521,7 +522,7 @@ class ObjectStorage:
             stopped_at: int | None = None
             for i, kv in enumerate(rr.kvs):
                 obj = _decode(kv.value, kv.mod_revision)
-                if filtering and not (lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)):
+                if filtering and not (lsel.matches(Body(obj).labels) and fsel.matches(obj)):
                     continue
                 items.append(obj)
                 if limit and len(items) >= limit:
@@ -560,7 +561,7 @@ class ObjectStorage:
         items = []
         if rr.kvs and rr.kvs[0].key == key:
             obj = _decode(rr.kvs[0].value, rr.kvs[0].mod_revision)
-            if lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj):
+            if lsel.matches(Body(obj).labels) and fsel.matches(obj):
                 items.append(obj)
         return ObjectList(items=items, resource_version=str(rr.revision))
 
@@ -602,7 +603,7 @@ class ObjectStorage:
             entry = feed.entry(prefix + single)
             if entry is not None:
                 obj = _decode(entry[0], entry[1])
-                if lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj):
+                if lsel.matches(Body(obj).labels) and fsel.matches(obj):
                     items.append(obj)
             return ObjectList(items=items, resource_version=str(revision))
         entries = feed.entries(prefix)
@@ -612,7 +613,7 @@ class ObjectStorage:
         last_key: str | None = None
         for i, (key, (value, mod_revision)) in enumerate(entries):
             obj = _decode(value, mod_revision)
-            if filtering and not (lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)):
+            if filtering and not (lsel.matches(Body(obj).labels) and fsel.matches(obj)):
                 continue
             items.append(obj)
             if cap and len(items) >= cap:
@@ -737,9 +738,9 @@ class ObjectStorage:
         if kv is None:
             raise errors.not_found(ns_rt, namespace)
         ns = orjson.loads(kv.value)
-        if (ns.get("metadata") or {}).get("deletionTimestamp"):
+        if Body(ns).deleting:
             raise errors.forbidden(
-                rt, (ns.get("metadata") or {}).get("name", ""),
+                rt, Body(ns).name,
                 f"unable to create new content in namespace {namespace} because it is being terminated",
             )
 
@@ -1158,7 +1159,7 @@ class ObjectStorage:
             meta.pop("managedFields", None)
             return
         if manager is None:
-            kept = (old or {}).get("metadata", {}).get("managedFields")
+            kept = Body(old).managed_fields
             if kept:
                 meta["managedFields"] = _copy(kept)
             else:
@@ -1506,7 +1507,7 @@ class ObjectStorage:
         def matches(obj: JSONObject | None) -> bool:
             if obj is None:
                 return False
-            return lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)
+            return lsel.matches(Body(obj).labels) and fsel.matches(obj)
 
         progress = from_revision - 1
         try:

@@ -64,6 +64,7 @@ from typing import Any
 
 from federator.apis.common import dns1123_label_errors
 from federator.apis.timestamps import format_time
+from federator.apis.views import Body
 from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
 from federator.clusters.client import (
     EVENTS,
@@ -393,16 +394,13 @@ class FenceAgent:
         return StepResult(state="no-lease")
 
     def _observe(self, lease: dict[str, Any], sent: float) -> None:
-        meta = lease.get("metadata") if isinstance(lease.get("metadata"), dict) else {}
-        spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
-        assert isinstance(meta, dict) and isinstance(spec, dict)
+        body = Body(lease)
+        spec, annotations = body.spec, body.annotations
         duration = _int_or_none(spec.get("leaseDurationSeconds"))
-        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-        assert isinstance(annotations, dict)
-        seen = _Seen(resource_version=str(meta.get("resourceVersion") or ""),
+        seen = _Seen(resource_version=body.resource_version,
                      renew_time=str(spec.get("renewTime") or ""),
                      duration=duration if duration is not None and duration > 0 else None,
-                     holder=str(spec.get("holderIdentity") or ""), uid=str(meta.get("uid") or ""),
+                     holder=str(spec.get("holderIdentity") or ""), uid=body.uid,
                      fence_count=annotation_count(annotations.get(FENCE_COUNT)),
                      fence_lifted=annotation_count(annotations.get(FENCE_LIFTED)))
         before = self._seen
@@ -496,7 +494,7 @@ class FenceAgent:
         expiry.marked = True
         if self._unlifted_renew is None:
             self._unlifted_renew = seen.renew_time  # lifted once a renewal comes after this
-        rv = str((patched.get("metadata") or {}).get("resourceVersion") or "")
+        rv = Body(patched).resource_version
         if self._seen is not None and rv:
             self._seen = replace(self._seen, resource_version=rv, fence_count=seen.fence_count + 1)
 
@@ -521,7 +519,7 @@ class FenceAgent:
         self._unlifted_renew = None
         self.counters.lifts_marked += 1
         self.log.info("marked the fence lifted on the hub's lease", fence_count=seen.fence_count)
-        rv = str((patched.get("metadata") or {}).get("resourceVersion") or "")
+        rv = Body(patched).resource_version
         if self._seen is not None and rv:
             self._seen = replace(self._seen, resource_version=rv, fence_lifted=seen.fence_count)
 
@@ -588,18 +586,15 @@ class FenceAgent:
     async def _delete_all(self, kind: ResourceKind, items: Sequence[dict[str, Any]]) -> int:
         deleted = 0
         for item in items:
-            meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else None
-            if meta is None:
-                continue
-            name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
-            labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-            if not isinstance(name, str) or not isinstance(namespace, str) or not name or not namespace:
+            meta = Body(item)
+            name, namespace, uid, labels = meta.name, meta.namespace, meta.uid, meta.labels
+            if not name or not namespace:
                 continue
             if labels.get(LABEL_HUB) != self.hub_identity or labels.get(LABEL_ON_CLUSTER_LOSS) == SPARED_POLICY:
                 continue  # never trust a selector alone with a delete
             try:
                 await self.client.delete(kind, namespace=namespace, name=name, grace_period_seconds=0,
-                                         precondition_uid=uid if isinstance(uid, str) and uid else None)
+                                         precondition_uid=uid or None)
             except MemberApiError as e:
                 if e.code in (404, 409):  # gone already, or replaced by a new object (the next list has it)
                     continue

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apis.timestamps import format_micro_time
+from federator.apis.views import Body
 from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberClientError
 from federator.clusters.health import ClusterHealth
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
@@ -289,7 +290,7 @@ class MemberLease:
         return self.fence_count
 
     def _read_fence(self, lease: dict[str, Any], *, acknowledged: float) -> None:
-        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        annotations = Body(lease).annotations
         count, seen = annotation_count(annotations.get(FENCE_COUNT)), annotation_count(annotations.get(FENCE_SEEN))
         self.fence_seen = seen
         self.fence_lifted = annotation_count(annotations.get(FENCE_LIFTED))

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, VerbOnlyResource, decode_body, json_response
 from federator.apiserver.errors import ApiError, FieldError, as_field_error
@@ -297,7 +298,7 @@ def _namespace_defaults(ns: JSONObject) -> None:
     status = ns.get("status")
     if not isinstance(status, dict):
         status = ns["status"] = {}
-    terminating = bool((ns.get("metadata") or {}).get("deletionTimestamp"))
+    terminating = Body(ns).deleting
     status["phase"] = "Terminating" if terminating else status.get("phase") or "Active"
 
 
@@ -383,7 +384,7 @@ def _node_status_cell(node: JSONObject) -> str:
 
 
 def _node_roles_cell(node: JSONObject) -> str:
-    labels = (node.get("metadata") or {}).get("labels") or {}
+    labels = Body(node).labels
     roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k)
     if labels.get("kubernetes.io/role"):
         roles.append(labels["kubernetes.io/role"])
@@ -522,7 +523,7 @@ async def _admit_priority_class(storage: Any, pc: JSONObject, old: JSONObject | 
         return
     why = priorityclass.default_conflict(pc, (await storage.list(PRIORITY_CLASSES)).items)
     if why is not None:
-        raise errors.forbidden(PRIORITY_CLASSES, str((pc.get("metadata") or {}).get("name") or ""), why)
+        raise errors.forbidden(PRIORITY_CLASSES, Body(pc).name, why)
 
 
 async def admit_pod_priority(storage: Any, pod: JSONObject) -> None:
@@ -536,7 +537,7 @@ async def admit_pod_priority(storage: Any, pod: JSONObject) -> None:
         return  # validation reports it
     resolved = priorityclass.resolve_priority(spec, (await storage.list(PRIORITY_CLASSES)).items, subject="pod")
     if resolved.error:
-        raise errors.forbidden(PODS, str((pod.get("metadata") or {}).get("name") or ""), resolved.error)
+        raise errors.forbidden(PODS, Body(pod).name, resolved.error)
     if resolved.class_name:
         spec["priorityClassName"] = resolved.class_name
     if spec.get("priority") is None:
@@ -822,7 +823,7 @@ def _pod_ready_cell(pod: JSONObject) -> str:
 
 def _pod_status_cell(pod: JSONObject) -> str:
     status = pod.get("status") or {}
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+    if Body(pod).deleting:
         # kubectl's printPod: a deleted pod of an unreachable node shows Unknown
         return "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     reason = status.get("reason")
@@ -854,7 +855,7 @@ def _pod_bind_strategy(proposed: JSONObject, stored: JSONObject) -> JSONObject:
     result = stored
     node = (proposed.get("spec") or {}).get("nodeName")
     result.setdefault("spec", {})["nodeName"] = node
-    annotations = (proposed.get("metadata") or {}).get("annotations")
+    annotations = Body(proposed).annotations
     if annotations is not None:
         result["metadata"]["annotations"] = annotations
     status = proposed.get("status")
@@ -1530,8 +1531,8 @@ async def _pod_binding_handler(req: SubresourceRequest) -> web.StreamResponse:
 
 async def _bindings_handler(req: SubresourceRequest) -> web.StreamResponse:
     binding = _decode_binding(req.body, req.request.headers.get("Content-Type", ""))
-    name = (binding.get("metadata") or {}).get("name") if isinstance(binding.get("metadata"), dict) else None
-    if not isinstance(name, str) or not name:
+    name = Body(binding).name
+    if not name:
         raise errors.invalid(_BINDING_RT, "", [FieldError.required("metadata.name")])
     assert req.namespace is not None
     await bind_pod(req.storage, namespace=req.namespace, pod_name=name, binding=binding, dry_run=req.dry_run)
