@@ -13,13 +13,14 @@ Bottom layer: standard library only, no I/O, no state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 __all__ = ["Body", "Meta"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_T = TypeVar("_T")
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -34,70 +35,64 @@ def _time(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _count(value: object) -> int:
+    return value if type(value) is int else 0  # not a bool
+
+
+def _items(value: object) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _raw(value: object) -> Any:
+    return value
+
+
+class _Field(Generic[_T]):
+    """A metadata field, read through `read` (which turns a value of the wrong type into the empty one)."""
+
+    __slots__ = ("key", "read")
+
+    def __init__(self, key: str, read: Callable[[object], _T]) -> None:
+        self.key = key
+        self.read = read
+
+    @overload
+    def __get__(self, view: None, owner: type[Meta]) -> _Field[_T]: ...
+
+    @overload
+    def __get__(self, view: Meta, owner: type[Meta]) -> _T: ...
+
+    def __get__(self, view: Meta | None, owner: type[Meta]) -> _Field[_T] | _T:
+        return self if view is None else self.read(view.metadata.get(self.key))
+
+
 class Meta:
     """An object's metadata (ObjectMeta), read without fail."""
 
     __slots__ = ("metadata",)
+
+    name = _Field("name", _text)
+    generate_name = _Field("generateName", _text)
+    namespace = _Field("namespace", _text)
+    uid = _Field("uid", _text)
+    resource_version = _Field("resourceVersion", _text)
+    generation = _Field("generation", _count)
+    labels = _Field("labels", _mapping)
+    annotations = _Field("annotations", _mapping)
+    creation_timestamp = _Field("creationTimestamp", _time)
+    deletion_timestamp = _Field("deletionTimestamp", _time)
+    finalizers = _Field("finalizers", _items)
+    #: as stored (None when absent): its decoder checks its shape
+    managed_fields = _Field("managedFields", _raw)
 
     def __init__(self, metadata: object) -> None:
         #: the metadata mapping itself (an empty one when it is missing or not a mapping)
         self.metadata: Mapping[str, Any] = _mapping(metadata)
 
     @property
-    def name(self) -> str:
-        return _text(self.metadata.get("name"))
-
-    @property
-    def generate_name(self) -> str:
-        return _text(self.metadata.get("generateName"))
-
-    @property
-    def namespace(self) -> str:
-        return _text(self.metadata.get("namespace"))
-
-    @property
-    def uid(self) -> str:
-        return _text(self.metadata.get("uid"))
-
-    @property
-    def resource_version(self) -> str:
-        return _text(self.metadata.get("resourceVersion"))
-
-    @property
-    def generation(self) -> int:
-        value = self.metadata.get("generation")
-        return value if type(value) is int else 0
-
-    @property
-    def labels(self) -> Mapping[str, Any]:
-        return _mapping(self.metadata.get("labels"))
-
-    @property
-    def annotations(self) -> Mapping[str, Any]:
-        return _mapping(self.metadata.get("annotations"))
-
-    @property
-    def creation_timestamp(self) -> str | None:
-        return _time(self.metadata.get("creationTimestamp"))
-
-    @property
-    def deletion_timestamp(self) -> str | None:
-        return _time(self.metadata.get("deletionTimestamp"))
-
-    @property
     def deleting(self) -> bool:
         """Whether the object is being deleted (a deletionTimestamp is set)."""
         return bool(self.metadata.get("deletionTimestamp"))
-
-    @property
-    def finalizers(self) -> Sequence[Any]:
-        value = self.metadata.get("finalizers")
-        return value if isinstance(value, list | tuple) else ()
-
-    @property
-    def managed_fields(self) -> Any:
-        """managedFields as stored (None when absent): its decoder checks its shape."""
-        return self.metadata.get("managedFields")
 
 
 class Body(Meta):
