@@ -855,7 +855,7 @@ def _pod_bind_strategy(proposed: JSONObject, stored: JSONObject) -> JSONObject:
     result = stored
     node = (proposed.get("spec") or {}).get("nodeName")
     result.setdefault("spec", {})["nodeName"] = node
-    annotations = Body(proposed).annotations
+    annotations = Body(proposed).metadata.get("annotations")  # None: the binding leaves them as they are
     if annotations is not None:
         result["metadata"]["annotations"] = annotations
     status = proposed.get("status")

@@ -915,8 +915,7 @@ def _kai_status(group: GroupEntry, members: Iterable[PodEntry], *, now: str) -> 
         return old
     if any(m.holds_resources for m in members):
         return old
-    labels = Body(group.obj).labels
-    pool = labels.get(KAI_NODE_POOL_LABEL) if isinstance(labels, dict) else None
+    pool = Body(group.obj).labels.get(KAI_NODE_POOL_LABEL)
     wanted: JSON = {
         "type": "UnschedulableOnNodePool",
         "nodePool": pool if isinstance(pool, str) and pool else "default",
@@ -949,8 +948,7 @@ def desired_group_annotations(group: GroupEntry) -> dict[str, str] | None:
     kai.scheduler/last-start-timestamp (status_updater setPodGroupLastStartTimeStamp). None: nothing."""
     if group.kind is not KAI or group.verdict is None or not group.verdict.scheduled:
         return None
-    annotations = Body(group.obj).annotations
-    if isinstance(annotations, dict) and annotations.get(KAI_LAST_START_ANNOTATION):
+    if Body(group.obj).annotations.get(KAI_LAST_START_ANNOTATION):
         return None
     return {KAI_LAST_START_ANNOTATION: group.verdict.at or _now()}
 
