@@ -22,7 +22,6 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
@@ -42,6 +41,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from federator.apis.quantity import MAX_QUANTITY, QuantityError, parse_quantity
+from federator.apis.timestamps import require_time
 
 __all__ = [
     "API_GROUP",
@@ -72,11 +72,9 @@ __all__ = [
     "dns1123_subdomain_errors",
     "errors_from_validation",
     "field_path",
-    "format_time",
     "label_key_errors",
     "label_value_errors",
     "parse_quantity",
-    "parse_time",
     "raise_semantic",
     "settings_of",
     "split_cause",
@@ -366,32 +364,9 @@ AnnotationMap = Annotated[dict[LabelKey, StrictStr], AfterValidator(_check_annot
 
 # --------------------------------------------------------------------------- time
 
-_RFC3339_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
-
-
-def parse_time(value: str) -> datetime:
-    """An RFC 3339 timestamp as an aware datetime (UTC)."""
-    if not _RFC3339_RE.match(value):
-        raise ValueError("must be an RFC 3339 timestamp such as \"2024-05-01T12:00:00Z\"")
-    text = value
-    fraction = re.search(r"\.(\d+)", text)
-    if fraction and len(fraction.group(1)) > 6:  # datetime keeps microseconds only
-        text = text.replace(fraction.group(0), "." + fraction.group(1)[:6], 1)
-    try:
-        return datetime.fromisoformat(text).astimezone(UTC)
-    except ValueError:
-        raise ValueError("must be an RFC 3339 timestamp such as \"2024-05-01T12:00:00Z\"") from None
-
-
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with whole seconds, the way Kubernetes writes metav1.Time."""
-    if moment.tzinfo is None:
-        raise ValueError("format_time needs an aware datetime")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
 
 def _check_time(value: str) -> str:
-    parse_time(value)
+    require_time(value)
     return value
 
 

@@ -38,10 +38,10 @@ from federator.apis.common import (
     api_validator,
     dns1123_label_errors,
     metadata_errors,
-    parse_time,
     raise_semantic,
     validate_object,
 )
+from federator.apis.timestamps import parse_time
 
 __all__ = [
     "FAULTS",
@@ -206,11 +206,10 @@ def _semantic_errors(obj: Mapping[str, Any]) -> list[FieldError]:
                                               f"({moved + unplaceable}) may not exceed gangsAffected ({affected})"))
     started, finished = spec.get("startedAt"), spec.get("finishedAt")
     if isinstance(started, str) and isinstance(finished, str):
-        try:
-            if parse_time(finished) < parse_time(started):
-                errors.append(("spec.finishedAt", f"Invalid value: {finished!r}: must not be before startedAt"))
-        except ValueError:
-            pass  # the field's own validation reports the malformed timestamp
+        start, finish = parse_time(started), parse_time(finished)
+        # a malformed one is reported by the field's own validation
+        if start is not None and finish is not None and finish < start:
+            errors.append(("spec.finishedAt", f"Invalid value: {finished!r}: must not be before startedAt"))
     gangs = spec.get("gangs")
     if isinstance(gangs, list) and type(spec.get("gangsAffected")) is int:
         omitted = spec.get("gangsOmitted", 0)

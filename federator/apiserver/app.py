@@ -36,6 +36,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.discovery import (
     api_group,
@@ -695,7 +696,7 @@ class _Handlers:
     def _render_object(self, request: web.Request, rt: ResourceType, obj: JSONObject, *, status: int = 200) -> web.Response:
         obj = _shown(rt, obj)
         if request.method == "GET" and wants_table(request.headers.get("Accept", "")):
-            rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+            rv = Body(obj).resource_version
             return json_response(build_table(rt, [obj], resource_version=rv,
                                              include_object=_include_object(request.query)), status=status)
         return json_response(obj, status=status)
@@ -909,8 +910,7 @@ class _Handlers:
         )
         if not result.deleted or rt.return_deleted_object:
             return json_response(_shown(rt, result.object))
-        meta = result.object.get("metadata") or {}
-        details: JSONObject = {"name": t.name, "kind": rt.plural, "uid": meta.get("uid", "")}
+        details: JSONObject = {"name": t.name, "kind": rt.plural, "uid": Body(result.object).uid}
         if rt.group:
             details["group"] = rt.group
         return json_response(errors.success_status(details=details))

@@ -42,14 +42,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError, FieldError
+from federator.apis.timestamps import format_micro_time, format_time, parse_epoch, parse_micro_time
 from federator.apiserver.registry import JSONObject, ResourceType, TableColumn
 from federator.apiserver.selectors import path_getter
 from federator.apiserver.storage import ObjectStorage
@@ -62,7 +63,6 @@ __all__ = [
     "core_event_type",
     "event_types",
     "events_v1_type",
-    "format_micro_time",
     "to_events_v1",
 ]
 
@@ -75,8 +75,6 @@ NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
 
 _REFERENCE_FIELDS: Final = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
-_MICRO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
-_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 #: kube's limits for the fields it bounds (pkg/apis/core/validation/events.go).
 _REASON_MAX = 128
 _ACTION_MAX = 128
@@ -92,24 +90,6 @@ _CORE_FIELDS: Final = frozenset({
     "reportingInstance"})
 
 
-def format_micro_time(when: dt.datetime) -> str:
-    """How kube serves a MicroTime: UTC, six fraction digits."""
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _format_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_time(value: Any) -> float | None:
-    if not isinstance(value, str) or not _TIME.match(value):
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 # ---------------------------------------------------------------- conversion
 
 
@@ -117,7 +97,7 @@ def to_events_v1(stored: JSONObject) -> JSONObject:
     """A stored (core v1) Event as events.k8s.io/v1 shows it (kube's
     Convert_core_Event_To_v1_Event). Returns a new dict; never mutates `stored`."""
     out: JSONObject = {"apiVersion": f"{EVENTS_GROUP}/v1", "kind": "Event",
-                       "metadata": stored.get("metadata") or {},
+                       "metadata": dict(Body(stored).metadata),
                        "eventTime": stored.get("eventTime")}
     for source, target in (("series", "series"), ("reportingComponent", "reportingController"),
                            ("reportingInstance", "reportingInstance"), ("action", "action"),
@@ -166,7 +146,7 @@ def validate_event(ev: JSONObject) -> list[FieldError]:
     involved = ev.get("involvedObject")
     if isinstance(involved, dict):
         ns = involved.get("namespace")
-        ev_ns = (ev.get("metadata") or {}).get("namespace")
+        ev_ns = Body(ev).namespace
         if isinstance(ns, str) and ns and ev_ns and ns != ev_ns:
             errs.append(FieldError.invalid("involvedObject.namespace", ns, "does not match event.namespace"))
     _check_string(ev, "reason", errs, limit=_REASON_MAX)
@@ -182,10 +162,10 @@ def validate_event(ev: JSONObject) -> list[FieldError]:
         errs.append(FieldError.invalid("count", count, "must be an integer between 0 and 2147483647"))
     for f in ("firstTimestamp", "lastTimestamp"):
         value = ev.get(f)
-        if value is not None and _parse_time(value) is None:
+        if value is not None and parse_epoch(value) is None:
             errs.append(FieldError.invalid(f, value, 'must be an RFC 3339 time such as "2024-05-01T12:00:00Z"'))
     event_time = ev.get("eventTime")
-    if event_time is not None and not (isinstance(event_time, str) and _MICRO_TIME.match(event_time)):
+    if event_time is not None and parse_micro_time(event_time) is None:
         errs.append(FieldError.invalid("eventTime", event_time,
                                        'must be a MicroTime such as "2024-05-01T12:00:00.000000Z"'))
     source = ev.get("source")
@@ -206,7 +186,7 @@ def validate_event(ev: JSONObject) -> list[FieldError]:
             if sc is not None and (type(sc) is not int or not 0 <= sc <= 2**31 - 1):
                 errs.append(FieldError.invalid("series.count", sc, "must be an integer between 0 and 2147483647"))
             observed = series.get("lastObservedTime")
-            if observed is not None and not (isinstance(observed, str) and _MICRO_TIME.match(observed)):
+            if observed is not None and parse_micro_time(observed) is None:
                 errs.append(FieldError.invalid("series.lastObservedTime", observed,
                                                'must be a MicroTime such as "2024-05-01T12:00:00.000000Z"'))
     return errs
@@ -234,7 +214,7 @@ def _event_defaults(ev: JSONObject) -> None:
     ev.setdefault("type", NORMAL)
     if "count" not in ev and ev.get("series") is None:
         ev["count"] = 1
-    now = _format_time(dt.datetime.now(dt.UTC))
+    now = format_time(dt.datetime.now(dt.UTC))
     if not ev.get("firstTimestamp") and not ev.get("eventTime"):
         ev["firstTimestamp"] = now
     if not ev.get("lastTimestamp") and not ev.get("eventTime"):
@@ -614,8 +594,8 @@ class EventRecorder:
         last = dt.datetime.fromtimestamp(observed.last, dt.UTC)
         body = observed.body
         body["count"] = observed.count
-        body["firstTimestamp"] = _format_time(first)
-        body["lastTimestamp"] = _format_time(last)
+        body["firstTimestamp"] = format_time(first)
+        body["lastTimestamp"] = format_time(last)
         body["eventTime"] = format_micro_time(first)
         if observed.count > 1:
             body["series"] = {"count": observed.count, "lastObservedTime": format_micro_time(last)}
@@ -711,10 +691,10 @@ class EventRecorder:
         for ev in listing.items:
             if now - _last_seen(ev) <= self.ttl_seconds:
                 continue
-            meta = ev.get("metadata") or {}
+            meta = Body(ev)
             try:
-                await storage.delete(rt, namespace=meta.get("namespace"), name=meta.get("name", ""),
-                                     precondition_resource_version=meta.get("resourceVersion"))
+                await storage.delete(rt, namespace=meta.namespace or None, name=meta.name,
+                                     precondition_resource_version=meta.resource_version or None)
                 deleted += 1
             except ApiError as e:
                 if e.code not in (404, 409):
@@ -729,7 +709,7 @@ def _last_seen(ev: JSONObject) -> float:
     candidates: Sequence[Any] = (
         series.get("lastObservedTime") if isinstance(series, dict) else None,
         ev.get("lastTimestamp"), ev.get("eventTime"), ev.get("firstTimestamp"),
-        (ev.get("metadata") or {}).get("creationTimestamp"),
+        Body(ev).creation_timestamp,
     )
-    seen = [t for t in (_parse_time(c) for c in candidates) if t is not None]
+    seen = [t for t in (parse_epoch(c) for c in candidates) if t is not None]
     return max(seen) if seen else 0.0

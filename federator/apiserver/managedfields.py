@@ -35,14 +35,15 @@ Pure (no I/O); the caller supplies the time.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apiserver import errors, ssa
 from federator.apiserver.errors import ApiError, FieldError
+from federator.apis.timestamps import parse_epoch, parse_time
 
 __all__ = [
     "APPLY",
@@ -192,12 +193,8 @@ class Managed:
 
 
 def _seconds(when: str | None) -> int:
-    if not when:
-        return 0
-    try:
-        return int(dt.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return 0
+    seconds = parse_epoch(when)
+    return 0 if seconds is None else int(seconds)
 
 
 def decode(entries: Any) -> Managed:
@@ -227,11 +224,8 @@ def decode(entries: Any) -> Managed:
         if not isinstance(manager, str) or not isinstance(subresource, str) or (
                 when is not None and not isinstance(when, str)):
             raise ManagedFieldsError(f"managed fields entry {index} has a field of the wrong type")
-        if when is not None:
-            try:
-                dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
-            except ValueError:
-                raise ManagedFieldsError(f"managed fields entry {index} has an invalid time {when!r}") from None
+        if when is not None and parse_time(when) is None:
+            raise ManagedFieldsError(f"managed fields entry {index} has an invalid time {when[:64]!r}")
         try:
             owned = ssa.parse_fields_v1(entry.get("fieldsV1", {}) if entry.get("fieldsV1") is not None else {})
         except ssa.FieldsV1Error as e:
@@ -331,7 +325,7 @@ class FieldManager:
                 managed = Managed()
             if not managed.fields:
                 managed = self._decode_or_empty(live)
-        if not managed.fields and live is not None and (live.get("metadata") or {}).get("uid"):
+        if not managed.fields and live is not None and Body(live).uid:
             return None  # an object kube never tracked stays untracked by updates (skipNonApplied)
         managed = self._update(_without_managed_fields(live) if live is not None else self._empty(),
                                _without_managed_fields(new), managed,
@@ -342,7 +336,7 @@ class FieldManager:
         if live is None:
             return Managed()
         try:
-            return decode((live.get("metadata") or {}).get("managedFields"))
+            return decode(Body(live).managed_fields)
         except ManagedFieldsError:
             return Managed()
 
@@ -375,7 +369,7 @@ class FieldManager:
         cannot be read) or ssa.MergeError (a keyed list the merge refuses)."""
         live_object = _without_managed_fields(live) if live is not None else self._empty()
         try:
-            managed = decode((live.get("metadata") or {}).get("managedFields")) if live is not None else Managed()
+            managed = decode(Body(live).managed_fields) if live is not None else Managed()
         except ManagedFieldsError as e:
             raise errors.internal(f"failed to decode managed fields: {e}") from None
         try:
@@ -479,8 +473,7 @@ def _cap(managed: Managed, api_version: str) -> Managed:
 
 
 def _last_applied(obj: Mapping[str, Any]) -> str | None:
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    value = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, dict) else None
+    value = Body(obj).annotations.get(LAST_APPLIED_ANNOTATION)
     return value if isinstance(value, str) and value else None
 
 

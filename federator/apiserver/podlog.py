@@ -32,6 +32,7 @@ from federator.apiserver import errors
 from federator.apiserver.app import api_state
 from federator.apiserver.errors import FieldError
 from federator.apiserver.watch import parse_bool
+from federator.apis.timestamps import TIME_EXAMPLE, format_time, parse_time
 
 __all__ = ["LOG_STREAMS", "LogOptions", "log_query", "parse_log_options", "serve_log"]
 
@@ -95,17 +96,14 @@ def _time(query: Mapping[str, str], key: str) -> dt.datetime | None:
     if raw is None:
         return None
     text = raw.strip()
-    try:
-        if len(text) > 64:
-            raise ValueError
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise errors.bad_request(f"invalid value for query parameter {key}: {raw[:64]!r} is not an RFC 3339 "
-                                 "time (e.g. 2024-05-01T12:00:00Z)") from None
-    if value.tzinfo is None:
+    value = parse_time(text)
+    if value is not None:
+        return value
+    if parse_time(text + "Z") is not None:
         raise errors.bad_request(f"invalid value for query parameter {key}: {raw[:64]!r} has no time zone "
                                  "(RFC 3339 needs one, e.g. Z)")
-    return value.astimezone(dt.UTC)
+    raise errors.bad_request(f"invalid value for query parameter {key}: {raw[:64]!r} is not an RFC 3339 "
+                             f"time (e.g. {TIME_EXAMPLE})")
 
 
 def parse_log_options(query: Mapping[str, str], *, name: str) -> LogOptions:
@@ -150,7 +148,7 @@ def log_query(options: LogOptions, *, container: bool = True) -> list[tuple[str,
     if options.since_seconds is not None:
         query.append(("sinceSeconds", str(options.since_seconds)))
     if options.since_time is not None:
-        query.append(("sinceTime", options.since_time.strftime("%Y-%m-%dT%H:%M:%SZ")))
+        query.append(("sinceTime", format_time(options.since_time)))
     if options.tail_lines is not None:
         query.append(("tailLines", str(options.tail_lines)))
     if options.limit_bytes is not None:

@@ -46,6 +46,7 @@ from federator.apiserver.auth import (
     principal_rules,
 )
 from federator.apiserver.errors import FieldError
+from federator.apis.views import Body
 
 __all__ = ["AUTHENTICATION_GROUP", "AUTHORIZATION_GROUP", "review_resources"]
 
@@ -120,7 +121,7 @@ def _string(kind: _Kind, value: Any, path: str) -> str:
 
 
 def _answer(kind: _Kind, body: dict[str, Any], spec: dict[str, Any], status: dict[str, Any]) -> web.Response:
-    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k in ("name", "generateName")}
+    metadata = {k: v for k, v in Body(body).metadata.items() if k in ("name", "generateName")}
     metadata["creationTimestamp"] = None
     return json_response({"kind": kind.kind, "apiVersion": kind.api_version, "metadata": metadata,
                           "spec": spec, "status": status}, status=201)
@@ -133,7 +134,7 @@ async def _whoami(sub: SubresourceRequest) -> web.StreamResponse:
     user_info: dict[str, Any] = {"username": principal.name, "groups": groups}
     if principal.uid:
         user_info["uid"] = principal.uid
-    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k in ("name", "generateName")}
+    metadata = {k: v for k, v in Body(body).metadata.items() if k in ("name", "generateName")}
     metadata["creationTimestamp"] = None
     return json_response({"kind": _WHOAMI.kind, "apiVersion": _WHOAMI.api_version, "metadata": metadata,
                           "status": {"userInfo": user_info}}, status=201)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apis.common import label_key_errors, label_value_errors
+from federator.apis.views import Body
 
 _INT_RE = re.compile(r"-?[0-9]+")  # fullmatch only: `$` accepts a trailing newline
 
@@ -318,8 +319,7 @@ class FieldSelector:
 
 def _meta_getter(key: str) -> FieldGetter:
     def get(obj: dict[str, Any]) -> str:
-        meta = obj.get("metadata") or {}
-        v = meta.get(key)
+        v = Body(obj).metadata.get(key)
         return v if isinstance(v, str) else ""
 
     return get

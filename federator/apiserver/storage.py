@@ -44,12 +44,13 @@ import base64
 import datetime as dt
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from federator.apis.views import Body
 from federator.apiserver import errors, managedfields, ssa
 from federator.apiserver.errors import ApiError, FieldError, FieldErrorLike
 from federator.apiserver.fieldvalidation import FieldValidation
@@ -72,6 +73,7 @@ from federator.apiserver.selectors import (
     parse_label_selector,
 )
 from federator.apis.common import dns1123_label_errors, dns1123_subdomain_errors, label_key_errors, label_value_errors
+from federator.apis.timestamps import format_time
 from federator.apiserver.watchcache import CachedEvent, FeedReset, ResourceFeed, WatchCache, follow
 from federator.obs import RepeatedFailureLog, get_logger
 from federator.store.protocol import (
@@ -92,7 +94,9 @@ _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_OWNED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                       "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
 _MAX_ANNOTATIONS_BYTES = 256 * 1024
+#: attempts of a read-modify-write before a lost race is the caller's 409 (`retry_on_conflict`)
 _UPDATE_RETRIES = 16
+_T = TypeVar("_T")
 
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
 
@@ -144,10 +148,6 @@ Mutator = Callable[[JSONObject], "JSONObject | None"]
 # method) do not resolve `list` to that method.
 _Batch = list[tuple[str, "CachedEvent | JSONObject"]]
 _PatchBody = bytes | JSONObject | list[Any]
-
-
-def rfc3339(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def utc_now() -> dt.datetime:
@@ -451,7 +451,7 @@ class ObjectStorage:
         return f"{self._root}{rt.storage_path}/_/{name}"
 
     def _now(self) -> str:
-        return rfc3339(self._clock())
+        return format_time(self._clock())
 
     # ------------------------------------------------------------ reads
 
@@ -522,7 +522,7 @@ class ObjectStorage:
             stopped_at: int | None = None
             for i, kv in enumerate(rr.kvs):
                 obj = _decode(kv.value, kv.mod_revision)
-                if filtering and not (lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)):
+                if filtering and not (lsel.matches(Body(obj).labels) and fsel.matches(obj)):
                     continue
                 items.append(obj)
                 if limit and len(items) >= limit:
@@ -561,7 +561,7 @@ class ObjectStorage:
         items = []
         if rr.kvs and rr.kvs[0].key == key:
             obj = _decode(rr.kvs[0].value, rr.kvs[0].mod_revision)
-            if lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj):
+            if lsel.matches(Body(obj).labels) and fsel.matches(obj):
                 items.append(obj)
         return ObjectList(items=items, resource_version=str(rr.revision))
 
@@ -603,7 +603,7 @@ class ObjectStorage:
             entry = feed.entry(prefix + single)
             if entry is not None:
                 obj = _decode(entry[0], entry[1])
-                if lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj):
+                if lsel.matches(Body(obj).labels) and fsel.matches(obj):
                     items.append(obj)
             return ObjectList(items=items, resource_version=str(revision))
         entries = feed.entries(prefix)
@@ -613,7 +613,7 @@ class ObjectStorage:
         last_key: str | None = None
         for i, (key, (value, mod_revision)) in enumerate(entries):
             obj = _decode(value, mod_revision)
-            if filtering and not (lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)):
+            if filtering and not (lsel.matches(Body(obj).labels) and fsel.matches(obj)):
                 continue
             items.append(obj)
             if cap and len(items) >= cap:
@@ -738,9 +738,9 @@ class ObjectStorage:
         if kv is None:
             raise errors.not_found(ns_rt, namespace)
         ns = orjson.loads(kv.value)
-        if (ns.get("metadata") or {}).get("deletionTimestamp"):
+        if Body(ns).deleting:
             raise errors.forbidden(
-                rt, (ns.get("metadata") or {}).get("name", ""),
+                rt, Body(ns).name,
                 f"unable to create new content in namespace {namespace} because it is being terminated",
             )
 
@@ -1049,7 +1049,8 @@ class ObjectStorage:
         on every status write was the largest single cost of the hub's job
         lifecycle. `validate_update` and the name check still run."""
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> JSONObject | None:
             kv = await self.store.get(key)
             if kv is None:
                 raise errors.not_found(rt, name)
@@ -1061,13 +1062,9 @@ class ObjectStorage:
                                        trusted_status=trusted_status and subresource == "status")
             await self._admit_update(rt, new, old, subresource=subresource)
             self._track_update(rt, old, new, manager=None, subresource=subresource)
-            try:
-                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False)
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict updating {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover - loop always returns or raises
+            return await lost_race_on_conflict(self._write_update(rt, key, kv.mod_revision, old, new, dry_run=False))
+
+        return await retry_on_conflict(attempt, what=f"conflict updating {rt.plural}/{name}")
 
     # ------------------------------------------------------------ patch
 
@@ -1101,7 +1098,8 @@ class ObjectStorage:
         doc = self.decode_patch(rt, patch, content_type)
         ct = content_type.split(";", 1)[0].strip().lower()
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> JSONObject:
             kv = await self.store.get(key)
             if kv is None:
                 raise errors.not_found(rt, name)
@@ -1139,13 +1137,9 @@ class ObjectStorage:
             await self._admit_update(rt, new, old, subresource=subresource)
             self._track_update(rt, old, new, request_fields=request_fields, manager=field_manager,
                                subresource=subresource)
-            try:
-                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict patching {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover
+            return await lost_race_on_conflict(self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run))
+
+        return await retry_on_conflict(attempt, what=f"conflict patching {rt.plural}/{name}")
 
     # ------------------------------------------------------------ managedFields and server-side apply
 
@@ -1165,7 +1159,7 @@ class ObjectStorage:
             meta.pop("managedFields", None)
             return
         if manager is None:
-            kept = (old or {}).get("metadata", {}).get("managedFields")
+            kept = Body(old).managed_fields
             if kept:
                 meta["managedFields"] = _copy(kept)
             else:
@@ -1218,7 +1212,8 @@ class ObjectStorage:
         except ssa.MergeError as e:
             raise _merge_invalid(rt, name, e) from None
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> tuple[JSONObject, bool]:
             kv = await self.store.get(key)
             old = _decode(kv.value, kv.mod_revision) if kv is not None else None
             if old is None and subresource is not None:
@@ -1253,9 +1248,9 @@ class ObjectStorage:
                 try:
                     return await self._create_prepared(rt, new, dry_run=dry_run), True
                 except ApiError as e:
-                    if e.reason != "AlreadyExists" or attempt == _UPDATE_RETRIES - 1:
+                    if e.reason != "AlreadyExists":
                         raise
-                    continue  # created meanwhile: apply over it
+                    raise LostRace(e, back_off=False) from None  # created meanwhile: apply over it
             current_rv = old["metadata"]["resourceVersion"]
             wanted_rv = mmeta.get("resourceVersion")
             if wanted_rv not in (None, "") and wanted_rv != current_rv:
@@ -1268,13 +1263,10 @@ class ObjectStorage:
             else:
                 new["metadata"].pop("managedFields", None)
             assert kv is not None
-            try:
-                return await self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run), False
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict applying {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover - loop always returns or raises
+            return await lost_race_on_conflict(
+                self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)), False
+
+        return await retry_on_conflict(attempt, what=f"conflict applying {rt.plural}/{name}")
 
 
     # ------------------------------------------------------------ delete
@@ -1314,7 +1306,8 @@ class ObjectStorage:
         ):
             raise errors.bad_request(f"gracePeriodSeconds must be a non-negative integer, not {grace_period_seconds!r}")
         key = self.object_key(rt, namespace, name)
-        for attempt in range(_UPDATE_RETRIES):
+
+        async def attempt() -> DeleteResult:
             kv = await self.store.get(key)
             if kv is None:
                 raise errors.not_found(rt, name)
@@ -1330,25 +1323,30 @@ class ObjectStorage:
             grace = 0
             if rt.graceful_delete is not None:
                 grace = max(0, int(rt.graceful_delete(old, grace_period_seconds)))
-            finalizers = meta.get("finalizers") or []
-            try:
-                if meta.get("deletionTimestamp"):
-                    current_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
-                    if not finalizers and (grace == 0 or current_grace == 0):
-                        return await self._delete_now(rt, key, kv.mod_revision, old, dry_run=dry_run)
-                    if grace < current_grace:
-                        return DeleteResult(await self._mark_terminating(
-                            rt, key, kv.mod_revision, old, grace, dry_run=dry_run), False)
-                    return DeleteResult(old, False)
-                if finalizers or grace > 0:
-                    return DeleteResult(await self._mark_terminating(
-                        rt, key, kv.mod_revision, old, grace, dry_run=dry_run, bump_generation=True), False)
-                return await self._delete_now(rt, key, kv.mod_revision, old, dry_run=dry_run)
-            except ApiError as e:
-                if e.code != 409 or attempt == _UPDATE_RETRIES - 1:
-                    raise
-                await _backoff(attempt, what=f"conflict deleting {rt.plural}/{name}")
-        raise errors.conflict(rt, name)  # pragma: no cover
+            return await lost_race_on_conflict(
+                self._delete_or_terminate(rt, key, kv.mod_revision, old, grace, dry_run=dry_run))
+
+        return await retry_on_conflict(attempt, what=f"conflict deleting {rt.plural}/{name}")
+
+    async def _delete_or_terminate(
+        self, rt: ResourceType, key: str, mod_revision: int, old: JSONObject, grace: int, *, dry_run: bool
+    ) -> DeleteResult:
+        """What a delete does to the stored revision `mod_revision`: remove it now, start (or shorten)
+        its graceful termination, or nothing when it is already terminating sooner."""
+        meta = old["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if meta.get("deletionTimestamp"):
+            current_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
+            if not finalizers and (grace == 0 or current_grace == 0):
+                return await self._delete_now(rt, key, mod_revision, old, dry_run=dry_run)
+            if grace < current_grace:
+                return DeleteResult(await self._mark_terminating(
+                    rt, key, mod_revision, old, grace, dry_run=dry_run), False)
+            return DeleteResult(old, False)
+        if finalizers or grace > 0:
+            return DeleteResult(await self._mark_terminating(
+                rt, key, mod_revision, old, grace, dry_run=dry_run, bump_generation=True), False)
+        return await self._delete_now(rt, key, mod_revision, old, dry_run=dry_run)
 
     async def _delete_now(
         self, rt: ResourceType, key: str, mod_revision: int, old: JSONObject, *, dry_run: bool
@@ -1369,7 +1367,7 @@ class ObjectStorage:
     ) -> JSONObject:
         new: JSONObject = _copy(old)
         meta = new["metadata"]
-        meta["deletionTimestamp"] = rfc3339(self._clock() + dt.timedelta(seconds=grace))
+        meta["deletionTimestamp"] = format_time(self._clock() + dt.timedelta(seconds=grace))
         meta["deletionGracePeriodSeconds"] = grace
         if bump_generation and meta.get("generation"):
             meta["generation"] = int(meta["generation"]) + 1
@@ -1509,7 +1507,7 @@ class ObjectStorage:
         def matches(obj: JSONObject | None) -> bool:
             if obj is None:
                 return False
-            return lsel.matches((obj.get("metadata") or {}).get("labels")) and fsel.matches(obj)
+            return lsel.matches(Body(obj).labels) and fsel.matches(obj)
 
         progress = from_revision - 1
         try:
@@ -1573,6 +1571,45 @@ class ObjectStorage:
                     return
                 obj = ev.fresh_copy() if isinstance(ev, CachedEvent) else ev
                 yield WatchEvent(typ, obj)
+
+
+class LostRace(Exception):
+    """An attempt of a read-modify-write lost the race for the stored revision (its 409 in `error`):
+    `retry_on_conflict` reads again. Only the write step raises it (`lost_race_on_conflict`), so a
+    409 that is a decision (a precondition, a uid mismatch) reaches the caller at once."""
+
+    def __init__(self, error: ApiError, *, back_off: bool = True) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.back_off = back_off
+
+
+async def lost_race_on_conflict(write: Awaitable[_T]) -> _T:
+    """Await a compare-and-swap write; its 409 Conflict becomes `LostRace`."""
+    try:
+        return await write
+    except ApiError as e:
+        if e.code != 409:
+            raise
+        raise LostRace(e) from None
+
+
+async def retry_on_conflict(attempt: Callable[[], Awaitable[_T]], *, what: str,
+                            attempts: int = _UPDATE_RETRIES) -> _T:
+    """Run `attempt` (read, modify, compare-and-swap write) until it does not lose the race: after a
+    `LostRace`, back off (capped, jittered) and run it again, at most `attempts` times in all; the last
+    loss is raised as its 409. Anything else `attempt` raises is raised at once."""
+    if attempts < 1:
+        raise ValueError("retry_on_conflict needs at least one attempt")
+    for n in range(attempts):
+        try:
+            return await attempt()
+        except LostRace as lost:
+            if n == attempts - 1:
+                raise lost.error from None
+            if lost.back_off:
+                await _backoff(n, what=what)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 async def _backoff(attempt: int, *, what: str) -> None:

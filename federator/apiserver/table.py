@@ -12,7 +12,9 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
+from federator.apis.views import Body
 from federator.apiserver.registry import JSONObject, ResourceType
+from federator.apis.timestamps import parse_time
 
 TABLE_API_VERSION = "meta.k8s.io/v1"
 
@@ -49,17 +51,8 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
-def parse_timestamp(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def age(value: Any, now: dt.datetime) -> str:
-    ts = parse_timestamp(value)
+    ts = parse_time(value)
     if ts is None:
         return "<unknown>"
     return human_duration((now - ts).total_seconds())
@@ -99,12 +92,12 @@ def _row_object(obj: JSONObject, include_object: str) -> JSONObject | None:
         return None
     if include_object == "Object":
         return obj
-    return {"kind": "PartialObjectMetadata", "apiVersion": TABLE_API_VERSION, "metadata": obj.get("metadata") or {}}
+    return {"kind": "PartialObjectMetadata", "apiVersion": TABLE_API_VERSION, "metadata": dict(Body(obj).metadata)}
 
 
 def table_row(rt: ResourceType, obj: JSONObject, *, now: dt.datetime, include_object: str = "Metadata") -> JSONObject:
-    meta = obj.get("metadata") or {}
-    cells: list[Any] = [] if _has_name(rt) else [meta.get("name", "")]
+    meta = Body(obj)
+    cells: list[Any] = [] if _has_name(rt) else [meta.name]
     for c in rt.columns:
         try:
             value = c.cell(obj)
@@ -114,7 +107,7 @@ def table_row(rt: ResourceType, obj: JSONObject, *, now: dt.datetime, include_ob
             value = age(value, now)
         cells.append(value)
     if not _has_age(rt):
-        cells.append(age(meta.get("creationTimestamp"), now))
+        cells.append(age(meta.creation_timestamp, now))
     row: JSONObject = {"cells": cells}
     row_obj = _row_object(obj, include_object)
     if row_obj is not None:

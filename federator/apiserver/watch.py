@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import JSONObject, ResourceType
 from federator.apiserver.selectors import FieldSelector, LabelSelector
@@ -82,7 +83,7 @@ class _TableEncoder:
         table = {
             "kind": "Table",
             "apiVersion": TABLE_API_VERSION,
-            "metadata": {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")},
+            "metadata": {"resourceVersion": Body(obj).resource_version},
             "columnDefinitions": None if self.sent_columns else column_definitions(self.rt),
             "rows": [table_row(self.rt, obj, now=now, include_object=self.include_object)],
         }

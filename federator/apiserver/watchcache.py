@@ -61,6 +61,7 @@ from sortedcontainers import SortedDict
 
 from federator.obs import get_logger
 from federator.store.protocol import Compacted, Event, EventType, Store, StoreUnavailable
+from federator.runtime.tasks import stop_tasks
 from federator.runtime.waits import wait_event
 
 _log = get_logger("apiserver.watchcache")
@@ -489,16 +490,7 @@ class WatchCache:
         tasks = [t for t in (self._task, *(f._listing for f in self.feeds.values())) if t is not None]
         self._task = None
         self._finish(None)
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-            except Exception:  # noqa: BLE001 - closing; the cache already recorded why it failed
-                pass
+        await stop_tasks(tasks)  # what a task raised: the cache already recorded why it failed
 
     # ------------------------------------------------------------ waiting
 

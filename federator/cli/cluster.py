@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from federator.apis.views import Body
 from federator.cli.common import (
     GROUP_VERSION,
     InputError,
@@ -191,7 +192,7 @@ def _cmd_cluster_add(args: argparse.Namespace) -> int:
 
         return await each_request(
             documents, lambda document: client.request("POST", clusters_path(), body=body(document)),
-            lambda _, created: f"membercluster.{API_GROUP}/{(created.get('metadata') or {}).get('name')} registered")
+            lambda _, created: f"membercluster.{API_GROUP}/{Body(created).name} registered")
 
     return run_on_hub(args, work)
 

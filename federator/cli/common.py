@@ -25,6 +25,7 @@ from typing import Any, TextIO, TypeVar
 import yaml
 
 from federator.apis.common import json_type, parse_duration_seconds
+from federator.apis.views import Body
 from federator.cli.hubclient import (
     API_GROUP,
     API_VERSION,
@@ -260,9 +261,9 @@ class Printer:
         return (["NAMESPACE"] if self.all_namespaces else []) + ["NAME"] + [c.header for c in self.columns]
 
     def row(self, obj: JSONObject, now: dt.datetime) -> list[str]:
-        meta = obj.get("metadata") or {}
-        cells = [str(meta.get("namespace", ""))] if self.all_namespaces else []
-        cells.append(str(meta.get("name", "")))
+        meta = Body(obj)
+        cells = [meta.namespace] if self.all_namespaces else []
+        cells.append(meta.name)
         for column in self.columns:
             value = column.cell(obj)
             cells.append(age(value, now) if column.date else _cell_text(value))
@@ -335,7 +336,7 @@ def _object_path(kind: str, namespace: str | None, name: str) -> str:
 
 def warn_hub_partitioned(clusters: Sequence[JSONObject]) -> None:
     """One line on stderr when the hub judges itself cut off (Lost conditions with reason HubPartitioned)."""
-    held = sorted(str((c.get("metadata") or {}).get("name")) for c in clusters
+    held = sorted(Body(c).name for c in clusters
                   if any(isinstance(x, dict) and x.get("type") == "Lost" and x.get("reason") == "HubPartitioned"
                          for x in (c.get("status") or {}).get("conditions") or ()))
     if held:
@@ -364,11 +365,11 @@ def cmd_get(args: argparse.Namespace) -> int:
             params["fieldSelector"] = f"metadata.name={args.name}"
             obj = await client.request("GET", _object_path(kind, namespace, args.name))
             items = [obj]
-            resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            resource_version = Body(obj).resource_version
         else:
             listing = await client.request("GET", _collection(kind, namespace), params=params)
             items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
-            resource_version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+            resource_version = Body(listing).resource_version
         if output in ("json", "yaml"):
             if args.name:
                 dump(items[0], output, sys.stdout)
@@ -377,7 +378,7 @@ def cmd_get(args: argparse.Namespace) -> int:
                      output, sys.stdout)
         elif output == "name":
             for item in items:
-                print(f"{kind.lower()}.{API_GROUP}/{(item.get('metadata') or {}).get('name')}", flush=True)
+                print(f"{kind.lower()}.{API_GROUP}/{Body(item).name}", flush=True)
         elif items:
             printer.print_all(items)
             if kind == "MemberCluster":
@@ -393,7 +394,7 @@ def cmd_get(args: argparse.Namespace) -> int:
             if output in ("json", "yaml"):
                 dump(obj, output, sys.stdout)
             elif output == "name":
-                print(f"{kind.lower()}.{API_GROUP}/{(obj.get('metadata') or {}).get('name')}", flush=True)
+                print(f"{kind.lower()}.{API_GROUP}/{Body(obj).name}", flush=True)
             else:
                 printer.print_one(obj)
         return 0

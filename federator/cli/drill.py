@@ -37,6 +37,8 @@ from urllib.parse import quote
 
 from federator.apis.drillreport import FAULTS, MAX_CLUSTERS
 from federator.apis.membercluster import MAX_DRAIN_CONCURRENCY
+from federator.apis.timestamps import parse_time
+from federator.apis.views import Body
 from federator.cli.common import InputError, Printer, dump, hub_flags, parse_duration, render_table, run_on_hub
 from federator.cli.drillrun import (
     DRILLREPORTS_PATH,
@@ -135,7 +137,7 @@ def _cmd_drill(args: argparse.Namespace) -> int:
 
     async def work(client: HubClient) -> int:
         listing = await client.request("GET", clusters_path())
-        registered = sorted(str((m.get("metadata") or {}).get("name")) for m in listing.get("items") or ())
+        registered = sorted(Body(m).name for m in listing.get("items") or ())
         clusters = _resolve_clusters(named, registered)
         chosen = dataclasses.replace(options, clusters=tuple(clusters))
         if len(clusters) > 1 and chosen.fault not in ("partition", "outage"):
@@ -255,7 +257,7 @@ def render_plan(plan: Mapping[str, Any], *, fault: str) -> str:
 async def _live(client: HubClient, options: DrillOptions, *, output: str) -> int:
     result = await run_drill(client, options, progress=ProgressLine(sys.stderr))
     spec = result.report
-    started = dt.datetime.fromisoformat(str(spec["startedAt"]).replace("Z", "+00:00"))
+    started = parse_time(spec.get("startedAt")) or dt.datetime.now(dt.UTC)
     base = report_name(options.clusters, started)
     stored: str | None = None
     error = ""
@@ -296,8 +298,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     async def work(client: HubClient) -> int:
         listing = await client.request("GET", DRILLREPORTS_PATH)
         items = sorted((i for i in listing.get("items") or () if isinstance(i, dict)),
-                       key=lambda i: (str((i.get("metadata") or {}).get("creationTimestamp") or ""),
-                                      str((i.get("metadata") or {}).get("name") or "")))
+                       key=lambda i: (str(Body(i).creation_timestamp or ""),
+                                      Body(i).name))
         if args.output == "json":
             dump({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items},
                  "json", sys.stdout)
@@ -321,7 +323,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if args.output == "json":
             print(json.dumps(figures(spec), indent=2), flush=True)
         else:
-            print(render_report(spec, name=str((report.get("metadata") or {}).get("name"))), flush=True)
+            print(render_report(spec, name=Body(report).name), flush=True)
         return 0
 
     return run_on_hub(args, work)

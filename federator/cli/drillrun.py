@@ -70,6 +70,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from federator.apis.drillreport import FIGURES, MAX_GANGS
+from federator.apis.timestamps import format_time, parse_time
+from federator.apis.views import Body
 from federator.cli.common import UserError
 from federator.cli.simfault import FAULTS_PATH, Target, call, read_kubeconfig
 from federator.clusters.client import NODES, PODS, ClientTimeouts, MemberClient, MemberClientError
@@ -170,8 +172,7 @@ def _placement(job: Mapping[str, Any]) -> tuple[str | None, int]:
 
 
 def _phase(job: Mapping[str, Any]) -> str:
-    phase = (job.get("status") or {}).get("phase")
-    return phase if isinstance(phase, str) and phase else "Pending"
+    return Body(job).phase or "Pending"
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -188,8 +189,8 @@ def _policy(job: Mapping[str, Any]) -> str:
 
 
 def _ref(job: Mapping[str, Any]) -> tuple[str, str, str]:
-    meta = job.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")
+    meta = Body(job)
+    return meta.namespace, meta.name, meta.uid
 
 
 # ---------------------------------------------------------------- the gangs and what became of them
@@ -415,20 +416,18 @@ class MemberReader:
         items = (await self.client.list_all(PODS, label_selector=LABEL_HUB)).items
         views = []
         for pod in items:
-            meta = pod.get("metadata") or {}
-            labels = meta.get("labels") or {}
+            body = Body(pod)
+            labels = body.labels
             views.append(PodView(
                 cluster=self.cluster, job_uid=str(labels.get(LABEL_JOB_UID) or ""),
-                epoch=str(labels.get(LABEL_EPOCH) or ""), uid=str(meta.get("uid") or ""),
-                node=str((pod.get("spec") or {}).get("nodeName") or ""),
-                phase=str((pod.get("status") or {}).get("phase") or "Pending"),
-                deleting=bool(meta.get("deletionTimestamp"))))
+                epoch=str(labels.get(LABEL_EPOCH) or ""), uid=body.uid,
+                node=str(body.spec.get("nodeName") or ""), phase=body.phase or "Pending", deleting=body.deleting))
         return views
 
     async def first_node(self) -> str | None:
         assert self.client is not None
         nodes = (await self.client.list_all(NODES)).items
-        names = sorted(str((n.get("metadata") or {}).get("name") or "") for n in nodes)
+        names = sorted(Body(n).name for n in nodes)
         return names[0] if names else None
 
     async def close(self) -> None:
@@ -466,8 +465,8 @@ class Sampler:
             except (HubError, TimeoutError):
                 return None
             items = [i for i in listing.get("items") or () if isinstance(i, dict)]
-            key = "uid" if path == JOBS_PATH else "name"
-            return {str((i.get("metadata") or {}).get(key) or ""): i for i in items}
+            by_uid = path == JOBS_PATH
+            return {Body(i).uid if by_uid else Body(i).name: i for i in items}
 
         async def member(reader: MemberReader) -> list[PodView] | None:
             if reader.cluster in self.blocked:
@@ -621,11 +620,8 @@ def _stale_from_history(job: Mapping[str, Any], *, faulted: Iterable[str], since
             continue
         if entry.get("cluster") not in clusters:
             continue
-        try:
-            when = dt.datetime.fromisoformat(str(entry.get("time", "")).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        if when < since.replace(microsecond=0):
+        when = parse_time(entry.get("time"))
+        if when is None or when < since.replace(microsecond=0):
             continue
         found = _STALE_PODS.search(str(entry.get("message") or ""))
         total += int(found.group(1)) if found else 0
@@ -713,8 +709,8 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
         "stalePodsKilled": stale,
         "planMatched": (round(matched / moved, 4) if moved else 1.0) if plans else None,
         "durationSeconds": round(options.duration, 3),
-        "startedAt": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "finishedAt": finished.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "startedAt": format_time(started),
+        "finishedAt": format_time(finished),
         "samples": obs.samples,
         "unansweredReads": obs.unanswered_reads,
         "gangs": outcomes[:MAX_GANGS],
@@ -864,7 +860,7 @@ async def run_drill(hub: HubClient, options: DrillOptions, *, progress: Progress
         (options.state_dir / "sim" / f"{c}.kubeconfig").is_file() for c in options.clusters)
     mode = "simulated" if simulated else "real"
     loss_fault = options.fault in LOSS_FAULTS
-    registered = [str((m.get("metadata") or {}).get("name"))
+    registered = [Body(m).name
                   for m in (await hub.request("GET", clusters_path())).get("items") or ()]
     notes: list[str] = []
     plans, plan_notes = await fetch_plans(hub, options.clusters, "drain" if options.fault == "drain" else "loss")
@@ -981,7 +977,7 @@ async def run_drill(hub: HubClient, options: DrillOptions, *, progress: Progress
             await reader.close()
     finished = dt.datetime.now(dt.UTC)
     final = await hub.request("GET", JOBS_PATH)
-    final_jobs = {str((j.get("metadata") or {}).get("uid")): j for j in final.get("items") or ()
+    final_jobs = {Body(j).uid: j for j in final.get("items") or ()
                   if isinstance(j, dict)}
     if loss_fault and observation.lost_at is None and observation.affected:
         notes.append(f"{', '.join(options.clusters)} never turned Lost: a fault shorter than the loss grace "

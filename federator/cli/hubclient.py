@@ -34,6 +34,7 @@ import aiohttp
 import yaml
 
 from federator.apis.common import json_type
+from federator.apis.views import Body
 
 API_GROUP = "federator.dev"
 API_VERSION = "v1alpha1"
@@ -296,7 +297,7 @@ class HubClient:
                         if kind == "ERROR":
                             raise server_error(int(obj.get("code") or 500), json.dumps(obj).encode(),
                                                "application/json")
-                        rv = (obj.get("metadata") or {}).get("resourceVersion")
+                        rv = Body(obj).resource_version
                         if rv:
                             last = rv
                         if kind != "BOOKMARK":

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from federator.apis.views import Body, Meta
 from federator.cli.common import (
     GROUP_VERSION,
     RESOURCES,
@@ -83,7 +84,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
                     print(str(e), file=sys.stderr)
                     failures += 1
                     continue
-                name = (created.get("metadata") or {}).get("name", meta.get("name"))
+                name = Body(created).name or meta.get("name")
                 if args.output in ("json", "yaml"):
                     dump(created, args.output, sys.stdout)
                 else:
@@ -110,19 +111,19 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None, pods: JSONO
     subresource, each member pod with its node and phase; `pods_error` says why
     that could not be read)."""
     now = now or dt.datetime.now(dt.UTC)
-    meta = job.get("metadata") or {}
+    meta = Body(job)
     spec = job.get("spec") or {}
     status = job.get("status") or {}
     placement_status = status.get("placement") or {}
     out: list[str] = []
     add = out.append
-    add(f"Name:         {meta.get('name', '')}")
-    add(f"Namespace:    {meta.get('namespace', '')}")
-    add(f"Created:      {_time(meta.get('creationTimestamp'), now)}")
-    if meta.get("deletionTimestamp"):
-        add(f"Deleting:     since {meta['deletionTimestamp']} (finalizers: {', '.join(meta.get('finalizers') or [])})")
-    labels = meta.get("labels") or {}
-    add("Labels:       " + (", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"))
+    add(f"Name:         {meta.name}")
+    add(f"Namespace:    {meta.namespace}")
+    add(f"Created:      {_time(meta.creation_timestamp, now)}")
+    if meta.deleting:
+        finalizers = ", ".join(str(f) for f in meta.finalizers)
+        add(f"Deleting:     since {meta.deletion_timestamp} (finalizers: {finalizers})")
+    add("Labels:       " + (", ".join(f"{k}={v}" for k, v in sorted(meta.labels.items())) or "<none>"))
     priority_class = spec.get("priorityClassName")
     add(f"Priority:     {spec.get('priority', 0)}" + (f" (class {priority_class})" if priority_class else ""))
     add(f"Queue:        {spec.get('queue') or '<none>'}")
@@ -258,10 +259,10 @@ def _score_lines(scores: list[Any], cluster: str) -> list[str]:
     return lines
 
 
-def _phase_text(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+def _phase_text(meta: Meta, spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
     """The Phase line: the phase, and what it means now (deleted, suspended) in words."""
     phase = status.get("phase")
-    if meta.get("deletionTimestamp"):
+    if meta.deleting:
         return (f"Terminating (was {phase or 'not yet seen by the hub'}): the job is being deleted; its member "
                 "objects go first (condition Terminating)")
     if phase == "Suspended":

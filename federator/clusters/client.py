@@ -60,6 +60,7 @@ from kubernetes.aio import client as kube_client
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.config.config_exception import ConfigException
 
+from federator.apis.views import Body
 from federator.obs import METRICS, Metrics, get_logger
 
 __all__ = [
@@ -206,9 +207,7 @@ class WatchEvent:
 
     @property
     def resource_version(self) -> str:
-        meta = self.object.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-        return rv if isinstance(rv, str) else ""
+        return Body(self.object).resource_version
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from federator.apis.timestamps import format_time
 from federator.clusters.client import MemberClientError, MemberUnreachable
 from federator.obs import METRICS, Metrics, get_logger
 
@@ -43,10 +44,6 @@ REACHABLE, SYNCED, READY, LOST = "Reachable", "Synced", "Ready", "Lost"
 CONDITION_TYPES = (REACHABLE, SYNCED, READY, LOST)
 #: Default loss grace (the hub's --cluster-loss-grace).
 DEFAULT_LOSS_GRACE_SECONDS = 60.0
-
-
-def rfc3339(when: float) -> str:
-    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +65,7 @@ class ConditionState:
 
     def as_dict(self) -> dict[str, Any]:
         return {"type": self.type, "status": self.status, "reason": self.reason, "message": self.message[:1024],
-                "lastTransitionTime": rfc3339(self.last_transition)}
+                "lastTransitionTime": format_time(self.last_transition)}
 
 
 @dataclass
@@ -190,7 +187,7 @@ class ClusterHealth:
         if lost_at is not None and wall >= lost_at:
             # Lost is never Reachable (nor Ready), whatever the probe count says: placement must not pick it.
             last = self._probe_error or next((w.error for w in self._watches.values() if w.error), "")
-            reachable = ("False", "Lost", f"no contact since {rfc3339(self.first_loss_of_contact or wall)}, "
+            reachable = ("False", "Lost", f"no contact since {format_time(self.first_loss_of_contact or wall)}, "
                                           f"longer than the cluster's grace ({self.loss_grace_seconds:g}s)"
                                           + (f"; last: {last}" if last else ""))
         elif self._probe_failures >= self.settings.unreachable_after_failures:
@@ -239,7 +236,7 @@ class ClusterHealth:
         lost_at = self.lost_at()
         if lost_at is not None and wall >= lost_at:
             assert self.first_loss_of_contact is not None
-            since = rfc3339(self.first_loss_of_contact)
+            since = format_time(self.first_loss_of_contact)
             if self.hub_partitioned:
                 lost = ("True", "HubPartitioned",
                         f"no contact since {since}, but so many clusters were lost at once that the hub assumes "
@@ -248,7 +245,7 @@ class ClusterHealth:
                 lost = ("True", "NoContact", f"no contact since {since} (grace {self.loss_grace_seconds:g}s): "
                                              "its gangs fail over")
         elif lost_at is not None and reachable[0] == "False":
-            lost = ("False", "WithinGrace", f"out of contact since {rfc3339(self.first_loss_of_contact or wall)}; "
+            lost = ("False", "WithinGrace", f"out of contact since {format_time(self.first_loss_of_contact or wall)}; "
                                             f"Lost after {self.loss_grace_seconds:g}s")
         else:
             lost = ("False", "Contact", "in contact")

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from federator.apis.views import Body
 from federator.clusters.client import (
     Expired,
     ListResult,
@@ -94,8 +95,7 @@ def relist_difference(items: Sequence[Mapping[str, Any]], known: Mapping[str, st
         if not key:
             continue
         seen.add(key)
-        meta = item.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        rv = Body(item).resource_version or None
         previous = known.get(key)
         if previous is None:
             events.append(("ADDED", item))

@@ -42,6 +42,7 @@ from typing import Any
 from immutables import Map
 
 from federator.apis.quantity import QuantityError
+from federator.apis.views import Body
 from federator.placement.resources import ZERO, Resources
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, NodeState, Taint, TaintEffect
 
@@ -106,29 +107,21 @@ def gpu_model_name(product: str) -> str:
 
 
 def _labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, dict) else None
-    if not isinstance(labels, dict):
-        return {}
-    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+    return {k: v for k, v in Body(obj).labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """"namespace/name" (or "name" for cluster-scoped objects); "" when the object has no name."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
+    meta = Body(obj)
+    name = meta.name
+    if not name:
         return ""
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        return ""
-    namespace = meta.get("namespace")
-    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+    namespace = meta.namespace
+    return f"{namespace}/{name}" if namespace else name
 
 
 def _rv_of(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    return rv if isinstance(rv, str) else ""
+    return Body(obj).resource_version
 
 
 # Nodes of one cluster cache few distinct sets of datasets: one frozenset object per distinct set, not one per

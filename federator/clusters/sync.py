@@ -44,13 +44,15 @@ from federator.clusters.client import (
     ResourceKind,
     podgroup_resource,
 )
-from federator.clusters.health import LOST, ClusterHealth, HealthSettings, rfc3339
+from federator.apis.timestamps import format_time
+from federator.clusters.health import LOST, ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff, Reflector
 from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
 from federator.obs import MAX_GPU_MODELS_PER_CLUSTER, METRICS, OTHER_GPU_MODEL, Metrics, get_logger
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
+from federator.runtime.tasks import spawn, stop_task, stop_tasks
 
-__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "loss_grace_seconds", "stop_task", "synced_resources"]
+__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "loss_grace_seconds", "synced_resources"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,16 +137,6 @@ def _remove_series(gauge: Any, *labels: str) -> None:
         gauge.remove(*labels)
     except KeyError:
         pass
-
-
-async def stop_task(task: asyncio.Task[Any], *, patience: float = 2.0) -> None:
-    """Cancel `task` and wait until it has ended, cancelling again if a cancel got lost (asyncio.wait
-    never raises the task's outcome, and lets a cancel of the caller through)."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=patience)
-        if not task.done():
-            get_logger("clusters.sync").warning("task ignored a cancel; cancelling again", task=task.get_name())
 
 
 SnapshotCallback = Callable[[str, ClusterSnapshot], None]
@@ -293,25 +285,11 @@ class ClusterSync:
 
     def _spawn(self, what: str, coro: Any) -> None:
         name = f"member:{self.name}:{what}"
-        task = asyncio.get_running_loop().create_task(self._supervised(what, coro), name=name)
-        self.tasks[what] = task
-
-    async def _supervised(self, what: str, coro: Any) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a dead loop must be visible, not silent
-            self.log.error("member sync loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
-            raise
+        self.tasks[what] = spawn(coro, name=name, log=self.log, event="member sync loop failed", loop=what)
 
     async def stop(self) -> None:
         self._stopped = True
-        tasks = list(self.tasks.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            await stop_task(task)
+        await stop_tasks(self.tasks.values())
         self.tasks.clear()
         if self.client is not None:
             await self.client.close()
@@ -489,9 +467,9 @@ class ClusterSync:
             status: dict[str, Any] = {
                 "conditions": [
                     {"type": t, "status": "False", "reason": "KubeconfigInvalid", "message": self.client_error[:1024],
-                     "lastTransitionTime": rfc3339(self.health.conditions[t].last_transition)}
+                     "lastTransitionTime": format_time(self.health.conditions[t].last_transition)}
                     for t in ("Reachable", "Synced", "Ready")] + [self.health.conditions[LOST].as_dict()],
-                "firstLossOfContact": rfc3339(first),
+                "firstLossOfContact": format_time(first),
             }
             self._export_capacity({})
             return status
@@ -506,7 +484,7 @@ class ClusterSync:
             "syncLagSeconds": self.sync_lag_seconds(),
         }
         if self.health.first_loss_of_contact is not None:
-            status["firstLossOfContact"] = rfc3339(self.health.first_loss_of_contact)
+            status["firstLossOfContact"] = format_time(self.health.first_loss_of_contact)
         if self.health.last_synced_at is not None:
-            status["lastSyncTime"] = rfc3339(self.health.last_synced_at)
+            status["lastSyncTime"] = format_time(self.health.last_synced_at)
         return status

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apiserver.errors import ApiError
-from federator.clusters.health import rfc3339
+from federator.apis.timestamps import format_time as rfc3339
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     ACTIVE_PHASES,

@@ -37,14 +37,13 @@ starts a task.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from federator.apiserver.errors import ApiError
-from federator.apis.common import format_time, parse_time
+from federator.apis.timestamps import format_time, parse_epoch
 from federator.apis.trainingjob import placed_replicas
 from federator.controllers.context import HubContext
 from federator.controllers.reservations import ReservationLedger
@@ -172,19 +171,9 @@ GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EX
 # ---------------------------------------------------------------- time
 
 
-def timestamp(now: float) -> str:
-    """Seconds since the epoch as RFC 3339 (UTC, whole seconds) the way status fields hold them."""
-    return format_time(dt.datetime.fromtimestamp(now, dt.UTC))
-
-
-def parse_timestamp(value: Any) -> float | None:
-    """An RFC 3339 string as seconds since the epoch; None when it is absent or malformed."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value).timestamp()
-    except ValueError:
-        return None
+# the names this package has used: seconds since the epoch to and from RFC 3339 (federator.apis.timestamps)
+timestamp = format_time
+parse_timestamp = parse_epoch
 
 
 # ---------------------------------------------------------------- identity

@@ -24,17 +24,8 @@ from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import ResourceType
 from federator.clusters.reflector import Backoff
 from federator.controllers.context import HubContext
+from federator.runtime.tasks import running
 from federator.store.protocol import StoreError
-
-
-async def _supervised(coro: Coroutine[Any, Any, None], *, what: str, log: Any) -> None:
-    try:
-        await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-        log.error(f"{what} failed", error=f"{type(e).__name__}: {e}", exc_info=True)
-        raise
 
 
 @contextlib.asynccontextmanager
@@ -43,13 +34,8 @@ async def background_loop(
 ) -> AsyncIterator[asyncio.Task[None]]:
     """Run `coro` as task `name` while the block runs; `what` names it in the
     failure log line."""
-    task = asyncio.get_running_loop().create_task(_supervised(coro, what=what, log=log), name=name)
-    try:
+    async with running(coro, name=name, log=log, event=f"{what} failed") as task:
         yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):  # a failure was logged by _supervised
-            await task
 
 
 async def watch_hub_kind(

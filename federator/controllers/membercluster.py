@@ -40,12 +40,13 @@ from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, lo
 from federator.clusters.client import ClientTimeouts, MemberClient
 from federator.clusters.health import ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff
-from federator.clusters.sync import ClusterSync, LeaseFactory, SyncSettings, stop_task
+from federator.clusters.sync import ClusterSync, LeaseFactory, SyncSettings
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
 from federator.fencing.hublease import LeaseSettings, MemberLease
 from federator.obs import get_logger
 from federator.placement.snapshot import ClusterSnapshot
+from federator.runtime.tasks import spawn, stop_tasks
 from federator.store.protocol import StoreError
 
 __all__ = ["MemberSyncController", "member_sync", "sync_settings"]
@@ -136,18 +137,18 @@ class MemberSyncController:
             _log.info("removing the checkpoint of a cluster that is no longer registered", cluster=name)
             self.writer.unregister(name, delete=True)
         self._stored.clear()
-        loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
-                             name="membersync:watch"),
-            loop.create_task(self._supervised("checkpoint", self.writer.run()), name="membersync:checkpoint"),
-            loop.create_task(self._supervised("status", self._status_loop()), name="membersync:status"),
+            spawn(self._watch_loop(listing.resource_version), name="membersync:watch", log=_log,
+                  event="member sync loop failed", loop="watch"),
+            spawn(self.writer.run(), name="membersync:checkpoint", log=_log, event="member sync loop failed",
+                  loop="checkpoint"),
+            spawn(self._status_loop(), name="membersync:status", log=_log, event="member sync loop failed",
+                  loop="status"),
         ]
         _log.info("member sync started", clusters=sorted(self.syncs))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            await stop_task(task)
+        await stop_tasks(self._tasks)
         self._tasks.clear()
         for sync in list(self.syncs.values()):
             await sync.stop()
@@ -158,15 +159,6 @@ class MemberSyncController:
             _log.warning("final checkpoint flush failed", error=str(e))
         self.syncs.clear()
         _log.info("member sync stopped")
-
-    async def _supervised(self, what: str, coro: Any) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-            _log.error("member sync loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
-            raise
 
     # ------------------------------------------------------------ MemberCluster objects
 

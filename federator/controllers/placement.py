@@ -70,6 +70,7 @@ from federator.placement import Decision, GangRequest, Profile, RunningGang, run
 from federator.placement.growth import GrowthResult
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
+from federator.runtime.tasks import supervised
 from federator.runtime.waits import wait_event
 
 __all__ = ["CONDITION_QUOTA_RESERVED", "PLACEMENT", "SCHEDULABLE", "CycleReport", "PlacementController",
@@ -207,13 +208,7 @@ class PlacementController:
         _log.info("placement loop stopped")
 
     async def _supervised(self, what: str, coro: Any) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-            _log.error("placement loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
-            raise
+        await supervised(coro, log=_log, event="placement loop failed", loop=what)
 
     def wake(self) -> None:
         self._wake.set()

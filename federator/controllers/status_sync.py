@@ -113,6 +113,7 @@ from federator.delegation.adapter import (
 )
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
+from federator.runtime.tasks import supervised
 from federator.runtime.waits import LoopSlice, wait_event
 
 __all__ = [
@@ -359,14 +360,8 @@ class _ClusterWatch:
                 self._supervised(reflector), name=f"statussync:{self.objects.cluster}:{reflector.key}"))
 
     async def _supervised(self, reflector: Reflector) -> None:
-        try:
-            await reflector.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-            _log.error("member object watch failed", cluster=self.objects.cluster, resource=reflector.key,
-                       error=f"{type(e).__name__}: {e}", exc_info=True)
-            raise
+        await supervised(reflector.run(), log=_log, event="member object watch failed",
+                         cluster=self.objects.cluster, resource=reflector.key)
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -1151,10 +1146,4 @@ async def status_sync(hub: HubContext) -> AsyncIterator[None]:
 
 
 async def _supervised(what: str, coro: Any) -> None:
-    try:
-        await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-        _log.error("status sync loop failed", loop=what, error=f"{type(e).__name__}: {e}", exc_info=True)
-        raise
+    await supervised(coro, log=_log, event="status sync loop failed", loop=what)

@@ -112,6 +112,7 @@ from federator.apis.common import (
     label_value_errors,
 )
 from federator.apis.trainingjob import Role, TrainingJob, placed_replicas, validate_trainingjob
+from federator.apis.views import Body
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
 from federator.apis.quantity import QuantityError
@@ -437,10 +438,7 @@ def hub_selector(hub_id: str) -> str:
 
 def ownership_of(obj: Mapping[str, Any], *, job_uid: str, epoch: int, hub_id: str) -> Ownership:
     """How `obj` (as read from a member) relates to the dispatch of `job_uid` at `epoch` by `hub_id`."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    if not isinstance(labels, Mapping):
-        return Ownership.FOREIGN
+    labels = Body(obj).labels
     if labels.get(LABEL_HUB) != hub_id or labels.get(LABEL_JOB_UID) != job_uid:
         return Ownership.FOREIGN
     raw = labels.get(LABEL_EPOCH)
@@ -919,10 +917,8 @@ def _parse_job(job: Mapping[str, Any]) -> TrainingJob:
         errors = validate_trainingjob(subset, settings=_RENDER_SETTINGS) or [("", "invalid TrainingJob")]
         shown = "; ".join(f"{path}: {message}" if path else message for path, message in errors[:_MAX_ERRORS_SHOWN])
         more = f" (and {len(errors) - _MAX_ERRORS_SHOWN} more)" if len(errors) > _MAX_ERRORS_SHOWN else ""
-        meta = job.get("metadata")
-        who = ""
-        if isinstance(meta, Mapping) and isinstance(meta.get("namespace"), str) and isinstance(meta.get("name"), str):
-            who = f" {meta['namespace'][:63]}/{meta['name'][:63]}"
+        meta = Body(job)
+        who = f" {meta.namespace[:63]}/{meta.name[:63]}" if meta.namespace and meta.name else ""
         raise RenderError(f"cannot render TrainingJob{who}: {shown}{more}") from None
 
 
@@ -1129,10 +1125,8 @@ class _PodView:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> _PodView:
-        meta = _mapping(pod.get("metadata"))
-        labels = _mapping(meta.get("labels"))
-        spec = _mapping(pod.get("spec"))
-        status = _mapping(pod.get("status"))
+        body = Body(pod)
+        labels, spec, status = body.labels, body.spec, body.status
         raw_index = labels.get(LABEL_INDEX)
         index = int(raw_index) if isinstance(raw_index, str) and raw_index.isdigit() and len(raw_index) < 10 else -1
         unschedulable = ""
@@ -1140,12 +1134,11 @@ class _PodView:
             if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled" \
                     and condition.get("status") == "False":
                 unschedulable = str(condition.get("message") or condition.get("reason") or "unschedulable")
-        phase = status.get("phase")
         return cls(
-            name=str(meta.get("name") or ""),
+            name=body.name,
             role=str(labels.get(LABEL_ROLE) or ""),
             index=index,
-            phase=phase if isinstance(phase, str) and phase else "Pending",
+            phase=body.phase or "Pending",
             bound=bool(spec.get("nodeName")),
             unschedulable=unschedulable,
             failure=_failure_of(status),
@@ -1177,7 +1170,7 @@ def _podgroup_phase(podgroup: Mapping[str, Any] | None) -> str | None:
 
 
 def _name_of(obj: Mapping[str, Any] | None) -> str:
-    return str(_mapping(_mapping(obj).get("metadata")).get("name") or "")
+    return Body(obj).name
 
 
 _DEFAULT_UNSCHEDULABLE = ("conditions", "Unschedulable", "True")
@@ -1219,8 +1212,7 @@ def _group_says_admitted(group: PodGroupKind, podgroup: Mapping[str, Any] | None
                     and condition.get("status") == status:
                 return True
     if group.admitted_annotation is not None:
-        annotations = _mapping(_mapping(podgroup.get("metadata")).get("annotations"))
-        value = annotations.get(group.admitted_annotation)
+        value = Body(podgroup).annotations.get(group.admitted_annotation)
         if isinstance(value, str) and value:
             return True
     return False
@@ -1241,8 +1233,7 @@ def _camel(reason: str) -> bool:
 def _expected_from(podgroup: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """Role -> replicas from the first object with a well-formed gang annotation; {} if none has one."""
     for obj in ([podgroup] if podgroup is not None else []) + list(pods):
-        annotations = _mapping(_mapping(obj.get("metadata")).get("annotations"))
-        parsed = _parse_gang(annotations.get(ANNOTATION_GANG))
+        parsed = _parse_gang(Body(obj).annotations.get(ANNOTATION_GANG))
         if parsed is not None:
             return parsed
     return {}

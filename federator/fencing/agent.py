@@ -63,6 +63,8 @@ from pathlib import Path
 from typing import Any
 
 from federator.apis.common import dns1123_label_errors
+from federator.apis.timestamps import format_time
+from federator.apis.views import Body
 from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
 from federator.clusters.client import (
     EVENTS,
@@ -195,10 +197,6 @@ class _Expiry:
     kinds_known: bool = False
     #: the fence is marked on the Lease (FENCE_COUNT raised), so the hub learns of it when it returns
     marked: bool = False
-
-
-def _rfc3339(when: dt.datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -396,16 +394,13 @@ class FenceAgent:
         return StepResult(state="no-lease")
 
     def _observe(self, lease: dict[str, Any], sent: float) -> None:
-        meta = lease.get("metadata") if isinstance(lease.get("metadata"), dict) else {}
-        spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
-        assert isinstance(meta, dict) and isinstance(spec, dict)
+        body = Body(lease)
+        spec, annotations = body.spec, body.annotations
         duration = _int_or_none(spec.get("leaseDurationSeconds"))
-        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-        assert isinstance(annotations, dict)
-        seen = _Seen(resource_version=str(meta.get("resourceVersion") or ""),
+        seen = _Seen(resource_version=body.resource_version,
                      renew_time=str(spec.get("renewTime") or ""),
                      duration=duration if duration is not None and duration > 0 else None,
-                     holder=str(spec.get("holderIdentity") or ""), uid=str(meta.get("uid") or ""),
+                     holder=str(spec.get("holderIdentity") or ""), uid=body.uid,
                      fence_count=annotation_count(annotations.get(FENCE_COUNT)),
                      fence_lifted=annotation_count(annotations.get(FENCE_LIFTED)))
         before = self._seen
@@ -489,7 +484,7 @@ class FenceAgent:
             patched = await self.client.patch(
                 LEASES, namespace=self.namespace, name=self.hub_identity,
                 patch={"metadata": {"annotations": {FENCE_COUNT: str(seen.fence_count + 1),
-                                                    FENCED_AT: _rfc3339(dt.datetime.now(dt.UTC))}}})
+                                                    FENCED_AT: format_time(dt.datetime.now(dt.UTC))}}})
         except MemberApiError as e:
             # refused (RBAC without patch on leases, a conflict): fence anyway, never run twice; the hub then
             # sees the gangs' objects deleted and fails them instead of requeueing them
@@ -499,7 +494,7 @@ class FenceAgent:
         expiry.marked = True
         if self._unlifted_renew is None:
             self._unlifted_renew = seen.renew_time  # lifted once a renewal comes after this
-        rv = str((patched.get("metadata") or {}).get("resourceVersion") or "")
+        rv = Body(patched).resource_version
         if self._seen is not None and rv:
             self._seen = replace(self._seen, resource_version=rv, fence_count=seen.fence_count + 1)
 
@@ -524,7 +519,7 @@ class FenceAgent:
         self._unlifted_renew = None
         self.counters.lifts_marked += 1
         self.log.info("marked the fence lifted on the hub's lease", fence_count=seen.fence_count)
-        rv = str((patched.get("metadata") or {}).get("resourceVersion") or "")
+        rv = Body(patched).resource_version
         if self._seen is not None and rv:
             self._seen = replace(self._seen, resource_version=rv, fence_lifted=seen.fence_count)
 
@@ -591,18 +586,15 @@ class FenceAgent:
     async def _delete_all(self, kind: ResourceKind, items: Sequence[dict[str, Any]]) -> int:
         deleted = 0
         for item in items:
-            meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else None
-            if meta is None:
-                continue
-            name, namespace, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
-            labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-            if not isinstance(name, str) or not isinstance(namespace, str) or not name or not namespace:
+            meta = Body(item)
+            name, namespace, uid, labels = meta.name, meta.namespace, meta.uid, meta.labels
+            if not name or not namespace:
                 continue
             if labels.get(LABEL_HUB) != self.hub_identity or labels.get(LABEL_ON_CLUSTER_LOSS) == SPARED_POLICY:
                 continue  # never trust a selector alone with a delete
             try:
                 await self.client.delete(kind, namespace=namespace, name=name, grace_period_seconds=0,
-                                         precondition_uid=uid if isinstance(uid, str) and uid else None)
+                                         precondition_uid=uid or None)
             except MemberApiError as e:
                 if e.code in (404, 409):  # gone already, or replaced by a new object (the next list has it)
                     continue
@@ -626,7 +618,7 @@ class FenceAgent:
             if expiry.event_name is not None:
                 try:
                     await self.client.patch(EVENTS, namespace=self.namespace, name=expiry.event_name, patch={
-                        "count": expiry.event_count + 1, "lastTimestamp": _rfc3339(wall), "message": message})
+                        "count": expiry.event_count + 1, "lastTimestamp": format_time(wall), "message": message})
                     expiry.event_count += 1
                     expiry.event_stale = False
                     return
@@ -643,7 +635,7 @@ class FenceAgent:
                 "reason": EVENT_REASON, "type": "Warning", "message": message,
                 "source": {"component": COMPONENT, "host": self._instance[:253]},
                 "reportingComponent": COMPONENT, "reportingInstance": self._instance[:128],
-                "firstTimestamp": _rfc3339(wall), "lastTimestamp": _rfc3339(wall), "count": 1,
+                "firstTimestamp": format_time(wall), "lastTimestamp": format_time(wall), "count": 1,
             }, namespace=self.namespace)
             expiry.event_name, expiry.event_count, expiry.event_stale = name, 1, False
             self.counters.events_recorded += 1

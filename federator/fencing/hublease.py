@@ -47,19 +47,20 @@ Never logs a credential or an object body.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.timestamps import format_micro_time
+from federator.apis.views import Body
 from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberClientError
 from federator.clusters.health import ClusterHealth
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 
 __all__ = ["FENCED_AT", "FENCE_COUNT", "FENCE_LIFTED", "FENCE_NAMESPACE", "FENCE_SEEN", "LeaseSettings", "MemberLease",
-           "annotation_count", "micro_time"]
+           "annotation_count"]
 
 FENCE_NAMESPACE = "federator-system"
 #: Annotations the fence agent puts on the Lease when it fences: how many times, and when (its clock). The hub
@@ -89,11 +90,6 @@ def annotation_count(value: Any) -> int:
         return max(0, int(value or 0))
     except (TypeError, ValueError):
         return 0
-
-
-def micro_time(when: float) -> str:
-    """A Kubernetes MicroTime (RFC 3339 with microseconds, UTC)."""
-    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 #: Renewals come at least this often, whatever the lease: a short gap after a blip keeps the agent from
@@ -240,7 +236,7 @@ class MemberLease:
         """One renewal (create the Lease when missing). True when acknowledged."""
         sent = self.wall_clock()
         duration = self.duration()
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": micro_time(sent)}
+        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": format_micro_time(sent)}
         try:
             try:
                 patch: dict[str, Any] = {"spec": spec}
@@ -256,7 +252,7 @@ class MemberLease:
                     "apiVersion": LEASES.api_version, "kind": LEASES.kind,
                     "metadata": {"name": self.identity, "namespace": self.settings.namespace,
                                  "labels": {"app.kubernetes.io/managed-by": "federator"}},
-                    "spec": {**spec, "acquireTime": micro_time(sent), "leaseTransitions": 0},
+                    "spec": {**spec, "acquireTime": format_micro_time(sent), "leaseTransitions": 0},
                 }
                 answer = await self.client.create(LEASES, body, namespace=self.settings.namespace,
                                                   timeout_seconds=self.request_timeout)
@@ -294,7 +290,7 @@ class MemberLease:
         return self.fence_count
 
     def _read_fence(self, lease: dict[str, Any], *, acknowledged: float) -> None:
-        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        annotations = Body(lease).annotations
         count, seen = annotation_count(annotations.get(FENCE_COUNT)), annotation_count(annotations.get(FENCE_SEEN))
         self.fence_seen = seen
         self.fence_lifted = annotation_count(annotations.get(FENCE_LIFTED))

@@ -50,6 +50,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from federator import __version__
+from federator.apis.views import Body
 from federator.apiserver.app import Subresource, SubresourceRequest, build_api_app, json_response
 from federator.apiserver.auth import (
     PRINCIPAL_KEY,
@@ -706,7 +707,7 @@ async def apply_registrations(storage: ObjectStorage, directory: Path) -> dict[s
     assert rt is not None
     outcome: dict[str, str] = {}
     for path, document in read_registrations(directory):
-        name = str((document.get("metadata") or {}).get("name", ""))
+        name = Body(document).name
         try:
             try:
                 await storage.create(rt, document, namespace=None)
@@ -717,7 +718,7 @@ async def apply_registrations(storage: ObjectStorage, directory: Path) -> dict[s
 
                 def replace(stored: JSONObject, wanted: JSONObject = document) -> JSONObject | None:
                     meta = stored["metadata"]
-                    wanted_meta = wanted.get("metadata") or {}
+                    wanted_meta = Body(wanted).metadata
                     if stored.get("spec") == wanted.get("spec") and meta.get("labels") == wanted_meta.get("labels"):
                         return None
                     stored["spec"] = wanted.get("spec")

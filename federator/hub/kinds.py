@@ -80,6 +80,7 @@ from federator.apis.common import (
     dns1123_subdomain_errors,
 )
 from federator.apis.crd import KINDS, column_getter, model_openapi_schema, openapi_schema
+from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.errors import ApiError
 from federator.apiserver.events import event_types
@@ -171,15 +172,11 @@ def selects_namespace(queue_obj: Mapping[str, Any], namespace: str) -> bool:
 
 
 def _created(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    stamp = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
-    return stamp if isinstance(stamp, str) else ""
+    return Body(obj).creation_timestamp or ""
 
 
 def _object_name(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    return name if isinstance(name, str) else ""
+    return Body(obj).name
 
 
 def queue_for_namespace(queues: Iterable[Mapping[str, Any]], namespace: str) -> str | None:

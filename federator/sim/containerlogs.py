@@ -41,9 +41,11 @@ from typing import Any
 
 from aiohttp import web
 
+from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, api_state
 from federator.apiserver.podlog import LogOptions, parse_log_options, serve_log
+from federator.apis.timestamps import format_nano_time, parse_time
 
 __all__ = [
     "ANNOTATION_LOG_INTERVAL",
@@ -94,23 +96,8 @@ def _unit(*parts: str) -> float:
 
 def _parse_time(value: Any) -> int | None:
     """A kube timestamp (RFC 3339, whole seconds) as nanoseconds since the epoch."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp()) * _NS
-
-
-def rfc3339_nano(ns: int) -> str:
-    """Go's time.RFC3339Nano (trailing zeros of the fraction dropped), as a kubelet stamps lines."""
-    seconds, fraction = divmod(ns, _NS)
-    text = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    digits = f"{fraction:09d}".rstrip("0")
-    return f"{text}.{digits}Z" if digits else f"{text}Z"
+    parsed = parse_time(value)
+    return None if parsed is None else int(parsed.timestamp()) * _NS
 
 
 def _interval(annotations: Mapping[str, Any]) -> float:
@@ -291,7 +278,7 @@ class ContainerLog:
     def render(self, i: int, *, timestamps: bool) -> bytes:
         text = self.line(i)
         if timestamps:
-            return f"{rfc3339_nano(self.time_of(i))} {text}\n".encode()
+            return f"{format_nano_time(self.time_of(i))} {text}\n".encode()
         return f"{text}\n".encode()
 
 
@@ -300,7 +287,7 @@ class ContainerLog:
 
 def log_container(pod: Mapping[str, Any], requested: str) -> str:
     """The container a log request reads (kube's validateContainer; 400 BadRequest otherwise)."""
-    name = str((pod.get("metadata") or {}).get("name") or "")
+    name = Body(pod).name
     spec = pod.get("spec") or {}
     names = [str(c.get("name")) for key in ("initContainers", "containers", "ephemeralContainers")
              for c in spec.get(key) or () if isinstance(c, Mapping) and c.get("name")]
@@ -320,10 +307,10 @@ def log_container(pod: Mapping[str, Any], requested: str) -> str:
 def container_run(pod: Mapping[str, Any], container: str, *, previous: bool = False) -> ContainerRun:
     """The run of `container` whose log a request reads: 400 BadRequest in the kubelet's words when there is
     none (waiting to start, never restarted, not available)."""
-    meta = pod.get("metadata") or {}
+    meta = Body(pod)
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    name = str(meta.get("name") or "")
+    name = meta.name
     statuses = [s for key in ("containerStatuses", "initContainerStatuses")
                 for s in status.get(key) or () if isinstance(s, Mapping)]
     found = next((s for s in statuses if s.get("name") == container), None)
@@ -360,16 +347,16 @@ def container_run(pod: Mapping[str, Any], container: str, *, previous: bool = Fa
     spec_container = next((c for c in spec.get("containers") or () if isinstance(c, Mapping)
                            and c.get("name") == container), {})
     env = _env(spec_container)
-    annotations = meta.get("annotations") or {}
-    namespace = str(meta.get("namespace") or "")
+    annotations = meta.annotations
+    namespace = meta.namespace
     job_namespace, job_name = env.get("FEDERATOR_JOB_NAMESPACE"), env.get("FEDERATOR_JOB_NAME")
     job = f"{job_namespace}/{job_name}" if job_namespace and job_name else f"{namespace}/{name}"
-    labels = meta.get("labels") or {}
+    labels = meta.labels
     replicas = max(1, _int(env.get("FEDERATOR_ROLE_REPLICAS"), 1))
     gang_size = max(replicas, _int(env.get("FEDERATOR_GANG_SIZE"), 1))
     role = env.get("FEDERATOR_ROLE") or container
     return ContainerRun(
-        pod_uid=str(meta.get("uid") or name), pod=name, container=container,
+        pod_uid=meta.uid or name, pod=name, container=container,
         image=str(spec_container.get("image") or found.get("image") or "unknown"),
         node=str(spec.get("nodeName") or ""), job=job,
         job_key=str(labels.get("federator.dev/job-uid") or job),
@@ -419,7 +406,7 @@ async def _log_chunks(
     had printed every line up to then, and lines up to then stay in its log once it has finished."""
     assert req.rt is not None
     log = ContainerLog(container_run(pod, container, previous=options.previous))
-    uid = (pod.get("metadata") or {}).get("uid")
+    uid = Body(pod).uid
     now = read_at
     total = log.count_at(now)
     start = log.first_kept(total)
@@ -442,7 +429,7 @@ async def _log_chunks(
             if e.code == 404:
                 return  # the pod is gone: so is its log
             raise
-        if (current.get("metadata") or {}).get("uid") != uid:
+        if Body(current).uid != uid:
             return  # another pod of that name: not this log
         try:
             log = ContainerLog(container_run(current, container))

@@ -29,6 +29,7 @@ from federator.apis.quantity import (
     parse_millicores,
     parse_units,
 )
+from federator.apis.views import Body
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -324,7 +325,7 @@ class NodeInfo:
 def node_info(node: Mapping[str, Any]) -> NodeInfo:
     """A NodeInfo from a Node object. Malformed quantities count as zero
     (a real scheduler would not see such a node advertise anything)."""
-    meta = node.get("metadata") or {}
+    meta = Body(node)
     spec = node.get("spec") or {}
     status = node.get("status") or {}
     allocatable: dict[str, int] = {}
@@ -343,11 +344,10 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
     for c in status.get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type") == "Ready":
             ready = c.get("status") == "True"
-    labels = meta.get("labels") or {}
     return NodeInfo(
-        name=str(meta.get("name", "")),
+        name=meta.name,
         allocatable=allocatable,
-        labels=dict(labels) if isinstance(labels, Mapping) else {},
+        labels=dict(meta.labels),
         taints=tuple(taints),
         unschedulable=bool(spec.get("unschedulable", False)),
         ready=ready,

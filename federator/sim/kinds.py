@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, VerbOnlyResource, decode_body, json_response
 from federator.apiserver.errors import ApiError, FieldError, as_field_error
-from federator.apiserver.events import core_event_type, format_micro_time, validate_event
+from federator.apiserver.events import core_event_type, validate_event
 from federator.apiserver.registry import (
     JSONObject,
     Registry,
@@ -48,6 +48,7 @@ from federator.apiserver.selectors import path_getter
 from federator.apis import priorityclass
 from federator.apis.common import dns1123_label_errors, label_key_errors
 from federator.apis.quantity import QuantityError, parse_quantity
+from federator.apis.timestamps import format_micro_time, format_time, parse_micro_time
 
 # ---------------------------------------------------------------- gang-scheduler wiring (kube-api-notes §11)
 
@@ -67,7 +68,7 @@ _POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(dt.datetime.now(dt.UTC))
 
 
 # ---------------------------------------------------------------- the official client's models as schema
@@ -297,7 +298,7 @@ def _namespace_defaults(ns: JSONObject) -> None:
     status = ns.get("status")
     if not isinstance(status, dict):
         status = ns["status"] = {}
-    terminating = bool((ns.get("metadata") or {}).get("deletionTimestamp"))
+    terminating = Body(ns).deleting
     status["phase"] = "Terminating" if terminating else status.get("phase") or "Active"
 
 
@@ -383,7 +384,7 @@ def _node_status_cell(node: JSONObject) -> str:
 
 
 def _node_roles_cell(node: JSONObject) -> str:
-    labels = (node.get("metadata") or {}).get("labels") or {}
+    labels = Body(node).labels
     roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k)
     if labels.get("kubernetes.io/role"):
         roles.append(labels["kubernetes.io/role"])
@@ -522,7 +523,7 @@ async def _admit_priority_class(storage: Any, pc: JSONObject, old: JSONObject | 
         return
     why = priorityclass.default_conflict(pc, (await storage.list(PRIORITY_CLASSES)).items)
     if why is not None:
-        raise errors.forbidden(PRIORITY_CLASSES, str((pc.get("metadata") or {}).get("name") or ""), why)
+        raise errors.forbidden(PRIORITY_CLASSES, Body(pc).name, why)
 
 
 async def admit_pod_priority(storage: Any, pod: JSONObject) -> None:
@@ -536,7 +537,7 @@ async def admit_pod_priority(storage: Any, pod: JSONObject) -> None:
         return  # validation reports it
     resolved = priorityclass.resolve_priority(spec, (await storage.list(PRIORITY_CLASSES)).items, subject="pod")
     if resolved.error:
-        raise errors.forbidden(PODS, str((pod.get("metadata") or {}).get("name") or ""), resolved.error)
+        raise errors.forbidden(PODS, Body(pod).name, resolved.error)
     if resolved.class_name:
         spec["priorityClassName"] = resolved.class_name
     if spec.get("priority") is None:
@@ -822,7 +823,7 @@ def _pod_ready_cell(pod: JSONObject) -> str:
 
 def _pod_status_cell(pod: JSONObject) -> str:
     status = pod.get("status") or {}
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+    if Body(pod).deleting:
         # kubectl's printPod: a deleted pod of an unreachable node shows Unknown
         return "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     reason = status.get("reason")
@@ -854,7 +855,7 @@ def _pod_bind_strategy(proposed: JSONObject, stored: JSONObject) -> JSONObject:
     result = stored
     node = (proposed.get("spec") or {}).get("nodeName")
     result.setdefault("spec", {})["nodeName"] = node
-    annotations = (proposed.get("metadata") or {}).get("annotations")
+    annotations = Body(proposed).metadata.get("annotations")  # None: the binding leaves them as they are
     if annotations is not None:
         result["metadata"]["annotations"] = annotations
     status = proposed.get("status")
@@ -973,26 +974,10 @@ EVENTS = dataclasses.replace(
 LEASE_GROUP = "coordination.k8s.io"
 #: metav1.RFC3339Micro, the only layout a MicroTime accepts: exactly six fraction digits, then Z or ±hh:mm
 MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
-_MICRO_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})")
 #: kube's only Kubernetes-defined coordinated leader election strategy (a domain-prefixed one is free-form)
 _LEASE_STRATEGIES = ("OldestEmulationVersion",)
 _LEASE_SPEC_FIELDS = ("acquireTime", "holderIdentity", "leaseDurationSeconds", "leaseTransitions",
                       "preferredHolder", "renewTime", "strategy")
-
-
-def parse_micro_time(value: str) -> dt.datetime | None:
-    """A MicroTime string as kube's decoder reads it (time.Parse with RFC3339Micro), else None."""
-    m = _MICRO_TIME.fullmatch(value)  # not `$`: it would accept a trailing newline
-    if m is None:
-        return None
-    year, month, day, hour, minute, second, micro, zone = m.groups()
-    try:
-        tz = dt.UTC if zone == "Z" else dt.timezone(
-            (1 if zone[0] == "+" else -1) * dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
-        return dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), int(micro),
-                           tzinfo=tz)
-    except ValueError:  # a day, hour or offset out of range
-        return None
 
 
 def _lease_defaults(lease: JSONObject) -> None:
@@ -1546,8 +1531,8 @@ async def _pod_binding_handler(req: SubresourceRequest) -> web.StreamResponse:
 
 async def _bindings_handler(req: SubresourceRequest) -> web.StreamResponse:
     binding = _decode_binding(req.body, req.request.headers.get("Content-Type", ""))
-    name = (binding.get("metadata") or {}).get("name") if isinstance(binding.get("metadata"), dict) else None
-    if not isinstance(name, str) or not name:
+    name = Body(binding).name
+    if not name:
         raise errors.invalid(_BINDING_RT, "", [FieldError.required("metadata.name")])
     assert req.namespace is not None
     await bind_pod(req.storage, namespace=req.namespace, pod_name=name, binding=binding, dry_run=req.dry_run)

@@ -59,9 +59,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.obs import METRICS
 from federator.apis.quantity import QuantityError
+from federator.apis.timestamps import format_time, parse_time
 from federator.sim.fit import GPU, resource_units
 from federator.sim.nodelease import NodeLeases, NodeState
 from federator.sim.profile import node_conditions
@@ -103,16 +105,7 @@ _START, _FINISH, _TERMINATE, _RESTART = 0, 1, 2, 3
 
 
 def _stamp(when: datetime | None = None) -> str:
-    return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_stamp(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
+    return format_time(when or datetime.now(UTC))
 
 
 def _seconds(annotations: Mapping[str, Any], key: str) -> float | None:
@@ -187,7 +180,7 @@ def _container_statuses(pod: Mapping[str, Any], *, state: JSON, ready: bool, sta
                         devices: Mapping[str, tuple[str, ...]] | None = None,
                         unhealthy: frozenset[str] = frozenset(), restarts: int = 0,
                         last_state: JSON | None = None) -> list[JSON]:
-    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    uid = Body(pod).uid
     out = []
     for c in (pod.get("spec") or {}).get("containers") or []:
         name = str((c or {}).get("name") or "main")
@@ -259,10 +252,10 @@ def _container_started(status: Mapping[str, Any]) -> datetime | None:
     for cs in status.get("containerStatuses") or []:
         running = ((cs or {}).get("state") or {}).get("running") if isinstance(cs, Mapping) else None
         if isinstance(running, Mapping):
-            started = _parse_stamp(running.get("startedAt"))
+            started = parse_time(running.get("startedAt"))
             if started is not None:
                 return started
-    return _parse_stamp(status.get("startTime"))
+    return parse_time(status.get("startTime"))
 
 
 def _go_duration(seconds: float) -> str:
@@ -337,13 +330,13 @@ class Kubelet:
         self._wake.set()
 
     def apply_node(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name") or "")
+        node = Body(obj)
+        name = node.name
         status = obj.get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         was = self.node_ready.get(name)
         self.node_ready[name] = ready
-        self.node_uid[name] = str(meta.get("uid") or "")
+        self.node_uid[name] = node.uid
         for a in status.get("addresses") or []:
             if a.get("type") == "InternalIP":
                 self.node_ip[name] = str(a.get("address"))
@@ -352,7 +345,7 @@ class Kubelet:
         except (QuantityError, TypeError, ValueError):
             capacity = 0
         try:
-            bad = int((meta.get("annotations") or {}).get(ANNOTATION_UNHEALTHY_GPUS) or 0)
+            bad = int(node.annotations.get(ANNOTATION_UNHEALTHY_GPUS) or 0)
         except (TypeError, ValueError):
             bad = 0
         gpus = (capacity, max(0, min(bad, capacity)))
@@ -387,14 +380,14 @@ class Kubelet:
         return {name: NodeState(uid=uids.get(name, ""), ready=ready) for name, ready in self.node_ready.items()}
 
     def apply_pod(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        body = Body(obj)
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
-        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        namespace, name = body.namespace, body.name
         key = f"{namespace}/{name}"
         node = str(spec.get("nodeName") or "")
         old = self.pods.get(key)
-        uid = str(meta.get("uid") or "")
+        uid = body.uid
         if not node:
             if old is not None:
                 self._forget(key)
@@ -402,12 +395,12 @@ class Kubelet:
         if old is not None and (old.uid != uid or old.node != node):
             self._forget(key)
             old = None
-        grace = meta.get("deletionGracePeriodSeconds")
+        grace = body.metadata.get("deletionGracePeriodSeconds")
         pod = _Pod(
             key=key, namespace=namespace, name=name, uid=uid, node=node,
-            phase=str(status.get("phase") or "Pending"), deleting=bool(meta.get("deletionTimestamp")),
+            phase=str(status.get("phase") or "Pending"), deleting=body.deleting,
             grace=float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) else 30.0,
-            annotations=dict(meta.get("annotations") or {}),
+            annotations=dict(body.annotations),
             restart_policy=str(spec.get("restartPolicy") or "Always"),
             started_at=_container_started(status),
             scheduled=old.scheduled if old is not None else set(),
@@ -516,14 +509,14 @@ class Kubelet:
             async for ev in self.storage.watch(rt, resource_version=resource_version):
                 if ev.type == "BOOKMARK":
                     continue
-                meta = ev.object.get("metadata") or {}
+                meta = Body(ev.object)
                 if rt is self.nodes_rt:
                     if ev.type == "DELETED":
-                        self.delete_node(str(meta.get("name")))
+                        self.delete_node(meta.name)
                     else:
                         self.apply_node(ev.object)
                 elif ev.type == "DELETED":
-                    self.delete_pod(str(meta.get("namespace")), str(meta.get("name")))
+                    self.delete_pod(meta.namespace, meta.name)
                 else:
                     self.apply_pod(ev.object)
         except ApiError as e:
@@ -677,8 +670,7 @@ class Kubelet:
 
     async def _write_status(self, pod: _Pod, change: Callable[[JSON], JSON | None]) -> JSON | None:
         def mutate(obj: JSON) -> JSON | None:
-            meta = obj.get("metadata") or {}
-            if meta.get("uid") != pod.uid or (obj.get("spec") or {}).get("nodeName") != pod.node:
+            if Body(obj).uid != pod.uid or (obj.get("spec") or {}).get("nodeName") != pod.node:
                 return None
             return change(obj)
 

@@ -22,7 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
+from federator.apis.timestamps import parse_epoch
 from federator.sim.fit import GPU, RDMA_HCA
 from federator.sim.kubelet import ANNOTATION_DURATION
 from federator.sim.profile import PLAIN_POD_SCHEDULERS
@@ -165,22 +167,22 @@ class BackgroundLoadLoop:
         live = 0
         groups_in_use: set[str] = set()
         for pod in listing.items:
-            meta = pod.get("metadata") or {}
+            meta = Body(pod)
             # arrivals after a restart of a persistent cluster take serials after those it kept
-            found = _SERIAL.match(str(meta.get("name") or ""))
+            found = _SERIAL.match(meta.name)
             if found is not None:
                 self.serial = max(self.serial, int(found.group(1)) + 1)
             status = pod.get("status") or {}
             phase = status.get("phase") or "Pending"
-            created = _epoch(meta.get("creationTimestamp"))
+            created = parse_epoch(meta.creation_timestamp)
             stale = not (pod.get("spec") or {}).get("nodeName") and created is not None and \
                 now - created > give_up_after
-            if meta.get("deletionTimestamp"):
+            if meta.deleting:
                 live += 1
                 continue
             if phase in ("Succeeded", "Failed") or stale:
                 try:
-                    await self.storage.delete(self.pods_rt, namespace=self.load.namespace, name=meta["name"])
+                    await self.storage.delete(self.pods_rt, namespace=self.load.namespace, name=meta.name)
                 except ApiError as e:
                     if e.code != 404:
                         raise
@@ -235,17 +237,6 @@ class BackgroundLoadLoop:
 
 
 _SERIAL = re.compile(r"^bg-(\d{6,})-")
-
-
-def _epoch(stamp: Any) -> float | None:
-    from datetime import UTC, datetime
-
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
 
 
 async def run_background_load(

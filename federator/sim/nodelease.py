@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
+from federator.apis.timestamps import format_micro_time
 from federator.obs import METRICS
 from federator.runtime.waits import LoopSlice, wait_event
 
@@ -58,7 +59,7 @@ def lease_slot(node: str, slots: int) -> int:
 
 
 def _micro_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micro_time(dt.datetime.now(dt.UTC))
 
 
 def node_lease(node: str, *, node_uid: str, renew_time: str,

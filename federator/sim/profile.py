@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 
 from federator.apis.common import dns1123_label_errors, dns1123_subdomain_errors, label_key_errors, label_value_errors
 from federator.apis.quantity import QuantityError
+from federator.apis.timestamps import format_time
 from federator.sim.fit import CPU, GPU, MEMORY, PODS, RDMA_HCA, format_units, resource_units
 
 API_VERSION = "sim.federator.dev/v1alpha1"
@@ -519,7 +520,7 @@ def node_name(pool: NodePool, index: int) -> str:
 
 
 def _timestamp(now: datetime | None) -> str:
-    return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(now or datetime.now(UTC))
 
 
 def node_resources(pool: NodePool) -> tuple[dict[str, str], dict[str, str]]:

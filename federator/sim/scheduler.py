@@ -48,8 +48,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apis.priorityclass import default_priority_class
+from federator.apis.timestamps import format_time
 from federator.obs import METRICS
 from federator.sim import kinds
 from federator.sim.fit import (
@@ -110,15 +112,15 @@ class GroupKind:
     extras_last: bool = False
 
     def group_of(self, pod: Mapping[str, Any]) -> str | None:
-        meta = pod.get("metadata") or {}
+        meta = Body(pod)
         if self.pod_spec_field:
             value = _dig(pod.get("spec"), self.pod_spec_field)
             return value if isinstance(value, str) and value else None
         if self.pod_label:
-            value = (meta.get("labels") or {}).get(self.pod_label)
+            value = meta.labels.get(self.pod_label)
             if value:
                 return str(value)
-        annotations = meta.get("annotations") or {}
+        annotations = meta.annotations
         for key in self.pod_annotations:
             value = annotations.get(key)
             if value:
@@ -205,7 +207,7 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 def _rv(obj: Mapping[str, Any]) -> int:
     try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+        return int(Body(obj).resource_version or 0)
     except (TypeError, ValueError):
         return 0
 
@@ -321,7 +323,7 @@ class SchedulerState:
     # ------------------------------------------------------------ priority classes
 
     def apply_priority_class(self, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
+        name = Body(obj).name
         value = obj.get("value")
         if not name or not isinstance(value, int) or isinstance(value, bool):
             self.delete_priority_class(name)
@@ -372,14 +374,14 @@ class SchedulerState:
         return group_key(kind, namespace, name) if name else None
 
     def apply_pod(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        meta = Body(obj)
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
-        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        namespace, name = meta.namespace, meta.name
         key = pod_key(namespace, name)
         rv = _rv(obj)
         old = self.pods.get(key)
-        uid = str(meta.get("uid") or "")
+        uid = meta.uid
         if old is not None and old.uid == uid and rv and rv <= old.rv:
             return  # stale: we already know a newer version (e.g. our own bind)
         if old is not None and old.uid != uid:
@@ -401,13 +403,12 @@ class SchedulerState:
         priority = spec.get("priority")
         if old is None:
             self._seq += 1
-        created = meta.get("creationTimestamp")
         entry = PodEntry(
             key=key, namespace=namespace, name=name, uid=uid, rv=rv, scheduler_name=scheduler_name,
-            node_name=node_name, phase=phase, deleting=bool(meta.get("deletionTimestamp")),
+            node_name=node_name, phase=phase, deleting=meta.deleting,
             group=self._group_for(obj, scheduler_name, namespace), requirements=requirements, invalid=invalid,
             priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-            seq=old.seq if old is not None else self._seq, created=created if isinstance(created, str) else "",
+            seq=old.seq if old is not None else self._seq, created=meta.creation_timestamp or "",
         )
         self.pods[key] = entry
         if old is not None and old.group != entry.group:
@@ -461,24 +462,23 @@ class SchedulerState:
     # ------------------------------------------------------------ groups
 
     def apply_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        meta = Body(obj)
+        namespace, name = meta.namespace, meta.name
         key = group_key(kind, namespace, name)
         rv = _rv(obj)
         old = self.groups.get(key)
-        uid = str(meta.get("uid") or "")
+        uid = meta.uid
         if old is not None and old.uid == uid and rv and rv < old.rv:
             return
         min_member = kind.min_member_of(obj)
         raw_spec = obj.get("spec")
         spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
         queue, priority_class = spec.get("queue"), spec.get("priorityClassName")
-        created = meta.get("creationTimestamp")
         entry = GroupEntry(key=key, kind=kind, namespace=namespace, name=name, uid=uid, rv=rv,
                            min_member=min_member or 0, obj=dict(obj), gang=min_member is not None,
                            queue=queue if isinstance(queue, str) else "",
                            priority_class=priority_class if isinstance(priority_class, str) else "",
-                           created=created if isinstance(created, str) else "")
+                           created=meta.creation_timestamp or "")
         if old is not None and old.uid == uid:
             entry.members = old.members
             entry.verdict = old.verdict
@@ -759,7 +759,7 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC))
 
 
 @dataclass(frozen=True, slots=True)
@@ -888,11 +888,10 @@ def _native_status(group: GroupEntry, *, now: str) -> JSON:
     prev = next((c for c in conditions if c.get("type") == "PodGroupScheduled"), None)
     if prev is not None and prev.get("status") == "True" and not verdict.scheduled:
         return old
-    generation = (group.obj.get("metadata") or {}).get("generation")
     wanted: JSON = {
         "type": "PodGroupScheduled",
         "status": "True" if verdict.scheduled else "False",
-        "observedGeneration": generation if isinstance(generation, int) else 0,
+        "observedGeneration": Body(group.obj).generation,
         "lastTransitionTime": now,
         "reason": "Scheduled" if verdict.scheduled else verdict.reason,
         "message": "" if verdict.scheduled else verdict.message,
@@ -916,8 +915,7 @@ def _kai_status(group: GroupEntry, members: Iterable[PodEntry], *, now: str) -> 
         return old
     if any(m.holds_resources for m in members):
         return old
-    labels = (group.obj.get("metadata") or {}).get("labels") or {}
-    pool = labels.get(KAI_NODE_POOL_LABEL) if isinstance(labels, dict) else None
+    pool = Body(group.obj).labels.get(KAI_NODE_POOL_LABEL)
     wanted: JSON = {
         "type": "UnschedulableOnNodePool",
         "nodePool": pool if isinstance(pool, str) and pool else "default",
@@ -950,8 +948,7 @@ def desired_group_annotations(group: GroupEntry) -> dict[str, str] | None:
     kai.scheduler/last-start-timestamp (status_updater setPodGroupLastStartTimeStamp). None: nothing."""
     if group.kind is not KAI or group.verdict is None or not group.verdict.scheduled:
         return None
-    annotations = (group.obj.get("metadata") or {}).get("annotations") or {}
-    if isinstance(annotations, dict) and annotations.get(KAI_LAST_START_ANNOTATION):
+    if Body(group.obj).annotations.get(KAI_LAST_START_ANNOTATION):
         return None
     return {KAI_LAST_START_ANNOTATION: group.verdict.at or _now()}
 
@@ -1050,26 +1047,26 @@ class GangScheduler:
 
     def _apply(self, rt: ResourceType, kind: GroupKind | None, type_: str, obj: JSON) -> None:
         state = self.state
-        meta = obj.get("metadata") or {}
+        meta = Body(obj)
         if rt is self.nodes_rt:
             if type_ == "DELETED":
-                state.delete_node(str(meta.get("name")))
+                state.delete_node(meta.name)
             else:
                 state.apply_node(obj)
         elif rt is self.pods_rt:
             if type_ == "DELETED":
-                state.delete_pod(str(meta.get("namespace")), str(meta.get("name")))
-                self._reported.pop(pod_key(str(meta.get("namespace")), str(meta.get("name"))), None)
+                state.delete_pod(meta.namespace, meta.name)
+                self._reported.pop(pod_key(meta.namespace, meta.name), None)
             else:
                 state.apply_pod(obj)
         elif rt is self.priority_classes_rt:
             if type_ == "DELETED":
-                state.delete_priority_class(str(meta.get("name")))
+                state.delete_priority_class(meta.name)
             else:
                 state.apply_priority_class(obj)
         elif kind is not None:
             if type_ == "DELETED":
-                state.delete_group(kind, str(meta.get("namespace")), str(meta.get("name")))
+                state.delete_group(kind, meta.namespace, meta.name)
             else:
                 state.apply_group(kind, obj)
 
@@ -1193,8 +1190,7 @@ class GangScheduler:
         now = _now()
 
         def mutate(pod: JSON) -> JSON | None:
-            meta = pod.get("metadata") or {}
-            if meta.get("uid") != entry.uid or (pod.get("spec") or {}).get("nodeName"):
+            if Body(pod).uid != entry.uid or (pod.get("spec") or {}).get("nodeName"):
                 return None
             status = pod.setdefault("status", {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
@@ -1290,7 +1286,7 @@ class GangScheduler:
             uid = group.uid
 
             def mutate(obj: JSON, desired: JSON = desired, uid: str = uid) -> JSON | None:
-                if (obj.get("metadata") or {}).get("uid") != uid or obj.get("status") == desired:
+                if Body(obj).uid != uid or obj.get("status") == desired:
                     return None
                 obj["status"] = desired
                 return obj
@@ -1315,11 +1311,11 @@ class GangScheduler:
         uid = group.uid
 
         def mutate(obj: JSON) -> JSON | None:
-            meta = obj.get("metadata") or {}
-            current = meta.get("annotations") or {}
-            if meta.get("uid") != uid or all(current.get(k) == v for k, v in wanted.items()):
+            body = Body(obj)
+            current = body.annotations
+            if body.uid != uid or all(current.get(k) == v for k, v in wanted.items()):
                 return None
-            meta["annotations"] = {**current, **wanted}
+            obj["metadata"]["annotations"] = {**current, **wanted}  # a stored object: metadata is a dict
             return obj
 
         try:

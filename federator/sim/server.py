@@ -79,6 +79,7 @@ from federator.sim.profile import ClusterProfile, initial_nodes
 from federator.sim.rbac import RbacPolicy, service_account_groups, service_account_user
 from federator.store.memory import MemoryStore
 from federator.store.protocol import Store
+from federator.runtime.tasks import spawn, stop_tasks
 from federator.runtime.waits import wait_event
 
 #: History a simulated cluster keeps for watches (revisions); kube-apiserver's
@@ -360,38 +361,23 @@ class SimCluster:
         stop = asyncio.Event()
         if self.run_controllers:
             for name, entry, kwargs in _controllers(self.profile):
-                task = asyncio.get_running_loop().create_task(
-                    self._supervise(name, entry(storage=self.storage, registry=self.registry, cluster=self.profile,
-                                                stop=stop, logger=self.log.bind(controller=name), **kwargs)),
-                    name=f"sim:{self.name}:{name}",
-                )
-                self.tasks[name] = task
-        self.tasks["namespaces"] = asyncio.get_running_loop().create_task(
-            self._supervise("namespaces", self._namespace_controller(stop)), name=f"sim:{self.name}:namespaces")
+                self.tasks[name] = spawn(
+                    entry(storage=self.storage, registry=self.registry, cluster=self.profile, stop=stop,
+                          logger=self.log.bind(controller=name), **kwargs),
+                    name=f"sim:{self.name}:{name}", log=self.log, event="controller failed", controller=name)
+        self.tasks["namespaces"] = spawn(self._namespace_controller(stop), name=f"sim:{self.name}:namespaces",
+                                         log=self.log, event="controller failed", controller="namespaces")
         try:
             yield
         finally:
             stop.set()
-            for task in self.tasks.values():
-                task.cancel()
-            for name, task in list(self.tasks.items()):
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+            failures = await stop_tasks(self.tasks.values())
             self.tasks.clear()
             await self.faults.clear()
             await self.storage.close()
             await self.store.close()
-
-    async def _supervise(self, name: str, coro: Awaitable[None]) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a dead controller must be visible, not silent
-            self.log.error("controller failed", controller=name, error=repr(e), exc_info=True)
-            raise
+            if failures:  # logged when it happened; a stop that hides a dead controller would hide the bug
+                raise failures[0]
 
     async def _seed(self) -> None:
         ns_rt = kinds.NAMESPACES

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from fractions import Fraction
 
 import pytest
@@ -12,11 +11,9 @@ from federator.apis.common import (
     QuantityError,
     dns1123_label_errors,
     dns1123_subdomain_errors,
-    format_time,
     label_key_errors,
     label_value_errors,
     parse_quantity,
-    parse_time,
     split_cause,
 )
 from federator.apis.crd import column_getter
@@ -88,18 +85,6 @@ def test_name_messages_are_kubes_to_the_character() -> None:
         "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
         "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
         "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"]
-
-
-def test_time() -> None:
-    moment = parse_time("2024-05-01T12:00:00Z")
-    assert moment == datetime(2024, 5, 1, 12, tzinfo=UTC)
-    assert parse_time("2024-05-01T14:00:00.123456789+02:00") == datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
-    assert format_time(moment) == "2024-05-01T12:00:00Z"
-    for bad in ("2024-05-01", "2024-05-01 12:00:00Z", "2024-13-01T12:00:00Z", "yesterday", "2024-05-01T12:00:00"):
-        with pytest.raises(ValueError):
-            parse_time(bad)
-    with pytest.raises(ValueError):
-        format_time(datetime(2024, 5, 1))  # naive
 
 
 @pytest.mark.parametrize(("message", "cause"), [

@@ -13,7 +13,8 @@ from clustertest_support import Sims, profile
 
 from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberUnreachable
 from federator.clusters.health import ClusterHealth, HealthSettings
-from federator.fencing.hublease import FENCE_NAMESPACE, LeaseSettings, MemberLease, micro_time
+from federator.apis.timestamps import format_micro_time
+from federator.fencing.hublease import FENCE_NAMESPACE, LeaseSettings, MemberLease
 from federator.obs import Metrics
 
 
@@ -46,11 +47,11 @@ async def test_the_lease_is_created_then_renewed_with_a_fresh_renew_time(tmp_pat
         assert await lease.renew_once()
         first = await client.get(LEASES, namespace=FENCE_NAMESPACE, name="hub-a")
         assert first["spec"]["holderIdentity"] == "hub-a" and first["spec"]["leaseDurationSeconds"] == 3
-        assert first["spec"]["renewTime"] == micro_time(wall.now) == first["spec"]["acquireTime"]
+        assert first["spec"]["renewTime"] == format_micro_time(wall.now) == first["spec"]["acquireTime"]
         wall.now += 1.25
         assert await lease.renew_once()
         second = await client.get(LEASES, namespace=FENCE_NAMESPACE, name="hub-a")
-        assert second["spec"]["renewTime"] == micro_time(wall.now)
+        assert second["spec"]["renewTime"] == format_micro_time(wall.now)
         assert second["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
         assert lease.renewals == 2 and lease.renewed_at == wall.now
         # Acknowledged at `now`: the agent fences at most lease + margin after that.

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from federator.apis.common import parse_time
+from federator.apis.timestamps import require_time
 from federator.clusters.client import PODS, MemberClient
 from federator.controllers.cleanup import GarbageCollector, member_cleanup
 from federator.controllers.context import ControllerFactory
@@ -177,7 +177,7 @@ def history(job: dict[str, Any], event: str) -> list[dict[str, Any]]:
 
 
 def seconds(stamp: str) -> float:
-    return parse_time(stamp).timestamp()
+    return require_time(stamp).timestamp()
 
 
 async def list_pods(client: MemberClient, selector: str) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from simapi_support import ThreadedSim, wait_for
 
 from federator.apiserver.errors import ApiError
 from federator.sim import kinds
-from federator.sim.containerlogs import ContainerLog, ContainerRun, container_run, log_container, rfc3339_nano
+from federator.sim.containerlogs import ContainerLog, ContainerRun, container_run, log_container
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 NS = 1_000_000_000
@@ -109,12 +109,6 @@ def test_the_log_is_rotated_like_a_kubelets() -> None:
     assert log.first_kept(0) == 0
     with pytest.raises(ValueError):
         ContainerLog(run_of(), rotate_lines=0)
-
-
-def test_rfc3339_nano_is_gos() -> None:
-    assert rfc3339_nano(1_700_000_000 * NS) == "2023-11-14T22:13:20Z"
-    assert rfc3339_nano(1_700_000_000 * NS + 120_000_000) == "2023-11-14T22:13:20.12Z"
-    assert rfc3339_nano(1_700_000_000 * NS + 1) == "2023-11-14T22:13:20.000000001Z"
 
 
 def _pod(status: dict[str, Any] | None = None, containers: tuple[str, ...] = ("main",)) -> dict[str, Any]:

@@ -1,0 +1,173 @@
+"""The storage's read-modify-write retry (`retry_on_conflict`): a lost race is read again and
+resolves, a race lost every time is the caller's 409 after the limit, and a 409 that is a
+decision (a precondition) is never retried.
+
+The races are real: the kind's update admission (which runs between the read and the
+compare-and-swap write) writes the same object through the same storage first."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from apitest_support import WIDGETS, widget
+
+from federator.apiserver.errors import ApiError, conflict
+from federator.apiserver.registry import JSONObject, Registry
+from federator.apiserver.storage import LostRace, ObjectStorage, retry_on_conflict
+from federator.obs import Metrics
+from federator.store.memory import MemoryStore
+
+LIMIT = 16  # storage's _UPDATE_RETRIES: the attempts a caller's write gets
+
+
+@dataclasses.dataclass
+class Racer:
+    """Update admission that, `races` times, writes the object's status before the caller's write lands."""
+
+    races: int = 0
+    calls: int = 0
+
+    async def __call__(self, storage: Any, new: JSONObject, old: JSONObject) -> None:
+        self.calls += 1
+        if self.races > 0:
+            self.races -= 1
+            meta = old["metadata"]
+
+            def bump(obj: JSONObject) -> JSONObject:
+                status = obj.setdefault("status", {})
+                status["bumps"] = status.get("bumps", 0) + 1
+                return obj
+
+            await storage.guaranteed_update(RACY, namespace=meta["namespace"], name=meta["name"], mutate=bump,
+                                            subresource="status")
+
+
+RACER = Racer()
+RACY = dataclasses.replace(WIDGETS, admit_update=RACER, managed_fields=True)
+
+
+@pytest.fixture
+async def racy() -> AsyncIterator[tuple[ObjectStorage, Metrics]]:
+    metrics = Metrics()
+    store = MemoryStore(prefix="/t/", retain_revisions=200, metrics=metrics)
+    storage = ObjectStorage(store, Registry([RACY]))
+    RACER.races = RACER.calls = 0
+    await storage.create(RACY, widget("w1"), namespace="ns1")
+    try:
+        yield storage, metrics
+    finally:
+        await storage.close()
+        await store.close()
+
+
+def reads(metrics: Metrics) -> float:
+    value = metrics.registry.get_sample_value("federator_store_operations_total",
+                                              {"backend": "memory", "op": "get", "result": "ok"})
+    return value or 0.0
+
+
+def grow(obj: JSONObject) -> JSONObject:
+    obj["spec"]["size"] += 1
+    return obj
+
+
+async def test_a_lost_race_is_read_again_and_resolves(racy: tuple[ObjectStorage, Metrics]) -> None:
+    storage, _ = racy
+    RACER.races = 3
+    out = await storage.guaranteed_update(RACY, namespace="ns1", name="w1", mutate=grow)
+    assert out is not None and RACER.calls == 4
+    stored = await storage.get(RACY, namespace="ns1", name="w1")
+    assert stored["spec"]["size"] == 2 and stored["status"]["bumps"] == 3  # neither writer's change lost
+
+
+async def test_a_patch_and_an_apply_resolve_a_lost_race(racy: tuple[ObjectStorage, Metrics]) -> None:
+    storage, _ = racy
+    RACER.races = 2
+    await storage.patch(RACY, namespace="ns1", name="w1", patch=b'{"spec": {"size": 5}}',
+                        content_type="application/merge-patch+json")
+    assert RACER.calls == 3
+    RACER.races, RACER.calls = 2, 0
+    applied, created = await storage.apply(RACY, namespace="ns1", name="w1", field_manager="t", force=True,
+                                           config=widget("w1", size=7))
+    assert not created and applied["spec"]["size"] == 7 and RACER.calls == 3
+    assert (await storage.get(RACY, namespace="ns1", name="w1"))["status"]["bumps"] == 4
+
+
+async def test_a_race_lost_every_time_is_a_409_after_the_limit(racy: tuple[ObjectStorage, Metrics]) -> None:
+    storage, _ = racy
+    RACER.races = 10**6
+    with pytest.raises(ApiError) as e:
+        await storage.guaranteed_update(RACY, namespace="ns1", name="w1", mutate=grow)
+    assert (e.value.code, e.value.reason) == (409, "Conflict")
+    assert RACER.calls == LIMIT
+    assert (await storage.get(RACY, namespace="ns1", name="w1"))["spec"]["size"] == 1
+
+
+@pytest.mark.parametrize("verb", ["patch", "delete-rv", "delete-uid"])
+async def test_a_precondition_failure_is_never_retried(racy: tuple[ObjectStorage, Metrics], verb: str) -> None:
+    storage, metrics = racy
+    before = reads(metrics)
+    with pytest.raises(ApiError) as e:
+        if verb == "patch":  # a resourceVersion in the patch is a precondition
+            await storage.patch(RACY, namespace="ns1", name="w1", content_type="application/merge-patch+json",
+                                patch=b'{"metadata": {"resourceVersion": "1"}, "spec": {"size": 5}}')
+        elif verb == "delete-rv":
+            await storage.delete(RACY, namespace="ns1", name="w1", precondition_resource_version="1")
+        else:
+            await storage.delete(RACY, namespace="ns1", name="w1", precondition_uid="not-the-uid")
+    assert (e.value.code, e.value.reason) == (409, "Conflict")
+    assert reads(metrics) - before == 1  # one read: no second attempt
+    assert RACER.calls == 0
+    assert (await storage.get(RACY, namespace="ns1", name="w1"))["spec"]["size"] == 1
+
+
+# ---------------------------------------------------------------- the helper itself
+
+
+def lost() -> LostRace:
+    return LostRace(conflict(WIDGETS, "w1"))
+
+
+@pytest.mark.parametrize(("losses", "attempts", "outcome"), [
+    (0, 16, "won"),
+    (1, 16, "won"),
+    (15, 16, "won"),  # the last attempt still counts
+    (16, 16, "409"),
+    (3, 3, "409"),
+    (1, 1, "409"),
+])
+async def test_retry_on_conflict(losses: int, attempts: int, outcome: str) -> None:
+    calls = 0
+
+    async def attempt() -> str:
+        nonlocal calls
+        calls += 1
+        if calls <= losses:
+            raise lost()
+        return "won"
+
+    if outcome == "won":
+        assert await retry_on_conflict(attempt, what="t", attempts=attempts) == "won"
+        assert calls == losses + 1
+    else:
+        with pytest.raises(ApiError) as e:
+            await retry_on_conflict(attempt, what="t", attempts=attempts)
+        assert e.value.code == 409 and calls == attempts
+
+
+async def test_anything_but_a_lost_race_is_raised_at_once() -> None:
+    calls = 0
+
+    async def attempt() -> None:
+        nonlocal calls
+        calls += 1
+        raise conflict(WIDGETS, "w1", "Precondition failed: UID in precondition: a, UID in object meta: b")
+
+    with pytest.raises(ApiError, match="Precondition failed"):
+        await retry_on_conflict(attempt, what="t")
+    assert calls == 1
+    with pytest.raises(ValueError):
+        await retry_on_conflict(attempt, what="t", attempts=0)
