@@ -172,6 +172,18 @@ def events(job: dict[str, Any]) -> list[str]:
     return [h["event"] for h in (job.get("status") or {}).get("history") or ()]
 
 
+def final_epoch_events(job: dict[str, Any]) -> list[str]:
+    """The history events of the job's current epoch. A loaded machine may time out a member write of the
+    first dispatch: it is undone and the gang requeued ("dispatch to X failed (attempt N): ...") and placed
+    again at epoch + 1, so every earlier epoch must have ended that way (anything else fails here)."""
+    entries = (job.get("status") or {}).get("history") or ()
+    epoch = ((job.get("status") or {}).get("placement") or {}).get("epoch")
+    for earlier in {h.get("epoch") for h in entries} - {epoch, None}:
+        assert any(h["event"] == "Requeued" and " failed (attempt " in str(h.get("message"))
+                   for h in entries if h.get("epoch") == earlier), entries
+    return [h["event"] for h in entries if h.get("epoch") == epoch]
+
+
 def history(job: dict[str, Any], event: str) -> list[dict[str, Any]]:
     return [h for h in (job.get("status") or {}).get("history") or () if h["event"] == event]
 

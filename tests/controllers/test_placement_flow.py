@@ -106,8 +106,10 @@ async def test_example_lands_whole_in_the_rdma_cluster_with_its_dataset(env: Env
     epoch = placement["epoch"]
     history = job["status"]["history"]
     for earlier in range(1, epoch):
-        ended = [h["event"] for h in history if h.get("epoch") == earlier]
-        assert ended[0] == "Placed" and "DispatchFailed" in ended, history
+        ended = [h for h in history if h.get("epoch") == earlier]
+        assert ended[0]["event"] == "Placed" and any(
+            h["event"] == "Requeued" and str(h.get("message")).startswith("dispatch to onprem-rdma-a100 failed")
+            for h in ended), history
     assert all(h.get("cluster") in (None, "onprem-rdma-a100") for h in history), history
     assert placement["decisionResourceVersion"]
     assert phase(job) in ("Placed", "Admitted", "Running", "Succeeded")
