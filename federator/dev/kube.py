@@ -20,7 +20,8 @@ API (the next helper builds on it):
     m.agent_kubeconfig                          # DIR/<name>-agent.kubeconfig  fence agent identity
     m.admin_kubeconfig                          # DIR/<name>-admin.kubeconfig  admin (client certificate)
     m.apply_member_rbac()                       # kubectl kustomize deploy/member/schedulers/<s> | kubectl apply
-    m.forbidden()                               # 403s the hub/agent identities got (from the audit log)
+    m.forbidden()                               # 403s the hub/agent identities got (from the audit log;
+                                                # forbidden_requests(DIR/<name>/audit.log) for another process's)
     m.processes                                 # name -> pid of etcd, kube-apiserver, ..., kwok
     m.stop_component("kube-apiserver"); m.start_component("kube-apiserver")   # restart one process
     members.stop()                              # SIGTERM, then SIGKILL after 10 s; idempotent
@@ -106,6 +107,7 @@ __all__ = [
     "KubeMembers",
     "REAL_SCHEDULERS",
     "build_script",
+    "forbidden_requests",
     "kube_binaries",
     "kwok_stages",
     "refused_reason",
@@ -521,6 +523,29 @@ class Forbidden:
     uri: str
 
 
+def forbidden_requests(audit_log: Path) -> list[Forbidden]:
+    """The requests a member's audit log (KubeMember.audit_log: the hub's and the agent's identities only)
+    shows answered 403 Forbidden, oldest first."""
+    found: list[Forbidden] = []
+    try:
+        lines = audit_log.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return found
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line being written
+        if (event.get("responseStatus") or {}).get("code") != 403:
+            continue
+        ref = event.get("objectRef") or {}
+        resource = "/".join(p for p in (ref.get("apiGroup"), ref.get("resource"), ref.get("subresource")) if p)
+        found.append(Forbidden(user=(event.get("user") or {}).get("username", ""), verb=event.get("verb", ""),
+                               resource=resource, namespace=ref.get("namespace", ""), name=ref.get("name", ""),
+                               uri=event.get("requestURI", "")))
+    return found
+
+
 @dataclass
 class KubeMember:
     """One real member cluster (see the module docstring). `start()` returns once every process is
@@ -665,24 +690,7 @@ class KubeMember:
 
     def forbidden(self) -> list[Forbidden]:
         """Every request of the hub's or the agent's identity this member answered 403, from its audit log."""
-        found: list[Forbidden] = []
-        try:
-            lines = self.audit_log.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return found
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line being written
-            if (event.get("responseStatus") or {}).get("code") != 403:
-                continue
-            ref = event.get("objectRef") or {}
-            resource = "/".join(p for p in (ref.get("apiGroup"), ref.get("resource"), ref.get("subresource")) if p)
-            found.append(Forbidden(user=(event.get("user") or {}).get("username", ""), verb=event.get("verb", ""),
-                                   resource=resource, namespace=ref.get("namespace", ""), name=ref.get("name", ""),
-                                   uri=event.get("requestURI", "")))
-        return found
+        return forbidden_requests(self.audit_log)
 
     # ------------------------------------------------------------ setup
 
