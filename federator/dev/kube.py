@@ -50,8 +50,8 @@ played by kwok Stages (`kwok_stages`):
   the profile's kubelet.defaultRunSeconds, for pods whose restartPolicy is not Always;
 - Running -> Failed after `sim.federator.dev/fail-after-seconds` with exit code
   `sim.federator.dev/exit-code` (default 1, reason Error), for restartPolicy Never; under
-  OnFailure/Always the real member's pod also turns Failed (kwok cannot restart a container in place:
-  docs/simulator-fidelity.md);
+  OnFailure/Always nothing happens (a kubelet restarts the container in place and the pod stays
+  Running; kwok's stages cannot play restarts with back-off: docs/simulator-fidelity.md);
 - a deleted pod goes after the profile's kubelet.terminationSeconds.
 What the real controllers do is theirs: kube-scheduler binds (gang scheduling of
 scheduling.k8s.io/v1alpha2 PodGroups: GenericWorkload + GangScheduling gates), the node lifecycle
@@ -388,7 +388,7 @@ def kwok_stages(profile: ClusterProfile) -> list[dict[str, Any]]:
     stage("pod-fail", {
         "resourceRef": pod,
         "selector": {"matchExpressions": [
-            not_deleting, running, not_always,
+            not_deleting, running, {"key": ".spec.restartPolicy", "operator": "In", "values": ["Never"]},
             {"key": '.metadata.annotations["sim.federator.dev/fail-after-seconds"]', "operator": "Exists"}]},
         "delay": {"durationMilliseconds": 0,
                   "durationFrom": {"expressionFrom": _seconds_expr("sim.federator.dev/fail-after-seconds")}},
