@@ -1083,6 +1083,6 @@ def example_job_path() -> str | None:
     relative = Path("examples") / "resnet-ps.yaml"
     if relative.is_file():
         return str(relative)
-    source = Path(__file__).resolve().parents[1] / relative
+    source = Path(__file__).resolve().parents[2] / relative
     return str(source) if source.is_file() else None
 
