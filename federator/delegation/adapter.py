@@ -890,9 +890,14 @@ class SchedulerAdapter:
         if condition is not None:
             reason = _single_explanation_reason(condition) or condition.get("reason")
             message = condition.get("message")
+            text = message if isinstance(message, str) and message else "unschedulable"
+            # kube-scheduler's gang scheduling says only "pod group is unschedulable" on the group; the why
+            # (e.g. "0/2 nodes are available: 2 Too many pods.") is the rejected pod's own message
+            detail = next((v for v in views if not v.bound and v.unschedulable and text not in v.unschedulable
+                           and not v.unschedulable.startswith(text)), None)
+            more = f" (pod {detail.name}: {detail.unschedulable})" if detail is not None else ""
             return (reason if isinstance(reason, str) and _camel(reason) else "Unschedulable",
-                    f"{group.gvk.kind if group else 'PodGroup'} {_name_of(podgroup)}: "
-                    f"{message if isinstance(message, str) and message else 'unschedulable'}")
+                    f"{group.gvk.kind if group else 'PodGroup'} {_name_of(podgroup)}: {text}{more}")
         note = "" if group is not None else f"; {NO_GANG_GUARANTEE}"
         for view in views:
             if not view.bound and view.unschedulable:

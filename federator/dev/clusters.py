@@ -37,6 +37,14 @@ Profiles without `kubelet.defaultRunSeconds` get `--sim-run-seconds`
 (default 60): a simulated training pod then succeeds after that long, so a
 submitted job goes all the way to Succeeded.
 
+`--members kube` starts REAL member clusters instead (federator/dev/kube.py: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok nodes from the same profiles; `KubeDevClusters`), only for
+profiles whose gang scheduler is native or default (the flag's help says why the others cannot), applies
+deploy/member's RBAC to each with kubectl and registers it with the kubeconfig of the hub's identity there
+(`<state-dir>/kube/<cluster>.kubeconfig`; the admin's is `<cluster>-admin.kubeconfig`, the agent's
+`<cluster>-agent.kubeconfig`). Each start is a fresh set of ports; the members keep their etcd data in
+`<state-dir>/kube/<cluster>/`.
+
 This is the CLI layer: it may import `federator.sim` (the hub may not). It
 never prints or logs a member token (kubeconfigs hold them, mode 0600).
 """
@@ -67,6 +75,7 @@ __all__ = [
     "DevCluster",
     "DevClusterError",
     "DevClusters",
+    "KubeDevClusters",
     "add_arguments",
     "default_profiles_dir",
     "registration_for",
@@ -110,9 +119,27 @@ class DevCluster:
 # ---------------------------------------------------------------- flags
 
 
+#: the profiles `federator up --members kube` starts when no --sim-profile is given
+DEFAULT_KUBE_PROFILES = ("cloud-native-gang", "cloud-small")
+
+
+def _members_help() -> str:
+    return (
+        "what the development member clusters are: 'sim' (default) simulates every profile in-process; "
+        "'kube' starts each as a REAL Kubernetes v1.36 member (etcd, kube-apiserver, kube-controller-manager, "
+        "kube-scheduler and kwok nodes made from the profile; federator/dev/kube.py), built from the Go modules "
+        "of e2e/kube/tools on first use (needs Go, ~6 min once), with deploy/member's RBAC applied and the hub "
+        "registered with exactly that identity. Real members run profiles whose gang scheduler is 'native' "
+        "(kube-scheduler's own gang scheduling) or 'default' (default: "
+        f"{', '.join(DEFAULT_KUBE_PROFILES)}). Volcano, coscheduling and kube-batch cannot: volcano.sh/volcano, "
+        "volcano.sh/apis and sigs.k8s.io/scheduler-plugins are refused by the Go module proxy (403); KAI is not "
+        "among the pinned modules. Background load of a profile is not played on real members")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The dev-cluster flags of `federator up`."""
     group = parser.add_argument_group("simulated member clusters (development mode)")
+    group.add_argument("--members", choices=["sim", "kube"], default="sim", help=_members_help())
     group.add_argument("--no-sim", action="store_true",
                        help="start no simulated clusters (the hub runs with whatever clusters are registered)")
     group.add_argument("--sim-profile", action="append", default=[], metavar="PATH",
@@ -343,6 +370,85 @@ class DevClusters:
                 path.unlink(missing_ok=True)
 
 
+# ---------------------------------------------------------------- real members
+
+
+def load_kube_profiles(paths: Sequence[str | os.PathLike[str]], *, run_seconds: float) -> list[ClusterProfile]:
+    """The profiles `federator up --members kube` starts: those of `paths` (all must be runnable for real),
+    else DEFAULT_KUBE_PROFILES from the default directory. DevClusterError names a profile that cannot run."""
+    from federator.dev.kube import refused_reason
+
+    profiles = load_dev_profiles(paths, run_seconds=run_seconds)
+    if not paths:
+        profiles = [p for p in profiles if p.name in DEFAULT_KUBE_PROFILES]
+    for profile in profiles:
+        scheduler, _ = _gang_scheduler(profile)
+        reason = refused_reason(scheduler)
+        if reason is not None:
+            raise DevClusterError(f"profile {profile.name} ({scheduler}) cannot run as a real member: {reason}")
+    if not profiles:
+        raise DevClusterError("no profile to run as a real member")
+    return profiles
+
+
+class KubeDevClusters:
+    """Real member clusters (federator/dev/kube.py) for `federator up --members kube`, with the same
+    start()/stop() and files as DevClusters: kubeconfigs of the hub identity in `<state-dir>/kube/`,
+    the agent's beside them, registrations in `<state-dir>/kube/registrations/`, and each member's
+    processes, logs and admin kubeconfig (`<cluster>-admin.kubeconfig`) there too."""
+
+    def __init__(self, profiles: Sequence[ClusterProfile], *, state_dir: Path) -> None:
+        self.profiles = list(profiles)
+        self.directory = state_dir / "kube"
+        self.registrations_dir = self.directory / "registrations"
+        self.clusters: list[DevCluster] = []
+        self._members: Any = None
+
+    def start(self) -> list[DevCluster]:
+        from federator.dev.kube import KubeBuildError, KubeMemberError, KubeMembers, kube_binaries
+        from federator.obs import get_logger
+
+        log = get_logger("devclusters")
+        self.registrations_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            binaries = kube_binaries(log=lambda line: log.info("kube build", line=line))
+            self._members = KubeMembers(self.profiles, directory=self.directory, binaries=binaries)
+            for member in self._members.start():
+                member.apply_member_rbac()
+                self.clusters.append(self._register(member))
+        except (KubeBuildError, KubeMemberError) as e:
+            self.stop()
+            raise DevClusterError(str(e)) from None
+        except BaseException:
+            self.stop()
+            raise
+        running = {f"{c.name}.yaml" for c in self.clusters}
+        for path in self.registrations_dir.glob("*.yaml"):
+            if path.name not in running:
+                path.unlink(missing_ok=True)
+        log.info("real member clusters serving", clusters={c.name: c.server for c in self.clusters})
+        return self.clusters
+
+    def _register(self, member: Any) -> DevCluster:
+        document = registration_for(member.profile, kubeconfig=member.hub_kubeconfig)
+        document["metadata"]["labels"] = {"federator.dev/kube-member": "true"}
+        path = self.registrations_dir / f"{member.name}.yaml"
+        header = ("# Generated by `federator up --members kube` for its real member cluster; rewritten at every "
+                  f"start.\n# Profile: {member.profile.name} ({member.profile.description})\n")
+        _write_atomically(path, header + yaml.safe_dump(document, sort_keys=False))
+        return DevCluster(
+            name=member.name, server=member.server, kubeconfig=member.hub_kubeconfig, registration=path,
+            agent_kubeconfig=member.agent_kubeconfig, scheduler=document["spec"]["scheduler"]["name"],
+            network=document["spec"]["network"]["type"], nodes=member.profile.node_count,
+            gpus=member.profile.gpu_count, description=member.profile.description,
+        )
+
+    def stop(self) -> None:
+        if self._members is not None:
+            self._members.stop()
+            self._members = None
+
+
 # ---------------------------------------------------------------- fence agents
 
 
@@ -414,7 +520,8 @@ def _print_clusters(clusters: Sequence[DevCluster], *, registrations: Path, admi
     from federator.hub.app import example_job_path, federator_command
 
     width = max(len(c.name) for c in clusters)
-    lines = [f"federator up: {len(clusters)} simulated member cluster(s), registered from {registrations}/"]
+    kind = "real" if registrations.parent.name == "kube" else "simulated"
+    lines = [f"federator up: {len(clusters)} {kind} member cluster(s), registered from {registrations}/"]
     for c in clusters:
         lines.append(f"  {c.name:<{width}}  {c.scheduler:<12}  {c.nodes:>4} nodes {c.gpus:>4} GPUs  {c.server}"
                      f"  kubeconfig: {c.kubeconfig}")
@@ -449,10 +556,15 @@ def run_up(args: argparse.Namespace) -> int:
 
     configure_logging(level=getattr(args, "log_level", "info"))
     state_dir = Path(args.state_dir)
+    clusters: DevClusters | KubeDevClusters
     try:
-        profiles = load_dev_profiles(args.sim_profile, run_seconds=float(args.sim_run_seconds))
-        clusters = DevClusters(profiles, state_dir=state_dir, port_base=args.sim_port_base,
-                               ephemeral=bool(getattr(args, "sim_ephemeral", False)))
+        if getattr(args, "members", "sim") == "kube":
+            profiles = load_kube_profiles(args.sim_profile, run_seconds=float(args.sim_run_seconds))
+            clusters = KubeDevClusters(profiles, state_dir=state_dir)
+        else:
+            profiles = load_dev_profiles(args.sim_profile, run_seconds=float(args.sim_run_seconds))
+            clusters = DevClusters(profiles, state_dir=state_dir, port_base=args.sim_port_base,
+                                   ephemeral=bool(getattr(args, "sim_ephemeral", False)))
     except DevClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -450,10 +450,13 @@ _OBJECT_META_SMP = {
     "metadata.ownerReferences": SMPListStrategy("uid"),
 }
 
+_node_unschedulable = path_getter("spec.unschedulable")
+
 NODES = ResourceType(
     group="", version="v1", kind="Node", plural="nodes", singular="node", namespaced=False,
     short_names=("no",), reset_status_on_create=False,
-    field_selectors={"spec.unschedulable": path_getter("spec.unschedulable")},
+    # kube's NodeToSelectableFields: strconv.FormatBool(node.Spec.Unschedulable), so an absent field is "false"
+    field_selectors={"spec.unschedulable": lambda obj: _node_unschedulable(obj) or "false"},
     defaults=_node_defaults, validate=_with_client_schema("V1Node", _validate_node),
     unknown_fields=client_unknown_fields("V1Node"),
     columns=(
@@ -647,6 +650,27 @@ def _container_defaults(c: JSONObject) -> None:
             res["requests"] = dict(res["limits"])
 
 
+#: plugin/pkg/admission/defaulttolerationseconds: every pod tolerates a not-ready or unreachable node for 300 s
+_DEFAULT_TOLERATED_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _default_toleration_seconds(spec: JSONObject) -> None:
+    """kube-apiserver's DefaultTolerationSeconds admission: a NoExecute toleration of 300 s for the not-ready and
+    unreachable taints, unless the pod already tolerates them (seen on a real v1.36 member, e2e/kube)."""
+    tolerations = spec.get("tolerations")
+    if tolerations is not None and not isinstance(tolerations, list):
+        return  # validation reports it
+    present = list(tolerations or [])
+    added = []
+    for key in _DEFAULT_TOLERATED_TAINTS:
+        if any(isinstance(t, dict) and t.get("effect") in (None, "", "NoExecute")
+               and (t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists")) for t in present):
+            continue
+        added.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+    if added:
+        spec["tolerations"] = present + added
+
+
 def _pod_defaults(pod: JSONObject) -> None:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
@@ -659,6 +683,7 @@ def _pod_defaults(pod: JSONObject) -> None:
     spec.setdefault("enableServiceLinks", True)
     # spec.priority and spec.preemptionPolicy are Priority admission's (admit_pod_priority), as in kube
     spec.setdefault("serviceAccountName", "default")
+    _default_toleration_seconds(spec)
     for field in ("containers", "initContainers"):
         for c in spec.get(field) or []:
             if isinstance(c, dict):
@@ -1455,6 +1480,9 @@ def _decode_binding(body: bytes, content_type: str) -> JSONObject:
     return obj
 
 
+#: plugin/pkg/admission/podtopologylabels defaultConfig
+_POD_TOPOLOGY_LABELS = frozenset({"topology.kubernetes.io/zone", "topology.kubernetes.io/region"})
+
 _BINDING_RT = ResourceType(group="", version="v1", kind="Binding", plural="bindings", singular="binding",
                            namespaced=True, verbs=("create",), status_subresource=False)
 
@@ -1505,12 +1533,25 @@ async def bind_pod(storage: Any, *, namespace: str, pod_name: str, binding: JSON
             merged = dict(pmeta.get("annotations") or {})
             merged.update(annotations)
             pmeta["annotations"] = merged
+        if topology:
+            pmeta["labels"] = {**(pmeta.get("labels") or {}), **topology}
         status = pod.setdefault("status", {})
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                            "lastTransitionTime": now})
         status["conditions"] = conditions
         return pod
+
+    # kube-apiserver's PodTopologyLabels admission (beta, on by default since v1.35): the node's zone and
+    # region labels are copied onto the pod it is bound to
+    topology: dict[str, str] = {}
+    if isinstance(node, str) and node:
+        try:
+            node_obj = await storage.get(NODES, namespace=None, name=node)
+        except ApiError:
+            node_obj = {}
+        node_labels = (node_obj.get("metadata") or {}).get("labels") or {}
+        topology = {k: v for k, v in node_labels.items() if k in _POD_TOPOLOGY_LABELS and isinstance(v, str)}
 
     if dry_run:
         bind(await storage.get(PODS, namespace=namespace, name=pod_name))

@@ -991,7 +991,10 @@ async def recover_node(storage: ObjectStorage, registry: Registry, *, node: str)
         kept = [t for t in taints if t.get("key") != UNREACHABLE_TAINT_KEY]
         if len(kept) == len(taints):
             return None
-        spec["taints"] = kept
+        if kept:
+            spec["taints"] = kept
+        else:
+            spec.pop("taints", None)
         return obj
 
     def ready(obj: JSON) -> JSON | None:

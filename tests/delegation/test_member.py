@@ -194,8 +194,8 @@ def test_gang_is_accepted_scheduled_and_runs(name: str, ns: Member) -> None:
     ("volcano", "NotEnoughResources", "PodGroup", "minAvailable"),
     ("kube-batch", "NotEnoughResources", "PodGroup", "minAvailable"),
     ("coscheduling", "Unschedulable", "pod", "minAvailable"),
-    # PodGroupScheduled=False, reason Unschedulable
-    ("native", "Unschedulable", "PodGroup", "minCount 4"),
+    # PodGroupScheduled=False, reason Unschedulable, "pod group is unschedulable"; the rejected pod says why
+    ("native", "Unschedulable", "PodGroup", "pod group is unschedulable (pod "),
     # schedulingConditions UnschedulableOnNodePool; the specific reason is KAI's reasons[0]
     ("kai", "PodSchedulingErrors", "PodGroup", "required for gang scheduling"),
 ])

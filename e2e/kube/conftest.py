@@ -1,0 +1,60 @@
+"""Real Kubernetes members for e2e/kube (issue 25): the binaries, built once, and members started from
+simulator profiles by federator/dev/kube.py.
+
+Building is slow the first time on a machine (about 6 minutes on two cores) and instant afterwards
+(cached under ~/.cache/federator/kube/<go.sum hash>/). It happens in the session fixture `kube_binaries`,
+which the tests reach only through module fixtures, and the modules here mark their tests
+`pytest.mark.timeout(..., func_only=True)` so that pytest's per-test timeout does not count the build
+(build.sh has its own 30-minute limit). A machine without Go and without built binaries skips the suite
+with the reason. The modules are `xdist_group`s, so one worker holds a module's members.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from federator.dev.kube import KubeBinaries, KubeBuildError, kube_binaries as find_kube_binaries
+
+#: a cold build of the five binaries took 360 s on a two-core machine; leave room for a loaded one
+BUILD_TIMEOUT_SECONDS = 1800.0
+
+
+@pytest.fixture(scope="session")
+def kube_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeBinaries]:
+    # one build at a time on this machine (xdist workers, or two test runs): build.sh writes one cache folder
+    lock_path = Path(tmp_path_factory.getbasetemp()).parent / "federator-kube-build.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            binaries = find_kube_binaries(timeout=BUILD_TIMEOUT_SECONDS)
+        except KubeBuildError as e:
+            if "no 'go' on PATH" in str(e):
+                pytest.skip(str(e))
+            raise
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    yield binaries
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """xdist_group's suffix where pytest reads it (the same work-around as tests/ui/conftest.py, whose
+    docstring says why): when only e2e/kube is run, that conftest is not loaded."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:
+        return
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        if not groups:
+            continue
+        suffix = "@" + "_".join(groups)
+        if not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)
