@@ -9,7 +9,11 @@ behind a TCP proxy the test cuts, B direct, fence agents direct to their API ser
 - a real compaction of the member's etcd while the hub is cut off: the hub's next watch of pods gets 410
   Gone and it re-lists pods exactly once;
 - failover: the proxy cut for good, the agent deletes the hub's gang in A through the real Lease, the
-  gang runs again in B, and a poller of both members (admin, direct) never sees it running in both.
+  gang runs again in B, and a poller of both members (admin, direct) never sees it running in both;
+- `federator drill --fault partition` on the real member (the test cuts and restores the proxy when the
+  drill says so): jobsLost 0, duplicates 0, maxConcurrentCopies 1;
+- a lost node (kwok stops playing its kubelet): real NotReady, real taint eviction, the worker started again
+  and not counted, as on the simulator.
 
 What the hub saw is read through its public API (a MemberCluster's free GPUs count every bound pod of the
 member, the hub's own or not) and its JSON log lines (the reflector's "listed" line per full LIST).
@@ -291,3 +295,69 @@ def test_a_partition_drill_on_a_real_member_loses_nothing_and_runs_nothing_twice
     assert fed.hub_pods(A, "drilled") == []
     fed.up.kubectl("delete", "tj", "drilled", "-n", "default", "--timeout=90s", timeout=120)
     wait_for("the gang's pods gone from B", lambda: fed.hub_pods(B, "drilled") == [], timeout=90)
+
+
+def test_a_lost_node_evicted_by_the_real_taint_manager_restarts_the_worker_without_counting(
+        fed: RealFederation) -> None:
+    """As tests/controllers/test_worker_restart.py on the simulator: a worker (restartPolicy OnFailure,
+    backoffLimit 0) on a node that dies is started again, not counted. Here the node dies for real: kwok stops
+    playing its kubelet (its Lease is no longer renewed), the node lifecycle controller marks it NotReady and
+    taints it, the taint eviction controller evicts the worker (its toleration of the taint lasts 2 s), and
+    the operator marks the dead node out-of-service, so that the pod garbage collector removes the pod that no
+    kubelet will ever confirm gone."""
+    from .realfed import UNMANAGED
+
+    body = gang("lost-node", replicas=2, gpus=4, restart="OnFailure", tolerations=[
+        {"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2}
+        for t in ("unreachable", "not-ready")])
+    body["spec"]["backoffLimit"] = 0
+    fed.submit(body)
+
+    def running_in_a() -> list[dict[str, Any]] | None:
+        status = fed.job("lost-node").get("status") or {}
+        pods = fed.hub_pods(A, "lost-node")
+        ok = status.get("phase") == "Running" and (status.get("placement") or {}).get("cluster") == A and \
+            len(pods) == 2 and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+        return pods if ok else None
+
+    pods = wait_for("the gang Running in A", running_in_a, timeout=120)
+    victim = next(p for p in pods if p["metadata"]["labels"].get("federator.dev/index") == "1")
+    node = victim["spec"]["nodeName"]
+    fed.member_kubectl(A, "label", "node", node, f"{UNMANAGED}=true")
+    try:
+        def not_ready() -> bool:
+            conditions = _conditions(fed.member_json(A, "get", "node", node))
+            return conditions.get("Ready", {}).get("status") != "True"
+
+        wait_for(f"node {node} NotReady (real node lifecycle controller)", not_ready, timeout=120)
+
+        def evicted() -> dict[str, Any] | None:
+            found = fed.member_json(A, "get", "pod", victim["metadata"]["name"], "-n", "default")
+            disrupted = _conditions(found).get("DisruptionTarget", {})
+            return found if disrupted.get("status") == "True" and found["metadata"]["uid"] == \
+                victim["metadata"]["uid"] else None
+
+        pod = wait_for("the worker evicted by the taint eviction controller", evicted, timeout=120)
+        assert _conditions(pod)["DisruptionTarget"]["reason"] == "DeletionByTaintManager", pod["status"]
+        # nothing plays this node's kubelet: the operator says it is gone for good
+        fed.member_kubectl(A, "taint", "node", node, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")
+
+        def restarted() -> list[dict[str, Any]] | None:
+            status = fed.job("lost-node").get("status") or {}
+            pods = fed.hub_pods(A, "lost-node")
+            back = [p for p in pods if p["metadata"]["name"] == victim["metadata"]["name"]
+                    and p["metadata"]["uid"] != victim["metadata"]["uid"]
+                    and (p.get("status") or {}).get("phase") == "Running"]
+            restarts = [h for h in status.get("history") or () if h.get("event") == "PodRestarted"]
+            return restarts if back and restarts else None
+
+        (entry,) = wait_for("the worker running again in A, the restart in the history", restarted, timeout=180)
+        print("PodRestarted:", entry)
+        assert "not counted" in entry["message"], entry
+        job = fed.job("lost-node")
+        assert job["status"]["phase"] == "Running" and job["status"]["placement"]["cluster"] == A
+        assert all(p["spec"]["nodeName"] != node for p in fed.hub_pods(A, "lost-node"))
+    finally:
+        fed.member_kubectl(A, "label", "node", node, f"{UNMANAGED}-", check=False)
+        fed.member_kubectl(A, "taint", "node", node, "node.kubernetes.io/out-of-service-", check=False)
+    fed.up.kubectl("delete", "tj", "lost-node", "-n", "default", "--timeout=90s", timeout=120)
