@@ -35,6 +35,8 @@ from federator.sim.profile import ClusterProfile, load_profile_file
 from ..e2e_support import FederatorUp, kubectl
 
 A, B = "kube-a", "kube-b"
+#: a node with this label is no longer played by kwok (see FaultableMember)
+UNMANAGED = "federator.dev/kwok-unmanaged"
 
 _PROFILE = """\
 apiVersion: sim.federator.dev/v1alpha1
@@ -64,6 +66,11 @@ class FaultableMember(KubeMember):
         args = super()._command(component)
         if component == "kube-apiserver":
             args += list(self.extra_apiserver_args)
+        if component == "kwok":
+            # kwok plays the kubelet of every node but those labelled UNMANAGED: a node so labelled stops
+            # renewing its Lease, as a dead kubelet does, and the real node lifecycle controller takes over
+            args = [a for a in args if a != "--manage-all-nodes=true"]
+            args.append(f"--manage-nodes-with-label-selector=!{UNMANAGED}")
         return args
 
     def etcd_revision(self) -> int:
@@ -110,10 +117,10 @@ class RealFederation:
         done = kubectl(*args, "-o", "json", kubeconfig=self.admin(cluster), cache=self.work / "kc")
         return json.loads(done.stdout)
 
-    def member_kubectl(self, cluster: str, *args: str, stdin: str | None = None) -> str:
+    def member_kubectl(self, cluster: str, *args: str, stdin: str | None = None, check: bool = True) -> str:
         done = subprocess.run(["kubectl", "--kubeconfig", str(self.admin(cluster)), "--request-timeout", "30s",
                                *args], input=stdin, capture_output=True, text=True, timeout=90)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0 or not check, done.stderr
         return done.stdout
 
     def hub_pods(self, cluster: str, job: str) -> list[dict[str, Any]]:
@@ -141,9 +148,12 @@ class RealFederation:
                 and all(r.get(k) == v for k, v in fields.items())]
 
 
-def gang(name: str, *, replicas: int, gpus: int, restart: str | None = None) -> dict[str, Any]:
+def gang(name: str, *, replicas: int, gpus: int, restart: str | None = None,
+         tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     role: dict[str, Any] = {"name": "worker", "replicas": replicas, "template": {
         "image": "trainer:1.4", "resources": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": gpus}}}
+    if tolerations:
+        role["template"]["tolerations"] = tolerations
     if restart is not None:
         role["restartPolicy"] = restart
     return {"apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob",
