@@ -43,7 +43,7 @@ apiVersion: sim.federator.dev/v1alpha1
 kind: ClusterProfile
 name: {name}
 description: Two A100 nodes and a CPU node, Kubernetes' own gang scheduling (real member {name})
-labels: {{tier: research}}
+labels: {{tier: research, member: {name}}}
 location: {{type: cloud, provider: gcp, region: europe-west4}}
 network: {{fabric: ethernet, bandwidthGbps: 100}}
 schedulers: [{{type: native}}]
@@ -109,6 +109,8 @@ class RealFederation:
     members: dict[str, FaultableMember]
     proxy: TcpProxy
     agents: DevAgents
+    #: every hub replica (`up` is the first)
+    ups: list[FederatorUp] = field(default_factory=list)
 
     def admin(self, cluster: str) -> Path:
         return self.members[cluster].admin_kubeconfig
@@ -163,8 +165,10 @@ def gang(name: str, *, replicas: int, gpus: int, restart: str | None = None,
 
 
 @contextmanager
-def real_federation(work: Path, binaries: KubeBinaries, *, hub_flags: tuple[str, ...] = ()) -> Iterator[RealFederation]:
-    """Start A (behind the proxy) and B, deploy/member's RBAC on both, the fence agents, then the hub."""
+def real_federation(work: Path, binaries: KubeBinaries, *, hub_flags: tuple[str, ...] = (),
+                    replicas: int = 1) -> Iterator[RealFederation]:
+    """Start A (behind the proxy) and B, deploy/member's RBAC on both, the fence agents, then the hub
+    (`replicas` of it, one after another, each with its own state directory: give them one --store)."""
     from federator.controllers.jobs import DEFAULT_HUB_ID
 
     kube = work / "kube"
@@ -200,12 +204,21 @@ def real_federation(work: Path, binaries: KubeBinaries, *, hub_flags: tuple[str,
         agents = DevAgents(dev, hub_identity=DEFAULT_HUB_ID, directory=kube)
         agents.start()
         stack.callback(agents.stop)
-        up = FederatorUp(work / "hub", "--clusters", str(registrations), *hub_flags)
+        ups = [FederatorUp(work / ("hub" if i == 0 else f"hub-{i}"), "--clusters", str(registrations), *hub_flags)
+               for i in range(replicas)]
         try:
-            up.start(timeout=180)
-            yield RealFederation(work=work, up=up, members=members, proxy=proxy, agents=agents)
+            for up in ups:
+                up.start(timeout=180)
+            yield RealFederation(work=work, up=ups[0], members=members, proxy=proxy, agents=agents, ups=ups)
         finally:
-            code = up.stop()
-            # the hub's log beside the members' (a failure's evidence)
-            (work / "hub-log.jsonl").write_text("\n".join(json.dumps(r) for r in up.logs) + "\n")
-            assert code == 0, up.other_stderr[-20:]
+            failed = []
+            for i, up in enumerate(ups):
+                if up.process is None:
+                    continue
+                killed = up.process.returncode is not None  # a test killed it
+                code = up.stop()
+                # the hub's log beside the members' (a failure's evidence)
+                (work / f"hub-{i}-log.jsonl").write_text("\n".join(json.dumps(r) for r in up.logs) + "\n")
+                if code != 0 and not killed:
+                    failed.append((i, code, up.other_stderr[-20:]))
+            assert not failed, failed
