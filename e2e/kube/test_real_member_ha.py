@@ -65,6 +65,9 @@ def test_the_leader_killed_during_a_burst_into_real_members_loses_and_duplicates
     wait_for(f"{KILL_AFTER} jobs accepted", lambda: len(accepted) >= KILL_AFTER, timeout=120)
     leader.kill()  # SIGKILL, mid-burst: some of the first jobs are being placed and dispatched
     killed.set()
+    at_kill = {j["metadata"]["name"]: (j.get("status") or {}).get("phase")
+               for j in follower.json("get", "tj", "-n", "default")["items"]}
+    print("phases when the leader was killed:", at_kill)
     submitter.join(300)
     assert accepted == names
     wait_for("the follower leads", lambda: _leads(follower), timeout=120)
