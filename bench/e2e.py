@@ -62,6 +62,16 @@ members, which bound the direct writer, used 96% of theirs for 261 gangs/s: 0.60
 CPU-bound on its one core; on a loaded machine it also gets less of it (it waited for a CPU 99% of
 the burst in the first two runs), and the ratio falls below 0.5.
 
+`--members kube` (issue 25): two REAL v1.36 members (bench/kubemembers.py: etcd, kube-apiserver,
+controller-manager, kube-scheduler with its own gang scheduling, 10 kwok nodes each), the hub's phases and
+then the direct writer's into the same API servers, at 10/s for 20 s and a burst of 300 (defaults for kube).
+Medians of 3 runs at ad25c7b (load 7-11: other agents' tests with two CPU hogs, and this helper's own e2e
+tests): burst hub / direct 0.60 (0.60-0.65), 36 jobs/s against 55 gangs/s; p99 submit -> objects 808 ms
+against 286 ms (ratio 3.2); hub 10.9 CPU ms per job, the direct writer 4.3 per gang; the real members'
+processes used about one core in either burst (kube-apiserver two thirds of it), 29 CPU ms per hub job and
+19 per direct gang. Memory: an idle member ~530 MiB RSS (etcd 47, kube-apiserver 270, controller-manager 92,
+scheduler 64, kwok 55), one that took the bursts ~1,060 MiB (kube-apiserver 630).
+
 Prints the median of the runs (and each run's value), with the CPU share of
 the hub and of this process (the simulated members and the driver) in each
 phase. Never part of the tests. Both processes run with `gcpolicy.server_gc`,
@@ -795,6 +805,9 @@ async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run:
         await real.start()
     try:
         hub, landed, jobs = await hub_phases(store_url, workdir, args, run, real=real)
+        if real is not None:
+            spread = {c: sum(1 for v in landed.values() if v == c) for c in sorted(set(landed.values()))}
+            print(f"  run {run} hub: gangs per real member {spread}", file=sys.stderr, flush=True)
         direct = await direct_phases(workdir, args, run, landed=landed, sustained_jobs=jobs, real=real)
         memory = real.memory_mib() if real is not None else {}
     finally:

@@ -38,7 +38,7 @@ def kube_profiles(nodes: int, pod_seconds: float) -> list[dict[str, Any]]:
          "network": {"type": "ethernet", "bandwidthGbps": 100.0},
          "location": {"type": "cloud", "provider": "gcp", "region": region}}
         for name, cost, region in (("kube-bench-a", 2.9, "europe-west4"), ("kube-bench-b", 3.1, "us-central1"))
-    ] if nodes else []
+    ]
 
 
 class KubeBenchMembers:
