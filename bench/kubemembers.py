@@ -37,7 +37,7 @@ def kube_profiles(nodes: int, pod_seconds: float) -> list[dict[str, Any]]:
         {"name": name, "scheduler": "native", "cost": cost, "nodes": nodes,
          "network": {"type": "ethernet", "bandwidthGbps": 100.0},
          "location": {"type": "cloud", "provider": "gcp", "region": region}}
-        for name, cost, region in (("kube-bench-a", 2.9, "europe-west4"), ("kube-bench-b", 3.1, "us-central1"))
+        for name, cost, region in (("kube-bench-a", 3.0, "europe-west4"), ("kube-bench-b", 3.0, "us-central1"))
     ]
 
 
@@ -88,7 +88,8 @@ class KubeBenchMembers:
                 "apiVersion": "federator.dev/v1alpha1", "kind": "MemberCluster", "metadata": {"name": spec["name"]},
                 "spec": {"connection": {"kubeconfigPath": str(member.admin_kubeconfig), "context": member.name},
                          "location": spec["location"], "network": spec["network"],
-                         "scheduler": {"name": "native"}, "labels": {"tier": "research"},
+                         "scheduler": {"name": "native"},
+                         "labels": {"tier": "research", "bench-member": spec["name"].rsplit("-", 1)[1]},
                          "costPerGpuHour": spec["cost"]},
             }))
         opened = [asyncio.Event() for _ in self.members]
