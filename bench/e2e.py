@@ -63,14 +63,18 @@ CPU-bound on its one core; on a loaded machine it also gets less of it (it waite
 the burst in the first two runs), and the ratio falls below 0.5.
 
 `--members kube` (issue 25): two REAL v1.36 members (bench/kubemembers.py: etcd, kube-apiserver,
-controller-manager, kube-scheduler with its own gang scheduling, 10 kwok nodes each), the hub's phases and
-then the direct writer's into the same API servers, at 10/s for 20 s and a burst of 300 (defaults for kube).
-Medians of 3 runs at ad25c7b (load 7-11: other agents' tests with two CPU hogs, and this helper's own e2e
-tests): burst hub / direct 0.60 (0.60-0.65), 36 jobs/s against 55 gangs/s; p99 submit -> objects 808 ms
-against 286 ms (ratio 3.2); hub 10.9 CPU ms per job, the direct writer 4.3 per gang; the real members'
-processes used about one core in either burst (kube-apiserver two thirds of it), 29 CPU ms per hub job and
-19 per direct gang. Memory: an idle member ~530 MiB RSS (etcd 47, kube-apiserver 270, controller-manager 92,
-scheduler 64, kwok 55), one that took the bursts ~1,060 MiB (kube-apiserver 630).
+controller-manager, kube-scheduler with its own gang scheduling, 10 kwok nodes each; every other job aimed at
+the second member), the hub's phases and then the direct writer's into the same API servers, at 10/s for 20 s
+and a burst of 300 (defaults for kube). Medians of 3 runs at 4c90529 (load average 9-10: other agents' tests,
+one with two CPU hogs): burst hub / direct 0.49 (0.44-0.55), 26 jobs/s against 58 gangs/s; p99 submit ->
+objects 375 ms against 396 ms (ratio 0.88, 0.86-2.2); the hub 11 CPU ms per job, the direct writer 4.3 per
+gang, both waiting for a CPU 93% of the burst: the members' own processes took 1.5 of the 2 cores during the
+hub's burst (kube-apiserver 0.95, kwok 0.2, etcd 0.15, kube-scheduler 0.13, controller-manager 0.08) and 1.6
+during the direct one. Per gang the members spent 57 CPU ms behind the hub against 28 behind the direct
+writer: every pod event also goes to the hub's two watches of pods (member sync's, status sync's). Memory:
+an idle member ~530 MiB RSS (etcd 47, kube-apiserver 270, controller-manager 92, scheduler 64, kwok 55), one
+after a burst of 260 gangs ~880 MiB (kube-apiserver 510, etcd 110). On this 2-core, 23 GiB machine memory
+would hold ~20 idle members; CPU is the limit: two busy members already take most of both cores.
 
 Prints the median of the runs (and each run's value), with the CPU share of
 the hub and of this process (the simulated members and the driver) in each

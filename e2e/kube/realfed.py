@@ -18,6 +18,8 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -222,3 +224,52 @@ def real_federation(work: Path, binaries: KubeBinaries, *, hub_flags: tuple[str,
                 if code != 0 and not killed:
                     failed.append((i, code, up.other_stderr[-20:]))
             assert not failed, failed
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
+
+
+def ready(fed: RealFederation, cluster: str) -> bool:
+    """The hub's MemberCluster `cluster` is Ready."""
+    mc = fed.up.json("get", "mc", cluster)
+    return bool(conditions(mc).get("Ready", {}).get("status") == "True")
+
+
+class CopyWatch:
+    """Polls both members' pods of one job (admin, straight to each API server) until stopped; records every
+    sample in which both members had a pod of it Running."""
+
+    def __init__(self, fed: RealFederation, job: str) -> None:
+        self.fed = fed
+        self.job = job
+        self.samples = 0
+        self.both: list[dict[str, list[str]]] = []
+        self.seen_running: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.errors: list[str] = []
+
+    def __enter__(self) -> CopyWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            running: dict[str, list[str]] = {}
+            try:
+                for cluster in (A, B):
+                    running[cluster] = [p["metadata"]["name"] for p in self.fed.hub_pods(cluster, self.job)
+                                        if (p.get("status") or {}).get("phase") == "Running"]
+            except AssertionError as e:  # kubectl failed: this sample is unknown, not empty
+                self.errors.append(str(e)[:200])
+                continue
+            self.samples += 1
+            self.seen_running |= {c for c, names in running.items() if names}
+            if all(running.values()):
+                self.both.append(running)
+            time.sleep(0.2)

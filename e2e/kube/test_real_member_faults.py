@@ -21,8 +21,11 @@ member, the hub's own or not) and its JSON log lines (the reflector's "listed" l
 
 from __future__ import annotations
 
-import threading
-import time
+import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,8 +33,8 @@ import pytest
 
 from federator.dev.kube import KubeBinaries
 
-from ..e2e_support import wait_for
-from .realfed import A, B, RealFederation, gang, real_federation
+from ..e2e_support import ROOT, wait_for
+from .realfed import A, B, UNMANAGED, CopyWatch, RealFederation, conditions, gang, ready, real_federation
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubectl, pytest.mark.xdist_group("kube-faults"),
               pytest.mark.timeout(420, func_only=True)]
@@ -46,21 +49,12 @@ FIRST_LISTS = {("clusters.reflector", "nodes"), ("clusters.reflector", "pods"),
 def fed(kube_binaries: KubeBinaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealFederation]:
     with real_federation(tmp_path_factory.mktemp("kube-faults"), kube_binaries,
                          hub_flags=("--cluster-loss-grace", f"{GRACE}s", "--lease-margin", "3s")) as running:
-        wait_for("both members Ready", lambda: all(_ready(running, c) for c in (A, B)), timeout=120)
+        wait_for("both members Ready", lambda: all(ready(running, c) for c in (A, B)), timeout=120)
         for cluster in (A, B):
             # member sync's reflectors and status sync's (which starts a moment later) listed once
             wait_for(f"the first LISTs of {cluster}", lambda c=cluster: {  # type: ignore[misc]
                 (r.get("component"), r.get("resource")) for r in running.listed(c)} >= FIRST_LISTS, timeout=60)
         yield running
-
-
-def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
-
-
-def _ready(fed: RealFederation, cluster: str) -> bool:
-    mc = fed.up.json("get", "mc", cluster)
-    return bool(_conditions(mc).get("Ready", {}).get("status") == "True")
 
 
 def _free_gpus(fed: RealFederation, cluster: str) -> int:
@@ -69,8 +63,6 @@ def _free_gpus(fed: RealFederation, cluster: str) -> int:
 
 def _foreign_gpu_pod(fed: RealFederation, cluster: str, name: str) -> None:
     """A pod that is not the hub's, holding one GPU: the hub's snapshot counts it once it saw it."""
-    import json
-
     overrides = json.dumps({"spec": {"containers": [{"name": "c", "image": "app:1", "resources": {
         "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}})
     fed.member_kubectl(cluster, "run", name, "-n", "default", "--image=app:1", "--restart=Always",
@@ -164,45 +156,6 @@ def test_a_real_etcd_compaction_while_the_hub_is_away_leads_to_exactly_one_relis
     assert len(fed.listed(A, "pods")) == lists_before["pods"] + 2
 
 
-class CopyWatch:
-    """Polls both members' pods of one job (admin, straight to each API server) until stopped; records every
-    sample in which both members had a pod of it Running."""
-
-    def __init__(self, fed: RealFederation, job: str) -> None:
-        self.fed = fed
-        self.job = job
-        self.samples = 0
-        self.both: list[dict[str, list[str]]] = []
-        self.seen_running: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.errors: list[str] = []
-
-    def __enter__(self) -> CopyWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            running: dict[str, list[str]] = {}
-            try:
-                for cluster in (A, B):
-                    running[cluster] = [p["metadata"]["name"] for p in self.fed.hub_pods(cluster, self.job)
-                                        if (p.get("status") or {}).get("phase") == "Running"]
-            except AssertionError as e:  # kubectl failed: this sample is unknown, not empty
-                self.errors.append(str(e)[:200])
-                continue
-            self.samples += 1
-            self.seen_running |= {c for c, names in running.items() if names}
-            if all(running.values()):
-                self.both.append(running)
-            time.sleep(0.2)
-
-
 def test_a_cut_member_is_fenced_by_its_agent_and_the_gang_runs_again_elsewhere_never_twice(
         fed: RealFederation) -> None:
     fed.submit(gang("moving", replicas=2, gpus=4))
@@ -225,7 +178,7 @@ def test_a_cut_member_is_fenced_by_its_agent_and_the_gang_runs_again_elsewhere_n
             wait_for("the poller saw B's copy", lambda: B in copies.seen_running, timeout=60)
         finally:
             fed.proxy.restore()
-        wait_for("A Ready again", lambda: _ready(fed, A), timeout=120)
+        wait_for("A Ready again", lambda: ready(fed, A), timeout=120)
     assert copies.both == [], copies.both[:3]
     assert copies.samples >= 10, (copies.samples, copies.errors[:3])
     agent_log = fed.agents.log_path(A).read_text()
@@ -243,14 +196,6 @@ def test_a_partition_drill_on_a_real_member_loses_nothing_and_runs_nothing_twice
     """`federator drill --fault partition` on a real member: the drill cannot inject the fault itself (it is
     not a simulator), so it says when to cut the hub off A and when to restore it; the test does both with the
     proxy on those lines. The drill reads A as its fence agent (straight to the API server) and B as the hub."""
-    import json
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    from ..e2e_support import ROOT
-
     fed.submit(gang("drilled", replicas=2, gpus=4))
     wait_for("the gang Running in A", lambda: (fed.job("drilled").get("status") or {}).get("phase") == "Running"
              and fed.job("drilled")["status"]["placement"]["cluster"] == A, timeout=120)
@@ -305,8 +250,6 @@ def test_a_lost_node_evicted_by_the_real_taint_manager_restarts_the_worker_witho
     taints it, the taint eviction controller evicts the worker (its toleration of the taint lasts 2 s), and
     the operator marks the dead node out-of-service, so that the pod garbage collector removes the pod that no
     kubelet will ever confirm gone."""
-    from .realfed import UNMANAGED
-
     body = gang("lost-node", replicas=2, gpus=4, restart="OnFailure", tolerations=[
         {"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2}
         for t in ("unreachable", "not-ready")])
@@ -326,19 +269,19 @@ def test_a_lost_node_evicted_by_the_real_taint_manager_restarts_the_worker_witho
     fed.member_kubectl(A, "label", "node", node, f"{UNMANAGED}=true")
     try:
         def not_ready() -> bool:
-            conditions = _conditions(fed.member_json(A, "get", "node", node))
-            return conditions.get("Ready", {}).get("status") != "True"
+            found = conditions(fed.member_json(A, "get", "node", node))
+            return found.get("Ready", {}).get("status") != "True"
 
         wait_for(f"node {node} NotReady (real node lifecycle controller)", not_ready, timeout=120)
 
         def evicted() -> dict[str, Any] | None:
             found = fed.member_json(A, "get", "pod", victim["metadata"]["name"], "-n", "default")
-            disrupted = _conditions(found).get("DisruptionTarget", {})
+            disrupted = conditions(found).get("DisruptionTarget", {})
             return found if disrupted.get("status") == "True" and found["metadata"]["uid"] == \
                 victim["metadata"]["uid"] else None
 
         pod = wait_for("the worker evicted by the taint eviction controller", evicted, timeout=120)
-        assert _conditions(pod)["DisruptionTarget"]["reason"] == "DeletionByTaintManager", pod["status"]
+        assert conditions(pod)["DisruptionTarget"]["reason"] == "DeletionByTaintManager", pod["status"]
         # nothing plays this node's kubelet: the operator says it is gone for good
         fed.member_kubectl(A, "taint", "node", node, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")
 

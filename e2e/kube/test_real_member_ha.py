@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from federator.dev.kube import KubeBinaries
 from federator.store.etcd_process import EtcdProcess
 
 from ..e2e_support import wait_for
-from .realfed import A, B, RealFederation, gang, real_federation
-from .test_real_member_faults import _ready
+from .realfed import A, B, RealFederation, gang, ready, real_federation
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubectl, pytest.mark.etcd, pytest.mark.xdist_group("kube-ha"),
               pytest.mark.timeout(420, func_only=True)]
@@ -32,7 +32,7 @@ def fed(kube_binaries: KubeBinaries, tmp_path_factory: pytest.TempPathFactory) -
     with EtcdProcess(work / "hub-etcd", fsync=False) as etcd:
         with real_federation(work, kube_binaries, replicas=2,
                              hub_flags=("--store", etcd.url, "--leader-ttl", "3s")) as running:
-            wait_for("both members Ready", lambda: all(_ready(running, c) for c in (A, B)), timeout=120)
+            wait_for("both members Ready", lambda: all(ready(running, c) for c in (A, B)), timeout=120)
             yield running
 
 
@@ -54,8 +54,6 @@ def test_the_leader_killed_during_a_burst_into_real_members_loses_and_duplicates
             if i == KILL_AFTER:
                 killed.wait(60)
             path = fed.work / f"{name}.yaml"
-            import yaml
-
             path.write_text(yaml.safe_dump(gang(name, replicas=2, gpus=1)))
             follower.kubectl("apply", "-f", str(path))
             accepted.append(name)

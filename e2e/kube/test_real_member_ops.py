@@ -21,8 +21,7 @@ import pytest
 from federator.dev.kube import KubeBinaries
 
 from ..e2e_support import ROOT, wait_for
-from .realfed import A, B, RealFederation, gang, real_federation
-from .test_real_member_faults import CopyWatch, _ready
+from .realfed import A, B, CopyWatch, RealFederation, gang, ready, real_federation
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubectl, pytest.mark.xdist_group("kube-ops"),
               pytest.mark.timeout(420, func_only=True)]
@@ -31,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.kubectl, pytest.mark.xdist_group("ku
 @pytest.fixture(scope="module")
 def fed(kube_binaries: KubeBinaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealFederation]:
     with real_federation(tmp_path_factory.mktemp("kube-ops"), kube_binaries) as running:
-        wait_for("both members Ready", lambda: all(_ready(running, c) for c in (A, B)), timeout=120)
+        wait_for("both members Ready", lambda: all(ready(running, c) for c in (A, B)), timeout=120)
         yield running
 
 
