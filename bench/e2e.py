@@ -62,6 +62,20 @@ members, which bound the direct writer, used 96% of theirs for 261 gangs/s: 0.60
 CPU-bound on its one core; on a loaded machine it also gets less of it (it waited for a CPU 99% of
 the burst in the first two runs), and the ratio falls below 0.5.
 
+`--members kube` (issue 25): two REAL v1.36 members (bench/kubemembers.py: etcd, kube-apiserver,
+controller-manager, kube-scheduler with its own gang scheduling, 10 kwok nodes each; every other job aimed at
+the second member), the hub's phases and then the direct writer's into the same API servers, at 10/s for 20 s
+and a burst of 300 (defaults for kube). Medians of 3 runs at 4c90529 (load average 9-10: other agents' tests,
+one with two CPU hogs): burst hub / direct 0.49 (0.44-0.55), 26 jobs/s against 58 gangs/s; p99 submit ->
+objects 375 ms against 396 ms (ratio 0.88, 0.86-2.2); the hub 11 CPU ms per job, the direct writer 4.3 per
+gang, both waiting for a CPU 93% of the burst: the members' own processes took 1.5 of the 2 cores during the
+hub's burst (kube-apiserver 0.95, kwok 0.2, etcd 0.15, kube-scheduler 0.13, controller-manager 0.08) and 1.6
+during the direct one. Per gang the members spent 57 CPU ms behind the hub against 28 behind the direct
+writer: every pod event also goes to the hub's two watches of pods (member sync's, status sync's). Memory:
+an idle member ~530 MiB RSS (etcd 47, kube-apiserver 270, controller-manager 92, scheduler 64, kwok 55), one
+after a burst of 260 gangs ~880 MiB (kube-apiserver 510, etcd 110). On this 2-core, 23 GiB machine memory
+would hold ~20 idle members; CPU is the limit: two busy members already take most of both cores.
+
 Prints the median of the runs (and each run's value), with the CPU share of
 the hub and of this process (the simulated members and the driver) in each
 phase. Never part of the tests. Both processes run with `gcpolicy.server_gc`,
@@ -120,13 +134,22 @@ LATE_SECONDS = 60.0
 PIPE_LINE_LIMIT = 64 * 1024 * 1024
 
 
+#: --members kube: every other job is aimed at the second real member (label bench-member), so that a burst
+#: goes into both (left alone, the hub puts all of these small gangs into the one it scores first)
+SPREAD: list[str] = []
+
+
 def job_body(name: str) -> bytes:
+    placement: dict[str, Any] = {"network": "any"}
+    if SPREAD:
+        index = int(name.rsplit("-", 1)[1]) if name.rsplit("-", 1)[-1].isdigit() else 0
+        placement["clusterSelector"] = {"matchLabels": {"bench-member": SPREAD[index % len(SPREAD)]}}
     return json.dumps({
         "apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {"roles": [{"name": "worker", "replicas": PODS_PER_JOB,
                             "template": {"image": "trainer:1.4", "resources": {"cpu": "100m", "memory": "128Mi"}}}],
-                 "placement": {"network": "any"}},
+                 "placement": placement},
     }).encode()
 
 
@@ -700,12 +723,13 @@ FIGURES: dict[str, tuple[str, str, tuple[str, float] | None]] = {
 
 
 async def hub_phases(store_url: str, workdir: Path, args: argparse.Namespace,
-                     run: int) -> tuple[dict[str, float], dict[str, str], int]:
-    """The hub's figures, where each of its gangs landed, and how many sustained jobs ran."""
+                     run: int, *, real: Any = None) -> tuple[dict[str, float], dict[str, str], int]:
+    """The hub's figures, where each of its gangs landed, and how many sustained jobs ran. `real`: running
+    KubeBenchMembers (--members kube), which the caller starts and stops; else fresh simulated members."""
     from federator.runtime.gcpolicy import server_gc
 
-    members = Members(workdir / "members", nodes=args.nodes, pod_seconds=args.pod_seconds)
-    clusters = await members.start()
+    members = real or Members(workdir / "members", nodes=args.nodes, pod_seconds=args.pod_seconds)
+    clusters = real.workdir / "clusters" if real is not None else await members.start()
     try:
         with server_gc():  # the simulated members' process, as `federator sim` runs it
             state = workdir / ".federator"
@@ -717,12 +741,14 @@ async def hub_phases(store_url: str, workdir: Path, args: argparse.Namespace,
                     p50, p99, late = await sustained_latency(hub, members, rate=args.rate, duration=args.duration,
                                                              prefix=f"lat{run}")
                 rss_after_sustained, _ = hub.memory_mib()
-                with CpuShares(hub) as burst:
+                member_cpu = MemberCpu(real)
+                with CpuShares(hub) as burst, member_cpu:
                     jobs_per_second = await burst_throughput(hub, members, count=args.burst,
                                                              concurrency=args.concurrency, prefix=f"burst{run}")
                 rss, peak = hub.memory_mib()
     finally:
-        await members.stop()
+        if real is None:
+            await members.stop()
     jobs = int(args.rate * args.duration)
     print(f"  run {run} hub: {jobs} jobs at {args.rate}/s ({late} late): p50 {p50:.1f} ms p99 {p99:.1f} ms (hub CPU "
           f"{sustained.hub_share:.0%}, members+driver CPU {sustained.own_share:.0%}); burst {jobs_per_second:.0f} "
@@ -736,20 +762,23 @@ async def hub_phases(store_url: str, workdir: Path, args: argparse.Namespace,
                "membersCpuMsPerJob": burst.own_cpu * 1000 / args.burst,
                "hubRunQueueWaitBurstPercent": burst.hub_wait * 100,
                "membersRunQueueWaitBurstPercent": burst.own_wait * 100,
-               "hubRssAfterSustainedMiB": rss_after_sustained, "hubRssMiB": rss, "hubPeakRssMiB": peak}
+               "hubRssAfterSustainedMiB": rss_after_sustained, "hubRssMiB": rss, "hubPeakRssMiB": peak,
+               **member_cpu.figures("Hub", args.burst)}
     return figures, dict(members.cluster_of), jobs
 
 
 async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, landed: dict[str, str],
-                        sustained_jobs: int) -> dict[str, float]:
+                        sustained_jobs: int, real: Any = None) -> dict[str, float]:
     """The same gangs written straight into fresh members of the same shape, each where the hub put it.
 
     The burst comes first, so that it runs right after the hub's burst: on a shared machine the load
     moves within minutes, and the two bursts make the headline ratio."""
     from federator.runtime.gcpolicy import server_gc
 
-    members = Members(workdir / "members-direct", nodes=args.nodes, pod_seconds=args.pod_seconds)
-    await members.start()
+    members = real or Members(workdir / "members-direct", nodes=args.nodes, pod_seconds=args.pod_seconds)
+    if real is None:
+        await members.start()
+    member_cpu = MemberCpu(real)
     try:
         with server_gc():
             async with DirectDriver(members, workdir / "direct-driver.log") as driver:
@@ -757,13 +786,14 @@ async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, la
                 warm.sort(key=lambda n: int(n.rsplit("-", 1)[1]))
                 await direct_sustained(driver, members, same_clusters(warm, landed, f"dwarm{run}"), rate=args.rate)
                 burst_gangs = same_clusters([f"burst{run}-{i}" for i in range(args.burst)], landed, f"dburst{run}")
-                with CpuShares(driver) as burst:
+                with CpuShares(driver) as burst, member_cpu:
                     per_second = await direct_burst(driver, members, burst_gangs, concurrency=args.concurrency)
                 latency_gangs = same_clusters([f"lat{run}-{i}" for i in range(sustained_jobs)], landed, f"dlat{run}")
                 p50, p99, late = await direct_sustained(driver, members, latency_gangs, rate=args.rate)
                 driver_retries = driver.retries
     finally:
-        await members.stop()
+        if real is None:
+            await members.stop()
     print(f"  run {run} direct: {len(latency_gangs)} gangs at {args.rate}/s ({late} late): p50 {p50:.1f} ms p99 {p99:.1f} ms; burst "
           f"{per_second:.0f} gangs/s (driver CPU {burst.hub_share:.0%}, waiting {burst.hub_wait:.0%}; members CPU "
           f"{burst.own_share:.0%}, waiting {burst.own_wait:.0%})",
@@ -774,26 +804,116 @@ async def direct_phases(workdir: Path, args: argparse.Namespace, run: int, *, la
             "directMembersCpuMsPerGang": burst.own_cpu * 1000 / len(burst_gangs),
             "directRetries": driver_retries,
             "directDriverRunQueueWaitBurstPercent": burst.hub_wait * 100,
-            "directMembersRunQueueWaitBurstPercent": burst.own_wait * 100}
+            "directMembersRunQueueWaitBurstPercent": burst.own_wait * 100,
+            **member_cpu.figures("Direct", len(burst_gangs))}
 
 
 async def run_once(store_url: str, workdir: Path, args: argparse.Namespace, run: int) -> dict[str, float]:
-    hub, landed, jobs = await hub_phases(store_url, workdir, args, run)
-    direct = await direct_phases(workdir, args, run, landed=landed, sustained_jobs=jobs)
-    figures = {**hub, **direct,
+    real = None
+    if args.members == "kube":  # two real members, started once: the hub's phases, then the direct ones
+        from kubemembers import KubeBenchMembers
+
+        real = KubeBenchMembers(workdir / "members", nodes=args.nodes, pod_seconds=args.pod_seconds,
+                                namespace=NAMESPACE, pods_per_job=PODS_PER_JOB)
+        await real.start()
+    try:
+        hub, landed, jobs = await hub_phases(store_url, workdir, args, run, real=real)
+        if real is not None:
+            spread = {c: sum(1 for v in landed.values() if v == c) for c in sorted(set(landed.values()))}
+            print(f"  run {run} hub: gangs per real member {spread}", file=sys.stderr, flush=True)
+        direct = await direct_phases(workdir, args, run, landed=landed, sustained_jobs=jobs, real=real)
+        memory = real.memory_mib() if real is not None else {}
+    finally:
+        if real is not None:
+            await real.stop()
+    figures = {**hub, **direct, **member_memory_figures(memory, run),
                "burstThroughputRatio": hub["hubBurstJobsPerSecond"] / direct["directBurstJobsPerSecond"],
                # with a late job on either side the ratio is unknown (NaN: written as null)
                "p99Ratio": hub["hubP99Ms"] / direct["directP99Ms"] if math.isfinite(hub["hubP99Ms"] + direct["directP99Ms"])
                else math.nan}
     print(f"  run {run}: burst throughput hub/direct {figures['burstThroughputRatio']:.2f}, "
           f"p99 hub/direct {figures['p99Ratio']:.1f}", file=sys.stderr, flush=True)
-    return {key: figures[key] for key in FIGURES}
+    return {key: figures[key] for key in FIGURES if key in figures}
+
+
+class MemberCpu:
+    """CPU of every process of the real members (--members kube) over a phase, per component; nothing for
+    simulated members (they run in this process: CpuShares counts them)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.by_component: dict[str, float] = {}
+        self.wall = 0.0
+
+    def __enter__(self) -> MemberCpu:
+        self._start = (self.real.cpu_seconds() if self.real is not None else {}, time.perf_counter())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.real is None:
+            return
+        end = self.real.cpu_seconds()
+        self.wall = time.perf_counter() - self._start[1]
+        for member, components in end.items():
+            for component, seconds in components.items():
+                before = self._start[0].get(member, {}).get(component, 0.0)
+                self.by_component[component] = self.by_component.get(component, 0.0) + seconds - before
+
+    def figures(self, side: str, jobs: int) -> dict[str, float]:
+        if self.real is None or not self.wall:
+            return {}
+        total = sum(self.by_component.values())
+        shown = ", ".join(f"{c} {s / self.wall:.0%}" for c, s in sorted(self.by_component.items(),
+                                                                         key=lambda kv: -kv[1]))
+        print(f"    real members' processes during the {side.lower()} burst: {total / self.wall:.0%} of a core "
+              f"({shown})", file=sys.stderr, flush=True)
+        return {f"realMembersCpuBurst{side}Percent": total / self.wall * 100,
+                f"realMembersCpuMsPer{side}Gang": total * 1000 / max(1, jobs),
+                f"kubeApiserverCpuBurst{side}Percent": self.by_component.get("kube-apiserver", 0.0) / self.wall * 100,
+                f"etcdCpuBurst{side}Percent": self.by_component.get("etcd", 0.0) / self.wall * 100}
+
+
+def member_memory_figures(memory: dict[str, dict[str, tuple[float, float]]], run: int) -> dict[str, float]:
+    """The real members' memory at the end of a run: one member's processes summed (the larger member),
+    and each component's largest RSS."""
+    if not memory:
+        return {}
+    for member, components in sorted(memory.items()):
+        print(f"  run {run} member {member}: RSS " + ", ".join(
+            f"{c} {rss:.0f} MiB (peak {peak:.0f})" for c, (rss, peak) in components.items())
+            + f"; total {sum(r for r, _ in components.values()):.0f} MiB", file=sys.stderr, flush=True)
+    figures = {"realMemberRssMiB": max(sum(r for r, _ in c.values()) for c in memory.values()),
+               "realMemberPeakRssMiB": max(sum(p for _, p in c.values()) for c in memory.values())}
+    for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        figures[f"{component}RssMiB"] = max(c.get(component, (0.0, 0.0))[0] for c in memory.values())
+    return figures
+
+
+KUBE_FIGURES: dict[str, tuple[str, str, tuple[str, float] | None]] = {
+    "realMembersCpuBurstHubPercent": ("real members' processes CPU % (hub burst)", "%", None),
+    "realMembersCpuBurstDirectPercent": ("real members' processes CPU % (direct burst)", "%", None),
+    "realMembersCpuMsPerHubGang": ("real members CPU ms per job (hub burst)", "ms", None),
+    "realMembersCpuMsPerDirectGang": ("real members CPU ms per gang (direct burst)", "ms", None),
+    "kubeApiserverCpuBurstHubPercent": ("kube-apiservers CPU % (hub burst)", "%", None),
+    "kubeApiserverCpuBurstDirectPercent": ("kube-apiservers CPU % (direct burst)", "%", None),
+    "etcdCpuBurstHubPercent": ("members' etcds CPU % (hub burst)", "%", None),
+    "etcdCpuBurstDirectPercent": ("members' etcds CPU % (direct burst)", "%", None),
+    "realMemberRssMiB": ("one real member's processes RSS at end", "MiB", None),
+    "realMemberPeakRssMiB": ("one real member's processes peak RSS", "MiB", None),
+    "etcdRssMiB": ("member etcd RSS", "MiB", None),
+    "kube-apiserverRssMiB": ("member kube-apiserver RSS", "MiB", None),
+    "kube-controller-managerRssMiB": ("member kube-controller-manager RSS", "MiB", None),
+    "kube-schedulerRssMiB": ("member kube-scheduler RSS", "MiB", None),
+    "kwokRssMiB": ("member kwok RSS", "MiB", None),
+}
 
 
 def print_table(backend: str, runs: list[dict[str, float]]) -> None:
     print(f"\n{backend} (median of {len(runs)} runs)")
     print(f"  {'metric':50} {'median':>10}   runs")
     for key, (label, unit, _) in FIGURES.items():
+        if key not in runs[0]:
+            continue
         values = [r[key] for r in runs]
         shown = label if unit in ("ratio", "%") or unit in label.split() else f"{label} ({unit})"
         print(f"  {shown:50} {statistics.median(values):>10.2f}   [{', '.join(f'{v:.2f}' for v in values)}]")
@@ -819,6 +939,12 @@ async def main() -> None:
     parser.add_argument("--serve", nargs=3, metavar=("STORE_URL", "STATE_DIR", "CLUSTERS_DIR"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--direct-driver", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--members", choices=["sim", "kube"], default="sim",
+                        help="sim: three simulated members in this process (default); kube: two REAL v1.36 "
+                             "members (bench/kubemembers.py, federator/dev/kube.py: etcd, kube-apiserver, "
+                             "controller-manager, kube-scheduler with its own gang scheduling, kwok nodes), the hub "
+                             "and the direct writer into the same API servers, plus the members' processes' CPU "
+                             "and memory; unless given: --nodes 10, --rate 10, --duration 20, --burst 300")
     args = parser.parse_args()
     if args.direct_driver:
         await direct_driver()
@@ -828,6 +954,15 @@ async def main() -> None:
         args.backends = args.backends if "--backends" in given else "sqlite"
         args.duration = args.duration if "--duration" in given else 10.0
         args.burst = args.burst if "--burst" in given else 500
+    if args.members == "kube":
+        given = {a.split("=")[0] for a in sys.argv[1:]}
+        for flag, value in (("--nodes", 10), ("--rate", 10.0), ("--duration", 20.0), ("--burst", 300)):
+            if flag not in given:
+                setattr(args, flag[2:], value)
+        if "--backends" not in given:
+            args.backends = "sqlite"
+        FIGURES.update(KUBE_FIGURES)
+        SPREAD.extend(("a", "b"))
     if args.runs < 1 or args.burst < 1 or args.duration <= 0 or args.rate <= 0 or args.concurrency < 1:
         parser.error("--runs, --burst, --duration, --rate and --concurrency must be positive")
     if args.serve:
@@ -873,6 +1008,8 @@ async def main() -> None:
             print_table(backend, runs)
             for figures in runs:
                 for key, (_, unit, bar) in FIGURES.items():
+                    if key not in figures:
+                        continue
                     result.add(f"{backend}.{key}", figures[key], unit=unit, bar=bar)
     line = (f"machine: {os.cpu_count()} cores; sustained {args.duration:g} s at {args.rate:g}/s, burst of "
             f"{args.burst} by {args.concurrency} clients; bars: burst throughput hub >= 0.5 x direct, "
