@@ -8,9 +8,11 @@ other controllers). While the hub runs it
   (connection or scheduler changed) and stops per-cluster syncs; other spec
   changes (labels, cost, datasets, cordon, fabric) only update the
   snapshot's ClusterInfo;
-- publishes the latest frozen snapshot of every cluster in
-  `hub.shared["snapshots"]` (name -> ClusterSnapshot; placement reads it)
-  and the syncs themselves in `hub.shared["member_syncs"]`;
+- keeps the latest frozen snapshot of every cluster and the syncs themselves
+  in the term's `MemberClusters` (`hub.parts.members`, defined here: name ->
+  ClusterSnapshot, which placement reads, and name -> ClusterSync, whose
+  clients, health and leases the other controllers use); it is their only
+  writer;
 - writes MemberCluster.status (conditions, first loss of contact, capacity,
   datasets seen, observed resourceVersions, sync lag), rate-limited: a
   condition change within `STATUS_DEBOUNCE_SECONDS`, everything else at
@@ -44,7 +46,7 @@ from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, lo
 from federator.clusters.client import ClientTimeouts, MemberClient
 from federator.clusters.health import DEFAULT_LOSS_GRACE_SECONDS, ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff
-from federator.clusters.sync import ClusterSync, LeaseFactory, SyncSettings, stop_task
+from federator.clusters.sync import ClusterSync, HubLease, LeaseFactory, SyncSettings, stop_task
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
 from federator.fencing.hublease import LeaseSettings, MemberLease
@@ -52,16 +54,35 @@ from federator.obs import get_logger
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
 
-__all__ = ["MemberSyncController", "member_sync", "sync_settings"]
+__all__ = ["MemberClusters", "MemberSyncController", "member_sync", "sync_settings"]
 
 KIND = "MemberCluster"
-SNAPSHOTS = "snapshots"
-SYNCS = "member_syncs"
 STATUS_DEBOUNCE_SECONDS = 0.2
 #: member LISTs in flight at once (the initial sync of many clusters, re-lists after 410)
 DEFAULT_CONCURRENT_LISTS = 4
 
 _log = get_logger("controllers.membercluster")
+
+
+class MemberClusters:
+    """The member clusters this term syncs: name -> ClusterSync and name -> its latest frozen snapshot.
+
+    Written only by `MemberSyncController`; every other controller reads it (a cluster's client, spec, health
+    and fencing lease; placement's snapshots)."""
+
+    def __init__(self) -> None:
+        self.syncs: dict[str, ClusterSync] = {}
+        self.snapshots: dict[str, ClusterSnapshot] = {}
+
+    def client(self, cluster: str) -> MemberClient | None:
+        """The member client of `cluster` (None when not registered or not connected)."""
+        sync = self.syncs.get(cluster)
+        return sync.client if sync is not None else None
+
+    def lease(self, cluster: str) -> HubLease | None:
+        """The hub's fencing lease in `cluster` (None when not registered or leases are off)."""
+        sync = self.syncs.get(cluster)
+        return sync.lease if sync is not None else None
 
 
 def lease_factory(hub: HubContext, settings: SyncSettings) -> LeaseFactory | None:
@@ -120,9 +141,9 @@ class MemberSyncController:
             hub.store, interval=hub.settings.checkpoint_interval_seconds, metrics=hub.metrics,
             meta_refresh_seconds=float(extra.get("checkpoint_meta_refresh_seconds", 30.0)),
         )
-        self.syncs: dict[str, ClusterSync] = {}
-        self.snapshots: dict[str, ClusterSnapshot] = hub.shared.setdefault(SNAPSHOTS, {})
-        hub.shared[SYNCS] = self.syncs
+        members = hub.parts.members
+        self.syncs: dict[str, ClusterSync] = members.syncs
+        self.snapshots: dict[str, ClusterSnapshot] = members.snapshots
         self._stored: dict[str, StoredCheckpoint] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status_due: dict[str, bool] = {}  # name -> urgent
@@ -355,9 +376,11 @@ def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 async def member_sync(hub: HubContext) -> AsyncIterator[None]:
     """cleanup_ctx-style factory: runs member-cluster sync while the hub runs."""
     controller = MemberSyncController(hub)
-    hub.shared["member_sync_controller"] = controller
+    running = hub.parts.running
+    running.member_sync = controller
     await controller.start()
     try:
         yield
     finally:
         await controller.stop()
+        running.member_sync = None

@@ -1,16 +1,18 @@
 """The placement loop: pending TrainingJobs -> placement decisions -> write-ahead -> dispatch.
 
 `job_placement(hub)` (a cleanup_ctx-style factory; hub/app.py lists it after
-member_sync and job_dispatch) keeps an index of every TrainingJob through a
-list + watch of `hub.storage` and runs placement cycles:
+member_sync, the job cache and job_dispatch) keeps an index of every
+TrainingJob fed by the term's one job cache (`jobcache.JobCache`, handed to it
+with the Dispatcher and the member syncs: `hub.parts`) and runs placement
+cycles:
 
 1. collect: jobs in phase Pending (or Requeued, or none yet) that are not
    suspended, not being deleted, not in dispatch backoff and not in flight,
    as `GangRequest`s (`jobs.gang_request`; status.placement.excludedClusters
    become `excluded_clusters`);
 2. decide: `placement.run_cycle` over the latest frozen snapshots
-   (`hub.shared["snapshots"]`) with the hub's reservation book
-   (`hub.shared["reservations"]`, a `jobs.ReservationLedger`); the new book
+   (`MemberClusters.snapshots`) with the hub's reservation book
+   (`hub.parts.reservations`, a `jobs.ReservationLedger`); the new book
    (with each decision's reservation: "assume") replaces the old one;
 3. for each decision, in its own task: write the decision into the job's
    status FIRST (phase Placed, cluster, epoch = previous epoch + 1,
@@ -142,20 +144,18 @@ from federator.apis.trainingjob import HISTORY_RESIZED, MAX_SCORE_PARTS, MAX_SCO
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS
 from federator.clusters.snapshot_builder import SnapshotBuilder
-from federator.controllers.cleanup import delete_member_objects
 from federator.controllers.context import HubContext
-from federator.controllers.dispatch import DISPATCHER, Dispatcher, crash_point
+from federator.controllers.dispatch import Dispatcher, crash_point, delete_member_objects
+from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
     ACTIVE_PHASES,
     JOB_KIND,
     JOB_PHASES,
-    MEMBER_SYNCS,
     JobRef,
     PHASE_PENDING,
     PHASE_PLACED,
     PHASE_REQUEUED,
     PHASE_SUSPENDED,
-    SNAPSHOTS,
     append_history,
     current_placement,
     dispatches_in_flight,
@@ -176,7 +176,8 @@ from federator.controllers.jobs import (
     update_job_status,
 )
 from federator.controllers.queues import QueueCache, QueueStatusWriter, queue_status
-from federator.controllers.status_sync import MEMBER_OBJECTS, ClusterObjects, MemberObjects, member_object
+from federator.controllers.membercluster import MemberClusters
+from federator.controllers.memberobjects import ClusterObjects, member_object
 from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
 from federator.hub.kinds import selects_namespace
 from federator.obs import get_logger
@@ -209,7 +210,6 @@ __all__ = ["CONDITION_QUOTA_RESERVED", "CycleReport", "PlacementController", "jo
 
 _log = get_logger("controllers.placement")
 
-PLACEMENT = "placement_controller"
 SCHEDULABLE = "Schedulable"
 _ELIGIBLE_PHASES = frozenset({PHASE_PENDING, PHASE_REQUEUED, PHASE_SUSPENDED})
 CONDITION_SUSPENDED = "Suspended"
@@ -313,10 +313,13 @@ def _rv(job: Mapping[str, Any]) -> int:
 class PlacementController:
     """See the module docstring. Use `job_placement(hub)` to run it."""
 
-    def __init__(self, hub: HubContext, *, dispatcher: Dispatcher) -> None:
+    def __init__(self, hub: HubContext, *, dispatcher: Dispatcher, jobs: JobCache, members: MemberClusters) -> None:
         self.hub = hub
         self.rt = hub.kind(JOB_KIND)
         self.dispatcher = dispatcher
+        #: the term's one TrainingJob cache, which feeds `jobs` below (placement's own index of it)
+        self.job_cache = jobs
+        self.members = members
         dispatcher.on_requeued = self._wake_after
         extra = hub.settings.extra
         profile = extra.get("placement_profile")
@@ -385,16 +388,16 @@ class PlacementController:
         for gauge in self._phase_gauges.values():
             gauge.set(0)
         queues_rv = await self.queues.list()
-        listing = await self.hub.storage.list(self.rt)
-        for job in listing.items:
+        await self.job_cache.synced.wait()
+        for job in list(self.job_cache.jobs.values()):
             self._remember(job)
             if phase_of(job) == PHASE_PLACED and self.ledger.get(job_ref(job).uid) is None:
                 self._unreserved.add(job_ref(job).uid)
         self._listed = True
+        # From here on the cache's changes feed the index (no await between the read above and this).
+        self.job_cache.subscribe(self._job_changed)
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
-                             name="placement:watch"),
             loop.create_task(self._supervised("cycle", self._cycle_loop()), name="placement:cycle"),
             loop.create_task(self._supervised("queues", self.queues.run(queues_rv)), name="placement:queues"),
             loop.create_task(self._supervised("queue-status", self.queue_status.run()),
@@ -405,6 +408,7 @@ class PlacementController:
         _log.info("placement loop started", jobs=len(self.jobs))
 
     async def stop(self) -> None:
+        self.job_cache.unsubscribe(self._job_changed)
         for task in self._tasks:
             task.cancel()
         for task in list(self._work):
@@ -503,43 +507,13 @@ class PlacementController:
         self._running_cache.pop(uid, None)
         self._gang_cache.pop(uid, None)
 
-    async def _watch_loop(self, resource_version: str) -> None:
-        attempt = 0
-        rv: str | None = resource_version
-        while True:
-            try:
-                if rv is None:
-                    listing = await self.hub.storage.list(self.rt)
-                    seen = set()
-                    for job in listing.items:
-                        seen.add(job_ref(job).uid)
-                        self._remember(job)
-                    for uid in set(self.jobs) - seen:
-                        self._forget_job(uid)
-                    rv = listing.resource_version
-                    self._wake.set()
-                async for event in self.hub.storage.watch(self.rt, resource_version=rv):
-                    attempt = 0
-                    job = event.object
-                    rv = (job.get("metadata") or {}).get("resourceVersion") or rv
-                    if event.type == "DELETED":
-                        self._forget_job(job_ref(job).uid)
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        if self._remember(job) and self._eligible(job, now=time.time()):
-                            self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - store errors, and anything else: re-list after a backoff
-                if isinstance(e, ApiError) and e.code == 410:
-                    _log.info("TrainingJob watch expired; re-listing")
-                    rv = None
-                    continue
-                delay = min(10.0, 0.1 * 2 ** min(attempt, 10)) * (0.5 + self._rng.random() / 2)
-                attempt += 1
-                _log.warning("TrainingJob watch failed; retrying", waiting_for="the hub store",
-                             delay_s=round(delay, 3), error=str(e))
-                rv = None
-                await asyncio.sleep(delay)
+    def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
+        """The job cache's change of one job (None: deleted) into the index; wakes the cycle for a job that
+        may be placed now."""
+        if job is None:
+            self._forget_job(uid)
+        elif self._remember(job) and self._eligible(job, now=time.time()):
+            self._wake.set()
 
     # ------------------------------------------------------------ the cycle
 
@@ -552,8 +526,7 @@ class PlacementController:
         return self.dispatcher.retries.not_before(uid) <= now
 
     def _snapshots(self) -> dict[str, ClusterSnapshot]:
-        published = self.hub.shared.get(SNAPSHOTS) or {}
-        return {name: snap for name, snap in published.items() if isinstance(snap, ClusterSnapshot)}
+        return dict(self.members.snapshots)
 
     def _signature(self, snapshots: Mapping[str, ClusterSnapshot]) -> tuple[tuple[str, int], ...]:
         return tuple(sorted((name, id(snap)) for name, snap in snapshots.items()))
@@ -679,8 +652,8 @@ class PlacementController:
     def _builder(self, cluster: str, snapshot: ClusterSnapshot | None) -> SnapshotBuilder | None:
         """The member sync's snapshot builder of `cluster`, when `snapshot` is the one it built (its tables
         then hold exactly the pods `snapshot` counts)."""
-        sync = (self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster)
-        builder = getattr(sync, "builder", None)
+        sync = self.members.syncs.get(cluster)
+        builder = sync.builder if sync is not None else None
         if not isinstance(builder, SnapshotBuilder) or snapshot is None or builder.snapshot is not snapshot:
             return None
         return builder
@@ -1495,9 +1468,8 @@ class PlacementController:
 
 
 def _member_index(hub: HubContext, cluster: str) -> ClusterObjects | None:
-    """Status sync's index of this hub's objects in `cluster`, once it has listed everything (else None)."""
-    objects = hub.shared.get(MEMBER_OBJECTS)
-    index = objects.get(cluster) if isinstance(objects, MemberObjects) else None
+    """The member object index of this hub's objects in `cluster`, once it has listed everything (else None)."""
+    index = hub.parts.objects.get(cluster)
     return index if index is not None and index.ready else None
 
 
@@ -1555,15 +1527,14 @@ def _borrowed(job: Mapping[str, Any]) -> bool:
 
 
 async def job_placement(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: runs the placement loop while the hub runs (after job_dispatch)."""
-    dispatcher = hub.shared.get(DISPATCHER)
-    if not isinstance(dispatcher, Dispatcher):
-        raise RuntimeError("job_placement needs job_dispatch to run before it (hub.shared['dispatcher'])")
-    controller = PlacementController(hub, dispatcher=dispatcher)
-    hub.shared[PLACEMENT] = controller
+    """cleanup_ctx-style factory: runs the placement loop while the hub runs (after the job cache and
+    job_dispatch)."""
+    parts = hub.parts
+    controller = PlacementController(hub, dispatcher=parts.dispatcher, jobs=parts.jobs, members=parts.members)
+    parts.running.placement = controller
     await controller.start()
     try:
         yield
     finally:
         await controller.stop()
-        hub.shared.pop(PLACEMENT, None)
+        parts.running.placement = None

@@ -14,7 +14,7 @@ import pytest
 
 from federator.clusters.client import PODS, podgroup_resource
 from federator.controllers.cleanup import orphan_reason
-from federator.controllers.status_sync import ClusterObjects, MemberObject
+from federator.controllers.memberobjects import ClusterObjects, MemberObject
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
 
 VOLCANO_GROUPS = podgroup_resource("volcano")

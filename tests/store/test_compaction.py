@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from federator.controllers.context import HubSettings
-from federator.controllers.status_sync import JobCache
+from federator.controllers.jobcache import JobCache
 from federator.hub.app import compaction_interval_flag, store_compaction
 from federator.obs import METRICS
 from federator.store import sqlite as sqlite_module
