@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from federator.apiserver.errors import ApiError
 from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
@@ -54,7 +54,7 @@ from federator.obs import get_logger
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
 
-__all__ = ["MemberClusters", "MemberSyncController", "member_sync", "sync_settings"]
+__all__ = ["MemberClusters", "MemberSyncController", "MemberWatchListener", "member_sync", "sync_settings"]
 
 KIND = "MemberCluster"
 STATUS_DEBOUNCE_SECONDS = 0.2
@@ -64,15 +64,43 @@ DEFAULT_CONCURRENT_LISTS = 4
 _log = get_logger("controllers.membercluster")
 
 
+class MemberWatchListener(Protocol):
+    """What follows member sync's watches (memberobjects.MemberObjects): told of each sync started and
+    stopped, and handed every batch its reflectors apply (one member watch per cluster and kind)."""
+
+    def sync_started(self, sync: ClusterSync) -> None: ...
+
+    def sync_stopped(self, name: str) -> None: ...
+
+    def applied(self, cluster: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> None: ...
+
+
 class MemberClusters:
     """The member clusters this term syncs: name -> ClusterSync and name -> its latest frozen snapshot.
 
     Written only by `MemberSyncController`; every other controller reads it (a cluster's client, spec, health
-    and fencing lease; placement's snapshots)."""
+    and fencing lease; placement's snapshots). Followers (`follow`) get every batch the syncs' watches apply."""
 
     def __init__(self) -> None:
         self.syncs: dict[str, ClusterSync] = {}
         self.snapshots: dict[str, ClusterSnapshot] = {}
+        self._followers: list[MemberWatchListener] = []
+
+    def follow(self, listener: MemberWatchListener) -> None:
+        self._followers.append(listener)
+
+    def started(self, sync: ClusterSync) -> None:
+        for follower in self._followers:
+            follower.sync_started(sync)
+
+    def stopped(self, name: str) -> None:
+        for follower in self._followers:
+            follower.sync_stopped(name)
+
+    def applied(self, cluster: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]],
+                received_at: float) -> None:
+        for follower in self._followers:
+            follower.applied(cluster, resource, events)
 
     def client(self, cluster: str) -> MemberClient | None:
         """The member client of `cluster` (None when not registered or not connected)."""
@@ -142,6 +170,7 @@ class MemberSyncController:
             meta_refresh_seconds=float(extra.get("checkpoint_meta_refresh_seconds", 30.0)),
         )
         members = hub.parts.members
+        self.members = members
         self.syncs: dict[str, ClusterSync] = members.syncs
         self.snapshots: dict[str, ClusterSnapshot] = members.snapshots
         self._stored: dict[str, StoredCheckpoint] = {}
@@ -152,7 +181,7 @@ class MemberSyncController:
         self._written_status: dict[str, dict[str, Any]] = {}
         self._rng = random.Random()
         #: hook for benchmarks: called with (cluster, resource, events, received_at) after each batch
-        self.on_applied = extra.get("member_on_applied")
+        self.bench_on_applied = extra.get("member_on_applied")
         #: at most this many member LISTs at once, across all clusters (clusters/reflector.py says why)
         self.list_gate = asyncio.Semaphore(int(extra.get("member_concurrent_lists", DEFAULT_CONCURRENT_LISTS)))
 
@@ -184,6 +213,7 @@ class MemberSyncController:
         self._tasks.clear()
         for sync in list(self.syncs.values()):
             await sync.stop()
+            self.members.stopped(sync.name)
         try:
             # the builders outlive their stopped loops: this persists their final state
             await self.writer.flush_all()
@@ -264,10 +294,11 @@ class MemberSyncController:
         sync = ClusterSync(
             name=name, uid=str(uid), spec=spec, settings=self.settings, writer=self.writer,
             stored=self._stored.get(name), on_snapshot=self._publish, on_status_change=self._status_changed,
-            on_applied=self.on_applied, metrics=self.hub.metrics, list_gate=self.list_gate,
+            on_applied=self._applied, metrics=self.hub.metrics, list_gate=self.list_gate,
             lease_factory=self.lease_factory,
         )
         self.syncs[name] = sync
+        self.members.started(sync)  # before its first batch: the followers see every one
         await sync.start()
         self._mark_status(name, urgent=True)
         _log.info("member sync running", cluster=name, resources=list(sync.resource_keys))
@@ -279,10 +310,19 @@ class MemberSyncController:
         del self.syncs[name]
         self.writer.unregister(name, delete=not keep_checkpoint)
         await sync.stop()
+        self.members.stopped(name)
         self.snapshots.pop(name, None)
         self._status_due.pop(name, None)
         self._written_status.pop(name, None)
         _log.info("member sync stopped", cluster=name)
+
+    def _applied(self, name: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]],
+                 received_at: float) -> None:
+        """Every batch a sync's reflectors applied: to the followers of the member watch, and the
+        benchmarks' hook."""
+        self.members.applied(name, resource, events, received_at)
+        if self.bench_on_applied is not None:
+            self.bench_on_applied(name, resource, events, received_at)
 
     def _publish(self, name: str, snapshot: ClusterSnapshot) -> None:
         if name in self.syncs:

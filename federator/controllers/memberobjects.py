@@ -1,39 +1,38 @@
 """This hub's member objects (Pods and PodGroups it created), per cluster, indexed by job uid and epoch.
 
-`MemberObjects` follows the member syncs (`MemberClusters`, which member sync
-fills): for every member cluster with a client, one list/watch per member kind
-the hub creates there (Pods, and the PodGroups of the cluster's gang
-scheduler), cluster-wide, restricted by label selector to the objects *this
-hub* labelled (`federator.dev/hub=<hub id>`). It reuses member sync's
-`MemberClient` (no second connection) and the `Reflector` (resume from the
-last resourceVersion, re-list only after 410, capped backoff with jitter), so
-there is one watch per cluster and kind, never one per job. Objects are kept
-slimmed (metadata, nodeName, status) and indexed by job uid and epoch. Status
-sync reads it (the member's state of each gang), and so do the GC
-(cleanup.py), the stuck-gang detector (stuck.py) and dispatch (a moved gang's
-previous copy); subscribers hear which jobs each applied batch touched.
+There is one member watch per cluster and kind in the hub: member sync's
+reflectors (clusters/sync.py). `MemberObjects` follows them
+(`MemberClusters.follow`): each batch they apply goes into the cluster's
+`ClusterObjects` too, which keeps only the objects *this hub* labelled
+(`federator.dev/hub=<hub id>`), slimmed (metadata, nodeName, status), indexed
+by job uid and epoch. A sync that resumed its watches from a checkpoint sends
+only what changed since; its index is complete (`ready`) once one list of this
+hub's objects per kind (`refresh`, from status sync's loop) has filled in the
+rest. Status sync reads it (the member's state of each gang; it is the only
+reader of member pods for the job lifecycle), and so do the GC (cleanup.py),
+the stuck-gang detector (stuck.py) and dispatch (a moved gang's previous copy);
+subscribers hear which jobs each batch touched.
 
-The hub builds one per term (hub/app.py `build_pipeline`); status sync's loop
-calls `refresh` to follow member sync's clusters and clients. It only reads
-members: it never creates or deletes a member object, and never logs an
-object body or a credential.
+The hub builds one per term (hub/app.py `build_pipeline`), before member sync
+starts, so that it sees every sync's first batch. It only reads members: it
+never creates or deletes a member object, and never logs an object body or a
+credential.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from federator.clusters.client import NODES, PODS, MemberClientError, ResourceKind
-from federator.clusters.reflector import Backoff, Reflector
+from federator.clusters.client import NODES, PODS, MemberClient, MemberClientError, ResourceKind
+from federator.clusters.sync import ClusterSync
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
 from federator.controllers.membercluster import MemberClusters
 from federator.delegation import hub_selector
-from federator.delegation.adapter import LABEL_EPOCH, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
+from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
 from federator.obs import get_logger
 
 __all__ = ["ClusterObjects", "MemberObject", "MemberObjects", "in_delete_order", "member_object"]
@@ -97,11 +96,15 @@ def _key_of(obj: Mapping[str, Any]) -> str:
 
 
 class ClusterObjects:
-    """This hub's Pods and PodGroups in one member cluster, indexed by job uid (a ReflectorSink)."""
+    """This hub's Pods and PodGroups in one member cluster, indexed by job uid (a ReflectorSink).
+
+    With `hub_id`, only objects labelled federator.dev/hub=<hub_id> are kept (the member watch it is fed
+    from sees every pod of the cluster); an object that loses the label leaves the index."""
 
     def __init__(self, cluster: str, resources: Sequence[ResourceKind],
-                 on_change: Callable[[str, set[str]], None]) -> None:
+                 on_change: Callable[[str, set[str]], None], *, hub_id: str | None = None) -> None:
         self.cluster = cluster
+        self.hub_id = hub_id
         self.resources = tuple(resources)
         self._by_key_resource = {r.key: r for r in self.resources}
         self.objects: dict[str, dict[str, dict[str, Any]]] = {r.key: {} for r in self.resources}
@@ -111,6 +114,11 @@ class ClusterObjects:
         self.on_change = on_change
         #: bumped on every applied batch (tests and waiters poll it)
         self.generation = 0
+        #: kinds whose batches do not make the index complete until a seeding list has (the member sync
+        #: resumed its watch from a checkpoint: objects unchanged since then are never sent again)
+        self.awaiting_seed: set[str] = set()
+        #: kind -> keys the watch touched while a seeding list of that kind is in flight
+        self.seeding: dict[str, set[str]] = {}
 
     @property
     def podgroup_resource(self) -> ResourceKind | None:
@@ -133,10 +141,13 @@ class ClusterObjects:
         if store is None:
             return
         touched: set[str] = set()
+        seeding = self.seeding.get(resource)
         for kind, obj in events:
             key = _key_of(obj)
             if not key:
                 continue
+            if seeding is not None:
+                seeding.add(key)
             ref = (resource, key)
             old_job = self._job_of.pop(ref, None)
             if old_job is not None:
@@ -146,7 +157,7 @@ class ClusterObjects:
                     members.discard(ref)
                     if not members:
                         del self._by_job[old_job]
-            if kind == "DELETED":
+            if kind == "DELETED" or not self._mine(obj):
                 store.pop(key, None)
                 continue
             slim = _slim(obj)
@@ -156,10 +167,31 @@ class ClusterObjects:
                 self._job_of[ref] = job_uid
                 self._by_job.setdefault(job_uid, set()).add(ref)
                 touched.add(job_uid)
-        self.synced.add(resource)
+        if resource not in self.awaiting_seed:
+            self.synced.add(resource)
         self.generation += 1
         if touched:
             self.on_change(self.cluster, touched)
+
+    def _mine(self, obj: Mapping[str, Any]) -> bool:
+        if self.hub_id is None:
+            return True
+        return _mapping(_mapping(obj.get("metadata")).get("labels")).get(LABEL_HUB) == self.hub_id
+
+    def seeded(self, resource: str, items: Sequence[Mapping[str, Any]]) -> None:
+        """A seeding list of `resource` answered with `items` (this hub's objects as the member listed them,
+        started after `begin_seed`): each object the watch did not touch meanwhile goes in (what the watch
+        touched it holds as new or newer), and the kind counts as listed."""
+        touched = self.seeding.pop(resource, set())
+        self.awaiting_seed.discard(resource)
+        self.apply(resource, [("ADDED", item) for item in items if _key_of(item) not in touched],
+                   resource_version="", received_at=0.0)
+
+    def begin_seed(self, resource: str) -> None:
+        self.seeding[resource] = set()
+
+    def seed_failed(self, resource: str) -> None:
+        self.seeding.pop(resource, None)
 
     # reads
 
@@ -214,75 +246,24 @@ def in_delete_order(objects: list[MemberObject]) -> list[MemberObject]:
     return objects
 
 
-class _ClusterWatch:
-    """The reflectors of one cluster's ClusterObjects, over member sync's client."""
-
-    def __init__(self, *, objects: ClusterObjects, client: Any, selector: str, backoff: Backoff,
-                 watch_timeout_seconds: tuple[int, int]) -> None:
-        self.objects = objects
-        self.client = client
-        self.tasks: list[asyncio.Task[None]] = []
-        self.lost: dict[str, str] = {}
-        rng = random.Random()
-        self.reflectors = [
-            Reflector(client=client, resource=resource, sink=objects, listener=self, backoff=backoff,
-                      watch_timeout_seconds=watch_timeout_seconds, rng=rng, label_selector=selector,
-                      logger=get_logger("controllers.memberobjects.reflector"))
-            for resource in objects.resources
-        ]
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        for reflector in self.reflectors:
-            self.tasks.append(loop.create_task(
-                self._supervised(reflector), name=f"statussync:{self.objects.cluster}:{reflector.key}"))
-
-    async def _supervised(self, reflector: Reflector) -> None:
-        try:
-            await reflector.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a dead loop must be visible
-            _log.error("member object watch failed", cluster=self.objects.cluster, resource=reflector.key,
-                       error=f"{type(e).__name__}: {e}", exc_info=True)
-            raise
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-                pass
-        self.tasks.clear()
-
-    # ReflectorListener
-
-    def watch_established(self, resource: str) -> None:
-        self.lost.pop(resource, None)
-
-    def watch_lost(self, resource: str, error: MemberClientError) -> None:
-        self.lost[resource] = str(error)[:256]
-
-    def relisting(self, resource: str, reason: str) -> None:
-        pass
-
-
 class MemberObjects:
-    """Every member cluster's ClusterObjects, following member sync's clusters and clients."""
+    """Every member cluster's ClusterObjects, fed by member sync's own watches (`MemberClusters.follow`):
+    one member watch per cluster and kind in the process, whose batches both the cluster's snapshot and
+    this index take in."""
 
     def __init__(self, hub: HubContext, *, members: MemberClusters) -> None:
         self.hub = hub
         self.members = members
-        self.selector = hub_selector(hub_id(hub))
+        self.hub_id = hub_id(hub)
+        self.selector = hub_selector(self.hub_id)
         self.clusters: dict[str, ClusterObjects] = {}
-        self._watches: dict[str, _ClusterWatch] = {}
+        #: cluster -> the member sync its index follows (a restarted sync gets a fresh index)
+        self._sources: dict[str, ClusterSync] = {}
         self._listeners: list[Callable[[str, set[str]], None]] = []
-        s = hub.settings
-        self.backoff = Backoff(initial=s.backoff_initial_seconds, maximum=s.backoff_max_seconds)
-        timeout = s.extra.get("member_watch_timeout_seconds", (300, 600))
-        self.watch_timeout_seconds = (int(timeout[0]), int(timeout[1]))
+        #: (cluster, resource key) -> the seeding list in flight
+        self._seeds: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._seed_failures = 0
+        members.follow(self)
 
     def subscribe(self, listener: Callable[[str, set[str]], None]) -> None:
         """`listener(cluster, job_uids)` after every batch that touched those jobs' objects."""
@@ -300,43 +281,88 @@ class MemberObjects:
         return self.clusters.get(cluster)
 
     def reachable(self, cluster: str) -> bool:
-        """Member sync says the cluster is Ready and our own watches are up."""
+        """Member sync says the cluster is Ready (its watches, which feed this index, are up)."""
         sync = self.members.syncs.get(cluster)
         health = getattr(sync, "health", None)
-        watch = self._watches.get(cluster)
-        return bool(getattr(health, "ready", False)) and watch is not None and not watch.lost
+        return bool(getattr(health, "ready", False)) and self._sources.get(cluster) is sync
+
+    # ------------------------------------------------------------ MemberWatchListener (member sync calls these)
+
+    def sync_started(self, sync: ClusterSync) -> None:
+        """A (new or restarted) member sync: a fresh index, fed from its first batch on."""
+        self._drop(sync.name)
+        resources = tuple(r for r in sync.resources if r.key != NODES.key)
+        self.clusters[sync.name] = ClusterObjects(sync.name, resources, self._changed, hub_id=self.hub_id)
+        self._sources[sync.name] = sync
+
+    def sync_stopped(self, name: str) -> None:
+        self._drop(name)
+
+    def applied(self, cluster: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        objects = self.clusters.get(cluster)
+        if objects is None:
+            return
+        sync = self._sources.get(cluster)
+        if sync is not None and sync.resumed and resource in objects.objects and resource not in objects.synced \
+                and resource not in objects.seeding:
+            # The sync resumed from a checkpoint: its watch sends only what changed since. The index is
+            # complete once a seeding list (this hub's objects only) has filled in the rest.
+            objects.awaiting_seed.add(resource)
+        objects.apply(resource, events, resource_version="", received_at=0.0)
+
+    def _drop(self, name: str) -> None:
+        for key in [k for k in self._seeds if k[0] == name]:
+            self._seeds.pop(key).cancel()
+        self._sources.pop(name, None)
+        gone = self.clusters.pop(name, None)
+        if gone is not None and gone.job_uids():
+            self._changed(name, gone.job_uids())
+
+    # ------------------------------------------------------------ seeding after a resumed watch
 
     async def refresh(self) -> None:
-        """Start, restart (new client or scheduler) and stop per-cluster watches to match member sync."""
-        syncs = self.members.syncs
-        for name in list(self._watches):
-            if name not in syncs:
-                await self._watches.pop(name).stop()
-                gone = self.clusters.pop(name, None)
-                if gone is not None and gone.job_uids():
-                    self._changed(name, gone.job_uids())
-        for name, sync in list(syncs.items()):
-            client = getattr(sync, "client", None)
+        """Start the seeding lists the indexes of resumed member syncs wait for (and retry failed ones)."""
+        for name, objects in list(self.clusters.items()):
+            sync = self._sources.get(name)
+            client = sync.client if sync is not None else None
             if client is None:
                 continue
-            resources = tuple(r for r in getattr(sync, "resources", ()) if r.key != NODES.key)
-            watch = self._watches.get(name)
-            if watch is not None and watch.client is client and watch.objects.resources == resources:
-                continue
-            if watch is not None:
-                await watch.stop()
-            objects = self.clusters.get(name)
-            if objects is None or objects.resources != resources:
-                objects = ClusterObjects(name, resources, self._changed)
-                self.clusters[name] = objects
-            watch = _ClusterWatch(objects=objects, client=client, selector=self.selector, backoff=self.backoff,
-                                  watch_timeout_seconds=self.watch_timeout_seconds)
-            self._watches[name] = watch
-            watch.start()
-            _log.info("watching this hub's member objects", cluster=name, resources=[r.key for r in resources],
-                      selector=self.selector)
+            for resource in objects.resources:
+                key = (name, resource.key)
+                if sync is not None and sync.resumed and resource.key not in objects.synced:
+                    objects.awaiting_seed.add(resource.key)
+                if resource.key not in objects.awaiting_seed or key in self._seeds:
+                    continue
+                objects.begin_seed(resource.key)
+                self._seeds[key] = asyncio.get_running_loop().create_task(
+                    self._seed(objects, resource, client), name=f"memberobjects:seed:{name}:{resource.key}")
+
+    async def _seed(self, objects: ClusterObjects, resource: ResourceKind, client: MemberClient) -> None:
+        key = (objects.cluster, resource.key)
+        try:
+            listed = await client.list_all(resource, label_selector=self.selector)
+        except MemberClientError as e:
+            objects.seed_failed(resource.key)
+            self._seed_failures += 1
+            _log.warning("could not list this hub's member objects after a resumed watch; will retry",
+                         cluster=objects.cluster, resource=resource.key, error=str(e)[:256],
+                         failures=self._seed_failures)
+            return
+        finally:
+            if self._seeds.get(key) is asyncio.current_task():
+                del self._seeds[key]
+        if self.clusters.get(objects.cluster) is objects:
+            objects.seeded(resource.key, listed.items)
+            _log.info("this hub's member objects listed after a resumed watch", cluster=objects.cluster,
+                      resource=resource.key, objects=len(listed.items))
 
     async def stop(self) -> None:
-        for watch in self._watches.values():
-            await watch.stop()
-        self._watches.clear()
+        tasks = list(self._seeds.values())
+        self._seeds.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - a seed's failure was logged
+                pass

@@ -5,9 +5,10 @@ cleanup_ctx-style factory, hub/app.py lists it after placement) is handed the
 term's parts (`hub.parts`, controllers/pipeline.py):
 
 - the member object index (`memberobjects.MemberObjects`): this hub's Pods
-  and PodGroups in every member, indexed by job uid and epoch; this loop keeps
-  its watches following member sync's clusters (`refresh`) and is woken by
-  every batch that touches a job's objects;
+  and PodGroups in every member, indexed by job uid and epoch, fed by member
+  sync's own watches (one member watch per cluster and kind); this loop wakes
+  on every batch that touches a job's objects, and starts the lists that
+  complete the index of a sync resumed from a checkpoint (`refresh`);
 - the job cache (`jobcache.JobCache`), whose changes wake it too;
 - the Dispatcher, through which it deletes and creates again a gang's failed
   workers (dispatch is the only writer of member objects);
