@@ -211,6 +211,8 @@ class ClusterSync:
         #: True once the watches resumed from the stored checkpoint (no initial LIST: batches carry only
         #: what changed since); False when they listed. Decided when the loops start.
         self.resumed = False
+        #: resource key -> the error of its watch, while lost (from the loss until the watch is back)
+        self.watches_lost: dict[str, str] = {}
         self._lag_metric = self.metrics.member_sync_lag_seconds.labels(cluster=name)
         self._nodes_metric = self.metrics.member_snapshot_nodes.labels(cluster=name)
         #: GPU models this cluster's capacity gauges have series for
@@ -377,11 +379,13 @@ class ClusterSync:
 
     def watch_established(self, resource: str) -> None:
         assert self._loop is not None
+        self.watches_lost.pop(resource, None)
         self.health.watch_established(resource, now=self._loop.time())
         self._evaluate()
 
     def watch_lost(self, resource: str, error: MemberClientError) -> None:
         assert self._loop is not None
+        self.watches_lost[resource] = str(error)[:256]
         self.health.watch_lost(resource, error, now=self._loop.time(), now_wall=time.time())
         self._evaluate()
 

@@ -309,6 +309,7 @@ class GarbageCollector:
         #: cluster -> whether its epoch fence holds: the EpochFence's state, which this GC is the only writer of
         self.fence: dict[str, bool] = {}
         fence.held = self.fence
+        self.epoch_fence = fence
         self._last_pass: dict[str, float] = {}
         #: (cluster, reason) -> objects deleted since start (tests read it; the metric is the public face)
         self.collected: dict[tuple[str, str], int] = {}
@@ -319,6 +320,7 @@ class GarbageCollector:
         for cluster in list(self.fence):
             if cluster not in self.objects.clusters:
                 del self.fence[cluster]
+                self.epoch_fence.unreadable.discard(cluster)
                 self._last_pass.pop(cluster, None)
         for cluster, index in list(self.objects.clusters.items()):
             reachable = self.objects.reachable(cluster) and index.ready
@@ -352,7 +354,9 @@ class GarbageCollector:
             found_objects = await list_member_objects(client, index, selector=self.objects.selector,
                                                       why="the epoch fence stays down until the next GC pass")
             if found_objects is None:
+                self.epoch_fence.unreadable.add(cluster)
                 return False
+            self.epoch_fence.unreadable.discard(cluster)
         else:
             found_objects = index.objects_of()
         by_job: dict[tuple[str, str, str], list[MemberObject]] = {}
@@ -463,3 +467,4 @@ async def member_cleanup(hub: HubContext) -> AsyncIterator[None]:
         finalizer.close()
         parts.running.gc = None
         parts.fence.held = None  # no GC: nothing to wait for
+        parts.fence.unreadable.clear()

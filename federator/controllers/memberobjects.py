@@ -281,10 +281,13 @@ class MemberObjects:
         return self.clusters.get(cluster)
 
     def reachable(self, cluster: str) -> bool:
-        """Member sync says the cluster is Ready (its watches, which feed this index, are up)."""
+        """Member sync says the cluster is Ready and the watches that feed this index are up (a lost one
+        counts at once, not after the health's grace)."""
         sync = self.members.syncs.get(cluster)
-        health = getattr(sync, "health", None)
-        return bool(getattr(health, "ready", False)) and self._sources.get(cluster) is sync
+        objects = self.clusters.get(cluster)
+        if sync is None or objects is None or self._sources.get(cluster) is not sync or not sync.health.ready:
+            return False
+        return not any(resource.key in sync.watches_lost for resource in objects.resources)
 
     # ------------------------------------------------------------ MemberWatchListener (member sync calls these)
 

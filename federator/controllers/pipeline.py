@@ -65,6 +65,9 @@ class EpochFence:
         self.objects = objects
         #: cluster -> True once the first GC pass since (re)connection issued its deletes; None: no GC running
         self.held: dict[str, bool] | None = None
+        #: clusters whose latest GC pass could not read the member (its list failed): not in contact, whatever
+        #: the watches say, so a dispatch does not wait for a pass that cannot complete
+        self.unreadable: set[str] = set()
 
     def holds(self, cluster: str) -> bool:
         if self.held is None:
@@ -75,7 +78,7 @@ class EpochFence:
         """True when `cluster` is in contact (member sync Ready, this hub's watches up) but its fence does not
         hold yet: the GC pass that deletes older epochs there is due within a tick. A cluster out of contact is
         not pending: its fence cannot rise until it returns."""
-        return not self.holds(cluster) and self.objects.reachable(cluster)
+        return not self.holds(cluster) and cluster not in self.unreadable and self.objects.reachable(cluster)
 
 
 @dataclass(slots=True)

@@ -80,7 +80,7 @@ cycles:
    A, B" in its Schedulable condition.
 
 8. elastic gangs (issue 19): a running elastic gang lists its bound pods
-   (`RunningGang.pods`, from status sync's index of this hub's member
+   (`RunningGang.pods`, from the member object index of this hub's member
    objects; every pod aged by its index, so newest first is highest index
    first) and its request, so preemption may plan to shrink it instead of
    evicting (`Preemption.shrinks`). A shrink is carried out in step 7b,
@@ -748,7 +748,7 @@ class PlacementController:
 
     def _member_pods(self, uid: str, gang: GangRequest, job: Mapping[str, Any], *, cluster: str, epoch: int,
                      started: float) -> tuple[RunningPod, ...]:
-        """The bound, live pods of an elastic gang at (cluster, epoch), from status sync's index of this hub's
+        """The bound, live pods of an elastic gang at (cluster, epoch), from the member object index of this hub's
         member objects; () when the index is not ready or a pod cannot be read (nothing is planned on it).
 
         Every pod gets the gang's placement time: a pod's age is its index (a gang's pods are created in

@@ -179,8 +179,8 @@ JOB_FINALIZERS: tuple[str, ...] = (MEMBER_CLEANUP_FINALIZER,)
 def build_pipeline(hub: HubContext) -> Pipeline:
     """The parts the controllers of one term share (controllers/pipeline.py), built in order, each handed what
     it depends on; set as `hub.pipeline` (read as `hub.parts`) and returned. Nothing starts here: the
-    controllers' factories run the parts' loops (member sync, the job cache's watch, status sync's member
-    watches, dispatch's recovery)."""
+    controllers' factories run the parts' loops (member sync, whose watches also feed the member object
+    index; the job cache's watch; dispatch's recovery)."""
     from federator.controllers.dispatch import Dispatcher
     from federator.controllers.jobcache import JobCache
     from federator.controllers.jobs import InFlight, ReservationLedger

@@ -1,6 +1,6 @@
 """One watch per kind per process (docs/architecture.md): a hub running every lifecycle controller holds one
 TrainingJob watch on its storage (the job cache every controller subscribes to) and one watch per member
-kind on each member's API server (member sync's reflectors, which also feed status sync's index of this
+kind on each member's API server (member sync's reflectors, which also feed the index of this
 hub's member objects), counted while a gang runs:
 
 - TrainingJob watches at the seam where controllers reach the hub's objects (`ObjectStorage.watch`,
