@@ -1122,6 +1122,6 @@ def example_job_path() -> str | None:
     relative = Path("examples") / "resnet-ps.yaml"
     if relative.is_file():
         return str(relative)
-    source = Path(__file__).resolve().parents[1] / relative
+    source = Path(__file__).resolve().parents[2] / relative  # federator/hub/app.py -> the source tree
     return str(source) if source.is_file() else None
 
