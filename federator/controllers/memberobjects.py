@@ -22,6 +22,7 @@ credential.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from federator.controllers.jobs import hub_id
 from federator.controllers.membercluster import MemberClusters
 from federator.delegation import hub_selector
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
-from federator.obs import get_logger
+from federator.obs import RepeatedFailureLog, get_logger
 
 __all__ = ["ClusterObjects", "MemberObject", "MemberObjects", "in_delete_order", "member_object"]
 
@@ -262,7 +263,8 @@ class MemberObjects:
         self._listeners: list[Callable[[str, set[str]], None]] = []
         #: (cluster, resource key) -> the seeding list in flight
         self._seeds: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._seed_failures = 0
+        #: (cluster, resource key) -> its seeding list's failures (the first logged in full, then a summary)
+        self._seed_failures: dict[tuple[str, str], RepeatedFailureLog] = {}
         members.follow(self)
 
     def subscribe(self, listener: Callable[[str, set[str]], None]) -> None:
@@ -316,6 +318,8 @@ class MemberObjects:
     def _drop(self, name: str) -> None:
         for key in [k for k in self._seeds if k[0] == name]:
             self._seeds.pop(key).cancel()
+        for key in [k for k in self._seed_failures if k[0] == name]:
+            del self._seed_failures[key]
         self._sources.pop(name, None)
         gone = self.clusters.pop(name, None)
         if gone is not None and gone.job_uids():
@@ -342,18 +346,21 @@ class MemberObjects:
 
     async def _seed(self, objects: ClusterObjects, resource: ResourceKind, client: MemberClient) -> None:
         key = (objects.cluster, resource.key)
+        failures = self._seed_failures.get(key)
+        if failures is None:
+            failures = self._seed_failures[key] = RepeatedFailureLog(
+                _log, "could not list this hub's member objects after a resumed watch; retrying every tick",
+                cluster=objects.cluster, resource=resource.key)
         try:
             listed = await client.list_all(resource, label_selector=self.selector)
         except MemberClientError as e:
             objects.seed_failed(resource.key)
-            self._seed_failures += 1
-            _log.warning("could not list this hub's member objects after a resumed watch; will retry",
-                         cluster=objects.cluster, resource=resource.key, error=str(e)[:256],
-                         failures=self._seed_failures)
+            failures.failed(str(e)[:256], now=time.monotonic())
             return
         finally:
             if self._seeds.get(key) is asyncio.current_task():
                 del self._seeds[key]
+        failures.succeeded("this hub's member objects listed again after failed attempts")
         if self.clusters.get(objects.cluster) is objects:
             objects.seeded(resource.key, listed.items)
             _log.info("this hub's member objects listed after a resumed watch", cluster=objects.cluster,
