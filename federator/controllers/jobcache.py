@@ -60,13 +60,20 @@ class JobCache:
         uid = (job.get("metadata") or {}).get("uid")
         if isinstance(uid, str) and uid:
             self.jobs[uid] = job
-            for listener in self._listeners:
-                listener(uid, job)
+            self._tell(uid, job)
 
     def _drop(self, uid: str) -> None:
         if self.jobs.pop(uid, None) is not None:
-            for listener in self._listeners:
-                listener(uid, None)
+            self._tell(uid, None)
+
+    def _tell(self, uid: str, job: dict[str, Any] | None) -> None:
+        """Every subscriber, in order; one that fails is logged and the others (and the watch) go on."""
+        for listener in list(self._listeners):
+            try:
+                listener(uid, job)
+            except Exception as e:  # noqa: BLE001 - a subscriber's bug must not stop every controller's cache
+                _log.error("a job cache subscriber failed", job_uid=uid, subscriber=repr(listener)[:200],
+                           error=f"{type(e).__name__}: {e}", exc_info=True)
 
     async def _relist(self) -> str:
         listing = await self.hub.storage.list(self.rt)

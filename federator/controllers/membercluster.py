@@ -99,8 +99,14 @@ class MemberClusters:
 
     def applied(self, cluster: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]],
                 received_at: float) -> None:
+        """Called by the sync's reflectors after each batch: a follower that fails is logged, and neither the
+        sync's watch nor the snapshot stops for it."""
         for follower in self._followers:
-            follower.applied(cluster, resource, events)
+            try:
+                follower.applied(cluster, resource, events)
+            except Exception as e:  # noqa: BLE001 - the member watch feeds the snapshot too: it must go on
+                _log.error("a follower of the member watch failed on a batch", cluster=cluster, resource=resource,
+                           follower=type(follower).__name__, error=f"{type(e).__name__}: {e}", exc_info=True)
 
     def client(self, cluster: str) -> MemberClient | None:
         """The member client of `cluster` (None when not registered or not connected)."""
