@@ -431,6 +431,7 @@ class HubUnderTest:
         """Open the store, register every cluster and start syncing them (returns at once)."""
         from federator.apiserver.storage import ObjectStorage
         from federator.controllers.context import HubContext, HubSettings
+        from federator.hub.app import build_pipeline
         from federator.controllers.membercluster import member_sync
         from federator.hub.kinds import hub_registry
         from federator.obs import Metrics
@@ -445,6 +446,7 @@ class HubUnderTest:
             knobs["member_on_applied"] = self.on_applied
         self.hub = HubContext(store=store, storage=storage, registry=registry, metrics=Metrics(),
                               settings=HubSettings.from_mapping(knobs))
+        build_pipeline(self.hub)
         rt = self.hub.kind("MemberCluster")
         for registration in registrations.values():
             await storage.create(rt, registration, namespace=None)
@@ -453,11 +455,11 @@ class HubUnderTest:
 
     @property
     def controller(self) -> Any:
-        return self.hub.shared["member_sync_controller"]
+        return self.hub.parts.running.member_sync
 
     @property
     def snapshots(self) -> dict[str, Any]:
-        return dict(self.hub.shared["snapshots"])
+        return dict(self.hub.parts.members.snapshots)
 
     def nodes(self) -> int:
         return sum(len(s.snapshot.nodes) for s in self.controller.syncs.values())

@@ -9,7 +9,11 @@ of the cluster (`CheckpointSource`).
 Started from a stored checkpoint, it publishes the checkpoint's snapshot
 at once (marked unhealthy: stale until every reflector has resumed) and
 resumes each watch from the stored resourceVersion; without one, it lists.
-Every applied batch publishes a new frozen snapshot through `on_snapshot`.
+Every applied batch publishes a new frozen snapshot through `on_snapshot` and
+is handed, as received, to `on_applied` (the hub's index of its own member
+objects takes it in there: one member watch per cluster and kind feeds both the
+snapshot and that index; `resumed` says whether the watches resumed from a
+checkpoint, so that objects unchanged since were not sent again).
 
 The loops are named asyncio tasks owned by the sync (`start`/`stop`),
 which the hub's membercluster controller owns in turn. Nothing here writes
@@ -196,6 +200,11 @@ class ClusterSync:
         self._stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.client_error: str | None = None
+        #: True once the watches resumed from the stored checkpoint (no initial LIST: batches carry only
+        #: what changed since); False when they listed. Decided when the loops start.
+        self.resumed = False
+        #: resource key -> the error of its watch, while lost (from the loss until the watch is back)
+        self.watches_lost: dict[str, str] = {}
         self._lag_metric = self.metrics.member_sync_lag_seconds.labels(cluster=name)
         self._nodes_metric = self.metrics.member_snapshot_nodes.labels(cluster=name)
         #: GPU models this cluster's capacity gauges have series for
@@ -258,6 +267,7 @@ class ClusterSync:
                         resource_versions=stored.resource_versions, shard_count=stored.shard_count,
                         shards=(stored.shards[i] for i in range(stored.shard_count)))
                     resume = dict(stored.resource_versions)
+                    self.resumed = True
                     self.health.resuming = True
                     self._synced_once = True
                     self.log.info("snapshot loaded from checkpoint; resuming watches",
@@ -347,11 +357,13 @@ class ClusterSync:
 
     def watch_established(self, resource: str) -> None:
         assert self._loop is not None
+        self.watches_lost.pop(resource, None)
         self.health.watch_established(resource, now=self._loop.time())
         self._evaluate()
 
     def watch_lost(self, resource: str, error: MemberClientError) -> None:
         assert self._loop is not None
+        self.watches_lost[resource] = str(error)[:256]
         self.health.watch_lost(resource, error, now=self._loop.time(), now_wall=time.time())
         self._evaluate()
 

@@ -1,15 +1,17 @@
 """Deletion and garbage collection of the member objects this hub created.
 
 `member_cleanup(hub)` (a cleanup_ctx-style factory, listed in hub/app.py after
-status sync, whose member object index and job cache it reads) runs two
-duties:
+status sync) is handed the term's job cache, member object index, member syncs,
+epoch fence and Dispatcher (`hub.parts`) and runs two duties. It decides what
+goes; the deletes themselves are dispatch's (`Dispatcher.delete_objects`: dispatch
+is the only writer of member objects):
 
 - **Deletion (finalizer).** Every TrainingJob carries
   `hubapi.MEMBER_CLEANUP_FINALIZER` while this controller runs. When a job is
   deleted (deletionTimestamp set), its member objects in every cluster (any
   epoch) are deleted, pods first, each with a uid precondition so that a
   newer object of the same name is never touched. Once no dispatch of the
-  job is in flight (`jobs.dispatches_in_flight`: objects may still be on
+  job is in flight (the term's `InFlight`: objects may still be on
   their way) and every cluster shows none of them left (its index, and then
   the member's own list, which cannot lag), the finalizer is removed
   (fenced) and the API server removes the job. Meanwhile the job keeps its
@@ -32,7 +34,8 @@ duties:
   orphan. The first pass after a (re)connection goes over what the member
   lists then, not over the watch index (whose resumed watch may not have
   replayed what was written meanwhile). Until that pass has issued its
-  deletes, `cluster_fenced(hub, cluster)` is False: dispatch into a returning
+  deletes, the term's `EpochFence` (controllers/pipeline.py) does not hold
+  for that cluster (`cluster_fenced(hub, cluster)` is False): dispatch into a returning
   cluster that is in contact again waits for the fence (`fence_pending`), so
   an older epoch's copy is killed before a newer one can start there.
 
@@ -46,12 +49,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
-from federator.clusters.client import MemberApiError, MemberClientError
+from federator.clusters.client import MemberClientError
 from federator.controllers.context import HubContext
+from federator.controllers.dispatch import Dispatcher
+from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
     JOB_KIND,
     append_history,
@@ -59,23 +63,20 @@ from federator.controllers.jobs import (
     history_entry,
     set_condition,
     update_job_status,
-    dispatches_in_flight,
+    InFlight,
     job_ref,
-    member_client,
     parse_timestamp,
     reservations,
 )
-from federator.controllers.status_sync import (
-    JOB_CACHE,
-    MEMBER_OBJECTS,
+from federator.controllers.membercluster import MemberClusters
+from federator.controllers.memberobjects import (
     ClusterObjects,
-    JobCache,
     MemberObject,
     MemberObjects,
     in_delete_order,
-    lifecycle_tick_seconds,
     member_object,
 )
+from federator.controllers.status_sync import lifecycle_tick_seconds
 from federator.delegation.adapter import LABEL_JOB_UID
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER
 from federator.obs import get_logger
@@ -83,14 +84,14 @@ from federator.store.protocol import StoreError
 from federator.runtime.waits import LoopSlice, wait_event
 from federator.controllers.loops import background_loop
 
+if TYPE_CHECKING:
+    from federator.controllers.pipeline import EpochFence
+
 __all__ = [
-    "FENCE",
-    "DeleteOutcome",
     "GarbageCollector",
     "JobFinalizer",
     "cluster_fenced",
     "list_member_objects",
-    "delete_member_objects",
     "fence_pending",
     "member_cleanup",
     "orphan_reason",
@@ -104,71 +105,23 @@ REASON_DELETING_MEMBER_OBJECTS = "DeletingMemberObjects"
 
 #: orphan reasons that mean an old copy of a live job's gang (the epoch fence at work)
 _STALE_COPY_REASONS = frozenset({"stale-epoch", "not-placed-here"})
-#: hub.shared key: cluster -> True once the first GC pass since (re)connection issued its deletes
-FENCE = "member_fence"
 
 
 def cluster_fenced(hub: HubContext, cluster: str) -> bool:
     """True when the epoch fence of `cluster` holds: since the hub last (re)gained contact with it, a GC
-    pass deleted every object of an older epoch. Dispatch into `cluster` should wait until then."""
-    fence = hub.shared.get(FENCE)
-    if not isinstance(fence, dict):
-        return True  # no GC running (tests of other controllers): nothing to wait for
-    return bool(fence.get(cluster, False))
+    pass deleted every object of an older epoch (True while no GC runs). Dispatch into `cluster` waits
+    until then."""
+    return hub.parts.fence.holds(cluster)
 
 
 def fence_pending(hub: HubContext, cluster: str) -> bool:
     """True when `cluster` is in contact (member sync Ready, this hub's watches up) but its epoch fence
     does not hold yet: the GC pass that deletes older epochs there is due and will run within a tick.
     A cluster out of contact is not pending: its fence cannot rise until it returns."""
-    if cluster_fenced(hub, cluster):
-        return False
-    objects = hub.shared.get(MEMBER_OBJECTS)
-    return isinstance(objects, MemberObjects) and objects.reachable(cluster)
+    return hub.parts.fence.pending(cluster)
 
 
-# ---------------------------------------------------------------- deleting member objects
-
-
-@dataclass
-class DeleteOutcome:
-    requested: int = 0
-    already_gone: int = 0
-    failed: list[str] = field(default_factory=list)
-
-
-async def delete_member_objects(client: Any, objects: Sequence[MemberObject], *, cluster: str) -> DeleteOutcome:
-    """Delete `objects` from one member (pods first, as given), each guarded by its uid: a 404 or a
-    failed uid precondition (409: a newer object of that name) counts as already gone. Objects
-    already terminating are left to finish."""
-    outcome = DeleteOutcome()
-    forbidden = 0
-    for obj in objects:
-        if obj.deleting:
-            continue
-        try:
-            await client.delete(obj.resource, namespace=obj.namespace or None, name=obj.name,
-                                precondition_uid=obj.uid or None)
-            outcome.requested += 1
-        except MemberApiError as e:
-            if e.code in (404, 409):
-                outcome.already_gone += 1
-            else:
-                forbidden += e.code == 403
-                outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e.code} {e.reason}: "
-                                      f"{e.message[:300]}")
-        except MemberClientError as e:
-            outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e}")
-    if forbidden:
-        # the member will refuse again until its RBAC changes: say so, not just "will retry" (the `error`
-        # field makes the log throttle summarise the repeats)
-        _log.warning("the member's RBAC does not let the hub delete its objects there; will retry (grant the hub's "
-                     "identity delete on them: deploy/member)", cluster=cluster, forbidden=forbidden,
-                     failed=len(outcome.failed), error=outcome.failed[0][:512])
-    elif outcome.failed:
-        _log.warning("some member objects could not be deleted; will retry", cluster=cluster,
-                     failed=len(outcome.failed), error=outcome.failed[0][:512])
-    return outcome
+# ---------------------------------------------------------------- reading member objects
 
 
 async def list_member_objects(client: Any, index: ClusterObjects, *, selector: str,
@@ -187,36 +140,28 @@ async def list_member_objects(client: Any, index: ClusterObjects, *, selector: s
     return in_delete_order(found)
 
 
-def _member_objects(hub: HubContext) -> MemberObjects:
-    objects = hub.shared.get(MEMBER_OBJECTS)
-    if not isinstance(objects, MemberObjects):
-        raise LookupError("member cleanup needs the status sync controller (its member object index) to run "
-                          "before it: list status_sync before member_cleanup in hub_controllers()")
-    return objects
-
-
-def _job_cache(hub: HubContext) -> JobCache:
-    jobs = hub.shared.get(JOB_CACHE)
-    if not isinstance(jobs, JobCache):
-        raise LookupError("member cleanup needs the status sync controller (its job cache) to run before it")
-    return jobs
-
-
 # ---------------------------------------------------------------- deletion with the finalizer
 
 
 class JobFinalizer:
     """Deletes a deleted job's member objects, then removes its finalizer."""
 
-    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache) -> None:
+    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache, members: MemberClusters,
+                 dispatcher: Dispatcher, in_flight: InFlight) -> None:
         self.hub = hub
         self.objects = objects
         self.jobs = jobs
+        self.members = members
+        self.dispatcher = dispatcher
+        self.in_flight = in_flight
         self.rt = hub.kind(JOB_KIND)
         self.grace = hub.settings.gc.cleanup_grace_seconds
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         jobs.subscribe(self._job_changed)
+
+    def close(self) -> None:
+        self.jobs.unsubscribe(self._job_changed)
 
     def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
         if job is not None and _deleting_with_finalizer(job):
@@ -232,7 +177,7 @@ class JobFinalizer:
         if job is None or not _deleting_with_finalizer(job):
             return True
         ref = job_ref(job)
-        if uid in dispatches_in_flight(self.hub):
+        if uid in self.in_flight:
             return False  # its objects may still be on their way: look once the dispatch has returned
         left: list[str] = []
         unknown: list[str] = []
@@ -240,7 +185,7 @@ class JobFinalizer:
             if not index.ready:
                 unknown.append(cluster)
                 continue
-            client = member_client(self.hub, cluster)
+            client = self.members.client(cluster)
             mine: list[MemberObject] | None = index.objects_of(uid)
             if not mine and client is not None:
                 # The index may not show objects created just before the deletion yet: the member's own
@@ -253,13 +198,11 @@ class JobFinalizer:
             if not mine:
                 continue
             left.append(cluster)
-            if client is None:
-                continue
-            outcome = await delete_member_objects(client, mine, cluster=cluster)
-            if outcome.requested:
+            outcome = await self.dispatcher.delete_objects(cluster, mine)
+            if outcome is not None and outcome.requested:
                 _log.info("deleting a deleted job's member objects", job=ref.key, cluster=cluster,
                           requested=outcome.requested)
-        registered = set((self.hub.shared.get("member_syncs") or {}))
+        registered = set(self.members.syncs)
         unknown += sorted(registered - set(self.objects.clusters))
         if left or unknown:
             await self._say_terminating(job, left=left, unknown=unknown)
@@ -355,12 +298,18 @@ def orphan_reason(obj: MemberObject, job: dict[str, Any] | None) -> str | None:
 class GarbageCollector:
     """Periodic GC of orphaned member objects; the epoch fence on reconnection."""
 
-    def __init__(self, hub: HubContext, *, objects: MemberObjects) -> None:
+    def __init__(self, hub: HubContext, *, objects: MemberObjects, members: MemberClusters,
+                 dispatcher: Dispatcher, fence: EpochFence) -> None:
         self.hub = hub
         self.objects = objects
+        self.members = members
+        self.dispatcher = dispatcher
         self.rt = hub.kind(JOB_KIND)
         self.interval = hub.settings.gc.interval_seconds
-        self.fence: dict[str, bool] = hub.shared.setdefault(FENCE, {})
+        #: cluster -> whether its epoch fence holds: the EpochFence's state, which this GC is the only writer of
+        self.fence: dict[str, bool] = {}
+        fence.held = self.fence
+        self.epoch_fence = fence
         self._last_pass: dict[str, float] = {}
         #: (cluster, reason) -> objects deleted since start (tests read it; the metric is the public face)
         self.collected: dict[tuple[str, str], int] = {}
@@ -371,6 +320,7 @@ class GarbageCollector:
         for cluster in list(self.fence):
             if cluster not in self.objects.clusters:
                 del self.fence[cluster]
+                self.epoch_fence.unreadable.discard(cluster)
                 self._last_pass.pop(cluster, None)
         for cluster, index in list(self.objects.clusters.items()):
             reachable = self.objects.reachable(cluster) and index.ready
@@ -395,7 +345,7 @@ class GarbageCollector:
         """One GC pass over `cluster`; True when every orphan's delete was accepted (or it was gone).
         It goes over the watch index, or (`listed`) over what the member lists now."""
         index = self.objects.get(cluster)
-        client = member_client(self.hub, cluster)
+        client = self.members.client(cluster)
         if index is None or client is None:
             return False
         started = time.perf_counter()
@@ -404,7 +354,9 @@ class GarbageCollector:
             found_objects = await list_member_objects(client, index, selector=self.objects.selector,
                                                       why="the epoch fence stays down until the next GC pass")
             if found_objects is None:
+                self.epoch_fence.unreadable.add(cluster)
                 return False
+            self.epoch_fence.unreadable.discard(cluster)
         else:
             found_objects = index.objects_of()
         by_job: dict[tuple[str, str, str], list[MemberObject]] = {}
@@ -421,9 +373,11 @@ class GarbageCollector:
                 if reason is not None:
                     doomed.setdefault(reason, []).append(obj)
             for reason, objs in sorted(doomed.items()):
-                outcome = await delete_member_objects(client, objs, cluster=cluster)
-                if outcome.failed:
+                outcome = await self.dispatcher.delete_objects(cluster, objs)
+                if outcome is None or outcome.failed:
                     complete = False
+                if outcome is None:
+                    continue
                 counted = outcome.requested
                 if counted:
                     key = (cluster, reason)
@@ -498,16 +452,19 @@ async def _loop(hub: HubContext, finalizer: JobFinalizer, gc: GarbageCollector) 
 
 
 async def member_cleanup(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: job finalizer and member GC (needs status_sync started before it)."""
-    objects = _member_objects(hub)
-    jobs = _job_cache(hub)
-    finalizer = JobFinalizer(hub, objects=objects, jobs=jobs)
-    gc = GarbageCollector(hub, objects=objects)
-    hub.shared["member_gc"] = gc
+    """cleanup_ctx-style factory: job finalizer and member GC over the term's parts (`hub.parts`)."""
+    parts = hub.parts
+    finalizer = JobFinalizer(hub, objects=parts.objects, jobs=parts.jobs, members=parts.members,
+                             dispatcher=parts.dispatcher, in_flight=parts.in_flight)
+    gc = GarbageCollector(hub, objects=parts.objects, members=parts.members, dispatcher=parts.dispatcher,
+                          fence=parts.fence)
+    parts.running.gc = gc
     try:
         async with background_loop(_loop(hub, finalizer, gc), name="membercleanup:loop",
                                    what="member cleanup loop", log=_log):
             yield
     finally:
-        hub.shared.pop("member_gc", None)
-        hub.shared.pop(FENCE, None)
+        finalizer.close()
+        parts.running.gc = None
+        parts.fence.held = None  # no GC: nothing to wait for
+        parts.fence.unreadable.clear()

@@ -1,20 +1,24 @@
 """What every hub controller is handed: the hub's store, its object storage and
-registry, settings, metrics, the leader's fencing token and the Event recorder.
+registry, settings, metrics, the leader's fencing token, the Event recorder and
+the term's pipeline parts.
 
-`hub/app.py` builds one `HubContext` per hub process and passes it to each
-controller's cleanup_ctx factory (`async def ctx(hub: HubContext) ->
+`hub/app.py` builds one `HubContext` per term (and one for the API) and passes
+it to each controller's cleanup_ctx factory (`async def ctx(hub: HubContext) ->
 AsyncIterator[None]`). Controllers read and write hub objects only through
 `storage` (never raw store keys of another component), attach `fencing` to
 writes that must not come from a deposed leader, and get their settings from
-here, never from globals. This module holds types only; it must never start
-anything.
+here, never from globals. The parts the controllers share (job cache, member
+object index, reservations, dispatch, ...) are the typed fields of `parts`
+(controllers/pipeline.py), built in order by hub/app.py's `build_pipeline`
+before any controller starts: there is no dict of well-known names. This module
+holds types only; it must never start anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.events import EventRecorder
 from federator.apiserver.registry import Registry, ResourceType
@@ -23,6 +27,9 @@ from federator.controllers.settings import HubSettings as HubSettings
 from federator.obs import Metrics
 from federator.store.leader import FencingToken
 from federator.store.protocol import Store
+
+if TYPE_CHECKING:
+    from federator.controllers.pipeline import Pipeline
 
 HUB_GROUP = "federator.dev"
 HUB_VERSION = "v1alpha1"
@@ -38,13 +45,21 @@ class HubContext:
     metrics: Metrics
     #: the leader's fencing token; None until leadership is held
     fencing: FencingToken | None = None
-    #: shared in-process state controllers publish for each other (e.g. the
-    #: latest ClusterSnapshot per cluster), by well-known name
-    shared: dict[str, Any] = field(default_factory=dict)
+    #: the term's pipeline parts (controllers/pipeline.py), built by hub/app.py's build_pipeline; None for a
+    #: context no controller runs on (the API's while this hub follows)
+    pipeline: Pipeline | None = None
     #: where controllers record Events (`hub.events.record(job, controller=..., reason=..., message=...)`);
     #: controllers/events.py's event_recording replaces it with the term's recorder and runs its writer.
     #: Until then (and in tests without that controller) records stay in memory, bounded, unwritten.
     events: EventRecorder = field(default_factory=EventRecorder)
+
+    @property
+    def parts(self) -> Pipeline:
+        """The term's pipeline parts; LookupError when none were built (hub/app.py `build_pipeline`)."""
+        if self.pipeline is None:
+            raise LookupError("this hub context has no pipeline: hub/app.py's build_pipeline builds it before "
+                              "any controller starts")
+        return self.pipeline
 
     def kind(self, kind: str) -> ResourceType:
         rt = self.registry.by_kind(HUB_API_VERSION, kind)

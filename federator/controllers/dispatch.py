@@ -1,5 +1,12 @@
 """Dispatch: turn a recorded placement decision into member objects, idempotently.
 
+Dispatch is the only code of the hub that creates or deletes member objects
+(docs/architecture.md): besides a decision's gang it deletes what other
+controllers ask it to (`delete_objects`: the GC's orphans, a deleted job's
+objects, a stuck gang's pull-back; `delete_previous`: a moved gang's old copy)
+and restarts failed workers for status sync (`restart_pods`). It is the only
+writer of the Dispatched condition.
+
 `Dispatcher.dispatch(job, cluster=..., epoch=...)` takes a TrainingJob whose
 status already holds the decision (phase Placed, placement.cluster and
 placement.epoch written BEFORE this runs: the write-ahead rule), renders it
@@ -11,10 +18,10 @@ namespace exists and, for a job with a priority, the member PriorityClass its
 pods name (`delegation.member_priority_class`; created if missing, never
 changed; a member that refuses with 403 gets the pods without a class), waits for the cluster's epoch fence (a cluster back
 in contact gets a GC pass that deletes older epochs' objects first:
-`cleanup.fence_pending`) and for its fence agent to be known idle (the hub's
+`EpochFence.pending`, raised by cleanup.py's GC) and for its fence agent to be known idle (the hub's
 lease there: `MemberLease.fence_may_be_up`; an agent whose view of the lease
 is still expired deletes whatever arrives), and creates each object through
-the MemberClient that member sync holds for the cluster. An object that
+the MemberClient that member sync holds for the cluster (`MemberClusters`). An object that
 already exists with the same job uid and epoch counts as created, so a
 re-dispatch after a crash creates nothing twice; a pod of an *older* epoch of the same job blocks its
 name (pod names are a per-cluster lock across epochs) and is deleted first,
@@ -28,11 +35,14 @@ GC removes), forgets the gang's reservation (idempotent) and requeues the job
 with capped exponential backoff and jitter (`RetryBook`): status back to
 Pending with a history entry saying what failed and how long it waits.
 
-`job_dispatch(hub)` is the controller factory: it publishes the Dispatcher in
-`hub.shared["dispatcher"]` for the placement loop and, on start (the hub just
-gained the leadership), re-dispatches every job in phase Placed in a named
-task: the crash-recovery path. It must run after member_sync and before
-job_placement in hub_controllers().
+The hub builds one Dispatcher per term (hub/app.py `build_pipeline`, handed the
+member syncs, the member object index, the epoch fence, the reservation book
+and the dispatches in flight) and hands it to placement, status sync, stuck
+gangs, drain and cleanup (`hub.parts.dispatcher`). `job_dispatch(hub)` is its
+controller factory: on start (the hub just gained the leadership) it
+re-dispatches every job in phase Placed in a named task: the crash-recovery
+path. It must run after member_sync and before job_placement in
+hub_controllers().
 
 Test-only crash hook: when the environment variable FEDERATOR_TEST_CRASH_AT
 is `after-eviction` (placement.py, after a preemption's victims are evicted
@@ -57,41 +67,37 @@ import random
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
-from federator.controllers.cleanup import delete_member_objects, fence_pending
-from federator.controllers.status_sync import ANNOTATION_ATTEMPT, MEMBER_OBJECTS, MemberObjects
-from federator.controllers.status_sync import member_object as member_pod
+
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
-    DISPATCHER,
     DispatchError,
     JOB_KIND,
-    MEMBER_SYNCS,
     PHASE_FAILED,
     PHASE_PLACED,
-    SNAPSHOTS,
     DispatchRecord,
+    InFlight,
+    ReservationLedger,
     append_history,
     apply_dispatch_record,
     cluster_scheduler,
     current_placement,
-    dispatch_records,
-    dispatches_in_flight,
     history_entry,
     hub_id,
     job_ref,
-    member_client,
     phase_of,
     requeue,
-    reservations,
     set_condition,
     set_phase,
     update_job_status,
 )
+from federator.controllers.membercluster import MemberClusters
+from federator.controllers.memberobjects import MemberObject as IndexedObject
+from federator.controllers.memberobjects import MemberObjects, member_object
 from federator.clusters.snapshot_builder import GPU_PRODUCT_LABEL
 from federator.delegation import (
     MemberObject,
@@ -110,13 +116,19 @@ from federator.obs import get_logger
 from federator.placement.decision import PodAssignment
 from federator.store.protocol import StoreError
 
+if TYPE_CHECKING:
+    from federator.controllers.pipeline import EpochFence
+
 __all__ = [
+    "ANNOTATION_ATTEMPT",
+    "ANNOTATION_FAILURES",
     "CRASH_ENV",
     "CRASH_JOB_ENV",
-    "DISPATCHER",
     "NAMESPACES",
+    "DeleteOutcome",
     "DispatchResult",
     "Dispatcher",
+    "delete_member_objects",
     "RetryBook",
     "crash_point",
     "job_dispatch",
@@ -131,6 +143,10 @@ NAMESPACES = ResourceKind(group="", version="v1", plural="namespaces", kind="Nam
 
 #: how long a create waits for a same-named pod of an older epoch to disappear
 _STALE_WAIT_SECONDS = 10.0
+#: a pod's attempt index (also env FEDERATOR_ATTEMPT) and its failures counted toward spec.backoffLimit
+#: (status_sync.restart_plan decides them; `restart_pods` writes them)
+ANNOTATION_ATTEMPT = "federator.dev/attempt"
+ANNOTATION_FAILURES = "federator.dev/counted-failures"
 
 
 def crash_point(point: str, *, job: str) -> None:
@@ -164,6 +180,48 @@ class DispatchResult:
     retryable: bool = True
     #: the dispatch was skipped because the job moved on (another epoch, deleted, no longer Placed)
     outdated: bool = False
+
+
+@dataclass
+class DeleteOutcome:
+    requested: int = 0
+    already_gone: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *, cluster: str) -> DeleteOutcome:
+    """Delete `objects` from one member (pods first, as given), each guarded by its uid: a 404 or a
+    failed uid precondition (409: a newer object of that name) counts as already gone. Objects
+    already terminating are left to finish. (`Dispatcher.delete_objects` is the way in for the other
+    controllers; placement's own evictions still call this directly until they move into dispatch.)"""
+    outcome = DeleteOutcome()
+    forbidden = 0
+    for obj in objects:
+        if obj.deleting:
+            continue
+        try:
+            await client.delete(obj.resource, namespace=obj.namespace or None, name=obj.name,
+                                precondition_uid=obj.uid or None)
+            outcome.requested += 1
+        except MemberApiError as e:
+            if e.code in (404, 409):
+                outcome.already_gone += 1
+            else:
+                forbidden += e.code == 403
+                outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e.code} {e.reason}: "
+                                      f"{e.message[:300]}")
+        except MemberClientError as e:
+            outcome.failed.append(f"{obj.resource.key} {obj.namespace}/{obj.name}: {e}")
+    if forbidden:
+        # the member will refuse again until its RBAC changes: say so, not just "will retry" (the `error`
+        # field makes the log throttle summarise the repeats)
+        _log.warning("the member's RBAC does not let the hub delete its objects there; will retry (grant the hub's "
+                     "identity delete on them: deploy/member)", cluster=cluster, forbidden=forbidden,
+                     failed=len(outcome.failed), error=outcome.failed[0][:512])
+    elif outcome.failed:
+        _log.warning("some member objects could not be deleted; will retry", cluster=cluster,
+                     failed=len(outcome.failed), error=outcome.failed[0][:512])
+    return outcome
 
 
 class RetryBook:
@@ -202,8 +260,15 @@ class RetryBook:
 class Dispatcher:
     """See the module docstring."""
 
-    def __init__(self, hub: HubContext, *, on_requeued: Callable[[float], None] | None = None) -> None:
+    def __init__(self, hub: HubContext, *, members: MemberClusters, objects: MemberObjects, fence: EpochFence,
+                 reservations: ReservationLedger, in_flight: InFlight,
+                 on_requeued: Callable[[float], None] | None = None) -> None:
         self.hub = hub
+        self.members = members
+        self.objects = objects
+        self.fence = fence
+        self.reservations = reservations
+        self.in_flight = in_flight
         knobs = hub.settings.dispatch
         self.retries = RetryBook(initial=knobs.backoff_initial_seconds, maximum=knobs.backoff_max_seconds)
         self.concurrency = knobs.object_concurrency
@@ -228,9 +293,9 @@ class Dispatcher:
 
         Unless `decision_stored` (the caller holds the object its own write-ahead just stored), the
         stored job is read first and must still hold this decision. The job is in
-        `jobs.dispatches_in_flight` until this returns."""
+        the dispatches in flight until this returns."""
         uid = job_ref(job).uid
-        inflight = dispatches_in_flight(self.hub)
+        inflight = self.in_flight
         inflight.begin(uid)
         try:
             return await self._dispatch(job, cluster=cluster, epoch=epoch, assignment=assignment,
@@ -293,7 +358,7 @@ class Dispatcher:
         deadline = time.monotonic() + wait
         delay = 0.05
         while True:
-            client = member_client(self.hub, cluster)
+            client = self.members.client(cluster)
             if client is not None:
                 return client
             if time.monotonic() >= deadline:
@@ -308,16 +373,16 @@ class Dispatcher:
         """The hub's lease in `cluster` says that the member's fence agent may be deleting this hub's objects
         there now (`MemberLease.fence_may_be_up`: renewals lapsed, or the agent fenced and has not said that
         it saw them resume). False without a lease (leases off)."""
-        lease = getattr((self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster), "lease", None)
+        lease = self.members.lease(cluster)
         return lease is not None and bool(lease.fence_may_be_up())
 
     async def wait_for_fence(self, cluster: str, *, wait: float) -> None:
         """Return once both fences of `cluster` let a new copy in; DispatchError (retryable) after `wait`
         seconds (the job is requeued and placed again, maybe elsewhere):
 
-        - the epoch fence holds (cleanup.cluster_fenced: since the hub last regained contact with it, a GC
+        - the epoch fence holds (`EpochFence.holds`: since the hub last regained contact with it, a GC
           pass deleted every older epoch's object there), so that a newer epoch never starts beside an
-          older copy. Only a cluster in contact is waited for (`cleanup.fence_pending`: its GC pass is due
+          older copy. Only a cluster in contact is waited for (`EpochFence.pending`: its GC pass is due
           within a tick). One out of contact is not: the creates then fail with the member's own error and
           the job is requeued, or, if they get through, the pod names (one per job, role and index, across
           epochs) still keep an older epoch's pod and a newer one from running side by side;
@@ -325,7 +390,7 @@ class Dispatcher:
           longer than the lease has an agent that deletes everything of this hub until it sees a renewal,
           and says on the Lease when it did; a gang created before then would be killed (seed 2061632721
           of the chaos suite: a requeued gang placed straight back into the cluster it was lost from)."""
-        epoch_fence, agent = fence_pending(self.hub, cluster), self.agent_may_fence(cluster)
+        epoch_fence, agent = self.fence.pending(cluster), self.agent_may_fence(cluster)
         if not (epoch_fence or agent):
             return
         deadline = time.monotonic() + wait
@@ -346,7 +411,7 @@ class Dispatcher:
                           waiting_for="a renewal of the hub's lease whose answer shows the agent's fence lifted")
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
-            epoch_fence, agent = fence_pending(self.hub, cluster), self.agent_may_fence(cluster)
+            epoch_fence, agent = self.fence.pending(cluster), self.agent_may_fence(cluster)
 
     def _previous_copy(self, job: Mapping[str, Any], *, cluster: str) -> tuple[str, int, list[Any]] | None:
         """(cluster, epoch, objects still there) of a moved gang's previous copy (status.placement.previous,
@@ -358,17 +423,15 @@ class Dispatcher:
         old_cluster, old_epoch = previous.get("cluster"), previous.get("epoch")
         if not isinstance(old_cluster, str) or old_cluster == cluster or type(old_epoch) is not int:
             return None
-        syncs = self.hub.shared.get(MEMBER_SYNCS)
-        objects = self.hub.shared.get(MEMBER_OBJECTS)
-        index = objects.get(old_cluster) if isinstance(objects, MemberObjects) else None
-        if (old_cluster not in syncs) if isinstance(syncs, Mapping) else index is None:
+        index = self.objects.get(old_cluster)
+        if old_cluster not in self.members.syncs:
             return None  # no such cluster any more (unregistered): nothing of it can run
         # No index yet (its watches have not started: e.g. the member does not answer) tells nothing.
         left = [o for o in index.objects_of(job_ref(job).uid)
                 if o.epoch is not None and o.epoch <= old_epoch] if index is not None else []
         if not left and index is not None and index.ready:
             return None
-        lease = getattr((syncs or {}).get(old_cluster), "lease", None)
+        lease = self.members.lease(old_cluster)
         if lease is not None and time.time() >= lease.fenced_after():
             # Out of contact for longer than the hub's lease there plus the margin: the member's fence
             # agent has deleted this hub's pods (docs/failover.md), so nothing of the old copy runs.
@@ -382,7 +445,7 @@ class Dispatcher:
         if found is None:
             return 0
         old_cluster, _, left = found
-        client = member_client(self.hub, old_cluster)
+        client = self.members.client(old_cluster)
         pending = [o for o in left if not o.deleting]
         if client is None or not pending:
             return 0
@@ -565,7 +628,7 @@ class Dispatcher:
                          ) -> dict[str, list[str]]:
         """`delegation.gpu_node_labels` over the cluster's snapshot ({} without one): the GPU pods stay on
         the nvidia.com/gpu.product values of the GPU model placement chose."""
-        snapshot = (self.hub.shared.get(SNAPSHOTS) or {}).get(cluster)
+        snapshot = self.members.snapshots.get(cluster)
         if snapshot is None:
             return {}
         return gpu_node_labels(job, nodes=snapshot.nodes, assignment=assignment, label=GPU_PRODUCT_LABEL)
@@ -631,7 +694,35 @@ class Dispatcher:
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(delay * 2, 1.0)
 
+    # ------------------------------------------------------------ deletes other controllers ask for
+
+    async def delete_objects(self, cluster: str, objects: Sequence[IndexedObject]) -> DeleteOutcome | None:
+        """Delete `objects` (this hub's, as the member object index or a member list showed them) from
+        `cluster`, pods first as given, each guarded by its uid (`delete_member_objects`): the GC's orphans,
+        a deleted job's objects, a stuck gang's pull-back. None when the cluster has no client now."""
+        client = self.members.client(cluster)
+        if client is None:
+            return None
+        return await delete_member_objects(client, objects, cluster=cluster)
+
     # ------------------------------------------------------------ one pod again
+
+    async def restart_pods(self, job: Mapping[str, Any], *, cluster: str, epoch: int, delete: Mapping[str, str],
+                           recreate: Mapping[str, Mapping[str, str]]) -> int:
+        """Status sync's restart of a gang's failed workers (and shrink of lost ones): delete the pods named
+        in `delete` (name -> uid, guarded by it; gone already is fine), then create the pods of `recreate`
+        again (`recreate_pods`). Returns how many were created; raises DispatchError or MemberClientError."""
+        ref = job_ref(job)
+        if delete:
+            client = await self._client(cluster, wait=0.0)
+            for name, pod_uid in delete.items():
+                try:
+                    await client.delete(PODS, namespace=ref.namespace, name=name, grace_period_seconds=0,
+                                        precondition_uid=pod_uid or None)
+                except MemberApiError as e:
+                    if e.code not in (404, 409):
+                        raise
+        return await self.recreate_pods(job, cluster=cluster, epoch=epoch, pods=recreate) if recreate else 0
 
     async def recreate_pods(self, job: Mapping[str, Any], *, cluster: str, epoch: int,
                             pods: Mapping[str, Mapping[str, str]]) -> int:
@@ -684,13 +775,12 @@ class Dispatcher:
         holds them (a name it does not hold is already gone). How many deletes were requested; 0 when the
         index has not listed the cluster yet or the cluster has no client (the caller's next pass tries
         again). Member errors are logged by `delete_member_objects`, not raised."""
-        objects = self.hub.shared.get(MEMBER_OBJECTS)
-        index = objects.get(cluster) if isinstance(objects, MemberObjects) else None
-        client = member_client(self.hub, cluster)
+        index = self.objects.get(cluster)
+        client = self.members.client(cluster)
         if index is None or not index.ready or client is None or not names:
             return 0
         held = {str((pod.get("metadata") or {}).get("name")): pod for pod in index.gang(job_ref(job).uid, epoch)[1]}
-        going = [member_pod(cluster, PODS, held[name]) for name in names if name in held]
+        going = [member_object(cluster, PODS, held[name]) for name in names if name in held]
         if not going:
             return 0
         outcome = await delete_member_objects(client, going, cluster=cluster)
@@ -701,15 +791,13 @@ class Dispatcher:
     async def _record_dispatched(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, created: int, existing: int,
     ) -> None:
-        """Condition Dispatched and a history entry: handed to status sync (`jobs.DispatchRecords`), which
-        writes it with the gang's next status; written here only when status sync is not running."""
+        """Condition Dispatched and a history entry, written here: dispatch is the Dispatched condition's only
+        writer."""
         ref = job_ref(job)
         self.hub.events.record(job, controller="dispatch", reason="Dispatched", action="Dispatch",
                                message=f"gang created in {cluster} at epoch {epoch} ({created} objects created, "
                                        f"{existing} already there)")
         record = DispatchRecord(cluster=cluster, epoch=epoch, created=created, existing=existing, at=time.time())
-        if dispatch_records(self.hub).add(ref.uid, record):
-            return
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             if current_placement(stored) != (cluster, epoch):
@@ -727,7 +815,7 @@ class Dispatcher:
         """Delete this epoch's objects of the job in `cluster` (best effort): (how many deletes were
         requested, whether the member was read in full: False when some of the epoch may remain)."""
         ref = job_ref(job)
-        client = member_client(self.hub, cluster)
+        client = self.members.client(cluster)
         scheduler = cluster_scheduler(self.hub, cluster)
         if client is None or scheduler is None:
             return 0, False
@@ -768,7 +856,7 @@ class Dispatcher:
     ) -> None:
         ref = job_ref(job)
         deleted, cleaned = await self._cleanup_epoch(job, cluster=cluster, epoch=epoch)
-        reservations(self.hub).forget(ref.uid)
+        self.reservations.forget(ref.uid)
         now = time.time()
         if not retryable:
             message = f"dispatch to {cluster} cannot succeed: {error}"
@@ -861,11 +949,8 @@ class Dispatcher:
 
 
 async def job_dispatch(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: publishes the Dispatcher and re-dispatches Placed jobs on start."""
-    dispatcher = Dispatcher(hub)
-    hub.shared[DISPATCHER] = dispatcher
-    recovered = asyncio.Event()
-    hub.shared["dispatch_recovered"] = recovered
+    """cleanup_ctx-style factory: re-dispatches the term's Placed jobs on start (`hub.parts.dispatcher`)."""
+    dispatcher = hub.parts.dispatcher
 
     async def recover() -> None:
         try:
@@ -874,8 +959,6 @@ async def job_dispatch(hub: HubContext) -> AsyncIterator[None]:
             raise
         except Exception as e:  # noqa: BLE001 - a failed recovery must be visible
             _log.error("re-dispatch of placed jobs failed", error=f"{type(e).__name__}: {e}", exc_info=True)
-        finally:
-            recovered.set()
 
     task = asyncio.create_task(recover(), name="dispatch:recover")
     try:
@@ -886,4 +969,3 @@ async def job_dispatch(hub: HubContext) -> AsyncIterator[None]:
             await task
         except asyncio.CancelledError:
             pass
-        hub.shared.pop(DISPATCHER, None)

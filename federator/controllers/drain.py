@@ -7,8 +7,9 @@
   get a target (the others stay: fail, wait); for "drain" every gang does.
   The hub serves it as the `memberclusters/{name}/failoverplan` subresource
   (`federator drill --dry-run`).
-- `cluster_drain(hub)` (a cleanup_ctx-style factory, listed after status sync,
-  failover and placement): for every MemberCluster with `spec.drain`
+- `cluster_drain(hub)` (a cleanup_ctx-style factory, listed after the job
+  cache, dispatch, placement and failover; handed the job cache, the member
+  syncs and the Dispatcher, `hub.parts`): for every MemberCluster with `spec.drain`
   (set by `federator cluster drain`, which also cordons it), at most
   `spec.drain.maxConcurrent` gangs move at a time, each in this order:
   1. its new home is decided by placement (the drained cluster excluded) and
@@ -16,7 +17,8 @@
   2. the decision is written (write-ahead): history "Drained" (old cluster
      and epoch), phase Placed in the new cluster at epoch + 1, and
      `status.placement.previous = {cluster, epoch}`;
-  3. its member objects in the drained cluster are deleted, and
+  3. its member objects in the drained cluster are deleted (by dispatch:
+     `Dispatcher.delete_previous`), and
   4. it is dispatched; the dispatcher itself waits until the previous copy is
      gone from the drained cluster (`Dispatcher.wait_for_previous`), also when
      a restarted hub re-dispatches, so the two copies never run at once.
@@ -40,15 +42,13 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.apis.timestamps import format_time as rfc3339
 from federator.controllers.context import HubContext
-from federator.controllers.dispatch import DISPATCHER, Dispatcher
+from federator.controllers.dispatch import Dispatcher
+from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
     ACTIVE_PHASES,
-    MEMBER_SYNCS,
     PHASE_PLACED,
-    SNAPSHOTS,
     append_history,
     current_placement,
-    dispatches_in_flight,
     failover_policy,
     gang_request,
     history_entry,
@@ -62,18 +62,18 @@ from federator.controllers.jobs import (
     update_job_status,
 )
 from federator.controllers.loops import background_loop
-from federator.controllers.placement import PLACEMENT, SCHEDULABLE, score_rows, why_not_rows
-from federator.controllers.status_sync import JOB_CACHE, JobCache, lifecycle_tick_seconds
+from federator.controllers.membercluster import MemberClusters
+from federator.controllers.placement import SCHEDULABLE, score_rows, why_not_rows
+from federator.controllers.status_sync import lifecycle_tick_seconds
 from federator.obs import get_logger
 from federator.placement import Decision, GangRequest, Profile, run_cycle
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
 
-__all__ = ["DRAIN", "ClusterDrain", "cluster_drain", "failover_plan", "gangs_in"]
+__all__ = ["ClusterDrain", "cluster_drain", "failover_plan", "gangs_in"]
 
 _log = get_logger("controllers.drain")
 
-DRAIN = "drain"
 #: how long the drained cluster stays excluded for a moved gang (placement's excludedClusters is not
 #: written: this exclusion only shapes the drain's own decision)
 _EXCLUDE_SECONDS = 3600.0
@@ -95,14 +95,13 @@ def _previous_cluster(job: Mapping[str, Any]) -> str | None:
 
 
 def _profile(hub: HubContext) -> Profile:
-    controller = hub.shared.get(PLACEMENT)
-    profile = getattr(controller, "profile", None)
-    return profile if isinstance(profile, Profile) else Profile()
+    """The placement loop's profile (the default while it does not run)."""
+    controller = hub.parts.running.placement
+    return controller.profile if controller is not None else Profile()
 
 
 def _snapshots(hub: HubContext) -> dict[str, ClusterSnapshot]:
-    published = hub.shared.get(SNAPSHOTS) or {}
-    return {name: snap for name, snap in published.items() if isinstance(snap, ClusterSnapshot)}
+    return dict(hub.parts.members.snapshots)
 
 
 def _decide(hub: HubContext, jobs: Sequence[Mapping[str, Any]], *, away_from: str, now: float) -> tuple[
@@ -130,8 +129,7 @@ def _decide(hub: HubContext, jobs: Sequence[Mapping[str, Any]], *, away_from: st
 def failover_plan(hub: HubContext, cluster: str, *, purpose: str = "loss", now: float | None = None) -> dict[str, Any]:
     """Where each active gang of `cluster` would go now (see the module docstring); changes nothing."""
     now = time.time() if now is None else now
-    cache = hub.shared.get(JOB_CACHE)
-    jobs = cache.jobs if isinstance(cache, JobCache) else {}
+    jobs = hub.parts.jobs.jobs
     affected = gangs_in(jobs, cluster)
     movable = [j for j in affected if purpose == "drain" or failover_policy(j) == "requeue"]
     decided, unplaced, _, _ = _decide(hub, movable, away_from=cluster, now=now) if movable else ({}, {}, {}, None)
@@ -158,12 +156,13 @@ def failover_plan(hub: HubContext, cluster: str, *, purpose: str = "loss", now: 
 class ClusterDrain:
     """See the module docstring. Run it with `cluster_drain(hub)`."""
 
-    def __init__(self, hub: HubContext, *, jobs: JobCache, dispatcher: Dispatcher) -> None:
+    def __init__(self, hub: HubContext, *, jobs: JobCache, members: MemberClusters, dispatcher: Dispatcher) -> None:
         self.hub = hub
         self.jobs = jobs
+        self.members = members
         self.dispatcher = dispatcher
         self.rt = hub.kind("MemberCluster")
-        self.inflight = dispatches_in_flight(hub)
+        self.inflight = dispatcher.in_flight
         #: cluster -> uid -> the task moving that gang
         self.moving: dict[str, dict[str, asyncio.Task[None]]] = {}
         #: cluster -> gangs moved since its drain started
@@ -174,7 +173,7 @@ class ClusterDrain:
 
     async def tick(self) -> None:
         now = time.time()
-        syncs: Mapping[str, Any] = self.hub.shared.get(MEMBER_SYNCS) or {}
+        syncs = self.members.syncs
         for cluster, sync in list(syncs.items()):
             drain = (sync.spec or {}).get("drain")
             if not isinstance(drain, Mapping):
@@ -364,16 +363,13 @@ async def _loop(hub: HubContext, drain: ClusterDrain) -> None:
 
 
 async def cluster_drain(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: the drain loop (needs status_sync and job_dispatch started before it)."""
-    jobs = hub.shared.get(JOB_CACHE)
-    dispatcher = hub.shared.get(DISPATCHER)
-    if not isinstance(jobs, JobCache) or not isinstance(dispatcher, Dispatcher):
-        raise LookupError("cluster_drain needs status_sync and job_dispatch to run before it in hub_controllers()")
-    drain = ClusterDrain(hub, jobs=jobs, dispatcher=dispatcher)
-    hub.shared[DRAIN] = drain
+    """cleanup_ctx-style factory: the drain loop over the term's parts (`hub.parts`)."""
+    parts = hub.parts
+    drain = ClusterDrain(hub, jobs=parts.jobs, members=parts.members, dispatcher=parts.dispatcher)
+    parts.running.drain = drain
     try:
         async with background_loop(_loop(hub, drain), name="drain:loop", what="drain loop", log=_log):
             yield
     finally:
         await drain.stop()
-        hub.shared.pop(DRAIN, None)
+        parts.running.drain = None

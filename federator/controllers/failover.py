@@ -1,8 +1,9 @@
 """Failover: the gangs of a lost member cluster move whole, fail, or wait, and never run twice.
 
 `cluster_failover(hub)` (a cleanup_ctx-style factory, listed in hub/app.py after
-status sync, whose job cache it reads, and after member sync, whose syncs it
-reads) checks every tick:
+the job cache and member sync) is handed the term's job cache, member syncs
+(`MemberClusters`: each cluster's health) and dispatches in flight (`hub.parts`)
+and checks every tick:
 
 1. **Lost.** A cluster out of contact for longer than its grace, counted from
    the *first* failed contact (`ClusterHealth.lost_at`; grace from
@@ -55,11 +56,10 @@ from federator.apis.timestamps import format_time as rfc3339
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     ACTIVE_PHASES,
-    MEMBER_SYNCS,
     PHASE_FAILED,
     append_history,
     current_placement,
-    dispatches_in_flight,
+    InFlight,
     failover_policy,
     history_entry,
     job_ref,
@@ -71,7 +71,9 @@ from federator.controllers.jobs import (
     update_job_status,
 )
 from federator.controllers.loops import background_loop
-from federator.controllers.status_sync import CONDITION_FAILED, JOB_CACHE, JobCache, lifecycle_tick_seconds
+from federator.controllers.jobcache import JobCache
+from federator.controllers.membercluster import MemberClusters
+from federator.controllers.status_sync import CONDITION_FAILED, lifecycle_tick_seconds
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 
@@ -80,7 +82,7 @@ __all__ = ["CONDITION_WAITING", "ClusterFailover", "LossView", "cluster_failover
 _log = get_logger("controllers.failover")
 
 CONDITION_WAITING = "WaitingForCluster"
-FAILOVER = "failover"
+
 _WRITE_CONCURRENCY = 32
 
 
@@ -131,13 +133,14 @@ class _TokenBucket:
 class ClusterFailover:
     """See the module docstring. Run it with `cluster_failover(hub)`."""
 
-    def __init__(self, hub: HubContext, *, jobs: JobCache) -> None:
+    def __init__(self, hub: HubContext, *, jobs: JobCache, members: MemberClusters, in_flight: InFlight) -> None:
         self.hub = hub
         self.jobs = jobs
+        self.members = members
         self.threshold = hub.settings.failover.mass_loss_threshold
         self.rate = hub.settings.failover.rate_per_second
         self.bucket = _TokenBucket(self.rate, now=time.monotonic())
-        self.inflight = dispatches_in_flight(hub)
+        self.inflight = in_flight
         #: True while the hub judges itself cut off (mass loss)
         self.partitioned = False
         #: outcome -> gangs handled since start (tests read it; the metric is the public face)
@@ -154,7 +157,7 @@ class ClusterFailover:
     def losses(self, *, now: float) -> tuple[dict[str, LossView], set[str]]:
         """(the Lost clusters whose gangs may move or will once fenced, the Lost clusters held back by a
         mass loss). Updates each health's `hub_partitioned` flag and the hub's partitioned state."""
-        syncs: Mapping[str, Any] = self.hub.shared.get(MEMBER_SYNCS) or {}
+        syncs = self.members.syncs
         # A cluster whose probe is still hanging has no failed contact on record yet, but has been silent
         # since its last contact: counted as out of contact from then, so that a partition of every
         # cluster is seen as one even when one cluster's probe fails later than another's (a loaded hub).
@@ -384,16 +387,13 @@ async def _loop(hub: HubContext, failover: ClusterFailover) -> None:
 
 
 async def cluster_failover(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: the failover loop (needs member_sync and status_sync started before it)."""
-    jobs = hub.shared.get(JOB_CACHE)
-    if not isinstance(jobs, JobCache):
-        raise LookupError("cluster_failover needs the status sync controller to run before it: list status_sync "
-                          "before cluster_failover in hub_controllers()")
-    failover = ClusterFailover(hub, jobs=jobs)
-    hub.shared[FAILOVER] = failover
+    """cleanup_ctx-style factory: the failover loop over the term's parts (`hub.parts`)."""
+    parts = hub.parts
+    failover = ClusterFailover(hub, jobs=parts.jobs, members=parts.members, in_flight=parts.in_flight)
+    parts.running.failover = failover
     try:
         async with background_loop(_loop(hub, failover), name="failover:loop", what="failover loop", log=_log):
             yield
     finally:
-        hub.shared.pop(FAILOVER, None)
+        parts.running.failover = None
         hub.metrics.hub_partitioned.set(0)

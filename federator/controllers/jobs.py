@@ -14,10 +14,12 @@ The contract between those controllers lives here:
 - `history_entry`, `append_history`, `set_condition`, `set_phase`,
   `requeue`: how status changes are spelled. Phase transitions are logged
   with the job and cluster keys.
-- the shared in-process state (`hub.shared`): the reservation book
-  (`reservations(hub)`), member clients and cluster specs (through the
-  member syncs that `controllers/membercluster.py` publishes), the hub id
-  written into every member object's labels.
+- the term's pipeline parts, read through `hub.parts` (controllers/pipeline.py):
+  the reservation book (`reservations(hub)`, the `ReservationLedger` class),
+  the dispatches in flight (`InFlight`), member clients and cluster specs
+  (`member_client`, `cluster_scheduler`: the member syncs of
+  `controllers/membercluster.py`); and the hub id written into every member
+  object's labels.
 
 Lifecycle phases: Pending -> Placed (decision recorded, write-ahead, BEFORE
 dispatch) -> Admitted (the member's gang scheduler admitted the gang) ->
@@ -40,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from federator.apiserver.errors import ApiError
 from federator.apis.timestamps import format_time, parse_epoch
@@ -66,8 +68,6 @@ from federator.placement.snapshot import TaintEffect
 __all__ = [
     "ACTIVE_PHASES",
     "DEFAULT_HUB_ID",
-    "DISPATCHER",
-    "DISPATCH_RECORDS",
     "DispatchError",
     "JOB_KIND",
     "JOB_PHASES",
@@ -80,11 +80,8 @@ __all__ = [
     "PHASE_SUSPENDED",
     "PHASE_RUNNING",
     "PHASE_SUCCEEDED",
-    "RESERVATIONS",
-    "SNAPSHOTS",
     "TERMINAL_PHASES",
     "DispatchRecord",
-    "DispatchRecords",
     "InFlight",
     "JobRef",
     "ReservationLedger",
@@ -93,7 +90,6 @@ __all__ = [
     "cluster_scheduler",
     "current_placement",
     "failover_policy",
-    "dispatch_records",
     "dispatches_in_flight",
     "excluded_clusters",
     "gang_request",
@@ -116,11 +112,6 @@ __all__ = [
     "timestamp",
     "update_job_status",
 ]
-
-#: hub.shared key of the Dispatcher (controllers/dispatch.py), which status sync uses to create a
-#: failed worker again without importing dispatch (dispatch imports status sync)
-DISPATCHER = "dispatcher"
-
 
 class DispatchError(Exception):
     """A dispatch (controllers/dispatch.py) that did not create the gang: why, and what may follow."""
@@ -157,12 +148,6 @@ ACTIVE_PHASES = frozenset({PHASE_PLACED, PHASE_ADMITTED, PHASE_RUNNING})
 MAX_HISTORY = 64
 MAX_WHY_NOT = 1024
 
-#: hub.shared keys
-SNAPSHOTS = "snapshots"  # name -> ClusterSnapshot (membercluster.py)
-MEMBER_SYNCS = "member_syncs"  # name -> ClusterSync (membercluster.py)
-RESERVATIONS = "reservations"  # ReservationLedger (controllers/reservations.py: the only writer of the book)
-DISPATCH_RECORDS = "dispatch_records"  # DispatchRecords (dispatch.py adds, status_sync.py writes)
-DISPATCHES_IN_FLIGHT = "dispatches_in_flight"  # InFlight (placement.py, dispatch.py; cleanup.py waits)
 
 #: The toleration delegated GPU pods get for the conventional GPU node taint (nvidia.com/gpu:NoSchedule).
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EXISTS, effect=TaintEffect.NO_SCHEDULE)
@@ -501,23 +486,15 @@ async def update_job_status(
         raise
 
 
-# ---------------------------------------------------------------- shared state
+# ---------------------------------------------------------------- the pipeline's small parts
 
 
-_Shared = TypeVar("_Shared")
 
-
-def _shared_one(hub: HubContext, key: str, cls: type[_Shared]) -> _Shared:
-    """The hub's one `cls` under hub.shared[key], made on first use."""
-    value = hub.shared.get(key)
-    if not isinstance(value, cls):
-        value = cls()
-        hub.shared[key] = value
-    return value
 
 
 def reservations(hub: HubContext) -> ReservationLedger:
-    return _shared_one(hub, RESERVATIONS, ReservationLedger)
+    """The term's one reservation book (`hub.parts.reservations`)."""
+    return hub.parts.reservations
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,66 +525,6 @@ def apply_dispatch_record(status: dict[str, Any], record: DispatchRecord) -> boo
     return True
 
 
-class DispatchRecords:
-    """Dispatches done whose record is not in their job's status yet.
-
-    Dispatch adds one after the last member object exists; status sync folds
-    it into its next status write of that job (which follows within its
-    batch window anyway: the gang's objects just appeared), instead of a
-    write of its own: a fifth of the hub's store writes per job, and their
-    conflicts with status sync's, were ~20% of the hub's CPU in the e2e
-    bench's burst. The record is informational (crash recovery re-dispatches
-    every Placed job, idempotently, and records it again), so one lost with
-    the process costs nothing. With no consumer subscribed (status sync not
-    running), `add` refuses and dispatch writes the record itself."""
-
-    #: records whose job never comes back to their (cluster, epoch) are dropped after this long
-    TTL_SECONDS = 300.0
-
-    def __init__(self) -> None:
-        self._records: dict[str, DispatchRecord] = {}
-        self._listeners: list[Callable[[str], None]] = []
-
-    def subscribe(self, listener: Callable[[str], None]) -> None:
-        """`listener(job uid)` after each added record."""
-        self._listeners.append(listener)
-
-    def unsubscribe(self, listener: Callable[[str], None]) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
-    def add(self, uid: str, record: DispatchRecord) -> bool:
-        """Keep `record` for status sync to write; False when nobody consumes records."""
-        if not self._listeners:
-            return False
-        self._records[uid] = record
-        for listener in list(self._listeners):
-            listener(uid)
-        return True
-
-    def get(self, uid: str, *, now: float) -> DispatchRecord | None:
-        record = self._records.get(uid)
-        if record is not None and now - record.at > self.TTL_SECONDS:
-            del self._records[uid]
-            return None
-        return record
-
-    def done(self, uid: str, record: DispatchRecord) -> None:
-        """`record` was written (or its job moved on): drop it, unless a newer one replaced it."""
-        if self._records.get(uid) is record:
-            del self._records[uid]
-
-    def forget(self, uid: str) -> None:
-        self._records.pop(uid, None)
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-
-def dispatch_records(hub: HubContext) -> DispatchRecords:
-    return _shared_one(hub, DISPATCH_RECORDS, DispatchRecords)
-
-
 class InFlight:
     """Jobs whose member objects may be being created right now: from placement's decision (or a
     dispatch started by anyone else) until that dispatch has returned. Counted, so that nested holders
@@ -635,12 +552,16 @@ class InFlight:
 
 
 def dispatches_in_flight(hub: HubContext) -> InFlight:
-    return _shared_one(hub, DISPATCHES_IN_FLIGHT, InFlight)
+    """The term's dispatches in flight (`hub.parts.in_flight`)."""
+    return hub.parts.in_flight
 
 
 def _sync_of(hub: HubContext, cluster: str) -> Any:
-    syncs = hub.shared.get(MEMBER_SYNCS) or {}
-    return syncs.get(cluster)
+    """The member sync of `cluster` (None when not registered, or when this context runs no controllers: the
+    API's while this hub follows)."""
+    if hub.pipeline is None:
+        return None
+    return hub.pipeline.members.syncs.get(cluster)
 
 
 def member_client(hub: HubContext, cluster: str) -> Any:

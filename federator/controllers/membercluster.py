@@ -8,9 +8,11 @@ other controllers). While the hub runs it
   (connection or scheduler changed) and stops per-cluster syncs; other spec
   changes (labels, cost, datasets, cordon, fabric) only update the
   snapshot's ClusterInfo;
-- publishes the latest frozen snapshot of every cluster in
-  `hub.shared["snapshots"]` (name -> ClusterSnapshot; placement reads it)
-  and the syncs themselves in `hub.shared["member_syncs"]`;
+- keeps the latest frozen snapshot of every cluster and the syncs themselves
+  in the term's `MemberClusters` (`hub.parts.members`, defined here: name ->
+  ClusterSnapshot, which placement reads, and name -> ClusterSync, whose
+  clients, health and leases the other controllers use); it is their only
+  writer;
 - writes MemberCluster.status (conditions, first loss of contact, capacity,
   datasets seen, observed resourceVersions, sync lag), rate-limited: a
   condition change within `STATUS_DEBOUNCE_SECONDS`, everything else at
@@ -32,15 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from federator.apiserver.errors import ApiError
 from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
 from federator.clusters.client import ClientTimeouts, MemberClient
 from federator.clusters.health import ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff
-from federator.clusters.sync import ClusterSync, LeaseFactory, SyncSettings
+from federator.clusters.sync import ClusterSync, HubLease, LeaseFactory, SyncSettings
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
 from federator.fencing.hublease import LeaseSettings, MemberLease
@@ -49,14 +51,67 @@ from federator.placement.snapshot import ClusterSnapshot
 from federator.runtime.tasks import spawn, stop_tasks
 from federator.store.protocol import StoreError
 
-__all__ = ["MemberSyncController", "member_sync", "sync_settings"]
+__all__ = ["MemberClusters", "MemberSyncController", "MemberWatchListener", "member_sync", "sync_settings"]
 
 KIND = "MemberCluster"
-SNAPSHOTS = "snapshots"
-SYNCS = "member_syncs"
 STATUS_DEBOUNCE_SECONDS = 0.2
 
 _log = get_logger("controllers.membercluster")
+
+
+class MemberWatchListener(Protocol):
+    """What follows member sync's watches (memberobjects.MemberObjects): told of each sync started and
+    stopped, and handed every batch its reflectors apply (one member watch per cluster and kind)."""
+
+    def sync_started(self, sync: ClusterSync) -> None: ...
+
+    def sync_stopped(self, name: str) -> None: ...
+
+    def applied(self, cluster: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> None: ...
+
+
+class MemberClusters:
+    """The member clusters this term syncs: name -> ClusterSync and name -> its latest frozen snapshot.
+
+    Written only by `MemberSyncController`; every other controller reads it (a cluster's client, spec, health
+    and fencing lease; placement's snapshots). Followers (`follow`) get every batch the syncs' watches apply."""
+
+    def __init__(self) -> None:
+        self.syncs: dict[str, ClusterSync] = {}
+        self.snapshots: dict[str, ClusterSnapshot] = {}
+        self._followers: list[MemberWatchListener] = []
+
+    def follow(self, listener: MemberWatchListener) -> None:
+        self._followers.append(listener)
+
+    def started(self, sync: ClusterSync) -> None:
+        for follower in self._followers:
+            follower.sync_started(sync)
+
+    def stopped(self, name: str) -> None:
+        for follower in self._followers:
+            follower.sync_stopped(name)
+
+    def applied(self, cluster: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]],
+                received_at: float) -> None:
+        """Called by the sync's reflectors after each batch: a follower that fails is logged, and neither the
+        sync's watch nor the snapshot stops for it."""
+        for follower in self._followers:
+            try:
+                follower.applied(cluster, resource, events)
+            except Exception as e:  # noqa: BLE001 - the member watch feeds the snapshot too: it must go on
+                _log.error("a follower of the member watch failed on a batch", cluster=cluster, resource=resource,
+                           follower=type(follower).__name__, error=f"{type(e).__name__}: {e}", exc_info=True)
+
+    def client(self, cluster: str) -> MemberClient | None:
+        """The member client of `cluster` (None when not registered or not connected)."""
+        sync = self.syncs.get(cluster)
+        return sync.client if sync is not None else None
+
+    def lease(self, cluster: str) -> HubLease | None:
+        """The hub's fencing lease in `cluster` (None when not registered or leases are off)."""
+        sync = self.syncs.get(cluster)
+        return sync.lease if sync is not None else None
 
 
 def lease_factory(hub: HubContext, settings: SyncSettings) -> LeaseFactory | None:
@@ -109,9 +164,10 @@ class MemberSyncController:
             hub.store, interval=knobs.checkpoint_interval_seconds, metrics=hub.metrics,
             meta_refresh_seconds=knobs.checkpoint_meta_refresh_seconds,
         )
-        self.syncs: dict[str, ClusterSync] = {}
-        self.snapshots: dict[str, ClusterSnapshot] = hub.shared.setdefault(SNAPSHOTS, {})
-        hub.shared[SYNCS] = self.syncs
+        members = hub.parts.members
+        self.members = members
+        self.syncs: dict[str, ClusterSync] = members.syncs
+        self.snapshots: dict[str, ClusterSnapshot] = members.snapshots
         self._stored: dict[str, StoredCheckpoint] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._status_due: dict[str, bool] = {}  # name -> urgent
@@ -120,7 +176,7 @@ class MemberSyncController:
         self._written_status: dict[str, dict[str, Any]] = {}
         self._rng = random.Random()
         #: hook for benchmarks: called with (cluster, resource, events, received_at) after each batch
-        self.on_applied = knobs.on_applied
+        self.bench_on_applied = knobs.on_applied
         #: at most this many member LISTs at once, across all clusters (clusters/reflector.py says why)
         self.list_gate = asyncio.Semaphore(knobs.concurrent_lists)
 
@@ -152,6 +208,7 @@ class MemberSyncController:
         self._tasks.clear()
         for sync in list(self.syncs.values()):
             await sync.stop()
+            self.members.stopped(sync.name)
         try:
             # the builders outlive their stopped loops: this persists their final state
             await self.writer.flush_all()
@@ -223,10 +280,11 @@ class MemberSyncController:
         sync = ClusterSync(
             name=name, uid=str(uid), spec=spec, settings=self.settings, writer=self.writer,
             stored=self._stored.get(name), on_snapshot=self._publish, on_status_change=self._status_changed,
-            on_applied=self.on_applied, metrics=self.hub.metrics, list_gate=self.list_gate,
+            on_applied=self._applied, metrics=self.hub.metrics, list_gate=self.list_gate,
             lease_factory=self.lease_factory,
         )
         self.syncs[name] = sync
+        self.members.started(sync)  # before its first batch: the followers see every one
         await sync.start()
         self._mark_status(name, urgent=True)
         _log.info("member sync running", cluster=name, resources=list(sync.resource_keys))
@@ -238,10 +296,19 @@ class MemberSyncController:
         del self.syncs[name]
         self.writer.unregister(name, delete=not keep_checkpoint)
         await sync.stop()
+        self.members.stopped(name)
         self.snapshots.pop(name, None)
         self._status_due.pop(name, None)
         self._written_status.pop(name, None)
         _log.info("member sync stopped", cluster=name)
+
+    def _applied(self, name: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]],
+                 received_at: float) -> None:
+        """Every batch a sync's reflectors applied: to the followers of the member watch, and the
+        benchmarks' hook."""
+        self.members.applied(name, resource, events, received_at)
+        if self.bench_on_applied is not None:
+            self.bench_on_applied(name, resource, events, received_at)
 
     def _publish(self, name: str, snapshot: ClusterSnapshot) -> None:
         if name in self.syncs:
@@ -335,9 +402,11 @@ def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 async def member_sync(hub: HubContext) -> AsyncIterator[None]:
     """cleanup_ctx-style factory: runs member-cluster sync while the hub runs."""
     controller = MemberSyncController(hub)
-    hub.shared["member_sync_controller"] = controller
+    running = hub.parts.running
+    running.member_sync = controller
     await controller.start()
     try:
         yield
     finally:
         await controller.stop()
+        running.member_sync = None

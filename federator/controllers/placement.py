@@ -1,9 +1,10 @@
 """The placement loop: pending TrainingJobs -> placement decisions -> write-ahead -> dispatch.
 
 `job_placement(hub)` (a cleanup_ctx-style factory; hub/app.py lists it after
-member_sync and job_dispatch) keeps an index of every TrainingJob through a
-list + watch of `hub.storage` and runs placement cycles (`run_once`) of
-named phases, in the manner of Kueue's schedule():
+member_sync, the job cache and job_dispatch) keeps an index of every
+TrainingJob fed by the term's one job cache (`jobcache.JobCache`, handed to it
+with the Dispatcher and the member syncs: `hub.parts`) and runs placement
+cycles (`run_once`) of named phases, in the manner of Kueue's schedule():
 
 1. collect: jobs in phase Pending (or Requeued, or none yet) that are not
    suspended, not being deleted, not in dispatch backoff and not in flight,
@@ -12,7 +13,7 @@ named phases, in the manner of Kueue's schedule():
    namespace waits (`decisions.py`); the queues and the gangs that hold
    quota (`queue_accounting.py`);
 2. decide: `placement.run_cycle` over the latest frozen snapshots
-   (`hub.shared["snapshots"]`) and the reservation book; the ledger
+   (`MemberClusters.snapshots`) and the reservation book; the ledger
    (`reservations.py`) adopts the new book, each decision's reservation
    assumed, before anything is written;
 3. hand out: each decision in its own task: its preemption first
@@ -56,11 +57,13 @@ from federator.controllers.context import HubContext
 from federator.controllers.decisions import (CONDITION_QUOTA_RESERVED, REASON_NAMESPACE_NOT_IN_QUEUE, SCHEDULABLE,
                                              DecisionWriter, score_rows, why_not_rows)
 from federator.controllers.decisions import queued as _queued, to_suspend as _to_suspend
-from federator.controllers.dispatch import DISPATCHER, Dispatcher, crash_point
+from federator.controllers.dispatch import Dispatcher, crash_point
 from federator.controllers.elastic import ElasticResizer
-from federator.controllers.jobs import (ACTIVE_PHASES, JOB_KIND, JOB_PHASES, PHASE_PENDING, PHASE_PLACED, SNAPSHOTS,
+from federator.controllers.jobcache import JobCache
+from federator.controllers.jobs import (ACTIVE_PHASES, JOB_KIND, JOB_PHASES, PHASE_PENDING, PHASE_PLACED,
                                         current_placement, dispatches_in_flight, gang_request, job_ref, phase_of,
                                         queued_at, reservations)
+from federator.controllers.membercluster import MemberClusters
 from federator.controllers.placement_ports import HubJobStore, HubMemberViews
 from federator.controllers.preemption import Evictor, Victims
 from federator.controllers.queue_accounting import Preempting, QueueAccounting, resource_version_of as _rv
@@ -73,12 +76,11 @@ from federator.store.protocol import StoreError
 from federator.runtime.tasks import supervised
 from federator.runtime.waits import wait_event
 
-__all__ = ["CONDITION_QUOTA_RESERVED", "PLACEMENT", "SCHEDULABLE", "CycleReport", "PlacementController",
+__all__ = ["CONDITION_QUOTA_RESERVED", "SCHEDULABLE", "CycleReport", "PlacementController",
            "job_placement", "score_rows", "why_not_rows"]
 
 _log = get_logger("controllers.placement")
 
-PLACEMENT = "placement_controller"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +94,13 @@ class CycleReport:
 class PlacementController:
     """See the module docstring. Use `job_placement(hub)` to run it."""
 
-    def __init__(self, hub: HubContext, *, dispatcher: Dispatcher) -> None:
+    def __init__(self, hub: HubContext, *, dispatcher: Dispatcher, jobs: JobCache, members: MemberClusters) -> None:
         self.hub = hub
         self.rt = hub.kind(JOB_KIND)
         self.dispatcher = dispatcher
+        #: the term's one TrainingJob cache, which feeds `jobs` below (placement's own index of it)
+        self.job_cache = jobs
+        self.members = members
         dispatcher.on_requeued = self._wake_after
         knobs = hub.settings.placement
         self.profile: Profile = knobs.profile
@@ -123,18 +128,18 @@ class PlacementController:
         #: being deleted): the gangs that hold quota and room
         self.active: set[str] = set()
         # the loop's parts (module docstrings), over the job index above and the seams of placement_ports
-        store, members = HubJobStore(hub), HubMemberViews(hub)
+        store, views = HubJobStore(hub), HubMemberViews(hub)
         self.preempting = Preempting()
         self.records = DecisionWriter(store, events=hub.events, remember=self._remember,
                                       unplaced_refresh_seconds=self.unplaced_refresh_seconds)
         self.accounting = QueueAccounting(queues=self.queues, queue_status=self.queue_status, profile=self.profile,
-                                          ledger=self.ledger, members=members, preempting=self.preempting,
+                                          ledger=self.ledger, members=views, preempting=self.preempting,
                                           jobs=self.jobs, active=self.active, queued=self.queued)
         self.evictor = Evictor(store=store, members=dispatcher, events=hub.events, metrics=hub.metrics,
                                accounting=self.accounting, preempting=self.preempting, jobs=self.jobs,
                                remember=self._remember)
         self.elastic = ElasticResizer(
-            store=store, members=dispatcher, views=members, events=hub.events, metrics=hub.metrics,
+            store=store, members=dispatcher, views=views, events=hub.events, metrics=hub.metrics,
             accounting=self.accounting, preempting=self.preempting, ledger=self.ledger, profile=self.profile,
             snapshots=self._snapshots, jobs=self.jobs, active=self.active, queued=self.queued,
             inflight=self.inflight, remember=self._remember, spawn=lambda coro, name: self._spawn(coro, name=name),
@@ -171,16 +176,16 @@ class PlacementController:
         for gauge in self._phase_gauges.values():
             gauge.set(0)
         queues_rv = await self.queues.list()
-        listing = await self.hub.storage.list(self.rt)
-        for job in listing.items:
+        await self.job_cache.synced.wait()
+        for job in list(self.job_cache.jobs.values()):
             self._remember(job)
             if phase_of(job) == PHASE_PLACED and self.ledger.get(job_ref(job).uid) is None:
                 self._unreserved.add(job_ref(job).uid)
         self._listed = True
+        # From here on the cache's changes feed the index (no await between the read above and this).
+        self.job_cache.subscribe(self._job_changed)
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._supervised("watch", self._watch_loop(listing.resource_version)),
-                             name="placement:watch"),
             loop.create_task(self._supervised("cycle", self._cycle_loop()), name="placement:cycle"),
             loop.create_task(self._supervised("queues", self.queues.run(queues_rv)), name="placement:queues"),
             loop.create_task(self._supervised("queue-status", self.queue_status.run()),
@@ -191,6 +196,7 @@ class PlacementController:
         _log.info("placement loop started", jobs=len(self.jobs))
 
     async def stop(self) -> None:
+        self.job_cache.unsubscribe(self._job_changed)
         for task in self._tasks:
             task.cancel()
         for task in list(self._work):
@@ -283,43 +289,13 @@ class PlacementController:
         self._running_cache.pop(uid, None)
         self._gang_cache.pop(uid, None)
 
-    async def _watch_loop(self, resource_version: str) -> None:
-        attempt = 0
-        rv: str | None = resource_version
-        while True:
-            try:
-                if rv is None:
-                    listing = await self.hub.storage.list(self.rt)
-                    seen = set()
-                    for job in listing.items:
-                        seen.add(job_ref(job).uid)
-                        self._remember(job)
-                    for uid in set(self.jobs) - seen:
-                        self._forget_job(uid)
-                    rv = listing.resource_version
-                    self._wake.set()
-                async for event in self.hub.storage.watch(self.rt, resource_version=rv):
-                    attempt = 0
-                    job = event.object
-                    rv = (job.get("metadata") or {}).get("resourceVersion") or rv
-                    if event.type == "DELETED":
-                        self._forget_job(job_ref(job).uid)
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        if self._remember(job) and self._eligible(job, now=time.time()):
-                            self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - store errors, and anything else: re-list after a backoff
-                if isinstance(e, ApiError) and e.code == 410:
-                    _log.info("TrainingJob watch expired; re-listing")
-                    rv = None
-                    continue
-                delay = min(10.0, 0.1 * 2 ** min(attempt, 10)) * (0.5 + self._rng.random() / 2)
-                attempt += 1
-                _log.warning("TrainingJob watch failed; retrying", waiting_for="the hub store",
-                             delay_s=round(delay, 3), error=str(e))
-                rv = None
-                await asyncio.sleep(delay)
+    def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
+        """The job cache's change of one job (None: deleted) into the index; wakes the cycle for a job that
+        may be placed now."""
+        if job is None:
+            self._forget_job(uid)
+        elif self._remember(job) and self._eligible(job, now=time.time()):
+            self._wake.set()
 
     # ------------------------------------------------------------ the cycle
 
@@ -332,8 +308,7 @@ class PlacementController:
         return self.dispatcher.retries.not_before(uid) <= now
 
     def _snapshots(self) -> dict[str, ClusterSnapshot]:
-        published = self.hub.shared.get(SNAPSHOTS) or {}
-        return {name: snap for name, snap in published.items() if isinstance(snap, ClusterSnapshot)}
+        return dict(self.members.snapshots)
 
     def _signature(self, snapshots: Mapping[str, ClusterSnapshot]) -> tuple[tuple[str, int], ...]:
         return tuple(sorted((name, id(snap)) for name, snap in snapshots.items()))
@@ -479,15 +454,14 @@ class PlacementController:
 
 
 async def job_placement(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: runs the placement loop while the hub runs (after job_dispatch)."""
-    dispatcher = hub.shared.get(DISPATCHER)
-    if not isinstance(dispatcher, Dispatcher):
-        raise RuntimeError("job_placement needs job_dispatch to run before it (hub.shared['dispatcher'])")
-    controller = PlacementController(hub, dispatcher=dispatcher)
-    hub.shared[PLACEMENT] = controller
+    """cleanup_ctx-style factory: runs the placement loop while the hub runs (after the job cache and
+    job_dispatch)."""
+    parts = hub.parts
+    controller = PlacementController(hub, dispatcher=parts.dispatcher, jobs=parts.jobs, members=parts.members)
+    parts.running.placement = controller
     await controller.start()
     try:
         yield
     finally:
         await controller.stop()
-        hub.shared.pop(PLACEMENT, None)
+        parts.running.placement = None

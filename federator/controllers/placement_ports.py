@@ -28,8 +28,7 @@ from typing import Any, Protocol
 from federator.apiserver.errors import ApiError
 from federator.clusters.snapshot_builder import SnapshotBuilder
 from federator.controllers.context import HubContext
-from federator.controllers.jobs import JOB_KIND, MEMBER_SYNCS, JobRef, update_job_status
-from federator.controllers.status_sync import MEMBER_OBJECTS, MemberObjects
+from federator.controllers.jobs import JOB_KIND, JobRef, update_job_status
 from federator.obs import get_logger
 from federator.placement import Resources
 from federator.placement.snapshot import ClusterSnapshot
@@ -127,18 +126,18 @@ class HubJobStore:
 
 
 class HubMemberViews:
-    """The hub's `MemberViews`: status sync's and member sync's state of each member cluster."""
+    """The hub's `MemberViews`: the member object index's and member sync's state of each member cluster
+    (the term's pipeline parts, `hub.parts`)."""
 
     def __init__(self, hub: HubContext) -> None:
         self.hub = hub
 
     def pods(self, cluster: str) -> GangPods | None:
-        objects = self.hub.shared.get(MEMBER_OBJECTS)
-        index = objects.get(cluster) if isinstance(objects, MemberObjects) else None
+        index = self.hub.parts.objects.get(cluster)
         return index if index is not None and index.ready else None
 
     def amounts(self, cluster: str, snapshot: ClusterSnapshot | None) -> JobAmounts | None:
-        sync = (self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster)
+        sync = self.hub.parts.members.syncs.get(cluster)
         builder = getattr(sync, "builder", None)
         if not isinstance(builder, SnapshotBuilder) or snapshot is None or builder.snapshot is not snapshot:
             return None

@@ -1,21 +1,20 @@
 """Status sync: member PodGroup and pod state flows into TrainingJob.status.
 
-Three parts, all started by the `status_sync(hub)` cleanup_ctx factory (hub/app.py
-lists it after member sync):
+It is the only reader of member pods and PodGroups. `status_sync(hub)` (a
+cleanup_ctx-style factory, hub/app.py lists it after placement) is handed the
+term's parts (`hub.parts`, controllers/pipeline.py):
 
-- `MemberObjects` (published as `hub.shared["member_objects"]`): for every
-  member cluster that member sync holds a client for, one list/watch per
-  member kind the hub creates there (Pods, and the PodGroups of the cluster's
-  gang scheduler), cluster-wide, restricted by label selector to the objects
-  *this hub* labelled (`federator.dev/hub=<hub id>`). It reuses member sync's
-  `MemberClient` (no second connection) and the `Reflector` (resume from the
-  last resourceVersion, re-list only after 410, capped backoff with jitter),
-  so there is one watch per cluster and kind, never one per job. Objects are
-  kept slimmed (metadata, nodeName, status) and indexed by job uid and
-  epoch; the GC (cleanup.py) and the stuck-gang detector (stuck.py) read the
-  same index.
-- `JobCache` (published as `hub.shared["job_cache"]`): a list+watch of the
-  hub's TrainingJobs, with subscribers notified of every change.
+- the member object index (`memberobjects.MemberObjects`): this hub's Pods
+  and PodGroups in every member, indexed by job uid and epoch, fed by member
+  sync's own watches (one member watch per cluster and kind); this loop wakes
+  on every batch that touches a job's objects, and starts the lists that
+  complete the index of a sync resumed from a checkpoint (`refresh`);
+- the job cache (`jobcache.JobCache`), whose changes wake it too;
+- the Dispatcher, through which it deletes and creates again a gang's failed
+  workers (dispatch is the only writer of member objects);
+- the member syncs (`MemberClusters`: fencing leases, schedulers, snapshots)
+  and the pull-backs in progress (stuck.py), whose jobs it leaves alone.
+
 - `StatusSync`: for every job in an active phase (Placed, Admitted, Running)
   it reads the gang's member objects of the job's current cluster and epoch
   through that cluster's adapter (`read_status` -> GangStatus) and writes
@@ -29,9 +28,8 @@ lists it after member sync):
   the member's snapshot shows every pod of the gang bound, the gang's
   placement reservation is released (invariant 4: never double-booked,
   never counted twice); so it is when the gang finishes (Succeeded or
-  Failed) before the snapshot ever showed it bound. A dispatch's Dispatched record
-  (`jobs.DispatchRecords`) is written with the gang's next status write
-  rather than in a write of its own. Work is driven by events (a member batch touching a
+  Failed) before the snapshot ever showed it bound. The Dispatched condition is
+  dispatch's (its only writer); this loop never writes it. Work is driven by events (a member batch touching a
   job's objects, a job change), batched per job: the changes within
   `status_batch_seconds` (HubSettings.status_sync, default 0.5) of a job's first
   one become one status write, as kube's Job controller batches pod
@@ -41,7 +39,7 @@ lists it after member sync):
 Failed workers: for a role with restartPolicy OnFailure, a failed pod is
 deleted and created again (same cluster, same name, next attempt index:
 annotation federator.dev/attempt and env FEDERATOR_ATTEMPT) through the
-Dispatcher's `recreate_pods`, and a missing pod of such a role after
+Dispatcher's `restart_pods` (which deletes the failed pod first), and a missing pod of such a role after
 admission is created again; failures the infrastructure caused
 (DisruptionTarget=True: lost or deleted node) do not count toward
 spec.backoffLimit, the others do (counted on the gang's pods, so per
@@ -51,7 +49,7 @@ shrink above its minimum instead loses the failed pod: status.replicas one
 smaller, history Resized (reason WorkerLost), written before the pod is
 deleted. Roles with restartPolicy Never fail the gang as before.
 
-Apart from those restarts it never creates or deletes member objects, never decides placement, and
+It never creates or deletes member objects itself (the restarts are dispatch's), never decides placement, and
 never logs an object body or a credential.
 """
 
@@ -59,7 +57,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,65 +64,44 @@ from typing import Any
 
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
 from federator.apiserver.errors import ApiError
-from federator.clusters.client import NODES, PODS, MemberApiError, MemberClientError, ResourceKind
-from federator.clusters.reflector import Backoff, Reflector
+from federator.clusters.client import MemberClientError
 from federator.controllers.context import HubContext
-from federator.controllers.loops import watch_hub_kind
+from federator.controllers.dispatch import ANNOTATION_ATTEMPT, ANNOTATION_FAILURES, Dispatcher
+from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
-    DISPATCHER,
     DispatchError,
     ACTIVE_PHASES,
-    JOB_KIND,
-    MEMBER_SYNCS,
     PHASE_ADMITTED,
     PHASE_FAILED,
     PHASE_PLACED,
     PHASE_RUNNING,
     PHASE_SUCCEEDED,
-    SNAPSHOTS,
     TERMINAL_PHASES,
     append_history,
-    apply_dispatch_record,
     cluster_scheduler,
     current_placement,
-    dispatch_records,
     history_entry,
     phase_of,
     placed_at,
     requeue,
-    hub_id,
     job_ref,
-    member_client,
     reservations,
     set_condition,
     set_phase,
     update_job_status,
 )
-from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapter_for, hub_selector
-from federator.delegation.adapter import (
-    LABEL_EPOCH,
-    LABEL_INDEX,
-    LABEL_JOB_NAME,
-    LABEL_JOB_NAMESPACE,
-    LABEL_JOB_UID,
-    LABEL_ROLE,
-    pod_name,
-)
+from federator.controllers.membercluster import MemberClusters
+from federator.controllers.memberobjects import ClusterObjects, MemberObjects
+from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapter_for
+from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 from federator.runtime.tasks import supervised
 from federator.runtime.waits import LoopSlice, wait_event
 
 __all__ = [
-    "JOB_CACHE",
-    "MEMBER_OBJECTS",
-    "PULLING_BACK",
-    "ClusterObjects",
-    "JobCache",
-    "MemberObject",
-    "MemberObjects",
-    "in_delete_order",
-    "member_object",
+    "ANNOTATION_ATTEMPT",
+    "ANNOTATION_FAILURES",
     "StatusSync",
     "expected_roles",
     "gang_status",
@@ -137,10 +113,6 @@ __all__ = [
 
 _log = get_logger("controllers.status_sync")
 
-MEMBER_OBJECTS = "member_objects"
-JOB_CACHE = "job_cache"
-#: uid -> pull-back in progress (stuck.py); status sync leaves those jobs alone
-PULLING_BACK = "pulling_back"
 CONDITION_ADMITTED = "Admitted"
 CONDITION_GANG_GUARANTEE = "GangGuarantee"
 CONDITION_COMPLETE = "Complete"
@@ -155,357 +127,13 @@ _MISSING_REASONS = frozenset({"PodsMissing", "PodGroupMissing", "NotCreated"})
 FENCE_VERDICT_PATIENCE_SECONDS = 30.0
 
 
-def lifecycle_tick_seconds(hub: HubContext) -> float:
-    """How often the lifecycle loops re-check everything (HubSettings.status_sync, default 1 s)."""
-    return hub.settings.status_sync.lifecycle_tick_seconds
-
-
-# ---------------------------------------------------------------- member objects
-
-
-@dataclass(frozen=True, slots=True)
-class MemberObject:
-    """One object this hub made in a member cluster, as last seen there."""
-
-    cluster: str
-    resource: ResourceKind
-    namespace: str
-    name: str
-    uid: str
-    job_uid: str
-    job_namespace: str
-    job_name: str
-    #: None when the epoch label is missing or malformed
-    epoch: int | None
-    deleting: bool
-
-
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What status sync, GC and stuck detection read of a member object (not its spec or env)."""
-    meta = _mapping(obj.get("metadata"))
-    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
-                                      "deletionTimestamp") if k in meta}
-    slim: dict[str, Any] = {"metadata": kept_meta}
-    for key in ("apiVersion", "kind"):
-        if key in obj:
-            slim[key] = obj[key]
-    spec = _mapping(obj.get("spec"))
-    if spec.get("nodeName"):
-        slim["spec"] = {"nodeName": spec["nodeName"]}
-    elif "minMember" in spec:
-        slim["spec"] = {"minMember": spec["minMember"]}
-    status = obj.get("status")
-    if isinstance(status, Mapping):
-        slim["status"] = status
-    return slim
-
-
-def _epoch_of(labels: Mapping[str, Any]) -> int | None:
-    raw = labels.get(LABEL_EPOCH)
-    return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 10 else None
-
-
-def _key_of(obj: Mapping[str, Any]) -> str:
-    meta = _mapping(obj.get("metadata"))
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        return ""
-    namespace = meta.get("namespace")
-    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
-
-
-class ClusterObjects:
-    """This hub's Pods and PodGroups in one member cluster, indexed by job uid (a ReflectorSink)."""
-
-    def __init__(self, cluster: str, resources: Sequence[ResourceKind],
-                 on_change: Callable[[str, set[str]], None]) -> None:
-        self.cluster = cluster
-        self.resources = tuple(resources)
-        self._by_key_resource = {r.key: r for r in self.resources}
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {r.key: {} for r in self.resources}
-        self._by_job: dict[str, set[tuple[str, str]]] = {}
-        self._job_of: dict[tuple[str, str], str] = {}
-        self.synced: set[str] = set()
-        self.on_change = on_change
-        #: bumped on every applied batch (tests and waiters poll it)
-        self.generation = 0
-
-    @property
-    def podgroup_resource(self) -> ResourceKind | None:
-        return next((r for r in self.resources if r.key != PODS.key), None)
-
-    @property
-    def ready(self) -> bool:
-        """Every kind has been listed at least once: absence in the index means absence in the member."""
-        return all(r.key in self.synced for r in self.resources)
-
-    # ReflectorSink
-
-    def known(self, resource: str) -> Mapping[str, str]:
-        return {key: str(_mapping(obj.get("metadata")).get("resourceVersion") or "")
-                for key, obj in self.objects.get(resource, {}).items()}
-
-    def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
-              received_at: float) -> None:
-        store = self.objects.get(resource)
-        if store is None:
-            return
-        touched: set[str] = set()
-        for kind, obj in events:
-            key = _key_of(obj)
-            if not key:
-                continue
-            ref = (resource, key)
-            old_job = self._job_of.pop(ref, None)
-            if old_job is not None:
-                touched.add(old_job)
-                members = self._by_job.get(old_job)
-                if members is not None:
-                    members.discard(ref)
-                    if not members:
-                        del self._by_job[old_job]
-            if kind == "DELETED":
-                store.pop(key, None)
-                continue
-            slim = _slim(obj)
-            store[key] = slim
-            job_uid = _mapping(_mapping(slim["metadata"]).get("labels")).get(LABEL_JOB_UID)
-            if isinstance(job_uid, str) and job_uid:
-                self._job_of[ref] = job_uid
-                self._by_job.setdefault(job_uid, set()).add(ref)
-                touched.add(job_uid)
-        self.synced.add(resource)
-        self.generation += 1
-        if touched:
-            self.on_change(self.cluster, touched)
-
-    # reads
-
-    def gang(self, job_uid: str, epoch: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """(PodGroup, pods) of the job's gang at `epoch` in this cluster."""
-        podgroup: dict[str, Any] | None = None
-        pods: list[dict[str, Any]] = []
-        for resource, key in sorted(self._by_job.get(job_uid, ())):
-            obj = self.objects[resource].get(key)
-            if obj is None or _epoch_of(_mapping(_mapping(obj.get("metadata")).get("labels"))) != epoch:
-                continue
-            if resource == PODS.key:
-                pods.append(obj)
-            else:
-                podgroup = obj
-        return podgroup, pods
-
-    def objects_of(self, job_uid: str | None = None) -> list[MemberObject]:
-        """Every indexed object (of one job, if given), pods first (delete order)."""
-        refs: Iterable[tuple[str, str]]
-        if job_uid is None:
-            refs = [(r, k) for r, objs in self.objects.items() for k in objs]
-        else:
-            refs = self._by_job.get(job_uid, ())
-        out: list[MemberObject] = []
-        for resource, key in refs:
-            obj = self.objects.get(resource, {}).get(key)
-            if obj is not None:
-                out.append(member_object(self.cluster, self._by_key_resource[resource], obj))
-        return in_delete_order(out)
-
-    def job_uids(self) -> set[str]:
-        return set(self._by_job)
-
-
-def member_object(cluster: str, resource: ResourceKind, obj: Mapping[str, Any]) -> MemberObject:
-    """What the hub needs of one of its member objects (an indexed one or a listed one)."""
-    meta = _mapping(obj.get("metadata"))
-    labels = _mapping(meta.get("labels"))
-    return MemberObject(
-        cluster=cluster, resource=resource, namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
-        job_uid=str(labels.get(LABEL_JOB_UID) or ""), job_namespace=str(labels.get(LABEL_JOB_NAMESPACE) or ""),
-        job_name=str(labels.get(LABEL_JOB_NAME) or ""), epoch=_epoch_of(labels),
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
-
-
-def in_delete_order(objects: list[MemberObject]) -> list[MemberObject]:
-    """Pods first (a PodGroup outliving its pods is harmless; the reverse leaves pods ungrouped)."""
-    objects.sort(key=lambda o: (o.resource.key != PODS.key, o.namespace, o.name))
-    return objects
-
-
-class _ClusterWatch:
-    """The reflectors of one cluster's ClusterObjects, over member sync's client."""
-
-    def __init__(self, *, objects: ClusterObjects, client: Any, selector: str, backoff: Backoff,
-                 watch_timeout_seconds: tuple[int, int]) -> None:
-        self.objects = objects
-        self.client = client
-        self.tasks: list[asyncio.Task[None]] = []
-        self.lost: dict[str, str] = {}
-        rng = random.Random()
-        self.reflectors = [
-            Reflector(client=client, resource=resource, sink=objects, listener=self, backoff=backoff,
-                      watch_timeout_seconds=watch_timeout_seconds, rng=rng, label_selector=selector,
-                      logger=get_logger("controllers.status_sync.reflector"))
-            for resource in objects.resources
-        ]
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        for reflector in self.reflectors:
-            self.tasks.append(loop.create_task(
-                self._supervised(reflector), name=f"statussync:{self.objects.cluster}:{reflector.key}"))
-
-    async def _supervised(self, reflector: Reflector) -> None:
-        await supervised(reflector.run(), log=_log, event="member object watch failed",
-                         cluster=self.objects.cluster, resource=reflector.key)
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-                pass
-        self.tasks.clear()
-
-    # ReflectorListener
-
-    def watch_established(self, resource: str) -> None:
-        self.lost.pop(resource, None)
-
-    def watch_lost(self, resource: str, error: MemberClientError) -> None:
-        self.lost[resource] = str(error)[:256]
-
-    def relisting(self, resource: str, reason: str) -> None:
-        pass
-
-
-class MemberObjects:
-    """Every member cluster's ClusterObjects, following member sync's clusters and clients."""
-
-    def __init__(self, hub: HubContext) -> None:
-        self.hub = hub
-        self.selector = hub_selector(hub_id(hub))
-        self.clusters: dict[str, ClusterObjects] = {}
-        self._watches: dict[str, _ClusterWatch] = {}
-        self._listeners: list[Callable[[str, set[str]], None]] = []
-        s = hub.settings
-        self.backoff = Backoff(initial=s.watch.backoff_initial_seconds, maximum=s.watch.backoff_max_seconds)
-        self.watch_timeout_seconds = s.member_sync.watch_timeout_seconds
-
-    def subscribe(self, listener: Callable[[str, set[str]], None]) -> None:
-        """`listener(cluster, job_uids)` after every batch that touched those jobs' objects."""
-        self._listeners.append(listener)
-
-    def _changed(self, cluster: str, job_uids: set[str]) -> None:
-        for listener in self._listeners:
-            listener(cluster, job_uids)
-
-    def get(self, cluster: str) -> ClusterObjects | None:
-        return self.clusters.get(cluster)
-
-    def reachable(self, cluster: str) -> bool:
-        """Member sync says the cluster is Ready and our own watches are up."""
-        sync = (self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster)
-        health = getattr(sync, "health", None)
-        watch = self._watches.get(cluster)
-        return bool(getattr(health, "ready", False)) and watch is not None and not watch.lost
-
-    async def refresh(self) -> None:
-        """Start, restart (new client or scheduler) and stop per-cluster watches to match member sync."""
-        syncs: Mapping[str, Any] = self.hub.shared.get(MEMBER_SYNCS) or {}
-        for name in list(self._watches):
-            if name not in syncs:
-                await self._watches.pop(name).stop()
-                gone = self.clusters.pop(name, None)
-                if gone is not None and gone.job_uids():
-                    self._changed(name, gone.job_uids())
-        for name, sync in list(syncs.items()):
-            client = getattr(sync, "client", None)
-            if client is None:
-                continue
-            resources = tuple(r for r in getattr(sync, "resources", ()) if r.key != NODES.key)
-            watch = self._watches.get(name)
-            if watch is not None and watch.client is client and watch.objects.resources == resources:
-                continue
-            if watch is not None:
-                await watch.stop()
-            objects = self.clusters.get(name)
-            if objects is None or objects.resources != resources:
-                objects = ClusterObjects(name, resources, self._changed)
-                self.clusters[name] = objects
-            watch = _ClusterWatch(objects=objects, client=client, selector=self.selector, backoff=self.backoff,
-                                  watch_timeout_seconds=self.watch_timeout_seconds)
-            self._watches[name] = watch
-            watch.start()
-            _log.info("watching this hub's member objects", cluster=name, resources=[r.key for r in resources],
-                      selector=self.selector)
-
-    async def stop(self) -> None:
-        for watch in self._watches.values():
-            await watch.stop()
-        self._watches.clear()
-
-
-# ---------------------------------------------------------------- hub jobs
-
-
-JobListener = Callable[[str, dict[str, Any] | None], None]
-
-
-class JobCache:
-    """The hub's TrainingJobs by uid, kept by a list+watch (re-list after 410); notifies subscribers."""
-
-    def __init__(self, hub: HubContext) -> None:
-        self.hub = hub
-        self.rt = hub.kind(JOB_KIND)
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self._listeners: list[JobListener] = []
-        self.synced = asyncio.Event()
-
-    def subscribe(self, listener: JobListener) -> None:
-        """`listener(uid, job or None when deleted)` on every change."""
-        self._listeners.append(listener)
-
-    def get(self, uid: str) -> dict[str, Any] | None:
-        return self.jobs.get(uid)
-
-    def _set(self, job: dict[str, Any]) -> None:
-        uid = (job.get("metadata") or {}).get("uid")
-        if isinstance(uid, str) and uid:
-            self.jobs[uid] = job
-            for listener in self._listeners:
-                listener(uid, job)
-
-    def _drop(self, uid: str) -> None:
-        if self.jobs.pop(uid, None) is not None:
-            for listener in self._listeners:
-                listener(uid, None)
-
-    async def _relist(self) -> str:
-        listing = await self.hub.storage.list(self.rt)
-        present = set()
-        for job in listing.items:
-            present.add(job["metadata"]["uid"])
-            self._set(job)
-        for uid in set(self.jobs) - present:
-            self._drop(uid)
-        self.synced.set()
-        return listing.resource_version
-
-    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            self._drop(str((obj.get("metadata") or {}).get("uid") or ""))
-        elif kind in ("ADDED", "MODIFIED"):
-            self._set(obj)
-
-    async def run(self) -> None:
-        await watch_hub_kind(self.hub, self.rt, relist=self._relist, apply=self._apply, log=_log)
+def lifecycle_tick_seconds(hub: HubContext) -> float:
+    """How often the lifecycle loops re-check everything (HubSettings.status_sync, default 1 s)."""
+    return hub.settings.status_sync.lifecycle_tick_seconds
 
 
 # ---------------------------------------------------------------- the status computation (pure)
@@ -620,14 +248,11 @@ def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
 def release_if_shown(hub: HubContext, job_uid: str) -> bool:
     """Forget the gang's placed reservation once its cluster's snapshot shows every pod bound (then the
     nodes' allocation counts them; keeping it would count them twice). True if released."""
-    return reservations(hub).release_when_bound(job_uid, hub.shared.get(SNAPSHOTS) or {})
+    return reservations(hub).release_when_bound(job_uid, hub.parts.members.snapshots)
 
 
 # ---------------------------------------------------------------- failed workers (restartPolicy OnFailure)
 
-#: a pod's attempt index and its failures counted toward spec.backoffLimit (the same keys as dispatch.py's)
-ANNOTATION_ATTEMPT = "federator.dev/attempt"
-ANNOTATION_FAILURES = "federator.dev/counted-failures"
 HISTORY_POD_RESTARTED = "PodRestarted"
 
 
@@ -807,10 +432,14 @@ class _Work:
 class StatusSync:
     """See the module docstring. Run it with `status_sync(hub)`."""
 
-    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache) -> None:
+    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache, dispatcher: Dispatcher,
+                 members: MemberClusters, pulling_back: Mapping[str, Any]) -> None:
         self.hub = hub
         self.objects = objects
         self.jobs = jobs
+        self.dispatcher = dispatcher
+        self.members = members
+        self.pulling_back = pulling_back
         self.tick = lifecycle_tick_seconds(hub)
         #: a full pass over every active job at most this often (events drive everything else)
         self.resync = max(self.tick, hub.settings.status_sync.resync_seconds)
@@ -825,27 +454,24 @@ class StatusSync:
         self._shrunk: dict[str, tuple[str, int, dict[str, int]]] = {}
         #: uid -> when (wall clock) its gang's objects were first seen gone after admission
         self._missing_since: dict[str, float] = {}
-        #: dispatches whose Dispatched record this loop writes with the gang's next status
-        self.records = dispatch_records(hub)
-        objects.subscribe(lambda _cluster, uids: self.work.mark(uids))
+        objects.subscribe(self._objects_changed)
         jobs.subscribe(self._job_changed)
-        self.records.subscribe(self._dispatched)
 
-    def _dispatched(self, uid: str) -> None:
-        self.work.mark((uid,))
+    def _objects_changed(self, _cluster: str, uids: set[str]) -> None:
+        self.work.mark(uids)
 
     def close(self) -> None:
-        """Stop consuming dispatch records (dispatch writes them itself again)."""
-        self.records.unsubscribe(self._dispatched)
+        """Stop hearing from the job cache and the member object index."""
+        self.jobs.unsubscribe(self._job_changed)
+        self.objects.unsubscribe(self._objects_changed)
 
     def _job_changed(self, uid: str, job: dict[str, Any] | None) -> None:
         """A job change needs a reconcile only when its phase or placement moved; a write that changed
-        only other status fields (this loop's own counts, dispatch's Dispatched record) does not (the
+        only other status fields (this loop's own counts, dispatch's Dispatched condition) does not (the
         member's changes and the periodic pass still reach it)."""
         if job is None:
             self._job_views.pop(uid, None)
             self._shrunk.pop(uid, None)
-            self.records.forget(uid)
             return
         view = ((job.get("status") or {}).get("phase"), *current_placement(job))
         if self._job_views.get(uid) != view:
@@ -906,7 +532,7 @@ class StatusSync:
                        now: float) -> bool | None:
         """Were the gang's objects (seen gone) killed by the member's fence agent? None: not known yet."""
         missing_since = self._missing_since.setdefault(uid, now)
-        lease = getattr((self.hub.shared.get(MEMBER_SYNCS) or {}).get(cluster), "lease", None)
+        lease = self.members.lease(cluster)
         if lease is None:
             return False
         placed = placed_at(job, epoch=epoch)
@@ -947,9 +573,7 @@ class StatusSync:
         """Delete the gang's failed pods and create them again (`restart_plan`); a history entry
         PodRestarted says which, why and how many failures count toward spec.backoffLimit."""
         ref = job_ref(job)
-        dispatcher = self.hub.shared.get(DISPATCHER)
-        client = member_client(self.hub, cluster)
-        if dispatcher is None or client is None:
+        if self.members.client(cluster) is None:
             self.work.retry(ref.uid)
             return
         if plan.sizes_after != plan.sizes_before:
@@ -959,15 +583,8 @@ class StatusSync:
                 return
             job = stored  # the pods created again are rendered at the new size
         try:
-            for name, pod_uid in plan.delete.items():
-                try:
-                    await client.delete(PODS, namespace=ref.namespace, name=name, grace_period_seconds=0,
-                                        precondition_uid=pod_uid or None)
-                except MemberApiError as e:
-                    if e.code not in (404, 409):
-                        raise
-            created = await dispatcher.recreate_pods(job, cluster=cluster, epoch=epoch, pods=plan.recreate) \
-                if plan.recreate else 0
+            created = await self.dispatcher.restart_pods(job, cluster=cluster, epoch=epoch, delete=plan.delete,
+                                                         recreate=plan.recreate)
         except (MemberClientError, DispatchError) as e:
             _log.warning("could not restart the gang's failed pods; will retry", job=ref.key, cluster=cluster,
                          error=str(e))
@@ -1035,18 +652,12 @@ class StatusSync:
             return
         phase = (job.get("status") or {}).get("phase")
         cluster, epoch = current_placement(job)
-        if phase not in ACTIVE_PHASES or cluster is None or uid in (self.hub.shared.get(PULLING_BACK) or ()) \
-                or _deleting(job):
+        if phase not in ACTIVE_PHASES or cluster is None or uid in self.pulling_back or _deleting(job):
             # A job being deleted loses its member objects on purpose (cleanup.py): that is no failure, and
             # what the member shows no longer changes what the job is (its Terminating condition says it).
             self._missing_since.pop(uid, None)
             return
         now = time.time()
-        # A dispatch of this (cluster, epoch) not in the job's status yet goes into this write (or one of
-        # its own); one of another epoch waits (the cache may lag the write-ahead) or expires.
-        record = self.records.get(uid, now=now)
-        if record is not None and (record.cluster, record.epoch) != (cluster, epoch):
-            record = None
         gs: GangStatus | None = None
         watched = self._watched(cluster)
         if watched is not None:
@@ -1083,7 +694,7 @@ class StatusSync:
                 if verdict:
                     await self._requeue_fenced(job, cluster=cluster, epoch=epoch, now=now)
                     return
-        if gs is None and record is None:
+        if gs is None:
             return
         ref = job_ref(job)
 
@@ -1091,17 +702,15 @@ class StatusSync:
             fresh_phase = (fresh.get("status") or {}).get("phase")
             if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or _deleting(fresh):
                 return None  # the job moved on (requeued, another epoch, deleted) since we looked
-            changed = record is not None and apply_dispatch_record(fresh["status"], record)
-            if gs is not None and watched is not None:
-                new = synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch, now=now)
-                if new is not None:
-                    fresh["status"] = new
-                    changed = True
-            return fresh if changed else None
+            if watched is None:
+                return None
+            new = synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch, now=now)
+            if new is None:
+                return None
+            fresh["status"] = new
+            return fresh
 
         stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=uid)
-        if record is not None:
-            self.records.done(uid, record)  # written, already there, or its job moved on
         new_phase = stored["status"].get("phase") if stored is not None else phase
         if stored is not None and isinstance(new_phase, str) and new_phase != phase:
             said = {h.get("event"): h.get("message") for h in stored["status"].get("history") or ()
@@ -1118,31 +727,25 @@ class StatusSync:
 
 
 async def status_sync(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: member object watches, the job cache and the status loop."""
-    objects = MemberObjects(hub)
-    jobs = JobCache(hub)
-    controller = StatusSync(hub, objects=objects, jobs=jobs)
-    hub.shared[MEMBER_OBJECTS] = objects
-    hub.shared[JOB_CACHE] = jobs
+    """cleanup_ctx-style factory: the status loop over the term's member object index and job cache (the job
+    cache runs in `jobcache.job_cache`, listed before it)."""
+    parts = hub.parts
+    controller = StatusSync(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
+                            members=parts.members, pulling_back=parts.pulling_back)
+    parts.running.status_sync = controller
     loop = asyncio.get_running_loop()
-    tasks = [
-        loop.create_task(_supervised("jobs", jobs.run()), name="statussync:jobs"),
-        loop.create_task(_supervised("status", controller.run()), name="statussync:status"),
-    ]
+    task = loop.create_task(_supervised("status", controller.run()), name="statussync:status")
     try:
         yield
     finally:
         controller.close()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-                pass
-        await objects.stop()
-        hub.shared.pop(MEMBER_OBJECTS, None)
-        hub.shared.pop(JOB_CACHE, None)
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
+            pass
+        await parts.objects.stop()
+        parts.running.status_sync = None
 
 
 async def _supervised(what: str, coro: Any) -> None:

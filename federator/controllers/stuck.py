@@ -12,7 +12,8 @@ Such a gang is pulled back, every step recorded in the job's history:
 
 1. "NotAdmitted": why (the member's own explanation) and for how long; the
    Admitted condition says the gang is being pulled back;
-2. its member objects of that epoch are deleted (pods first, uid-guarded)
+2. its member objects of that epoch are deleted (pods first, uid-guarded;
+   through the Dispatcher it is handed, the only writer of member objects)
    and the hub waits until the member shows none left, so the gang can
    never run in two clusters at once (with the default scheduler part of
    it may have started);
@@ -23,7 +24,7 @@ Such a gang is pulled back, every step recorded in the job's history:
    the next placement takes epoch + 1; the reservation is forgotten.
 
 Status sync leaves a job alone while it is being pulled back
-(`hub.shared["pulling_back"]`). A cluster that is out of contact is not
+(the term's `pulling_back`, controllers/pipeline.py). A cluster that is out of contact is not
 judged here (losing a cluster is failover's business). This module never
 deletes objects of another epoch, job or hub, and never logs an object
 body or a credential.
@@ -38,8 +39,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apiserver.errors import ApiError
-from federator.controllers.cleanup import delete_member_objects
 from federator.controllers.context import HubContext
+from federator.controllers.dispatch import Dispatcher
+from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
     PHASE_PLACED,
     append_history,
@@ -47,7 +49,6 @@ from federator.controllers.jobs import (
     current_placement,
     history_entry,
     job_ref,
-    member_client,
     parse_timestamp,
     placed_at,
     requeue,
@@ -56,13 +57,9 @@ from federator.controllers.jobs import (
     timestamp,
     update_job_status,
 )
+from federator.controllers.memberobjects import MemberObjects
 from federator.controllers.status_sync import (
     CONDITION_ADMITTED,
-    JOB_CACHE,
-    MEMBER_OBJECTS,
-    PULLING_BACK,
-    JobCache,
-    MemberObjects,
     gang_status,
     lifecycle_tick_seconds,
 )
@@ -71,13 +68,15 @@ from federator.obs import get_logger
 from federator.store.protocol import StoreError
 from federator.controllers.loops import background_loop
 
-__all__ = ["StuckGangs", "placed_at", "stuck_gangs"]
+__all__ = ["PullBack", "StuckGangs", "placed_at", "stuck_gangs"]
 
 _log = get_logger("controllers.stuck")
 
 
 @dataclass
-class _PullBack:
+class PullBack:
+    """A stuck gang being pulled back from `cluster` at `epoch`."""
+
     cluster: str
     epoch: int
     why: str
@@ -87,14 +86,16 @@ class _PullBack:
 class StuckGangs:
     """See the module docstring. Run it with `stuck_gangs(hub)`."""
 
-    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache) -> None:
+    def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache, dispatcher: Dispatcher,
+                 pulling_back: dict[str, PullBack]) -> None:
         self.hub = hub
         self.objects = objects
         self.jobs = jobs
+        self.dispatcher = dispatcher
         self.timeout = hub.settings.stuck.timeout_seconds
         self.exclusion = hub.settings.stuck.exclusion_seconds
         self.first_seen: dict[tuple[str, int], float] = {}
-        self.pulling: dict[str, _PullBack] = hub.shared.setdefault(PULLING_BACK, {})
+        self.pulling = pulling_back
         #: pull-backs completed since start (tests read it; the metric is the public face)
         self.pulled_back = 0
 
@@ -148,7 +149,7 @@ class StuckGangs:
         stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mark, uid=uid)
         if stored is None:
             return
-        self.pulling[uid] = _PullBack(cluster=cluster, epoch=epoch, why=why, started=now)
+        self.pulling[uid] = PullBack(cluster=cluster, epoch=epoch, why=why, started=now)
         self.hub.events.record(stored, controller="stuck-gangs", reason="NotAdmitted", action="PullBack",
                                warning=True, message=f"pulling the gang back: {why}")
         self.hub.metrics.gangs_pulled_back.labels(cluster=cluster).inc()
@@ -164,12 +165,11 @@ class StuckGangs:
             del self.pulling[uid]  # someone else moved it on (deleted, failed over): nothing left to do
             return
         index = self.objects.get(pull.cluster)
-        client = member_client(self.hub, pull.cluster)
-        if index is None or client is None or not index.ready:
+        if index is None or self.dispatcher.members.client(pull.cluster) is None or not index.ready:
             return  # wait for the member: its objects must be seen gone before the gang may go elsewhere
         left = [o for o in index.objects_of(uid) if o.epoch == pull.epoch]
         if left:
-            await delete_member_objects(client, left, cluster=pull.cluster)
+            await self.dispatcher.delete_objects(pull.cluster, left)
             return
         until = now + self.exclusion
         deleted_message = f"the gang's member objects of epoch {pull.epoch} are gone from cluster {pull.cluster}"
@@ -213,17 +213,14 @@ async def _loop(hub: HubContext, stuck: StuckGangs) -> None:
 
 
 async def stuck_gangs(hub: HubContext) -> AsyncIterator[None]:
-    """cleanup_ctx-style factory: the stuck-gang loop (needs status_sync started before it)."""
-    objects = hub.shared.get(MEMBER_OBJECTS)
-    jobs = hub.shared.get(JOB_CACHE)
-    if not isinstance(objects, MemberObjects) or not isinstance(jobs, JobCache):
-        raise LookupError("stuck_gangs needs the status sync controller to run before it: list status_sync "
-                          "before stuck_gangs in hub_controllers()")
-    stuck = StuckGangs(hub, objects=objects, jobs=jobs)
-    hub.shared["stuck_gangs"] = stuck
+    """cleanup_ctx-style factory: the stuck-gang loop over the term's parts (`hub.parts`)."""
+    parts = hub.parts
+    stuck = StuckGangs(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
+                       pulling_back=parts.pulling_back)
+    parts.running.stuck = stuck
     try:
         async with background_loop(_loop(hub, stuck), name="stuckgangs:loop", what="stuck-gang loop", log=_log):
             yield
     finally:
-        hub.shared.pop("stuck_gangs", None)
-        hub.shared.pop(PULLING_BACK, None)
+        parts.running.stuck = None
+        parts.pulling_back.clear()

@@ -14,10 +14,16 @@ with the app, in this order and back):
    `/readyz` says whether the store answers and whether this replica leads;
    the web dashboard's static files are served at /ui/ (federator/ui, no token: the page then calls
    this API with the user's own credentials);
-4. the controllers (`HUB_CONTROLLERS` below: the one list of what the hub
+4. the controllers (`hub_controllers()` below: the one list of what the hub
    runs), entered each time leadership is won, each as a cleanup_ctx-style
    async generator over that term's `HubContext`, whose store and storage
    fence every write with the term's token (a deposed leader writes nothing).
+   Before any of them starts, `build_pipeline` builds the parts they share, in
+   order, as the context's typed `parts` (controllers/pipeline.py; the picture
+   is in docs/architecture.md): the member syncs, the one job cache, the
+   member object index, the reservation book, the dispatches in flight, the
+   epoch fence and the Dispatcher (the only writer of member objects). Each
+   controller's factory hands its controller the parts it uses.
 
 Losing leadership (its lease lapsed: a pause, a partition, an etcd outage)
 stops the controllers and makes the hub a follower again: it keeps serving
@@ -44,7 +50,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -86,6 +92,9 @@ from federator.store.protocol import (
 )
 from federator.ui import ui_middleware
 
+if TYPE_CHECKING:
+    from federator.controllers.pipeline import Pipeline
+
 _log = get_logger("hub")
 
 #: How long a crashed leader's key outlives it (etcd; sqlite revokes at open).
@@ -120,12 +129,15 @@ def hub_controllers() -> list[ControllerFactory]:
     controllers.append(event_recording)
     from federator.controllers.membercluster import member_sync
     controllers.append(member_sync)
+    # the one TrainingJob list+watch that every job controller below subscribes to
+    from federator.controllers.jobcache import job_cache
+    controllers.append(job_cache)
     # job lifecycle (issue 7): dispatch before placement (placement hands decisions to the dispatcher)
     from federator.controllers.dispatch import job_dispatch
     controllers.append(job_dispatch)
     from federator.controllers.placement import job_placement
     controllers.append(job_placement)
-    # job lifecycle (issue 7): status sync first (its member object index and job cache serve the next two)
+    # job lifecycle (issue 7): status sync keeps the member object index's watches (the next two read it)
     from federator.controllers.status_sync import status_sync
     controllers.append(status_sync)
     from federator.controllers.stuck import stuck_gangs
@@ -163,6 +175,31 @@ async def store_compaction(hub: HubContext) -> AsyncIterator[None]:
 #: member_cleanup (controllers/cleanup.py) removes MEMBER_CLEANUP_FINALIZER
 #: once the job's member objects are gone.
 JOB_FINALIZERS: tuple[str, ...] = (MEMBER_CLEANUP_FINALIZER,)
+
+
+def build_pipeline(hub: HubContext) -> Pipeline:
+    """The parts the controllers of one term share (controllers/pipeline.py), built in order, each handed what
+    it depends on; set as `hub.pipeline` (read as `hub.parts`) and returned. Nothing starts here: the
+    controllers' factories run the parts' loops (member sync, whose watches also feed the member object
+    index; the job cache's watch; dispatch's recovery)."""
+    from federator.controllers.dispatch import Dispatcher
+    from federator.controllers.jobcache import JobCache
+    from federator.controllers.jobs import InFlight, ReservationLedger
+    from federator.controllers.membercluster import MemberClusters
+    from federator.controllers.memberobjects import MemberObjects
+    from federator.controllers.pipeline import EpochFence, Pipeline
+
+    members = MemberClusters()
+    jobs = JobCache(hub)
+    objects = MemberObjects(hub, members=members)
+    reservations = ReservationLedger()
+    in_flight = InFlight()
+    fence = EpochFence(objects)
+    dispatcher = Dispatcher(hub, members=members, objects=objects, fence=fence, reservations=reservations,
+                            in_flight=in_flight)
+    hub.pipeline = Pipeline(members=members, jobs=jobs, objects=objects, reservations=reservations,
+                            in_flight=in_flight, fence=fence, dispatcher=dispatcher)
+    return hub.pipeline
 
 
 # ---------------------------------------------------------------- the store slot
@@ -287,10 +324,11 @@ async def _failover_plan(state: HubState, req: SubresourceRequest) -> web.Stream
         raise bad_request(f'for: Unsupported value: "{purpose[:64]}": supported values: "loss", "drain"')
     rt = state.context.kind("MemberCluster")
     await req.storage.get(rt, namespace=None, name=req.name)  # 404 for an unknown cluster
-    if not state.leading.is_set() or "member_syncs" not in state.context.shared:
+    parts = state.context.pipeline
+    if not state.leading.is_set() or parts is None or parts.running.member_sync is None:
         raise service_unavailable("this hub does not lead: its controllers (and the member snapshots a plan "
                                   "needs) run on the leader; ask it", retry_after_seconds=5)
-    if req.name not in state.context.shared["member_syncs"]:
+    if req.name not in parts.members.syncs:
         raise not_found(rt, req.name)
     return json_response(failover_plan(state.context, req.name, purpose=purpose))
 
@@ -455,6 +493,7 @@ def _took_lead(state: HubState, election: LeaderElection, token: FencingToken, m
     fenced = FencedStore(base.store, token, metrics=metrics)
     state.context = HubContext(store=fenced, storage=base.storage.writing_through(fenced), registry=base.registry,
                                settings=base.settings, metrics=base.metrics, fencing=token)
+    build_pipeline(state.context)
     state.terms += 1
     state.term_over.clear()
     state.leading.set()
@@ -1080,6 +1119,6 @@ def example_job_path() -> str | None:
     relative = Path("examples") / "resnet-ps.yaml"
     if relative.is_file():
         return str(relative)
-    source = Path(__file__).resolve().parents[2] / relative
+    source = Path(__file__).resolve().parents[2] / relative  # federator/hub/app.py -> the source tree
     return str(source) if source.is_file() else None
 

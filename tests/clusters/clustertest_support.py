@@ -29,6 +29,7 @@ from federator.clusters.client import PODS as PODS_KIND
 from federator.clusters.sync import cluster_info
 from federator.controllers.context import HubContext, HubSettings
 from federator.controllers.membercluster import MemberSyncController, member_sync
+from federator.hub.app import build_pipeline
 from federator.hub.kinds import hub_registry
 from federator.obs import Metrics
 from federator.placement.resources import Resources
@@ -149,6 +150,7 @@ class Hub:
         self.metrics = metrics or Metrics()
         self.ctx = HubContext(store=store, storage=self.storage, registry=self.registry,
                               settings=HubSettings.from_mapping(merged), metrics=self.metrics)
+        build_pipeline(self.ctx)
         self.rt = self.ctx.kind("MemberCluster")
         self._sync_cm: contextlib.AbstractAsyncContextManager[None] | None = None
         self._runner: web.AppRunner | None = None
@@ -190,10 +192,12 @@ class Hub:
 
     @property
     def controller(self) -> MemberSyncController:
-        return self.ctx.shared["member_sync_controller"]  # type: ignore[no-any-return]
+        controller = self.ctx.parts.running.member_sync
+        assert controller is not None
+        return controller
 
     def snapshot(self, name: str) -> ClusterSnapshot | None:
-        return self.ctx.shared.get("snapshots", {}).get(name)
+        return self.ctx.parts.members.snapshots.get(name)
 
     async def register(self, body: dict[str, Any]) -> dict[str, Any]:
         return await self.storage.create(self.rt, copy.deepcopy(body), namespace=None)

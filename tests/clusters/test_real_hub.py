@@ -48,7 +48,7 @@ async def test_member_sync_in_the_real_hub_app(sims: Sims, tmp_path: Path) -> No
         status, body = await hub.request("GET", "/apis/federator.dev/v1alpha1/memberclusters/real-a")
         assert body["status"]["capacity"]["totalGPUs"] == 16
         assert body["spec"]["connection"]["credentials"]["token"] == "<redacted>"
-        snapshots = hub.context.shared["snapshots"]
+        snapshots = hub.context.parts.members.snapshots
         assert set(snapshots) == {"real-a", "real-b"} and snapshots["real-a"].info.healthy
     lists = {name: dict(sims.clusters[name].stats()["requests"]["list"]) for name in ("real-a", "real-b")}
 

@@ -22,13 +22,15 @@ from federator.apis.timestamps import require_time
 from federator.clusters.client import PODS, MemberClient
 from federator.controllers.cleanup import GarbageCollector, member_cleanup
 from federator.controllers.context import ControllerFactory
-from federator.controllers.dispatch import DISPATCHER, Dispatcher, job_dispatch
+from federator.controllers.dispatch import job_dispatch
 from federator.controllers.drain import cluster_drain
 from federator.controllers.events import event_recording
 from federator.controllers.failover import ClusterFailover, cluster_failover
 from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
-from federator.controllers.status_sync import MemberObjects, status_sync
+from federator.controllers.jobcache import job_cache
+from federator.controllers.memberobjects import MemberObjects
+from federator.controllers.status_sync import status_sync
 from federator.controllers.stuck import StuckGangs, stuck_gangs
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER
 from federator.sim.rbac import RbacPolicy
@@ -40,8 +42,8 @@ from .jobtest_support import API, STANDARD, Federation, HubApi, fast_settings, r
 CLUSTER_LABEL = "federator.test/cluster"
 
 #: The hub's controllers for these tests, in hub_controllers() order.
-LIFECYCLE: Sequence[ControllerFactory] = (event_recording, member_sync, job_dispatch, job_placement, status_sync,
-                                          stuck_gangs, cluster_failover, cluster_drain, member_cleanup)
+LIFECYCLE: Sequence[ControllerFactory] = (event_recording, member_sync, job_cache, job_dispatch, job_placement,
+                                          status_sync, stuck_gangs, cluster_failover, cluster_drain, member_cleanup)
 
 
 class RunningFederation(Federation):
@@ -82,33 +84,30 @@ class Env:
 
     @property
     def objects(self) -> MemberObjects:
-        found = self.hub.context.shared["member_objects"]
-        assert isinstance(found, MemberObjects)
-        return found
+        return self.hub.context.parts.objects
 
     @property
     def gc(self) -> GarbageCollector:
-        found = self.hub.context.shared["member_gc"]
+        found = self.hub.context.parts.running.gc
         assert isinstance(found, GarbageCollector)
         return found
 
     @property
     def stuck(self) -> StuckGangs:
-        found = self.hub.context.shared["stuck_gangs"]
+        found = self.hub.context.parts.running.stuck
         assert isinstance(found, StuckGangs)
         return found
 
     @property
     def failover(self) -> ClusterFailover:
-        found = self.hub.context.shared["failover"]
+        found = self.hub.context.parts.running.failover
         assert isinstance(found, ClusterFailover)
         return found
 
     def hold_dispatches(self, cluster: str, hold: asyncio.Event, monkeypatch: pytest.MonkeyPatch) -> None:
         """Dispatches to `cluster` wait for `hold` before their first member write (at the fence check),
         so a test decides what happens meanwhile, however slow the machine."""
-        dispatcher = self.hub.context.shared[DISPATCHER]
-        assert isinstance(dispatcher, Dispatcher)
+        dispatcher = self.hub.context.parts.dispatcher
         fence = dispatcher.wait_for_fence
 
         async def held(name: str, *, wait: float) -> None:

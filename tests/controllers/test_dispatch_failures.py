@@ -34,9 +34,7 @@ class Env:
 
     @property
     def dispatcher(self) -> Dispatcher:
-        dispatcher = self.hub.context.shared["dispatcher"]
-        assert isinstance(dispatcher, Dispatcher)
-        return dispatcher
+        return self.hub.context.parts.dispatcher
 
 
 @pytest.fixture
@@ -168,14 +166,15 @@ async def test_a_stale_dispatch_touches_nothing(env: Env) -> None:
 async def test_dispatch_waits_for_the_epoch_fence_of_a_returning_cluster(env: Env) -> None:
     import asyncio
 
-    from federator.controllers.cleanup import FENCE, cluster_fenced, fence_pending
+    from federator.controllers.cleanup import cluster_fenced, fence_pending
     from federator.controllers.dispatch import DispatchError
 
     await wait_until(lambda: cluster_fenced(env.hub.context, "cloud-small"), what="the GC's first pass")
     await env.dispatcher.wait_for_fence("cloud-small", wait=0.0)  # holds: no wait at all
     # a cluster whose fence is down (out of contact, or never passed by the GC): the dispatch waits,
     # then fails (retryable, so the job is requeued), never creating anything beside an older copy
-    fence = env.hub.context.shared[FENCE]
+    fence = env.hub.context.parts.fence.held
+    assert fence is not None  # the GC runs
     # a cluster in contact whose fence is down (its GC pass after a reconnection is due): the dispatch
     # waits for it, and goes on as soon as the fence holds
     fence["cloud-small"] = False
@@ -185,7 +184,8 @@ async def test_dispatch_waits_for_the_epoch_fence_of_a_returning_cluster(env: En
     await asyncio.wait_for(waiting, 10)
     # if the fence does not rise in time, the dispatch fails (retryable: the job is requeued), having
     # created nothing
-    gc = env.hub.context.shared["member_gc"]
+    gc = env.hub.context.parts.running.gc
+    assert gc is not None
     tick = gc.tick
     paused_ticks = asyncio.Event()
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from federator.controllers.jobs import update_job_status
-from federator.controllers.placement import PLACEMENT, PlacementController
+from federator.controllers.placement import PlacementController
 
 from .jobtest_support import placement_of, wait_until
 from .lifecycle_support import CLUSTER_LABEL, Env, aimed_job, history, lifecycle_env
@@ -45,7 +45,7 @@ def elastic(name: str, *, low: int, preferred: int, high: int, gpus: int = 4, qu
 
 
 def controller(env: Env) -> PlacementController:
-    found = env.hub.context.shared[PLACEMENT]
+    found = env.hub.context.parts.running.placement
     assert isinstance(found, PlacementController)
     return found
 

@@ -171,7 +171,7 @@ async def test_a_blip_shorter_than_the_grace_moves_nothing(env: Env) -> None:
     created = await env.api.submit(_job("steady"))
     uid = created["metadata"]["uid"]
     epoch = placement_of(await _running_in(env, "steady", HOME))["epoch"]
-    sync = env.hub.context.shared["member_syncs"][HOME]
+    sync = env.hub.context.parts.members.syncs[HOME]
     env.fed.sims[HOME].faults.start_partition(None)
     await wait_until(lambda: sync.health.first_loss_of_contact is not None, what="the hub losing contact")
     lost_condition = await wait_until(

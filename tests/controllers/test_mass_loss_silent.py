@@ -15,7 +15,8 @@ from federator.clusters.health import ClusterHealth, HealthSettings
 from federator.controllers.context import HubContext
 from federator.controllers.settings import HubSettings, MemberSyncSettings
 from federator.controllers.failover import ClusterFailover
-from federator.controllers.jobs import MEMBER_SYNCS
+from federator.controllers.jobs import InFlight
+from federator.controllers.membercluster import MemberClusters
 from federator.hub.kinds import hub_registry
 from federator.obs import Metrics
 from federator.store.memory import MemoryStore
@@ -43,8 +44,9 @@ def _failover(tmp_path: Path, clock: Clock) -> tuple[ClusterFailover, dict[str, 
     syncs = {name: FakeSync(ClusterHealth(cluster=name, resources=("nodes",), wall_clock=clock,
                                           settings=HealthSettings(loss_grace_seconds=10.0)))
              for name in ("home", "fallback")}
-    hub.shared[MEMBER_SYNCS] = syncs
-    return ClusterFailover(hub, jobs=None), syncs  # type: ignore[arg-type]  # losses() reads no jobs
+    members = MemberClusters()
+    members.syncs.update(syncs)  # type: ignore[arg-type]  # losses() reads only each sync's health
+    return ClusterFailover(hub, jobs=None, members=members, in_flight=InFlight()), syncs  # type: ignore[arg-type]
 
 
 def test_a_cluster_whose_probe_hangs_counts_in_the_mass_loss(tmp_path: Path) -> None:

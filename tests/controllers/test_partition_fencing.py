@@ -180,7 +180,7 @@ async def test_gangs_the_agent_killed_while_the_hub_never_judged_the_cluster_los
             epoch = placement_of(job)["epoch"]
             home.faults.start_partition(None, source=home.token)
             await wait_until(lambda: agent.counters.pods_deleted >= 2, timeout=30, what="the agent fencing")
-            sync = env.hub.context.shared["member_syncs"][HOME]
+            sync = env.hub.context.parts.members.syncs[HOME]
             assert not sync.health.lost  # the hub never judged HOME lost: nothing moved
             home.faults.end_partition()
             back = await env.api.wait_job(NS, "fenced", lambda j: bool(history(j, "Fenced"))
@@ -194,7 +194,7 @@ async def test_gangs_the_agent_killed_while_the_hub_never_judged_the_cluster_los
     assert "Failed" not in [h["event"] for h in back["status"]["history"]]
     assert back["status"].get("requeues", 0) == 0  # not the job's fault: not counted against maxRequeues
     assert uid == back["metadata"]["uid"]
-    lease = env.hub.context.shared["member_syncs"][HOME].lease
+    lease = env.hub.context.parts.members.syncs[HOME].lease
     assert lease.fence_noticed_at is not None and lease.fence_count >= 1
 
 
@@ -223,7 +223,7 @@ async def test_a_gang_placed_back_into_a_returning_cluster_waits_until_its_agent
 
     monkeypatch.setattr(agent, "_sweep", held_sweep)
     stop = asyncio.Event()
-    lease = env.hub.context.shared["member_syncs"][HOME].lease
+    lease = env.hub.context.parts.members.syncs[HOME].lease
     try:
         with structlog.testing.capture_logs() as logs:
             async with _tasks(agent.run(stop)):

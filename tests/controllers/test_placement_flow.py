@@ -53,9 +53,7 @@ class Env:
 
     @property
     def dispatcher(self) -> Dispatcher:
-        dispatcher = self.hub.context.shared["dispatcher"]
-        assert isinstance(dispatcher, Dispatcher)
-        return dispatcher
+        return self.hub.context.parts.dispatcher
 
     async def placed(self, namespace: str, name: str, *, timeout: float = 20.0) -> dict[str, Any]:
         """Wait until the job is placed and its dispatch is recorded."""

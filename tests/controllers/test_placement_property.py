@@ -33,8 +33,8 @@ from kubernetes.aio import client as kube_client
 from federator.clusters.client import PODS
 from federator.controllers.context import HubContext
 from federator.controllers.dispatch import NAMESPACES
-from federator.controllers.jobs import SNAPSHOTS, dispatches_in_flight, reservations
-from federator.controllers.placement import PLACEMENT, PlacementController
+from federator.controllers.jobs import dispatches_in_flight, reservations
+from federator.controllers.placement import PlacementController
 from federator.delegation.adapter import LABEL_EPOCH
 from federator.hub.app import JOB_FINALIZERS, hub_controllers
 
@@ -182,12 +182,12 @@ async def _run(api: HubApi, fed: Federation, ops: list[tuple[str, Any]], load: d
             found[name] = (placement_of(job).get("cluster"), placement_of(job).get("epoch"))
         return found
 
-    placement = hub.shared[PLACEMENT]
+    placement = hub.parts.running.placement
     assert isinstance(placement, PlacementController)
 
     def freed() -> bool:
         """The hub's own view holds nothing of a deleted job: no bound pod, no reservation."""
-        snapshots = hub.shared.get(SNAPSHOTS) or {}
+        snapshots = hub.parts.members.snapshots
         ledger = reservations(hub)
         return all(ledger.get(uid) is None and all(snap.bound_pods.get(uid, 0) == 0 for snap in snapshots.values())
                    for uid in gone_uids)

@@ -14,7 +14,7 @@ import pytest
 
 from federator.clusters.client import PODS, podgroup_resource
 from federator.controllers.cleanup import orphan_reason
-from federator.controllers.status_sync import ClusterObjects, MemberObject
+from federator.controllers.memberobjects import ClusterObjects, MemberObject
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
 
 VOLCANO_GROUPS = podgroup_resource("volcano")
@@ -118,3 +118,50 @@ def _job(cluster: str | None, epoch: int, *, uid: str = "job-1", deleting: bool 
 ])
 def test_the_orphan_rule(obj: MemberObject, job: dict[str, Any] | None, reason: str | None) -> None:
     assert orphan_reason(obj, job) == reason
+
+
+# ---------------------------------------------------------------- fed by member sync's one watch
+
+
+def test_fed_from_the_member_watch_it_keeps_only_this_hubs_objects() -> None:
+    """Member sync's pod watch sees every pod of the cluster: the index keeps this hub's (its label), and an
+    object that loses the label leaves it."""
+    changes: list[tuple[str, set[str]]] = []
+    objects = ClusterObjects("c1", (PODS,), lambda cluster, uids: changes.append((cluster, uids)),
+                             hub_id="federator")
+    foreign = _obj("theirs", uid="job-9")
+    foreign["metadata"]["labels"][LABEL_HUB] = "another-hub"
+    plain = {"metadata": {"name": "web-0", "namespace": "default", "resourceVersion": "3"}}
+    objects.apply(PODS.key, [("ADDED", _obj("p0")), ("ADDED", foreign), ("ADDED", plain)], resource_version="",
+                  received_at=0.0)
+    assert objects.ready and [o.name for o in objects.objects_of()] == ["p0"]
+    unlabelled = _obj("p0", rv="4")
+    del unlabelled["metadata"]["labels"][LABEL_HUB]
+    objects.apply(PODS.key, [("MODIFIED", unlabelled)], resource_version="", received_at=0.0)
+    assert objects.objects_of() == [] and changes[-1] == ("c1", {"job-1"})
+
+
+def test_after_a_resumed_watch_the_index_is_complete_only_once_seeded_and_the_watch_wins() -> None:
+    """A sync resumed from a checkpoint sends only changes: its batches do not make the index complete; one
+    list of this hub's objects does. What the watch touched while that list was in flight is newer than or
+    as new as the list's copy (deleted ones stay deleted)."""
+    objects = ClusterObjects("c1", (PODS,), lambda cluster, uids: None, hub_id="federator")
+    objects.awaiting_seed.add(PODS.key)
+    objects.apply(PODS.key, [("MODIFIED", _obj("changed", rv="10"))], resource_version="", received_at=0.0)
+    assert not objects.ready  # a batch of changes says nothing about the pods that did not change
+    objects.begin_seed(PODS.key)
+    objects.apply(PODS.key, [("DELETED", _obj("gone", rv="11")), ("MODIFIED", _obj("moved", rv="12",
+                                                                                 epoch="3"))],
+                  resource_version="", received_at=0.0)
+    objects.seeded(PODS.key, [_obj("still", rv="5"), _obj("gone", rv="6"), _obj("moved", rv="7", epoch="2")])
+    assert objects.ready and not objects.seeding
+    by_name = {o.name: o for o in objects.objects_of()}
+    assert sorted(by_name) == ["changed", "moved", "still"]  # "gone" is not brought back by the older list
+    assert by_name["moved"].epoch == 3  # the watch's newer copy, not the list's
+    # a failed seeding list leaves the index incomplete (and the keys it was tracking untracked)
+    other = ClusterObjects("c2", (PODS,), lambda cluster, uids: None, hub_id="federator")
+    other.awaiting_seed.add(PODS.key)
+    other.begin_seed(PODS.key)
+    other.seed_failed(PODS.key)
+    other.apply(PODS.key, [("ADDED", _obj("p0"))], resource_version="", received_at=0.0)
+    assert not other.ready and not other.seeding

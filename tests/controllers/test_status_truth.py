@@ -72,7 +72,7 @@ async def test_deleting_a_running_job_shows_terminating_never_failed(tmp_path: P
                                    lambda j: j["metadata"].get("finalizers") == [HOLD], what="cleanup done")
             assert await env.live_pods(CLUSTER, uid) == []
             objects_gone = time.time()
-            lease = env.hub.context.shared["member_syncs"][CLUSTER].lease
+            lease = env.hub.context.parts.members.syncs[CLUSTER].lease
             # a renewal acknowledged after that (the verdict is known), then three full passes of status sync
             # over every active job (status_resync_seconds): a gang judged lost would have been written Failed
             await wait_until(lambda: (lease.acked_sent_at or 0) > objects_gone, what="a renewal after the delete")

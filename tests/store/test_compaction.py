@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 import pytest
 
+from federator.controllers.jobcache import JobCache
 from federator.controllers.settings import CompactionSettings, HubSettings
-from federator.controllers.status_sync import JobCache
 from federator.hub.app import compaction_interval_flag, store_compaction
 from federator.obs import METRICS
 from federator.store import sqlite as sqlite_module

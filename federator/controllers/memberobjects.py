@@ -1,0 +1,378 @@
+"""This hub's member objects (Pods and PodGroups it created), per cluster, indexed by job uid and epoch.
+
+There is one member watch per cluster and kind in the hub: member sync's
+reflectors (clusters/sync.py). `MemberObjects` follows them
+(`MemberClusters.follow`): each batch they apply goes into the cluster's
+`ClusterObjects` too, which keeps only the objects *this hub* labelled
+(`federator.dev/hub=<hub id>`), slimmed (metadata, nodeName, status), indexed
+by job uid and epoch. A sync that resumed its watches from a checkpoint sends
+only what changed since; its index is complete (`ready`) once one list of this
+hub's objects per kind (`refresh`, from status sync's loop) has filled in the
+rest. Status sync reads it (the member's state of each gang; it is the only
+reader of member pods for the job lifecycle), and so do the GC (cleanup.py),
+the stuck-gang detector (stuck.py) and dispatch (a moved gang's previous copy);
+subscribers hear which jobs each batch touched.
+
+The hub builds one per term (hub/app.py `build_pipeline`), before member sync
+starts, so that it sees every sync's first batch. It only reads members: it
+never creates or deletes a member object, and never logs an object body or a
+credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from federator.clusters.client import NODES, PODS, MemberClient, MemberClientError, ResourceKind
+from federator.clusters.sync import ClusterSync
+from federator.controllers.context import HubContext
+from federator.controllers.jobs import hub_id
+from federator.controllers.membercluster import MemberClusters
+from federator.delegation import hub_selector
+from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
+from federator.obs import RepeatedFailureLog, get_logger
+
+__all__ = ["ClusterObjects", "MemberObject", "MemberObjects", "in_delete_order", "member_object"]
+
+_log = get_logger("controllers.memberobjects")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberObject:
+    """One object this hub made in a member cluster, as last seen there."""
+
+    cluster: str
+    resource: ResourceKind
+    namespace: str
+    name: str
+    uid: str
+    job_uid: str
+    job_namespace: str
+    job_name: str
+    #: None when the epoch label is missing or malformed
+    epoch: int | None
+    deleting: bool
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What status sync, GC and stuck detection read of a member object (not its spec or env)."""
+    meta = _mapping(obj.get("metadata"))
+    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
+                                      "deletionTimestamp") if k in meta}
+    slim: dict[str, Any] = {"metadata": kept_meta}
+    for key in ("apiVersion", "kind"):
+        if key in obj:
+            slim[key] = obj[key]
+    spec = _mapping(obj.get("spec"))
+    if spec.get("nodeName"):
+        slim["spec"] = {"nodeName": spec["nodeName"]}
+    elif "minMember" in spec:
+        slim["spec"] = {"minMember": spec["minMember"]}
+    status = obj.get("status")
+    if isinstance(status, Mapping):
+        slim["status"] = status
+    return slim
+
+
+def _epoch_of(labels: Mapping[str, Any]) -> int | None:
+    raw = labels.get(LABEL_EPOCH)
+    return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 10 else None
+
+
+def _key_of(obj: Mapping[str, Any]) -> str:
+    meta = _mapping(obj.get("metadata"))
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return ""
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+
+
+class ClusterObjects:
+    """This hub's Pods and PodGroups in one member cluster, indexed by job uid (a ReflectorSink).
+
+    With `hub_id`, only objects labelled federator.dev/hub=<hub_id> are kept (the member watch it is fed
+    from sees every pod of the cluster); an object that loses the label leaves the index."""
+
+    def __init__(self, cluster: str, resources: Sequence[ResourceKind],
+                 on_change: Callable[[str, set[str]], None], *, hub_id: str | None = None) -> None:
+        self.cluster = cluster
+        self.hub_id = hub_id
+        self.resources = tuple(resources)
+        self._by_key_resource = {r.key: r for r in self.resources}
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {r.key: {} for r in self.resources}
+        self._by_job: dict[str, set[tuple[str, str]]] = {}
+        self._job_of: dict[tuple[str, str], str] = {}
+        self.synced: set[str] = set()
+        self.on_change = on_change
+        #: bumped on every applied batch (tests and waiters poll it)
+        self.generation = 0
+        #: kinds whose batches do not make the index complete until a seeding list has (the member sync
+        #: resumed its watch from a checkpoint: objects unchanged since then are never sent again)
+        self.awaiting_seed: set[str] = set()
+        #: kind -> keys the watch touched while a seeding list of that kind is in flight
+        self.seeding: dict[str, set[str]] = {}
+
+    @property
+    def podgroup_resource(self) -> ResourceKind | None:
+        return next((r for r in self.resources if r.key != PODS.key), None)
+
+    @property
+    def ready(self) -> bool:
+        """Every kind has been listed at least once: absence in the index means absence in the member."""
+        return all(r.key in self.synced for r in self.resources)
+
+    # ReflectorSink
+
+    def known(self, resource: str) -> Mapping[str, str]:
+        return {key: str(_mapping(obj.get("metadata")).get("resourceVersion") or "")
+                for key, obj in self.objects.get(resource, {}).items()}
+
+    def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
+              received_at: float) -> None:
+        store = self.objects.get(resource)
+        if store is None:
+            return
+        touched: set[str] = set()
+        seeding = self.seeding.get(resource)
+        for kind, obj in events:
+            key = _key_of(obj)
+            if not key:
+                continue
+            if seeding is not None:
+                seeding.add(key)
+            ref = (resource, key)
+            old_job = self._job_of.pop(ref, None)
+            if old_job is not None:
+                touched.add(old_job)
+                members = self._by_job.get(old_job)
+                if members is not None:
+                    members.discard(ref)
+                    if not members:
+                        del self._by_job[old_job]
+            if kind == "DELETED" or not self._mine(obj):
+                store.pop(key, None)
+                continue
+            slim = _slim(obj)
+            store[key] = slim
+            job_uid = _mapping(_mapping(slim["metadata"]).get("labels")).get(LABEL_JOB_UID)
+            if isinstance(job_uid, str) and job_uid:
+                self._job_of[ref] = job_uid
+                self._by_job.setdefault(job_uid, set()).add(ref)
+                touched.add(job_uid)
+        if resource not in self.awaiting_seed:
+            self.synced.add(resource)
+        self.generation += 1
+        if touched:
+            self.on_change(self.cluster, touched)
+
+    def _mine(self, obj: Mapping[str, Any]) -> bool:
+        if self.hub_id is None:
+            return True
+        return _mapping(_mapping(obj.get("metadata")).get("labels")).get(LABEL_HUB) == self.hub_id
+
+    def seeded(self, resource: str, items: Sequence[Mapping[str, Any]]) -> None:
+        """A seeding list of `resource` answered with `items` (this hub's objects as the member listed them,
+        started after `begin_seed`): each object the watch did not touch meanwhile goes in (what the watch
+        touched it holds as new or newer), and the kind counts as listed."""
+        touched = self.seeding.pop(resource, set())
+        self.awaiting_seed.discard(resource)
+        self.apply(resource, [("ADDED", item) for item in items if _key_of(item) not in touched],
+                   resource_version="", received_at=0.0)
+
+    def begin_seed(self, resource: str) -> None:
+        self.seeding[resource] = set()
+
+    def seed_failed(self, resource: str) -> None:
+        self.seeding.pop(resource, None)
+
+    # reads
+
+    def gang(self, job_uid: str, epoch: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """(PodGroup, pods) of the job's gang at `epoch` in this cluster."""
+        podgroup: dict[str, Any] | None = None
+        pods: list[dict[str, Any]] = []
+        for resource, key in sorted(self._by_job.get(job_uid, ())):
+            obj = self.objects[resource].get(key)
+            if obj is None or _epoch_of(_mapping(_mapping(obj.get("metadata")).get("labels"))) != epoch:
+                continue
+            if resource == PODS.key:
+                pods.append(obj)
+            else:
+                podgroup = obj
+        return podgroup, pods
+
+    def objects_of(self, job_uid: str | None = None) -> list[MemberObject]:
+        """Every indexed object (of one job, if given), pods first (delete order)."""
+        refs: Iterable[tuple[str, str]]
+        if job_uid is None:
+            refs = [(r, k) for r, objs in self.objects.items() for k in objs]
+        else:
+            refs = self._by_job.get(job_uid, ())
+        out: list[MemberObject] = []
+        for resource, key in refs:
+            obj = self.objects.get(resource, {}).get(key)
+            if obj is not None:
+                out.append(member_object(self.cluster, self._by_key_resource[resource], obj))
+        return in_delete_order(out)
+
+    def job_uids(self) -> set[str]:
+        return set(self._by_job)
+
+
+def member_object(cluster: str, resource: ResourceKind, obj: Mapping[str, Any]) -> MemberObject:
+    """What the hub needs of one of its member objects (an indexed one or a listed one)."""
+    meta = _mapping(obj.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    return MemberObject(
+        cluster=cluster, resource=resource, namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
+        job_uid=str(labels.get(LABEL_JOB_UID) or ""), job_namespace=str(labels.get(LABEL_JOB_NAMESPACE) or ""),
+        job_name=str(labels.get(LABEL_JOB_NAME) or ""), epoch=_epoch_of(labels),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def in_delete_order(objects: list[MemberObject]) -> list[MemberObject]:
+    """Pods first (a PodGroup outliving its pods is harmless; the reverse leaves pods ungrouped)."""
+    objects.sort(key=lambda o: (o.resource.key != PODS.key, o.namespace, o.name))
+    return objects
+
+
+class MemberObjects:
+    """Every member cluster's ClusterObjects, fed by member sync's own watches (`MemberClusters.follow`):
+    one member watch per cluster and kind in the process, whose batches both the cluster's snapshot and
+    this index take in."""
+
+    def __init__(self, hub: HubContext, *, members: MemberClusters) -> None:
+        self.hub = hub
+        self.members = members
+        self.hub_id = hub_id(hub)
+        self.selector = hub_selector(self.hub_id)
+        self.clusters: dict[str, ClusterObjects] = {}
+        #: cluster -> the member sync its index follows (a restarted sync gets a fresh index)
+        self._sources: dict[str, ClusterSync] = {}
+        self._listeners: list[Callable[[str, set[str]], None]] = []
+        #: (cluster, resource key) -> the seeding list in flight
+        self._seeds: dict[tuple[str, str], asyncio.Task[None]] = {}
+        #: (cluster, resource key) -> its seeding list's failures (the first logged in full, then a summary)
+        self._seed_failures: dict[tuple[str, str], RepeatedFailureLog] = {}
+        members.follow(self)
+
+    def subscribe(self, listener: Callable[[str, set[str]], None]) -> None:
+        """`listener(cluster, job_uids)` after every batch that touched those jobs' objects."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[str, set[str]], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _changed(self, cluster: str, job_uids: set[str]) -> None:
+        for listener in self._listeners:
+            listener(cluster, job_uids)
+
+    def get(self, cluster: str) -> ClusterObjects | None:
+        return self.clusters.get(cluster)
+
+    def reachable(self, cluster: str) -> bool:
+        """Member sync says the cluster is Ready and the watches that feed this index are up (a lost one
+        counts at once, not after the health's grace)."""
+        sync = self.members.syncs.get(cluster)
+        objects = self.clusters.get(cluster)
+        if sync is None or objects is None or self._sources.get(cluster) is not sync or not sync.health.ready:
+            return False
+        return not any(resource.key in sync.watches_lost for resource in objects.resources)
+
+    # ------------------------------------------------------------ MemberWatchListener (member sync calls these)
+
+    def sync_started(self, sync: ClusterSync) -> None:
+        """A (new or restarted) member sync: a fresh index, fed from its first batch on."""
+        self._drop(sync.name)
+        resources = tuple(r for r in sync.resources if r.key != NODES.key)
+        self.clusters[sync.name] = ClusterObjects(sync.name, resources, self._changed, hub_id=self.hub_id)
+        self._sources[sync.name] = sync
+
+    def sync_stopped(self, name: str) -> None:
+        self._drop(name)
+
+    def applied(self, cluster: str, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        objects = self.clusters.get(cluster)
+        if objects is None:
+            return
+        sync = self._sources.get(cluster)
+        if sync is not None and sync.resumed and resource in objects.objects and resource not in objects.synced \
+                and resource not in objects.seeding:
+            # The sync resumed from a checkpoint: its watch sends only what changed since. The index is
+            # complete once a seeding list (this hub's objects only) has filled in the rest.
+            objects.awaiting_seed.add(resource)
+        objects.apply(resource, events, resource_version="", received_at=0.0)
+
+    def _drop(self, name: str) -> None:
+        for key in [k for k in self._seeds if k[0] == name]:
+            self._seeds.pop(key).cancel()
+        for key in [k for k in self._seed_failures if k[0] == name]:
+            del self._seed_failures[key]
+        self._sources.pop(name, None)
+        gone = self.clusters.pop(name, None)
+        if gone is not None and gone.job_uids():
+            self._changed(name, gone.job_uids())
+
+    # ------------------------------------------------------------ seeding after a resumed watch
+
+    async def refresh(self) -> None:
+        """Start the seeding lists the indexes of resumed member syncs wait for (and retry failed ones)."""
+        for name, objects in list(self.clusters.items()):
+            sync = self._sources.get(name)
+            client = sync.client if sync is not None else None
+            if client is None:
+                continue
+            for resource in objects.resources:
+                key = (name, resource.key)
+                if sync is not None and sync.resumed and resource.key not in objects.synced:
+                    objects.awaiting_seed.add(resource.key)
+                if resource.key not in objects.awaiting_seed or key in self._seeds:
+                    continue
+                objects.begin_seed(resource.key)
+                self._seeds[key] = asyncio.get_running_loop().create_task(
+                    self._seed(objects, resource, client), name=f"memberobjects:seed:{name}:{resource.key}")
+
+    async def _seed(self, objects: ClusterObjects, resource: ResourceKind, client: MemberClient) -> None:
+        key = (objects.cluster, resource.key)
+        failures = self._seed_failures.get(key)
+        if failures is None:
+            failures = self._seed_failures[key] = RepeatedFailureLog(
+                _log, "could not list this hub's member objects after a resumed watch; retrying every tick",
+                cluster=objects.cluster, resource=resource.key)
+        try:
+            listed = await client.list_all(resource, label_selector=self.selector)
+        except MemberClientError as e:
+            objects.seed_failed(resource.key)
+            failures.failed(str(e)[:256], now=time.monotonic())
+            return
+        finally:
+            if self._seeds.get(key) is asyncio.current_task():
+                del self._seeds[key]
+        failures.succeeded("this hub's member objects listed again after failed attempts")
+        if self.clusters.get(objects.cluster) is objects:
+            objects.seeded(resource.key, listed.items)
+            _log.info("this hub's member objects listed after a resumed watch", cluster=objects.cluster,
+                      resource=resource.key, objects=len(listed.items))
+
+    async def stop(self) -> None:
+        tasks = list(self._seeds.values())
+        self._seeds.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - a seed's failure was logged
+                pass

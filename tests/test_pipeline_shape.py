@@ -1,0 +1,94 @@
+"""The shape of the controller pipeline (docs/architecture.md), checked over the source:
+
+- no service locator: controllers are handed typed parts (`HubContext.parts`, controllers/pipeline.py),
+  never a dict of well-known names (`hub.shared[...]`, `shared.get(...)`);
+- dispatch is the only code of the hub that creates or deletes member objects: a `create` or `delete`
+  call on a member client (a receiver named `client`), or a call of dispatch's `delete_member_objects`,
+  appears only in controllers/dispatch.py and in the fencing package (the member-side agent, and the
+  hub's own fencing Lease in each member).
+
+Each scanner is also run on a small source that breaks the rule, so that the checks can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "federator"
+
+_LOCATOR = re.compile(r"\bhub\.shared\b|\.shared\[|\bshared\.get\(|\bcontext\.shared\b")
+
+#: files that may create or delete member objects, and why
+MEMBER_WRITERS = {
+    "federator/controllers/dispatch.py": "dispatch: the only writer of member objects",
+    "federator/fencing/agent.py": "the fence agent runs inside the member and deletes what a deposed hub left",
+    "federator/fencing/hublease.py": "the hub's own fencing Lease in each member (not a workload object)",
+}
+#: where the member client itself lives (its methods are the calls counted here)
+_CLIENT_MODULE = "federator/clusters/client.py"
+_WRITES = frozenset({"create", "delete"})
+_CLIENT_NAME = re.compile(r"(^|\.)_?(member_)?client$")
+
+
+def locator_uses(source: str) -> list[int]:
+    """Lines of `source` that reach a shared dict of well-known names."""
+    return [number for number, line in enumerate(source.splitlines(), 1) if _LOCATOR.search(line)]
+
+
+def member_writes(source: str, *, filename: str = "<source>") -> list[tuple[int, str]]:
+    """(line, call) of every member create/delete in `source`: `<client>.create(...)`, `<client>.delete(...)`
+    and `delete_member_objects(...)`."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _WRITES and _CLIENT_NAME.search(ast.unparse(func.value)):
+            found.append((node.lineno, ast.unparse(func)))
+        elif isinstance(func, ast.Name) and func.id == "delete_member_objects":
+            found.append((node.lineno, func.id))
+        elif isinstance(func, ast.Attribute) and func.attr == "delete_member_objects":
+            found.append((node.lineno, ast.unparse(func)))
+    return found
+
+
+def _sources() -> list[tuple[str, str]]:
+    return [(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))
+            for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def test_no_controller_reaches_another_through_a_shared_dict() -> None:
+    offenders = [f"{name}:{line}" for name, source in _sources() for line in locator_uses(source)]
+    assert not offenders, ("a dict of well-known names instead of a typed part handed to the controller "
+                           f"(controllers/pipeline.py): {offenders}")
+
+
+def test_only_dispatch_creates_or_deletes_member_objects() -> None:
+    offenders: list[str] = []
+    seen: dict[str, int] = {}
+    for name, source in _sources():
+        if name == _CLIENT_MODULE or name.startswith("federator/sim/"):
+            continue  # the client itself; the simulator is a member, not the hub
+        writes = member_writes(source, filename=name)
+        seen[name] = len(writes)
+        if name not in MEMBER_WRITERS:
+            offenders += [f"{name}:{line}: {call}" for line, call in writes]
+    assert not offenders, f"member objects created or deleted outside dispatch: {offenders}"
+    assert seen["federator/controllers/dispatch.py"] >= 5  # the scanner sees dispatch's own writes
+
+
+def test_the_scanners_find_what_breaks_the_rules() -> None:
+    assert locator_uses("x = 1\nd = hub.shared.get('dispatcher')\ny = self._shared.get(key)\n") == [2]
+    assert locator_uses("objects = self.hub.context.shared['member_objects']\n") == [1]
+    source = (
+        "async def gc(client, self, objs):\n"
+        "    await client.delete(PODS, namespace='a', name='b')\n"
+        "    await self.client.create(PODS, {}, namespace='a')\n"
+        "    await self.storage.delete(rt, namespace='a', name='b')\n"
+        "    await delete_member_objects(client, objs, cluster='c')\n"
+        "    await client.get(PODS, namespace='a', name='b')\n"
+    )
+    assert [line for line, _ in member_writes(source)] == [2, 3, 5]
