@@ -71,7 +71,8 @@ objects 375 ms against 396 ms (ratio 0.88, 0.86-2.2); the hub 11 CPU ms per job,
 gang, both waiting for a CPU 93% of the burst: the members' own processes took 1.5 of the 2 cores during the
 hub's burst (kube-apiserver 0.95, kwok 0.2, etcd 0.15, kube-scheduler 0.13, controller-manager 0.08) and 1.6
 during the direct one. Per gang the members spent 57 CPU ms behind the hub against 28 behind the direct
-writer: every pod event also goes to the hub's two watches of pods (member sync's, status sync's). Memory:
+writer: at 4c90529 every pod event also went to the hub's two watches of pods (member sync's, status sync's;
+since issue 26 status sync follows member sync's one watch). Memory:
 an idle member ~530 MiB RSS (etcd 47, kube-apiserver 270, controller-manager 92, scheduler 64, kwok 55), one
 after a burst of 260 gangs ~880 MiB (kube-apiserver 510, etcd 110). On this 2-core, 23 GiB machine memory
 would hold ~20 idle members; CPU is the limit: two busy members already take most of both cores.
