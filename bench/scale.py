@@ -370,14 +370,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write every run's figures to FILE (bench/benchresult.py)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a bar is missed")
+    parser.add_argument("--members", choices=["sim", "kube"], default="sim",
+                        help="kube: REAL members with kwok nodes (bench/kubescale.py; one run, in this process; "
+                             "--clusters defaults to 2 and --nodes to 5000 there)")
+    parser.add_argument("--create-concurrency", type=int, default=32,
+                        help="--members kube: node creates in flight per member")
+    parser.add_argument("--node-lease-seconds", type=int, default=120,
+                        help="--members kube: kwok's node Lease duration (renewed every quarter of it)")
     parser.add_argument("--in-process-run", action="store_true", help=argparse.SUPPRESS)
+    given = set(argv if argv is not None else sys.argv[1:])
     args = parser.parse_args(argv)
+    if args.members == "kube":
+        if not any(a.startswith("--clusters") for a in given):
+            args.clusters = 2
+        if not any(a.startswith("--nodes") for a in given):
+            args.nodes = "5000"
+        if not any(a.startswith("--rate") for a in given):
+            args.rate = 100
     try:
         args.nodes = [int(n) for n in str(args.nodes).split(",")]
     except ValueError:
         parser.error(f"--nodes {args.nodes!r}: expected a number or a comma-separated list of numbers")
     if args.runs < 1 or args.clusters < 1 or min(args.nodes) < 1 or args.gangs < 1 or args.seconds <= 0:
         parser.error("--runs, --clusters, --nodes, --gangs and --seconds must be positive")
+    if args.members == "kube":
+        import kubescale
+
+        return kubescale.main(args)
     if args.in_process_run:
         args.trace = args.trace or _default_trace()
         result = asyncio.run(one_run(args))
