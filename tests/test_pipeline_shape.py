@@ -5,7 +5,9 @@
 - dispatch is the only code of the hub that creates or deletes member objects: a `create` or `delete`
   call on a member client (a receiver named `client`), or a call of dispatch's `delete_member_objects`,
   appears only in controllers/dispatch.py and in the fencing package (the member-side agent, and the
-  hub's own fencing Lease in each member).
+  hub's own fencing Lease in each member);
+- stored objects are read through the typed views of federator/apis/views.py (`Body(obj).uid`,
+  `.deleting`, `.labels`), never through a `(obj.get("metadata") or {})` chain.
 
 Each scanner is also run on a small source that breaks the rule, so that the checks can fail.
 """
@@ -32,6 +34,13 @@ _CLIENT_MODULE = "federator/clusters/client.py"
 _WRITES = frozenset({"create", "delete"})
 _CLIENT_NAME = re.compile(r"(^|\.)_?(member_)?client$")
 
+_METADATA_CHAIN = re.compile(r"""\.get\(\s*["']metadata["']\s*\)\s*or\s*\{\s*\}""")
+#: files that may hold a `.get("metadata") or {}` chain, and why
+METADATA_CHAINS_ALLOWED = {
+    "federator/apis/views.py": "the views themselves (their docstring names the chain they replace)",
+    "federator/apiserver/openapi.py": "a JSON schema's properties.metadata, not a stored object's metadata",
+}
+
 
 def locator_uses(source: str) -> list[int]:
     """Lines of `source` that reach a shared dict of well-known names."""
@@ -53,6 +62,11 @@ def member_writes(source: str, *, filename: str = "<source>") -> list[tuple[int,
         elif isinstance(func, ast.Attribute) and func.attr == "delete_member_objects":
             found.append((node.lineno, ast.unparse(func)))
     return found
+
+
+def metadata_chains(source: str) -> list[int]:
+    """Lines of `source` where a `.get("metadata") or {}` chain starts (it may run over two lines)."""
+    return [source.count("\n", 0, match.start()) + 1 for match in _METADATA_CHAIN.finditer(source)]
 
 
 def _sources() -> list[tuple[str, str]]:
@@ -80,6 +94,19 @@ def test_only_dispatch_creates_or_deletes_member_objects() -> None:
     assert seen["federator/controllers/dispatch.py"] >= 5  # the scanner sees dispatch's own writes
 
 
+def test_stored_objects_are_read_through_views() -> None:
+    offenders: list[str] = []
+    seen: dict[str, int] = {}
+    for name, source in _sources():
+        lines = metadata_chains(source)
+        seen[name] = len(lines)
+        if name not in METADATA_CHAINS_ALLOWED:
+            offenders += [f"{name}:{line}" for line in lines]
+    assert not offenders, ("a `.get(\"metadata\") or {}` chain instead of a typed view (Body/Meta, "
+                           f"federator/apis/views.py): {offenders}")
+    assert seen["federator/apis/views.py"] >= 1  # the scanner sees the chain views.py's docstring names
+
+
 def test_the_scanners_find_what_breaks_the_rules() -> None:
     assert locator_uses("x = 1\nd = hub.shared.get('dispatcher')\ny = self._shared.get(key)\n") == [2]
     assert locator_uses("objects = self.hub.context.shared['member_objects']\n") == [1]
@@ -92,3 +119,13 @@ def test_the_scanners_find_what_breaks_the_rules() -> None:
         "    await client.get(PODS, namespace='a', name='b')\n"
     )
     assert [line for line, _ in member_writes(source)] == [2, 3, 5]
+
+    chains = (
+        "uid = (job.get('metadata') or {}).get('uid')\n"
+        "meta = Body(job)\n"
+        "labels = (pod.get(\"metadata\")\n"
+        "          or {}).get('labels')\n"
+        "spec = job.get('spec') or {}\n"
+        "meta = obj.get( 'metadata' ) or { }\n"
+    )
+    assert metadata_chains(chains) == [1, 3, 6]

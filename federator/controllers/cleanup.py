@@ -51,6 +51,8 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from federator.apis.timestamps import parse_epoch
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import MemberClientError
 from federator.controllers.context import HubContext
@@ -65,7 +67,6 @@ from federator.controllers.jobs import (
     update_job_status,
     InFlight,
     job_ref,
-    parse_timestamp,
     reservations,
 )
 from federator.controllers.membercluster import MemberClusters
@@ -206,7 +207,7 @@ class JobFinalizer:
         unknown += sorted(registered - set(self.objects.clusters))
         if left or unknown:
             await self._say_terminating(job, left=left, unknown=unknown)
-            deleted_at = parse_timestamp((job.get("metadata") or {}).get("deletionTimestamp"))
+            deleted_at = parse_epoch(Body(job).deletion_timestamp)
             if deleted_at is None or time.time() - deleted_at < self.grace:
                 return False
             _log.warning("removing the cleanup finalizer although member objects may remain; the GC collects "
@@ -227,7 +228,7 @@ class JobFinalizer:
                    "it goes once none are left")
         if unknown:
             message += f"; waiting to hear from {', '.join(unknown)}"
-        current = next((c for c in (job.get("status") or {}).get("conditions") or ()
+        current = next((c for c in Body(job).status.get("conditions") or ()
                         if isinstance(c, dict) and c.get("type") == CONDITION_TERMINATING), None)
         if current is not None and current.get("status") == "True" and current.get("message") == message:
             return
@@ -235,7 +236,7 @@ class JobFinalizer:
         now = time.time()
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
-            if not (fresh.get("metadata") or {}).get("deletionTimestamp"):
+            if not Body(fresh).deleting:
                 return None
             changed = set_condition(fresh["status"], type=CONDITION_TERMINATING, state="True",
                                     reason=REASON_DELETING_MEMBER_OBJECTS, message=message, now=now)
@@ -254,11 +255,11 @@ class JobFinalizer:
 
     async def _remove_finalizer(self, namespace: str, name: str, uid: str) -> None:
         def mutate(job: dict[str, Any]) -> dict[str, Any] | None:
-            meta = job.get("metadata") or {}
-            finalizers = list(meta.get("finalizers") or ())
-            if meta.get("uid") != uid or MEMBER_CLEANUP_FINALIZER not in finalizers:
+            meta = Body(job)
+            finalizers = list(meta.finalizers)
+            if meta.uid != uid or MEMBER_CLEANUP_FINALIZER not in finalizers:
                 return None
-            meta["finalizers"] = [f for f in finalizers if f != MEMBER_CLEANUP_FINALIZER]
+            job["metadata"]["finalizers"] = [f for f in finalizers if f != MEMBER_CLEANUP_FINALIZER]
             return job
 
         try:
@@ -269,8 +270,8 @@ class JobFinalizer:
 
 
 def _deleting_with_finalizer(job: dict[str, Any]) -> bool:
-    meta = job.get("metadata") or {}
-    return bool(meta.get("deletionTimestamp")) and MEMBER_CLEANUP_FINALIZER in (meta.get("finalizers") or ())
+    meta = Body(job)
+    return meta.deleting and MEMBER_CLEANUP_FINALIZER in meta.finalizers
 
 
 # ---------------------------------------------------------------- GC and fence
@@ -283,9 +284,9 @@ def orphan_reason(obj: MemberObject, job: dict[str, Any] | None) -> str | None:
     to the finalizer path."""
     if obj.epoch is None or not obj.job_uid:
         return "unlabelled"
-    if job is None or (job.get("metadata") or {}).get("uid") != obj.job_uid:
+    if job is None or Body(job).uid != obj.job_uid:
         return "job-gone"
-    if (job.get("metadata") or {}).get("deletionTimestamp"):
+    if Body(job).deleting:
         return None
     cluster, epoch = current_placement(job)
     if obj.epoch < epoch:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from federator.apis.trainingjob import MAX_SCORE_PARTS, MAX_SCORE_ROWS
+from federator.apis.views import Body
 from federator.controllers.jobs import (
     PHASE_PENDING,
     PHASE_PLACED,
@@ -124,17 +125,19 @@ def score_rows(decision: Decision) -> list[dict[str, Any]]:
 
 def queued(job: Mapping[str, Any]) -> bool:
     """The job waits for a placement: Pending or Requeued (or no phase yet), not suspended, not being deleted."""
-    if (job.get("metadata") or {}).get("deletionTimestamp"):
+    body = Body(job)
+    if body.deleting:
         return False
     if phase_of(job) not in ELIGIBLE_PHASES:
         return False
-    return (job.get("spec") or {}).get("suspend") is not True
+    return body.spec.get("suspend") is not True
 
 
 def to_suspend(job: Mapping[str, Any]) -> bool:
     """A job waiting for a placement (not placed, not being deleted) whose spec says suspend, not yet shown
     as Suspended."""
-    if (job.get("metadata") or {}).get("deletionTimestamp") or (job.get("spec") or {}).get("suspend") is not True:
+    body = Body(job)
+    if body.deleting or body.spec.get("suspend") is not True:
         return False
     return phase_of(job) in (PHASE_PENDING, PHASE_REQUEUED)
 
@@ -169,7 +172,8 @@ class DecisionWriter:
         shrunk = ", ".join(s.describe() for s in decision.preemption.shrinks) if decision.preemption else ""
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
-            if (stored.get("metadata") or {}).get("deletionTimestamp") or (stored.get("spec") or {}).get("suspend"):
+            body = Body(stored)
+            if body.deleting or body.spec.get("suspend"):
                 return None
             if phase_of(stored) not in ELIGIBLE_PHASES:
                 return None  # someone placed or finished it meanwhile: never place twice
@@ -259,8 +263,7 @@ class DecisionWriter:
         signature = (reason, tuple((r["cluster"], r["filter"], r["reason"]) for r in rows),
                      unplaced.hold.cluster if unplaced.hold else None,
                      unplaced.preemption.victim_uids if unplaced.preemption else None)
-        status = job.get("status") or {}
-        stored_rows = (status.get("placement") or {}).get("whyNot")
+        stored_rows = (Body(job).status.get("placement") or {}).get("whyNot")
         already = self.unplaced_written.get(job_ref(job).uid)
         if already is not None and already[0] == signature and phase_of(job) != PHASE_SUSPENDED and (
                 stored_rows == rows or now - already[1] < self.unplaced_refresh_seconds):

@@ -70,6 +70,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
 
@@ -344,7 +345,7 @@ class Dispatcher:
             raise DispatchError(f"reading the job from the hub store: {e}") from None
         except StoreError as e:
             raise DispatchError(f"reading the job from the hub store: {e}") from None
-        if (stored.get("metadata") or {}).get("uid") != ref.uid:
+        if Body(stored).uid != ref.uid:
             raise DispatchError("the job was re-created", superseded=True)
         now_cluster, now_epoch = current_placement(stored)
         if (now_cluster, now_epoch) != (cluster, epoch):
@@ -417,7 +418,7 @@ class Dispatcher:
         """(cluster, epoch, objects still there) of a moved gang's previous copy (status.placement.previous,
         written by a drain or by a failed dispatch that could not clean up), or None when there is none to
         wait for: gone from the member's object index, or fenced by the hub's lease there."""
-        previous = ((job.get("status") or {}).get("placement") or {}).get("previous")
+        previous = (Body(job).status.get("placement") or {}).get("previous")
         if not isinstance(previous, Mapping):
             return None
         old_cluster, old_epoch = previous.get("cluster"), previous.get("epoch")
@@ -677,12 +678,12 @@ class Dispatcher:
             if time.monotonic() >= deadline:
                 raise DispatchError(f"{what}: a pod of an older epoch still holds the name after "
                                     f"{_STALE_WAIT_SECONDS:.0f}s")
-            if not (found.get("metadata") or {}).get("deletionTimestamp"):
+            if not Body(found).deleting:
                 _log.info("deleting an older epoch's object that holds the name", cluster=cluster,
                           object=f"{obj.kind} {obj.namespace}/{obj.name}", epoch=epoch)
                 try:
                     await client.delete(resource, namespace=obj.namespace, name=obj.name, grace_period_seconds=0,
-                                        precondition_uid=(found.get("metadata") or {}).get("uid"))
+                                        precondition_uid=Body(found).uid)
                 except MemberApiError as e:
                     if e.code not in (404, 409):
                         raise DispatchError(f"deleting the older epoch's {what}: {e}") from None
@@ -779,7 +780,7 @@ class Dispatcher:
         client = self.members.client(cluster)
         if index is None or not index.ready or client is None or not names:
             return 0
-        held = {str((pod.get("metadata") or {}).get("name")): pod for pod in index.gang(job_ref(job).uid, epoch)[1]}
+        held = {Body(pod).name: pod for pod in index.gang(job_ref(job).uid, epoch)[1]}
         going = [member_object(cluster, PODS, held[name]) for name in names if name in held]
         if not going:
             return 0
@@ -836,10 +837,10 @@ class Dispatcher:
             for item in listing.items:
                 if ownership_of(item, job_uid=ref.uid, epoch=epoch, hub_id=self._hub_id) is not Ownership.CURRENT:
                     continue
-                meta = item.get("metadata") or {}
+                meta = Body(item)
                 try:
-                    await client.delete(resource, namespace=ref.namespace, name=str(meta.get("name")),
-                                        grace_period_seconds=0, precondition_uid=meta.get("uid"))
+                    await client.delete(resource, namespace=ref.namespace, name=meta.name,
+                                        grace_period_seconds=0, precondition_uid=meta.uid)
                     deleted += 1
                 except MemberApiError as e:
                     if e.code not in (404, 409):
@@ -927,7 +928,7 @@ class Dispatcher:
         listing = await self.hub.storage.list(rt)
         placed = [job for job in listing.items if phase_of(job) == PHASE_PLACED
                   and current_placement(job)[0] is not None
-                  and not (job.get("metadata") or {}).get("deletionTimestamp")]
+                  and not Body(job).deleting]
         if not placed:
             return 0
         _log.info("re-dispatching placed jobs after a hub start", jobs=len(placed))

@@ -40,7 +40,8 @@ from dataclasses import replace
 from typing import Any
 
 from federator.apiserver.errors import ApiError
-from federator.apis.timestamps import format_time as rfc3339
+from federator.apis.timestamps import format_time
+from federator.apis.views import Body
 from federator.controllers.context import HubContext
 from federator.controllers.dispatch import Dispatcher
 from federator.controllers.jobcache import JobCache
@@ -84,12 +85,12 @@ def gangs_in(jobs: Mapping[str, Mapping[str, Any]], cluster: str) -> list[dict[s
     """The active gangs (Placed, Admitted, Running; not being deleted) placed in `cluster`, by key."""
     found = [dict(job) for job in jobs.values()
              if current_placement(job)[0] == cluster and phase_of(job) in ACTIVE_PHASES
-             and not (job.get("metadata") or {}).get("deletionTimestamp")]
+             and not Body(job).deleting]
     return sorted(found, key=lambda j: job_ref(j).key)
 
 
 def _previous_cluster(job: Mapping[str, Any]) -> str | None:
-    previous = ((job.get("status") or {}).get("placement") or {}).get("previous")
+    previous = (Body(job).status.get("placement") or {}).get("previous")
     cluster = previous.get("cluster") if isinstance(previous, Mapping) else None
     return cluster if isinstance(cluster, str) else None
 
@@ -146,7 +147,7 @@ def failover_plan(hub: HubContext, cluster: str, *, purpose: str = "loss", now: 
         })
     return {
         "apiVersion": hub.kind("MemberCluster").api_version, "kind": "FailoverPlan", "cluster": cluster,
-        "for": purpose, "generatedAt": rfc3339(now), "gangs": rows,
+        "for": purpose, "generatedAt": format_time(now), "gangs": rows,
         "movable": sum(1 for r in rows if r["target"] is not None),
         "unplaceable": sum(1 for r in rows if r["target"] is None
                            and (purpose == "drain" or r["onClusterLoss"] == "requeue")),
@@ -242,13 +243,13 @@ class ClusterDrain:
             phase = "Draining"
         status: dict[str, Any] = {"phase": phase, "gangs": total, "moved": self.moved.get(cluster, 0),
                                   "moving": moving, "remaining": remaining,
-                                  "startedAt": rfc3339(since)}
+                                  "startedAt": format_time(since)}
         if unplaceable:
             status["unplaceable"] = unplaceable[:_MAX_UNPLACEABLE_ROWS]
         if phase == "Complete":
             previous = self._written.get(cluster) or {}
             status["finishedAt"] = previous.get("finishedAt") if previous.get("phase") == "Complete" \
-                else rfc3339(now)
+                else format_time(now)
         await self._write_status(cluster, status)
 
     async def _move(self, job: Mapping[str, Any], decision: Decision, *, cluster: str) -> None:
@@ -263,7 +264,7 @@ class ClusterDrain:
             def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
                 if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
                     return None
-                if (fresh.get("metadata") or {}).get("deletionTimestamp"):
+                if Body(fresh).deleting:
                     return None
                 status = fresh["status"]
                 append_history(status, history_entry("Drained", cluster=cluster, epoch=epoch, message=message,
@@ -314,7 +315,7 @@ class ClusterDrain:
             return
 
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
-            status = dict(obj.get("status") or {})
+            status = dict(Body(obj).status)
             if status.get("drain") == drain or (drain is None and "drain" not in status):
                 return None
             if drain is None:

@@ -43,7 +43,9 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Set
 from typing import Any
 
+from federator.apis.timestamps import parse_epoch
 from federator.apis.trainingjob import HISTORY_RESIZED, placed_replicas
+from federator.apis.views import Body
 from federator.controllers.dispatch import crash_point
 from federator.controllers.jobs import (
     ACTIVE_PHASES,
@@ -54,7 +56,6 @@ from federator.controllers.jobs import (
     gang_request,
     history_entry,
     job_ref,
-    parse_timestamp,
     phase_of,
 )
 from federator.controllers.placement_ports import EventSink, JobStore, MemberViews, MemberWrites
@@ -115,10 +116,10 @@ class ElasticResizer:
         (status.replicas is always within each role's minimum and maximum); pods are named by role and
         index, so a pod created again is never a second copy."""
         cluster, epoch = current_placement(job)
-        status = job.get("status") or {}
-        recorded = status.get("replicas")
-        if cluster is None or phase_of(job) not in ACTIVE_PHASES or (job.get("metadata") or {}).get(
-                "deletionTimestamp") or not isinstance(recorded, Mapping) or dict(recorded) != placed_replicas(job):
+        body = Body(job)
+        recorded = body.status.get("replicas")
+        if cluster is None or phase_of(job) not in ACTIVE_PHASES or body.deleting \
+                or not isinstance(recorded, Mapping) or dict(recorded) != placed_replicas(job):
             return
         index = self.views.pods(cluster)
         if index is None:
@@ -130,8 +131,8 @@ class ElasticResizer:
             if view is None:
                 return
             role, number = view.role, view.index
-            phase = (pod.get("status") or {}).get("phase")
-            if (pod.get("metadata") or {}).get("deletionTimestamp") or phase in ("Succeeded", "Failed") \
+            member = Body(pod)
+            if member.deleting or member.phase in ("Succeeded", "Failed") \
                     or role not in recorded or number < 0:
                 return  # not settled (or not readable): leave it to its owner, look again next pass
             by_role.setdefault(role, []).append((number, pod))
@@ -139,7 +140,7 @@ class ElasticResizer:
         missing: dict[str, Mapping[str, str]] = {}
         for role, count in recorded.items():
             pods = sorted(by_role.get(role, ()), key=lambda item: item[0])
-            extra.extend(str((pod.get("metadata") or {}).get("name")) for _, pod in pods[count:][::-1])
+            extra.extend(Body(pod).name for _, pod in pods[count:][::-1])
             used = {number for number, _ in pods}
             free = (i for i in range(count + len(used)) if i not in used)
             for _ in range(count - len(pods)):
@@ -222,7 +223,7 @@ class ElasticResizer:
         try:
             def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
                 nonlocal message
-                if (stored.get("metadata") or {}).get("deletionTimestamp") or phase_of(stored) not in ACTIVE_PHASES \
+                if Body(stored).deleting or phase_of(stored) not in ACTIVE_PHASES \
                         or current_placement(stored) != (growth.cluster, epoch):
                     return None
                 before = placed_replicas(stored)
@@ -270,9 +271,9 @@ def _last_resized(job: Mapping[str, Any]) -> float | None:
     """When the job's gang last changed size at its current placement: its newest Placed or Resized entry
     of the current epoch (the grow pass's cooldown counts from it)."""
     _, epoch = current_placement(job)
-    for entry in reversed(list((job.get("status") or {}).get("history") or ())):
+    for entry in reversed(list(Body(job).status.get("history") or ())):
         if isinstance(entry, Mapping) and entry.get("event") in (PHASE_PLACED, HISTORY_RESIZED) \
                 and entry.get("epoch") == epoch:
-            return parse_timestamp(entry.get("time"))
+            return parse_epoch(entry.get("time"))
     return None
 

@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apiserver.errors import ApiError
-from federator.apis.timestamps import format_time as rfc3339
+from federator.apis.timestamps import format_time
+from federator.apis.views import Body
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import (
     ACTIVE_PHASES,
@@ -225,7 +226,7 @@ class ClusterFailover:
             if cluster is None or phase_of(job) not in ACTIVE_PHASES:
                 continue
             waiting += _waiting_for(job) is not None
-            if (job.get("metadata") or {}).get("deletionTimestamp"):
+            if Body(job).deleting:
                 continue  # the deletion finalizer handles it (and its grace for unreachable clusters)
             view = lost.get(cluster)
             if view is None:
@@ -262,7 +263,7 @@ class ClusterFailover:
         ref = job_ref(job)
         policy = failover_policy(job)
         cluster = view.cluster
-        since = rfc3339(view.first_loss)
+        since = format_time(view.first_loss)
         lost_message = f"cluster {cluster} lost: no contact since {since} (grace {view.grace:g}s)"
         outcome = ""
 
@@ -271,7 +272,7 @@ class ClusterFailover:
             status = fresh["status"]
             if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch):
                 return None
-            if (fresh.get("metadata") or {}).get("deletionTimestamp"):
+            if Body(fresh).deleting:
                 return None
             requeues = int(status.get("requeues") or 0)
             limit = _max_requeues(fresh)
@@ -359,14 +360,14 @@ class ClusterFailover:
 
 
 def _max_requeues(job: Mapping[str, Any]) -> int:
-    failover = (job.get("spec") or {}).get("failover") or {}
+    failover = Body(job).spec.get("failover") or {}
     value = failover.get("maxRequeues") if isinstance(failover, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 3
 
 
 def _waiting_for(job: Mapping[str, Any]) -> str | None:
     """The cluster a `wait` job waits for (its WaitingForCluster condition is True), else None."""
-    for condition in (job.get("status") or {}).get("conditions") or ():
+    for condition in Body(job).status.get("conditions") or ():
         if isinstance(condition, Mapping) and condition.get("type") == CONDITION_WAITING \
                 and condition.get("status") == "True":
             cluster, _ = current_placement(job)

@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from federator.apis.views import Body
 from federator.controllers.context import HubContext
 from federator.controllers.loops import background_loop, watch_hub_kind
 from federator.obs import get_logger
@@ -57,8 +58,8 @@ class JobCache:
         return self.jobs.get(uid)
 
     def _set(self, job: dict[str, Any]) -> None:
-        uid = (job.get("metadata") or {}).get("uid")
-        if isinstance(uid, str) and uid:
+        uid = Body(job).uid
+        if uid:
             self.jobs[uid] = job
             self._tell(uid, job)
 
@@ -88,7 +89,7 @@ class JobCache:
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
-            self._drop(str((obj.get("metadata") or {}).get("uid") or ""))
+            self._drop(Body(obj).uid)
         elif kind in ("ADDED", "MODIFIED"):
             self._set(obj)
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apis.common import dns1123_label_errors
+from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.errors import ApiError
 from federator.apiserver.podlog import LogOptions, log_query
@@ -125,7 +126,7 @@ async def _sources(client: MemberClient, job: Mapping[str, Any], *, cluster: str
     for pod in await current_pods(client, job, cluster=cluster, epoch=epoch):
         at = pod_slot(pod)
         if at is not None:
-            pods[at] = str((pod.get("metadata") or {}).get("name") or "")
+            pods[at] = Body(pod).name
     found = [LogSource(role=r, index=i, pod=pods[(r, i)], namespace=ref.namespace) for r, i in wanted
              if (r, i) in pods]
     if not found:

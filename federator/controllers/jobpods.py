@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from federator.apis.trainingjob import placed_replicas
+from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClient, MemberClientError
@@ -48,7 +49,7 @@ def job_roles(job: Mapping[str, Any]) -> list[tuple[str, int]]:
     elastic gang's status.replicas, else the spec's replicas)."""
     placed = placed_replicas(job)
     found: list[tuple[str, int]] = []
-    for role in (job.get("spec") or {}).get("roles") or ():
+    for role in Body(job).spec.get("roles") or ():
         if isinstance(role, Mapping) and isinstance(role.get("name"), str):
             replicas = placed.get(role["name"])
             found.append((role["name"], replicas if replicas is not None and replicas > 0 else 1))
@@ -57,7 +58,7 @@ def job_roles(job: Mapping[str, Any]) -> list[tuple[str, int]]:
 
 def pod_slot(pod: Mapping[str, Any]) -> tuple[str, int] | None:
     """The (role, index) a member pod fills, from the labels the hub put on it; None when it has none."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = Body(pod).labels
     role, raw = labels.get(LABEL_ROLE), labels.get(LABEL_INDEX)
     if not isinstance(role, str) or not isinstance(raw, str) or not raw.isascii() or not raw.isdigit() \
             or len(raw) > 9:
@@ -88,7 +89,7 @@ async def job_member(hub: HubContext, cluster: str) -> AsyncIterator[MemberClien
         if e.code == 404:
             raise errors.service_unavailable(f"cluster {cluster} is no longer registered with the hub") from None
         raise
-    connection = (registered.get("spec") or {}).get("connection") or {}
+    connection = Body(registered).spec.get("connection") or {}
     try:
         client = await MemberClient.from_connection(connection, cluster=cluster)
     except MemberClientError as e:
@@ -122,19 +123,19 @@ def _text(value: Any, limit: int) -> str | None:
 
 
 def _pod_row(pod: Mapping[str, Any], role: str, index: int) -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    body = Body(pod)
+    status = body.status
     conditions = status.get("conditions") or ()
     ready = any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
                 for c in conditions)
     restarts = sum(cs["restartCount"] for cs in status.get("containerStatuses") or ()
                    if isinstance(cs, Mapping) and type(cs.get("restartCount")) is int and cs["restartCount"] >= 0)
-    row: dict[str, Any] = {"name": _text(meta.get("name"), 253) or "", "role": role, "index": index,
-                           "phase": _text(status.get("phase"), 64) or "Unknown", "ready": ready,
+    row: dict[str, Any] = {"name": _text(body.name, 253) or "", "role": role, "index": index,
+                           "phase": _text(body.phase, 64) or "Unknown", "ready": ready,
                            "restarts": restarts}
-    for key, value in (("node", _text(spec.get("nodeName"), 253)), ("startTime", _text(status.get("startTime"), 64)),
-                       ("deletionTimestamp", _text(meta.get("deletionTimestamp"), 64))):
+    for key, value in (("node", _text(body.spec.get("nodeName"), 253)),
+                       ("startTime", _text(status.get("startTime"), 64)),
+                       ("deletionTimestamp", _text(body.deletion_timestamp, 64))):
         if value is not None:
             row[key] = value
     return row

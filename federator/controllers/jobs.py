@@ -47,6 +47,7 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.apis.timestamps import format_time, parse_epoch
 from federator.apis.trainingjob import placed_replicas
+from federator.apis.views import Body
 from federator.controllers.context import HubContext
 from federator.controllers.reservations import ReservationLedger
 from federator.controllers.settings import DEFAULT_HUB_ID
@@ -97,7 +98,6 @@ __all__ = [
     "hub_id",
     "job_ref",
     "member_client",
-    "parse_timestamp",
     "phase_of",
     "placed_at",
     "placed_gang",
@@ -109,7 +109,6 @@ __all__ = [
     "reservations",
     "set_condition",
     "set_phase",
-    "timestamp",
     "update_job_status",
 ]
 
@@ -156,11 +155,6 @@ GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator=TolerationOperator.EX
 # ---------------------------------------------------------------- time
 
 
-# the names this package has used: seconds since the epoch to and from RFC 3339 (federator.apis.timestamps)
-timestamp = format_time
-parse_timestamp = parse_epoch
-
-
 # ---------------------------------------------------------------- identity
 
 
@@ -176,9 +170,8 @@ class JobRef:
 
 
 def job_ref(job: Mapping[str, Any]) -> JobRef:
-    meta = job.get("metadata") or {}
-    return JobRef(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
-                  uid=str(meta.get("uid") or ""))
+    meta = Body(job)
+    return JobRef(namespace=meta.namespace, name=meta.name, uid=meta.uid)
 
 
 def hub_id(hub: HubContext) -> str:
@@ -191,7 +184,7 @@ def hub_id(hub: HubContext) -> str:
 
 def current_placement(job: Mapping[str, Any]) -> tuple[str | None, int]:
     """(cluster, epoch) of the job's current placement; cluster None when not placed."""
-    placement = ((job.get("status") or {}).get("placement")) or {}
+    placement = Body(job).status.get("placement") or {}
     cluster = placement.get("cluster")
     epoch = placement.get("epoch")
     return (cluster if isinstance(cluster, str) and cluster else None,
@@ -200,33 +193,32 @@ def current_placement(job: Mapping[str, Any]) -> tuple[str | None, int]:
 
 def placed_at(job: Mapping[str, Any], *, epoch: int) -> float | None:
     """When the job was placed at `epoch`: the newest "Placed" history entry of that epoch."""
-    history = ((job.get("status") or {}).get("history")) or ()
+    history = Body(job).status.get("history") or ()
     for entry in reversed(list(history)):
         if isinstance(entry, Mapping) and entry.get("event") == PHASE_PLACED and entry.get("epoch") == epoch:
-            return parse_timestamp(entry.get("time"))
+            return parse_epoch(entry.get("time"))
     return None
 
 
 def queued_at(job: Mapping[str, Any]) -> float | None:
     """When the job last entered the placement queue as its status tells: its newest "Requeued" history
     entry, else its creation (whole seconds: for a queue entry this process did not see happen)."""
-    history = ((job.get("status") or {}).get("history")) or ()
+    history = Body(job).status.get("history") or ()
     for entry in reversed(list(history)):
         if isinstance(entry, Mapping) and entry.get("event") == PHASE_REQUEUED:
-            return parse_timestamp(entry.get("time"))
-    return parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+            return parse_epoch(entry.get("time"))
+    return parse_epoch(Body(job).creation_timestamp)
 
 
 def failover_policy(job: Mapping[str, Any]) -> str:
     """The job's spec.failover.onClusterLoss: requeue (the default), fail or wait."""
-    failover = (job.get("spec") or {}).get("failover") or {}
+    failover = Body(job).spec.get("failover") or {}
     policy = failover.get("onClusterLoss") if isinstance(failover, Mapping) else None
     return policy if policy in ("requeue", "fail", "wait") else "requeue"
 
 
 def phase_of(job: Mapping[str, Any]) -> str:
-    phase = (job.get("status") or {}).get("phase")
-    return phase if isinstance(phase, str) and phase else PHASE_PENDING
+    return Body(job).phase or PHASE_PENDING
 
 
 # ---------------------------------------------------------------- TrainingJob -> GangRequest
@@ -259,12 +251,12 @@ def _toleration(raw: Mapping[str, Any]) -> Toleration:
 
 def excluded_clusters(job: Mapping[str, Any], *, now: float) -> dict[str, float]:
     """status.placement.excludedClusters still in force at `now`: cluster -> until (seconds)."""
-    placement = ((job.get("status") or {}).get("placement")) or {}
+    placement = Body(job).status.get("placement") or {}
     out: dict[str, float] = {}
     for item in placement.get("excludedClusters") or ():
         if not isinstance(item, Mapping):
             continue
-        cluster, until = item.get("cluster"), parse_timestamp(item.get("until"))
+        cluster, until = item.get("cluster"), parse_epoch(item.get("until"))
         if isinstance(cluster, str) and cluster and until is not None and until > now:
             out[cluster] = max(until, out.get(cluster, until))
     return out
@@ -312,7 +304,7 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
     for key in conflicting:
         node_selector.pop(key, None)
     placement = spec.get("placement") or {}
-    created = parse_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+    created = parse_epoch(Body(job).creation_timestamp)
     priority = spec.get("priority", 0)
     queue = spec.get("queue")
     return GangRequest(
@@ -363,7 +355,7 @@ def record_placed_size(status: dict[str, Any], decision: Decision) -> str:
 
 
 def history_entry(event: str, *, cluster: str | None, epoch: int | None, message: str, now: float) -> dict[str, Any]:
-    entry: dict[str, Any] = {"time": timestamp(now), "event": event, "message": message[:4096]}
+    entry: dict[str, Any] = {"time": format_time(now), "event": event, "message": message[:4096]}
     if cluster:
         entry["cluster"] = cluster
     if epoch is not None:
@@ -390,12 +382,12 @@ def set_condition(
                     state, reason, message[:32768]):
                 return False
             if condition.get("status") != state:
-                condition["lastTransitionTime"] = timestamp(now)
+                condition["lastTransitionTime"] = format_time(now)
             condition.update(status=state, reason=reason, message=message[:32768])
             status["conditions"] = conditions
             return True
     conditions.append({"type": type, "status": state, "reason": reason, "message": message[:32768],
-                       "lastTransitionTime": timestamp(now)})
+                       "lastTransitionTime": format_time(now)})
     status["conditions"] = conditions
     return True
 
@@ -417,7 +409,7 @@ def set_phase(
         return False
     status["phase"] = phase
     _log.info("job phase", job=job, cluster=cluster, phase=phase, previous=previous, reason=reason,
-              message=message[:256], at=timestamp(now))
+              message=message[:256], at=format_time(now))
     return True
 
 
@@ -434,8 +426,8 @@ def requeue(
     if exclude_until is not None and isinstance(cluster, str) and cluster:
         kept = [e for e in placement.get("excludedClusters") or ()
                 if isinstance(e, Mapping) and e.get("cluster") != cluster
-                and (parse_timestamp(e.get("until")) or 0) > now]
-        kept.append({"cluster": cluster, "until": timestamp(math.ceil(exclude_until))})
+                and (parse_epoch(e.get("until")) or 0) > now]
+        kept.append({"cluster": cluster, "until": format_time(math.ceil(exclude_until))})
         placement["excludedClusters"] = kept
     placement.pop("cluster", None)
     placement.pop("decisionResourceVersion", None)
@@ -472,7 +464,7 @@ async def update_job_status(
     and the stored job is another object of the same name.
     """
     def guarded(job: dict[str, Any]) -> dict[str, Any] | None:
-        if uid is not None and (job.get("metadata") or {}).get("uid") != uid:
+        if uid is not None and Body(job).uid != uid:
             return None
         job.setdefault("status", {})
         return mutate(job)

@@ -20,6 +20,7 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import ResourceType
 from federator.clusters.reflector import Backoff
@@ -56,7 +57,7 @@ async def watch_hub_kind(
             async for event in hub.storage.watch(rt, resource_version=rv):
                 attempt = 0
                 obj = event.object
-                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                rv = Body(obj).resource_version or rv
                 apply(event.type, obj)
             rv = None  # the storage closed the watch: list again
         except (ApiError, StoreError) as e:

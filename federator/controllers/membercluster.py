@@ -37,6 +37,7 @@ import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
 from federator.clusters.client import ClientTimeouts, MemberClient
@@ -236,7 +237,7 @@ class MemberSyncController:
                 async for event in self.hub.storage.watch(self.rt, resource_version=rv):
                     attempt = 0
                     obj = event.object
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    rv = Body(obj).resource_version or rv
                     if event.type == "DELETED":
                         await self._remove(obj["metadata"]["name"], uid=obj["metadata"].get("uid"))
                     elif event.type in ("ADDED", "MODIFIED"):
@@ -261,10 +262,10 @@ class MemberSyncController:
                 await asyncio.sleep(delay)
 
     async def _upsert(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name, uid = meta.get("name"), meta.get("uid", "")
+        meta = Body(obj)
+        name, uid = meta.name, meta.uid
         spec = obj.get("spec")
-        if not isinstance(name, str) or not isinstance(spec, Mapping):
+        if not name or not isinstance(spec, Mapping):
             return
         current = self.syncs.get(name)
         if current is not None:
@@ -358,17 +359,17 @@ class MemberSyncController:
         lost_before: list[Any] = [None]
 
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
-            meta = obj.get("metadata") or {}
-            if meta.get("uid") != sync.uid:
+            meta = Body(obj)
+            if meta.uid != sync.uid:
                 return None  # a different object of the same name: its own sync writes it
             lost_before[0] = _condition(obj, "Lost")
-            merged = dict(obj.get("status") or {})
+            merged = dict(meta.status)
             for key in ("firstLossOfContact", "lastSyncTime", "capacity", "datasetsSeen"):
                 if key not in status:
                     merged.pop(key, None)
             merged.update(status)
-            generation = meta.get("generation")
-            if isinstance(generation, int):
+            generation = meta.generation
+            if generation:  # the store numbers generations from 1
                 merged["observedGeneration"] = generation
             if merged == obj.get("status"):
                 return None
@@ -393,7 +394,7 @@ class MemberSyncController:
 
 
 def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    for condition in ((obj or {}).get("status") or {}).get("conditions") or ():
+    for condition in Body(obj).status.get("conditions") or ():
         if isinstance(condition, dict) and condition.get("type") == type_:
             return condition
     return None

@@ -52,6 +52,7 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.controllers.context import HubContext
 from federator.controllers.decisions import (CONDITION_QUOTA_RESERVED, REASON_NAMESPACE_NOT_IN_QUEUE, SCHEDULABLE,
@@ -234,8 +235,7 @@ class PlacementController:
             return False
         self.jobs[uid] = job
         self._count(uid, phase_of(job))
-        if phase_of(job) in ACTIVE_PHASES and current_placement(job)[0] is not None and not (
-                job.get("metadata") or {}).get("deletionTimestamp"):
+        if phase_of(job) in ACTIVE_PHASES and current_placement(job)[0] is not None and not Body(job).deleting:
             self.active.add(uid)
         else:
             self.active.discard(uid)
@@ -302,7 +302,7 @@ class PlacementController:
     def _eligible(self, job: Mapping[str, Any], *, now: float) -> bool:
         if not _queued(job):
             return False
-        uid = str((job.get("metadata") or {}).get("uid") or "")
+        uid = Body(job).uid
         if uid in self.inflight:
             return False
         return self.dispatcher.retries.not_before(uid) <= now

@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from federator.apis.trainingjob import HISTORY_RESIZED, placed_replicas
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, SCHEDULABLE, queued
 from federator.controllers.dispatch import crash_point
@@ -190,7 +191,7 @@ class Evictor:
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             nonlocal message
-            if (stored.get("metadata") or {}).get("deletionTimestamp") or phase_of(stored) not in ACTIVE_PHASES \
+            if Body(stored).deleting or phase_of(stored) not in ACTIVE_PHASES \
                     or current_placement(stored) != (cluster, epoch):
                 return None  # finished, deleted or moved meanwhile: its room is freed anyway
             before = placed_replicas(stored)
@@ -247,7 +248,7 @@ class Evictor:
                    f"and the job is queued again")
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
-            if (stored.get("metadata") or {}).get("deletionTimestamp") or phase_of(stored) not in ACTIVE_PHASES \
+            if Body(stored).deleting or phase_of(stored) not in ACTIVE_PHASES \
                     or current_placement(stored) != (cluster, epoch):
                 return None  # finished, deleted or moved meanwhile: not this decision's to evict
             status = stored["status"]

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from federator.apis.trainingjob import placed_replicas
+from federator.apis.views import Body
 from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, REASON_BORROWED
 from federator.controllers.jobs import (PHASE_PLACED, current_placement, gang_request, job_ref, phase_of, placed_at,
                                         placed_gang)
@@ -68,7 +69,7 @@ _log = get_logger("controllers.placement")
 
 def resource_version_of(job: Mapping[str, Any]) -> int:
     try:
-        return int((job.get("metadata") or {}).get("resourceVersion") or 0)
+        return int(Body(job).resource_version or 0)
     except ValueError:
         return 0
 
@@ -235,7 +236,7 @@ class QueueAccounting:
         return views
 
     def gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
-        generation = (job.get("metadata") or {}).get("generation")
+        generation = Body(job).generation
         cached = self.gang_cache.get(uid)
         if cached is not None and cached[0] == generation:
             return cached[1]
@@ -383,7 +384,7 @@ class QueueAccounting:
         usage = result.usage if result is not None and result.usage else QuotaLedger(queues, running).usage()
         pending: dict[str, int] = {}
         for uid in self.queued:
-            queue = ((self.jobs[uid].get("spec") or {}).get("queue"))
+            queue = Body(self.jobs[uid]).spec.get("queue")
             if isinstance(queue, str) and queue:
                 pending[queue] = pending.get(queue, 0) + 1
         blocked: dict[str, list[str]] = {}
@@ -395,12 +396,12 @@ class QueueAccounting:
             obj = self.queues.objects.get(name)
             if obj is None:
                 continue
-            generation = (obj.get("metadata") or {}).get("generation")
+            generation = Body(obj).generation
             waiting = blocked.get(name, [])
             self.queue_status.want(name, queue_status(
                 self.queue_status.stored_status(name), usage=usage.get(name), pending=pending.get(name, 0),
                 waiting_for_quota=len(waiting), head_block=waiting[0] if waiting else "",
-                generation=generation if type(generation) is int else None, now=now))
+                generation=generation or None, now=now))
 
 
 def _pod_amounts(pods: tuple[RunningPod, ...]) -> dict[str, Resources]:
@@ -414,7 +415,7 @@ def _pod_amounts(pods: tuple[RunningPod, ...]) -> dict[str, Resources]:
 
 def _borrowed(job: Mapping[str, Any]) -> bool:
     """Whether the job's placement runs on quota its queue borrowed (its QuotaReserved condition says so)."""
-    for condition in (job.get("status") or {}).get("conditions") or ():
+    for condition in Body(job).status.get("conditions") or ():
         if isinstance(condition, Mapping) and condition.get("type") == CONDITION_QUOTA_RESERVED:
             return condition.get("status") == "True" and condition.get("reason") == REASON_BORROWED
     return False

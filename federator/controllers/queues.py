@@ -32,6 +32,7 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import ResourceType
 from federator.apis.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_millicores
+from federator.apis.views import Body
 from federator.controllers.context import HUB_API_VERSION, HubContext
 from federator.controllers.jobs import set_condition
 from federator.controllers.loops import watch_hub_kind
@@ -67,7 +68,6 @@ def _amounts(raw: Any, *, what: str) -> QuotaAmounts:
 
 def queue_quota(obj: Mapping[str, Any]) -> QueueQuota:
     """A stored Queue as placement's QueueQuota; ValueError (or TypeError) naming the field when it cannot be."""
-    meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         raise ValueError("spec is missing")
@@ -79,7 +79,7 @@ def queue_quota(obj: Mapping[str, Any]) -> QueueQuota:
     if isinstance(weight, bool) or not isinstance(weight, int | float):
         raise ValueError(f"spec.weight must be a number, got {weight!r}")
     return QueueQuota(
-        name=str(meta.get("name") or ""),
+        name=Body(obj).name,
         nominal=_amounts(spec.get("quota"), what="spec.quota"),
         cohort=str(spec.get("cohort") or ""),
         borrowing_limit=None if limit is None else _amounts(limit, what="spec.borrowingLimit"),
@@ -110,7 +110,7 @@ class QueueCache:
                 try:
                     built[name] = queue_quota(obj)
                 except (ValueError, TypeError) as e:
-                    key = (name, str((obj.get("metadata") or {}).get("resourceVersion") or ""))
+                    key = (name, Body(obj).resource_version)
                     if key not in self._unreadable:
                         self._unreadable.add(key)
                         _log.error("a Queue cannot be read; its jobs wait as if it did not exist", queue=name,
@@ -124,8 +124,8 @@ class QueueCache:
             self.on_change()
 
     def _set(self, obj: dict[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name")
-        if isinstance(name, str) and name:
+        name = Body(obj).name
+        if name:
             old = self.objects.get(name)
             self.objects[name] = obj
             # a status write of ours changes nothing placement reads
@@ -151,7 +151,7 @@ class QueueCache:
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
-            self._drop(str((obj.get("metadata") or {}).get("name") or ""))
+            self._drop(Body(obj).name)
         elif kind in ("ADDED", "MODIFIED"):
             self._set(obj)
 
@@ -165,7 +165,7 @@ class QueueCache:
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
+    return Body(obj).uid
 
 
 def _resources(amounts: QuotaAmounts) -> dict[str, Any] | None:
@@ -275,7 +275,7 @@ class QueueStatusWriter:
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
             nonlocal uid
             uid = _uid(obj)
-            if self._comparable(obj.get("status") or {}) == self._comparable(status):
+            if self._comparable(Body(obj).status) == self._comparable(status):
                 return None
             obj["status"] = status
             return obj

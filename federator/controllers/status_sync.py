@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import MemberClientError
 from federator.controllers.context import HubContext
@@ -158,8 +159,8 @@ def _deleting(job: Mapping[str, Any]) -> bool:
 
 def objects_missing(job: Mapping[str, Any], gs: GangStatus) -> bool:
     """The gang's objects are gone from its member after it was admitted (and it has not finished)."""
-    phase = (job.get("status") or {}).get("phase")
-    current = phase if isinstance(phase, str) and phase in _PHASE_RANK else PHASE_PLACED
+    phase = Body(job).phase
+    current = phase if phase in _PHASE_RANK else PHASE_PLACED
     return gs.phase is GangPhase.PLACED and _PHASE_RANK[current] >= _PHASE_RANK[PHASE_ADMITTED] \
         and gs.reason in _MISSING_REASONS and current not in TERMINAL_PHASES
 
@@ -473,7 +474,7 @@ class StatusSync:
             self._job_views.pop(uid, None)
             self._shrunk.pop(uid, None)
             return
-        view = ((job.get("status") or {}).get("phase"), *current_placement(job))
+        view = (Body(job).phase, *current_placement(job))
         if self._job_views.get(uid) != view:
             self._job_views[uid] = view
             self.work.mark((uid,))
@@ -505,7 +506,7 @@ class StatusSync:
                 # Now and then every active job, e.g. one whose cluster's index became ready meanwhile.
                 last_full = now
                 dirty.update(uid for uid, job in list(self.jobs.jobs.items())
-                             if (job.get("status") or {}).get("phase") in ACTIVE_PHASES)
+                             if Body(job).phase in ACTIVE_PHASES)
             share = LoopSlice()
             for uid in dirty:
                 await share.maybe_yield()
@@ -650,7 +651,7 @@ class StatusSync:
         job = self.jobs.get(uid)
         if job is None:
             return
-        phase = (job.get("status") or {}).get("phase")
+        phase = Body(job).phase
         cluster, epoch = current_placement(job)
         if phase not in ACTIVE_PHASES or cluster is None or uid in self.pulling_back or _deleting(job):
             # A job being deleted loses its member objects on purpose (cleanup.py): that is no failure, and
@@ -699,7 +700,7 @@ class StatusSync:
         ref = job_ref(job)
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
-            fresh_phase = (fresh.get("status") or {}).get("phase")
+            fresh_phase = Body(fresh).phase
             if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or _deleting(fresh):
                 return None  # the job moved on (requeued, another epoch, deleted) since we looked
             if watched is None:

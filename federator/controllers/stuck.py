@@ -38,6 +38,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.timestamps import format_time
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.controllers.context import HubContext
 from federator.controllers.dispatch import Dispatcher
@@ -49,12 +51,10 @@ from federator.controllers.jobs import (
     current_placement,
     history_entry,
     job_ref,
-    parse_timestamp,
     placed_at,
     requeue,
     reservations,
     set_condition,
-    timestamp,
     update_job_status,
 )
 from federator.controllers.memberobjects import MemberObjects
@@ -107,9 +107,10 @@ class StuckGangs:
             if uid in self.pulling:
                 await self._continue(uid, job, now=now)
                 continue
-            if (job.get("status") or {}).get("phase") != PHASE_PLACED or cluster is None:
+            body = Body(job)
+            if body.phase != PHASE_PLACED or cluster is None:
                 continue
-            if (job.get("metadata") or {}).get("deletionTimestamp"):
+            if body.deleting:
                 continue  # the finalizer deletes it anyway
             seen.add((uid, epoch))
             since = placed_at(job, epoch=epoch) or self.first_seen.setdefault((uid, epoch), now)
@@ -160,8 +161,7 @@ class StuckGangs:
     async def _continue(self, uid: str, job: dict[str, Any], *, now: float) -> None:
         pull = self.pulling[uid]
         ref = job_ref(job)
-        if (job.get("status") or {}).get("phase") != PHASE_PLACED or current_placement(job) != (pull.cluster,
-                                                                                                 pull.epoch):
+        if Body(job).phase != PHASE_PLACED or current_placement(job) != (pull.cluster, pull.epoch):
             del self.pulling[uid]  # someone else moved it on (deleted, failed over): nothing left to do
             return
         index = self.objects.get(pull.cluster)
@@ -173,7 +173,7 @@ class StuckGangs:
             return
         until = now + self.exclusion
         deleted_message = f"the gang's member objects of epoch {pull.epoch} are gone from cluster {pull.cluster}"
-        excluded_message = f"cluster {pull.cluster} excluded for this job until {timestamp(until)}"
+        excluded_message = f"cluster {pull.cluster} excluded for this job until {format_time(until)}"
 
         def pull_back(fresh: dict[str, Any]) -> dict[str, Any] | None:
             status = fresh["status"]
@@ -196,7 +196,7 @@ class StuckGangs:
         del self.pulling[uid]
         self.pulled_back += 1
         _log.info("gang pulled back and requeued", job=ref.key, cluster=pull.cluster, epoch=pull.epoch,
-                  excluded_until=timestamp(until))
+                  excluded_until=format_time(until))
 
 
 async def _loop(hub: HubContext, stuck: StuckGangs) -> None:

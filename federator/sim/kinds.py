@@ -1550,7 +1550,7 @@ async def bind_pod(storage: Any, *, namespace: str, pod_name: str, binding: JSON
             node_obj = await storage.get(NODES, namespace=None, name=node)
         except ApiError:
             node_obj = {}
-        node_labels = (node_obj.get("metadata") or {}).get("labels") or {}
+        node_labels = Body(node_obj).labels
         topology = {k: v for k, v in node_labels.items() if k in _POD_TOPOLOGY_LABELS and isinstance(v, str)}
 
     if dry_run:

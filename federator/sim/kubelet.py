@@ -318,6 +318,8 @@ class Kubelet:
         self._gpu_checks: set[str] = set()
         #: pod uid -> monotonic time this kubelet started it (precise run times)
         self._started: dict[str, float] = {}
+        #: pod uid -> when its pending _FINISH timer is due (to bring it forward when the end moves earlier)
+        self._finish_due: dict[str, float] = {}
 
     # ------------------------------------------------------------ cache
 
@@ -328,6 +330,17 @@ class Kubelet:
         self._seq += 1
         heapq.heappush(self._heap, (due, self._seq, action, pod.key, pod.uid))
         self._wake.set()
+
+    def _push_finish(self, due: float, pod: _Pod) -> None:
+        """The pod's end timer; brought forward when its end moved earlier, e.g. a
+        `sim.federator.dev/fail-after-seconds` annotated on a running pod (a kwok stage fails it then; seen by
+        e2e/kube/test_same_scenario.py). The later timer, when it fires, finds the pod finished."""
+        prior = self._finish_due.get(pod.uid)
+        if prior is not None and due < prior:
+            pod.scheduled.discard(_FINISH)
+        if _FINISH not in pod.scheduled:
+            self._finish_due[pod.uid] = due
+        self._push(due, _FINISH, pod)
 
     def apply_node(self, obj: Mapping[str, Any]) -> None:
         node = Body(obj)
@@ -425,6 +438,7 @@ class Kubelet:
         pod = self.pods.pop(key, None)
         if pod is not None:
             self._started.pop(pod.uid, None)
+            self._finish_due.pop(pod.uid, None)
             keys = self.by_node.get(pod.node)
             if keys is not None:
                 keys.discard(key)
@@ -477,7 +491,7 @@ class Kubelet:
                     if pod.started_at is not None:
                         elapsed = max(0.0, (datetime.now(UTC) - pod.started_at).total_seconds())
                     due = now + max(0.0, end[0] - elapsed)
-                self._push(due, _FINISH, pod)
+                self._push_finish(due, pod)
 
     # ------------------------------------------------------------ informers
 
@@ -489,6 +503,7 @@ class Kubelet:
         self.node_uid.clear()
         self.node_gpus.clear()
         self._heap.clear()
+        self._finish_due.clear()
         self._lost_nodes.clear()
         self._gpu_checks.clear()
         nodes = await self.storage.list(self.nodes_rt)
@@ -634,7 +649,7 @@ class Kubelet:
                     end = self._run_seconds(pod)
                     started = self._started.get(pod.uid)
                     if end is not None and started is not None and time.monotonic() < started + end[0]:
-                        self._push(started + end[0], _FINISH, pod)  # set for a run its containers restarted from
+                        self._push_finish(started + end[0], pod)  # set for a run its containers restarted from
                     elif end is not None:
                         await self._finish(pod, failed=end[1])
             except ApiError as e:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -532,6 +533,25 @@ NATIVE_WAITING = ("pod group is unschedulable, waiting for minCount pods from a 
                   "plugins asked to wait and no plugin rejected pod")
 
 
+_FIT_ERROR = re.compile(r"^0/(\d+) nodes are available: (.*)\.$")
+
+
+def _with_postfilter(why: str) -> str:
+    """kube-scheduler's FitError with what its PostFilter plugins add (v1.36, seen on a real member): the DRA
+    plugin's "no new claims to deallocate", then default preemption's verdict. Only where every node failed
+    for resources (preemption could help in principle, and the simulator's gangs find no lower-priority
+    victims); a FitError with other reasons is left as it was (docs/simulator-fidelity.md)."""
+    match = _FIT_ERROR.match(why)
+    if match is None:
+        return why
+    nodes, reasons = match.group(1), match.group(2).split(", ")
+    if not all(r.split(" ", 1)[1] == "Too many pods" or r.split(" ", 1)[1].startswith("Insufficient ")
+               for r in reasons if " " in r):
+        return why
+    return (f"{why} no new claims to deallocate, preemption: 0/{nodes} nodes are available: {nodes} No preemption "
+            "victims found for incoming pod.")
+
+
 def _unfit_verdict(group: GroupEntry, *, total: int, pending: int, fitted: int, need: int, bound: int,
                    why: str) -> tuple[GroupVerdict, str]:
     """The verdict on a gang that does not fit, and the message its pods get, in each scheduler's words."""
@@ -545,7 +565,7 @@ def _unfit_verdict(group: GroupEntry, *, total: int, pending: int, fitted: int, 
         # pkg/scheduler/schedule_one_podgroup.go: the condition carries errPodGroupUnschedulable's text only;
         # the why is in the rejected pod's own PodScheduled message (see the caller)
         return GroupVerdict(scheduled=False, reason="Unschedulable", message=NATIVE_UNSCHEDULABLE,
-                            at=_now()), why
+                            at=_now()), _with_postfilter(why)
     msg = (f"{pending}/{total} tasks in gang unschedulable: pod group is not ready, {group.min_member} minAvailable; "
            f"only {fitted} of the {need} pods still needed fit: {why}")
     return GroupVerdict(scheduled=False, reason="NotEnoughResources", message=msg), msg

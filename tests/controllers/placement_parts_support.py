@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from federator.apis.timestamps import format_time
 from federator.apiserver.errors import ApiError
-from federator.controllers.jobs import JobRef, timestamp
+from federator.controllers.jobs import JobRef
 from federator.controllers.placement_ports import GangPods, JobAmounts, Mutate
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_INDEX, LABEL_JOB_UID, LABEL_ROLE, pod_name
 from federator.placement import ClusterInfo, ClusterSnapshot, NodeState, QueueQuota, Resources
@@ -32,7 +33,7 @@ T0 = 1_800_000_000.0
 
 
 def stamp(at: float) -> str:
-    return timestamp(at)
+    return format_time(at)
 
 
 @dataclass

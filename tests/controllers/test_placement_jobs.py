@@ -13,16 +13,15 @@ from typing import Any
 
 import pytest
 
+from federator.apis.timestamps import format_time, parse_epoch
 from federator.controllers.dispatch import CRASH_ENV, RetryBook, crash_point
 from federator.controllers.jobs import (
     PHASE_PENDING,
     current_placement,
     excluded_clusters,
     gang_request,
-    parse_timestamp,
     requeue,
     set_condition,
-    timestamp,
 )
 from federator.placement import Network
 
@@ -63,7 +62,7 @@ def test_gang_request_carries_every_placement_need() -> None:
     # roles agree on zone, disagree on pool: only the common key is a gang-wide node selector
     assert dict(gang.node_selector) == {"zone": "a"}
     assert len(gang.tolerations) == 1
-    assert gang.submitted_at == parse_timestamp("2025-06-15T12:00:00Z")
+    assert gang.submitted_at == parse_epoch("2025-06-15T12:00:00Z")
     assert dict(gang.excluded_clusters) == {}
 
 
@@ -85,12 +84,12 @@ def test_a_job_placement_cannot_express_is_a_clear_error(change: Any, message: s
 def test_excluded_clusters_in_force_only_until_their_time() -> None:
     job = copy.deepcopy(JOB)
     job["status"] = {"placement": {"epoch": 2, "excludedClusters": [
-        {"cluster": "a", "until": timestamp(NOW + 60)},
-        {"cluster": "b", "until": timestamp(NOW - 1)},
+        {"cluster": "a", "until": format_time(NOW + 60)},
+        {"cluster": "b", "until": format_time(NOW - 1)},
         {"cluster": "c", "until": "not a time"},
         "garbage",
     ]}}
-    assert excluded_clusters(job, now=NOW) == {"a": parse_timestamp(timestamp(NOW + 60))}
+    assert excluded_clusters(job, now=NOW) == {"a": parse_epoch(format_time(NOW + 60))}
     assert set(gang_request(job, now=NOW).excluded_clusters) == {"a"}
 
 
@@ -102,7 +101,7 @@ def test_requeue_clears_the_cluster_keeps_the_epoch_and_records_it() -> None:
             exclude_until=NOW + 300)
     assert status["phase"] == PHASE_PENDING
     assert current_placement({"status": status}) == (None, 3)  # the next decision takes epoch 4
-    assert status["placement"]["excludedClusters"] == [{"cluster": "x", "until": timestamp(NOW + 300)}]
+    assert status["placement"]["excludedClusters"] == [{"cluster": "x", "until": format_time(NOW + 300)}]
     assert status["requeues"] == 1
     assert "scores" not in status["placement"]  # the decision they explained no longer holds
     assert status["history"][-1] | {"time": None} == {"time": None, "event": "Requeued", "cluster": "x",
@@ -119,7 +118,7 @@ def test_set_condition_moves_the_transition_time_only_on_a_status_change() -> No
                          now=NOW + 100)
     assert status["conditions"][0]["lastTransitionTime"] == first
     assert set_condition(status, type="Schedulable", state="True", reason="Placed", message="ok", now=NOW + 200)
-    assert status["conditions"][0]["lastTransitionTime"] == timestamp(NOW + 200)
+    assert status["conditions"][0]["lastTransitionTime"] == format_time(NOW + 200)
     assert len(status["conditions"]) == 1
 
 
