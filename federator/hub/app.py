@@ -42,7 +42,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -71,6 +73,7 @@ from federator.apiserver.registry import JSONObject
 from federator.apiserver.reviews import review_resources
 from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
 from federator.apiserver.storage import ObjectStorage
+from federator.clusters.reflector import Backoff
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.runtime.gcpolicy import server_gc
 from federator.dev.certs import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
@@ -738,39 +741,69 @@ def read_registrations(directory: Path) -> list[tuple[Path, JSONObject]]:
     return found
 
 
-async def apply_registrations(storage: ObjectStorage, directory: Path) -> dict[str, str]:
+#: how long `apply_registrations` goes on retrying one registration while the store is unavailable
+REGISTRATION_RETRY_SECONDS = 60.0
+
+
+async def apply_registrations(storage: ObjectStorage, directory: Path, *,
+                              retry_seconds: float = REGISTRATION_RETRY_SECONDS) -> dict[str, str]:
     """Apply every registration of `directory` to the hub (create, or replace
     the spec and labels of an existing one; status is the controllers').
-    Returns name -> "created" | "updated" | "unchanged"."""
-    rt = storage.registry.by_kind("federator.dev/v1alpha1", "MemberCluster")
-    assert rt is not None
+    Returns name -> "created" | "updated" | "unchanged".
+
+    A write whose outcome is unknown (the store unavailable: an etcd member
+    killed, a leader election) is tried again, with a log line, for up to
+    `retry_seconds`: applying a registration twice is harmless (the second
+    finds it and says "unchanged"), and a hub that a store blip stops at
+    start would need a supervisor to come back."""
+    files = read_registrations(directory)  # a bad file stops the start before anything is written
     outcome: dict[str, str] = {}
-    for path, document in read_registrations(directory):
+    backoff, rng = Backoff(initial=0.2, maximum=5.0), random.Random()
+    for path, document in files:
         name = Body(document).name
-        try:
+        deadline = asyncio.get_running_loop().time() + retry_seconds
+        for attempt in itertools.count():
             try:
-                await storage.create(rt, document, namespace=None)
-                outcome[name] = "created"
-            except ApiError as e:
-                if e.code != 409:
+                outcome[name] = await _apply_registration(storage, path, document)
+                break
+            except StoreUnavailable as e:
+                delay = backoff.delay(attempt, rng)
+                if asyncio.get_running_loop().time() + delay > deadline:
                     raise
-
-                def replace(stored: JSONObject, wanted: JSONObject = document) -> JSONObject | None:
-                    meta = stored["metadata"]
-                    wanted_meta = Body(wanted).metadata
-                    if stored.get("spec") == wanted.get("spec") and meta.get("labels") == wanted_meta.get("labels"):
-                        return None
-                    stored["spec"] = wanted.get("spec")
-                    if "labels" in wanted_meta:
-                        meta["labels"] = wanted_meta["labels"]
-                    return stored
-
-                changed = await storage.guaranteed_update(rt, namespace=None, name=name, mutate=replace)
-                outcome[name] = "updated" if changed is not None else "unchanged"
-        except ApiError as e:
-            raise RegistrationError(f"{path}: {e.message}") from None
+                _log.warning("cluster registration not applied: the store is unavailable; retrying",
+                             cluster=name, file=str(path), attempt=attempt + 1, wait_seconds=round(delay, 3),
+                             error=str(e))
+                await asyncio.sleep(delay)
         _log.info("cluster registration applied", cluster=name, file=str(path), result=outcome[name])
     return outcome
+
+
+async def _apply_registration(storage: ObjectStorage, path: Path, document: JSONObject) -> str:
+    rt = storage.registry.by_kind("federator.dev/v1alpha1", "MemberCluster")
+    assert rt is not None
+    name = Body(document).name
+    try:
+        try:
+            await storage.create(rt, document, namespace=None)
+            return "created"
+        except ApiError as e:
+            if e.code != 409:
+                raise
+
+            def replace(stored: JSONObject, wanted: JSONObject = document) -> JSONObject | None:
+                meta = stored["metadata"]
+                wanted_meta = Body(wanted).metadata
+                if stored.get("spec") == wanted.get("spec") and meta.get("labels") == wanted_meta.get("labels"):
+                    return None
+                stored["spec"] = wanted.get("spec")
+                if "labels" in wanted_meta:
+                    meta["labels"] = wanted_meta["labels"]
+                return stored
+
+            changed = await storage.guaranteed_update(rt, namespace=None, name=name, mutate=replace)
+            return "updated" if changed is not None else "unchanged"
+    except ApiError as e:
+        raise RegistrationError(f"{path}: {e.message}") from None
 
 
 # ---------------------------------------------------------------- federator up

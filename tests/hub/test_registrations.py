@@ -8,10 +8,19 @@ import asyncio
 import sys
 from pathlib import Path
 
+from collections.abc import Callable
+
 import pytest
+import structlog
 import yaml
 
-from federator.hub.app import RegistrationError, read_registrations
+from federator.apis.views import Body
+from federator.apiserver.storage import ObjectStorage
+from federator.hub.app import RegistrationError, apply_registrations, read_registrations
+from federator.hub.kinds import hub_registry
+from federator.store.etcd import EtcdStore
+from federator.store.etcd_process import EtcdProcess
+from federator.store.protocol import StoreUnavailable
 
 from .hubtest_support import ROOT, clusters_url, start_hub
 from .test_credentials import MEMBER_TOKEN, token_cluster
@@ -81,3 +90,56 @@ async def test_an_invalid_registration_stops_federator_up_with_one_line(tmp_path
     assert lines[0].startswith(f"error: {clusters / 'bad.yaml'}: MemberCluster.federator.dev \"bad\" is invalid: "
                                "spec.network.bandwidthGbps")
     assert MEMBER_TOKEN not in err.decode()
+
+
+async def test_a_registration_is_retried_while_etcd_is_away_and_applied_once_it_returns(
+    tmp_path: Path, etcd_factory: Callable[[], EtcdProcess],
+) -> None:
+    """A chaos sequence (seed 603348157) killed the etcd leader while a hub restarted: the registration
+    write timed out with its outcome unknown and `federator up` exited 1. It now waits for the store."""
+    clusters = tmp_path / "clusters"
+    _write(clusters)
+    etcd = etcd_factory()
+    store = await EtcdStore.connect([etcd.endpoint], retry_budget_seconds=0.5)
+    storage = ObjectStorage(store, hub_registry())
+    try:
+        etcd.kill()
+        with structlog.testing.capture_logs() as logs:
+            task = asyncio.create_task(apply_registrations(storage, clusters, retry_seconds=120))
+
+            def retried() -> bool:
+                return any(e["event"].startswith("cluster registration not applied") for e in logs)
+
+            async with asyncio.timeout(60):
+                while not retried():
+                    assert not task.done(), task.result()
+                    await asyncio.sleep(0.05)
+            etcd.start()  # same ports, same data
+            async with asyncio.timeout(120):
+                outcome = await task
+        assert outcome == {"cloud-h100": "created", "cloud-small": "created", "onprem-a100": "created"}
+        warning = next(e for e in logs if e["event"].startswith("cluster registration not applied"))
+        assert warning["log_level"] == "warning" and warning["cluster"] == "cloud-h100"
+        assert "unavailable" in warning["error"]
+        rt = hub_registry().by_kind("federator.dev/v1alpha1", "MemberCluster")
+        assert rt is not None
+        listing = await storage.list(rt)
+        assert sorted(Body(i).name for i in listing.items) == ["cloud-h100", "cloud-small", "onprem-a100"]
+    finally:
+        await store.close()
+
+
+async def test_a_registration_gives_up_when_the_store_stays_away(
+    tmp_path: Path, etcd_factory: Callable[[], EtcdProcess],
+) -> None:
+    clusters = tmp_path / "clusters"
+    _write(clusters)
+    etcd = etcd_factory()
+    store = await EtcdStore.connect([etcd.endpoint], retry_budget_seconds=0.5)
+    try:
+        etcd.kill()
+        async with asyncio.timeout(120):  # never a hang
+            with pytest.raises(StoreUnavailable, match="unavailable"):
+                await apply_registrations(ObjectStorage(store, hub_registry()), clusters, retry_seconds=2)
+    finally:
+        await store.close()
