@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.views import Body
 from federator.clusters.client import NODES, PODS, MemberClient, MemberClientError, ResourceKind
 from federator.clusters.sync import ClusterSync
 from federator.controllers.context import HubContext
@@ -58,20 +59,17 @@ class MemberObject:
     deleting: bool
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What status sync, GC and stuck detection read of a member object (not its spec or env)."""
-    meta = _mapping(obj.get("metadata"))
+    body = Body(obj)
+    meta = body.metadata
     kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
                                       "deletionTimestamp") if k in meta}
     slim: dict[str, Any] = {"metadata": kept_meta}
     for key in ("apiVersion", "kind"):
         if key in obj:
             slim[key] = obj[key]
-    spec = _mapping(obj.get("spec"))
+    spec = body.spec
     if spec.get("nodeName"):
         slim["spec"] = {"nodeName": spec["nodeName"]}
     elif "minMember" in spec:
@@ -88,12 +86,12 @@ def _epoch_of(labels: Mapping[str, Any]) -> int | None:
 
 
 def _key_of(obj: Mapping[str, Any]) -> str:
-    meta = _mapping(obj.get("metadata"))
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    body = Body(obj)
+    name = body.name
+    if not name:
         return ""
-    namespace = meta.get("namespace")
-    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+    namespace = body.namespace
+    return f"{namespace}/{name}" if namespace else name
 
 
 class ClusterObjects:
@@ -133,7 +131,7 @@ class ClusterObjects:
     # ReflectorSink
 
     def known(self, resource: str) -> Mapping[str, str]:
-        return {key: str(_mapping(obj.get("metadata")).get("resourceVersion") or "")
+        return {key: Body(obj).resource_version
                 for key, obj in self.objects.get(resource, {}).items()}
 
     def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
@@ -163,7 +161,7 @@ class ClusterObjects:
                 continue
             slim = _slim(obj)
             store[key] = slim
-            job_uid = _mapping(_mapping(slim["metadata"]).get("labels")).get(LABEL_JOB_UID)
+            job_uid = Body(slim).labels.get(LABEL_JOB_UID)
             if isinstance(job_uid, str) and job_uid:
                 self._job_of[ref] = job_uid
                 self._by_job.setdefault(job_uid, set()).add(ref)
@@ -177,7 +175,7 @@ class ClusterObjects:
     def _mine(self, obj: Mapping[str, Any]) -> bool:
         if self.hub_id is None:
             return True
-        return _mapping(_mapping(obj.get("metadata")).get("labels")).get(LABEL_HUB) == self.hub_id
+        return Body(obj).labels.get(LABEL_HUB) == self.hub_id
 
     def seeded(self, resource: str, items: Sequence[Mapping[str, Any]]) -> None:
         """A seeding list of `resource` answered with `items` (this hub's objects as the member listed them,
@@ -202,7 +200,7 @@ class ClusterObjects:
         pods: list[dict[str, Any]] = []
         for resource, key in sorted(self._by_job.get(job_uid, ())):
             obj = self.objects[resource].get(key)
-            if obj is None or _epoch_of(_mapping(_mapping(obj.get("metadata")).get("labels"))) != epoch:
+            if obj is None or _epoch_of(Body(obj).labels) != epoch:
                 continue
             if resource == PODS.key:
                 pods.append(obj)
@@ -230,14 +228,13 @@ class ClusterObjects:
 
 def member_object(cluster: str, resource: ResourceKind, obj: Mapping[str, Any]) -> MemberObject:
     """What the hub needs of one of its member objects (an indexed one or a listed one)."""
-    meta = _mapping(obj.get("metadata"))
-    labels = _mapping(meta.get("labels"))
+    body = Body(obj)
+    labels = body.labels
     return MemberObject(
-        cluster=cluster, resource=resource, namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
+        cluster=cluster, resource=resource, namespace=body.namespace, name=body.name, uid=body.uid,
         job_uid=str(labels.get(LABEL_JOB_UID) or ""), job_namespace=str(labels.get(LABEL_JOB_NAMESPACE) or ""),
         job_name=str(labels.get(LABEL_JOB_NAME) or ""), epoch=_epoch_of(labels),
-        deleting=bool(meta.get("deletionTimestamp")),
+        deleting=body.deleting,
     )
 
 
