@@ -29,6 +29,7 @@ from typing import Any
 
 from federator.apis.views import Body
 from federator.clusters.client import NODES, PODS, MemberClient, MemberClientError, ResourceKind
+from federator.clusters.snapshot_builder import object_key
 from federator.clusters.sync import ClusterSync
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
@@ -85,15 +86,6 @@ def _epoch_of(labels: Mapping[str, Any]) -> int | None:
     return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 10 else None
 
 
-def _key_of(obj: Mapping[str, Any]) -> str:
-    body = Body(obj)
-    name = body.name
-    if not name:
-        return ""
-    namespace = body.namespace
-    return f"{namespace}/{name}" if namespace else name
-
-
 class ClusterObjects:
     """This hub's Pods and PodGroups in one member cluster, indexed by job uid (a ReflectorSink).
 
@@ -142,7 +134,7 @@ class ClusterObjects:
         touched: set[str] = set()
         seeding = self.seeding.get(resource)
         for kind, obj in events:
-            key = _key_of(obj)
+            key = object_key(obj)
             if not key:
                 continue
             if seeding is not None:
@@ -183,7 +175,7 @@ class ClusterObjects:
         touched it holds as new or newer), and the kind counts as listed."""
         touched = self.seeding.pop(resource, set())
         self.awaiting_seed.discard(resource)
-        self.apply(resource, [("ADDED", item) for item in items if _key_of(item) not in touched],
+        self.apply(resource, [("ADDED", item) for item in items if object_key(item) not in touched],
                    resource_version="", received_at=0.0)
 
     def begin_seed(self, resource: str) -> None:
