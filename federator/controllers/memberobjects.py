@@ -37,6 +37,7 @@ from federator.controllers.membercluster import MemberClusters
 from federator.delegation import hub_selector
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
 from federator.obs import RepeatedFailureLog, get_logger
+from federator.runtime.tasks import stop_tasks
 
 __all__ = ["ClusterObjects", "MemberObject", "MemberObjects", "in_delete_order", "member_object"]
 
@@ -358,10 +359,4 @@ class MemberObjects:
     async def stop(self) -> None:
         tasks = list(self._seeds.values())
         self._seeds.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - a seed's failure was logged
-                pass
+        await stop_tasks(tasks)  # a seed's failure was logged

@@ -97,7 +97,7 @@ from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapte
 from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
-from federator.runtime.tasks import supervised
+from federator.runtime.tasks import spawn, stop_task
 from federator.runtime.waits import LoopSlice, wait_event
 
 __all__ = [
@@ -728,20 +728,11 @@ async def status_sync(hub: HubContext) -> AsyncIterator[None]:
     controller = StatusSync(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
                             members=parts.members, pulling_back=parts.pulling_back)
     parts.running.status_sync = controller
-    loop = asyncio.get_running_loop()
-    task = loop.create_task(_supervised("status", controller.run()), name="statussync:status")
+    task = spawn(controller.run(), name="statussync:status", log=_log, event="status sync loop failed", loop="status")
     try:
         yield
     finally:
         controller.close()
-        task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-            pass
+        await stop_task(task)  # a failure of the loop was logged when it happened
         await parts.objects.stop()
         parts.running.status_sync = None
-
-
-async def _supervised(what: str, coro: Any) -> None:
-    await supervised(coro, log=_log, event="status sync loop failed", loop=what)
