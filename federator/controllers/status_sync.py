@@ -645,9 +645,10 @@ class StatusSync:
         job = self.jobs.get(uid)
         if job is None:
             return
-        phase = Body(job).phase
+        body = Body(job)
+        phase = body.phase
         cluster, epoch = current_placement(job)
-        if phase not in ACTIVE_PHASES or cluster is None or uid in self.pulling_back or Body(job).deleting:
+        if phase not in ACTIVE_PHASES or cluster is None or uid in self.pulling_back or body.deleting:
             # A job being deleted loses its member objects on purpose (cleanup.py): that is no failure, and
             # what the member shows no longer changes what the job is (its Terminating condition says it).
             self._missing_since.pop(uid, None)
@@ -664,11 +665,11 @@ class StatusSync:
             sizes = shrunk[2] if shrunk is not None else None
             gs = gang_status(job, objects, adapter, epoch=epoch, expected=sizes)
             plan = restart_plan(job, objects.gang(uid, epoch)[1], expected=sizes,
-                                admitted=_PHASE_RANK.get(str(phase), 0) >= _PHASE_RANK[PHASE_ADMITTED])
+                                admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])
             if plan is not None and plan.exceeded:
                 gs = dataclasses.replace(gs, phase=GangPhase.FAILED, reason="BackoffLimitExceeded", message=(
                     f"{plan.counted} pod failures counted, more than spec.backoffLimit "
-                    f"{_backoff_limit(Body(job).spec)}: "
+                    f"{_backoff_limit(body.spec)}: "
                     + "; ".join(plan.reasons)))
             elif plan is not None:
                 await self._restart(job, plan, cluster=cluster, epoch=epoch, now=now)
