@@ -120,6 +120,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchresult import BenchResult  # noqa: E402 - the script's directory, bench/, is on sys.path
+from gangarrivals import GangArrivals  # noqa: E402
 from federator.store.etcd_process import EtcdProcess  # noqa: E402
 
 NAMESPACE = "bench"
@@ -318,11 +319,9 @@ class Members:
         self.workdir = workdir
         self.specs = profiles(nodes, pod_seconds)
         self.sims: list[Any] = []
-        self.done: dict[str, float] = {}
-        #: job name -> the cluster its gang landed in
-        self.cluster_of: dict[str, str] = {}
-        self._counts: dict[str, int] = {}
-        self._waiters: dict[str, asyncio.Future[float]] = {}
+        self.arrivals = GangArrivals(PODS_PER_JOB)
+        #: job name -> when its gang was complete, and the cluster it landed in (the arrivals' own dicts)
+        self.done, self.cluster_of = self.arrivals.done, self.arrivals.cluster_of
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> Path:
@@ -369,25 +368,12 @@ class Members:
             if event.type != "ADDED":
                 continue
             name = (event.object.get("metadata", {}).get("labels") or {}).get(LABEL_JOB_NAME)
-            if not name:
-                continue
-            count = self._counts.get(name, 0) + 1
-            self._counts[name] = count
-            if count == PODS_PER_JOB:
-                now = time.perf_counter()
-                self.done[name] = now
-                self.cluster_of[name] = cluster
-                waiter = self._waiters.pop(name, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(now)
+            if name:
+                self.arrivals.pod_added(name, cluster)
 
     def wait(self, name: str) -> asyncio.Future[float]:
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        if name in self.done:
-            future.set_result(self.done[name])
-        else:
-            self._waiters[name] = future
-        return future
+        """Resolves to the moment every pod of job `name`'s gang was in a member (GangArrivals.wait)."""
+        return self.arrivals.wait(name)
 
     async def stop(self) -> None:
         for task in self._tasks:

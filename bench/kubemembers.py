@@ -17,12 +17,12 @@ own name, and the pods of both finish after --pod-seconds (kwok), so neither sid
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gangarrivals import GangArrivals  # the script's directory, bench/, is on sys.path
 from federator.dev.kube import KubeBinaries, KubeMember, kube_binaries
 from federator.sim.profile import parse_profile
 
@@ -54,10 +54,9 @@ class KubeBenchMembers:
         self.binaries = binaries
         self.members: list[KubeMember] = []
         self.kubeconfigs: dict[str, Path] = {}
-        self.done: dict[str, float] = {}
-        self.cluster_of: dict[str, str] = {}
-        self._counts: dict[str, int] = {}
-        self._waiters: dict[str, asyncio.Future[float]] = {}
+        self.arrivals = GangArrivals(pods_per_job)
+        #: job name -> when its gang was complete, and the cluster it landed in (the arrivals' own dicts)
+        self.done, self.cluster_of = self.arrivals.done, self.arrivals.cluster_of
         self._tasks: list[asyncio.Task[None]] = []
         self._clients: list[Any] = []
         self.startup_seconds: dict[str, float] = {}
@@ -132,23 +131,7 @@ class KubeBenchMembers:
         if not name or key in seen:
             return
         seen.add(key)
-        count = self._counts.get(name, 0) + 1
-        self._counts[name] = count
-        if count == self.pods_per_job:
-            now = time.perf_counter()
-            self.done[name] = now
-            self.cluster_of[name] = cluster
-            waiter = self._waiters.pop(name, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(now)
-
-    def wait(self, name: str) -> asyncio.Future[float]:
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        if name in self.done:
-            future.set_result(self.done[name])
-        else:
-            self._waiters[name] = future
-        return future
+        self.arrivals.pod_added(name, cluster)
 
     def cpu_seconds(self) -> dict[str, dict[str, float]]:
         """member -> component -> CPU seconds (user + system) so far."""
@@ -177,6 +160,10 @@ class KubeBenchMembers:
                     continue
                 found.setdefault(member.name, {})[component] = (values.get("VmRSS", 0.0), values.get("VmHWM", 0.0))
         return found
+
+    def wait(self, name: str) -> asyncio.Future[float]:
+        """Resolves to the moment every pod of job `name`'s gang was in a member (GangArrivals.wait)."""
+        return self.arrivals.wait(name)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -7,7 +7,9 @@
   appears only in controllers/dispatch.py and in the fencing package (the member-side agent, and the
   hub's own fencing Lease in each member);
 - stored objects are read through the typed views of federator/apis/views.py (`Body(obj).uid`,
-  `.deleting`, `.labels`), never through a `(obj.get("metadata") or {})` chain.
+  `.deleting`, `.labels`), never through a `(obj.get("metadata") or {})` chain; in the controllers not
+  through any other read of `obj.get("metadata")` either (a local `_mapping(obj.get("metadata"))` helper
+  chain), and no controller defines its own "a mapping, else an empty one" helper (views.as_mapping is it).
 
 Each scanner is also run on a small source that breaks the rule, so that the checks can fail.
 """
@@ -69,6 +71,33 @@ def metadata_chains(source: str) -> list[int]:
     return [source.count("\n", 0, match.start()) + 1 for match in _METADATA_CHAIN.finditer(source)]
 
 
+def metadata_gets(source: str, *, filename: str = "<source>") -> list[int]:
+    """Lines of `source` that call `<anything>.get("metadata")` (however it is wrapped: `_mapping(...)`,
+    `... or {}`, `dict(...)`)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(source, filename=filename))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                  and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "metadata")
+
+
+def _is_mapping_check(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance"
+            and len(node.args) == 2 and ast.unparse(node.args[1]).split(".")[-1] in {"Mapping", "dict"})
+
+
+def mapping_coercers(source: str, *, filename: str = "<source>") -> list[int]:
+    """Lines of the functions (nested ones too) in `source` that only return their argument if it is a mapping,
+    else an empty one (`return value if isinstance(value, Mapping) else {}`): a local copy of views.as_mapping."""
+    found: list[int] = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.IfExp) \
+                and _is_mapping_check(body[0].value.test):
+            found.append(node.lineno)
+    return found
+
+
 def _sources() -> list[tuple[str, str]]:
     return [(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))
             for path in sorted(PACKAGE.rglob("*.py"))]
@@ -107,6 +136,22 @@ def test_stored_objects_are_read_through_views() -> None:
     assert seen["federator/apis/views.py"] >= 1  # the scanner sees the chain views.py's docstring names
 
 
+def test_controllers_read_metadata_only_through_views() -> None:
+    offenders: list[str] = []
+    scanned = 0
+    for name, source in _sources():
+        if not name.startswith("federator/controllers/"):
+            continue
+        scanned += 1
+        offenders += [f"{name}:{line}: .get(\"metadata\")" for line in metadata_gets(source, filename=name)]
+        offenders += [f"{name}:{line}: a local mapping helper" for line in mapping_coercers(source, filename=name)]
+    assert not offenders, ("a controller reads metadata around the typed views (Body/Meta and as_mapping, "
+                           f"federator/apis/views.py): {offenders}")
+    assert scanned >= 20  # the scan reaches the controllers
+    views = (PACKAGE / "apis" / "views.py").read_text(encoding="utf-8")
+    assert mapping_coercers(views) and metadata_gets(views)  # ... and sees the helper and the read views.py holds
+
+
 def test_the_scanners_find_what_breaks_the_rules() -> None:
     assert locator_uses("x = 1\nd = hub.shared.get('dispatcher')\ny = self._shared.get(key)\n") == [2]
     assert locator_uses("objects = self.hub.context.shared['member_objects']\n") == [1]
@@ -129,3 +174,19 @@ def test_the_scanners_find_what_breaks_the_rules() -> None:
         "meta = obj.get( 'metadata' ) or { }\n"
     )
     assert metadata_chains(chains) == [1, 3, 6]
+
+    local = (
+        "def _mapping(value: Any) -> Mapping[str, Any]:\n"
+        "    return value if isinstance(value, Mapping) else {}\n"
+        "def member_pod(pod):\n"
+        "    def mapping(value):\n"
+        "        \"\"\"A mapping, else {}.\"\"\"\n"
+        "        return value if isinstance(value, collections.abc.Mapping) else {}\n"
+        "    meta = mapping(pod.get(\"metadata\"))\n"
+        "    labels = _mapping(_mapping(pod.get('metadata')).get('labels'))\n"
+        "    body = Body(pod)\n"
+        "    return value if value else {}\n"
+        "spec = _mapping(pod.get('spec'))\n"
+    )
+    assert mapping_coercers(local) == [1, 4]
+    assert metadata_gets(local) == [7, 8]

@@ -6,7 +6,8 @@ Building is slow the first time on a machine (about 6 minutes on two cores) and 
 which the tests reach only through module fixtures, and the modules here mark their tests
 `pytest.mark.timeout(..., func_only=True)` so that pytest's per-test timeout does not count the build
 (build.sh has its own 30-minute limit). A machine without Go and without built binaries skips the suite
-with the reason (under CI=true it fails instead). The modules are `xdist_group`s, so one worker holds a module's members.
+with the reason (under CI=true it fails instead). The modules are `xdist_group`s, so one worker holds a module's
+members (the repo-root conftest.py makes xdist's grouping hold under pytest 9.2).
 """
 
 from __future__ import annotations
@@ -41,22 +42,3 @@ def kube_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeBina
             fcntl.flock(lock, fcntl.LOCK_UN)
     yield binaries
 
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """xdist_group's suffix where pytest reads it (the same work-around as tests/ui/conftest.py, whose
-    docstring says why): when only e2e/kube is run, that conftest is not loaded."""
-    if not getattr(config.option, "loadgroup", False):
-        return
-    try:
-        from _pytest.nodeid import NodeId
-    except ImportError:
-        return
-    for item in items:
-        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                         for mark in item.iter_markers("xdist_group")})
-        if not groups:
-            continue
-        suffix = "@" + "_".join(groups)
-        if not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
-            item._id = NodeId.parse(item.nodeid + suffix)

@@ -17,14 +17,19 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["Body", "Meta"]
+__all__ = ["Body", "Meta", "as_mapping"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _T = TypeVar("_T")
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else an empty one: a nested field read without fail, as the views read
+    theirs (e.g. a container status's `state.terminated`)."""
     return value if isinstance(value, Mapping) else _EMPTY
+
+
+_mapping = as_mapping
 
 
 def _text(value: object) -> str:

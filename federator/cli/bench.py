@@ -171,8 +171,8 @@ BENCHES: tuple[BenchSpec, ...] = (
     BenchSpec("soak", runs=1, quick_runs=1, quick_args=("--quick", "--minutes", "1"), timeout=7200.0),
 )
 BENCH_NAMES = tuple(spec.name for spec in BENCHES)
-#: modules of bench/ that are not benchmarks
-_HELPERS = ("benchresult",)
+#: modules of bench/ that are not benchmarks (imported by them; `python bench/NAME.py --json FILE` does nothing)
+_HELPERS = ("benchresult", "gangarrivals", "kubemembers", "kubescale")
 
 
 def benches_in(bench_dir: Path) -> tuple[BenchSpec, ...]:

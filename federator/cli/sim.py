@@ -158,21 +158,12 @@ class RbacAccess:
 
 
 def _load(paths: list[str]) -> list[ClusterProfile]:
-    from federator.sim.profile import ProfileError, load_profiles
+    from federator.sim.profile import ProfileError, load_profile_paths
 
-    profiles: list[ClusterProfile] = []
-    where: dict[str, str] = {}
-    for path in paths:
-        try:
-            loaded = load_profiles(path)
-        except ProfileError as e:
-            raise UserError(str(e)) from None
-        for prof in loaded:
-            if prof.name in where:
-                raise UserError(f"{path}: cluster {prof.name!r} is also defined in {where[prof.name]}")
-            where[prof.name] = path
-            profiles.append(prof)
-    return profiles
+    try:
+        return load_profile_paths(paths)
+    except ProfileError as e:
+        raise UserError(str(e)) from None
 
 
 async def serve(profiles: list[ClusterProfile], *, state_dir: Path, port_base: int | None,

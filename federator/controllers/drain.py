@@ -69,6 +69,7 @@ from federator.controllers.status_sync import lifecycle_tick_seconds
 from federator.obs import get_logger
 from federator.placement import Decision, GangRequest, Profile, run_cycle
 from federator.placement.snapshot import ClusterSnapshot
+from federator.runtime.tasks import stop_tasks
 from federator.store.protocol import StoreError
 
 __all__ = ["ClusterDrain", "cluster_drain", "failover_plan", "gangs_in"]
@@ -341,14 +342,7 @@ class ClusterDrain:
             self._written[cluster] = drain
 
     async def stop(self) -> None:
-        tasks = [t for per in self.moving.values() for t in per.values()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged in _move
-                pass
+        await stop_tasks(t for per in self.moving.values() for t in per.values())  # failures were logged in _move
 
 
 async def _loop(hub: HubContext, drain: ClusterDrain) -> None:

@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.views import Body
 from federator.clusters.client import NODES, PODS, MemberClient, MemberClientError, ResourceKind
+from federator.clusters.snapshot_builder import object_key
 from federator.clusters.sync import ClusterSync
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
@@ -35,6 +37,7 @@ from federator.controllers.membercluster import MemberClusters
 from federator.delegation import hub_selector
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
 from federator.obs import RepeatedFailureLog, get_logger
+from federator.runtime.tasks import stop_tasks
 
 __all__ = ["ClusterObjects", "MemberObject", "MemberObjects", "in_delete_order", "member_object"]
 
@@ -58,20 +61,17 @@ class MemberObject:
     deleting: bool
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What status sync, GC and stuck detection read of a member object (not its spec or env)."""
-    meta = _mapping(obj.get("metadata"))
+    body = Body(obj)
+    meta = body.metadata
     kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
                                       "deletionTimestamp") if k in meta}
     slim: dict[str, Any] = {"metadata": kept_meta}
     for key in ("apiVersion", "kind"):
         if key in obj:
             slim[key] = obj[key]
-    spec = _mapping(obj.get("spec"))
+    spec = body.spec
     if spec.get("nodeName"):
         slim["spec"] = {"nodeName": spec["nodeName"]}
     elif "minMember" in spec:
@@ -85,15 +85,6 @@ def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
 def _epoch_of(labels: Mapping[str, Any]) -> int | None:
     raw = labels.get(LABEL_EPOCH)
     return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 10 else None
-
-
-def _key_of(obj: Mapping[str, Any]) -> str:
-    meta = _mapping(obj.get("metadata"))
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        return ""
-    namespace = meta.get("namespace")
-    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
 
 
 class ClusterObjects:
@@ -133,7 +124,7 @@ class ClusterObjects:
     # ReflectorSink
 
     def known(self, resource: str) -> Mapping[str, str]:
-        return {key: str(_mapping(obj.get("metadata")).get("resourceVersion") or "")
+        return {key: Body(obj).resource_version
                 for key, obj in self.objects.get(resource, {}).items()}
 
     def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
@@ -144,7 +135,7 @@ class ClusterObjects:
         touched: set[str] = set()
         seeding = self.seeding.get(resource)
         for kind, obj in events:
-            key = _key_of(obj)
+            key = object_key(obj)
             if not key:
                 continue
             if seeding is not None:
@@ -163,7 +154,7 @@ class ClusterObjects:
                 continue
             slim = _slim(obj)
             store[key] = slim
-            job_uid = _mapping(_mapping(slim["metadata"]).get("labels")).get(LABEL_JOB_UID)
+            job_uid = Body(slim).labels.get(LABEL_JOB_UID)
             if isinstance(job_uid, str) and job_uid:
                 self._job_of[ref] = job_uid
                 self._by_job.setdefault(job_uid, set()).add(ref)
@@ -177,7 +168,7 @@ class ClusterObjects:
     def _mine(self, obj: Mapping[str, Any]) -> bool:
         if self.hub_id is None:
             return True
-        return _mapping(_mapping(obj.get("metadata")).get("labels")).get(LABEL_HUB) == self.hub_id
+        return Body(obj).labels.get(LABEL_HUB) == self.hub_id
 
     def seeded(self, resource: str, items: Sequence[Mapping[str, Any]]) -> None:
         """A seeding list of `resource` answered with `items` (this hub's objects as the member listed them,
@@ -185,7 +176,7 @@ class ClusterObjects:
         touched it holds as new or newer), and the kind counts as listed."""
         touched = self.seeding.pop(resource, set())
         self.awaiting_seed.discard(resource)
-        self.apply(resource, [("ADDED", item) for item in items if _key_of(item) not in touched],
+        self.apply(resource, [("ADDED", item) for item in items if object_key(item) not in touched],
                    resource_version="", received_at=0.0)
 
     def begin_seed(self, resource: str) -> None:
@@ -202,7 +193,7 @@ class ClusterObjects:
         pods: list[dict[str, Any]] = []
         for resource, key in sorted(self._by_job.get(job_uid, ())):
             obj = self.objects[resource].get(key)
-            if obj is None or _epoch_of(_mapping(_mapping(obj.get("metadata")).get("labels"))) != epoch:
+            if obj is None or _epoch_of(Body(obj).labels) != epoch:
                 continue
             if resource == PODS.key:
                 pods.append(obj)
@@ -230,14 +221,13 @@ class ClusterObjects:
 
 def member_object(cluster: str, resource: ResourceKind, obj: Mapping[str, Any]) -> MemberObject:
     """What the hub needs of one of its member objects (an indexed one or a listed one)."""
-    meta = _mapping(obj.get("metadata"))
-    labels = _mapping(meta.get("labels"))
+    body = Body(obj)
+    labels = body.labels
     return MemberObject(
-        cluster=cluster, resource=resource, namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
+        cluster=cluster, resource=resource, namespace=body.namespace, name=body.name, uid=body.uid,
         job_uid=str(labels.get(LABEL_JOB_UID) or ""), job_namespace=str(labels.get(LABEL_JOB_NAMESPACE) or ""),
         job_name=str(labels.get(LABEL_JOB_NAME) or ""), epoch=_epoch_of(labels),
-        deleting=bool(meta.get("deletionTimestamp")),
+        deleting=body.deleting,
     )
 
 
@@ -369,10 +359,4 @@ class MemberObjects:
     async def stop(self) -> None:
         tasks = list(self._seeds.values())
         self._seeds.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - a seed's failure was logged
-                pass
+        await stop_tasks(tasks)  # a seed's failure was logged

@@ -134,21 +134,15 @@ class MemberPod:
 
 def member_pod(pod: Mapping[str, Any]) -> MemberPod | None:
     """One member pod as a `MemberPod`; None without a name."""
-    def mapping(value: Any) -> Mapping[str, Any]:
-        return value if isinstance(value, Mapping) else {}
-
-    meta = mapping(pod.get("metadata"))
-    labels = mapping(meta.get("labels"))
-    spec = mapping(pod.get("spec"))
-    status = mapping(pod.get("status"))
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    body = Body(pod)
+    labels, spec, name = body.labels, body.spec, body.name
+    if not name:
         return None
     raw = labels.get(LABEL_INDEX)
     number = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else -1
     node = spec.get("nodeName")
     node = node if isinstance(node, str) else ""
-    live = bool(node) and not meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")
+    live = bool(node) and not body.deleting and body.phase not in ("Succeeded", "Failed")
     return MemberPod(name=name, role=str(labels.get(LABEL_ROLE) or ""), index=number, node=node, live=live)
 
 

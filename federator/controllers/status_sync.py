@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
-from federator.apis.views import Body
+from federator.apis.views import Body, as_mapping
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import MemberClientError
 from federator.controllers.context import HubContext
@@ -97,7 +97,7 @@ from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapte
 from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
-from federator.runtime.tasks import supervised
+from federator.runtime.tasks import spawn, stop_task
 from federator.runtime.waits import LoopSlice, wait_event
 
 __all__ = [
@@ -128,10 +128,6 @@ _MISSING_REASONS = frozenset({"PodsMissing", "PodGroupMissing", "NotCreated"})
 FENCE_VERDICT_PATIENCE_SECONDS = 30.0
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def lifecycle_tick_seconds(hub: HubContext) -> float:
     """How often the lifecycle loops re-check everything (HubSettings.status_sync, default 1 s)."""
     return hub.settings.status_sync.lifecycle_tick_seconds
@@ -148,13 +144,8 @@ def expected_roles(job: Mapping[str, Any]) -> dict[str, int]:
 
 def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: SchedulerAdapter, *,
                 epoch: int, expected: Mapping[str, int] | None = None) -> GangStatus:
-    uid = str(_mapping(job.get("metadata")).get("uid") or "")
-    podgroup, pods = objects.gang(uid, epoch)
+    podgroup, pods = objects.gang(Body(job).uid, epoch)
     return adapter.read_status(podgroup, pods, expected=expected if expected is not None else expected_roles(job))
-
-
-def _deleting(job: Mapping[str, Any]) -> bool:
-    return bool(_mapping(job.get("metadata")).get("deletionTimestamp"))
 
 
 def objects_missing(job: Mapping[str, Any], gs: GangStatus) -> bool:
@@ -175,7 +166,7 @@ def synced_status(job: Mapping[str, Any], gs: GangStatus, *, adapter: SchedulerA
     pods cannot come back (restartPolicy Never). `quiet` computes without
     logging the transition (the dry run before the write that logs it)."""
     ref = job_ref(job)
-    old = _mapping(job.get("status"))
+    old = Body(job).status
     # A shallow copy is enough: every helper below replaces a nested value (set_condition copies the
     # conditions list, append_history the history, podCounts is rebuilt) and never edits one in place, so
     # `old` (often the job cache's shared object) stays untouched. A deepcopy here was ~7% of the hub's CPU.
@@ -281,6 +272,12 @@ def _int_annotation(annotations: Mapping[str, Any], key: str) -> int:
     return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else 0
 
 
+def _backoff_limit(spec: Mapping[str, Any]) -> int:
+    """spec.backoffLimit (DEFAULT_BACKOFF_LIMIT when absent or not a count)."""
+    raw = spec.get("backoffLimit")
+    return raw if type(raw) is int and raw >= 0 else DEFAULT_BACKOFF_LIMIT
+
+
 def _pod_failure(status: Mapping[str, Any]) -> tuple[str, bool]:
     """(why the pod failed, in kube's words; whether the infrastructure failed rather than the pod): a
     DisruptionTarget=True condition (taint eviction, PodGC, preemption) is the infrastructure, as a
@@ -289,9 +286,10 @@ def _pod_failure(status: Mapping[str, Any]) -> tuple[str, bool]:
                 for c in status.get("conditions") or ())
     parts = [str(status[k]) for k in ("reason", "message") if isinstance(status.get(k), str) and status[k]]
     for cs in status.get("containerStatuses") or ():
-        term = _mapping(_mapping(_mapping(cs).get("state")).get("terminated"))
+        container = as_mapping(cs)
+        term = as_mapping(as_mapping(container.get("state")).get("terminated"))
         if term:
-            parts.append(f"container {_mapping(cs).get('name')} terminated: {term.get('reason') or 'Error'} "
+            parts.append(f"container {container.get('name')} terminated: {term.get('reason') or 'Error'} "
                          f"(exit code {term.get('exitCode')}){': ' + str(term['message']) if term.get('message') else ''}")
     return "; ".join(parts)[:512] or "Failed", infra
 
@@ -311,44 +309,41 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     spec.backoffLimit; the others do. The count lives on the gang's pods (annotation
     federator.dev/counted-failures, carried over to the pod created again), so the window is the gang's
     current placement: a gang placed again (another epoch) starts from 0, as its pods do."""
-    spec = _mapping(job.get("spec"))
+    body = Body(job)
+    spec = body.spec
     roles = {str(r.get("name")): r for r in spec.get("roles") or () if isinstance(r, Mapping)}
     restartable = {name for name, r in roles.items() if r.get("restartPolicy") == "OnFailure"}
     shrinkable = {name for name, r in roles.items() if r.get("onWorkerLoss") == "shrink"}
     if not restartable and not shrinkable:
         return None
-    raw_limit = spec.get("backoffLimit")
-    limit = raw_limit if isinstance(raw_limit, int) and raw_limit >= 0 else DEFAULT_BACKOFF_LIMIT
-    job_name = str(_mapping(job.get("metadata")).get("name") or "")
-    job_uid = str(_mapping(job.get("metadata")).get("uid") or "")
+    limit = _backoff_limit(spec)
+    job_name, job_uid = body.name, body.uid
     before = dict(expected) if expected is not None else placed_replicas(job)
     sizes = dict(before)
     counted = 0
     taken: set[str] = set()
     alive: dict[str, set[str]] = {}
-    failed: list[tuple[str, str, str, Mapping[str, Any]]] = []
-    for pod in sorted(pods, key=lambda p: str(_mapping(p.get("metadata")).get("name") or "")):
-        meta = _mapping(pod.get("metadata"))
-        name = str(meta.get("name") or "")
+    failed: list[tuple[str, str, str, Body]] = []
+    for pod in sorted((Body(p) for p in pods), key=lambda p: p.name):
+        name = pod.name
         taken.add(name)
-        counted += _int_annotation(_mapping(meta.get("annotations")), ANNOTATION_FAILURES)
-        role = str(_mapping(meta.get("labels")).get(LABEL_ROLE) or "")
-        if meta.get("deletionTimestamp"):
+        counted += _int_annotation(pod.annotations, ANNOTATION_FAILURES)
+        role = str(pod.labels.get(LABEL_ROLE) or "")
+        if pod.deleting:
             continue
         alive.setdefault(role, set()).add(name)
-        if role in restartable | shrinkable and _mapping(pod.get("status")).get("phase") == "Failed":
-            failed.append((name, str(meta.get("uid") or ""), role, pod))
+        if role in restartable | shrinkable and pod.phase == "Failed":
+            failed.append((name, pod.uid, role, pod))
     recreate: dict[str, Mapping[str, str]] = {}
     delete: dict[str, str] = {}
     reasons: list[str] = []
     #: shrunk pod name -> the attempt its name gets if a lower index is created again under it
     dropped: dict[str, int] = {}
     for name, uid, role, pod in failed:
-        meta = _mapping(pod.get("metadata"))
-        annotations = _mapping(meta.get("annotations"))
-        why, infra = _pod_failure(_mapping(pod.get("status")))
+        annotations = pod.annotations
+        why, infra = _pod_failure(pod.status)
         attempt = _int_annotation(annotations, ANNOTATION_ATTEMPT)
-        labels = _mapping(meta.get("labels"))
+        labels = pod.labels
         spec_role = roles[role]
         low = spec_role.get("minReplicas") or spec_role.get("replicas") or 0
         where = f"pod {name} ({role} {labels.get(LABEL_INDEX)}, attempt {attempt}): {why}"
@@ -369,12 +364,11 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     for role in sorted(r for r in shrinkable if sizes.get(r, 0) < before.get(r, 0)):
         # Each role keeps its indices 0..n-1 (the placement controller's shrink removes the highest, and its
         # elastic pass converges to that): a lost worker below the top leaves its index to the top pod.
-        for pod in pods:
-            meta = _mapping(pod.get("metadata"))
-            name, labels = str(meta.get("name") or ""), _mapping(meta.get("labels"))
+        for pod in map(Body, pods):
+            name, labels = pod.name, pod.labels
             index = _int_annotation(labels, LABEL_INDEX) if str(labels.get(LABEL_INDEX) or "").isdigit() else -1
             if labels.get(LABEL_ROLE) == role and name in alive.get(role, ()) and index >= sizes[role]:
-                delete[name] = str(meta.get("uid") or "")
+                delete[name] = pod.uid
                 alive[role].discard(name)
                 reasons.append(f"pod {name} ({role} {index}) removed: {role} keeps indices 0..{sizes[role] - 1}")
         for index in range(sizes[role]):
@@ -551,7 +545,7 @@ class StatusSync:
                    f"(its lease there expired); the gang is placed again at epoch {epoch + 1}")
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
-            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or _deleting(fresh):
+            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or Body(fresh).deleting:
                 return None
             status = fresh["status"]
             append_history(status, history_entry("Fenced", cluster=cluster, epoch=epoch, message=message, now=now))
@@ -594,7 +588,7 @@ class StatusSync:
         if plan.sizes_after != plan.sizes_before or (
                 not created and not any(name in plan.recreate for name in plan.delete)):
             return  # a shrink (its Resized entry says it all), or missing pods already back
-        limit = _mapping(job.get("spec")).get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+        limit = _backoff_limit(Body(job).spec)
         message = (f"pods created again in cluster {cluster} (epoch {epoch}): "
                    f"{', '.join(sorted(plan.recreate))}; {plan.counted} of spec.backoffLimit {limit} failures "
                    f"counted" + (": " + "; ".join(plan.reasons) if plan.reasons else " (missing pods)"))
@@ -603,7 +597,7 @@ class StatusSync:
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
             if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) \
-                    or _deleting(fresh):
+                    or Body(fresh).deleting:
                 return None
             append_history(fresh["status"], history_entry(HISTORY_POD_RESTARTED, cluster=cluster, epoch=epoch,
                                                           message=message, now=now))
@@ -626,7 +620,7 @@ class StatusSync:
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
             if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) \
-                    or _deleting(fresh) or placed_replicas(fresh) != dict(plan.sizes_before):
+                    or Body(fresh).deleting or placed_replicas(fresh) != dict(plan.sizes_before):
                 return None
             status = fresh["status"]
             status["replicas"] = dict(plan.sizes_after)
@@ -651,9 +645,10 @@ class StatusSync:
         job = self.jobs.get(uid)
         if job is None:
             return
-        phase = Body(job).phase
+        body = Body(job)
+        phase = body.phase
         cluster, epoch = current_placement(job)
-        if phase not in ACTIVE_PHASES or cluster is None or uid in self.pulling_back or _deleting(job):
+        if phase not in ACTIVE_PHASES or cluster is None or uid in self.pulling_back or body.deleting:
             # A job being deleted loses its member objects on purpose (cleanup.py): that is no failure, and
             # what the member shows no longer changes what the job is (its Terminating condition says it).
             self._missing_since.pop(uid, None)
@@ -670,11 +665,11 @@ class StatusSync:
             sizes = shrunk[2] if shrunk is not None else None
             gs = gang_status(job, objects, adapter, epoch=epoch, expected=sizes)
             plan = restart_plan(job, objects.gang(uid, epoch)[1], expected=sizes,
-                                admitted=_PHASE_RANK.get(str(phase), 0) >= _PHASE_RANK[PHASE_ADMITTED])
+                                admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])
             if plan is not None and plan.exceeded:
                 gs = dataclasses.replace(gs, phase=GangPhase.FAILED, reason="BackoffLimitExceeded", message=(
                     f"{plan.counted} pod failures counted, more than spec.backoffLimit "
-                    f"{_mapping(job.get('spec')).get('backoffLimit', DEFAULT_BACKOFF_LIMIT)}: "
+                    f"{_backoff_limit(body.spec)}: "
                     + "; ".join(plan.reasons)))
             elif plan is not None:
                 await self._restart(job, plan, cluster=cluster, epoch=epoch, now=now)
@@ -701,7 +696,7 @@ class StatusSync:
 
         def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
             fresh_phase = Body(fresh).phase
-            if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or _deleting(fresh):
+            if fresh_phase not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or Body(fresh).deleting:
                 return None  # the job moved on (requeued, another epoch, deleted) since we looked
             if watched is None:
                 return None
@@ -734,20 +729,11 @@ async def status_sync(hub: HubContext) -> AsyncIterator[None]:
     controller = StatusSync(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
                             members=parts.members, pulling_back=parts.pulling_back)
     parts.running.status_sync = controller
-    loop = asyncio.get_running_loop()
-    task = loop.create_task(_supervised("status", controller.run()), name="statussync:status")
+    task = spawn(controller.run(), name="statussync:status", log=_log, event="status sync loop failed", loop="status")
     try:
         yield
     finally:
         controller.close()
-        task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-            pass
+        await stop_task(task)  # a failure of the loop was logged when it happened
         await parts.objects.stop()
         parts.running.status_sync = None
-
-
-async def _supervised(what: str, coro: Any) -> None:
-    await supervised(coro, log=_log, event="status sync loop failed", loop=what)

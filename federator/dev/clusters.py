@@ -170,26 +170,21 @@ def default_profiles_dir() -> Path:
 def load_dev_profiles(paths: Sequence[str | os.PathLike[str]], *, run_seconds: float) -> list[ClusterProfile]:
     """The profiles to simulate (every file of each path), with `run_seconds` as the default pod run time
     where a profile has none. DevClusterError names the file and the field on bad input."""
-    from federator.sim.profile import ProfileError, load_profiles
+    from federator.sim.profile import ProfileError, load_profile_paths
 
     if not (0 < run_seconds <= 7 * 24 * 3600):
         raise DevClusterError(f"--sim-run-seconds {run_seconds:g}: must be more than 0 and at most a week")
     chosen = [Path(p) for p in paths] or [default_profiles_dir()]
+    try:
+        loaded = load_profile_paths(chosen)
+    except ProfileError as e:
+        raise DevClusterError(str(e)) from None
     profiles: list[ClusterProfile] = []
-    seen: dict[str, Path] = {}
-    for path in chosen:
-        try:
-            loaded = load_profiles(path)
-        except ProfileError as e:
-            raise DevClusterError(str(e)) from None
-        for profile in loaded:
-            if profile.name in seen:
-                raise DevClusterError(f"{path}: cluster {profile.name!r} is also defined in {seen[profile.name]}")
-            seen[profile.name] = path
-            if profile.kubelet.default_run_seconds is None:
-                kubelet = profile.kubelet.model_copy(update={"default_run_seconds": run_seconds})
-                profile = profile.model_copy(update={"kubelet": kubelet})
-            profiles.append(profile)
+    for profile in loaded:
+        if profile.kubelet.default_run_seconds is None:
+            kubelet = profile.kubelet.model_copy(update={"default_run_seconds": run_seconds})
+            profile = profile.model_copy(update={"kubelet": kubelet})
+        profiles.append(profile)
     if not profiles:
         raise DevClusterError(f"no simulated cluster profiles in {', '.join(str(p) for p in chosen)}")
     return profiles

@@ -79,18 +79,17 @@ from federator.runtime.gcpolicy import server_gc
 from federator.dev.certs import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
 from federator.hub.kinds import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, hub_registry
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, configure_logging, get_logger
+from federator.store.forwarding import ForwardsUpkeep
 from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
 from federator.store.open import open_store
 from federator.store.protocol import (
     Compare,
-    Event,
     KeyValue,
     Op,
     RangeResult,
     Store,
     StoreError,
     StoreUnavailable,
-    StoreUsage,
     TxnResult,
 )
 from federator.ui import ui_middleware
@@ -208,7 +207,7 @@ def build_pipeline(hub: HubContext) -> Pipeline:
 # ---------------------------------------------------------------- the store slot
 
 
-class _StoreSlot:
+class _StoreSlot(ForwardsUpkeep):
     """The hub store as seen before it is open: the API app and its
     ObjectStorage are built synchronously, the store is opened in the app's
     cleanup_ctx and plugged in here. Every call goes to the opened store."""
@@ -253,29 +252,8 @@ class _StoreSlot:
     async def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         return await self.target.txn(compares, success, failure)
 
-    def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
-        return self.target.watch(prefix, from_revision=from_revision)
-
-    async def current_revision(self) -> int:
-        return await self.target.current_revision()
-
-    async def compact(self, revision: int) -> None:
-        await self.target.compact(revision)
-
-    async def compact_revision(self) -> int:
-        return await self.target.compact_revision()
-
-    async def usage(self) -> StoreUsage:
-        return await self.target.usage()
-
-    async def lease_grant(self, ttl_seconds: float) -> int:
-        return await self.target.lease_grant(ttl_seconds)
-
-    async def lease_keepalive(self, lease: int) -> None:
-        await self.target.lease_keepalive(lease)
-
-    async def lease_revoke(self, lease: int) -> None:
-        await self.target.lease_revoke(lease)
+    def forward_to(self) -> Store:
+        return self.target
 
     async def close(self) -> None:
         await self.target.close()

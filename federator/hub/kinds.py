@@ -248,32 +248,39 @@ async def _admit_trainingjob(storage: ObjectStorage, job: JSONObject) -> None:
         spec["queue"] = default
 
 
+def _hub_kind_type(kind: str, model: type, **fields: Any) -> ResourceType:
+    """A federator.dev kind as the hub serves it: the names from KINDS, the table columns, the OpenAPI schema
+    (and the unknown fields it implies) generated from the kind, managed fields, type meta required, and the
+    model's docstring as its description; `fields` holds the rest (namespaced, validation, selectors, ...)."""
+    info = KINDS[kind]
+    schema = openapi_schema(kind)
+    return ResourceType(
+        group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
+        short_names=info.short_names, categories=info.categories, columns=_columns(kind), managed_fields=True,
+        openapi_schema=schema, unknown_fields=schema_unknown_fields(schema), requires_type_meta=True,
+        openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}", description=(model.__doc__ or "").strip(),
+        **fields,
+    )
+
+
 def trainingjob_type(
     validation: ValidationSettings | None = None, *, job_finalizers: Sequence[str] = ()
 ) -> ResourceType:
     """The TrainingJob kind as the hub serves it."""
-    info = KINDS[trainingjob.KIND]
-    return ResourceType(
-        group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
-        namespaced=True, short_names=info.short_names, categories=info.categories,
+    return _hub_kind_type(
+        trainingjob.KIND, trainingjob.TrainingJob,
+        namespaced=True,
         validate=trainingjob.trainingjob_validator(validation),
         validate_update=trainingjob.trainingjob_update_validator(),
         prepare_update=trainingjob.keep_admitted_fields,
         admit_create=_admit_trainingjob,
         # Pod names are built from the job name, so it must be a DNS-1123 label.
         name_format="label",
-        columns=_columns(trainingjob.KIND),
         field_selectors={
             "status.phase": _string_field(".status.phase"),
             "status.placement.cluster": _string_field(".status.placement.cluster"),
         },
         create_defaults=_add_finalizers(tuple(job_finalizers)) if job_finalizers else None,
-        managed_fields=True,
-        openapi_schema=openapi_schema(trainingjob.KIND),
-        unknown_fields=schema_unknown_fields(openapi_schema(trainingjob.KIND)),
-        requires_type_meta=True,
-        openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
-        description=(trainingjob.TrainingJob.__doc__ or "").strip(),
     )
 
 
@@ -294,65 +301,41 @@ def _keep_stored_credentials(proposed: JSONObject, stored: JSONObject) -> JSONOb
 
 def membercluster_type(validation: ValidationSettings | None = None) -> ResourceType:
     """The MemberCluster kind as the hub serves it (credentials redacted on the way out)."""
-    info = KINDS[membercluster.KIND]
-    return ResourceType(
-        group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
-        namespaced=False, short_names=info.short_names, categories=info.categories,
+    return _hub_kind_type(
+        membercluster.KIND, membercluster.MemberCluster,
+        namespaced=False,
         validate=membercluster.membercluster_validator(validation),
         # Cluster names travel in member object labels and in Table cells.
         name_format="label",
-        columns=_columns(membercluster.KIND),
         field_selectors={"spec.scheduler.name": _string_field(".spec.scheduler.name")},
         present=_present_membercluster,
         prepare_update=_keep_stored_credentials,
-        managed_fields=True,
-        openapi_schema=openapi_schema(membercluster.KIND),
-        unknown_fields=schema_unknown_fields(openapi_schema(membercluster.KIND)),
-        requires_type_meta=True,
-        openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
-        description=(membercluster.MemberCluster.__doc__ or "").strip(),
     )
 
 
 def drillreport_type(validation: ValidationSettings | None = None) -> ResourceType:
     """The DrillReport kind as the hub serves it: a stored report, no status subresource."""
-    info = KINDS[drillreport.KIND]
-    return ResourceType(
-        group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
-        namespaced=False, short_names=info.short_names, categories=info.categories,
+    return _hub_kind_type(
+        drillreport.KIND, drillreport.DrillReport,
+        namespaced=False,
         status_subresource=False,
         validate=drillreport.drillreport_validator(validation),
         name_format="label",
-        columns=_columns(drillreport.KIND),
         field_selectors={"spec.cluster": _string_field(".spec.cluster"),
                          "spec.fault": _string_field(".spec.fault")},
-        managed_fields=True,
-        openapi_schema=openapi_schema(drillreport.KIND),
-        unknown_fields=schema_unknown_fields(openapi_schema(drillreport.KIND)),
-        requires_type_meta=True,
-        openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
-        description=(drillreport.DrillReport.__doc__ or "").strip(),
     )
 
 
 def queue_type(validation: ValidationSettings | None = None) -> ResourceType:
     """The Queue kind as the hub serves it: status is the hub's own (GET only on /status over HTTP)."""
-    info = KINDS[queue.KIND]
-    return ResourceType(
-        group=HUB_GROUP, version=HUB_VERSION, kind=info.kind, plural=info.plural, singular=info.singular,
-        namespaced=False, short_names=info.short_names, categories=info.categories,
+    return _hub_kind_type(
+        queue.KIND, queue.Queue,
+        namespaced=False,
         status_verbs=("get",),
         validate=queue.queue_validator(validation),
         # TrainingJobs name their queue in spec.queue, a DNS-1123 label.
         name_format="label",
-        columns=_columns(queue.KIND),
         field_selectors={"spec.cohort": _string_field(".spec.cohort")},
-        managed_fields=True,
-        openapi_schema=openapi_schema(queue.KIND),
-        unknown_fields=schema_unknown_fields(openapi_schema(queue.KIND)),
-        requires_type_meta=True,
-        openapi_name=f"dev.federator.{HUB_VERSION}.{info.kind}",
-        description=(queue.Queue.__doc__ or "").strip(),
     )
 
 

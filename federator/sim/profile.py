@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -496,6 +496,20 @@ def load_profiles(path: str | Path) -> list[ClusterProfile]:
             raise ProfileError(f"{f}: name: cluster {prof.name!r} is also defined in {seen[prof.name]}")
         seen[prof.name] = f
     return profiles
+
+
+def load_profile_paths(paths: Sequence[str | Path]) -> list[ClusterProfile]:
+    """Every profile of `paths` (each a file or a directory, as `load_profiles` reads it), in order. Cluster
+    names must be unique across all of them (ProfileError names the path and the one that defined it first)."""
+    found: list[ClusterProfile] = []
+    seen: dict[str, Path] = {}
+    for path in map(Path, paths):
+        for prof in load_profiles(path):
+            if prof.name in seen:
+                raise ProfileError(f"{path}: cluster {prof.name!r} is also defined in {seen[prof.name]}")
+            seen[prof.name] = path
+            found.append(prof)
+    return found
 
 
 # ---------------------------------------------------------------- nodes

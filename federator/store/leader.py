@@ -29,16 +29,16 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from federator.obs import METRICS, Metrics, get_logger
 from federator.store._base import BaseStore
+from federator.store.forwarding import ForwardsUpkeep
 from federator.store.protocol import (
     Compacted,
     Compare,
     Delete,
-    Event,
     EventType,
     FencedOut,
     Get,
@@ -50,7 +50,6 @@ from federator.store.protocol import (
     Store,
     StoreError,
     StoreUnavailable,
-    StoreUsage,
     TxnResult,
 )
 
@@ -100,7 +99,7 @@ async def fenced_txn(
     return TxnResult(succeeded=False, revision=result.revision, results=result.results[1:])
 
 
-class FencedStore(BaseStore):
+class FencedStore(ForwardsUpkeep, BaseStore):
     """A Store whose every write (put, create, update, delete, txn) is a `fenced_txn` with `token`:
     hand it to whatever runs only while leading (the hub's controllers), and a deposed leader that
     wakes late writes nothing (FencedOut). Reads, watches, leases and compaction go to `inner`.
@@ -135,29 +134,8 @@ class FencedStore(BaseStore):
             self.last_write_revision = max(self.last_write_revision, result.revision)
         return result
 
-    def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
-        return self.inner.watch(prefix, from_revision=from_revision)
-
-    async def current_revision(self) -> int:
-        return await self.inner.current_revision()
-
-    async def compact(self, revision: int) -> None:
-        await self.inner.compact(revision)
-
-    async def usage(self) -> StoreUsage:
-        return await self.inner.usage()
-
-    async def compact_revision(self) -> int:
-        return await self.inner.compact_revision()
-
-    async def lease_grant(self, ttl_seconds: float) -> int:
-        return await self.inner.lease_grant(ttl_seconds)
-
-    async def lease_keepalive(self, lease: int) -> None:
-        await self.inner.lease_keepalive(lease)
-
-    async def lease_revoke(self, lease: int) -> None:
-        await self.inner.lease_revoke(lease)
+    def forward_to(self) -> Store:
+        return self.inner
 
     async def close(self) -> None:
         """The inner store belongs to whoever opened it: nothing to close here."""

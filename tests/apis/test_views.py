@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from federator.apis.views import Body, Meta
+from federator.apis.views import Body, Meta, as_mapping
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -80,3 +80,20 @@ def test_deleting_is_a_set_deletion_timestamp(deletion: object, deleting: bool) 
 def test_any_mapping_is_an_object() -> None:
     body = Body(MappingProxyType({"metadata": MappingProxyType({"name": "p", "labels": MappingProxyType({})})}))
     assert body.name == "p" and body.labels == {}
+
+
+@pytest.mark.parametrize("value", [None, 0, 1.5, True, "state", b"state", ["terminated"], ("a", 1), {"a"}])
+def test_as_mapping_reads_what_is_not_a_mapping_as_an_empty_one(value: object) -> None:
+    empty = as_mapping(value)
+    assert empty == {} and isinstance(empty, MappingProxyType)
+    with pytest.raises(TypeError):
+        empty["a"] = 1  # type: ignore[index]
+
+
+def test_as_mapping_returns_a_mapping_itself() -> None:
+    state = {"terminated": {"exitCode": 1}}
+    proxy = MappingProxyType(state)
+    assert as_mapping(state) is state and as_mapping(proxy) is proxy
+    # a nested read of a container status, the way status sync reads one
+    assert as_mapping(as_mapping({"state": "Running"}).get("state")).get("terminated") is None
+    assert as_mapping(as_mapping(state).get("terminated")).get("exitCode") == 1

@@ -22,6 +22,7 @@ from federator.sim.profile import (
     check_label_value,
     initial_nodes,
     load_profile_file,
+    load_profile_paths,
     load_profiles,
     parse_profile,
 )
@@ -194,6 +195,22 @@ def test_oversized_binary_missing_and_duplicate(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="also defined in"):
         load_profiles(twins)
 
+
+
+def test_profiles_of_several_paths_keep_their_order_and_names_stay_unique(tmp_path: Path) -> None:
+    one = SIM_PROFILES / "cloud-small.yaml"
+    names = [p.name for p in load_profile_paths([one, SIM_PROFILES / "onprem-rdma-a100.yaml"])]
+    assert names == [load_profile_file(one).name, load_profile_file(SIM_PROFILES / "onprem-rdma-a100.yaml").name]
+    assert [p.name for p in load_profile_paths([str(SIM_PROFILES)])] == [p.name for p in load_profiles(SIM_PROFILES)]
+    assert load_profile_paths([]) == []
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(one.read_text())
+    with pytest.raises(ProfileError, match=f"{copy}: cluster '.*' is also defined in {one}"):
+        load_profile_paths([one, copy])
+    with pytest.raises(ProfileError, match="is also defined in"):  # a directory holding a file already given
+        load_profile_paths([one, SIM_PROFILES])
+    with pytest.raises(ProfileError, match="no such file"):
+        load_profile_paths([one, tmp_path / "absent.yaml"])
 
 def test_defaults_and_scheduler_names() -> None:
     data = base()

@@ -1,11 +1,12 @@
-"""Keeps the browser suite (tests/ui/test_browser.py, one `federator up` for the whole module) on one xdist worker.
+"""Repo-root pytest hooks, for every test folder (tests/ and e2e/, run together or alone).
 
-`make test` runs pytest with `-n 2 --dist loadgroup`, and the module is marked `xdist_group`. xdist groups
-tests by a suffix it appends to each test's node id (`...::test_x@ui-browser`), but it writes the suffix
-to `item._nodeid`, which pytest 9.2 no longer reads (pytest-dev/pytest-xdist#1386: the grouping silently
-stops and the module's tests are spread over both workers, each starting its own hub). Until xdist sets
-it where pytest reads it, this hook appends the suffix itself, on each worker, only under loadgroup and
-only where it is missing.
+Keeps each `xdist_group` on one xdist worker (tests/ui/test_browser.py: one `federator up` for the whole
+module; e2e/kube's modules: one set of real members each). `make test` runs pytest with `-n 2 --dist
+loadgroup`. xdist groups tests by a suffix it appends to each test's node id (`...::test_x@ui-browser`), but
+it writes the suffix to `item._nodeid`, which pytest 9.2 no longer reads (pytest-dev/pytest-xdist#1386: the
+grouping silently stops and a module's tests are spread over both workers, each starting its own hub or
+members). Until xdist sets it where pytest reads it, this hook appends the suffix itself, on each worker,
+only under loadgroup and only where it is missing.
 """
 
 from __future__ import annotations
