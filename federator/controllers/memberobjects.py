@@ -59,7 +59,7 @@ class MemberObject:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}  # (dict first: no ABC check)
 
 
 def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
