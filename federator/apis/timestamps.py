@@ -26,6 +26,7 @@ hostile input (a caller that reports a bad value quotes it itself).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 
 __all__ = [
@@ -87,6 +88,13 @@ def format_nano_time(ns: int) -> str:
 def _parse(value: object, *, micro: bool) -> dt.datetime | None:
     if not isinstance(value, str) or len(value) > MAX_TIME_LENGTH:
         return None
+    return _parse_text(value, micro)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str, micro: bool) -> dt.datetime | None:
+    """`_parse` of a string of at most MAX_TIME_LENGTH characters, remembered: the controllers read the same
+    history times (a job's Placed entry, ...) on every tick; the result is immutable."""
     m = _TIME.fullmatch(value)  # not `$`: it would accept a trailing newline
     if m is None:
         return None

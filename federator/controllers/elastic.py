@@ -173,11 +173,22 @@ class ElasticResizer:
         Returns how many grew."""
         started = time.perf_counter()
         now = self.clock()
+        elastic = False
         for uid in sorted(self.active):
             job = self.jobs.get(uid)
-            gang = self.accounting.gang_of(uid, job) if job is not None and uid not in self.inflight else None
-            if job is not None and gang is not None and gang.elastic and uid not in self.preempting.shrinking:
+            gang = self.accounting.gang_of(uid, job) if job is not None else None  # cached per generation
+            if job is None or gang is None or not gang.elastic:
+                continue
+            elastic = True
+            if uid not in self.inflight and uid not in self.preempting.shrinking:
                 await self.trim_and_fill(job)
+        if not elastic:
+            # no running elastic gang: nothing may grow (plan_growth's candidates are running elastic gangs),
+            # so the pending queue's gangs and the running gangs' amounts are not built (a pass over every job)
+            self.last_growth = GrowthResult(growths=(), reservations=self.ledger.book)
+            self.metrics.loop_phase_seconds.labels(loop="placement", phase="grow").observe(
+                time.perf_counter() - started)
+            return 0
         snapshots = self.snapshots()
         pending: list[GangRequest] = []
         for uid in sorted(self.queued):

@@ -103,17 +103,19 @@ class StuckGangs:
         now = time.time()
         seen: set[tuple[str, int]] = set()
         for uid, job in list(self.jobs.jobs.items()):
-            cluster, epoch = current_placement(job)
             if uid in self.pulling:
                 await self._continue(uid, job, now=now)
                 continue
             body = Body(job)
-            if body.phase != PHASE_PLACED or cluster is None:
+            if body.phase != PHASE_PLACED or body.deleting:  # (a job being deleted: the finalizer deletes it)
+                continue  # the phase first: most jobs are past it, and this runs over every job on every tick
+            cluster, epoch = current_placement(job)
+            if cluster is None:
                 continue
-            if body.deleting:
-                continue  # the finalizer deletes it anyway
             seen.add((uid, epoch))
-            since = placed_at(job, epoch=epoch) or self.first_seen.setdefault((uid, epoch), now)
+            since = self.first_seen.get((uid, epoch))
+            if since is None:  # its Placed entry of this epoch does not change: read once per (uid, epoch)
+                since = self.first_seen[(uid, epoch)] = placed_at(job, epoch=epoch) or now
             if now - since < self.timeout:
                 continue
             await self._begin(uid, job, cluster=cluster, epoch=epoch, since=since, now=now)
