@@ -80,6 +80,9 @@ def metadata_gets(source: str, *, filename: str = "<source>") -> list[int]:
 
 
 def _is_mapping_check(node: ast.expr) -> bool:
+    """`isinstance(v, Mapping)` (or dict), alone or in an `or` with other checks (`type(v) is dict or ...`)."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return any(_is_mapping_check(value) for value in node.values)
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance"
             and len(node.args) == 2 and ast.unparse(node.args[1]).split(".")[-1] in {"Mapping", "dict"})
 
@@ -187,6 +190,8 @@ def test_the_scanners_find_what_breaks_the_rules() -> None:
         "    body = Body(pod)\n"
         "    return value if value else {}\n"
         "spec = _mapping(pod.get('spec'))\n"
+        "def fast(value):\n"
+        "    return value if type(value) is dict or isinstance(value, Mapping) else {}\n"
     )
-    assert mapping_coercers(local) == [1, 4]
+    assert mapping_coercers(local) == [1, 4, 13]
     assert metadata_gets(local) == [7, 8]
