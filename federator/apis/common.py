@@ -68,6 +68,7 @@ __all__ = [
     "QuantityError",
     "Timestamp",
     "ValidationSettings",
+    "dns1035_label_errors",
     "dns1123_label_errors",
     "dns1123_subdomain_errors",
     "errors_from_validation",
@@ -259,6 +260,22 @@ def dns1123_label_errors(value: str) -> list[str]:
         errors.append(_regex_error(
             "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
             "and end with an alphanumeric character", _DNS1123_LABEL, "my-name", "123-abc"))
+    return errors
+
+
+_DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+_DNS1035_LABEL_RE = re.compile(_DNS1035_LABEL)
+
+
+def dns1035_label_errors(value: str) -> list[str]:
+    """Why `value` is not an RFC 1035 label (kube's IsDNS1035Label: Service names); empty when it is one."""
+    errors: list[str] = []
+    if len(value) > 63:
+        errors.append("must be no more than 63 characters")
+    if not _DNS1035_LABEL_RE.fullmatch(value):
+        errors.append(_regex_error(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+            "character, and end with an alphanumeric character", _DNS1035_LABEL, "my-name", "abc-123"))
     return errors
 
 
