@@ -530,7 +530,7 @@ async def _process_log_chunks(req: SubresourceRequest, pod: Mapping[str, Any], c
     """A process-runtime container's log file; with follow, new lines until the container has stopped."""
     assert req.rt is not None
     log = _FileLog(path)
-    lines = log.read()
+    lines = [entry for entry in log.read() if options.stream == "All" or entry[1] == options.stream.lower()]
     if options.tail_lines is not None:
         lines = lines[max(0, len(lines) - options.tail_lines):] if options.tail_lines else []
     since = options.since(dt.datetime.now(dt.UTC))

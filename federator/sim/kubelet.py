@@ -541,7 +541,8 @@ class Kubelet:
             assert self.runtime is not None
             self.runtime.forget_run(uid)
             pod = by_uid.get(uid)
-            if pod is None or pod.phase != "Running" or pod.deleting or pod.backing_off:
+            # the stored pod decides (_finish checks it): what this kubelet saw may be a watch event behind
+            if pod is None or pod.deleting or pod.phase in TERMINAL:
                 continue
             failure = result.first_failure
             try:
@@ -838,8 +839,8 @@ class Kubelet:
         assert self.runtime is not None
         try:
             obj = await self.storage.get(self.pods_rt, namespace=pod.namespace, name=pod.name)
-            if Body(obj).uid != pod.uid:
-                return False
+            if Body(obj).uid != pod.uid or (obj.get("status") or {}).get("phase") not in (None, "", "Pending"):
+                return False  # what this kubelet saw was older than the pod: it started already
             obj = {**obj, "status": {**(obj.get("status") or {}), "hostIP": self.node_ip.get(pod.node, "")}}
             await self.runtime.start(obj, ip=ip, restart=pod.restarts, on_exit=self._on_exit)
             return True
@@ -906,6 +907,13 @@ class Kubelet:
             status = obj.setdefault("status", {})
             if status.get("phase") != "Running":
                 return None
+            if exits and _backing_off(status):
+                return None  # a process run's end, and the containers already wait to restart
+            previous = {cs.get("name"): cs.get("lastState") for cs in status.get("containerStatuses") or []
+                        if isinstance(cs, dict) and isinstance(cs.get("lastState"), dict)}
+            # the stored count (what this kubelet saw may be a watch event behind it)
+            restarted = max((cs["restartCount"] for cs in status.get("containerStatuses") or []
+                             if isinstance(cs, dict) and isinstance(cs.get("restartCount"), int)), default=pod.restarts)
             started = status.get("startTime") or now
             for cs in status.get("containerStatuses") or []:
                 running = ((cs or {}).get("state") or {}).get("running") if isinstance(cs, dict) else None
@@ -929,7 +937,7 @@ class Kubelet:
                     mine["message"] = found.message
                 return mine
             if restart:
-                restarts = pod.restarts + 1
+                restarts = restarted + 1
                 statuses = _container_statuses(obj, state={}, ready=False, started=False, devices=devices,
                                                unhealthy=unhealthy, restarts=restarts)
                 for cs in statuses:
@@ -944,9 +952,11 @@ class Kubelet:
                 return obj
             status["phase"] = "Failed" if failed else "Succeeded"
             statuses = _container_statuses(obj, state={}, ready=False, started=False, devices=devices,
-                                           unhealthy=unhealthy, restarts=pod.restarts)
+                                           unhealthy=unhealthy, restarts=restarted)
             for cs in statuses:
                 cs["state"] = {"terminated": {**own(cs["name"]), "containerID": cs["containerID"]}}
+                if exits and previous.get(cs["name"]):
+                    cs["lastState"] = previous[cs["name"]]  # a restarted process's last run, as kube keeps it
             status["containerStatuses"] = statuses
             _set_condition(status, "Ready", "False", now, "PodCompleted" if not failed else "PodFailed")
             _set_condition(status, "ContainersReady", "False", now, "PodCompleted" if not failed else "PodFailed")
@@ -959,8 +969,9 @@ class Kubelet:
         if self.runtime is not None and pod.uid not in self.runtime.runs:
             try:
                 obj = await self.storage.get(self.pods_rt, namespace=pod.namespace, name=pod.name)
-                if Body(obj).uid != pod.uid:
-                    return
+                if Body(obj).uid != pod.uid or (obj.get("status") or {}).get("phase") != "Running" \
+                        or not _backing_off(obj.get("status") or {}):
+                    return  # what this kubelet saw was older than the pod: nothing to restart
                 ip = str((obj.get("status") or {}).get("podIP") or self.runtime.pod_ip(pod.namespace, pod.name))
                 await self.runtime.start(obj, ip=ip, restart=pod.restarts, on_exit=self._on_exit)
             except ContainerConfigError as e:
@@ -1094,6 +1105,11 @@ class Kubelet:
                     if e.code != 404:
                         self.log.info("could not fail pod on an unhealthy GPU", pod=key, node=node,
                                       message=e.message)
+
+
+def _backing_off(status: Mapping[str, Any]) -> bool:
+    return any(isinstance(cs, Mapping) and ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+               == "CrashLoopBackOff" for cs in status.get("containerStatuses") or [])
 
 
 def _set_disruption(status: JSON, reason: str, message: str, now: str) -> None:

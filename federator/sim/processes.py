@@ -215,7 +215,7 @@ class ProcessRuntime:
     """Runs the pods of one simulated cluster as local processes (see the module docstring)."""
 
     def __init__(self, *, root: Path, cluster: str, storage: ObjectStorage, registry: Registry, logger: Any,
-                 stop_grace_seconds: float = 2.0) -> None:
+                 stop_grace_seconds: float = 1.0) -> None:
         self.root = root
         self.stop_grace_seconds = stop_grace_seconds
         self.cluster = cluster
@@ -330,12 +330,17 @@ class ProcessRuntime:
             answers.setdefault(ip, []).extend(forms)
 
         running = sorted((p for p in self.dns_pods.values() if p.running), key=lambda p: (p.namespace, p.name))
-        for (ns, svc_name), svc in sorted(self.dns_services.items()):
-            selected = [p for p in running if p.namespace == ns and _label_matches(svc.selector, p.labels)]
-            for p in selected:
-                add(p.ip, [svc_name], ns)
-                if svc.headless and p.subdomain == svc_name:
+        services = sorted(self.dns_services.items())
+        # a pod's own name first: the canonical name of its address (what `getent hosts` prints)
+        for (ns, svc_name), svc in services:
+            for p in running:
+                if p.namespace == ns and svc.headless and p.subdomain == svc_name \
+                        and _label_matches(svc.selector, p.labels):
                     add(p.ip, [p.hostname, svc_name], ns)
+        for (ns, svc_name), svc in services:
+            for p in running:
+                if p.namespace == ns and _label_matches(svc.selector, p.labels):
+                    add(p.ip, [svc_name], ns)
         for ip, names in answers.items():
             unique = list(dict.fromkeys(names))
             for i in range(0, len(unique), 8):  # glibc reads long lines, but keep them short
@@ -664,19 +669,23 @@ class ProcessRuntime:
         process = _Process(container=name, proc=proc)
         run.processes.append(process)
         writer = _LogWriter(log_path)
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps = asyncio.gather(writer.pump(proc.stdout, "stdout"), writer.pump(proc.stderr, "stderr"))
         try:
-            assert proc.stdout is not None and proc.stderr is not None
-            pumps = asyncio.gather(writer.pump(proc.stdout, "stdout"), writer.pump(proc.stderr, "stderr"))
             setup_error = await asyncio.to_thread(_read_all, status_r)
             code = await proc.wait()
             # the container ends with its first process, as when a pid namespace's init exits: what it
             # forked and left behind in its process group goes with it
             _killpg(proc.pid, signal.SIGKILL)
             try:
-                await asyncio.wait_for(pumps, 10.0)
+                await asyncio.wait_for(asyncio.shield(pumps), 10.0)
             except TimeoutError:  # a descendant that left the group holds the pipes: stop reading
-                pumps.cancel()
+                pass
         finally:
+            if not pumps.done():
+                pumps.cancel()
+            with contextlib.suppress(BaseException):
+                await pumps
             writer.close()
             with contextlib.suppress(ValueError):
                 run.processes.remove(process)
@@ -694,14 +703,16 @@ class ProcessRuntime:
         for p in procs:
             _killpg(p.pid, signal.SIGTERM)
         waits = [asyncio.ensure_future(p.wait()) for p in procs]
+        try:
+            if waits:
+                await asyncio.wait(waits, timeout=max(0.0, grace))
+        finally:
+            # what is left, and what the container forked and left behind in its group (also when cancelled)
+            for p in procs:
+                _killpg(p.pid, signal.SIGKILL)
         if waits:
-            _, pending = await asyncio.wait(waits, timeout=max(0.0, grace))
-            if pending:
-                for p in procs:
-                    _killpg(p.pid, signal.SIGKILL)
-                await asyncio.wait(pending, timeout=10.0)
-        for p in procs:
-            _killpg(p.pid, signal.SIGKILL)  # what the container forked and left behind in its group
+            await asyncio.wait(waits, timeout=10.0)
+        await _groups_gone([p.pid for p in procs])
 
     def stop(self, uid: str, *, grace: float, then: Callable[[], None] | None = None) -> bool:
         """Stop the pod's processes (SIGTERM, SIGKILL after `grace` s) in the background; `then` runs once
@@ -734,18 +745,26 @@ class ProcessRuntime:
 
     async def shutdown(self) -> None:
         """Stop every pod's processes (the kubelet stops): none outlives it."""
-        grace = self.stop_grace_seconds
-        for uid in list(self.runs):
-            self.stop(uid, grace=grace)
-        stops = [r.stopping for r in self.runs.values() if r.stopping is not None]
-        if stops:
-            await asyncio.gather(*stops, return_exceptions=True)
-        for run in list(self.runs.values()):
-            if run.task is not None and not run.task.done():
-                run.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await run.task
-        self.runs.clear()
+        runs = list(self.runs.values())
+        for run in runs:
+            run.halted = True  # no container starts any more
+        procs = [p.proc for run in runs for p in run.processes]
+        for p in procs:
+            _killpg(p.pid, signal.SIGTERM)
+        try:
+            waits = [asyncio.ensure_future(p.wait()) for p in procs]
+            if waits:
+                await asyncio.wait(waits, timeout=self.stop_grace_seconds)
+        finally:
+            # synchronous, so that a second cancel of the caller cannot skip it
+            for run in runs:
+                for p in [*procs, *(q.proc for q in run.processes)]:
+                    _killpg(p.pid, signal.SIGKILL)
+            for run in runs:
+                if run.task is not None and not run.task.done():
+                    run.task.cancel()
+            self.runs.clear()
+        await _groups_gone([p.pid for p in procs])
 
     def pids(self) -> list[int]:
         """The pids of every container process running now (for tests and `federator sim` stats)."""
@@ -765,6 +784,34 @@ def _resource_field(container: Mapping[str, Any], ref: Mapping[str, Any], *, var
 def _killpg(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group lives (a zombie does not: it only waits to be reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+async def _groups_gone(pgids: Sequence[int], *, timeout: float = 10.0) -> None:
+    """Wait until the SIGKILLed groups have no live process (the kernel ends them soon after the signal)."""
+    deadline = time.monotonic() + timeout
+    for pgid in pgids:
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
 
 def _read_all(fd: int) -> str:

@@ -268,7 +268,7 @@ class ProcessRuntimeSpec(_Model):
     #: left out, a fresh temporary directory that is removed when the cluster stops
     root: str | None = None
     #: when the kubelet stops, its processes get SIGTERM and, after this many seconds, SIGKILL
-    stop_grace_seconds: Annotated[float, Field(ge=0, le=60)] = 2.0
+    stop_grace_seconds: Annotated[float, Field(ge=0, le=60)] = 1.0
 
     @field_validator("root")
     @classmethod
