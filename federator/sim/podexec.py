@@ -102,16 +102,18 @@ class _View:
     def make(self, target: str, *, is_file: bool) -> str:
         """`target` (a container path) exists, made without writing to the machine's filesystems; its
         path in the current view."""
-        where = self.path(target)
-        if os.path.lexists(where):
-            return where
+        if os.path.lexists(self.path(target)):
+            return self.path(target)
         ancestor = os.path.dirname(target.rstrip("/")) or "/"
         while not os.path.lexists(self.path(ancestor)):
             ancestor = os.path.dirname(ancestor) or "/"
         if not self._is_ours(self.path(ancestor)):
             if not os.path.isdir(self.path(ancestor)):
                 raise SetupError(f"mountPath {target}: {ancestor} is not a directory")
-            self.shadow(self.path(ancestor) if ancestor != "/" or self.root else "/")
+            self.shadow(self.path(ancestor))
+        where = self.path(target)  # after a shadow of `/`, inside the new root
+        if not self._is_ours(where):
+            raise SetupError(f"mountPath {target}: would be made on the machine's filesystem")  # pragma: no cover
         os.makedirs(os.path.dirname(where.rstrip("/")), exist_ok=True)
         if is_file:
             with open(where, "a"):

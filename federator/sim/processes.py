@@ -232,6 +232,7 @@ class ProcessRuntime:
         #: uid -> the hosts file of a pod whose containers run (rewritten in place)
         self._hosts_files: dict[str, Path] = {}
         self._hosts_dirty = False
+        self._shutdown: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ paths
 
@@ -536,6 +537,8 @@ class ProcessRuntime:
         when the run ends, unless the run was stopped."""
         meta = Body(pod)
         uid = meta.uid
+        if self._shutdown is not None:
+            raise ContainerConfigError("the kubelet is stopping")
         if self.running(uid):
             return
         spec = pod.get("spec") or {}
@@ -744,7 +747,13 @@ class ProcessRuntime:
             del self.runs[uid]
 
     async def shutdown(self) -> None:
-        """Stop every pod's processes (the kubelet stops): none outlives it."""
+        """Stop every pod's processes (the kubelet stops): none outlives it. One stop for every caller, run
+        to its end even when a caller is cancelled (a stopping task may be cancelled more than once)."""
+        if self._shutdown is None:
+            self._shutdown = asyncio.create_task(self._stop_all(), name=f"sim-process-runtime-stop-{self.cluster}")
+        await asyncio.shield(self._shutdown)
+
+    async def _stop_all(self) -> None:
         runs = list(self.runs.values())
         for run in runs:
             run.halted = True  # no container starts any more

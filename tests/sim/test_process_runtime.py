@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from federator.sim.server import SimCluster
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 NS = "team"
+#: a top-level path that does not exist on the machine: mounted on, never created there
+SHARED = f"/federator-test-{uuid.uuid4().hex[:12]}/shared"
 JSON = dict[str, Any]
 
 
@@ -136,18 +139,18 @@ echo "svc $(getent hosts {peer}.grp.team.svc)"
 echo "short $(getent hosts {peer}.grp)"
 echo "service $(getent ahostsv4 grp.team.svc.cluster.local | awk '{{print $1}}' | sort -u | tr '\n' ' ')"
 echo "shm $(awk '$2 == "/dev/shm" {{print $3}}' /proc/mounts)"
-echo "hello from {me}" > /data/shared/{me}
-until [ -f /data/shared/{peer} ]; do sleep 0.05; done
-cat /data/shared/{peer}
+echo "hello from {me}" > {shared}/{me}
+until [ -f {shared}/{peer} ]; do sleep 0.05; done
+cat {shared}/{peer}
 echo "to stderr" >&2
 exit {code}
 """
 
 
 def peer_pod(me: str, peer: str, code: int) -> JSON:
-    return pod(me, PEER.format(me=me, peer=peer, code=code), labels={"app": "grp"}, hostname=me, subdomain="grp",
+    return pod(me, PEER.format(me=me, peer=peer, code=code, shared=SHARED), labels={"app": "grp"}, hostname=me, subdomain="grp",
                volumes=[{"name": "shared", "hostPath": {"path": "/gang/grp"}}],
-               container={"workingDir": "/tmp", "volumeMounts": [{"name": "shared", "mountPath": "/data/shared"}],
+               container={"workingDir": "/tmp", "volumeMounts": [{"name": "shared", "mountPath": SHARED}],
                           "env": [
                               {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                               {"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -192,7 +195,7 @@ async def test_two_pods_find_each_other_share_a_volume_and_end_with_their_exit_c
         # the volume is the runtime's hostPath directory, shared; nothing was made on the machine
         shared = tmp_path / "rt" / "proc" / "hostpath" / "gang" / "grp"
         assert sorted(p.name for p in shared.iterdir()) == ["a", "b"]
-        assert not Path("/data/shared").exists()
+        assert not Path(SHARED).parent.exists()
     finally:
         await cluster.stop()
 
@@ -201,11 +204,11 @@ async def test_delete_kills_the_process_group_and_stopping_the_cluster_kills_the
     cluster = await start(profile(tmp_path / "rt"))
     pids_dir = tmp_path / "rt" / "proc" / "hostpath" / "pids"
     # `$$$$`: kube's expansion makes `$$` of it, the shell's own pid
-    script = ('trap "echo got TERM; exit 143" TERM; sleep 1000 & echo $! > /pids/$POD_NAME.child; '
-              'echo $$$$ > /pids/$POD_NAME.shell; wait')
+    script = ('trap "echo got TERM; exit 143" TERM; sleep 1000 & echo $! > /mnt/pids/$POD_NAME.child; '
+              'echo $$$$ > /mnt/pids/$POD_NAME.shell; wait')
     env = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
     volume = {"volumes": [{"name": "p", "hostPath": {"path": "/pids"}}],
-              "container": {"env": env, "volumeMounts": [{"name": "p", "mountPath": "/pids"}]}}
+              "container": {"env": env, "volumeMounts": [{"name": "p", "mountPath": "/mnt/pids"}]}}
 
     async def pids(name: str) -> tuple[int, int] | None:
         try:
@@ -227,7 +230,7 @@ async def test_delete_kills_the_process_group_and_stopping_the_cluster_kills_the
         assert cluster.runtime is not None and cluster.runtime.pids()
         await cluster.stop()
         stopped = True
-        assert not any(alive(p) for p in survivor)  # no process outlives the cluster
+        assert not [(p, Path(f"/proc/{p}/stat").read_text()) for p in survivor if alive(p)]  # none outlives it
     finally:
         if not stopped:
             await cluster.stop()
@@ -289,11 +292,12 @@ async def test_bad_input_is_a_clear_container_error_not_a_hang(tmp_path: Path) -
 async def test_on_failure_restarts_in_place_and_keeps_the_previous_log(tmp_path: Path) -> None:
     cluster = await start(profile())
     try:
-        script = ('if [ -f /state/tried ]; then echo second run; exit 0; fi; '
-                  'touch /state/tried; echo first run; exit 7')
+        state = SHARED.replace("shared", "state")
+        script = (f'if [ -f {state}/tried ]; then echo second run; exit 0; fi; '
+                  f'touch {state}/tried; echo first run; exit 7')
         await cluster.storage.create(kinds.PODS, pod("flaky", script, restart_policy="OnFailure", volumes=[
             {"name": "s", "persistentVolumeClaim": {"claimName": "state"}}],
-            container={"volumeMounts": [{"name": "s", "mountPath": "/state"}]}), namespace=NS)
+            container={"volumeMounts": [{"name": "s", "mountPath": state}]}), namespace=NS)
         done = await wait_for("flaky Succeeded", phase_of(cluster, "flaky", "Succeeded"))
         (cs,) = done["status"]["containerStatuses"]
         assert cs["restartCount"] == 1 and cs["state"]["terminated"]["exitCode"] == 0
@@ -301,6 +305,7 @@ async def test_on_failure_restarts_in_place_and_keeps_the_previous_log(tmp_path:
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS)
         assert (await kubectl(kubeconfig, "logs", "flaky"))[1] == "second run\n"
         assert (await kubectl(kubeconfig, "logs", "flaky", "--previous"))[1] == "first run\n"
+        assert not Path(state).parent.exists() and not Path("/mnt/pids").exists()
     finally:
         await cluster.stop()
 
