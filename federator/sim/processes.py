@@ -775,9 +775,11 @@ class ProcessRuntime:
             self.runs.clear()
         await _groups_gone([p.pid for p in procs])
 
-    def pids(self) -> list[int]:
-        """The pids of every container process running now (for tests and `federator sim` stats)."""
-        return [p.proc.pid for r in self.runs.values() for p in r.processes if p.proc.returncode is None]
+    def pids(self, uid: str | None = None) -> list[int]:
+        """The pids of the container processes running now: the pod `uid`'s, else every pod's (each the
+        leader of its process group)."""
+        return [p.proc.pid for key, r in self.runs.items() if uid is None or key == uid
+                for p in r.processes if p.proc.returncode is None]
 
 
 def _resource_field(container: Mapping[str, Any], ref: Mapping[str, Any], *, var: str) -> str:
