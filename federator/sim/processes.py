@@ -89,6 +89,7 @@ LOG_ROTATE_BYTES = 10 * 1024 * 1024
 #: the CRI log format splits longer lines into partial (P) entries
 _MAX_LINE_BYTES = 16 * 1024
 _PODEXEC = Path(__file__).with_name("podexec.py")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _VAR_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
 #: what `unshare` needs to give a container its mount namespace and hostname as an unprivileged user
 _UNSHARE = ("unshare", "--mount", "--uts", "--map-root-user", "--propagation", "private")
@@ -544,6 +545,10 @@ class ProcessRuntime:
         spec = pod.get("spec") or {}
         containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
         inits = [c for c in spec.get("initContainers") or () if isinstance(c, Mapping)]
+        for c in [*inits, *containers]:
+            # names become file names (logs, specs): kube's DNS-label rule, checked again here
+            if not _DNS_LABEL.fullmatch(str(c.get("name") or "")):
+                raise ContainerConfigError(f"container name {str(c.get('name'))[:80]!r} is not a DNS label")
         volumes = await self._volume_sources(pod)
         prepared: list[tuple[Mapping[str, Any], dict[str, str], list[JSON]]] = []
         for c in [*inits, *containers]:
