@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 from federator.apis.timestamps import format_nano_time, parse_time
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
+from federator.apiserver.selectors import LabelSelector, SelectorError, selector_from_dict
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType
@@ -170,8 +171,19 @@ def _parse_nano(text: str) -> int | None:
     return int(moment.timestamp()) * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)
 
 
-def _label_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+def _service_selector(spec: Mapping[str, Any]) -> LabelSelector | None:
+    """A Service's spec.selector (a plain map); None selects no pod (kube manages no endpoints for it)."""
+    selector = spec.get("selector")
+    if not isinstance(selector, Mapping) or not selector:
+        return None
+    try:
+        return selector_from_dict({"matchLabels": dict(selector)})
+    except SelectorError:
+        return None  # the API refuses such a Service; stored anyway, it selects nothing
+
+
+def _label_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    return selector is not None and selector.matches(labels)
 
 
 @dataclass(slots=True)
@@ -191,7 +203,7 @@ class _DnsService:
     namespace: str
     name: str
     headless: bool
-    selector: Mapping[str, str]
+    selector: LabelSelector | None
 
 
 @dataclass(slots=True)
@@ -293,10 +305,8 @@ class ProcessRuntime:
     def observe_service(self, obj: Mapping[str, Any]) -> None:
         body = Body(obj)
         spec = obj.get("spec") or {}
-        selector = spec.get("selector") if isinstance(spec.get("selector"), Mapping) else {}
-        entry = _DnsService(namespace=body.namespace, name=body.name,
-                            headless=spec.get("clusterIP") == "None",
-                            selector={str(k): str(v) for k, v in (selector or {}).items()})
+        entry = _DnsService(namespace=body.namespace, name=body.name, headless=spec.get("clusterIP") == "None",
+                            selector=_service_selector(spec))
         if self.dns_services.get((body.namespace, body.name)) != entry:
             self.dns_services[(body.namespace, body.name)] = entry
             self._hosts_dirty = True

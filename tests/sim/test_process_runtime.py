@@ -276,8 +276,24 @@ async def test_bad_input_is_a_clear_container_error_not_a_hang(tmp_path: Path) -
             {"name": "v", "nfs": {"server": "x", "path": "/"}}]), namespace=NS)
         secret_env = [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "tok", "key": "t"}}}]
         await cluster.storage.create(kinds.PODS, pod("sec", "true", container={"env": secret_env}), namespace=NS)
+        # hostile paths: nothing outside the runtime's directories is read or written
+        await cluster.storage.create(kinds.PODS, pod("up", "true", volumes=[{"name": "v", "emptyDir": {}}],
+                                                     container={"volumeMounts": [
+                                                         {"name": "v", "mountPath": "/mnt/x", "subPath": "../../.."}]}),
+                                     namespace=NS)
+        await cluster.storage.create(kinds.PODS, pod("host", "true", volumes=[
+            {"name": "v", "hostPath": {"path": "/../../etc"}}]), namespace=NS)
+        await cluster.storage.create(kinds.CONFIG_MAPS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                         "metadata": {"name": "evil", "namespace": NS},
+                                                         "data": {"k": "x"}}, namespace=NS)
+        await cluster.storage.create(kinds.PODS, pod("items", "true", volumes=[
+            {"name": "v", "configMap": {"name": "evil", "items": [{"key": "k", "path": "../../../escaped"}]}}]),
+            namespace=NS)
         for name, message in (("nfs", "volume v: nfs is not supported by the process runtime"),
-                              ("sec", 'secret "tok" not found')):
+                              ("sec", 'secret "tok" not found'),
+                              ("up", "subPath '../../..' must be relative, without .."),
+                              ("host", "hostPath path '/../../etc' must be absolute, without .."),
+                              ("items", "item path '../../../escaped' leaves the volume")):
             async def waiting_message(name: str = name) -> str | None:
                 for cs in ((await get(cluster, name)).get("status") or {}).get("containerStatuses") or ():
                     found = ((cs.get("state") or {}).get("waiting") or {}).get("message")
