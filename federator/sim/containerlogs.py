@@ -25,6 +25,11 @@ empty 200 for a pod no node has taken yet. `follow` streams new lines as their
 time comes and ends when the container has exited (after its exit line), the
 pod is deleted or replaced, the client leaves, or the cluster stops.
 
+On a cluster whose kubelet runs pods as processes (the app's PROCESS_RUNTIME), the log is the
+container run's real CRI log file instead (federator/sim/processes.py writes it; restartCount picks the
+run, `previous` the one before): the same options, lines as the process printed them with the time it
+printed them, and a follow that ends when that run has stopped.
+
 It must never import anything of the hub, and never write to the store.
 """
 

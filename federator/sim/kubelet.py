@@ -41,6 +41,15 @@ one timer heap for every pod of the cluster (no task per pod):
   exit), and `GET .../pods/NAME/log`, are in `containerlogs.py`: a function of
   the pod these timers write (startedAt, finishedAt, exit code) and the clock.
 
+With a process runtime (the profile's `processRuntime`, federator/sim/processes.py), the pods are not
+simulated but run: a starting pod's containers run as local processes (its podIP their own loopback
+address; a pod whose env cannot be resolved waits with CreateContainerConfigError and is tried again),
+their exit codes end the containers (the duration and fail-after annotations do not apply), a deleted
+pod is removed once its processes are gone (SIGTERM, its grace period, SIGKILL), a pod failed by the
+loop above (node lost, GPU) has its processes stopped, and the kubelet stopping stops them all. The
+kubelet then also lists and watches Services, for the pods' cluster DNS names. Starts, restarts and
+exits are checked against the stored pod, not against what a lagging watch last showed.
+
 `fail_node`, `recover_node` and `set_unhealthy_gpus` change Node objects the
 way the node lifecycle controller and the device plugin would; the loop
 above does what follows for the pods. This module

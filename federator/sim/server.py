@@ -42,6 +42,10 @@ older one gets 410 and re-lists), and, read back from the kubeconfigs it wrote
 there, the same port (when it is free) and tokens, so that clients and a hub
 that kept running reconnect as if to a restarted kube-apiserver.
 
+A profile with `processRuntime` gives the cluster a ProcessRuntime (`cluster.runtime`; federator/sim/
+processes.py): its kubelet runs pods as local processes whose logs pods/log serves; the runtime's root
+is the profile's `root`/<cluster>, else a temporary directory removed when the cluster stops.
+
 This module must never import anything of the hub, and never log a token.
 """
 

@@ -307,6 +307,7 @@ async def test_bad_input_is_a_clear_container_error_not_a_hang(tmp_path: Path) -
 
 async def test_on_failure_restarts_in_place_and_keeps_the_previous_log(tmp_path: Path) -> None:
     cluster = await start(profile())
+    assert cluster.runtime is not None
     try:
         state = SHARED.replace("shared", "state")
         script = (f'if [ -f {state}/tried ]; then echo second run; exit 0; fi; '
@@ -321,7 +322,22 @@ async def test_on_failure_restarts_in_place_and_keeps_the_previous_log(tmp_path:
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS)
         assert (await kubectl(kubeconfig, "logs", "flaky"))[1] == "second run\n"
         assert (await kubectl(kubeconfig, "logs", "flaky", "--previous"))[1] == "first run\n"
-        assert not Path(state).parent.exists() and not Path("/mnt/pids").exists()
+        # follow: lines as they come, to the container's end
+        marker = SHARED.replace("shared", "go")
+        await cluster.storage.create(kinds.PODS, pod("talker", f"echo one; until [ -f {marker}/go ]; do sleep 0.05; "
+                                                               "done; echo two", volumes=[
+            {"name": "g", "persistentVolumeClaim": {"claimName": "go"}}],
+            container={"volumeMounts": [{"name": "g", "mountPath": marker}]}), namespace=NS)
+        await wait_for("talker Running", phase_of(cluster, "talker", "Running"))
+        follower = await asyncio.create_subprocess_exec(
+            KUBECTL, "--kubeconfig", str(kubeconfig), "logs", "-f", "talker", stdout=asyncio.subprocess.PIPE)
+        assert follower.stdout is not None
+        assert await asyncio.wait_for(follower.stdout.readline(), 60) == b"one\n"
+        (cluster.runtime.root / "pvc" / NS / "go" / "go").write_text("")
+        assert await asyncio.wait_for(follower.stdout.read(), 60) == b"two\n"  # and then it ends
+        assert await asyncio.wait_for(follower.wait(), 60) == 0
+        assert not Path(state).parent.exists() and not Path(marker).parent.exists()
+        assert not Path("/mnt/pids").exists()
     finally:
         await cluster.stop()
 
