@@ -120,7 +120,7 @@ async def test_pytorch_ddp_trains_through_the_hub_and_resumes_after_a_worker_is_
 
         # ---- a second run: worker 1's process is killed mid-training; OnFailure restarts, training resumes
         second = tmp_path / "ckpt-second"
-        await apply(env, ddp_job("ddp-resume", second, steps=12, step_seconds=0.3, restart_policy="OnFailure"))
+        await apply(env, ddp_job("ddp-resume", second, steps=20, step_seconds=0.5, restart_policy="OnFailure"))
 
         async def reached(step: int) -> str | None:
             code, text = await env.hub.request(
@@ -128,13 +128,16 @@ async def test_pytorch_ddp_trains_through_the_hub_and_resumes_after_a_worker_is_
                        "?role=worker&index=0")
             return text if code == 200 and f"checkpoint step {step} saved" in text else None
 
-        await wait_until(lambda: reached(3), timeout=300, what="rank 0's checkpoint of step 3")
+        # (18 steps of 0.5 s still to go: time enough to find the process, however loaded the machine)
+        await wait_until(lambda: reached(2), timeout=300, what="rank 0's checkpoint of step 2")
         running = await env.api.get(NS, "ddp-resume")
         uid = running["metadata"]["uid"]
         sim = env.fed.sims[CLUSTER]
         assert sim.runtime is not None
         (victim,) = [p for p in await env.live_pods(CLUSTER, uid) if p["metadata"]["name"].endswith("-worker-1")]
-        (pid,) = sim.runtime.pids(victim["metadata"]["uid"])
+        pids = sim.runtime.pids(victim["metadata"]["uid"])
+        assert len(pids) == 1, f"worker 1 runs no process ({pids}): the training ended before it was killed"
+        pid = pids[0]
         os.killpg(pid, signal.SIGKILL)
 
         job = await env.api.wait_job(NS, "ddp-resume", lambda j: phase(j) in ("Succeeded", "Failed"),
@@ -142,8 +145,8 @@ async def test_pytorch_ddp_trains_through_the_hub_and_resumes_after_a_worker_is_
         logs = await federator_logs(env, "ddp-resume")
         assert phase(job) == "Succeeded", logs
         resumed = [int(m.group(1)) for m in re.finditer(r"resumed from checkpoint \S+latest\.pt at step (\d+)", logs)]
-        assert resumed and min(resumed) >= 3, logs  # both ranks of the new attempt start from the checkpoint
-        assert sum("training done at step 12" in line for line in logs.splitlines()) == 2, logs
+        assert resumed and min(resumed) >= 2, logs  # both ranks of the new attempt start from the checkpoint
+        assert sum("training done at step 20" in line for line in logs.splitlines()) == 2, logs
         restarted = await env.live_pods(CLUSTER, uid)
         assert victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in restarted}
         assert not sim.runtime.pids()  # every process of the job has ended
