@@ -227,6 +227,13 @@ async def test_delete_kills_the_process_group_and_stopping_the_cluster_kills_the
         await wait_for("doomed removed", gone(cluster, "doomed"))
         assert not any(alive(p) for p in doomed)   # the shell and its child: the whole process group
         assert all(alive(p) for p in survivor)
+        # a process that ignores SIGTERM gets SIGKILL once the grace period is over
+        stubborn = script.replace('trap "echo got TERM; exit 143" TERM', 'trap "" TERM')
+        await cluster.storage.create(kinds.PODS, pod("stubborn", stubborn, grace=1, **volume), namespace=NS)
+        held = await wait_for("stubborn's pids", lambda: pids("stubborn"))
+        await cluster.storage.delete(kinds.PODS, namespace=NS, name="stubborn")
+        await wait_for("stubborn removed", gone(cluster, "stubborn"))
+        assert not any(alive(p) for p in held)
         assert cluster.runtime is not None and cluster.runtime.pids()
         await cluster.stop()
         stopped = True
