@@ -11,7 +11,10 @@ All behaviour is here, shared:
 
 - `SchedulerAdapter.render(job, ...)`: the TrainingJob (a stored hub object,
   a plain dict) as a list of `MemberObject`s in dispatch order, PodGroup
-  first, then the pods role by role, index by index.
+  first, then the gang's headless Service and the framework's ConfigMaps,
+  then the pods role by role, index by index (hostname, subdomain and the
+  framework's environment are added over the rendered pods by network.py
+  and frameworks.py).
 - `SchedulerAdapter.read_status(podgroup, pods)`: a `GangStatus` (job phase
   Placed / Admitted / Running / Succeeded / Failed, pod counts per role, and
   a reason and message that explain a wait or a failure).
@@ -46,6 +49,10 @@ created instead of creating it again:
   A new epoch gets a fresh PodGroup, so its status (phase, conditions,
   scheduleStartTime) never carries over from an older attempt, and pods of
   an older epoch never count towards the new group's minMember.
+- the headless Service: `<job>-<token>` (a DNS-1035 label: a job named from
+  a digit gets a leading "j"), the same at every epoch like pod names, so a
+  pod's DNS name `<pod>.<service>.<namespace>.svc` survives requeues; its
+  selector names the epoch. The MPI hostfile ConfigMap: `<service>-config`.
 
 Every member object carries the labels `federator.dev/hub`,
 `federator.dev/job-uid`, `federator.dev/job-namespace`,
