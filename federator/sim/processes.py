@@ -409,7 +409,7 @@ class ProcessRuntime:
                     out[str(k)] = base64.b64decode(str(v))
         return out
 
-    async def _key_ref(self, ref: Mapping[str, Any], *, plural: str, kind: str, namespace: str, var: str) -> str | None:
+    async def _key_ref(self, ref: Mapping[str, Any], *, plural: str, kind: str, namespace: str) -> str | None:
         name, key = str(ref.get("name") or ""), str(ref.get("key") or "")
         optional = bool(ref.get("optional"))
         obj = await self._object(plural, kind, namespace, name, optional=optional)
@@ -470,10 +470,10 @@ class ProcessRuntime:
                     value = self._field_ref(pod, str(source["fieldRef"].get("fieldPath") or ""), ip=ip, var=var)
                 elif isinstance(source.get("secretKeyRef"), Mapping):
                     value = await self._key_ref(source["secretKeyRef"], plural="secrets", kind="Secret",
-                                                namespace=namespace, var=var)
+                                                namespace=namespace)
                 elif isinstance(source.get("configMapKeyRef"), Mapping):
                     value = await self._key_ref(source["configMapKeyRef"], plural="configmaps", kind="ConfigMap",
-                                                namespace=namespace, var=var)
+                                                namespace=namespace)
                 elif isinstance(source.get("resourceFieldRef"), Mapping):
                     value = _resource_field(container, source["resourceFieldRef"], var=var)
                 else:
@@ -579,8 +579,8 @@ class ProcessRuntime:
         self.runs[uid] = run
         hostname = str(spec.get("hostname") or meta.name)
         run.task = asyncio.create_task(
-            self._run_pod(run, prepared=prepared, inits=len(inits), hosts=hosts, hostname=hostname,
-                          restart=restart, on_exit=on_exit),
+            self._run_pod(run, prepared=prepared, inits=len(inits), hostname=hostname, restart=restart,
+                          on_exit=on_exit),
             name=f"sim-process-runtime-{self.cluster}-{meta.namespace}/{meta.name}")
 
     def _mounts(self, container: Mapping[str, Any], volumes: Mapping[str, tuple[str, Path | None]],
@@ -617,7 +617,7 @@ class ProcessRuntime:
         return mounts
 
     async def _run_pod(self, run: _PodRun, *, prepared: list[tuple[Mapping[str, Any], dict[str, str], list[JSON]]],
-                       inits: int, hosts: Path, hostname: str, restart: int,
+                       inits: int, hostname: str, restart: int,
                        on_exit: Callable[[PodExit], None]) -> None:
         exits: list[ContainerExit] = []
         sidecars: list[asyncio.Task[ContainerExit]] = []

@@ -349,6 +349,44 @@ async def test_on_failure_restarts_in_place_and_keeps_the_previous_log(tmp_path:
         await cluster.stop()
 
 
+async def test_init_containers_run_first_and_a_sidecar_beside_the_container() -> None:
+    cluster = await start(profile())
+    try:
+        shared = {"name": "w", "mountPath": "/mnt/work"}
+        spec = pod("staged", "cat /mnt/work/ready; test -f /mnt/work/sidecar-up", volumes=[
+            {"name": "w", "emptyDir": {}}], container={"volumeMounts": [shared]})
+        spec["spec"]["initContainers"] = [
+            {"name": "prepare", "image": "busybox", "command": ["/bin/sh", "-c", "echo prepared > /mnt/work/ready"],
+             "volumeMounts": [shared]},
+            {"name": "helper", "image": "busybox", "restartPolicy": "Always", "volumeMounts": [shared],
+             "command": ["/bin/sh", "-c", "touch /mnt/work/sidecar-up; exec sleep 1000"]},
+        ]
+        # the sidecar may be slower than the container: the container waits for it
+        spec["spec"]["containers"][0]["command"][2] = ("until [ -f /mnt/work/sidecar-up ]; do sleep 0.05; done; "
+                                                       "cat /mnt/work/ready")
+        await cluster.storage.create(kinds.PODS, spec, namespace=NS)
+        done = await wait_for("staged Succeeded", phase_of(cluster, "staged", "Succeeded", "Failed"))
+        assert done["status"]["phase"] == "Succeeded"
+        assert terminated(done)["exitCode"] == 0
+        log = cluster.runtime.log_path(namespace=NS, name="staged", uid=done["metadata"]["uid"], container="main",
+                                       restart=0) if cluster.runtime is not None else None
+        assert log is not None and log.read_text().endswith(" stdout F prepared\n")
+        assert cluster.runtime is not None and not cluster.runtime.pids()  # the sidecar stopped with the pod
+
+        failing = pod("blocked", "echo never")
+        failing["spec"]["initContainers"] = [{"name": "check", "image": "busybox", "command": ["/bin/sh", "-c", "exit 4"]}]
+        await cluster.storage.create(kinds.PODS, failing, namespace=NS)
+        blocked = await wait_for("blocked Failed", phase_of(cluster, "blocked", "Failed"))
+        # the init container's failure ends the pod; the container never ran (the simulator reports the
+        # pod's end on its containers: docs/simulator-fidelity.md)
+        assert terminated(blocked)["exitCode"] == 4
+        main_log = cluster.runtime.log_path(namespace=NS, name="blocked", uid=blocked["metadata"]["uid"],
+                                            container="main", restart=0)
+        assert not main_log.exists()
+    finally:
+        await cluster.stop()
+
+
 def test_expansion_and_the_profile_field() -> None:
     env = {"A": "1", "B": "x"}
     assert expand("$(A)-$(B)-$(C)-$$(A)-$", env) == "1-x-$(C)-$(A)-$"
