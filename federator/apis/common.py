@@ -68,6 +68,7 @@ __all__ = [
     "QuantityError",
     "Timestamp",
     "ValidationSettings",
+    "dns1035_label_errors",
     "dns1123_label_errors",
     "dns1123_subdomain_errors",
     "errors_from_validation",
@@ -233,7 +234,6 @@ _DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
 _QUALIFIED_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 _LABEL_VALUE = rf"({_QUALIFIED_NAME})?"
 # Matched with fullmatch only: `^...$` with re.match would also accept a trailing newline ("name\n").
-_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
 _DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN)
 _QUALIFIED_NAME_RE = re.compile(_QUALIFIED_NAME)
 _LABEL_VALUE_RE = re.compile(_LABEL_VALUE)
@@ -250,16 +250,31 @@ def _regex_error(message: str, pattern: str, *examples: str) -> str:
     return f"{message} ({'e.g. ' + shown if shown else ''}regex used for validation is '{pattern}')"
 
 
-def dns1123_label_errors(value: str) -> list[str]:
-    """Why `value` is not an RFC 1123 label (kube's IsDNS1123Label, in its words); empty when it is one."""
+def _label_errors(value: str, pattern: str, message: str, *examples: str) -> list[str]:
+    """kube's label checks: at most 63 characters, and the pattern (its RegexError when not)."""
     errors: list[str] = []
     if len(value) > 63:
         errors.append("must be no more than 63 characters")
-    if not _DNS1123_LABEL_RE.fullmatch(value):
-        errors.append(_regex_error(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
-            "and end with an alphanumeric character", _DNS1123_LABEL, "my-name", "123-abc"))
+    if not re.fullmatch(pattern, value):
+        errors.append(_regex_error(message, pattern, *examples))
     return errors
+
+
+def dns1123_label_errors(value: str) -> list[str]:
+    """Why `value` is not an RFC 1123 label (kube's IsDNS1123Label, in its words); empty when it is one."""
+    return _label_errors(value, _DNS1123_LABEL, "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                         "characters or '-', and must start and end with an alphanumeric character",
+                         "my-name", "123-abc")
+
+
+_DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+
+
+def dns1035_label_errors(value: str) -> list[str]:
+    """Why `value` is not an RFC 1035 label (kube's IsDNS1035Label: Service names); empty when it is one."""
+    return _label_errors(value, _DNS1035_LABEL, "a DNS-1035 label must consist of lower case alphanumeric characters "
+                         "or '-', start with an alphabetic character, and end with an alphanumeric character",
+                         "my-name", "abc-123")
 
 
 def dns1123_subdomain_errors(value: str) -> list[str]:

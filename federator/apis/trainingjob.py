@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from federator.apis.frameworks import Framework, FrameworkSettings, framework_errors
 from federator.apis.common import (
     ApiModel,
     Condition,
@@ -335,6 +336,19 @@ class TrainingJobSpec(ApiModel):
             "annotation federator.dev/counted-failures): past it the job fails with reason "
             "BackoffLimitExceeded and the pods' reasons."))
 
+    framework: Framework | None = Field(default=None, description=(
+        "The training framework whose environment the hub injects into every pod, as the Kubeflow operators "
+        "do: pytorch (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK and torchrun's PET_* variables; roles master "
+        "and worker), tensorflow (TF_CONFIG; roles chief, master, ps, worker, evaluator), paddle (the "
+        "parameter-server or collective PADDLE_* variables; roles pserver/ps/master and trainer/worker), mpi "
+        "(a hostfile ConfigMap mounted on the launcher at /etc/mpi; roles launcher and worker), jax "
+        "(COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID; role worker) or none (the default: only the "
+        "FEDERATOR_* variables). Every pod also gets hostname = its name and subdomain = the gang's headless "
+        "Service, whatever the framework."))
+    framework_settings: FrameworkSettings | None = Field(default=None, alias="frameworkSettings", description=(
+        "Settings of spec.framework: port (pytorch, tensorflow, paddle, jax), nprocPerNode (pytorch), "
+        "slotsPerWorker and mpiImplementation (mpi)."))
+
     @field_validator("roles")
     @classmethod
     def _role_caps(cls, value: list[Role], info: ValidationInfo) -> list[Role]:
@@ -514,6 +528,7 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
                     if isinstance(tolerations, list):
                         for t_index, toleration in enumerate(tolerations):
                             errors += _toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
+        errors += framework_errors(spec)
         placement = spec.get("placement")
         if isinstance(placement, Mapping):
             errors += duplicate_scalar_errors(placement.get("gpuModels"), path="spec.placement.gpuModels")

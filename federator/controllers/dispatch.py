@@ -109,10 +109,11 @@ from federator.delegation import (
     gpu_node_labels,
     is_system_priority_class,
     member_priority_class,
+    hub_selector,
     ownership_of,
     selector_for,
 )
-from federator.delegation.adapter import Gvk
+from federator.delegation.adapter import CONFIG_MAP_GVK, SERVICE_GVK, Gvk
 from federator.obs import get_logger
 from federator.placement.decision import PodAssignment
 from federator.store.protocol import StoreError
@@ -190,11 +191,16 @@ class DeleteOutcome:
     failed: list[str] = field(default_factory=list)
 
 
-async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *, cluster: str) -> DeleteOutcome:
+async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *, cluster: str,
+                                hub_id: str | None = None) -> DeleteOutcome:
     """Delete `objects` from one member (pods first, as given), each guarded by its uid: a 404 or a
     failed uid precondition (409: a newer object of that name) counts as already gone. Objects
     already terminating are left to finish. (`Dispatcher.delete_objects` is the way in for the other
-    controllers; placement's own evictions still call this directly until they move into dispatch.)"""
+    controllers; placement's own evictions still call this directly until they move into dispatch.)
+    With `hub_id`, `objects` are whole gangs: each gang's Service and ConfigMaps (which no watch indexes)
+    go too (`delete_gang_companions`); a shrink's few pods pass none."""
+    if hub_id is not None:
+        await delete_gang_companions(client, objects, hub_id=hub_id, cluster=cluster)
     outcome = DeleteOutcome()
     forbidden = 0
     for obj in objects:
@@ -223,6 +229,45 @@ async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *
         _log.warning("some member objects could not be deleted; will retry", cluster=cluster,
                      failed=len(outcome.failed), error=outcome.failed[0][:512])
     return outcome
+
+
+#: the member objects of a gang besides its pods and PodGroup (delegation: network identity, framework files)
+GANG_COMPANIONS = (SERVICE_GVK, CONFIG_MAP_GVK)
+
+
+async def delete_gang_companions(client: Any, objects: Sequence[IndexedObject], *, hub_id: str, cluster: str) -> int:
+    """Delete the headless Service and the ConfigMaps of every gang (namespace, job uid, epoch) that `objects`
+    belong to: listed by the gang's labels (this hub's, that job's, that epoch's), each delete guarded by its
+    uid. Best effort: what fails is logged, and the fence agent or the next deletion of the gang takes it.
+    How many deletes were requested."""
+    gangs = sorted({(o.namespace, o.job_uid, o.epoch) for o in objects
+                    if o.namespace and o.job_uid and o.epoch is not None})
+    requested = 0
+    for namespace, job_uid, epoch in gangs:
+        try:
+            selector = f"{hub_selector(hub_id)},{selector_for(job_uid, epoch)}"
+        except RenderError:
+            continue
+        for gvk in GANG_COMPANIONS:
+            resource = _resource_of(gvk)
+            try:
+                listing = await client.list(resource, namespace=namespace, label_selector=selector)
+                for item in listing.items:
+                    meta = Body(item)
+                    if meta.deleting:
+                        continue
+                    try:
+                        await client.delete(resource, namespace=namespace, name=meta.name,
+                                            precondition_uid=meta.uid or None)
+                        requested += 1
+                    except MemberApiError as e:
+                        if e.code not in (404, 409):
+                            raise
+            except MemberClientError as e:
+                _log.warning("could not delete a gang's companion objects; the fence agent or the gang's next "
+                             "deletion takes them", cluster=cluster, resource=resource.key, namespace=namespace,
+                             job_uid=job_uid, epoch=epoch, error=str(e)[:512])
+    return requested
 
 
 class RetryBook:
@@ -450,7 +495,7 @@ class Dispatcher:
         pending = [o for o in left if not o.deleting]
         if client is None or not pending:
             return 0
-        outcome = await delete_member_objects(client, pending, cluster=old_cluster)
+        outcome = await delete_member_objects(client, pending, cluster=old_cluster, hub_id=self._hub_id)
         return outcome.requested
 
     async def wait_for_previous(self, job: Mapping[str, Any], *, cluster: str, wait: float) -> None:
@@ -704,7 +749,7 @@ class Dispatcher:
         client = self.members.client(cluster)
         if client is None:
             return None
-        return await delete_member_objects(client, objects, cluster=cluster)
+        return await delete_member_objects(client, objects, cluster=cluster, hub_id=self._hub_id)
 
     # ------------------------------------------------------------ one pod again
 

@@ -23,6 +23,7 @@ from federator.delegation.adapter import (
     pod_name,
     podgroup_name,
     selector_for,
+    service_name,
     stale_selector,
 )
 from federator.delegation.registry import ADAPTERS, adapter_for
@@ -50,5 +51,6 @@ __all__ = [
     "pod_name",
     "podgroup_name",
     "selector_for",
+    "service_name",
     "stale_selector",
 ]

@@ -11,7 +11,10 @@ All behaviour is here, shared:
 
 - `SchedulerAdapter.render(job, ...)`: the TrainingJob (a stored hub object,
   a plain dict) as a list of `MemberObject`s in dispatch order, PodGroup
-  first, then the pods role by role, index by index.
+  first, then the gang's headless Service and the framework's ConfigMaps,
+  then the pods role by role, index by index (hostname, subdomain and the
+  framework's environment are added over the rendered pods by network.py
+  and frameworks.py).
 - `SchedulerAdapter.read_status(podgroup, pods)`: a `GangStatus` (job phase
   Placed / Admitted / Running / Succeeded / Failed, pod counts per role, and
   a reason and message that explain a wait or a failure).
@@ -46,6 +49,10 @@ created instead of creating it again:
   A new epoch gets a fresh PodGroup, so its status (phase, conditions,
   scheduleStartTime) never carries over from an older attempt, and pods of
   an older epoch never count towards the new group's minMember.
+- the headless Service: `<job>-<token>` (a DNS-1035 label: a job named from
+  a digit gets a leading "j"), the same at every epoch like pod names, so a
+  pod's DNS name `<pod>.<service>.<namespace>.svc` survives requeues; its
+  selector names the epoch. The MPI hostfile ConfigMap: `<service>-config`.
 
 Every member object carries the labels `federator.dev/hub`,
 `federator.dev/job-uid`, `federator.dev/job-namespace`,
@@ -106,12 +113,16 @@ from pydantic import ValidationError
 
 from federator.apis.common import (
     ValidationSettings,
+    dns1035_label_errors,
     dns1123_label_errors,
     dns1123_subdomain_errors,
     label_key_errors,
     label_value_errors,
 )
+from federator.apis.frameworks import FrameworkSettings
 from federator.apis.trainingjob import Role, TrainingJob, placed_replicas, validate_trainingjob
+from federator.delegation.frameworks import GangLayout, GangRole, apply_framework, framework_config_maps, service_ports
+from federator.delegation.network import headless_service, set_identity
 from federator.apis.views import Body
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
@@ -137,7 +148,9 @@ __all__ = [
     "MAX_EPOCH",
     "MAX_NAME_LENGTH",
     "MAX_MEMBER_PRIORITY",
+    "CONFIG_MAP_GVK",
     "POD_GVK",
+    "SERVICE_GVK",
     "PRIORITY_CLASS_GVK",
     "PRIORITY_CLASS_PREFIX",
     "Adapter",
@@ -162,6 +175,7 @@ __all__ = [
     "pod_name",
     "priority_class_name_for",
     "selector_for",
+    "service_name",
     "stale_selector",
 ]
 
@@ -244,6 +258,10 @@ class Gvk:
 
 
 POD_GVK = Gvk(group="", version="v1", kind="Pod", plural="pods")
+#: the gang's headless Service (network identity: delegation/network.py)
+SERVICE_GVK = Gvk(group="", version="v1", kind="Service", plural="services")
+#: a framework's files for the gang (the MPI hostfile: delegation/frameworks.py)
+CONFIG_MAP_GVK = Gvk(group="", version="v1", kind="ConfigMap", plural="configmaps")
 #: cluster-scoped; made sure of (not owned: shared by every job of that priority) before pods name it
 PRIORITY_CLASS_GVK = Gvk(group="scheduling.k8s.io", version="v1", kind="PriorityClass", plural="priorityclasses",
                          namespaced=False)
@@ -481,6 +499,13 @@ def podgroup_name(*, job_name: str, job_uid: str, epoch: int) -> str:
     return _shorten(job_name, f"-{_token(job_uid, _UID_TOKEN_LENGTH)}-e{epoch}")
 
 
+def service_name(*, job_name: str, job_uid: str) -> str:
+    """The member name of the job's headless Service (see the module docstring): `<job>-<token>`, a DNS-1035
+    label (it starts with a letter: a job named from a digit gets a leading "j")."""
+    head = job_name if job_name[:1].isalpha() else f"j{job_name}"
+    return _shorten(head, f"-{_token(job_uid, _UID_TOKEN_LENGTH)}")
+
+
 # ---------------------------------------------------------------- quantities
 
 
@@ -610,7 +635,8 @@ class SchedulerAdapter:
 
     def gvk_list(self) -> tuple[Gvk, ...]:
         """The kinds this adapter creates, in creation order (delete in reverse)."""
-        return (self.pod_group.gvk, POD_GVK) if self.pod_group is not None else (POD_GVK,)
+        gang = (SERVICE_GVK, CONFIG_MAP_GVK, POD_GVK)
+        return (self.pod_group.gvk, *gang) if self.pod_group is not None else gang
 
     def selector_for(self, job_uid: str, epoch: int | None = None) -> str:
         return selector_for(job_uid, epoch)
@@ -719,7 +745,10 @@ class SchedulerAdapter:
                     scheduler_name=cluster_scheduler_name, group_name=group_name,
                     labels=common_labels, annotations=common_annotations, node=hints.get((role.name, index)),
                     priority_class_name=priority_class_name, gpu_pin=gpu_pin))
-        return objects
+        # network identity and the framework's environment, over the rendered pods (network.py, frameworks.py)
+        gang = _gang_objects(model, objects, counts=counts, namespace=namespace, labels=common_labels,
+                             annotations=common_annotations, where=where)
+        return objects[:len(objects) - sum(1 for o in objects if o.gvk == POD_GVK)] + gang
 
     def _render_podgroup(
         self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role],
@@ -909,6 +938,36 @@ class SchedulerAdapter:
 
 
 # ---------------------------------------------------------------- render helpers
+
+
+def _gang_objects(model: TrainingJob, objects: Sequence[MemberObject], *, counts: Mapping[str, int], namespace: str,
+                  labels: Mapping[str, str], annotations: Mapping[str, str], where: str) -> list[MemberObject]:
+    """The gang's headless Service, the framework's ConfigMaps and the pods (copies of `objects`' pods with
+    hostname, subdomain and the framework's environment), in dispatch order."""
+    meta = model.metadata
+    assert meta.name and meta.uid
+    service = service_name(job_name=meta.name, job_uid=meta.uid)
+    if dns1035_label_errors(service):  # cannot happen; refuse rather than send it
+        raise RenderError(f"{where}: rendered Service name {service!r} is not a DNS-1035 label")
+    pods = [o for o in objects if o.gvk == POD_GVK]
+    layout = GangLayout(
+        framework=model.spec.framework or "none", settings=model.spec.framework_settings or FrameworkSettings(),
+        job_name=meta.name, namespace=namespace, service=service,
+        roles=tuple(GangRole(name=r.name, replicas=counts[r.name], fewest=r.fewest, most=r.most)
+                    for r in model.spec.roles),
+        pod_names={(p.labels[LABEL_ROLE], int(p.labels[LABEL_INDEX])): p.name for p in pods})
+    selector = {LABEL_HUB: labels[LABEL_HUB], LABEL_JOB_UID: labels[LABEL_JOB_UID], LABEL_EPOCH: labels[LABEL_EPOCH]}
+    out = [MemberObject(gvk=SERVICE_GVK, namespace=namespace, name=service, body=headless_service(
+        name=service, namespace=namespace, labels=labels, annotations=annotations, selector=selector,
+        ports=service_ports(layout)))]
+    out += [MemberObject(gvk=CONFIG_MAP_GVK, namespace=namespace, name=body["metadata"]["name"], body=body)
+            for body in framework_config_maps(layout, labels=labels, annotations=annotations)]
+    for pod in pods:
+        body = _copy_json(pod.body)
+        set_identity(body, service=service)
+        apply_framework(layout, body, role=pod.labels[LABEL_ROLE], index=int(pod.labels[LABEL_INDEX]))
+        out.append(MemberObject(gvk=POD_GVK, namespace=pod.namespace, name=pod.name, body=body))
+    return out
 
 
 def _parse_job(job: Mapping[str, Any]) -> TrainingJob:

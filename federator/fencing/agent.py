@@ -78,7 +78,7 @@ from federator.clusters.client import (
 )
 from federator.clusters.reflector import Backoff
 from federator.delegation import ADAPTERS, hub_selector
-from federator.delegation.adapter import LABEL_HUB, LABEL_ON_CLUSTER_LOSS
+from federator.delegation.adapter import CONFIG_MAP_GVK, LABEL_HUB, LABEL_ON_CLUSTER_LOSS, SERVICE_GVK
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 from federator.runtime.waits import wait_event
 
@@ -113,6 +113,12 @@ def check_hub_identity(identity: str) -> str:
     return identity
 
 
+#: a gang's other member objects (its headless Service, a framework's ConfigMap): swept after its pods
+COMPANION_KINDS: tuple[ResourceKind, ...] = tuple(
+    ResourceKind(group=g.group, version=g.version, plural=g.plural, kind=g.kind, namespaced=g.namespaced)
+    for g in (SERVICE_GVK, CONFIG_MAP_GVK))
+
+
 def podgroup_kinds() -> tuple[ResourceKind, ...]:
     """Every PodGroup kind a delegation adapter may create, once each."""
     found: dict[tuple[str, str, str], ResourceKind] = {}
@@ -144,6 +150,8 @@ class FenceCounters:
     sweeps: int = 0
     pods_deleted: int = 0
     podgroups_deleted: int = 0
+    #: the gangs' Services and ConfigMaps
+    companions_deleted: int = 0
     events_recorded: int = 0
 
 
@@ -557,8 +565,8 @@ class FenceAgent:
         return spared
 
     async def _sweep(self, expiry: _Expiry) -> tuple[int, int, int]:
-        """Delete the hub's pods, then its PodGroups, until a list finds none (at most MAX_SWEEP_ROUNDS
-        rounds). Returns (pods deleted, PodGroups deleted, objects left)."""
+        """Delete the hub's pods, then its Services, ConfigMaps and PodGroups, until a list finds none (at
+        most MAX_SWEEP_ROUNDS rounds). Returns (pods deleted, PodGroups deleted, objects left)."""
         pods_deleted = groups_deleted = 0
         remaining = 0
         for _ in range(MAX_SWEEP_ROUNDS):
@@ -568,6 +576,16 @@ class FenceAgent:
                 remaining = len(pods)
                 continue  # pods first: list them again until none is left
             remaining = 0
+            for kind in COMPANION_KINDS:
+                try:
+                    companions = (await self.client.list_all(kind, label_selector=self.fence_selector)).items
+                except MemberApiError as e:
+                    if e.code not in (403, 404):  # an agent whose RBAC predates them: the hub's GC takes them
+                        raise
+                    continue
+                if companions:
+                    await self._delete_all(kind, companions)
+                    remaining += len(companions)
             for kind in list(expiry.kinds):
                 try:
                     groups = (await self.client.list_all(kind, label_selector=self.fence_selector)).items
@@ -602,6 +620,8 @@ class FenceAgent:
             deleted += 1
             if kind is PODS:
                 self.counters.pods_deleted += 1
+            elif kind in COMPANION_KINDS:
+                self.counters.companions_deleted += 1
             else:
                 self.counters.podgroups_deleted += 1
         return deleted

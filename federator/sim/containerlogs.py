@@ -25,6 +25,11 @@ empty 200 for a pod no node has taken yet. `follow` streams new lines as their
 time comes and ends when the container has exited (after its exit line), the
 pod is deleted or replaced, the client leaves, or the cluster stops.
 
+On a cluster whose kubelet runs pods as processes (the app's PROCESS_RUNTIME), the log is the
+container run's real CRI log file instead (federator/sim/processes.py writes it; restartCount picks the
+run, `previous` the one before): the same options, lines as the process printed them with the time it
+printed them, and a follow that ends when that run has stopped.
+
 It must never import anything of the hub, and never write to the store.
 """
 
@@ -46,6 +51,7 @@ from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, api_state
 from federator.apiserver.podlog import LogOptions, parse_log_options, serve_log
 from federator.apis.timestamps import format_nano_time, parse_time
+from federator.sim.processes import ProcessRuntime, parse_cri_line
 
 __all__ = [
     "ANNOTATION_LOG_INTERVAL",
@@ -55,6 +61,7 @@ __all__ = [
     "LOG_STREAMS",
     "LogStreams",
     "POD_LOG",
+    "PROCESS_RUNTIME",
     "container_run",
     "log_container",
 ]
@@ -457,6 +464,102 @@ class LogStreams:
 
 #: where a SimCluster keeps its LogStreams (optional: an app without one counts nothing)
 LOG_STREAMS: web.AppKey[LogStreams] = web.AppKey("federator_sim_log_streams", LogStreams)
+#: the cluster's process runtime, when its profile turns it on: its containers' logs are real files
+PROCESS_RUNTIME: web.AppKey[ProcessRuntime] = web.AppKey("federator_sim_process_runtime", ProcessRuntime)
+#: a follower of a process's log looks for new lines this often
+_FILE_POLL_SECONDS = 0.2
+
+
+def _restart_count(pod: Mapping[str, Any], container: str) -> tuple[int, bool]:
+    """(restartCount, running?) of `container` in the pod's status."""
+    status = pod.get("status") or {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(key) or ():
+            if isinstance(cs, Mapping) and cs.get("name") == container:
+                count = cs.get("restartCount")
+                running = isinstance((cs.get("state") or {}).get("running"), Mapping)
+                return (count if isinstance(count, int) and not isinstance(count, bool) else 0), running
+    return 0, False
+
+
+class _FileLog:
+    """A process's CRI log file read as kube's kubelet reads one: entries joined into lines."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self.offset = 0
+        self.pending = b""
+        #: a partial (P) line waiting for its end: (time, stream, text)
+        self.partial: tuple[int, str, bytes] | None = None
+
+    def read(self) -> list[tuple[int, str, bytes]]:
+        """The whole lines (time, stream, text) written since the last read."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.pending + data
+        complete, _, self.pending = data.rpartition(b"\n")
+        out: list[tuple[int, str, bytes]] = []
+        for raw in complete.split(b"\n") if complete else ():
+            entry = parse_cri_line(raw)
+            if entry is None:
+                continue
+            when, stream, full, text = entry
+            if self.partial is not None:
+                when, text = self.partial[0], self.partial[2] + text
+                self.partial = None
+            if full:
+                out.append((when, stream, text))
+            else:
+                self.partial = (when, stream, text)
+        return out
+
+
+def _file_lines(lines: list[tuple[int, str, bytes]], options: LogOptions, since_ns: int | None) -> bytes:
+    out = []
+    for when, stream, text in lines:
+        if since_ns is not None and when < since_ns:
+            continue
+        if options.stream != "All" and stream != options.stream.lower():
+            continue
+        out.append(f"{format_nano_time(when)} ".encode() + text + b"\n" if options.timestamps else text + b"\n")
+    return b"".join(out)
+
+
+async def _process_log_chunks(req: SubresourceRequest, pod: Mapping[str, Any], container: str, options: LogOptions,
+                              *, path: Any, restart: int, stopping: Callable[[], bool]) -> AsyncIterator[bytes]:
+    """A process-runtime container's log file; with follow, new lines until the container has stopped."""
+    assert req.rt is not None
+    log = _FileLog(path)
+    lines = [entry for entry in log.read() if options.stream == "All" or entry[1] == options.stream.lower()]
+    if options.tail_lines is not None:
+        lines = lines[max(0, len(lines) - options.tail_lines):] if options.tail_lines else []
+    since = options.since(dt.datetime.now(dt.UTC))
+    since_ns = round(since.timestamp() * _NS) if since is not None else None
+    first = _file_lines(lines, options, since_ns)
+    if first:
+        yield first
+    uid = Body(pod).uid
+    while options.follow and not stopping():
+        await asyncio.sleep(_FILE_POLL_SECONDS)
+        try:
+            current = await req.storage.get(req.rt, namespace=req.namespace, name=req.name)
+        except errors.ApiError as e:
+            if e.code == 404:
+                current = None
+            else:
+                raise
+        count, running = _restart_count(current, container) if current is not None else (restart, False)
+        ended = current is None or Body(current).uid != uid or count != restart or not running
+        more = _file_lines(log.read(), options, since_ns)
+        if more:
+            yield more
+        if ended:
+            return
 
 
 async def _pod_log(req: SubresourceRequest) -> web.StreamResponse:
@@ -480,6 +583,16 @@ async def _serve_pod_log(req: SubresourceRequest) -> web.StreamResponse:
         return await serve_log(req.request, _empty())
     container_run(pod, container, previous=options.previous)  # 400 before any byte is sent
     state = api_state(req.request.app)
+    runtime = req.request.app.get(PROCESS_RUNTIME)
+    if runtime is not None:
+        meta = Body(pod)
+        restart, _ = _restart_count(pod, container)
+        restart = restart - 1 if options.previous else restart
+        path = runtime.log_path(namespace=meta.namespace, name=meta.name, uid=meta.uid, container=container,
+                                restart=restart)
+        chunks = _process_log_chunks(req, pod, container, options, path=path, restart=restart,
+                                     stopping=lambda: state.stopping)
+        return await serve_log(req.request, chunks, limit_bytes=options.limit_bytes)
     chunks = _log_chunks(req, pod, container, options, read_at=read_at, stopping=lambda: state.stopping)
     return await serve_log(req.request, chunks, limit_bytes=options.limit_bytes)
 

@@ -1,6 +1,6 @@
 """The kinds a simulated member cluster serves, as kube-apiserver shapes them.
 
-Namespace, Node (+status), Pod (+status, +binding), Event, Lease
+Namespace, Node (+status), Pod (+status, +binding), Service (+status), ConfigMap, Event, Lease
 (coordination.k8s.io/v1: node heartbeats, the hub's fencing lease),
 PriorityClass (scheduling.k8s.io/v1, with kube's Priority admission: a pod's
 spec.priorityClassName, or the globalDefault class, becomes spec.priority and
@@ -23,8 +23,13 @@ hub, and never keep state of its own.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import datetime as dt
+import hashlib
+import ipaddress
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -46,7 +51,7 @@ from federator.apiserver.registry import (
 )
 from federator.apiserver.selectors import path_getter
 from federator.apis import priorityclass
-from federator.apis.common import dns1123_label_errors, label_key_errors
+from federator.apis.common import dns1035_label_errors, dns1123_label_errors, label_key_errors, label_value_errors
 from federator.apis.quantity import QuantityError, parse_quantity
 from federator.apis.timestamps import format_micro_time, format_time, parse_micro_time
 
@@ -756,8 +761,11 @@ def _validate_pod(pod: JSONObject) -> list[FieldError]:
         c.integer(spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds", minimum=0)
         c.integer(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1)
         c.integer(spec.get("priority"), "spec.priority")
-        for f in ("nodeName", "schedulerName", "serviceAccountName", "priorityClassName", "hostname", "subdomain"):
+        for f in ("nodeName", "schedulerName", "serviceAccountName", "priorityClassName"):
             c.string(spec.get(f), f"spec.{f}")
+        for f in ("hostname", "subdomain"):  # ValidatePodSpec: each a DNS-1123 label when set
+            if spec.get(f) not in (None, ""):
+                c.dns_label(spec.get(f), f"spec.{f}")
         c.string_map(spec.get("nodeSelector"), "spec.nodeSelector")
         c.object_at(spec.get("affinity"), "spec.affinity")
         c.boolean(spec.get("hostNetwork"), "spec.hostNetwork")
@@ -980,6 +988,312 @@ PODS = ResourceType(
         }},
     }},
     description="Pod is a collection of containers that can run on a host.",
+)
+
+
+# ---------------------------------------------------------------- Service (core/v1)
+#
+# kube-apiserver's shapes (pkg/apis/core/v1/defaults.go SetDefaults_Service, pkg/apis/core/validation
+# ValidateService, pkg/registry/core/service/storage): type ClusterIP, sessionAffinity None, ports with protocol
+# TCP and targetPort = port, internalTrafficPolicy Cluster, a single-stack IPv4 family; clusterIP "None" (a
+# headless Service) is kept, anything else left empty gets an address of the service CIDR 10.96.0.0/12 (here
+# derived from the namespace and name: the simulator keeps no allocator, so two Services may share one, which
+# nothing in the simulator routes by). An update that leaves out clusterIP keeps the allocated one (kube's
+# patchAllocatedValues); changing it is refused (immutable). Names are DNS-1035 labels.
+
+_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
+_SERVICE_PROTOCOLS = ("TCP", "UDP", "SCTP")
+_SERVICE_CIDR_BASE = (10 << 24) | (96 << 16)   # 10.96.0.0/12
+_SERVICE_CIDR_SIZE = 1 << 20
+_IANA_SVC_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+
+
+def _service_ip(namespace: str, name: str) -> str:
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
+    # skip the network address and the first host (kube's apiserver Service takes 10.96.0.1)
+    offset = 2 + int.from_bytes(digest[:4], "big") % (_SERVICE_CIDR_SIZE - 3)
+    return str(ipaddress.IPv4Address(_SERVICE_CIDR_BASE + offset))
+
+
+def _service_defaults(svc: JSONObject) -> None:
+    spec = svc.get("spec")
+    if spec is None:
+        spec = svc["spec"] = {}
+    if not isinstance(spec, dict):
+        return  # validation reports it
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if port.get("targetPort") in (None, 0, "") and isinstance(port.get("port"), int):
+                port["targetPort"] = port["port"]
+    if spec["type"] == "ExternalName":
+        return
+    spec.setdefault("internalTrafficPolicy", "Cluster")
+    if spec.get("clusterIP") in (None, ""):
+        ips = spec.get("clusterIPs")
+        if isinstance(ips, list) and ips and isinstance(ips[0], str) and ips[0]:
+            spec["clusterIP"] = ips[0]
+        else:
+            meta = svc.get("metadata") if isinstance(svc.get("metadata"), dict) else {}
+            assert isinstance(meta, dict)
+            spec["clusterIP"] = _service_ip(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    if isinstance(spec.get("clusterIP"), str):
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+    spec.setdefault("ipFamilies", ["IPv4"])
+    spec.setdefault("ipFamilyPolicy", "SingleStack")
+    status = svc.get("status")
+    if not isinstance(status, dict):
+        svc["status"] = {"loadBalancer": {}}
+
+
+def _validate_service(svc: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    name = Body(svc).name
+    if name:
+        c.errors += [FieldError.invalid("metadata.name", name, why) for why in dns1035_label_errors(name)
+                     if "DNS-1035" in why]
+    spec = c.object_at(svc.get("spec"), "spec", required=True)
+    if spec is None:
+        return c.errors
+    c.one_of(spec.get("type"), "spec.type", _SERVICE_TYPES)
+    c.one_of(spec.get("sessionAffinity"), "spec.sessionAffinity", ("None", "ClientIP"))
+    c.one_of(spec.get("internalTrafficPolicy"), "spec.internalTrafficPolicy", ("Cluster", "Local"))
+    c.boolean(spec.get("publishNotReadyAddresses"), "spec.publishNotReadyAddresses")
+    kind = spec.get("type") or "ClusterIP"
+    cluster_ip = c.string(spec.get("clusterIP"), "spec.clusterIP")
+    if cluster_ip not in (None, "", "None"):
+        try:
+            ipaddress.ip_address(cluster_ip)
+        except ValueError:
+            c.errors.append(FieldError.invalid("spec.clusterIP", cluster_ip,
+                                               "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+    if cluster_ip == "None" and kind != "ClusterIP":
+        c.errors.append(FieldError.invalid("spec.clusterIP", cluster_ip,
+                                           "may not be set to 'None' for NodePort services"
+                                           if kind == "NodePort" else f"may not be set to 'None' for {kind} services"))
+    selector = c.string_map(spec.get("selector"), "spec.selector")
+    for key, value in (selector or {}).items():
+        c.errors += [FieldError.invalid(f"spec.selector", key, why) for why in label_key_errors(key)]
+        if isinstance(value, str):
+            c.errors += [FieldError.invalid(f"spec.selector", value, why) for why in label_value_errors(value)]
+    ports = c.list_at(spec.get("ports"), "spec.ports")
+    if not ports and kind != "ExternalName" and cluster_ip != "None":
+        c.errors.append(FieldError.required("spec.ports"))
+    names: set[str] = set()
+    seen: set[tuple[Any, Any]] = set()
+    for i, port in enumerate(ports or []):
+        p = f"spec.ports[{i}]"
+        port = c.object_at(port, p)
+        if port is None:
+            continue
+        pname = c.string(port.get("name"), f"{p}.name", required=len(ports or []) > 1)
+        if pname:
+            c.errors += [FieldError.invalid(f"{p}.name", pname, why) for why in dns1123_label_errors(pname)]
+            if pname in names:
+                c.errors.append(FieldError.duplicate(f"{p}.name", pname))
+            names.add(pname)
+        number = c.integer(port.get("port"), f"{p}.port", minimum=1, maximum=65535, required=True)
+        c.one_of(port.get("protocol"), f"{p}.protocol", _SERVICE_PROTOCOLS)
+        if (number, port.get("protocol")) in seen:
+            c.errors.append(FieldError.duplicate(f"{p}", f"{number}/{port.get('protocol')}"))
+        seen.add((number, port.get("protocol")))
+        target = port.get("targetPort")
+        if isinstance(target, bool) or not isinstance(target, (int, str, type(None))):
+            c.errors.append(FieldError.wrong_type(f"{p}.targetPort", target, "an integer or a string"))
+        elif isinstance(target, int) and not 1 <= target <= 65535:
+            c.errors.append(FieldError.invalid(f"{p}.targetPort", target, "must be between 1 and 65535, inclusive"))
+        elif isinstance(target, str) and target and (len(target) > 15 or not _IANA_SVC_NAME.fullmatch(target)
+                                                     or "--" in target or not any(ch.isalpha() for ch in target)):
+            c.errors.append(FieldError.invalid(f"{p}.targetPort", target, "must be a valid port name (IANA_SVC_NAME)"))
+        node_port = c.integer(port.get("nodePort"), f"{p}.nodePort", minimum=0, maximum=65535)
+        if node_port and kind not in ("NodePort", "LoadBalancer"):
+            c.errors.append(FieldError.forbidden(f"{p}.nodePort", "may not be used when `type` is 'ClusterIP'"))
+        c.string(port.get("appProtocol"), f"{p}.appProtocol")
+    if kind == "ExternalName":
+        c.string(spec.get("externalName"), "spec.externalName", required=True)
+    return c.errors
+
+
+def _validate_service_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
+    new_spec, old_spec = new.get("spec"), old.get("spec")
+    if not isinstance(new_spec, dict) or not isinstance(old_spec, dict):
+        return []
+    if (old_spec.get("type") or "ClusterIP") != "ExternalName" and (new_spec.get("type") or "ClusterIP") != \
+            "ExternalName" and new_spec.get("clusterIP") != old_spec.get("clusterIP"):
+        return [FieldError.invalid("spec.clusterIP", new_spec.get("clusterIP"), "field is immutable")]
+    return []
+
+
+def _keep_service_allocations(proposed: JSONObject, stored: JSONObject) -> JSONObject:
+    """kube's patchAllocatedValues: an update that leaves out clusterIP(s) keeps what was allocated."""
+    new_spec, old_spec = proposed.get("spec"), stored.get("spec")
+    if isinstance(new_spec, dict) and isinstance(old_spec, dict):
+        for f in ("clusterIP", "clusterIPs"):
+            if new_spec.get(f) in (None, "", []) and old_spec.get(f) is not None:
+                new_spec[f] = old_spec[f]
+    return proposed
+
+
+def _service_ports_cell(svc: JSONObject) -> str:
+    parts = []
+    for port in (svc.get("spec") or {}).get("ports") or []:
+        if isinstance(port, dict):
+            node = f":{port['nodePort']}" if port.get("nodePort") else ""
+            parts.append(f"{port.get('port')}{node}/{port.get('protocol') or 'TCP'}")
+    return ",".join(parts) or "<none>"
+
+
+def _service_selector_cell(svc: JSONObject) -> str:
+    selector = (svc.get("spec") or {}).get("selector") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) if isinstance(selector, dict) and selector \
+        else "<none>"
+
+
+def _service_external_ip_cell(svc: JSONObject) -> str:
+    spec = svc.get("spec") or {}
+    if spec.get("type") == "ExternalName":
+        return str(spec.get("externalName") or "<none>")
+    ips = spec.get("externalIPs") or []
+    return ",".join(str(ip) for ip in ips) if ips else "<none>"
+
+
+SERVICES = ResourceType(
+    group="", version="v1", kind="Service", plural="services", singular="service", namespaced=True,
+    short_names=("svc",), categories=("all",), name_format="label", return_deleted_object=True,
+    defaults=_service_defaults, validate=_with_client_schema("V1Service", _validate_service),
+    unknown_fields=client_unknown_fields("V1Service"), validate_update=_validate_service_update,
+    prepare_update=_keep_service_allocations,
+    field_selectors={"spec.clusterIP": path_getter("spec.clusterIP"), "spec.type": path_getter("spec.type")},
+    columns=(
+        TableColumn("Type", jsonpath_cell("spec", "type"), description="The type of the service"),
+        TableColumn("Cluster-IP", jsonpath_cell("spec", "clusterIP", default="<none>"),
+                    description="The cluster IP of the service"),
+        TableColumn("External-IP", _service_external_ip_cell, description="The external IP of the service"),
+        TableColumn("Port(s)", _service_ports_cell, description="The ports of the service"),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+        TableColumn("Selector", _service_selector_cell, priority=1,
+                    description="Route service traffic to pods with label keys and values matching this selector."),
+    ),
+    strategic_merge={**_OBJECT_META_SMP, "spec.ports": SMPListStrategy("port"),
+                     "status.loadBalancer.ingress": SMPListStrategy(None)},
+    openapi_schema={"properties": {
+        "spec": {"type": "object", "description": "Spec defines the behavior of a service.", "properties": {
+            "type": {"type": "string", "enum": list(_SERVICE_TYPES),
+                     "description": "type determines how the Service is exposed. Defaults to ClusterIP."},
+            "clusterIP": {"type": "string", "description": "clusterIP is the IP address of the service; \"None\" "
+                                                           "makes a headless service."},
+            "selector": {"type": "object", "additionalProperties": {"type": "string"},
+                         "description": "Route service traffic to pods with label keys and values matching this "
+                                        "selector."},
+            "ports": {"type": "array", "description": "The list of ports that are exposed by this service.",
+                      "items": {"type": "object", "required": ["port"], "properties": {
+                          "name": {"type": "string"}, "port": {"type": "integer", "format": "int32"},
+                          "protocol": {"type": "string", "enum": list(_SERVICE_PROTOCOLS)},
+                          "targetPort": {"x-kubernetes-int-or-string": True}}}},
+            "publishNotReadyAddresses": {"type": "boolean", "description": "publishNotReadyAddresses indicates "
+                                         "that any agent which deals with endpoints for this Service should "
+                                         "disregard any indications of ready/not-ready."},
+            "sessionAffinity": {"type": "string", "enum": ["ClientIP", "None"]},
+        }},
+        "status": {"type": "object", "description": "Most recently observed status of the service.",
+                   "properties": {"loadBalancer": {"type": "object"}}},
+    }},
+    openapi_name="io.k8s.api.core.v1.Service",
+    description="Service is a named abstraction of software service (for example, mysql) consisting of local port "
+                "(for example 3306) that the proxy listens on, and the selector that determines which pods will "
+                "answer requests sent through the proxy.",
+)
+
+
+# ---------------------------------------------------------------- ConfigMap (core/v1)
+#
+# pkg/apis/core/validation ValidateConfigMap: keys of data and binaryData are config map keys
+# (IsConfigMapKey: [-._a-zA-Z0-9]+, at most 253 characters, not "." or "..", not starting with ".."), no key in
+# both, at most 1 MiB in all (MaxSecretSize); binaryData values are base64; an `immutable: true` ConfigMap keeps
+# its data, binaryData and immutable flag.
+
+_CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+#: corev1.MaxSecretSize, the cap of a ConfigMap's data + binaryData
+MAX_CONFIG_MAP_BYTES = 1024 * 1024
+
+
+def _config_map_key_errors(key: str) -> list[str]:
+    out: list[str] = []
+    if len(key) > 253:
+        out.append("must be no more than 253 characters")
+    if not _CONFIG_MAP_KEY.fullmatch(key):
+        out.append("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  "
+                   "or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")
+    if key in (".", ".."):
+        out.append(f"must not be '{key}'")
+    elif key.startswith(".."):
+        out.append("must not start with '..'")
+    return out
+
+
+def _validate_config_map(cm: JSONObject) -> list[FieldError]:
+    c = _Checker()
+    data = c.string_map(cm.get("data"), "data") or {}
+    binary = c.object_at(cm.get("binaryData"), "binaryData") or {}
+    c.boolean(cm.get("immutable"), "immutable")
+    size = 0
+    for field, entries in (("data", data), ("binaryData", binary)):
+        for key, value in entries.items():
+            c.errors += [FieldError.invalid(f"{field}[{key}]", key, why) for why in _config_map_key_errors(key)]
+            if field == "binaryData":
+                if not isinstance(value, str):
+                    c.errors.append(FieldError.wrong_type(f"binaryData[{key}]", value, "a base64 string"))
+                    continue
+                try:
+                    size += len(base64.b64decode(value, validate=True))
+                except (ValueError, binascii.Error):
+                    c.errors.append(FieldError.invalid(f"binaryData[{key}]", "<binary>", "must be base64-encoded"))
+            elif isinstance(value, str):
+                size += len(value.encode())
+            if field == "binaryData" and key in data:
+                c.errors.append(FieldError.invalid("binaryData", key, "duplicate of key present in data"))
+    if size > MAX_CONFIG_MAP_BYTES:
+        c.errors.append(FieldError("", "FieldValueTooLong", f"must have at most {MAX_CONFIG_MAP_BYTES} bytes", "",
+                                   True))
+    return c.errors
+
+
+def _validate_config_map_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
+    if old.get("immutable") is not True:
+        return []
+    errs: list[FieldError] = []
+    if new.get("immutable") is not True:
+        errs.append(FieldError.forbidden("immutable", "field is immutable when `immutable` is set"))
+    if (new.get("data") or {}) != (old.get("data") or {}) or (new.get("binaryData") or {}) != \
+            (old.get("binaryData") or {}):
+        errs.append(FieldError.forbidden("data", "field is immutable when `immutable` is set"))
+    return errs
+
+
+CONFIG_MAPS = ResourceType(
+    group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
+    short_names=("cm",), status_subresource=False, validate=_with_client_schema("V1ConfigMap", _validate_config_map),
+    unknown_fields=client_unknown_fields("V1ConfigMap"), validate_update=_validate_config_map_update,
+    columns=(
+        TableColumn("Data", lambda cm: len(cm.get("data") or {}) + len(cm.get("binaryData") or {}), type="integer",
+                    description="Number of data entries"),
+        TableColumn("Age", jsonpath_cell("metadata", "creationTimestamp", default=None), type="date"),
+    ),
+    strategic_merge=dict(_OBJECT_META_SMP),
+    openapi_schema={"properties": {
+        "data": {"type": "object", "additionalProperties": {"type": "string"},
+                 "description": "Data contains the configuration data. Each key must consist of alphanumeric "
+                                "characters, '-', '_' or '.'."},
+        "binaryData": {"type": "object", "additionalProperties": {"type": "string", "format": "byte"},
+                       "description": "BinaryData contains the binary data."},
+        "immutable": {"type": "boolean", "description": "Immutable, if set to true, ensures that data stored in the "
+                                                        "ConfigMap cannot be updated (only object metadata can be "
+                                                        "modified)."},
+    }},
+    openapi_name="io.k8s.api.core.v1.ConfigMap",
+    description="ConfigMap holds configuration data for pods to consume.",
 )
 
 
@@ -1455,7 +1769,7 @@ def sim_registry(gang_schedulers: Iterable[str] | None = None) -> Registry:
     the PodGroup groups to those schedulers' (volcano, coscheduling,
     kube-batch, native, kai); None serves them all."""
     # PriorityClass before the PodGroups: scheduling.k8s.io's preferred version is v1, not native's v1alpha2
-    registry = Registry([NAMESPACES, NODES, PODS, EVENTS, LEASES, PRIORITY_CLASSES])
+    registry = Registry([NAMESPACES, NODES, PODS, SERVICES, CONFIG_MAPS, EVENTS, LEASES, PRIORITY_CLASSES])
     wanted = list(PODGROUP_KINDS) if gang_schedulers is None else list(dict.fromkeys(gang_schedulers))
     for name in wanted:
         rt = PODGROUP_KINDS.get(name)

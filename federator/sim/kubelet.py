@@ -41,6 +41,15 @@ one timer heap for every pod of the cluster (no task per pod):
   exit), and `GET .../pods/NAME/log`, are in `containerlogs.py`: a function of
   the pod these timers write (startedAt, finishedAt, exit code) and the clock.
 
+With a process runtime (the profile's `processRuntime`, federator/sim/processes.py), the pods are not
+simulated but run: a starting pod's containers run as local processes (its podIP their own loopback
+address; a pod whose env cannot be resolved waits with CreateContainerConfigError and is tried again),
+their exit codes end the containers (the duration and fail-after annotations do not apply), a deleted
+pod is removed once its processes are gone (SIGTERM, its grace period, SIGKILL), a pod failed by the
+loop above (node lost, GPU) has its processes stopped, and the kubelet stopping stops them all. The
+kubelet then also lists and watches Services, for the pods' cluster DNS names. Starts, restarts and
+exits are checked against the stored pod, not against what a lagging watch last showed.
+
 `fail_node`, `recover_node` and `set_unhealthy_gpus` change Node objects the
 way the node lifecycle controller and the device plugin would; the loop
 above does what follows for the pods. This module
@@ -66,12 +75,14 @@ from federator.apis.quantity import QuantityError
 from federator.apis.timestamps import format_time, parse_time
 from federator.sim.fit import GPU, resource_units
 from federator.sim.nodelease import NodeLeases, NodeState
+from federator.sim.processes import ContainerConfigError, ContainerExit, PodExit
 from federator.sim.profile import node_conditions
 from federator.runtime.waits import wait_event
 
 if TYPE_CHECKING:
     from federator.apiserver.registry import Registry, ResourceType
     from federator.apiserver.storage import ObjectStorage
+    from federator.sim.processes import ProcessRuntime
     from federator.sim.profile import ClusterProfile
 
 JSON = dict[str, Any]
@@ -286,7 +297,8 @@ class _RestartNeeded(Exception):
 class Kubelet:
     """The kubelets of every node of one simulated cluster."""
 
-    def __init__(self, *, storage: ObjectStorage, registry: Registry, cluster: ClusterProfile, logger: Any) -> None:
+    def __init__(self, *, storage: ObjectStorage, registry: Registry, cluster: ClusterProfile, logger: Any,
+                 runtime: ProcessRuntime | None = None) -> None:
         pods = registry.get("", "v1", "pods")
         nodes = registry.get("", "v1", "nodes")
         if pods is None or nodes is None:
@@ -320,6 +332,13 @@ class Kubelet:
         self._started: dict[str, float] = {}
         #: pod uid -> when its pending _FINISH timer is due (to bring it forward when the end moves earlier)
         self._finish_due: dict[str, float] = {}
+        #: the process runtime (profile processRuntime): pods run as local processes; None simulates them
+        self.runtime = runtime
+        self.services_rt: ResourceType | None = registry.get("", "v1", "services") if runtime is not None else None
+        #: pod uid -> how its processes ended, for the loop to write
+        self._exits: dict[str, PodExit] = {}
+        #: pod uids whose processes are being stopped before the pod is removed
+        self._stopping: set[str] = set()
 
     # ------------------------------------------------------------ cache
 
@@ -429,6 +448,10 @@ class Kubelet:
         )
         self.pods[key] = pod
         self.by_node.setdefault(node, set()).add(key)
+        if self.runtime is not None:
+            self.runtime.observe_pod(obj)
+            if pod.phase in TERMINAL and uid not in self._exits:
+                self.runtime.stop(uid, grace=pod.grace)  # failed by someone else (a lost node, a GPU): killed
         self._plan(pod)
 
     def delete_pod(self, namespace: str, name: str) -> None:
@@ -437,6 +460,11 @@ class Kubelet:
     def _forget(self, key: str) -> None:
         pod = self.pods.pop(key, None)
         if pod is not None:
+            if self.runtime is not None:
+                self.runtime.forget_pod(pod.uid)
+                self.runtime.stop(pod.uid, grace=pod.grace)
+                self._exits.pop(pod.uid, None)
+                self._stopping.discard(pod.uid)
             self._started.pop(pod.uid, None)
             self._finish_due.pop(pod.uid, None)
             keys = self.by_node.get(pod.node)
@@ -446,7 +474,9 @@ class Kubelet:
                     del self.by_node[pod.node]
 
     def _run_seconds(self, pod: _Pod) -> tuple[float, bool] | None:
-        """(seconds after start, fails) for a pod's end, or None to run on."""
+        """(seconds after start, fails) for a pod's end, or None to run on (a process decides its own end)."""
+        if self.runtime is not None:
+            return None
         fail_after = _seconds(pod.annotations, ANNOTATION_FAIL_AFTER)
         duration = _seconds(pod.annotations, ANNOTATION_DURATION)
         if fail_after is not None and (duration is None or fail_after <= duration):
@@ -462,7 +492,13 @@ class Kubelet:
         now = time.monotonic()
         ready = self.node_ready.get(pod.node, False)
         if pod.deleting:
-            if ready:
+            if ready and self.runtime is not None and pod.uid in self.runtime.runs:
+                if pod.uid not in self._stopping:
+                    # kill the processes (SIGTERM, SIGKILL after the grace period), then remove the pod
+                    self._stopping.add(pod.uid)
+                    key, uid = pod.key, pod.uid
+                    self.runtime.stop(uid, grace=pod.grace, then=lambda: self._stopped(key, uid))
+            elif ready:
                 self._push(now + min(self.timings.termination_seconds, pod.grace), _TERMINATE, pod)
             return
         if not ready:
@@ -493,6 +529,40 @@ class Kubelet:
                     due = now + max(0.0, end[0] - elapsed)
                 self._push_finish(due, pod)
 
+    def _stopped(self, key: str, uid: str) -> None:
+        """A deleted pod's processes are gone: it may be removed now."""
+        self._stopping.discard(uid)
+        pod = self.pods.get(key)
+        if pod is not None and pod.uid == uid and pod.deleting:
+            self._push(time.monotonic(), _TERMINATE, pod)
+
+    def _on_exit(self, result: PodExit) -> None:
+        """A pod's processes ended (the runtime's callback): the loop writes it."""
+        self._exits[result.uid] = result
+        self._wake.set()
+
+    async def _collect_exits(self) -> None:
+        if not self._exits:
+            return
+        exits, self._exits = self._exits, {}
+        by_uid = {p.uid: p for p in self.pods.values()}
+        for uid, result in exits.items():
+            assert self.runtime is not None
+            self.runtime.forget_run(uid)
+            pod = by_uid.get(uid)
+            # the stored pod decides (_finish checks it): what this kubelet saw may be a watch event behind
+            if pod is None or pod.deleting or pod.phase in TERMINAL:
+                continue
+            failure = result.first_failure
+            try:
+                await self._finish(pod, failed=failure is not None,
+                                   exit_code=failure.exit_code if failure is not None else None,
+                                   message=failure.message if failure is not None and failure.message else None,
+                                   exits=result.containers)
+            except ApiError as e:
+                if e.code != 404:
+                    self.log.info("kubelet write failed", pod=pod.key, code=e.code, message=e.message)
+
     # ------------------------------------------------------------ informers
 
     async def _sync(self) -> list[tuple[ResourceType, str]]:
@@ -514,10 +584,26 @@ class Kubelet:
         # nodes deleted while the watch was down: their pods are orphans (a node never seen is not: PodGC
         # would wait out its quarantine, and the simulator leaves such pods alone)
         self._orphaned_nodes = known - set(self.node_ready)
+        watches = [(self.nodes_rt, nodes.resource_version)]
+        if self.runtime is not None:
+            self.runtime.reset_dns()
+            if self.services_rt is not None:
+                services = await self.storage.list(self.services_rt)
+                for obj in services.items:
+                    self.runtime.observe_service(obj)
+                watches.append((self.services_rt, services.resource_version))
         pods = await self.storage.list(self.pods_rt)
         for obj in pods.items:
             self.apply_pod(obj)
-        return [(self.nodes_rt, nodes.resource_version), (self.pods_rt, pods.resource_version)]
+        if self.runtime is not None:
+            for pod in self.pods.values():
+                if pod.phase == "Running" and not pod.backing_off and not pod.deleting \
+                        and pod.uid not in self.runtime.runs and pod.uid not in self._exits:
+                    # its processes are gone with the kubelet that ran them (the simulator restarted)
+                    self._exits[pod.uid] = PodExit(uid=pod.uid, containers=(ContainerExit(
+                        name="", exit_code=137, reason="Error",
+                        message="the container's process is gone: the kubelet that ran it stopped"),))
+        return [*watches, (self.pods_rt, pods.resource_version)]
 
     async def _watch(self, rt: ResourceType, resource_version: str) -> None:
         try:
@@ -525,6 +611,13 @@ class Kubelet:
                 if ev.type == "BOOKMARK":
                     continue
                 meta = Body(ev.object)
+                if rt is self.services_rt and self.runtime is not None:
+                    if ev.type == "DELETED":
+                        self.runtime.forget_service(meta.namespace, meta.name)
+                    else:
+                        self.runtime.observe_service(ev.object)
+                    self.runtime.refresh_hosts()
+                    continue
                 if rt is self.nodes_rt:
                     if ev.type == "DELETED":
                         self.delete_node(meta.name)
@@ -534,6 +627,8 @@ class Kubelet:
                     self.delete_pod(meta.namespace, meta.name)
                 else:
                     self.apply_pod(ev.object)
+                if self.runtime is not None:
+                    self.runtime.refresh_hosts()
         except ApiError as e:
             self.log.info("kubelet watch ended; re-listing", resource=rt.plural, code=e.code, reason=e.reason)
         except asyncio.CancelledError:
@@ -550,6 +645,8 @@ class Kubelet:
         try:
             await self._run(stop)
         finally:
+            if self.runtime is not None:
+                await self.runtime.shutdown()  # no process outlives its kubelet
             leases.cancel()
             try:
                 await leases
@@ -604,13 +701,16 @@ class Kubelet:
                 await self._fail_lost_nodes()
                 await self._collect_orphans()
                 await self._fail_unhealthy_gpus()
+                await self._collect_exits()
                 await self._fire_due()
+                if self.runtime is not None:
+                    self.runtime.refresh_hosts()
                 if self._restart.is_set():
                     raise _RestartNeeded()
                 timeout = None
                 if self._heap:
                     timeout = max(0.0, self._heap[0][0] - time.monotonic())
-                if timeout == 0.0 or self._lost_nodes or self._orphaned_nodes or self._gpu_checks:
+                if timeout == 0.0 or self._lost_nodes or self._orphaned_nodes or self._gpu_checks or self._exits:
                     await asyncio.sleep(0)
                     continue
                 self._wake.clear()
@@ -709,6 +809,11 @@ class Kubelet:
         devices: dict[str, tuple[str, ...]] = {}
         for container, count in pod.gpu_requests:
             devices[container], free = tuple(free[:count]), free[count:]
+        ip = _pod_ip(pod.uid)
+        if self.runtime is not None:
+            ip = self.runtime.pod_ip(pod.namespace, pod.name)
+            if not await self._start_processes(pod, ip=ip):
+                return
 
         def change(obj: JSON) -> JSON | None:
             status = obj.setdefault("status", {})
@@ -717,7 +822,6 @@ class Kubelet:
             status["phase"] = "Running"
             status["hostIP"] = host_ip
             status["hostIPs"] = [{"ip": host_ip}]
-            ip = _pod_ip(pod.uid)
             status["podIP"] = ip
             status["podIPs"] = [{"ip": ip}]
             status["startTime"] = now
@@ -729,7 +833,47 @@ class Kubelet:
             return obj
 
         self._started[pod.uid] = time.monotonic()
+        try:
+            written = await self._write_status(pod, change)
+        except BaseException:
+            if self.runtime is not None:
+                self.runtime.stop(pod.uid, grace=0)
+            raise
+        if written is None and self.runtime is not None:
+            self.runtime.stop(pod.uid, grace=0)  # the pod changed meanwhile: its processes must not run on
+
+    async def _start_processes(self, pod: _Pod, *, ip: str) -> bool:
+        """Start the pod's processes (process runtime); False when they cannot be set up from the pod: kube's
+        CreateContainerConfigError, written as its containers' waiting state, and the start is tried again."""
+        assert self.runtime is not None
+        try:
+            obj = await self.storage.get(self.pods_rt, namespace=pod.namespace, name=pod.name)
+            if Body(obj).uid != pod.uid or (obj.get("status") or {}).get("phase") not in (None, "", "Pending"):
+                return False  # what this kubelet saw was older than the pod: it started already
+            obj = {**obj, "status": {**(obj.get("status") or {}), "hostIP": self.node_ip.get(pod.node, "")}}
+            await self.runtime.start(obj, ip=ip, restart=pod.restarts, on_exit=self._on_exit)
+            return True
+        except ContainerConfigError as e:
+            message = str(e)
+        self.runtime.release_address(pod.namespace, pod.name)
+
+        def change(obj: JSON) -> JSON | None:
+            status = obj.setdefault("status", {})
+            if status.get("phase") not in (None, "", "Pending"):
+                return None
+            waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": message}}
+            if all(isinstance(cs, dict) and cs.get("state") == waiting for cs in status.get("containerStatuses") or [{}]):
+                return None
+            status.setdefault("qosClass", _qos_class(obj))
+            status["containerStatuses"] = _container_statuses(obj, state=waiting, ready=False, started=False)
+            return obj
+
+        self.log.info("container config error", pod=pod.key, message=message)
         await self._write_status(pod, change)
+        current = self.pods.get(pod.key)
+        if current is not None and current.uid == pod.uid:
+            self._push(time.monotonic() + max(1.0, self.timings.crash_loop_backoff_seconds), _START, current)
+        return False
 
     async def _reject(self, pod: _Pod, reason: str, message: str) -> None:
         """kubelet rejectPod: the pod fails admission and never starts."""
@@ -756,7 +900,7 @@ class Kubelet:
         return exit_code
 
     async def _finish(self, pod: _Pod, *, failed: bool, exit_code: int | None = None,
-                      message: str | None = None) -> None:
+                      message: str | None = None, exits: tuple[ContainerExit, ...] = ()) -> None:
         """The containers exit: 0 (Succeeded), or non-zero (`exit_code`, else the pod's annotation): the pod
         fails under restartPolicy Never, its containers back off and restart under OnFailure/Always."""
         now = _stamp()
@@ -772,6 +916,13 @@ class Kubelet:
             status = obj.setdefault("status", {})
             if status.get("phase") != "Running":
                 return None
+            if exits and _backing_off(status):
+                return None  # a process run's end, and the containers already wait to restart
+            previous = {cs.get("name"): cs.get("lastState") for cs in status.get("containerStatuses") or []
+                        if isinstance(cs, dict) and isinstance(cs.get("lastState"), dict)}
+            # the stored count (what this kubelet saw may be a watch event behind it)
+            restarted = max((cs["restartCount"] for cs in status.get("containerStatuses") or []
+                             if isinstance(cs, dict) and isinstance(cs.get("restartCount"), int)), default=pod.restarts)
             started = status.get("startTime") or now
             for cs in status.get("containerStatuses") or []:
                 running = ((cs or {}).get("state") or {}).get("running") if isinstance(cs, dict) else None
@@ -782,12 +933,24 @@ class Kubelet:
                           "finishedAt": now, "containerID": ""}
             if message:
                 term["message"] = message
+
+            def own(name: str) -> JSON:
+                """A container's own end (process runtime), else the pod's."""
+                found = next((e for e in exits if e.name == name), None)
+                if found is None:
+                    return term
+                mine: JSON = {"exitCode": found.exit_code, "reason": found.reason,
+                              "startedAt": found.started_at or started, "finishedAt": found.finished_at or now,
+                              "containerID": ""}
+                if found.message:
+                    mine["message"] = found.message
+                return mine
             if restart:
-                restarts = pod.restarts + 1
+                restarts = restarted + 1
                 statuses = _container_statuses(obj, state={}, ready=False, started=False, devices=devices,
                                                unhealthy=unhealthy, restarts=restarts)
                 for cs in statuses:
-                    cs["lastState"] = {"terminated": {**term, "containerID": cs["containerID"]}}
+                    cs["lastState"] = {"terminated": {**own(cs["name"]), "containerID": cs["containerID"]}}
                     cs["state"] = {"waiting": {
                         "reason": "CrashLoopBackOff",
                         "message": f"back-off {_go_duration(backoff)} restarting failed container={cs['name']} "
@@ -798,9 +961,11 @@ class Kubelet:
                 return obj
             status["phase"] = "Failed" if failed else "Succeeded"
             statuses = _container_statuses(obj, state={}, ready=False, started=False, devices=devices,
-                                           unhealthy=unhealthy, restarts=pod.restarts)
+                                           unhealthy=unhealthy, restarts=restarted)
             for cs in statuses:
-                cs["state"] = {"terminated": {**term, "containerID": cs["containerID"]}}
+                cs["state"] = {"terminated": {**own(cs["name"]), "containerID": cs["containerID"]}}
+                if exits and previous.get(cs["name"]):
+                    cs["lastState"] = previous[cs["name"]]  # a restarted process's last run, as kube keeps it
             status["containerStatuses"] = statuses
             _set_condition(status, "Ready", "False", now, "PodCompleted" if not failed else "PodFailed")
             _set_condition(status, "ContainersReady", "False", now, "PodCompleted" if not failed else "PodFailed")
@@ -810,6 +975,17 @@ class Kubelet:
 
     async def _restart_containers(self, pod: _Pod) -> None:
         """The back-off is over: the containers run again (same devices; the pod's startTime stays)."""
+        if self.runtime is not None and pod.uid not in self.runtime.runs:
+            try:
+                obj = await self.storage.get(self.pods_rt, namespace=pod.namespace, name=pod.name)
+                if Body(obj).uid != pod.uid or (obj.get("status") or {}).get("phase") != "Running" \
+                        or not _backing_off(obj.get("status") or {}):
+                    return  # what this kubelet saw was older than the pod: nothing to restart
+                ip = str((obj.get("status") or {}).get("podIP") or self.runtime.pod_ip(pod.namespace, pod.name))
+                await self.runtime.start(obj, ip=ip, restart=pod.restarts, on_exit=self._on_exit)
+            except ContainerConfigError as e:
+                self._on_exit(PodExit(uid=pod.uid, containers=(ContainerExit(
+                    name="", exit_code=128, reason="StartError", message=str(e)),)))  # ends this run at once
         now = _stamp()
         devices = dict(pod.devices)
         unhealthy = self._unhealthy_ids(pod.node)
@@ -940,6 +1116,11 @@ class Kubelet:
                                       message=e.message)
 
 
+def _backing_off(status: Mapping[str, Any]) -> bool:
+    return any(isinstance(cs, Mapping) and ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+               == "CrashLoopBackOff" for cs in status.get("containerStatuses") or [])
+
+
 def _set_disruption(status: JSON, reason: str, message: str, now: str) -> None:
     """kube's apipod.UpdatePodCondition with a DisruptionTarget=True condition."""
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
@@ -955,9 +1136,11 @@ async def run_kubelet(
     cluster: ClusterProfile,
     stop: asyncio.Event,
     logger: Any,
+    runtime: ProcessRuntime | None = None,
 ) -> None:
-    """Run the kubelets of every node of the cluster until `stop` is set."""
-    await Kubelet(storage=storage, registry=registry, cluster=cluster, logger=logger).run(stop)
+    """Run the kubelets of every node of the cluster until `stop` is set (with `runtime`, pods run as local
+    processes: federator/sim/processes.py)."""
+    await Kubelet(storage=storage, registry=registry, cluster=cluster, logger=logger, runtime=runtime).run(stop)
 
 
 # ---------------------------------------------------------------- node operations (faults)

@@ -259,6 +259,25 @@ class KubeletTimings(_Model):
     crash_loop_backoff_seconds: Annotated[float, Field(ge=0, le=300)] = 10.0
 
 
+class ProcessRuntimeSpec(_Model):
+    """The kubelet's opt-in process runtime (federator/sim/processes.py): the pods it starts run their
+    containers' commands as local processes, with their own loopback address, cluster DNS names in a
+    private hosts file, volumes and logs. Present (even empty, `processRuntime: {}`) turns it on."""
+
+    #: where pod directories, volumes (emptyDir, hostPath, persistentVolumeClaim) and container logs go;
+    #: left out, a fresh temporary directory that is removed when the cluster stops
+    root: str | None = None
+    #: when the kubelet stops, its processes get SIGTERM and, after this many seconds, SIGKILL
+    stop_grace_seconds: Annotated[float, Field(ge=0, le=60)] = 1.0
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or "\x00" in v or ".." in v.split("/")):
+            raise ValueError(f"processRuntime.root {v!r} must be an absolute path without '..'")
+        return v
+
+
 class PodShape(_Model):
     cpu: Quantity = "1"
     memory: Quantity = "1Gi"
@@ -361,6 +380,8 @@ class ClusterProfile(_Model):
     datasets: list[Dataset] = Field(default_factory=list)
     node_pools: list[NodePool] = Field(min_length=1)
     background_load: BackgroundLoad | None = None
+    #: run pods as local processes (off: the kubelet only simulates containers)
+    process_runtime: ProcessRuntimeSpec | None = None
 
     @field_validator("name")
     @classmethod

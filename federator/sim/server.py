@@ -42,6 +42,10 @@ older one gets 410 and re-lists), and, read back from the kubeconfigs it wrote
 there, the same port (when it is free) and tokens, so that clients and a hub
 that kept running reconnect as if to a restarted kube-apiserver.
 
+A profile with `processRuntime` gives the cluster a ProcessRuntime (`cluster.runtime`; federator/sim/
+processes.py): its kubelet runs pods as local processes whose logs pods/log serves; the runtime's root
+is the profile's `root`/<cluster>, else a temporary directory removed when the cluster stops.
+
 This module must never import anything of the hub, and never log a token.
 """
 
@@ -72,9 +76,10 @@ from federator.apiserver.storage import ObjectStorage
 from federator.dev.certs import DevTLS, ensure_dev_tls, server_ssl_context, write_kubeconfig
 from federator.obs import METRICS, Metrics, get_logger
 from federator.sim import kinds
-from federator.sim.containerlogs import LOG_STREAMS, POD_LOG, LogStreams
+from federator.sim.containerlogs import LOG_STREAMS, POD_LOG, PROCESS_RUNTIME, LogStreams
 from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_middleware
 from federator.sim.nodelease import NODE_LEASE_RENEW_SECONDS
+from federator.sim.processes import ProcessRuntime, default_root, remove_root
 from federator.sim.profile import ClusterProfile, initial_nodes
 from federator.sim.rbac import RbacPolicy, service_account_groups, service_account_user
 from federator.store.memory import MemoryStore
@@ -261,6 +266,18 @@ class SimCluster:
         )
         self.log_streams = LogStreams()
         self.app[LOG_STREAMS] = self.log_streams
+        #: the kubelet's process runtime (profile processRuntime; its root a temporary directory unless the
+        #: profile names one, removed when the cluster stops)
+        self.runtime: ProcessRuntime | None = None
+        self._temporary_root: Path | None = None
+        spec = profile.process_runtime
+        if spec is not None and run_controllers:
+            root = Path(spec.root) / self.name if spec.root else default_root(self.name)
+            self._temporary_root = None if spec.root else root
+            self.runtime = ProcessRuntime(root=root, cluster=self.name, storage=self.storage, registry=self.registry,
+                                          logger=self.log.bind(controller="processes"),
+                                          stop_grace_seconds=spec.stop_grace_seconds)
+            self.app[PROCESS_RUNTIME] = self.runtime
         self.app.router.add_routes(admin_routes(self.faults, authenticate=self._authenticate_admin))
         self.app.router.add_get(STATS_PATH, self._stats)
         self.app.cleanup_ctx.append(self._cluster_ctx)
@@ -343,11 +360,16 @@ class SimCluster:
                 if conn.transport is not None:
                     conn.transport.abort()
             await runner.cleanup()
+        self._remove_temporary_root()
         if self._tls_tmp is not None:
             self._tls_tmp.cleanup()
             self._tls_tmp = None
             self._tls = None
         self.stopped.set()
+
+    def _remove_temporary_root(self) -> None:
+        if self._temporary_root is not None and (self.runtime is None or not self.runtime.runs):
+            remove_root(self._temporary_root)
 
     async def __aenter__(self) -> SimCluster:
         await self.start()
@@ -359,8 +381,12 @@ class SimCluster:
     async def _cluster_ctx(self, app: web.Application) -> AsyncIterator[None]:
         await self._seed()
         stop = asyncio.Event()
+        if self.runtime is not None:
+            self.runtime.root.mkdir(parents=True, exist_ok=True)
         if self.run_controllers:
             for name, entry, kwargs in _controllers(self.profile):
+                if name == "kubelet" and self.runtime is not None:
+                    kwargs = {**kwargs, "runtime": self.runtime}
                 self.tasks[name] = spawn(
                     entry(storage=self.storage, registry=self.registry, cluster=self.profile, stop=stop,
                           logger=self.log.bind(controller=name), **kwargs),
@@ -373,6 +399,9 @@ class SimCluster:
             stop.set()
             failures = await stop_tasks(self.tasks.values())
             self.tasks.clear()
+            if self.runtime is not None:
+                await self.runtime.shutdown()  # the kubelet did; again in case it never ran
+            self._remove_temporary_root()
             await self.faults.clear()
             await self.storage.close()
             await self.store.close()

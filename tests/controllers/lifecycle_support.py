@@ -33,6 +33,7 @@ from federator.controllers.memberobjects import MemberObjects
 from federator.controllers.status_sync import status_sync
 from federator.controllers.stuck import StuckGangs, stuck_gangs
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER
+from federator.sim.profile import ProcessRuntimeSpec
 from federator.sim.rbac import RbacPolicy
 from federator.sim.server import SimCluster
 
@@ -51,10 +52,13 @@ class RunningFederation(Federation):
     cluster enforces that RBAC policy (federator/sim/rbac.py), and `hub_kubeconfig` says whom the hub
     is registered as (the admin unless a subclass says otherwise)."""
 
-    def __init__(self, workdir: Path, *, run_seconds: float | None, rbac: RbacPolicy | None = None) -> None:
+    def __init__(self, workdir: Path, *, run_seconds: float | None, rbac: RbacPolicy | None = None,
+                 process_runtime: ProcessRuntimeSpec | None = None) -> None:
         super().__init__(workdir)
         self.run_seconds = run_seconds
         self.rbac = rbac
+        #: the clusters' kubelets run pods as local processes (federator/sim/processes.py)
+        self.process_runtime = process_runtime
 
     async def hub_kubeconfig(self, name: str, sim: SimCluster) -> Path:
         """The kubeconfig the hub's registration of cluster `name` carries."""
@@ -67,6 +71,8 @@ class RunningFederation(Federation):
             if self.run_seconds is not None:
                 prof = prof.model_copy(update={"kubelet": prof.kubelet.model_copy(
                     update={"default_run_seconds": self.run_seconds})})
+            if self.process_runtime is not None:
+                prof = prof.model_copy(update={"process_runtime": self.process_runtime})
             sim = SimCluster(prof, bookmark_interval=0.5, rbac=self.rbac)
             await sim.start()
             self.sims[name] = sim

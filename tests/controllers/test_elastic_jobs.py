@@ -82,7 +82,7 @@ def test_the_placed_size_is_recorded_charged_and_dropped_by_a_requeue() -> None:
 def _running_pods(job: dict[str, Any]) -> list[dict[str, Any]]:
     objects = adapter_for("volcano").render(job, cluster_scheduler_name="volcano", epoch=1, hub_id="hub",
                                             namespace="nlp")
-    pods = [o.body for o in objects[1:]]
+    pods = [o.body for o in objects if o.kind == "Pod"]
     for pod in pods:
         pod["spec"]["nodeName"] = "gpu-0"
         pod["status"] = {"phase": "Running"}

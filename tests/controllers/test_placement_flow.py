@@ -231,7 +231,7 @@ async def test_redispatch_is_idempotent(env: Env) -> None:
     names_before = sorted(p["metadata"]["uid"] for p in before[cluster][1])
     # the same decision dispatched again (as after a crash between the creates and the status write)
     result = await env.dispatcher.dispatch(job, cluster=cluster, epoch=epoch, decision_stored=True)
-    assert result.ok and result.created == 0 and result.existing == 4  # PodGroup + 3 pods
+    assert result.ok and result.created == 0 and result.existing == 5  # PodGroup + Service + 3 pods
     # a dispatch that checks the store: the job is Placed (re-dispatched, nothing new) or already further on
     # (Admitted/Running: nothing to do, and nothing is undone)
     checked = await env.dispatcher.dispatch(job, cluster=cluster, epoch=epoch)

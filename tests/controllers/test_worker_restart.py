@@ -142,7 +142,7 @@ async def test_a_lost_worker_shrinks_an_elastic_gang_above_its_minimum(tmp_path:
 def _pods(job: dict[str, Any]) -> list[dict[str, Any]]:
     objects = adapter_for("volcano").render(job, cluster_scheduler_name="volcano", epoch=1, hub_id="hub",
                                             namespace="team-a")
-    pods = [o.body for o in objects[1:]]
+    pods = [o.body for o in objects if o.kind == "Pod"]
     for pod in pods:
         pod["metadata"]["uid"] = f"uid-{pod['metadata']['name']}"
         pod["status"] = {"phase": "Running"}

@@ -27,7 +27,7 @@ from federator.delegation import (
     selector_for,
     stale_selector,
 )
-from federator.delegation.adapter import NO_GANG_GUARANTEE, POD_GVK, SchedulerAdapter
+from federator.delegation.adapter import NO_GANG_GUARANTEE, POD_GVK, SERVICE_GVK, SchedulerAdapter
 
 HUB = "hub-test"
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -64,8 +64,10 @@ class Member:
 
     def create(self, obj: MemberObject) -> JSON:
         """Create one object; the member's stored copy comes back as a dict."""
-        if obj.gvk == POD_GVK:
-            resp = self.core.create_namespaced_pod(obj.namespace, obj.body, _preload_content=False)
+        if obj.gvk.group == "":
+            create = {"Pod": self.core.create_namespaced_pod, "Service": self.core.create_namespaced_service,
+                      "ConfigMap": self.core.create_namespaced_config_map}[obj.gvk.kind]
+            resp = create(obj.namespace, obj.body, _preload_content=False)
             created: JSON = json.loads(resp.data)
             return created
         g = obj.gvk
@@ -78,7 +80,9 @@ class Member:
         created: list[JSON] = []
         group: JSON | None = None
         for obj in objects:
-            if obj.gvk != POD_GVK:
+            if obj.gvk.group == "" and obj.gvk != POD_GVK:  # the gang's Service and ConfigMaps
+                created.append(self.create(obj))
+            elif obj.gvk != POD_GVK:
                 group = self.create(obj)
                 created.append(group)
             else:
@@ -111,8 +115,10 @@ class Member:
         return adapter.read_status(groups[0] if groups else None, self.pods(selector))
 
     def delete_job(self, adapter: SchedulerAdapter, selector: str) -> None:
-        """GC by label selector: pods, then the PodGroup; wait until the pods are really gone."""
+        """GC by label selector: pods, the Service, then the PodGroup; wait until the pods are really gone."""
         self.core.delete_collection_namespaced_pod(self.namespace, label_selector=selector, grace_period_seconds=0)
+        for svc in self.core.list_namespaced_service(self.namespace, label_selector=selector).items:
+            self.core.delete_namespaced_service(svc.metadata.name, self.namespace)
         if adapter.pod_group is not None:
             g = adapter.pod_group.gvk
             for group in self.podgroups(adapter, selector):
@@ -151,11 +157,12 @@ def test_gang_is_accepted_scheduled_and_runs(name: str, ns: Member) -> None:
             assert stored["spec"].get("schedulingGroup") == obj.body["spec"].get("schedulingGroup")
         else:
             assert {k: stored["spec"][k] for k in obj.body["spec"]} == obj.body["spec"]
+    pods = [c for c in created if c["kind"] == "Pod"]
     if adapter.pods_owned_by_group:
         group_uid = created[0]["metadata"]["uid"]
-        assert all(p["metadata"]["ownerReferences"][0]["uid"] == group_uid for p in created[1:])
+        assert all(p["metadata"]["ownerReferences"][0]["uid"] == group_uid for p in pods)
     else:  # KAI's pod-grouper would re-group a pod that has an owner
-        assert all("ownerReferences" not in p["metadata"] for p in created[1:])
+        assert all("ownerReferences" not in p["metadata"] for p in pods)
 
     admitted = wait_until(f"{name} to admit the gang",
                           lambda: (s := ns.status(adapter, uid)).phase in (GangPhase.ADMITTED, GangPhase.RUNNING)
@@ -255,8 +262,9 @@ def test_gang_runs_to_success(ns: Member) -> None:
     job = gpu_job(workers=2, gpus=4)
     uid = job["metadata"]["uid"]
     objects = render(adapter, job, ns.namespace)
-    for obj in objects[1:]:  # the member's kubelet: each pod's process exits 0 after a moment
-        obj.body["metadata"]["annotations"][ANNOTATION_DURATION] = "0.3"
+    for obj in objects:  # the member's kubelet: each pod's process exits 0 after a moment
+        if obj.gvk == POD_GVK:
+            obj.body["metadata"]["annotations"][ANNOTATION_DURATION] = "0.3"
     ns.dispatch(objects)
     done = wait_until("the gang to succeed and its PodGroup to finish",
                       lambda: (s := ns.status(adapter, uid)).phase is GangPhase.SUCCEEDED
@@ -282,7 +290,7 @@ def test_redispatch_after_a_crash_creates_nothing_twice_and_fences_older_epochs(
     job = gpu_job(workers=2, gpus=2)
     uid = job["metadata"]["uid"]
     first = render(adapter, job, ns.namespace, epoch=0)
-    ns.dispatch(first[:2])  # the hub died after the PodGroup and one pod
+    ns.dispatch(first[:3])  # the hub died after the PodGroup, the Service and one pod
 
     # restart: render again (identical), create what is missing, treat AlreadyExists as done if it is ours
     again = render(adapter, job, ns.namespace, epoch=0)
@@ -295,24 +303,31 @@ def test_redispatch_after_a_crash_creates_nothing_twice_and_fences_older_epochs(
             outcomes.append("created")
         except ApiException as e:
             assert e.status == 409 and json.loads(e.body)["reason"] == "AlreadyExists"
-            created = (ns.podgroups(adapter, selector_for(uid, 0))[0] if obj.gvk != POD_GVK
-                       else ns.pod(obj.name))
+            if obj.kind == "Service":
+                created = json.loads(ns.core.read_namespaced_service(obj.name, ns.namespace,
+                                                                     _preload_content=False).data)
+            else:
+                created = (ns.podgroups(adapter, selector_for(uid, 0))[0] if obj.gvk != POD_GVK
+                           else ns.pod(obj.name))
             assert ownership_of(created, job_uid=uid, epoch=0, hub_id=HUB) is Ownership.CURRENT
             outcomes.append("exists")
-        if obj.gvk != POD_GVK:
+        if obj.gvk not in (POD_GVK, SERVICE_GVK):
             group = created
-    assert outcomes == ["exists", "exists", "created", "created"]
+    assert outcomes == ["exists", "exists", "exists", "created", "created"]
     assert len(ns.pods(selector_for(uid))) == 3 and len(ns.podgroups(adapter, selector_for(uid))) == 1
     wait_until("epoch 0 to run", lambda: ns.status(adapter, uid, 0).phase is GangPhase.RUNNING)
 
     # the gang is pulled back and re-placed into the same cluster at epoch 1: the pod names are a lock
     second = render(adapter, job, ns.namespace, epoch=1)
+    # (the headless Service keeps its name too, so the pods' DNS names stay the same across epochs)
     assert [o.name for o in second[1:]] == [o.name for o in first[1:]] and second[0].name != first[0].name
+    assert second[1].kind == "Service" and second[1].body["spec"]["selector"]["federator.dev/epoch"] == "1"
     ns.create(second[0])
-    with pytest.raises(ApiException) as blocked:
-        ns.create(second[1])
-    assert blocked.value.status == 409
-    found = ns.pod(second[1].name)
+    for held in second[1:3]:
+        with pytest.raises(ApiException) as blocked:
+            ns.create(held)
+        assert blocked.value.status == 409
+    found = ns.pod(second[2].name)
     assert ownership_of(found, job_uid=uid, epoch=1, hub_id=HUB) is Ownership.STALE
     # fencing: everything of other epochs goes first, found through the stale selector
     stale = ns.pods(stale_selector(uid, 1))

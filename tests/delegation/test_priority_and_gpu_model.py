@@ -97,6 +97,9 @@ class Member:
                                  gpu_node_labels=gpu_node_labels)
         group: JSON | None = None
         for obj in objects:
+            if obj.kind == "Service":  # the gang's headless Service
+                self.core.create_namespaced_service(self.namespace, obj.body, _preload_content=False)
+                continue
             if obj.gvk != POD_GVK:
                 g = obj.gvk
                 group = dict(self.custom.create_namespaced_custom_object(g.group, g.version, self.namespace,
@@ -124,6 +127,8 @@ class Member:
         return {n.metadata.name: n.metadata.labels.get(PRODUCT, "") for n in self.core.list_node().items}
 
     def delete_everything(self) -> None:
+        for svc in self.core.list_namespaced_service(self.namespace).items:
+            self.core.delete_namespaced_service(svc.metadata.name, self.namespace)
         self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
         wait_until("the namespace's pods to be gone",
                    lambda: not self.core.list_namespaced_pod(self.namespace).items)

@@ -30,8 +30,10 @@ from federator.delegation import (
 from federator.delegation.adapter import (
     MAX_NAME_LENGTH,
     NO_GANG_GUARANTEE,
+    CONFIG_MAP_GVK,
     POD_GVK,
     PRIORITY_CLASS_GVK,
+    SERVICE_GVK,
     Gvk,
     MemberObject,
     SchedulerAdapter,
@@ -51,6 +53,8 @@ DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 #: has to find what the old version created instead of creating it again.
 GOLDEN_GROUP = "resnet-ps-mssxt-e3"
 GOLDEN_WORKER_7 = "resnet-ps-mssxt-worker-7"
+#: the gang's headless Service: the same name at every epoch (pods keep their DNS names across requeues)
+GOLDEN_SERVICE = "resnet-ps-mssxt"
 
 
 def example_job(**overrides: Any) -> dict[str, Any]:
@@ -113,7 +117,21 @@ def expected_worker_7(scheduler_name: str) -> dict[str, Any]:
             }],
             "nodeSelector": {"federator.test/pool": "gpu"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "hostname": GOLDEN_WORKER_7,
+            "subdomain": GOLDEN_SERVICE,
         },
+    }
+
+
+def expected_service() -> dict[str, Any]:
+    """The gang's headless Service: every pod of this epoch, in DNS before it is ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": GOLDEN_SERVICE, "namespace": "team-a", "labels": dict(COMMON_LABELS),
+                     "annotations": dict(COMMON_ANNOTATIONS)},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {"federator.dev/hub": HUB, "federator.dev/job-uid": UID, "federator.dev/epoch": "3"}},
     }
 
 
@@ -187,12 +205,14 @@ def test_rendered_objects_are_exactly_right(
     pods = [o for o in objects if o.gvk == POD_GVK]
     assert len(pods) == 10
     if group is None:
-        assert len(objects) == 10
+        assert len(objects) == 11
+        assert objects[0].body == expected_service() and objects[1:] == pods
     else:
-        assert objects[0].body == group  # the PodGroup comes first: dispatch order
+        assert objects[0].body == group  # the PodGroup comes first: dispatch order, then the Service
         assert objects[0].name == GOLDEN_GROUP and objects[0].namespace == "team-a"
         assert objects[0].api_version == group["apiVersion"] and objects[0].plural == "podgroups"
-        assert objects[1:] == pods
+        assert objects[1].body == expected_service() and objects[1].plural == "services"
+        assert objects[2:] == pods
     # pods in role order, index order
     assert [(p.labels["federator.dev/role"], p.labels["federator.dev/index"]) for p in pods] == \
         [("ps", "0"), ("ps", "1")] + [("worker", str(i)) for i in range(8)]
@@ -227,7 +247,7 @@ def test_parameter_server_pod_keeps_command_args_and_user_env(
 def test_user_env_wins_over_injected_gang_env() -> None:
     job = example_job()
     job["spec"]["roles"][0]["template"]["env"] = [{"name": "FEDERATOR_ROLE", "value": "chief"}]
-    ps0 = render("volcano", "volcano", job=job)[1]
+    ps0 = render("volcano", "volcano", job=job)[2]
     env = ps0.body["spec"]["containers"][0]["env"]
     assert [e for e in env if e["name"] == "FEDERATOR_ROLE"] == [{"name": "FEDERATOR_ROLE", "value": "chief"}]
 
@@ -236,7 +256,7 @@ def test_role_without_resources_has_no_resources_and_no_min_resources() -> None:
     job = make_job(uid=UID, roles=[{"name": "w", "replicas": 3, "template": {"image": "busybox"}}])
     objects = render("coscheduling", "scheduler-plugins-scheduler", job=job)
     assert objects[0].body["spec"] == {"minMember": 3}
-    assert "resources" not in objects[1].body["spec"]["containers"][0]
+    assert "resources" not in objects[2].body["spec"]["containers"][0]
 
 
 def test_min_resources_are_exact_sums() -> None:
@@ -251,7 +271,7 @@ def test_min_resources_are_exact_sums() -> None:
 
 
 def test_scheduler_name_comes_from_the_member_cluster() -> None:
-    pods = render("coscheduling", "my-coscheduler")[1:]
+    pods = render("coscheduling", "my-coscheduler")[2:]
     assert {p.body["spec"]["schedulerName"] for p in pods} == {"my-coscheduler"}
 
 
@@ -308,28 +328,29 @@ def test_render_does_not_modify_the_job() -> None:
 def test_owner_reference_to_the_created_podgroup() -> None:
     objects = render("volcano", "volcano")
     created_group = {**objects[0].body, "metadata": {**objects[0].body["metadata"], "uid": "pg-uid-1"}}
-    owned = objects[1].owned_by(created_group)
+    owned = objects[2].owned_by(created_group)
     assert owned.body["metadata"]["ownerReferences"] == [{
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "name": GOLDEN_GROUP,
         "uid": "pg-uid-1", "controller": False, "blockOwnerDeletion": False}]
-    assert "ownerReferences" not in objects[1].body["metadata"]  # the rendered object is untouched
-    assert owned.name == objects[1].name and owned.gvk == objects[1].gvk
+    assert "ownerReferences" not in objects[2].body["metadata"]  # the rendered object is untouched
+    assert owned.name == objects[2].name and owned.gvk == objects[2].gvk
     with pytest.raises(RenderError, match="uid"):
-        objects[1].owned_by(objects[0].body)  # not created yet: no uid
+        objects[2].owned_by(objects[0].body)  # not created yet: no uid
     elsewhere = {**created_group, "metadata": {**created_group["metadata"], "namespace": "other"}}
     with pytest.raises(RenderError, match="cannot cross namespaces"):
-        objects[1].owned_by(elsewhere)
+        objects[2].owned_by(elsewhere)
 
 
 def test_gvk_lists_in_creation_order() -> None:
     assert adapter_for("volcano").gvk_list() == (
-        Gvk("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"), POD_GVK)
+        Gvk("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups"), SERVICE_GVK, CONFIG_MAP_GVK, POD_GVK)
     assert adapter_for("coscheduling").gvk_list()[0].key == "podgroups.scheduling.x-k8s.io"
     assert adapter_for("kube-batch").gvk_list()[0].api_version == "scheduling.incubator.k8s.io/v1alpha1"
     assert adapter_for("native").gvk_list()[0].key == "podgroups.scheduling.k8s.io"
     assert adapter_for("native").gvk_list()[0].api_version == "scheduling.k8s.io/v1alpha2"
-    assert adapter_for("kai").gvk_list() == (Gvk("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups"), POD_GVK)
-    assert adapter_for("default").gvk_list() == (POD_GVK,)
+    assert adapter_for("kai").gvk_list() == (Gvk("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups"),
+                                             SERVICE_GVK, CONFIG_MAP_GVK, POD_GVK)
+    assert adapter_for("default").gvk_list() == (SERVICE_GVK, CONFIG_MAP_GVK, POD_GVK)
 
 
 def test_registry_and_gang_guarantee_conditions() -> None:
@@ -409,7 +430,7 @@ def test_names_near_the_limit_stay_valid_unique_and_keep_the_index() -> None:
     job = make_job(name=long_job, uid=UID, roles=roles)
     objects = render("coscheduling", "scheduler-plugins-scheduler", job=job, epoch=MAX_EPOCH_FOR_TEST)
     names = [o.name for o in objects]
-    assert len(set(names)) == len(names) == 1 + 12 + 12 + 2 + 1
+    assert len(set(names)) == len(names) == 1 + 1 + 12 + 12 + 2 + 1  # PodGroup, Service, pods
     for obj in objects:
         assert len(obj.name) <= MAX_NAME_LENGTH and DNS1123_LABEL.match(obj.name), obj.name
     pods = [o for o in objects if o.gvk == POD_GVK]
@@ -498,7 +519,7 @@ def test_the_largest_gang_renders_with_unique_valid_names() -> None:
     objects = render("volcano", "volcano", job=job)
     assert objects[0].body["spec"]["minMember"] == MAX_GANG_PODS
     names = {o.name for o in objects}
-    assert len(names) == MAX_GANG_PODS + 1
+    assert len(names) == MAX_GANG_PODS + 2  # PodGroup, Service, pods
     assert all(len(n) <= MAX_NAME_LENGTH and DNS1123_LABEL.match(n) for n in names)
 
 
@@ -534,12 +555,12 @@ def test_only_kai_pods_are_not_owned_by_their_podgroup() -> None:
 def test_native_and_kai_podgroups_have_no_min_resources_and_native_no_queue() -> None:
     native = render("native", "default-scheduler")
     assert native[0].body["spec"] == {"schedulingPolicy": {"gang": {"minCount": 10}}}
-    assert all("pod-group-name" not in p.body["metadata"]["annotations"] for p in native[1:])
+    assert all("pod-group-name" not in p.body["metadata"]["annotations"] for p in native[2:])
     kai = render("kai", "kai-scheduler")
     assert kai[0].body["spec"] == {"minMember": 10, "queue": "default-queue"}
     assert all(p.body["metadata"]["annotations"]["pod-group-name"] == GOLDEN_GROUP
                and p.labels["kai.scheduler/queue"] == "default-queue" and "schedulingGroup" not in p.body["spec"]
-               for p in kai[1:])
+               for p in kai[2:])
 
 
 # ---------------------------------------------------------------- priority and the chosen GPU model
@@ -582,7 +603,7 @@ def test_the_priority_class_goes_on_every_pod_and_the_podgroups_that_have_the_fi
     pods = [o for o in objects if o.gvk == POD_GVK]
     assert {p.body["spec"]["priorityClassName"] for p in pods} == {"federator-priority-100"}
     assert all("priority" not in p.body["spec"] for p in pods)  # the member's Priority admission resolves it
-    groups = [o for o in objects if o.gvk != POD_GVK]
+    groups = [o for o in objects if o.gvk not in (POD_GVK, SERVICE_GVK)]
     has_field = adapter in ("volcano", "kube-batch", "kai")
     assert [g.body["spec"].get("priorityClassName") for g in groups] == (
         ["federator-priority-100"] if has_field else [None] * len(groups))

@@ -86,6 +86,8 @@ def test_each_overlay_grants_the_hub_what_it_calls_and_nothing_around_it(schedul
         ("PATCH", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases/federator", {}),
         ("GET", "/readyz", {}),                                                            # the health probe
         ("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {}),                       # a job's PriorityClass
+        ("GET", "/api/v1/services", {}), ("GET", "/api/v1/configmaps", {}),               # a gang's companions
+        ("GET", "/api/v1/namespaces/vision/services", {}),
     ]
     no: list[tuple[str, str, dict[str, str]]] = [
         ("GET", "/api/v1/nodes/n1", {}), ("PATCH", "/api/v1/nodes/n1/status", {}),
@@ -98,6 +100,8 @@ def test_each_overlay_grants_the_hub_what_it_calls_and_nothing_around_it(schedul
         ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses/x", {}),
         ("PATCH", "/apis/scheduling.k8s.io/v1/priorityclasses/x", {}),
         ("DELETE", "/apis/scheduling.k8s.io/v1/priorityclasses/x", {}),
+        ("GET", "/api/v1/services", {"watch": "true"}), ("GET", "/api/v1/secrets", {}),
+        ("POST", f"/api/v1/namespaces/{UNMANAGED}/services", {}),
     ]
     # dispatch writes exactly the kinds of the scheduler's adapter (pods, and its PodGroup if it has one)
     for gvk in ADAPTERS[scheduler].gvk_list():
@@ -133,11 +137,15 @@ def test_each_overlay_grants_the_agent_less_than_the_hub(scheduler: str) -> None
     yes = [("GET", "/api/v1/pods"), ("GET", f"{lease}/federator"), ("PATCH", f"{lease}/federator"),
            ("POST", f"/api/v1/namespaces/{SYSTEM}/events"), ("PATCH", f"/api/v1/namespaces/{SYSTEM}/events/e")]
     yes += [("DELETE", f"/api/v1/namespaces/{ns}/pods/p") for ns in MANAGED]
+    # the gangs' Services and ConfigMaps, swept with the pods
+    yes += [("GET", "/api/v1/services"), ("GET", "/api/v1/configmaps")]
+    yes += [("DELETE", f"/api/v1/namespaces/{ns}/{kind}/x") for ns in MANAGED for kind in ("services", "configmaps")]
     no = [("POST", "/api/v1/namespaces/vision/pods"), ("GET", "/api/v1/namespaces/vision/pods/p"),
           ("DELETE", f"/api/v1/namespaces/{UNMANAGED}/pods/p"), ("DELETE", f"/api/v1/namespaces/{SYSTEM}/pods/p"),
           ("GET", "/api/v1/nodes"), ("POST", lease), ("GET", f"{lease}/another-hub"),
           ("POST", "/api/v1/namespaces/vision/events"), ("GET", f"/api/v1/namespaces/{SYSTEM}/secrets"),
-          ("POST", "/apis/scheduling.k8s.io/v1/priorityclasses")]
+          ("POST", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+          ("POST", "/api/v1/namespaces/vision/services"), ("DELETE", f"/api/v1/namespaces/{UNMANAGED}/services/x")]
     if own is not None:
         yes += [("GET", _pg_path(own.group, own.version))]
         yes += [("DELETE", _pg_path(own.group, own.version, ns, "g")) for ns in MANAGED]

@@ -25,6 +25,7 @@ from agenttest_support import HUB, NAMESPACE, OTHER_HUB, Member, RecordingLog, R
 from federator.fencing.agent import EVENT_REASON, FenceAgent, check_hub_identity, podgroup_kinds
 from federator.clusters.client import MemberClient
 from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED
+from federator.delegation.adapter import LABEL_HUB
 from federator.sim import kinds
 
 LEASE_SECONDS = 2
@@ -99,6 +100,16 @@ async def test_renewed_lease_keeps_everything_then_expiry_fences_and_renewal_lif
     assert agent.counters.expiries == 0 and not agent.fencing
     assert made["mine"] | made["others"] <= await member.objects()
 
+    # a gang's headless Service goes with its pods; another hub's stays
+    svc_ns = next(iter(made["namespaces"]))[1]
+    for name, hub in (("gang-svc", HUB), ("their-svc", "another-hub")):
+        await member.storage.create(kinds.SERVICES, {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": {LABEL_HUB: hub}},
+            "spec": {"clusterIP": "None", "selector": {LABEL_HUB: hub}}}, namespace=svc_ns)
+
+    async def services() -> set[str]:
+        return {s["metadata"]["name"] for s in (await member.storage.list(kinds.SERVICES, namespace=svc_ns)).items}
+
     # the hub stops renewing: after leaseDuration the hub's objects go, nothing else does
     await renewer.stop()
 
@@ -106,6 +117,11 @@ async def test_renewed_lease_keeps_everything_then_expiry_fences_and_renewal_lif
         return not made["mine"] & await member.objects()
 
     await wait_until("the hub's pods and PodGroups to be deleted", mine_gone)
+    async def only_theirs() -> bool:
+        return await services() == {"their-svc"}
+
+    await wait_until("the hub's Service to be deleted", only_theirs)
+    assert agent.counters.companions_deleted == 1
     expired = await wait_until("the agent to say why", lambda: log.find("hub lease expired"))
     assert agent.fencing and agent.counters.expiries == 1
     assert made["others"] <= await member.objects()
