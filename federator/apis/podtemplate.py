@@ -13,10 +13,11 @@ What this module checks in the full form, as (field path, message) pairs:
   int32/int64 ranges, quantities and int-or-strings;
 - the rules of kube's pod validation that a pod template most often breaks
   (K/pkg/apis/core/validation/validation.go `ValidatePodSpec`, `validateContainers`,
-  `validateInitContainers`, `ValidateResourceRequirements`, `validateVolumes`, `validateEnv`,
+  `validateInitContainers`,
+  `ValidateResourceRequirements`, `validateVolumes`, `validateEnv`,
   `validateContainerPorts`): container names are DNS labels, unique across containers and init
-  containers, every container has an image, init containers may only be sidecars
-  (`restartPolicy: Always`), volume names are unique DNS labels with exactly one source, mounts name a
+  containers, every container has an image, only a sidecar init container (`restartPolicy: Always`)
+  has probes or lifecycle hooks, volume names are unique DNS labels with exactly one source, mounts name a
   volume, env sources are exactly one, ports are in range, resource names are standard or
   domain-qualified, quantities parse, requests are at most limits and equal them for extended
   resources, and extended resources are whole numbers;
@@ -65,6 +66,7 @@ __all__ = [
     "pod_request_amounts",
     "pod_template_errors",
     "template_form_errors",
+    "toleration_errors",
 ]
 
 #: the short form's keys (apis/trainingjob.py PodTemplate); the full form has `metadata` and `spec`
@@ -112,6 +114,9 @@ _FIELD_REF_PATHS: Final = frozenset({
     "spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
     "status.podIPs"})
 _FIELD_REF_SUBSCRIPT = re.compile(r"metadata\.(labels|annotations)\['[^']+'\]")
+#: a container's own restartPolicy (kube 1.36: Always makes an init container a sidecar; the others with
+#: ContainerRestartRules, which a real v1.36 member accepts on init containers too)
+_CONTAINER_RESTART_POLICIES: Final = ("Always", "Never", "OnFailure")
 #: only a sidecar (restartPolicy Always) may have these (validateInitContainers)
 _SIDECAR_ONLY: Final = ("lifecycle", "livenessProbe", "readinessProbe", "startupProbe")
 
@@ -388,8 +393,9 @@ def _container_errors(container: Mapping[str, Any], path: str, *, names: set[str
         errors.append((f"{path}.imagePullPolicy", f'Unsupported value: {_show(policy)}: supported values: '
                                                   '"Always", "IfNotPresent", "Never"'))
     restart = container.get("restartPolicy")
-    if init and restart is not None and restart != "Always":
-        errors.append((f"{path}.restartPolicy", f'Unsupported value: {_show(restart)}: supported values: "Always"'))
+    if isinstance(restart, str) and restart not in _CONTAINER_RESTART_POLICIES:
+        errors.append((f"{path}.restartPolicy", f"Unsupported value: {_show(restart)}: supported values: "
+                                                + ", ".join(f'"{p}"' for p in _CONTAINER_RESTART_POLICIES)))
     if init and not is_sidecar(container):
         errors += [(f"{path}.{key}", "Forbidden: may not be set for init containers without restartPolicy=Always")
                    for key in _SIDECAR_ONLY if container.get(key) is not None]
@@ -467,10 +473,28 @@ def _spec_rule_errors(spec: Mapping[str, Any], path: str, settings: ValidationSe
         if isinstance(value, str):
             errors += [(f"{path}.nodeSelector", f"Invalid value: {_show(value)}: {p}")
                        for p in label_value_errors(value)]
+    tolerations = spec.get("tolerations")
+    for index, toleration in enumerate(tolerations if isinstance(tolerations, list) else ()):
+        errors += toleration_errors(toleration, path=f"{path}.tolerations[{index}]")
     dns = spec.get("dnsPolicy")
     if isinstance(dns, str) and dns not in ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"):
         errors.append((f"{path}.dnsPolicy", f'Unsupported value: {_show(dns)}: supported values: "ClusterFirst", '
                                             '"ClusterFirstWithHostNet", "Default", "None"'))
+    return errors
+
+
+def toleration_errors(toleration: object, *, path: str) -> list[FieldError]:
+    """kube's validateTolerations rules across a toleration's fields, on the fields kube names."""
+    if not isinstance(toleration, Mapping):
+        return []
+    at = (lambda f: f"{path}.{f}") if path else (lambda f: f)
+    errors: list[FieldError] = []
+    if toleration.get("operator") == "Exists" and toleration.get("value"):
+        errors.append((at("operator"), "Invalid value: value must be empty when `operator` is 'Exists'"))
+    if not toleration.get("key") and toleration.get("operator") not in (None, "Exists"):
+        errors.append((at("operator"), "Invalid value: must be 'Exists' when `key` is empty"))
+    if toleration.get("tolerationSeconds") is not None and toleration.get("effect") != "NoExecute":
+        errors.append((at("effect"), "Invalid value: must be 'NoExecute' when `tolerationSeconds` is set"))
     return errors
 
 

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from federator.apis.podtemplate import is_full_form, pod_template_errors
+from federator.apis.podtemplate import is_full_form, pod_template_errors, toleration_errors
 from federator.apis.common import (
     ApiModel,
     Condition,
@@ -186,22 +186,8 @@ class Toleration(ApiModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Toleration:
-        raise_semantic(_toleration_errors(self.model_dump(exclude_none=True), path=""))
+        raise_semantic(toleration_errors(self.model_dump(exclude_none=True), path=""))
         return self
-
-
-def _toleration_errors(toleration: object, *, path: str) -> list[FieldError]:
-    if not isinstance(toleration, Mapping):
-        return []
-    at = (lambda f: f"{path}.{f}") if path else (lambda f: f)
-    errors: list[FieldError] = []
-    if toleration.get("operator") == "Exists" and toleration.get("value"):
-        errors.append((at("value"), "Invalid value: must be empty when `operator` is 'Exists'"))
-    if not toleration.get("key") and toleration.get("operator") not in (None, "Exists"):
-        errors.append((at("operator"), "Invalid value: must be 'Exists' when `key` is empty"))
-    if toleration.get("tolerationSeconds") is not None and toleration.get("effect") != "NoExecute":
-        errors.append((at("effect"), "Invalid value: must be 'NoExecute' when `tolerationSeconds` is set"))
-    return errors
 
 
 class TemplateMetadata(ApiModel):
@@ -569,7 +555,7 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
                     tolerations = template.get("tolerations")
                     if isinstance(tolerations, list):
                         for t_index, toleration in enumerate(tolerations):
-                            errors += _toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
+                            errors += toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
         placement = spec.get("placement")
         if isinstance(placement, Mapping):
             errors += duplicate_scalar_errors(placement.get("gpuModels"), path="spec.placement.gpuModels")
