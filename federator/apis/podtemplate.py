@@ -208,7 +208,10 @@ def _schema_errors(value: Any, node: Mapping[str, Any], path: str, depth: int = 
         items = node.get("items")
         if isinstance(items, Mapping):
             for index, child in enumerate(value):
-                yield from _schema_errors(child, items, f"{path}[{index}]", depth + 1)
+                if child is None:
+                    yield f"{path}[{index}]", "Invalid value: null: a list item may not be null"
+                else:
+                    yield from _schema_errors(child, items, f"{path}[{index}]", depth + 1)
         return
     if kind == "string":
         if not isinstance(value, str):
@@ -651,7 +654,7 @@ def pod_template_errors(template: object, *, path: str, settings: ValidationSett
     try:
         size = len(json.dumps(template, separators=(",", ":"), default=str))
     except (TypeError, ValueError, RecursionError):
-        size = settings.max_template_bytes + 1
+        return errors + [(path, "Invalid value: nested too deeply")]
     if size > settings.max_template_bytes:
         return errors + [(path, f"Too long: the template is {size} bytes of JSON: must have at most "
                                 f"{settings.max_template_bytes}")]

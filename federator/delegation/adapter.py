@@ -1130,10 +1130,26 @@ def _pod_of(role: Role, *, where: str) -> _RolePod:
     for field in ("initContainers", "containers"):
         for container in spec.get(field) or ():
             _limit_extended_resources(container)
+            container_resources = container.get("resources") or {}
+            _quantity_strings(container_resources.get("requests"))
+            _quantity_strings(container_resources.get("limits"))
+    _quantity_strings((spec.get("resources") or {}).get("requests"))
+    _quantity_strings((spec.get("resources") or {}).get("limits"))
+    _quantity_strings(spec.get("overhead"))
     metadata = template.metadata
     return _RolePod(spec=spec, labels=dict(metadata.labels or {}) if metadata else {},
                     annotations=dict(metadata.annotations or {}) if metadata else {},
                     requests_container={"resources": {"requests": requests.to_kube()}})
+
+
+def _quantity_strings(amounts: Any) -> None:
+    """Quantities as strings, as kube serves them (a template may give 4 for "4"; clients type them str)."""
+    if isinstance(amounts, dict):
+        for name, value in amounts.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                amounts[name] = str(value)
+            elif isinstance(value, float):  # finite: validation parsed it
+                amounts[name] = format(value, "f").rstrip("0").rstrip(".") or "0"
 
 
 def _limit_extended_resources(container: JSON) -> None:
