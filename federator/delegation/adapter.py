@@ -210,6 +210,8 @@ _RENDER_SETTINGS = ValidationSettings(
     max_memory_per_pod="1Ei",
     max_gpus_per_pod=1_000_000,
     max_rdma_per_pod=1_000_000,
+    max_containers_per_pod=1_000_000,
+    max_template_bytes=1 << 40,
 )
 _MAX_ERRORS_SHOWN = 5
 
