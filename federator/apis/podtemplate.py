@@ -38,10 +38,10 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from federator.apis.common import (
     FieldError,
@@ -56,6 +56,7 @@ from federator.apis.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "GPU_PRODUCT_LABEL",
+    "aggregate_requests",
     "HUB_OWNED_KEYS",
     "HUB_OWNED_SPEC_FIELDS",
     "SHORT_FORM_KEYS",
@@ -97,6 +98,8 @@ HUB_OWNED_KEYS: Final = frozenset({
 HUB_KEY_PREFIX: Final = "federator.dev/"
 #: the node label of the GPU model pin (dispatch pins GPU pods to placement's model with it)
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+
+V = TypeVar("V")
 
 _SCHEMA_FILE = "podtemplatespec.json"
 _POD_SPEC = "io.k8s.api.core.v1.PodSpec"
@@ -574,33 +577,55 @@ def _take_max(into: dict[str, Fraction], amounts: Mapping[str, Fraction]) -> Non
             into[name] = amount
 
 
-def pod_request_amounts(spec: Mapping[str, Any]) -> dict[str, Fraction]:
-    """A pod's effective request per resource, as kube-scheduler counts it.
+def aggregate_requests(spec: Mapping[str, Any], *, of: Callable[[Mapping[str, Any]], V], add: Callable[[V, V], V],
+                       peak: Callable[[V, V], V], zero: V) -> V:
+    """A pod's containers' requests combined as kube-scheduler combines them, for any vector type `V` (`of`
+    one container, `add`, the per-resource `peak`, `zero`): the one place of the rule, which
+    `pod_request_amounts` (exact, every resource) and the member snapshot's parser (clusters/snapshot_builder,
+    cached per container) both use.
 
-    k8s.io/component-helpers/resource/helpers.go `PodRequests` and `AggregateContainerRequests`
-    (kube-scheduler's noderesources Fit filter calls them through `computePodResourceRequest` in
+    k8s.io/component-helpers/resource/helpers.go `AggregateContainerRequests` (called by `PodRequests`, which
+    kube-scheduler's noderesources Fit filter uses through `computePodResourceRequest` in
     K/pkg/scheduler/framework/plugins/noderesources/fit.go): the sum of the regular containers plus every
     sidecar (init container with restartPolicy Always); each init container in order needs itself plus the
-    sidecars started before it, and the largest of those wins per resource if it is larger; then the pod
-    overhead (spec.overhead) is added. Pod-level resources (spec.resources.requests) replace the container
-    sum for the resources they name (PodLevelResources, `PodRequests`). Tolerates any shape (bad values
-    are skipped: validation reports them)."""
-    total: dict[str, Fraction] = {}
+    sidecars started before it; the larger of the two, per resource. Overhead and pod-level resources are
+    the caller's (`pod_request_amounts`)."""
+    total = zero
     for _, container in _containers(spec, "containers"):
-        _add(total, _container_amounts(container))
-    sidecars: dict[str, Fraction] = {}
-    init_peak: dict[str, Fraction] = {}
+        total = add(total, of(container))
+    sidecars, init_peak = zero, zero
     for _, container in _containers(spec, "initContainers"):
-        amounts = _container_amounts(container)
+        amounts = of(container)
         if is_sidecar(container):
-            _add(total, amounts)
-            _add(sidecars, amounts)
-            _take_max(init_peak, sidecars)
+            total = add(total, amounts)
+            sidecars = add(sidecars, amounts)
+            init_peak = peak(init_peak, sidecars)
         else:
-            step = dict(sidecars)
-            _add(step, amounts)
-            _take_max(init_peak, step)
-    _take_max(total, init_peak)
+            init_peak = peak(init_peak, add(sidecars, amounts))
+    return peak(total, init_peak)
+
+
+def _added(a: dict[str, Fraction], b: dict[str, Fraction]) -> dict[str, Fraction]:
+    out = dict(a)
+    _add(out, b)
+    return out
+
+
+def _peak(a: dict[str, Fraction], b: dict[str, Fraction]) -> dict[str, Fraction]:
+    out = dict(a)
+    _take_max(out, b)
+    return out
+
+
+def pod_request_amounts(spec: Mapping[str, Any]) -> dict[str, Fraction]:
+    """A pod's effective request per resource, exactly, as kube-scheduler counts it (`PodRequests` in
+    k8s.io/component-helpers/resource/helpers.go): the containers combined by `aggregate_requests`, then
+    pod-level resources (spec.resources.requests, PodLevelResources) in place of that sum for the
+    resources they name, then the pod overhead (spec.overhead) added. Tolerates any shape (bad values are
+    skipped: validation reports them)."""
+    empty: dict[str, Fraction] = {}
+    total: dict[str, Fraction] = aggregate_requests(spec, of=_container_amounts, add=_added, peak=_peak,
+                                                    zero=empty)
     pod_level = spec.get("resources")
     if isinstance(pod_level, Mapping):
         _take_pod_level(total, _container_amounts({"resources": pod_level}))
