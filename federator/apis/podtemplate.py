@@ -262,8 +262,9 @@ def _quantity_shape(value: Any, path: str) -> Iterator[FieldError]:
 # ---------------------------------------------------------------- kube's pod rules
 
 
-def _containers(spec: Mapping[str, Any], field: str) -> list[tuple[int, Mapping[str, Any]]]:
-    items = spec.get(field)
+def _entries(obj: Mapping[str, Any], field: str) -> list[tuple[int, Mapping[str, Any]]]:
+    """(index, item) of the objects in the list `obj[field]` (anything else there: none)."""
+    items = obj.get(field)
     return [(i, c) for i, c in enumerate(items) if isinstance(c, Mapping)] if isinstance(items, list) else []
 
 
@@ -327,10 +328,7 @@ def _resources_errors(resources: object, path: str) -> list[FieldError]:
 
 def _env_errors(container: Mapping[str, Any], path: str) -> list[FieldError]:
     errors: list[FieldError] = []
-    env = container.get("env")
-    for index, var in enumerate(env if isinstance(env, list) else ()):
-        if not isinstance(var, Mapping):
-            continue
+    for index, var in _entries(container, "env"):
         at = f"{path}.env[{index}]"
         name = var.get("name")
         if isinstance(name, str) and (not name or "=" in name or not name.isascii() or not name.isprintable()):
@@ -361,10 +359,7 @@ def _env_errors(container: Mapping[str, Any], path: str) -> list[FieldError]:
 
 def _ports_errors(container: Mapping[str, Any], path: str) -> list[FieldError]:
     errors: list[FieldError] = []
-    ports = container.get("ports")
-    for index, port in enumerate(ports if isinstance(ports, list) else ()):
-        if not isinstance(port, Mapping):
-            continue
+    for index, port in _entries(container, "ports"):
         at = f"{path}.ports[{index}]"
         number = port.get("containerPort")
         if type(number) is int and not 1 <= number <= 65535:
@@ -408,11 +403,8 @@ def _container_errors(container: Mapping[str, Any], path: str, *, names: set[str
     errors += _resources_errors(container.get("resources"), f"{path}.resources")
     errors += _env_errors(container, path)
     errors += _ports_errors(container, path)
-    mounts = container.get("volumeMounts")
     seen_paths: set[str] = set()
-    for index, mount in enumerate(mounts if isinstance(mounts, list) else ()):
-        if not isinstance(mount, Mapping):
-            continue
+    for index, mount in _entries(container, "volumeMounts"):
         at = f"{path}.volumeMounts[{index}]"
         if isinstance(mount.get("name"), str) and mount["name"] not in volumes:
             errors.append((f"{at}.name", f"Not found: {_show(mount['name'])}"))
@@ -429,10 +421,7 @@ def _container_errors(container: Mapping[str, Any], path: str, *, names: set[str
 def _volume_errors(spec: Mapping[str, Any], path: str) -> tuple[list[FieldError], set[str]]:
     errors: list[FieldError] = []
     names: set[str] = set()
-    volumes = spec.get("volumes")
-    for index, volume in enumerate(volumes if isinstance(volumes, list) else ()):
-        if not isinstance(volume, Mapping):
-            continue
+    for index, volume in _entries(spec, "volumes"):
         at = f"{path}.volumes[{index}]"
         name = volume.get("name")
         if isinstance(name, str):
@@ -450,8 +439,8 @@ def _volume_errors(spec: Mapping[str, Any], path: str) -> tuple[list[FieldError]
 
 def _spec_rule_errors(spec: Mapping[str, Any], path: str, settings: ValidationSettings) -> list[FieldError]:
     errors, volumes = _volume_errors(spec, path)
-    containers = _containers(spec, "containers")
-    inits = _containers(spec, "initContainers")
+    containers = _entries(spec, "containers")
+    inits = _entries(spec, "initContainers")
     raw = spec.get("containers")
     if raw is None or (isinstance(raw, list) and not raw):
         errors.append((f"{path}.containers", "Required value"))
@@ -479,8 +468,7 @@ def _spec_rule_errors(spec: Mapping[str, Any], path: str, settings: ValidationSe
         if isinstance(value, str):
             errors += [(f"{path}.nodeSelector", f"Invalid value: {_show(value)}: {p}")
                        for p in label_value_errors(value)]
-    tolerations = spec.get("tolerations")
-    for index, toleration in enumerate(tolerations if isinstance(tolerations, list) else ()):
+    for index, toleration in _entries(spec, "tolerations"):
         errors += toleration_errors(toleration, path=f"{path}.tolerations[{index}]")
     dns = spec.get("dnsPolicy")
     if isinstance(dns, str) and dns not in ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"):
@@ -591,10 +579,10 @@ def aggregate_requests(spec: Mapping[str, Any], *, of: Callable[[Mapping[str, An
     sidecars started before it; the larger of the two, per resource. Overhead and pod-level resources are
     the caller's (`pod_request_amounts`)."""
     total = zero
-    for _, container in _containers(spec, "containers"):
+    for _, container in _entries(spec, "containers"):
         total = add(total, of(container))
     sidecars, init_peak = zero, zero
-    for _, container in _containers(spec, "initContainers"):
+    for _, container in _entries(spec, "initContainers"):
         amounts = of(container)
         if is_sidecar(container):
             total = add(total, amounts)

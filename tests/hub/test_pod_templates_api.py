@@ -48,6 +48,18 @@ async def test_the_full_template_example_through_kubectl(hub: RunningHub) -> Non
     assert "schedulerName" in out and "PodTemplateSpec" in out
 
 
+async def test_server_side_apply_of_a_full_template(hub: RunningHub) -> None:
+    code, _, err = await hub.kubectl("admin", "apply", "--server-side", "-f", str(EXAMPLE))
+    assert code == 0, err
+    job = _example()
+    trainer = job["spec"]["roles"][0]["template"]["spec"]["containers"][0]
+    trainer["args"] = ["--epochs", "1"]
+    code, _, err = await hub.kubectl("admin", "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(job))
+    assert code == 0, err
+    stored = await hub.context.storage.get(hub.context.kind("TrainingJob"), namespace="vision", name="resnet-full")
+    assert stored["spec"]["roles"] == job["spec"]["roles"]
+
+
 def _container(**extra: Any) -> dict[str, Any]:
     return {"name": "trainer", "image": "trainer:1.4", **extra}
 
