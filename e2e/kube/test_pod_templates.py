@@ -105,6 +105,7 @@ INVALID: list[Any] = [
     pytest.param(_template(volumes=[{"name": "Data", "emptyDir": {}}]), "spec.volumes[0].name",
                  id="volume-name-not-dns"),
     pytest.param(_template(dnsPolicy="Sometimes"), "spec.dnsPolicy", id="bad-dns-policy"),
+    pytest.param(_template(overhead={"cpu": "100m"}), "spec.overhead", id="overhead-by-hand"),
     pytest.param(_template(tolerations=[{"key": "a", "operator": "Exists", "value": "b"}]),
                  "spec.tolerations[0].operator", id="toleration-exists-with-value"),
     pytest.param(_template(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}),
@@ -123,6 +124,8 @@ def test_kube_refuses_what_the_hub_refuses(member: KubeMember, template: dict[st
     assert not accepted, "the real kube-apiserver accepted a template the hub refuses"
     if "cannot be handled as a Pod" in stderr and "strict decoding error" not in stderr:
         return  # kube's decoder refused the value itself (a quantity, a type) and names no field
+    if "(Forbidden)" in stderr and "is forbidden: pod rejected" in stderr:
+        return  # an admission plugin refused it (RuntimeClass: overhead), in words, not by field
     # kube names the same field (422 Invalid; its strict decoder quotes the path of an unknown field)
     assert field in stderr, stderr
 

@@ -451,6 +451,8 @@ def _spec_rule_errors(spec: Mapping[str, Any], path: str, settings: ValidationSe
             return errors  # checking each of thousands of containers helps no one
     if spec.get("ephemeralContainers") is not None:
         errors.append((f"{path}.ephemeralContainers", "Forbidden: cannot be set on create"))
+    if spec.get("overhead") is not None:  # the RuntimeClass admission sets it from spec.runtimeClassName
+        errors.append((f"{path}.overhead", "Forbidden: pod overhead is set from spec.runtimeClassName, not by hand"))
     names: set[str] = set()
     for index, container in inits:
         errors += _container_errors(container, f"{path}.initContainers[{index}]", names=names, volumes=volumes,
