@@ -285,7 +285,8 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
         try:
             requests = template_requests(template)
         except ValueError as e:
-            raise ValueError(f"TrainingJob {ref.key}: spec.roles[{index}].template: requests: {e}") from None
+            part = "spec" if is_full_form(template) else "resources"
+            raise ValueError(f"TrainingJob {ref.key}: spec.roles[{index}].template.{part}: {e}") from None
         if is_full_form(template):  # the pod spec's selector and tolerations, as the short form's
             pod_spec = template.get("spec")
             template = pod_spec if isinstance(pod_spec, Mapping) else {}
