@@ -437,6 +437,17 @@ def _volume_errors(spec: Mapping[str, Any], path: str) -> tuple[list[FieldError]
     return errors, names
 
 
+def _count_errors(spec: Mapping[str, Any], path: str, settings: ValidationSettings) -> list[FieldError]:
+    """Too many containers or init containers (`ValidationSettings.max_containers_per_pod`)."""
+    errors: list[FieldError] = []
+    for field in ("containers", "initContainers"):
+        items = spec.get(field)
+        if isinstance(items, list) and len(items) > settings.max_containers_per_pod:
+            errors.append((f"{path}.{field}", f"Too many: {len(items)}: must have at most "
+                                              f"{settings.max_containers_per_pod} items"))
+    return errors
+
+
 def _spec_rule_errors(spec: Mapping[str, Any], path: str, settings: ValidationSettings) -> list[FieldError]:
     errors, volumes = _volume_errors(spec, path)
     containers = _entries(spec, "containers")
@@ -444,11 +455,8 @@ def _spec_rule_errors(spec: Mapping[str, Any], path: str, settings: ValidationSe
     raw = spec.get("containers")
     if raw is None or (isinstance(raw, list) and not raw):
         errors.append((f"{path}.containers", "Required value"))
-    for field, count in (("containers", len(containers)), ("initContainers", len(inits))):
-        if count > settings.max_containers_per_pod:
-            errors.append((f"{path}.{field}", f"Too many: {count}: must have at most "
-                                              f"{settings.max_containers_per_pod} items"))
-            return errors  # checking each of thousands of containers helps no one
+    if _count_errors(spec, path, settings):
+        return errors  # checking each of thousands of containers helps no one (the caller reports the count)
     if spec.get("ephemeralContainers") is not None:
         errors.append((f"{path}.ephemeralContainers", "Forbidden: cannot be set on create"))
     if spec.get("overhead") is not None:  # the RuntimeClass admission sets it from spec.runtimeClassName
@@ -663,7 +671,7 @@ def pod_template_errors(template: object, *, path: str, settings: ValidationSett
     errors = template_form_errors(template, path=path)
     spec = template.get("spec")
     if isinstance(spec, Mapping):  # thousands of containers: one error, before anything looks at each
-        count_errors = [e for e in _spec_rule_errors(spec, f"{path}.spec", settings) if e[1].startswith("Too many")]
+        count_errors = _count_errors(spec, f"{path}.spec", settings)
         if count_errors:
             return errors + count_errors
     try:
