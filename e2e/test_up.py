@@ -149,6 +149,36 @@ def test_the_design_example_lands_in_the_rdma_cluster_runs_succeeds_and_deletion
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
+FULL_EXAMPLE = ROOT / "examples" / "resnet-full-template.yaml"
+
+
+def test_a_full_pod_template_job_runs_in_the_rdma_cluster_with_its_volumes_and_sidecar(up: FederatorUp) -> None:
+    """Issue 27: examples/resnet-full-template.yaml (dataset PVC, /dev/shm, secret env, init container and
+    sidecar) through kubectl: placed whole in an RDMA cluster, its pods on the member are the template's
+    with the hub's fields on top, and it succeeds."""
+    applied = up.kubectl("apply", "-f", str(FULL_EXAMPLE))
+    assert "trainingjob.federator.dev/resnet-full created" in applied.stdout
+    wait_for("resnet-full Succeeded",
+             lambda: up.json("get", "tj", "resnet-full", "-n", "vision").get("status", {}).get("phase")
+             == "Succeeded", timeout=120)
+    job = up.json("get", "tj", "resnet-full", "-n", "vision")
+    cluster = job["status"]["placement"]["cluster"]
+    schedulers = {RDMA: "volcano", KAI: "kai-scheduler"}  # the RDMA clusters with A100 or H100
+    assert cluster in schedulers
+    pods = up.json("get", "pods", "-n", "vision", "-l", "federator.dev/job-name=resnet-full",
+                   kubeconfig=up.member(cluster))["items"]
+    assert len(pods) == 4
+    for pod in pods:
+        spec = pod["spec"]
+        assert [c["name"] for c in spec["initContainers"]] == ["warm-cache", "log-shipper"]
+        assert {v["name"] for v in spec["volumes"]} >= {"data", "shm"}
+        assert spec["schedulerName"] == schedulers[cluster] and spec["restartPolicy"] == "Never"
+        assert pod["metadata"]["labels"]["app"] == "resnet"
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
+    up.kubectl("delete", "tj", "resnet-full", "-n", "vision", "--timeout=60s", timeout=90)
+
+
 NATIVE, KAI = "cloud-native-gang", "onprem-kai-h100"
 GANGS = """\
 apiVersion: federator.dev/v1alpha1

@@ -159,6 +159,10 @@ class ValidationSettings:
     max_bandwidth_gbps: float = 100_000.0
     max_cost_per_gpu_hour: float = 1_000_000.0
     max_requeues: int = 1000
+    #: a full pod template's containers (and, separately, init containers): a sane cap far above real use
+    max_containers_per_pod: int = 64
+    #: a role template's size as compact JSON (the whole job must stay under the API's request limit)
+    max_template_bytes: int = 128 * 1024
     # A request that produces thousands of errors gets the first N and a count.
     max_errors: int = 100
     cpu_cap: Fraction = field(init=False, repr=False)
@@ -166,7 +170,8 @@ class ValidationSettings:
 
     def __post_init__(self) -> None:
         for name in ("max_replicas_per_role", "max_total_replicas", "max_roles", "max_gpus_per_pod",
-                     "max_rdma_per_pod", "max_requeues", "max_errors"):
+                     "max_rdma_per_pod", "max_requeues", "max_errors", "max_containers_per_pod",
+                     "max_template_bytes"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"ValidationSettings.{name} must be a positive integer, got {value!r}")
@@ -796,6 +801,8 @@ _CAUSE_REASONS = (
     ("Forbidden", "FieldValueForbidden"),
     ("Duplicate value", "FieldValueDuplicate"),
     ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Not found", "FieldValueNotFound"),
 )
 
 

@@ -20,17 +20,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    ConfigDict,
     Field,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from federator.apis.frameworks import Framework, FrameworkSettings, framework_errors
+from federator.apis.podtemplate import is_full_form, pod_template_errors, toleration_errors
 from federator.apis.common import (
     ApiModel,
     Condition,
@@ -39,6 +42,7 @@ from federator.apis.common import (
     FieldError,
     LabelMap,
     LabelSelector,
+    AnnotationMap,
     ObjectMeta,
     Quantity,
     Timestamp,
@@ -73,6 +77,7 @@ __all__ = [
     "ResourceRequests",
     "RestartPolicy",
     "Role",
+    "TemplateMetadata",
     "ScoreContribution",
     "Toleration",
     "TrainingJob",
@@ -182,37 +187,68 @@ class Toleration(ApiModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Toleration:
-        raise_semantic(_toleration_errors(self.model_dump(exclude_none=True), path=""))
+        raise_semantic(toleration_errors(self.model_dump(exclude_none=True), path=""))
         return self
 
 
-def _toleration_errors(toleration: object, *, path: str) -> list[FieldError]:
-    if not isinstance(toleration, Mapping):
-        return []
-    at = (lambda f: f"{path}.{f}") if path else (lambda f: f)
-    errors: list[FieldError] = []
-    if toleration.get("operator") == "Exists" and toleration.get("value"):
-        errors.append((at("value"), "Invalid value: must be empty when `operator` is 'Exists'"))
-    if not toleration.get("key") and toleration.get("operator") not in (None, "Exists"):
-        errors.append((at("operator"), "Invalid value: must be 'Exists' when `key` is empty"))
-    if toleration.get("tolerationSeconds") is not None and toleration.get("effect") != "NoExecute":
-        errors.append((at("effect"), "Invalid value: must be 'NoExecute' when `tolerationSeconds` is set"))
-    return errors
+class TemplateMetadata(ApiModel):
+    """A full pod template's metadata: the labels and annotations every pod of the role gets (the hub
+    adds its own; keys under federator.dev/ and the gang schedulers' pod-group keys are the hub's)."""
+
+    labels: LabelMap | None = None
+    annotations: AnnotationMap | None = None
+
+
+_TEMPLATE_DESCRIPTION = (
+    "The pod every replica of the role runs, in one of two forms. Short form: image, command, args, env, "
+    "resources (requests; limits are set equal), nodeSelector, tolerations at the top: one container named "
+    "after the role. Full form: a core/v1 PodTemplateSpec (metadata with labels and annotations; spec a "
+    "PodSpec with containers, initContainers and sidecars, volumes, env from secrets and config maps, "
+    "securityContext, serviceAccountName, affinity, any extended resource ...), validated at the hub "
+    "against the OpenAPI schema of the Kubernetes release the members run. The two forms may not be mixed. "
+    "The hub owns, and a template may not set: spec.schedulerName, spec.priorityClassName (unless equal to "
+    "the job's), spec.priority, spec.preemptionPolicy, spec.nodeName, spec.schedulingGroup, "
+    "spec.restartPolicy (other than Never: set the role's restartPolicy), the GPU-model node affinity on "
+    "nvidia.com/gpu.product (set spec.placement.gpuModels), and labels or annotations under federator.dev/ "
+    "or a gang scheduler's pod-group key. Extended resources requested without a limit get limit = request."
+)
 
 
 class PodTemplate(ApiModel):
-    """The pod every replica of a role runs: one container, as in a minimal pod spec."""
+    """The pod every replica of a role runs: the short form (one container) or a full PodTemplateSpec."""
 
-    image: ImageRef = Field(description="Container image, e.g. trainer:1.4.")
+    # Exactly one form: an image (short) or a spec (full); the hub's validation names the field.
+    model_config = ConfigDict(**ApiModel.model_config, json_schema_extra={
+        "oneOf": [{"required": ["image"]}, {"required": ["spec"]}]})
+
+    image: ImageRef | None = Field(default=None, description="Short form: the container image, e.g. trainer:1.4.")
     command: list[Annotated[StrictStr, Field(max_length=_MAX_TEXT)]] | None = Field(default=None, max_length=256)
     args: list[Annotated[StrictStr, Field(max_length=_MAX_TEXT)]] | None = Field(default=None, max_length=1024)
     env: list[EnvVar] | None = Field(
         default=None, max_length=256,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    resources: ResourceRequests | None = Field(default=None, description="Requests of one pod.")
+    resources: ResourceRequests | None = Field(default=None, description="Short form: requests of one pod.")
     node_selector: LabelMap | None = Field(default=None, alias="nodeSelector")
     tolerations: list[Toleration] | None = Field(default=None, max_length=64)
+    metadata: TemplateMetadata | None = Field(default=None, description=(
+        "Full form: labels and annotations of the role's pods."))
+    spec: Annotated[dict[str, Any], WithJsonSchema({
+        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+        "description": "Full form: a core/v1 PodSpec (checked by the hub against the members' Kubernetes "
+                       "OpenAPI schema: unknown fields, types, required fields, names, quantities)."})] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PodTemplate:
+        if self.spec is None and self.metadata is None and self.image is None:
+            raise_semantic([("image", "Required value: the short form needs an image (or give a full pod "
+                                      "template: spec.containers)")])
+        return self
+
+    @property
+    def full(self) -> bool:
+        """The full form (a PodTemplateSpec), not the short one."""
+        return self.spec is not None or self.metadata is not None
 
 
 class Role(ApiModel):
@@ -246,7 +282,7 @@ class Role(ApiModel):
         "restartPolicy OnFailure). Left out, restartPolicy decides. A shrink deletes the failed pod, makes "
         "status.replicas one smaller and says Resized (reason WorkerLost) in the history; it does not count "
         "toward spec.backoffLimit."))
-    template: PodTemplate
+    template: PodTemplate = Field(description=_TEMPLATE_DESCRIPTION)
 
     @field_validator("replicas", "min_replicas", "max_replicas")
     @classmethod
@@ -521,13 +557,19 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
             for index, role in enumerate(roles):
                 errors += _elastic_errors(role, path=f"spec.roles[{index}]")
                 template = role.get("template") if isinstance(role, Mapping) else None
-                if isinstance(template, Mapping):
-                    where = f"spec.roles[{index}].template"
+                where = f"spec.roles[{index}].template"
+                if is_full_form(template):
+                    errors += pod_template_errors(template, path=where, settings=settings,
+                                                  job_priority_class=spec.get("priorityClassName"))
+                elif isinstance(template, Mapping):
+                    if template.get("image") is None:
+                        errors.append((f"{where}.image", "Required value: the short form needs an image (or give "
+                                                         "a full pod template: spec.containers)"))
                     errors += duplicate_errors(template.get("env"), path=f"{where}.env", key="name")
                     tolerations = template.get("tolerations")
                     if isinstance(tolerations, list):
                         for t_index, toleration in enumerate(tolerations):
-                            errors += _toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
+                            errors += toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
         errors += framework_errors(spec)
         placement = spec.get("placement")
         if isinstance(placement, Mapping):

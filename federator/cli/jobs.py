@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from federator.apis.podtemplate import is_full_form, is_sidecar
 from federator.apis.views import Body, Meta
 from federator.cli.common import (
     GROUP_VERSION,
@@ -40,6 +41,7 @@ from federator.cli.common import (
     run_on_hub,
 )
 from federator.cli.hubclient import API_GROUP, HubClient, HubError, JSONObject, jobs_path
+from federator.placement.resources import template_requests
 
 # ---------------------------------------------------------------- submit
 
@@ -141,10 +143,10 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None, pods: JSONO
     role_rows = []
     for role in roles:
         template = role.get("template") or {}
-        resources = template.get("resources") or {}
-        role_rows.append([str(role.get("name", "")), str(role.get("replicas", "")), str(template.get("image", "")),
-                          ", ".join(f"{k}={v}" for k, v in resources.items()) or "<none>"])
-    add(_indent(render_table(["NAME", "REPLICAS", "IMAGE", "REQUESTS (per pod)"], role_rows)))
+        role_rows.append([str(role.get("name", "")), str(role.get("replicas", "")), _images_text(template),
+                          _requests_text(template)])
+    add(_indent(render_table(["NAME", "REPLICAS", "IMAGE", "REQUESTS (per pod, as placement counts them)"],
+                             role_rows)))
     add(f"  Gang size:  {sum(int(r.get('replicas') or 0) for r in roles)} pods, all in one cluster or none")
 
     wants = spec.get("placement") or {}
@@ -272,6 +274,28 @@ def _phase_text(meta: Meta, spec: Mapping[str, Any], status: Mapping[str, Any]) 
     if spec.get("suspend") is True:
         return f"{phase} (spec.suspend is true: suspend stops placement; a gang already placed keeps running)"
     return str(phase)
+
+
+def _images_text(template: Mapping[str, Any]) -> str:
+    """The role's image (short form) or its containers' images (a full pod template; sidecars marked)."""
+    if not is_full_form(template):
+        return str(template.get("image", ""))
+    spec = template.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    images = [str(c.get("image", "")) for c in spec.get("containers") or () if isinstance(c, Mapping)]
+    images += [f"{c.get('image', '')} (sidecar)" for c in spec.get("initContainers") or ()
+               if isinstance(c, Mapping) and is_sidecar(c)]
+    return ", ".join(images)
+
+
+def _requests_text(template: Mapping[str, Any]) -> str:
+    """What one pod requests as placement counts it (containers, sidecars and init containers for a full
+    template); the raw short-form map when it cannot be parsed."""
+    try:
+        text = ", ".join(f"{k}={v}" for k, v in template_requests(template).to_kube().items())
+    except ValueError:
+        text = ", ".join(f"{k}={v}" for k, v in (template.get("resources") or {}).items())
+    return text or "<none>"
 
 
 def _indent(text: str, spaces: int = 2) -> str:

@@ -41,6 +41,7 @@ from typing import Any
 
 from immutables import Map
 
+from federator.apis.podtemplate import aggregate_requests
 from federator.apis.quantity import QuantityError
 from federator.apis.views import Body
 from federator.placement.resources import ZERO, Resources
@@ -258,26 +259,13 @@ def _max(a: Resources, b: Resources) -> Resources:
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    """A pod's effective request as kube-scheduler computes it: the containers (plus sidecars) or the
-    largest init container, whichever is larger per resource, plus the pod overhead."""
+    """A pod's effective request as kube-scheduler computes it (`apis.podtemplate.aggregate_requests`: the
+    containers plus sidecars or the largest init container step, whichever is larger per resource), plus the
+    pod overhead; each container's map parsed once (`_cached_resources`)."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return ZERO
-    running = ZERO
-    containers = spec.get("containers")
-    for c in containers if isinstance(containers, list) else []:
-        running = running + _container_requests(c)
-    init_peak = ZERO
-    sidecars = ZERO
-    inits = spec.get("initContainers")
-    for c in inits if isinstance(inits, list) else []:
-        req = _container_requests(c)
-        if isinstance(c, dict) and c.get("restartPolicy") == "Always":
-            sidecars = sidecars + req
-            init_peak = _max(init_peak, sidecars)
-        else:
-            init_peak = _max(init_peak, sidecars + req)
-    total = _max(running + sidecars, init_peak)
+    total = aggregate_requests(spec, of=_container_requests, add=Resources.__add__, peak=_max, zero=ZERO)
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
         total = total + Resources.from_kube(overhead, strict=False)

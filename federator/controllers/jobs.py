@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apiserver.errors import ApiError
+from federator.apis.podtemplate import is_full_form
 from federator.apis.timestamps import format_time, parse_epoch
 from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
@@ -59,11 +60,11 @@ from federator.placement import (
     LabelSelector,
     Network,
     Reservation,
-    Resources,
     RoleRequest,
     Toleration,
 )
 from federator.placement.gang import SelectorOperator, TolerationOperator
+from federator.placement.resources import template_requests
 from federator.placement.snapshot import TaintEffect
 
 __all__ = [
@@ -282,9 +283,13 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
     for index, role in enumerate(spec.get("roles") or ()):
         template = role.get("template") or {}
         try:
-            requests = Resources.from_kube(template.get("resources") or {})
+            requests = template_requests(template)
         except ValueError as e:
-            raise ValueError(f"TrainingJob {ref.key}: spec.roles[{index}].template.resources: {e}") from None
+            part = "spec" if is_full_form(template) else "resources"
+            raise ValueError(f"TrainingJob {ref.key}: spec.roles[{index}].template.{part}: {e}") from None
+        if is_full_form(template):  # the pod spec's selector and tolerations, as the short form's
+            pod_spec = template.get("spec")
+            template = pod_spec if isinstance(pod_spec, Mapping) else {}
         low, high = role.get("minReplicas"), role.get("maxReplicas")
         roles.append(RoleRequest(name=str(role.get("name")), replicas=int(role.get("replicas") or 0),
                                  requests=requests, min_replicas=low if type(low) is int else None,

@@ -409,6 +409,10 @@ _VALIDATION: Final[Mapping[str, _Spec]] = {
                                    "a MemberCluster's cost per GPU hour, at most", 0.0, above=True),
     "max_requeues": _Spec("max_requeues", "count", "requeues", "spec.failover.maxRequeues, at most", 1),
     "max_errors": _Spec("max_errors", "count", "errors", "field errors listed in one response, at most", 1),
+    "max_containers_per_pod": _Spec("max_containers_per_pod", "count", "containers",
+                                    "containers (and, apart, init containers) of a full pod template, at most", 1),
+    "max_template_bytes": _Spec("max_template_bytes", "count", "bytes",
+                                "a role's full pod template as compact JSON, at most", 1),
 }
 
 

@@ -127,7 +127,7 @@ from federator.apis.views import Body
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
 from federator.apis.quantity import QuantityError
-from federator.placement.resources import Resources
+from federator.placement.resources import Resources, template_requests
 from federator.placement.snapshot import NodeState
 
 __all__ = [
@@ -224,6 +224,8 @@ _RENDER_SETTINGS = ValidationSettings(
     max_memory_per_pod="1Ei",
     max_gpus_per_pod=1_000_000,
     max_rdma_per_pod=1_000_000,
+    max_containers_per_pod=1_000_000,
+    max_template_bytes=1 << 40,
 )
 _MAX_ERRORS_SHOWN = 5
 
@@ -730,18 +732,21 @@ class SchedulerAdapter:
                 priority_class_name=priority_class_name))
         seen: set[str] = {group_name} if group_name else set()
         for role in roles:
-            container, user_env = _container_of(role, where=where)
+            role_pod = _pod_of(role, where=where)
             for index in range(counts[role.name]):
                 name = pod_name(job_name=job_name, job_uid=job_uid, role=role.name, index=index)
                 if name in seen or dns1123_label_errors(name):  # cannot happen; refuse rather than send it
                     raise RenderError(f"{where}: rendered pod name {name!r} is not a unique DNS-1123 label")
                 seen.add(name)
-                pod_container = _copy_json(container)
-                pod_container["env"] = _gang_env(job_namespace=job_namespace, job_name=job_name, role=role.name,
-                                                 index=index, role_size=counts[role.name], gang_size=total_pods,
-                                                 epoch=epoch, user_env=user_env)
+                pod_spec = _copy_json(role_pod.spec)
+                for field in ("initContainers", "containers"):
+                    for container in pod_spec.get(field) or ():
+                        container["env"] = _gang_env(
+                            job_namespace=job_namespace, job_name=job_name, role=role.name, index=index,
+                            role_size=counts[role.name], gang_size=total_pods, epoch=epoch,
+                            user_env=container.get("env") or ())
                 objects.append(self._render_pod(
-                    role, index=index, name=name, namespace=namespace, container=pod_container,
+                    role, index=index, name=name, namespace=namespace, pod_spec=pod_spec, role_pod=role_pod,
                     scheduler_name=cluster_scheduler_name, group_name=group_name,
                     labels=common_labels, annotations=common_annotations, node=hints.get((role.name, index)),
                     priority_class_name=priority_class_name, gpu_pin=gpu_pin))
@@ -783,19 +788,22 @@ class SchedulerAdapter:
         return MemberObject(gvk=group.gvk, namespace=namespace, name=name, body=body)
 
     def _render_pod(
-        self, role: Role, *, index: int, name: str, namespace: str, container: JSON, scheduler_name: str,
-        group_name: str | None, labels: Mapping[str, str], annotations: Mapping[str, str], node: str | None,
-        priority_class_name: str | None, gpu_pin: list[JSON],
+        self, role: Role, *, index: int, name: str, namespace: str, pod_spec: JSON, role_pod: _RolePod,
+        scheduler_name: str, group_name: str | None, labels: Mapping[str, str], annotations: Mapping[str, str],
+        node: str | None, priority_class_name: str | None, gpu_pin: list[JSON],
     ) -> MemberObject:
-        pod_labels = {**labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
-        pod_annotations = dict(annotations)
+        """The role's pod spec (the template's, or the short form's one container) with the hub's fields set on
+        top: schedulerName, restartPolicy Never, priorityClassName, the PodGroup membership, the toleration of
+        the GPU taint, the GPU-model pin (ANDed into every required node selector term of the template) and the
+        node hint (added to its preferred terms). Template labels and annotations are kept; validation refused
+        the hub's keys in them."""
+        pod_labels = {**role_pod.labels, **labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
+        pod_annotations = {**role_pod.annotations, **annotations}
         group = self.pod_group
-        template = role.template
-        spec: JSON = {
-            "schedulerName": scheduler_name,
-            "restartPolicy": "Never",
-            "containers": [container],
-        }
+        spec = pod_spec
+        spec["schedulerName"] = scheduler_name
+        spec["restartPolicy"] = "Never"
+        spec.pop("priorityClassName", None)
         if priority_class_name is not None:
             spec["priorityClassName"] = priority_class_name
         if group is not None and group_name is not None:
@@ -807,24 +815,29 @@ class SchedulerAdapter:
                 _set_dotted(spec, group.member_key, group_name)
             if group.queue_label is not None and group.queue is not None:
                 pod_labels[group.queue_label] = group.queue
-        if template.node_selector:
-            spec["nodeSelector"] = dict(template.node_selector)
-        tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in template.tolerations or ()]
-        tolerations += extended_resource_tolerations(container, present=tolerations)
+        tolerations = [dict(t) for t in spec.get("tolerations") or ()]
+        tolerations += extended_resource_tolerations(role_pod.requests_container, present=tolerations)
         if tolerations:
             spec["tolerations"] = tolerations
-        node_affinity: JSON = {}
-        if gpu_pin and _requests_gpus(container):
-            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
-                "nodeSelectorTerms": [{"matchExpressions": _copy_json(gpu_pin)}]}
+        affinity: JSON = dict(spec.get("affinity") or {})
+        node_affinity: JSON = dict(affinity.get("nodeAffinity") or {})
+        if gpu_pin and _requests_gpus(role_pod.requests_container):
+            required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+            terms = [dict(term) for term in required.get("nodeSelectorTerms") or ()] or [{}]
+            for term in terms:  # terms are ORed, a term's expressions ANDed: the pin holds in every term
+                term["matchExpressions"] = [*(term.get("matchExpressions") or ()), *_copy_json(gpu_pin)]
+            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
         if node is not None:
             pod_annotations[ANNOTATION_NODE_HINT] = node
-            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [{
-                "weight": 100,
-                "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]},
-            }]
+            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+                *(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ()), {
+                    "weight": 100,
+                    "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]},
+                }]
         if node_affinity:
-            spec["affinity"] = {"nodeAffinity": node_affinity}
+            affinity["nodeAffinity"] = node_affinity
+        if affinity:
+            spec["affinity"] = affinity
         body: JSON = {
             "apiVersion": POD_GVK.api_version,
             "kind": POD_GVK.kind,
@@ -1128,33 +1141,89 @@ def extended_resource_tolerations(container: Mapping[str, Any], *, present: Sequ
 
 
 def _requests_of(role: Role, *, where: str) -> Resources:
-    resources = role.template.resources
-    if resources is None:
-        return Resources()
+    """What one pod of the role requests, as placement counts it (`placement.resources.template_requests`)."""
     try:
-        return Resources.from_kube(resources.model_dump(by_alias=True, exclude_none=True))
+        return template_requests(role.template.model_dump(by_alias=True, exclude_none=True))
     except (QuantityError, ValueError) as exc:
         raise RenderError(f"{where}: role {role.name}: resources: {exc}") from None
 
 
-def _container_of(role: Role, *, where: str) -> tuple[JSON, list[JSON]]:
-    """The role's container without env, and the user's env (rendered once per role, copied per pod)."""
+@dataclass(frozen=True, slots=True)
+class _RolePod:
+    """A role's pod as its template gives it, before the hub's fields: rendered once per role, copied per pod."""
+
+    spec: JSON
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    #: a container-shaped {"resources": {"requests": ...}} with the pod's effective requests (GPU toleration, pin)
+    requests_container: JSON
+
+
+def _pod_of(role: Role, *, where: str) -> _RolePod:
+    """The role's pod spec and metadata from its template. The short form: one container named after the role
+    (limits = requests: extended resources (GPUs, HCAs) require it, and it makes the pods Guaranteed, so a
+    member under memory pressure does not evict a gang member first), its nodeSelector and tolerations. The
+    full form: the template's spec as given, except that an extended resource (or hugepages) requested
+    without a limit gets limit = request, as kube requires."""
     template = role.template
-    container: JSON = {"name": role.name, "image": template.image}
-    if template.command:
-        container["command"] = list(template.command)
-    if template.args:
-        container["args"] = list(template.args)
-    if template.resources is not None:
-        requests = {name: str(value) for name, value in
-                    template.resources.model_dump(by_alias=True, exclude_none=True).items()}
-        if requests:
-            _requests_of(role, where=where)  # refuse what no member could parse
-            # Limits equal requests: extended resources (GPUs, HCAs) require it, and it makes the pods
-            # Guaranteed, so a member under memory pressure does not evict a gang member first.
-            container["resources"] = {"requests": requests, "limits": dict(requests)}
-    user_env: list[JSON] = [{"name": e.name, "value": e.value} for e in template.env or ()]
-    return container, user_env
+    requests = _requests_of(role, where=where)  # refuse what no member could parse
+    if not template.full:
+        container: JSON = {"name": role.name, "image": template.image}
+        if template.command:
+            container["command"] = list(template.command)
+        if template.args:
+            container["args"] = list(template.args)
+        if template.resources is not None:
+            amounts = {name: str(value) for name, value in
+                       template.resources.model_dump(by_alias=True, exclude_none=True).items()}
+            if amounts:
+                container["resources"] = {"requests": amounts, "limits": dict(amounts)}
+        if template.env:
+            container["env"] = [{"name": e.name, "value": e.value} for e in template.env]
+        spec: JSON = {"containers": [container]}
+        if template.node_selector:
+            spec["nodeSelector"] = dict(template.node_selector)
+        if template.tolerations:
+            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in template.tolerations]
+        return _RolePod(spec=spec, labels={}, annotations={},
+                        requests_container={"resources": {"requests": requests.to_kube()}})
+    spec = _copy_json(template.spec or {})
+    for field in ("initContainers", "containers"):
+        for container in spec.get(field) or ():
+            _limit_extended_resources(container)
+            container_resources = container.get("resources") or {}
+            _quantity_strings(container_resources.get("requests"))
+            _quantity_strings(container_resources.get("limits"))
+    _quantity_strings((spec.get("resources") or {}).get("requests"))
+    _quantity_strings((spec.get("resources") or {}).get("limits"))
+    _quantity_strings(spec.get("overhead"))
+    metadata = template.metadata
+    return _RolePod(spec=spec, labels=dict(metadata.labels or {}) if metadata else {},
+                    annotations=dict(metadata.annotations or {}) if metadata else {},
+                    requests_container={"resources": {"requests": requests.to_kube()}})
+
+
+def _quantity_strings(amounts: Any) -> None:
+    """Quantities as strings, as kube serves them (a template may give 4 for "4"; clients type them str)."""
+    if isinstance(amounts, dict):
+        for name, value in amounts.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                amounts[name] = str(value)
+            elif isinstance(value, float):  # finite: validation parsed it
+                amounts[name] = format(value, "f").rstrip("0").rstrip(".") or "0"
+
+
+def _limit_extended_resources(container: JSON) -> None:
+    """kube requires limits == requests for resources that cannot be overcommitted (extended resources,
+    hugepages): a request without a limit gets the limit set to it."""
+    resources = container.get("resources")
+    if not isinstance(resources, dict) or not isinstance(resources.get("requests"), dict):
+        return
+    limits = resources.setdefault("limits", {})
+    for name, value in resources["requests"].items():
+        if name not in limits and ("/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
+                                   or name.startswith("hugepages-")):
+            limits[name] = value
 
 
 def _gang_env(*, job_namespace: str, job_name: str, role: str, index: int, role_size: int, gang_size: int,

@@ -14,8 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil
+from typing import Any
+
+from federator.apis.podtemplate import is_full_form, pod_request_amounts
 
 from federator.apis.quantity import (
+    MAX_QUANTITY,
     QuantityError,
     format_bytes,
     format_cpu,
@@ -24,7 +30,7 @@ from federator.apis.quantity import (
     parse_millicores,
 )
 
-__all__ = ["CPU", "GPU", "MEMORY", "RDMA", "ZERO", "Resources"]
+__all__ = ["CPU", "GPU", "MEMORY", "RDMA", "ZERO", "Resources", "template_requests"]
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -72,6 +78,19 @@ class Resources:
             gpu=parse_count(resources[GPU], what=GPU) if GPU in resources else 0,
             rdma=parse_count(resources[RDMA], what=RDMA) if RDMA in resources else 0,
         )
+
+    @classmethod
+    def from_amounts(cls, amounts: Mapping[str, Fraction]) -> Resources:
+        """The four resources of exact amounts (`apis.podtemplate.pod_request_amounts`), rounded up as kube
+        does; other resources are left to the member's scheduler."""
+        for name in _KNOWN:
+            if amounts.get(name, 0) < 0 or amounts.get(name, 0) > MAX_QUANTITY:
+                raise QuantityError(f"{name} {float(amounts[name]):g} is out of range")
+        for name in (GPU, RDMA):
+            if Fraction(amounts.get(name, 0)).denominator != 1:
+                raise QuantityError(f"{name} {float(amounts[name]):g} must be a whole number")
+        return cls(cpu_milli=ceil(amounts.get(CPU, 0) * 1000), memory=ceil(amounts.get(MEMORY, 0)),
+                   gpu=int(amounts.get(GPU, 0)), rdma=int(amounts.get(RDMA, 0)))
 
     def to_kube(self) -> dict[str, str]:
         """The Kubernetes map form; zero entries are left out."""
@@ -143,3 +162,17 @@ class Resources:
 
 
 ZERO = Resources()
+
+
+def template_requests(template: Mapping[str, Any]) -> Resources:
+    """What one pod of a role (its `template`, either form, as submitted) requests, as placement counts it.
+    The short form: its `resources` (cpu, memory, nvidia.com/gpu, rdma/hca only). The full form: the pod's
+    effective request as kube-scheduler computes it (`apis.podtemplate.pod_request_amounts`: containers
+    plus sidecars, or the largest init container step, plus overhead); other extended resources (MIG
+    slices, AMD GPUs, ...) are not counted here, the member's scheduler counts them. Raises QuantityError
+    (a ValueError) for what cannot be parsed."""
+    if is_full_form(template):
+        spec = template.get("spec")
+        return Resources.from_amounts(pod_request_amounts(spec)) if isinstance(spec, Mapping) else ZERO
+    resources = template.get("resources")
+    return Resources.from_kube(resources if isinstance(resources, Mapping) else {})

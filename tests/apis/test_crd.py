@@ -66,7 +66,7 @@ def _nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 _ALLOWED_KEYS = {
     "type", "description", "properties", "additionalProperties", "items", "required", "enum", "default",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems",
-    "maxItems", "minProperties", "maxProperties", "pattern", "format", "nullable", "anyOf",
+    "maxItems", "minProperties", "maxProperties", "pattern", "format", "nullable", "anyOf", "oneOf",
     "x-kubernetes-int-or-string",
     "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-preserve-unknown-fields",
 }
@@ -94,6 +94,9 @@ def structural_problems(schema: dict[str, Any]) -> list[str]:
                 {"type": "integer"}, {"type": "string"}
             ]:
                 problems.append(f"{where}: anyOf other than the int-or-string pattern")
+        if "oneOf" in node and any(set(branch) != {"required"} for branch in node["oneOf"]):
+            # a value validation: its branches may not carry types, descriptions or defaults
+            problems.append(f"{where}: oneOf other than a choice of required fields")
         if node.get("x-kubernetes-list-type") == "map":
             item = node.get("items", {})
             for key in node.get("x-kubernetes-list-map-keys", []):

@@ -146,7 +146,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
      "regular expression"),
     ("bad-toleration", {"spec.roles[0].template.tolerations": [{"key": "gpu", "operator": "Exists",
                                                                 "value": "x"}]},
-     "spec.roles[0].template.tolerations[0].value", "must be empty"),
+     "spec.roles[0].template.tolerations[0].operator", "must be empty"),  # the field kube names
     ("bad-api-version", {"apiVersion": "federator.dev/v1"}, "apiVersion", "Unsupported value"),
     ("bad-phase", {"status": {"phase": "Exploded"}}, "status.phase", "Unsupported value"),
     ("bad-condition-status", {"status": {"conditions": [

@@ -341,3 +341,47 @@ def test_redispatch_after_a_crash_creates_nothing_twice_and_fences_older_epochs(
     status = wait_until("epoch 1 to run", lambda: (s := ns.status(adapter, uid, 1)).phase is GangPhase.RUNNING
                         and s)
     assert status.existing == 3 and not ns.pods(stale_selector(uid, 1))
+
+
+FULL_TEMPLATE: JSON = {
+    "metadata": {"labels": {"app": "resnet"}, "annotations": {"example.com/owner": "vision"}},
+    "spec": {
+        "nodeSelector": ON_GPU_NODES,
+        "securityContext": {"runAsUser": 1000},
+        "initContainers": [
+            {"name": "warm", "image": "fetcher:1", "command": ["true"],
+             "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+            {"name": "shipper", "image": "shipper:2", "restartPolicy": "Always",
+             "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}],
+        "containers": [{
+            "name": "trainer", "image": "trainer:1.4",
+            "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+            "envFrom": [{"configMapRef": {"name": "cfg", "optional": True}}],
+            "ports": [{"name": "dist", "containerPort": 29500}],
+            "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 8}},
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "shm", "mountPath": "/dev/shm"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}},
+                    {"name": "shm", "emptyDir": {"medium": "Memory"}}],
+    },
+}
+
+
+@pytest.mark.parametrize("name", [*GANG_SCHEDULERS, "default"])
+def test_a_full_template_gang_is_created_and_scheduled(name: str, ns: Member) -> None:
+    """Issue 27: what the hub renders from a full pod template (init containers, a sidecar, volumes, env from
+    secrets, security context) is accepted by the simulated member and its gang scheduler places it."""
+    adapter = adapter_for(name)
+    job = make_job(name="full", roles=[{"name": "worker", "replicas": 2, "template": FULL_TEMPLATE}])
+    objects = render(adapter, job, ns.namespace)
+    created = ns.dispatch(objects, owned=adapter.pods_owned_by_group)
+    pods = [p for p in created if p["kind"] == "Pod"]
+    assert len(pods) == 2
+    for pod in pods:
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["warm", "shipper"]
+        assert pod["spec"]["volumes"][1] == {"name": "shm", "emptyDir": {"medium": "Memory"}}
+        assert pod["metadata"]["labels"]["app"] == "resnet"
+        assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    admitted = wait_until(f"{name} to admit the gang",
+                          lambda: (s := ns.status(adapter, job["metadata"]["uid"])).phase
+                          in (GangPhase.ADMITTED, GangPhase.RUNNING) and s)
+    assert admitted.bound == 2

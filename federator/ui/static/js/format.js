@@ -89,14 +89,46 @@ export function seconds(value) {
   return `${Number(value).toFixed(value < 10 ? 1 : 0)} s`;
 }
 
-/** GPUs a job asks for: replicas x nvidia.com/gpu per role. */
+/** A role template in the full form (a PodTemplateSpec: spec or metadata), not the short one. */
+export function isFullTemplate(template) {
+  return Boolean(template && (template.spec || template.metadata));
+}
+
+function count(value) {
+  const n = typeof value === "number" ? value : parseInt(value || "0", 10);
+  return Number.isFinite(n) ? n : 0;
+}
+
+/** GPUs one pod of a role asks for. The full form counts as placement does (apis/podtemplate.py
+ * aggregate_requests, kube-scheduler's rule): containers plus sidecars, or the largest init container
+ * with the sidecars before it, whichever is more; a request left out defaults to its limit. */
+export function podGpus(template) {
+  const gpus = (c) => {
+    const r = (c && c.resources) || {};
+    const request = (r.requests || {})["nvidia.com/gpu"];
+    return count(request !== undefined ? request : (r.limits || {})["nvidia.com/gpu"]);
+  };
+  if (!isFullTemplate(template)) return count(((template || {}).resources || {})["nvidia.com/gpu"]);
+  const spec = template.spec || {};
+  let total = (spec.containers || []).reduce((sum, c) => sum + gpus(c), 0);
+  let sidecars = 0;
+  let peak = 0;
+  for (const c of spec.initContainers || []) {
+    if (c && c.restartPolicy === "Always") {
+      total += gpus(c);
+      sidecars += gpus(c);
+      peak = Math.max(peak, sidecars);
+    } else {
+      peak = Math.max(peak, sidecars + gpus(c));
+    }
+  }
+  return Math.max(total, peak);
+}
+
+/** GPUs a job asks for: replicas x GPUs per pod, per role. */
 export function jobGpus(job) {
   let total = 0;
-  for (const role of (job.spec && job.spec.roles) || []) {
-    const gpu = ((role.template || {}).resources || {})["nvidia.com/gpu"];
-    const n = typeof gpu === "number" ? gpu : parseInt(gpu || "0", 10);
-    if (Number.isFinite(n)) total += n * (role.replicas || 0);
-  }
+  for (const role of (job.spec && job.spec.roles) || []) total += podGpus(role.template) * (role.replicas || 0);
   return total;
 }
 

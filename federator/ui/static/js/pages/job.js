@@ -10,7 +10,7 @@
 
 import { ListWatch, jobsPath } from "../api.js";
 import { empty, failure, fill, h, loading } from "../dom.js";
-import { jobGpus, jobPhase, timeElement } from "../format.js";
+import { isFullTemplate, jobGpus, jobPhase, timeElement } from "../format.js";
 import { deleteJob } from "./jobs.js";
 
 const POD_POLL_MS = 5000;
@@ -59,9 +59,23 @@ function scoreTables(placement) {
   return out;
 }
 
+function pairs(resources) {
+  return Object.entries(resources || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+}
+
+/** The short form's requests; a full template's per container ("name: cpu=4, ..."; sidecars marked). */
 function requests(template) {
-  const resources = (template || {}).resources || {};
-  return Object.entries(resources).map(([k, v]) => `${k}=${v}`).join(", ") || "—";
+  if (!isFullTemplate(template)) return pairs((template || {}).resources) || "—";
+  const spec = template.spec || {};
+  const sidecars = (spec.initContainers || []).filter((c) => c && c.restartPolicy === "Always");
+  return [...(spec.containers || []).map((c) => [c, ""]), ...sidecars.map((c) => [c, " (sidecar)"])]
+    .map(([c, mark]) => `${c.name}${mark}: ${pairs(((c.resources || {}).requests)) || "—"}`).join("; ") || "—";
+}
+
+/** The short form's image; a full template's containers' images. */
+function images(template) {
+  if (!isFullTemplate(template)) return (template || {}).image || "";
+  return ((template.spec || {}).containers || []).map((c) => c.image || "").join(", ");
 }
 
 /** The score of the latest Placed Event ("placed in X on A100, score 83.4 at epoch 1"). */
@@ -200,7 +214,7 @@ function pods(job, podState) {
       ["Role", "Replicas", "Image", "Requests (per pod)", "Pending", "Running", "Succeeded", "Failed"],
       roles.map((r) => {
         const c = counts[r.name] || {};
-        return [r.name, String(r.replicas), (r.template || {}).image || "", requests(r.template),
+        return [r.name, String(r.replicas), images(r.template), requests(r.template),
           String(c.pending || 0), String(c.running || 0), String(c.succeeded || 0), String(c.failed || 0)];
       }), { className: "pods" }),
     memberPods(job, podState));
