@@ -38,6 +38,9 @@ is the only writer of member objects):
   for that cluster (`cluster_fenced(hub, cluster)` is False): dispatch into a returning
   cluster that is in contact again waits for the fence (`fence_pending`), so
   an older epoch's copy is killed before a newer one can start there.
+  That pass also lists the gangs' Services and ConfigMaps (which nothing
+  watches) and has dispatch delete those of orphaned gangs, so one left
+  behind by a hub that died between a gang's pods and its Service goes too.
 
 It never deletes an object that another hub or job owns (selectors and
 ownership labels), never deletes a job, and never logs an object body or a
@@ -56,7 +59,7 @@ from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import MemberClientError
 from federator.controllers.context import HubContext
-from federator.controllers.dispatch import Dispatcher
+from federator.controllers.dispatch import GANG_COMPANION_KINDS, Dispatcher
 from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
     JOB_KIND,
@@ -388,9 +391,35 @@ class GarbageCollector:
                               job=f"{namespace}/{name}", epochs=sorted({o.epoch for o in objs if o.epoch is not None}))
                     if job is not None and reason in _STALE_COPY_REASONS:
                         await self._record_kill(job, cluster=cluster, objs=objs, reason=reason)
+        if listed:
+            await self._collect_companions(cluster, client)
         self.hub.metrics.loop_phase_seconds.labels(loop="member_gc", phase="collect").observe(
             time.perf_counter() - started)
         return complete
+
+    async def _collect_companions(self, cluster: str, client: Any) -> None:
+        """On a pass that reads the member: the gangs' Services and ConfigMaps whose gang is orphaned (no
+        watch indexes them, so one the gang's deletion missed, say a hub that died between the pods and the
+        Service, is found only here). Deleted by dispatch; not counted as orphans (the gang's pods were)."""
+        found: list[MemberObject] = []
+        for resource in GANG_COMPANION_KINDS:
+            try:
+                listing = await client.list_all(resource, label_selector=self.objects.selector)
+            except MemberClientError as e:
+                _log.info("could not list the gangs' companion objects; the next pass that reads the member "
+                          "tries again", cluster=cluster, resource=resource.key, error=str(e)[:512])
+                return
+            found += [member_object(cluster, resource, item) for item in listing.items]
+        doomed: list[MemberObject] = []
+        jobs: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for obj in found:
+            key = (obj.job_namespace, obj.job_name)
+            if key not in jobs:
+                jobs[key] = await self._read_job(*key)
+            if not obj.deleting and orphan_reason(obj, jobs[key]) is not None:
+                doomed.append(obj)
+        if doomed:
+            await self.dispatcher.delete_companions(cluster, doomed)
 
     async def _record_kill(self, job: dict[str, Any], *, cluster: str, objs: Sequence[MemberObject],
                            reason: str) -> None:

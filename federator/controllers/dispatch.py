@@ -233,6 +233,7 @@ async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *
 
 #: the member objects of a gang besides its pods and PodGroup (delegation: network identity, framework files)
 GANG_COMPANIONS = (SERVICE_GVK, CONFIG_MAP_GVK)
+GANG_COMPANION_KINDS = tuple(_resource_of(gvk) for gvk in GANG_COMPANIONS)
 
 
 async def delete_gang_companions(client: Any, objects: Sequence[IndexedObject], *, hub_id: str, cluster: str) -> int:
@@ -750,6 +751,14 @@ class Dispatcher:
         if client is None:
             return None
         return await delete_member_objects(client, objects, cluster=cluster, hub_id=self._hub_id)
+
+    async def delete_companions(self, cluster: str, objects: Sequence[IndexedObject]) -> int:
+        """Delete the Services and ConfigMaps of the gangs `objects` belong to (the GC's orphaned gangs whose
+        pods are already gone). How many deletes were requested; 0 when the cluster has no client now."""
+        client = self.members.client(cluster)
+        if client is None:
+            return 0
+        return await delete_gang_companions(client, objects, hub_id=self._hub_id, cluster=cluster)
 
     # ------------------------------------------------------------ one pod again
 

@@ -113,3 +113,32 @@ async def test_the_gc_takes_an_orphaned_gangs_service_and_leaves_the_live_and_fo
         # the simulator serves what kube does: the Service kept its own defaults
         stored = await env.fed.sims[CLUSTER].storage.get(kinds.SERVICES, namespace="team-a", name=live_svc)
         assert stored["spec"]["type"] == "ClusterIP" and stored["spec"]["clusterIP"] == "None"
+
+
+async def test_a_pass_that_reads_the_member_takes_a_service_left_without_its_gang(tmp_path: Path) -> None:
+    # a hub that died after deleting a gang's pods and before its Service: nothing indexes the Service, so the
+    # GC pass that reads the member (the first after a (re)connection) finds it and has dispatch delete it
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        created = await env.api.submit(aimed_job("live", CLUSTER))
+        uid = created["metadata"]["uid"]
+        job = await env.api.wait_job("team-a", "live", lambda j: phase(j) == "Running", what="running")
+        epoch = placement_of(job)["epoch"]
+        assert epoch >= 1  # the first placement takes epoch 1
+        live_svc = service_name(job_name="live", job_uid=uid)
+        client = await env.member(CLUSTER)
+        left = {"stale": labels_of(uid, epoch - 1, "live"), "ghost": labels_of(str(uuid.uuid4()), 1, "ghost"),
+                "theirs": {**labels_of(str(uuid.uuid4()), 1, "theirs"), LABEL_HUB: "another-hub"}}
+        for name, labels in left.items():
+            await client.create(SERVICES, {
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{name}-svc", "labels": labels},
+                "spec": {"clusterIP": "None", "selector": {LABEL_JOB_UID: labels[LABEL_JOB_UID]}}},
+                namespace="team-a")
+            await client.create(CONFIG_MAPS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                              "metadata": {"name": f"{name}-config", "labels": labels},
+                                              "data": {"hostfile": ""}}, namespace="team-a")
+        collected = dict(env.gc.collected)
+        await env.gc.collect(CLUSTER, listed=True)
+        assert set(await live(env, SERVICES, "team-a")) == {live_svc, "theirs-svc"}
+        assert set(await live(env, CONFIG_MAPS, "team-a")) == {"theirs-config"}
+        assert env.gc.collected == collected  # the orphans counted are pods and PodGroups
+        assert phase(await env.api.get("team-a", "live")) == "Running"
