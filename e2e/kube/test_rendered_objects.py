@@ -123,3 +123,22 @@ def test_every_rendered_object_is_accepted_by_kube_apiserver(member: KubeMember,
     as_hub = member.kubectl("create", "--dry-run=server", "-f", "-", kubeconfig=member.hub_kubeconfig, check=False,
                             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": companions}))
     assert as_hub.returncode == 0, as_hub.stderr
+
+
+FRAMEWORK_EXAMPLES = ("pytorch-ddp/pytorch-ddp.yaml", "tensorflow-ps.yaml", "paddle-ps.yaml")
+
+
+@pytest.mark.parametrize("example", FRAMEWORK_EXAMPLES)
+def test_the_framework_examples_render_to_pods_kube_apiserver_accepts(member: KubeMember, example: str) -> None:
+    """examples/'s framework jobs (full templates with dataset, /dev/shm and checkpoint volumes), rendered for
+    Volcano: kube-apiserver takes every pod, volumes and framework variables included."""
+    manifest = yaml.safe_load((ROOT / "examples" / example).read_text(encoding="utf-8"))
+    manifest["metadata"]["uid"] = "6a1f0c2e-8d3b-4f7a-9c5e-1b2d3e4f5a6b"
+    objects = adapter_for("volcano").render(manifest, cluster_scheduler_name="volcano", epoch=1,
+                                            hub_id="federator", namespace=NAMESPACE)
+    listing = {"apiVersion": "v1", "kind": "List", "items": [o.body for o in objects]}
+    result = member.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", input=json.dumps(listing),
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    pods = sum(role["replicas"] for role in manifest["spec"]["roles"])
+    assert sum(line.startswith("pod/") for line in result.stdout.split()) == pods, result.stdout

@@ -13,8 +13,11 @@ The second run kills worker 1's process mid-training: the role's restartPolicy O
 failed pods back and training resumes from the checkpoint (the resume line is asserted, with a step the
 first attempt reached).
 
-The checkpoint directory is a path of this machine given in the job's env (the pods' processes see the
-machine's filesystem; a volume in the template is what a real cluster would need).
+The checkpoint goes through a volume, as on a real cluster: the job's full pod template mounts a
+persistentVolumeClaim named the same for both workers at /checkpoints (and /dev/shm as a memory-backed
+emptyDir), and train.py writes there (CHECKPOINT_DIR=/checkpoints). The process runtime maps the claim to one
+directory of the member, `<root>/<cluster>/pvc/<namespace>/<claim>`, shared by every pod that names it
+(docs/simulator-fidelity.md), so the test finds the checkpoint there and the restarted gang reads it back.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ CLUSTER = "onprem-rdma-a100"
 NS = "default"
 PYTHON = "/usr/bin/python3"
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "pytorch-ddp" / "train.py"
+CHECKPOINT_MOUNT = "/checkpoints"
 STEP = re.compile(r"\[rank (\d)\] step (\d+)/(\d+) loss [0-9.]+ all-reduced loss [0-9.]+$")
 
 pytestmark = pytest.mark.xdist_group("pytorch-run")
@@ -58,10 +62,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def ddp_job(name: str, checkpoints: Path, *, steps: int, step_seconds: float = 0.0,
-            restart_policy: str = "Never") -> dict[str, Any]:
-    env = [{"name": "TRAIN_STEPS", "value": str(steps)}, {"name": "CHECKPOINT_DIR", "value": str(checkpoints)},
+def ddp_job(name: str, *, steps: int, step_seconds: float = 0.0, restart_policy: str = "Never") -> dict[str, Any]:
+    env = [{"name": "TRAIN_STEPS", "value": str(steps)}, {"name": "CHECKPOINT_DIR", "value": CHECKPOINT_MOUNT},
            {"name": "STEP_SECONDS", "value": str(step_seconds)}]
+    container = {"name": "pytorch", "image": "pytorch/pytorch:2.3.0-cpu", "command": [PYTHON, str(TRAIN)],
+                 "env": env, "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                 "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT},
+                                  {"name": "shm", "mountPath": "/dev/shm"}]}
+    volumes = [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim(name)}},
+               {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}]
     return {
         "apiVersion": API, "kind": "TrainingJob", "metadata": {"name": name, "namespace": NS},
         "spec": {
@@ -70,11 +79,20 @@ def ddp_job(name: str, checkpoints: Path, *, steps: int, step_seconds: float = 0
             "frameworkSettings": {"port": free_port()},
             "backoffLimit": 10,
             "roles": [{"name": "worker", "replicas": 2, "restartPolicy": restart_policy, "template": {
-                "image": "pytorch/pytorch:2.3.0-cpu", "command": [PYTHON, str(TRAIN)], "env": env,
-                "resources": {"cpu": "1", "memory": "2Gi"}}}],
+                "spec": {"containers": [container], "volumes": volumes}}}],
             "placement": {"clusterSelector": {"matchLabels": {CLUSTER_LABEL: CLUSTER}}},
         },
     }
+
+
+def claim(job: str) -> str:
+    """The checkpoint claim of a job: one name for every worker, so they share the volume."""
+    return f"{job}-checkpoints"
+
+
+def claim_directory(tmp_path: Path, job: str) -> Path:
+    """Where the process runtime keeps a claim's files (federator/sim/processes.py `_volume_sources`)."""
+    return runtime_root(tmp_path) / CLUSTER / "pvc" / NS / claim(job)
 
 
 async def apply(env: Env, job: dict[str, Any]) -> None:
@@ -89,17 +107,20 @@ async def federator_logs(env: Env, name: str, *args: str) -> str:
     return out
 
 
+def runtime_root(tmp_path: Path) -> Path:
+    return tmp_path / "processes"
+
+
 def runtime_federation(tmp_path: Path) -> RunningFederation:
     return RunningFederation(tmp_path / "members", run_seconds=None,
-                             process_runtime=ProcessRuntimeSpec(root=str(tmp_path / "processes")))
+                             process_runtime=ProcessRuntimeSpec(root=str(runtime_root(tmp_path))))
 
 
 async def test_pytorch_ddp_trains_through_the_hub_and_resumes_after_a_worker_is_killed(tmp_path: Path) -> None:
     torch_present()
     async with lifecycle_env(tmp_path, [CLUSTER], federation=runtime_federation(tmp_path)) as env:
         # ---- one run, start to end
-        first = tmp_path / "ckpt-first"
-        await apply(env, ddp_job("ddp", first, steps=5))
+        await apply(env, ddp_job("ddp", steps=5))
         job = await env.api.wait_job(NS, "ddp", lambda j: phase(j) in ("Succeeded", "Failed"), timeout=300,
                                      what="the training to end")
         logs = await federator_logs(env, "ddp")
@@ -113,14 +134,14 @@ async def test_pytorch_ddp_trains_through_the_hub_and_resumes_after_a_worker_is_
         steps = sorted((int(m.group(1)), int(m.group(2))) for line in lines if (m := STEP.search(line)))
         assert steps == [(rank, step) for rank in (0, 1) for step in range(1, 6)], logs
         assert sum("training done at step 5" in line for line in lines) == 2
-        assert "[worker-0] [rank 0] checkpoint step 5 saved to" in logs
-        assert (first / "latest.pt").is_file()
+        assert f"[worker-0] [rank 0] checkpoint step 5 saved to {CHECKPOINT_MOUNT}/latest.pt" in logs
+        # written through the claim's volume: the member's one directory for it
+        assert (claim_directory(tmp_path, "ddp") / "latest.pt").is_file()
         one = await federator_logs(env, "ddp", "--role", "worker", "--index", "1")
         assert one.startswith("[rank 1] rendezvous with ") and "no checkpoint in" in one
 
         # ---- a second run: worker 1's process is killed mid-training; OnFailure restarts, training resumes
-        second = tmp_path / "ckpt-second"
-        await apply(env, ddp_job("ddp-resume", second, steps=20, step_seconds=0.5, restart_policy="OnFailure"))
+        await apply(env, ddp_job("ddp-resume", steps=20, step_seconds=0.5, restart_policy="OnFailure"))
 
         async def reached(step: int) -> str | None:
             code, text = await env.hub.request(
@@ -144,9 +165,11 @@ async def test_pytorch_ddp_trains_through_the_hub_and_resumes_after_a_worker_is_
                                      timeout=300, what="the resumed training to end")
         logs = await federator_logs(env, "ddp-resume")
         assert phase(job) == "Succeeded", logs
-        resumed = [int(m.group(1)) for m in re.finditer(r"resumed from checkpoint \S+latest\.pt at step (\d+)", logs)]
+        resumed = [int(m.group(1)) for m in re.finditer(r"resumed from checkpoint /checkpoints/latest\.pt at step (\d+)",
+                                                         logs)]
         assert resumed and min(resumed) >= 2, logs  # both ranks of the new attempt start from the checkpoint
         assert sum("training done at step 20" in line for line in logs.splitlines()) == 2, logs
+        assert (claim_directory(tmp_path, "ddp-resume") / "latest.pt").is_file()
         restarted = await env.live_pods(CLUSTER, uid)
         assert victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in restarted}
         assert not sim.runtime.pids()  # every process of the job has ended
