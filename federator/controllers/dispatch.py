@@ -545,6 +545,12 @@ class Dispatcher:
         if priority_class is not None and not await self._ensure_priority_class(client, cluster=cluster,
                                                                                  priority_class=priority_class):
             objects = render(False)
+        # The waits above can take seconds (a returning cluster's fences), during which the job may have been
+        # requeued (its gang killed by the fence agent, its cluster lost) and placed at a newer epoch: creating
+        # this epoch's gang then would run it beside the new one (chaos seed 1657557937: a restarted hub's
+        # re-dispatch, checked before it waited, created a fenced epoch again). So the stored decision is read
+        # again right before the first create; the requeuers wait for a dispatch in flight to return.
+        await self._check_current(ref, cluster=cluster, epoch=epoch)
         created = existing = 0
         total = len(objects)
         half = max(1, total // 2)
