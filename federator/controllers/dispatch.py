@@ -338,7 +338,8 @@ class Dispatcher:
         """Create `job`'s member objects for (cluster, epoch); on failure clean up, forget and requeue.
 
         Unless `decision_stored` (the caller holds the object its own write-ahead just stored), the
-        stored job is read first and must still hold this decision. The job is in
+        stored job is read first and must still hold this decision; it is read again in any case right
+        before the first create, after the waits for the cluster's fences. The job is in
         the dispatches in flight until this returns."""
         uid = job_ref(job).uid
         inflight = self.in_flight
