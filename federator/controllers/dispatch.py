@@ -339,7 +339,9 @@ class Dispatcher:
         """Create `job`'s member objects for (cluster, epoch); on failure clean up, forget and requeue.
 
         Unless `decision_stored` (the caller holds the object its own write-ahead just stored), the
-        stored job is read first and must still hold this decision. The job is in
+        stored job is read first and must still hold this decision; it is read again in any case right
+        before the first create, after the waits for the cluster's fences, and a changed decision (another
+        cluster or epoch, the job deleted) stops the dispatch there. The job is in
         the dispatches in flight until this returns."""
         uid = job_ref(job).uid
         inflight = self.in_flight
@@ -361,7 +363,8 @@ class Dispatcher:
             if not decision_stored:
                 await self._check_current(ref, cluster=cluster, epoch=epoch)
             created, existing = await self._create_all(job, cluster=cluster, epoch=epoch, assignment=assignment,
-                                                       wait_for_client=wait_for_client)
+                                                       wait_for_client=wait_for_client,
+                                                       decision_stored=decision_stored)
         except DispatchError as e:
             if e.outdated:
                 _log.info("dispatch skipped: the job moved on", job=ref.key, cluster=cluster, epoch=epoch,
@@ -526,7 +529,7 @@ class Dispatcher:
 
     async def _create_all(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment],
-        wait_for_client: float,
+        wait_for_client: float, decision_stored: bool,
     ) -> tuple[int, int]:
         ref = job_ref(job)
         scheduler = cluster_scheduler(self.hub, cluster)
@@ -546,6 +549,18 @@ class Dispatcher:
         if priority_class is not None and not await self._ensure_priority_class(client, cluster=cluster,
                                                                                  priority_class=priority_class):
             objects = render(False)
+        # The waits above can take seconds (a returning cluster's fences), during which the job may have been
+        # requeued (its gang killed by the fence agent, its cluster lost) and placed at a newer epoch: creating
+        # this epoch's gang then would run it beside the new one (chaos seed 1657557937: a restarted hub's
+        # re-dispatch, checked before it waited, created a fenced epoch again). So the stored decision is read
+        # again right before the first create; the requeuers wait for a dispatch in flight to return. A caller
+        # that stands for its own stored decision (`decision_stored`) goes on with the same decision further on
+        # (Admitted: a re-dispatch of a gang that exists), only a changed decision stops it.
+        try:
+            await self._check_current(ref, cluster=cluster, epoch=epoch)
+        except DispatchError as e:
+            if e.superseded or not decision_stored:
+                raise
         created = existing = 0
         total = len(objects)
         half = max(1, total // 2)

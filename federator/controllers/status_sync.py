@@ -688,6 +688,13 @@ class StatusSync:
                     self.work.retry(uid)  # the next renewal of the fencing lease says whether its agent did it
                     return
                 if verdict:
+                    if uid in self.dispatcher.in_flight:
+                        # A dispatch of this job (a restarted hub's re-dispatch waiting for the cluster's
+                        # fences) may still create this epoch's gang: requeueing now would let a newer epoch
+                        # start while it does. It reads the stored decision again before creating; once it
+                        # returns, the member shows whether the gang is back (as failover waits too).
+                        self.work.retry(uid)
+                        return
                     await self._requeue_fenced(job, cluster=cluster, epoch=epoch, now=now)
                     return
         if gs is None:

@@ -32,7 +32,10 @@ plan, the time line of what was done and seen (with what the hubs and agents log
 invariant with its evidence.
 
 What it found so far: a gang running in two clusters at once after a dispatch failed against an
-unreachable member (seed 1973980925; fixed, regression test in test_dispatch_leftovers.py).
+unreachable member (seed 1973980925; fixed, regression test in test_dispatch_leftovers.py); a gang
+running at two epochs at once after a restarted hub's re-dispatch, which had checked its decision before
+waiting for a returning cluster's fences, created the epoch the fence agent had killed and status sync had
+requeued (seed 1657557937; fixed, regression test in tests/controllers/test_dispatch_failures.py).
 
 A separate scenario takes etcd's quorum away (2 of 3 members killed): the hub answers writes with 503
 ServiceUnavailable and Retry-After, /readyz fails, and service (and leadership) come back by themselves

@@ -204,3 +204,80 @@ async def test_dispatch_waits_for_the_epoch_fence_of_a_returning_cluster(env: En
     # a cluster out of contact is not waited for: its fence cannot rise until it returns
     assert not fence_pending(env.hub.context, "not-registered")
     await env.dispatcher.wait_for_fence("not-registered", wait=30.0)
+
+
+async def test_a_dispatch_that_waited_for_the_fence_creates_nothing_once_the_job_moved_on(env: Env) -> None:
+    """Chaos seed 1657557937: a restarted hub's re-dispatch of a Placed job checked the decision, then waited
+    for a returning cluster's fences; meanwhile the fence agent there killed the gang and the job was
+    requeued (and placed at epoch 2 elsewhere). The waiting dispatch then created the fenced epoch-1 gang
+    again: two epochs running at once. It must read the stored decision again after its waits."""
+    import asyncio
+    import time
+
+    from federator.controllers.jobs import job_ref, requeue, update_job_status
+
+    created = await env.api.submit(gpu_job("moved-on", workers=2, gpus=4, models=["H100"]))
+    uid = created["metadata"]["uid"]
+    job = await env.api.wait_job(
+        "team-a", "moved-on", lambda j: (condition(j, "Dispatched") or {}).get("status") == "True",
+        what="dispatched")
+    cluster, epoch = placement_of(job)["cluster"], placement_of(job)["epoch"]
+    assert cluster == "cloud-eth-h100"
+    fence = env.hub.context.parts.fence.held
+    gc = env.hub.context.parts.running.gc
+    assert fence is not None and gc is not None
+    tick = gc.tick
+    paused_ticks = asyncio.Event()
+
+    async def paused() -> None:
+        paused_ticks.set()
+
+    gc.tick = paused  # no GC pass: neither raises the fence nor collects the old epoch behind the test's back
+    try:
+        await asyncio.wait_for(paused_ticks.wait(), 10)
+        fence[cluster] = False  # the cluster is back in contact, its GC pass due: dispatches there wait
+        # the re-dispatch of the stored decision (as a restarted hub's `recover` makes, having checked it)
+        stale = asyncio.create_task(env.dispatcher.dispatch(job, cluster=cluster, epoch=epoch, decision_stored=True))
+        await wait_until(lambda: uid in env.dispatcher.in_flight, what="the dispatch in flight")
+        # meanwhile the member's fence agent deletes the gang and the job is requeued (status sync's Fenced)
+        ref = job_ref(job)
+
+        def fenced(stored: dict[str, Any]) -> dict[str, Any] | None:
+            requeue(stored["status"], reason="Fenced", message="test: killed by the fence agent", now=time.time(),
+                    job=ref.key, count=False)
+            return stored
+
+        assert await update_job_status(env.hub.context, namespace=ref.namespace, name=ref.name, mutate=fenced,
+                                       uid=uid) is not None
+        member = await env.fed.client(cluster)
+        for pod in (await env.fed.member_objects(cluster, uid))[1]:
+            await member.delete(PODS, namespace="team-a", name=pod["metadata"]["name"], grace_period_seconds=0)
+
+        async def pods_gone() -> bool:
+            return not (await env.fed.member_objects(cluster, uid))[1]
+
+        await wait_until(pods_gone, what="the fenced gang's pods gone")
+        assert not stale.done()  # still waiting for the fence
+        fence[cluster] = True  # the fence holds again: the waiting dispatch goes on
+        result = await asyncio.wait_for(stale, 30)
+        assert not result.ok and result.outdated, result
+        # nothing of the requeued epoch came back: no pod, and its PodGroup is taken away
+        groups, pods = await env.fed.member_objects(cluster, uid)
+        assert [p["metadata"]["name"] for p in pods if p["metadata"]["labels"][LABEL_EPOCH] == str(epoch)] == []
+        assert [g for g in groups if g["metadata"]["labels"][LABEL_EPOCH] == str(epoch)
+                and not g["metadata"].get("deletionTimestamp")] == []
+    finally:
+        gc.tick = tick
+    # the job goes on at the next epoch, whole and alone
+    moved = await env.api.wait_job(
+        "team-a", "moved-on", lambda j: placement_of(j).get("epoch", 0) > epoch
+        and (condition(j, "Dispatched") or {}).get("status") == "True", timeout=30, what="dispatched at the next epoch")
+
+    async def only_new_epoch() -> bool:
+        where = await env.fed.where(uid)
+        live = [o for groups, pods in where.values() for o in groups + pods
+                if not o["metadata"].get("deletionTimestamp")]
+        return bool(live) and {o["metadata"]["labels"][LABEL_EPOCH] for o in live} == {
+            str(placement_of(moved)["epoch"])}
+
+    await wait_until(only_new_epoch, what="only the new epoch's objects in the members")

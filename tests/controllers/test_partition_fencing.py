@@ -276,3 +276,76 @@ async def test_a_gang_placed_back_into_a_returning_cluster_waits_until_its_agent
     assert placement_of(final) == {**placement_of(final), "cluster": HOME, "epoch": 2}
     assert agent.counters.pods_deleted == deleted  # the held sweep found nothing of the new copy to kill
     assert dispatch_held() and agent.counters.lifts_marked >= 1 and lease.fence_lifted >= 1
+
+
+async def test_a_fenced_gang_is_not_requeued_while_a_dispatch_of_it_is_in_flight(
+        short_lease_env: Env, tmp_path: Path) -> None:
+    """Chaos seed 1657557937: status sync requeued a gang the agent killed while a restarted hub's
+    re-dispatch of that same epoch was still waiting for the cluster's fences; the dispatch then created the
+    killed epoch again beside the next one. A Fenced requeue waits for the dispatch in flight to return (as
+    failover does), then happens."""
+    from federator.controllers.jobs import placed_at
+
+    env = short_lease_env
+    home = env.fed.sims[HOME]
+    agent = await FenceAgent.from_kubeconfig(home.write_agent_kubeconfig(tmp_path / "home-agent.kubeconfig"),
+                                             hub_identity="federator", poll_seconds=0.2)
+    parts = env.hub.context.parts
+    stop = asyncio.Event()
+    held = False
+    try:
+        async with _tasks(agent.run(stop)):
+            await wait_until(lambda: agent.counters.renewals_seen >= 2, timeout=30, what="the agent seeing renewals")
+            created = await env.api.submit(_job("in-flight"))
+            uid = created["metadata"]["uid"]
+            job = await env.api.wait_job(NS, "in-flight", lambda j: placement_of(j).get("cluster") == HOME
+                                         and phase(j) == "Running", timeout=40, what="running in HOME")
+            epoch = placement_of(job)["epoch"]
+            status_sync = parts.running.status_sync
+            assert status_sync is not None
+            # a dispatch of this epoch in flight (a restarted hub's re-dispatch waiting for HOME's fences)
+            parts.in_flight.begin(uid)
+            held = True
+            home.faults.start_partition(None, source=home.token)
+            await wait_until(lambda: agent.counters.pods_deleted >= 2, timeout=30, what="the agent fencing")
+            home.faults.end_partition()
+            lease = parts.members.syncs[HOME].lease
+
+            def judged_fenced() -> bool:
+                since = status_sync._missing_since.get(uid)
+                placed = placed_at(job, epoch=epoch)
+                return since is not None and lease.fence_verdict(placed=placed if placed is not None else 0.0,
+                                                                 missing_since=since) is True
+
+            await wait_until(judged_fenced, timeout=60, what="status sync judging the gang killed by the agent")
+            reconciled = 0
+            reconcile = status_sync.reconcile
+
+            async def counted(job_uid: str) -> None:
+                nonlocal reconciled
+                await reconcile(job_uid)
+                reconciled += job_uid == uid
+
+            status_sync.reconcile = counted  # type: ignore[method-assign]
+
+            async def reconciled_or_requeued() -> bool:
+                return reconciled >= 3 or bool(history(await env.api.get(NS, "in-flight"), "Fenced"))
+
+            try:
+                await wait_until(reconciled_or_requeued, timeout=30, what="three more reconciles of the gang")
+            finally:
+                status_sync.reconcile = reconcile  # type: ignore[method-assign]
+            waiting = await env.api.get(NS, "in-flight")
+            assert not history(waiting, "Fenced") and placement_of(waiting)["epoch"] == epoch, waiting["status"]
+            parts.in_flight.end(uid)  # the dispatch returned: now the requeue goes ahead
+            held = False
+            back = await env.api.wait_job(NS, "in-flight", lambda j: bool(history(j, "Fenced"))
+                                          and phase(j) == "Running", timeout=60, what="requeued and running again")
+    finally:
+        if held:
+            parts.in_flight.end(uid)
+        stop.set()
+        await agent.close()
+    (fenced,) = history(back, "Fenced")
+    assert fenced["cluster"] == HOME and fenced["epoch"] == epoch
+    assert placement_of(back)["epoch"] == epoch + 1
