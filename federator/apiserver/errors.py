@@ -173,6 +173,10 @@ class ApiError(Exception):
 #: are dropped.
 WARNINGS_TOTAL_CHARS = 4096
 WARNING_ITEM_CHARS = 256
+#: at most this many Warning headers in one response: kube-apiserver has no count limit, but clients
+#: do (Python's http.client, under urllib3 and the official client, refuses a response with more than
+#: 100 headers), and a body with hundreds of short unknown fields would otherwise make that many
+WARNINGS_MAX_HEADERS = 50
 
 
 def warning_header(text: str) -> str:
@@ -196,6 +200,9 @@ def warning_headers(texts: Iterable[str]) -> list[str]:
         if total > WARNINGS_TOTAL_CHARS:
             break
         out.append(warning_header(text))
+    if len(out) > WARNINGS_MAX_HEADERS:
+        left_out = len(unique) - (WARNINGS_MAX_HEADERS - 1)
+        out = out[:WARNINGS_MAX_HEADERS - 1] + [warning_header(f"{left_out} more warnings not shown")]
     return out
 
 
