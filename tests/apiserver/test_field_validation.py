@@ -248,7 +248,8 @@ async def test_hostile_field_names_cannot_split_or_flood_headers(hub: RunningHub
     assert status == 400 and await stored(hub, "h2") is None
 
 
-async def test_the_python_client_gets_warnings(hub: RunningHub) -> None:
+async def create_with_python_client(hub: RunningHub, obj: dict[str, Any]) -> tuple[dict[str, Any], int, Any]:
+    """(created object, status, headers) of a TrainingJob create through the official client."""
     api_clients: list[kube_client.ApiClient] = []
 
     def run() -> tuple[dict[str, Any], int, Any]:
@@ -260,14 +261,18 @@ async def test_the_python_client_gets_warnings(hub: RunningHub) -> None:
         api_clients.append(api_client)
         api = kube_client.CustomObjectsApi(api_client)
         result: tuple[dict[str, Any], int, Any] = api.create_namespaced_custom_object_with_http_info(
-            "federator.dev", "v1alpha1", "default", "trainingjobs", with_unknown("py"))
+            "federator.dev", "v1alpha1", "default", "trainingjobs", obj)
         return result
 
     try:
-        created, status, headers = await asyncio.to_thread(run)
+        return await asyncio.to_thread(run)
     finally:
         for api_client in api_clients:
             api_client.close()
+
+
+async def test_the_python_client_gets_warnings(hub: RunningHub) -> None:
+    created, status, headers = await create_with_python_client(hub, with_unknown("py"))
     assert status == 201 and "colour" not in created["spec"]
     assert 'unknown field \\"spec.colour\\"' in headers["Warning"]
 
@@ -281,25 +286,7 @@ async def test_many_short_unknown_fields_stay_within_what_clients_read(hub: Runn
     assert status == 201, body
     assert len(warnings) == 50 and warnings[:2] == UNKNOWN_WARNINGS[:2]
     assert warnings[-1] == f'299 - "{403 - 49} more warnings not shown"'
-    api_clients: list[kube_client.ApiClient] = []
-
-    def run() -> tuple[dict[str, Any], int, Any]:
-        configuration = kube_client.Configuration()
-        kube_config.load_kube_config(config_file=str(hub.kubeconfigs["researcher"]),
-                                     client_configuration=configuration)
-        api_client = kube_client.ApiClient(configuration)
-        api_client.set_default_header("Connection", "close")
-        api_clients.append(api_client)
-        api = kube_client.CustomObjectsApi(api_client)
-        result: tuple[dict[str, Any], int, Any] = api.create_namespaced_custom_object_with_http_info(
-            "federator.dev", "v1alpha1", "default", "trainingjobs", dict(obj, metadata={"name": "many-py"}))
-        return result
-
-    try:
-        created, status, _ = await asyncio.to_thread(run)
-    finally:
-        for api_client in api_clients:
-            api_client.close()
+    created, status, _ = await create_with_python_client(hub, dict(obj, metadata={"name": "many-py"}))
     assert status == 201 and "f0" not in created["spec"]
 
 
