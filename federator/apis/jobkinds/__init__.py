@@ -1,0 +1,1 @@
+"""Upstream job kinds the hub serves and translates into its gang (see base.py)."""
