@@ -1,1 +1,19 @@
-"""Upstream job kinds the hub serves and translates into its gang (see base.py)."""
+"""Upstream job kinds the hub serves and translates into its gang (see base.py).
+
+`JOB_KINDS` is the one list the hub serves, the twin controller watches and the delegation's pod contracts are
+looked up in: a kind family adds its `JobKind` values here.
+"""
+
+from __future__ import annotations
+
+from federator.apis.jobkinds.base import SOURCE_KIND_ANNOTATION, JobKind
+from federator.apis.jobkinds.kubeflow import KUBEFLOW_KINDS
+
+__all__ = ["JOB_KINDS", "SOURCE_KIND_ANNOTATION", "JobKind", "job_kind_by_source"]
+
+JOB_KINDS: tuple[JobKind, ...] = (*KUBEFLOW_KINDS,)
+
+
+def job_kind_by_source(value: str) -> JobKind | None:
+    """The kind whose twins carry SOURCE_KIND_ANNOTATION = `value` ("<Kind>.<group>")."""
+    return next((k for k in JOB_KINDS if k.source_key == value), None)

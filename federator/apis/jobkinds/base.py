@@ -11,15 +11,22 @@ lists them all. Pure: no I/O; imports only `federator.apis` modules below it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from importlib import resources
+from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings
 
-__all__ = ["JobKind", "PodContract", "Translation"]
+__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "Translation", "load_upstream_schema",
+           "source_errors"]
 
 JSON = dict[str, Any]
+
+#: on every twin TrainingJob: which kind it was made from, as "<Kind>.<group>" (e.g. "PyTorchJob.kubeflow.org",
+#: "Job.batch"); `JobKind.source_key` gives it, and the delegation looks the kind's pod contract up by it
+SOURCE_KIND_ANNOTATION: Final = "federator.dev/source-kind"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,10 @@ class Translation:
     errors: list[FieldError] = field(default_factory=list)
     role_paths: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    #: twin spec path prefix -> the source path it was taken from, for errors outside the roles (e.g.
+    #: "spec.queue" -> "spec.runPolicy.schedulingPolicy.queue", "spec.placement.gpuModels" ->
+    #: "metadata.annotations[federator.dev/gpu-models]"); the longest matching prefix wins
+    field_paths: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +93,50 @@ class JobKind:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
+
+    @property
+    def source_key(self) -> str:
+        """The value of SOURCE_KIND_ANNOTATION on this kind's twins."""
+        return f"{self.kind}.{self.group}"
+
+
+def load_upstream_schema(file_name: str) -> Mapping[str, Any]:
+    """A schema file `scripts/gen_job_kind_schemas.py` wrote beside the kind modules (package data): its
+    `schema`, `source`, names and group/version."""
+    data = json.loads(resources.files("federator.apis.jobkinds").joinpath(file_name).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("schema"), dict):
+        raise ValueError(f"{file_name}: not a job kind schema file")
+    return data
+
+
+def source_errors(errors: list[FieldError], translation: Translation) -> list[FieldError]:
+    """Errors the TrainingJob validator found in `translation.spec` (paths of the twin), at the source object's
+    paths: a role's template path through `role_paths`, its other fields beside it (replicas, restartPolicy),
+    the rest through `field_paths`; a path neither names is reported at `spec`, naming the twin's field."""
+    spec = translation.spec or {}
+    raw = spec.get("roles")
+    roles: list[Any] = raw if isinstance(raw, list) else []
+    out: list[FieldError] = []
+    for path, message in errors:
+        out.append(_source_error(path, message, roles, translation))
+    return out
+
+
+def _source_error(path: str, message: str, roles: list[Any], translation: Translation) -> FieldError:
+    if path == "metadata" or path.startswith("metadata."):
+        return path, message
+    if path.startswith("spec.roles["):
+        close = path.find("]")
+        index_text = path[len("spec.roles["):close]
+        rest = path[close + 1:]
+        if index_text.isdigit() and int(index_text) < len(roles) and isinstance(roles[int(index_text)], Mapping):
+            template_path = translation.role_paths.get(str(roles[int(index_text)].get("name")))
+            if template_path is not None:
+                if rest == ".template" or rest.startswith(".template.") or rest.startswith(".template["):
+                    return template_path + rest[len(".template"):], message
+                return template_path.removesuffix(".template") + rest, message
+    best = max((p for p in translation.field_paths if path == p or path.startswith(p + ".")
+                or path.startswith(p + "[")), key=len, default=None)
+    if best is not None:
+        return translation.field_paths[best] + path[len(best):], message
+    return "spec", f"{message} (field {path} of the TrainingJob the hub makes of this object)"
