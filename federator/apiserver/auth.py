@@ -57,6 +57,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from federator.apis.jobkinds import JOB_KINDS
 from federator.apiserver.app import Principal
 from federator.apiserver.errors import ApiError, forbidden, unauthorized, warning_headers
 
@@ -412,6 +413,11 @@ ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
               why="researchers own the TrainingJobs of their namespaces"),
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["trainingjobs/status"], scope=OWN_NAMESPACES,
               why="researchers may read job status in their namespaces"),
+        *(rule for kind in JOB_KINDS for rule in (
+            _rule(RESEARCHER_JOB_VERBS, [kind.group], [kind.plural], scope=OWN_NAMESPACES,
+                  why=f"researchers own the {kind.kind}s of their namespaces"),
+            _rule(READ_VERBS, [kind.group], [f"{kind.plural}/status"], scope=OWN_NAMESPACES,
+                  why=f"researchers may read {kind.kind} status in their namespaces"))),
         _rule(["get"], [FEDERATOR_GROUP], ["trainingjobs/log"], scope=OWN_NAMESPACES,
               why="researchers may read the logs of their jobs' pods"),
         _rule(["get"], [FEDERATOR_GROUP], ["trainingjobs/pods"], scope=OWN_NAMESPACES,

@@ -71,7 +71,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, Final
 
+import copy
+
 from federator.apis import drillreport, membercluster, priorityclass, queue, trainingjob
+from federator.apis.jobkinds import JOB_KINDS, JobKind
+from federator.apis.jobkinds.base import source_errors, twin_trainingjob
 from federator.apis.common import (
     API_GROUP,
     API_VERSION,
@@ -96,6 +100,7 @@ __all__ = [
     "MEMBER_CLEANUP_FINALIZER",
     "drillreport_type",
     "hub_registry",
+    "jobkind_type",
     "membercluster_type",
     "namespace_labels",
     "priorityclass_type",
@@ -385,11 +390,122 @@ def priorityclass_type(validation: ValidationSettings | None = None) -> Resource
     )
 
 
+# --------------------------------------------------------------------------- upstream job kinds (issue 28)
+
+#: what the hub adds to an upstream kind's status (its own reading of the twin), for the Phase and Cluster columns
+_HUB_STATUS_FIELDS: Final[Mapping[str, Any]] = {
+    "phase": {"type": "string", "description": "The hub's phase of the job (its twin TrainingJob's)."},
+    "cluster": {"type": "string", "description": "The member cluster the job is placed in."},
+    "epoch": {"type": "integer", "description": "The placement's fencing epoch."},
+}
+
+
+def _jobkind_schema(kind: JobKind) -> dict[str, Any]:
+    schema = copy.deepcopy(dict(kind.schema))
+    status = schema.setdefault("properties", {}).setdefault("status", {"type": "object"})
+    status.setdefault("properties", {}).update(copy.deepcopy(dict(_HUB_STATUS_FIELDS)))
+    schema["x-kubernetes-group-version-kind"] = [{"group": kind.group, "kind": kind.kind, "version": kind.version}]
+    return schema
+
+
+def jobkind_validator(kind: JobKind, validation: ValidationSettings | None) -> Callable[[JSONObject], list[Any]]:
+    """Validation of an upstream kind: its translation, then the TrainingJob validator on the twin it makes,
+    every error at the source's path (nothing is stored when either finds a problem)."""
+    settings = validation or ValidationSettings()
+
+    def validate(obj: JSONObject) -> list[Any]:
+        translation = kind.translate(obj, settings)
+        if translation.errors or translation.spec is None:
+            return list(translation.errors) or [("spec", "Invalid value: cannot be translated")]
+        twin = twin_trainingjob(kind, obj, translation)
+        found = trainingjob.validate_trainingjob(twin, settings=settings, include_generic_metadata=False)
+        return source_errors(found, translation)
+
+    return validate
+
+
+def _without_mutable(spec: Mapping[str, Any] | None) -> Any:
+    if spec is None:
+        return None
+    out = {k: v for k, v in spec.items() if k != "suspend"}
+    out["roles"] = [{k: v for k, v in r.items() if k not in ("minReplicas", "maxReplicas")}
+                    for r in spec.get("roles") or () if isinstance(r, Mapping)]
+    return out
+
+
+def jobkind_update_validator(kind: JobKind, validation: ValidationSettings | None
+                             ) -> Callable[[JSONObject, JSONObject], list[Any]]:
+    """After creation only what the twin can follow may change: runPolicy.suspend and the elastic bounds
+    (the gang, its templates, queue, class and hints are fixed, as the operators fix replica specs)."""
+    settings = validation or ValidationSettings()
+
+    def validate(new: JSONObject, old: JSONObject) -> list[Any]:
+        if new.get("spec") == old.get("spec") and _hints_of(new) == _hints_of(old):
+            return []
+        before, after = kind.translate(old, settings), kind.translate(new, settings)
+        if before.spec is None or after.spec is None:
+            return []  # the create-time validator names what is wrong with `new`
+        if _without_mutable(before.spec) != _without_mutable(after.spec):
+            return [("spec", "Forbidden: only runPolicy.suspend and elasticPolicy.minReplicas/maxReplicas may "
+                             "change after the job is created (delete and create it again to change the rest)")]
+        return []
+
+    return validate
+
+
+def _hints_of(obj: Mapping[str, Any]) -> Any:
+    meta = obj.get("metadata")
+    return (meta.get("labels"), meta.get("annotations")) if isinstance(meta, Mapping) else None
+
+
+def _admit_jobkind(kind: JobKind, validation: ValidationSettings | None
+                   ) -> Callable[[ObjectStorage, JSONObject], Any]:
+    """Admission of a new source object: its twin's priority class and queue (a class or a Queue that refuses
+    the job is a 403 now, not a twin that cannot be created later)."""
+    settings = validation or ValidationSettings()
+
+    async def admit(storage: ObjectStorage, obj: JSONObject) -> None:
+        translation = kind.translate(obj, settings)
+        if translation.spec is not None:
+            await _admit_trainingjob(storage, twin_trainingjob(kind, obj, translation))
+
+    return admit
+
+
+def jobkind_type(kind: JobKind, validation: ValidationSettings | None = None, *,
+                 source_finalizers: Sequence[str] = ()) -> ResourceType:
+    """An upstream job kind as the hub serves it: namespaced, /status, its upstream schema (plus the hub's
+    status.phase, status.cluster and status.epoch) for OpenAPI and field validation, columns Phase, Cluster, Age.
+    `source_finalizers` go on every new object (the twin controller's, when it runs)."""
+    schema = _jobkind_schema(kind)
+    return ResourceType(
+        group=kind.group, version=kind.version, kind=kind.kind, plural=kind.plural, singular=kind.singular,
+        short_names=kind.short_names, namespaced=True, managed_fields=True, openapi_schema=schema,
+        unknown_fields=schema_unknown_fields(schema), requires_type_meta=True, openapi_name=kind.openapi_name,
+        description=kind.description, name_format="label",
+        validate=jobkind_validator(kind, validation),
+        validate_update=jobkind_update_validator(kind, validation),
+        admit_create=_admit_jobkind(kind, validation),
+        columns=(
+            TableColumn("Phase", _string_field(".status.phase"), description="The hub's phase of the job."),
+            TableColumn("Cluster", _string_field(".status.cluster"), description="The member cluster it runs in."),
+            TableColumn("Age", column_getter(".metadata.creationTimestamp"), type="date",
+                        description="When the job was created."),
+        ),
+        field_selectors={"status.phase": _string_field(".status.phase"),
+                         "status.cluster": _string_field(".status.cluster")},
+        create_defaults=_add_finalizers(tuple(source_finalizers)) if source_finalizers else None,
+    )
+
+
 def hub_registry(
-    validation: ValidationSettings | None = None, *, job_finalizers: Sequence[str] = ()
+    validation: ValidationSettings | None = None, *, job_finalizers: Sequence[str] = (),
+    source_finalizers: Sequence[str] = (),
 ) -> Registry:
-    """The kinds the hub serves. `job_finalizers` go on every new TrainingJob:
-    pass only finalizers that a running controller removes."""
+    """The kinds the hub serves. `job_finalizers` go on every new TrainingJob, `source_finalizers` on every new
+    object of an upstream job kind (`federator.apis.jobkinds.JOB_KINDS`): pass only finalizers that a running
+    controller removes."""
     return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
                      drillreport_type(validation), queue_type(validation), priorityclass_type(validation),
+                     *(jobkind_type(kind, validation, source_finalizers=source_finalizers) for kind in JOB_KINDS),
                      *event_types()])

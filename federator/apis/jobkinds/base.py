@@ -20,7 +20,7 @@ from typing import Any, Final
 from federator.apis.common import FieldError, ValidationSettings
 
 __all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "Translation", "load_upstream_schema",
-           "source_errors"]
+           "source_errors", "twin_trainingjob"]
 
 JSON = dict[str, Any]
 
@@ -140,3 +140,25 @@ def _source_error(path: str, message: str, roles: list[Any], translation: Transl
     if best is not None:
         return translation.field_paths[best] + path[len(best):], message
     return "spec", f"{message} (field {path} of the TrainingJob the hub makes of this object)"
+
+
+def twin_trainingjob(kind: JobKind, source: Mapping[str, Any], translation: Translation) -> JSON:
+    """The twin TrainingJob of a source object (its metadata as stored: name, namespace, uid) and its
+    translation: same namespace and name and labels, owned by the source (controller), annotated with the source
+    kind and the translation's annotations."""
+    raw = source.get("metadata")
+    meta: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    labels = meta.get("labels")
+    owner: JSON = {"apiVersion": kind.api_version, "kind": kind.kind, "name": meta.get("name", ""),
+                   "controller": True, "blockOwnerDeletion": True}
+    if isinstance(meta.get("uid"), str):
+        owner["uid"] = meta["uid"]
+    twin_meta: JSON = {
+        "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
+        "annotations": {**translation.annotations, SOURCE_KIND_ANNOTATION: kind.source_key},
+        "ownerReferences": [owner],
+    }
+    if isinstance(labels, Mapping) and labels:
+        twin_meta["labels"] = dict(labels)
+    return {"apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob", "metadata": twin_meta,
+            "spec": dict(translation.spec or {})}
