@@ -121,6 +121,7 @@ from federator.apis.common import (
 )
 from federator.apis.frameworks import FrameworkSettings
 from federator.apis.trainingjob import Role, TrainingJob, placed_replicas, validate_trainingjob
+from federator.delegation.contracts import apply_contract
 from federator.delegation.frameworks import GangLayout, GangRole, apply_framework, framework_config_maps, service_ports
 from federator.delegation.network import headless_service, set_identity
 from federator.apis.views import Body
@@ -979,6 +980,8 @@ def _gang_objects(model: TrainingJob, objects: Sequence[MemberObject], *, counts
         body = _copy_json(pod.body)
         set_identity(body, service=service)
         apply_framework(layout, body, role=pod.labels[LABEL_ROLE], index=int(pod.labels[LABEL_INDEX]))
+        apply_contract(body, job_name=meta.name, namespace=namespace, role=pod.labels[LABEL_ROLE],
+                       index=int(pod.labels[LABEL_INDEX]), job_annotations=meta.annotations or {})
         out.append(MemberObject(gvk=POD_GVK, namespace=pod.namespace, name=pod.name, body=body))
     return out
 

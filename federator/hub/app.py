@@ -77,7 +77,7 @@ from federator.clusters.reflector import Backoff
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.runtime.gcpolicy import server_gc
 from federator.dev.certs import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
-from federator.hub.kinds import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, hub_registry
+from federator.hub.kinds import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER, hub_registry
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, configure_logging, get_logger
 from federator.store.forwarding import ForwardsUpkeep
 from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
@@ -134,6 +134,9 @@ def hub_controllers() -> list[ControllerFactory]:
     # the one TrainingJob list+watch that every job controller below subscribes to
     from federator.controllers.jobcache import job_cache
     controllers.append(job_cache)
+    # the upstream job kinds (issue 28): each object's twin TrainingJob, its status mirrored back
+    from federator.controllers.jobkinds import job_kind_twins
+    controllers.append(job_kind_twins)
     # job lifecycle (issue 7): dispatch before placement (placement hands decisions to the dispatcher)
     from federator.controllers.dispatch import job_dispatch
     controllers.append(job_dispatch)
@@ -177,6 +180,9 @@ async def store_compaction(hub: HubContext) -> AsyncIterator[None]:
 #: member_cleanup (controllers/cleanup.py) removes MEMBER_CLEANUP_FINALIZER
 #: once the job's member objects are gone.
 JOB_FINALIZERS: tuple[str, ...] = (MEMBER_CLEANUP_FINALIZER,)
+#: Finalizers put on every new object of an upstream job kind (PyTorchJob, ...): job_kind_twins
+#: (controllers/jobkinds.py) removes SOURCE_FINALIZER once the object's twin TrainingJob is gone.
+SOURCE_FINALIZERS: tuple[str, ...] = (SOURCE_FINALIZER,)
 
 
 def build_pipeline(hub: HubContext) -> Pipeline:
@@ -364,6 +370,7 @@ def build_hub_app(
     controllers: Sequence[ControllerFactory],
     authenticator: TokenAuthenticator,
     job_finalizers: Sequence[str] = JOB_FINALIZERS,
+    source_finalizers: Sequence[str] = SOURCE_FINALIZERS,
     metrics: Metrics | None = None,
     clusters_dir: Path | None = None,
     leader_ttl_seconds: float = LEADER_TTL_SECONDS,
@@ -375,7 +382,8 @@ def build_hub_app(
     with an AppRunner; nothing is opened before the runner sets it up."""
     metrics = metrics or METRICS
     slot = _StoreSlot(HUB_STORE_PREFIX)
-    registry = hub_registry(settings.validation, job_finalizers=job_finalizers)
+    registry = hub_registry(settings.validation, job_finalizers=job_finalizers,
+                            source_finalizers=source_finalizers)
     storage = ObjectStorage(slot, registry)
     context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics)
     state = HubState(context=context, store_url=store_url, base=context)

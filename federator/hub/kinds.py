@@ -98,6 +98,7 @@ __all__ = [
     "HUB_GROUP",
     "HUB_VERSION",
     "MEMBER_CLEANUP_FINALIZER",
+    "SOURCE_FINALIZER",
     "drillreport_type",
     "hub_registry",
     "jobkind_type",
@@ -115,6 +116,9 @@ HUB_VERSION: Final = API_VERSION
 #: Put on TrainingJobs when the lifecycle controller runs; it removes the
 #: job's member objects, then this finalizer.
 MEMBER_CLEANUP_FINALIZER: Final = "federator.dev/member-cleanup"
+#: Put on new objects of the upstream job kinds when the twin controller (controllers/jobkinds.py) runs; it
+#: deletes the twin TrainingJob, then removes this finalizer once the twin (and so its member objects) is gone.
+SOURCE_FINALIZER: Final = "federator.dev/twin-cleanup"
 
 
 def _columns(kind: str) -> tuple[TableColumn, ...]:

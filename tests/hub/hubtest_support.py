@@ -6,7 +6,7 @@
         hub.context.storage  # in-process ObjectStorage (controllers' view, credentials unredacted)
 
 Options: `store_url` (e.g. an etcd URL), `controllers` (ControllerFactory list;
-e.g. [member_sync]), `settings` (HubSettings), `clusters_dir`, `job_finalizers`,
+e.g. [member_sync]), `settings` (HubSettings), `clusters_dir`, `job_finalizers`, `source_finalizers`,
 `max_body_bytes`, `limits` (read timeouts and request-head limits, serving.py). The hub has four users (TOKENS): admin, researcher
 (namespace default), other (researcher in namespace team-b) and viewer, and a
 kubeconfig for each plus `wrong` (unknown token) and `untrusting` (a CA that
@@ -142,6 +142,7 @@ async def start_hub(
     settings: HubSettings | None = None,
     clusters_dir: Path | None = None,
     job_finalizers: Sequence[str] = (),
+    source_finalizers: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     limits: ServerLimits = DEFAULT_LIMITS,
     bookmark_interval: float = 1.0,
@@ -162,6 +163,7 @@ async def start_hub(
         controllers=controllers,
         authenticator=TokenAuthenticator.from_file(token_file, logger=get_logger("hub.auth")),
         job_finalizers=job_finalizers,
+        source_finalizers=source_finalizers,
         metrics=metrics,
         clusters_dir=clusters_dir,
         max_body_bytes=max_body_bytes,

@@ -4,7 +4,9 @@ input refused with nothing stored."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,15 @@ import pytest
 import yaml
 
 from federator.apis.jobkinds import JOB_KINDS
+from federator.controllers.jobkinds import job_kind_twins
+from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
 
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
-from .hubtest_support import RunningHub
+from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
+from ..controllers.lifecycle_support import LIFECYCLE, Env, RunningFederation, aimed_job
+from .hubtest_support import RunningHub, start_hub
+
+CLUSTER = "onprem-rdma-a100"
 
 pytestmark = pytest.mark.kubectl
 
@@ -106,3 +114,126 @@ async def test_a_researcher_may_submit_in_their_namespace_only(hub: RunningHub) 
                                      body={**example, "metadata": {"name": "x", "namespace": "team-b"}},
                                      who="researcher")
     assert status == 403, body
+
+
+# ------------------------------------------------------------------ end to end: twin, pods, status, deletion
+
+
+@contextlib.asynccontextmanager
+async def federation(tmp_path: Path, *, run_seconds: float) -> AsyncIterator[Env]:
+    """A hub running the lifecycle controllers and the twin controller, with one simulated member."""
+    fed = RunningFederation(tmp_path / "members", run_seconds=run_seconds)
+    await fed.start([CLUSTER])
+    controllers = (*LIFECYCLE[:3], job_kind_twins, *LIFECYCLE[3:])
+    settings = fast_settings(tmp_path / "hub" / "state", lifecycle_tick_seconds=0.1, member_gc_interval_seconds=0.5,
+                             stuck_timeout_seconds=30.0, cleanup_grace_seconds=30.0)
+    try:
+        async with start_hub(tmp_path / "hub", controllers=controllers, settings=settings,
+                             job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
+                             source_finalizers=(SOURCE_FINALIZER,)) as running:
+            api = await HubApi.connect(running.kubeconfigs["admin"])
+            try:
+                for body in fed.registrations.values():
+                    await api.register(body)
+                await api.wait_cluster_ready(CLUSTER)
+                yield Env(running, api, fed)
+            finally:
+                await api.close()
+    finally:
+        await fed.stop()
+
+
+async def source_status(env: Env, example: dict[str, Any]) -> dict[str, Any]:
+    status, body = await env.hub.request("GET", object_url(example, example["metadata"]["namespace"]))
+    assert status == 200, body
+    return dict(body.get("status") or {})
+
+
+def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or () if c["type"] == ctype), None)
+
+
+async def test_an_upstream_pytorchjob_runs_to_succeeded_through_its_twin(tmp_path: Path) -> None:
+    example = upstream_example(*EXAMPLES["PyTorchJob"])
+    namespace, name = example["metadata"]["namespace"], example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=4.0) as env:
+        code, out, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, example))
+        assert code == 0, err
+        twin = await env.api.wait_job(namespace, name, lambda j: phase(j) in ("Running", "Succeeded"), timeout=60)
+        assert twin["metadata"]["annotations"]["federator.dev/source-kind"] == "PyTorchJob.kubeflow.org"
+        (owner,) = twin["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("PyTorchJob", name, True)
+        assert twin["spec"]["framework"] == "pytorch"
+        uid = twin["metadata"]["uid"]
+        pods = await wait_until(lambda: env.live_pods(CLUSTER, uid), timeout=30, what="the gang's pods")
+        by_role = {(p["metadata"]["labels"]["training.kubeflow.org/replica-type"],
+                    p["metadata"]["labels"]["training.kubeflow.org/replica-index"]): p for p in pods}
+        assert set(by_role) == {("master", "0"), ("worker", "0")}
+        master = by_role[("master", "0")]
+        labels = master["metadata"]["labels"]
+        assert labels["training.kubeflow.org/job-name"] == name
+        assert labels["training.kubeflow.org/operator-name"] == "pytorchjob-controller"
+        assert labels["training.kubeflow.org/job-role"] == "master"
+        assert "training.kubeflow.org/job-role" not in by_role[("worker", "0")]["metadata"]["labels"]
+        env_vars = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
+        assert env_vars["RANK"] == "0" and env_vars["WORLD_SIZE"] == "2" and "MASTER_ADDR" in env_vars
+
+        async def succeeded() -> dict[str, Any] | None:
+            status = await source_status(env, example)
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = await wait_until(succeeded, timeout=60, what="the PyTorchJob Succeeded")
+        assert status["cluster"] == CLUSTER
+        done = condition(status, "Succeeded")
+        assert done is not None and done["status"] == "True" and done["reason"] == "PyTorchJobSucceeded"
+        created = condition(status, "Created")
+        assert created is not None and created["status"] == "True"
+        assert status["replicaStatuses"]["Master"]["succeeded"] == 1
+        assert status["replicaStatuses"]["Worker"]["succeeded"] == 1
+        assert "startTime" in status and "completionTime" in status
+        code, out, err = await env.hub.kubectl("admin", "get", "pytorchjobs", "-n", namespace)
+        assert code == 0, err
+        row = out.splitlines()[1].split()
+        assert row[:3] == [name, "Succeeded", CLUSTER], out
+
+        code, out, err = await env.hub.kubectl("admin", "delete", "pytorchjob", name, "-n", namespace,
+                                               "--timeout=60s")
+        assert code == 0, err
+        status_code, _ = await env.hub.request("GET", object_url(example, namespace))
+        assert status_code == 404
+        status_code, _ = await env.hub.request(
+            "GET", f"/apis/federator.dev/v1alpha1/namespaces/{namespace}/trainingjobs/{name}")
+        assert status_code == 404
+        groups, pods = await env.fed.member_objects(CLUSTER, uid)
+        assert groups == [] and [p for p in pods if not p["metadata"].get("deletionTimestamp")] == []
+
+
+async def test_a_trainingjob_of_the_same_name_is_never_adopted(tmp_path: Path) -> None:
+    example = upstream_example(*EXAMPLES["TFJob"])
+    namespace, name = example["metadata"]["namespace"], example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=30.0) as env:
+        theirs = aimed_job(name, CLUSTER, namespace=namespace, ps=0, workers=1, gpus=0)
+        theirs["spec"]["suspend"] = True
+        await env.api.submit(theirs)
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, example))
+        assert code == 0, err
+
+        async def refused() -> dict[str, Any] | None:
+            found = condition(await source_status(env, example), "Created")
+            return found if found is not None and found["reason"] == "NameTaken" else None
+
+        created = await wait_until(refused, timeout=30, what="Created=False NameTaken")
+        assert created["status"] == "False" and "never adopts" in created["message"]
+        job = await env.api.get(namespace, name)
+        assert job["spec"] == {**theirs["spec"], **{k: job["spec"][k] for k in job["spec"]
+                                                    if k not in theirs["spec"]}}
+        assert "ownerReferences" not in job["metadata"]
+        await env.api.delete(namespace, name)  # the other job goes: the TFJob gets its twin
+
+        async def twin_made() -> dict[str, Any] | None:
+            code, job = await env.hub.request(
+                "GET", f"/apis/federator.dev/v1alpha1/namespaces/{namespace}/trainingjobs/{name}")
+            return job if code == 200 and job["metadata"].get("ownerReferences") else None
+
+        twin = await wait_until(twin_made, timeout=30, what="the TFJob's twin")
+        assert twin["spec"]["framework"] == "tensorflow"
