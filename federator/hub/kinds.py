@@ -16,6 +16,10 @@
                    Used, Borrowed, Pending, Admitted, Age (-o wide: Cohort,
                    Weight, Default)
 
+the upstream job kinds of `federator.apis.jobkinds.JOB_KINDS` (PyTorchJob, TFJob, PaddleJob, MPIJob, ...) at
+their own groups and versions, namespaced with /status, their upstream schema (plus the hub's status.phase,
+status.cluster, status.epoch), columns Phase, Cluster, Age; validated by translating them into their twin
+TrainingJob and running the TrainingJob validator on it, every error at the source's path (`jobkind_type`),
 plus Kubernetes' own scheduling.k8s.io/v1 PriorityClass (short name pc,
 columns Value, Global-Default, Age, PreemptionPolicy, as kube prints them),
 and, from `federator.apiserver.events`, core v1 Events (what the controllers

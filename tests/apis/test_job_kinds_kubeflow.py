@@ -257,3 +257,18 @@ def test_pod_contracts_follow_the_operators() -> None:
         "training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-name": "m",
         "training.kubeflow.org/job-role": "launcher"}
     assert mpi("m", "ns", "worker", 1, {}).labels["training.kubeflow.org/replica-index"] == "1"
+
+
+def test_the_twin_is_owned_by_the_source_and_names_its_kind() -> None:
+    from federator.apis.jobkinds.base import twin_trainingjob
+    example = pytorch()
+    example["metadata"]["uid"] = "u-1"
+    example["metadata"]["labels"] = {"team": "vision"}
+    translation = PYTORCHJOB.translate(example, SETTINGS)
+    twin = twin_trainingjob(PYTORCHJOB, example, translation)
+    assert twin["metadata"]["ownerReferences"] == [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                                    "name": "p", "uid": "u-1", "controller": True,
+                                                    "blockOwnerDeletion": True}]
+    assert twin["metadata"]["annotations"][SOURCE_KIND_ANNOTATION] == "PyTorchJob.kubeflow.org"
+    assert twin["metadata"]["labels"] == {"team": "vision"}
+    assert validate_trainingjob(twin, settings=SETTINGS) == []

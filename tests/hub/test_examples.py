@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 import yaml
 
+from federator.apis.jobkinds import JOB_KINDS
+
 from .hubtest_support import RunningHub, start_hub
 
 pytestmark = pytest.mark.kubectl
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FILES = sorted(EXAMPLES.rglob("*.yaml"))
-PLURALS = {"TrainingJob": "trainingjobs", "Queue": "queues", "PriorityClass": "priorityclasses"}
+PLURALS = {"TrainingJob": "trainingjobs", "Queue": "queues", "PriorityClass": "priorityclasses",
+           **{kind.kind: kind.plural for kind in JOB_KINDS}}
 FRAMEWORK_EXAMPLES = {
     "pytorch-ddp/pytorch-ddp.yaml": ("pytorch", {"worker"}),
     "tensorflow-ps.yaml": ("tensorflow", {"ps", "chief", "worker"}),
