@@ -24,6 +24,7 @@ never writes a TrainingJob it does not own, and never member objects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -389,25 +390,12 @@ async def job_kind_twins(hub: HubContext) -> AsyncIterator[None]:
     for job in list(jobs.jobs.values()):
         twins.on_twin(Body(job).uid, job)
     try:
-        async with background_loop(twins.work(), name="jobkinds:worker", what="job kind twin worker", log=_log):
-            async with _watches(twins):
-                yield
-    finally:
-        jobs.unsubscribe(twins.on_twin)
-
-
-def _watches(twins: JobKindTwins) -> Any:
-    from contextlib import AsyncExitStack
-
-    stack = AsyncExitStack()
-
-    class _All:
-        async def __aenter__(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(background_loop(
+                twins.work(), name="jobkinds:worker", what="job kind twin worker", log=_log))
             for source in twins.kinds:
                 await stack.enter_async_context(background_loop(
                     twins.watch(source), name=f"jobkinds:watch:{source}", what=f"{source} watch", log=_log))
-
-        async def __aexit__(self, *exc: object) -> None:
-            await stack.aclose()
-
-    return _All()
+            yield
+    finally:
+        jobs.unsubscribe(twins.on_twin)

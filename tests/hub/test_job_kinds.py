@@ -91,6 +91,19 @@ async def test_bad_input_is_a_422_naming_the_source_field(hub: RunningHub, chang
     assert status == 404
 
 
+async def test_an_mpijob_managed_by_someone_else_is_refused(hub: RunningHub, tmp_path: Path) -> None:
+    example = upstream_example(*EXAMPLES["MPIJob"])
+    example["metadata"]["namespace"] = "default"
+    example["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    code, _, err = await hub.kubectl("admin", "apply", "-f", write(tmp_path, example))
+    assert code != 0 and "spec.runPolicy.managedBy" in err, err
+    status, _ = await hub.request("GET", object_url(example, "default"))
+    assert status == 404
+    status, _ = await hub.request("GET", f"/apis/federator.dev/v1alpha1/namespaces/default/trainingjobs/"
+                                         f"{example['metadata']['name']}")
+    assert status == 404
+
+
 async def test_only_suspend_and_elastic_bounds_may_change(hub: RunningHub) -> None:
     example = upstream_example(*EXAMPLES["PyTorchJob"])
     url = object_url(example, "kubeflow")
@@ -237,3 +250,27 @@ async def test_a_trainingjob_of_the_same_name_is_never_adopted(tmp_path: Path) -
 
         twin = await wait_until(twin_made, timeout=30, what="the TFJob's twin")
         assert twin["spec"]["framework"] == "tensorflow"
+
+
+async def test_the_twin_follows_suspend_and_the_source_shows_it(tmp_path: Path) -> None:
+    example = upstream_example(*EXAMPLES["PaddleJob"])
+    example["spec"]["runPolicy"] = {"suspend": True}
+    namespace, name = example["metadata"]["namespace"], example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=2.0) as env:
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, example))
+        assert code == 0, err
+
+        async def shown(wanted: str) -> dict[str, Any] | None:
+            status = await source_status(env, example)
+            return status if status.get("phase") == wanted else None
+
+        status = await wait_until(lambda: shown("Suspended"), timeout=30, what="the PaddleJob Suspended")
+        suspended = condition(status, "Suspended")
+        assert suspended is not None and suspended["reason"] == "PaddleJobSuspended"
+        code, _, err = await env.hub.kubectl("admin", "patch", "paddlejob", name, "-n", namespace, "--type=merge",
+                                             "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
+        assert code == 0, err
+        status = await wait_until(lambda: shown("Succeeded"), timeout=60, what="the PaddleJob Succeeded")
+        twin = await env.api.get(namespace, name)
+        assert twin["spec"]["suspend"] is False and twin["spec"]["framework"] == "paddle"
+        assert status["replicaStatuses"]["Worker"]["succeeded"] == 2

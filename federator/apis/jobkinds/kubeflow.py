@@ -238,6 +238,18 @@ def _run_policy(family: _Family, obj: Mapping[str, Any], spec: Mapping[str, Any]
     return errors
 
 
+def _copy_setting(spec: Mapping[str, Any], key: str, out: dict[str, Any], errors: list[FieldError], *,
+                  integer: bool) -> None:
+    """spec.<key> -> frameworkSettings.<key> when it is an integer (`integer`) or a string."""
+    value = spec.get(key)
+    if value is None:
+        return
+    if _int(value) if integer else isinstance(value, str):
+        out[key] = value
+    else:
+        errors.append((f"spec.{key}", _errors_type(value, "an integer" if integer else "a string")))
+
+
 def _role(roles: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     return next((r for r in roles if r["name"] == name), None)
 
@@ -246,11 +258,7 @@ def _pytorch_extras(spec: Mapping[str, Any], roles: list[dict[str, Any]], errors
                     out: dict[str, Any]) -> None:
     nproc = spec.get("nprocPerNode")
     elastic = spec.get("elasticPolicy")
-    if nproc is not None:
-        if isinstance(nproc, str):
-            out["nprocPerNode"] = nproc
-        else:
-            errors.append(("spec.nprocPerNode", _errors_type(nproc, "a string")))
+    _copy_setting(spec, "nprocPerNode", out, errors, integer=False)
     if elastic is None:
         return
     if not isinstance(elastic, Mapping):
@@ -329,18 +337,8 @@ def _paddle_extras(spec: Mapping[str, Any], roles: list[dict[str, Any]], errors:
 
 def _mpi_extras(spec: Mapping[str, Any], roles: list[dict[str, Any]], errors: list[FieldError],
                 out: dict[str, Any]) -> None:
-    slots = spec.get("slotsPerWorker")
-    if slots is not None:
-        if _int(slots):
-            out["slotsPerWorker"] = slots
-        else:
-            errors.append(("spec.slotsPerWorker", _errors_type(slots, "an integer")))
-    implementation = spec.get("mpiImplementation")
-    if implementation is not None:
-        if isinstance(implementation, str):
-            out["mpiImplementation"] = implementation
-        else:
-            errors.append(("spec.mpiImplementation", _errors_type(implementation, "a string")))
+    _copy_setting(spec, "slotsPerWorker", out, errors, integer=True)
+    _copy_setting(spec, "mpiImplementation", out, errors, integer=False)
     if spec.get("runLauncherAsWorker") is True:
         errors.append(("spec.runLauncherAsWorker", "Forbidden: the hub's hostfile lists the workers only"))
 
