@@ -60,6 +60,19 @@ async def test_the_unchanged_upstream_example_is_applied_with_kubectl(hub: Runni
     assert "runPolicy" in out
 
 
+async def test_server_side_apply_creates_and_updates(hub: RunningHub, tmp_path: Path) -> None:
+    example = upstream_example(*EXAMPLES["MPIJob"])
+    example["metadata"]["namespace"] = "default"
+    code, out, err = await hub.kubectl("admin", "apply", "--server-side", "-f", write(tmp_path, example))
+    assert code == 0, err
+    example["spec"]["runPolicy"]["suspend"] = True
+    code, out, err = await hub.kubectl("admin", "apply", "--server-side", "-f", write(tmp_path, example))
+    assert code == 0, err
+    status, stored = await hub.request("GET", object_url(example, "default"))
+    assert status == 200 and stored["spec"]["runPolicy"]["suspend"] is True
+    assert any(f["manager"] == "kubectl" for f in stored["metadata"]["managedFields"])
+
+
 async def test_an_unknown_field_is_refused_under_strict_validation(hub: RunningHub, tmp_path: Path) -> None:
     example = upstream_example(*EXAMPLES["PyTorchJob"])
     example["spec"]["pytorchReplicaSpecs"]["Worker"]["replicaz"] = 3
