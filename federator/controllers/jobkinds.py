@@ -9,10 +9,10 @@ Per source object (one watch per served kind; the twins' changes come from the t
 - a TrainingJob of that name that this object does not own is never adopted or overwritten: the source gets
   condition Created=False, reason NameTaken, and an Event, and waits (deleting the other job lets it go on);
 - an owned twin follows what TrainingJob lets change: spec.suspend and the worker's elastic bounds;
-- status: Kubeflow-style conditions (Created, Running, Succeeded, Failed, Suspended with reasons
-  `<Kind>Created` ... and the twin's messages), replicaStatuses per replica type (active, succeeded, failed from
-  the twin's pod counts), startTime and completionTime, plus the hub's status.phase, status.cluster and
-  status.epoch (the Phase and Cluster columns);
+- status: the kind's `JobKind.mirror_status` of the twin (default: the Kubeflow operators' status,
+  apis/jobkinds/kubeflowstatus.py: conditions Created, Running, Succeeded, Failed, Suspended, replicaStatuses,
+  startTime, completionTime), which also carries the hub's status.phase, status.cluster and status.epoch (the
+  Phase and Cluster columns);
 - deletion: the source carries SOURCE_FINALIZER (hub/kinds.py puts it on when this controller runs); it deletes
   the twin and removes the finalizer once the twin is gone (the twin's own cleanup finalizer goes only after its
   member objects are gone).
@@ -33,7 +33,7 @@ from typing import Any
 
 from federator.apis.jobkinds import JOB_KINDS, SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
 from federator.apis.jobkinds.base import twin_trainingjob
-from federator.apis.jobkinds.kubeflow import REPLICA_TYPES_ANNOTATION
+from federator.apis.jobkinds.kubeflowstatus import kubeflow_status_of
 from federator.apis.timestamps import format_time
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
@@ -44,7 +44,7 @@ from federator.hub.kinds import SOURCE_FINALIZER
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 
-__all__ = ["SOURCE_FINALIZER", "JobKindTwins", "job_kind_twins"]
+__all__ = ["JobKindTwins", "job_kind_twins"]
 
 _log = get_logger("controllers.jobkinds")
 _CONTROLLER = "jobkinds"
@@ -67,103 +67,6 @@ def _owner_uid(job: Mapping[str, Any], kind: JobKind) -> str | None:
             uid = ref.get("uid")
             return uid if isinstance(uid, str) else None
     return None
-
-
-def _condition(existing: list[Any], ctype: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
-    old = next((c for c in existing if isinstance(c, Mapping) and c.get("type") == ctype), None)
-    changed = old is None or old.get("status") != status
-    return {"type": ctype, "status": status, "reason": reason, "message": message[:4096],
-            "lastUpdateTime": now if changed or old is None else old.get("lastUpdateTime", now),
-            "lastTransitionTime": now if changed or old is None else old.get("lastTransitionTime", now)}
-
-
-def mirrored_status(kind: JobKind, source: Mapping[str, Any], twin: Mapping[str, Any] | None, *,
-                    now: str, blocked: str | None = None) -> dict[str, Any]:
-    """The source's status from its twin (None: not created yet), keeping transition times that did not change.
-    `blocked` is why the twin cannot be created (condition Created=False, reason NameTaken or TwinRefused)."""
-    old = Body(source).status
-    existing = list(old.get("conditions") or []) if isinstance(old.get("conditions"), list) else []
-    name = Body(source).name
-    status: dict[str, Any] = {}
-    conditions: list[dict[str, Any]] = []
-    if twin is None:
-        reason, message = (blocked.split(":", 1) + [""])[:2] if blocked else ("Pending", "")
-        conditions.append(_condition(existing, "Created", "False", reason, message.strip()
-                                     or f"{kind.kind} {name} waits for its TrainingJob.", now))
-        status["phase"] = "Pending"
-        status["conditions"] = conditions
-        return status
-    tstatus = Body(twin).status
-    raw_phase, raw_placement, raw_conditions = tstatus.get("phase"), tstatus.get("placement"), tstatus.get("conditions")
-    phase: str = raw_phase if isinstance(raw_phase, str) and raw_phase else "Pending"
-    placement: Mapping[str, Any] = raw_placement if isinstance(raw_placement, Mapping) else {}
-    twin_conditions: list[Any] = raw_conditions if isinstance(raw_conditions, list) else []
-    by_type = {c.get("type"): c for c in twin_conditions if isinstance(c, Mapping)}
-
-    def said(ctype: str, default: str) -> str:
-        cond = by_type.get(ctype)
-        message = cond.get("message") if isinstance(cond, Mapping) else None
-        return message if isinstance(message, str) and message else default
-
-    conditions.append(_condition(existing, "Created", "True", f"{kind.kind}Created",
-                                 f"{kind.kind} {name} is created.", now))
-    if phase == "Suspended":
-        conditions.append(_condition(existing, "Suspended", "True", f"{kind.kind}Suspended",
-                                     f"{kind.kind} {name} is suspended.", now))
-    running = phase in ("Running",)
-    finished = phase in ("Succeeded", "Failed")
-    if running or finished or any(c.get("type") == "Running" for c in existing if isinstance(c, Mapping)):
-        conditions.append(_condition(existing, "Running", "True" if running else "False",
-                                     f"{kind.kind}{phase if finished else 'Running'}",
-                                     f"{kind.kind} {name} is running." if running else said(phase, phase), now))
-    if phase == "Succeeded":
-        conditions.append(_condition(existing, "Succeeded", "True", f"{kind.kind}Succeeded",
-                                     said("Succeeded", f"{kind.kind} {name} successfully completed."), now))
-    if phase == "Failed":
-        conditions.append(_condition(existing, "Failed", "True", f"{kind.kind}Failed",
-                                     said("Failed", f"{kind.kind} {name} has failed."), now))
-    status["conditions"] = conditions
-    status["replicaStatuses"] = _replica_statuses(twin, tstatus)
-    start = old.get("startTime")
-    if isinstance(start, str):
-        status["startTime"] = start
-    elif phase in ("Running", "Succeeded", "Failed"):
-        status["startTime"] = now
-    done = old.get("completionTime")
-    if isinstance(done, str):
-        status["completionTime"] = done
-    elif phase == "Succeeded":
-        status["completionTime"] = now
-    status["phase"] = phase
-    cluster = placement.get("cluster")
-    if isinstance(cluster, str) and cluster:
-        status["cluster"] = cluster
-    epoch = placement.get("epoch")
-    if type(epoch) is int:
-        status["epoch"] = epoch
-    return status
-
-
-def _replica_statuses(twin: Mapping[str, Any], tstatus: Mapping[str, Any]) -> dict[str, Any]:
-    """Per source replica type: active, succeeded, failed pods, from the twin's pod counts."""
-    annotations = Body(twin).annotations
-    try:
-        types = json.loads(annotations.get(REPLICA_TYPES_ANNOTATION, "[]"))
-    except ValueError:
-        types = []
-    spec_roles = Body(twin).spec.get("roles")
-    roles = [str(r.get("name")) for r in spec_roles if isinstance(r, Mapping)] if isinstance(spec_roles, list) else []
-    names = dict(zip(roles, types)) if isinstance(types, list) and len(types) == len(roles) else {
-        r: str(r) for r in roles}
-    raw_counts = tstatus.get("podCounts")
-    counts: Mapping[str, Any] = raw_counts if isinstance(raw_counts, Mapping) else {}
-    out: dict[str, Any] = {}
-    for role, rtype in names.items():
-        raw = counts.get(role)
-        c: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        out[str(rtype)] = {"active": int(c.get("pending", 0)) + int(c.get("running", 0)),
-                           "succeeded": int(c.get("succeeded", 0)), "failed": int(c.get("failed", 0))}
-    return out
 
 
 class JobKindTwins:
@@ -334,11 +237,12 @@ class JobKindTwins:
     async def _write_status(self, kind: JobKind, rt: ResourceType, key: _Key, uid: str,
                             twin: Mapping[str, Any] | None, blocked: str | None) -> None:
         now = format_time(time.time())
+        mirror = kind.mirror_status or kubeflow_status_of(kind.kind)
 
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
             if Body(obj).uid != uid:
                 return None
-            status = mirrored_status(kind, obj, twin, now=now, blocked=blocked)
+            status = mirror(obj, twin, now=now, blocked=blocked)
             if _comparable(status) == _comparable(obj.get("status") or {}):
                 return None
             obj["status"] = status

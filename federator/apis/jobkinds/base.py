@@ -15,12 +15,12 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from federator.apis.common import FieldError, ValidationSettings
 
-__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "Translation", "load_upstream_schema",
-           "source_errors", "twin_trainingjob"]
+__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "StatusMirror", "Translation",
+           "load_upstream_schema", "source_errors", "twin_trainingjob"]
 
 JSON = dict[str, Any]
 
@@ -69,6 +69,15 @@ Translator = Callable[[Mapping[str, Any], ValidationSettings], Translation]
 PodContractFn = Callable[[str, str, str, int, Mapping[str, str]], PodContract]
 
 
+class StatusMirror(Protocol):
+    """(source object, its twin TrainingJob or None when there is none yet, now as RFC 3339, why the twin cannot
+    be made as "Reason: message" or None) -> the source's whole status. Pure; it keeps transition times from the
+    source's current status where nothing changed, and sets the hub's `phase`, `cluster` and `epoch`."""
+
+    def __call__(self, source: Mapping[str, Any], twin: Mapping[str, Any] | None, *, now: str,
+                 blocked: str | None = None) -> JSON: ...
+
+
 @dataclass(frozen=True, slots=True)
 class JobKind:
     """One upstream kind the hub serves and translates."""
@@ -89,6 +98,8 @@ class JobKind:
     translate: Translator
     pod_contract: PodContractFn | None = None
     description: str = ""
+    #: the source's status from its twin; None: the Kubeflow operators' (apis/jobkinds/kubeflowstatus.py)
+    mirror_status: StatusMirror | None = None
 
     @property
     def api_version(self) -> str:
