@@ -264,6 +264,30 @@ async def test_a_trainingjob_of_the_same_name_is_never_adopted(tmp_path: Path) -
         twin = await wait_until(twin_made, timeout=30, what="the TFJob's twin")
         assert twin["spec"]["framework"] == "tensorflow"
 
+        async def event() -> dict[str, Any] | None:
+            _, listing = await env.hub.request("GET", f"/api/v1/namespaces/{namespace}/events")
+            return next((e for e in listing["items"] if e["reason"] == "NameTaken"), None)
+
+        recorded = await wait_until(event, timeout=30, what="the NameTaken Event")
+        assert recorded["involvedObject"]["kind"] == "TFJob" and recorded["type"] == "Warning"
+
+        # a PaddleJob of the same name: the twin is the TFJob's, so it waits, and it can be deleted meanwhile
+        paddle = upstream_example(*EXAMPLES["PaddleJob"])
+        paddle["metadata"]["name"] = name
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, paddle))
+        assert code == 0, err
+
+        async def paddle_refused() -> dict[str, Any] | None:
+            found = condition(await source_status(env, paddle), "Created")
+            return found if found is not None and found["reason"] == "NameTaken" else None
+
+        await wait_until(paddle_refused, timeout=30, what="the PaddleJob's NameTaken")
+        code, _, err = await env.hub.kubectl("admin", "delete", "paddlejob", name, "-n", namespace, "--timeout=30s")
+        assert code == 0, err
+        still = await twin_made()
+        assert still is not None and still["metadata"]["uid"] == twin["metadata"]["uid"]
+        assert still["spec"]["framework"] == "tensorflow"
+
 
 async def test_the_twin_follows_suspend_and_the_source_shows_it(tmp_path: Path) -> None:
     example = upstream_example(*EXAMPLES["PaddleJob"])
