@@ -191,7 +191,11 @@ async def test_an_upstream_pytorchjob_runs_to_succeeded_through_its_twin(tmp_pat
         assert (owner["kind"], owner["name"], owner["controller"]) == ("PyTorchJob", name, True)
         assert twin["spec"]["framework"] == "pytorch"
         uid = twin["metadata"]["uid"]
-        pods = await wait_until(lambda: env.live_pods(CLUSTER, uid), timeout=30, what="the gang's pods")
+        async def gang() -> list[dict[str, Any]] | None:
+            found = await env.live_pods(CLUSTER, uid)
+            return found if len(found) == 2 else None
+
+        pods = await wait_until(gang, timeout=30, what="the gang's two pods")
         by_role = {(p["metadata"]["labels"]["training.kubeflow.org/replica-type"],
                     p["metadata"]["labels"]["training.kubeflow.org/replica-index"]): p for p in pods}
         assert set(by_role) == {("master", "0"), ("worker", "0")}
