@@ -315,3 +315,28 @@ async def test_the_twin_follows_suspend_and_the_source_shows_it(tmp_path: Path) 
         twin = await env.api.get(namespace, name)
         assert twin["spec"]["suspend"] is False and twin["spec"]["framework"] == "paddle"
         assert status["replicaStatuses"]["Worker"]["succeeded"] == 2
+
+
+async def test_the_twin_follows_the_elastic_bounds_while_not_placed(tmp_path: Path) -> None:
+    example = upstream_example(*EXAMPLES["PyTorchJob"])
+    example["spec"]["runPolicy"] = {"suspend": True}
+    example["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 2}
+    namespace, name = example["metadata"]["namespace"], example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=2.0) as env:
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, example))
+        assert code == 0, err
+
+        async def worker_bounds(wanted: tuple[int, int]) -> dict[str, Any] | None:
+            code, job = await env.hub.request(
+                "GET", f"/apis/federator.dev/v1alpha1/namespaces/{namespace}/trainingjobs/{name}")
+            if code != 200:
+                return None
+            worker = next(r for r in job["spec"]["roles"] if r["name"] == "worker")
+            return job if (worker.get("minReplicas"), worker.get("maxReplicas")) == wanted else None
+
+        await wait_until(lambda: worker_bounds((1, 2)), timeout=30, what="the twin's elastic workers")
+        code, _, err = await env.hub.kubectl("admin", "patch", "pytorchjob", name, "-n", namespace, "--type=merge",
+                                             "-p", '{"spec":{"elasticPolicy":{"maxReplicas":4}}}')
+        assert code == 0, err
+        twin = await wait_until(lambda: worker_bounds((1, 4)), timeout=30, what="the twin's new maximum")
+        assert twin["spec"]["suspend"] is True
