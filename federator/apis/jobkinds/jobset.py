@@ -227,7 +227,8 @@ def jobset_pods(jobset_name: str, namespace: str, rjob_name: str, index: int,
                 contract: Mapping[str, Any]) -> PodContract:
     """The labels, annotations and env the JobSet controller (and its Jobs' controller) give pod `index` of the
     replicatedJob `rjob_name` as the twin numbers them (Job index // parallelism, completion index % parallelism)."""
-    jobs = [j for j in contract.get("replicatedJobs") or () if isinstance(j, Mapping)]
+    listed = contract.get("replicatedJobs")
+    jobs = [j for j in listed if isinstance(j, Mapping)] if isinstance(listed, list) else []
     mine = next((j for j in jobs if j.get("name") == rjob_name), None)
     parallelism = mine.get("parallelism") if mine else None
     parallelism = parallelism if type(parallelism) is int and parallelism > 0 else 1
