@@ -165,10 +165,11 @@ def kube_object_schema(document: dict[str, Any], root: str) -> dict[str, Any]:
         return {key: inline(value, stack) if key not in ("enum", "required") else value
                 for key, value in node.items() if key not in _DROPPED}
 
-    schema = inline(schemas[root], (root,))
+    schema: dict[str, Any] = inline(schemas[root], (root,))
     schema["properties"]["metadata"] = {"type": "object"}
     schema["type"] = "object"
-    return drop_template_descriptions(schema)
+    dropped: dict[str, Any] = drop_template_descriptions(schema)
+    return dropped
 
 
 def build_all() -> list[dict[str, Any]]:
