@@ -56,6 +56,9 @@ __all__ = [
     "job_pod_contract",
     "load_schema_file",
     "merge_hints",
+    "read_contract",
+    "shown",
+    "spec_of",
     "translate_batch_job",
 ]
 
@@ -91,7 +94,9 @@ def load_schema_file(name: str) -> Mapping[str, Any]:
     return data
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
+    """A submitted value as an error message may repeat it: a string quoted and cut at 64 characters, a
+    number or boolean as JSON, anything else by its JSON type."""
     if isinstance(value, str):
         text = value if len(value) <= 64 else value[:64] + "..."
         return json.dumps(text)
@@ -100,13 +105,24 @@ def _shown(value: object) -> str:
     return json_type(value)
 
 
+def spec_of(obj: object) -> tuple[Mapping[str, Any] | None, list[FieldError]]:
+    """The source object's spec, or why there is none (the translators' first step)."""
+    if not isinstance(obj, Mapping):
+        return None, [("", "Invalid value: must be a JSON object")]
+    source = obj.get("spec")
+    if not isinstance(source, Mapping):
+        return None, [("spec", "Required value" if source is None
+                       else f"Invalid value: {json_type(source)}: must be of type object")]
+    return source, []
+
+
 def _int_field(spec: Mapping[str, Any], key: str, path: str, errors: list[FieldError], *,
                default: int | None) -> int | None:
     value = spec.get(key)
     if value is None:
         return default
     if type(value) is not int:
-        errors.append((f"{path}.{key}", f"Invalid value: {_shown(value)}: must be of type integer"))
+        errors.append((f"{path}.{key}", f"Invalid value: {shown(value)}: must be of type integer"))
         return None
     if value < 0:
         errors.append((f"{path}.{key}", f"Invalid value: {value}: must be greater than or equal to 0"))
@@ -142,14 +158,14 @@ def job_gang(spec: object, *, path: str, settings: ValidationSettings,
             errors.append((f"{path}.{key}", f"Forbidden: not supported by the hub: {why}"))
     managed_by = spec.get("managedBy")
     if managed_by is not None and managed_by != JOB_CONTROLLER:
-        errors.append((f"{path}.managedBy", f"Unsupported value: {_shown(managed_by)}: supported values: "
+        errors.append((f"{path}.managedBy", f"Unsupported value: {shown(managed_by)}: supported values: "
                                             f'"{JOB_CONTROLLER}" (or leave it out: the hub manages the Job)'))
     parallelism = _int_field(spec, "parallelism", path, errors, default=1)
     completions = _int_field(spec, "completions", path, errors, default=None)
     backoff = _int_field(spec, "backoffLimit", path, errors, default=DEFAULT_BACKOFF_LIMIT)
     mode = spec.get("completionMode")
     if mode is not None and mode not in ("Indexed", "NonIndexed"):
-        errors.append((f"{path}.completionMode", f'Unsupported value: {_shown(mode)}: supported values: "Indexed", '
+        errors.append((f"{path}.completionMode", f'Unsupported value: {shown(mode)}: supported values: "Indexed", '
                                                  '"NonIndexed"'))
     indexed = mode == "Indexed" or (mode is None and default_indexed)
     if parallelism is not None:
@@ -168,7 +184,7 @@ def job_gang(spec: object, *, path: str, settings: ValidationSettings,
                                                       "index at once"))
         else:
             if parallelism > 1:
-                errors.append((f"{path}.completionMode", f"Invalid value: {_shown(mode or 'NonIndexed')}: must be "
+                errors.append((f"{path}.completionMode", f"Invalid value: {shown(mode or 'NonIndexed')}: must be "
                                                          "Indexed for a gang of more than one pod (parallelism "
                                                          f"{parallelism})"))
             elif completions is not None and completions > 1:
@@ -190,7 +206,7 @@ def job_gang(spec: object, *, path: str, settings: ValidationSettings,
                 errors.append((f"{path}.template.spec.restartPolicy", 'Required value: supported values: "Never", '
                                                                       '"OnFailure"'))
         elif restart not in ("Never", "OnFailure"):
-            errors.append((f"{path}.template.spec.restartPolicy", f"Unsupported value: {_shown(restart)}: "
+            errors.append((f"{path}.template.spec.restartPolicy", f"Unsupported value: {shown(restart)}: "
                                                                   'supported values: "Never", "OnFailure"'))
     priority_class = pod_spec.get("priorityClassName") if isinstance(pod_spec, Mapping) else None
     if priority_class is not None and not isinstance(priority_class, str):
@@ -214,9 +230,9 @@ def merge_hints(spec: dict[str, Any], metadata: object, *, priority_class: str |
     spec.update(hinted)
     if priority_class is not None:
         if hinted.get("priorityClassName") not in (None, priority_class):
-            errors.append((priority_path, f"Invalid value: {_shown(priority_class)}: must agree with the "
+            errors.append((priority_path, f"Invalid value: {shown(priority_class)}: must agree with the "
                                           f"priority class the labels or annotations name "
-                                          f"({_shown(hinted['priorityClassName'])})"))
+                                          f"({shown(hinted['priorityClassName'])})"))
         spec["priorityClassName"] = priority_class
     return errors
 
@@ -235,7 +251,7 @@ def translate_batch_job(obj: Mapping[str, Any], settings: ValidationSettings) ->
     source = obj.get("spec")
     suspend = source.get("suspend") if isinstance(source, Mapping) else None
     if suspend is not None and not isinstance(suspend, bool):
-        errors.append(("spec.suspend", f"Invalid value: {_shown(suspend)}: must be of type boolean"))
+        errors.append(("spec.suspend", f"Invalid value: {shown(suspend)}: must be of type boolean"))
     errors += merge_hints(spec, obj.get("metadata"), priority_class=gang.priority_class if gang else None,
                           priority_path="spec.template.spec.priorityClassName", settings=settings)
     if errors or gang is None:

@@ -53,6 +53,8 @@ from federator.apis.jobkinds.batchjob import (
     load_schema_file,
     merge_hints,
     read_contract,
+    shown,
+    spec_of,
 )
 
 __all__ = ["JOBSET", "JOBSET_CONTROLLER", "jobset_pod_contract", "jobset_pods", "translate_jobset"]
@@ -62,12 +64,6 @@ _KEY = "jobset.sigs.k8s.io/"
 DEFAULT_GROUP: Final = "default"
 
 
-def _shown(value: object) -> str:
-    if isinstance(value, str):
-        return json.dumps(value if len(value) <= 64 else value[:64] + "...")
-    return json_type(value)
-
-
 def _success_errors(policy: object, names: list[str]) -> list[FieldError]:
     if policy is None:
         return []
@@ -75,7 +71,7 @@ def _success_errors(policy: object, names: list[str]) -> list[FieldError]:
         return [("spec.successPolicy", f"Invalid value: {json_type(policy)}: must be of type object")]
     errors: list[FieldError] = []
     if policy.get("operator") != "All":
-        errors.append(("spec.successPolicy.operator", f"Unsupported value: {_shown(policy.get('operator'))}: "
+        errors.append(("spec.successPolicy.operator", f"Unsupported value: {shown(policy.get('operator'))}: "
                                                       'supported values: "All" (the hub\'s gang succeeds when '
                                                       "all its pods have)"))
     targets = policy.get("targetReplicatedJobs")
@@ -88,13 +84,9 @@ def _success_errors(policy: object, names: list[str]) -> list[FieldError]:
 
 def translate_jobset(obj: Mapping[str, Any], settings: ValidationSettings) -> Translation:
     """A JobSet's twin TrainingJob spec (the module docstring's rules), or its errors at the JobSet's paths."""
-    if not isinstance(obj, Mapping):
-        return Translation(spec=None, errors=[("", "Invalid value: must be a JSON object")])
-    source = obj.get("spec")
-    if not isinstance(source, Mapping):
-        return Translation(spec=None, errors=[("spec", "Required value" if source is None else
-                                               f"Invalid value: {json_type(source)}: must be of type object")])
-    errors: list[FieldError] = []
+    source, errors = spec_of(obj)
+    if source is None:
+        return Translation(spec=None, errors=errors)
     rjobs = source.get("replicatedJobs")
     if not isinstance(rjobs, list) or not rjobs:
         errors.append(("spec.replicatedJobs", "Required value: at least one replicatedJob" if not rjobs else
@@ -106,7 +98,7 @@ def translate_jobset(obj: Mapping[str, Any], settings: ValidationSettings) -> Tr
         rjobs = []
     managed_by = source.get("managedBy")
     if managed_by is not None and managed_by != JOBSET_CONTROLLER:
-        errors.append(("spec.managedBy", f"Unsupported value: {_shown(managed_by)}: supported values: "
+        errors.append(("spec.managedBy", f"Unsupported value: {shown(managed_by)}: supported values: "
                                          f'"{JOBSET_CONTROLLER}" (or leave it out: the hub manages the JobSet)'))
     suspend = source.get("suspend")
     if suspend is not None and not isinstance(suspend, bool):
@@ -130,16 +122,15 @@ def translate_jobset(obj: Mapping[str, Any], settings: ValidationSettings) -> Tr
             continue
         name_errors = dns1123_label_errors(name)
         if name_errors:
-            errors += [(f"{path}.name", f"Invalid value: {_shown(name)}: {e}") for e in name_errors]
+            errors += [(f"{path}.name", f"Invalid value: {shown(name)}: {e}") for e in name_errors]
             continue
         if name in names:
-            errors.append((f"{path}.name", f"Duplicate value: {_shown(name)}"))
+            errors.append((f"{path}.name", f"Duplicate value: {shown(name)}"))
             continue
         names.append(name)
         replicas = rjob.get("replicas", 1)
         if type(replicas) is not int or replicas < 1:
-            shown = str(replicas) if type(replicas) is int else _shown(replicas)
-            errors.append((f"{path}.replicas", f"Invalid value: {shown}: must be an integer of at least 1"))
+            errors.append((f"{path}.replicas", f"Invalid value: {shown(replicas)}: must be an integer of at least 1"))
             continue
         group = rjob.get("groupName", DEFAULT_GROUP) or DEFAULT_GROUP
         if not isinstance(group, str):
@@ -179,7 +170,7 @@ def translate_jobset(obj: Mapping[str, Any], settings: ValidationSettings) -> Tr
         errors.append(("spec.replicatedJobs", f"Invalid value: {total} pods in all: the gang may have at most "
                                               f"{settings.max_total_replicas}"))
     if len(set(classes.values())) > 1:
-        errors += [(p, f"Invalid value: {_shown(c)}: every replicatedJob's pods must have the same priority class "
+        errors += [(p, f"Invalid value: {shown(c)}: every replicatedJob's pods must have the same priority class "
                        "(the gang has one)") for p, c in list(classes.items())[1:]]
     errors += _success_errors(source.get("successPolicy"), names)
     spec: dict[str, Any] = {}

@@ -40,7 +40,14 @@ from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, json_type
 from federator.apis.jobkinds.base import JobKind, PodContract, Translation
-from federator.apis.jobkinds.batchjob import CONTRACT_ANNOTATION, load_schema_file, merge_hints, read_contract
+from federator.apis.jobkinds.batchjob import (
+    CONTRACT_ANNOTATION,
+    load_schema_file,
+    merge_hints,
+    read_contract,
+    shown,
+    spec_of,
+)
 from federator.apis.jobkinds.jobset import DEFAULT_GROUP, jobset_pods
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT
 
@@ -73,23 +80,12 @@ BUILTIN_RUNTIMES: Final[Mapping[str, Mapping[str, Any]]] = {
     },
 }
 
-_MAX_SHOWN = 64
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, str):
-        return json.dumps(value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "...")
-    if type(value) is int:
-        return str(value)
-    return json_type(value)
-
-
 def _typed(value: object, kind: type, path: str, errors: list[FieldError]) -> Any:
     """value when it is of `kind` (None stays None), else an error and None."""
     if value is None or (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
         return value
     name = {str: "string", int: "integer", list: "array", dict: "object", bool: "boolean"}.get(kind, kind.__name__)
-    errors.append((path, f"Invalid value: {_shown(value)}: must be of type {name}"))
+    errors.append((path, f"Invalid value: {shown(value)}: must be of type {name}"))
     return None
 
 
@@ -101,10 +97,10 @@ def _runtime(ref: object, errors: list[FieldError]) -> Mapping[str, Any] | None:
     known = ", ".join(f'"{n}"' for n in BUILTIN_RUNTIMES)
     group, kind, name = ref.get("apiGroup", RUNTIME_GROUP), ref.get("kind", RUNTIME_KIND), ref.get("name")
     if group != RUNTIME_GROUP:
-        errors.append(("spec.runtimeRef.apiGroup", f'Unsupported value: {_shown(group)}: supported values: '
+        errors.append(("spec.runtimeRef.apiGroup", f'Unsupported value: {shown(group)}: supported values: '
                                                    f'"{RUNTIME_GROUP}"'))
     if kind != RUNTIME_KIND:
-        errors.append(("spec.runtimeRef.kind", f"Unsupported value: {_shown(kind)}: supported values: "
+        errors.append(("spec.runtimeRef.kind", f"Unsupported value: {shown(kind)}: supported values: "
                                                f'"{RUNTIME_KIND}" (the hub serves no TrainingRuntime: it knows '
                                                f"the built-in ClusterTrainingRuntimes {known})"))
     if not isinstance(name, str):
@@ -112,7 +108,7 @@ def _runtime(ref: object, errors: list[FieldError]) -> Mapping[str, Any] | None:
                        else f"Invalid value: {json_type(name)}: must be of type string"))
         return None
     if name not in BUILTIN_RUNTIMES:
-        errors.append(("spec.runtimeRef.name", f"Unsupported value: {_shown(name)}: supported values: {known} "
+        errors.append(("spec.runtimeRef.name", f"Unsupported value: {shown(name)}: supported values: {known} "
                                                "(the hub does not serve ClusterTrainingRuntimes: it knows the "
                                                "ones Trainer v2.0.0 installs for PyTorch)"))
         return None
@@ -126,7 +122,7 @@ def _nproc(value: object, errors: list[FieldError]) -> str | None:
         return str(value)
     if isinstance(value, str) and value in ("auto", "cpu", "gpu"):
         return value
-    errors.append(("spec.trainer.numProcPerNode", f"Invalid value: {_shown(value)}: must be a number from 1 to "
+    errors.append(("spec.trainer.numProcPerNode", f"Invalid value: {shown(value)}: must be a number from 1 to "
                                                   '9999, "auto", "cpu" or "gpu"'))
     return None
 
@@ -136,7 +132,7 @@ def _env(value: object, path: str, errors: list[FieldError]) -> list[Any]:
     for index, item in enumerate(items):
         name = item.get("name") if isinstance(item, Mapping) else None
         if isinstance(name, str) and name in RESERVED_ENV:
-            errors.append((f"{path}[{index}].name", f"Invalid value: {_shown(name)}: must not be one of the "
+            errors.append((f"{path}[{index}].name", f"Invalid value: {shown(name)}: must not be one of the "
                                                     f"torch plugin's reserved variables {sorted(RESERVED_ENV)}"))
     return list(items)
 
@@ -152,7 +148,7 @@ def _apply_overrides(overrides: object, pod: dict[str, Any], container: dict[str
                                          or ()):
             name = target.get("name") if isinstance(target, Mapping) else target
             if name != NODE:
-                errors.append((f"{path}.targetJobs[{t_index}].name", f'Unsupported value: {_shown(name)}: supported '
+                errors.append((f"{path}.targetJobs[{t_index}].name", f'Unsupported value: {shown(name)}: supported '
                                                                      f'values: "{NODE}" (the runtime\'s only job)'))
         for key, kind in (("serviceAccountName", str), ("nodeSelector", dict)):
             value = _typed(override.get(key), kind, f"{path}.{key}", errors)
@@ -169,7 +165,7 @@ def _apply_overrides(overrides: object, pod: dict[str, Any], container: dict[str
             c_path = f"{path}.containers[{c_index}]"
             name = change.get("name") if isinstance(change, Mapping) else None
             if name != NODE or not isinstance(change, Mapping):
-                errors.append((f"{c_path}.name", f'Unsupported value: {_shown(name)}: supported values: "{NODE}" '
+                errors.append((f"{c_path}.name", f'Unsupported value: {shown(name)}: supported values: "{NODE}" '
                                                  "(the runtime's only container)"))
                 continue
             env = _env(change.get("env"), f"{c_path}.env", errors)
@@ -182,17 +178,13 @@ def _apply_overrides(overrides: object, pod: dict[str, Any], container: dict[str
 
 def translate_trainjob(obj: Mapping[str, Any], settings: ValidationSettings) -> Translation:
     """A TrainJob's twin TrainingJob spec (the module docstring's rules), or its errors at the TrainJob's paths."""
-    if not isinstance(obj, Mapping):
-        return Translation(spec=None, errors=[("", "Invalid value: must be a JSON object")])
-    source = obj.get("spec")
-    if not isinstance(source, Mapping):
-        return Translation(spec=None, errors=[("spec", "Required value" if source is None else
-                                               f"Invalid value: {json_type(source)}: must be of type object")])
-    errors: list[FieldError] = []
+    source, errors = spec_of(obj)
+    if source is None:
+        return Translation(spec=None, errors=errors)
     runtime = _runtime(source.get("runtimeRef"), errors)
     managed_by = source.get("managedBy")
     if managed_by is not None and managed_by != TRAINER_CONTROLLER:
-        errors.append(("spec.managedBy", f"Unsupported value: {_shown(managed_by)}: supported values: "
+        errors.append(("spec.managedBy", f"Unsupported value: {shown(managed_by)}: supported values: "
                                          f'"{TRAINER_CONTROLLER}" (or leave it out: the hub manages the TrainJob)'))
     if source.get("initializer") is not None:
         errors.append(("spec.initializer", "Forbidden: the runtime has no initializer jobs (dataset or model)"))
@@ -217,7 +209,7 @@ def translate_trainjob(obj: Mapping[str, Any], settings: ValidationSettings) -> 
         container["resources"] = resources
     nodes = trainer.get("numNodes", runtime["numNodes"])
     if type(nodes) is not int or nodes < 1:
-        errors.append(("spec.trainer.numNodes", f"Invalid value: {_shown(nodes)}: must be an integer of at least 1"))
+        errors.append(("spec.trainer.numNodes", f"Invalid value: {shown(nodes)}: must be an integer of at least 1"))
     elif nodes > settings.max_replicas_per_role:
         errors.append(("spec.trainer.numNodes", f"Invalid value: {nodes}: must be less than or equal to "
                                                 f"{settings.max_replicas_per_role} (the hub's pods per role)"))

@@ -49,6 +49,37 @@ def go_module() -> Callable[[str], Path]:
     return find
 
 
+def set_at(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """obj with the field at dotted `path` (digits index lists; missing objects are made) set to value, or removed
+    when value is `...`."""
+    node: Any = obj
+    keys: list[Any] = [int(k) if k.isdigit() else k for k in path.split(".")]
+    for key in keys[:-1]:
+        node = node[key] if isinstance(key, int) else node.setdefault(key, {})
+    if value is ...:
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
+    return obj
+
+
+@pytest.fixture
+def edited() -> Callable[[dict[str, Any], str, Any], dict[str, Any]]:
+    return set_at
+
+
+def refused_at(result: Translation, where: str, words: str) -> None:
+    """The translation failed with an error at `where` saying `words`, and every message is short."""
+    assert result.spec is None
+    assert any(p == where and words in m for p, m in result.errors), result.errors
+    assert all(len(m) < 400 for _, m in result.errors)
+
+
+@pytest.fixture
+def assert_refused() -> Callable[[Translation, str, str], None]:
+    return refused_at
+
+
 def unknown_fields(schema: Any, obj: dict[str, Any]) -> list[str]:
     """What the hub's strict field validation finds unknown in `obj` under `schema`."""
     from federator.apiserver.fieldvalidation import loc_text, schema_unknown_fields
