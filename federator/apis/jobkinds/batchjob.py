@@ -76,6 +76,7 @@ LABEL_LEGACY_CONTROLLER_UID: Final = "controller-uid"
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 COMPLETION_INDEX_ENV: Final = "JOB_COMPLETION_INDEX"
 
+_INT32_MAX: Final = 2**31 - 1
 _UNSUPPORTED: Final[Mapping[str, str]] = {
     "podFailurePolicy": "the hub's gang fails or restarts pods per the role's restartPolicy and backoffLimit; it "
                         "cannot apply a pod failure policy",
@@ -126,6 +127,9 @@ def _int_field(spec: Mapping[str, Any], key: str, path: str, errors: list[FieldE
         return None
     if value < 0:
         errors.append((f"{path}.{key}", f"Invalid value: {value}: must be greater than or equal to 0"))
+        return None
+    if value > _INT32_MAX:  # kube's int32 fields
+        errors.append((f"{path}.{key}", f"Invalid value: {shown(value)}: must be less than or equal to {_INT32_MAX}"))
         return None
     return value
 
