@@ -235,7 +235,9 @@ def translate_trainjob(obj: Mapping[str, Any], settings: ValidationSettings) -> 
         "replicatedJobs": [{"name": NODE, "replicas": 1, "parallelism": nodes, "indexed": True,
                             "group": DEFAULT_GROUP}],
         "dnsHostnames": True, "subdomain": name if isinstance(name, str) else ""}
-    return Translation(spec=spec, role_paths={ROLE: "spec.trainer"},
+    # no role_paths: the pod is assembled from the runtime and several TrainJob fields, no one source path holds
+    # it, so an error the TrainingJob validator finds in it is reported at spec, naming the twin's field
+    return Translation(spec=spec,
                        annotations={CONTRACT_ANNOTATION: json.dumps(contract, separators=(",", ":"))})
 
 

@@ -62,6 +62,7 @@ def test_the_upstream_example_translates(upstream_example: dict[str, Any],
     role = result.spec["roles"][0]
     assert (role["name"], role["replicas"], role["restartPolicy"]) == ("worker", 1, "OnFailure")
     assert role["template"]["spec"]["containers"] == [dict(BUILTIN_RUNTIMES["torch-distributed"]["container"])]
+    assert result.role_paths == {}
 
 
 def test_the_builtin_runtime_is_the_modules_own(go_module: Callable[[str], Path]) -> None:
