@@ -53,7 +53,7 @@ from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings
 from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
-from federator.apis.jobkinds.hints import FIELD_PATHS, QUEUE_LABEL, hints_from_metadata
+from federator.apis.jobkinds.hints import LABEL_KUEUE_QUEUE, hints_from_metadata
 
 __all__ = ["HUB_MANAGED_BY", "KUBEFLOW_KINDS", "MPIJOB", "PADDLEJOB", "PYTORCHJOB", "REPLICA_TYPES_ANNOTATION",
            "TFJOB"]
@@ -156,8 +156,8 @@ def _translate_family(family: _Family, extras: Callable[[Mapping[str, Any], list
             role_paths[role_name] = f"{path}.template"
             types_used.append(rtype)
         twin: dict[str, Any] = {"roles": roles, "framework": family.framework}
-        field_paths: dict[str, str] = dict(FIELD_PATHS)
-        errors += _run_policy(family, obj, spec, twin, field_paths)
+        field_paths: dict[str, str] = {}
+        errors += _run_policy(family, obj, spec, twin, field_paths, settings)
         settings_out: dict[str, Any] = {}
         extras(spec, roles, errors, settings_out)
         if settings_out:
@@ -171,17 +171,12 @@ def _translate_family(family: _Family, extras: Callable[[Mapping[str, Any], list
 
 
 def _run_policy(family: _Family, obj: Mapping[str, Any], spec: Mapping[str, Any], twin: dict[str, Any],
-                field_paths: dict[str, str]) -> list[FieldError]:
-    errors: list[FieldError] = []
-    hints = hints_from_metadata(obj)
-    errors += hints.errors
-    if hints.placement:
-        twin["placement"] = dict(hints.placement)
-    if hints.failover:
-        twin["failover"] = dict(hints.failover)
-    if hints.queue is not None:
-        twin["queue"] = hints.queue
-        field_paths["spec.queue"] = f"metadata.labels[{QUEUE_LABEL}]"
+                field_paths: dict[str, str], settings: ValidationSettings) -> list[FieldError]:
+    hinted, errors = hints_from_metadata(obj.get("metadata"), settings=settings)
+    twin.update(hinted)
+    hinted_queue: str | None = hinted.get("queue")
+    if hinted_queue is not None:
+        field_paths["spec.queue"] = f"metadata.labels[{LABEL_KUEUE_QUEUE}]"
     policy = spec.get("runPolicy")
     if policy is None:
         return errors
@@ -220,16 +215,21 @@ def _run_policy(family: _Family, obj: Mapping[str, Any], spec: Mapping[str, Any]
     if queue is not None and queue != "":
         if not isinstance(queue, str):
             errors.append(("spec.runPolicy.schedulingPolicy.queue", _errors_type(queue, "a string")))
-        elif hints.queue is not None and hints.queue != queue:
-            errors.append((f"metadata.labels[{QUEUE_LABEL}]",
-                           f'Invalid value: "{hints.queue[:63]}": spec.runPolicy.schedulingPolicy.queue names '
+        elif hinted_queue is not None and hinted_queue != queue:
+            errors.append((f"metadata.labels[{LABEL_KUEUE_QUEUE}]",
+                           f'Invalid value: "{hinted_queue[:63]}": spec.runPolicy.schedulingPolicy.queue names '
                            f'another queue ("{queue[:63]}")'))
         else:
             twin["queue"] = queue
             field_paths["spec.queue"] = "spec.runPolicy.schedulingPolicy.queue"
     priority_class = scheduling.get("priorityClass")
     if priority_class is not None and priority_class != "":
-        if isinstance(priority_class, str):
+        hinted_class = hinted.get("priorityClassName")
+        if isinstance(priority_class, str) and hinted_class is not None and hinted_class != priority_class:
+            errors.append(("spec.runPolicy.schedulingPolicy.priorityClass",
+                           f'Invalid value: "{priority_class[:63]}": the labels or annotations name another '
+                           f'priority class ("{hinted_class[:63]}")'))
+        elif isinstance(priority_class, str):
             twin["priorityClassName"] = priority_class
             field_paths["spec.priorityClassName"] = "spec.runPolicy.schedulingPolicy.priorityClass"
         else:
