@@ -75,6 +75,7 @@ from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
 
 from federator.controllers.context import HubContext
+from federator.controllers.loops import background_loop
 from federator.controllers.jobs import (
     DispatchError,
     JOB_KIND,
@@ -1053,19 +1054,8 @@ async def job_dispatch(hub: HubContext) -> AsyncIterator[None]:
     dispatcher = hub.parts.dispatcher
 
     async def recover() -> None:
-        try:
-            await dispatcher.recover()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a failed recovery must be visible
-            _log.error("re-dispatch of placed jobs failed", error=f"{type(e).__name__}: {e}", exc_info=True)
+        await dispatcher.recover()
 
-    task = asyncio.create_task(recover(), name="dispatch:recover")
-    try:
+    # a failed recovery is logged when it happens, not raised at the stop
+    async with background_loop(recover(), name="dispatch:recover", what="re-dispatch of placed jobs", log=_log):
         yield
-    finally:
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
