@@ -9,7 +9,8 @@
 - stored objects are read through the typed views of federator/apis/views.py (`Body(obj).uid`,
   `.deleting`, `.labels`), never through a `(obj.get("metadata") or {})` chain; in the controllers not
   through any other read of `obj.get("metadata")` either (a local `_mapping(obj.get("metadata"))` helper
-  chain), and no controller defines its own "a mapping, else an empty one" helper (views.as_mapping is it).
+  chain) nor a raw `obj["metadata"]["uid"]` subscript (a write into the metadata is no read), and the scan
+  reaches the caches' re-lists (jobcache, membercluster, queues); and no controller defines its own "a mapping, else an empty one" helper (views.as_mapping is it).
 
 Each scanner is also run on a small source that breaks the rule, so that the checks can fail.
 """
@@ -79,6 +80,18 @@ def metadata_gets(source: str, *, filename: str = "<source>") -> list[int]:
                   and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "metadata")
 
 
+def metadata_subscripts(source: str, *, filename: str = "<source>") -> list[int]:
+    """Lines of `source` that read `<anything>["metadata"]` (`job["metadata"]["uid"]`): a raw read around
+    the views. A write into the metadata (`job["metadata"]["finalizers"] = ...`, `del ...`) is no read."""
+    tree = ast.parse(source, filename=filename)
+    written = {id(node.value) for node in ast.walk(tree)
+               if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del)}
+    return sorted(node.lineno for node in ast.walk(tree)
+                  if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                  and isinstance(node.slice, ast.Constant) and node.slice.value == "metadata"
+                  and id(node) not in written)
+
+
 def _is_mapping_check(node: ast.expr) -> bool:
     """`isinstance(v, Mapping)` (or dict), alone or in an `or` with other checks (`type(v) is dict or ...`)."""
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
@@ -141,16 +154,20 @@ def test_stored_objects_are_read_through_views() -> None:
 
 def test_controllers_read_metadata_only_through_views() -> None:
     offenders: list[str] = []
-    scanned = 0
+    scanned: list[str] = []
     for name, source in _sources():
         if not name.startswith("federator/controllers/"):
             continue
-        scanned += 1
+        scanned.append(name)
         offenders += [f"{name}:{line}: .get(\"metadata\")" for line in metadata_gets(source, filename=name)]
+        offenders += [f"{name}:{line}: [\"metadata\"]" for line in metadata_subscripts(source, filename=name)]
         offenders += [f"{name}:{line}: a local mapping helper" for line in mapping_coercers(source, filename=name)]
     assert not offenders, ("a controller reads metadata around the typed views (Body/Meta and as_mapping, "
                            f"federator/apis/views.py): {offenders}")
-    assert scanned >= 20  # the scan reaches the controllers
+    assert len(scanned) >= 20  # the scan reaches the controllers ...
+    # ... among them the caches that list stored objects (their re-lists once read uids around the views)
+    assert {"federator/controllers/jobcache.py", "federator/controllers/membercluster.py",
+            "federator/controllers/queues.py"} <= set(scanned)
     views = (PACKAGE / "apis" / "views.py").read_text(encoding="utf-8")
     assert mapping_coercers(views) and metadata_gets(views)  # ... and sees the helper and the read views.py holds
 
@@ -195,3 +212,13 @@ def test_the_scanners_find_what_breaks_the_rules() -> None:
     )
     assert sorted(mapping_coercers(local)) == [1, 4, 12]
     assert metadata_gets(local) == [7, 8]
+
+    subscripts = (
+        "present.add(job['metadata']['uid'])\n"
+        "job[\"metadata\"][\"finalizers\"] = []\n"
+        "meta = obj['metadata']\n"
+        "uid = Body(job).uid\n"
+        "del pod['metadata']['labels']\n"
+        "name = str(obj[\"metadata\"].get('name'))\n"
+    )
+    assert metadata_subscripts(subscripts) == [1, 3, 6]

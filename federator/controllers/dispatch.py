@@ -75,9 +75,11 @@ from federator.apiserver.errors import ApiError
 from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
 
 from federator.controllers.context import HubContext
+from federator.controllers.loops import background_loop
 from federator.controllers.jobs import (
     DispatchError,
     JOB_KIND,
+    ACTIVE_PHASES,
     PHASE_FAILED,
     PHASE_PLACED,
     DispatchRecord,
@@ -383,9 +385,9 @@ class Dispatcher:
         await self._record_dispatched(job, cluster=cluster, epoch=epoch, created=created, existing=existing)
         return DispatchResult(ok=True, cluster=cluster, epoch=epoch, created=created, existing=existing)
 
-    async def _check_current(self, ref: Any, *, cluster: str, epoch: int) -> None:
-        """The stored job must still hold this decision (phase Placed at (cluster, epoch)): the write-ahead
-        rule, checked against the store rather than the caller's copy."""
+    async def _stored(self, ref: Any) -> Mapping[str, Any]:
+        """The job as stored now (not the caller's copy); DispatchError (superseded) when it is gone or was
+        re-created under its name."""
         try:
             stored = await self.hub.storage.get(self.hub.kind(JOB_KIND), namespace=ref.namespace, name=ref.name)
         except ApiError as e:
@@ -396,6 +398,12 @@ class Dispatcher:
             raise DispatchError(f"reading the job from the hub store: {e}") from None
         if Body(stored).uid != ref.uid:
             raise DispatchError("the job was re-created", superseded=True)
+        return stored
+
+    async def _check_current(self, ref: Any, *, cluster: str, epoch: int) -> None:
+        """The stored job must still hold this decision (phase Placed at (cluster, epoch)): the write-ahead
+        rule, checked against the store rather than the caller's copy."""
+        stored = await self._stored(ref)
         now_cluster, now_epoch = current_placement(stored)
         if (now_cluster, now_epoch) != (cluster, epoch):
             raise DispatchError(f"the job is now {phase_of(stored)} at cluster {now_cluster} epoch {now_epoch}",
@@ -799,8 +807,10 @@ class Dispatcher:
         """Create again the named pods of the gang at (cluster, epoch) (status sync's restart of failed
         workers, restartPolicy OnFailure): each rendered as the job's dispatch renders it at its placed
         size, plus `pods[name]`'s annotations (the attempt index, also in env FEDERATOR_ATTEMPT). The
-        caller deleted the failed pod first; an existing pod of this epoch counts as created. Returns how
-        many were created; raises DispatchError (nothing is requeued or failed here)."""
+        caller deleted the failed pod first; an existing pod of this epoch counts as created. Right before
+        the first create the stored job is read again (`_check_still_placed`): one that moved on meanwhile
+        gets nothing (DispatchError, outdated). Returns how many were created; raises DispatchError
+        (nothing is requeued or failed here)."""
         ref = job_ref(job)
         scheduler = cluster_scheduler(self.hub, cluster)
         if scheduler is None:
@@ -820,6 +830,7 @@ class Dispatcher:
             except (MemberApiError, MemberClientError) as e:
                 raise DispatchError(f"reading {group.kind} {group.namespace}/{group.name} in {cluster}: {e}") \
                     from None
+        await self._check_still_placed(ref, cluster=cluster, epoch=epoch)
         created = 0
         for obj in objects:
             annotations = pods.get(obj.name) if obj.gvk.kind == "Pod" else None
@@ -836,6 +847,26 @@ class Dispatcher:
             state, _ = await self._create_one(client, body, ref_uid=ref.uid, epoch=epoch, cluster=cluster)
             created += state == "created"
         return created
+
+    async def _check_still_placed(self, ref: Any, *, cluster: str, epoch: int) -> None:
+        """Right before `recreate_pods` creates: the stored job (not the caller's copy, which status sync or
+        the elastic pass read before the member writes and waits) must still be placed at (cluster, epoch),
+        in an active phase and not being deleted, and the member's fence agent must not be deleting this
+        hub's objects there. Meanwhile the job may have been requeued (its gang fenced or its cluster lost),
+        moved to another cluster or epoch, or deleted: a pod created again then would be a copy of a
+        superseded epoch beside the new one (the race dispatch closed for chaos seed 1657557937).
+        DispatchError (outdated) when the job moved on; retryable while the fence agent may be deleting."""
+        stored = await self._stored(ref)
+        now_cluster, now_epoch = current_placement(stored)
+        if (now_cluster, now_epoch) != (cluster, epoch):
+            raise DispatchError(f"the job is now {phase_of(stored)} at cluster {now_cluster} epoch {now_epoch}, "
+                                f"not cluster {cluster} epoch {epoch}", outdated=True)
+        if Body(stored).deleting:
+            raise DispatchError("the job is being deleted", outdated=True)
+        if phase_of(stored) not in ACTIVE_PHASES:
+            raise DispatchError(f"the job is {phase_of(stored)} now", outdated=True)
+        if self.agent_may_fence(cluster):
+            raise DispatchError(f"cluster {cluster}: its fence agent may be deleting this hub's objects")
 
     # ------------------------------------------------------------ some pods less (placement's elastic resizes)
 
@@ -1023,19 +1054,8 @@ async def job_dispatch(hub: HubContext) -> AsyncIterator[None]:
     dispatcher = hub.parts.dispatcher
 
     async def recover() -> None:
-        try:
-            await dispatcher.recover()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a failed recovery must be visible
-            _log.error("re-dispatch of placed jobs failed", error=f"{type(e).__name__}: {e}", exc_info=True)
+        await dispatcher.recover()
 
-    task = asyncio.create_task(recover(), name="dispatch:recover")
-    try:
+    # a failed recovery is logged when it happens, not raised at the stop
+    async with background_loop(recover(), name="dispatch:recover", what="re-dispatch of placed jobs", log=_log):
         yield
-    finally:
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass

@@ -80,7 +80,7 @@ class JobCache:
         listing = await self.hub.storage.list(self.rt)
         present = set()
         for job in listing.items:
-            present.add(job["metadata"]["uid"])
+            present.add(Body(job).uid)
             self._set(job)
         for uid in set(self.jobs) - present:
             self._drop(uid)

@@ -41,10 +41,11 @@ async def background_loop(
 
 async def watch_hub_kind(
     hub: HubContext, rt: ResourceType, *, relist: Callable[[], Awaitable[str]],
-    apply: Callable[[str, dict[str, Any]], None], log: Any, resource_version: str | None = None,
+    apply: Callable[[str, dict[str, Any]], Awaitable[None] | None], log: Any, resource_version: str | None = None,
 ) -> None:
     """Keep a cache of kind `rt`: `relist()` (fills the cache, returns the list's resourceVersion) when
-    there is no `resource_version` to watch from, then `apply(event type, object)` for every watch event."""
+    there is no `resource_version` to watch from, then `apply(event type, object)` for every watch event
+    (awaited, in order, when it is a coroutine function: member sync starts and stops a cluster's sync)."""
     attempt = 0
     rv = resource_version
     rng = random.Random()
@@ -58,7 +59,9 @@ async def watch_hub_kind(
                 attempt = 0
                 obj = event.object
                 rv = Body(obj).resource_version or rv
-                apply(event.type, obj)
+                applied = apply(event.type, obj)
+                if applied is not None:
+                    await applied
             rv = None  # the storage closed the watch: list again
         except (ApiError, StoreError) as e:
             expired = isinstance(e, ApiError) and e.code == 410

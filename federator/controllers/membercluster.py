@@ -33,7 +33,6 @@ log line, metric, status or error message.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -46,6 +45,7 @@ from federator.clusters.reflector import Backoff
 from federator.clusters.sync import ClusterSync, HubLease, LeaseFactory, SyncSettings
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import hub_id
+from federator.controllers.loops import watch_hub_kind
 from federator.fencing.hublease import LeaseSettings, MemberLease
 from federator.obs import get_logger
 from federator.placement.snapshot import ClusterSnapshot
@@ -175,7 +175,6 @@ class MemberSyncController:
         self._status_wake = asyncio.Event()
         self._last_status: dict[str, float] = {}
         self._written_status: dict[str, dict[str, Any]] = {}
-        self._rng = random.Random()
         #: hook for benchmarks: called with (cluster, resource, events, received_at) after each batch
         self.bench_on_applied = knobs.on_applied
         #: at most this many member LISTs at once, across all clusters (clusters/reflector.py says why)
@@ -186,10 +185,7 @@ class MemberSyncController:
     async def start(self) -> None:
         self._stored = await load_checkpoints(self.hub.store)
         listing = await self.hub.storage.list(self.rt)
-        present = set()
-        for obj in listing.items:
-            present.add(obj["metadata"]["name"])
-            await self._upsert(obj)
+        present = await self._upsert_all(listing.items)
         for name in set(self._stored) - present:
             _log.info("removing the checkpoint of a cluster that is no longer registered", cluster=name)
             self.writer.unregister(name, delete=True)
@@ -221,45 +217,32 @@ class MemberSyncController:
     # ------------------------------------------------------------ MemberCluster objects
 
     async def _watch_loop(self, resource_version: str) -> None:
-        attempt = 0
-        rv: str | None = resource_version
-        while True:
-            try:
-                if rv is None:
-                    listing = await self.hub.storage.list(self.rt)
-                    names = set()
-                    for obj in listing.items:
-                        names.add(obj["metadata"]["name"])
-                        await self._upsert(obj)
-                    for name in set(self.syncs) - names:
-                        await self._remove(name)
-                    rv = listing.resource_version
-                async for event in self.hub.storage.watch(self.rt, resource_version=rv):
-                    attempt = 0
-                    obj = event.object
-                    rv = Body(obj).resource_version or rv
-                    if event.type == "DELETED":
-                        await self._remove(obj["metadata"]["name"], uid=obj["metadata"].get("uid"))
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        await self._upsert(obj)
-            except ApiError as e:
-                if e.code == 410:
-                    _log.info("MemberCluster watch expired; re-listing")
-                    rv = None
-                    continue
-                delay = self.settings.backoff.delay(attempt, self._rng)
-                attempt += 1
-                _log.warning("MemberCluster watch failed; retrying", waiting_for="the hub store",
-                             delay_s=round(delay, 3), error=str(e))
-                rv = None
-                await asyncio.sleep(delay)
-            except StoreError as e:
-                delay = self.settings.backoff.delay(attempt, self._rng)
-                attempt += 1
-                _log.warning("MemberCluster watch failed; retrying", waiting_for="the hub store",
-                             delay_s=round(delay, 3), error=str(e))
-                rv = None
-                await asyncio.sleep(delay)
+        """The MemberCluster watch from `start`'s list on (`loops.watch_hub_kind`: a re-list after 410 Gone,
+        a capped backoff with jitter after a store error)."""
+        await watch_hub_kind(self.hub, self.rt, relist=self._relist, apply=self._apply, log=_log,
+                             resource_version=resource_version)
+
+    async def _relist(self) -> str:
+        """Start, restart or keep a sync for every registered cluster; stop those no longer registered."""
+        listing = await self.hub.storage.list(self.rt)
+        for name in set(self.syncs) - await self._upsert_all(listing.items):
+            await self._remove(name)
+        return listing.resource_version
+
+    async def _upsert_all(self, listed: Sequence[Mapping[str, Any]]) -> set[str]:
+        """`_upsert` every listed MemberCluster; the names listed."""
+        names = set()
+        for obj in listed:
+            names.add(Body(obj).name)
+            await self._upsert(obj)
+        return names
+
+    async def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            meta = Body(obj)
+            await self._remove(meta.name, uid=meta.uid or None)
+        elif kind in ("ADDED", "MODIFIED"):
+            await self._upsert(obj)
 
     async def _upsert(self, obj: Mapping[str, Any]) -> None:
         meta = Body(obj)

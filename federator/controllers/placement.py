@@ -74,7 +74,7 @@ from federator.placement import Decision, GangRequest, Profile, RunningGang, run
 from federator.placement.growth import GrowthResult
 from federator.placement.snapshot import ClusterSnapshot
 from federator.store.protocol import StoreError
-from federator.runtime.tasks import supervised
+from federator.runtime.tasks import spawn, stop_tasks
 from federator.runtime.waits import wait_event
 
 __all__ = ["CONDITION_QUOTA_RESERVED", "SCHEDULABLE", "CycleReport", "PlacementController",
@@ -185,37 +185,27 @@ class PlacementController:
         self._listed = True
         # From here on the cache's changes feed the index (no await between the read above and this).
         self.job_cache.subscribe(self._job_changed)
-        loop = asyncio.get_running_loop()
+        failed = "placement loop failed"
         self._tasks = [
-            loop.create_task(self._supervised("cycle", self._cycle_loop()), name="placement:cycle"),
-            loop.create_task(self._supervised("queues", self.queues.run(queues_rv)), name="placement:queues"),
-            loop.create_task(self._supervised("queue-status", self.queue_status.run()),
-                             name="placement:queue-status"),
-            loop.create_task(self._supervised("elastic", self.elastic.run()), name="placement:elastic"),
+            spawn(self._cycle_loop(), name="placement:cycle", log=_log, event=failed, loop="cycle"),
+            spawn(self.queues.run(queues_rv), name="placement:queues", log=_log, event=failed, loop="queues"),
+            spawn(self.queue_status.run(), name="placement:queue-status", log=_log, event=failed,
+                  loop="queue-status"),
+            spawn(self.elastic.run(), name="placement:elastic", log=_log, event=failed, loop="elastic"),
         ]
         self._wake.set()
         _log.info("placement loop started", jobs=len(self.jobs))
 
     async def stop(self) -> None:
         self.job_cache.unsubscribe(self._job_changed)
-        for task in self._tasks:
-            task.cancel()
-        for task in list(self._work):
-            task.cancel()
-        for task in [*self._tasks, *self._work]:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - logged by _supervised
-                pass
+        # the loops' failures were logged when they happened (`spawn`); a decision's work logs its own
+        await stop_tasks([*self._tasks, *self._work])
         self._tasks.clear()
         self._work.clear()
         # Only the leader's loop knows the jobs: a replica that stopped leading exports no stale counts.
         self.hub.metrics.jobs.clear()
         self.hub.metrics.placement_queue_depth.set(0)
         _log.info("placement loop stopped")
-
-    async def _supervised(self, what: str, coro: Any) -> None:
-        await supervised(coro, log=_log, event="placement loop failed", loop=what)
 
     def wake(self) -> None:
         self._wake.set()

@@ -143,7 +143,7 @@ class QueueCache:
         listing = await self.hub.storage.list(self.rt)
         present = set()
         for obj in listing.items:
-            present.add(str(obj["metadata"]["name"]))
+            present.add(Body(obj).name)
             self._set(obj)
         for name in set(self.objects) - present:
             self._drop(name)

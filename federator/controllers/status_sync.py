@@ -39,7 +39,9 @@ term's parts (`hub.parts`, controllers/pipeline.py):
 Failed workers: for a role with restartPolicy OnFailure, a failed pod is
 deleted and created again (same cluster, same name, next attempt index:
 annotation federator.dev/attempt and env FEDERATOR_ATTEMPT) through the
-Dispatcher's `restart_pods` (which deletes the failed pod first), and a missing pod of such a role after
+Dispatcher's `restart_pods` (which deletes the failed pod first, and right before it creates reads the
+stored job again: one requeued, moved to another cluster or epoch, or being deleted since this loop saw the
+failure gets no pod again, only a log line saying why), and a missing pod of such a role after
 admission is created again; failures the infrastructure caused
 (DisruptionTarget=True: lost or deleted node) do not count toward
 spec.backoffLimit, the others do (counted on the gang's pods, so per
@@ -580,7 +582,18 @@ class StatusSync:
         try:
             created = await self.dispatcher.restart_pods(job, cluster=cluster, epoch=epoch, delete=plan.delete,
                                                          recreate=plan.recreate)
-        except (MemberClientError, DispatchError) as e:
+        except DispatchError as e:
+            if e.outdated:
+                # the stored job moved on (requeued, another cluster or epoch, being deleted) since this pass
+                # read it: its pods of this epoch are not created again; the job's next event says what now
+                _log.info("not restarting the gang's failed pods: the job moved on", job=ref.key, cluster=cluster,
+                          epoch=epoch, reason=str(e))
+                return
+            _log.warning("could not restart the gang's failed pods; will retry", job=ref.key, cluster=cluster,
+                         error=str(e))
+            self.work.retry(ref.uid)
+            return
+        except MemberClientError as e:
             _log.warning("could not restart the gang's failed pods; will retry", job=ref.key, cluster=cluster,
                          error=str(e))
             self.work.retry(ref.uid)

@@ -7,9 +7,15 @@ restartPolicy Never is tests/controllers/test_status_sync.py's lost-node test (u
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from federator.controllers.jobs import DispatchError, job_ref, requeue, update_job_status
 from federator.controllers.status_sync import ANNOTATION_ATTEMPT, ANNOTATION_FAILURES, restart_plan
 from federator.delegation import adapter_for
 from federator.delegation.adapter import LABEL_ROLE
@@ -232,3 +238,63 @@ def test_restart_plan_shrinks_elastic_roles_above_their_minimum() -> None:
     assert restart_plan(job, pods, admitted=True, expected={"ps": 1, "worker": 2}) is None
     plan = restart_plan(job, pods, admitted=True)
     assert plan is not None and list(plan.recreate) == [names[1]]  # lowest free name
+
+
+async def test_a_restart_creates_nothing_once_the_job_moved_on(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Status sync saw a worker fail and planned its restart on the job as it read it; before the re-create
+    the job was requeued (its cluster lost, its gang fenced: the next decision takes epoch + 1). Creating
+    the worker again then would start a pod of a superseded epoch beside the next one (the race dispatch
+    closed for chaos seed 1657557937): the re-create reads the stored decision right before it creates and
+    creates nothing. The move happens between the failure being seen and the re-create, every time."""
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        uid = (await env.api.submit(restartable_job("moved", backoff_limit=3)))["metadata"]["uid"]
+        job = await env.api.wait_job("team-a", "moved", lambda j: phase(j) == "Running", what="running")
+        epoch = placement_of(job)["epoch"]
+        first = await _worker(env, uid)
+        ref = job_ref(job)
+
+        # nothing else writes to the member meanwhile: the requeued job's next dispatch waits, no GC pass runs
+        hold = asyncio.Event()
+        env.hold_dispatches(CLUSTER, hold, monkeypatch)
+
+        async def paused() -> None:
+            return None
+
+        monkeypatch.setattr(env.gc, "tick", paused)
+        dispatcher = env.hub.context.parts.dispatcher
+        restart = dispatcher.restart_pods
+        outcomes: list[int | BaseException] = []
+
+        async def moved_first(seen: Mapping[str, Any], *, cluster: str, epoch: int, delete: Mapping[str, str],
+                              recreate: Mapping[str, Mapping[str, str]]) -> int:
+            if not outcomes:
+                def lost(stored: dict[str, Any]) -> dict[str, Any] | None:
+                    requeue(stored["status"], reason="ClusterLost", message="test: the decision moved on",
+                            now=time.time(), job=ref.key)
+                    return stored
+
+                assert await update_job_status(env.hub.context, namespace=ref.namespace, name=ref.name,
+                                               mutate=lost, uid=uid) is not None
+            try:
+                created = await restart(seen, cluster=cluster, epoch=epoch, delete=delete, recreate=recreate)
+            except BaseException as e:
+                outcomes.append(e)
+                raise
+            outcomes.append(created)
+            return created
+
+        monkeypatch.setattr(dispatcher, "restart_pods", moved_first)
+        await env.fed.fault(CLUSTER, "gpu-unhealthy", {"node": first["spec"]["nodeName"], "count": 1})
+        await wait_until(lambda: bool(outcomes), what="status sync's restart of the failed worker")
+        (outcome, *_) = outcomes
+        assert isinstance(outcome, DispatchError) and outcome.outdated, outcome
+        assert f"not cluster {CLUSTER} epoch {epoch}" in str(outcome)
+        # the failed worker was deleted and nothing of the superseded epoch came back under its name
+        again = [p for p in await env.live_pods(CLUSTER, uid) if p["metadata"]["name"] == first["metadata"]["name"]
+                 and p["metadata"]["uid"] != first["metadata"]["uid"]]
+        assert again == []
+        stored = await env.api.get("team-a", "moved")
+        assert not history(stored, "PodRestarted")
+        assert (placement_of(stored).get("cluster"), placement_of(stored)["epoch"]) != (CLUSTER, epoch)
+        hold.set()
