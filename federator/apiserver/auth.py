@@ -16,7 +16,10 @@ skipped. Roles and namespaces are groups:
                            and member pods (trainingjobs/pods), and Events
                            (core v1 and events.k8s.io)
                            there; reading MemberClusters, DrillReports,
-                           Queues (and their status) and PriorityClasses
+                           Queues (and their status) and PriorityClasses;
+                           get of its own namespaces' Namespace objects
+                           (not a list of all namespaces, as with kube
+                           RBAC; only admins create, label or delete them)
     federator:viewer       get, list and watch of everything
     ns:<namespace>         a researcher's namespace (at least one is required)
 
@@ -423,6 +426,10 @@ ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
         _rule(READ_VERBS, ["scheduling.k8s.io"], ["priorityclasses"], why="researchers may read priority classes"),
         _rule(READ_VERBS, ["", "events.k8s.io"], ["events"], scope=OWN_NAMESPACES,
               why="researchers may read events in their namespaces"),
+        # /api/v1/namespaces/<ns> is checked in the namespace <ns> itself (request_attributes), so this grants
+        # exactly the researcher's own Namespace objects; a list of every namespace stays cluster-scoped.
+        _rule(["get"], [""], ["namespaces"], scope=OWN_NAMESPACES,
+              why="researchers may read the namespaces they belong to"),
     ),
 }
 
