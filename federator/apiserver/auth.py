@@ -525,6 +525,10 @@ _METHOD_VERBS: Final = {"POST": "create", "PUT": "update", "PATCH": "patch", "GE
                         "DELETE": "delete"}
 
 
+#: kube's namespaceSubresources: /api/v1/namespaces/<ns>/<one of these> is the Namespace's subresource
+_NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
+
+
 def request_attributes(method: str, path: str, query: Mapping[str, str]) -> RequestAttributes:
     """Parse a request the way kube-apiserver's RequestInfoFactory does."""
     method = method.upper()
@@ -545,8 +549,9 @@ def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Requ
         verb, rest = "watch", rest[1:]
     namespace = ""
     if len(rest) >= 2 and rest[0] == "namespaces":
-        if len(rest) == 2:  # /namespaces/<ns> is the namespace object itself
-            resource, name, sub = "namespaces", rest[1], ""
+        if len(rest) == 2 or (len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES):
+            # /namespaces/<ns> is the namespace object itself, /namespaces/<ns>/status its subresource
+            resource, name, sub = "namespaces", rest[1], rest[2] if len(rest) == 3 else ""
             namespace = rest[1]
         else:
             namespace = rest[1]
