@@ -153,7 +153,12 @@ class NamespaceDeleter:
         for rt in _content_kinds(self.hub):
             if rt.kind == "Event" and remaining:
                 continue
-            for obj in (await self.hub.storage.list(rt, namespace=namespace)).items:
+            # read from the store at its current revision (never a cache that may lag): a namespace found
+            # empty is removed for good
+            now = await self.hub.storage.current_resource_version()
+            listing = await self.hub.storage.list(rt, namespace=namespace, resource_version=now,
+                                                  resource_version_match="Exact")
+            for obj in listing.items:
                 body = Body(obj)
                 remaining[rt.qualified_resource] = remaining.get(rt.qualified_resource, 0) + 1
                 for finalizer in obj.get("metadata", {}).get("finalizers") or ():
