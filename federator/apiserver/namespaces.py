@@ -149,6 +149,9 @@ NAMESPACES: Final = ResourceType(
                    "properties": {"phase": {"type": "string", "description": "Phase is the current lifecycle phase of the namespace."}}},
     }},
     description="Namespace provides a scope for Names. Use of multiple namespaces is optional.",
+    # kube keeps managedFields on Namespaces and takes server-side apply of them (Argo CD, kubectl --server-side)
+    managed_fields=True,
+    openapi_name="io.k8s.api.core.v1.Namespace",
 )
 
 

@@ -741,8 +741,9 @@ class ObjectStorage:
         ns_rt = self._namespace_rt
         assert ns_rt is not None
         kv = await self.store.get(self.object_key(ns_rt, None, namespace))
-        if kv is None and self._autoprovision_namespaces and not dry_run \
-                and not _name_errors(namespace, "label", "metadata.namespace"):
+        if kv is None and self._autoprovision_namespaces and _name_errors(namespace, "label", "metadata.namespace"):
+            return  # no such namespace can be made: the create's validation names metadata.namespace (422)
+        if kv is None and self._autoprovision_namespaces and not dry_run:
             try:
                 await self.create(ns_rt, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
                                   namespace=None)

@@ -112,6 +112,17 @@ async def test_a_file_with_a_namespace_and_a_job_in_it_applies(hub: RunningHub) 
     assert (await hub.request("GET", jobs_url("nlp", "bert")))[0] == 200
 
 
+async def test_server_side_apply_of_a_namespace(hub: RunningHub) -> None:
+    manifest = yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": "argo", "labels": {"team": "argo"}}})
+    code, out, err = await hub.kubectl("admin", "apply", "--server-side", "--field-manager=argocd", "-f", "-",
+                                       stdin=manifest)
+    assert code == 0 and "namespace/argo serverside-applied" in out, (out, err)
+    _, ns = await hub.request("GET", f"{NS}/argo")
+    assert ns["metadata"]["labels"] == {"kubernetes.io/metadata.name": "argo", "team": "argo"}
+    assert "argocd" in {entry["manager"] for entry in ns["metadata"]["managedFields"]}
+
+
 async def test_a_job_in_a_missing_namespace_is_404_and_nothing_is_stored(hub: RunningHub) -> None:
     status, body = await hub.request("POST", jobs_url("nope"), body=job("nope", "j"))
     assert status == 404, body
