@@ -161,7 +161,7 @@ class NamespaceDeleter:
             for obj in listing.items:
                 body = Body(obj)
                 remaining[rt.qualified_resource] = remaining.get(rt.qualified_resource, 0) + 1
-                for finalizer in obj.get("metadata", {}).get("finalizers") or ():
+                for finalizer in body.finalizers:
                     if isinstance(finalizer, str):
                         finalizers[finalizer] = finalizers.get(finalizer, 0) + 1
                 if body.deleting:
@@ -225,8 +225,11 @@ class NamespaceDeleter:
         try:
             ns = await self.hub.storage.guaranteed_update(NAMESPACES, namespace=None, name=name, mutate=finalize,
                                                           subresource="finalize")
-            if ns is not None and not (ns.get("spec") or {}).get("finalizers"):
-                await self.hub.storage.delete(NAMESPACES, namespace=None, name=name, grace_period_seconds=0)
+            others = Body(ns).spec.get("finalizers") if ns is not None else None
+            if others:  # someone else's spec.finalizers: the namespace goes once they remove theirs
+                _log.info("namespace emptied; waiting for other finalizers", namespace=name, finalizers=others)
+                return
+            await self.hub.storage.delete(NAMESPACES, namespace=None, name=name, grace_period_seconds=0)
         except ApiError as e:
             if e.code != 404:
                 raise
