@@ -67,7 +67,8 @@ class FederatorUp:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
         env.pop("FEDERATOR_DEBUG", None)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "federator.cli", "up", "--listen", "127.0.0.1:0", *self.flags],
+            [sys.executable, "-m", "federator.cli", "up", "--listen", "127.0.0.1:0", "--namespaces", "autoprovision",
+             *self.flags],
             cwd=self.workdir, env=env, text=True, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )

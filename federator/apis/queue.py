@@ -5,8 +5,8 @@ cluster-scoped object, counted over every member cluster together:
 
     spec.namespaces      which namespaces' TrainingJobs may use it: `names`, a
                          metav1 `selector`, or both (either matching is enough).
-                         The hub has no Namespace objects, so the selector is
-                         evaluated against the one label every Kubernetes
+                         The selector is evaluated against the labels of the
+                         hub's Namespace object, plus the one every Kubernetes
                          namespace carries, `kubernetes.io/metadata.name: <ns>`
                          (NAMESPACE_NAME_LABEL); `selector: {}` selects every
                          namespace. At least one of the two is required.
@@ -117,15 +117,15 @@ class QueueResources(ApiModel):
 
 class QueueNamespaces(ApiModel):
     """The namespaces whose TrainingJobs may use the queue: listed by name, chosen by a label selector
-    over each namespace's kubernetes.io/metadata.name label, or both (either is enough)."""
+    over each Namespace's labels (kubernetes.io/metadata.name among them), or both (either is enough)."""
 
     names: list[DNSLabel] | None = Field(
         default=None, max_length=MAX_NAMESPACE_NAMES, json_schema_extra={"x-kubernetes-list-type": "set"},
         description="Namespaces by name.")
     selector: LabelSelector | None = Field(
         default=None,
-        description="Namespaces whose labels match; the hub knows one label of a namespace, "
-                    "kubernetes.io/metadata.name (its name). {} selects every namespace.")
+        description="Namespaces whose labels match (the Namespace object's labels, and "
+                    "kubernetes.io/metadata.name: its name). {} selects every namespace.")
 
 
 class QueuePreemption(ApiModel):

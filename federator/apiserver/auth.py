@@ -16,7 +16,10 @@ skipped. Roles and namespaces are groups:
                            and member pods (trainingjobs/pods), and Events
                            (core v1 and events.k8s.io)
                            there; reading MemberClusters, DrillReports,
-                           Queues (and their status) and PriorityClasses
+                           Queues (and their status) and PriorityClasses;
+                           get of its own namespaces' Namespace objects
+                           (not a list of all namespaces, as with kube
+                           RBAC; only admins create, label or delete them)
     federator:viewer       get, list and watch of everything
     ns:<namespace>         a researcher's namespace (at least one is required)
 
@@ -429,6 +432,10 @@ ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
         _rule(READ_VERBS, ["scheduling.k8s.io"], ["priorityclasses"], why="researchers may read priority classes"),
         _rule(READ_VERBS, ["", "events.k8s.io"], ["events"], scope=OWN_NAMESPACES,
               why="researchers may read events in their namespaces"),
+        # /api/v1/namespaces/<ns> is checked in the namespace <ns> itself (request_attributes), so this grants
+        # exactly the researcher's own Namespace objects; a list of every namespace stays cluster-scoped.
+        _rule(["get"], [""], ["namespaces"], scope=OWN_NAMESPACES,
+              why="researchers may read the namespaces they belong to"),
     ),
 }
 
@@ -524,6 +531,10 @@ _METHOD_VERBS: Final = {"POST": "create", "PUT": "update", "PATCH": "patch", "GE
                         "DELETE": "delete"}
 
 
+#: kube's namespaceSubresources: /api/v1/namespaces/<ns>/<one of these> is the Namespace's subresource
+_NAMESPACE_SUBRESOURCES: Final = frozenset({"status", "finalize"})
+
+
 def request_attributes(method: str, path: str, query: Mapping[str, str]) -> RequestAttributes:
     """Parse a request the way kube-apiserver's RequestInfoFactory does."""
     method = method.upper()
@@ -544,8 +555,9 @@ def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Requ
         verb, rest = "watch", rest[1:]
     namespace = ""
     if len(rest) >= 2 and rest[0] == "namespaces":
-        if len(rest) == 2:  # /namespaces/<ns> is the namespace object itself
-            resource, name, sub = "namespaces", rest[1], ""
+        if len(rest) == 2 or (len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES):
+            # /namespaces/<ns> is the namespace object itself, /namespaces/<ns>/status its subresource
+            resource, name, sub = "namespaces", rest[1], rest[2] if len(rest) == 3 else ""
             namespace = rest[1]
         else:
             namespace = rest[1]

@@ -406,6 +406,7 @@ class ObjectStorage:
         watch_cache_events: int = 1024,
         clock: Callable[[], dt.datetime] = utc_now,
         enforce_namespaces: bool | None = None,
+        autoprovision_namespaces: bool = False,
         consistent_read_timeout: float = 1.0,
     ) -> None:
         """`consistent_read_timeout`: how long a list waits for the watch
@@ -429,6 +430,8 @@ class ObjectStorage:
         if enforce_namespaces is None:
             enforce_namespaces = self._namespace_rt is not None
         self._enforce_namespaces = enforce_namespaces and self._namespace_rt is not None
+        #: kube's NamespaceAutoProvision instead of refusing a create in a missing namespace
+        self._autoprovision_namespaces = autoprovision_namespaces
         self._root = f"{store.prefix}registry/"
 
     # ------------------------------------------------------------ keys
@@ -729,13 +732,28 @@ class ObjectStorage:
 
     # ------------------------------------------------------------ create
 
-    async def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
+    async def _check_namespace(self, rt: ResourceType, namespace: str, *, dry_run: bool = False) -> None:
+        """kube's NamespaceLifecycle admission (a create in a missing namespace: 404; in a Terminating one:
+        403), or NamespaceAutoProvision (the missing namespace is created first) when the storage was built
+        with autoprovision_namespaces."""
         if not self._enforce_namespaces or not rt.namespaced:
             return
         ns_rt = self._namespace_rt
         assert ns_rt is not None
         kv = await self.store.get(self.object_key(ns_rt, None, namespace))
+        if kv is None and self._autoprovision_namespaces and _name_errors(namespace, "label", "metadata.namespace"):
+            return  # no such namespace can be made: the create's validation names metadata.namespace (422)
+        if kv is None and self._autoprovision_namespaces and not dry_run:
+            try:
+                await self.create(ns_rt, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                                  namespace=None)
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+            kv = await self.store.get(self.object_key(ns_rt, None, namespace))
         if kv is None:
+            if self._autoprovision_namespaces and dry_run:
+                return  # a dry run creates nothing; the real create would provision the namespace
             raise errors.not_found(ns_rt, namespace)
         ns = orjson.loads(kv.value)
         if Body(ns).deleting:
@@ -828,7 +846,7 @@ class ObjectStorage:
         if ns:
             # A namespace that cannot exist: 404 where namespaces are objects (kube's NamespaceLifecycle
             # admission answers first), else 422 on metadata.namespace (kube's ObjectMeta validation).
-            await self._check_namespace(rt, ns)
+            await self._check_namespace(rt, ns, dry_run=dry_run)
             ns_errors = _name_errors(ns, "label", "metadata.namespace")
             if ns_errors:
                 raise errors.invalid(rt, meta.get("name") or "", ns_errors)

@@ -64,6 +64,12 @@ def register(sub: Any) -> None:
                             "default this is; sqlite also gives the space back); a watch or paged list older than "
                             "that gets 410 Expired and re-lists; 0 keeps all history (default: 5m) "
                             "[setting compaction_interval_seconds]")
+    p.add_argument("--namespaces", default="lifecycle", choices=["lifecycle", "autoprovision"],
+                   help="a create in a namespace that does not exist: lifecycle answers 404 NotFound as kube does "
+                        "(create the Namespace first: kubectl create namespace NAME, or put it in the manifest); "
+                        "autoprovision creates the namespace first (kube's NamespaceAutoProvision, the hub's "
+                        "behaviour before it served Namespaces). A Terminating namespace refuses new objects "
+                        "either way (default: lifecycle) [setting namespaces]")
     failover = p.add_argument_group("failover (docs/failover.md)")
     failover.add_argument("--cluster-loss-grace", default="60s", metavar="DURATION",
                           help="a cluster out of contact this long, from its first failed contact, is Lost and its "

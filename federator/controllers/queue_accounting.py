@@ -84,6 +84,9 @@ class QueueObjects(Protocol):
     def quotas(self) -> dict[str, QueueQuota] | None:
         ...
 
+    def labels_of(self, namespace: str) -> dict[str, str]:
+        ...
+
 
 class QueueStatusSink(Protocol):
     """Where the Queues' statuses go (`queues.QueueStatusWriter`: written on change, coalesced)."""
@@ -187,7 +190,7 @@ class QueueAccounting:
             return None
         queue = self.queues.objects.get(gang.queue)
         namespace = job_ref(job).namespace
-        if queue is None or selects_namespace(queue, namespace):
+        if queue is None or selects_namespace(queue, namespace, self.queues.labels_of(namespace)):
             return None
         return (f"queue {gang.queue} does not select namespace {namespace} (its spec.namespaces changed after the "
                 f"job was created); the job waits until it does, or until spec.queue names a queue that does")

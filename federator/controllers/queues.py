@@ -3,7 +3,9 @@
 - `QueueCache`: every Queue of the hub store, kept by a list + watch
   (re-list after 410 Gone, capped backoff with jitter), never a LIST per
   cycle. `quotas()` gives them as placement's `QueueQuota`s (built again only
-  after a change); `objects` the stored Queues (for `selects_namespace`). A
+  after a change); `objects` the stored Queues and `labels_of(namespace)` the
+  labels of the stored Namespaces (both for `selects_namespace`, kept by a
+  second list + watch, of Namespaces). A
   Queue that cannot be read (it passed the API's validation, so only a bug
   or a hand-edited store makes one) is left out and logged once: its jobs
   then wait with QueueNotFound rather than run without a quota.
@@ -36,6 +38,7 @@ from federator.apis.views import Body
 from federator.controllers.context import HUB_API_VERSION, HubContext
 from federator.controllers.jobs import set_condition
 from federator.controllers.loops import watch_hub_kind
+from federator.hub.kinds import namespace_labels
 from federator.obs import get_logger
 from federator.placement.admission import QueueQuota, QueueUsage, QuotaAmounts, WithinQueue
 from federator.store.protocol import StoreError
@@ -96,6 +99,10 @@ class QueueCache:
         self.hub = hub
         self.rt: ResourceType | None = hub.registry.by_kind(HUB_API_VERSION, QUEUE_KIND)
         self.objects: dict[str, dict[str, Any]] = {}
+        self.ns_rt: ResourceType | None = hub.registry.get("", "v1", "namespaces")
+        #: namespace name -> its labels as a namespaceSelector sees them (hubkinds.namespace_labels)
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self._namespaces_rv = ""
         self.on_change = on_change
         self._quotas: dict[str, QueueQuota] | None = None
         self._unreadable: set[tuple[str, str]] = set()
@@ -136,8 +143,37 @@ class QueueCache:
         if self.objects.pop(name, None) is not None:
             self._changed()
 
+    def labels_of(self, namespace: str) -> dict[str, str]:
+        """The labels of `namespace` for a Queue's namespaceSelector (only its name label when not stored)."""
+        return self.namespace_labels.get(namespace) or namespace_labels(namespace)
+
+    def _apply_namespace(self, kind: str, obj: dict[str, Any]) -> None:
+        name = Body(obj).name
+        if not name:
+            return
+        labels = None if kind == "DELETED" else namespace_labels(name, obj)
+        if labels != self.namespace_labels.get(name):
+            if labels is None:
+                self.namespace_labels.pop(name, None)
+            else:
+                self.namespace_labels[name] = labels
+            self._changed()
+
+    async def _list_namespaces(self) -> str:
+        if self.ns_rt is None:
+            return ""
+        listing = await self.hub.storage.list(self.ns_rt)
+        present = set()
+        for obj in listing.items:
+            present.add(Body(obj).name)
+            self._apply_namespace("ADDED", obj)
+        for name in set(self.namespace_labels) - present:
+            self._apply_namespace("DELETED", {"metadata": {"name": name}})
+        return listing.resource_version
+
     async def list(self) -> str:
         """Fill the cache from a LIST; the resourceVersion to watch from ("" when the hub serves no Queues)."""
+        self._namespaces_rv = await self._list_namespaces()
         if self.rt is None:
             return ""
         listing = await self.hub.storage.list(self.rt)
@@ -160,8 +196,13 @@ class QueueCache:
         if self.rt is None:
             _log.info("the hub serves no Queue kind: placement runs without quotas")
             return
-        await watch_hub_kind(self.hub, self.rt, relist=self.list, apply=self._apply, log=_log,
-                             resource_version=resource_version)
+        watches = [watch_hub_kind(self.hub, self.rt, relist=self.list, apply=self._apply, log=_log,
+                                  resource_version=resource_version)]
+        if self.ns_rt is not None:
+            watches.append(watch_hub_kind(self.hub, self.ns_rt, relist=self._list_namespaces,
+                                          apply=self._apply_namespace, log=_log,
+                                          resource_version=self._namespaces_rv or None))
+        await asyncio.gather(*watches)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

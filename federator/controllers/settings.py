@@ -46,6 +46,8 @@ __all__ = [
     "Knob",
     "MemberLeaseSettings",
     "MemberSyncSettings",
+    "NAMESPACE_MODES",
+    "NamespaceSettings",
     "PlacementSettings",
     "QueueSettings",
     "SettingsError",
@@ -380,6 +382,37 @@ class EventSettings:
         return self.gc_interval_seconds if self.gc_interval_seconds is not None else min(60.0, self.ttl_seconds / 10)
 
 
+#: `NamespaceSettings.mode` values: kube's NamespaceLifecycle, or NamespaceAutoProvision (today's behaviour before
+#: the hub served Namespaces: a job in any namespace is accepted)
+NAMESPACE_MODES: Final = ("lifecycle", "autoprovision")
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSettings:
+    """Namespaces (apiserver/namespaces.py, controllers/namespaces.py): what a create in a namespace that does
+    not exist gets, and how the namespace controller retries a Terminating namespace that is not empty yet."""
+
+    mode: str = _knob(
+        "lifecycle", key="namespaces", kind="text", unit="lifecycle | autoprovision", low=None, flag="--namespaces",
+        doc="lifecycle: a create in a namespace that does not exist is 404 NotFound, in a Terminating one 403 "
+            "(kube's NamespaceLifecycle); autoprovision: the missing namespace is created first "
+            "(kube's NamespaceAutoProvision)")
+    retry_seconds: float = _positive(
+        0.5, key="namespace_retry_seconds",
+        doc="first wait (doubling, at most 10 s) before the namespace controller looks again at a Terminating "
+            "namespace whose objects are not all gone")
+
+    def __post_init__(self) -> None:
+        _check(self)
+        if self.mode not in NAMESPACE_MODES:
+            raise SettingsError(f"namespaces (NamespaceSettings.mode): expected one of {', '.join(NAMESPACE_MODES)}, "
+                                f"got {self.mode!r}")
+
+    @property
+    def autoprovision(self) -> bool:
+        return self.mode == "autoprovision"
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionSettings:
     """Hub store compaction (store/compaction.py, run by the leader)."""
@@ -442,6 +475,7 @@ class HubSettings:
     queues: QueueSettings = field(default_factory=QueueSettings)
     events: EventSettings = field(default_factory=EventSettings)
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    namespaces: NamespaceSettings = field(default_factory=NamespaceSettings)
     validation: ValidationSettings = field(default_factory=ValidationSettings)
 
     def __post_init__(self) -> None:
@@ -501,6 +535,7 @@ _CONCERNS: Final[Mapping[str, type]] = {
     "queues": QueueSettings,
     "events": EventSettings,
     "compaction": CompactionSettings,
+    "namespaces": NamespaceSettings,
     "validation": ValidationSettings,
 }
 

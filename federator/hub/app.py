@@ -68,6 +68,7 @@ from federator.apiserver.auth import (
     principal_roles,
 )
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES, ApiError, bad_request, not_found, service_unavailable
+from federator.apiserver.namespaces import SYSTEM_NAMESPACES, ensure_namespaces
 from federator.apiserver.podlog import parse_log_options, serve_log
 from federator.apiserver.registry import JSONObject
 from federator.apiserver.reviews import review_resources
@@ -153,6 +154,9 @@ def hub_controllers() -> list[ControllerFactory]:
     controllers.append(cluster_drain)
     from federator.controllers.cleanup import member_cleanup
     controllers.append(member_cleanup)
+    # after cleanup: a Terminating namespace's jobs go through their member-cleanup finalizer
+    from federator.controllers.namespaces import namespace_lifecycle
+    controllers.append(namespace_lifecycle)
     controllers.append(store_compaction)
     return controllers
 
@@ -384,7 +388,7 @@ def build_hub_app(
     slot = _StoreSlot(HUB_STORE_PREFIX)
     registry = hub_registry(settings.validation, job_finalizers=job_finalizers,
                             source_finalizers=source_finalizers)
-    storage = ObjectStorage(slot, registry)
+    storage = ObjectStorage(slot, registry, autoprovision_namespaces=settings.namespaces.autoprovision)
     context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics)
     state = HubState(context=context, store_url=store_url, base=context)
     app = build_api_app(
@@ -451,6 +455,10 @@ def build_hub_app(
     async def api_ctx(app_: web.Application) -> AsyncIterator[None]:
         await storage.start()
         try:
+            try:  # as kube-apiserver does at start; the namespace controller makes sure again each term
+                await ensure_namespaces(storage, SYSTEM_NAMESPACES)
+            except StoreError as e:
+                _log.warning("could not create the system namespaces yet (store unavailable)", error=str(e))
             if clusters_dir is not None:
                 state.registrations = await apply_registrations(storage, clusters_dir)
             yield
@@ -913,6 +921,7 @@ def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
         "mass_loss_threshold": number("--mass-loss-threshold", "mass_loss_threshold", "0.5", low=0.0, high=1.0),
         "failover_rate": number("--failover-rate", "failover_rate", "20", low=0.01, high=100_000.0),
         "compaction_interval_seconds": compaction_interval_flag(args),
+        "namespaces": getattr(args, "namespaces", None) or "lifecycle",
     }
 
 
@@ -1104,6 +1113,7 @@ def _print_next_steps(url: str, kubeconfigs: dict[str, Path]) -> None:
             "  kubectl get mc                                 # registered member clusters",
         ]
         if example is not None:
+            lines.append("  kubectl create namespace vision                # a job's namespace must exist, as in kube")
             lines.append(f"  {federator} submit -f {example}    # the example job (namespace vision)")
         lines.append(f"  {federator} get jobs -A -w                       # watch jobs")
     lines.append("Ctrl-C stops the hub.")

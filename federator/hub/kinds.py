@@ -93,6 +93,7 @@ from federator.apiserver import errors
 from federator.apiserver.errors import ApiError
 from federator.apiserver.events import event_types
 from federator.apiserver.fieldvalidation import schema_unknown_fields
+from federator.apiserver.namespaces import NAMESPACES
 from federator.apiserver.registry import JSONObject, Registry, ResourceType, TableColumn
 from federator.apiserver.selectors import SelectorError, selector_from_dict
 from federator.apiserver.storage import ObjectStorage
@@ -158,16 +159,24 @@ def _add_finalizers(finalizers: Sequence[str]) -> Callable[[JSONObject], None]:
 # --------------------------------------------------------------------------- queues and priority (admission)
 
 
-def namespace_labels(namespace: str) -> dict[str, str]:
-    """The labels of a namespace as far as the hub knows them: the hub has no Namespace objects, and
-    every Kubernetes namespace carries kubernetes.io/metadata.name = its name."""
-    return {queue.NAMESPACE_NAME_LABEL: namespace}
+def namespace_labels(namespace: str, namespace_obj: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The labels a namespaceSelector sees of `namespace`: those of its stored Namespace object (when
+    given), plus kubernetes.io/metadata.name = its name, which kube puts on every namespace."""
+    labels: dict[str, str] = {}
+    meta = namespace_obj.get("metadata") if namespace_obj is not None else None
+    stored = meta.get("labels") if isinstance(meta, Mapping) else None
+    if isinstance(stored, Mapping):
+        labels.update((k, v) for k, v in stored.items() if isinstance(k, str) and isinstance(v, str))
+    labels[queue.NAMESPACE_NAME_LABEL] = namespace
+    return labels
 
 
-def selects_namespace(queue_obj: Mapping[str, Any], namespace: str) -> bool:
+def selects_namespace(queue_obj: Mapping[str, Any], namespace: str,
+                      labels: Mapping[str, str] | None = None) -> bool:
     """Whether a stored Queue takes the TrainingJobs of `namespace`: it lists the namespace in
-    spec.namespaces.names, or its spec.namespaces.selector matches `namespace_labels(namespace)`
-    (`selector: {}` matches every namespace). A malformed Queue selects nothing."""
+    spec.namespaces.names, or its spec.namespaces.selector matches the namespace's `labels`
+    (`namespace_labels`; by default only its name label) (`selector: {}` matches every namespace).
+    A malformed Queue selects nothing."""
     spec = queue_obj.get("spec")
     chosen = spec.get("namespaces") if isinstance(spec, Mapping) else None
     if not isinstance(chosen, Mapping):
@@ -179,7 +188,7 @@ def selects_namespace(queue_obj: Mapping[str, Any], namespace: str) -> bool:
     if not isinstance(selector, Mapping):
         return False
     try:
-        return selector_from_dict(selector).matches(namespace_labels(namespace))
+        return selector_from_dict(selector).matches(labels if labels is not None else namespace_labels(namespace))
     except SelectorError:
         return False
 
@@ -192,12 +201,13 @@ def _object_name(obj: Mapping[str, Any]) -> str:
     return Body(obj).name
 
 
-def queue_for_namespace(queues: Iterable[Mapping[str, Any]], namespace: str) -> str | None:
+def queue_for_namespace(queues: Iterable[Mapping[str, Any]], namespace: str,
+                        labels: Mapping[str, str] | None = None) -> str | None:
     """The name of `namespace`'s default Queue among stored Queues: one with spec.default that selects
     the namespace. Should several, the newest wins (creationTimestamp, then the name that sorts first),
     as kube picks the newest default StorageClass since v1.26; None when there is none."""
     candidates = [q for q in queues if isinstance(q.get("spec"), Mapping) and q["spec"].get("default") is True
-                  and _object_name(q) and selects_namespace(q, namespace)]
+                  and _object_name(q) and selects_namespace(q, namespace, labels)]
     if not candidates:
         return None
     newest = max(_created(q) for q in candidates)
@@ -217,6 +227,19 @@ async def _list_kind(storage: ObjectStorage, group: str, version: str, plural: s
     """Every stored object of a kind the storage serves (a consistent list), [] if it serves none."""
     rt = storage.registry.get(group, version, plural)
     return (await storage.list(rt)).items if rt is not None else []
+
+
+async def _stored_namespace(storage: ObjectStorage, namespace: str) -> JSONObject | None:
+    """The stored Namespace `namespace`, or None (none stored; the storage serves no Namespaces)."""
+    rt = storage.registry.get("", "v1", NAMESPACES.plural)
+    if rt is None:
+        return None
+    try:
+        return await storage.get(rt, namespace=None, name=namespace)
+    except ApiError as e:
+        if e.code == 404:
+            return None
+        raise
 
 
 def _shown(text: str) -> str:
@@ -250,13 +273,14 @@ async def _admit_trainingjob(storage: ObjectStorage, job: JSONObject) -> None:
     if wanted and dns1123_label_errors(wanted):
         return
     queues = await _list_kind(storage, HUB_GROUP, HUB_VERSION, queue.PLURAL)
+    labels = namespace_labels(namespace, await _stored_namespace(storage, namespace))
     if wanted:
         named = next((q for q in queues if _object_name(q) == wanted), None)
-        if named is not None and not selects_namespace(named, namespace):
+        if named is not None and not selects_namespace(named, namespace, labels):
             raise _refuse(rt, job, "spec.queue", f"Queue {wanted} does not take jobs from namespace {namespace} "
                                                  "(see its spec.namespaces)")
         return
-    default = queue_for_namespace(queues, namespace)
+    default = queue_for_namespace(queues, namespace, labels)
     if default is not None:
         spec["queue"] = default
 
@@ -516,4 +540,4 @@ def hub_registry(
     return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
                      drillreport_type(validation), queue_type(validation), priorityclass_type(validation),
                      *(jobkind_type(kind, validation, source_finalizers=source_finalizers) for kind in JOB_KINDS),
-                     *event_types()])
+                     NAMESPACES, *event_types()])

@@ -39,8 +39,10 @@ from aiohttp import web
 from federator.apis.views import Body
 from federator.apiserver import errors
 from federator.apiserver.app import Subresource, SubresourceRequest, VerbOnlyResource, decode_body, json_response
+from federator.apiserver.clientschema import client_schema_errors, client_unknown_fields, with_client_schema
 from federator.apiserver.errors import ApiError, FieldError, as_field_error
 from federator.apiserver.events import core_event_type, validate_event
+from federator.apiserver.namespaces import NAMESPACES as NAMESPACES  # served here; tests reach it as kinds.NAMESPACES
 from federator.apiserver.registry import (
     JSONObject,
     Registry,
@@ -76,100 +78,7 @@ def _now() -> str:
     return format_time(dt.datetime.now(dt.UTC))
 
 
-# ---------------------------------------------------------------- the official client's models as schema
-#
-# Whatever the simulator serves must deserialize in the official Python
-# client, whose models (pydantic, strict types) are the most faithful schema
-# at hand: built-in kinds are checked against them. Imported on first use
-# (the package is large).
-
-_CLIENT_MODELS: dict[str, Any] = {}
-_PYDANTIC_TEXT = {
-    "string_type": "must be a string",
-    "int_type": "must be an integer",
-    "int_parsing": "must be an integer",
-    "int_from_float": "must be an integer",
-    "bool_type": "must be a boolean",
-    "bool_parsing": "must be a boolean",
-    "float_type": "must be a number",
-    "dict_type": "must be an object",
-    "model_type": "must be an object",
-    "model_attributes_type": "must be an object",
-    "list_type": "must be a list",
-    "datetime_type": "must be an RFC 3339 timestamp",
-    "datetime_parsing": "must be an RFC 3339 timestamp",
-    "datetime_from_date_parsing": "must be an RFC 3339 timestamp",
-}
-
-
-def _client_model(name: str) -> Any:
-    model = _CLIENT_MODELS.get(name)
-    if model is None:
-        import kubernetes.client.models as models
-
-        model = _CLIENT_MODELS[name] = getattr(models, name)
-    return model
-
-
-def _model_problems(obj: JSONObject, model_name: str) -> list[dict[str, Any]]:
-    from pydantic import ValidationError
-
-    try:
-        _client_model(model_name).model_validate(obj, by_alias=True, by_name=False)
-    except ValidationError as e:
-        return [dict(err) for err in e.errors(include_url=False)]
-    return []
-
-
-def _loc_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def client_schema_errors(obj: JSONObject, model_name: str) -> list[FieldError]:
-    """Type errors and missing required fields, as the official client sees
-    them (unknown fields are fieldValidation's business, see unknown_fields)."""
-    out: list[FieldError] = []
-    for err in _model_problems(obj, model_name):
-        kind = err.get("type", "")
-        if kind == "extra_forbidden":
-            continue
-        path = _loc_path(tuple(err.get("loc") or ()))
-        if kind == "missing":
-            out.append(FieldError.required(path))
-        else:
-            detail = _PYDANTIC_TEXT.get(kind, str(err.get("msg", "is not valid")))
-            out.append(FieldError("" + path, "FieldValueTypeInvalid", detail, err.get("input"), True))
-    return out
-
-
-def client_unknown_fields(model_name: str) -> Callable[[JSONObject], list[tuple[str | int, ...]]]:
-    def unknown(obj: JSONObject) -> list[tuple[str | int, ...]]:
-        return [tuple(err.get("loc") or ()) for err in _model_problems(obj, model_name)
-                if err.get("type") == "extra_forbidden"]
-
-    return unknown
-
-
-def _with_client_schema(
-    model_name: str, validate: Callable[[JSONObject], list[FieldError]]
-) -> Callable[[JSONObject], list[FieldError]]:
-    """Our semantic checks first; the client model's type checks for fields
-    those did not already report."""
-
-    def check(obj: JSONObject) -> list[FieldError]:
-        errs = validate(obj)
-        seen = {e.field for e in errs}
-        for e in client_schema_errors(obj, model_name):
-            if e.field not in seen and not any(e.field.startswith(s + ".") or e.field.startswith(s + "[")
-                                               for s in seen):
-                errs.append(e)
-        return errs
-
-    return check
-
+# The official client's models as schema: federator.apiserver.clientschema.
 
 def _quantity_strings(resources: Any) -> None:
     """kube accepts JSON numbers for quantities and serves strings; so do we."""
@@ -292,81 +201,7 @@ class _Checker:
                 self.string(c.get(f), f"{p}.{f}")
 
 
-# ---------------------------------------------------------------- Namespace
-
-
-def _namespace_defaults(ns: JSONObject) -> None:
-    spec = ns.get("spec")
-    if not isinstance(spec, dict):
-        spec = ns["spec"] = {}
-    spec.setdefault("finalizers", ["kubernetes"])
-    status = ns.get("status")
-    if not isinstance(status, dict):
-        status = ns["status"] = {}
-    terminating = Body(ns).deleting
-    status["phase"] = "Terminating" if terminating else status.get("phase") or "Active"
-
-
-def _validate_namespace(ns: JSONObject) -> list[FieldError]:
-    c = _Checker()
-    spec = c.object_at(ns.get("spec"), "spec")
-    if spec is not None:
-        fins = c.list_at(spec.get("finalizers"), "spec.finalizers")
-        for i, f in enumerate(fins or []):
-            c.string(f, f"spec.finalizers[{i}]", required=True)
-    status = c.object_at(ns.get("status"), "status")
-    if status is not None:
-        c.one_of(status.get("phase"), "status.phase", ("Active", "Terminating"))
-    return c.errors
-
-
-def namespace_grace_period(ns: JSONObject, requested: int | None) -> int:
-    """A namespace with spec.finalizers (the "kubernetes" one by default)
-    only turns Terminating; the simulator's namespace controller empties it,
-    finalizes it (subresource "finalize") and then deletes it."""
-    return 1 if (ns.get("spec") or {}).get("finalizers") else 0
-
-
-def _namespace_finalize(proposed: JSONObject, stored: JSONObject) -> JSONObject:
-    """namespaces/finalize: only spec.finalizers changes."""
-    spec = stored.setdefault("spec", {})
-    fins = (proposed.get("spec") or {}).get("finalizers")
-    spec["finalizers"] = fins if isinstance(fins, list) else []
-    return stored
-
-
-def _validate_namespace_update(new: JSONObject, old: JSONObject) -> list[FieldError]:
-    new_f = (new.get("spec") or {}).get("finalizers")
-    old_f = (old.get("spec") or {}).get("finalizers")
-    if new_f != old_f:
-        return [FieldError.forbidden("spec.finalizers", "may only be changed through the finalize subresource")]
-    return []
-
-
-NAMESPACES = ResourceType(
-    group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
-    short_names=("ns",), verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-    name_format="label", defaults=_namespace_defaults,
-    validate=_with_client_schema("V1Namespace", _validate_namespace),
-    unknown_fields=client_unknown_fields("V1Namespace"),
-    validate_update=_validate_namespace_update, graceful_delete=namespace_grace_period,
-    subresource_strategies={"finalize": _namespace_finalize},
-    columns=(TableColumn("Status", jsonpath_cell("status", "phase"),
-                         description="The status of the namespace"),),
-    strategic_merge={
-        "metadata.finalizers": SMPListStrategy(None),
-        "metadata.ownerReferences": SMPListStrategy("uid"),
-        "status.conditions": SMPListStrategy("type"),
-    },
-    openapi_schema={"properties": {
-        "spec": {"type": "object", "description": "Spec defines the behavior of the Namespace.",
-                 "properties": {"finalizers": {"type": "array", "items": {"type": "string"},
-                                               "description": "Finalizers is an opaque list of values that must be empty to permanently remove object from storage."}}},
-        "status": {"type": "object", "description": "Status describes the current status of a Namespace.",
-                   "properties": {"phase": {"type": "string", "description": "Phase is the current lifecycle phase of the namespace."}}},
-    }},
-    description="Namespace provides a scope for Names. Use of multiple namespaces is optional.",
-)
+# ---------------------------------------------------------------- Namespace: federator.apiserver.namespaces
 
 
 # ---------------------------------------------------------------- Node
@@ -462,7 +297,7 @@ NODES = ResourceType(
     short_names=("no",), reset_status_on_create=False,
     # kube's NodeToSelectableFields: strconv.FormatBool(node.Spec.Unschedulable), so an absent field is "false"
     field_selectors={"spec.unschedulable": lambda obj: _node_unschedulable(obj) or "false"},
-    defaults=_node_defaults, validate=_with_client_schema("V1Node", _validate_node),
+    defaults=_node_defaults, validate=with_client_schema("V1Node", _validate_node),
     unknown_fields=client_unknown_fields("V1Node"),
     columns=(
         TableColumn("Status", _node_status_cell, description="The status of the node"),
@@ -947,7 +782,7 @@ PODS = ResourceType(
         "status.nominatedNodeName": path_getter("status.nominatedNodeName"),
     },
     subresource_strategies={"binding": _pod_bind_strategy},
-    defaults=_pod_defaults, validate=_with_client_schema("V1Pod", _validate_pod),
+    defaults=_pod_defaults, validate=with_client_schema("V1Pod", _validate_pod),
     admit_create=admit_pod_priority, prepare_update=_keep_pod_priority,
     validate_update=_validate_pod_update, unknown_fields=client_unknown_fields("V1Pod"),
     columns=(
@@ -1162,7 +997,7 @@ def _service_external_ip_cell(svc: JSONObject) -> str:
 SERVICES = ResourceType(
     group="", version="v1", kind="Service", plural="services", singular="service", namespaced=True,
     short_names=("svc",), categories=("all",), name_format="label", return_deleted_object=True,
-    defaults=_service_defaults, validate=_with_client_schema("V1Service", _validate_service),
+    defaults=_service_defaults, validate=with_client_schema("V1Service", _validate_service),
     unknown_fields=client_unknown_fields("V1Service"), validate_update=_validate_service_update,
     prepare_update=_keep_service_allocations,
     field_selectors={"spec.clusterIP": path_getter("spec.clusterIP"), "spec.type": path_getter("spec.type")},
@@ -1274,7 +1109,7 @@ def _validate_config_map_update(new: JSONObject, old: JSONObject) -> list[FieldE
 
 CONFIG_MAPS = ResourceType(
     group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
-    short_names=("cm",), status_subresource=False, validate=_with_client_schema("V1ConfigMap", _validate_config_map),
+    short_names=("cm",), status_subresource=False, validate=with_client_schema("V1ConfigMap", _validate_config_map),
     unknown_fields=client_unknown_fields("V1ConfigMap"), validate_update=_validate_config_map_update,
     columns=(
         TableColumn("Data", lambda cm: len(cm.get("data") or {}) + len(cm.get("binaryData") or {}), type="integer",
@@ -1303,7 +1138,7 @@ CONFIG_MAPS = ResourceType(
 #: selectors, Table columns, OpenAPI), also checked against the official client's model like every
 #: simulated kind.
 EVENTS = dataclasses.replace(
-    core_event_type(), validate=_with_client_schema("CoreV1Event", validate_event),
+    core_event_type(), validate=with_client_schema("CoreV1Event", validate_event),
     unknown_fields=client_unknown_fields("CoreV1Event"), strategic_merge=dict(_OBJECT_META_SMP),
 )
 

@@ -70,6 +70,7 @@ from aiohttp import web
 from federator.apiserver.app import ApiServerState, Principal, api_state, build_api_app, json_response
 from federator.apiserver.auth import RequestAttributes, auth_middleware
 from federator.apiserver.errors import ApiError
+from federator.apiserver.namespaces import ensure_namespaces
 from federator.apiserver.registry import Registry
 from federator.apiserver.serving import api_runner
 from federator.apiserver.storage import ObjectStorage
@@ -409,15 +410,8 @@ class SimCluster:
                 raise failures[0]
 
     async def _seed(self) -> None:
-        ns_rt = kinds.NAMESPACES
         policy_namespaces = self.rbac.namespaces if self.rbac is not None else ()
-        for ns in dict.fromkeys((*SYSTEM_NAMESPACES, *policy_namespaces)):
-            try:
-                await self.storage.create(ns_rt, {"apiVersion": "v1", "kind": "Namespace",
-                                                  "metadata": {"name": ns}}, namespace=None)
-            except ApiError as e:
-                if e.code != 409:
-                    raise
+        await ensure_namespaces(self.storage, (*SYSTEM_NAMESPACES, *policy_namespaces))
         for node in initial_nodes(self.profile):
             try:
                 await self.storage.create(kinds.NODES, node, namespace=None)

@@ -48,7 +48,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 @pytest.fixture
 async def storage(store: Store) -> AsyncIterator[ObjectStorage]:
-    st = ObjectStorage(store, hub_registry())
+    st = ObjectStorage(store, hub_registry(), autoprovision_namespaces=True)  # events in namespaces nobody made
     await st.start()
     try:
         yield st

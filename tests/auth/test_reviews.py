@@ -77,6 +77,13 @@ async def _cells(hub: RunningHub) -> list[Cell]:
                     path = prefix if collection else f"{prefix}/x" + (f"/{sub}" if sub else "")
                     if verb == "watch":
                         path += "?watch=1"
+                    if (group, plural) == ("", "namespaces") and not collection:
+                        # a Namespace is authorized in itself (kube's RequestInfo: /api/v1/namespaces/x is
+                        # in namespace x), so ask about the researcher's own one and another
+                        for name in ("default", "team-b"):
+                            named = f"{prefix}/{name}" + (f"/{sub}" if sub else "")
+                            cells.append(Cell(verb, group, plural, sub, name, METHOD_OF[verb], named))
+                        continue
                     cells.append(Cell(verb, group, plural, sub, ns, METHOD_OF[verb], path))
     for path, verb in (("/metrics", "get"), ("/version", "get"), ("/apis", "get"), ("/openapi/v3", "get"),
                        ("/debug/pprof", "get"), ("/apis", "post")):
@@ -122,7 +129,8 @@ def _access_review(cell: Cell) -> dict[str, Any]:
                 "spec": {"nonResourceAttributes": {"path": cell.path, "verb": cell.verb}}}
     attributes = {"verb": cell.verb, "group": cell.group, "resource": cell.resource,
                   "subresource": cell.subresource, "namespace": cell.namespace,
-                  "name": "" if cell.path.split("?")[0].endswith(cell.resource) else "x"}
+                  "name": "" if cell.path.split("?")[0].endswith(cell.resource)
+                  else cell.namespace if cell.resource == "namespaces" else "x"}
     return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": attributes}}
 

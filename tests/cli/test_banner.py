@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from federator.controllers.settings import HubSettings, NamespaceSettings
 from federator.hub.app import _print_next_steps, example_job_path, federator_command
 
 from ..hub.hubtest_support import ROOT, jobs_url, start_hub
@@ -48,7 +49,9 @@ async def _shell(line: str, *, cwd: Path, kubeconfig: Path, until: str | None = 
 
 async def test_the_banner_commands_work_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    async with start_hub(tmp_path / "hub") as hub:
+    # as `federator up` runs: a job's namespace must exist (the banner says to create it)
+    settings = HubSettings(state_dir=tmp_path / "hub" / "state", namespaces=NamespaceSettings(mode="lifecycle"))
+    async with start_hub(tmp_path / "hub", settings=settings) as hub:
         monkeypatch.chdir(ROOT)  # where `make run` starts the hub
         _print_next_steps(hub.url, {"admin": hub.kubeconfigs["admin"], "researcher": hub.kubeconfigs["researcher"]})
         printed = capsys.readouterr().out
@@ -56,6 +59,10 @@ async def test_the_banner_commands_work_as_printed(tmp_path: Path, monkeypatch: 
         assert federator in ("federator", ".venv/bin/federator") or Path(federator.split()[0]).is_absolute(), federator
         submit, watch = _commands(printed, federator)
         assert submit.startswith(f"{federator} submit -f examples/resnet-ps.yaml")
+        (create_ns,) = [line.strip().split("#")[0] for line in printed.splitlines()
+                        if line.strip().startswith("kubectl create namespace")]
+        code, out = await _shell(create_ns, cwd=ROOT, kubeconfig=hub.kubeconfigs["admin"])
+        assert code == 0 and "namespace/vision created" in out, out
         code, out = await _shell(submit, cwd=ROOT, kubeconfig=hub.kubeconfigs["admin"])
         assert code == 0 and "trainingjob.federator.dev/resnet-ps created" in out, out
         code, out = await _shell(watch, cwd=ROOT, kubeconfig=hub.kubeconfigs["admin"], until="resnet-ps")

@@ -145,7 +145,7 @@ class Hub:
     def __init__(self, store: Store, *, metrics: Metrics | None = None, **settings: Any) -> None:
         self.store = store
         self.registry = hub_registry()
-        self.storage = ObjectStorage(store, self.registry)
+        self.storage = ObjectStorage(store, self.registry, autoprovision_namespaces=True)
         merged: dict[str, Any] = {**FAST_SETTINGS, **settings}
         self.metrics = metrics or Metrics()
         self.ctx = HubContext(store=store, storage=self.storage, registry=self.registry,

@@ -136,6 +136,8 @@ def fast_settings(state_dir: Path, **more: Any) -> HubSettings:
         "member_request_timeout_seconds": 5.0,
         "dispatch_backoff_initial_seconds": 0.2, "dispatch_backoff_max_seconds": 1.0,
         "placement_tick_seconds": 0.2, "placement_unplaced_refresh_seconds": 0.5,
+        # jobs go into namespaces nobody created (tests/controllers/test_namespaces.py covers lifecycle)
+        "namespaces": "autoprovision",
     }
     knobs.update(more)
     return HubSettings.from_mapping({"state_dir": state_dir, **knobs})
@@ -389,7 +391,8 @@ class HubProcess:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "federator.cli", "up", "--store", self.store_url,
                 "--state-dir", str(self.state_dir), "--listen", "127.0.0.1:0",
-                "--clusters", str(self.clusters_dir), "--log-level", "info", *self.extra_args,
+                "--clusters", str(self.clusters_dir), "--log-level", "info", "--namespaces", "autoprovision",
+                *self.extra_args,
                 cwd=str(ROOT), env=env, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink,
             )
 

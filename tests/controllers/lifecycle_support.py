@@ -134,15 +134,17 @@ class Env:
 @contextlib.asynccontextmanager
 async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float | None = 2.0,
                         profile_overrides: dict[str, dict[str, Any]] | None = None,
-                        federation: RunningFederation | None = None, **extra: Any) -> AsyncIterator[Env]:
-    """`federation` (not started) replaces the default RunningFederation(tmp_path / "members", run_seconds)."""
+                        federation: RunningFederation | None = None,
+                        controllers: Sequence[ControllerFactory] = LIFECYCLE, **extra: Any) -> AsyncIterator[Env]:
+    """`federation` (not started) replaces the default RunningFederation(tmp_path / "members", run_seconds);
+    `controllers` the hub's controllers (LIFECYCLE)."""
     fed = federation or RunningFederation(tmp_path / "members", run_seconds=run_seconds)
     await fed.start(names, **(profile_overrides or {}))
     knobs: dict[str, Any] = {"lifecycle_tick_seconds": 0.1, "member_gc_interval_seconds": 0.5,
                              "stuck_timeout_seconds": 30.0, "cleanup_grace_seconds": 30.0}
     knobs.update(extra)
     try:
-        async with start_hub(tmp_path / "hub", controllers=LIFECYCLE, job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
+        async with start_hub(tmp_path / "hub", controllers=controllers, job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
                              settings=fast_settings(tmp_path / "hub" / "state", **knobs)) as hub:
             api = await HubApi.connect(hub.kubeconfigs["admin"])
             try:

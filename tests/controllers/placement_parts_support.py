@@ -232,9 +232,14 @@ class Queues:
 
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     quota: dict[str, QueueQuota] | None = None
+    #: namespace -> the labels of its stored Namespace (none stored: only the name label)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def quotas(self) -> dict[str, QueueQuota] | None:
         return self.quota
+
+    def labels_of(self, namespace: str) -> dict[str, str]:
+        return {**self.namespace_labels.get(namespace, {}), "kubernetes.io/metadata.name": namespace}
 
 
 @dataclass

@@ -81,6 +81,17 @@ def test_a_queue_that_no_longer_selects_the_namespace_refuses_the_job() -> None:
     assert parts.accounting.queue_refuses(gang_of(parts, "uid-a"), job) is None
 
 
+def test_a_queue_selects_the_namespace_by_the_namespace_objects_labels() -> None:
+    job = training_job("a", namespace="team", queue="vision")
+    selecting = queue_object("vision", [])
+    selecting["spec"]["namespaces"] = {"selector": {"matchLabels": {"org": "vision"}}}
+    parts = Parts(job, queues=Queues(objects={"vision": selecting}))
+    refused = parts.accounting.queue_refuses(gang_of(parts, "uid-a"), job)
+    assert refused is not None and "does not select namespace team" in refused
+    parts.queues.namespace_labels["team"] = {"org": "vision"}  # kubectl label ns team org=vision
+    assert parts.accounting.queue_refuses(gang_of(parts, "uid-a"), job) is None
+
+
 def test_a_running_gang_holds_its_reservation_until_its_pods_show() -> None:
     job = training_job("a", phase="Placed", cluster="c1", epoch=2, workers=2, queue="vision", priority=5,
                        placed_at=T0 - 30)

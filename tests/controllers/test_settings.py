@@ -114,11 +114,21 @@ def _changed(knob: Knob) -> Any:
         return "2" if knob.key == "max_cpu_per_pod" else "1Ti"
     if knob.unit == "fraction":
         return 0.25
+    if knob.key == "namespaces":
+        return "autoprovision"
     if default is None:
         return 7.5
     if isinstance(default, int):
         return default + 1
     return default + 1.5
+
+
+@pytest.mark.parametrize("value", ["", "Lifecycle", "auto", 1, None])
+def test_the_namespace_mode_is_one_of_two(value: Any) -> None:
+    with pytest.raises(SettingsError, match="namespaces"):
+        HubSettings.from_mapping({"namespaces": value})
+    assert HubSettings().namespaces.mode == "lifecycle" and not HubSettings().namespaces.autoprovision
+    assert HubSettings.from_mapping({"namespaces": "autoprovision"}).namespaces.autoprovision
 
 
 @pytest.mark.parametrize("knob", list(knobs()), ids=lambda k: k.key)

@@ -37,6 +37,7 @@ from federator.apiserver.auth import TokenAuthenticator
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES
 from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
 from federator.controllers.context import ControllerFactory, HubContext, HubSettings
+from federator.controllers.settings import NamespaceSettings
 from federator.dev.certs import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
 from federator.hub.app import HubState, build_hub_app, hub_state
 from federator.obs import Metrics, get_logger
@@ -158,7 +159,8 @@ async def start_hub(
     token_file.chmod(0o600)
     metrics = Metrics()
     app = build_hub_app(
-        settings or HubSettings(state_dir=directory / "state"),
+        # jobs go into namespaces nobody created; tests of the lifecycle pass settings of their own
+        settings or HubSettings(state_dir=directory / "state", namespaces=NamespaceSettings(mode="autoprovision")),
         store_url=store_url or f"sqlite://{directory / 'hub.db'}",
         controllers=controllers,
         authenticator=TokenAuthenticator.from_file(token_file, logger=get_logger("hub.auth")),

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from federator.apis.jobkinds import JOB_KINDS
+from federator.controllers.settings import HubSettings, NamespaceSettings
 
 from .hubtest_support import RunningHub, start_hub
 
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.kubectl
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FILES = sorted(EXAMPLES.rglob("*.yaml"))
 PLURALS = {"TrainingJob": "trainingjobs", "Queue": "queues", "PriorityClass": "priorityclasses",
-           **{kind.kind: kind.plural for kind in JOB_KINDS}}
+           "Namespace": "namespaces", **{kind.kind: kind.plural for kind in JOB_KINDS}}
+NAMESPACES_FILE = EXAMPLES / "00-namespaces.yaml"
 FRAMEWORK_EXAMPLES = {
     "pytorch-ddp/pytorch-ddp.yaml": ("pytorch", {"worker"}),
     "tensorflow-ps.yaml": ("tensorflow", {"ps", "chief", "worker"}),
@@ -37,13 +39,25 @@ def documents(path: Path) -> list[dict[str, Any]]:
 def url(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
     where = f"namespaces/{meta['namespace']}/" if "namespace" in meta else ""
-    return f"/apis/{obj['apiVersion']}/{where}{PLURALS[obj['kind']]}/{meta['name']}"
+    root = "/api" if obj["apiVersion"] == "v1" else "/apis"
+    return f"{root}/{obj['apiVersion']}/{where}{PLURALS[obj['kind']]}/{meta['name']}"
 
 
 @pytest.fixture
 async def hub(tmp_path: Path) -> AsyncIterator[RunningHub]:
-    async with start_hub(tmp_path / "hub") as running:
+    """A hub as `federator up` runs it: a job in a namespace that does not exist is refused (404)."""
+    settings = HubSettings(state_dir=tmp_path / "hub" / "state", namespaces=NamespaceSettings(mode="lifecycle"))
+    async with start_hub(tmp_path / "hub", settings=settings) as running:
         yield running
+
+
+def test_every_namespace_the_examples_use_is_in_the_examples() -> None:
+    """`kubectl apply -R -f examples/` on a fresh hub needs each namespace the jobs name (other than
+    `default`) created first: 00-namespaces.yaml holds them and sorts first."""
+    declared = {doc["metadata"]["name"] for doc in documents(NAMESPACES_FILE) if doc["kind"] == "Namespace"}
+    used = {doc["metadata"].get("namespace") for path in FILES for doc in documents(path)} - {None, "default"}
+    assert used <= declared, used - declared
+    assert FILES[0] == NAMESPACES_FILE
 
 
 def test_the_framework_examples_are_among_the_applied_files() -> None:
@@ -76,16 +90,27 @@ def test_a_framework_example_shows_volumes_and_framework(name: str) -> None:
 async def test_every_example_is_accepted_by_the_hub(hub: RunningHub) -> None:
     assert FILES
     objects = [obj for path in FILES for obj in documents(path)]
+    namespaces = [obj for obj in objects if obj["kind"] == "Namespace"]
+    for obj in objects:  # nothing of it exists yet; a job's namespace neither
+        status, _ = await hub.request("GET", url(obj))
+        assert status == 404, obj["metadata"]
+    code, _, err = await hub.kubectl("admin", "apply", "--dry-run=server", "-f", str(EXAMPLES / "resnet-ps.yaml"))
+    assert code != 0 and 'namespaces "vision" not found' in err, err
+    # a server-side dry run creates no namespace, so the jobs' dry runs need them first (as with kube)
+    code, out, err = await hub.kubectl("admin", "apply", "-f", str(NAMESPACES_FILE))
+    assert code == 0 and out.count(" created") == len(namespaces), (out, err)
     for path in FILES:
         code, out, err = await hub.kubectl("admin", "apply", "--dry-run=server", "-f", str(path))
         assert code == 0, (path, err)
         assert out.count("(server dry run)") == len(documents(path)), (path, out)
     for obj in objects:  # the dry run stored nothing
-        status, _ = await hub.request("GET", url(obj))
-        assert status == 404, obj["metadata"]
+        if obj["kind"] != "Namespace":
+            status, _ = await hub.request("GET", url(obj))
+            assert status == 404, obj["metadata"]
     code, out, err = await hub.kubectl("admin", "apply", "-R", "-f", str(EXAMPLES))
     assert code == 0, err
-    assert out.count(" created") == len(objects), out
+    assert out.count(" created") == len(objects) - len(namespaces), out
+    assert out.count(" unchanged") == len(namespaces), out
     for obj in objects:
         status, stored = await hub.request("GET", url(obj))
         assert status == 200, (obj["metadata"], stored)
@@ -103,6 +128,8 @@ async def test_every_example_is_accepted_by_the_hub(hub: RunningHub) -> None:
 async def test_a_broken_framework_example_is_refused_naming_the_field(hub: RunningHub) -> None:
     (job,) = documents(EXAMPLES / "tensorflow-ps.yaml")
     job["spec"]["roles"][0]["name"] = "parameter-server"  # not a TFJob replica type
+    code, _, err = await hub.kubectl("admin", "apply", "-f", str(NAMESPACES_FILE))
+    assert code == 0, err
     code, _, err = await hub.kubectl("admin", "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(job))
     assert code != 0 and "spec.roles[0].name" in err, err
     status, _ = await hub.request("GET", url(job))

@@ -251,6 +251,11 @@ async def test_federator_up_dev_mode_writes_kubeconfigs_that_work(tmp_path: Path
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
         tokens_before = (state / "tokens.csv").read_text()
         cache = tmp_path / "kubectl-cache"
+        # `federator up` answers as kube does: the job's namespace must exist (README's quick start creates it)
+        code, out, err = await _kubectl(kubeconfigs["admin"], cache, "apply", "-f", str(EXAMPLE_FILE))
+        assert code != 0 and 'namespaces "vision" not found' in err, (out, err)
+        code, out, err = await _kubectl(kubeconfigs["admin"], cache, "create", "namespace", "vision")
+        assert code == 0, err
         code, out, err = await _kubectl(kubeconfigs["admin"], cache, "apply", "-f", str(EXAMPLE_FILE))
         assert code == 0 and "trainingjob.federator.dev/resnet-ps created" in out, err
         code, out, err = await _kubectl(kubeconfigs["admin"], cache, "get", "tj", "-A")
