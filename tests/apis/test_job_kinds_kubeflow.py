@@ -204,11 +204,17 @@ def test_hostile_shapes_are_errors_never_exceptions(hostile: Any) -> None:
 def test_twin_validator_errors_map_back_to_source_paths() -> None:
     job = pytorch()
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"] = {"spec": {"containers": []}}
-    job["metadata"]["annotations"] = {"federator.dev/network": "carrier-pigeon"}
     translation = PYTORCHJOB.translate(job, SETTINGS)
     mapped = [p for p, _ in source_errors(twin_errors(translation), translation)]
     assert "spec.pytorchReplicaSpecs[Worker].template.spec.containers" in mapped
-    assert "metadata.annotations[federator.dev/network]" in mapped
+
+
+def test_a_bad_hint_is_an_error_at_its_annotation() -> None:
+    job = pytorch()
+    job["metadata"]["annotations"] = {"federator.dev/network": "carrier-pigeon"}
+    translation = PYTORCHJOB.translate(job, SETTINGS)
+    assert translation.spec is None
+    assert [p for p, _ in translation.errors] == ["metadata.annotations[federator.dev/network]"]
 
 
 def test_other_kinds_specifics() -> None:
