@@ -204,11 +204,14 @@ def test_hostile_shapes_are_errors_never_exceptions(hostile: Any) -> None:
 def test_twin_validator_errors_map_back_to_source_paths() -> None:
     job = pytorch()
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"] = {"spec": {"containers": []}}
-    job["metadata"]["annotations"] = {"federator.dev/network": "carrier-pigeon"}
     translation = PYTORCHJOB.translate(job, SETTINGS)
     mapped = [p for p, _ in source_errors(twin_errors(translation), translation)]
     assert "spec.pytorchReplicaSpecs[Worker].template.spec.containers" in mapped
-    assert "metadata.annotations[federator.dev/network]" in mapped
+    # a bad hint is refused by the translation itself (hints.py), at the annotation's path
+    job["metadata"]["annotations"] = {"federator.dev/network": "carrier-pigeon"}
+    refused = PYTORCHJOB.translate(job, SETTINGS)
+    assert refused.spec is None
+    assert [p for p, _ in refused.errors] == ["metadata.annotations[federator.dev/network]"]
 
 
 def test_other_kinds_specifics() -> None:

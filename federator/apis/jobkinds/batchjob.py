@@ -38,11 +38,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation
+from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
 from federator.apis.jobkinds.hints import hints_from_metadata
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT
 
@@ -54,7 +53,6 @@ __all__ = [
     "batch_job_pod_contract",
     "job_gang",
     "job_pod_contract",
-    "load_schema_file",
     "merge_hints",
     "read_contract",
     "shown",
@@ -84,15 +82,6 @@ _UNSUPPORTED: Final[Mapping[str, str]] = {
     "backoffLimitPerIndex": "the hub counts failures for the whole gang (spec.backoffLimit)",
     "maxFailedIndexes": "the hub's gang fails when any index fails past spec.backoffLimit",
 }
-
-
-def load_schema_file(name: str) -> Mapping[str, Any]:
-    """A schema file scripts/gen_job_kind_schemas_extra.py wrote beside this module (package data)."""
-    data = json.loads(resources.files(__package__ or "federator.apis.jobkinds").joinpath(name)
-                      .read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or not isinstance(data.get("schema"), dict):
-        raise ValueError(f"{name}: not a job kind schema file")
-    return data
 
 
 def shown(value: object) -> str:
@@ -306,7 +295,7 @@ def batch_job_pod_contract(job_name: str, namespace: str, role: str, index: int,
     return job_pod_contract(job_name, index, indexed=contract.get("indexed") is True, uid=contract.get("uid"))
 
 
-_SCHEMA = load_schema_file("jobs.json")
+_SCHEMA = load_upstream_schema("jobs.json")
 
 JOB = JobKind(
     group="batch", version="v1", kind="Job", plural="jobs", singular="job", short_names=(),

@@ -45,12 +45,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, dns1123_label_errors, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation
+from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
 from federator.apis.jobkinds.batchjob import (
     CONTRACT_ANNOTATION,
     job_gang,
     job_pod_contract,
-    load_schema_file,
     merge_hints,
     read_contract,
     shown,
@@ -265,7 +264,7 @@ def jobset_pod_contract(job_name: str, namespace: str, role: str, index: int,
     return jobset_pods(job_name, namespace, role, index, read_contract(annotations))
 
 
-_SCHEMA = load_schema_file("jobsets.json")
+_SCHEMA = load_upstream_schema("jobsets.json")
 
 JOBSET = JobKind(
     group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet", plural="jobsets", singular="jobset",

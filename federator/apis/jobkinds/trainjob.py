@@ -39,10 +39,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation
+from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
 from federator.apis.jobkinds.batchjob import (
     CONTRACT_ANNOTATION,
-    load_schema_file,
     merge_hints,
     read_contract,
     shown,
@@ -251,7 +250,7 @@ def trainjob_pod_contract(job_name: str, namespace: str, role: str, index: int,
     return jobset_pods(job_name, namespace, NODE, index, contract)
 
 
-_SCHEMA = load_schema_file("trainjobs.json")
+_SCHEMA = load_upstream_schema("trainjobs.json")
 
 TRAINJOB = JobKind(
     group="trainer.kubeflow.org", version="v1alpha1", kind="TrainJob", plural="trainjobs", singular="trainjob",
