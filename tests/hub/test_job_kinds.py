@@ -496,3 +496,18 @@ async def test_bad_jobsets_and_jobs_are_refused_and_nothing_is_stored(
     code, _, err = await hub.kubectl("admin", "apply", "-f", write(tmp_path, theirs))
     assert code != 0 and "spec.managedBy" in err, err
     await nothing_stored()
+
+
+async def test_a_batch_job_may_only_be_suspended_or_resumed_after_creation(hub: RunningHub) -> None:
+    example = in_default(indexed_job())
+    example["spec"]["suspend"] = True
+    url = object_url(example, "default")
+    status, stored = await hub.request("POST", url.rsplit("/", 1)[0], body=example)
+    assert status == 201, stored
+    changed = json.loads(json.dumps(stored))
+    changed["spec"]["parallelism"] = changed["spec"]["completions"] = 2
+    status, body = await hub.request("PUT", url, body=changed)
+    assert status == 422 and "only spec.suspend may change" in json.dumps(body), body
+    stored["spec"]["suspend"] = False
+    status, body = await hub.request("PUT", url, body=stored)
+    assert status == 200 and body["spec"]["suspend"] is False and body["spec"]["parallelism"] == 3, body
