@@ -511,3 +511,7 @@ async def test_a_batch_job_may_only_be_suspended_or_resumed_after_creation(hub: 
     stored["spec"]["suspend"] = False
     status, body = await hub.request("PUT", url, body=stored)
     assert status == 200 and body["spec"]["suspend"] is False and body["spec"]["parallelism"] == 3, body
+    for resource, words in (("jobs.spec.completionMode", "Indexed"), ("jobsets.spec.replicatedJobs", "replicas"),
+                            ("trainjobs.spec.trainer", "numNodes"), ("jobs.status.cluster", "member cluster")):
+        code, out, err = await hub.kubectl("admin", "explain", resource)
+        assert code == 0 and words in out, (resource, err)
