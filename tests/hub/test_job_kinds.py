@@ -18,6 +18,7 @@ from federator.controllers.jobkinds import job_kind_twins
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
 
 from ..apis.jobkinds.test_batchjob import POD_TO_POD
+from ..apis.jobkinds.test_trainjob import small as small_trainjob
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE, Env, RunningFederation, aimed_job
@@ -515,3 +516,38 @@ async def test_a_batch_job_may_only_be_suspended_or_resumed_after_creation(hub: 
                             ("trainjobs.spec.trainer", "numNodes"), ("jobs.status.cluster", "member cluster")):
         code, out, err = await hub.kubectl("admin", "explain", resource)
         assert code == 0 and words in out, (resource, err)
+
+
+async def test_a_trainjob_runs_to_complete_as_trainers_jobset(tmp_path: Path) -> None:
+    example = small_trainjob()
+    example["metadata"]["namespace"] = "default"
+    name = example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=3.0) as env:
+        code, out, err = await env.hub.kubectl("admin", "apply", "--validate=strict", "-f", write(tmp_path, example))
+        assert code == 0 and "created" in out, err
+        twin = await env.api.wait_job("default", name, lambda j: phase(j) in ("Running", "Succeeded"), timeout=60)
+        assert twin["spec"]["framework"] == "pytorch"
+        uid = twin["metadata"]["uid"]
+        nodes = example["spec"]["trainer"]["numNodes"]
+
+        async def gang() -> list[dict[str, Any]] | None:
+            found = await env.live_pods(CLUSTER, uid)
+            return found if len(found) == nodes else None
+
+        pods = await wait_until(gang, timeout=30, what="the TrainJob's nodes")
+        labels = [p["metadata"]["labels"] for p in pods]
+        assert {(lb["jobset.sigs.k8s.io/jobset-name"], lb["jobset.sigs.k8s.io/replicatedjob-name"])
+                for lb in labels} == {(name, "node")}
+        assert sorted(lb["batch.kubernetes.io/job-completion-index"] for lb in labels) == [
+            str(i) for i in range(nodes)]
+
+        async def complete() -> dict[str, Any] | None:
+            status = await source_status(env, example)
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = await wait_until(complete, timeout=60, what="the TrainJob Complete")
+        done = condition(status, "Complete")
+        assert done is not None and (done["status"], done["reason"]) == ("True", "AllJobsCompleted")
+        code, out, err = await env.hub.kubectl("admin", "get", "trainjobs")
+        assert code == 0, err
+        assert out.splitlines()[1].split()[:3] == [name, "Succeeded", CLUSTER], out
