@@ -43,7 +43,15 @@ from typing import Any, Final
 from federator.apis.common import FieldError, ValidationSettings, json_type
 from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
 from federator.apis.jobkinds.hints import hints_from_metadata
-from federator.apis.jobkinds.status import condition, existing_conditions, hub_fields, twin_state, was_true
+from federator.apis.jobkinds.status import (
+    condition,
+    existing_conditions,
+    failure,
+    hub_fields,
+    suspension,
+    twin_state,
+    was_true,
+)
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT
 from federator.apis.views import Body
 
@@ -319,20 +327,14 @@ def batch_job_status(source: Mapping[str, Any], twin: Mapping[str, Any] | None, 
     pods = state.pods()
     status: dict[str, Any] = {"active": pods["pending"] + pods["running"], "ready": pods["running"],
                               "succeeded": pods["succeeded"], "failed": pods["failed"]}
-    conditions: list[dict[str, Any]] = []
-    if state.phase == "Suspended":
-        conditions.append(condition(existing, "Suspended", "True", "JobSuspended", "Job suspended", now,
-                                    times=_JOB_TIMES))
-    elif any(c.get("type") == "Suspended" for c in existing):
-        conditions.append(condition(existing, "Suspended", "False", "JobResumed", "Job resumed", now,
-                                    times=_JOB_TIMES))
+    conditions = suspension(existing, state, now, ("JobSuspended", "Job suspended"), ("JobResumed", "Job resumed"),
+                            times=_JOB_TIMES)
     if state.phase == "Succeeded":
         for ctype in ("SuccessCriteriaMet", "Complete"):
             conditions.append(condition(existing, ctype, "True", "CompletionsReached",
                                         "Reached expected number of succeeded pods", now, times=_JOB_TIMES))
     if state.phase == "Failed":
-        reason = state.reason("Failed") or "BackoffLimitExceeded"
-        message = state.said("Failed", "Job has reached the specified backoff limit")
+        reason, message = failure(state, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
         for ctype in ("FailureTarget", "Failed"):
             conditions.append(condition(existing, ctype, "True", reason, message, now, times=_JOB_TIMES))
     if conditions:

@@ -55,10 +55,11 @@ from federator.apis.jobkinds.batchjob import (
     shown,
     spec_of,
 )
-from federator.apis.jobkinds.status import condition, existing_conditions, hub_fields, twin_state
+from federator.apis.jobkinds.status import condition, existing_conditions, failure, hub_fields, suspension, twin_state
 from federator.apis.views import Body
 
-__all__ = ["JOBSET", "JOBSET_CONTROLLER", "jobset_pod_contract", "jobset_pods", "jobset_status", "translate_jobset"]
+__all__ = ["JOBSET", "JOBSET_CONTROLLER", "jobset_pod_contract", "jobset_pods", "jobset_status",
+           "translate_jobset"]
 
 JOBSET_CONTROLLER: Final = "jobset.sigs.k8s.io/jobset-controller"
 _KEY = "jobset.sigs.k8s.io/"
@@ -301,22 +302,16 @@ def jobset_status(source: Mapping[str, Any], twin: Mapping[str, Any] | None, *, 
         return hub_fields({}, None)
     state = twin_state(twin)
     existing = existing_conditions(source)
-    conditions: list[dict[str, Any]] = []
-    if state.phase == "Suspended":
-        conditions.append(condition(existing, "Suspended", "True", "SuspendedJobs", "jobset is suspended", now))
-    elif any(c.get("type") == "Suspended" for c in existing):
-        conditions.append(condition(existing, "Suspended", "False", "ResumeJobs", "jobset is resumed", now))
+    conditions = suspension(existing, state, now, ("SuspendedJobs", "jobset is suspended"),
+                            ("ResumeJobs", "jobset is resumed"))
     status: dict[str, Any] = {"restarts": state.requeues}
     if state.phase == "Succeeded":
         conditions.append(condition(existing, "Completed", "True", "AllJobsCompleted",
                                     "jobset completed successfully", now))
         status["terminalState"] = "Completed"
     if state.phase == "Failed":
-        reason = state.reason("Failed")
-        own = reason in (None, "BackoffLimitExceeded")
-        conditions.append(condition(existing, "Failed", "True", "FailedJobs" if own else str(reason),
-                                    "jobset failed due to one or more job failures" if own
-                                    else state.said("Failed", str(reason)), now))
+        reason, message = failure(state, "FailedJobs", "jobset failed due to one or more job failures")
+        conditions.append(condition(existing, "Failed", "True", reason, message, now))
         status["terminalState"] = "Failed"
     if conditions:
         status["conditions"] = conditions

@@ -16,7 +16,8 @@ from typing import Any
 
 from federator.apis.views import Body
 
-__all__ = ["META_TIMES", "TwinState", "condition", "existing_conditions", "hub_fields", "twin_state", "was_true"]
+__all__ = ["META_TIMES", "TwinState", "condition", "existing_conditions", "failure", "hub_fields", "suspension",
+           "twin_state", "was_true"]
 
 #: metav1.Condition's times (JobSet, TrainJob)
 META_TIMES = ("lastTransitionTime",)
@@ -107,3 +108,23 @@ def hub_fields(status: dict[str, Any], state: TwinState | None) -> dict[str, Any
     if state is not None and state.epoch is not None:
         status["epoch"] = state.epoch
     return status
+
+
+def suspension(existing: list[Mapping[str, Any]], state: TwinState, now: str, suspended: tuple[str, str],
+               resumed: tuple[str, str], *, times: tuple[str, ...] = META_TIMES) -> list[dict[str, Any]]:
+    """The kind's Suspended condition: True with `suspended` (reason, message) while the twin is suspended, then
+    False with `resumed` once it was there; none before it ever was."""
+    if state.phase == "Suspended":
+        return [condition(existing, "Suspended", "True", *suspended, now, times=times)]
+    if any(c.get("type") == "Suspended" for c in existing):
+        return [condition(existing, "Suspended", "False", *resumed, now, times=times)]
+    return []
+
+
+def failure(state: TwinState, reason: str, message: str) -> tuple[str, str]:
+    """(reason, message) of the kind's Failed condition: the kind's own when the gang ran out of retries (the
+    twin's BackoffLimitExceeded, or no reason), else the hub's (e.g. ClusterLost) with the twin's message."""
+    own = state.reason("Failed")
+    if own in (None, "BackoffLimitExceeded"):
+        return reason, message
+    return str(own), state.said("Failed", str(own))

@@ -47,11 +47,12 @@ from federator.apis.jobkinds.batchjob import (
     shown,
     spec_of,
 )
-from federator.apis.jobkinds.status import condition, existing_conditions, hub_fields, twin_state
 from federator.apis.jobkinds.jobset import DEFAULT_GROUP, jobset_pods
+from federator.apis.jobkinds.status import condition, existing_conditions, failure, hub_fields, suspension, twin_state
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT
 
-__all__ = ["BUILTIN_RUNTIMES", "TRAINER_CONTROLLER", "TRAINJOB", "trainjob_pod_contract", "trainjob_status", "translate_trainjob"]
+__all__ = ["BUILTIN_RUNTIMES", "TRAINER_CONTROLLER", "TRAINJOB", "trainjob_pod_contract", "trainjob_status",
+           "translate_trainjob"]
 
 TRAINER_CONTROLLER: Final = "trainer.kubeflow.org/trainjob-controller"
 RUNTIME_GROUP: Final = "trainer.kubeflow.org"
@@ -263,20 +264,14 @@ def trainjob_status(source: Mapping[str, Any], twin: Mapping[str, Any] | None, *
         return hub_fields({}, None)
     state = twin_state(twin)
     existing = existing_conditions(source)
-    conditions: list[dict[str, Any]] = []
-    if state.phase == "Suspended":
-        conditions.append(condition(existing, "Suspended", "True", "Suspended", "TrainJob is suspended", now))
-    elif any(c.get("type") == "Suspended" for c in existing):
-        conditions.append(condition(existing, "Suspended", "False", "Resumed", "TrainJob is resumed", now))
+    conditions = suspension(existing, state, now, ("Suspended", "TrainJob is suspended"),
+                            ("Resumed", "TrainJob is resumed"))
     if state.phase == "Succeeded":
         conditions.append(condition(existing, "Complete", "True", "AllJobsCompleted",
                                     "jobset completed successfully", now))
     if state.phase == "Failed":
-        reason = state.reason("Failed")
-        own = reason in (None, "BackoffLimitExceeded")
-        conditions.append(condition(existing, "Failed", "True", "FailedJobs" if own else str(reason),
-                                    "jobset failed due to one or more job failures" if own
-                                    else state.said("Failed", str(reason)), now))
+        reason, message = failure(state, "FailedJobs", "jobset failed due to one or more job failures")
+        conditions.append(condition(existing, "Failed", "True", reason, message, now))
     status: dict[str, Any] = {"conditions": conditions} if conditions else {}
     return hub_fields(status, state)
 
