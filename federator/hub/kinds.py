@@ -467,9 +467,13 @@ def _without_mutable(spec: Mapping[str, Any] | None) -> Any:
 
 def jobkind_update_validator(kind: JobKind, validation: ValidationSettings | None
                              ) -> Callable[[JSONObject, JSONObject], list[Any]]:
-    """After creation only what the twin can follow may change: runPolicy.suspend and the elastic bounds
-    (the gang, its templates, queue, class and hints are fixed, as the operators fix replica specs)."""
+    """After creation only what the twin can follow may change: suspend (runPolicy.suspend of the Kubeflow kinds,
+    spec.suspend of the others) and the elastic bounds (the gang, its templates, queue, class and hints are
+    fixed, as the operators fix replica specs)."""
     settings = validation or ValidationSettings()
+    spec_fields = kind.schema.get("properties", {}).get("spec", {}).get("properties", {})
+    mutable = ("runPolicy.suspend and elasticPolicy.minReplicas/maxReplicas" if "runPolicy" in spec_fields
+               else "spec.suspend")
 
     def validate(new: JSONObject, old: JSONObject) -> list[Any]:
         if new.get("spec") == old.get("spec") and _hints_of(new) == _hints_of(old):
@@ -478,8 +482,8 @@ def jobkind_update_validator(kind: JobKind, validation: ValidationSettings | Non
         if before.spec is None or after.spec is None:
             return []  # the create-time validator names what is wrong with `new`
         if _without_mutable(before.spec) != _without_mutable(after.spec):
-            return [("spec", "Forbidden: only runPolicy.suspend and elasticPolicy.minReplicas/maxReplicas may "
-                             "change after the job is created (delete and create it again to change the rest)")]
+            return [("spec", f"Forbidden: only {mutable} may change after the job is created (delete and "
+                             "create it again to change the rest)")]
         return []
 
     return validate

@@ -207,14 +207,11 @@ def test_twin_validator_errors_map_back_to_source_paths() -> None:
     translation = PYTORCHJOB.translate(job, SETTINGS)
     mapped = [p for p, _ in source_errors(twin_errors(translation), translation)]
     assert "spec.pytorchReplicaSpecs[Worker].template.spec.containers" in mapped
-
-
-def test_a_bad_hint_is_an_error_at_its_annotation() -> None:
-    job = pytorch()
+    # a bad hint is refused by the translation itself (hints.py), at the annotation's path
     job["metadata"]["annotations"] = {"federator.dev/network": "carrier-pigeon"}
-    translation = PYTORCHJOB.translate(job, SETTINGS)
-    assert translation.spec is None
-    assert [p for p, _ in translation.errors] == ["metadata.annotations[federator.dev/network]"]
+    refused = PYTORCHJOB.translate(job, SETTINGS)
+    assert refused.spec is None
+    assert [p for p, _ in refused.errors] == ["metadata.annotations[federator.dev/network]"]
 
 
 def test_other_kinds_specifics() -> None:

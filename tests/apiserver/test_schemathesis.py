@@ -31,6 +31,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from federator.apis.jobkinds import JOB_KINDS
 from federator.controllers.events import event_recording
 
 from ..apis.test_drillreport import report
@@ -106,7 +107,7 @@ async def documents(hub: RunningHub) -> dict[str, dict[str, Any]]:
         assert status == 200
         out[gv] = document
     assert set(out) == {"api/v1", "apis/events.k8s.io/v1", "apis/federator.dev/v1alpha1",
-                        "apis/scheduling.k8s.io/v1"}
+                        "apis/scheduling.k8s.io/v1", *(f"apis/{k.api_version}" for k in JOB_KINDS)}
     return out
 
 

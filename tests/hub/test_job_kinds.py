@@ -17,6 +17,8 @@ from federator.apis.jobkinds import JOB_KINDS
 from federator.controllers.jobkinds import job_kind_twins
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
 
+from ..apis.jobkinds.test_batchjob import POD_TO_POD
+from ..apis.jobkinds.test_trainjob import small as small_trainjob
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE, Env, RunningFederation, aimed_job
@@ -340,3 +342,212 @@ async def test_the_twin_follows_the_elastic_bounds_while_not_placed(tmp_path: Pa
         assert code == 0, err
         twin = await wait_until(lambda: worker_bounds((1, 4)), timeout=30, what="the twin's new maximum")
         assert twin["spec"]["suspend"] is True
+
+
+# ------------------------------------------------------------------ JobSet and batch/v1 Job (issue 28)
+
+JOBSET_EXAMPLE = Path(__file__).resolve().parents[1] / "apis" / "jobkinds" / "upstream" / "jobset-paralleljobs.yaml"
+
+
+def jobset_example() -> dict[str, Any]:
+    loaded = yaml.safe_load(JOBSET_EXAMPLE.read_text(encoding="utf-8"))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def indexed_job() -> dict[str, Any]:
+    loaded = yaml.safe_load(POD_TO_POD)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def in_default(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` as stored when applied without a namespace (kubectl's default namespace)."""
+    return {**obj, "metadata": {**obj["metadata"], "namespace": "default"}}
+
+
+async def test_the_upstream_jobset_runs_whole_on_one_cluster_to_completed(tmp_path: Path) -> None:
+    example = jobset_example()
+    name = example["metadata"]["name"]
+    stored = in_default(example)
+    async with federation(tmp_path, run_seconds=4.0) as env:
+        code, out, err = await env.hub.kubectl("admin", "apply", "--validate=strict", "-f",
+                                               str(JOBSET_EXAMPLE))  # the file as published
+        assert code == 0 and "created" in out, err
+        twin = await env.api.wait_job("default", name, lambda j: phase(j) in ("Running", "Succeeded"), timeout=60)
+        assert twin["metadata"]["annotations"]["federator.dev/source-kind"] == "JobSet.jobset.x-k8s.io"
+        assert twin["status"]["placement"]["cluster"] == CLUSTER
+        uid = twin["metadata"]["uid"]
+
+        async def gang() -> list[dict[str, Any]] | None:
+            found = await env.live_pods(CLUSTER, uid)
+            return found if len(found) == 5 else None
+
+        pods = await wait_until(gang, timeout=30, what="the JobSet's five pods, all on one cluster")
+        labels = [p["metadata"]["labels"] for p in pods]
+        assert sorted((lb["jobset.sigs.k8s.io/replicatedjob-name"], lb["batch.kubernetes.io/job-completion-index"])
+                      for lb in labels) == [("driver", "0"), *[("workers", str(i)) for i in range(4)]]
+        assert {lb["jobset.sigs.k8s.io/jobset-name"] for lb in labels} == {name}
+        assert {lb["jobset.sigs.k8s.io/global-replicas"] for lb in labels} == {"2"}
+        assert {lb["batch.kubernetes.io/job-name"] for lb in labels} == {f"{name}-workers-0", f"{name}-driver-0"}
+        for pod in pods:
+            env_vars = {e["name"]: e for e in pod["spec"]["containers"][0].get("env") or ()}
+            assert env_vars["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+                "metadata.labels['batch.kubernetes.io/job-completion-index']")
+
+        async def completed() -> dict[str, Any] | None:
+            status = await source_status(env, stored)
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = await wait_until(completed, timeout=60, what="the JobSet Completed")
+        done = condition(status, "Completed")
+        assert done is not None and (done["status"], done["reason"]) == ("True", "AllJobsCompleted")
+        assert status["terminalState"] == "Completed" and status["cluster"] == CLUSTER
+        assert {s["name"]: s["succeeded"] for s in status["replicatedJobsStatus"]} == {"workers": 1, "driver": 1}
+        code, out, err = await env.hub.kubectl("admin", "get", "jobsets")
+        assert code == 0, err
+        assert out.split("\n")[0].split() == ["NAME", "PHASE", "CLUSTER", "AGE"]
+        assert out.splitlines()[1].split()[:3] == [name, "Succeeded", CLUSTER], out
+
+
+async def test_an_indexed_batch_job_runs_to_complete_and_kubectl_get_jobs_shows_it(tmp_path: Path) -> None:
+    example = indexed_job()
+    name = example["metadata"]["name"]
+    stored = in_default(example)
+    async with federation(tmp_path, run_seconds=4.0) as env:
+        code, out, err = await env.hub.kubectl("admin", "apply", "--validate=strict", "-f", write(tmp_path, example))
+        assert code == 0 and "created" in out, err
+        twin = await env.api.wait_job("default", name, lambda j: phase(j) in ("Running", "Succeeded"), timeout=60)
+        assert twin["metadata"]["annotations"]["federator.dev/source-kind"] == "Job.batch"
+        (owner,) = twin["metadata"]["ownerReferences"]
+        assert (owner["apiVersion"], owner["kind"], owner["name"]) == ("batch/v1", "Job", name)
+        uid = twin["metadata"]["uid"]
+
+        async def gang() -> list[dict[str, Any]] | None:
+            found = await env.live_pods(CLUSTER, uid)
+            return found if len(found) == 3 else None
+
+        pods = await wait_until(gang, timeout=30, what="the Job's three pods")
+        labels = [p["metadata"]["labels"] for p in pods]
+        assert sorted(lb["batch.kubernetes.io/job-completion-index"] for lb in labels) == ["0", "1", "2"]
+        assert {(lb["batch.kubernetes.io/job-name"], lb["job-name"]) for lb in labels} == {(name, name)}
+        assert {lb["batch.kubernetes.io/controller-uid"] for lb in labels} == {owner["uid"]}
+        for pod in pods:
+            index = pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+            assert pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == index
+            assert any(e["name"] == "JOB_COMPLETION_INDEX" for e in pod["spec"]["containers"][0]["env"])
+
+        async def complete() -> dict[str, Any] | None:
+            status = await source_status(env, stored)
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = await wait_until(complete, timeout=60, what="the Job Complete")
+        done = condition(status, "Complete")
+        assert done is not None and (done["status"], done["reason"]) == ("True", "CompletionsReached")
+        assert (status["succeeded"], status["active"], status["cluster"]) == (3, 0, CLUSTER)
+        assert "startTime" in status and "completionTime" in status
+        code, out, err = await env.hub.kubectl("admin", "get", "jobs")
+        assert code == 0, err
+        assert out.split("\n")[0].split() == ["NAME", "PHASE", "CLUSTER", "AGE"]
+        assert out.splitlines()[1].split()[:3] == [name, "Succeeded", CLUSTER], out
+
+
+def _over_cap_jobset(obj: dict[str, Any]) -> None:
+    obj["spec"]["replicatedJobs"][0]["replicas"] = 5000
+
+
+def _over_cap_job(obj: dict[str, Any]) -> None:
+    obj["spec"].update({"completions": 5000, "parallelism": 5000})
+
+
+@pytest.mark.parametrize(("make", "change", "strict_field", "cap_field", "managed_by"), [
+    (jobset_example, lambda o: o["spec"]["replicatedJobs"][0].update({"replicaz": 2}), "replicaz",
+     "spec.replicatedJobs[0].replicas", ("spec", "managedBy")),
+    (indexed_job, lambda o: o["spec"].update({"parallelizm": 2}), "parallelizm", "spec.parallelism",
+     ("spec", "managedBy")),
+])
+async def test_bad_jobsets_and_jobs_are_refused_and_nothing_is_stored(
+        hub: RunningHub, tmp_path: Path, make: Any, change: Any, strict_field: str, cap_field: str,
+        managed_by: tuple[str, str]) -> None:
+    example = make()
+    stored = in_default(example)
+    url = object_url(stored, "default")
+    twin_url = f"/apis/federator.dev/v1alpha1/namespaces/default/trainingjobs/{example['metadata']['name']}"
+
+    async def nothing_stored() -> None:
+        for where in (url, twin_url):
+            status, _ = await hub.request("GET", where)
+            assert status == 404, where
+
+    unknown = make()
+    change(unknown)
+    code, _, err = await hub.kubectl("admin", "apply", "--validate=strict", "-f", write(tmp_path, unknown))
+    assert code != 0 and strict_field in err, err
+    await nothing_stored()
+
+    over = in_default(make())
+    (_over_cap_jobset if over["kind"] == "JobSet" else _over_cap_job)(over)
+    status, body = await hub.request("POST", url.rsplit("/", 1)[0], body=over)
+    assert status == 422, body
+    assert cap_field in [c["field"] for c in body["details"]["causes"]], body
+    await nothing_stored()
+
+    theirs = make()
+    theirs[managed_by[0]][managed_by[1]] = "kueue.x-k8s.io/multikueue"
+    code, _, err = await hub.kubectl("admin", "apply", "-f", write(tmp_path, theirs))
+    assert code != 0 and "spec.managedBy" in err, err
+    await nothing_stored()
+
+
+async def test_a_batch_job_may_only_be_suspended_or_resumed_after_creation(hub: RunningHub) -> None:
+    example = in_default(indexed_job())
+    example["spec"]["suspend"] = True
+    url = object_url(example, "default")
+    status, stored = await hub.request("POST", url.rsplit("/", 1)[0], body=example)
+    assert status == 201, stored
+    changed = json.loads(json.dumps(stored))
+    changed["spec"]["parallelism"] = changed["spec"]["completions"] = 2
+    status, body = await hub.request("PUT", url, body=changed)
+    assert status == 422 and "only spec.suspend may change" in json.dumps(body), body
+    stored["spec"]["suspend"] = False
+    status, body = await hub.request("PUT", url, body=stored)
+    assert status == 200 and body["spec"]["suspend"] is False and body["spec"]["parallelism"] == 3, body
+    for resource, words in (("jobs.spec.completionMode", "Indexed"), ("jobsets.spec.replicatedJobs", "replicas"),
+                            ("trainjobs.spec.trainer", "numNodes"), ("jobs.status.cluster", "member cluster")):
+        code, out, err = await hub.kubectl("admin", "explain", resource)
+        assert code == 0 and words in out, (resource, err)
+
+
+async def test_a_trainjob_runs_to_complete_as_trainers_jobset(tmp_path: Path) -> None:
+    example = small_trainjob()
+    example["metadata"]["namespace"] = "default"
+    name = example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=3.0) as env:
+        code, out, err = await env.hub.kubectl("admin", "apply", "--validate=strict", "-f", write(tmp_path, example))
+        assert code == 0 and "created" in out, err
+        twin = await env.api.wait_job("default", name, lambda j: phase(j) in ("Running", "Succeeded"), timeout=60)
+        assert twin["spec"]["framework"] == "pytorch"
+        uid = twin["metadata"]["uid"]
+        nodes = example["spec"]["trainer"]["numNodes"]
+
+        async def gang() -> list[dict[str, Any]] | None:
+            found = await env.live_pods(CLUSTER, uid)
+            return found if len(found) == nodes else None
+
+        pods = await wait_until(gang, timeout=30, what="the TrainJob's nodes")
+        labels = [p["metadata"]["labels"] for p in pods]
+        assert {(lb["jobset.sigs.k8s.io/jobset-name"], lb["jobset.sigs.k8s.io/replicatedjob-name"])
+                for lb in labels} == {(name, "node")}
+        assert sorted(lb["batch.kubernetes.io/job-completion-index"] for lb in labels) == [
+            str(i) for i in range(nodes)]
+
+        async def complete() -> dict[str, Any] | None:
+            status = await source_status(env, example)
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = await wait_until(complete, timeout=60, what="the TrainJob Complete")
+        done = condition(status, "Complete")
+        assert done is not None and (done["status"], done["reason"]) == ("True", "AllJobsCompleted")
+        code, out, err = await env.hub.kubectl("admin", "get", "trainjobs")
+        assert code == 0, err
+        assert out.splitlines()[1].split()[:3] == [name, "Succeeded", CLUSTER], out

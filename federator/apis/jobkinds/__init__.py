@@ -7,11 +7,14 @@ looked up in: a kind family adds its `JobKind` values here.
 from __future__ import annotations
 
 from federator.apis.jobkinds.base import SOURCE_KIND_ANNOTATION, JobKind
+from federator.apis.jobkinds.batchjob import JOB
+from federator.apis.jobkinds.jobset import JOBSET
 from federator.apis.jobkinds.kubeflow import KUBEFLOW_KINDS
+from federator.apis.jobkinds.trainjob import TRAINJOB
 
 __all__ = ["JOB_KINDS", "SOURCE_KIND_ANNOTATION", "JobKind", "job_kind_by_source"]
 
-JOB_KINDS: tuple[JobKind, ...] = (*KUBEFLOW_KINDS,)
+JOB_KINDS: tuple[JobKind, ...] = (*KUBEFLOW_KINDS, JOBSET, TRAINJOB, JOB)
 
 
 def job_kind_by_source(value: str) -> JobKind | None:

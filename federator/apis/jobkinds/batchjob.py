@@ -38,13 +38,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation
+from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
 from federator.apis.jobkinds.hints import hints_from_metadata
+from federator.apis.jobkinds.status import (
+    condition,
+    existing_conditions,
+    failure,
+    hub_fields,
+    suspension,
+    twin_state,
+    was_true,
+)
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT
+from federator.apis.views import Body
 
 __all__ = [
     "CONTRACT_ANNOTATION",
@@ -52,9 +61,9 @@ __all__ = [
     "JOB_CONTROLLER",
     "JobGang",
     "batch_job_pod_contract",
+    "batch_job_status",
     "job_gang",
     "job_pod_contract",
-    "load_schema_file",
     "merge_hints",
     "read_contract",
     "shown",
@@ -84,15 +93,6 @@ _UNSUPPORTED: Final[Mapping[str, str]] = {
     "backoffLimitPerIndex": "the hub counts failures for the whole gang (spec.backoffLimit)",
     "maxFailedIndexes": "the hub's gang fails when any index fails past spec.backoffLimit",
 }
-
-
-def load_schema_file(name: str) -> Mapping[str, Any]:
-    """A schema file scripts/gen_job_kind_schemas_extra.py wrote beside this module (package data)."""
-    data = json.loads(resources.files(__package__ or "federator.apis.jobkinds").joinpath(name)
-                      .read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or not isinstance(data.get("schema"), dict):
-        raise ValueError(f"{name}: not a job kind schema file")
-    return data
 
 
 def shown(value: object) -> str:
@@ -306,11 +306,57 @@ def batch_job_pod_contract(job_name: str, namespace: str, role: str, index: int,
     return job_pod_contract(job_name, index, indexed=contract.get("indexed") is True, uid=contract.get("uid"))
 
 
-_SCHEMA = load_schema_file("jobs.json")
+#: kube Job conditions' times (batch/v1 JobCondition)
+_JOB_TIMES = ("lastProbeTime", "lastTransitionTime")
+
+
+def batch_job_status(source: Mapping[str, Any], twin: Mapping[str, Any] | None, *, now: str,
+                     blocked: str | None = None) -> dict[str, Any]:
+    """`JobKind.mirror_status` of batch/v1 Job: the status kube's Job controller (pkg/controller/job) writes, from
+    the twin. active (pending + running pods), ready (running), succeeded, failed; conditions Suspended
+    (JobSuspended "Job suspended", then False JobResumed "Job resumed"), SuccessCriteriaMet and Complete
+    (CompletionsReached "Reached expected number of succeeded pods"), FailureTarget and Failed (the twin's reason,
+    BackoffLimitExceeded "Job has reached the specified backoff limit" when it gives none); startTime once it
+    runs, completionTime when it succeeds; plus the hub's phase, cluster and epoch. Without a twin (or `blocked`:
+    the controller's Event says why) only the hub's phase Pending."""
+    if twin is None:
+        return hub_fields({}, None)
+    state = twin_state(twin)
+    existing = existing_conditions(source)
+    old = Body(source).status
+    pods = state.pods()
+    status: dict[str, Any] = {"active": pods["pending"] + pods["running"], "ready": pods["running"],
+                              "succeeded": pods["succeeded"], "failed": pods["failed"]}
+    conditions = suspension(existing, state, now, ("JobSuspended", "Job suspended"), ("JobResumed", "Job resumed"),
+                            times=_JOB_TIMES)
+    if state.phase == "Succeeded":
+        for ctype in ("SuccessCriteriaMet", "Complete"):
+            conditions.append(condition(existing, ctype, "True", "CompletionsReached",
+                                        "Reached expected number of succeeded pods", now, times=_JOB_TIMES))
+    if state.phase == "Failed":
+        reason, message = failure(state, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        for ctype in ("FailureTarget", "Failed"):
+            conditions.append(condition(existing, ctype, "True", reason, message, now, times=_JOB_TIMES))
+    if conditions:
+        status["conditions"] = conditions
+    start = old.get("startTime")
+    if isinstance(start, str):
+        status["startTime"] = start
+    elif state.phase in ("Running", "Succeeded", "Failed"):
+        status["startTime"] = now
+    done = old.get("completionTime")
+    if isinstance(done, str) and was_true(existing, "Complete"):
+        status["completionTime"] = done
+    elif state.phase == "Succeeded":
+        status["completionTime"] = now
+    return hub_fields(status, state)
+
+
+_SCHEMA = load_upstream_schema("jobs.json")
 
 JOB = JobKind(
     group="batch", version="v1", kind="Job", plural="jobs", singular="job", short_names=(),
     schema=_SCHEMA["schema"], upstream=str(_SCHEMA["source"]), openapi_name="io.k8s.api.batch.v1.Job",
-    translate=translate_batch_job, pod_contract=batch_job_pod_contract,
+    translate=translate_batch_job, pod_contract=batch_job_pod_contract, mirror_status=batch_job_status,
     description="A batch/v1 Job run as a gang: Indexed, parallelism = completions pods at once (one role, worker).",
 )

@@ -45,19 +45,21 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, dns1123_label_errors, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation
+from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
 from federator.apis.jobkinds.batchjob import (
     CONTRACT_ANNOTATION,
     job_gang,
     job_pod_contract,
-    load_schema_file,
     merge_hints,
     read_contract,
     shown,
     spec_of,
 )
+from federator.apis.jobkinds.status import condition, existing_conditions, failure, hub_fields, suspension, twin_state
+from federator.apis.views import Body
 
-__all__ = ["JOBSET", "JOBSET_CONTROLLER", "jobset_pod_contract", "jobset_pods", "translate_jobset"]
+__all__ = ["JOBSET", "JOBSET_CONTROLLER", "jobset_pod_contract", "jobset_pods", "jobset_status",
+           "translate_jobset"]
 
 JOBSET_CONTROLLER: Final = "jobset.sigs.k8s.io/jobset-controller"
 _KEY = "jobset.sigs.k8s.io/"
@@ -265,11 +267,64 @@ def jobset_pod_contract(job_name: str, namespace: str, role: str, index: int,
     return jobset_pods(job_name, namespace, role, index, read_contract(annotations))
 
 
-_SCHEMA = load_schema_file("jobsets.json")
+def _replicated_jobs_status(twin: Mapping[str, Any], phase: str, counts: Any) -> list[dict[str, Any]]:
+    """Per replicatedJob (the twin's role of that name): its Jobs by state, from the role's pod counts (a Job is
+    `parallelism` pods): succeeded Jobs = succeeded pods // parallelism; when the gang failed, the rest failed;
+    while it runs, the rest active, those with all pods running ready; when suspended, all suspended."""
+    jobs = read_contract(Body(twin).annotations).get("replicatedJobs")
+    out: list[dict[str, Any]] = []
+    for job in jobs if isinstance(jobs, list) else ():
+        if not isinstance(job, Mapping) or not isinstance(job.get("name"), str):
+            continue
+        replicas, parallelism = job.get("replicas"), job.get("parallelism")
+        replicas = replicas if type(replicas) is int and replicas >= 0 else 0
+        parallelism = parallelism if type(parallelism) is int and parallelism > 0 else 1
+        pods = counts(job["name"])
+        succeeded = min(replicas, pods["succeeded"] // parallelism)
+        failed = replicas - succeeded if phase == "Failed" else 0
+        active = replicas - succeeded - failed if phase in ("Admitted", "Running") else 0
+        out.append({"name": job["name"], "ready": min(active, pods["running"] // parallelism),
+                    "succeeded": succeeded, "failed": failed, "active": active,
+                    "suspended": replicas if phase == "Suspended" else 0})
+    return out
+
+
+def jobset_status(source: Mapping[str, Any], twin: Mapping[str, Any] | None, *, now: str,
+                  blocked: str | None = None) -> dict[str, Any]:
+    """`JobKind.mirror_status` of JobSet: the status the JobSet controller (sigs.k8s.io/jobset@v0.10.1) writes,
+    from the twin: conditions Suspended (SuspendedJobs "jobset is suspended", then False ResumeJobs "jobset is
+    resumed"), Completed (AllJobsCompleted "jobset completed successfully"), Failed (FailedJobs "jobset failed
+    due to one or more job failures", or the twin's reason and message when it failed otherwise, e.g.
+    ClusterLost); terminalState Completed or Failed; restarts (the twin's requeues: each recreates every Job
+    elsewhere); replicatedJobsStatus; plus the hub's phase, cluster and epoch. Without a twin (or `blocked`: the
+    controller's Event says why) only the hub's phase Pending."""
+    if twin is None:
+        return hub_fields({}, None)
+    state = twin_state(twin)
+    existing = existing_conditions(source)
+    conditions = suspension(existing, state, now, ("SuspendedJobs", "jobset is suspended"),
+                            ("ResumeJobs", "jobset is resumed"))
+    status: dict[str, Any] = {"restarts": state.requeues}
+    if state.phase == "Succeeded":
+        conditions.append(condition(existing, "Completed", "True", "AllJobsCompleted",
+                                    "jobset completed successfully", now))
+        status["terminalState"] = "Completed"
+    if state.phase == "Failed":
+        reason, message = failure(state, "FailedJobs", "jobset failed due to one or more job failures")
+        conditions.append(condition(existing, "Failed", "True", reason, message, now))
+        status["terminalState"] = "Failed"
+    if conditions:
+        status["conditions"] = conditions
+    status["replicatedJobsStatus"] = _replicated_jobs_status(twin, state.phase, state.pods)
+    return hub_fields(status, state)
+
+
+_SCHEMA = load_upstream_schema("jobsets.json")
 
 JOBSET = JobKind(
     group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet", plural="jobsets", singular="jobset",
     short_names=tuple(_SCHEMA.get("shortNames") or ()), schema=_SCHEMA["schema"], upstream=str(_SCHEMA["source"]),
     openapi_name="io.x-k8s.jobset.v1alpha2.JobSet", translate=translate_jobset, pod_contract=jobset_pod_contract,
+    mirror_status=jobset_status,
     description="A JobSet run as one gang: each replicatedJob a role of replicas x parallelism pods.",
 )

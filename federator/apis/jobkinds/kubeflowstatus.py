@@ -16,17 +16,17 @@ from typing import Any
 
 from federator.apis.jobkinds.base import JSON, StatusMirror
 from federator.apis.jobkinds.kubeflow import REPLICA_TYPES_ANNOTATION
+from federator.apis.jobkinds.status import condition, hub_fields, twin_state
 from federator.apis.views import Body
 
 __all__ = ["kubeflow_status", "kubeflow_status_of"]
 
 
+_TIMES = ("lastUpdateTime", "lastTransitionTime")
+
+
 def _condition(existing: list[Any], ctype: str, status: str, reason: str, message: str, now: str) -> dict[str, Any]:
-    old = next((c for c in existing if isinstance(c, Mapping) and c.get("type") == ctype), None)
-    changed = old is None or old.get("status") != status
-    return {"type": ctype, "status": status, "reason": reason, "message": message[:4096],
-            "lastUpdateTime": now if changed or old is None else old.get("lastUpdateTime", now),
-            "lastTransitionTime": now if changed or old is None else old.get("lastTransitionTime", now)}
+    return condition(existing, ctype, status, reason, message, now, times=_TIMES)
 
 
 def kubeflow_status(kind: str, source: Mapping[str, Any], twin: Mapping[str, Any] | None, *,
@@ -42,21 +42,10 @@ def kubeflow_status(kind: str, source: Mapping[str, Any], twin: Mapping[str, Any
         reason, message = (blocked.split(":", 1) + [""])[:2] if blocked else ("Pending", "")
         conditions.append(_condition(existing, "Created", "False", reason, message.strip()
                                      or f"{kind} {name} waits for its TrainingJob.", now))
-        status["phase"] = "Pending"
         status["conditions"] = conditions
-        return status
-    tstatus = Body(twin).status
-    raw_phase, raw_placement, raw_conditions = tstatus.get("phase"), tstatus.get("placement"), tstatus.get("conditions")
-    phase: str = raw_phase if isinstance(raw_phase, str) and raw_phase else "Pending"
-    placement: Mapping[str, Any] = raw_placement if isinstance(raw_placement, Mapping) else {}
-    twin_conditions: list[Any] = raw_conditions if isinstance(raw_conditions, list) else []
-    by_type = {c.get("type"): c for c in twin_conditions if isinstance(c, Mapping)}
-
-    def said(ctype: str, default: str) -> str:
-        cond = by_type.get(ctype)
-        message = cond.get("message") if isinstance(cond, Mapping) else None
-        return message if isinstance(message, str) and message else default
-
+        return hub_fields(status, None)
+    state = twin_state(twin)
+    phase, said = state.phase, state.said
     conditions.append(_condition(existing, "Created", "True", f"{kind}Created",
                                  f"{kind} {name} is created.", now))
     if phase == "Suspended":
@@ -75,7 +64,7 @@ def kubeflow_status(kind: str, source: Mapping[str, Any], twin: Mapping[str, Any
         conditions.append(_condition(existing, "Failed", "True", f"{kind}Failed",
                                      said("Failed", f"{kind} {name} has failed."), now))
     status["conditions"] = conditions
-    status["replicaStatuses"] = _replica_statuses(twin, tstatus)
+    status["replicaStatuses"] = _replica_statuses(twin, state.counts)
     start = old.get("startTime")
     if isinstance(start, str):
         status["startTime"] = start
@@ -86,17 +75,10 @@ def kubeflow_status(kind: str, source: Mapping[str, Any], twin: Mapping[str, Any
         status["completionTime"] = done
     elif phase == "Succeeded":
         status["completionTime"] = now
-    status["phase"] = phase
-    cluster = placement.get("cluster")
-    if isinstance(cluster, str) and cluster:
-        status["cluster"] = cluster
-    epoch = placement.get("epoch")
-    if type(epoch) is int:
-        status["epoch"] = epoch
-    return status
+    return hub_fields(status, state)
 
 
-def _replica_statuses(twin: Mapping[str, Any], tstatus: Mapping[str, Any]) -> dict[str, Any]:
+def _replica_statuses(twin: Mapping[str, Any], counts: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
     """Per source replica type: active, succeeded, failed pods, from the twin's pod counts."""
     annotations = Body(twin).annotations
     try:
@@ -107,17 +89,12 @@ def _replica_statuses(twin: Mapping[str, Any], tstatus: Mapping[str, Any]) -> di
     roles = [str(r.get("name")) for r in spec_roles if isinstance(r, Mapping)] if isinstance(spec_roles, list) else []
     names = dict(zip(roles, types)) if isinstance(types, list) and len(types) == len(roles) else {
         r: str(r) for r in roles}
-    raw_counts = tstatus.get("podCounts")
-    counts: Mapping[str, Any] = raw_counts if isinstance(raw_counts, Mapping) else {}
     out: dict[str, Any] = {}
     for role, rtype in names.items():
-        raw = counts.get(role)
-        c: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        out[str(rtype)] = {"active": int(c.get("pending", 0)) + int(c.get("running", 0)),
-                           "succeeded": int(c.get("succeeded", 0)), "failed": int(c.get("failed", 0))}
+        c = counts.get(role, {})
+        out[str(rtype)] = {"active": c.get("pending", 0) + c.get("running", 0),
+                           "succeeded": c.get("succeeded", 0), "failed": c.get("failed", 0)}
     return out
-
-
 
 
 def kubeflow_status_of(kind: str) -> StatusMirror:

@@ -39,19 +39,20 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation
+from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
 from federator.apis.jobkinds.batchjob import (
     CONTRACT_ANNOTATION,
-    load_schema_file,
     merge_hints,
     read_contract,
     shown,
     spec_of,
 )
 from federator.apis.jobkinds.jobset import DEFAULT_GROUP, jobset_pods
+from federator.apis.jobkinds.status import condition, existing_conditions, failure, hub_fields, suspension, twin_state
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT
 
-__all__ = ["BUILTIN_RUNTIMES", "TRAINER_CONTROLLER", "TRAINJOB", "trainjob_pod_contract", "translate_trainjob"]
+__all__ = ["BUILTIN_RUNTIMES", "TRAINER_CONTROLLER", "TRAINJOB", "trainjob_pod_contract", "trainjob_status",
+           "translate_trainjob"]
 
 TRAINER_CONTROLLER: Final = "trainer.kubeflow.org/trainjob-controller"
 RUNTIME_GROUP: Final = "trainer.kubeflow.org"
@@ -251,12 +252,36 @@ def trainjob_pod_contract(job_name: str, namespace: str, role: str, index: int,
     return jobset_pods(job_name, namespace, NODE, index, contract)
 
 
-_SCHEMA = load_schema_file("trainjobs.json")
+def trainjob_status(source: Mapping[str, Any], twin: Mapping[str, Any] | None, *, now: str,
+                    blocked: str | None = None) -> dict[str, Any]:
+    """`JobKind.mirror_status` of TrainJob: the conditions Trainer v2.0.0's controller writes, from the twin:
+    Suspended (Suspended "TrainJob is suspended", then False Resumed "TrainJob is resumed"), Complete and Failed
+    as it copies them from its JobSet (AllJobsCompleted "jobset completed successfully"; FailedJobs "jobset failed
+    due to one or more job failures", or the twin's reason and message when it failed otherwise, e.g.
+    ClusterLost); plus the hub's phase, cluster and epoch. Without a twin (or `blocked`: the controller's Event
+    says why) only the hub's phase Pending."""
+    if twin is None:
+        return hub_fields({}, None)
+    state = twin_state(twin)
+    existing = existing_conditions(source)
+    conditions = suspension(existing, state, now, ("Suspended", "TrainJob is suspended"),
+                            ("Resumed", "TrainJob is resumed"))
+    if state.phase == "Succeeded":
+        conditions.append(condition(existing, "Complete", "True", "AllJobsCompleted",
+                                    "jobset completed successfully", now))
+    if state.phase == "Failed":
+        reason, message = failure(state, "FailedJobs", "jobset failed due to one or more job failures")
+        conditions.append(condition(existing, "Failed", "True", reason, message, now))
+    status: dict[str, Any] = {"conditions": conditions} if conditions else {}
+    return hub_fields(status, state)
+
+
+_SCHEMA = load_upstream_schema("trainjobs.json")
 
 TRAINJOB = JobKind(
     group="trainer.kubeflow.org", version="v1alpha1", kind="TrainJob", plural="trainjobs", singular="trainjob",
     short_names=tuple(_SCHEMA.get("shortNames") or ()), schema=_SCHEMA["schema"], upstream=str(_SCHEMA["source"]),
     openapi_name="org.kubeflow.trainer.v1alpha1.TrainJob", translate=translate_trainjob,
-    pod_contract=trainjob_pod_contract,
+    pod_contract=trainjob_pod_contract, mirror_status=trainjob_status,
     description="Trainer's TrainJob on the built-in torch-distributed runtime: framework pytorch, numNodes workers.",
 )
