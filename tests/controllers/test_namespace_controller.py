@@ -1,5 +1,5 @@
 """The namespace controller's passes over one Terminating namespace, in-process (sqlite-free memory store,
-the hub registry plus a stand-in upstream job kind: deletion is generic over namespaced kinds).
+the hub registry plus a stand-in namespaced kind of another group: deletion is generic over namespaced kinds).
 
 A pass deletes every namespaced object (Events only once nothing else is left), reports what remains and
 which finalizers hold it in the namespace's conditions, and finalizes and removes the namespace once it is
@@ -22,14 +22,14 @@ from federator.obs import Metrics
 from federator.store.memory import MemoryStore
 
 API = "federator.dev/v1alpha1"
-#: what another helper's upstream kinds look like to the registry: a namespaced kind of another group
-PYTORCHJOBS = ResourceType(group="kubeflow.org", version="v1", kind="PyTorchJob", plural="pytorchjobs",
-                           singular="pytorchjob", namespaced=True)
+#: a namespaced kind of another group that no controller knows of (deletion must be generic over the registry)
+WIDGETS = ResourceType(group="example.com", version="v1", kind="Widget", plural="widgets",
+                           singular="widget", namespaced=True)
 
 
 def _hub(tmp_path: Path) -> HubContext:
     store = MemoryStore()
-    registry = Registry([*hub_registry(), PYTORCHJOBS])
+    registry = Registry([*hub_registry(), WIDGETS])
     return HubContext(store=store, storage=ObjectStorage(store, registry), registry=registry,
                       settings=HubSettings(state_dir=tmp_path), metrics=Metrics())
 
@@ -64,7 +64,7 @@ async def test_passes_empty_the_namespace_then_remove_it(tmp_path: Path) -> None
         for ns in ("doomed", "kept"):
             await storage.create(jobs, _job(ns, "a"), namespace=ns)
             await storage.create(jobs, _job(ns, "held", finalizers=["example.com/hold"]), namespace=ns)
-            await storage.create(PYTORCHJOBS, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            await storage.create(WIDGETS, {"apiVersion": "example.com/v1", "kind": "Widget",
                                                "metadata": {"name": "pt", "namespace": ns}}, namespace=ns)
             await storage.create(events, _event(ns, "a.1"), namespace=ns)
         deleter = NamespaceDeleter(hub)
@@ -75,7 +75,7 @@ async def test_passes_empty_the_namespace_then_remove_it(tmp_path: Path) -> None
         assert not await deleter.step("doomed")
         # everything but the held job is gone; the Events wait until nothing else is left
         assert await _names(hub, jobs, "doomed") == ["held"]
-        assert await _names(hub, PYTORCHJOBS, "doomed") == []
+        assert await _names(hub, WIDGETS, "doomed") == []
         assert await _names(hub, events, "doomed") == ["a.1"]
         ns = await storage.get(NAMESPACES, namespace=None, name="doomed")
         assert ns["status"]["phase"] == "Terminating" and ns["spec"]["finalizers"] == ["kubernetes"]
@@ -99,7 +99,7 @@ async def test_passes_empty_the_namespace_then_remove_it(tmp_path: Path) -> None
             assert e.code == 404
         # the other namespace is untouched
         assert await _names(hub, jobs, "kept") == ["a", "held"]
-        assert await _names(hub, PYTORCHJOBS, "kept") == ["pt"]
+        assert await _names(hub, WIDGETS, "kept") == ["pt"]
         assert await _names(hub, events, "kept") == ["a.1"]
         assert await deleter.step("doomed")  # gone: done
     finally:
