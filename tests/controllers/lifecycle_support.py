@@ -29,6 +29,7 @@ from federator.controllers.failover import ClusterFailover, cluster_failover
 from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
 from federator.controllers.jobcache import job_cache
+from federator.controllers.jobkinds import job_kind_twins
 from federator.controllers.memberobjects import MemberObjects
 from federator.controllers.status_sync import status_sync
 from federator.controllers.stuck import StuckGangs, stuck_gangs
@@ -45,6 +46,8 @@ CLUSTER_LABEL = "federator.test/cluster"
 #: The hub's controllers for these tests, in hub_controllers() order.
 LIFECYCLE: Sequence[ControllerFactory] = (event_recording, member_sync, job_cache, job_dispatch, job_placement,
                                           status_sync, stuck_gangs, cluster_failover, cluster_drain, member_cleanup)
+#: LIFECYCLE with the twin controller of the upstream job kinds (a PyTorchJob runs through its twin TrainingJob)
+WITH_TWINS: Sequence[ControllerFactory] = (*LIFECYCLE[:3], job_kind_twins, *LIFECYCLE[3:])
 
 
 class RunningFederation(Federation):
@@ -135,9 +138,11 @@ class Env:
 async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float | None = 2.0,
                         profile_overrides: dict[str, dict[str, Any]] | None = None,
                         federation: RunningFederation | None = None,
-                        controllers: Sequence[ControllerFactory] = LIFECYCLE, **extra: Any) -> AsyncIterator[Env]:
+                        controllers: Sequence[ControllerFactory] = LIFECYCLE, source_finalizers: Sequence[str] = (),
+                        **extra: Any) -> AsyncIterator[Env]:
     """`federation` (not started) replaces the default RunningFederation(tmp_path / "members", run_seconds);
-    `controllers` the hub's controllers (LIFECYCLE)."""
+    `controllers` the hub's controllers (LIFECYCLE, or WITH_TWINS with `source_finalizers=(SOURCE_FINALIZER,)`
+    to serve the upstream job kinds through their twins)."""
     fed = federation or RunningFederation(tmp_path / "members", run_seconds=run_seconds)
     await fed.start(names, **(profile_overrides or {}))
     knobs: dict[str, Any] = {"lifecycle_tick_seconds": 0.1, "member_gc_interval_seconds": 0.5,
@@ -145,7 +150,7 @@ async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float 
     knobs.update(extra)
     try:
         async with start_hub(tmp_path / "hub", controllers=controllers, job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
-                             settings=fast_settings(tmp_path / "hub" / "state", **knobs)) as hub:
+                             source_finalizers=source_finalizers, settings=fast_settings(tmp_path / "hub" / "state", **knobs)) as hub:
             api = await HubApi.connect(hub.kubeconfigs["admin"])
             try:
                 for body in fed.registrations.values():
