@@ -26,6 +26,7 @@ from federator.controllers.dispatch import job_dispatch
 from federator.controllers.drain import cluster_drain
 from federator.controllers.events import event_recording
 from federator.controllers.failover import ClusterFailover, cluster_failover
+from federator.controllers.jobkinds import job_kind_twins
 from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
 from federator.controllers.jobcache import job_cache
@@ -45,6 +46,8 @@ CLUSTER_LABEL = "federator.test/cluster"
 #: The hub's controllers for these tests, in hub_controllers() order.
 LIFECYCLE: Sequence[ControllerFactory] = (event_recording, member_sync, job_cache, job_dispatch, job_placement,
                                           status_sync, stuck_gangs, cluster_failover, cluster_drain, member_cleanup)
+#: LIFECYCLE with the twin controller of the upstream job kinds (controllers/jobkinds.py), where the hub runs it.
+LIFECYCLE_WITH_TWINS: Sequence[ControllerFactory] = (*LIFECYCLE[:3], job_kind_twins, *LIFECYCLE[3:])
 
 
 class RunningFederation(Federation):
