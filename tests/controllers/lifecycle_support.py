@@ -26,6 +26,7 @@ from federator.controllers.dispatch import job_dispatch
 from federator.controllers.drain import cluster_drain
 from federator.controllers.events import event_recording
 from federator.controllers.failover import ClusterFailover, cluster_failover
+from federator.controllers.jobkinds import job_kind_twins
 from federator.controllers.membercluster import member_sync
 from federator.controllers.placement import job_placement
 from federator.controllers.jobcache import job_cache
@@ -46,8 +47,8 @@ CLUSTER_LABEL = "federator.test/cluster"
 #: The hub's controllers for these tests, in hub_controllers() order.
 LIFECYCLE: Sequence[ControllerFactory] = (event_recording, member_sync, job_cache, job_dispatch, job_placement,
                                           status_sync, stuck_gangs, cluster_failover, cluster_drain, member_cleanup)
-#: LIFECYCLE with the twin controller of the upstream job kinds (a PyTorchJob runs through its twin TrainingJob)
-WITH_TWINS: Sequence[ControllerFactory] = (*LIFECYCLE[:3], job_kind_twins, *LIFECYCLE[3:])
+#: LIFECYCLE with the twin controller of the upstream job kinds (controllers/jobkinds.py), where the hub runs it.
+LIFECYCLE_WITH_TWINS: Sequence[ControllerFactory] = (*LIFECYCLE[:3], job_kind_twins, *LIFECYCLE[3:])
 
 
 class RunningFederation(Federation):
@@ -141,7 +142,7 @@ async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float 
                         controllers: Sequence[ControllerFactory] = LIFECYCLE, source_finalizers: Sequence[str] = (),
                         **extra: Any) -> AsyncIterator[Env]:
     """`federation` (not started) replaces the default RunningFederation(tmp_path / "members", run_seconds);
-    `controllers` the hub's controllers (LIFECYCLE, or WITH_TWINS with `source_finalizers=(SOURCE_FINALIZER,)`
+    `controllers` the hub's controllers (LIFECYCLE, or LIFECYCLE_WITH_TWINS with `source_finalizers=(SOURCE_FINALIZER,)`
     to serve the upstream job kinds through their twins)."""
     fed = federation or RunningFederation(tmp_path / "members", run_seconds=run_seconds)
     await fed.start(names, **(profile_overrides or {}))

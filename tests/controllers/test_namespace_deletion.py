@@ -23,7 +23,7 @@ from federator.delegation.adapter import LABEL_JOB_UID
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
 
 from .jobtest_support import phase, wait_until
-from .lifecycle_support import CLUSTER_LABEL, LIFECYCLE, WITH_TWINS, Env, aimed_job, lifecycle_env
+from .lifecycle_support import CLUSTER_LABEL, LIFECYCLE, LIFECYCLE_WITH_TWINS, Env, aimed_job, lifecycle_env
 from .test_gang_service import CONFIG_MAPS, SERVICES
 
 pytestmark = pytest.mark.slow
@@ -99,7 +99,7 @@ async def member_leftovers(env: Env, uid: str) -> dict[str, list[str]]:
 
 async def test_kubectl_delete_namespace_removes_its_pytorchjob_its_twin_and_their_member_objects(
         tmp_path: Path) -> None:
-    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None, controllers=(*WITH_TWINS, namespace_lifecycle),
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None, controllers=(*LIFECYCLE_WITH_TWINS, namespace_lifecycle),
                              source_finalizers=(SOURCE_FINALIZER,), namespaces="lifecycle",
                              namespace_retry_seconds=0.05) as env:
         hub = env.hub

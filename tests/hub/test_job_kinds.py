@@ -14,14 +14,13 @@ import pytest
 import yaml
 
 from federator.apis.jobkinds import JOB_KINDS
-from federator.controllers.jobkinds import job_kind_twins
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
 
 from ..apis.jobkinds.test_batchjob import POD_TO_POD
 from ..apis.jobkinds.test_trainjob import small as small_trainjob
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
-from ..controllers.lifecycle_support import LIFECYCLE, Env, RunningFederation, aimed_job
+from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation, aimed_job
 from .hubtest_support import RunningHub, start_hub
 
 CLUSTER = "onprem-rdma-a100"
@@ -152,7 +151,7 @@ async def federation(tmp_path: Path, *, run_seconds: float) -> AsyncIterator[Env
     """A hub running the lifecycle controllers and the twin controller, with one simulated member."""
     fed = RunningFederation(tmp_path / "members", run_seconds=run_seconds)
     await fed.start([CLUSTER])
-    controllers = (*LIFECYCLE[:3], job_kind_twins, *LIFECYCLE[3:])
+    controllers = LIFECYCLE_WITH_TWINS
     settings = fast_settings(tmp_path / "hub" / "state", lifecycle_tick_seconds=0.1, member_gc_interval_seconds=0.5,
                              stuck_timeout_seconds=30.0, cleanup_grace_seconds=30.0)
     try:
