@@ -615,6 +615,9 @@ class Adapter(Protocol):
 
 
 NO_GANG_GUARANTEE = "the default scheduler gives no gang guarantee: pods may start partially"
+#: how kube-scheduler's gang scheduling words a pod that fit but waited at Permit for a gang that did not
+#: (pkg/scheduler/framework/plugins/gangscheduling; the simulator's `sim.scheduler.NATIVE_WAITING` starts so too)
+GANG_WAIT_MESSAGE = "pod group is unschedulable, waiting for minCount pods from a gang to be scheduled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -942,10 +945,14 @@ class SchedulerAdapter:
             return (reason if isinstance(reason, str) and _camel(reason) else "Unschedulable",
                     f"{group.gvk.kind if group else 'PodGroup'} {_name_of(podgroup)}: {text}{more}")
         note = "" if group is not None else f"; {NO_GANG_GUARANTEE}"
-        for view in views:
-            if not view.bound and view.unschedulable:
-                return ("Unschedulable", f"pod {view.name}: {view.unschedulable} ({bound} of {existing} pods "
-                                         f"bound){note}")
+        # kube-scheduler's gang scheduling writes the pods' PodScheduled conditions before the group's: a pod that
+        # fit but waited for its gang says only GANG_WAIT_MESSAGE, which is no reason. Quote a pod that says why
+        # (the rejected one's FitError); with a gang object and none yet, the verdict is still on its way.
+        waiting = [v for v in views if not v.bound and v.unschedulable]
+        explained = [v for v in waiting if not v.unschedulable.startswith(GANG_WAIT_MESSAGE)]
+        for view in explained or ([] if group is not None else waiting):
+            return ("Unschedulable", f"pod {view.name}: {view.unschedulable} ({bound} of {existing} pods "
+                                     f"bound){note}")
         phase = _podgroup_phase(podgroup)
         in_phase = f" ({group.gvk.kind} phase {phase})" if group is not None and phase else ""
         return ("WaitingForScheduler", f"{bound} of {existing} pods bound; waiting for {self.name}{in_phase}{note}")
