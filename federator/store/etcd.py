@@ -16,9 +16,11 @@ RPCs ourselves, for two reasons:
   UNAVAILABLE with capped exponential backoff plus jitter, log what they
   wait for, and raise `StoreUnavailable` once the budget is spent.
 
-Writes are retried only on UNAVAILABLE (the request did not reach a server);
-a write that timed out is reported as StoreUnavailable, never silently
-retried, because it may have been applied. A watch that loses its server
+Writes are retried only on an UNAVAILABLE that says the request never left
+(no connection to send it on: `_NOT_SENT`); a write that timed out or whose
+connection broke after it was sent ("Stream removed", "Connection reset") is
+reported as StoreUnavailable, never silently retried, because it may have
+been applied (a retried create would then find its own object: 409). A watch that loses its server
 reconnects from the revision after the last event it delivered, within the
 same budget, and otherwise raises StoreUnavailable: it never hangs silently.
 
@@ -96,6 +98,20 @@ def _timed_out(e: grpc.aio.AioRpcError) -> bool:
     return code == grpc.StatusCode.DEADLINE_EXCEEDED or (
         code == grpc.StatusCode.UNKNOWN and "context deadline exceeded" in (e.details() or "")
     )
+
+
+#: what grpc says of an RPC that never left this process (no connection to send it on): only then may a write
+#: be sent again. "Stream removed", "Connection reset by peer", "Socket closed" come after the request may have
+#: reached a member that applied it (etcd's own client retries a write only when no connection was available:
+#: clientv3 retry_interceptor.go `isSafeRetryMutableRPC`).
+_NOT_SENT = ("failed to connect", "connection refused", "no connection available", "dns resolution failed",
+             "name resolution", "no address available")
+
+
+def _never_sent(e: grpc.aio.AioRpcError) -> bool:
+    """UNAVAILABLE before the request was sent: a write can be retried without being applied twice."""
+    details = (e.details() or "").lower()
+    return e.code() == grpc.StatusCode.UNAVAILABLE and any(text in details for text in _NOT_SENT)
 
 
 def _enc(key: str) -> bytes:
@@ -215,9 +231,7 @@ class EtcdStore(BaseStore):
                 return await fn(self._timeout)
             except grpc.aio.AioRpcError as e:
                 code = e.code()
-                retriable = code == grpc.StatusCode.UNAVAILABLE or (
-                    idempotent and _timed_out(e)
-                )
+                retriable = (code == grpc.StatusCode.UNAVAILABLE or _timed_out(e)) if idempotent else _never_sent(e)
                 if not retriable:
                     raise self._translate(e, op) from None
                 delay = retry.next_delay()
@@ -238,6 +252,10 @@ class EtcdStore(BaseStore):
         if _timed_out(e):
             return StoreUnavailable(
                 f"etcd at {self._where}: {op} timed out ({code.name}: {details}); its outcome is unknown"
+            )
+        if code == grpc.StatusCode.UNAVAILABLE:  # a write cut off after it was sent (see _NOT_SENT)
+            return StoreUnavailable(
+                f"etcd at {self._where}: {op} was cut off ({code.name}: {details}); its outcome is unknown"
             )
         if "request is too large" in details or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return StoreError(f"etcd at {self._where} refused {op} as too large: {details}")
