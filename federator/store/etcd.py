@@ -35,14 +35,22 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import grpc
-import grpc.aio
+# The hub, `federator up` and the tests start processes (etcd, a real member's kube-apiserver) while grpc's
+# threads run. With fork support on, grpc's fork handlers run in the forked child before it execs, and one
+# aborted it: a kube-apiserver "exited with -6" before it ran, its log holding only grpc's "Epoll1Poller ...
+# epoll_wait error: Bad file descriptor" (a loaded CI run, e2e/kube/test_real_member_ha.py). No child of ours
+# uses grpc (each execs at once), so the handlers are turned off; grpc reads this when it is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import grpc  # noqa: E402 (after the fork-support setting above)
+import grpc.aio  # noqa: E402
 from etcd3aio import _protobuf  # generated etcd v3 stubs shipped with etcd3aio
 from etcd3aio.connections import ConnectionManager
 
@@ -105,7 +113,7 @@ def _timed_out(e: grpc.aio.AioRpcError) -> bool:
 #: reached a member that applied it (etcd's own client retries a write only when no connection was available:
 #: clientv3 retry_interceptor.go `isSafeRetryMutableRPC`).
 _NOT_SENT = ("failed to connect", "connection refused", "no connection available", "dns resolution failed",
-             "name resolution", "no address available")
+             "name resolution", "no address available", "connections to all backends failing")
 
 
 def _never_sent(e: grpc.aio.AioRpcError) -> bool:

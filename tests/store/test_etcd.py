@@ -156,6 +156,8 @@ async def test_an_etcd_side_timeout_is_unavailable_with_an_unknown_outcome_and_a
 @pytest.mark.parametrize(("details", "sent"), [
     ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2379: Connection refused", False),
     ("DNS resolution failed for etcd.invalid:2379", False),
+    ("connections to all backends failing; last error: UNAVAILABLE: ipv4:127.0.0.1:21272: recvmsg:Connection "
+     "reset by peer (104)", False),
     ("Stream removed (recvmsg:Connection reset by peer (104))", True),
     ("Socket closed", True),
     ("Connection reset by peer", True),
@@ -173,3 +175,35 @@ def test_a_write_is_sent_again_only_when_it_never_left(details: str, sent: bool)
     timed_out = grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                      details=details)
     assert not _never_sent(timed_out)
+
+
+def test_children_started_beside_grpc_threads_run_no_grpc_fork_handlers() -> None:
+    """A kube-apiserver forked while grpc's threads ran was aborted by grpc's fork handlers before it could exec
+    (SIGABRT, 'epoll_wait error: Bad file descriptor'); importing the store turns them off."""
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, os, subprocess\n"
+        "import federator.store.etcd\n"
+        "import grpc.aio\n"
+        "async def main():\n"
+        "    channel = grpc.aio.insecure_channel('127.0.0.1:1')\n"
+        "    async def spin():\n"
+        "        while True:\n"
+        "            try:\n"
+        "                await asyncio.wait_for(channel.channel_ready(), 0.05)\n"
+        "            except Exception:\n"
+        "                pass\n"
+        "    task = asyncio.create_task(spin())\n"
+        "    for _ in range(20):\n"
+        "        await asyncio.to_thread(subprocess.run, ['true'], preexec_fn=lambda: None, check=True)\n"
+        "    task.cancel()\n"
+        "asyncio.run(main())\n"
+        "print(os.environ['GRPC_ENABLE_FORK_SUPPORT'])\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "false"
+    assert "fork_posix" not in done.stderr, done.stderr
