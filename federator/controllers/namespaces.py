@@ -1,8 +1,14 @@
 """The hub's namespace controller: kube's, over the hub registry.
 
+`NamespaceCache` (`hub.parts.namespaces`) is the term's one list+watch of the
+hub's Namespaces (one watch per kind per process, as the job cache is for
+TrainingJobs): it runs while anyone holds it (`hold()`/`release()`: the
+placement loop's Queue checks read namespaces' labels through it, this
+controller its deletions) and tells its subscribers of every change.
+
 `namespace_lifecycle` (a factory in hub/app.py's hub_controllers()) makes sure
 kube's system namespaces exist (`default`, `kube-system`, `kube-public`) at the
-start of each term, then watches Namespaces. A Namespace with a
+start of each term, then follows Namespaces through the cache. A Namespace with a
 deletionTimestamp (phase Terminating) gets one worker (`NamespaceDeleter`) that,
 pass after pass:
 
@@ -33,7 +39,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,16 +57,99 @@ from federator.apiserver.namespaces import (
 from federator.apiserver.registry import ResourceType
 from federator.controllers.context import HubContext
 from federator.controllers.jobs import set_condition
-from federator.controllers.loops import background_loop, watch_hub_kind
+from federator.controllers.loops import watch_hub_kind
+from federator.hub.kinds import namespace_labels
 from federator.obs import RepeatedFailureLog, get_logger
+from federator.runtime.tasks import spawn, stop_task
 from federator.store.protocol import StoreError
 
-__all__ = ["NamespaceDeleter", "PassResult", "namespace_lifecycle"]
+__all__ = ["NamespaceCache", "NamespaceDeleter", "NamespaceListener", "PassResult", "namespace_lifecycle"]
 
 _log = get_logger("controllers.namespaces")
 
 #: The longest wait between two passes over a Terminating namespace.
 MAX_RETRY_SECONDS = 2.0
+
+
+#: listener(namespace name, the stored Namespace or None once it is gone)
+NamespaceListener = Callable[[str, dict[str, Any] | None], None]
+
+
+class NamespaceCache:
+    """The hub's Namespaces by name, kept by one list+watch (re-list after 410) that runs while it is held.
+
+    `hold()` starts the watch for the first holder and returns once the first list is in; `release()` by the
+    last holder stops it. Subscribers are told every change, in order, and must not block or change the
+    object they are handed. It never writes."""
+
+    def __init__(self, hub: HubContext) -> None:
+        self.hub = hub
+        #: None when the hub's registry serves no Namespace kind (then no namespace has labels of its own)
+        self.rt: ResourceType | None = hub.registry.get(NAMESPACES.group, NAMESPACES.version, NAMESPACES.plural)
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        self._listeners: list[NamespaceListener] = []
+        self._holders = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self, listener: NamespaceListener) -> None:
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: NamespaceListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def labels_of(self, namespace: str) -> dict[str, str]:
+        """The labels of `namespace` as a Queue's namespaceSelector sees them (its name label when not stored)."""
+        return namespace_labels(namespace, self.objects.get(namespace))
+
+    async def hold(self) -> None:
+        """Keep the cache filled until `release()`; returns once it has listed the Namespaces."""
+        self._holders += 1
+        if self.rt is None:
+            self.synced.set()
+            return
+        if self._task is None:
+            self._task = spawn(watch_hub_kind(self.hub, self.rt, relist=self._relist, apply=self._apply, log=_log),
+                               name="namespaces:watch", log=_log, event="Namespace cache watch failed")
+        await self.synced.wait()
+
+    async def release(self) -> None:
+        self._holders = max(0, self._holders - 1)
+        if self._holders == 0 and self._task is not None:
+            task, self._task = self._task, None
+            await stop_task(task)
+
+    def _tell(self, name: str, obj: dict[str, Any] | None) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(name, obj)
+            except Exception as e:  # noqa: BLE001 - a subscriber's bug must not stop the others or the watch
+                _log.error("a namespace cache subscriber failed", namespace=name, error=f"{type(e).__name__}: {e}",
+                           exc_info=True)
+
+    async def _relist(self) -> str:
+        assert self.rt is not None
+        listing = await self.hub.storage.list(self.rt)
+        present = set()
+        for obj in listing.items:
+            present.add(Body(obj).name)
+            self._apply("ADDED", obj)
+        for name in set(self.objects) - present:
+            self._apply("DELETED", {"metadata": {"name": name}})
+        self.synced.set()
+        return listing.resource_version
+
+    def _apply(self, event: str, obj: dict[str, Any]) -> None:
+        name = Body(obj).name
+        if not name:
+            return
+        if event == "DELETED":
+            if self.objects.pop(name, None) is not None:
+                self._tell(name, None)
+        elif event in ("ADDED", "MODIFIED"):
+            self.objects[name] = obj
+            self._tell(name, obj)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,35 +175,36 @@ def _content_kinds(hub: HubContext) -> list[ResourceType]:
 class NamespaceDeleter:
     """Empties Terminating namespaces and then removes them (see the module docstring)."""
 
-    def __init__(self, hub: HubContext) -> None:
+    def __init__(self, hub: HubContext, namespaces: NamespaceCache) -> None:
         self.hub = hub
+        self.namespaces = namespaces
         self.workers: dict[str, asyncio.Task[None]] = {}
         self._failures = RepeatedFailureLog(_log, "namespace deletion pass failed; will retry", every_seconds=60.0)
 
-    async def run(self) -> None:
-        try:
-            await watch_hub_kind(self.hub, NAMESPACES, relist=self._relist, apply=self._apply, log=_log)
-        finally:
-            for task in self.workers.values():
-                task.cancel()
-            for task in self.workers.values():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+    async def start(self) -> None:
+        """Follow the namespace cache: every Terminating namespace, those already listed first."""
+        self.namespaces.subscribe(self._apply)
+        await self.namespaces.hold()
+        for name, obj in list(self.namespaces.objects.items()):
+            self._apply(name, obj)
 
-    async def _relist(self) -> str:
-        listed = await self.hub.storage.list(NAMESPACES)
-        for obj in listed.items:
-            self._apply("ADDED", obj)
-        return listed.resource_version
+    async def stop(self) -> None:
+        self.namespaces.unsubscribe(self._apply)
+        await self.namespaces.release()
+        workers, self.workers = list(self.workers.values()), {}
+        for task in workers:
+            task.cancel()
+        for task in workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
-    def _apply(self, event: str, obj: dict[str, Any]) -> None:
-        body = Body(obj)
-        if event == "DELETED" or not body.deleting:
+    def _apply(self, name: str, obj: dict[str, Any] | None) -> None:
+        if obj is None or not Body(obj).deleting:
             return
-        task = self.workers.get(body.name)
+        task = self.workers.get(name)
         if task is None or task.done():
-            self.workers[body.name] = asyncio.get_running_loop().create_task(
-                self._delete_namespace(body.name), name=f"hub-namespace-delete:{body.name}")
+            self.workers[name] = asyncio.get_running_loop().create_task(
+                self._delete_namespace(name), name=f"hub-namespace-delete:{name}")
 
     async def _delete_namespace(self, name: str) -> None:
         wait = self.hub.settings.namespaces.retry_seconds
@@ -242,6 +332,9 @@ async def namespace_lifecycle(hub: HubContext) -> AsyncIterator[None]:
         await ensure_namespaces(hub.storage, SYSTEM_NAMESPACES)
     except (ApiError, StoreError) as e:  # the API's start made them too; a term must not fail on this
         _log.warning("could not make sure the system namespaces exist", error=str(e))
-    deleter = NamespaceDeleter(hub)
-    async with background_loop(deleter.run(), name="hub-namespaces", what="namespace controller", log=_log):
+    deleter = NamespaceDeleter(hub, hub.parts.namespaces)
+    await deleter.start()
+    try:
         yield
+    finally:
+        await deleter.stop()

@@ -19,6 +19,9 @@ dict of well-known names.
   job; status sync keeps its watches following member sync.
 - `reservations` (`jobs.ReservationLedger`) and `in_flight` (`jobs.InFlight`).
 - `fence` (`EpochFence`): the GC raises it per cluster, dispatch waits for it.
+- `namespaces` (`NamespaceCache`): the one list+watch of the hub's Namespaces,
+  run while held (placement's Queue checks read their labels; the namespace
+  controller follows their deletion).
 - `pulling_back`: the pull-backs the stuck-gang detector has in progress (status
   sync leaves those jobs alone).
 - `dispatcher`: dispatch, the only code that creates or deletes member objects;
@@ -40,6 +43,7 @@ from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import InFlight, ReservationLedger
 from federator.controllers.membercluster import MemberClusters
 from federator.controllers.memberobjects import MemberObjects
+from federator.controllers.namespaces import NamespaceCache
 
 if TYPE_CHECKING:
     from federator.controllers.cleanup import GarbageCollector
@@ -106,6 +110,8 @@ class Pipeline:
     in_flight: InFlight
     fence: EpochFence
     dispatcher: Dispatcher
+    #: the one Namespace list+watch (placement's Queue checks, the namespace controller)
+    namespaces: NamespaceCache
     #: uid -> the pull-back of a stuck gang in progress (stuck.py writes; status sync skips those jobs)
     pulling_back: dict[str, PullBack] = field(default_factory=dict)
     running: RunningControllers = field(default_factory=RunningControllers)

@@ -65,6 +65,7 @@ from federator.controllers.jobs import (ACTIVE_PHASES, JOB_KIND, JOB_PHASES, PHA
                                         current_placement, dispatches_in_flight, gang_request, job_ref, phase_of,
                                         queued_at, reservations)
 from federator.controllers.membercluster import MemberClusters
+from federator.controllers.namespaces import NamespaceCache
 from federator.controllers.placement_ports import HubJobStore, HubMemberViews
 from federator.controllers.preemption import Evictor, Victims
 from federator.controllers.queue_accounting import Preempting, QueueAccounting, resource_version_of as _rv
@@ -95,7 +96,8 @@ class CycleReport:
 class PlacementController:
     """See the module docstring. Use `job_placement(hub)` to run it."""
 
-    def __init__(self, hub: HubContext, *, dispatcher: Dispatcher, jobs: JobCache, members: MemberClusters) -> None:
+    def __init__(self, hub: HubContext, *, dispatcher: Dispatcher, jobs: JobCache, members: MemberClusters,
+                 namespaces: NamespaceCache) -> None:
         self.hub = hub
         self.rt = hub.kind(JOB_KIND)
         self.dispatcher = dispatcher
@@ -123,7 +125,7 @@ class PlacementController:
         #: uids whose decision is being written or dispatched (shared: the deletion finalizer waits for them)
         self.inflight = dispatches_in_flight(hub)
         self._wake = asyncio.Event()
-        self.queues = QueueCache(hub, on_change=self._wake.set)
+        self.queues = QueueCache(hub, namespaces=namespaces, on_change=self._wake.set)
         self.queue_status = QueueStatusWriter(hub, cache=self.queues)
         #: uids of the jobs in `jobs` that hold a placement (Placed, Admitted, Running with a cluster; not
         #: being deleted): the gangs that hold quota and room
@@ -202,6 +204,7 @@ class PlacementController:
         await stop_tasks([*self._tasks, *self._work])
         self._tasks.clear()
         self._work.clear()
+        await self.queues.stop()
         # Only the leader's loop knows the jobs: a replica that stopped leading exports no stale counts.
         self.hub.metrics.jobs.clear()
         self.hub.metrics.placement_queue_depth.set(0)
@@ -447,7 +450,8 @@ async def job_placement(hub: HubContext) -> AsyncIterator[None]:
     """cleanup_ctx-style factory: runs the placement loop while the hub runs (after the job cache and
     job_dispatch)."""
     parts = hub.parts
-    controller = PlacementController(hub, dispatcher=parts.dispatcher, jobs=parts.jobs, members=parts.members)
+    controller = PlacementController(hub, dispatcher=parts.dispatcher, jobs=parts.jobs, members=parts.members,
+                                     namespaces=parts.namespaces)
     parts.running.placement = controller
     await controller.start()
     try:

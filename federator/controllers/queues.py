@@ -4,8 +4,9 @@
   (re-list after 410 Gone, capped backoff with jitter), never a LIST per
   cycle. `quotas()` gives them as placement's `QueueQuota`s (built again only
   after a change); `objects` the stored Queues and `labels_of(namespace)` the
-  labels of the stored Namespaces (both for `selects_namespace`, kept by a
-  second list + watch, of Namespaces). A
+  labels of the stored Namespaces (both for `selects_namespace`; the labels
+  come from the term's one Namespace cache, `hub.parts.namespaces`, which it
+  holds while it runs and whose changes wake placement). A
   Queue that cannot be read (it passed the API's validation, so only a bug
   or a hand-edited store makes one) is left out and logged once: its jobs
   then wait with QueueNotFound rather than run without a quota.
@@ -38,7 +39,7 @@ from federator.apis.views import Body
 from federator.controllers.context import HUB_API_VERSION, HubContext
 from federator.controllers.jobs import set_condition
 from federator.controllers.loops import watch_hub_kind
-from federator.hub.kinds import namespace_labels
+from federator.controllers.namespaces import NamespaceCache
 from federator.obs import get_logger
 from federator.placement.admission import QueueQuota, QueueUsage, QuotaAmounts, WithinQueue
 from federator.store.protocol import StoreError
@@ -95,17 +96,15 @@ def queue_quota(obj: Mapping[str, Any]) -> QueueQuota:
 class QueueCache:
     """The hub's Queues by name (see the module docstring). `on_change()` is called after every change."""
 
-    def __init__(self, hub: HubContext, *, on_change: Any = None) -> None:
+    def __init__(self, hub: HubContext, *, namespaces: NamespaceCache, on_change: Any = None) -> None:
         self.hub = hub
         self.rt: ResourceType | None = hub.registry.by_kind(HUB_API_VERSION, QUEUE_KIND)
         self.objects: dict[str, dict[str, Any]] = {}
-        self.ns_rt: ResourceType | None = hub.registry.get("", "v1", "namespaces")
-        #: namespace name -> its labels as a namespaceSelector sees them (hubkinds.namespace_labels)
-        self.namespace_labels: dict[str, dict[str, str]] = {}
-        self._namespaces_rv = ""
+        self.namespaces = namespaces
         self.on_change = on_change
         self._quotas: dict[str, QueueQuota] | None = None
         self._unreadable: set[tuple[str, str]] = set()
+        self._holding = False
 
     def quotas(self) -> dict[str, QueueQuota] | None:
         """Every readable Queue as a QueueQuota; None when the hub holds no Queue at all."""
@@ -145,35 +144,18 @@ class QueueCache:
 
     def labels_of(self, namespace: str) -> dict[str, str]:
         """The labels of `namespace` for a Queue's namespaceSelector (only its name label when not stored)."""
-        return self.namespace_labels.get(namespace) or namespace_labels(namespace)
+        return self.namespaces.labels_of(namespace)
 
-    def _apply_namespace(self, kind: str, obj: dict[str, Any]) -> None:
-        name = Body(obj).name
-        if not name:
-            return
-        labels = None if kind == "DELETED" else namespace_labels(name, obj)
-        if labels != self.namespace_labels.get(name):
-            if labels is None:
-                self.namespace_labels.pop(name, None)
-            else:
-                self.namespace_labels[name] = labels
-            self._changed()
-
-    async def _list_namespaces(self) -> str:
-        if self.ns_rt is None:
-            return ""
-        listing = await self.hub.storage.list(self.ns_rt)
-        present = set()
-        for obj in listing.items:
-            present.add(Body(obj).name)
-            self._apply_namespace("ADDED", obj)
-        for name in set(self.namespace_labels) - present:
-            self._apply_namespace("DELETED", {"metadata": {"name": name}})
-        return listing.resource_version
+    def _namespace_changed(self, name: str, obj: dict[str, Any] | None) -> None:
+        self._changed()
 
     async def list(self) -> str:
-        """Fill the cache from a LIST; the resourceVersion to watch from ("" when the hub serves no Queues)."""
-        self._namespaces_rv = await self._list_namespaces()
+        """Fill the cache from a LIST (and hold the Namespace cache, filled, until `stop`); the resourceVersion
+        to watch from ("" when the hub serves no Queues)."""
+        if not self._holding:
+            self._holding = True
+            self.namespaces.subscribe(self._namespace_changed)
+            await self.namespaces.hold()
         if self.rt is None:
             return ""
         listing = await self.hub.storage.list(self.rt)
@@ -196,13 +178,15 @@ class QueueCache:
         if self.rt is None:
             _log.info("the hub serves no Queue kind: placement runs without quotas")
             return
-        watches = [watch_hub_kind(self.hub, self.rt, relist=self.list, apply=self._apply, log=_log,
-                                  resource_version=resource_version)]
-        if self.ns_rt is not None:
-            watches.append(watch_hub_kind(self.hub, self.ns_rt, relist=self._list_namespaces,
-                                          apply=self._apply_namespace, log=_log,
-                                          resource_version=self._namespaces_rv or None))
-        await asyncio.gather(*watches)
+        await watch_hub_kind(self.hub, self.rt, relist=self.list, apply=self._apply, log=_log,
+                             resource_version=resource_version)
+
+    async def stop(self) -> None:
+        """Let go of the Namespace cache (after `run` was cancelled)."""
+        if self._holding:
+            self._holding = False
+            self.namespaces.unsubscribe(self._namespace_changed)
+            await self.namespaces.release()
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

@@ -199,6 +199,7 @@ def build_pipeline(hub: HubContext) -> Pipeline:
     from federator.controllers.jobs import InFlight, ReservationLedger
     from federator.controllers.membercluster import MemberClusters
     from federator.controllers.memberobjects import MemberObjects
+    from federator.controllers.namespaces import NamespaceCache
     from federator.controllers.pipeline import EpochFence, Pipeline
 
     members = MemberClusters()
@@ -210,7 +211,7 @@ def build_pipeline(hub: HubContext) -> Pipeline:
     dispatcher = Dispatcher(hub, members=members, objects=objects, fence=fence, reservations=reservations,
                             in_flight=in_flight)
     hub.pipeline = Pipeline(members=members, jobs=jobs, objects=objects, reservations=reservations,
-                            in_flight=in_flight, fence=fence, dispatcher=dispatcher)
+                            in_flight=in_flight, fence=fence, dispatcher=dispatcher, namespaces=NamespaceCache(hub))
     return hub.pipeline
 
 

@@ -8,6 +8,9 @@ empty; other namespaces are untouched.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from federator.apiserver.namespaces import NAMESPACES, ensure_namespaces
 from federator.apiserver.registry import Registry, ResourceType
 from federator.apiserver.storage import ObjectStorage
 from federator.controllers.context import HubContext, HubSettings
-from federator.controllers.namespaces import NamespaceDeleter
+from federator.controllers.namespaces import NamespaceCache, NamespaceDeleter
 from federator.hub.kinds import hub_registry
 from federator.obs import Metrics
 from federator.store.memory import MemoryStore
@@ -67,7 +70,7 @@ async def test_passes_empty_the_namespace_then_remove_it(tmp_path: Path) -> None
             await storage.create(WIDGETS, {"apiVersion": "example.com/v1", "kind": "Widget",
                                                "metadata": {"name": "pt", "namespace": ns}}, namespace=ns)
             await storage.create(events, _event(ns, "a.1"), namespace=ns)
-        deleter = NamespaceDeleter(hub)
+        deleter = NamespaceDeleter(hub, NamespaceCache(hub))
         assert await deleter.step("doomed")  # not Terminating: nothing to do
         assert await _names(hub, jobs, "doomed") == ["a", "held"]
 
@@ -107,10 +110,8 @@ async def test_passes_empty_the_namespace_then_remove_it(tmp_path: Path) -> None
 
 
 async def test_the_queue_cache_follows_the_namespaces_labels(tmp_path: Path) -> None:
-    """What placement's queue check sees of a namespace: its stored labels (kept by a watch) and its name."""
-    import asyncio
-    import contextlib
-
+    """What placement's queue check sees of a namespace: its stored labels (kept by the one Namespace cache,
+    which the queue cache holds while it runs) and its name; a change wakes placement."""
     from federator.controllers.queues import QueueCache
 
     from .jobtest_support import wait_until
@@ -118,7 +119,8 @@ async def test_the_queue_cache_follows_the_namespaces_labels(tmp_path: Path) -> 
     hub = _hub(tmp_path)
     await hub.storage.start()
     changes: list[int] = []
-    cache = QueueCache(hub, on_change=lambda: changes.append(1))
+    namespaces = NamespaceCache(hub)
+    cache = QueueCache(hub, namespaces=namespaces, on_change=lambda: changes.append(1))
     try:
         await hub.storage.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                               "metadata": {"name": "team", "labels": {"org": "vision"}}},
@@ -137,5 +139,8 @@ async def test_the_queue_cache_follows_the_namespaces_labels(tmp_path: Path) -> 
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await cache.stop()
+        # the last holder let go: the cache's watch stopped
+        assert namespaces._task is None and namespaces._holders == 0
     finally:
         await hub.storage.close()
