@@ -280,14 +280,16 @@ def test_the_new_families_say_what_the_run_did(scrape: Scrape) -> None:
     assert {lab["phase"] for n, lab, _ in samples if n == "federator_jobs"} == set(get_args(JobPhase))
     assert value("federator_jobs") == 3  # every job counted once
     assert value("federator_placement_queue_depth") == 0
-    assert value("federator_placement_decision_latency_seconds_count") == 3
+    # one decision per dispatch: on a loaded machine a member create may time out, and the job is placed again
+    dispatched = value("federator_dispatches_total")
+    assert value("federator_dispatches_total", result="ok") == 3
+    assert value("federator_placement_decision_latency_seconds_count") == dispatched
     assert value("federator_member_free_gpus", cluster=CLUSTERS[0], gpu_model="A100") == 4 * 8
     assert value("federator_member_allocatable_gpus", cluster=CLUSTERS[1], gpu_model="H100") == 4 * 8
     assert value("federator_drill_reports", fault="partition", verdict="passed") == 1
     assert value("federator_drill_reports", fault="outage", verdict="failed") == 1
     assert value("federator_drill_reports") == 2
     assert value("federator_store_size_bytes", backend="sqlite") > 0
-    assert value("federator_dispatches_total", result="ok") == 3
     # each job's Placed, Dispatched and Running Events at least (the last ones may still be on their way)
     assert value("federator_events_total", result="written") >= 3 * 3
 

@@ -30,6 +30,8 @@ Kinds (as kube-apiserver serves them, kube-api-notes §1, §7):
   leader's fenced storage) at most `writes_per_second` (100), and logs
   failures rate-limited. At most `max_pending` Events wait; more are dropped
   and counted;
+- `also_on(obj)` (optional) names a second object each Event is also
+  recorded on (the hub: a twin TrainingJob's upstream object);
 - `expire` deletes Events not seen for `ttl_seconds` (kube's --event-ttl,
   1 h): one cheap pass over the watch cache, run periodically by the owner.
 
@@ -460,6 +462,7 @@ class EventRecorder:
         cache_size: int = 4096,
         ttl_seconds: float = EVENT_TTL_SECONDS,
         metrics: Metrics | None = None,
+        also_on: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self.instance = instance[:_REPORTING_INSTANCE_MAX]
         self.clock = clock
@@ -472,6 +475,9 @@ class EventRecorder:
         self.cache_size = cache_size
         self.ttl_seconds = ttl_seconds
         self.metrics = metrics or METRICS
+        #: the other object an Event recorded on an object is also recorded on, if any (the hub: a twin
+        #: TrainingJob's upstream object, so `kubectl describe pytorchjob` lists what happened to its gang)
+        self.also_on = also_on
         self._buckets: OrderedDict[tuple[str, _Ref], _Bucket] = OrderedDict()
         self._similar: OrderedDict[tuple[str, _Ref, str, str], _Similar] = OrderedDict()
         self._observed: OrderedDict[tuple[Any, ...], _Observed] = OrderedDict()
@@ -494,8 +500,13 @@ class EventRecorder:
         `controller` names the reporter ("placement": source.component federator-placement,
         reportingController federator.dev/placement)."""
         try:
-            self._record(obj, controller=controller, reason=reason, message=message,
-                         type=WARNING if warning else NORMAL, action=action or reason)
+            kind = WARNING if warning else NORMAL
+            self._record(obj, controller=controller, reason=reason, message=message, type=kind,
+                         action=action or reason)
+            other = self.also_on(obj) if self.also_on is not None else None
+            if other is not None:
+                self._record(other, controller=controller, reason=reason, message=message, type=kind,
+                             action=action or reason)
         except Exception as e:  # noqa: BLE001 - recording must never fail a controller
             self._count("failed")
             self._failures.failed(e, now=time.monotonic(), reason=reason)

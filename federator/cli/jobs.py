@@ -3,6 +3,7 @@
     federator submit -f FILE [-f FILE ...]          create TrainingJobs (YAML/JSON, several documents, - for stdin)
     federator get jobs|clusters|queues [NAME] [-n NS] [-A] [-w] [-o json|yaml|wide|name]
     federator describe job NAME                      placement (scores, why-not table), history, conditions, pods
+    federator describe pytorchjob|jobset|jobs.batch|... NAME   an upstream job kind: its conditions and its gang
     federator delete job NAME [NAME ...]
     federator logs NAME [-n NS] [--role R] [--index I] [-f] [--tail N]   the job's pods' logs, through the hub
 
@@ -20,7 +21,8 @@ import math
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from federator.apis.podtemplate import is_full_form, is_sidecar
 from federator.apis.views import Body, Meta
@@ -42,6 +44,9 @@ from federator.cli.common import (
 )
 from federator.cli.hubclient import API_GROUP, HubClient, HubError, JSONObject, jobs_path
 from federator.placement.resources import template_requests
+
+if TYPE_CHECKING:
+    from federator.apis.jobkinds import JobKind
 
 # ---------------------------------------------------------------- submit
 
@@ -310,10 +315,72 @@ def _selector_text(selector: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "any"
 
 
+#: the names `federator describe` takes for a TrainingJob
+TRAININGJOB_NAMES = ("job", "jobs", "tj", "trainingjob", "trainingjobs")
+
+
+def source_kind_named(resource: str) -> JobKind:
+    """The upstream job kind `resource` names as kubectl takes it (plural, singular, short name, or either
+    qualified with the group: "pytorchjobs", "pytorchjob.kubeflow.org", "jobs.batch"); batch Job only by its
+    qualified names, since "job" means a TrainingJob here. InputError listing the names it takes otherwise."""
+    from federator.apis.jobkinds import JOB_KINDS
+
+    wanted = resource.lower()
+    for kind in JOB_KINDS:
+        names = {f"{kind.plural}.{kind.group}", f"{kind.singular}.{kind.group}"}
+        if kind.group != "batch":
+            names |= {kind.plural, kind.singular, *kind.short_names}
+        if wanted in names:
+            return kind
+    known = ", ".join([*TRAININGJOB_NAMES[:1], *(k.singular if k.group != "batch" else f"jobs.{k.group}"
+                                                 for k in JOB_KINDS)])
+    raise InputError(f"describe: unknown kind {resource!r}; one of: {known}")
+
+
+def describe_source(source: JSONObject, kind: JobKind, twin: JSONObject | None, described_twin: str, *,
+                    now: dt.datetime | None = None) -> str:
+    """The text of `federator describe <upstream kind> NAME`: the object, its status conditions (what the twin
+    controller mirrors, with the hub's phase and cluster), then its gang: the twin TrainingJob that placement,
+    queues and failover act on (`described_twin`: describe_job's text of it), or why it has none."""
+    now = now or dt.datetime.now(dt.UTC)
+    meta = Body(source)
+    status = Body(source).status
+    out: list[str] = []
+    add = out.append
+    add(f"Kind:         {kind.kind} ({kind.api_version})")
+    add(f"Name:         {meta.name}")
+    add(f"Namespace:    {meta.namespace}")
+    add(f"Created:      {_time(meta.creation_timestamp, now)}")
+    if meta.deleting:
+        add(f"Deleting:     since {meta.deletion_timestamp}")
+    add(f"Phase:        {status.get('phase') or '<none>'}")
+    add(f"Cluster:      {status.get('cluster') or '<none>'}")
+    add("Conditions:")
+    rows = [[str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason", "")),
+             str(c.get("lastTransitionTime", "")), str(c.get("message", ""))]
+            for c in status.get("conditions") or () if isinstance(c, Mapping)]
+    add(_indent(render_table(["TYPE", "STATUS", "REASON", "LAST TRANSITION", "MESSAGE"], rows)) if rows
+        else "  <none>")
+    if twin is None:
+        add("Gang:         <none> (no TrainingJob of this name is this object's twin yet; the conditions say why)")
+        return "\n".join(out)
+    add(f"Gang:         TrainingJob {Body(twin).namespace}/{Body(twin).name} (its twin: placement, queues, "
+        "failover and the member objects act on it)")
+    add("")
+    add(described_twin)
+    return "\n".join(out)
+
+
 def _cmd_describe(args: argparse.Namespace) -> int:
-    async def work(client: HubClient) -> int:
-        path = jobs_path(namespace_of(args, client), args.name)
-        job = await client.request("GET", path)
+    kind: JobKind | None = None
+    if args.resource.lower() not in TRAININGJOB_NAMES:
+        try:
+            kind = source_kind_named(args.resource)
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+
+    async def describe_twin(client: HubClient, job: JSONObject, path: str) -> str:
         pods: JSONObject | None = None
         pods_error = None
         if ((job.get("status") or {}).get("placement") or {}).get("cluster"):
@@ -321,7 +388,30 @@ def _cmd_describe(args: argparse.Namespace) -> int:
                 pods = await client.request("GET", path + "/pods")
             except HubError as e:  # the job is still described; the member's pods are what is missing
                 pods_error = str(e)
-        print(describe_job(job, pods=pods, pods_error=pods_error), flush=True)
+        return describe_job(job, pods=pods, pods_error=pods_error)
+
+    async def work(client: HubClient) -> int:
+        namespace = namespace_of(args, client)
+        path = jobs_path(namespace, args.name)
+        if kind is None:
+            job = await client.request("GET", path)
+            print(await describe_twin(client, job, path), flush=True)
+            return 0
+        source = await client.request("GET", f"/apis/{kind.api_version}/namespaces/{quote(namespace, safe='')}/"
+                                             f"{kind.plural}/{quote(args.name, safe='')}")
+        twin: JSONObject | None = None
+        try:
+            found = await client.request("GET", path)
+        except HubError as e:
+            if e.code != 404:
+                raise
+        else:
+            owners = Body(found).metadata.get("ownerReferences")
+            if any(isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid") == Body(source).uid
+                   for ref in (owners if isinstance(owners, list) else ())):
+                twin = found
+        text = await describe_twin(client, twin, path) if twin is not None else ""
+        print(describe_source(source, kind, twin, text), flush=True)
         return 0
 
     return run_on_hub(args, work)
@@ -441,8 +531,12 @@ def register(sub: Any) -> None:
     hub_flags(p)
     p.set_defaults(handler=cmd_get)
 
-    p = sub.add_parser("describe", help="explain a job: placement, why-not table, history, pods")
-    p.add_argument("resource", choices=["job", "jobs", "tj", "trainingjob"], metavar="job")
+    p = sub.add_parser("describe", help="explain a job: placement, why-not table, history, pods",
+                       description="Explain a TrainingJob (KIND job, tj or trainingjob) or a job of an upstream "
+                                   "kind the hub serves (pytorchjob, tfjob, paddlejob, mpijob, jobset, trainjob, "
+                                   "jobs.batch): its conditions, then its gang's placement, why-not table, "
+                                   "history and pods.")
+    p.add_argument("resource", metavar="KIND", help="job (a TrainingJob), or an upstream kind as kubectl names it")
     p.add_argument("name")
     p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
     hub_flags(p)

@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+from federator.apis.jobkinds import source_of_twin
 from federator.apiserver.events import EventRecorder
 from federator.apiserver.registry import ResourceType
 from federator.controllers.context import HubContext
@@ -58,8 +59,9 @@ async def event_recording(hub: HubContext) -> AsyncIterator[None]:
     rt = hub.registry.by_kind("v1", "Event")
     if rt is None:
         raise RuntimeError("event_recording needs the hub registry's core v1 Event kind")
+    # a twin's Events are also its upstream object's (apis/jobkinds): `kubectl describe pytorchjob` lists them
     recorder = EventRecorder(instance=f"federator-hub-{hub_id(hub)}", ttl_seconds=ttl, metrics=hub.metrics,
-                             writes_per_second=knobs.writes_per_second)
+                             writes_per_second=knobs.writes_per_second, also_on=source_of_twin)
     hub.events = recorder
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(background_loop(

@@ -242,3 +242,35 @@ async def test_the_writer_keeps_to_its_write_rate(storage: ObjectStorage) -> Non
         assert len(await events(storage)) == 1
     finally:
         task.cancel()
+
+
+async def test_an_event_of_a_twin_is_also_recorded_on_its_upstream_object(storage: ObjectStorage) -> None:
+    """The hub's recorder (controllers/events.py) records a twin TrainingJob's Events on the PyTorchJob (or any
+    upstream kind) it stands for too; a TrainingJob submitted as one, or one whose owner is not its annotated
+    kind (a hand-made annotation), gets its Events alone."""
+    from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, source_of_twin
+
+    recorder = EventRecorder(metrics=Metrics(), also_on=source_of_twin)
+    task = asyncio.create_task(recorder.run(storage, core(storage)))
+    try:
+        owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "resnet", "uid": "src-1",
+                 "controller": True}
+        twin = job()
+        twin["metadata"] |= {"annotations": {SOURCE_KIND_ANNOTATION: "PyTorchJob.kubeflow.org"},
+                             "ownerReferences": [owner]}
+        recorder.record(twin, controller="placement", reason="Placed", message="placed in c1")
+        plain = job(name="plain", uid="uid-2")
+        recorder.record(plain, controller="placement", reason="Placed", message="placed in c1")
+        forged = job(name="forged", uid="uid-3")
+        forged["metadata"] |= {"annotations": {SOURCE_KIND_ANNOTATION: "PyTorchJob.kubeflow.org"},
+                               "ownerReferences": [{**owner, "kind": "TFJob", "uid": "src-3"}]}
+        recorder.record(forged, controller="placement", reason="Placed", message="placed in c1")
+        assert await recorder.flush(10)
+        involved = sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"], e["involvedObject"]["uid"])
+                          for e in await events(storage))
+        assert involved == [("PyTorchJob", "resnet", "src-1"), ("TrainingJob", "forged", "uid-3"),
+                            ("TrainingJob", "plain", "uid-2"), ("TrainingJob", "resnet", "uid-1")]
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -22,6 +22,7 @@ from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation, aimed_job
 from .hubtest_support import RunningHub, start_hub
+from .test_describe_events import event_rows
 
 CLUSTER = "onprem-rdma-a100"
 
@@ -226,6 +227,24 @@ async def test_an_upstream_pytorchjob_runs_to_succeeded_through_its_twin(tmp_pat
         assert code == 0, err
         row = out.splitlines()[1].split()
         assert row[:3] == [name, "Succeeded", CLUSTER], out
+
+        # what happened to the gang is on the PyTorchJob too (the twin's Events are recorded on both)
+        async def described() -> list[list[str]] | None:
+            code, out, err = await env.hub.kubectl("admin", "describe", "pytorchjob", name, "-n", namespace)
+            assert code == 0, err
+            rows = event_rows(out) if "Events:" in out else []
+            return rows if {"Placed", "Dispatched", "Running"} <= {row[1] for row in rows} else None
+
+        rows = await wait_until(described, timeout=60, what="kubectl describe pytorchjob lists the gang's Events")
+        assert any(row[1] == "Placed" and f"placed in {CLUSTER}" in " ".join(row) for row in rows), rows
+        # federator describe: the PyTorchJob's conditions, then its gang (the twin) with placement and pods
+        code, out, err = await env.hub.cli("admin", "describe", "pytorchjob", name, "-n", namespace)
+        assert code == 0, err
+        assert "Kind:         PyTorchJob (kubeflow.org/v1)" in out and f"Cluster:      {CLUSTER}" in out, out
+        assert "PyTorchJobSucceeded" in out and f"Gang:         TrainingJob {namespace}/{name}" in out, out
+        assert f"Placed in {CLUSTER}" in out, out
+        code, out2, err = await env.hub.cli("admin", "describe", "pytorchjobs.kubeflow.org", name, "-n", namespace)
+        assert code == 0 and out2.splitlines()[:2] == out.splitlines()[:2], err
 
         code, out, err = await env.hub.kubectl("admin", "delete", "pytorchjob", name, "-n", namespace,
                                                "--timeout=60s")
@@ -550,3 +569,17 @@ async def test_a_trainjob_runs_to_complete_as_trainers_jobset(tmp_path: Path) ->
         code, out, err = await env.hub.kubectl("admin", "get", "trainjobs")
         assert code == 0, err
         assert out.splitlines()[1].split()[:3] == [name, "Succeeded", CLUSTER], out
+
+
+@pytest.mark.parametrize("args, message", [
+    (("describe", "nosuchjobs", "x"), "describe: unknown kind 'nosuchjobs'; one of: job, pytorchjob"),
+    (("describe", "jobs.batch", "missing", "-n", "default"), 'jobs.batch "missing" not found'),
+    (("describe", "pytorchjob", "missing", "-n", "default"), 'pytorchjobs.kubeflow.org "missing" not found'),
+    (("describe", "pytorchjob", "../../etc", "-n", "default"), "NotFound"),
+])
+async def test_describe_of_an_unknown_kind_or_object_is_one_error_line(hub: RunningHub, args: tuple[str, ...],
+                                                                       message: str) -> None:
+    code, out, err = await hub.cli("admin", *args)
+    assert code != 0 and out == "", out
+    (line,) = err.strip().splitlines()
+    assert line.startswith(("error: ", "Error from server")) and message in line, err
