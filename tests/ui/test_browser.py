@@ -490,3 +490,26 @@ def test_no_token_in_any_url_or_output(up: FederatorUp, proxy: dict[str, Any], r
     output = "\n".join(up.stdout + up.stderr_lines + proxy["lines"])
     for token in secrets:
         assert token not in output  # the proxy's stderr is checked when it stops (its fixture)
+
+
+def test_an_upstream_pytorchjob_shows_its_kind_on_the_jobs_and_job_pages(up: FederatorUp, admin: Any) -> None:
+    """Kubeflow's own PyTorchJob example (examples/kubeflow/pytorch-simple.yaml, in namespace vision here) is
+    listed by its gang (the twin TrainingJob) with the kind it was submitted as, and its page says so."""
+    example = yaml.safe_load((ROOT / "examples" / "kubeflow" / "pytorch-simple.yaml").read_text())
+    example["metadata"]["namespace"] = "vision"
+    name = example["metadata"]["name"]
+    path = up.workdir / "pytorch-simple.json"
+    path.write_text(json.dumps(example))
+    up.kubectl("apply", "-f", str(path))
+    try:
+        go(admin, "#/jobs")
+        row = admin.locator(f'tr[data-key="vision/{name}"]')
+        row.wait_for()
+        assert row.locator("span.kind").inner_text() == "PyTorchJob"
+        assert admin.locator('tr[data-key="vision/live-1"] span.kind').count() == 0  # a TrainingJob: no badge
+        go(admin, f"#/jobs/vision/{name}")
+        admin.wait_for_selector("dl.facts.wide dt:text('Submitted as')")
+        assert f"PyTorchJob vision/{name} (kubeflow.org/v1)" in admin.locator("dl.facts.wide").inner_text()
+        shot(admin, "job-pytorchjob")
+    finally:
+        up.kubectl("delete", "pytorchjob", name, "-n", "vision", "--wait=false")

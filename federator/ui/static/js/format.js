@@ -143,6 +143,17 @@ export function jobPhase(job) {
   return (job.status || {}).phase || "Pending";
 }
 
+// The upstream kind a twin TrainingJob stands for ({kind, apiVersion, name}: a PyTorchJob, JobSet, batch Job, ...
+// submitted to the hub), from its source-kind annotation and controller ownerReference; null for a TrainingJob.
+export function jobSource(job) {
+  const meta = job.metadata || {};
+  const annotation = (meta.annotations || {})["federator.dev/source-kind"];
+  if (!annotation) return null;
+  const owner = (meta.ownerReferences || []).find((ref) => ref.controller === true
+    && `${ref.kind}.${(ref.apiVersion || "").split("/")[0]}` === annotation);
+  return owner ? { kind: owner.kind, apiVersion: owner.apiVersion, name: owner.name } : null;
+}
+
 export function condition(obj, type) {
   return (((obj.status || {}).conditions) || []).find((c) => c.type === type) || null;
 }

@@ -10,7 +10,7 @@
 
 import { ListWatch, jobsPath } from "../api.js";
 import { empty, failure, fill, h, loading } from "../dom.js";
-import { isFullTemplate, jobGpus, jobPhase, timeElement } from "../format.js";
+import { isFullTemplate, jobGpus, jobPhase, jobSource, timeElement } from "../format.js";
 import { deleteJob } from "./jobs.js";
 
 const POD_POLL_MS = 5000;
@@ -95,7 +95,10 @@ function summary(job) {
   const pods = roles.reduce((n, r) => n + (r.replicas || 0), 0);
   const wants = spec.placement || {};
   const failover = spec.failover || {};
+  const source = jobSource(job);
   return h("dl.facts.wide",
+    source ? [h("dt", "Submitted as"), h("dd", `${source.kind} ${meta.namespace}/${source.name} (${source.apiVersion}); `
+      + "this is its gang, which the hub places and moves")] : null,
     h("dt", "Phase"), h("dd", h(`span.phase.phase-${jobPhase(job).toLowerCase()}`, jobPhase(job)),
       spec.suspend ? " (spec.suspend is true)" : ""),
     h("dt", "Cluster"), h("dd", placement.cluster || "—"),

@@ -1,10 +1,11 @@
-// Jobs: every job this user may see (namespace, name, queue, phase, cluster, GPUs, age), filtered and
+// Jobs: every job this user may see (namespace, name with the upstream kind it was submitted as, queue, phase,
+// cluster, GPUs, age), filtered and
 // searched in the page, kept live by the shared list-watch (no polling). Rows are keyed: a watch event
 // rebuilds only its own row, and a burst of events costs one render per animation frame.
 
 import { jobsPath } from "../api.js";
 import { confirmDialog, empty, failure, fill, h, loading, toast } from "../dom.js";
-import { jobGpus, jobKey, jobPhase, parseTime, setTime } from "../format.js";
+import { jobGpus, jobKey, jobPhase, jobSource, parseTime, setTime } from "../format.js";
 
 // rows kept in the DOM beyond the window, above and below; and the rows' height until one is measured
 const BUFFER_ROWS = 40;
@@ -164,11 +165,14 @@ export function mount(root, ctx) {
   function buildRow(job, allowed) {
     const meta = job.metadata;
     const phase = jobPhase(job);
+    const source = jobSource(job);
     const age = h("time");
     setTime(age, meta.creationTimestamp, { age: true });
     const cells = [
       h("td", meta.namespace),
-      h("th", { scope: "row" }, h("a", { href: jobHref(job), title: `${meta.namespace}/${meta.name}` }, meta.name)),
+      h("th", { scope: "row" }, h("a", { href: jobHref(job), title: `${meta.namespace}/${meta.name}` }, meta.name),
+        source ? [" ", h("span.kind", { title: `submitted as a ${source.kind} (${source.apiVersion})` },
+          source.kind)] : null),
       h("td", (job.spec || {}).queue || ""),
       h("td", h(`span.phase.phase-${phase.toLowerCase()}`, phase)),
       h("td", clusterOf(job)),
