@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from federator.dev.kube import KubeBinaries, KubeMember, OperatorBinaries
+from federator.dev.kube import OPERATORS, KubeBinaries, KubeMember, OperatorBinaries
 from federator.sim.profile import initial_nodes, load_profile_file
 
 from ..e2e_support import ROOT, wait_for
@@ -142,3 +142,15 @@ def test_the_operators_validating_webhooks_refuse_bad_objects(member: KubeMember
     assert "DependsOn can't be set for the first ReplicatedJob" in refused.stderr
     assert not member.kubectl("get", "pytorchjob", "no-pytorch-container", "-n", "kubeflow",
                               check=False).returncode == 0
+
+
+def test_the_operators_ran_as_their_upstream_service_accounts_unrefused(member: KubeMember) -> None:
+    """Each operator ran as the ServiceAccount its upstream install binds its RBAC to (a token of that user, as
+    kube-controller-manager's), created objects with it, and was never answered 403 (the audit log)."""
+    creators: set[str] = set()
+    for line in member.audit_log.read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        if event.get("verb") == "create" and (event.get("responseStatus") or {}).get("code") == 201:
+            creators.add(event["user"]["username"])
+    assert {OPERATORS["jobset"].user, OPERATORS["kubeflow"].user} <= creators
+    assert member.forbidden() == []

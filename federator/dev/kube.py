@@ -336,17 +336,22 @@ def _cached_operators() -> OperatorBinaries | None:
     return None
 
 
-def _webhooks_by_url(document: Any, url: Callable[[str], str], ca_bundle: str) -> Any:
+def _webhooks_by_url(document: Any, base_url: str, ca_bundle: str) -> Any:
     """`document` with every webhook clientConfig that names an in-cluster Service (admission webhook
-    configurations, a CRD's conversion webhook) calling `url(path)` instead, trusting `ca_bundle`."""
+    configurations, a CRD's conversion webhook) calling base_url + the Service's path instead, trusting
+    `ca_bundle`. ValueError for a path that would leave base_url's host (not "/..." or with "@", "?", "#", "\\")."""
     if isinstance(document, list):
-        return [_webhooks_by_url(item, url, ca_bundle) for item in document]
+        return [_webhooks_by_url(item, base_url, ca_bundle) for item in document]
     if not isinstance(document, dict):
         return document
-    out = {key: _webhooks_by_url(value, url, ca_bundle) for key, value in document.items()}
+    out = {key: _webhooks_by_url(value, base_url, ca_bundle) for key, value in document.items()}
     config = out.get("clientConfig")
     if isinstance(config, dict) and isinstance(config.get("service"), dict):
-        out["clientConfig"] = {"url": url(str(config["service"].get("path") or "/")), "caBundle": ca_bundle}
+        path = config["service"].get("path") or "/"
+        if (not isinstance(path, str) or not path.startswith("/") or path.startswith("//")
+                or any(c in path for c in "@?#\\ ") or len(path) > 1024):
+            raise ValueError(f"webhook path {str(path)[:100]!r} is not a plain absolute path")
+        out["clientConfig"] = {"url": base_url + path, "caBundle": ca_bundle}
     return out
 
 
@@ -354,23 +359,38 @@ def operator_install(operator: MemberOperator, rendered: str, *, webhook_url: st
                      ca_bundle: str) -> list[dict[str, Any]]:
     """The objects of an operator's rendered upstream install that a member running it as a local process
     applies (see _NOT_INSTALLED): only `operator.crds` of its CRDs, only the webhooks whose resources are
-    installed or built in (pods), each webhook called at webhook_url + its path."""
+    installed or built in (core group: pods), each webhook called at webhook_url + its path.
+    KubeMemberError (one line) for a rendering that is not YAML or not shaped as kube objects."""
     plurals = {name.split(".", 1)[0] for name in operator.crds}
     kept: list[dict[str, Any]] = []
-    for document in yaml.safe_load_all(rendered):
-        if not isinstance(document, dict) or document.get("kind") in _NOT_INSTALLED:
-            continue
-        if (document.get("kind") == "CustomResourceDefinition"
-                and (document.get("metadata") or {}).get("name") not in operator.crds):
-            continue
-        if document.get("kind") in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-            document = {**document, "webhooks": [
-                hook for hook in document.get("webhooks") or ()
-                if all(resource in plurals or group == ""
-                       for rule in hook.get("rules") or () for group in rule.get("apiGroups") or ("",)
-                       for resource in rule.get("resources") or ())]}
-        kept.append(_webhooks_by_url(document, lambda path: webhook_url + path, ca_bundle))
+    try:
+        for document in yaml.safe_load_all(rendered):
+            if document is None:
+                continue
+            if not isinstance(document, dict) or not isinstance(document.get("kind"), str):
+                raise ValueError("a document is not a kube object")
+            if document["kind"] in _NOT_INSTALLED:
+                continue
+            if (document["kind"] == "CustomResourceDefinition"
+                    and (document.get("metadata") or {}).get("name") not in operator.crds):
+                continue
+            if document["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                hooks = document.get("webhooks") or []
+                if not isinstance(hooks, list) or not all(isinstance(h, dict) for h in hooks):
+                    raise ValueError(f"{document['kind']}.webhooks is not a list of objects")
+                document = {**document, "webhooks": [hook for hook in hooks if _installed(hook, plurals)]}
+            kept.append(_webhooks_by_url(document, webhook_url, ca_bundle))
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise KubeMemberError(f"operator {operator.name}: its rendered install manifests: {reason}") from None
     return kept
+
+
+def _installed(hook: dict[str, Any], plurals: set[str]) -> bool:
+    """A webhook all of whose rules name installed CRDs' resources or core-group ones (pods)."""
+    return all(resource in plurals or group == ""
+               for rule in hook.get("rules") or () for group in rule.get("apiGroups") or ("",)
+               for resource in rule.get("resources") or ())
 
 
 # ---------------------------------------------------------------- kwok stages
@@ -655,7 +675,8 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
 
 _AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-    "rules": [{"level": "Metadata", "users": [HUB_USER, AGENT_USER]}, {"level": "None"}],
+    "rules": [{"level": "Metadata", "users": [HUB_USER, AGENT_USER, *(op.user for op in OPERATORS.values())]},
+              {"level": "None"}],
 }
 
 
@@ -672,8 +693,8 @@ class Forbidden:
 
 
 def forbidden_requests(audit_log: Path) -> list[Forbidden]:
-    """The requests a member's audit log (KubeMember.audit_log: the hub's and the agent's identities only)
-    shows answered 403 Forbidden, oldest first."""
+    """The requests a member's audit log (KubeMember.audit_log: the hub's, the agent's and the operators'
+    identities only) shows answered 403 Forbidden, oldest first."""
     found: list[Forbidden] = []
     try:
         lines = audit_log.read_text(encoding="utf-8").splitlines()
@@ -896,7 +917,8 @@ class KubeMember:
                      input=manifests if manifests is not None else self.member_rbac())
 
     def forbidden(self) -> list[Forbidden]:
-        """Every request of the hub's or the agent's identity this member answered 403, from its audit log."""
+        """Every request of the hub's, the agent's or an operator's identity this member answered 403, from its
+        audit log."""
         return forbidden_requests(self.audit_log)
 
     # ------------------------------------------------------------ setup
