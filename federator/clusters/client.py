@@ -65,6 +65,7 @@ from federator.apis.views import Body
 from federator.obs import METRICS, Metrics, get_logger
 
 __all__ = [
+    "JOB_KIND_KEYS",
     "JOB_KIND_RESOURCES",
     "NODES",
     "PODGROUP_RESOURCES",
@@ -188,6 +189,9 @@ JOB_KIND_RESOURCES: Mapping[str, ResourceKind] = {
     kind.source_key: ResourceKind(group=kind.group, version=kind.version, plural=kind.plural, kind=kind.kind,
                                   namespaced=True)
     for kind in JOB_KINDS}
+#: their resource keys ("pytorchjobs.kubeflow.org", "jobs.batch"): a member copy is deleted with propagation
+#: Background, so that its operator's pods, Services and child Jobs go with it by their ownerReferences
+JOB_KIND_KEYS: frozenset[str] = frozenset(r.key for r in JOB_KIND_RESOURCES.values())
 
 
 def podgroup_resource(scheduler: str) -> ResourceKind | None:
@@ -636,10 +640,13 @@ class MemberClient:
         name: str,
         grace_period_seconds: int | None = None,
         precondition_uid: str | None = None,
+        propagation_policy: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period_seconds is not None:
             body["gracePeriodSeconds"] = int(grace_period_seconds)
+        if propagation_policy is not None:
+            body["propagationPolicy"] = propagation_policy
         if precondition_uid:
             body["preconditions"] = {"uid": precondition_uid}
         return await self._json("DELETE", resource.object_path(namespace=namespace, name=name), verb="delete",

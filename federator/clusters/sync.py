@@ -53,7 +53,8 @@ from federator.clusters.client import (
 from federator.apis.timestamps import format_time
 from federator.clusters.health import LOST, ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff, Reflector
-from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
+from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen, object_key
+from federator.apis.views import Body
 from federator.obs import MAX_GPU_MODELS_PER_CLUSTER, METRICS, OTHER_GPU_MODEL, Metrics, get_logger
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
 from federator.runtime.tasks import spawn, stop_task, stop_tasks
@@ -163,6 +164,43 @@ SnapshotCallback = Callable[[str, ClusterSnapshot], None]
 AppliedCallback = Callable[[str, str, Sequence[tuple[str, Mapping[str, Any]]], float], None]
 
 
+class MemberCopies:
+    """The watches of the upstream job kinds the member serves (issue 28's operator mode: the hub's member copies
+    of JobSets, PyTorchJobs, ... live there): a ReflectorSink and ReflectorListener whose batches go only to
+    `on_applied` (the hub's member object index), not into the placement snapshot or the cluster's health."""
+
+    def __init__(self, sync: ClusterSync) -> None:
+        self.sync = sync
+        #: resource key -> object key -> resourceVersion, of every object of the kind the watch holds
+        self.objects: dict[str, dict[str, str]] = {}
+
+    def known(self, resource: str) -> Mapping[str, str]:
+        return dict(self.objects.get(resource, {}))
+
+    def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
+              received_at: float) -> None:
+        store = self.objects.setdefault(resource, {})
+        for kind, obj in events:
+            key = object_key(obj)
+            if not key:
+                continue
+            if kind == "DELETED":
+                store.pop(key, None)
+            else:
+                store[key] = Body(obj).resource_version
+        if self.sync.on_applied is not None:
+            self.sync.on_applied(self.sync.name, resource, events, received_at)
+
+    def watch_established(self, resource: str) -> None:
+        self.sync.watches_lost.pop(resource, None)
+
+    def watch_lost(self, resource: str, error: MemberClientError) -> None:
+        self.sync.watches_lost[resource] = str(error)[:256]
+
+    def relisting(self, resource: str, reason: str) -> None:
+        pass
+
+
 class ClusterSync:
     """One member cluster's sync (see the module docstring)."""
 
@@ -229,6 +267,9 @@ class ClusterSync:
         #: and once each time the member becomes Ready again; None until the first read answered
         self.operators: dict[str, OperatorMode] | None = None
         self._discovered = asyncio.Event()
+        #: the watches of the job kinds the member serves (started once discovery found them)
+        self.copies = MemberCopies(self)
+        self.copy_reflectors: dict[str, Reflector] = {}
         #: the member was Ready once and then not: its next Ready is a reconnect (discovery is read again)
         self._lost_readiness = False
 
@@ -308,7 +349,7 @@ class ClusterSync:
                 resume_from=resume.get(resource.key), watch_timeout_seconds=self.settings.watch_timeout_seconds,
                 page_size=self.settings.page_size, metrics=self.metrics, rng=self._rng, list_gate=self.list_gate,
             )
-            self.reflectors[resource.key] = reflector
+            self.copy_reflectors[resource.key] = reflector
             self._spawn(f"reflector:{resource.key}", reflector.run())
         self._spawn("health", self._health_loop())
         self._spawn("discovery", self._discovery_loop())
@@ -334,9 +375,25 @@ class ClusterSync:
             if found != self.operators:
                 self.log.info("job kinds the member serves", operators=found)
             self.operators = found
+            self._watch_copies(found)
             self._discovered.set()
             self.on_status_change(self.name, True)
             return
+
+    def _watch_copies(self, served: Mapping[str, OperatorMode]) -> None:
+        """One watch per upstream job kind the member serves (not yet watched), feeding the member object index."""
+        assert self.client is not None
+        for key, mode in served.items():
+            resource = JOB_KIND_RESOURCES[key]
+            if mode != "operator" or resource.key in self.copy_reflectors:
+                continue
+            reflector = Reflector(
+                client=self.client, resource=resource, sink=self.copies, listener=self.copies,
+                backoff=self.settings.backoff, resume_from=None,
+                watch_timeout_seconds=self.settings.watch_timeout_seconds, page_size=self.settings.page_size,
+                metrics=self.metrics, rng=self._rng, list_gate=self.list_gate)
+            self.reflectors[resource.key] = reflector
+            self._spawn(f"reflector:{resource.key}", reflector.run())
 
     def operator_mode(self, source_key: str) -> OperatorMode:
         """How the hub runs `source_key`'s jobs here now (`effective_operator_mode`: spec.operators, else what
