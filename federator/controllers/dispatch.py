@@ -666,8 +666,10 @@ class Dispatcher:
     def operated_gang(self, job: Mapping[str, Any], *, cluster: str, epoch: int | None) -> bool:
         """Whether the member's operator runs the job's gang in `cluster` (its member copy is there, or the
         cluster runs the kind in operator mode): then the hub never creates or deletes single pods of it."""
+        source_key = Body(job).annotations.get(SOURCE_KIND_ANNOTATION)
         index = self.objects.get(cluster)
-        if index is not None and index.member_copy(job_ref(job).uid, epoch) is not None:
+        if index is not None and isinstance(source_key, str) \
+                and index.member_copy(job_ref(job).uid, source_key, epoch) is not None:
             return True
         return self.operator_kind(job, cluster=cluster) is not None
 

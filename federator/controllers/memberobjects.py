@@ -214,13 +214,16 @@ class ClusterObjects:
                 podgroup = obj
         return podgroup, pods
 
-    def member_copy(self, job_uid: str, epoch: int | None = None) -> tuple[ResourceKind, dict[str, Any]] | None:
-        """(its kind, the object) of the job's member copy (operator mode) at `epoch` (any epoch: the newest),
-        as last seen in this cluster; None when there is none."""
+    def member_copy(self, job_uid: str, source_key: str, epoch: int | None = None
+                    ) -> tuple[ResourceKind, dict[str, Any]] | None:
+        """(its kind, the object) of the job's member copy (operator mode) of kind `source_key` ("JobSet.jobset.x-k8s.io")
+        at `epoch` (any epoch: the newest), as last seen in this cluster; None when there is none. (Objects the
+        copy's operator made that carry its labels, e.g. a JobSet's child Jobs, are of another kind.)"""
+        wanted = JOB_KIND_RESOURCES.get(source_key)
         best: tuple[ResourceKind, dict[str, Any]] | None = None
         for resource, key in sorted(self._by_job.get(job_uid, ())):
             obj = self.objects[resource].get(key)
-            if obj is None or resource not in JOB_KIND_KEYS:
+            if obj is None or wanted is None or resource != wanted.key:
                 continue
             found = _epoch_of(Body(obj).labels)
             if epoch is not None and found != epoch:

@@ -749,7 +749,7 @@ class StatusSync:
             plan: RestartPlan | None = None
             if kind is not None and self.dispatcher.operated_gang(job, cluster=cluster, epoch=epoch):
                 # operator mode: the member's operator restarts and re-creates single pods, never the hub
-                found = objects.member_copy(uid, epoch)
+                found = objects.member_copy(uid, kind.source_key, epoch)
                 copy = found[1] if found is not None else None
                 gs = operated_gang_status(job, gs, copy, kind=kind)
                 if copy is not None:
