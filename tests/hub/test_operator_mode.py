@@ -112,11 +112,18 @@ async def test_a_bad_spec_operators_is_a_422_that_changes_nothing(hub: RunningHu
 class OperatorFederation(RunningFederation):
     """RunningFederation whose clusters run the emulated operators (batch Job, JobSet, Kubeflow)."""
 
-    def __init__(self, workdir: Path, *, run_seconds: float, operators: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, *, run_seconds: float, operators: dict[str, str] | None = None,
+                 run_operators: bool = True) -> None:
         super().__init__(workdir, run_seconds=run_seconds)
         self.spec_operators = operators
+        self.run_operators = run_operators
 
     async def start(self, names: list[str] | None = None, **overrides: dict[str, Any]) -> None:
+        if not self.run_operators:
+            await super().start(names, **overrides)
+            for body in self.registrations.values():
+                body["spec"]["operators"] = dict(self.spec_operators or {})
+            return
         from federator.sim.operators import OPERATOR_NAMES  # the simulator's side (branch simop)
         from federator.sim import profile as profile_module
 
@@ -138,9 +145,10 @@ class OperatorFederation(RunningFederation):
 
 
 @contextlib.asynccontextmanager
-async def federation(tmp_path: Path, *, run_seconds: float = 2.0,
-                     operators: dict[str, str] | None = None) -> AsyncIterator[Env]:
-    fed = OperatorFederation(tmp_path / "members", run_seconds=run_seconds, operators=operators)
+async def federation(tmp_path: Path, *, run_seconds: float = 2.0, operators: dict[str, str] | None = None,
+                     run_operators: bool = True) -> AsyncIterator[Env]:
+    fed = OperatorFederation(tmp_path / "members", run_seconds=run_seconds, operators=operators,
+                             run_operators=run_operators)
     await fed.start([CLUSTER])
     settings = fast_settings(tmp_path / "hub" / "state", lifecycle_tick_seconds=0.1, member_gc_interval_seconds=0.5,
                              stuck_timeout_seconds=60.0, cleanup_grace_seconds=60.0)
@@ -299,3 +307,30 @@ async def test_a_name_taken_in_the_member_is_never_overwritten(tmp_path: Path) -
         assert now["metadata"]["uid"] == created["metadata"]["uid"]
         assert now["metadata"]["labels"] == {"owner": "someone-else"}
         assert now["spec"]["suspend"] is True
+
+
+async def test_operator_mode_on_a_member_that_does_not_serve_the_kind_requeues_with_its_answer(
+        tmp_path: Path) -> None:
+    """spec.operators says "operator" for JobSet on a member without JobSet (a simulator without operators):
+    discovery says render, the override wins, dispatch's create of the copy gets the member's 404 and the job goes
+    back to the queue with that reason; the hub renders nothing there and takes the attempt's PodGroup away."""
+    jobset = jobset_example()
+    jobset["metadata"]["namespace"] = "default"
+    async with federation(tmp_path, operators={JOBSET_KEY: "operator"}, run_operators=False) as env:
+        assert (await discovered(env))[JOBSET_KEY] == "render"
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, jobset))
+        assert code == 0, err
+        name = jobset["metadata"]["name"]
+
+        async def requeued() -> dict[str, Any] | None:
+            job = await env.api.get("default", name)
+            failures = [h for h in job.get("status", {}).get("history") or ()
+                        if "JobSet default/" + name in str(h.get("message"))]
+            return job if failures else None
+
+        job = await wait_until(requeued, timeout=60, what="the dispatch refused by the member")
+        said = json.dumps(job["status"]["history"])
+        assert "404" in said, said
+        assert "removed 1 partly created objects" in said  # the attempt's PodGroup (it is placed again meanwhile)
+        _, pods = await env.fed.member_objects(CLUSTER, job["metadata"]["uid"])
+        assert pods == []
