@@ -162,15 +162,8 @@ async def run_reconciler(
                 await wait_event(stop, delay)
 
     async def work() -> None:
-        while not stop.is_set():
-            getter = asyncio.ensure_future(queue.get())
-            stopper = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:
-                getter.cancel()
-                break
-            stopper.cancel()
-            key = getter.result()
+        while not stop.is_set():  # cancelled when `stop` is set (below)
+            key = await queue.get()
             queued.discard(key)
             try:
                 again = await reconcile(*key)

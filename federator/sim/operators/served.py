@@ -27,7 +27,8 @@ from federator.apis.jobkinds.kubeflow import KUBEFLOW_KINDS
 from federator.apis.timestamps import parse_time
 from federator.apiserver.errors import FieldError
 from federator.apiserver.fieldvalidation import schema_unknown_fields
-from federator.apiserver.registry import JSONObject, ResourceType, TableColumn
+from federator.apiserver.registry import JSONObject, ResourceType, SMPListStrategy, TableColumn
+from federator.sim import kinds
 
 __all__ = [
     "JOB",
@@ -343,6 +344,16 @@ def _job_rules(job: JSONObject) -> list[FieldError]:
     return errs
 
 
+def _job_strategic_merge() -> dict[str, SMPListStrategy]:
+    """A built-in kind takes strategic merge patches (kubectl patch, the client's patch_namespaced_job): the pod
+    template's lists merge as a Pod's do."""
+    pod = kinds.PODS.strategic_merge or {}
+    out = {key: value for key, value in pod.items() if key.startswith("metadata.")}
+    out.update({f"spec.template.{key}": value for key, value in pod.items() if key.startswith("spec.")})
+    out["status.conditions"] = SMPListStrategy("type")
+    return out
+
+
 JOB: Final = dataclasses.replace(_served(
     JOB_KIND,
     columns=(
@@ -359,7 +370,7 @@ JOB: Final = dataclasses.replace(_served(
     ),
     validate_more=_job_rules, defaults=_job_defaults, create_defaults=_job_create_defaults,
     requires_type_meta=False,
-), categories=("all",))
+), categories=("all",), strategic_merge=_job_strategic_merge())
 
 
 # ---------------------------------------------------------------- jobset.x-k8s.io/v1alpha2 JobSet
