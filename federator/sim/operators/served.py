@@ -37,6 +37,7 @@ __all__ = [
     "JOB_CONTROLLER_UID_LABEL",
     "JOB_NAME_LABEL",
     "crd_schema_errors",
+    "with_validation",
 ]
 
 #: the labels kube's Job strategy puts on the pod template (and the selector), and their legacy twins
@@ -185,6 +186,19 @@ def _served(kind: JobKind, *, columns: tuple[TableColumn, ...], validate_more: C
         openapi_name=kind.openapi_name, description=kind.description, validate=validate, columns=columns,
         defaults=schema_defaults, create_defaults=create_defaults,
     )
+
+
+def with_validation(rt: ResourceType, more: Callable[[JSONObject], list[FieldError]]) -> ResourceType:
+    """`rt` with `more` checks (an operator's validating webhook) after its schema's, when those pass."""
+    base = rt.validate
+
+    def validate(obj: JSONObject) -> list[Any]:
+        errs: list[Any] = list(base(obj)) if base is not None else []
+        if not errs:
+            errs += more(obj)
+        return errs
+
+    return dataclasses.replace(rt, validate=validate)
 
 
 def _age() -> TableColumn:
