@@ -326,6 +326,7 @@ def test_bad_kubeflow_jobs_are_refused_and_nothing_is_stored(sim: ThreadedSim, a
         ("spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.name", "trainer",
          "must have at least one container with name pytorch"),
         ("spec.pytorchReplicaSpecs", {}, "must be required"),
+        ("metadata.name", "7up", "should match: a DNS-1035 label"),
     ]
     for path, value, words in edits:
         body = renamed(read_yaml(examples / "pytorch" / "simple.yaml"), "bad", ns)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from federator.apis.common import dns1035_label_errors
 from federator.apis.timestamps import parse_time
 from federator.apiserver.errors import ApiError, FieldError
 from federator.apiserver.registry import JSONObject, Registry, ResourceType
@@ -140,14 +141,20 @@ def defaulted(fw: Framework, job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def webhook_errors(fw: Framework, job: JSONObject) -> list[FieldError]:
-    """The operator's validating webhook (pkg/webhooks/<framework>): replica specs required, known roles,
+    """The operator's validating webhook (pkg/webhooks/<framework>): the name a DNS-1035 label, replica specs
+    required, known roles,
     containers with images, one named as the framework's default container; PyTorch's Master has 1 replica, a
     TFJob at most one Chief or Master."""
     errs: list[FieldError] = []
+    name = (job.get("metadata") or {}).get("name")
+    if isinstance(name, str) and name:
+        why = dns1035_label_errors(name)
+        if why:
+            errs.append(FieldError.invalid("metadata.name", name, f"should match: {','.join(why)}"))
     path = f"spec.{fw.replica_field}"
     replicas = fw.spec_of(job)
     if not replicas:
-        return [FieldError.required(path, "must be required")]
+        return [*errs, FieldError.required(path, "must be required")]
     masters = 0
     for rtype, rspec in replicas.items():
         role = f"{path}[{rtype}]"
