@@ -356,6 +356,21 @@ def test_jobset_failure_and_restarts(sim: ThreadedSim, api: client.ApiClient) ->
     assert {j["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for j in jobs} == {"1"}
 
 
+def test_jobset_success_policy_any_deletes_what_still_runs(sim: ThreadedSim, api: client.ApiClient) -> None:
+    ns = sim.new_namespace("jsany")
+    body = read_yaml(JOBSET_EXAMPLES / "jobset-paralleljobs.yaml")
+    body["spec"]["successPolicy"] = {"operator": "Any", "targetReplicatedJobs": ["driver"]}
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] = {"annotations": dict(LONG_RUN)}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(*JS[:2], ns, JS[2], body)
+    js = wait_objects(sim, JOBSET, ns, lambda items: items and condition_status(items[0], "Completed") == "True"
+                      and items[0], what="the driver to complete the jobset")
+    assert js["status"]["terminalState"] == "Completed"
+    wait_objects(sim, JOB, ns, lambda jobs: [j["metadata"]["name"] for j in jobs] == ["paralleljobs-driver-0"],
+                 what="the still running workers job to be deleted")
+    wait_objects(sim, kinds.PODS, ns, lambda ps: all(p["status"].get("phase") == "Succeeded" for p in ps),
+                 what="only the driver's pod left")
+
+
 def test_bad_jobsets_are_refused_and_nothing_is_stored(sim: ThreadedSim, api: client.ApiClient,
                                                        tmp_path: Path) -> None:
     ns = sim.new_namespace("jsbad")

@@ -200,7 +200,8 @@ def test_upstream_paddlejob_gets_paddle_env(sim: ThreadedSim, api: client.ApiCli
         ("PADDLE_MASTER", "$(POD_IP_DUMMY):37777")]
     assert env_pairs(pods["paddle-simple-cpu-worker-1"]["spec"]["containers"][0]) == [
         *base, ("PADDLE_MASTER", "paddle-simple-cpu-worker-0:37777")]
-    [svc] = [s for s in listed(sim, kinds.SERVICES, "kubeflow") if s["metadata"]["name"] == "paddle-simple-cpu-worker-1"]
+    [svc] = [s for s in listed(sim, kinds.SERVICES, "kubeflow")
+             if s["metadata"]["name"] == "paddle-simple-cpu-worker-1"]
     assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("master", 37777)]
 
 

@@ -19,7 +19,7 @@ For each JobSet not managed by another controller (spec.managedBy) it:
 - successPolicy (All / Any over targetReplicatedJobs, all by default): condition Completed reason AllJobsCompleted,
   terminalState Completed; a failed Job with failurePolicy.maxRestarts left: restart (status.restarts + 1, every
   Job deleted and created again with the new restart-attempt); otherwise condition Failed (reason FailedJobs, or
-  ReachedMaxRestarts), terminalState Failed, the active Jobs deleted.
+  ReachedMaxRestarts), terminalState Failed; a finished JobSet's active Jobs are deleted.
 
 Differences from the real controller are in docs/simulator-fidelity.md. It never imports the hub.
 """
@@ -213,7 +213,9 @@ class JobSetController:
         status["replicatedJobsStatus"] = self._replicated_statuses(js, active, successful, failed)
 
         finished = condition_true(js, "Completed") or condition_true(js, "Failed")
-        if finished:
+        if finished:  # reconcile(): a finished JobSet's active Jobs are deleted (successPolicy Any leaves some)
+            for job in active:
+                await delete_quietly(self.storage, JOB, job)
             await write_status(self.storage, JOBSET, js, _clean(status))
             return None
 
@@ -238,7 +240,7 @@ class JobSetController:
             set_condition(conditions, "Completed", "True", "AllJobsCompleted", "jobset completed successfully")
             status["terminalState"] = "Completed"
             await write_status(self.storage, JOBSET, js, _clean(status))
-            return None
+            return 0.0  # the next pass deletes what is still active
 
         if dns_hostnames(js):
             try:
