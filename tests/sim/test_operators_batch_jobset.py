@@ -245,8 +245,9 @@ def test_bad_jobs_are_refused_and_nothing_is_stored(sim: ThreadedSim, api: clien
             batch.create_namespaced_job(ns, body)
         assert info.value.status == 422, (path, info.value.body)
         assert path in info.value.body
-    # wrong types, which the client refuses itself, sent as they are
-    for path, value in (("spec.completions", "three"), ("spec.suspend", "yes"), ("spec.template.spec.containers", {})):
+    # wrong types, which the client refuses itself, and an int32 overflow, sent as they are
+    for path, value in (("spec.completions", "three"), ("spec.suspend", "yes"), ("spec.template.spec.containers", {}),
+                        ("spec.parallelism", 2 ** 31)):
         body = jobkinds_conftest.set_at(indexed_example(), path, value)
         code, answer = raw_request(sim, "POST", f"/apis/batch/v1/namespaces/{ns}/jobs", json.dumps(body).encode())
         assert code == 422 and answer["reason"] == "Invalid", (path, answer)
@@ -377,7 +378,7 @@ def test_bad_jobsets_are_refused_and_nothing_is_stored(sim: ThreadedSim, api: cl
     custom = client.CustomObjectsApi(api)
     for path, value in (("spec.replicatedJobs.0.replicas", "two"), ("spec.suspend", "no"),
                         ("spec.successPolicy", {"operator": "Most"}), ("spec.replicatedJobs.0.name", 7),
-                        ("spec.replicatedJobs.1.name", "workers")):
+                        ("spec.replicatedJobs.1.name", "workers"), ("spec.replicatedJobs.0.replicas", 2 ** 40)):
         body = copy.deepcopy(read_yaml(JOBSET_EXAMPLES / "jobset-paralleljobs.yaml"))
         jobkinds_conftest.set_at(body, path, value)
         with pytest.raises(ApiException) as info:

@@ -328,6 +328,8 @@ def test_bad_kubeflow_jobs_are_refused_and_nothing_is_stored(sim: ThreadedSim, a
          "must have at least one container with name pytorch"),
         ("spec.pytorchReplicaSpecs", {}, "must be required"),
         ("metadata.name", "7up", "should match: a DNS-1035 label"),
+        ("spec.pytorchReplicaSpecs.Worker.replicas", 2 ** 31, "out of range for int32"),
+        ("spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.image", "", "must be required"),
     ]
     for path, value, words in edits:
         body = renamed(read_yaml(examples / "pytorch" / "simple.yaml"), "bad", ns)

@@ -6,7 +6,8 @@ For each batch/v1 Job not managed by another controller (spec.managedBy) it:
   `<job>-<index>-` (Indexed; podGenerateNameWithIndex). An Indexed job's pods also get the
   batch.kubernetes.io/job-completion-index annotation and label, spec.hostname `<job>-<index>`, and env
   JOB_COMPLETION_INDEX from the label (downward API) in every container and init container;
-- wants min(completions - succeeded, parallelism) pods active (NonIndexed without completions: parallelism until
+- wants min(completions - succeeded, parallelism) pods active (at most 500 created per sync, as
+  MaxPodCreateDeletePerSync) (NonIndexed without completions: parallelism until
   one succeeded), the missing indexes for Indexed (lowest first);
 - while spec.suspend is true it creates none and deletes the active ones (condition Suspended=True reason
   JobSuspended, startTime cleared); resuming sets Suspended=False reason JobResumed and a new startTime;
@@ -46,6 +47,8 @@ COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 COMPLETION_INDEX_ENV: Final = "JOB_COMPLETION_INDEX"
 JOB_CONTROLLER_NAME: Final = "kubernetes.io/job-controller"
 _MAX_GENERATED_NAME_LENGTH: Final = 58  # apiserver names.MaxGeneratedNameLength (63 - 5 random)
+#: job_controller.go MaxPodCreateDeletePerSync: pods created in one sync; the next sync creates more
+MAX_POD_CREATE_PER_SYNC: Final = 500
 
 
 def _int(value: Any, default: int) -> int:
@@ -235,9 +238,11 @@ class JobController:
             return None
 
         created: list[dict[str, Any]] = []
-        if not suspended:
-            for index in self._to_create(active=active, indexed=indexed, completions=completions,
-                                         parallelism=parallelism, succeeded=succeeded, done=done_indexes):
+        wanted = [] if suspended else self._to_create(active=active, indexed=indexed, completions=completions,
+                                                      parallelism=parallelism, succeeded=succeeded,
+                                                      done=done_indexes)
+        if wanted:
+            for index in wanted[:MAX_POD_CREATE_PER_SYNC]:
                 try:
                     created.append(await self.storage.create(kinds.PODS, job_pod(job, index), namespace=namespace))
                 except ApiError as e:
@@ -248,7 +253,7 @@ class JobController:
         self._counts(status, active=active + created, terminating=terminating, succeeded=succeeded,
                      failed=failed, indexes=done_indexes if indexed else None)
         await write_status(self.storage, JOB, job, status)
-        return None
+        return 0.0 if len(wanted) > MAX_POD_CREATE_PER_SYNC else None
 
     @staticmethod
     def _to_create(*, active: list[dict[str, Any]], indexed: bool, completions: Any, parallelism: int,

@@ -102,6 +102,10 @@ class GarbageCollector:
                                   code=e.code, wait_s=round(delay, 3))
                     await wait_event(stop, delay)
                     await self.sweep()
+                except Exception:  # the collector must keep watching; the cause is logged in full
+                    attempt += 1
+                    self.log.exception("owner watch failed; watching again", resource=rt.plural)
+                    await wait_event(stop, min(5.0, 0.05 * 2 ** attempt))
 
         tasks = [asyncio.create_task(watch(rt), name=f"gc:{rt.plural}") for rt in self.owners.values()]
         try:

@@ -160,6 +160,10 @@ async def run_reconciler(
                 delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
                 logger.info("watch ended; watching again", resource=rt.plural, code=e.code, wait_s=round(delay, 3))
                 await wait_event(stop, delay)
+            except Exception:  # the operator must keep watching; the cause is logged in full
+                attempt += 1
+                logger.exception("watch failed; watching again", resource=rt.plural)
+                await wait_event(stop, min(5.0, 0.05 * 2 ** attempt))
 
     async def work() -> None:
         while not stop.is_set():  # cancelled when `stop` is set (below)
