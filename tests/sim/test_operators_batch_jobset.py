@@ -260,6 +260,35 @@ def test_bad_jobs_are_refused_and_nothing_is_stored(sim: ThreadedSim, api: clien
     assert stored(sim, JOB, ns) == [] and stored(sim, kinds.PODS, ns) == []
 
 
+def test_the_garbage_collector_takes_dependents_of_gone_owners(sim: ThreadedSim, api: client.ApiClient) -> None:
+    ns = sim.new_namespace("gc")
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    body = indexed_example()
+    body["spec"]["suspend"] = True
+    live = batch.create_namespaced_job(ns, body)
+
+    def ref(kind: str, name: str, uid: str, api_version: str = "batch/v1") -> dict[str, Any]:
+        return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+
+    def pod(name: str, refs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "ownerReferences": refs},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    ghost = "00000000-0000-0000-0000-000000000001"
+    core.create_namespaced_pod(ns, pod("orphan", [ref("Job", "ghost", ghost)]))
+    core.create_namespaced_pod(ns, pod("replaced", [ref("Job", "example-job", ghost)]))
+    core.create_namespaced_pod(ns, pod("owned", [ref("Job", "example-job", live.metadata.uid)]))
+    other = ref("Node", "somewhere", "00000000-0000-0000-0000-000000000002", "v1")
+    core.create_namespaced_pod(ns, pod("shared", [ref("Job", "ghost", ghost), other]))
+    wait_objects(sim, kinds.PODS, ns, lambda ps: sorted(p["metadata"]["name"] for p in ps) == ["owned", "shared"],
+                 what="the pods of gone owners to be deleted")
+    shared = core.read_namespaced_pod("shared", ns)
+    assert [r.kind for r in shared.metadata.owner_references] == ["Node"]  # released, not deleted
+    batch.delete_namespaced_job("example-job", ns)
+    wait_objects(sim, kinds.PODS, ns, lambda ps: [p["metadata"]["name"] for p in ps] == ["shared"],
+                 what="the deleted job's pod to go")
+
+
 # ---------------------------------------------------------------- JobSet
 
 

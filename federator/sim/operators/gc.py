@@ -2,9 +2,9 @@
 
 When an owner (a Job, JobSet or Kubeflow job the cluster serves) is deleted, every dependent (Pod, Service,
 Job) whose metadata.ownerReferences name it by uid is deleted too (a pod gracefully, through the kubelet); a
-dependent that still names another owner only loses the reference, as kube's GC does. When it starts it also
-sweeps dependents whose owners went while it was not watching (an owner is looked up by name and uid, so an
-owner created since is never mistaken for a gone one).
+dependent that still names another owner only loses the reference, as kube's GC does. A dependent that appears
+(and every one when the collector starts, or its watch starts again after a 410) naming an owner that is gone
+goes too: the owner is looked up by name and uid, so one created since is never mistaken for a gone one.
 
 Differences from kube's GC (no Foreground or Orphan propagation, only the owner kinds the operators serve) are in
 docs/simulator-fidelity.md. It never imports the hub.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from federator.apiserver.errors import ApiError
@@ -65,51 +65,70 @@ class GarbageCollector:
             if e.code not in (404, 409):
                 raise
 
+    async def check_dependent(self, rt: ResourceType, obj: JSONObject) -> None:
+        """Release `obj` from the owners it names that are gone (or were replaced under the same name)."""
+        gone: set[str] = set()
+        namespace = obj["metadata"].get("namespace")
+        for ref in self._owner_refs(obj):
+            owner_rt = self.owners[(ref["apiVersion"], ref["kind"])]
+            try:
+                owner = await self.storage.get(owner_rt, namespace=namespace, name=str(ref.get("name")))
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+                gone.add(str(ref.get("uid")))
+                continue
+            if owner["metadata"].get("uid") != ref.get("uid"):
+                gone.add(str(ref.get("uid")))
+        if gone:
+            await self._release(rt, obj, gone)
+
     async def sweep(self) -> None:
-        """Dependents whose owner is gone (or was replaced under the same name)."""
+        """Every dependent whose owner is gone."""
         for rt in self.dependents:
             for obj in (await self.storage.list(rt)).items:
-                gone: set[str] = set()
-                namespace = obj["metadata"].get("namespace")
-                for ref in self._owner_refs(obj):
-                    owner_rt = self.owners[(ref["apiVersion"], ref["kind"])]
-                    try:
-                        owner = await self.storage.get(owner_rt, namespace=namespace, name=str(ref.get("name")))
-                    except ApiError as e:
-                        if e.code != 404:
-                            raise
-                        gone.add(str(ref.get("uid")))
-                        continue
-                    if owner["metadata"].get("uid") != ref.get("uid"):
-                        gone.add(str(ref.get("uid")))
-                if gone:
-                    await self._release(rt, obj, gone)
+                await self.check_dependent(rt, obj)
+
+    async def _watch(self, rt: ResourceType, stop: asyncio.Event,
+                     handle: Callable[[str, JSONObject], Awaitable[None]]) -> None:
+        attempt = 0
+        while not stop.is_set():
+            try:
+                async for ev in self.storage.watch(rt, stop=stop):
+                    attempt = 0
+                    await handle(ev.type, ev.object)
+            except ApiError as e:
+                attempt += 1
+                delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
+                self.log.info("watch ended; sweeping and watching again", resource=rt.plural, code=e.code,
+                              wait_s=round(delay, 3))
+                await wait_event(stop, delay)
+                await self.sweep()
+            except Exception:  # the collector must keep watching; the cause is logged in full
+                attempt += 1
+                self.log.exception("watch failed; watching again", resource=rt.plural)
+                await wait_event(stop, min(5.0, 0.05 * 2 ** attempt))
 
     async def run(self, stop: asyncio.Event) -> None:
-        async def watch(rt: ResourceType) -> None:
-            attempt = 0
-            while not stop.is_set():
-                try:
-                    async for ev in self.storage.watch(rt, stop=stop):
-                        attempt = 0
-                        if ev.type == "DELETED":
-                            meta = ev.object["metadata"]
-                            await self.owner_gone(namespace=meta.get("namespace", ""), uid=meta["uid"])
-                except ApiError as e:
-                    attempt += 1
-                    delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
-                    self.log.info("owner watch ended; sweeping and watching again", resource=rt.plural,
-                                  code=e.code, wait_s=round(delay, 3))
-                    await wait_event(stop, delay)
-                    await self.sweep()
-                except Exception:  # the collector must keep watching; the cause is logged in full
-                    attempt += 1
-                    self.log.exception("owner watch failed; watching again", resource=rt.plural)
-                    await wait_event(stop, min(5.0, 0.05 * 2 ** attempt))
+        """Watch the owners (a DELETED one takes its dependents) and the dependents (a new one, and each at the
+        start, whose owner is gone goes), until `stop` is set."""
 
-        tasks = [asyncio.create_task(watch(rt), name=f"gc:{rt.plural}") for rt in self.owners.values()]
+        async def owner_event(kind: str, obj: JSONObject) -> None:
+            if kind == "DELETED":
+                await self.owner_gone(namespace=obj["metadata"].get("namespace", ""), uid=obj["metadata"]["uid"])
+
+        def dependent_event(rt: ResourceType) -> Callable[[str, JSONObject], Awaitable[None]]:
+            async def handle(kind: str, obj: JSONObject) -> None:
+                if kind == "ADDED" and self._owner_refs(obj) and not obj["metadata"].get("deletionTimestamp"):
+                    await self.check_dependent(rt, obj)
+
+            return handle
+
+        tasks = [asyncio.create_task(self._watch(rt, stop, owner_event), name=f"gc:owners:{rt.plural}")
+                 for rt in self.owners.values()]
+        tasks += [asyncio.create_task(self._watch(rt, stop, dependent_event(rt)), name=f"gc:dependents:{rt.plural}")
+                  for rt in self.dependents]
         try:
-            await self.sweep()
             await stop.wait()
         finally:
             for task in tasks:
