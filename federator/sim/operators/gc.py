@@ -13,14 +13,13 @@ docs/simulator-fidelity.md. It never imports the hub.
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import JSONObject, ResourceType
 from federator.apiserver.storage import ObjectStorage
-from federator.runtime.waits import wait_event
+from federator.sim.operators.loop import watch_forever
 
 
 class GarbageCollector:
@@ -89,44 +88,23 @@ class GarbageCollector:
             for obj in (await self.storage.list(rt)).items:
                 await self.check_dependent(rt, obj)
 
-    async def _watch(self, rt: ResourceType, stop: asyncio.Event,
-                     handle: Callable[[str, JSONObject], Awaitable[None]]) -> None:
-        attempt = 0
-        while not stop.is_set():
-            try:
-                async for ev in self.storage.watch(rt, stop=stop):
-                    attempt = 0
-                    await handle(ev.type, ev.object)
-            except ApiError as e:
-                attempt += 1
-                delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
-                self.log.info("watch ended; sweeping and watching again", resource=rt.plural, code=e.code,
-                              wait_s=round(delay, 3))
-                await wait_event(stop, delay)
-                await self.sweep()
-            except Exception:  # the collector must keep watching; the cause is logged in full
-                attempt += 1
-                self.log.exception("watch failed; watching again", resource=rt.plural)
-                await wait_event(stop, min(5.0, 0.05 * 2 ** attempt))
-
     async def run(self, stop: asyncio.Event) -> None:
         """Watch the owners (a DELETED one takes its dependents) and the dependents (a new one, and each at the
         start, whose owner is gone goes), until `stop` is set."""
 
-        async def owner_event(kind: str, obj: JSONObject) -> None:
+        async def owner_event(_rt: ResourceType, kind: str, obj: JSONObject) -> None:
             if kind == "DELETED":
                 await self.owner_gone(namespace=obj["metadata"].get("namespace", ""), uid=obj["metadata"]["uid"])
 
-        def dependent_event(rt: ResourceType) -> Callable[[str, JSONObject], Awaitable[None]]:
-            async def handle(kind: str, obj: JSONObject) -> None:
-                if kind == "ADDED" and self._owner_refs(obj) and not obj["metadata"].get("deletionTimestamp"):
-                    await self.check_dependent(rt, obj)
+        async def dependent_event(rt: ResourceType, kind: str, obj: JSONObject) -> None:
+            if kind == "ADDED" and self._owner_refs(obj) and not obj["metadata"].get("deletionTimestamp"):
+                await self.check_dependent(rt, obj)
 
-            return handle
-
-        tasks = [asyncio.create_task(self._watch(rt, stop, owner_event), name=f"gc:owners:{rt.plural}")
+        tasks = [asyncio.create_task(watch_forever(self.storage, rt, stop=stop, logger=self.log, handle=owner_event,
+                                                   on_restart=self.sweep), name=f"gc:owners:{rt.plural}")
                  for rt in self.owners.values()]
-        tasks += [asyncio.create_task(self._watch(rt, stop, dependent_event(rt)), name=f"gc:dependents:{rt.plural}")
+        tasks += [asyncio.create_task(watch_forever(self.storage, rt, stop=stop, logger=self.log,
+                                                    handle=dependent_event), name=f"gc:dependents:{rt.plural}")
                   for rt in self.dependents]
         try:
             await stop.wait()

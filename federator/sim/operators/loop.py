@@ -3,9 +3,9 @@
 `run_reconciler` watches the owner kind and the kinds it owns, turns every event into the key (namespace, name)
 of the owner (a child maps to its controller ownerReference of the owner's kind), and one worker reconciles the
 keys in order, each at most once at a time (a key that changes while it is reconciled is queued again). A
-reconcile returns the seconds after which to look again (a requeue), or None. A watch that ends (410 after a
-compaction) starts again from a fresh list, after a capped back-off. Also the owner references and conditions
-helpers the operators use.
+reconcile returns the seconds after which to look again (a requeue), or None. `watch_forever` (also the garbage
+collector's) starts a watch that ends (410 after a compaction) or fails again from a fresh list, after a capped
+back-off. Also the owner references and conditions helpers the operators use.
 
 It never imports the hub.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from federator.apis.timestamps import format_time
@@ -115,6 +115,32 @@ async def write_status(storage: ObjectStorage, rt: ResourceType, obj: JSONObject
             raise
 
 
+async def watch_forever(storage: ObjectStorage, rt: ResourceType, *, stop: asyncio.Event, logger: Any,
+                        handle: Callable[[ResourceType, str, JSONObject], Awaitable[None]],
+                        on_restart: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Every watch event of `rt` to `handle(rt, type, object)` until `stop`; a watch that ends (410 after a
+    compaction) or fails starts again from a fresh list after a capped, jittered back-off (`on_restart` first)."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            async for ev in storage.watch(rt, stop=stop):
+                attempt = 0
+                await handle(rt, ev.type, ev.object)
+            delay = 0.05  # the storage closed under it: the cluster is stopping
+        except ApiError as e:
+            attempt += 1
+            delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
+            logger.info("watch ended; watching again", resource=rt.plural, code=e.code, wait_s=round(delay, 3))
+        except Exception:  # the operator must keep watching; the cause is logged in full
+            attempt += 1
+            delay = min(5.0, 0.05 * 2 ** attempt)
+            logger.exception("watch failed; watching again", resource=rt.plural)
+        if await wait_event(stop, delay):
+            return
+        if on_restart is not None:
+            await on_restart()
+
+
 async def run_reconciler(
     *,
     storage: ObjectStorage,
@@ -123,11 +149,9 @@ async def run_reconciler(
     owner: ResourceType,
     children: Sequence[ResourceType],
     reconcile: Reconcile,
-    child_owner_kinds: Iterable[str] | None = None,
 ) -> None:
     """Watch `owner` and `children`, reconcile owner keys until `stop` (module docstring). A child maps to its
-    controller reference when that names one of `child_owner_kinds` (default: the owner's kind)."""
-    kinds = frozenset(child_owner_kinds or (owner.kind,))
+    controller reference when that names the owner's kind."""
     queue: asyncio.Queue[Key] = asyncio.Queue()
     queued: set[Key] = set()
     loop = asyncio.get_running_loop()
@@ -142,28 +166,14 @@ async def run_reconciler(
         if rt is owner:
             return meta.get("namespace", ""), meta.get("name", "")
         ref = controller_of(obj)
-        if ref is None or ref.get("kind") not in kinds:
+        if ref is None or ref.get("kind") != owner.kind:
             return None
         return meta.get("namespace", ""), str(ref.get("name", ""))
 
-    async def watch(rt: ResourceType) -> None:
-        attempt = 0
-        while not stop.is_set():
-            try:
-                async for ev in storage.watch(rt, stop=stop):
-                    attempt = 0
-                    key = key_of(rt, ev.object)
-                    if key is not None:
-                        enqueue(key)
-            except ApiError as e:
-                attempt += 1
-                delay = min(5.0, 0.05 * 2 ** attempt) * (0.5 + random.random() / 2)
-                logger.info("watch ended; watching again", resource=rt.plural, code=e.code, wait_s=round(delay, 3))
-                await wait_event(stop, delay)
-            except Exception:  # the operator must keep watching; the cause is logged in full
-                attempt += 1
-                logger.exception("watch failed; watching again", resource=rt.plural)
-                await wait_event(stop, min(5.0, 0.05 * 2 ** attempt))
+    async def on_event(rt: ResourceType, kind: str, obj: JSONObject) -> None:
+        key = key_of(rt, obj)
+        if key is not None:
+            enqueue(key)
 
     async def work() -> None:
         while not stop.is_set():  # cancelled when `stop` is set (below)
@@ -181,7 +191,8 @@ async def run_reconciler(
             if again is not None:
                 loop.call_later(again, enqueue, key)
 
-    tasks = [asyncio.create_task(watch(rt), name=f"watch:{rt.plural}") for rt in (owner, *children)]
+    tasks = [asyncio.create_task(watch_forever(storage, rt, stop=stop, logger=logger, handle=on_event),
+                                 name=f"watch:{rt.plural}") for rt in (owner, *children)]
     tasks.append(asyncio.create_task(work(), name=f"reconcile:{owner.plural}"))
     try:
         await stop.wait()

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
+from federator.apis.common import json_type
 from federator.apis.crd import column_getter
 from federator.apis.jobkinds import JobKind
 from federator.apis.jobkinds.batchjob import JOB as JOB_KIND
@@ -54,22 +55,6 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
-
-
 def _walk(value: Any, node: Mapping[str, Any], path: str, depth: int) -> Iterator[FieldError]:
     if depth > _MAX_DEPTH:
         yield FieldError.invalid(path, "", "nested too deeply")
@@ -81,11 +66,11 @@ def _walk(value: Any, node: Mapping[str, Any], path: str, depth: int) -> Iterato
         return
     if node.get("x-kubernetes-int-or-string"):
         if isinstance(value, bool) or not isinstance(value, int | str):
-            yield FieldError.invalid(path, _json_type(value), f"{path} in body must be of type integer-or-string: "
-                                                                f"\"{_json_type(value)}\"")
+            yield FieldError.invalid(path, json_type(value), f"{path} in body must be of type integer-or-string: "
+                                                                f"\"{json_type(value)}\"")
         return
     kind = node.get("type")
-    actual = _json_type(value)
+    actual = json_type(value)
     if kind == "number" and actual == "integer":
         actual = "number"
     if kind and actual != kind:
