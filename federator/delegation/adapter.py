@@ -161,6 +161,7 @@ __all__ = [
     "JobCondition",
     "MemberObject",
     "NO_GANG_GUARANTEE",
+    "OperatorGang",
     "Ownership",
     "PodGroupKind",
     "RenderError",
@@ -403,6 +404,23 @@ class JobCondition:
     status: Literal["True", "False", "Unknown"]
     reason: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorGang:
+    """`SchedulerAdapter.render_operator_gang`: the PodGroup to create first (None for the default scheduler) and
+    what goes on the member copy of the source object: `labels` and `annotations` on the copy and on each of its
+    pod templates (the same keys rendered pods carry: job uid, epoch, hub, ...; plus LABEL_ROLE per template),
+    and on each pod template the adapter's gang membership (`pod_labels`, `pod_annotations`, and `pod_spec`:
+    schedulerName, the PodGroup spec field, priorityClassName)."""
+
+    podgroup: MemberObject | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    roles: tuple[str, ...]
+    pod_labels: Mapping[str, str]
+    pod_annotations: Mapping[str, str]
+    pod_spec: Mapping[str, Any]
 
 
 class Ownership(StrEnum):
@@ -759,6 +777,87 @@ class SchedulerAdapter:
                              annotations=common_annotations, where=where)
         return objects[:len(objects) - sum(1 for o in objects if o.gvk == POD_GVK)] + gang
 
+    def join_gang(self, labels: dict[str, str], annotations: dict[str, str], spec: JSON, *, scheduler_name: str,
+                  group_name: str | None, priority_class_name: str | None) -> None:
+        """Put on one pod (its labels, annotations and spec, in place) what makes it a member of the gang's
+        PodGroup `group_name` for this scheduler: schedulerName, the PodGroup label, annotation or spec field,
+        the queue label, and the priority class (or none). Rendered pods and, in operator mode, every pod
+        template of the member copy get the same."""
+        group = self.pod_group
+        spec["schedulerName"] = scheduler_name
+        spec.pop("priorityClassName", None)
+        if priority_class_name is not None:
+            spec["priorityClassName"] = priority_class_name
+        if group is not None and group_name is not None:
+            if group.member_by == "label":
+                labels[group.member_key] = group_name
+            elif group.member_by == "annotation":
+                annotations[group.member_key] = group_name
+            else:
+                _set_dotted(spec, group.member_key, group_name)
+            if group.queue_label is not None and group.queue is not None:
+                labels[group.queue_label] = group.queue
+
+    def render_operator_gang(
+        self,
+        job: Mapping[str, Any],
+        *,
+        cluster_scheduler_name: str,
+        epoch: int,
+        hub_id: str,
+        namespace: str,
+        priority_class_name: str | None = None,
+    ) -> OperatorGang:
+        """What dispatch creates for `job` at `epoch` when the member's own operator runs its source kind
+        (issue 28's operator mode): the PodGroup as `render` makes it (None for the default scheduler), and the
+        gang's labels and annotations for the member copy of the source object and its pod templates
+        (`membercopy.member_copy`). No pods, Service or ConfigMaps: the operator makes its own. RenderError as
+        `render`."""
+        model = _parse_job(job)
+        meta = model.metadata
+        job_uid, job_name, job_namespace = meta.uid, meta.name, meta.namespace
+        if not job_uid or not job_name or not job_namespace:
+            raise RenderError("metadata.uid, metadata.name and metadata.namespace are required "
+                              "(render a job as the hub stored it)")
+        where = f"TrainingJob {job_namespace}/{job_name}"
+        _check_label_value(job_uid, f"{where}: metadata.uid")
+        _check_label_value(hub_id, "hub id")
+        _check_epoch(epoch)
+        problems = dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]
+        if problems:
+            raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problems[0]}")
+        if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name \
+                or dns1123_subdomain_errors(cluster_scheduler_name):
+            raise RenderError(f"schedulerName {str(cluster_scheduler_name)[:80]!r} is not a DNS-1123 subdomain")
+        if priority_class_name is not None:
+            _check_class_name(priority_class_name, "priority_class_name")
+        roles = model.spec.roles
+        counts = placed_replicas(job)
+        labels = {
+            LABEL_MANAGED_BY: MANAGED_BY, LABEL_HUB: hub_id, LABEL_JOB_UID: job_uid,
+            LABEL_JOB_NAMESPACE: job_namespace, LABEL_JOB_NAME: job_name, LABEL_EPOCH: str(epoch),
+            LABEL_ON_CLUSTER_LOSS: model.spec.failover.on_cluster_loss if model.spec.failover else "requeue",
+        }
+        annotations = {
+            ANNOTATION_JOB: f"{job_namespace}/{job_name}",
+            ANNOTATION_GANG: ",".join(f"{role.name}={counts[role.name]}" for role in roles),
+        }
+        podgroup: MemberObject | None = None
+        group_name: str | None = None
+        if self.pod_group is not None:
+            group_name = podgroup_name(job_name=job_name, job_uid=job_uid, epoch=epoch)
+            podgroup = self._render_podgroup(
+                self.pod_group, name=group_name, namespace=namespace, roles=roles, labels=labels,
+                annotations=annotations, where=where, priority_class_name=priority_class_name)
+        pod_labels: dict[str, str] = {}
+        pod_annotations: dict[str, str] = {}
+        pod_spec: JSON = {}
+        self.join_gang(pod_labels, pod_annotations, pod_spec, scheduler_name=cluster_scheduler_name,
+                       group_name=group_name, priority_class_name=priority_class_name)
+        return OperatorGang(podgroup=podgroup, labels=labels, annotations=annotations,
+                            roles=tuple(role.name for role in roles),
+                            pod_labels=pod_labels, pod_annotations=pod_annotations, pod_spec=pod_spec)
+
     def _render_podgroup(
         self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role],
         labels: Mapping[str, str], annotations: Mapping[str, str], where: str, priority_class_name: str | None,
@@ -803,22 +902,10 @@ class SchedulerAdapter:
         the hub's keys in them."""
         pod_labels = {**role_pod.labels, **labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
         pod_annotations = {**role_pod.annotations, **annotations}
-        group = self.pod_group
         spec = pod_spec
-        spec["schedulerName"] = scheduler_name
         spec["restartPolicy"] = "Never"
-        spec.pop("priorityClassName", None)
-        if priority_class_name is not None:
-            spec["priorityClassName"] = priority_class_name
-        if group is not None and group_name is not None:
-            if group.member_by == "label":
-                pod_labels[group.member_key] = group_name
-            elif group.member_by == "annotation":
-                pod_annotations[group.member_key] = group_name
-            else:
-                _set_dotted(spec, group.member_key, group_name)
-            if group.queue_label is not None and group.queue is not None:
-                pod_labels[group.queue_label] = group.queue
+        self.join_gang(pod_labels, pod_annotations, spec, scheduler_name=scheduler_name, group_name=group_name,
+                       priority_class_name=priority_class_name)
         tolerations = [dict(t) for t in spec.get("tolerations") or ()]
         tolerations += extended_resource_tolerations(role_pod.requests_container, present=tolerations)
         if tolerations:

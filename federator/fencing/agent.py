@@ -68,6 +68,8 @@ from federator.apis.views import Body
 from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
 from federator.clusters.client import (
     EVENTS,
+    JOB_KIND_KEYS,
+    JOB_KIND_RESOURCES,
     LEASES,
     PODS,
     ClientTimeouts,
@@ -152,6 +154,8 @@ class FenceCounters:
     podgroups_deleted: int = 0
     #: the gangs' Services and ConfigMaps
     companions_deleted: int = 0
+    #: the hub's member copies of upstream job objects (operator mode: JobSets, PyTorchJobs, ...)
+    copies_deleted: int = 0
     events_recorded: int = 0
 
 
@@ -569,7 +573,22 @@ class FenceAgent:
         most MAX_SWEEP_ROUNDS rounds). Returns (pods deleted, PodGroups deleted, objects left)."""
         pods_deleted = groups_deleted = 0
         remaining = 0
+        copy_kinds = list(JOB_KIND_RESOURCES.values())
         for _ in range(MAX_SWEEP_ROUNDS):
+            # the member copies first (operator mode): their operators would make the pods again; a kind the
+            # member does not serve (404) or the agent may not list (403: its RBAC predates them) is skipped
+            copies_left = 0
+            for kind in list(copy_kinds):
+                try:
+                    copies = (await self.client.list_all(kind, label_selector=self.fence_selector)).items
+                except MemberApiError as e:
+                    if e.code not in (403, 404):
+                        raise
+                    copy_kinds.remove(kind)
+                    continue
+                if copies:
+                    await self._delete_all(kind, copies)
+                    copies_left += len(copies)
             pods = (await self.client.list_all(PODS, label_selector=self.fence_selector)).items
             if pods:
                 pods_deleted += await self._delete_all(PODS, pods)
@@ -597,6 +616,7 @@ class FenceAgent:
                 if groups:
                     groups_deleted += await self._delete_all(kind, groups)
                     remaining += len(groups)
+            remaining += copies_left
             if remaining == 0:
                 break
         return pods_deleted, groups_deleted, remaining
@@ -612,7 +632,8 @@ class FenceAgent:
                 continue  # never trust a selector alone with a delete
             try:
                 await self.client.delete(kind, namespace=namespace, name=name, grace_period_seconds=0,
-                                         precondition_uid=uid or None)
+                                         precondition_uid=uid or None,
+                                         propagation_policy="Background" if kind.key in JOB_KIND_KEYS else None)
             except MemberApiError as e:
                 if e.code in (404, 409):  # gone already, or replaced by a new object (the next list has it)
                     continue
@@ -622,6 +643,8 @@ class FenceAgent:
                 self.counters.pods_deleted += 1
             elif kind in COMPANION_KINDS:
                 self.counters.companions_deleted += 1
+            elif kind.key in JOB_KIND_KEYS:
+                self.counters.copies_deleted += 1
             else:
                 self.counters.podgroups_deleted += 1
         return deleted

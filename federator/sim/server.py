@@ -168,6 +168,10 @@ def _controllers(profile: ClusterProfile) -> list[tuple[str, ControllerEntry, di
             import random
 
             found.append(("load", run_background_load, {"rng": random.Random(profile.name)}))
+    if profile.operators:
+        from federator.sim.operators import run_operators
+
+        found.append(("operators", run_operators, {"names": tuple(profile.operators)}))
     return found
 
 
@@ -241,7 +245,7 @@ class SimCluster:
             prefix=cluster_prefix(profile), retain_revisions=retained_revisions or history_window(
                 profile, run_controllers=run_controllers), metrics=self.metrics)
         gang_types = [s.type for s in profile.gang_schedulers]
-        self.registry: Registry = kinds.sim_registry(gang_types)
+        self.registry: Registry = kinds.sim_registry(gang_types, operators=profile.operators)
         self.storage = ObjectStorage(self.store, self.registry)
         self.faults = FaultState(cluster=profile.name, storage=self.storage, registry=self.registry,
                                  identify=self._user_of_request, resolve_identity=self._resolve_identity,
