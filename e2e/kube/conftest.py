@@ -1,5 +1,5 @@
 """Real Kubernetes members for e2e/kube (issue 25): the binaries, built once, and members started from
-simulator profiles by federator/dev/kube.py.
+simulator profiles by federator/dev/kube.py, and the operators some of them run (`operator_binaries`).
 
 Building is slow the first time on a machine (about 6 minutes on two cores) and instant afterwards
 (cached under ~/.cache/federator/kube/<go.sum hash>/). It happens in the session fixture `kube_binaries`,
@@ -42,7 +42,7 @@ def kube_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeBina
 @pytest.fixture(scope="session")
 def operator_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorBinaries]:
     """The JobSet controller and the Kubeflow training operator (e2e/kube/operators/build.sh; a cold build took
-    OPERATORS_COLD_BUILD on a loaded two-core machine), for members started with `operators=`."""
+    about 6 + 3.5 minutes on a loaded two-core machine), for members started with `operators=`."""
     yield _built(tmp_path_factory, lambda: find_operator_binaries(timeout=BUILD_TIMEOUT_SECONDS))
 
 

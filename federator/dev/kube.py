@@ -27,6 +27,14 @@ API (the next helper builds on it):
     members.stop()                              # SIGTERM, then SIGKILL after 10 s; idempotent
 
 or one member alone: `with KubeMember(profile, directory=DIR, binaries=binaries) as m: ...`.
+
+With `operators=("jobset", "kubeflow")` (OPERATORS) a member also installs and runs the real JobSet
+controller and Kubeflow training operator (built by e2e/kube/operators/build.sh: `operator_binaries()`;
+start() runs it when `operator_binaries` is not given): their upstream CRDs, RBAC and webhook
+configurations (`operator_install`: the webhooks are called by URL on loopback), each process with a token
+of its upstream ServiceAccount, logging to `jobset-controller.log` / `training-operator.log`; start()
+returns once both answer /readyz and the API server calls their webhooks (README, "Real operators on a
+real member").
 A member lives in DIR/<name>/: etcd data, TLS material, the token file, the audit log and one
 log file per process (`etcd.log`, `kube-apiserver.log`, `kube-controller-manager.log`,
 `kube-scheduler.log`, `kwok.log`, `kwok-stages.yaml`). Kubeconfigs (mode 0600) sit in DIR, named as

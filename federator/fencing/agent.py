@@ -198,6 +198,8 @@ class _Expiry:
     podgroups: int = 0
     #: objects of `wait` gangs left running (counted when the expiry is announced)
     spared: int = 0
+    #: the upstream job kinds the member serves (operator mode: the hub's member copies of them are swept first)
+    copy_kinds: list[ResourceKind] = field(default_factory=list)
     event_name: str | None = None
     event_count: int = 0
     #: deletions not yet in the Event (its write failed or is pending)
@@ -457,6 +459,7 @@ class FenceAgent:
                 await self._mark_fenced(expiry, seen)
             if not expiry.kinds_known:
                 expiry.kinds = await self._served_podgroup_kinds()
+                expiry.copy_kinds = await self._served_copy_kinds()
                 expiry.kinds_known = True
             pods, groups, remaining = await self._sweep(expiry)
             if not expiry.announced:
@@ -535,6 +538,20 @@ class FenceAgent:
         if self._seen is not None and rv:
             self._seen = replace(self._seen, resource_version=rv, fence_lifted=seen.fence_count)
 
+    async def _served_copy_kinds(self) -> list[ResourceKind]:
+        """The upstream job kinds (JobSet, PyTorchJob, batch Job, ...) the member's discovery lists: where the hub
+        may have created member copies in operator mode. Discovery needs no grant; a kind the agent then may not
+        list (403: its RBAC predates them) is skipped by the sweep."""
+        served: list[ResourceKind] = []
+        seen: dict[tuple[str, str], frozenset[str]] = {}
+        for kind in JOB_KIND_RESOURCES.values():
+            gv = (kind.group, kind.version)
+            if gv not in seen:
+                seen[gv] = await self.client.served_resources(group=kind.group, version=kind.version)
+            if kind.plural in seen[gv]:
+                served.append(kind)
+        return served
+
     async def _served_podgroup_kinds(self) -> list[ResourceKind]:
         """The PodGroup kinds this member serves and the agent may list (a LIST that answers 404 means: not
         served; 403: not the agent's to fence, since kube authorizes before it looks a resource up, an agent whose
@@ -573,7 +590,7 @@ class FenceAgent:
         most MAX_SWEEP_ROUNDS rounds). Returns (pods deleted, PodGroups deleted, objects left)."""
         pods_deleted = groups_deleted = 0
         remaining = 0
-        copy_kinds = list(JOB_KIND_RESOURCES.values())
+        copy_kinds = expiry.copy_kinds
         for _ in range(MAX_SWEEP_ROUNDS):
             # the member copies first (operator mode): their operators would make the pods again; a kind the
             # member does not serve (404) or the agent may not list (403: its RBAC predates them) is skipped

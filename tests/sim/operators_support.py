@@ -10,13 +10,19 @@ of tests/apis/jobkinds/conftest.py, which `jobkinds_conftest` loads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
-from collections.abc import Callable
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 import yaml
+from kubernetes import client, config
 from simapi_support import ThreadedSim, make_test_profile
 
 from federator.apiserver.registry import ResourceType
@@ -29,6 +35,39 @@ KUBERNETES = "k8s.io/kubernetes@v1.36.3"
 TRAINING_OPERATOR = "github.com/kubeflow/training-operator@v1.8.1"
 #: pod template annotations that keep a pod running (the kubelet's duration)
 LONG_RUN = {ANNOTATION_DURATION: "3600"}
+
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+needs_kubectl = pytest.mark.skipif(not os.path.exists(KUBECTL), reason=f"kubectl not found at {KUBECTL}")
+
+
+def kubectl(sim: ThreadedSim, home: Path, *args: str, check: bool = True, stdin: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """Real kubectl against `sim` with its kubeconfig (a fresh HOME and cache in `home`)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "KUBECONFIG": str(sim.kubeconfig)}
+    proc = subprocess.run([KUBECTL, "--cache-dir", str(home / "cache"), "--request-timeout=30s", *args], env=env,
+                          capture_output=True, text=True, input=stdin, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@contextlib.contextmanager
+def official_client(sim: ThreadedSim) -> Iterator[client.ApiClient]:
+    """The official client configured from `sim`'s kubeconfig."""
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
+    with client.ApiClient(cfg) as api_client:
+        yield api_client
+
+
+def listed(sim: ThreadedSim, rt: ResourceType, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+    """The stored objects of `rt` in `namespace` (in-process, no client)."""
+
+    async def run() -> list[dict[str, Any]]:
+        return (await sim.c.storage.list(rt, namespace=namespace, label_selector=selector)).items
+
+    return sim.run(run)
 
 
 def _load(path: Path, name: str) -> ModuleType:

@@ -10,22 +10,25 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operators_support import (
+    KUBECTL,
     JOBSET_EXAMPLES,
     KUBERNETES,
     LONG_RUN,
     condition_status,
     jobkinds_conftest,
+    kubectl,
+    listed,
+    needs_kubectl,
+    official_client,
     operator_profile,
     read_yaml,
     wait_objects,
@@ -37,8 +40,6 @@ from federator.sim.kubelet import ANNOTATION_EXIT_CODE, ANNOTATION_FAIL_AFTER
 from federator.sim.operators.served import JOB, JOBSET
 
 go_module = jobkinds_conftest.go_module
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-needs_kubectl = pytest.mark.skipif(not os.path.exists(KUBECTL), reason=f"kubectl not found at {KUBECTL}")
 JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 
@@ -53,34 +54,16 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedSim]:
 
 @pytest.fixture(scope="module")
 def api(sim: ThreadedSim) -> Iterator[client.ApiClient]:
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
-    with client.ApiClient(cfg) as api_client:
+    with official_client(sim) as api_client:
         yield api_client
 
 
-def kubectl(sim: ThreadedSim, home: Path, *args: str, check: bool = True, stdin: str | None = None
-            ) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "KUBECONFIG": str(sim.kubeconfig)}
-    proc = subprocess.run([KUBECTL, "--cache-dir", str(home / "cache"), "--request-timeout=30s", *args], env=env,
-                          capture_output=True, text=True, input=stdin, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
-    return proc
-
-
 def pods_of(sim: ThreadedSim, ns: str, selector: str) -> list[dict[str, Any]]:
-    async def listed() -> list[dict[str, Any]]:
-        return (await sim.c.storage.list(kinds.PODS, namespace=ns, label_selector=selector)).items
-
-    return sim.run(listed)
+    return listed(sim, kinds.PODS, ns, selector)
 
 
 def stored(sim: ThreadedSim, rt: Any, ns: str) -> list[dict[str, Any]]:
-    async def listed() -> list[dict[str, Any]]:
-        return (await sim.c.storage.list(rt, namespace=ns)).items
-
-    return sim.run(listed)
+    return listed(sim, rt, ns)
 
 
 def env_of(container: dict[str, Any]) -> dict[str, Any]:

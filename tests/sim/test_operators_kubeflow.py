@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operators_support import (
+    KUBECTL,
     LONG_RUN,
     TRAINING_OPERATOR,
     condition_status,
     jobkinds_conftest,
+    kubectl,
+    listed,
+    needs_kubectl,
+    official_client,
     operator_profile,
     read_yaml,
     wait_objects,
@@ -34,8 +37,6 @@ from federator.sim.kubelet import ANNOTATION_EXIT_CODE, ANNOTATION_FAIL_AFTER
 from federator.sim.operators.kubeflow import KUBEFLOW_SERVED
 
 go_module = jobkinds_conftest.go_module
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-needs_kubectl = pytest.mark.skipif(not os.path.exists(KUBECTL), reason=f"kubectl not found at {KUBECTL}")
 GROUP, VERSION = "kubeflow.org", "v1"
 RT = {rt.kind: rt for rt in KUBEFLOW_SERVED}
 
@@ -55,9 +56,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedSim]:
 
 @pytest.fixture(scope="module")
 def api(sim: ThreadedSim) -> Iterator[client.ApiClient]:
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(sim.kubeconfig), client_configuration=cfg)
-    with client.ApiClient(cfg) as api_client:
+    with official_client(sim) as api_client:
         yield api_client
 
 
@@ -65,23 +64,6 @@ def api(sim: ThreadedSim) -> Iterator[client.ApiClient]:
 def examples(go_module: Any) -> Path:
     path: Path = go_module(TRAINING_OPERATOR) / "examples"
     return path
-
-
-def kubectl(sim: ThreadedSim, home: Path, *args: str, check: bool = True, stdin: str | None = None
-            ) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "KUBECONFIG": str(sim.kubeconfig)}
-    proc = subprocess.run([KUBECTL, "--cache-dir", str(home / "cache"), "--request-timeout=30s", *args], env=env,
-                          capture_output=True, text=True, input=stdin, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
-    return proc
-
-
-def listed(sim: ThreadedSim, rt: Any, ns: str, selector: str | None = None) -> list[dict[str, Any]]:
-    async def run() -> list[dict[str, Any]]:
-        return (await sim.c.storage.list(rt, namespace=ns, label_selector=selector)).items
-
-    return sim.run(run)
 
 
 def env_pairs(container: dict[str, Any]) -> list[tuple[str, Any]]:

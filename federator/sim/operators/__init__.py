@@ -80,26 +80,13 @@ async def run_operators(*, storage: ObjectStorage, registry: Registry, stop: asy
     """Every operator named, and the garbage collector over what they own, until `stop` is set."""
     from federator.sim import kinds
     from federator.sim.operators.gc import GarbageCollector
+    from federator.sim.operators.loop import run_until_stopped
 
     operators = resolve(names)
     owners = [rt for op in operators for rt in op.kinds]
     dependents = [kinds.PODS, kinds.SERVICES, *(rt for rt in owners if rt.kind == "Job" and rt.group == "batch")]
     gc = GarbageCollector(storage=storage, owners=owners, dependents=dependents, logger=logger.bind(part="gc"))
-    tasks: list[asyncio.Task[None]] = [asyncio.create_task(op.run(storage=storage, registry=registry, stop=stop,
-                                        logger=logger.bind(operator=op.name)), name=f"operator:{op.name}")
-             for op in operators]
-    tasks.append(asyncio.create_task(gc.run(stop), name="operator:gc"))
-    try:
-        finished, _pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in finished:
-            failure = task.exception()
-            if failure is not None:
-                raise failure
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+    loops = {f"operator:{op.name}": op.run(storage=storage, registry=registry, stop=stop,
+                                           logger=logger.bind(operator=op.name)) for op in operators}
+    loops["operator:gc"] = gc.run(stop)
+    await run_until_stopped(loops, stop=stop, logger=logger)

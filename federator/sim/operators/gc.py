@@ -19,7 +19,7 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import JSONObject, ResourceType
 from federator.apiserver.storage import ObjectStorage
-from federator.sim.operators.loop import watch_forever
+from federator.sim.operators.loop import run_until_stopped, watch_forever
 
 
 class GarbageCollector:
@@ -100,19 +100,10 @@ class GarbageCollector:
             if kind == "ADDED" and self._owner_refs(obj) and not obj["metadata"].get("deletionTimestamp"):
                 await self.check_dependent(rt, obj)
 
-        tasks = [asyncio.create_task(watch_forever(self.storage, rt, stop=stop, logger=self.log, handle=owner_event,
-                                                   on_restart=self.sweep), name=f"gc:owners:{rt.plural}")
-                 for rt in self.owners.values()]
-        tasks += [asyncio.create_task(watch_forever(self.storage, rt, stop=stop, logger=self.log,
-                                                    handle=dependent_event), name=f"gc:dependents:{rt.plural}")
-                  for rt in self.dependents]
-        try:
-            await stop.wait()
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+        loops = {f"gc:owners:{rt.plural}": watch_forever(self.storage, rt, stop=stop, logger=self.log,
+                                                         handle=owner_event, on_restart=self.sweep)
+                 for rt in self.owners.values()}
+        loops.update({f"gc:dependents:{rt.plural}": watch_forever(self.storage, rt, stop=stop, logger=self.log,
+                                                                  handle=dependent_event)
+                      for rt in self.dependents})
+        await run_until_stopped(loops, stop=stop, logger=self.log)

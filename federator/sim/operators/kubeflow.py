@@ -43,7 +43,15 @@ from federator.apiserver.errors import ApiError, FieldError
 from federator.apiserver.registry import JSONObject, Registry, ResourceType
 from federator.apiserver.storage import ObjectStorage
 from federator.sim import kinds
-from federator.sim.operators.loop import controller_ref, delete_quietly, now, owned_by, run_reconciler, write_status
+from federator.sim.operators.loop import (
+    controller_ref,
+    delete_quietly,
+    now,
+    owned_by,
+    run_reconciler,
+    run_until_stopped,
+    write_status,
+)
 from federator.sim.operators.served import KUBEFLOW, with_validation
 
 LABEL_PREFIX: Final = "training.kubeflow.org/"
@@ -661,15 +669,10 @@ KUBEFLOW_SERVED: Final[tuple[ResourceType, ...]] = tuple(
 async def run_training_operator(*, storage: ObjectStorage, registry: Registry, stop: asyncio.Event, logger: Any,
                                 **_: Any) -> None:
     """The training-operator's PyTorchJob, TFJob and PaddleJob controllers, until `stop` is set."""
-    tasks = []
+    loops = {}
     for rt in KUBEFLOW_SERVED:
-        operator = TrainingOperator(fw=FRAMEWORKS[rt.kind], rt=rt, storage=storage,
-                                    logger=logger.bind(kind=rt.kind))
-        tasks.append(asyncio.create_task(run_reconciler(storage=storage, stop=stop, logger=logger.bind(kind=rt.kind),
-                                                        owner=rt, children=[kinds.PODS, kinds.SERVICES],
-                                                        reconcile=operator.reconcile), name=f"kubeflow:{rt.kind}"))
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
+        operator = TrainingOperator(fw=FRAMEWORKS[rt.kind], rt=rt, storage=storage, logger=logger.bind(kind=rt.kind))
+        loops[f"kubeflow:{rt.kind}"] = run_reconciler(storage=storage, stop=stop, logger=logger.bind(kind=rt.kind),
+                                                      owner=rt, children=[kinds.PODS, kinds.SERVICES],
+                                                      reconcile=operator.reconcile)
+    await run_until_stopped(loops, stop=stop, logger=logger)

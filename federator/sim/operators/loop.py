@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from federator.apis.timestamps import format_time
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import JSONObject, ResourceType
 from federator.apiserver.storage import ObjectStorage
+from federator.runtime.tasks import spawn, stop_tasks
 from federator.runtime.waits import wait_event
 
 Key = tuple[str, str]
@@ -115,6 +116,22 @@ async def write_status(storage: ObjectStorage, rt: ResourceType, obj: JSONObject
             raise
 
 
+async def run_until_stopped(loops: Mapping[str, Coroutine[Any, Any, None]], *, stop: asyncio.Event,
+                            logger: Any) -> None:
+    """Run `loops` (name -> coroutine) as supervised tasks (`runtime.tasks.spawn`: a failure is logged in full)
+    until `stop` is set or one of them fails; then stop them all and raise the first failure."""
+    tasks = [spawn(coro, name=name, log=logger, event="operator loop failed") for name, coro in loops.items()]
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        failures = await stop_tasks([*tasks, stopper])
+    failures = [f for f in failures if not isinstance(f, asyncio.CancelledError)]
+    if failures:
+        raise failures[0]
+
+
 async def watch_forever(storage: ObjectStorage, rt: ResourceType, *, stop: asyncio.Event, logger: Any,
                         handle: Callable[[ResourceType, str, JSONObject], Awaitable[None]],
                         on_restart: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -191,16 +208,8 @@ async def run_reconciler(
             if again is not None:
                 loop.call_later(again, enqueue, key)
 
-    tasks = [asyncio.create_task(watch_forever(storage, rt, stop=stop, logger=logger, handle=on_event),
-                                 name=f"watch:{rt.plural}") for rt in (owner, *children)]
-    tasks.append(asyncio.create_task(work(), name=f"reconcile:{owner.plural}"))
-    try:
-        await stop.wait()
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+    loops: dict[str, Coroutine[Any, Any, None]] = {
+        f"watch:{rt.plural}": watch_forever(storage, rt, stop=stop, logger=logger, handle=on_event)
+        for rt in (owner, *children)}
+    loops[f"reconcile:{owner.plural}"] = work()
+    await run_until_stopped(loops, stop=stop, logger=logger)

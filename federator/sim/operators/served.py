@@ -29,6 +29,7 @@ from federator.apis.timestamps import parse_time
 from federator.apiserver.errors import FieldError
 from federator.apiserver.fieldvalidation import schema_unknown_fields
 from federator.apiserver.registry import JSONObject, ResourceType, SMPListStrategy, TableColumn
+from federator.apiserver.table import human_duration
 from federator.sim import kinds
 
 __all__ = [
@@ -228,26 +229,6 @@ def _job_completions_cell(obj: JSONObject) -> str:
         return f"{succeeded}/{completions}"
     parallelism = _int(spec.get("parallelism"))
     return f"{succeeded}/1 of {parallelism}" if parallelism > 1 else f"{succeeded}/1"
-
-
-def human_duration(seconds: float) -> str:
-    """apimachinery's duration.HumanDuration (the short form kubectl prints)."""
-    s = int(seconds)
-    if s < 0:
-        return "<invalid>"
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = s // 3600
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    return f"{hours // 24}d{hours % 24}h" if hours < 24 * 8 and hours % 24 else f"{hours // 24}d"
 
 
 def _job_duration_cell(obj: JSONObject) -> str:
