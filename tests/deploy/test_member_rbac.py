@@ -173,7 +173,8 @@ def test_each_overlay_grants_the_agent_less_than_the_hub(scheduler: str) -> None
         base = f"/apis/{kind.group}/{kind.version}"
         yes += [("GET", f"{base}/{kind.plural}")] + [("DELETE", f"{base}/namespaces/{ns}/{kind.plural}/x")
                                                      for ns in MANAGED]
-        no += [("POST", f"{base}/namespaces/vision/{kind.plural}"), ("PATCH", f"{base}/namespaces/vision/{kind.plural}/x"),
+        no += [("POST", f"{base}/namespaces/vision/{kind.plural}"),
+               ("PATCH", f"{base}/namespaces/vision/{kind.plural}/x"),
                ("DELETE", f"{base}/namespaces/{UNMANAGED}/{kind.plural}/x")]
     refused = [f"{m} {p}" for m, p in yes if not allowed(policy, AGENT, m, p)]
     granted = [f"{m} {p}" for m, p in no if allowed(policy, AGENT, m, p)]
