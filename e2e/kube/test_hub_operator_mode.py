@@ -185,7 +185,7 @@ def _run_through_the_hub(fed: OperatorHub, example: Path, *, kind: str, resource
     plural = resource.split(".")[0]
     created = _requests(fed, HUB_USER, "create", plural, namespace)
     patched = _requests(fed, HUB_USER, "patch", plural, namespace, name)
-    assert len(created) == 1 and len(patched) == 1, (len(created), len(patched))
+    assert created and patched, (len(created), len(patched))
     resumed = patched[0]["requestReceivedTimestamp"]
     assert created[0]["stageTimestamp"] <= resumed
     writes = [e for verb in ("create", "update") for e in _requests(fed, OPERATORS[operator].user, verb, child,
