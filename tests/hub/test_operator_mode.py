@@ -385,3 +385,38 @@ async def test_a_lost_clusters_copy_moves_whole_and_the_old_copy_is_deleted_on_r
         assert still is not None and still["metadata"]["uid"] == new["metadata"]["uid"]
         job = await env.api.get("default", name)
         assert phase(job) == "Running" and job["status"]["placement"]["cluster"] == FALLBACK
+
+
+async def test_the_operators_failed_condition_fails_the_job_and_the_hub_restarts_no_pod(tmp_path: Path) -> None:
+    """kube's Indexed Job example whose pods fail (the simulator's kubelet fails them): the member's Job controller
+    fails the Job (backoffLimit 0), that condition fails the hub's Job and twin, and the hub never deleted or
+    re-created a pod of it (no attempt annotation: that is the operator's business)."""
+    from federator.sim.kubelet import ANNOTATION_FAIL_AFTER
+
+    from ..apis.jobkinds.test_batchjob import POD_TO_POD
+
+    job = yaml.safe_load(POD_TO_POD)
+    job["metadata"]["namespace"] = "default"
+    job["spec"]["backoffLimit"] = 0
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = {ANNOTATION_FAIL_AFTER: "0.3"}
+    name = job["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=3600.0) as env:
+        assert (await discovered(env))[KINDS["Job"].source_key] == "operator"
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, job))
+        assert code == 0, err
+
+        async def failed() -> dict[str, Any] | None:
+            status = await source_status(env, job)
+            return status if status.get("phase") == "Failed" else None
+
+        status = await wait_until(failed, timeout=90, what="the Job Failed on the hub")
+        failure = condition(status, "Failed")
+        assert failure is not None and failure["status"] == "True", status
+        member = await member_copy(env, job)
+        assert member is not None and condition(member.get("status") or {}, "Failed") == failure
+        twin = await env.api.get("default", name)
+        assert phase(twin) == "Failed"
+        twin_failure = next(c for c in twin["status"]["conditions"] if c["type"] == "Failed")
+        assert twin_failure["reason"] == failure["reason"]
+        pods = await env.live_pods(CLUSTER, twin["metadata"]["uid"])
+        assert all("federator.dev/attempt" not in (p["metadata"].get("annotations") or {}) for p in pods)
