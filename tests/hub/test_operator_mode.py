@@ -27,6 +27,7 @@ from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation
 from .hubtest_support import RunningHub, start_hub
+from .test_job_kinds import condition, source_status, write
 
 CLUSTER = "onprem-rdma-a100"
 JOBSET_EXAMPLE = Path(__file__).resolve().parents[1] / "apis" / "jobkinds" / "upstream" / "jobset-paralleljobs.yaml"
@@ -37,25 +38,10 @@ PYTORCH_KEY = KINDS["PyTorchJob"].source_key
 pytestmark = pytest.mark.kubectl
 
 
-def object_url(obj: dict[str, Any], namespace: str) -> str:
-    kind = KINDS[obj["kind"]]
-    return f"/apis/{kind.api_version}/namespaces/{namespace}/{kind.plural}/{obj['metadata']['name']}"
-
-
-def write(tmp_path: Path, obj: dict[str, Any]) -> str:
-    path = tmp_path / f"{obj['kind']}-{obj['metadata']['name']}.yaml"
-    path.write_text(yaml.safe_dump(obj))
-    return str(path)
-
-
 def jobset_example() -> dict[str, Any]:
     example = yaml.safe_load(JOBSET_EXAMPLE.read_text())
     assert isinstance(example, dict)
     return example
-
-
-def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or () if c.get("type") == ctype), None)
 
 
 # ------------------------------------------------------------------ bad spec.operators (no member needed)
@@ -191,12 +177,6 @@ async def member_copy(env: Env, obj: dict[str, Any], cluster: str = CLUSTER) -> 
         if e.code == 404:
             return None
         raise
-
-
-async def source_status(env: Env, obj: dict[str, Any]) -> dict[str, Any]:
-    status, body = await env.hub.request("GET", object_url(obj, obj["metadata"]["namespace"]))
-    assert status == 200, body
-    return dict(body.get("status") or {})
 
 
 async def run_in_operator_mode(env: Env, tmp_path: Path, example: dict[str, Any], *, terminal: str,
