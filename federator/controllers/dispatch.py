@@ -693,8 +693,7 @@ class Dispatcher:
                       if isinstance(r, Mapping) and r.get("controller") is True and r.get("kind") == kind.kind),
                      None)
         if rt is None or owner is None:
-            raise DispatchError(f"the job names source kind {kind.source_key} but has no such owner",
-                                retryable=False)
+            return None  # a TrainingJob that only carries the annotation, no twin: rendered as any job
         ref = job_ref(job)
         try:
             source = await self.hub.storage.get(rt, namespace=ref.namespace, name=str(owner.get("name")))
