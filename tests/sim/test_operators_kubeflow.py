@@ -329,3 +329,29 @@ def test_bad_kubeflow_jobs_are_refused_and_nothing_is_stored(sim: ThreadedSim, a
         proc = kubectl(sim, tmp_path, "apply", "-f", "-", stdin=yaml.safe_dump(body), check=False)
         assert proc.returncode != 0 and 'unknown field "spec.pytorchReplicaSpecs.Master.bogus"' in proc.stderr
     assert listed(sim, RT["PyTorchJob"], ns) == [] and listed(sim, kinds.PODS, ns) == []
+
+
+def test_operator_pods_join_the_gang_the_hub_prepares(sim: ThreadedSim, api: client.ApiClient, examples: Path) -> None:
+    """What the hub's operator mode does (docs of issue 28, opmode §2): a suspended copy whose templates carry a
+    Volcano PodGroup's scheduler and annotation, the PodGroup, then resume: the operator's pods join the gang,
+    the member's gang scheduler binds them together and the kubelet runs them to the end."""
+    ns = sim.new_namespace("gang")
+    custom = client.CustomObjectsApi(api)
+    body = renamed(read_yaml(examples / "pytorch" / "simple.yaml"), "ganged", ns)
+    body["spec"]["runPolicy"] = {"suspend": True}
+    for rspec in body["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["metadata"] = {"annotations": {"scheduling.k8s.io/group-name": "ganged"}}
+        rspec["template"]["spec"]["schedulerName"] = "volcano"
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", body)
+    custom.create_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", ns, "podgroups", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "ganged"},
+        "spec": {"minMember": 2}})
+    wait_objects(sim, RT["PyTorchJob"], ns, finished("PyTorchJob", "ganged", "Suspended"), what="Suspended")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", "ganged",
+                                          {"spec": {"runPolicy": {"suspend": False}}})
+    job = wait_objects(sim, RT["PyTorchJob"], ns, finished("PyTorchJob", "ganged"), what="the gang to succeed")
+    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 1
+    pods = listed(sim, kinds.PODS, ns)
+    assert len(pods) == 2 and all(p["spec"]["schedulerName"] == "volcano" and p["spec"].get("nodeName")
+                                  and p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "ganged"
+                                  for p in pods)
