@@ -100,11 +100,13 @@ def test_upstream_pytorch_job_with_kubectl(sim: ThreadedSim, tmp_path: Path, exa
     job = yaml.safe_load(kubectl(sim, tmp_path, "get", "-n", "kubeflow", "pytorchjob/pytorch-simple", "-o",
                                  "yaml").stdout)
     conditions = [(c["type"], c["status"], c["reason"], c["message"]) for c in job["status"]["conditions"]]
-    assert conditions == [
+    # Running (then False) is there when a pass of the operator saw the Master running, as in the real operator
+    assert [c for c in conditions if c[0] != "Running"] == [
         ("Created", "True", "PyTorchJobCreated", "PyTorchJob pytorch-simple is created."),
-        ("Running", "False", "PyTorchJobRunning", "PyTorchJob pytorch-simple is running."),
         ("Succeeded", "True", "PyTorchJobSucceeded", "PyTorchJob pytorch-simple is successfully completed."),
     ]
+    assert [c for c in conditions if c[0] == "Running"] in (
+        [], [("Running", "False", "PyTorchJobRunning", "PyTorchJob pytorch-simple is running.")])
     assert job["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
     assert job["status"]["startTime"] and job["status"]["completionTime"]
     # the operator defaults in memory: the stored spec is what was applied
@@ -153,8 +155,10 @@ def test_upstream_tfjob_gets_tf_config(sim: ThreadedSim, api: client.ApiClient, 
     body = read_yaml(examples / "tensorflow" / "simple.yaml")
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, "kubeflow", "tfjobs", body)
     job = wait_objects(sim, RT["TFJob"], "kubeflow", finished("TFJob", "tfjob-simple"), what="the TFJob to succeed")
-    assert [c["reason"] for c in job["status"]["conditions"]] == ["TFJobCreated", "TFJobRunning", "TFJobSucceeded"]
-    assert job["status"]["replicaStatuses"] == {"Worker": {"succeeded": 2}}
+    reasons = [c["reason"] for c in job["status"]["conditions"]]
+    assert reasons in (["TFJobCreated", "TFJobRunning", "TFJobSucceeded"], ["TFJobCreated", "TFJobSucceeded"])
+    # worker 0 done ends the job (successPolicy ""); worker 1 is counted succeeded if it was running by then
+    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] in (1, 2)
     pods = pods_by_name(sim, "kubeflow", "tfjob-simple")
     assert sorted(pods) == ["tfjob-simple-worker-0", "tfjob-simple-worker-1"]
     for index in (0, 1):
@@ -276,14 +280,16 @@ def test_failed_pods_are_recreated_or_fail_the_job(sim: ThreadedSim, api: client
             wait_objects(sim, kinds.PODS, ns, recreated, what=f"{name}-worker-0 failed with 137 and re-created")
             assert condition_status(custom.get_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", name),
                                     "Failed") is None
+            master = core.read_namespaced_pod(f"{name}-master-0", ns)  # the one that stays
+            assert master.spec.restart_policy == "Never"
         else:
             job = wait_objects(sim, RT["PyTorchJob"], ns, finished("PyTorchJob", name, outcome),
                                what=f"{name}: {outcome}")
             failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"][0]
             assert failed["reason"] == "PyTorchJobFailed"
             assert failed["message"] == 'job "fatal" is failing because "Worker" replica(s) failed.'
-        pod = core.read_namespaced_pod(f"{name}-worker-0", ns)
-        assert pod.spec.restart_policy == "Never"
+            pod = core.read_namespaced_pod(f"{name}-worker-0", ns)
+            assert pod.spec.restart_policy == "Never" and pod.status.phase == "Failed"
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", name)
 
 
