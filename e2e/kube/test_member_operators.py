@@ -9,6 +9,7 @@ run), and the objects' status ends Completed / Succeeded."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +36,19 @@ def member(kube_binaries: KubeBinaries, operator_binaries: OperatorBinaries,
     profile = profile.model_copy(update={"kubelet": profile.kubelet.model_copy(update={"default_run_seconds": 2.0})})
     with KubeMember(profile, directory=tmp_path_factory.mktemp("kube-operators"), binaries=kube_binaries,
                     operators=("jobset", "kubeflow"), operator_binaries=operator_binaries) as running:
+        assert {"jobset-controller", "training-operator"} <= set(running.processes)
+        pids = list(running.processes.values())
         yield running
+    # stop() stopped the operators with the rest
+    assert [pid for pid in pids if _alive(pid)] == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _get(member: KubeMember, *args: str) -> dict[str, Any]:

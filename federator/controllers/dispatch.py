@@ -326,6 +326,13 @@ class _Operated:
     role_paths: Mapping[str, str]
 
 
+def _source_owner(job: Mapping[str, Any], kind: JobKind) -> Mapping[str, Any] | None:
+    """The twin's controller reference to its source object of `kind` (None: not a twin of that kind)."""
+    return next((r for r in Body(job).metadata.get("ownerReferences") or ()
+                 if isinstance(r, Mapping) and r.get("controller") is True and r.get("kind") == kind.kind
+                 and r.get("apiVersion") == kind.api_version), None)
+
+
 def _operator_objects(adapter: SchedulerAdapter, job: Mapping[str, Any], operated: _Operated, *,
                       scheduler_name: str, epoch: int, hub_id: str, namespace: str,
                       priority_class_name: str | None) -> list[MemberObject]:
@@ -659,7 +666,7 @@ class Dispatcher:
         source_key = Body(job).annotations.get(SOURCE_KIND_ANNOTATION)
         kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
         sync = self.members.syncs.get(cluster)
-        if kind is None or not kind.operator_copyable or sync is None:
+        if kind is None or not kind.operator_copyable or sync is None or _source_owner(job, kind) is None:
             return None
         return kind if sync.operator_mode(kind.source_key) == "operator" else None
 
@@ -689,12 +696,9 @@ class Dispatcher:
         if self.operator_kind(job, cluster=cluster) is None:
             return None
         rt = self.hub.registry.by_kind(kind.api_version, kind.kind)
-        owner = next((r for r in Body(job).metadata.get("ownerReferences") or ()
-                      if isinstance(r, Mapping) and r.get("controller") is True and r.get("kind") == kind.kind),
-                     None)
+        owner = _source_owner(job, kind)
         if rt is None or owner is None:
-            raise DispatchError(f"the job names source kind {kind.source_key} but has no such owner",
-                                retryable=False)
+            return None  # a TrainingJob that only carries the annotation, no twin: rendered as any job
         ref = job_ref(job)
         try:
             source = await self.hub.storage.get(rt, namespace=ref.namespace, name=str(owner.get("name")))

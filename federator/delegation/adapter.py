@@ -702,48 +702,15 @@ class SchedulerAdapter:
         Raises RenderError, naming the field, for anything that would not make
         valid member objects.
         """
-        model = _parse_job(job)
-        meta = model.metadata
-        job_uid, job_name, job_namespace = meta.uid, meta.name, meta.namespace
-        if not job_uid or not job_name or not job_namespace:
-            raise RenderError("metadata.uid, metadata.name and metadata.namespace are required "
-                              "(render a job as the hub stored it)")
-        where = f"TrainingJob {job_namespace}/{job_name}"
-        _check_label_value(job_uid, f"{where}: metadata.uid")
-        _check_label_value(hub_id, "hub id")
-        _check_epoch(epoch)
-        problems = dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]
-        if problems:
-            raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problems[0]}")
-        if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name:
-            raise RenderError("cluster_scheduler_name must be a non-empty string")
-        problems = dns1123_subdomain_errors(cluster_scheduler_name)
-        if problems:
-            raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problems[0]}")
+        model, where, counts, common_labels, common_annotations = _gang_identity(
+            job, cluster_scheduler_name=cluster_scheduler_name, epoch=epoch, hub_id=hub_id, namespace=namespace,
+            priority_class_name=priority_class_name)
+        job_uid, job_name = str(model.metadata.uid), str(model.metadata.name)
+        job_namespace = str(model.metadata.namespace)
         roles = model.spec.roles
-        counts = placed_replicas(job)
         total_pods = sum(counts[role.name] for role in roles)
-        if total_pods > MAX_GANG_PODS:
-            raise RenderError(f"{where}: spec.roles: {total_pods} pods exceeds the limit of {MAX_GANG_PODS} "
-                              "per gang")
         hints = _node_hints(assignment, counts, where=where)
-        if priority_class_name is not None:
-            _check_class_name(priority_class_name, "priority_class_name")
         gpu_pin = _gpu_pin(gpu_node_labels)
-
-        common_labels = {
-            LABEL_MANAGED_BY: MANAGED_BY,
-            LABEL_HUB: hub_id,
-            LABEL_JOB_UID: job_uid,
-            LABEL_JOB_NAMESPACE: job_namespace,
-            LABEL_JOB_NAME: job_name,
-            LABEL_EPOCH: str(epoch),
-            LABEL_ON_CLUSTER_LOSS: model.spec.failover.on_cluster_loss if model.spec.failover else "requeue",
-        }
-        common_annotations = {
-            ANNOTATION_JOB: f"{job_namespace}/{job_name}",
-            ANNOTATION_GANG: ",".join(f"{role.name}={counts[role.name]}" for role in roles),
-        }
         objects: list[MemberObject] = []
         group = self.pod_group
         group_name: str | None = None
@@ -813,35 +780,11 @@ class SchedulerAdapter:
         gang's labels and annotations for the member copy of the source object and its pod templates
         (`membercopy.member_copy`). No pods, Service or ConfigMaps: the operator makes its own. RenderError as
         `render`."""
-        model = _parse_job(job)
-        meta = model.metadata
-        job_uid, job_name, job_namespace = meta.uid, meta.name, meta.namespace
-        if not job_uid or not job_name or not job_namespace:
-            raise RenderError("metadata.uid, metadata.name and metadata.namespace are required "
-                              "(render a job as the hub stored it)")
-        where = f"TrainingJob {job_namespace}/{job_name}"
-        _check_label_value(job_uid, f"{where}: metadata.uid")
-        _check_label_value(hub_id, "hub id")
-        _check_epoch(epoch)
-        problems = dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]
-        if problems:
-            raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problems[0]}")
-        if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name \
-                or dns1123_subdomain_errors(cluster_scheduler_name):
-            raise RenderError(f"schedulerName {str(cluster_scheduler_name)[:80]!r} is not a DNS-1123 subdomain")
-        if priority_class_name is not None:
-            _check_class_name(priority_class_name, "priority_class_name")
+        model, where, _, labels, annotations = _gang_identity(
+            job, cluster_scheduler_name=cluster_scheduler_name, epoch=epoch, hub_id=hub_id, namespace=namespace,
+            priority_class_name=priority_class_name)
+        job_uid, job_name = str(model.metadata.uid), str(model.metadata.name)
         roles = model.spec.roles
-        counts = placed_replicas(job)
-        labels = {
-            LABEL_MANAGED_BY: MANAGED_BY, LABEL_HUB: hub_id, LABEL_JOB_UID: job_uid,
-            LABEL_JOB_NAMESPACE: job_namespace, LABEL_JOB_NAME: job_name, LABEL_EPOCH: str(epoch),
-            LABEL_ON_CLUSTER_LOSS: model.spec.failover.on_cluster_loss if model.spec.failover else "requeue",
-        }
-        annotations = {
-            ANNOTATION_JOB: f"{job_namespace}/{job_name}",
-            ANNOTATION_GANG: ",".join(f"{role.name}={counts[role.name]}" for role in roles),
-        }
         podgroup: MemberObject | None = None
         group_name: str | None = None
         if self.pod_group is not None:
@@ -1046,6 +989,55 @@ class SchedulerAdapter:
 
 
 # ---------------------------------------------------------------- render helpers
+
+
+def _gang_identity(
+    job: Mapping[str, Any], *, cluster_scheduler_name: str, epoch: int, hub_id: str, namespace: str,
+    priority_class_name: str | None,
+) -> tuple[TrainingJob, str, dict[str, int], dict[str, str], dict[str, str]]:
+    """What every member object of `job`'s gang at `epoch` starts from, checked (RenderError naming the field):
+    (the parsed job, "TrainingJob ns/name" for messages, its placed size per role, the gang's labels, the gang's
+    annotations). Shared by `render` and `render_operator_gang`."""
+    model = _parse_job(job)
+    meta = model.metadata
+    job_uid, job_name, job_namespace = meta.uid, meta.name, meta.namespace
+    if not job_uid or not job_name or not job_namespace:
+        raise RenderError("metadata.uid, metadata.name and metadata.namespace are required "
+                          "(render a job as the hub stored it)")
+    where = f"TrainingJob {job_namespace}/{job_name}"
+    _check_label_value(job_uid, f"{where}: metadata.uid")
+    _check_label_value(hub_id, "hub id")
+    _check_epoch(epoch)
+    problems = dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]
+    if problems:
+        raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problems[0]}")
+    if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name:
+        raise RenderError("cluster_scheduler_name must be a non-empty string")
+    problems = dns1123_subdomain_errors(cluster_scheduler_name)
+    if problems:
+        raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problems[0]}")
+    roles = model.spec.roles
+    counts = placed_replicas(job)
+    total_pods = sum(counts[role.name] for role in roles)
+    if total_pods > MAX_GANG_PODS:
+        raise RenderError(f"{where}: spec.roles: {total_pods} pods exceeds the limit of {MAX_GANG_PODS} "
+                          "per gang")
+    if priority_class_name is not None:
+        _check_class_name(priority_class_name, "priority_class_name")
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_HUB: hub_id,
+        LABEL_JOB_UID: job_uid,
+        LABEL_JOB_NAMESPACE: job_namespace,
+        LABEL_JOB_NAME: job_name,
+        LABEL_EPOCH: str(epoch),
+        LABEL_ON_CLUSTER_LOSS: model.spec.failover.on_cluster_loss if model.spec.failover else "requeue",
+    }
+    annotations = {
+        ANNOTATION_JOB: f"{job_namespace}/{job_name}",
+        ANNOTATION_GANG: ",".join(f"{role.name}={counts[role.name]}" for role in roles),
+    }
+    return model, where, counts, labels, annotations
 
 
 def _gang_objects(model: TrainingJob, objects: Sequence[MemberObject], *, counts: Mapping[str, int], namespace: str,

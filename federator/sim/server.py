@@ -15,7 +15,7 @@ It serves HTTPS (kubectl sends a bearer token only over TLS) with a
 development CA: the caller's (`tls=`, shared by every cluster of one `federator
 sim` process) or a fresh one in a temporary directory. The app's cleanup_ctx seeds the namespaces and the profile's nodes and runs
 the cluster's controllers (gang scheduler, kubelet, optional background
-load) as named tasks; the fault middleware runs first in the chain and the
+load, the profile's job operators: federator/sim/operators) as named tasks; the fault middleware runs first in the chain and the
 admin side lives under /_sim/ (faults; request statistics at /_sim/stats).
 
 `write_kubeconfig()` writes a kubeconfig (server URL, token, cluster and

@@ -27,6 +27,7 @@ from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation
 from .hubtest_support import RunningHub, start_hub
+from .test_job_kinds import condition, source_status, write
 
 CLUSTER = "onprem-rdma-a100"
 JOBSET_EXAMPLE = Path(__file__).resolve().parents[1] / "apis" / "jobkinds" / "upstream" / "jobset-paralleljobs.yaml"
@@ -37,25 +38,10 @@ PYTORCH_KEY = KINDS["PyTorchJob"].source_key
 pytestmark = pytest.mark.kubectl
 
 
-def object_url(obj: dict[str, Any], namespace: str) -> str:
-    kind = KINDS[obj["kind"]]
-    return f"/apis/{kind.api_version}/namespaces/{namespace}/{kind.plural}/{obj['metadata']['name']}"
-
-
-def write(tmp_path: Path, obj: dict[str, Any]) -> str:
-    path = tmp_path / f"{obj['kind']}-{obj['metadata']['name']}.yaml"
-    path.write_text(yaml.safe_dump(obj))
-    return str(path)
-
-
 def jobset_example() -> dict[str, Any]:
     example = yaml.safe_load(JOBSET_EXAMPLE.read_text())
     assert isinstance(example, dict)
     return example
-
-
-def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or () if c.get("type") == ctype), None)
 
 
 # ------------------------------------------------------------------ bad spec.operators (no member needed)
@@ -146,12 +132,14 @@ class OperatorFederation(RunningFederation):
 
 @contextlib.asynccontextmanager
 async def federation(tmp_path: Path, *, run_seconds: float = 2.0, operators: dict[str, str] | None = None,
-                     run_operators: bool = True) -> AsyncIterator[Env]:
+                     run_operators: bool = True, names: tuple[str, ...] = (CLUSTER,),
+                     **knobs: Any) -> AsyncIterator[Env]:
     fed = OperatorFederation(tmp_path / "members", run_seconds=run_seconds, operators=operators,
                              run_operators=run_operators)
-    await fed.start([CLUSTER])
-    settings = fast_settings(tmp_path / "hub" / "state", lifecycle_tick_seconds=0.1, member_gc_interval_seconds=0.5,
-                             stuck_timeout_seconds=60.0, cleanup_grace_seconds=60.0)
+    await fed.start(list(names))
+    settings = fast_settings(tmp_path / "hub" / "state", **{
+        "lifecycle_tick_seconds": 0.1, "member_gc_interval_seconds": 0.5, "stuck_timeout_seconds": 60.0,
+        "cleanup_grace_seconds": 60.0, **knobs})
     try:
         async with start_hub(tmp_path / "hub", controllers=LIFECYCLE_WITH_TWINS, settings=settings,
                              job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
@@ -160,7 +148,8 @@ async def federation(tmp_path: Path, *, run_seconds: float = 2.0, operators: dic
             try:
                 for body in fed.registrations.values():
                     await api.register(body)
-                await api.wait_cluster_ready(CLUSTER)
+                for name in names:
+                    await api.wait_cluster_ready(name)
                 yield Env(running, api, fed)
             finally:
                 await api.close()
@@ -178,8 +167,8 @@ async def discovered(env: Env) -> dict[str, str]:
     return await wait_until(found, timeout=30, what="status.operators")
 
 
-async def member_copy(env: Env, obj: dict[str, Any]) -> dict[str, Any] | None:
-    client = await env.member(CLUSTER)
+async def member_copy(env: Env, obj: dict[str, Any], cluster: str = CLUSTER) -> dict[str, Any] | None:
+    client = await env.member(cluster)
     resource = JOB_KIND_RESOURCES[KINDS[obj["kind"]].source_key]
     try:
         return await client.get(resource, namespace=obj["metadata"].get("namespace", "default"),
@@ -188,12 +177,6 @@ async def member_copy(env: Env, obj: dict[str, Any]) -> dict[str, Any] | None:
         if e.code == 404:
             return None
         raise
-
-
-async def source_status(env: Env, obj: dict[str, Any]) -> dict[str, Any]:
-    status, body = await env.hub.request("GET", object_url(obj, obj["metadata"]["namespace"]))
-    assert status == 200, body
-    return dict(body.get("status") or {})
 
 
 async def run_in_operator_mode(env: Env, tmp_path: Path, example: dict[str, Any], *, terminal: str,
@@ -334,3 +317,86 @@ async def test_operator_mode_on_a_member_that_does_not_serve_the_kind_requeues_w
         assert "removed 1 partly created objects" in said  # the attempt's PodGroup (it is placed again meanwhile)
         _, pods = await env.fed.member_objects(CLUSTER, job["metadata"]["uid"])
         assert pods == []
+
+
+FALLBACK = "cloud-eth-h100"
+
+
+async def test_a_lost_clusters_copy_moves_whole_and_the_old_copy_is_deleted_on_return(tmp_path: Path) -> None:
+    """Failover in operator mode: the JobSet's copy in a lost cluster is left (no agent here), a new copy at the
+    next epoch runs in the other cluster, and when the lost cluster returns the GC deletes the old copy (the
+    operator's pods go with it), never the new one."""
+    jobset = jobset_example()
+    jobset["metadata"]["namespace"] = "default"
+    jobset["metadata"]["annotations"] = {"federator.dev/datasets": "imagenet-22k"}  # cached in CLUSTER only
+    name = jobset["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=3600.0, names=(CLUSTER, FALLBACK), cluster_loss_grace_seconds=2.0,
+                          member_lease=False) as env:
+        await discovered(env)
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, jobset))
+        assert code == 0, err
+        first = await env.api.wait_job("default", name, lambda j: phase(j) == "Running"
+                                       and j["status"]["placement"]["cluster"] == CLUSTER, timeout=60)
+        epoch = first["status"]["placement"]["epoch"]
+        old = await member_copy(env, jobset)
+        assert old is not None and old["metadata"]["labels"][LABEL_EPOCH] == str(epoch)
+
+        env.fed.sims[CLUSTER].faults.start_partition(None)
+        moved = await env.api.wait_job("default", name, lambda j: phase(j) == "Running"
+                                       and j["status"]["placement"]["cluster"] == FALLBACK, timeout=60)
+        assert moved["status"]["placement"]["epoch"] == epoch + 1
+        new = await member_copy(env, jobset, FALLBACK)
+        assert new is not None and new["metadata"]["labels"][LABEL_EPOCH] == str(epoch + 1)
+
+        env.fed.sims[CLUSTER].faults.end_partition()
+
+        async def old_gone() -> bool:
+            return await member_copy(env, jobset) is None
+
+        await wait_until(old_gone, timeout=60, what="the old copy deleted in the returning cluster")
+        client = await env.member(CLUSTER)
+
+        async def old_pods_gone() -> bool:
+            pods = (await client.list_all(PODS, label_selector=f"{LABEL_JOB_UID}={moved['metadata']['uid']}")).items
+            return not [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+        await wait_until(old_pods_gone, timeout=60, what="the old copy's pods gone with it")
+        still = await member_copy(env, jobset, FALLBACK)
+        assert still is not None and still["metadata"]["uid"] == new["metadata"]["uid"]
+        job = await env.api.get("default", name)
+        assert phase(job) == "Running" and job["status"]["placement"]["cluster"] == FALLBACK
+
+
+async def test_the_operators_failed_condition_fails_the_job_and_the_hub_restarts_no_pod(tmp_path: Path) -> None:
+    """kube's Indexed Job example whose pods fail (the simulator's kubelet fails them): the member's Job controller
+    fails the Job (backoffLimit 0), that condition fails the hub's Job and twin, and the hub never deleted or
+    re-created a pod of it (no attempt annotation: that is the operator's business)."""
+    from federator.sim.kubelet import ANNOTATION_FAIL_AFTER
+
+    from ..apis.jobkinds.test_batchjob import POD_TO_POD
+
+    job = yaml.safe_load(POD_TO_POD)
+    job["metadata"]["namespace"] = "default"
+    job["spec"]["backoffLimit"] = 0
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = {ANNOTATION_FAIL_AFTER: "0.3"}
+    name = job["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=3600.0) as env:
+        assert (await discovered(env))[KINDS["Job"].source_key] == "operator"
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, job))
+        assert code == 0, err
+
+        async def failed() -> dict[str, Any] | None:
+            status = await source_status(env, job)
+            return status if status.get("phase") == "Failed" else None
+
+        status = await wait_until(failed, timeout=90, what="the Job Failed on the hub")
+        failure = condition(status, "Failed")
+        assert failure is not None and failure["status"] == "True", status
+        member = await member_copy(env, job)
+        assert member is not None and condition(member.get("status") or {}, "Failed") == failure
+        twin = await env.api.get("default", name)
+        assert phase(twin) == "Failed"
+        twin_failure = next(c for c in twin["status"]["conditions"] if c["type"] == "Failed")
+        assert twin_failure["reason"] == failure["reason"]
+        pods = await env.live_pods(CLUSTER, twin["metadata"]["uid"])
+        assert all("federator.dev/attempt" not in (p["metadata"].get("annotations") or {}) for p in pods)

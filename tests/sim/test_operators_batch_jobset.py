@@ -340,10 +340,13 @@ def test_jobset_suspend_resume_and_cascade_with_the_official_client(sim: Threade
     custom.patch_namespaced_custom_object(*JS[:2], ns, JS[2], "paralleljobs", {"spec": {"suspend": False}})
     wait_objects(sim, kinds.PODS, ns, lambda ps: len([p for p in ps if p["status"].get("phase") == "Running"]) == 5,
                  what="five running pods")
-    js = wait_objects(sim, JOBSET, ns, lambda items: items and condition_status(items[0], "Suspended") == "False"
-                      and items[0], what="the jobset resumed")
-    status = {s["name"]: s for s in js["status"]["replicatedJobsStatus"]}
-    assert status["workers"]["suspended"] == 0
+    def resumed(items: list[dict[str, Any]]) -> Any:
+        counts = {s["name"]: s for s in (items[0].get("status") or {}).get("replicatedJobsStatus") or ()} \
+            if items else {}
+        return items and condition_status(items[0], "Suspended") == "False" and counts and all(
+            c["suspended"] == 0 and c["active"] == 1 for c in counts.values())
+
+    wait_objects(sim, JOBSET, ns, resumed, what="the jobset resumed, no job suspended, each active")
     custom.patch_namespaced_custom_object(*JS[:2], ns, JS[2], "paralleljobs", {"spec": {"suspend": True}})
     wait_objects(sim, kinds.PODS, ns, lambda ps: not ps, what="the suspended jobset's pods to go")
     custom.delete_namespaced_custom_object(*JS[:2], ns, JS[2], "paralleljobs", propagation_policy="Background")

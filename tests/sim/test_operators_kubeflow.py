@@ -100,11 +100,13 @@ def test_upstream_pytorch_job_with_kubectl(sim: ThreadedSim, tmp_path: Path, exa
     job = yaml.safe_load(kubectl(sim, tmp_path, "get", "-n", "kubeflow", "pytorchjob/pytorch-simple", "-o",
                                  "yaml").stdout)
     conditions = [(c["type"], c["status"], c["reason"], c["message"]) for c in job["status"]["conditions"]]
-    assert conditions == [
+    # Running (then False) is there when a pass of the operator saw the Master running, as in the real operator
+    assert [c for c in conditions if c[0] != "Running"] == [
         ("Created", "True", "PyTorchJobCreated", "PyTorchJob pytorch-simple is created."),
-        ("Running", "False", "PyTorchJobRunning", "PyTorchJob pytorch-simple is running."),
         ("Succeeded", "True", "PyTorchJobSucceeded", "PyTorchJob pytorch-simple is successfully completed."),
     ]
+    assert [c for c in conditions if c[0] == "Running"] in (
+        [], [("Running", "False", "PyTorchJobRunning", "PyTorchJob pytorch-simple is running.")])
     assert job["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
     assert job["status"]["startTime"] and job["status"]["completionTime"]
     # the operator defaults in memory: the stored spec is what was applied
@@ -153,8 +155,10 @@ def test_upstream_tfjob_gets_tf_config(sim: ThreadedSim, api: client.ApiClient, 
     body = read_yaml(examples / "tensorflow" / "simple.yaml")
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, "kubeflow", "tfjobs", body)
     job = wait_objects(sim, RT["TFJob"], "kubeflow", finished("TFJob", "tfjob-simple"), what="the TFJob to succeed")
-    assert [c["reason"] for c in job["status"]["conditions"]] == ["TFJobCreated", "TFJobRunning", "TFJobSucceeded"]
-    assert job["status"]["replicaStatuses"] == {"Worker": {"succeeded": 2}}
+    reasons = [c["reason"] for c in job["status"]["conditions"]]
+    assert reasons in (["TFJobCreated", "TFJobRunning", "TFJobSucceeded"], ["TFJobCreated", "TFJobSucceeded"])
+    # worker 0 done ends the job (successPolicy ""); worker 1 is counted succeeded if it was running by then
+    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] in (1, 2)
     pods = pods_by_name(sim, "kubeflow", "tfjob-simple")
     assert sorted(pods) == ["tfjob-simple-worker-0", "tfjob-simple-worker-1"]
     for index in (0, 1):
@@ -276,14 +280,16 @@ def test_failed_pods_are_recreated_or_fail_the_job(sim: ThreadedSim, api: client
             wait_objects(sim, kinds.PODS, ns, recreated, what=f"{name}-worker-0 failed with 137 and re-created")
             assert condition_status(custom.get_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", name),
                                     "Failed") is None
+            master = core.read_namespaced_pod(f"{name}-master-0", ns)  # the one that stays
+            assert master.spec.restart_policy == "Never"
         else:
             job = wait_objects(sim, RT["PyTorchJob"], ns, finished("PyTorchJob", name, outcome),
                                what=f"{name}: {outcome}")
             failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"][0]
             assert failed["reason"] == "PyTorchJobFailed"
             assert failed["message"] == 'job "fatal" is failing because "Worker" replica(s) failed.'
-        pod = core.read_namespaced_pod(f"{name}-worker-0", ns)
-        assert pod.spec.restart_policy == "Never"
+            pod = core.read_namespaced_pod(f"{name}-worker-0", ns)
+            assert pod.spec.restart_policy == "Never" and pod.status.phase == "Failed"
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", name)
 
 
@@ -329,3 +335,29 @@ def test_bad_kubeflow_jobs_are_refused_and_nothing_is_stored(sim: ThreadedSim, a
         proc = kubectl(sim, tmp_path, "apply", "-f", "-", stdin=yaml.safe_dump(body), check=False)
         assert proc.returncode != 0 and 'unknown field "spec.pytorchReplicaSpecs.Master.bogus"' in proc.stderr
     assert listed(sim, RT["PyTorchJob"], ns) == [] and listed(sim, kinds.PODS, ns) == []
+
+
+def test_operator_pods_join_the_gang_the_hub_prepares(sim: ThreadedSim, api: client.ApiClient, examples: Path) -> None:
+    """What the hub's operator mode does (docs of issue 28, opmode §2): a suspended copy whose templates carry a
+    Volcano PodGroup's scheduler and annotation, the PodGroup, then resume: the operator's pods join the gang,
+    the member's gang scheduler binds them together and the kubelet runs them to the end."""
+    ns = sim.new_namespace("gang")
+    custom = client.CustomObjectsApi(api)
+    body = renamed(read_yaml(examples / "pytorch" / "simple.yaml"), "ganged", ns)
+    body["spec"]["runPolicy"] = {"suspend": True}
+    for rspec in body["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["metadata"] = {"annotations": {"scheduling.k8s.io/group-name": "ganged"}}
+        rspec["template"]["spec"]["schedulerName"] = "volcano"
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", body)
+    custom.create_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", ns, "podgroups", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "ganged"},
+        "spec": {"minMember": 2}})
+    wait_objects(sim, RT["PyTorchJob"], ns, finished("PyTorchJob", "ganged", "Suspended"), what="Suspended")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", "ganged",
+                                          {"spec": {"runPolicy": {"suspend": False}}})
+    job = wait_objects(sim, RT["PyTorchJob"], ns, finished("PyTorchJob", "ganged"), what="the gang to succeed")
+    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 1
+    pods = listed(sim, kinds.PODS, ns)
+    assert len(pods) == 2 and all(p["spec"]["schedulerName"] == "volcano" and p["spec"].get("nodeName")
+                                  and p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "ganged"
+                                  for p in pods)
