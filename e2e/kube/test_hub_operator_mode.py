@@ -15,6 +15,7 @@ operator's conditions and the cluster; `kubectl delete` on the hub takes the mem
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,19 +66,11 @@ class OperatorHub:
 
     def in_member(self, *args: str) -> Any:
         """kubectl get ... -o json as the member's admin; None on NotFound."""
-        done = self.member.kubectl("get", *args, "-o", "json", check=False)
-        if done.returncode != 0:
-            assert "NotFound" in done.stderr, done.stderr
-            return None
-        return json.loads(done.stdout)
+        return _found(self.member.kubectl("get", *args, "-o", "json", check=False))
 
     def hub_get(self, *args: str) -> Any:
         """kubectl get ... -o json on the hub (admin); None on NotFound."""
-        done = self.up.kubectl("get", *args, "-o", "json", check=False)
-        if done.returncode != 0:
-            assert "NotFound" in done.stderr, done.stderr
-            return None
-        return json.loads(done.stdout)
+        return _found(self.up.kubectl("get", *args, "-o", "json", check=False))
 
     def audit(self) -> list[dict[str, Any]]:
         events = []
@@ -87,6 +80,13 @@ class OperatorHub:
             except json.JSONDecodeError:
                 continue  # a line being written
         return events
+
+
+def _found(done: subprocess.CompletedProcess[str]) -> Any:
+    if done.returncode != 0:
+        assert "NotFound" in done.stderr, done.stderr
+        return None
+    return json.loads(done.stdout)
 
 
 def _managed_namespace(member: KubeMember, namespace: str) -> str:
