@@ -1,5 +1,5 @@
 """Real Kubernetes members for e2e/kube (issue 25): the binaries, built once, and members started from
-simulator profiles by federator/dev/kube.py.
+simulator profiles by federator/dev/kube.py, and the operators some of them run (`operator_binaries`).
 
 Building is slow the first time on a machine (about 6 minutes on two cores) and instant afterwards
 (cached under ~/.cache/federator/kube/<go.sum hash>/). It happens in the session fixture `kube_binaries`,
@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from federator.dev.kube import KubeBinaries, KubeBuildError, kube_binaries as find_kube_binaries
+from federator.dev.kube import (
+    KubeBinaries,
+    KubeBuildError,
+    OperatorBinaries,
+    kube_binaries as find_kube_binaries,
+    operator_binaries as find_operator_binaries,
+)
+
+T = TypeVar("T")
 
 #: a cold build of the five binaries took 360 s on a two-core machine; leave room for a loaded one
 BUILD_TIMEOUT_SECONDS = 1800.0
@@ -27,12 +36,24 @@ BUILD_TIMEOUT_SECONDS = 1800.0
 
 @pytest.fixture(scope="session")
 def kube_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeBinaries]:
-    # one build at a time on this machine (xdist workers, or two test runs): build.sh writes one cache folder
+    yield _built(tmp_path_factory, lambda: find_kube_binaries(timeout=BUILD_TIMEOUT_SECONDS))
+
+
+@pytest.fixture(scope="session")
+def operator_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorBinaries]:
+    """The JobSet controller and the Kubeflow training operator (e2e/kube/operators/build.sh; a cold build took
+    about 6 + 3.5 minutes on a loaded two-core machine), for members started with `operators=`."""
+    yield _built(tmp_path_factory, lambda: find_operator_binaries(timeout=BUILD_TIMEOUT_SECONDS))
+
+
+def _built(tmp_path_factory: pytest.TempPathFactory, build: Callable[[], T]) -> T:
+    # one build at a time on this machine (xdist workers, or two test runs): the build scripts write one cache
+    # folder each, and two Go builds at once would only compete for the cores
     lock_path = Path(tmp_path_factory.getbasetemp()).parent / "federator-kube-build.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            binaries = find_kube_binaries(timeout=BUILD_TIMEOUT_SECONDS)
+            return build()
         except KubeBuildError as e:
             # CI must prove the real-member suite: there a missing Go is a failure, not a skip
             if "no 'go' on PATH" in str(e) and not os.environ.get("CI"):
@@ -40,5 +61,4 @@ def kube_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeBina
             raise
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    yield binaries
 

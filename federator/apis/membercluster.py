@@ -40,6 +40,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from federator.apis.jobkinds import JOB_KINDS
 from federator.apis.common import (
     ApiModel,
     Condition,
@@ -63,6 +64,8 @@ from federator.apis.common import (
 __all__ = [
     "CREDENTIAL_FIELDS",
     "DEFAULT_SCHEDULER_NAMES",
+    "OPERATOR_KINDS",
+    "OperatorMode",
     "KIND",
     "LAST_APPLIED_ANNOTATION",
     "MAX_GRACE_PERIOD_SECONDS",
@@ -87,6 +90,7 @@ __all__ = [
     "MemberClusterStatus",
     "SchedulerKind",
     "contains_credentials",
+    "effective_operator_mode",
     "effective_scheduler_name",
     "membercluster_validator",
     "redact",
@@ -340,6 +344,31 @@ class ClusterDrain(ApiModel):
                                       description="Gangs moving at the same time.")
 
 
+#: how the hub runs one upstream job kind in a member (issue 28): "operator" creates the kind's object there for the
+#: member's own operator to run; "render" creates the pods itself under the operator's pod contract
+OperatorMode = Literal["operator", "render"]
+#: the keys of spec.operators / status.operators: each served kind's `JobKind.source_key` ("PyTorchJob.kubeflow.org")
+OPERATOR_KINDS: tuple[str, ...] = tuple(kind.source_key for kind in JOB_KINDS)
+_OPERATORS_DESCRIPTION = (
+    "Per upstream job kind (key: \"<Kind>.<group>\", one of " + ", ".join(OPERATOR_KINDS) + "): \"operator\" "
+    "creates the kind's object in this member for its own operator to run (the member must serve the kind), "
+    "\"render\" has the hub create the pods itself under the operator's pod contract. Overrides what the hub "
+    "discovered (status.operators); a kind named in neither is rendered.")
+
+
+def effective_operator_mode(spec_operators: object, discovered: object, source_key: str) -> OperatorMode:
+    """How the hub runs `source_key`'s jobs in a member: spec.operators' override, else what member sync discovered
+    (status.operators), else "render". Total over any input (a malformed map counts as absent)."""
+    for modes in (spec_operators, discovered):
+        if isinstance(modes, Mapping):
+            mode = modes.get(source_key)
+            if mode == "operator":
+                return "operator"
+            if mode == "render":
+                return "render"
+    return "render"
+
+
 class MemberClusterSpec(ApiModel):
     """The registration of a member cluster."""
 
@@ -361,6 +390,8 @@ class MemberClusterSpec(ApiModel):
     failover: ClusterFailover | None = None
     drain: ClusterDrain | None = Field(
         default=None, description="Set by `federator cluster drain`: move every gang elsewhere (implies cordoned).")
+    operators: dict[Annotated[StrictStr, Field(max_length=253)], OperatorMode] | None = Field(
+        default=None, max_length=len(OPERATOR_KINDS), description=_OPERATORS_DESCRIPTION)
 
     @field_validator("cost_per_gpu_hour")
     @classmethod
@@ -436,6 +467,10 @@ class MemberClusterStatus(ApiModel):
     )
     sync_lag_seconds: StrictFloat | None = Field(default=None, alias="syncLagSeconds", ge=0)
     drain: DrainStatus | None = None
+    operators: dict[Annotated[StrictStr, Field(max_length=253)], OperatorMode] | None = Field(
+        default=None, max_length=len(OPERATOR_KINDS),
+        description="Per upstream job kind, what member sync discovered when it (re)connected: \"operator\" when the "
+                    "member serves the kind's group/version resource, else \"render\". spec.operators overrides it.")
     observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
 
 
@@ -463,9 +498,23 @@ def _semantic_errors(obj: Mapping[str, Any]) -> list[FieldError]:
         errors += _network_errors(spec.get("network"), path="spec.network")
         errors += duplicate_errors(spec.get("datasets"), path="spec.datasets", key="name")
         errors += duplicate_scalar_errors(spec.get("gpuModels"), path="spec.gpuModels")
+        errors += _operators_errors(spec.get("operators"), path="spec.operators")
     status = obj.get("status")
     if isinstance(status, Mapping):
         errors += duplicate_errors(status.get("conditions"), path="status.conditions", key="type")
+    return errors
+
+
+def _operators_errors(operators: object, *, path: str) -> list[FieldError]:
+    """Keys of spec.operators must be served kinds' source keys (the values are checked by the model)."""
+    if not isinstance(operators, Mapping):
+        return []
+    errors: list[FieldError] = []
+    for key in operators:
+        if key not in OPERATOR_KINDS:
+            shown = json.dumps(str(key)[:80])
+            errors.append((f"{path}[{str(key)[:80]}]", f"Unsupported value: {shown}: supported values: "
+                                                       + ", ".join(f'"{k}"' for k in OPERATOR_KINDS)))
     return errors
 
 

@@ -503,6 +503,28 @@ class PodCounts(ApiModel):
     failed: StrictInt = Field(default=0, ge=0)
 
 
+class OperatorCondition(ApiModel):
+    """One condition of a member copy as the kind's own operator wrote it (kept as written, times as strings)."""
+
+    type: StrictStr = Field(max_length=316)
+    status: StrictStr = Field(max_length=16)
+    reason: StrictStr | None = Field(default=None, max_length=1024)
+    message: StrictStr | None = Field(default=None, max_length=32768)
+    last_transition_time: StrictStr | None = Field(default=None, alias="lastTransitionTime", max_length=64)
+    last_probe_time: StrictStr | None = Field(default=None, alias="lastProbeTime", max_length=64)
+    last_update_time: StrictStr | None = Field(default=None, alias="lastUpdateTime", max_length=64)
+
+
+class OperatorStatus(ApiModel):
+    """A twin run in operator mode (issue 28): the member copy of its source object, which the member's own
+    operator runs, as status sync last saw it; the twin controller mirrors its conditions onto the source."""
+
+    cluster: StrictStr = Field(max_length=253)
+    epoch: StrictInt = Field(ge=0)
+    kind: StrictStr = Field(max_length=253, description="The source kind, as \"<Kind>.<group>\".")
+    conditions: list[OperatorCondition] | None = Field(default=None, max_length=32)
+
+
 class TrainingJobStatus(ApiModel):
     """What the hub observed and decided. Written only through the status subresource."""
 
@@ -522,6 +544,9 @@ class TrainingJobStatus(ApiModel):
     pod_counts: dict[DNSLabel, PodCounts] | None = Field(default=None, alias="podCounts")
     requeues: StrictInt = Field(default=0, ge=0)
     observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
+    operator: OperatorStatus | None = Field(default=None, description=(
+        "Operator mode (a twin of an upstream job kind run by the member's own operator): the member copy's "
+        "cluster, epoch and conditions."))
 
 
 class TrainingJob(ApiModel):

@@ -60,10 +60,13 @@ from kubernetes.aio import client as kube_client
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.config.config_exception import ConfigException
 
+from federator.apis.jobkinds import JOB_KINDS
 from federator.apis.views import Body
 from federator.obs import METRICS, Metrics, get_logger
 
 __all__ = [
+    "JOB_KIND_KEYS",
+    "JOB_KIND_RESOURCES",
     "NODES",
     "PODGROUP_RESOURCES",
     "PODS",
@@ -179,6 +182,16 @@ PODGROUP_RESOURCES: Mapping[str, ResourceKind | None] = {
                         kind="PodGroup", namespaced=True),
     "default": None,
 }
+
+
+#: The member collection of each upstream job kind (issue 28's operator mode), by `JobKind.source_key`.
+JOB_KIND_RESOURCES: Mapping[str, ResourceKind] = {
+    kind.source_key: ResourceKind(group=kind.group, version=kind.version, plural=kind.plural, kind=kind.kind,
+                                  namespaced=True)
+    for kind in JOB_KINDS}
+#: their resource keys ("pytorchjobs.kubeflow.org", "jobs.batch"): a member copy is deleted with propagation
+#: Background, so that its operator's pods, Services and child Jobs go with it by their ownerReferences
+JOB_KIND_KEYS: frozenset[str] = frozenset(r.key for r in JOB_KIND_RESOURCES.values())
 
 
 def podgroup_resource(scheduler: str) -> ResourceKind | None:
@@ -627,14 +640,31 @@ class MemberClient:
         name: str,
         grace_period_seconds: int | None = None,
         precondition_uid: str | None = None,
+        propagation_policy: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period_seconds is not None:
             body["gracePeriodSeconds"] = int(grace_period_seconds)
+        if propagation_policy is not None:
+            body["propagationPolicy"] = propagation_policy
         if precondition_uid:
             body["preconditions"] = {"uid": precondition_uid}
         return await self._json("DELETE", resource.object_path(namespace=namespace, name=name), verb="delete",
                                 body=body, content_type=_JSON)
+
+    async def served_resources(self, *, group: str, version: str) -> frozenset[str]:
+        """The resource names (plurals and subresources, e.g. "pytorchjobs", "pytorchjobs/status") the member's
+        discovery lists for group/version; empty when it does not serve that group/version (404)."""
+        path = "/api/v1" if not group else f"/apis/{_segment(group)}/{_segment(version)}"
+        try:
+            found = await self._json("GET", path, verb="discovery")
+        except MemberApiError as e:
+            if e.code == 404:
+                return frozenset()
+            raise
+        resources = found.get("resources")
+        return frozenset(str(r["name"]) for r in resources if isinstance(r, Mapping) and isinstance(r.get("name"), str)) \
+            if isinstance(resources, list) else frozenset()
 
     async def probe(self) -> None:
         """A cheap health check (GET /readyz). Raises MemberUnreachable or MemberApiError."""

@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from federator.apis.common import dns1123_subdomain_errors
+from federator.apis.membercluster import OperatorMode, effective_operator_mode
 from federator.clusters.checkpoint import CheckpointIdentity, CheckpointWriter, StoredCheckpoint, endpoint_hash
 from federator.clusters.client import (
+    JOB_KIND_RESOURCES,
     NODES,
     PODS,
     ClientTimeouts,
@@ -51,12 +53,14 @@ from federator.clusters.client import (
 from federator.apis.timestamps import format_time
 from federator.clusters.health import LOST, ClusterHealth, HealthSettings
 from federator.clusters.reflector import Backoff, Reflector
-from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen
+from federator.clusters.snapshot_builder import SnapshotBuilder, capacity_summary, datasets_seen, object_key
+from federator.apis.views import Body
 from federator.obs import MAX_GPU_MODELS_PER_CLUSTER, METRICS, OTHER_GPU_MODEL, Metrics, get_logger
 from federator.placement.snapshot import ClusterInfo, ClusterSnapshot, Fabric, Location, RdmaKind
 from federator.runtime.tasks import spawn, stop_task, stop_tasks
 
-__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "loss_grace_seconds", "synced_resources"]
+__all__ = ["ClusterSync", "SyncSettings", "cluster_info", "discover_operators", "loss_grace_seconds",
+           "synced_resources"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,19 @@ def synced_resources(spec: Mapping[str, Any]) -> tuple[ResourceKind, ...]:
     assert isinstance(scheduler, Mapping)
     podgroups = podgroup_resource(str(scheduler.get("name") or "default"))
     return (NODES, PODS) if podgroups is None else (NODES, PODS, podgroups)
+
+
+async def discover_operators(client: MemberClient) -> dict[str, OperatorMode]:
+    """Which upstream job kinds the member serves (issue 28's operator mode): "operator" for a kind whose
+    group/version resource its discovery lists, else "render"; one discovery read per group/version."""
+    served: dict[tuple[str, str], frozenset[str]] = {}
+    out: dict[str, OperatorMode] = {}
+    for key, resource in JOB_KIND_RESOURCES.items():
+        gv = (resource.group, resource.version)
+        if gv not in served:
+            served[gv] = await client.served_resources(group=resource.group, version=resource.version)
+        out[key] = "operator" if resource.plural in served[gv] else "render"
+    return out
 
 
 def cluster_info(spec: Mapping[str, Any], *, healthy: bool) -> ClusterInfo:
@@ -145,6 +162,43 @@ def _remove_series(gauge: Any, *labels: str) -> None:
 
 SnapshotCallback = Callable[[str, ClusterSnapshot], None]
 AppliedCallback = Callable[[str, str, Sequence[tuple[str, Mapping[str, Any]]], float], None]
+
+
+class MemberCopies:
+    """The watches of the upstream job kinds the member serves (issue 28's operator mode: the hub's member copies
+    of JobSets, PyTorchJobs, ... live there): a ReflectorSink and ReflectorListener whose batches go only to
+    `on_applied` (the hub's member object index), not into the placement snapshot or the cluster's health."""
+
+    def __init__(self, sync: ClusterSync) -> None:
+        self.sync = sync
+        #: resource key -> object key -> resourceVersion, of every object of the kind the watch holds
+        self.objects: dict[str, dict[str, str]] = {}
+
+    def known(self, resource: str) -> Mapping[str, str]:
+        return dict(self.objects.get(resource, {}))
+
+    def apply(self, resource: str, events: Sequence[tuple[str, Mapping[str, Any]]], *, resource_version: str,
+              received_at: float) -> None:
+        store = self.objects.setdefault(resource, {})
+        for kind, obj in events:
+            key = object_key(obj)
+            if not key:
+                continue
+            if kind == "DELETED":
+                store.pop(key, None)
+            else:
+                store[key] = Body(obj).resource_version
+        if self.sync.on_applied is not None:
+            self.sync.on_applied(self.sync.name, resource, events, received_at)
+
+    def watch_established(self, resource: str) -> None:
+        self.sync.watches_lost.pop(resource, None)
+
+    def watch_lost(self, resource: str, error: MemberClientError) -> None:
+        self.sync.watches_lost[resource] = str(error)[:256]
+
+    def relisting(self, resource: str, reason: str) -> None:
+        pass
 
 
 class ClusterSync:
@@ -209,6 +263,15 @@ class ClusterSync:
         self._nodes_metric = self.metrics.member_snapshot_nodes.labels(cluster=name)
         #: GPU models this cluster's capacity gauges have series for
         self._gpu_models: set[str] = set()
+        #: the upstream job kinds the member serves, by source key (`discover_operators`), read once per start
+        #: and once each time the member becomes Ready again; None until the first read answered
+        self.operators: dict[str, OperatorMode] | None = None
+        self._discovered = asyncio.Event()
+        #: the watches of the job kinds the member serves (started once discovery found them)
+        self.copies = MemberCopies(self)
+        self.copy_reflectors: dict[str, Reflector] = {}
+        #: the member was Ready once and then not: its next Ready is a reconnect (discovery is read again)
+        self._lost_readiness = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -286,12 +349,67 @@ class ClusterSync:
                 resume_from=resume.get(resource.key), watch_timeout_seconds=self.settings.watch_timeout_seconds,
                 page_size=self.settings.page_size, metrics=self.metrics, rng=self._rng, list_gate=self.list_gate,
             )
-            self.reflectors[resource.key] = reflector
+            self.copy_reflectors[resource.key] = reflector
             self._spawn(f"reflector:{resource.key}", reflector.run())
         self._spawn("health", self._health_loop())
+        self._spawn("discovery", self._discovery_loop())
         if self.lease_factory is not None:
             self.lease = self.lease_factory(self.name, self.client, self.health)
             self._spawn("lease", self.lease.run())
+
+    async def _discovery_loop(self) -> None:
+        """One discovery read of the job kinds the member serves, retried with backoff until it answers."""
+        assert self.client is not None
+        attempt = 0
+        while True:
+            try:
+                found = await discover_operators(self.client)
+            except MemberClientError as e:
+                delay = self.settings.backoff.delay(attempt, self._rng)
+                if attempt == 0:
+                    self.log.info("cannot read which job kinds the member serves; will retry", error=str(e)[:300],
+                                  waiting_for="the member's discovery", delay_s=round(delay, 3))
+                attempt += 1
+                await asyncio.sleep(delay)
+                continue
+            if found != self.operators:
+                self.log.info("job kinds the member serves", operators=found)
+            self.operators = found
+            self._watch_copies(found)
+            self._discovered.set()
+            self.on_status_change(self.name, True)
+            return
+
+    def _watch_copies(self, served: Mapping[str, OperatorMode]) -> None:
+        """One watch per upstream job kind the member serves (not yet watched), feeding the member object index."""
+        assert self.client is not None
+        for key, mode in served.items():
+            resource = JOB_KIND_RESOURCES[key]
+            if mode != "operator" or resource.key in self.copy_reflectors:
+                continue
+            reflector = Reflector(
+                client=self.client, resource=resource, sink=self.copies, listener=self.copies,
+                backoff=self.settings.backoff, resume_from=None,
+                watch_timeout_seconds=self.settings.watch_timeout_seconds, page_size=self.settings.page_size,
+                metrics=self.metrics, rng=self._rng, list_gate=self.list_gate)
+            self.reflectors[resource.key] = reflector
+            self._spawn(f"reflector:{resource.key}", reflector.run())
+
+    def operator_mode(self, source_key: str) -> OperatorMode:
+        """How the hub runs `source_key`'s jobs here now (`effective_operator_mode`: spec.operators, else what
+        discovery found, else render)."""
+        return effective_operator_mode(self.spec.get("operators"), self.operators, source_key)
+
+    async def wait_discovered(self, timeout: float) -> bool:
+        """Whether the member's job kinds are known (discovery answered once), waiting up to `timeout`."""
+        if self._discovered.is_set():
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._discovered.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def _spawn(self, what: str, coro: Any) -> None:
         name = f"member:{self.name}:{what}"
@@ -435,6 +553,11 @@ class ClusterSync:
         if self.health.ready != was_ready:
             info = dataclasses.replace(self.builder.info, healthy=self.health.ready)
             self._publish(self.builder.set_info(info))
+            running = self.tasks.get("discovery")
+            if self.health.ready and self._lost_readiness and self.client is not None and not self._stopped \
+                    and (running is None or running.done()):
+                self._spawn("discovery", self._discovery_loop())  # back in contact: the member may have changed
+            self._lost_readiness = self._lost_readiness or was_ready
         if changed:
             self.on_status_change(self.name, True)
 
@@ -499,4 +622,6 @@ class ClusterSync:
             status["firstLossOfContact"] = format_time(self.health.first_loss_of_contact)
         if self.health.last_synced_at is not None:
             status["lastSyncTime"] = format_time(self.health.last_synced_at)
+        if self.operators is not None:
+            status["operators"] = dict(self.operators)
         return status

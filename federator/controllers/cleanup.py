@@ -133,7 +133,8 @@ async def list_member_objects(client: Any, index: ClusterObjects, *, selector: s
     """The objects matching `selector` in `index`'s cluster as the member lists them now, a read
     that (unlike the watch index) cannot lag; None, logged with `why` it matters, if it cannot."""
     found: list[MemberObject] = []
-    for resource in index.resources:
+    # the member copies (operator mode) of the kinds the member serves: those its watch has listed
+    for resource in (*index.resources, *(r for r in index.copy_resources if r.key in index.synced)):
         try:
             result = await client.list_all(resource, label_selector=selector)
         except MemberClientError as e:

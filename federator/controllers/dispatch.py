@@ -72,7 +72,15 @@ from typing import TYPE_CHECKING, Any
 
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
-from federator.clusters.client import PODS, MemberApiError, MemberClientError, ResourceKind
+from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
+from federator.clusters.client import (
+    JOB_KIND_KEYS,
+    JOB_KIND_RESOURCES,
+    PODS,
+    MemberApiError,
+    MemberClientError,
+    ResourceKind,
+)
 
 from federator.controllers.context import HubContext
 from federator.controllers.loops import background_loop
@@ -116,6 +124,7 @@ from federator.delegation import (
     selector_for,
 )
 from federator.delegation.adapter import CONFIG_MAP_GVK, SERVICE_GVK, Gvk
+from federator.delegation.membercopy import member_copy, resume_patch, suspended
 from federator.obs import get_logger
 from federator.placement.decision import PodAssignment
 from federator.store.protocol import StoreError
@@ -210,7 +219,8 @@ async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *
             continue
         try:
             await client.delete(obj.resource, namespace=obj.namespace or None, name=obj.name,
-                                precondition_uid=obj.uid or None)
+                                precondition_uid=obj.uid or None,
+                                propagation_policy="Background" if obj.resource.key in JOB_KIND_KEYS else None)
             outcome.requested += 1
         except MemberApiError as e:
             if e.code in (404, 409):
@@ -304,6 +314,36 @@ class RetryBook:
 
     def forget(self, uid: str) -> None:
         self.succeeded(uid)
+
+
+@dataclass(frozen=True, slots=True)
+class _Operated:
+    """A gang dispatched in operator mode: the kind, its source object as stored, and where its pod templates are
+    (the translation's role paths)."""
+
+    kind: JobKind
+    source: Mapping[str, Any]
+    role_paths: Mapping[str, str]
+
+
+def _source_owner(job: Mapping[str, Any], kind: JobKind) -> Mapping[str, Any] | None:
+    """The twin's controller reference to its source object of `kind` (None: not a twin of that kind)."""
+    return next((r for r in Body(job).metadata.get("ownerReferences") or ()
+                 if isinstance(r, Mapping) and r.get("controller") is True and r.get("kind") == kind.kind
+                 and r.get("apiVersion") == kind.api_version), None)
+
+
+def _operator_objects(adapter: SchedulerAdapter, job: Mapping[str, Any], operated: _Operated, *,
+                      scheduler_name: str, epoch: int, hub_id: str, namespace: str,
+                      priority_class_name: str | None) -> list[MemberObject]:
+    """The PodGroup (if the scheduler has one) and the member copy of the source object, in creation order."""
+    gang = adapter.render_operator_gang(job, cluster_scheduler_name=scheduler_name, epoch=epoch, hub_id=hub_id,
+                                        namespace=namespace, priority_class_name=priority_class_name)
+    body = member_copy(operated.kind, operated.source, gang, role_paths=operated.role_paths)
+    resource = JOB_KIND_RESOURCES[operated.kind.source_key]
+    copy = MemberObject(gvk=Gvk(group=resource.group, version=resource.version, kind=resource.kind,
+                                plural=resource.plural), namespace=namespace, name=Body(body).name, body=body)
+    return [gang.podgroup, copy] if gang.podgroup is not None else [copy]
 
 
 class Dispatcher:
@@ -547,10 +587,11 @@ class Dispatcher:
                 scheduler = cluster_scheduler(self.hub, cluster)
             if scheduler is None:
                 raise DispatchError(f"cluster {cluster} is not registered with a scheduler")
-        adapter, priority_class, render = self._renderer(job, scheduler=scheduler, cluster=cluster, epoch=epoch,
-                                                         assignment=assignment)
-        objects = render(True)
         client = await self._client(cluster, wait=wait_for_client)
+        operated = await self._operated(job, cluster=cluster, wait=self.fence_wait_seconds)
+        adapter, priority_class, render = self._renderer(job, scheduler=scheduler, cluster=cluster, epoch=epoch,
+                                                         assignment=assignment, operated=operated)
+        objects = render(True)
         await self.wait_for_fence(cluster, wait=self.fence_wait_seconds)
         await self.wait_for_previous(job, cluster=cluster, wait=self.fence_wait_seconds)
         await self._ensure_namespace(client, cluster=cluster, namespace=ref.namespace)
@@ -580,7 +621,7 @@ class Dispatcher:
         done += 1
         if done >= half and total > 1:
             crash_point("mid-dispatch", job=ref.key)
-        if first.gvk.kind != "Pod" and adapter.pods_owned_by_group:
+        if first.gvk.kind != "Pod" and adapter.pods_owned_by_group and operated is None:
             owner = stored
         semaphore = asyncio.Semaphore(self.concurrency)
 
@@ -612,11 +653,82 @@ class Dispatcher:
                 if isinstance(first_error, Exception):
                     raise DispatchError(f"creating member objects in {cluster}: {first_error}") from None
                 raise first_error
+        if operated is not None:
+            await self._resume(client, objects[-1], kind=operated.kind, cluster=cluster)
         return created, existing
+
+    # ------------------------------------------------------------ operator mode (issue 28)
+
+    def operator_kind(self, job: Mapping[str, Any], *, cluster: str) -> JobKind | None:
+        """The twin's source kind when `cluster` runs it with the kind's own operator (its effective mode,
+        `ClusterSync.operator_mode`, is "operator"), else None (a TrainingJob, a kind the hub renders there, a
+        kind without pod templates to carry the gang's labels: TrainJob)."""
+        source_key = Body(job).annotations.get(SOURCE_KIND_ANNOTATION)
+        kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
+        sync = self.members.syncs.get(cluster)
+        if kind is None or not kind.operator_copyable or sync is None or _source_owner(job, kind) is None:
+            return None
+        return kind if sync.operator_mode(kind.source_key) == "operator" else None
+
+    def operated_gang(self, job: Mapping[str, Any], *, cluster: str, epoch: int | None) -> bool:
+        """Whether the member's operator runs the job's gang in `cluster` (its member copy is there, or the
+        cluster runs the kind in operator mode): then the hub never creates or deletes single pods of it."""
+        source_key = Body(job).annotations.get(SOURCE_KIND_ANNOTATION)
+        index = self.objects.get(cluster)
+        if index is not None and isinstance(source_key, str) \
+                and index.member_copy(job_ref(job).uid, source_key, epoch) is not None:
+            return True
+        return self.operator_kind(job, cluster=cluster) is not None
+
+    async def _operated(self, job: Mapping[str, Any], *, cluster: str, wait: float) -> _Operated | None:
+        """The source object and its kind when the gang goes to `cluster` in operator mode (after the member's
+        discovery answered, unless spec.operators names the kind), else None."""
+        source_key = Body(job).annotations.get(SOURCE_KIND_ANNOTATION)
+        kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
+        sync = self.members.syncs.get(cluster)
+        if kind is None or not kind.operator_copyable or sync is None:
+            return None
+        overrides = sync.spec.get("operators")
+        if not (isinstance(overrides, Mapping) and kind.source_key in overrides) \
+                and not await sync.wait_discovered(wait):
+            raise DispatchError(f"cluster {cluster}: which job kinds it serves is not known yet (its discovery "
+                                f"has not answered)")
+        if self.operator_kind(job, cluster=cluster) is None:
+            return None
+        rt = self.hub.registry.by_kind(kind.api_version, kind.kind)
+        owner = _source_owner(job, kind)
+        if rt is None or owner is None:
+            return None  # a TrainingJob that only carries the annotation, no twin: rendered as any job
+        ref = job_ref(job)
+        try:
+            source = await self.hub.storage.get(rt, namespace=ref.namespace, name=str(owner.get("name")))
+        except ApiError as e:
+            if e.code == 404:
+                raise DispatchError(f"its {kind.kind} is gone", superseded=True) from None
+            raise DispatchError(f"reading its {kind.kind} from the hub store: {e}") from None
+        except StoreError as e:
+            raise DispatchError(f"reading its {kind.kind} from the hub store: {e}") from None
+        if Body(source).uid != owner.get("uid"):
+            raise DispatchError(f"its {kind.kind} was re-created", superseded=True)
+        translation = kind.translate(source, self.hub.settings.validation)
+        if translation.spec is None:
+            raise DispatchError(f"its {kind.kind} cannot be translated: {translation.errors[:3]}", retryable=False)
+        return _Operated(kind=kind, source=source, role_paths=translation.role_paths)
+
+    async def _resume(self, client: Any, copy: MemberObject, *, kind: JobKind, cluster: str) -> None:
+        """Let the member's operator start the copy (its suspend field false) now that the PodGroup exists."""
+        resource = _resource_of(copy.gvk)
+        what = f"{copy.kind} {copy.namespace}/{copy.name} in {cluster}"
+        try:
+            found = await client.get(resource, namespace=copy.namespace, name=copy.name)
+            if suspended(kind, found):
+                await client.patch(resource, namespace=copy.namespace, name=copy.name, patch=resume_patch(kind))
+        except (MemberApiError, MemberClientError) as e:
+            raise DispatchError(f"resuming {what}: {e}") from None
 
     def _renderer(
         self, job: Mapping[str, Any], *, scheduler: tuple[str, str | None], cluster: str, epoch: int,
-        assignment: Sequence[PodAssignment],
+        assignment: Sequence[PodAssignment], operated: _Operated | None = None,
     ) -> tuple[SchedulerAdapter, MemberObject | None, Callable[[bool], list[MemberObject]]]:
         """(the cluster's adapter, the job's member PriorityClass, render(with_priority) -> the job's member
         objects at (cluster, epoch)); a job that cannot be rendered is a DispatchError (not retryable)."""
@@ -631,6 +743,12 @@ class Dispatcher:
 
         def render(with_priority: bool) -> list[MemberObject]:
             try:
+                if operated is not None:
+                    return _operator_objects(adapter, job, operated, scheduler_name=override or
+                                             adapter.default_scheduler_name, epoch=epoch, hub_id=self._hub_id,
+                                             namespace=ref.namespace,
+                                             priority_class_name=priority_class.name if priority_class and
+                                             with_priority else None)
                 return adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
                                       epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
                                       assignment=assignment, gpu_node_labels=gpu_pin,
@@ -741,6 +859,9 @@ class Dispatcher:
             if owned is Ownership.NEWER:
                 raise DispatchError(f"{what} belongs to a newer epoch of the job", superseded=True)
             if owned is Ownership.FOREIGN:
+                if resource.key in JOB_KIND_KEYS:
+                    raise DispatchError(f"NameTaken: {what} already exists and is not this hub's copy of the job "
+                                        f"(it is never adopted or overwritten)", retryable=True)
                 raise DispatchError(f"{what} already exists and is not this job's (another job, hub or owner)",
                                     retryable=True)
             # an older epoch of this job still holds the name: fence it, then try again
@@ -752,7 +873,8 @@ class Dispatcher:
                           object=f"{obj.kind} {obj.namespace}/{obj.name}", epoch=epoch)
                 try:
                     await client.delete(resource, namespace=obj.namespace, name=obj.name, grace_period_seconds=0,
-                                        precondition_uid=Body(found).uid)
+                                        precondition_uid=Body(found).uid,
+                                        propagation_policy="Background" if resource.key in JOB_KIND_KEYS else None)
                 except MemberApiError as e:
                     if e.code not in (404, 409):
                         raise DispatchError(f"deleting the older epoch's {what}: {e}") from None
@@ -926,8 +1048,12 @@ class Dispatcher:
         except (KeyError, RenderError):
             return 0, False
         deleted = 0
-        for gvk in reversed(gvks):  # pods first, then the PodGroup
-            resource = _resource_of(gvk)
+        resources = [_resource_of(gvk) for gvk in reversed(gvks)]  # pods first, then the PodGroup
+        kind = self.operator_kind(job, cluster=cluster)
+        sync = self.members.syncs.get(cluster)
+        if kind is not None and sync is not None and (sync.operators or {}).get(kind.source_key) == "operator":
+            resources.insert(0, JOB_KIND_RESOURCES[kind.source_key])  # its operator would make the pods again
+        for resource in resources:
             try:
                 listing = await client.list(resource, namespace=ref.namespace, label_selector=selector)
             except MemberClientError as e:
@@ -940,7 +1066,8 @@ class Dispatcher:
                 meta = Body(item)
                 try:
                     await client.delete(resource, namespace=ref.namespace, name=meta.name,
-                                        grace_period_seconds=0, precondition_uid=meta.uid)
+                                        grace_period_seconds=0, precondition_uid=meta.uid,
+                                        propagation_policy="Background" if resource.key in JOB_KIND_KEYS else None)
                     deleted += 1
                 except MemberApiError as e:
                     if e.code not in (404, 409):

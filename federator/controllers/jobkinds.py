@@ -12,7 +12,8 @@ Per source object (one watch per served kind; the twins' changes come from the t
 - status: the kind's `JobKind.mirror_status` of the twin (default: the Kubeflow operators' status,
   apis/jobkinds/kubeflowstatus.py: conditions Created, Running, Succeeded, Failed, Suspended, replicaStatuses,
   startTime, completionTime), which also carries the hub's status.phase, status.cluster and status.epoch (the
-  Phase and Cluster columns);
+  Phase and Cluster columns); in operator mode the conditions are the member copy's, as its operator wrote them
+  (the twin's status.operator, which status sync keeps: `jobkinds.status.operator_conditions`);
 - deletion: the source carries SOURCE_FINALIZER (hub/kinds.py puts it on when this controller runs); it deletes
   the twin and removes the finalizer once the twin is gone (the twin's own cleanup finalizer goes only after its
   member objects are gone).
@@ -34,6 +35,7 @@ from typing import Any
 from federator.apis.jobkinds import JOB_KINDS, SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
 from federator.apis.jobkinds.base import twin_trainingjob
 from federator.apis.jobkinds.kubeflowstatus import kubeflow_status_of
+from federator.apis.jobkinds.status import operator_conditions
 from federator.apis.timestamps import format_time
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
@@ -242,7 +244,8 @@ class JobKindTwins:
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
             if Body(obj).uid != uid:
                 return None
-            status = mirror(obj, twin, now=now, blocked=blocked)
+            # operator mode: the member copy's own conditions (with the hub's phase, cluster and epoch)
+            status = operator_conditions(mirror(obj, twin, now=now, blocked=blocked), twin)
             if _comparable(status) == _comparable(obj.get("status") or {}):
                 return None
             obj["status"] = status

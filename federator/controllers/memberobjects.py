@@ -1,4 +1,5 @@
-"""This hub's member objects (Pods and PodGroups it created), per cluster, indexed by job uid and epoch.
+"""This hub's member objects (Pods and PodGroups it created, and its member copies of upstream job objects in
+operator mode), per cluster, indexed by job uid and epoch.
 
 There is one member watch per cluster and kind in the hub: member sync's
 reflectors (clusters/sync.py). `MemberObjects` follows them
@@ -28,7 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from federator.apis.views import Body
-from federator.clusters.client import NODES, PODS, MemberClient, MemberClientError, ResourceKind
+from federator.clusters.client import (
+    JOB_KIND_KEYS,
+    JOB_KIND_RESOURCES,
+    NODES,
+    PODS,
+    MemberClient,
+    MemberClientError,
+    ResourceKind,
+)
 from federator.clusters.snapshot_builder import object_key
 from federator.clusters.sync import ClusterSync
 from federator.controllers.context import HubContext
@@ -94,12 +103,16 @@ class ClusterObjects:
     from sees every pod of the cluster); an object that loses the label leaves the index."""
 
     def __init__(self, cluster: str, resources: Sequence[ResourceKind],
-                 on_change: Callable[[str, set[str]], None], *, hub_id: str | None = None) -> None:
+                 on_change: Callable[[str, set[str]], None], *, hub_id: str | None = None,
+                 copies: Sequence[ResourceKind] = ()) -> None:
         self.cluster = cluster
         self.hub_id = hub_id
         self.resources = tuple(resources)
-        self._by_key_resource = {r.key: r for r in self.resources}
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {r.key: {} for r in self.resources}
+        #: the upstream job kinds whose member copies (operator mode) the index holds too; watched only where
+        #: the member serves them, so they do not count for `ready`
+        self.copy_resources = tuple(copies)
+        self._by_key_resource = {r.key: r for r in (*self.resources, *self.copy_resources)}
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {key: {} for key in self._by_key_resource}
         self._by_job: dict[str, set[tuple[str, str]]] = {}
         self._job_of: dict[tuple[str, str], str] = {}
         self.synced: set[str] = set()
@@ -114,7 +127,7 @@ class ClusterObjects:
 
     @property
     def podgroup_resource(self) -> ResourceKind | None:
-        return next((r for r in self.resources if r.key != PODS.key), None)
+        return next((r for r in self.resources if r.key != PODS.key and r.key not in JOB_KIND_KEYS), None)
 
     @property
     def ready(self) -> bool:
@@ -197,9 +210,27 @@ class ClusterObjects:
                 continue
             if resource == PODS.key:
                 pods.append(obj)
-            else:
+            elif resource not in JOB_KIND_KEYS:
                 podgroup = obj
         return podgroup, pods
+
+    def member_copy(self, job_uid: str, source_key: str, epoch: int | None = None
+                    ) -> tuple[ResourceKind, dict[str, Any]] | None:
+        """(its kind, the object) of the job's member copy (operator mode) of kind `source_key` ("JobSet.jobset.x-k8s.io")
+        at `epoch` (any epoch: the newest), as last seen in this cluster; None when there is none. (Objects the
+        copy's operator made that carry its labels, e.g. a JobSet's child Jobs, are of another kind.)"""
+        wanted = JOB_KIND_RESOURCES.get(source_key)
+        best: tuple[ResourceKind, dict[str, Any]] | None = None
+        for resource, key in sorted(self._by_job.get(job_uid, ())):
+            obj = self.objects[resource].get(key)
+            if obj is None or wanted is None or resource != wanted.key:
+                continue
+            found = _epoch_of(Body(obj).labels)
+            if epoch is not None and found != epoch:
+                continue
+            if best is None or (found or 0) > (_epoch_of(Body(best[1]).labels) or 0):
+                best = (self._by_key_resource[resource], obj)
+        return best
 
     def objects_of(self, job_uid: str | None = None) -> list[MemberObject]:
         """Every indexed object (of one job, if given), pods first (delete order)."""
@@ -232,8 +263,10 @@ def member_object(cluster: str, resource: ResourceKind, obj: Mapping[str, Any]) 
 
 
 def in_delete_order(objects: list[MemberObject]) -> list[MemberObject]:
-    """Pods first (a PodGroup outliving its pods is harmless; the reverse leaves pods ungrouped)."""
-    objects.sort(key=lambda o: (o.resource.key != PODS.key, o.namespace, o.name))
+    """Member copies first (their operator would make the pods again), then pods (a PodGroup outliving its pods
+    is harmless; the reverse leaves pods ungrouped), then the rest."""
+    objects.sort(key=lambda o: (0 if o.resource.key in JOB_KIND_KEYS else 1 if o.resource.key == PODS.key else 2,
+                                o.namespace, o.name))
     return objects
 
 
@@ -287,7 +320,8 @@ class MemberObjects:
         """A (new or restarted) member sync: a fresh index, fed from its first batch on."""
         self._drop(sync.name)
         resources = tuple(r for r in sync.resources if r.key != NODES.key)
-        self.clusters[sync.name] = ClusterObjects(sync.name, resources, self._changed, hub_id=self.hub_id)
+        self.clusters[sync.name] = ClusterObjects(sync.name, resources, self._changed, hub_id=self.hub_id,
+                                                  copies=tuple(JOB_KIND_RESOURCES.values()))
         self._sources[sync.name] = sync
 
     def sync_stopped(self, name: str) -> None:

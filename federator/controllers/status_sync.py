@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ from federator.controllers.membercluster import MemberClusters
 from federator.controllers.memberobjects import ClusterObjects, MemberObjects
 from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapter_for
 from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
+from federator.delegation.membercopy import terminal_phase
+from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 from federator.runtime.tasks import spawn, stop_task
@@ -148,6 +151,69 @@ def gang_status(job: Mapping[str, Any], objects: ClusterObjects, adapter: Schedu
                 epoch: int, expected: Mapping[str, int] | None = None) -> GangStatus:
     podgroup, pods = objects.gang(Body(job).uid, epoch)
     return adapter.read_status(podgroup, pods, expected=expected if expected is not None else expected_roles(job))
+
+
+_OPERATOR_CONDITION_LIMITS = (("type", 316), ("status", 16), ("reason", 1024), ("message", 32768),
+                              ("lastTransitionTime", 64), ("lastProbeTime", 64), ("lastUpdateTime", 64))
+_CAMEL = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
+def operator_status(copy: Mapping[str, Any], *, kind: JobKind, cluster: str, epoch: int) -> dict[str, Any]:
+    """The twin's status.operator from its member copy as last seen (operator mode): the copy's conditions as its
+    operator wrote them (string fields only, each within its limit; at most 32)."""
+    conditions: list[dict[str, str]] = []
+    for condition in Body(copy).status.get("conditions") or ():
+        if not isinstance(condition, Mapping) or not isinstance(condition.get("type"), str) \
+                or not isinstance(condition.get("status"), str):
+            continue
+        conditions.append({key: condition[key][:limit] for key, limit in _OPERATOR_CONDITION_LIMITS
+                           if isinstance(condition.get(key), str)})
+        if len(conditions) == 32:
+            break
+    return {"cluster": cluster, "epoch": epoch, "kind": kind.source_key, "conditions": conditions}
+
+
+def operated_gang_status(job: Mapping[str, Any], gs: GangStatus, copy: Mapping[str, Any] | None, *,
+                         kind: JobKind) -> GangStatus:
+    """What an operator-mode gang's state is (issue 28): the member copy's terminal condition ends it (Succeeded or
+    Failed, with the operator's reason and message); short of that, single pods that ended or went missing are
+    the operator's business (it restarts or re-creates them), so they neither end nor fail the gang."""
+    if copy is None:
+        return gs
+    what = f"{kind.kind} {Body(copy).namespace}/{Body(copy).name}"
+    verdict = terminal_phase(kind, copy)
+    if verdict is not None:
+        phase, condition = verdict
+        reason = condition.get("reason")
+        message = condition.get("message")
+        return dataclasses.replace(
+            gs, phase=GangPhase.SUCCEEDED if phase == "Succeeded" else GangPhase.FAILED,
+            reason=reason if isinstance(reason, str) and _CAMEL.match(reason) else phase,
+            message=f"{what}: {message if isinstance(message, str) and message else condition.get('type')}")
+    if gs.phase in (GangPhase.SUCCEEDED, GangPhase.FAILED):
+        running = any(counts.running for counts in gs.counts.values())
+        return dataclasses.replace(gs, phase=GangPhase.RUNNING if running else GangPhase.ADMITTED,
+                                   reason="OperatorRunning",
+                                   message=f"{what}: {gs.message}; the operator decides the job's end")
+    phase = Body(job).phase
+    if gs.phase is GangPhase.PLACED and gs.reason in _MISSING_REASONS \
+            and _PHASE_RANK.get(phase if isinstance(phase, str) else "", 0) >= _PHASE_RANK[PHASE_ADMITTED]:
+        return dataclasses.replace(gs, phase=GangPhase.ADMITTED, reason="OperatorRecreatingPods",
+                                   message=f"{what}: {gs.message}")
+    return gs
+
+
+def with_operator(job: Mapping[str, Any], new: dict[str, Any] | None,
+                  operator: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """`new` (synced_status's answer: None when nothing changes) with status.operator set to `operator`."""
+    if operator is None:
+        return new
+    base = new if new is not None else dict(Body(job).status)
+    if base.get("operator") == operator:
+        return new
+    base = dict(base)
+    base["operator"] = dict(operator)
+    return base
 
 
 def objects_missing(job: Mapping[str, Any], gs: GangStatus) -> bool:
@@ -668,6 +734,7 @@ class StatusSync:
             return
         now = time.time()
         gs: GangStatus | None = None
+        operator: dict[str, Any] | None = None
         watched = self._watched(cluster)
         if watched is not None:
             objects, adapter = watched
@@ -677,8 +744,19 @@ class StatusSync:
                 self._shrunk.pop(uid, None)
             sizes = shrunk[2] if shrunk is not None else None
             gs = gang_status(job, objects, adapter, epoch=epoch, expected=sizes)
-            plan = restart_plan(job, objects.gang(uid, epoch)[1], expected=sizes,
-                                admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])
+            source_key = body.annotations.get(SOURCE_KIND_ANNOTATION)
+            kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
+            plan: RestartPlan | None = None
+            if kind is not None and self.dispatcher.operated_gang(job, cluster=cluster, epoch=epoch):
+                # operator mode: the member's operator restarts and re-creates single pods, never the hub
+                found = objects.member_copy(uid, kind.source_key, epoch)
+                copy = found[1] if found is not None else None
+                gs = operated_gang_status(job, gs, copy, kind=kind)
+                if copy is not None:
+                    operator = operator_status(copy, kind=kind, cluster=cluster, epoch=epoch)
+            else:
+                plan = restart_plan(job, objects.gang(uid, epoch)[1], expected=sizes,
+                                    admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])
             if plan is not None and plan.exceeded:
                 gs = dataclasses.replace(gs, phase=GangPhase.FAILED, reason="BackoffLimitExceeded", message=(
                     f"{plan.counted} pod failures counted, more than spec.backoffLimit "
@@ -693,7 +771,8 @@ class StatusSync:
             missing = objects_missing(job, gs)
             if not missing:
                 self._missing_since.pop(uid, None)
-            if synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True) is None:
+            if with_operator(job, synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now,
+                                                quiet=True), operator) is None:
                 gs = None  # the member shows nothing new
             elif missing:
                 verdict = self._fence_verdict(uid, job, cluster=cluster, epoch=epoch, now=now)
@@ -720,7 +799,8 @@ class StatusSync:
                 return None  # the job moved on (requeued, another epoch, deleted) since we looked
             if watched is None:
                 return None
-            new = synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch, now=now)
+            new = with_operator(fresh, synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch,
+                                                     now=now), operator)
             if new is None:
                 return None
             fresh["status"] = new

@@ -161,6 +161,7 @@ __all__ = [
     "JobCondition",
     "MemberObject",
     "NO_GANG_GUARANTEE",
+    "OperatorGang",
     "Ownership",
     "PodGroupKind",
     "RenderError",
@@ -403,6 +404,23 @@ class JobCondition:
     status: Literal["True", "False", "Unknown"]
     reason: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorGang:
+    """`SchedulerAdapter.render_operator_gang`: the PodGroup to create first (None for the default scheduler) and
+    what goes on the member copy of the source object: `labels` and `annotations` on the copy and on each of its
+    pod templates (the same keys rendered pods carry: job uid, epoch, hub, ...; plus LABEL_ROLE per template),
+    and on each pod template the adapter's gang membership (`pod_labels`, `pod_annotations`, and `pod_spec`:
+    schedulerName, the PodGroup spec field, priorityClassName)."""
+
+    podgroup: MemberObject | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    roles: tuple[str, ...]
+    pod_labels: Mapping[str, str]
+    pod_annotations: Mapping[str, str]
+    pod_spec: Mapping[str, Any]
 
 
 class Ownership(StrEnum):
@@ -684,48 +702,15 @@ class SchedulerAdapter:
         Raises RenderError, naming the field, for anything that would not make
         valid member objects.
         """
-        model = _parse_job(job)
-        meta = model.metadata
-        job_uid, job_name, job_namespace = meta.uid, meta.name, meta.namespace
-        if not job_uid or not job_name or not job_namespace:
-            raise RenderError("metadata.uid, metadata.name and metadata.namespace are required "
-                              "(render a job as the hub stored it)")
-        where = f"TrainingJob {job_namespace}/{job_name}"
-        _check_label_value(job_uid, f"{where}: metadata.uid")
-        _check_label_value(hub_id, "hub id")
-        _check_epoch(epoch)
-        problems = dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]
-        if problems:
-            raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problems[0]}")
-        if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name:
-            raise RenderError("cluster_scheduler_name must be a non-empty string")
-        problems = dns1123_subdomain_errors(cluster_scheduler_name)
-        if problems:
-            raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problems[0]}")
+        model, where, counts, common_labels, common_annotations = _gang_identity(
+            job, cluster_scheduler_name=cluster_scheduler_name, epoch=epoch, hub_id=hub_id, namespace=namespace,
+            priority_class_name=priority_class_name)
+        job_uid, job_name = str(model.metadata.uid), str(model.metadata.name)
+        job_namespace = str(model.metadata.namespace)
         roles = model.spec.roles
-        counts = placed_replicas(job)
         total_pods = sum(counts[role.name] for role in roles)
-        if total_pods > MAX_GANG_PODS:
-            raise RenderError(f"{where}: spec.roles: {total_pods} pods exceeds the limit of {MAX_GANG_PODS} "
-                              "per gang")
         hints = _node_hints(assignment, counts, where=where)
-        if priority_class_name is not None:
-            _check_class_name(priority_class_name, "priority_class_name")
         gpu_pin = _gpu_pin(gpu_node_labels)
-
-        common_labels = {
-            LABEL_MANAGED_BY: MANAGED_BY,
-            LABEL_HUB: hub_id,
-            LABEL_JOB_UID: job_uid,
-            LABEL_JOB_NAMESPACE: job_namespace,
-            LABEL_JOB_NAME: job_name,
-            LABEL_EPOCH: str(epoch),
-            LABEL_ON_CLUSTER_LOSS: model.spec.failover.on_cluster_loss if model.spec.failover else "requeue",
-        }
-        common_annotations = {
-            ANNOTATION_JOB: f"{job_namespace}/{job_name}",
-            ANNOTATION_GANG: ",".join(f"{role.name}={counts[role.name]}" for role in roles),
-        }
         objects: list[MemberObject] = []
         group = self.pod_group
         group_name: str | None = None
@@ -758,6 +743,63 @@ class SchedulerAdapter:
         gang = _gang_objects(model, objects, counts=counts, namespace=namespace, labels=common_labels,
                              annotations=common_annotations, where=where)
         return objects[:len(objects) - sum(1 for o in objects if o.gvk == POD_GVK)] + gang
+
+    def join_gang(self, labels: dict[str, str], annotations: dict[str, str], spec: JSON, *, scheduler_name: str,
+                  group_name: str | None, priority_class_name: str | None) -> None:
+        """Put on one pod (its labels, annotations and spec, in place) what makes it a member of the gang's
+        PodGroup `group_name` for this scheduler: schedulerName, the PodGroup label, annotation or spec field,
+        the queue label, and the priority class (or none). Rendered pods and, in operator mode, every pod
+        template of the member copy get the same."""
+        group = self.pod_group
+        spec["schedulerName"] = scheduler_name
+        spec.pop("priorityClassName", None)
+        if priority_class_name is not None:
+            spec["priorityClassName"] = priority_class_name
+        if group is not None and group_name is not None:
+            if group.member_by == "label":
+                labels[group.member_key] = group_name
+            elif group.member_by == "annotation":
+                annotations[group.member_key] = group_name
+            else:
+                _set_dotted(spec, group.member_key, group_name)
+            if group.queue_label is not None and group.queue is not None:
+                labels[group.queue_label] = group.queue
+
+    def render_operator_gang(
+        self,
+        job: Mapping[str, Any],
+        *,
+        cluster_scheduler_name: str,
+        epoch: int,
+        hub_id: str,
+        namespace: str,
+        priority_class_name: str | None = None,
+    ) -> OperatorGang:
+        """What dispatch creates for `job` at `epoch` when the member's own operator runs its source kind
+        (issue 28's operator mode): the PodGroup as `render` makes it (None for the default scheduler), and the
+        gang's labels and annotations for the member copy of the source object and its pod templates
+        (`membercopy.member_copy`). No pods, Service or ConfigMaps: the operator makes its own. RenderError as
+        `render`."""
+        model, where, _, labels, annotations = _gang_identity(
+            job, cluster_scheduler_name=cluster_scheduler_name, epoch=epoch, hub_id=hub_id, namespace=namespace,
+            priority_class_name=priority_class_name)
+        job_uid, job_name = str(model.metadata.uid), str(model.metadata.name)
+        roles = model.spec.roles
+        podgroup: MemberObject | None = None
+        group_name: str | None = None
+        if self.pod_group is not None:
+            group_name = podgroup_name(job_name=job_name, job_uid=job_uid, epoch=epoch)
+            podgroup = self._render_podgroup(
+                self.pod_group, name=group_name, namespace=namespace, roles=roles, labels=labels,
+                annotations=annotations, where=where, priority_class_name=priority_class_name)
+        pod_labels: dict[str, str] = {}
+        pod_annotations: dict[str, str] = {}
+        pod_spec: JSON = {}
+        self.join_gang(pod_labels, pod_annotations, pod_spec, scheduler_name=cluster_scheduler_name,
+                       group_name=group_name, priority_class_name=priority_class_name)
+        return OperatorGang(podgroup=podgroup, labels=labels, annotations=annotations,
+                            roles=tuple(role.name for role in roles),
+                            pod_labels=pod_labels, pod_annotations=pod_annotations, pod_spec=pod_spec)
 
     def _render_podgroup(
         self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role],
@@ -803,22 +845,10 @@ class SchedulerAdapter:
         the hub's keys in them."""
         pod_labels = {**role_pod.labels, **labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
         pod_annotations = {**role_pod.annotations, **annotations}
-        group = self.pod_group
         spec = pod_spec
-        spec["schedulerName"] = scheduler_name
         spec["restartPolicy"] = "Never"
-        spec.pop("priorityClassName", None)
-        if priority_class_name is not None:
-            spec["priorityClassName"] = priority_class_name
-        if group is not None and group_name is not None:
-            if group.member_by == "label":
-                pod_labels[group.member_key] = group_name
-            elif group.member_by == "annotation":
-                pod_annotations[group.member_key] = group_name
-            else:
-                _set_dotted(spec, group.member_key, group_name)
-            if group.queue_label is not None and group.queue is not None:
-                pod_labels[group.queue_label] = group.queue
+        self.join_gang(pod_labels, pod_annotations, spec, scheduler_name=scheduler_name, group_name=group_name,
+                       priority_class_name=priority_class_name)
         tolerations = [dict(t) for t in spec.get("tolerations") or ()]
         tolerations += extended_resource_tolerations(role_pod.requests_container, present=tolerations)
         if tolerations:
@@ -959,6 +989,55 @@ class SchedulerAdapter:
 
 
 # ---------------------------------------------------------------- render helpers
+
+
+def _gang_identity(
+    job: Mapping[str, Any], *, cluster_scheduler_name: str, epoch: int, hub_id: str, namespace: str,
+    priority_class_name: str | None,
+) -> tuple[TrainingJob, str, dict[str, int], dict[str, str], dict[str, str]]:
+    """What every member object of `job`'s gang at `epoch` starts from, checked (RenderError naming the field):
+    (the parsed job, "TrainingJob ns/name" for messages, its placed size per role, the gang's labels, the gang's
+    annotations). Shared by `render` and `render_operator_gang`."""
+    model = _parse_job(job)
+    meta = model.metadata
+    job_uid, job_name, job_namespace = meta.uid, meta.name, meta.namespace
+    if not job_uid or not job_name or not job_namespace:
+        raise RenderError("metadata.uid, metadata.name and metadata.namespace are required "
+                          "(render a job as the hub stored it)")
+    where = f"TrainingJob {job_namespace}/{job_name}"
+    _check_label_value(job_uid, f"{where}: metadata.uid")
+    _check_label_value(hub_id, "hub id")
+    _check_epoch(epoch)
+    problems = dns1123_label_errors(namespace) if isinstance(namespace, str) else ["must be a string"]
+    if problems:
+        raise RenderError(f"member namespace {str(namespace)[:80]!r}: {problems[0]}")
+    if not isinstance(cluster_scheduler_name, str) or not cluster_scheduler_name:
+        raise RenderError("cluster_scheduler_name must be a non-empty string")
+    problems = dns1123_subdomain_errors(cluster_scheduler_name)
+    if problems:
+        raise RenderError(f"schedulerName {cluster_scheduler_name[:80]!r}: {problems[0]}")
+    roles = model.spec.roles
+    counts = placed_replicas(job)
+    total_pods = sum(counts[role.name] for role in roles)
+    if total_pods > MAX_GANG_PODS:
+        raise RenderError(f"{where}: spec.roles: {total_pods} pods exceeds the limit of {MAX_GANG_PODS} "
+                          "per gang")
+    if priority_class_name is not None:
+        _check_class_name(priority_class_name, "priority_class_name")
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_HUB: hub_id,
+        LABEL_JOB_UID: job_uid,
+        LABEL_JOB_NAMESPACE: job_namespace,
+        LABEL_JOB_NAME: job_name,
+        LABEL_EPOCH: str(epoch),
+        LABEL_ON_CLUSTER_LOSS: model.spec.failover.on_cluster_loss if model.spec.failover else "requeue",
+    }
+    annotations = {
+        ANNOTATION_JOB: f"{job_namespace}/{job_name}",
+        ANNOTATION_GANG: ",".join(f"{role.name}={counts[role.name]}" for role in roles),
+    }
+    return model, where, counts, labels, annotations
 
 
 def _gang_objects(model: TrainingJob, objects: Sequence[MemberObject], *, counts: Mapping[str, int], namespace: str,

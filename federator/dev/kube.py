@@ -27,6 +27,14 @@ API (the next helper builds on it):
     members.stop()                              # SIGTERM, then SIGKILL after 10 s; idempotent
 
 or one member alone: `with KubeMember(profile, directory=DIR, binaries=binaries) as m: ...`.
+
+With `operators=("jobset", "kubeflow")` (OPERATORS) a member also installs and runs the real JobSet
+controller and Kubeflow training operator (built by e2e/kube/operators/build.sh: `operator_binaries()`;
+start() runs it when `operator_binaries` is not given): their upstream CRDs, RBAC and webhook
+configurations (`operator_install`: the webhooks are called by URL on loopback), each process with a token
+of its upstream ServiceAccount, logging to `jobset-controller.log` / `training-operator.log`; start()
+returns once both answer /readyz and the API server calls their webhooks (README, "Real operators on a
+real member").
 A member lives in DIR/<name>/: etcd data, TLS material, the token file, the audit log and one
 log file per process (`etcd.log`, `kube-apiserver.log`, `kube-controller-manager.log`,
 `kube-scheduler.log`, `kwok.log`, `kwok-stages.yaml`). Kubeconfigs (mode 0600) sit in DIR, named as
@@ -105,11 +113,18 @@ __all__ = [
     "KubeMember",
     "KubeMemberError",
     "KubeMembers",
+    "KUBEFLOW_SCHEMES",
+    "MemberOperator",
+    "OPERATORS",
+    "OperatorBinaries",
     "REAL_SCHEDULERS",
     "build_script",
     "forbidden_requests",
     "kube_binaries",
     "kwok_stages",
+    "operator_binaries",
+    "operator_install",
+    "operators_build_script",
     "refused_reason",
 ]
 
@@ -188,25 +203,32 @@ def kube_binaries(*, timeout: float | None = None, log: Callable[[str], None] | 
             return cached
         raise KubeBuildError("the real member binaries are not built and there is no 'go' on PATH "
                              "(Go >= 1.26 builds them: e2e/kube/tools/build.sh)")
+    binaries = KubeBinaries(_run_build(script, "e2e/kube/tools/build.sh", timeout=timeout, log=log) / "bin")
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        if not os.access(binaries.path(name), os.X_OK):
+            raise KubeBuildError(f"e2e/kube/tools/build.sh left no {binaries.path(name)}")
+    return binaries
+
+
+def _run_build(script: Path, shown: str, *, timeout: float | None,
+               log: Callable[[str], None] | None) -> Path:
+    """Run a build script (build.sh's conventions: its folder on the last line of standard output, a
+    failure as one line on standard error): the folder, or KubeBuildError with that line."""
     try:
         done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise KubeBuildError(f"e2e/kube/tools/build.sh did not finish within {timeout:g}s") from None
+        raise KubeBuildError(f"{shown} did not finish within {timeout:g}s") from None
     if log is not None:
         for line in done.stderr.splitlines():
             log(line)
     if done.returncode != 0:
         last = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        raise KubeBuildError(last[-1] if last else f"e2e/kube/tools/build.sh exited with {done.returncode}")
+        raise KubeBuildError(last[-1] if last else f"{shown} exited with {done.returncode}")
     lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
     if not lines:
-        raise KubeBuildError("e2e/kube/tools/build.sh printed no folder")
-    binaries = KubeBinaries(Path(lines[-1]) / "bin")
-    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
-        if not os.access(binaries.path(name), os.X_OK):
-            raise KubeBuildError(f"e2e/kube/tools/build.sh left no {binaries.path(name)}")
-    return binaries
+        raise KubeBuildError(f"{shown} printed no folder")
+    return Path(lines[-1])
 
 
 def _cached_bin() -> KubeBinaries | None:
@@ -216,13 +238,167 @@ def _cached_bin() -> KubeBinaries | None:
         digest = hashlib.sha256((_TOOLS / "go.sum").read_bytes()).hexdigest()[:16]
     except OSError:
         return None
-    root = Path(os.environ.get("FEDERATOR_KUBE_CACHE")
-                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "federator" / "kube")
-    candidate = KubeBinaries(root / digest / "bin")
+    candidate = KubeBinaries(_cache_root() / digest / "bin")
     if all(os.access(candidate.path(n), os.X_OK) for n in ("etcd", "kube-apiserver", "kube-controller-manager",
                                                               "kube-scheduler", "kwok")):
         return candidate
     return None
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("FEDERATOR_KUBE_CACHE")
+                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "federator" / "kube")
+
+
+# ---------------------------------------------------------------- operators
+
+
+@dataclass(frozen=True, slots=True)
+class MemberOperator:
+    """An operator a real member can run beside its control plane (issue 28's operator mode)."""
+
+    #: the name KubeMember(operators=...) takes
+    name: str
+    #: its process (binary and log file name)
+    process: str
+    #: the upstream kustomization rendered for the install, under the build's manifests/ folder
+    overlay: str
+    #: the ServiceAccount the upstream install runs it as, and binds its RBAC to
+    namespace: str
+    service_account: str
+    #: the CustomResourceDefinitions installed (of those the overlay renders)
+    crds: tuple[str, ...]
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+
+#: the operators, built by e2e/kube/operators/build.sh. The Kubeflow training operator runs the kinds the hub
+#: serves from it (kubeflow.org/v1 PyTorchJob, TFJob, PaddleJob); its kubeflow.org/v1 MPIJob is not installed: the
+#: hub serves MPIJob kubeflow.org/v2beta1 (mpi-operator), whose CRD has the same name, so MPIJob stays render-only.
+OPERATORS: dict[str, MemberOperator] = {
+    "jobset": MemberOperator("jobset", "jobset-controller", "jobset/default", "jobset-system",
+                             "jobset-controller-manager", ("jobsets.jobset.x-k8s.io",)),
+    "kubeflow": MemberOperator("kubeflow", "training-operator", "kubeflow/overlays/standalone", "kubeflow",
+                               "training-operator", ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org",
+                                                     "paddlejobs.kubeflow.org")),
+}
+#: the kinds the training operator reconciles (--enable-scheme), matching OPERATORS["kubeflow"].crds
+KUBEFLOW_SCHEMES = ("pytorchjob", "tfjob", "paddlejob")
+#: what the upstream installs hold that a member running the operator as a local process does not apply:
+#: the Deployment (the process runs instead), the webhook and metrics Services and the webhook certificate Secret
+#: (the webhooks are called by URL on loopback with the member CA's certificate), the manager's ConfigMap
+_NOT_INSTALLED = frozenset({"Deployment", "Service", "Secret", "ConfigMap"})
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorBinaries:
+    """The folder e2e/kube/operators/build.sh fills: bin/<process>, manifests/<operator>/ (upstream's)."""
+
+    directory: Path
+
+    def path(self, process: str) -> Path:
+        return self.directory / "bin" / process
+
+    def manifests(self, operator: MemberOperator) -> Path:
+        return self.directory / "manifests" / operator.overlay
+
+
+def operators_build_script() -> Path:
+    return _SOURCE_ROOT / "e2e" / "kube" / "operators" / "build.sh"
+
+
+def operator_binaries(*, timeout: float | None = None,
+                      log: Callable[[str], None] | None = None) -> OperatorBinaries:
+    """The built operators: runs e2e/kube/operators/build.sh (instant when cached under
+    ~/.cache/federator/kube/operators-<hash>/, a cold build takes minutes). KubeBuildError as kube_binaries."""
+    script = operators_build_script()
+    if not script.is_file():
+        raise KubeBuildError(f"no {script}: the member operators are built from a source checkout")
+    if shutil.which("go") is None:
+        cached = _cached_operators()
+        if cached is not None:
+            return cached
+        raise KubeBuildError("the member operators are not built and there is no 'go' on PATH "
+                             "(Go >= 1.26 builds them: e2e/kube/operators/build.sh)")
+    built = OperatorBinaries(_run_build(script, "e2e/kube/operators/build.sh", timeout=timeout, log=log))
+    for operator in OPERATORS.values():
+        if not os.access(built.path(operator.process), os.X_OK) or not built.manifests(operator).is_dir():
+            raise KubeBuildError(f"e2e/kube/operators/build.sh left no {built.path(operator.process)} "
+                                 f"or {built.manifests(operator)}")
+    return built
+
+
+def _cached_operators() -> OperatorBinaries | None:
+    import hashlib
+
+    folder = operators_build_script().parent
+    try:
+        data = b"".join((folder / f).read_bytes() for f in ("jobset/go.sum", "kubeflow/go.sum", "kubeflow/main.go"))
+    except OSError:
+        return None
+    candidate = OperatorBinaries(_cache_root() / f"operators-{hashlib.sha256(data).hexdigest()[:16]}")
+    if (candidate.directory / "complete").is_file():
+        return candidate
+    return None
+
+
+def _webhooks_by_url(document: Any, base_url: str, ca_bundle: str) -> Any:
+    """`document` with every webhook clientConfig that names an in-cluster Service (admission webhook
+    configurations, a CRD's conversion webhook) calling base_url + the Service's path instead, trusting
+    `ca_bundle`. ValueError for a path that would leave base_url's host (not "/..." or with "@", "?", "#", "\\")."""
+    if isinstance(document, list):
+        return [_webhooks_by_url(item, base_url, ca_bundle) for item in document]
+    if not isinstance(document, dict):
+        return document
+    out = {key: _webhooks_by_url(value, base_url, ca_bundle) for key, value in document.items()}
+    config = out.get("clientConfig")
+    if isinstance(config, dict) and isinstance(config.get("service"), dict):
+        path = config["service"].get("path") or "/"
+        if (not isinstance(path, str) or not path.startswith("/") or path.startswith("//")
+                or any(c in path for c in "@?#\\ ") or len(path) > 1024):
+            raise ValueError(f"webhook path {str(path)[:100]!r} is not a plain absolute path")
+        out["clientConfig"] = {"url": base_url + path, "caBundle": ca_bundle}
+    return out
+
+
+def operator_install(operator: MemberOperator, rendered: str, *, webhook_url: str,
+                     ca_bundle: str) -> list[dict[str, Any]]:
+    """The objects of an operator's rendered upstream install that a member running it as a local process
+    applies (see _NOT_INSTALLED): only `operator.crds` of its CRDs, only the webhooks whose resources are
+    installed or built in (core group: pods), each webhook called at webhook_url + its path.
+    KubeMemberError (one line) for a rendering that is not YAML or not shaped as kube objects."""
+    plurals = {name.split(".", 1)[0] for name in operator.crds}
+    kept: list[dict[str, Any]] = []
+    try:
+        for document in yaml.safe_load_all(rendered):
+            if document is None:
+                continue
+            if not isinstance(document, dict) or not isinstance(document.get("kind"), str):
+                raise ValueError("a document is not a kube object")
+            if document["kind"] in _NOT_INSTALLED:
+                continue
+            if (document["kind"] == "CustomResourceDefinition"
+                    and (document.get("metadata") or {}).get("name") not in operator.crds):
+                continue
+            if document["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                hooks = document.get("webhooks") or []
+                if not isinstance(hooks, list) or not all(isinstance(h, dict) for h in hooks):
+                    raise ValueError(f"{document['kind']}.webhooks is not a list of objects")
+                document = {**document, "webhooks": [hook for hook in hooks if _installed(hook, plurals)]}
+            kept.append(_webhooks_by_url(document, webhook_url, ca_bundle))
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise KubeMemberError(f"operator {operator.name}: its rendered install manifests: {reason}") from None
+    return kept
+
+
+def _installed(hook: dict[str, Any], plurals: set[str]) -> bool:
+    """A webhook all of whose rules name installed CRDs' resources or core-group ones (pods)."""
+    return all(resource in plurals or group == ""
+               for rule in hook.get("rules") or () for group in rule.get("apiGroups") or ("",)
+               for resource in rule.get("resources") or ())
 
 
 # ---------------------------------------------------------------- kwok stages
@@ -507,7 +683,8 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
 
 _AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-    "rules": [{"level": "Metadata", "users": [HUB_USER, AGENT_USER]}, {"level": "None"}],
+    "rules": [{"level": "Metadata", "users": [HUB_USER, AGENT_USER, *(op.user for op in OPERATORS.values())]},
+              {"level": "None"}],
 }
 
 
@@ -524,8 +701,8 @@ class Forbidden:
 
 
 def forbidden_requests(audit_log: Path) -> list[Forbidden]:
-    """The requests a member's audit log (KubeMember.audit_log: the hub's and the agent's identities only)
-    shows answered 403 Forbidden, oldest first."""
+    """The requests a member's audit log (KubeMember.audit_log: the hub's, the agent's and the operators'
+    identities only) shows answered 403 Forbidden, oldest first."""
     found: list[Forbidden] = []
     try:
         lines = audit_log.read_text(encoding="utf-8").splitlines()
@@ -546,6 +723,49 @@ def forbidden_requests(audit_log: Path) -> list[Forbidden]:
     return found
 
 
+def _dry_run_create(member: KubeMember, document: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return member.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(document),
+                          check=False)
+
+
+def _jobset_webhook_called(member: KubeMember) -> Callable[[], bool]:
+    """The API server calls JobSet's defaulting webhook: a dry-run JobSet comes back with its pod template's
+    restartPolicy OnFailure, which only the webhook sets."""
+    probe = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": "federator-webhook-probe", "namespace": "default"},
+             "spec": {"replicatedJobs": [{"name": "probe", "template": {"spec": {"template": {"spec": {
+                 "containers": [{"name": "probe", "image": "probe"}]}}}}}]}}
+
+    def check() -> bool:
+        done = _dry_run_create(member, probe)
+        try:
+            pod = json.loads(done.stdout)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return False
+        return bool(done.returncode == 0 and pod.get("restartPolicy") == "OnFailure")
+
+    return check
+
+
+def _kubeflow_webhook_called(member: KubeMember) -> Callable[[], bool]:
+    """The API server calls the training operator's validating webhook: it denies a dry-run PyTorchJob without
+    a container named pytorch, which the CRD's schema allows."""
+    probe = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+             "metadata": {"name": "federator-webhook-probe", "namespace": "default"},
+             "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+                 "containers": [{"name": "probe", "image": "probe"}]}}}}}}
+
+    def check() -> bool:
+        done = _dry_run_create(member, probe)
+        return done.returncode != 0 and "validator.pytorchjob.training-operator.kubeflow.org" in done.stderr
+
+    return check
+
+
+_WEBHOOK_PROBES: dict[str, Callable[[KubeMember], Callable[[], bool]]] = {
+    "jobset": _jobset_webhook_called, "kubeflow": _kubeflow_webhook_called}
+
+
 @dataclass
 class KubeMember:
     """One real member cluster (see the module docstring). `start()` returns once every process is
@@ -559,6 +779,10 @@ class KubeMember:
     #: kwok's node Leases last this long (renewed every quarter of it)
     node_lease_seconds: int = 10
     start_timeout_seconds: float = 120.0
+    #: operators to install and run beside the control plane (names in OPERATORS), e.g. ("jobset", "kubeflow")
+    operators: tuple[str, ...] = ()
+    #: where they were built (operator_binaries(); run by start() when None and operators are asked for)
+    operator_binaries: OperatorBinaries | None = None
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _etcd: EtcdProcess | None = field(default=None, repr=False)
     _ports: dict[str, int] = field(default_factory=dict, repr=False)
@@ -577,6 +801,11 @@ class KubeMember:
             raise KubeMemberError(f"profile {self.name} needs {scheduler}, which cannot run as a real member: "
                                   f"{reason}")
         self.scheduler = scheduler
+        unknown = [name for name in self.operators if name not in OPERATORS]
+        if unknown:
+            raise KubeMemberError(f"member {self.name}: unknown operator {unknown[0]!r} "
+                                  f"(known: {', '.join(OPERATORS)})")
+        self.operators = tuple(dict.fromkeys(self.operators))
 
     # ------------------------------------------------------------ public
 
@@ -592,6 +821,11 @@ class KubeMember:
             found = {"etcd": self._etcd.proc.pid, **found}
         return found
 
+    @property
+    def components(self) -> tuple[str, ...]:
+        """This member's processes in start order: COMPONENTS, then its operators' processes."""
+        return COMPONENTS + tuple(OPERATORS[name].process for name in self.operators)
+
     def log_path(self, component: str) -> Path:
         return self.home / f"{component}.log"
 
@@ -606,6 +840,8 @@ class KubeMember:
             self._wait("the node lifecycle controller took every node's not-ready taint off", self._nodes_untainted)
             self._wait("the default ServiceAccount exists", lambda: self._get(
                 "/api/v1/namespaces/default/serviceaccounts/default") is not None)
+            if self.operators:
+                self._start_operators()
         except BaseException:
             self.stop()
             raise
@@ -613,7 +849,7 @@ class KubeMember:
         return self
 
     def stop(self) -> None:
-        for component in reversed(COMPONENTS):
+        for component in reversed(self.components):
             self.stop_component(component)
 
     def __enter__(self) -> KubeMember:
@@ -689,7 +925,8 @@ class KubeMember:
                      input=manifests if manifests is not None else self.member_rbac())
 
     def forbidden(self) -> list[Forbidden]:
-        """Every request of the hub's or the agent's identity this member answered 403, from its audit log."""
+        """Every request of the hub's, the agent's or an operator's identity this member answered 403, from its
+        audit log."""
         return forbidden_requests(self.audit_log)
 
     # ------------------------------------------------------------ setup
@@ -699,6 +936,9 @@ class KubeMember:
         os.chmod(self.home, 0o700)
         for what in ("apiserver", "controller-manager", "scheduler", "kwok"):
             self._ports.setdefault(what, free_port())
+        for name in self.operators:
+            for what in ("health", "metrics", "webhook"):
+                self._ports.setdefault(f"{OPERATORS[name].process}-{what}", free_port())
         tls = self.home / "tls"
         tls.mkdir(exist_ok=True)
         if not (tls / "ca.crt").is_file():
@@ -720,8 +960,11 @@ class KubeMember:
             write_private_file(tls / "service-account.pub", sa.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), mode=0o644)
             tokens = {user: secrets.token_hex(32) for user in (
-                HUB_USER, AGENT_USER, "system:kube-controller-manager", "system:kube-scheduler")}
-            groups = {HUB_USER: _SA_GROUPS, AGENT_USER: _SA_GROUPS}
+                HUB_USER, AGENT_USER, "system:kube-controller-manager", "system:kube-scheduler",
+                *(op.user for op in OPERATORS.values()))}
+            groups = {HUB_USER: _SA_GROUPS, AGENT_USER: _SA_GROUPS,
+                      **{op.user: f"system:serviceaccounts,system:serviceaccounts:{op.namespace}"
+                         for op in OPERATORS.values()}}
             lines = [f'{token},{user},{user},"{groups.get(user, "")}"' for user, token in tokens.items()]
             write_private_file(self.home / "tokens.csv", ("\n".join(lines) + "\n").encode())
         self._tokens = {row.split(",")[1]: row.split(",")[0]
@@ -739,8 +982,17 @@ class KubeMember:
         write_kubeconfig(self.agent_kubeconfig, server=server, ca_pem=self._ca_pem, token=self._tokens[AGENT_USER],
                          user=f"{self.name}-agent", namespace=HUB_NAMESPACE, cluster_name=self.name,
                          context_name=self.name)
+        operator_certs = self.home / "operator-certs"
+        if self.operators and not (operator_certs / "tls.crt").is_file():
+            # the operators' webhook and metrics servers: loopback, signed by the member's CA
+            operator_certs.mkdir(exist_ok=True)
+            cert, key = generate_server_certificate(self._ca_pem, (tls / "ca.key").read_bytes(),
+                                                    hosts=("127.0.0.1", "localhost"))
+            write_private_file(operator_certs / "tls.key", key)
+            write_private_file(operator_certs / "tls.crt", cert, mode=0o644)
         for component, user in (("kube-controller-manager", "system:kube-controller-manager"),
-                                ("kube-scheduler", "system:kube-scheduler")):
+                                ("kube-scheduler", "system:kube-scheduler"),
+                                *((OPERATORS[n].process, OPERATORS[n].user) for n in self.operators)):
             write_kubeconfig(self.home / f"{component}.kubeconfig", server=server, ca_pem=self._ca_pem,
                              token=self._tokens[user], user=user, cluster_name=self.name, context_name=self.name)
 
@@ -774,7 +1026,7 @@ class KubeMember:
                 f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1", f"--secure-port={self._ports['controller-manager']}",
                 f"--cert-dir={self.home / 'kcm-certs'}",
-                "--leader-elect=false", f"--controllers={_CONTROLLERS}",
+                "--leader-elect=false", f"--controllers={self._controllers()}",
                 f"--service-account-private-key-file={tls / 'service-account.key'}",
                 f"--root-ca-file={tls / 'ca.crt'}", "--use-service-account-credentials=true",
                 f"--node-monitor-grace-period={self.node_monitor_grace_seconds:g}s",
@@ -796,7 +1048,63 @@ class KubeMember:
                 f"--node-lease-duration-seconds={self.node_lease_seconds}", "--cidr=10.244.0.0/16",
                 f"--server-address=127.0.0.1:{self._ports['kwok']}", "--v=WARN",
             ]
+        if component == "jobset-controller":
+            config = self.home / "jobset-config.yaml"
+            certs = str(self.home / "operator-certs")
+            config.write_text(yaml.safe_dump({
+                "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+                "webhook": {"host": "127.0.0.1", "port": self._ports[f"{component}-webhook"], "certDir": certs},
+                "metrics": {"bindAddress": f"127.0.0.1:{self._ports[f'{component}-metrics']}", "certDir": certs},
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{self._ports[f'{component}-health']}"},
+            }, sort_keys=False))
+            return [str(self._operator_binaries().path(component)),
+                    f"--kubeconfig={self.home / f'{component}.kubeconfig'}", f"--config={config}",
+                    "--zap-log-level=info"]
+        if component == "training-operator":
+            return [str(self._operator_binaries().path(component)),
+                    f"--kubeconfig={self.home / f'{component}.kubeconfig'}",
+                    f"--metrics-bind-address=127.0.0.1:{self._ports[f'{component}-metrics']}",
+                    f"--health-probe-bind-address=127.0.0.1:{self._ports[f'{component}-health']}",
+                    "--webhook-host=127.0.0.1", f"--webhook-port={self._ports[f'{component}-webhook']}",
+                    f"--webhook-cert-dir={self.home / 'operator-certs'}",
+                    *(f"--enable-scheme={s}" for s in KUBEFLOW_SCHEMES), "--zap-log-level=info"]
         raise ValueError(f"unknown component {component!r}")
+
+    def _controllers(self) -> str:
+        # JobSet's child Jobs need kube's Job controller (the hub renders pods itself, so it is off otherwise)
+        return _CONTROLLERS + (",job-controller" if "jobset" in self.operators else "")
+
+    def _operator_binaries(self) -> OperatorBinaries:
+        if self.operator_binaries is None:
+            self.operator_binaries = operator_binaries()
+        return self.operator_binaries
+
+    # ------------------------------------------------------------ operators
+
+    def _start_operators(self) -> None:
+        """Install each operator's upstream CRDs, RBAC and webhook configurations (called by URL on loopback),
+        start its process, and wait until it is ready and the API server calls its webhooks."""
+        built = self._operator_binaries()
+        ca_bundle = _b64(self._ca_pem)
+        crds: list[str] = []
+        for name in self.operators:
+            operator = OPERATORS[name]
+            rendered = self.kubectl("kustomize", str(built.manifests(operator))).stdout
+            install = operator_install(
+                operator, rendered, ca_bundle=ca_bundle,
+                webhook_url=f"https://127.0.0.1:{self._ports[f'{operator.process}-webhook']}")
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                         input=yaml.safe_dump_all(install, sort_keys=False))
+            crds += operator.crds
+        self._wait(f"the CustomResourceDefinitions {', '.join(crds)} are Established",
+                   lambda: all(self._crd_established(crd) for crd in crds))
+        for name in self.operators:
+            self.start_component(OPERATORS[name].process)
+        for name in self.operators:
+            self._wait(f"the API server calls {name}'s webhooks", _WEBHOOK_PROBES[name](self),
+                       component=OPERATORS[name].process)
 
     # ------------------------------------------------------------ readiness
 
@@ -863,6 +1171,22 @@ class KubeMember:
                     return False
 
             self._wait("kwok /healthz", kwok_up, component=component)
+        elif component in ("jobset-controller", "training-operator"):
+            url = f"http://127.0.0.1:{self._ports[f'{component}-health']}/readyz"
+
+            def operator_ready() -> bool:
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as resp:
+                        return bool(resp.status == 200)
+                except (OSError, ValueError):
+                    return False
+
+            self._wait(f"{component} /readyz", operator_ready, component=component)
+
+    def _crd_established(self, name: str) -> bool:
+        crd = self._get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
+        return any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or ())
 
     def _create_nodes(self) -> None:
         from federator.sim.profile import initial_nodes

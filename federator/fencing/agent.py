@@ -68,6 +68,8 @@ from federator.apis.views import Body
 from federator.fencing.hublease import FENCE_COUNT, FENCE_LIFTED, FENCED_AT, annotation_count
 from federator.clusters.client import (
     EVENTS,
+    JOB_KIND_KEYS,
+    JOB_KIND_RESOURCES,
     LEASES,
     PODS,
     ClientTimeouts,
@@ -152,6 +154,8 @@ class FenceCounters:
     podgroups_deleted: int = 0
     #: the gangs' Services and ConfigMaps
     companions_deleted: int = 0
+    #: the hub's member copies of upstream job objects (operator mode: JobSets, PyTorchJobs, ...)
+    copies_deleted: int = 0
     events_recorded: int = 0
 
 
@@ -194,6 +198,8 @@ class _Expiry:
     podgroups: int = 0
     #: objects of `wait` gangs left running (counted when the expiry is announced)
     spared: int = 0
+    #: the upstream job kinds the member serves (operator mode: the hub's member copies of them are swept first)
+    copy_kinds: list[ResourceKind] = field(default_factory=list)
     event_name: str | None = None
     event_count: int = 0
     #: deletions not yet in the Event (its write failed or is pending)
@@ -453,6 +459,7 @@ class FenceAgent:
                 await self._mark_fenced(expiry, seen)
             if not expiry.kinds_known:
                 expiry.kinds = await self._served_podgroup_kinds()
+                expiry.copy_kinds = await self._served_copy_kinds()
                 expiry.kinds_known = True
             pods, groups, remaining = await self._sweep(expiry)
             if not expiry.announced:
@@ -531,6 +538,20 @@ class FenceAgent:
         if self._seen is not None and rv:
             self._seen = replace(self._seen, resource_version=rv, fence_lifted=seen.fence_count)
 
+    async def _served_copy_kinds(self) -> list[ResourceKind]:
+        """The upstream job kinds (JobSet, PyTorchJob, batch Job, ...) the member's discovery lists: where the hub
+        may have created member copies in operator mode. Discovery needs no grant; a kind the agent then may not
+        list (403: its RBAC predates them) is skipped by the sweep."""
+        served: list[ResourceKind] = []
+        seen: dict[tuple[str, str], frozenset[str]] = {}
+        for kind in JOB_KIND_RESOURCES.values():
+            gv = (kind.group, kind.version)
+            if gv not in seen:
+                seen[gv] = await self.client.served_resources(group=kind.group, version=kind.version)
+            if kind.plural in seen[gv]:
+                served.append(kind)
+        return served
+
     async def _served_podgroup_kinds(self) -> list[ResourceKind]:
         """The PodGroup kinds this member serves and the agent may list (a LIST that answers 404 means: not
         served; 403: not the agent's to fence, since kube authorizes before it looks a resource up, an agent whose
@@ -569,7 +590,22 @@ class FenceAgent:
         most MAX_SWEEP_ROUNDS rounds). Returns (pods deleted, PodGroups deleted, objects left)."""
         pods_deleted = groups_deleted = 0
         remaining = 0
+        copy_kinds = expiry.copy_kinds
         for _ in range(MAX_SWEEP_ROUNDS):
+            # the member copies first (operator mode): their operators would make the pods again; a kind the
+            # member does not serve (404) or the agent may not list (403: its RBAC predates them) is skipped
+            copies_left = 0
+            for kind in list(copy_kinds):
+                try:
+                    copies = (await self.client.list_all(kind, label_selector=self.fence_selector)).items
+                except MemberApiError as e:
+                    if e.code not in (403, 404):
+                        raise
+                    copy_kinds.remove(kind)
+                    continue
+                if copies:
+                    await self._delete_all(kind, copies)
+                    copies_left += len(copies)
             pods = (await self.client.list_all(PODS, label_selector=self.fence_selector)).items
             if pods:
                 pods_deleted += await self._delete_all(PODS, pods)
@@ -597,6 +633,7 @@ class FenceAgent:
                 if groups:
                     groups_deleted += await self._delete_all(kind, groups)
                     remaining += len(groups)
+            remaining += copies_left
             if remaining == 0:
                 break
         return pods_deleted, groups_deleted, remaining
@@ -612,7 +649,8 @@ class FenceAgent:
                 continue  # never trust a selector alone with a delete
             try:
                 await self.client.delete(kind, namespace=namespace, name=name, grace_period_seconds=0,
-                                         precondition_uid=uid or None)
+                                         precondition_uid=uid or None,
+                                         propagation_policy="Background" if kind.key in JOB_KIND_KEYS else None)
             except MemberApiError as e:
                 if e.code in (404, 409):  # gone already, or replaced by a new object (the next list has it)
                     continue
@@ -622,6 +660,8 @@ class FenceAgent:
                 self.counters.pods_deleted += 1
             elif kind in COMPANION_KINDS:
                 self.counters.companions_deleted += 1
+            elif kind.key in JOB_KIND_KEYS:
+                self.counters.copies_deleted += 1
             else:
                 self.counters.podgroups_deleted += 1
         return deleted

@@ -12,9 +12,11 @@ import pytest
 from federator.apis.common import REDACTED
 from federator.apis.membercluster import (
     LAST_APPLIED_ANNOTATION,
+    OPERATOR_KINDS,
     ClusterScheduler,
     MemberCluster,
     contains_credentials,
+    effective_operator_mode,
     effective_scheduler_name,
     membercluster_validator,
     redact,
@@ -229,3 +231,54 @@ def test_contains_credentials_and_scheduler_names() -> None:
         assert effective_scheduler_name(scheduler) == expected
     custom = ClusterScheduler.model_validate({"name": "volcano", "schedulerName": "vc-2"})
     assert effective_scheduler_name(custom) == "vc-2"
+
+
+# ---------------------------------------------------------------- spec.operators / status.operators (issue 28)
+
+
+def test_operators_map_takes_served_kinds_and_the_two_modes() -> None:
+    good = registration()
+    good["spec"]["operators"] = {"PyTorchJob.kubeflow.org": "operator", "Job.batch": "render"}
+    assert validate_membercluster(good) == []
+    good["status"] = {"operators": {key: "render" for key in OPERATOR_KINDS}}
+    assert validate_membercluster(good) == []
+
+
+@pytest.mark.parametrize(("operators", "path", "fragment"), [
+    ({"Foo.bar": "operator"}, "spec.operators[Foo.bar]", 'Unsupported value: "Foo.bar"'),
+    ({"pytorchjob.kubeflow.org": "operator"}, "spec.operators[pytorchjob.kubeflow.org]", "PyTorchJob.kubeflow.org"),
+    ({"JobSet.jobset.x-k8s.io": "Operator"}, "spec.operators[JobSet.jobset.x-k8s.io]", '"operator", "render"'),
+    ({"Job.batch": None}, "spec.operators[Job.batch]", "Unsupported value"),
+    ({"Job.batch": 1}, "spec.operators[Job.batch]", ""),
+    (["Job.batch"], "spec.operators", "must be of type object"),
+    ("operator", "spec.operators", "must be of type object"),
+    ({"<script>" * 40: "render"}, "spec.operators", ""),
+])
+def test_bad_operators_name_the_field(operators: Any, path: str, fragment: str) -> None:
+    obj = registration()
+    obj["spec"]["operators"] = operators
+    errors = validate_membercluster(obj)
+    assert errors, operators
+    assert any(p.startswith(path) and fragment in m for p, m in errors), errors
+    assert all(len(m) < 2048 for _, m in errors)
+
+
+def test_too_many_operators_is_refused() -> None:
+    obj = registration()
+    obj["spec"]["operators"] = {f"K{i}.example.com": "render" for i in range(1000)}
+    errors = validate_membercluster(obj)
+    assert any(p == "spec.operators" for p, _ in errors), errors[:3]
+
+
+@pytest.mark.parametrize(("spec", "discovered", "want"), [
+    (None, None, "render"),
+    (None, {"Job.batch": "operator"}, "operator"),
+    ({"Job.batch": "render"}, {"Job.batch": "operator"}, "render"),
+    ({"Job.batch": "operator"}, None, "operator"),
+    ({"Job.batch": "operator"}, {"Job.batch": "render"}, "operator"),
+    ({"TFJob.kubeflow.org": "operator"}, {"TFJob.kubeflow.org": "operator"}, "render"),  # another kind
+    ({"Job.batch": "bogus"}, {"Job.batch": "operator"}, "operator"),  # malformed override: as if absent
+    ("garbage", ["garbage"], "render"),
+])
+def test_effective_operator_mode(spec: Any, discovered: Any, want: str) -> None:
+    assert effective_operator_mode(spec, discovered, "Job.batch") == want

@@ -22,6 +22,8 @@ from clustertest_support import (
     wait_until,
 )
 
+from federator.apis.membercluster import OPERATOR_KINDS
+from federator.clusters.client import JOB_KIND_RESOURCES
 from federator.placement.snapshot import Fabric, Location
 
 
@@ -231,3 +233,31 @@ def test_dataset_names_in_status_are_dns_subdomains() -> None:
     assert _valid_dataset_name("imagenet-22k") and _valid_dataset_name("c4.en")
     for bad in ("imagenet\n", "ImageNet", "x" * 254, "", "a..b"):
         assert not _valid_dataset_name(bad), bad
+
+
+async def test_status_operators_is_what_the_members_discovery_serves(sims: Sims) -> None:
+    """A member that serves none of the upstream job kinds (a simulator started without operators) shows every
+    kind as "render" in status.operators, read once per sync start; spec.operators overrides it per kind."""
+    await sims.start(profile("plain-ops", scheduler="volcano", gpu_nodes=1, cpu_nodes=0))
+    hub = await Hub.open("memory://")
+    try:
+        async with running(hub):
+            body = registration("plain-ops", sims.kubeconfigs["plain-ops"])
+            body["spec"]["operators"] = {"Job.batch": "operator"}
+            await hub.register(body)
+
+            async def discovered() -> dict | None:
+                return (await hub.get("plain-ops")).get("status", {}).get("operators")
+
+            found = await wait_until(discovered, what="status.operators written")
+            assert found == {key: "render" for key in OPERATOR_KINDS}
+            sync = hub.controller.syncs["plain-ops"]
+            assert sync.operator_mode("Job.batch") == "operator"  # the spec's override
+            assert sync.operator_mode("PyTorchJob.kubeflow.org") == "render"
+            # one discovery read per group/version of the kinds (kubeflow.org/v1 serves four of them)
+            reads = sum(sample.value for metric in hub.ctx.metrics.member_requests.collect()
+                        for sample in metric.samples if sample.name.endswith("_total")
+                        and sample.labels.get("cluster") == "plain-ops" and sample.labels.get("verb") == "discovery")
+            assert reads == len(set(JOB_KIND_RESOURCES[k].api_version for k in OPERATOR_KINDS))
+    finally:
+        await hub.close()

@@ -26,7 +26,7 @@ import yaml
 from federator.fencing.agent import FenceAgent, podgroup_kinds
 from federator.apiserver.app import Principal
 from federator.apiserver.auth import request_attributes
-from federator.clusters.client import podgroup_resource
+from federator.clusters.client import JOB_KIND_RESOURCES, podgroup_resource
 from federator.fencing.hublease import FENCE_COUNT
 from federator.delegation import ADAPTERS
 from federator.delegation.adapter import LABEL_HUB
@@ -124,6 +124,21 @@ def test_each_overlay_grants_the_hub_what_it_calls_and_nothing_around_it(schedul
         if own is None or kind.group != own.group:
             no += [("GET", _pg_path(kind.group, kind.version), {}),
                    ("POST", _pg_path(kind.group, kind.version, "vision"), {})]
+    # operator mode: member sync watches every upstream job kind the member serves; dispatch creates, resumes
+    # (patch) and deletes the member copy of the copyable ones, in managed namespaces only
+    for kind in JOB_KIND_RESOURCES.values():
+        base = f"/apis/{kind.group}/{kind.version}"
+        yes += [("GET", f"{base}/{kind.plural}", {}), ("GET", f"{base}/{kind.plural}", {"watch": "true"})]
+        writes = [("POST", f"{base}/namespaces/{ns}/{kind.plural}") for ns in MANAGED]
+        writes += [(verb, f"{base}/namespaces/{ns}/{kind.plural}/x") for ns in MANAGED
+                   for verb in ("GET", "PATCH", "DELETE")]
+        yes += [(m, p, {}) for m, p in writes] if kind.kind != "TrainJob" else []
+        no += [(m, p, {}) for m, p in writes] if kind.kind == "TrainJob" else []
+        no += [("POST", f"{base}/namespaces/{UNMANAGED}/{kind.plural}", {}),
+               ("DELETE", f"{base}/namespaces/{UNMANAGED}/{kind.plural}/x", {}),
+               ("PUT", f"{base}/namespaces/vision/{kind.plural}/x", {}),
+               ("PATCH", f"{base}/namespaces/vision/{kind.plural}/x/status", {}),
+               ("DELETE", f"{base}/namespaces/vision/{kind.plural}", {})]
     refused = [f"{m} {p} {q}" for m, p, q in yes if not allowed(policy, HUB, m, p, **q)]
     granted = [f"{m} {p} {q}" for m, p, q in no if allowed(policy, HUB, m, p, **q)]
     assert (refused, granted) == ([], [])
@@ -151,6 +166,16 @@ def test_each_overlay_grants_the_agent_less_than_the_hub(scheduler: str) -> None
         yes += [("DELETE", _pg_path(own.group, own.version, ns, "g")) for ns in MANAGED]
         no += [("POST", _pg_path(own.group, own.version, "vision")),
                ("DELETE", _pg_path(own.group, own.version, UNMANAGED, "g"))]
+    # operator mode: the hub's member copies are swept first (list, delete in managed namespaces)
+    for kind in JOB_KIND_RESOURCES.values():
+        if kind.kind == "TrainJob":  # never copied
+            continue
+        base = f"/apis/{kind.group}/{kind.version}"
+        yes += [("GET", f"{base}/{kind.plural}")] + [("DELETE", f"{base}/namespaces/{ns}/{kind.plural}/x")
+                                                     for ns in MANAGED]
+        no += [("POST", f"{base}/namespaces/vision/{kind.plural}"),
+               ("PATCH", f"{base}/namespaces/vision/{kind.plural}/x"),
+               ("DELETE", f"{base}/namespaces/{UNMANAGED}/{kind.plural}/x")]
     refused = [f"{m} {p}" for m, p in yes if not allowed(policy, AGENT, m, p)]
     granted = [f"{m} {p}" for m, p in no if allowed(policy, AGENT, m, p)]
     assert (refused, granted) == ([], [])

@@ -424,3 +424,60 @@ async def test_bad_settings_are_refused(member: Member) -> None:
             FenceAgent(client=client, hub_identity="")
     finally:
         await client.close()
+
+
+async def test_the_agent_deletes_the_hubs_member_copies_and_no_one_elses(tmp_path: Any, log: RecordingLog) -> None:
+    """Operator mode (issue 28): on a member running the job operators, an expired lease makes the agent delete
+    the hub's member copies (a JobSet here, with propagation Background: its operator's Jobs and pods go by their
+    ownerReferences), not another hub's nor an unlabelled one."""
+    from federator.clusters.client import JOB_KIND_RESOURCES
+    from federator.sim.operators import OPERATOR_NAMES
+    from federator.sim.profile import parse_profile
+    from federator.sim.server import SimCluster
+
+    profile = parse_profile({
+        "apiVersion": "sim.federator.dev/v1alpha1", "kind": "ClusterProfile", "name": "fence-ops",
+        "location": {"type": "on-prem", "region": "lab"}, "network": {"fabric": "infiniband", "bandwidthGbps": 200},
+        "schedulers": [{"type": "default"}, {"type": "volcano"}],
+        "kubelet": {"startDelaySeconds": 0.05, "terminationSeconds": 0.05},
+        "nodePools": [{"name": "cpu", "count": 1, "cpu": "32", "memory": "128Gi"}],
+        "operators": list(OPERATOR_NAMES),
+    }, source="tests/fencing")
+    cluster = SimCluster(profile)
+    await cluster.start()
+    member = Member(cluster, tmp_path)
+    admin = await MemberClient.from_kubeconfig(cluster.write_kubeconfig(tmp_path / "admin.kubeconfig"),
+                                               cluster=cluster.name)
+    clock = Clock()
+    agent = FenceAgent(client=await MemberClient.from_kubeconfig(member.agent_kubeconfig, cluster=cluster.name),
+                       hub_identity=HUB, clock=clock, logger=log)
+    jobsets = JOB_KIND_RESOURCES["JobSet.jobset.x-k8s.io"]
+    try:
+        ns = await member.namespace()
+        for name, hub in (("mine", HUB), ("theirs", OTHER_HUB), ("unlabelled", None)):
+            await admin.create(jobsets, {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": name, "labels": {LABEL_HUB: hub} if hub else {}},
+                "spec": {"suspend": True, "replicatedJobs": [{"name": "w", "template": {"spec": {
+                    "template": {"spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "c", "image": "busybox"}]}}}}}]}},
+                namespace=ns)
+        await _lease(member)
+        assert (await agent.step()).state == "held"
+        clock.now += LEASE_SECONDS + 0.5
+        result = await agent.step()
+        assert result.state == "expired"
+
+        async def left() -> set[str]:
+            listed = (await admin.list(jobsets, namespace=ns)).items
+            return {j["metadata"]["name"] for j in listed if not j["metadata"].get("deletionTimestamp")}
+
+        async def only_theirs() -> bool:
+            return await left() == {"theirs", "unlabelled"}
+
+        await wait_until("the hub's JobSet deleted", only_theirs)
+        assert agent.counters.copies_deleted == 1
+    finally:
+        await agent.close()
+        await admin.close()
+        await cluster.stop()

@@ -37,15 +37,9 @@ fi
 mkdir -p "$out/bin"
 log="$out/build.log"
 : > "$log"
-step() {  # step MODULE WHAT -- command...
-    local module="$1" what="$2"; shift 3
-    local t0; t0=$(date +%s)
-    if ! "$@" >>"$log" 2>&1; then
-        echo "error: build of the real member binaries failed: $module: $what (go's output: $log)" >&2
-        exit 1
-    fi
-    echo "built: $what ($module) in $(( $(date +%s) - t0 ))s" >&2
-}
+built="the real member binaries"
+# shellcheck source-path=SCRIPTDIR/.. source=build-step.sh
+source "$here/../build-step.sh"
 
 export CGO_ENABLED=0
 t_start=$(date +%s)

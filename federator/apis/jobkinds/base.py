@@ -100,6 +100,15 @@ class JobKind:
     description: str = ""
     #: the source's status from its twin; None: the Kubeflow operators' (apis/jobkinds/kubeflowstatus.py)
     mirror_status: StatusMirror | None = None
+    #: operator mode (issue 28): where the object keeps its suspend flag and its managedBy field (dotted path
+    #: segments from the object's root); the member copy is created suspended and without managedBy
+    suspend_path: tuple[str, ...] = ("spec", "suspend")
+    managed_by_path: tuple[str, ...] = ("spec", "managedBy")
+    #: the condition types (status True) of the kind's own operator that end a job, -> "Succeeded" | "Failed"
+    terminal_conditions: Mapping[str, str] = field(default_factory=dict)
+    #: False when the object has no pod templates the hub's gang labels and fields can go on (TrainJob: Trainer
+    #: makes the pod templates from its runtime), so operator mode cannot run it as the hub's gang: rendered
+    operator_copyable: bool = True
 
     @property
     def api_version(self) -> str:

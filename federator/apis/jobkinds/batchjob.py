@@ -359,4 +359,5 @@ JOB = JobKind(
     schema=_SCHEMA["schema"], upstream=str(_SCHEMA["source"]), openapi_name="io.k8s.api.batch.v1.Job",
     translate=translate_batch_job, pod_contract=batch_job_pod_contract, mirror_status=batch_job_status,
     description="A batch/v1 Job run as a gang: Indexed, parallelism = completions pods at once (one role, worker).",
+    terminal_conditions={"Complete": "Succeeded", "Failed": "Failed"},
 )

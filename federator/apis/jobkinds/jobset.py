@@ -327,4 +327,5 @@ JOBSET = JobKind(
     openapi_name="io.x-k8s.jobset.v1alpha2.JobSet", translate=translate_jobset, pod_contract=jobset_pod_contract,
     mirror_status=jobset_status,
     description="A JobSet run as one gang: each replicatedJob a role of replicas x parallelism pods.",
+    terminal_conditions={"Completed": "Succeeded", "Failed": "Failed"},
 )

@@ -384,6 +384,8 @@ def _kind(family: _Family, file_name: str, extras: Callable[[Mapping[str, Any], 
         upstream=data["source"].split(":")[0], openapi_name=f"org.kubeflow.{data['version']}.{data['kind']}",
         translate=_translate_family(family, extras), pod_contract=_contract(family),
         description=f"Kubeflow {data['kind']} ({data['group']}/{data['version']}), run by the hub as a gang.",
+        suspend_path=("spec", "runPolicy", "suspend"), managed_by_path=("spec", "runPolicy", "managedBy"),
+        terminal_conditions={"Succeeded": "Succeeded", "Failed": "Failed"},
     )
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from federator.apis.views import Body
 
-__all__ = ["META_TIMES", "TwinState", "condition", "existing_conditions", "failure", "hub_fields", "suspension",
-           "twin_state", "was_true"]
+__all__ = ["META_TIMES", "TwinState", "condition", "existing_conditions", "failure", "hub_fields",
+           "operator_conditions", "suspension", "twin_state", "was_true"]
 
 #: metav1.Condition's times (JobSet, TrainJob)
 META_TIMES = ("lastTransitionTime",)
@@ -128,3 +128,23 @@ def failure(state: TwinState, reason: str, message: str) -> tuple[str, str]:
     if own in (None, "BackoffLimitExceeded"):
         return reason, message
     return str(own), state.said("Failed", str(own))
+
+
+def operator_conditions(status: dict[str, Any], twin: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`status` (a mirror's answer) with the conditions of the twin's member copy as its operator wrote them, when
+    the member's own operator runs the job (operator mode: the twin's status.operator, written by status sync, of
+    the twin's current cluster and epoch, with at least one condition); else `status` unchanged. The hub's
+    status.phase, status.cluster and status.epoch stay."""
+    if twin is None:
+        return status
+    state = twin_state(twin)
+    operator = Body(twin).status.get("operator")
+    if not isinstance(operator, Mapping) or operator.get("cluster") != state.cluster \
+            or operator.get("epoch") != state.epoch:
+        return status
+    conditions = operator.get("conditions")
+    if not isinstance(conditions, list) or not conditions:
+        return status
+    out = dict(status)
+    out["conditions"] = [dict(c) for c in conditions if isinstance(c, Mapping)]
+    return out

@@ -284,4 +284,5 @@ TRAINJOB = JobKind(
     openapi_name="org.kubeflow.trainer.v1alpha1.TrainJob", translate=translate_trainjob,
     pod_contract=trainjob_pod_contract, mirror_status=trainjob_status,
     description="Trainer's TrainJob on the built-in torch-distributed runtime: framework pytorch, numNodes workers.",
+    terminal_conditions={"Complete": "Succeeded", "Failed": "Failed"}, operator_copyable=False,
 )

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build the operators a real member runs in operator mode (issue 28) from the
+# pinned Go modules in this folder, into a cache outside the work tree keyed by
+# the hash of their go.sum files (and the wrapper's main.go):
+#   jobset-controller   sigs.k8s.io/jobset's own main package          (module ./jobset)
+#   training-operator   ./kubeflow/main.go: github.com/kubeflow/training-operator's
+#                       controllers and webhooks without in-cluster cert rotation (module ./kubeflow)
+# and copies their upstream install manifests (CRDs, RBAC, webhook configurations:
+# jobset's config/, the training operator's manifests/) beside them, which
+# federator/dev/kube.py renders with `kubectl kustomize` and installs in a member,
+# and the upstream PyTorchJob example (examples/pytorch-simple.yaml) the e2e tests apply.
+# Two modules because jobset v0.10.1 pins Kubernetes 0.34 / controller-runtime 0.22
+# and the training operator v1.8.1 pins 0.29 / 0.17, whose APIs differ.
+# Does nothing when everything is there. Prints the cache folder on its last line of
+# standard output. A failed step is one line naming the module and the step; the Go
+# tool's own output goes to a log file named there.
+#
+# Environment: FEDERATOR_KUBE_CACHE (default ~/.cache/federator/kube) as for
+# ../tools/build.sh; GOFLAGS, GOPROXY, GOMODCACHE as for any go command.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here"
+
+command -v go >/dev/null 2>&1 || { echo "error: build of the member operators: no 'go' on PATH (Go >= 1.26 is needed)" >&2; exit 1; }
+
+JOBSET_VERSION="$(awk '$1 == "sigs.k8s.io/jobset" {print $2; exit}' jobset/go.mod)"
+KUBEFLOW_VERSION="$(awk '$1 == "github.com/kubeflow/training-operator" {print $2; exit}' kubeflow/go.mod)"
+hash="$(cat jobset/go.sum kubeflow/go.sum kubeflow/main.go | sha256sum | cut -c1-16)"
+cache_root="${FEDERATOR_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/federator/kube}"
+out="$cache_root/operators-$hash"
+done_marker="$out/complete"
+
+if [ -f "$done_marker" ] && [ -x "$out/bin/jobset-controller" ] && [ -x "$out/bin/training-operator" ]; then
+    echo "$out"
+    exit 0
+fi
+
+mkdir -p "$out/bin" "$out/manifests"
+log="$out/build.log"
+: > "$log"
+built="the member operators"
+# shellcheck source-path=SCRIPTDIR/.. source=build-step.sh
+source "$here/../build-step.sh"
+
+export CGO_ENABLED=0
+t_start=$(date +%s)
+echo "building the member operators into $out (jobset $JOBSET_VERSION, training-operator $KUBEFLOW_VERSION); a cold build takes minutes" >&2
+
+jobset_mod="sigs.k8s.io/jobset@$JOBSET_VERSION"
+step "$jobset_mod" "download modules" -- bash -c "cd jobset && go mod download"
+step "$jobset_mod" "go build sigs.k8s.io/jobset" -- bash -c \
+    "cd jobset && go build -trimpath -ldflags \"-s -w -X 'sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION'\" -o '$out/bin/jobset-controller.tmp' sigs.k8s.io/jobset"
+mv "$out/bin/jobset-controller.tmp" "$out/bin/jobset-controller"
+jobset_dir="$(cd jobset && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
+step "$jobset_mod" "copy config/ (CRDs, RBAC, webhooks)" -- bash -c \
+    "rm -rf '$out/manifests/jobset' && cp -r '$jobset_dir/config' '$out/manifests/jobset' && chmod -R u+w '$out/manifests/jobset'"
+
+kubeflow_mod="github.com/kubeflow/training-operator@$KUBEFLOW_VERSION"
+step "$kubeflow_mod" "download modules" -- bash -c "cd kubeflow && go mod download"
+step "$kubeflow_mod" "go build ./kubeflow (training-operator)" -- bash -c \
+    "cd kubeflow && go build -trimpath -ldflags '-s -w' -o '$out/bin/training-operator.tmp' ."
+mv "$out/bin/training-operator.tmp" "$out/bin/training-operator"
+kubeflow_dir="$(cd kubeflow && go list -m -f '{{.Dir}}' github.com/kubeflow/training-operator)"
+step "$kubeflow_mod" "copy manifests/ (CRDs, RBAC, webhooks) and examples/pytorch/simple.yaml" -- bash -c \
+    "rm -rf '$out/manifests/kubeflow' && cp -r '$kubeflow_dir/manifests' '$out/manifests/kubeflow' && chmod -R u+w '$out/manifests/kubeflow' && mkdir -p '$out/examples' && cp '$kubeflow_dir/examples/pytorch/simple.yaml' '$out/examples/pytorch-simple.yaml' && chmod u+w '$out/examples/pytorch-simple.yaml'"
+
+printf 'jobset %s\ntraining-operator %s\n' "$JOBSET_VERSION" "$KUBEFLOW_VERSION" > "$done_marker"
+echo "built the member operators in $(( $(date +%s) - t_start ))s" >&2
+echo "$out"
