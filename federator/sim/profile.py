@@ -382,6 +382,9 @@ class ClusterProfile(_Model):
     background_load: BackgroundLoad | None = None
     #: run pods as local processes (off: the kubelet only simulates containers)
     process_runtime: ProcessRuntimeSpec | None = None
+    #: job operators the cluster runs and whose kinds it serves (federator/sim/operators: batch, jobset,
+    #: kubeflow); none by default
+    operators: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -395,6 +398,16 @@ class ClusterProfile(_Model):
             check_label_key(key)
             check_label_value(key, value)
         return v
+
+    @field_validator("operators")
+    @classmethod
+    def _operators(cls, v: list[str]) -> list[str]:
+        from federator.sim.operators import OPERATOR_NAMES
+
+        unknown = [name for name in v if name not in OPERATOR_NAMES]
+        if unknown:
+            raise ValueError(f"unknown operators {unknown}; known: {list(OPERATOR_NAMES)}")
+        return list(dict.fromkeys(v))
 
     @field_validator("kubernetes_version")
     @classmethod

@@ -15,7 +15,7 @@ It serves HTTPS (kubectl sends a bearer token only over TLS) with a
 development CA: the caller's (`tls=`, shared by every cluster of one `federator
 sim` process) or a fresh one in a temporary directory. The app's cleanup_ctx seeds the namespaces and the profile's nodes and runs
 the cluster's controllers (gang scheduler, kubelet, optional background
-load) as named tasks; the fault middleware runs first in the chain and the
+load, the profile's job operators: federator/sim/operators) as named tasks; the fault middleware runs first in the chain and the
 admin side lives under /_sim/ (faults; request statistics at /_sim/stats).
 
 `write_kubeconfig()` writes a kubeconfig (server URL, token, cluster and
@@ -168,6 +168,10 @@ def _controllers(profile: ClusterProfile) -> list[tuple[str, ControllerEntry, di
             import random
 
             found.append(("load", run_background_load, {"rng": random.Random(profile.name)}))
+    if profile.operators:
+        from federator.sim.operators import run_operators
+
+        found.append(("operators", run_operators, {"names": tuple(profile.operators)}))
     return found
 
 
@@ -241,7 +245,7 @@ class SimCluster:
             prefix=cluster_prefix(profile), retain_revisions=retained_revisions or history_window(
                 profile, run_controllers=run_controllers), metrics=self.metrics)
         gang_types = [s.type for s in profile.gang_schedulers]
-        self.registry: Registry = kinds.sim_registry(gang_types)
+        self.registry: Registry = kinds.sim_registry(gang_types, operators=profile.operators)
         self.storage = ObjectStorage(self.store, self.registry)
         self.faults = FaultState(cluster=profile.name, storage=self.storage, registry=self.registry,
                                  identify=self._user_of_request, resolve_identity=self._resolve_identity,
