@@ -17,10 +17,13 @@ from typing import Any
 
 import pytest
 
+from federator.clusters.client import JOB_KIND_RESOURCES
+
 from ..apis.jobkinds.test_trainjob import small as small_trainjob
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS
 from ..hub.test_job_kinds import indexed_job, jobset_example, object_url
+from ..hub.test_operator_mode import KINDS, OperatorFederation
 from .drilltest_support import NS, DrillEnv, drill_env, figures, stored_name, wait_until
 
 pytestmark = pytest.mark.slow
@@ -49,11 +52,17 @@ async def _source_status(env: DrillEnv, obj: dict[str, Any]) -> dict[str, Any]:
     return dict(body.get("status") or {})
 
 
+@pytest.mark.parametrize("operators", [False, True], ids=["render", "operator"])
 async def test_a_partition_drill_on_a_cluster_running_every_job_kind_moves_each_whole_and_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, operators: bool) -> None:
+    """`operator`: both members run the job operators (issue 28's operator mode): the hub creates each kind's
+    object there, the fence agent deletes the cut-off cluster's copies (their operators' pods go with them)."""
     objects = one_of_each_kind()
     assert len({o["kind"] for o in objects}) == 7 and len({o["metadata"]["name"] for o in objects}) == 7
-    async with drill_env(tmp_path, [HOME, FALLBACK], controllers=LIFECYCLE_WITH_TWINS, **FENCED) as env:
+    extra: dict[str, Any] = {}
+    if operators:
+        extra["federation"] = OperatorFederation(tmp_path / "members", run_seconds=3600.0)
+    async with drill_env(tmp_path, [HOME, FALLBACK], controllers=LIFECYCLE_WITH_TWINS, **FENCED, **extra) as env:
         await env.start_agent(HOME)
         await _cluster(env, "cordon", FALLBACK)
         for obj in objects:
@@ -68,6 +77,14 @@ async def test_a_partition_drill_on_a_cluster_running_every_job_kind_moves_each_
                 return await env.env.live_pods(HOME, uid)
 
             pods += len(await wait_until(live, timeout=30, what=f"the pods of {name} in {HOME}"))
+        if operators:  # the operators run these, from the hub's member copies
+            client = await env.env.member(HOME)
+            for obj in objects:
+                if obj["kind"] in ("JobSet", "PyTorchJob", "Job"):
+                    copied = await client.get(JOB_KIND_RESOURCES[KINDS[obj["kind"]].source_key], namespace=NS,
+                                              name=obj["metadata"]["name"])
+                    assert copied["metadata"]["labels"]["federator.dev/job-uid"] == \
+                        twins[obj["metadata"]["name"]]["metadata"]["uid"]
         await _cluster(env, "uncordon", FALLBACK)
 
         code, out, err = await env.drill("--cluster", HOME, "--fault", "partition", "--duration", "15s",
