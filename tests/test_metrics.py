@@ -104,7 +104,8 @@ LABEL_BOUNDS: dict[str, str] = {
     "loop": "background loop names written in code",
     "phase": "loop phases written in code; for federator_jobs the TrainingJob phases",
     "server": "'hub', or 'sim:' + a simulated cluster's profile name",
-    "verb": "kube verbs (get, list, watch, create, update, patch, delete, deletecollection) and 'probe'",
+    "verb": "kube verbs (get, list, watch, create, update, patch, delete, deletecollection), 'probe' and "
+            "'discovery' (a member's API discovery document)",
     "resource": "the kinds a server serves (plural.group, optionally /subresource)",
     "code": "an HTTP status code, or the class name of a client-side error",
     "cluster": "names of registered MemberClusters (or profiles of simulated ones)",
@@ -128,7 +129,8 @@ CLOSED: dict[Any, set[str]] = {
     "condition": {"Reachable", "Synced", "Ready", "Lost"},
     "verdict": {"passed", "failed"},
     ("federator_drill_reports", "fault"): set(FAULTS),
-    "verb": {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "probe"},
+    "verb": {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "probe",
+             "discovery"},
     "outcome": {"requeued", "failed", "waiting", "requeue_limit"},
 }
 #: a word written in code: no slashes, dots or spaces, short

@@ -349,7 +349,7 @@ class ClusterSync:
                 resume_from=resume.get(resource.key), watch_timeout_seconds=self.settings.watch_timeout_seconds,
                 page_size=self.settings.page_size, metrics=self.metrics, rng=self._rng, list_gate=self.list_gate,
             )
-            self.copy_reflectors[resource.key] = reflector
+            self.reflectors[resource.key] = reflector
             self._spawn(f"reflector:{resource.key}", reflector.run())
         self._spawn("health", self._health_loop())
         self._spawn("discovery", self._discovery_loop())
@@ -381,7 +381,8 @@ class ClusterSync:
             return
 
     def _watch_copies(self, served: Mapping[str, OperatorMode]) -> None:
-        """One watch per upstream job kind the member serves (not yet watched), feeding the member object index."""
+        """One watch per upstream job kind the member serves (not yet watched: discovery read again after a
+        reconnect keeps the running watches, which resume; no new LIST), feeding the member object index."""
         assert self.client is not None
         for key, mode in served.items():
             resource = JOB_KIND_RESOURCES[key]
@@ -392,7 +393,7 @@ class ClusterSync:
                 backoff=self.settings.backoff, resume_from=None,
                 watch_timeout_seconds=self.settings.watch_timeout_seconds, page_size=self.settings.page_size,
                 metrics=self.metrics, rng=self._rng, list_gate=self.list_gate)
-            self.reflectors[resource.key] = reflector
+            self.copy_reflectors[resource.key] = reflector
             self._spawn(f"reflector:{resource.key}", reflector.run())
 
     def operator_mode(self, source_key: str) -> OperatorMode:

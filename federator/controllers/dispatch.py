@@ -369,6 +369,8 @@ class Dispatcher:
         self._namespaces: dict[str, set[str]] = {}
         #: (cluster, PriorityClass) the member refused to create: said once in the log
         self._priority_refused: set[tuple[str, str]] = set()
+        #: clusters whose gang scheduler joins pods by a pod field the operators' CRDs drop: said once in the log
+        self._rendered_for_gang_field: set[str] = set()
         self._hub_id = hub_id(hub)
         self._recovering: asyncio.Task[None] | None = None
 
@@ -668,7 +670,21 @@ class Dispatcher:
         sync = self.members.syncs.get(cluster)
         if kind is None or not kind.operator_copyable or sync is None or _source_owner(job, kind) is None:
             return None
-        return kind if sync.operator_mode(kind.source_key) == "operator" else None
+        if sync.operator_mode(kind.source_key) != "operator":
+            return None
+        scheduler = cluster_scheduler(self.hub, cluster)
+        try:
+            by_pod_field = scheduler is not None and adapter_for(scheduler[0]).joins_by_pod_field
+        except KeyError:
+            by_pod_field = False
+        if by_pod_field:
+            if cluster not in self._rendered_for_gang_field:
+                self._rendered_for_gang_field.add(cluster)
+                _log.info("this member's gang scheduler joins pods by a pod spec field the job operators' CRDs "
+                          "drop; the hub renders the upstream kinds' gangs there", cluster=cluster,
+                          scheduler=scheduler[0] if scheduler is not None else "")
+            return None
+        return kind
 
     def operated_gang(self, job: Mapping[str, Any], *, cluster: str, epoch: int | None) -> bool:
         """Whether the member's operator runs the job's gang in `cluster` (its member copy is there, or the

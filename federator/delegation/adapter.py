@@ -765,6 +765,14 @@ class SchedulerAdapter:
             if group.queue_label is not None and group.queue is not None:
                 labels[group.queue_label] = group.queue
 
+    @property
+    def joins_by_pod_field(self) -> bool:
+        """Whether a pod joins this scheduler's PodGroup through a pod spec field (Kubernetes' own gang
+        scheduling: spec.schedulingGroup.podGroupName). The job operators' CRDs (JobSet v0.10.1, training-operator
+        v1.8.1) do not know that field: a member copy's pod templates lose it, so such a gang cannot be left to an
+        operator (the hub renders it; e2e/kube/test_member_operators.py pins the field's loss)."""
+        return self.pod_group is not None and self.pod_group.member_by == "spec"
+
     def render_operator_gang(
         self,
         job: Mapping[str, Any],

@@ -98,6 +98,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from federator.apis.views import Body
 from federator.dev.certs import generate_ca, generate_server_certificate, write_kubeconfig, write_private_file
 from federator.store.etcd_process import EtcdProcess, exit_with_parent, free_port
 
@@ -380,7 +381,7 @@ def operator_install(operator: MemberOperator, rendered: str, *, webhook_url: st
             if document["kind"] in _NOT_INSTALLED:
                 continue
             if (document["kind"] == "CustomResourceDefinition"
-                    and (document.get("metadata") or {}).get("name") not in operator.crds):
+                    and Body(document).name not in operator.crds):
                 continue
             if document["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
                 hooks = document.get("webhooks") or []

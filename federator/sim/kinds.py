@@ -1599,11 +1599,11 @@ PODGROUP_KINDS: Mapping[str, ResourceType] = {
 }
 
 
-def sim_registry(gang_schedulers: Iterable[str] | None = None, *, operators: Iterable[str] = ()) -> Registry:
+def sim_registry(gang_schedulers: Iterable[str] | None = None) -> Registry:
     """The kinds a simulated member cluster serves. `gang_schedulers` limits
     the PodGroup groups to those schedulers' (volcano, coscheduling,
-    kube-batch, native, kai); None serves them all. `operators` adds the
-    kinds of those job operators (federator/sim/operators)."""
+    kube-batch, native, kai); None serves them all. The job operators' kinds
+    are added by `federator.sim.operators.with_operator_kinds`."""
     # PriorityClass before the PodGroups: scheduling.k8s.io's preferred version is v1, not native's v1alpha2
     registry = Registry([NAMESPACES, NODES, PODS, SERVICES, CONFIG_MAPS, EVENTS, LEASES, PRIORITY_CLASSES])
     wanted = list(PODGROUP_KINDS) if gang_schedulers is None else list(dict.fromkeys(gang_schedulers))
@@ -1612,11 +1612,6 @@ def sim_registry(gang_schedulers: Iterable[str] | None = None, *, operators: Ite
         if rt is None:
             raise ValueError(f"unknown gang scheduler {name!r}; known: {sorted(PODGROUP_KINDS)}")
         registry.add(rt)
-    if operators:
-        from federator.sim.operators import served_kinds
-
-        for rt in served_kinds(operators):
-            registry.add(rt)
     return registry
 
 

@@ -82,6 +82,7 @@ from federator.sim.faults import FaultState, SiteListener, admin_routes, fault_m
 from federator.sim.nodelease import NODE_LEASE_RENEW_SECONDS
 from federator.sim.processes import ProcessRuntime, default_root, remove_root
 from federator.sim.profile import ClusterProfile, initial_nodes
+from federator.sim.operators import with_operator_kinds
 from federator.sim.rbac import RbacPolicy, service_account_groups, service_account_user
 from federator.store.memory import MemoryStore
 from federator.store.protocol import Store
@@ -245,7 +246,7 @@ class SimCluster:
             prefix=cluster_prefix(profile), retain_revisions=retained_revisions or history_window(
                 profile, run_controllers=run_controllers), metrics=self.metrics)
         gang_types = [s.type for s in profile.gang_schedulers]
-        self.registry: Registry = kinds.sim_registry(gang_types, operators=profile.operators)
+        self.registry: Registry = with_operator_kinds(kinds.sim_registry(gang_types), profile.operators)
         self.storage = ObjectStorage(self.store, self.registry)
         self.faults = FaultState(cluster=profile.name, storage=self.storage, registry=self.registry,
                                  identify=self._user_of_request, resolve_identity=self._resolve_identity,

@@ -205,3 +205,13 @@ def test_template_at_indexes_lists_by_position_or_name_and_maps_by_key() -> None
 def test_terminal_phase(kind_name: str, conditions: Any, want: str | None) -> None:
     found = terminal_phase(KINDS[kind_name], {"status": {"conditions": conditions}})
     assert (found[0] if found else None) == want
+
+
+def test_only_a_gang_joined_by_a_pod_spec_field_cannot_be_left_to_an_operator() -> None:
+    """Kubernetes' own gang scheduling joins a pod to its PodGroup by spec.schedulingGroup.podGroupName, which the
+    operators' CRDs drop from a member copy's templates (e2e/kube/test_member_operators.py pins it): dispatch
+    renders those gangs. Labels and annotations (Volcano, coscheduling, kube-batch, KAI) survive."""
+    from federator.delegation.registry import ADAPTERS, adapter_for
+
+    assert adapter_for("native").joins_by_pod_field
+    assert {name for name in ADAPTERS if adapter_for(name).joins_by_pod_field} == {"native"}

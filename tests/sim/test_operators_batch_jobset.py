@@ -38,6 +38,7 @@ from simapi_support import ThreadedSim, raw_request
 from federator.sim import kinds
 from federator.sim.kubelet import ANNOTATION_EXIT_CODE, ANNOTATION_FAIL_AFTER
 from federator.sim.operators.served import JOB, JOBSET
+from federator.sim.operators import with_operator_kinds
 
 go_module = jobkinds_conftest.go_module
 JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -77,12 +78,12 @@ def test_operator_kinds_are_served_only_when_enabled() -> None:
     plain = kinds.sim_registry(None)
     assert plain.get("jobset.x-k8s.io", "v1alpha2", "jobsets") is None
     assert plain.get("batch", "v1", "jobs") is None
-    with_jobset = kinds.sim_registry(None, operators=["jobset"])
+    with_jobset = with_operator_kinds(kinds.sim_registry(None), ["jobset"])
     # JobSet needs batch/v1 Jobs: asking for it serves both
     assert with_jobset.get("jobset.x-k8s.io", "v1alpha2", "jobsets") is not None
     assert with_jobset.get("batch", "v1", "jobs") is not None
     with pytest.raises(ValueError, match="unknown operator 'argo'"):
-        kinds.sim_registry(None, operators=["argo"])
+        with_operator_kinds(kinds.sim_registry(None), ["argo"])
     with pytest.raises(ValueError, match="unknown operators"):
         operator_profile().model_validate({**operator_profile().model_dump(by_alias=True), "operators": ["argo"]})
 

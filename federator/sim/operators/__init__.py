@@ -75,6 +75,14 @@ def served_kinds(names: Iterable[str]) -> list[ResourceType]:
     return [rt for op in resolve(names) for rt in op.kinds]
 
 
+def with_operator_kinds(registry: Registry, names: Iterable[str]) -> Registry:
+    """`registry` (a simulated cluster's, `sim.kinds.sim_registry`) serving the kinds of the operators `names` too
+    (ValueError naming an unknown operator)."""
+    for rt in served_kinds(names):
+        registry.add(rt)
+    return registry
+
+
 async def run_operators(*, storage: ObjectStorage, registry: Registry, stop: asyncio.Event, logger: Any,
                         names: Iterable[str], **_: Any) -> None:
     """Every operator named, and the garbage collector over what they own, until `stop` is set."""

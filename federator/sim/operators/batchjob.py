@@ -27,6 +27,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import Registry
 from federator.apiserver.storage import ObjectStorage
@@ -78,10 +79,10 @@ def _add_index_env(container: dict[str, Any]) -> None:
 def job_pod(job: Mapping[str, Any], index: int | None) -> dict[str, Any]:
     """The pod the Job controller creates (generateName; the API server names it)."""
     template = copy.deepcopy(job["spec"]["template"])
-    meta = template.get("metadata") or {}
+    meta = Body(template)
     spec = template.get("spec") or {}
-    labels = dict(meta.get("labels") or {})
-    annotations = dict(meta.get("annotations") or {})
+    labels = dict(meta.labels)
+    annotations = dict(meta.annotations)
     if index is not None:
         for container in (*spec.get("initContainers", ()), *spec.get("containers", ())):
             _add_index_env(container)
@@ -93,13 +94,13 @@ def job_pod(job: Mapping[str, Any], index: int | None) -> dict[str, Any]:
                                 "ownerReferences": [controller_ref(job)]}
     if annotations:
         pod_meta["annotations"] = annotations
-    if meta.get("finalizers"):
-        pod_meta["finalizers"] = list(meta["finalizers"])
+    if meta.finalizers:
+        pod_meta["finalizers"] = list(meta.finalizers)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
 def _index_of(pod: Mapping[str, Any]) -> int | None:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(COMPLETION_INDEX)
+    raw = Body(pod).annotations.get(COMPLETION_INDEX)
     try:
         return int(raw) if raw is not None else None
     except ValueError:

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import JSONObject, ResourceType
 from federator.apiserver.storage import ObjectStorage
@@ -31,7 +32,7 @@ class GarbageCollector:
         self.log = logger
 
     def _owner_refs(self, obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-        refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+        refs = Body(obj).metadata.get("ownerReferences") or ()
         return [r for r in refs if isinstance(r, dict) and (r.get("apiVersion"), r.get("kind")) in self.owners]
 
     async def owner_gone(self, *, namespace: str, uid: str) -> None:

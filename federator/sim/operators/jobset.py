@@ -32,6 +32,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import Registry
 from federator.apiserver.storage import ObjectStorage
@@ -136,8 +137,7 @@ def _label_and_annotate(obj: dict[str, Any], js: Mapping[str, Any], rjob: Mappin
     meta = obj.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **keys}
     annotations = {**(meta.get("annotations") or {}), **keys}
-    for source in (js["metadata"].get("annotations") or {}, ((rjob.get("template") or {}).get("metadata") or {})
-                   .get("annotations") or {}):
+    for source in (Body(js).annotations, Body(rjob.get("template")).annotations):
         if EXCLUSIVE in source:
             annotations[EXCLUSIVE] = source[EXCLUSIVE]
             if NODE_SELECTOR_STRATEGY in source:
@@ -148,12 +148,12 @@ def _label_and_annotate(obj: dict[str, Any], js: Mapping[str, Any], rjob: Mappin
 def child_job(js: Mapping[str, Any], rjob: Mapping[str, Any], index: int) -> dict[str, Any]:
     """constructJob: the Job the JobSet controller creates for replica `index` of `rjob`."""
     template = copy.deepcopy(rjob.get("template") or {})
-    t_meta = template.get("metadata") or {}
+    t_meta = Body(template)
     job: dict[str, Any] = {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": job_name(js["metadata"]["name"], rjob["name"], index),
                      "namespace": js["metadata"]["namespace"],
-                     "labels": dict(t_meta.get("labels") or {}), "annotations": dict(t_meta.get("annotations") or {}),
+                     "labels": dict(t_meta.labels), "annotations": dict(t_meta.annotations),
                      "ownerReferences": [controller_ref(js)]},
         "spec": template.get("spec") or {},
     }
@@ -347,7 +347,7 @@ class JobSetController:
 
 
 def _label(obj: Mapping[str, Any], key: str) -> str:
-    return str(((obj.get("metadata") or {}).get("labels") or {}).get(key, ""))
+    return str(Body(obj).labels.get(key, ""))
 
 
 def _int_label(obj: Mapping[str, Any], key: str) -> int:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apis.common import dns1035_label_errors
 from federator.apis.timestamps import parse_time
 from federator.apiserver.errors import ApiError, FieldError
@@ -154,7 +155,7 @@ def webhook_errors(fw: Framework, job: JSONObject) -> list[FieldError]:
     containers with images, one named as the framework's default container; PyTorch's Master has 1 replica, a
     TFJob at most one Chief or Master."""
     errs: list[FieldError] = []
-    name = (job.get("metadata") or {}).get("name")
+    name = Body(job).metadata.get("name")
     if isinstance(name, str) and name:
         why = dns1035_label_errors(name)
         if why:
@@ -334,8 +335,8 @@ def replica_pod(fw: Framework, job: Mapping[str, Any], rtype: str, index: int) -
     """createNewPod: the pod of replica `rtype` `index` (`job` defaulted)."""
     rspec = fw.spec_of(job)[rtype]
     template = copy.deepcopy(rspec.get("template") or {})
-    meta = template.get("metadata") or {}
-    labels = {**(meta.get("labels") or {}), **operator_labels(fw, job["metadata"]["name"], rtype),
+    meta = Body(template)
+    labels = {**meta.labels, **operator_labels(fw, job["metadata"]["name"], rtype),
               REPLICA_INDEX: str(index)}
     if is_master_role(fw, job, rtype, index):
         labels[JOB_ROLE] = "master"
@@ -346,10 +347,10 @@ def replica_pod(fw: Framework, job: Mapping[str, Any], rtype: str, index: int) -
     pod_meta: dict[str, Any] = {"name": general_name(job["metadata"]["name"], rtype, index),
                                 "namespace": job["metadata"]["namespace"], "labels": labels,
                                 "ownerReferences": [controller_ref(job)]}
-    if meta.get("annotations"):
-        pod_meta["annotations"] = dict(meta["annotations"])
-    if meta.get("finalizers"):
-        pod_meta["finalizers"] = list(meta["finalizers"])
+    if meta.annotations:
+        pod_meta["annotations"] = dict(meta.annotations)
+    if meta.finalizers:
+        pod_meta["finalizers"] = list(meta.finalizers)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
 
 

@@ -18,6 +18,7 @@ import random
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from federator.apis.views import Body
 from federator.apis.timestamps import format_time
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import JSONObject, ResourceType
@@ -41,7 +42,7 @@ def controller_ref(owner: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+    for ref in Body(obj).metadata.get("ownerReferences") or ():
         if isinstance(ref, dict) and ref.get("controller") is True:
             return ref
     return None
@@ -179,13 +180,13 @@ async def run_reconciler(
             queue.put_nowait(key)
 
     def key_of(rt: ResourceType, obj: Mapping[str, Any]) -> Key | None:
-        meta = obj.get("metadata") or {}
+        meta = Body(obj)
         if rt is owner:
-            return meta.get("namespace", ""), meta.get("name", "")
+            return meta.namespace, meta.name
         ref = controller_of(obj)
         if ref is None or ref.get("kind") != owner.kind:
             return None
-        return meta.get("namespace", ""), str(ref.get("name", ""))
+        return meta.namespace, str(ref.get("name", ""))
 
     async def on_event(rt: ResourceType, kind: str, obj: JSONObject) -> None:
         key = key_of(rt, obj)

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
+from federator.apis.views import Body
 from federator.apis.common import json_type
 from federator.apis.crd import column_getter
 from federator.apis.jobkinds import JobKind
@@ -209,7 +210,7 @@ def _job_status_cell(obj: JSONObject) -> str:
         return "Complete"
     if _condition_true(obj, "Failed"):
         return "Failed"
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+    if Body(obj).deleting:
         return "Terminating"
     for kind in ("Suspended", "FailureTarget", "SuccessCriteriaMet"):
         if _condition_true(obj, kind):
@@ -287,7 +288,7 @@ def _job_create_defaults(job: JSONObject) -> None:
     selector is the job's uid, and the pod template gets the job-name and controller-uid labels (and their legacy
     twins); a job without labels takes its template's."""
     spec = job.get("spec")
-    meta = job.get("metadata") or {}
+    body = Body(job)
     template = spec.get("template") if isinstance(spec, dict) else None
     if not isinstance(spec, dict) or not isinstance(template, dict) or spec.get("manualSelector") is True:
         return
@@ -295,14 +296,14 @@ def _job_create_defaults(job: JSONObject) -> None:
         template.get("metadata", {}), dict) else None
     if not isinstance(labels, dict):
         return
-    uid, name = meta.get("uid", ""), meta.get("name") or ""
+    uid, name = body.uid, body.name
     labels[JOB_CONTROLLER_UID_LABEL] = uid
     labels[_LEGACY_CONTROLLER_UID_LABEL] = uid
     labels[JOB_NAME_LABEL] = name
     labels[_LEGACY_JOB_NAME_LABEL] = name
     spec["selector"] = {"matchLabels": {JOB_CONTROLLER_UID_LABEL: uid}}
-    if not meta.get("labels"):
-        meta["labels"] = dict(labels)
+    if not body.labels and isinstance(job.get("metadata"), dict):
+        job["metadata"]["labels"] = dict(labels)
 
 
 def _job_rules(job: JSONObject) -> list[FieldError]:
