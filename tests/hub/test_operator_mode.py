@@ -27,7 +27,7 @@ from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation
 from .hubtest_support import RunningHub, start_hub
-from .test_job_kinds import condition, source_status, write
+from .test_job_kinds import condition, in_default, indexed_job, source_status, write
 
 CLUSTER = "onprem-rdma-a100"
 JOBSET_EXAMPLE = Path(__file__).resolve().parents[1] / "apis" / "jobkinds" / "upstream" / "jobset-paralleljobs.yaml"
@@ -400,3 +400,24 @@ async def test_the_operators_failed_condition_fails_the_job_and_the_hub_restarts
         assert twin_failure["reason"] == failure["reason"]
         pods = await env.live_pods(CLUSTER, twin["metadata"]["uid"])
         assert all("federator.dev/attempt" not in (p["metadata"].get("annotations") or {}) for p in pods)
+
+
+def _replicas(example: dict[str, Any]) -> int:
+    """The pods an upstream example asks for: a Kubeflow job's replica specs, a Job's parallelism."""
+    spec = example["spec"]
+    if example["kind"] == "Job":
+        return int(spec.get("parallelism", 1))
+    (specs,) = [value for key, value in spec.items() if key.endswith("ReplicaSpecs")]
+    return sum(int(replica.get("replicas", 1)) for replica in specs.values())
+
+
+@pytest.mark.parametrize("kind, terminal", [("TFJob", "Succeeded"), ("PaddleJob", "Succeeded"), ("Job", "Complete")])
+async def test_the_other_operated_kinds_run_to_their_end_under_the_members_operators(
+        tmp_path: Path, kind: str, terminal: str) -> None:
+    """TFJob and PaddleJob (training-operator's own examples) and kube's Indexed pod-to-pod Job, unchanged, run
+    through their member copies under the member's operators (the emulated training-operator and Job controller)
+    to the operator's terminal condition, mirrored on the hub; deleting them on the hub deletes the copies."""
+    example = in_default(indexed_job()) if kind == "Job" else upstream_example(*EXAMPLES[kind])
+    async with federation(tmp_path) as env:
+        assert (await discovered(env))[KINDS[kind].source_key] == "operator"
+        await run_in_operator_mode(env, tmp_path, example, terminal=terminal, pods=_replicas(example))
