@@ -188,12 +188,15 @@ def _run_through_the_hub(fed: OperatorHub, example: Path, *, kind: str, resource
     assert created and patched, (len(created), len(patched))
     resumed = patched[0]["requestReceivedTimestamp"]
     assert created[0]["stageTimestamp"] <= resumed
+    # (this job's children: another job in the namespace had its own)
     writes = [e for verb in ("create", "update") for e in _requests(fed, OPERATORS[operator].user, verb, child,
-                                                                     namespace)]
+                                                                     namespace)
+              if str(e.get("objectRef", {}).get("name", "")).startswith(f"{name}-")]
     assert writes, f"the {operator} operator wrote no {child}"
     if child == "pods":
-        # the training operator creates no pod of a suspended job: every one came after the resume
-        assert all(e["requestReceivedTimestamp"] > patched[0]["stageTimestamp"] for e in writes), writes
+        # the training operator creates no pod of a suspended job: every one came after the resume (after the
+        # API server received it: its watch event can reach the operator before the patch's response completes)
+        assert all(e["requestReceivedTimestamp"] > resumed for e in writes), (resumed, writes)
     else:
         # JobSet creates its child Jobs suspended while it is, then resumes them (an update each): its last
         # write of its Jobs came after the hub's resume
@@ -218,7 +221,7 @@ def _deleted_on_the_hub(fed: OperatorHub, resource: str, name: str, namespace: s
         "pods", "-n", namespace, "-l", f"{LABEL_JOB_UID}={uid_of_pods}")["items"], timeout=90)
 
 
-def test_a_jobset_and_a_pytorchjob_run_to_succeeded_through_the_hub_under_the_real_operators(
+def test_a_jobset_a_pytorchjob_and_a_tfjob_run_to_succeeded_through_the_hub_under_the_real_operators(
         fed: OperatorHub, operator_binaries: OperatorBinaries) -> None:
     discovered = wait_for("the member Ready with its operators discovered", lambda: _operators(fed), timeout=120)
     assert discovered[JOBSET_KEY] == "operator" and discovered[PYTORCH_KEY] == "operator", discovered
@@ -246,6 +249,20 @@ def test_a_jobset_and_a_pytorchjob_run_to_succeeded_through_the_hub_under_the_re
     assert env["MASTER_ADDR"] == "pytorch-simple-master-0" and env["WORLD_SIZE"] == "2"  # the operator's, not ours
     uid = made["pytorch-simple-master-0"]["metadata"]["labels"][LABEL_JOB_UID]
     _deleted_on_the_hub(fed, "pytorchjobs.kubeflow.org", "pytorch-simple", "kubeflow", uid)
+
+    # the TFJob example, from the training-operator module the operator was built from (the Go module cache)
+    cache = subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True).stdout.strip()
+    tfjob = Path(cache) / "github.com" / "kubeflow" / "training-operator@v1.8.1" / "examples" / "tensorflow" / \
+        "simple.yaml"
+    made = _run_through_the_hub(fed, tfjob, kind="TFJob", resource="tfjobs.kubeflow.org", namespace="kubeflow",
+                                terminal="Succeeded", operator="kubeflow", child="pods", pods=2)
+    assert set(made) == {"tfjob-simple-worker-0", "tfjob-simple-worker-1"}
+    tf_config = json.loads({e["name"]: e.get("value") for e in
+                            made["tfjob-simple-worker-1"]["spec"]["containers"][0]["env"]}["TF_CONFIG"])
+    assert tf_config["task"] == {"type": "worker", "index": 1}, tf_config  # the operator's TF_CONFIG
+    assert tf_config["cluster"]["worker"] == [f"tfjob-simple-worker-{i}.kubeflow.svc:2222" for i in range(2)]
+    uid = made["tfjob-simple-worker-0"]["metadata"]["labels"][LABEL_JOB_UID]
+    _deleted_on_the_hub(fed, "tfjobs.kubeflow.org", "tfjob-simple", "kubeflow", uid)
 
     refused = [f for f in fed.member.forbidden() if f.user == HUB_USER]
     assert refused == [], refused
