@@ -116,6 +116,13 @@ _NOT_SENT = ("failed to connect", "connection refused", "no connection available
              "name resolution", "no address available", "connections to all backends failing")
 
 
+def _cut_off(e: grpc.aio.AioRpcError) -> bool:
+    """grpc's core, not etcd, ended the call: a stream whose connection broke while it was open (a leader
+    crash seen by a lease keepalive stream answers INTERNAL "Internal error from Core"). The store is
+    unavailable, as with UNAVAILABLE after the request was sent; etcd's own INTERNAL errors are not this."""
+    return e.code() == grpc.StatusCode.INTERNAL and "internal error from core" in (e.details() or "").lower()
+
+
 def _never_sent(e: grpc.aio.AioRpcError) -> bool:
     """UNAVAILABLE before the request was sent: a write can be retried without being applied twice."""
     details = (e.details() or "").lower()
@@ -239,7 +246,10 @@ class EtcdStore(BaseStore):
                 return await fn(self._timeout)
             except grpc.aio.AioRpcError as e:
                 code = e.code()
-                retriable = (code == grpc.StatusCode.UNAVAILABLE or _timed_out(e)) if idempotent else _never_sent(e)
+                retriable = (
+                    (code == grpc.StatusCode.UNAVAILABLE or _timed_out(e) or _cut_off(e)) if idempotent
+                    else _never_sent(e)
+                )
                 if not retriable:
                     raise self._translate(e, op) from None
                 delay = retry.next_delay()
@@ -261,7 +271,7 @@ class EtcdStore(BaseStore):
             return StoreUnavailable(
                 f"etcd at {self._where}: {op} timed out ({code.name}: {details}); its outcome is unknown"
             )
-        if code == grpc.StatusCode.UNAVAILABLE:  # a write cut off after it was sent (see _NOT_SENT)
+        if code == grpc.StatusCode.UNAVAILABLE or _cut_off(e):  # a write cut off after it was sent (see _NOT_SENT)
             return StoreUnavailable(
                 f"etcd at {self._where}: {op} was cut off ({code.name}: {details}); its outcome is unknown"
             )

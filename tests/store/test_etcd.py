@@ -9,7 +9,7 @@ import pytest
 
 from federator.store.etcd import EtcdStore
 from federator.store.etcd_process import EtcdProcess, free_port
-from federator.store.protocol import Event, StoreUnavailable
+from federator.store.protocol import Event, StoreError, StoreUnavailable
 
 PREFIX = "/federator/"
 
@@ -175,6 +175,44 @@ def test_a_write_is_sent_again_only_when_it_never_left(details: str, sent: bool)
     timed_out = grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                      details=details)
     assert not _never_sent(timed_out)
+
+
+async def test_a_stream_grpc_core_ended_is_retried_when_idempotent_and_unknown_otherwise(
+    etcd_factory: Callable[[], EtcdProcess],
+) -> None:
+    """A lease keepalive stream open when the leader crashed ended with INTERNAL "Internal error from Core"
+    (a CI run): that is the connection, not etcd; a keepalive is sent again, a write's outcome is unknown."""
+    import grpc
+
+    from federator.store.etcd import EtcdStore
+
+    store = await EtcdStore.connect([etcd_factory().endpoint], retry_budget_seconds=5.0)
+    calls = 0
+
+    async def core_ended_once(timeout: float) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details="Internal error from Core")
+        return "kept alive"
+
+    async def etcd_internal(timeout: float) -> str:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   details="etcdserver: some internal failure")
+
+    try:
+        assert await store._call("lease_keepalive", core_ended_once, idempotent=True) == "kept alive"
+        assert calls == 2
+        calls = 0
+        with pytest.raises(StoreUnavailable, match="outcome is unknown"):
+            await store._call("txn", core_ended_once, idempotent=False)
+        assert calls == 1
+        with pytest.raises(StoreError) as other:
+            await store._call("lease_keepalive", etcd_internal, idempotent=True)
+        assert not isinstance(other.value, StoreUnavailable)
+    finally:
+        await store.close()
 
 
 def test_children_started_beside_grpc_threads_run_no_grpc_fork_handlers() -> None:
