@@ -406,9 +406,10 @@ def _cmd_describe(args: argparse.Namespace) -> int:
             if e.code != 404:
                 raise
         else:
-            owners = Body(found).metadata.get("ownerReferences")
-            if any(isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid") == Body(source).uid
-                   for ref in (owners if isinstance(owners, list) else ())):
+            from federator.apis.jobkinds import controller_of_kind
+
+            ref = controller_of_kind(found, kind)
+            if ref is not None and ref["uid"] == Body(source).uid:
                 twin = found
         text = await describe_twin(client, twin, path) if twin is not None else ""
         print(describe_source(source, kind, twin, text), flush=True)

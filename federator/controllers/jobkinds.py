@@ -32,7 +32,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from federator.apis.jobkinds import JOB_KINDS, SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
+from federator.apis.jobkinds import (
+    JOB_KINDS,
+    SOURCE_KIND_ANNOTATION,
+    JobKind,
+    controller_of_kind,
+    job_kind_by_source,
+)
 from federator.apis.jobkinds.base import twin_trainingjob
 from federator.apis.jobkinds.kubeflowstatus import kubeflow_status_of
 from federator.apis.jobkinds.status import operator_conditions
@@ -62,13 +68,8 @@ class _Key:
 
 def _owner_uid(job: Mapping[str, Any], kind: JobKind) -> str | None:
     """The uid of the `kind` object that controls `job`, if any."""
-    refs = Body(job).metadata.get("ownerReferences")
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == kind.kind \
-                and ref.get("apiVersion") == kind.api_version:
-            uid = ref.get("uid")
-            return uid if isinstance(uid, str) else None
-    return None
+    ref = controller_of_kind(job, kind)
+    return ref["uid"] if ref is not None else None
 
 
 class JobKindTwins:

@@ -16,7 +16,8 @@ from federator.apis.jobkinds.jobset import JOBSET
 from federator.apis.jobkinds.kubeflow import KUBEFLOW_KINDS
 from federator.apis.jobkinds.trainjob import TRAINJOB
 
-__all__ = ["JOB_KINDS", "SOURCE_KIND_ANNOTATION", "JobKind", "job_kind_by_source", "source_of_twin"]
+__all__ = ["JOB_KINDS", "SOURCE_KIND_ANNOTATION", "JobKind", "controller_of_kind", "job_kind_by_source",
+           "source_of_twin"]
 
 JOB_KINDS: tuple[JobKind, ...] = (*KUBEFLOW_KINDS, JOBSET, TRAINJOB, JOB)
 
@@ -26,6 +27,17 @@ def job_kind_by_source(value: str) -> JobKind | None:
     return next((k for k in JOB_KINDS if k.source_key == value), None)
 
 
+def controller_of_kind(job: Mapping[str, Any], kind: JobKind) -> Mapping[str, Any] | None:
+    """`job`'s controller ownerReference when its controller is a `kind` object (with a string name and uid)."""
+    refs = Body(job).metadata.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == kind.kind \
+                and ref.get("apiVersion") == kind.api_version and isinstance(ref.get("name"), str) \
+                and isinstance(ref.get("uid"), str):
+            return ref
+    return None
+
+
 def source_of_twin(job: Mapping[str, Any]) -> dict[str, Any] | None:
     """The upstream object a twin TrainingJob stands for, as a reference an Event can name (apiVersion, kind,
     metadata name, namespace and uid, from the twin's controller ownerReference of its SOURCE_KIND_ANNOTATION
@@ -33,13 +45,8 @@ def source_of_twin(job: Mapping[str, Any]) -> dict[str, Any] | None:
     body = Body(job)
     annotation = body.annotations.get(SOURCE_KIND_ANNOTATION)
     kind = job_kind_by_source(annotation) if isinstance(annotation, str) else None
-    if kind is None:
+    ref = controller_of_kind(job, kind) if kind is not None else None
+    if kind is None or ref is None:
         return None
-    refs = body.metadata.get("ownerReferences")
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == kind.kind \
-                and ref.get("apiVersion") == kind.api_version and isinstance(ref.get("name"), str) \
-                and isinstance(ref.get("uid"), str):
-            return {"apiVersion": kind.api_version, "kind": kind.kind,
-                    "metadata": {"name": ref["name"], "namespace": body.namespace, "uid": ref["uid"]}}
-    return None
+    return {"apiVersion": kind.api_version, "kind": kind.kind,
+            "metadata": {"name": ref["name"], "namespace": body.namespace, "uid": ref["uid"]}}
