@@ -48,7 +48,9 @@ EXAMPLE_FILE = ROOT / "examples" / "resnet-ps.yaml"
 
 def sim_profile(name: str, *, scheduler: str = "volcano", gpu_nodes: int = 4, cpu_nodes: int = 2,
                 product: str = "NVIDIA-A100-SXM4-80GB", fabric: str = "infiniband",
-                datasets: bool = True, gpus: int = 8, start_delay: float = 0.05) -> ClusterProfile:
+                datasets: bool = True, gpus: int = 8, start_delay: float = 0.05,
+                operators: Sequence[str] = ()) -> ClusterProfile:
+    """A simulated cluster's profile; `operators` are the job-kind operators it runs (federator/sim/operators)."""
     # native is the default scheduler itself (with Kubernetes' gang scheduling on)
     schedulers = [{"type": scheduler}] if scheduler in ("default", "native") else [{"type": scheduler},
                                                                                  {"type": "default"}]
@@ -72,6 +74,8 @@ def sim_profile(name: str, *, scheduler: str = "volcano", gpu_nodes: int = 4, cp
     }
     if datasets:
         data["datasets"] = [{"name": "imagenet-22k", "size": "100Gi", "pools": ["gpu"]}]
+    if operators:
+        data["operators"] = list(operators)
     return parse_profile(data, source="tests/controllers")
 
 

@@ -22,9 +22,10 @@ from federator.apis.membercluster import OPERATOR_KINDS
 from federator.clusters.client import JOB_KIND_RESOURCES, PODS, MemberApiError
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID, LABEL_ROLE
 from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
+from federator.sim.operators import OPERATOR_NAMES
 
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
-from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
+from ..controllers.jobtest_support import STANDARD, HubApi, fast_settings, phase, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation
 from .hubtest_support import RunningHub, start_hub
 from .test_job_kinds import condition, in_default, indexed_job, source_status, write
@@ -110,21 +111,8 @@ class OperatorFederation(RunningFederation):
             for body in self.registrations.values():
                 body["spec"]["operators"] = dict(self.spec_operators or {})
             return
-        from federator.sim.operators import OPERATOR_NAMES  # the simulator's side (branch simop)
-        from federator.sim import profile as profile_module
-
-        original = profile_module.ClusterProfile.model_copy
-
-        def with_operators(self: Any, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
-            update = dict(update or {})
-            update.setdefault("operators", list(OPERATOR_NAMES))
-            return original(self, update=update, deep=deep)
-
-        profile_module.ClusterProfile.model_copy = with_operators  # type: ignore[method-assign]
-        try:
-            await super().start(names, **overrides)
-        finally:
-            profile_module.ClusterProfile.model_copy = original  # type: ignore[method-assign]
+        names = names or list(STANDARD)
+        await super().start(names, **{n: {"operators": list(OPERATOR_NAMES), **overrides.get(n, {})} for n in names})
         for body in self.registrations.values():
             if self.spec_operators is not None:
                 body["spec"]["operators"] = dict(self.spec_operators)
