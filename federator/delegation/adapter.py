@@ -711,14 +711,10 @@ class SchedulerAdapter:
         total_pods = sum(counts[role.name] for role in roles)
         hints = _node_hints(assignment, counts, where=where)
         gpu_pin = _gpu_pin(gpu_node_labels)
-        objects: list[MemberObject] = []
-        group = self.pod_group
-        group_name: str | None = None
-        if group is not None:
-            group_name = podgroup_name(job_name=job_name, job_uid=job_uid, epoch=epoch)
-            objects.append(self._render_podgroup(
-                group, name=group_name, namespace=namespace, roles=roles, labels=common_labels, annotations=common_annotations, where=where,
-                priority_class_name=priority_class_name))
+        group_name, podgroup = self._gang_podgroup(model, epoch=epoch, namespace=namespace, labels=common_labels,
+                                                   annotations=common_annotations, where=where,
+                                                   priority_class_name=priority_class_name)
+        objects: list[MemberObject] = [podgroup] if podgroup is not None else []
         seen: set[str] = {group_name} if group_name else set()
         for role in roles:
             role_pod = _pod_of(role, where=where)
@@ -791,23 +787,30 @@ class SchedulerAdapter:
         model, where, _, labels, annotations = _gang_identity(
             job, cluster_scheduler_name=cluster_scheduler_name, epoch=epoch, hub_id=hub_id, namespace=namespace,
             priority_class_name=priority_class_name)
-        job_uid, job_name = str(model.metadata.uid), str(model.metadata.name)
-        roles = model.spec.roles
-        podgroup: MemberObject | None = None
-        group_name: str | None = None
-        if self.pod_group is not None:
-            group_name = podgroup_name(job_name=job_name, job_uid=job_uid, epoch=epoch)
-            podgroup = self._render_podgroup(
-                self.pod_group, name=group_name, namespace=namespace, roles=roles, labels=labels,
-                annotations=annotations, where=where, priority_class_name=priority_class_name)
+        group_name, podgroup = self._gang_podgroup(model, epoch=epoch, namespace=namespace, labels=labels,
+                                                   annotations=annotations, where=where,
+                                                   priority_class_name=priority_class_name)
         pod_labels: dict[str, str] = {}
         pod_annotations: dict[str, str] = {}
         pod_spec: JSON = {}
         self.join_gang(pod_labels, pod_annotations, pod_spec, scheduler_name=cluster_scheduler_name,
                        group_name=group_name, priority_class_name=priority_class_name)
         return OperatorGang(podgroup=podgroup, labels=labels, annotations=annotations,
-                            roles=tuple(role.name for role in roles),
+                            roles=tuple(role.name for role in model.spec.roles),
                             pod_labels=pod_labels, pod_annotations=pod_annotations, pod_spec=pod_spec)
+
+    def _gang_podgroup(
+        self, model: TrainingJob, *, epoch: int, namespace: str, labels: Mapping[str, str],
+        annotations: Mapping[str, str], where: str, priority_class_name: str | None,
+    ) -> tuple[str | None, MemberObject | None]:
+        """The gang's PodGroup at `epoch` and its name (both None for a scheduler without one): the first object
+        `render` makes, and the one `render_operator_gang` makes."""
+        if self.pod_group is None:
+            return None, None
+        name = podgroup_name(job_name=str(model.metadata.name), job_uid=str(model.metadata.uid), epoch=epoch)
+        return name, self._render_podgroup(
+            self.pod_group, name=name, namespace=namespace, roles=model.spec.roles, labels=labels,
+            annotations=annotations, where=where, priority_class_name=priority_class_name)
 
     def _render_podgroup(
         self, group: PodGroupKind, *, name: str, namespace: str, roles: Sequence[Role],
