@@ -312,7 +312,10 @@ async def test_a_member_that_refuses_priority_classes_gets_the_gang_without_one(
         groups, pods = await env.fed.member_objects(CLUSTER, created["metadata"]["uid"])
         assert "priorityClassName" not in groups[0]["spec"]
         assert {(p["spec"].get("priorityClassName"), p["spec"]["priority"]) for p in pods} == {(None, 0)}
-        assert forbidden_for(sim, HUB) == {("create", "priorityclasses.scheduling.k8s.io"): 1}
+        # refused once per dispatch attempt: a loaded machine can time out a member create and dispatch again
+        refused = forbidden_for(sim, HUB)
+        assert set(refused) == {("create", "priorityclasses.scheduling.k8s.io")} and refused[
+            ("create", "priorityclasses.scheduling.k8s.io")] >= 1, refused
 
 
 # ---------------------------------------------------------------- the fence agent, as deployed
