@@ -14,14 +14,14 @@ import pytest
 import yaml
 
 from federator.apis.jobkinds import JOB_KINDS
-from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
+from federator.hub.kinds import SOURCE_FINALIZER
 
 from ..apis.jobkinds.test_batchjob import POD_TO_POD
 from ..apis.jobkinds.test_trainjob import small as small_trainjob
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
-from ..controllers.jobtest_support import HubApi, fast_settings, phase, wait_until
-from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation, aimed_job
-from .hubtest_support import RunningHub, start_hub
+from ..controllers.jobtest_support import phase, wait_until
+from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, aimed_job, lifecycle_env
+from .hubtest_support import RunningHub
 from .test_describe_events import event_rows
 
 CLUSTER = "onprem-rdma-a100"
@@ -150,25 +150,9 @@ async def test_a_researcher_may_submit_in_their_namespace_only(hub: RunningHub) 
 @contextlib.asynccontextmanager
 async def federation(tmp_path: Path, *, run_seconds: float) -> AsyncIterator[Env]:
     """A hub running the lifecycle controllers and the twin controller, with one simulated member."""
-    fed = RunningFederation(tmp_path / "members", run_seconds=run_seconds)
-    await fed.start([CLUSTER])
-    controllers = LIFECYCLE_WITH_TWINS
-    settings = fast_settings(tmp_path / "hub" / "state", lifecycle_tick_seconds=0.1, member_gc_interval_seconds=0.5,
-                             stuck_timeout_seconds=30.0, cleanup_grace_seconds=30.0)
-    try:
-        async with start_hub(tmp_path / "hub", controllers=controllers, settings=settings,
-                             job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
-                             source_finalizers=(SOURCE_FINALIZER,)) as running:
-            api = await HubApi.connect(running.kubeconfigs["admin"])
-            try:
-                for body in fed.registrations.values():
-                    await api.register(body)
-                await api.wait_cluster_ready(CLUSTER)
-                yield Env(running, api, fed)
-            finally:
-                await api.close()
-    finally:
-        await fed.stop()
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=run_seconds, controllers=LIFECYCLE_WITH_TWINS,
+                             source_finalizers=(SOURCE_FINALIZER,)) as env:
+        yield env
 
 
 async def source_status(env: Env, example: dict[str, Any]) -> dict[str, Any]:

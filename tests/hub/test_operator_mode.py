@@ -21,13 +21,13 @@ from federator.apis.jobkinds import JOB_KINDS
 from federator.apis.membercluster import OPERATOR_KINDS
 from federator.clusters.client import JOB_KIND_RESOURCES, PODS, MemberApiError
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID, LABEL_ROLE
-from federator.hub.kinds import MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER
+from federator.hub.kinds import SOURCE_FINALIZER
 from federator.sim.operators import OPERATOR_NAMES
 
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
-from ..controllers.jobtest_support import STANDARD, HubApi, fast_settings, phase, wait_until
-from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation
-from .hubtest_support import RunningHub, start_hub
+from ..controllers.jobtest_support import STANDARD, phase, wait_until
+from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, RunningFederation, lifecycle_env
+from .hubtest_support import RunningHub
 from .test_job_kinds import condition, in_default, indexed_job, source_status, write
 
 CLUSTER = "onprem-rdma-a100"
@@ -124,25 +124,10 @@ async def federation(tmp_path: Path, *, run_seconds: float = 2.0, operators: dic
                      **knobs: Any) -> AsyncIterator[Env]:
     fed = OperatorFederation(tmp_path / "members", run_seconds=run_seconds, operators=operators,
                              run_operators=run_operators)
-    await fed.start(list(names))
-    settings = fast_settings(tmp_path / "hub" / "state", **{
-        "lifecycle_tick_seconds": 0.1, "member_gc_interval_seconds": 0.5, "stuck_timeout_seconds": 60.0,
-        "cleanup_grace_seconds": 60.0, **knobs})
-    try:
-        async with start_hub(tmp_path / "hub", controllers=LIFECYCLE_WITH_TWINS, settings=settings,
-                             job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
-                             source_finalizers=(SOURCE_FINALIZER,)) as running:
-            api = await HubApi.connect(running.kubeconfigs["admin"])
-            try:
-                for body in fed.registrations.values():
-                    await api.register(body)
-                for name in names:
-                    await api.wait_cluster_ready(name)
-                yield Env(running, api, fed)
-            finally:
-                await api.close()
-    finally:
-        await fed.stop()
+    async with lifecycle_env(tmp_path, list(names), federation=fed, controllers=LIFECYCLE_WITH_TWINS,
+                             source_finalizers=(SOURCE_FINALIZER,),
+                             **{"stuck_timeout_seconds": 60.0, "cleanup_grace_seconds": 60.0, **knobs}) as env:
+        yield env
 
 
 async def discovered(env: Env) -> dict[str, str]:
@@ -318,7 +303,9 @@ async def test_a_lost_clusters_copy_moves_whole_and_the_old_copy_is_deleted_on_r
     jobset["metadata"]["namespace"] = "default"
     jobset["metadata"]["annotations"] = {"federator.dev/datasets": "imagenet-22k"}  # cached in CLUSTER only
     name = jobset["metadata"]["name"]
-    async with federation(tmp_path, run_seconds=3600.0, names=(CLUSTER, FALLBACK), cluster_loss_grace_seconds=2.0,
+    # a 6 s grace: with 2 s, a run beside the loaded suite stalled this process 9 s and judged CLUSTER lost
+    # before the test cut it off (the gang moved early and the first wait never saw it Running there)
+    async with federation(tmp_path, run_seconds=3600.0, names=(CLUSTER, FALLBACK), cluster_loss_grace_seconds=6.0,
                           member_lease=False) as env:
         await discovered(env)
         code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, jobset))
