@@ -133,7 +133,9 @@ def _members_help() -> str:
         "(kube-scheduler's own gang scheduling) or 'default' (default: "
         f"{', '.join(DEFAULT_KUBE_PROFILES)}). Volcano, coscheduling and kube-batch cannot: volcano.sh/volcano, "
         "volcano.sh/apis and sigs.k8s.io/scheduler-plugins are refused by the Go module proxy (403); KAI is not "
-        "among the pinned modules. Background load of a profile is not played on real members")
+        "among the pinned modules. A profile's operators (jobset, kubeflow) run as the real JobSet controller and "
+        "Kubeflow training operator beside its member (built from e2e/kube/operators on first use, ~10 min once). "
+        "Background load of a profile is not played on real members")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -124,6 +124,7 @@ __all__ = [
     "kube_binaries",
     "kwok_stages",
     "operator_binaries",
+    "profile_operators",
     "operator_install",
     "operators_build_script",
     "refused_reason",
@@ -1220,14 +1221,23 @@ class KubeMember:
         return bool(nodes) and nodes <= renewed
 
 
+def profile_operators(profile: ClusterProfile) -> tuple[str, ...]:
+    """The real operators (OPERATORS) a member of `profile` runs: its `operators` as the simulator reads them
+    (federator/sim/operators), less "batch", which every real member serves with kube-controller-manager's Job
+    controller."""
+    return tuple(name for name in profile.operators if name in OPERATORS)
+
+
 class KubeMembers:
-    """N real members (one per profile) in `directory`; `start()` starts them one after another and stops
-    all of them if one fails; `stop()` stops all (idempotent)."""
+    """N real members (one per profile) in `directory`, each running its profile's operators
+    (`profile_operators`); `start()` starts them one after another and stops all of them if one fails;
+    `stop()` stops all (idempotent)."""
 
     def __init__(self, profiles: Sequence[ClusterProfile], *, directory: Path, binaries: KubeBinaries,
                  **options: Any) -> None:
         self.directory = directory
-        self.members = [KubeMember(p, directory=directory, binaries=binaries, **options) for p in profiles]
+        self.members = [KubeMember(p, directory=directory, binaries=binaries, operators=profile_operators(p),
+                                   **options) for p in profiles]
 
     def start(self) -> list[KubeMember]:
         self.directory.mkdir(parents=True, exist_ok=True)

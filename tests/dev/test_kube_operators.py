@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from federator.dev.kube import OPERATORS, KubeBinaries, KubeMember, KubeMemberError, operator_install, \
-    operators_build_script
+from federator.dev.kube import COMPONENTS, OPERATORS, KubeBinaries, KubeMember, KubeMemberError, KubeMembers, \
+    operator_install, operators_build_script, profile_operators
 from federator.sim.profile import load_profile_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +128,20 @@ def test_an_unknown_operator_is_refused_before_anything_starts(tmp_path: Path) -
     member = KubeMember(profile, directory=tmp_path, binaries=KubeBinaries(tmp_path),
                         operators=("kubeflow", "jobset", "kubeflow"))
     assert member.components[-2:] == ("training-operator", "jobset-controller")
+
+
+def test_federator_up_members_kube_runs_the_operators_a_profile_names(tmp_path: Path) -> None:
+    """`federator up --members kube` (KubeMembers) gives each real member its profile's `operators`, as the
+    simulator reads them: batch is kube-controller-manager's own Job controller, so no process of its own."""
+    plain = load_profile_file(ROOT / "clusterconfigs" / "sim" / "cloud-native-gang.yaml")
+    operated = plain.model_copy(update={"name": "operated", "operators": ["batch", "jobset", "kubeflow"]})
+    batch_only = plain.model_copy(update={"name": "batch-only", "operators": ["batch"]})
+    assert profile_operators(plain) == () and profile_operators(batch_only) == ()
+    assert profile_operators(operated) == ("jobset", "kubeflow")
+    members = KubeMembers([plain, operated, batch_only], directory=tmp_path, binaries=KubeBinaries(tmp_path))
+    assert [m.operators for m in members] == [(), ("jobset", "kubeflow"), ()]
+    assert [m.components[len(COMPONENTS):] for m in members] == [(), ("jobset-controller", "training-operator"), ()]
+    assert list(tmp_path.iterdir()) == []  # nothing started
 
 
 def test_build_sh_without_go_says_so_in_one_line(tmp_path: Path) -> None:
