@@ -9,7 +9,8 @@ PyTorchJob, so the hub's MemberCluster says operator mode for them; the upstream
 to the HUB with kubectl; the hub creates the member copy suspended and resumes it (the member's audit log orders the
 hub's create and patch before the operator's first create), the real operator creates the pods under the upstream
 names with the hub's labels, kwok's nodes end them Succeeded, and the hub's source object ends Succeeded with the
-operator's conditions and the cluster; `kubectl delete` on the hub takes the member copy and its pods away.
+operator's conditions and the cluster; `kubectl delete` on the hub takes the member copy and its pods away. The
+same for the PaddleJob example (the training operator) and kube's Indexed Job (the member's own Job controller).
 """
 
 from __future__ import annotations
@@ -151,9 +152,10 @@ def _requests(fed: OperatorHub, user: str, verb: str, resource: str, namespace: 
 
 
 def _run_through_the_hub(fed: OperatorHub, example: Path, *, kind: str, resource: str, namespace: str,
-                         terminal: str, operator: str, child: str, pods: int) -> dict[str, dict[str, Any]]:
+                         terminal: str, operator: str | None, child: str, pods: int) -> dict[str, dict[str, Any]]:
     """Apply `example` to the hub; wait until its source object ends; check the member copy, the operator's
-    pods, the mirrored status; the member's pods by name."""
+    pods, the mirrored status; the member's pods by name. `operator` None: kube's own Job controller runs the
+    kind (its writes are kube-controller-manager's, which the member's audit policy leaves out)."""
     document = yaml.safe_load(example.read_text())
     name = document["metadata"]["name"]
     fed.up.kubectl("apply", "-f", str(example), "-n", namespace)
@@ -188,6 +190,8 @@ def _run_through_the_hub(fed: OperatorHub, example: Path, *, kind: str, resource
     assert created and patched, (len(created), len(patched))
     resumed = patched[0]["requestReceivedTimestamp"]
     assert created[0]["stageTimestamp"] <= resumed
+    if operator is None:
+        return _pods_done(fed, namespace, uid, pods)
     # (this job's children: another job in the namespace had its own)
     writes = [e for verb in ("create", "update") for e in _requests(fed, OPERATORS[operator].user, verb, child,
                                                                      namespace)
@@ -201,7 +205,10 @@ def _run_through_the_hub(fed: OperatorHub, example: Path, *, kind: str, resource
         # JobSet creates its child Jobs suspended while it is, then resumes them (an update each): its last
         # write of its Jobs came after the hub's resume
         assert max(e["requestReceivedTimestamp"] for e in writes) > resumed, writes
+    return _pods_done(fed, namespace, uid, pods)
 
+
+def _pods_done(fed: OperatorHub, namespace: str, uid: str, pods: int) -> dict[str, dict[str, Any]]:
     # the operator's pods: upstream names, the hub's labels (from the copy's templates), on kwok's nodes, done
     made = {p["metadata"]["name"]: p for p in fed.in_member(
         "pods", "-n", namespace, "-l", f"{LABEL_JOB_UID}={uid}")["items"]}
@@ -263,6 +270,52 @@ def test_a_jobset_a_pytorchjob_and_a_tfjob_run_to_succeeded_through_the_hub_unde
     assert tf_config["cluster"]["worker"] == [f"tfjob-simple-worker-{i}.kubeflow.svc:2222" for i in range(2)]
     uid = made["tfjob-simple-worker-0"]["metadata"]["labels"][LABEL_JOB_UID]
     _deleted_on_the_hub(fed, "tfjobs.kubeflow.org", "tfjob-simple", "kubeflow", uid)
+
+    refused = [f for f in fed.member.forbidden() if f.user == HUB_USER]
+    assert refused == [], refused
+
+
+#: kube's Indexed Job with pod-to-pod communication (kubernetes.io/docs/tasks/job/job-with-pod-to-pod-communication),
+#: as tests/apis/jobkinds/test_batchjob.py holds it, with a shorter script (kwok runs no container)
+INDEXED_JOB = {
+    "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "example-job"},
+    "spec": {"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+             "template": {"spec": {"subdomain": "headless-svc", "restartPolicy": "Never",
+                                   "containers": [{"name": "example-workload", "image": "bash:latest",
+                                                   "command": ["bash", "-c", "echo ok"]}]}}},
+}
+
+
+def test_a_paddlejob_and_a_batch_job_run_to_their_end_through_the_hub_under_the_real_controllers(
+        fed: OperatorHub, operator_binaries: OperatorBinaries) -> None:
+    """The other two kinds a real member runs with its own controller: Kubeflow's PaddleJob example under the
+    training operator, and kube's Indexed Job under kube-controller-manager's Job controller."""
+    discovered = wait_for("the member Ready with its operators discovered", lambda: _operators(fed), timeout=120)
+    assert discovered["PaddleJob.kubeflow.org"] == "operator" and discovered["Job.batch"] == "operator", discovered
+
+    cache = subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True).stdout.strip()
+    paddle = Path(cache) / "github.com" / "kubeflow" / "training-operator@v1.8.1" / "examples" / "paddlepaddle" / \
+        "simple-cpu.yaml"
+    made = _run_through_the_hub(fed, paddle, kind="PaddleJob", resource="paddlejobs.kubeflow.org",
+                                namespace="kubeflow", terminal="Succeeded", operator="kubeflow", child="pods", pods=2)
+    assert set(made) == {"paddle-simple-cpu-worker-0", "paddle-simple-cpu-worker-1"}
+    env = {e["name"]: e.get("value") for e in made["paddle-simple-cpu-worker-1"]["spec"]["containers"][0]["env"]}
+    # the operator's env, not the hub's
+    assert env["PADDLE_NNODES"] == "2" and env["PADDLE_JOB_ID"] == "paddle-simple-cpu", env
+    assert env["PADDLE_MASTER"] == "paddle-simple-cpu-worker-0:37777", env
+    uid = made["paddle-simple-cpu-worker-0"]["metadata"]["labels"][LABEL_JOB_UID]
+    _deleted_on_the_hub(fed, "paddlejobs.kubeflow.org", "paddle-simple-cpu", "kubeflow", uid)
+
+    example = fed.work / "indexed-job.yaml"
+    example.write_text(yaml.safe_dump(INDEXED_JOB))
+    made = _run_through_the_hub(fed, example, kind="Job", resource="jobs.batch", namespace="default",
+                                terminal="Complete", operator=None, child="pods", pods=3)
+    # kube's Job controller's names: <job>-<completion index>-<random>, hostnames <job>-<index>
+    assert sorted(p["spec"]["hostname"] for p in made.values()) == [f"example-job-{i}" for i in range(3)]
+    assert sorted(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in made.values()) == [
+        "0", "1", "2"]
+    uid = next(iter(made.values()))["metadata"]["labels"][LABEL_JOB_UID]
+    _deleted_on_the_hub(fed, "jobs.batch", "example-job", "default", uid)
 
     refused = [f for f in fed.member.forbidden() if f.user == HUB_USER]
     assert refused == [], refused
