@@ -517,9 +517,22 @@ def apply_dispatch_record(status: dict[str, Any], record: DispatchRecord) -> boo
     if not set_condition(status, type="Dispatched", state="True", reason="MemberObjectsCreated",
                          message=record.message, now=record.at):
         return False
-    append_history(status, history_entry("Dispatched", cluster=record.cluster, epoch=record.epoch,
-                                         message=record.message, now=record.at))
+    # A fast member can have scheduled the objects, and status sync recorded that (Admitted, Running, ...), before
+    # this record is written: the entry goes before those of the same placement, where it happened (a loaded run
+    # on a real member saw history Placed, Admitted, Dispatched).
+    history = list(status.get("history") or ())
+    at = len(history)
+    while at > 0 and isinstance(history[at - 1], Mapping) and history[at - 1].get("event") in _AFTER_DISPATCH \
+            and (history[at - 1].get("cluster"), history[at - 1].get("epoch")) == (record.cluster, record.epoch):
+        at -= 1
+    history.insert(at, history_entry("Dispatched", cluster=record.cluster, epoch=record.epoch,
+                                     message=record.message, now=record.at))
+    status["history"] = history[-MAX_HISTORY:]
     return True
+
+
+#: history events of a placement that only follow its dispatch (status sync's, from what the member shows)
+_AFTER_DISPATCH = frozenset({PHASE_ADMITTED, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED})
 
 
 class InFlight:

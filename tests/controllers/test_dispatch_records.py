@@ -36,3 +36,20 @@ def test_a_dispatch_at_a_new_epoch_into_the_same_cluster_is_recorded_too() -> No
     history = status["history"]
     assert isinstance(history, list)
     assert [(h["event"], h["epoch"]) for h in history] == [("Dispatched", 1), ("Dispatched", 2)]
+
+
+def test_the_entry_goes_before_what_status_sync_recorded_of_the_same_placement_first() -> None:
+    """A real member scheduled a one-pod gang, and status sync wrote Admitted and Running, before dispatch wrote
+    its record (a loaded run of e2e/kube/test_same_scenario.py): history still reads Placed, Dispatched, Admitted,
+    Running. Entries of another placement stay where they are."""
+    status: dict[str, object] = {"history": [
+        {"event": "Admitted", "cluster": "c1", "epoch": 1},
+        {"event": "Placed", "cluster": "c1", "epoch": 2},
+        {"event": "Admitted", "cluster": "c1", "epoch": 2},
+        {"event": "Running", "cluster": "c1", "epoch": 2},
+    ]}
+    assert apply_dispatch_record(status, _record(epoch=2))
+    history = status["history"]
+    assert isinstance(history, list)
+    assert [(h["event"], h["epoch"]) for h in history] == [
+        ("Admitted", 1), ("Placed", 2), ("Dispatched", 2), ("Admitted", 2), ("Running", 2)]
