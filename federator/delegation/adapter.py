@@ -121,9 +121,10 @@ from federator.apis.common import (
 )
 from federator.apis.frameworks import FrameworkSettings
 from federator.apis.trainingjob import Role, TrainingJob, placed_replicas, validate_trainingjob
-from federator.delegation.contracts import apply_contract
+from federator.apis.jobkinds.base import PodContract, PodDns
+from federator.delegation.contracts import contract_for, put_contract
 from federator.delegation.frameworks import GangLayout, GangRole, apply_framework, framework_config_maps, service_ports
-from federator.delegation.network import headless_service, set_identity
+from federator.delegation.network import headless_service, set_dns
 from federator.apis.views import Body
 from federator.placement.decision import PodAssignment
 from federator.placement.gang import MAX_GANG_PODS
@@ -1053,34 +1054,78 @@ def _gang_identity(
 
 def _gang_objects(model: TrainingJob, objects: Sequence[MemberObject], *, counts: Mapping[str, int], namespace: str,
                   labels: Mapping[str, str], annotations: Mapping[str, str], where: str) -> list[MemberObject]:
-    """The gang's headless Service, the framework's ConfigMaps and the pods (copies of `objects`' pods with
-    hostname, subdomain and the framework's environment), in dispatch order."""
+    """The gang's headless Service (and, for an upstream kind, the Services its operator's DNS names need), the
+    framework's ConfigMaps and the pods (copies of `objects`' pods with hostname, subdomain, the framework's
+    environment and the kind's pod contract), in dispatch order."""
     meta = model.metadata
     assert meta.name and meta.uid
     service = service_name(job_name=meta.name, job_uid=meta.uid)
     if dns1035_label_errors(service):  # cannot happen; refuse rather than send it
         raise RenderError(f"{where}: rendered Service name {service!r} is not a DNS-1035 label")
     pods = [o for o in objects if o.gvk == POD_GVK]
+    keys = [(p.labels[LABEL_ROLE], int(p.labels[LABEL_INDEX])) for p in pods]
+    contracts = {key: contract_for(job_name=meta.name, namespace=namespace, role=key[0], index=key[1],
+                                   job_annotations=meta.annotations or {}) for key in keys}
+    dns = _operator_dns(contracts, hub_service=service)
+    resolvable = bool(dns) and all(d.service or d.subdomain for d in dns.values())
     layout = GangLayout(
         framework=model.spec.framework or "none", settings=model.spec.framework_settings or FrameworkSettings(),
         job_name=meta.name, namespace=namespace, service=service,
         roles=tuple(GangRole(name=r.name, replicas=counts[r.name], fewest=r.fewest, most=r.most)
                     for r in model.spec.roles),
-        pod_names={(p.labels[LABEL_ROLE], int(p.labels[LABEL_INDEX])): p.name for p in pods})
+        pod_names={key: p.name for key, p in zip(keys, pods)},
+        names={key: d.name for key, d in dns.items()} if resolvable else {},
+        subdomain=next((d.subdomain for d in dns.values() if d.subdomain), "") if resolvable else "")
     selector = {LABEL_HUB: labels[LABEL_HUB], LABEL_JOB_UID: labels[LABEL_JOB_UID], LABEL_EPOCH: labels[LABEL_EPOCH]}
-    out = [MemberObject(gvk=SERVICE_GVK, namespace=namespace, name=service, body=headless_service(
-        name=service, namespace=namespace, labels=labels, annotations=annotations, selector=selector,
-        ports=service_ports(layout)))]
+    ports = service_ports(layout)
+
+    def headless(name: str, extra: Mapping[str, str]) -> MemberObject:
+        return MemberObject(gvk=SERVICE_GVK, namespace=namespace, name=name, body=headless_service(
+            name=name, namespace=namespace, labels={**labels, **extra}, annotations=annotations,
+            selector={**selector, **extra}, ports=ports))
+
+    out = [headless(service, {})]
+    out += [headless(name, {}) for name in dict.fromkeys(d.subdomain for d in dns.values() if d.subdomain)]
+    out += [headless(d.service, {LABEL_ROLE: key[0], LABEL_INDEX: str(key[1])}) for key, d in dns.items()
+            if d.service]
     out += [MemberObject(gvk=CONFIG_MAP_GVK, namespace=namespace, name=body["metadata"]["name"], body=body)
             for body in framework_config_maps(layout, labels=labels, annotations=annotations)]
-    for pod in pods:
+    for key, pod in zip(keys, pods):
         body = _copy_json(pod.body)
-        set_identity(body, service=service)
-        apply_framework(layout, body, role=pod.labels[LABEL_ROLE], index=int(pod.labels[LABEL_INDEX]))
-        apply_contract(body, job_name=meta.name, namespace=namespace, role=pod.labels[LABEL_ROLE],
-                       index=int(pod.labels[LABEL_INDEX]), job_annotations=meta.annotations or {})
+        own = dns.get(key)
+        if own is not None:
+            set_dns(body, hostname=own.hostname, subdomain=own.subdomain)
+        else:
+            set_dns(body, hostname=pod.name, subdomain=service)
+        apply_framework(layout, body, role=key[0], index=key[1])
+        contract = contracts[key]
+        if contract is not None:
+            put_contract(body, contract)
         out.append(MemberObject(gvk=POD_GVK, namespace=pod.namespace, name=pod.name, body=body))
     return out
+
+
+def _operator_dns(contracts: Mapping[tuple[str, int], PodContract | None], *, hub_service: str
+                  ) -> dict[tuple[str, int], PodDns]:
+    """(role, index) -> the DNS identity the kind's operator gives that pod, for every pod, or {} (the hub's own
+    identity for the whole gang) when a pod's contract gives none, or a name would not be valid (a hostname or
+    subdomain that is no DNS-1123 label of at most 63 characters, a Service name that is no DNS-1035 label: the
+    operator would refuse such a job) or would clash (two pods of one hostname and subdomain, a Service name used
+    twice, or the gang's own Service's name)."""
+    found = {key: c.dns for key, c in contracts.items() if c is not None and c.dns is not None}
+    if not found or len(found) != len(contracts):
+        return {}
+    identities = [(d.hostname, d.subdomain) for d in found.values()]
+    services = [d.service for d in found.values() if d.service]
+    subdomains = set(d.subdomain for d in found.values() if d.subdomain)
+    if len(set(identities)) != len(identities) or len(set(services)) != len(services) \
+            or subdomains & set(services) or hub_service in subdomains | set(services):
+        return {}
+    for d in found.values():
+        if dns1123_label_errors(d.hostname) or (d.subdomain and dns1035_label_errors(d.subdomain)) \
+                or (d.service and dns1035_label_errors(d.service)):
+            return {}
+    return found
 
 
 def _parse_job(job: Mapping[str, Any]) -> TrainingJob:

@@ -1,9 +1,12 @@
 """The environment each training framework reads, injected into a gang's rendered pods (`spec.framework`).
 
-Existing training code runs unchanged because the hub sets what the Kubeflow operators set, with one difference
-everywhere: where an operator names a peer by its per-replica Service (`<job>-<type>-<i>`, or
-`<job>-<type>-<i>.<ns>.svc`), the hub names it by the pod's own DNS name through the gang's headless Service
-(`<pod>.<service>.<namespace>.svc`, delegation/network.py), which resolves from the moment the pod exists.
+Existing training code runs unchanged because the hub sets what the Kubeflow operators set. Peers are named by
+their DNS names (`GangLayout.names`): for an upstream kind rendered by the hub, the operator's own
+(`<job>-<type>-<i>` and `<job>-<type>-<i>.<ns>.svc`, `<job>-worker-<i>.<job>.<ns>.svc`, `<name>-node-0-0.<name>`),
+which the rendering makes resolve (delegation/network.py); for a TrainingJob, the pod's own DNS name through the
+gang's headless Service (`<pod>.<service>.<namespace>.svc`), which resolves from the moment the pod exists. Where
+an operator writes the short name (MASTER_ADDR, PET_RDZV_ENDPOINT, PADDLE_MASTER: `GangLayout.peer`) the hub does
+too for upstream kinds; elsewhere the `<name>.<ns>.svc` form (`GangLayout.address`).
 Sources, by framework (training-operator v1.9.0 is the last release with the v1 operators; paths at tag v1.9.0):
 
 - **pytorch** (kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go `setPodEnv`, master.go
@@ -61,7 +64,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from federator.apis.frameworks import DEFAULT_PORTS, FrameworkSettings, framework_role
@@ -111,9 +114,22 @@ class GangLayout:
     roles: tuple[GangRole, ...]
     #: (role, index) -> pod name
     pod_names: Mapping[tuple[str, int], str]
+    #: (role, index) -> the operator's DNS name of the pod relative to the namespace (`PodDns.name`), for every
+    #: pod of an upstream kind rendered under its operator's names; empty: the hub's own names
+    names: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    #: the subdomain the operator's pods share (MPI: `<job>`, the workers' search domain); "": the gang's Service
+    subdomain: str = ""
 
     def address(self, role: str, index: int) -> str:
+        """The pod's DNS name as `<name>.<namespace>.svc`."""
+        if self.names:
+            return f"{self.names[(role, index)]}.{self.namespace}.svc"
         return pod_address(pod=self.pod_names[(role, index)], service=self.service, namespace=self.namespace)
+
+    def peer(self, role: str, index: int) -> str:
+        """The name an operator writes where it writes a short one (the operator's name; the hub's own address
+        otherwise)."""
+        return self.names[(role, index)] if self.names else self.address(role, index)
 
     def role_playing(self, played: str) -> GangRole | None:
         return next((r for r in self.roles if framework_role(self.framework, r.name) == played), None)
@@ -161,14 +177,14 @@ def _pytorch_env(layout: GangLayout, role: str, index: int) -> list[JSON]:
     env = [
         _var("PYTHONUNBUFFERED", "1"),
         _var("MASTER_PORT", port), _var("PET_MASTER_PORT", port),
-        _var("MASTER_ADDR", layout.address(*head)), _var("PET_MASTER_ADDR", layout.address(*head)),
+        _var("MASTER_ADDR", layout.peer(*head)), _var("PET_MASTER_ADDR", layout.peer(*head)),
         _var("WORLD_SIZE", str(world)), _var("RANK", str(rank)), _var("PET_NODE_RANK", str(rank)),
         _var("PET_NPROC_PER_NODE", nproc),
     ]
     if worker is not None and worker.fewest < worker.most:
         fewest = sum(r.fewest for r in layout.roles)
         most = sum(r.most for r in layout.roles)
-        env += [_var("PET_RDZV_ENDPOINT", f"{layout.address(worker.name, 0)}:{port}"),
+        env += [_var("PET_RDZV_ENDPOINT", f"{layout.peer(worker.name, 0)}:{port}"),
                 _var("PET_RDZV_BACKEND", "c10d"), _var("PET_NNODES", f"{fewest}:{most}")]
     else:
         env.append(_var("PET_NNODES", str(layout.pods)))
@@ -201,7 +217,7 @@ def _paddle_env(layout: GangLayout, role: str, index: int) -> list[JSON]:
         env += [{"name": "POD_IP_DUMMY", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 _var("PADDLE_MASTER", f"$(POD_IP_DUMMY):{port}")]
     elif head is not None:
-        env.append(_var("PADDLE_MASTER", f"{layout.address(head.name, 0)}:{port}"))
+        env.append(_var("PADDLE_MASTER", f"{layout.peer(head.name, 0)}:{port}"))
     if server is not None:
         env.append(_var("PADDLE_SERVER_NUM", "1") if played == "pserver" else _var("PADDLE_TRAINER_NUM", "1"))
     # PaddlePaddle's role maker (PaddleCloudRoleMaker), with DNS names for addresses
@@ -334,4 +350,5 @@ def apply_framework(layout: GangLayout, pod: JSON, *, role: str, index: int) -> 
     if not main.get("command") and not main.get("args"):
         main["command"] = ["/usr/sbin/sshd", "-De"]
     dns = spec.setdefault("dnsConfig", {})
-    dns["searches"] = [*(dns.get("searches") or []), f"{layout.service}.{layout.namespace}.svc.cluster.local"]
+    domain = layout.subdomain or layout.service
+    dns["searches"] = [*(dns.get("searches") or []), f"{domain}.{layout.namespace}.svc.cluster.local"]

@@ -19,6 +19,16 @@ dispatch's cleanup lists it with the adapter's `gvk_list()`, and every deletion 
 GC, failover, drain, pull-back) deletes it with the gang's pods (controllers/dispatch.py
 `delete_member_objects`); the fence agent sweeps it with the pods (fencing/agent.py).
 
+Upstream kinds (issue 28, render mode) get their operator's DNS names instead, with their pods' names unchanged
+(the pod contract's `dns`, apis/jobkinds/base.py `PodDns`): each pod the operator's hostname and subdomain, and
+for each subdomain a headless Service of that name selecting the gang's pods at that epoch (JobSet, TrainJob's
+JobSet, MPIJob, an Indexed Job whose template names one), for a Kubeflow replica a headless Service of the
+replica's name selecting that pod alone (also by `federator.dev/role` and `federator.dev/index`). They are named
+as the operator names them, the same at every epoch, and carry the gang's labels: they come and go with the gang
+exactly as the gang's own Service does. The gang's own Service is made all the same (its ports, the MPI
+ConfigMap's name). adapter.py `_operator_dns` falls back to the hub's identity for the whole gang when a name would
+not be valid (too long: the operator would refuse the job) or two would clash.
+
 Nothing watches Services: the hub never reads their state (a headless Service has none that matters).
 
 Pure: no I/O. It never names a pod or a Service itself (the adapter does), and never touches a container.
@@ -30,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ServicePort", "headless_service", "pod_address", "set_identity"]
+__all__ = ["ServicePort", "headless_service", "pod_address", "set_dns", "set_identity"]
 
 JSON = dict[str, Any]
 
@@ -70,6 +80,15 @@ def headless_service(*, name: str, namespace: str, labels: Mapping[str, str], an
 
 def set_identity(pod: JSON, *, service: str) -> None:
     """hostname = the pod's name, subdomain = the gang's Service, on a rendered pod body (in place)."""
+    set_dns(pod, hostname=pod["metadata"]["name"], subdomain=service)
+
+
+def set_dns(pod: JSON, *, hostname: str, subdomain: str) -> None:
+    """spec.hostname and spec.subdomain of a rendered pod body, in place ("" subdomain: none, the template's
+    dropped)."""
     spec = pod.setdefault("spec", {})
-    spec["hostname"] = pod["metadata"]["name"]
-    spec["subdomain"] = service
+    spec["hostname"] = hostname
+    if subdomain:
+        spec["subdomain"] = subdomain
+    else:
+        spec.pop("subdomain", None)

@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 
 from federator.apis.common import FieldError, ValidationSettings
 
-__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "StatusMirror", "Translation",
+__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "PodDns", "StatusMirror", "Translation",
            "load_upstream_schema", "source_errors", "twin_trainingjob"]
 
 JSON = dict[str, Any]
@@ -52,15 +52,37 @@ class Translation:
 
 
 @dataclass(frozen=True, slots=True)
+class PodDns:
+    """The network identity the kind's operator gives a pod, which the hub's rendering gives the pod it renders
+    in its place (its name stays the hub's): `hostname`; `subdomain`, a headless Service of that name that selects
+    the job's pods, so that `<hostname>.<subdomain>` resolves ("" for none); and `service`, a headless Service of
+    that name that selects this pod alone (the Kubeflow training operator's per-replica Service, "" for none)."""
+
+    hostname: str
+    subdomain: str = ""
+    service: str = ""
+
+    @property
+    def name(self) -> str:
+        """The name peers dial, relative to the pod's namespace: the per-pod Service's, else
+        `<hostname>.<subdomain>`, else the bare hostname (which nothing resolves but the pod itself)."""
+        if self.service:
+            return self.service
+        return f"{self.hostname}.{self.subdomain}" if self.subdomain else self.hostname
+
+
+@dataclass(frozen=True, slots=True)
 class PodContract:
     """What the kind's own operator puts on each pod it creates, beyond the framework's environment
     (delegation/frameworks.py): labels, annotations and env, so that code and tooling written for the operator
     cannot tell the hub rendered the pod (e.g. training.kubeflow.org/replica-index, JobSet's
-    jobset.sigs.k8s.io/job-index, batch.kubernetes.io/job-completion-index and JOB_COMPLETION_INDEX)."""
+    jobset.sigs.k8s.io/job-index, batch.kubernetes.io/job-completion-index and JOB_COMPLETION_INDEX), and the
+    DNS identity the operator gives it (`dns`: None keeps the hub's own, delegation/network.py)."""
 
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     env: tuple[JSON, ...] = ()
+    dns: PodDns | None = None
 
 
 #: (source object, settings) -> Translation. Pure and total: a malformed object gives errors, never an exception.

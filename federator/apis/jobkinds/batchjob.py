@@ -26,9 +26,12 @@ registry strategy, pkg/registry/batch/job/strategy.go, put on a pod): labels `ba
 (the pod's index in the role) and env `JOB_COMPLETION_INDEX` from the label by fieldRef, as
 `addCompletionIndexEnvVariable` adds it; `batch.kubernetes.io/controller-uid` and `controller-uid` only when the
 source Job's uid was known at translation (it rides on the twin, annotation `federator.dev/pod-contract`): they
-are the Job's uid, which no rendered pod can know otherwise. Not in the contract: the pod's hostname
-(`<job>-<index>`: kube sets spec.hostname) and name (`<job>-<index>-<random>`), which the hub's rendering
-chooses itself.
+are the Job's uid, which no rendered pod can know otherwise. The DNS identity (the contract's `dns`): an Indexed
+Job's pod gets hostname `<job>-<index>` (kube's Job controller sets spec.hostname) and, when the template sets
+spec.subdomain (kept in the contract annotation), that subdomain, for which the hub's rendering makes a headless
+Service of that name selecting the gang's pods (under kube the user makes it); a NonIndexed Job's pod keeps the
+hub's identity (kube's hostname is its random pod name). Not in the contract: the pod's name
+(`<job>-<index>-<random>`), which the hub's rendering chooses itself.
 
 Pure: no I/O; imports only `federator.apis` modules.
 """
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
+from federator.apis.jobkinds.base import JobKind, PodContract, PodDns, Translation, load_upstream_schema
 from federator.apis.jobkinds.hints import hints_from_metadata
 from federator.apis.jobkinds.status import (
     condition,
@@ -267,6 +270,10 @@ def translate_batch_job(obj: Mapping[str, Any], settings: ValidationSettings) ->
         "suspend": bool(suspend),
     })
     contract: dict[str, Any] = {"indexed": gang.indexed}
+    template_spec = gang.template.get("spec") if isinstance(gang.template, Mapping) else None
+    subdomain = template_spec.get("subdomain") if isinstance(template_spec, Mapping) else None
+    if isinstance(subdomain, str) and subdomain:
+        contract["subdomain"] = subdomain
     uid = _uid(obj.get("metadata"))
     if uid is not None:
         contract["uid"] = uid
@@ -303,7 +310,13 @@ def batch_job_pod_contract(job_name: str, namespace: str, role: str, index: int,
                            annotations: Mapping[str, str]) -> PodContract:
     """`JobKind.pod_contract` of batch/v1 Job: pod `index` of the role is the Job's completion index `index`."""
     contract = read_contract(annotations)
-    return job_pod_contract(job_name, index, indexed=contract.get("indexed") is True, uid=contract.get("uid"))
+    indexed = contract.get("indexed") is True
+    pods = job_pod_contract(job_name, index, indexed=indexed, uid=contract.get("uid"))
+    if not indexed:  # kube names a NonIndexed Job's pod (and so its hostname) with a random suffix
+        return pods
+    subdomain = contract.get("subdomain")
+    dns = PodDns(hostname=f"{job_name}-{index}", subdomain=subdomain if isinstance(subdomain, str) else "")
+    return PodContract(labels=pods.labels, annotations=pods.annotations, env=pods.env, dns=dns)
 
 
 #: kube Job conditions' times (batch/v1 JobCondition)

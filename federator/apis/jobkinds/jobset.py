@@ -20,8 +20,9 @@ The rules (each refusal is a 422 naming the JobSet's field):
   limit. The twin's backoffLimit is the smallest of the Jobs' backoffLimits (default 6).
 - managedBy: absent or the JobSet controller's own name (jobset.sigs.k8s.io/jobset-controller); another is refused.
 - suspend -> the twin's suspend. network.enableDNSHostnames (default true) and network.subdomain (default the
-  JobSet's name) are kept in the contract annotation; the hub's rendering gives every pod its own hostname and the
-  gang's headless Service as subdomain, not JobSet's `<jobset>-<rjob>-<job>-<pod>.<subdomain>` names.
+  JobSet's name) are kept in the contract annotation: the hub's rendering gives each pod JobSet's DNS name, hostname
+  `<jobset>-<rjob>-<job index>-<pod index>` and that subdomain, with a headless Service of that name selecting the
+  gang's pods (the contract's `dns`); with enableDNSHostnames false, the hub's own (delegation/network.py).
 - ttlSecondsAfterFinished, network.publishNotReadyAddresses: operator mode only (documented default).
 - Framework none: JobSet itself injects no framework environment.
 - Queue, priority class, placement and failover: the labels and annotations (hints.py).
@@ -45,7 +46,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, dns1123_label_errors, json_type
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
+from federator.apis.jobkinds.base import JobKind, PodContract, PodDns, Translation, load_upstream_schema
 from federator.apis.jobkinds.batchjob import (
     CONTRACT_ANNOTATION,
     job_gang,
@@ -257,8 +258,14 @@ def jobset_pods(jobset_name: str, namespace: str, rjob_name: str, index: int,
         values[f"{_KEY}coordinator"] = coordinator
     child = job_pod_contract(job_name, completion, indexed=bool(mine.get("indexed", True)) if mine else True,
                              uid=None)
+    subdomain = contract.get("subdomain")
+    dns = None
+    if contract.get("dnsHostnames", True) is not False:
+        # pod_control.go: hostname <jobset>-<rjob>-<job index>-<pod index>, subdomain network.subdomain or the name
+        dns = PodDns(hostname=f"{job_name}-{completion}",
+                     subdomain=subdomain if isinstance(subdomain, str) and subdomain else jobset_name)
     return PodContract(labels={**child.labels, **values}, annotations={**child.annotations, **values},
-                       env=child.env)
+                       env=child.env, dns=dns)
 
 
 def jobset_pod_contract(job_name: str, namespace: str, role: str, index: int,

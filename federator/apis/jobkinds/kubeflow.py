@@ -41,6 +41,15 @@ replica type in lower case; not on MPIJob pods) and training.kubeflow.org/replic
 and training.kubeflow.org/job-role: "master" on the master pod (PyTorchJob: Master, else Worker 0; TFJob: Chief
 or Master, else Worker 0; PaddleJob: Master), MPIJob: launcher or worker on every pod.
 
+DNS names, as the operators give them (the hub's rendering keeps its own pod names, delegation/adapter.py):
+training-operator names pod i of a replica type `<job>-<type lower>-<i>` (common.GenGeneralName), sets no
+hostname or subdomain (so the hostname is that name) and makes a headless Service of the same name selecting that
+pod alone (common/service.go CreateNewService), which is what MASTER_ADDR, PADDLE_MASTER and TF_CONFIG
+(`<name>.<ns>.svc`) name: the contract's `dns` is hostname = Service = `<job>-<type lower>-<i>`. mpi-operator
+v0.6.0 gives worker i hostname `<job>-worker-<i>` and the launcher `<job>-launcher`, both subdomain `<job>`, a
+headless Service `<job>` of the job's pods (newWorker, newLauncherPodTemplate, newJobService), and its hostfile
+names `<job>-worker-<i>.<job>.<ns>.svc`.
+
 Pure: no I/O beyond reading the schema files at import.
 """
 
@@ -52,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings
-from federator.apis.jobkinds.base import JobKind, PodContract, Translation, load_upstream_schema
+from federator.apis.jobkinds.base import JobKind, PodContract, PodDns, Translation, load_upstream_schema
 from federator.apis.jobkinds.hints import LABEL_KUEUE_QUEUE, hints_from_metadata
 
 __all__ = ["HUB_MANAGED_BY", "KUBEFLOW_KINDS", "MPIJOB", "PADDLEJOB", "PYTORCHJOB", "REPLICA_TYPES_ANNOTATION",
@@ -358,7 +367,8 @@ def _contract(family: _Family) -> Callable[[str, str, str, int, Mapping[str, str
             labels[LABEL_JOB_ROLE] = role
             if role == "worker":
                 labels[LABEL_REPLICA_INDEX] = str(index)
-            return PodContract(labels=labels)
+            host = f"{job_name}-worker-{index}" if role == "worker" else f"{job_name}-{role}"
+            return PodContract(labels=labels, dns=PodDns(hostname=host, subdomain=job_name))
         labels[LABEL_REPLICA_TYPE] = rtype.lower()
         labels[LABEL_REPLICA_INDEX] = str(index)
         if family.framework == "pytorch":
@@ -370,7 +380,8 @@ def _contract(family: _Family) -> Callable[[str, str, str, int, Mapping[str, str
             master = rtype == "Master"
         if master:
             labels[LABEL_JOB_ROLE] = "master"
-        return PodContract(labels=labels)
+        name = f"{job_name}-{rtype.lower()}-{index}"  # common.GenGeneralName: the pod's and its Service's name
+        return PodContract(labels=labels, dns=PodDns(hostname=name, service=name))
 
     return contract
 

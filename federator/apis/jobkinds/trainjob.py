@@ -25,8 +25,10 @@ failover: the labels and annotations (hints.py).
 
 The pod contract: Trainer runs a TrainJob as a JobSet of its own name with the replicatedJob `node` of one Job
 whose parallelism is numNodes, so the pods carry that JobSet's and Job's labels, annotations and
-JOB_COMPLETION_INDEX (jobset.py); the PET_* variables are the pytorch framework's (delegation/frameworks.py), not
-the contract's. PET_MASTER_ADDR then names the hub's worker 0, not `<name>-node-0-0.<name>`.
+JOB_COMPLETION_INDEX (jobset.py), and its DNS names: hostname `<name>-node-0-<i>`, subdomain `<name>` (a headless
+Service of that name). The PET_* variables are the pytorch framework's (delegation/frameworks.py), not the
+contract's; they name those hosts, so PET_MASTER_ADDR is `<name>-node-0-0.<name>`, as Trainer's torch plugin
+writes it.
 
 Pure: no I/O; imports only `federator.apis` modules.
 """
