@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from federator.apis.jobkinds import JOB_KINDS
+from federator.clusters.client import ResourceKind
 from federator.hub.kinds import SOURCE_FINALIZER
 
 from ..apis.jobkinds.test_batchjob import POD_TO_POD
@@ -29,6 +30,7 @@ CLUSTER = "onprem-rdma-a100"
 pytestmark = pytest.mark.kubectl
 
 KINDS = {k.kind: k for k in JOB_KINDS}
+SERVICES = ResourceKind(group="", version="v1", plural="services", kind="Service", namespaced=True)
 
 
 def object_url(obj: dict[str, Any], namespace: str) -> str:
@@ -161,6 +163,13 @@ async def source_status(env: Env, example: dict[str, Any]) -> dict[str, Any]:
     return dict(body.get("status") or {})
 
 
+async def member_services(env: Env, namespace: str) -> dict[str, dict[str, Any]]:
+    """The member's live Services in `namespace`, by name."""
+    client = await env.member(CLUSTER)
+    items = (await client.list(SERVICES, namespace=namespace)).items
+    return {i["metadata"]["name"]: i for i in items if not i["metadata"].get("deletionTimestamp")}
+
+
 def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
     return next((c for c in status.get("conditions") or () if c["type"] == ctype), None)
 
@@ -193,6 +202,18 @@ async def test_an_upstream_pytorchjob_runs_to_succeeded_through_its_twin(tmp_pat
         assert "training.kubeflow.org/job-role" not in by_role[("worker", "0")]["metadata"]["labels"]
         env_vars = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
         assert env_vars["RANK"] == "0" and env_vars["WORLD_SIZE"] == "2" and "MASTER_ADDR" in env_vars
+        # the operator's DNS names: hostname <job>-<type>-<i> and a headless Service of that name selecting the
+        # pod alone (the pod names stay the hub's), and the env names them as the operator does
+        worker = by_role[("worker", "0")]
+        assert (master["spec"]["hostname"], worker["spec"]["hostname"]) == (f"{name}-master-0", f"{name}-worker-0")
+        assert "subdomain" not in master["spec"] and master["metadata"]["name"] != f"{name}-master-0"
+        worker_env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+        assert worker_env["MASTER_ADDR"] == worker_env["PET_MASTER_ADDR"] == f"{name}-master-0"
+        services = await member_services(env, namespace)
+        for pod in (master, worker):
+            service = services[pod["spec"]["hostname"]]
+            assert service["spec"]["clusterIP"] == "None"
+            assert all(pod["metadata"]["labels"].get(k) == v for k, v in service["spec"]["selector"].items())
 
         async def succeeded() -> dict[str, Any] | None:
             status = await source_status(env, example)
@@ -240,6 +261,12 @@ async def test_an_upstream_pytorchjob_runs_to_succeeded_through_its_twin(tmp_pat
         assert status_code == 404
         groups, pods = await env.fed.member_objects(CLUSTER, uid)
         assert groups == [] and [p for p in pods if not p["metadata"].get("deletionTimestamp")] == []
+
+        async def services_gone() -> bool | None:
+            left = await member_services(env, namespace)
+            return True if not {f"{name}-master-0", f"{name}-worker-0"} & set(left) else None
+
+        await wait_until(services_gone, timeout=30, what="the per-replica Services to go with the gang")
 
 
 async def test_a_trainingjob_of_the_same_name_is_never_adopted(tmp_path: Path) -> None:
@@ -396,6 +423,15 @@ async def test_the_upstream_jobset_runs_whole_on_one_cluster_to_completed(tmp_pa
             env_vars = {e["name"]: e for e in pod["spec"]["containers"][0].get("env") or ()}
             assert env_vars["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == (
                 "metadata.labels['batch.kubernetes.io/job-completion-index']")
+        # JobSet's DNS names: <jobset>-<rjob>-<job index>-<pod index>.<jobset>, a headless Service of the name
+        assert sorted(p["spec"]["hostname"] for p in pods) == sorted(
+            [f"{name}-driver-0-0", *[f"{name}-workers-0-{i}" for i in range(4)]])
+        assert {p["spec"]["subdomain"] for p in pods} == {name}
+        assert all(p["metadata"]["name"] != p["spec"]["hostname"] for p in pods)  # the hub's pod names
+        service = (await member_services(env, "default"))[name]
+        assert service["spec"]["clusterIP"] == "None"
+        assert all(all(p["metadata"]["labels"].get(k) == v for k, v in service["spec"]["selector"].items())
+                   for p in pods)
 
         async def completed() -> dict[str, Any] | None:
             status = await source_status(env, stored)
