@@ -53,6 +53,20 @@ created instead of creating it again:
   a digit gets a leading "j"), the same at every epoch like pod names, so a
   pod's DNS name `<pod>.<service>.<namespace>.svc` survives requeues; its
   selector names the epoch. The MPI hostfile ConfigMap: `<service>-config`.
+- hostnames: a TrainingJob's pod has hostname = its pod name and subdomain =
+  the gang's Service. A twin of an upstream kind (render mode, issue 28) gets
+  the DNS identity the kind's operator gives its pods instead (the pod
+  contract's `dns`, `_operator_dns`), without renaming the pod: Kubeflow's
+  `<job>-<type>-<i>` with a headless Service of that name selecting the pod
+  alone, MPIJob's `<job>-worker-<i>` / `<job>-launcher` under subdomain
+  `<job>`, JobSet's `<jobset>-<rjob>-<j>-<p>` under its subdomain, TrainJob's
+  `<name>-node-0-<i>.<name>`, an Indexed Job's `<job>-<index>`; each
+  subdomain gets a headless Service of its name selecting the gang's pods.
+  These Services are named as the operator names them, the same at every
+  epoch, select by epoch and carry the gang's labels, exactly as the gang's
+  own Service (which is still made); the framework's environment names those
+  hosts. A name that would be invalid or would clash gives the whole gang the
+  hub's identity instead.
 
 Every member object carries the labels `federator.dev/hub`,
 `federator.dev/job-uid`, `federator.dev/job-namespace`,

@@ -48,7 +48,8 @@ Sources, by framework (training-operator v1.9.0 is the last release with the v1 
   I_MPI_HYDRA_HOST_FILE, I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS, I_MPI_PERHOST (Intel) or HYDRA_HOST_FILE,
   HYDRA_LAUNCH_EXTRA_ARGS (MPICH), and empty NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES (the launcher
   uses no GPU); on the workers' first container K_MPI_JOB_ROLE=worker, `/usr/sbin/sshd -De` as the command
-  when the template gives none, and the DNS search domain `<service>.<namespace>.svc.cluster.local`. The
+  when the template gives none, and the DNS search domain `<subdomain>.<namespace>.svc.cluster.local` (the MPIJob's
+  own name under its operator's names, else the gang's Service). The
   operator's SSH key Secret is not made: the image (or the template's volumes) brings the launcher's access.
 - **jax** (pkg/controller.v1/jax/envvar.go `setPodEnv`, on every container): PYTHONUNBUFFERED=1,
   COORDINATOR_PORT, COORDINATOR_ADDRESS (worker 0's address), NUM_PROCESSES (the gang's pods), PROCESS_ID (the
