@@ -123,7 +123,7 @@ from federator.delegation import (
     ownership_of,
     selector_for,
 )
-from federator.delegation.adapter import CONFIG_MAP_GVK, SERVICE_GVK, Gvk
+from federator.delegation.adapter import CONFIG_MAP_GVK, LABEL_INDEX, LABEL_ROLE, SERVICE_GVK, Gvk
 from federator.delegation.membercopy import member_copy, resume_patch, suspended
 from federator.obs import get_logger
 from federator.placement.decision import PodAssignment
@@ -944,7 +944,8 @@ class Dispatcher:
                             pods: Mapping[str, Mapping[str, str]]) -> int:
         """Create again the named pods of the gang at (cluster, epoch) (status sync's restart of failed
         workers, restartPolicy OnFailure): each rendered as the job's dispatch renders it at its placed
-        size, plus `pods[name]`'s annotations (the attempt index, also in env FEDERATOR_ATTEMPT). The
+        size, plus `pods[name]`'s annotations (the attempt index, also in env FEDERATOR_ATTEMPT), and each
+        one's own Service when the render has one (a Kubeflow replica's, render mode) and it is missing. The
         caller deleted the failed pod first; an existing pod of this epoch counts as created. Right before
         the first create the stored job is read again (`_check_still_placed`): one that moved on meanwhile
         gets nothing (DispatchError, outdated). Returns how many were created; raises DispatchError
@@ -969,6 +970,14 @@ class Dispatcher:
                 raise DispatchError(f"reading {group.kind} {group.namespace}/{group.name} in {cluster}: {e}") \
                     from None
         await self._check_still_placed(ref, cluster=cluster, epoch=epoch)
+        # a pod's own Service (a Kubeflow replica's, delegation/network.py) comes with it: a grow's new index
+        # has none yet (an existing one of this epoch is fine)
+        named = {(o.labels.get(LABEL_ROLE), o.labels.get(LABEL_INDEX)) for o in objects
+                 if o.gvk.kind == "Pod" and o.name in pods}
+        for obj in objects:
+            if obj.gvk == SERVICE_GVK and LABEL_INDEX in obj.labels \
+                    and (obj.labels.get(LABEL_ROLE), obj.labels.get(LABEL_INDEX)) in named:
+                await self._create_one(client, obj, ref_uid=ref.uid, epoch=epoch, cluster=cluster)
         created = 0
         for obj in objects:
             annotations = pods.get(obj.name) if obj.gvk.kind == "Pod" else None

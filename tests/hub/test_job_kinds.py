@@ -20,7 +20,7 @@ from federator.hub.kinds import SOURCE_FINALIZER
 from ..apis.jobkinds.test_batchjob import POD_TO_POD
 from ..apis.jobkinds.test_trainjob import small as small_trainjob
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
-from ..controllers.jobtest_support import phase, wait_until
+from ..controllers.jobtest_support import phase, placement_of, wait_until
 from ..controllers.lifecycle_support import LIFECYCLE_WITH_TWINS, Env, aimed_job, lifecycle_env
 from .hubtest_support import RunningHub
 from .test_describe_events import event_rows
@@ -150,7 +150,7 @@ async def test_a_researcher_may_submit_in_their_namespace_only(hub: RunningHub) 
 
 
 @contextlib.asynccontextmanager
-async def federation(tmp_path: Path, *, run_seconds: float) -> AsyncIterator[Env]:
+async def federation(tmp_path: Path, *, run_seconds: float | None) -> AsyncIterator[Env]:
     """A hub running the lifecycle controllers and the twin controller, with one simulated member."""
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=run_seconds, controllers=LIFECYCLE_WITH_TWINS,
                              source_finalizers=(SOURCE_FINALIZER,)) as env:
@@ -267,6 +267,34 @@ async def test_an_upstream_pytorchjob_runs_to_succeeded_through_its_twin(tmp_pat
             return True if not {f"{name}-master-0", f"{name}-worker-0"} & set(left) else None
 
         await wait_until(services_gone, timeout=30, what="the per-replica Services to go with the gang")
+
+
+async def test_a_replicas_own_service_comes_back_with_its_pod(tmp_path: Path) -> None:
+    """Status sync's restart of a pod and the elastic grow create pods through `recreate_pods`: a Kubeflow
+    replica's own Service (its DNS name) is made with the pod when it is missing."""
+    example = upstream_example(*EXAMPLES["PyTorchJob"])
+    namespace, name = example["metadata"]["namespace"], example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=None) as env:
+        code, out, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, example))
+        assert code == 0, err
+        twin = await env.api.wait_job(namespace, name, lambda j: phase(j) == "Running", timeout=60)
+        epoch = placement_of(twin)["epoch"]
+        worker = next(p for p in await env.live_pods(CLUSTER, twin["metadata"]["uid"])
+                      if p["spec"]["hostname"] == f"{name}-worker-0")
+        client = await env.member(CLUSTER)
+        await client.delete(SERVICES, namespace=namespace, name=f"{name}-worker-0")
+
+        async def gone() -> bool | None:
+            return True if f"{name}-worker-0" not in await member_services(env, namespace) else None
+
+        await wait_until(gone, timeout=30, what="the worker's Service deleted")
+        dispatcher = env.hub.context.parts.dispatcher
+        created = await dispatcher.recreate_pods(twin, cluster=CLUSTER, epoch=epoch,
+                                                 pods={worker["metadata"]["name"]: {}})
+        assert created == 0  # the pod is there: only its Service was missing
+        service = (await member_services(env, namespace))[f"{name}-worker-0"]
+        assert service["spec"]["selector"]["federator.dev/epoch"] == str(epoch)
+        assert all(worker["metadata"]["labels"].get(k) == v for k, v in service["spec"]["selector"].items())
 
 
 async def test_a_trainingjob_of_the_same_name_is_never_adopted(tmp_path: Path) -> None:
