@@ -75,7 +75,8 @@ def test_a_succeeded_gang_is_written_with_the_operators_conditions_kept() -> Non
     kind = KINDS["JobSet"]
     copy = jobset(COMPLETED)
     operator = operator_status(copy, kind=kind, cluster="c1", epoch=2)
-    assert operator == {"cluster": "c1", "epoch": 2, "kind": "JobSet.jobset.x-k8s.io", "conditions": [COMPLETED]}
+    assert operator == {"cluster": "c1", "epoch": 2, "kind": "JobSet.jobset.x-k8s.io", "conditions": [COMPLETED],
+                        "status": {}}
     current = job()
     new = with_operator(current, synced_status(current, operated_gang_status(current, gs(GangPhase.RUNNING), copy,
                                                                              kind=kind),
