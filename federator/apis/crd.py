@@ -116,6 +116,9 @@ KINDS: Mapping[str, KindInfo] = {
             PrinterColumn("Epoch", "integer", ".status.placement.epoch", "Fencing epoch", priority=1),
             PrinterColumn("Priority", "integer", ".spec.priority", "Placement priority", priority=1),
             PrinterColumn("Queue", "string", ".spec.queue", "The Queue whose quota the job uses", priority=1),
+            PrinterColumn("Mode", "string", ".status.placement.mode",
+                          "operator (the member's own operator runs it) or render (the hub renders the pods)",
+                          priority=1),
         ),
     ),
     membercluster.KIND: KindInfo(

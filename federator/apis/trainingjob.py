@@ -458,6 +458,10 @@ class PlacementStatus(ApiModel):
 
     cluster: StrictStr | None = Field(default=None, max_length=253)
     epoch: StrictInt = Field(default=0, ge=0, description="Fencing epoch; +1 on every requeue.")
+    mode: Literal["operator", "render"] | None = Field(default=None, description=(
+        "How the member runs the gang, as its dispatch recorded it: operator (a twin of an upstream job kind "
+        "whose member copy the member's own operator runs) or render (the hub rendered the pods); absent until "
+        "this placement's dispatch."))
     decision_resource_version: StrictStr | None = Field(default=None, alias="decisionResourceVersion", max_length=64)
     why_not: list[WhyNotRow] | None = Field(default=None, alias="whyNot", max_length=1024)
     scores: list[ClusterScore] | None = Field(
@@ -523,6 +527,16 @@ class OperatorStatus(ApiModel):
     epoch: StrictInt = Field(ge=0)
     kind: StrictStr = Field(max_length=253, description="The source kind, as \"<Kind>.<group>\".")
     conditions: list[OperatorCondition] | None = Field(default=None, max_length=32)
+    status: Annotated[dict[str, Any], WithJsonSchema({
+        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+        "description": "The copy's own status fields the hub mirrors for its kind (e.g. JobSet's "
+                       "replicatedJobsStatus, Kubeflow's replicaStatuses, a Job's counts), as its operator wrote "
+                       "them; each checked against the kind's schema and at most 32 KiB of JSON (128 KiB in "
+                       "all)."})] | None = None
+    status_dropped: list[Annotated[StrictStr, Field(max_length=63)]] | None = Field(
+        default=None, alias="statusDropped", max_length=16, description=(
+            "The copy's status fields left out as malformed or too large: the hub shows its own values for "
+            "them."))
 
 
 class TrainingJobStatus(ApiModel):

@@ -139,6 +139,8 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None, pods: JSONO
     cluster = placement_status.get("cluster")
     add(f"Cluster:      {cluster or '<none>'}")
     add(f"Epoch:        {placement_status.get('epoch', 0)}")
+    if cluster:
+        add(f"Mode:         {_mode_text(placement_status.get('mode'))}")
     if placement_status.get("decisionResourceVersion"):
         add(f"Decision RV:  {placement_status['decisionResourceVersion']}")
     add(f"Requeues:     {status.get('requeues', 0)}")
@@ -337,6 +339,15 @@ def source_kind_named(resource: str) -> JobKind:
     raise InputError(f"describe: unknown kind {resource!r}; one of: {known}")
 
 
+def _mode_text(mode: object) -> str:
+    """How the member runs the gang (status.placement.mode, an upstream kind's status.mode), in words."""
+    if mode == "operator":
+        return "operator (the member's own operator runs a copy of the upstream object)"
+    if mode == "render":
+        return "render (the hub rendered the pods)"
+    return "<not dispatched yet>"
+
+
 def describe_source(source: JSONObject, kind: JobKind, twin: JSONObject | None, described_twin: str, *,
                     now: dt.datetime | None = None) -> str:
     """The text of `federator describe <upstream kind> NAME`: the object, its status conditions (what the twin
@@ -355,6 +366,8 @@ def describe_source(source: JSONObject, kind: JobKind, twin: JSONObject | None, 
         add(f"Deleting:     since {meta.deletion_timestamp}")
     add(f"Phase:        {status.get('phase') or '<none>'}")
     add(f"Cluster:      {status.get('cluster') or '<none>'}")
+    if status.get("cluster"):
+        add(f"Mode:         {_mode_text(status.get('mode'))}")
     add("Conditions:")
     rows = [[str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason", "")),
              str(c.get("lastTransitionTime", "")), str(c.get("message", ""))]

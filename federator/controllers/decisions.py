@@ -182,6 +182,7 @@ class DecisionWriter:
             _, previous_epoch = current_placement(stored)
             epoch = previous_epoch + 1
             placement = dict(status.get("placement") or {})
+            placement.pop("mode", None)  # the previous placement's dispatch's; this one's dispatch records its own
             placement.update(cluster=decision.cluster, epoch=epoch,
                              decisionResourceVersion=decision.resource_version[:64] or "0", whyNot=rows,
                              scores=scores)

@@ -406,9 +406,9 @@ class Dispatcher:
         try:
             if not decision_stored:
                 await self._check_current(ref, cluster=cluster, epoch=epoch)
-            created, existing = await self._create_all(job, cluster=cluster, epoch=epoch, assignment=assignment,
-                                                       wait_for_client=wait_for_client,
-                                                       decision_stored=decision_stored)
+            created, existing, mode = await self._create_all(
+                job, cluster=cluster, epoch=epoch, assignment=assignment, wait_for_client=wait_for_client,
+                decision_stored=decision_stored)
         except DispatchError as e:
             if e.outdated:
                 _log.info("dispatch skipped: the job moved on", job=ref.key, cluster=cluster, epoch=epoch,
@@ -424,7 +424,8 @@ class Dispatcher:
         metrics.dispatch_seconds.labels(cluster=cluster).observe(time.monotonic() - started)
         crash_point("after-dispatch", job=ref.key)
         self.retries.succeeded(ref.uid)
-        await self._record_dispatched(job, cluster=cluster, epoch=epoch, created=created, existing=existing)
+        await self._record_dispatched(job, cluster=cluster, epoch=epoch, created=created, existing=existing,
+                                      mode=mode)
         return DispatchResult(ok=True, cluster=cluster, epoch=epoch, created=created, existing=existing)
 
     async def _stored(self, ref: Any) -> Mapping[str, Any]:
@@ -580,7 +581,9 @@ class Dispatcher:
     async def _create_all(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment],
         wait_for_client: float, decision_stored: bool,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, str]:
+        """Create the gang's member objects: (created, already there, the mode: "operator" when the member copy
+        of the upstream object went there for the member's operator to run, else "render")."""
         ref = job_ref(job)
         scheduler = cluster_scheduler(self.hub, cluster)
         if scheduler is None:
@@ -657,7 +660,7 @@ class Dispatcher:
                 raise first_error
         if operated is not None:
             await self._resume(client, objects[-1], kind=operated.kind, cluster=cluster)
-        return created, existing
+        return created, existing, "render" if operated is None else "operator"
 
     # ------------------------------------------------------------ operator mode (issue 28)
 
@@ -1037,15 +1040,16 @@ class Dispatcher:
     # ------------------------------------------------------------ after the dispatch
 
     async def _record_dispatched(
-        self, job: Mapping[str, Any], *, cluster: str, epoch: int, created: int, existing: int,
+        self, job: Mapping[str, Any], *, cluster: str, epoch: int, created: int, existing: int, mode: str,
     ) -> None:
         """Condition Dispatched and a history entry, written here: dispatch is the Dispatched condition's only
         writer."""
         ref = job_ref(job)
         self.hub.events.record(job, controller="dispatch", reason="Dispatched", action="Dispatch",
                                message=f"gang created in {cluster} at epoch {epoch} ({created} objects created, "
-                                       f"{existing} already there)")
-        record = DispatchRecord(cluster=cluster, epoch=epoch, created=created, existing=existing, at=time.time())
+                                       f"{existing} already there; {mode} mode)")
+        record = DispatchRecord(cluster=cluster, epoch=epoch, created=created, existing=existing, at=time.time(),
+                                mode=mode)
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             if current_placement(stored) != (cluster, epoch):

@@ -271,6 +271,7 @@ class ClusterDrain:
                 append_history(status, history_entry("Drained", cluster=cluster, epoch=epoch, message=message,
                                                      now=now))
                 placement = dict(status.get("placement") or {})
+                placement.pop("mode", None)  # the drained copy's dispatch's
                 placement.update(cluster=target, epoch=epoch + 1, whyNot=rows, scores=scores,
                                  decisionResourceVersion=decision.resource_version[:64] or "0",
                                  previous={"cluster": cluster, "epoch": epoch})

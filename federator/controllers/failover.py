@@ -308,6 +308,7 @@ class ClusterFailover:
             placement = dict(status.get("placement") or {})
             placement.pop("cluster", None)
             placement.pop("decisionResourceVersion", None)
+            placement.pop("mode", None)
             placement["epoch"] = epoch + 1
             status["placement"] = placement
             set_condition(status, type=CONDITION_FAILED, state="True", reason=reason, message=message, now=now)

@@ -12,8 +12,10 @@ Per source object (one watch per served kind; the twins' changes come from the t
 - status: the kind's `JobKind.mirror_status` of the twin (default: the Kubeflow operators' status,
   apis/jobkinds/kubeflowstatus.py: conditions Created, Running, Succeeded, Failed, Suspended, replicaStatuses,
   startTime, completionTime), which also carries the hub's status.phase, status.cluster and status.epoch (the
-  Phase and Cluster columns); in operator mode the conditions are the member copy's, as its operator wrote them
-  (the twin's status.operator, which status sync keeps: `jobkinds.status.operator_conditions`);
+  Phase and Cluster columns, and status.mode: the Mode column of `-o wide`); in operator mode the conditions and
+  the kind's `JobKind.mirrored_status_fields` (JobSet's replicatedJobsStatus, Kubeflow's replicaStatuses, a
+  Job's counts, ...) are the member copy's, as its operator wrote them (the twin's status.operator, which status
+  sync keeps: `jobkinds.status.operator_conditions`);
 - deletion: the source carries SOURCE_FINALIZER (hub/kinds.py puts it on when this controller runs); it deletes
   the twin and removes the finalizer once the twin is gone (the twin's own cleanup finalizer goes only after its
   member objects are gone).
@@ -245,8 +247,10 @@ class JobKindTwins:
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
             if Body(obj).uid != uid:
                 return None
-            # operator mode: the member copy's own conditions (with the hub's phase, cluster and epoch)
-            status = operator_conditions(mirror(obj, twin, now=now, blocked=blocked), twin)
+            # operator mode: the member copy's own conditions and status fields (with the hub's phase, cluster,
+            # epoch and mode)
+            status = operator_conditions(mirror(obj, twin, now=now, blocked=blocked), twin,
+                                         kind.mirrored_status_fields)
             if _comparable(status) == _comparable(obj.get("status") or {}):
                 return None
             obj["status"] = status

@@ -437,6 +437,7 @@ def requeue(
     placement.pop("cluster", None)
     placement.pop("decisionResourceVersion", None)
     placement.pop("scores", None)  # the decision's, which no longer holds
+    placement.pop("mode", None)  # its dispatch's
     status.pop("replicas", None)  # likewise: the next decision chooses the size again
     placement["epoch"] = epoch
     status["placement"] = placement
@@ -504,19 +505,26 @@ class DispatchRecord:
     existing: int
     #: time.time() of the dispatch (the history entry's time)
     at: float
+    #: how the member runs the gang (jobkinds.status.MODES): "operator" (the hub created the member copy of the
+    #: upstream object, which the member's own operator runs) or "render" (the hub rendered the pods)
+    mode: str = "render"
 
     @property
     def message(self) -> str:
+        how = "the member's own operator runs the copy" if self.mode == "operator" else "the hub rendered the pods"
         return (f"{self.created + self.existing} member objects in {self.cluster} at epoch {self.epoch} "
-                f"({self.created} created, {self.existing} already there)")
+                f"({self.created} created, {self.existing} already there); {self.mode} mode: {how}")
 
 
 def apply_dispatch_record(status: dict[str, Any], record: DispatchRecord) -> bool:
-    """Condition Dispatched=True and a "Dispatched" history entry for `record`; False (nothing done) when
-    the condition already says so. The caller checks that the job is still at the record's (cluster, epoch)."""
+    """Condition Dispatched=True, a "Dispatched" history entry for `record` and the dispatch's mode in
+    status.placement.mode (the Mode column; a new placement drops it until its dispatch); False (nothing done)
+    when the condition already says so. The caller checks that the job is still at the record's (cluster,
+    epoch)."""
     if not set_condition(status, type="Dispatched", state="True", reason="MemberObjectsCreated",
                          message=record.message, now=record.at):
         return False
+    status["placement"] = {**(status.get("placement") or {}), "mode": record.mode}
     # A fast member can have scheduled the objects, and status sync recorded that (Admitted, Running, ...), before
     # this record is written: the entry goes before those of the same placement, where it happened (a loaded run
     # on a real member saw history Placed, Admitted, Dispatched).

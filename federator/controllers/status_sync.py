@@ -100,6 +100,7 @@ from federator.delegation import GangPhase, GangStatus, SchedulerAdapter, adapte
 from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE, pod_name
 from federator.delegation.membercopy import terminal_phase
 from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
+from federator.apis.jobkinds.status import mirrored_status
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 from federator.runtime.tasks import spawn, stop_task
@@ -158,9 +159,12 @@ _OPERATOR_CONDITION_LIMITS = (("type", 316), ("status", 16), ("reason", 1024), (
 _CAMEL = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 
 
-def operator_status(copy: Mapping[str, Any], *, kind: JobKind, cluster: str, epoch: int) -> dict[str, Any]:
+def operator_status(copy: Mapping[str, Any], *, kind: JobKind, cluster: str, epoch: int,
+                    problems: dict[str, str] | None = None) -> dict[str, Any]:
     """The twin's status.operator from its member copy as last seen (operator mode): the copy's conditions as its
-    operator wrote them (string fields only, each within its limit; at most 32)."""
+    operator wrote them (string fields only, each within its limit; at most 32), and its status fields
+    `kind.mirrored_status_fields` that fit the kind's schema and size limits (`mirrored_status`: status; the
+    names of those left out as malformed or oversized: statusDropped, and why in `problems`)."""
     conditions: list[dict[str, str]] = []
     for condition in Body(copy).status.get("conditions") or ():
         if not isinstance(condition, Mapping) or not isinstance(condition.get("type"), str) \
@@ -170,7 +174,14 @@ def operator_status(copy: Mapping[str, Any], *, kind: JobKind, cluster: str, epo
                            if isinstance(condition.get(key), str)})
         if len(conditions) == 32:
             break
-    return {"cluster": cluster, "epoch": epoch, "kind": kind.source_key, "conditions": conditions}
+    own, dropped = mirrored_status(kind.schema, kind.mirrored_status_fields, Body(copy).status)
+    out: dict[str, Any] = {"cluster": cluster, "epoch": epoch, "kind": kind.source_key, "conditions": conditions,
+                           "status": own}
+    if dropped:
+        out["statusDropped"] = sorted(dropped)
+    if problems is not None:
+        problems.update(dropped)
+    return out
 
 
 def operated_gang_status(job: Mapping[str, Any], gs: GangStatus, copy: Mapping[str, Any] | None, *,
@@ -517,6 +528,8 @@ class StatusSync:
         self._shrunk: dict[str, tuple[str, int, dict[str, int]]] = {}
         #: uid -> when (wall clock) its gang's objects were first seen gone after admission
         self._missing_since: dict[str, float] = {}
+        #: job uid -> (cluster, epoch, the member copy's status fields left out) last logged
+        self._dropped_said: dict[str, tuple[str, int, tuple[str, ...]]] = {}
         objects.subscribe(self._objects_changed)
         jobs.subscribe(self._job_changed)
 
@@ -719,10 +732,26 @@ class StatusSync:
                   to=dict(plan.sizes_after))
         return stored
 
+    def _say_dropped(self, uid: str, kind: JobKind, copy: Mapping[str, Any], *, cluster: str, epoch: int,
+                     dropped: Mapping[str, str]) -> None:
+        """One log line per change of which of the member copy's status fields are left out (malformed or
+        oversized: the hub shows its computed values for them)."""
+        said = (cluster, epoch, tuple(sorted(dropped)))
+        if not dropped or self._dropped_said.get(uid) == said:
+            if not dropped:
+                self._dropped_said.pop(uid, None)
+            return
+        self._dropped_said[uid] = said
+        _log.warning("the member copy's status has fields the hub does not mirror (malformed or too large); the "
+                     "hub shows its own values for them", kind=kind.kind, namespace=Body(copy).namespace,
+                     name=Body(copy).name, cluster=cluster, epoch=epoch,
+                     fields="; ".join(why[:200] for why in list(dropped.values())[:8]))
+
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)
         job = self.jobs.get(uid)
         if job is None:
+            self._dropped_said.pop(uid, None)
             return
         body = Body(job)
         phase = body.phase
@@ -753,7 +782,9 @@ class StatusSync:
                 copy = found[1] if found is not None else None
                 gs = operated_gang_status(job, gs, copy, kind=kind)
                 if copy is not None:
-                    operator = operator_status(copy, kind=kind, cluster=cluster, epoch=epoch)
+                    dropped: dict[str, str] = {}
+                    operator = operator_status(copy, kind=kind, cluster=cluster, epoch=epoch, problems=dropped)
+                    self._say_dropped(uid, kind, copy, cluster=cluster, epoch=epoch, dropped=dropped)
             else:
                 plan = restart_plan(job, objects.gang(uid, epoch)[1], expected=sizes,
                                     admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])

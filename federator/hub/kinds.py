@@ -5,7 +5,7 @@
 
     TrainingJob    namespaced, short name tj, /status, columns Phase (Terminating
                    while being deleted, as kubectl shows a pod), Cluster, Age
-                   (-o wide: Epoch, Priority)
+                   (-o wide: Epoch, Priority, Queue, Mode)
     MemberCluster  cluster-scoped, short name mc, /status, columns Ready, Fabric,
                    GPUs, Age (-o wide: Free, Scheduler, Cordoned)
     DrillReport    cluster-scoped, short name dr, no /status (the spec is the
@@ -18,7 +18,7 @@
 
 the upstream job kinds of `federator.apis.jobkinds.JOB_KINDS` (PyTorchJob, TFJob, PaddleJob, MPIJob, ...) at
 their own groups and versions, namespaced with /status, their upstream schema (plus the hub's status.phase,
-status.cluster, status.epoch), columns Phase, Cluster, Age; validated by translating them into their twin
+status.cluster, status.epoch, status.mode), columns Phase, Cluster, Age (-o wide: Mode); validated by translating them into their twin
 TrainingJob and running the TrainingJob validator on it, every error at the source's path (`jobkind_type`),
 plus Kubernetes' own scheduling.k8s.io/v1 PriorityClass (short name pc,
 columns Value, Global-Default, Age, PreemptionPolicy, as kube prints them),
@@ -429,6 +429,10 @@ _HUB_STATUS_FIELDS: Final[Mapping[str, Any]] = {
     "phase": {"type": "string", "description": "The hub's phase of the job (its twin TrainingJob's)."},
     "cluster": {"type": "string", "description": "The member cluster the job is placed in."},
     "epoch": {"type": "integer", "description": "The placement's fencing epoch."},
+    "mode": {"type": "string", "enum": ["operator", "render"], "description": (
+        "How the member runs it (once dispatched): operator (the member's own operator runs a copy of this "
+        "object) or render (the hub rendered the pods under the operator's contract)."),
+    },
 }
 
 
@@ -511,7 +515,8 @@ def _admit_jobkind(kind: JobKind, validation: ValidationSettings | None
 def jobkind_type(kind: JobKind, validation: ValidationSettings | None = None, *,
                  source_finalizers: Sequence[str] = ()) -> ResourceType:
     """An upstream job kind as the hub serves it: namespaced, /status, its upstream schema (plus the hub's
-    status.phase, status.cluster and status.epoch) for OpenAPI and field validation, columns Phase, Cluster, Age.
+    status.phase, status.cluster, status.epoch and status.mode) for OpenAPI and field validation, columns Phase,
+    Cluster, Age and (-o wide) Mode.
     `source_finalizers` go on every new object (the twin controller's, when it runs)."""
     schema = _jobkind_schema(kind)
     return ResourceType(
@@ -527,6 +532,9 @@ def jobkind_type(kind: JobKind, validation: ValidationSettings | None = None, *,
             TableColumn("Cluster", _string_field(".status.cluster"), description="The member cluster it runs in."),
             TableColumn("Age", column_getter(".metadata.creationTimestamp"), type="date",
                         description="When the job was created."),
+            TableColumn("Mode", _string_field(".status.mode"), priority=1,
+                        description="operator (the member's own operator runs it) or render (the hub renders "
+                                    "its pods)."),
         ),
         field_selectors={"status.phase": _string_field(".status.phase"),
                          "status.cluster": _string_field(".status.cluster")},

@@ -3,7 +3,7 @@ exist: the condition and one history entry per (cluster, epoch)."""
 
 from __future__ import annotations
 
-from federator.controllers.jobs import DispatchRecord, apply_dispatch_record
+from federator.controllers.jobs import DispatchRecord, apply_dispatch_record, requeue
 
 
 def _record(epoch: int = 1, at: float = 1000.0) -> DispatchRecord:
@@ -53,3 +53,17 @@ def test_the_entry_goes_before_what_status_sync_recorded_of_the_same_placement_f
     assert isinstance(history, list)
     assert [(h["event"], h["epoch"]) for h in history] == [
         ("Admitted", 1), ("Placed", 2), ("Dispatched", 2), ("Admitted", 2), ("Running", 2)]
+
+
+def test_the_record_says_the_mode_and_a_new_placement_drops_it() -> None:
+    """How the member runs the gang goes on the twin with the dispatch (status.placement.mode, the Mode column):
+    operator when dispatch created the member copy, render when it rendered the pods; a requeue drops it."""
+    status: dict[str, object] = {"placement": {"cluster": "c1", "epoch": 1}}
+    assert apply_dispatch_record(status, DispatchRecord(cluster="c1", epoch=1, created=2, existing=0, at=1.0,
+                                                        mode="operator"))
+    assert status["placement"] == {"cluster": "c1", "epoch": 1, "mode": "operator"}
+    assert "operator mode" in status["history"][-1]["message"]  # type: ignore[index]
+    requeue(status, reason="ClusterLost", message="lost", now=2.0, job="default/j")
+    assert "mode" not in status["placement"]  # type: ignore[operator]
+    assert apply_dispatch_record(status, _record(epoch=2))
+    assert status["placement"]["mode"] == "render"  # type: ignore[index]

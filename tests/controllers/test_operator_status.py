@@ -4,6 +4,7 @@ single pods that ended or went missing do not (the operator's business), the cop
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -75,7 +76,8 @@ def test_a_succeeded_gang_is_written_with_the_operators_conditions_kept() -> Non
     kind = KINDS["JobSet"]
     copy = jobset(COMPLETED)
     operator = operator_status(copy, kind=kind, cluster="c1", epoch=2)
-    assert operator == {"cluster": "c1", "epoch": 2, "kind": "JobSet.jobset.x-k8s.io", "conditions": [COMPLETED]}
+    assert operator == {"cluster": "c1", "epoch": 2, "kind": "JobSet.jobset.x-k8s.io", "conditions": [COMPLETED],
+                        "status": {}}
     current = job()
     new = with_operator(current, synced_status(current, operated_gang_status(current, gs(GangPhase.RUNNING), copy,
                                                                              kind=kind),
@@ -116,3 +118,19 @@ def test_the_source_shows_the_copys_conditions_of_the_current_placement_only() -
     assert operator_conditions(dict(mirrored), no_conditions) == mirrored
     assert operator_conditions(dict(mirrored), None) == mirrored
     assert operator_conditions(dict(mirrored), job()) == mirrored
+
+
+@pytest.mark.parametrize("status", [
+    {"replicatedJobsStatus": "garbage", "restarts": "x", "terminalState": "t" * 100_000},
+    {"replicatedJobsStatus": [{"name": "w", "ready": 1}], "restartsCountTowardsMax": 2},
+    {"replicatedJobsStatus": [{"name": f"w{i}", "ready": 1} for i in range(5000)]},
+    "not an object",
+])
+def test_the_copys_status_fields_are_checked_and_bounded_so_the_twin_stays_valid(status: Any) -> None:
+    copy = {"status": status} if not isinstance(status, dict) else {"status": {**status, "conditions": [COMPLETED]}}
+    problems: dict[str, str] = {}
+    operator = operator_status(copy, kind=KINDS["JobSet"], cluster="c1", epoch=2, problems=problems)
+    assert set(operator.get("statusDropped") or ()) == set(problems)
+    assert set(operator["status"]) | set(problems) == (set(status) if isinstance(status, dict) else set())
+    assert len(json.dumps(operator["status"])) <= 128 * 1024
+    assert validate_trainingjob(job(operator=operator)) == []

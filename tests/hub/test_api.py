@@ -50,7 +50,7 @@ async def test_example_through_kubectl_apply(hub: RunningHub) -> None:
     code, out, err = await hub.kubectl("admin", "get", "trainingjobs", "-A", "-o", "wide")
     assert code == 0, err
     assert out.splitlines()[0].split() == ["NAMESPACE", "NAME", "PHASE", "CLUSTER", "AGE", "EPOCH", "PRIORITY",
-                                               "QUEUE"]
+                                               "QUEUE", "MODE"]
     assert out.splitlines()[1].split()[:2] == ["vision", "resnet-ps"]
     assert out.splitlines()[1].split()[-1] == "100"
 

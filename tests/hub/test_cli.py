@@ -52,7 +52,7 @@ async def test_get_jobs_in_every_format(hub: RunningHub) -> None:
     code, out, err = await hub.cli("viewer", "get", "jobs", "-A", "-o", "wide")
     assert code == 0, err
     assert out.splitlines()[0].split() == ["NAMESPACE", "NAME", "PHASE", "CLUSTER", "AGE", "EPOCH", "PRIORITY",
-                                           "QUEUE"]
+                                           "QUEUE", "MODE"]
     assert [line.split()[:2] for line in out.splitlines()[1:]] == [["default", "a"], ["default", "b"],
                                                                   ["team-b", "c"]]
 

@@ -202,6 +202,11 @@ async def run_in_operator_mode(env: Env, tmp_path: Path, example: dict[str, Any]
     twin = await env.api.get(namespace, name)
     assert twin["status"]["phase"] == "Succeeded"
     assert twin["status"]["operator"]["cluster"] == CLUSTER
+    await same_status_fields(env, example)
+    # the mode, recorded by dispatch: on the twin, on the source, and in kubectl's -o wide
+    assert twin["status"]["placement"]["mode"] == "operator" and status["mode"] == "operator"
+    await mode_column(env, example["kind"].lower(), namespace, name, "operator")
+    await mode_column(env, "trainingjobs", namespace, name, "operator")
 
     code, _, err = await env.hub.kubectl("admin", "delete", example["kind"].lower(), name, "-n", namespace,
                                          "--timeout=60s")
@@ -211,6 +216,30 @@ async def run_in_operator_mode(env: Env, tmp_path: Path, example: dict[str, Any]
         return await member_copy(env, example) is None
 
     await wait_until(copy_gone, timeout=60, what="the member copy deleted")
+
+
+async def same_status_fields(env: Env, example: dict[str, Any]) -> dict[str, Any]:
+    """The hub's object shows the kind's mirrored status fields exactly as the member copy has them (both read
+    through their APIs); the hub's status."""
+    fields = KINDS[example["kind"]].mirrored_status_fields
+    assert fields
+
+    async def same() -> dict[str, Any] | None:
+        ours = await source_status(env, example)
+        member = await member_copy(env, example)
+        theirs = (member or {}).get("status") or {}
+        return ours if {f: ours.get(f) for f in fields} == {f: theirs.get(f) for f in fields} else None
+
+    return await wait_until(same, timeout=30, what=f"{example['kind']}'s status fields as the member copy's")
+
+
+async def mode_column(env: Env, resource: str, namespace: str, name: str, mode: str) -> None:
+    """`kubectl get <resource> -o wide` on the hub shows `mode` in its MODE column for the job."""
+    code, out, err = await env.hub.kubectl("admin", "get", resource, name, "-n", namespace, "-o", "wide")
+    assert code == 0, err
+    header, row = out.splitlines()[:2]
+    assert "MODE" in header.split(), out
+    assert row[header.index("MODE"):].split()[0] == mode, out
 
 
 async def test_a_jobset_and_a_pytorchjob_run_under_the_members_operators(tmp_path: Path) -> None:
@@ -237,6 +266,14 @@ async def test_spec_operators_render_keeps_the_render_path_on_the_same_member(tm
         pods = await env.live_pods(CLUSTER, twin["metadata"]["uid"])
         assert pods and all(p["metadata"]["labels"].get("federator.dev/index") for p in pods)  # the hub's
         assert await member_copy(env, jobset) is None
+        twin = await env.api.wait_job("default", jobset["metadata"]["name"],
+                                      lambda j: j["status"]["placement"].get("mode") == "render", timeout=30)
+        assert "render mode" in json.dumps(twin["status"]["history"])
+        await mode_column(env, "jobsets", "default", jobset["metadata"]["name"], "render")
+        await mode_column(env, "trainingjobs", "default", jobset["metadata"]["name"], "render")
+        code, out, err = await env.hub.cli("admin", "describe", "jobset", jobset["metadata"]["name"], "-n", "default")
+        assert code == 0, err
+        assert "Mode:         render" in out, out
 
 
 async def test_a_name_taken_in_the_member_is_never_overwritten(tmp_path: Path) -> None:
@@ -396,3 +433,59 @@ async def test_the_other_operated_kinds_run_to_their_end_under_the_members_opera
     async with federation(tmp_path) as env:
         assert (await discovered(env))[KINDS[kind].source_key] == "operator"
         await run_in_operator_mode(env, tmp_path, example, terminal=terminal, pods=_replicas(example))
+
+
+async def test_a_member_copys_odd_status_fields_are_left_out_and_the_hub_keeps_serving(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The member copy's status fields are the member's to write: a value the kind's schema allows is mirrored
+    as written (restartsCountTowardsMax, which the hub never computes), one over the size limit is left out (the
+    twin's status.operator.statusDropped names it, the hub shows its own value), and the hub's object, kubectl
+    and describe keep working. (A value of the wrong type never gets past the member's own API, which checks
+    the kind's schema as kube does: tests/apis/jobkinds/test_mirrored_status.py gives those to the pure part.)"""
+    jobset = jobset_example()
+    jobset["metadata"]["namespace"] = "default"
+    name = jobset["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=3600.0) as env:
+        await discovered(env)
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, jobset))
+        assert code == 0, err
+        await env.api.wait_job("default", name, lambda j: phase(j) == "Running"
+                               and (j["status"].get("operator") or {}).get("status") is not None, timeout=60)
+        client = await env.member(CLUSTER)
+        resource = JOB_KIND_RESOURCES[JOBSET_KEY]
+
+        async def patch_status(status: dict[str, Any]) -> None:
+            await client.patch(resource, namespace="default", name=name, patch={"status": status},
+                               subresource="status")
+
+        await patch_status({"restartsCountTowardsMax": 5})
+
+        async def shown() -> dict[str, Any] | None:
+            status = await source_status(env, jobset)
+            return status if status.get("restartsCountTowardsMax") == 5 else None
+
+        await wait_until(shown, timeout=30, what="the copy's restartsCountTowardsMax on the hub")
+        await same_status_fields(env, jobset)
+
+        await patch_status({"terminalState": "x" * 40_000})
+
+        async def dropped() -> dict[str, Any] | None:
+            twin = await env.api.get("default", name)
+            left_out = set(twin["status"]["operator"].get("statusDropped") or ())
+            return twin if "terminalState" in left_out else None
+
+        twin = await wait_until(dropped, timeout=30, what="the odd fields left out")
+        assert "terminalState" not in twin["status"]["operator"]["status"]
+        status = await source_status(env, jobset)
+        assert status.get("terminalState") is None  # the hub's own value: none while it runs
+        assert status["restartsCountTowardsMax"] == 5 and status["phase"] == "Running"
+        member = await member_copy(env, jobset)
+        assert member is not None and len(member["status"]["terminalState"]) == 40_000
+        for field in ("replicatedJobsStatus", "restarts"):
+            assert status.get(field) == member["status"].get(field), field
+        await mode_column(env, "jobsets", "default", name, "operator")
+        code, out, err = await env.hub.cli("admin", "describe", "jobset", name, "-n", "default")
+        assert code == 0, err
+        assert "Mode:         operator" in out and "x" * 1000 not in out
+        said = [line for line in capsys.readouterr().out.splitlines() if "does not mirror" in line]
+        assert len(said) == 1 and "status.terminalState: 40002 bytes of JSON" in said[0], said  # once, and why

@@ -131,6 +131,10 @@ class JobKind:
     #: False when the object has no pod templates the hub's gang labels and fields can go on (TrainJob: Trainer
     #: makes the pod templates from its runtime), so operator mode cannot run it as the hub's gang: rendered
     operator_copyable: bool = True
+    #: operator mode: the status fields of the kind's own operator (besides its conditions) that the hub's object
+    #: takes from the member copy, in place of those the kind's mirror computes from the hub's pod counts (e.g.
+    #: JobSet's replicatedJobsStatus); each checked against `schema` and bounded (jobkinds.status.mirrored_status)
+    mirrored_status_fields: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:

@@ -373,4 +373,6 @@ JOB = JobKind(
     translate=translate_batch_job, pod_contract=batch_job_pod_contract, mirror_status=batch_job_status,
     description="A batch/v1 Job run as a gang: Indexed, parallelism = completions pods at once (one role, worker).",
     terminal_conditions={"Complete": "Succeeded", "Failed": "Failed"},
+    mirrored_status_fields=("active", "ready", "succeeded", "failed", "terminating", "startTime", "completionTime",
+                            "completedIndexes", "failedIndexes", "uncountedTerminatedPods"),
 )

@@ -335,4 +335,5 @@ JOBSET = JobKind(
     mirror_status=jobset_status,
     description="A JobSet run as one gang: each replicatedJob a role of replicas x parallelism pods.",
     terminal_conditions={"Completed": "Succeeded", "Failed": "Failed"},
+    mirrored_status_fields=("replicatedJobsStatus", "restarts", "restartsCountTowardsMax", "terminalState"),
 )

@@ -397,6 +397,7 @@ def _kind(family: _Family, file_name: str, extras: Callable[[Mapping[str, Any], 
         description=f"Kubeflow {data['kind']} ({data['group']}/{data['version']}), run by the hub as a gang.",
         suspend_path=("spec", "runPolicy", "suspend"), managed_by_path=("spec", "runPolicy", "managedBy"),
         terminal_conditions={"Succeeded": "Succeeded", "Failed": "Failed"},
+        mirrored_status_fields=("replicaStatuses", "startTime", "completionTime"),
     )
 
 

@@ -10,17 +10,25 @@ jobset.py, trainjob.py. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from federator.apis.views import Body
 
-__all__ = ["META_TIMES", "TwinState", "condition", "existing_conditions", "failure", "hub_fields",
-           "operator_conditions", "suspension", "twin_state", "was_true"]
+__all__ = ["MAX_MIRRORED_BYTES", "MAX_MIRRORED_FIELD_BYTES", "META_TIMES", "MODES", "TwinState", "condition",
+           "existing_conditions", "failure", "hub_fields", "mirrored_status", "operator_conditions", "suspension",
+           "twin_state", "was_true"]
 
 #: metav1.Condition's times (JobSet, TrainJob)
 META_TIMES = ("lastTransitionTime",)
+#: how a dispatch runs a gang in its member (the twin's status.placement.mode, the Mode column)
+MODES = ("operator", "render")
+#: operator mode: at most this many bytes of JSON per status field mirrored from the member copy, and in all
+MAX_MIRRORED_FIELD_BYTES = 32 * 1024
+MAX_MIRRORED_BYTES = 128 * 1024
+_MAX_DEPTH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +43,9 @@ class TwinState:
     #: condition type -> the condition
     conditions: Mapping[str, Mapping[str, Any]]
     requeues: int
+    #: how the dispatch of the current placement runs the gang: "operator" (the member's own operator runs the
+    #: member copy) or "render" (the hub renders the pods); None before that dispatch recorded it
+    mode: str | None = None
 
     def said(self, ctype: str, default: str) -> str:
         """The message of the twin's condition `ctype`, or `default`."""
@@ -74,7 +85,8 @@ def twin_state(twin: Mapping[str, Any]) -> TwinState:
         phase=raw_phase if isinstance(raw_phase, str) and raw_phase else "Pending",
         cluster=cluster if isinstance(cluster, str) and cluster else None,
         epoch=epoch if type(epoch) is int else None,
-        counts=counts, conditions=conditions, requeues=_count(status.get("requeues")))
+        counts=counts, conditions=conditions, requeues=_count(status.get("requeues")),
+        mode=placement.get("mode") if placement.get("mode") in MODES else None)
 
 
 def existing_conditions(source: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -107,6 +119,8 @@ def hub_fields(status: dict[str, Any], state: TwinState | None) -> dict[str, Any
         status["cluster"] = state.cluster
     if state is not None and state.epoch is not None:
         status["epoch"] = state.epoch
+    if state is not None and state.cluster is not None and state.mode is not None:
+        status["mode"] = state.mode
     return status
 
 
@@ -130,11 +144,16 @@ def failure(state: TwinState, reason: str, message: str) -> tuple[str, str]:
     return str(own), state.said("Failed", str(own))
 
 
-def operator_conditions(status: dict[str, Any], twin: Mapping[str, Any] | None) -> dict[str, Any]:
-    """`status` (a mirror's answer) with the conditions of the twin's member copy as its operator wrote them, when
-    the member's own operator runs the job (operator mode: the twin's status.operator, written by status sync, of
-    the twin's current cluster and epoch, with at least one condition); else `status` unchanged. The hub's
-    status.phase, status.cluster and status.epoch stay."""
+def operator_conditions(status: dict[str, Any], twin: Mapping[str, Any] | None,
+                        fields: Sequence[str] = ()) -> dict[str, Any]:
+    """`status` (a mirror's answer) with what the member copy's operator wrote, when the member's own operator
+    runs the job (operator mode: the twin's status.operator, written by status sync, of the twin's current
+    cluster and epoch): its conditions (when it has at least one), and those of its status fields `fields`
+    (the kind's `JobKind.mirrored_status_fields`) as status sync kept them (status.operator.status), in place of
+    the ones computed from the hub's pod counts: a field the copy does not have is left out as the operator
+    leaves it out, one status sync dropped as malformed (status.operator.statusDropped) keeps the computed
+    value; else `status` unchanged. The hub's status.phase,
+    status.cluster, status.epoch and status.mode stay."""
     if twin is None:
         return status
     state = twin_state(twin)
@@ -142,9 +161,107 @@ def operator_conditions(status: dict[str, Any], twin: Mapping[str, Any] | None) 
     if not isinstance(operator, Mapping) or operator.get("cluster") != state.cluster \
             or operator.get("epoch") != state.epoch:
         return status
-    conditions = operator.get("conditions")
-    if not isinstance(conditions, list) or not conditions:
-        return status
     out = dict(status)
-    out["conditions"] = [dict(c) for c in conditions if isinstance(c, Mapping)]
+    conditions = operator.get("conditions")
+    if isinstance(conditions, list) and conditions:
+        out["conditions"] = [dict(c) for c in conditions if isinstance(c, Mapping)]
+    own, dropped = operator.get("status"), operator.get("statusDropped")
+    if isinstance(own, Mapping):
+        for name in fields:
+            if name in _HUB_FIELDS or (isinstance(dropped, list) and name in dropped):
+                continue  # the hub's own, or what status sync left out as malformed: the computed value stays
+            if name in own:
+                out[name] = own[name]
+            else:
+                out.pop(name, None)  # the operator has not written it (or omits it when empty, as kube does)
     return out
+
+
+#: the hub's own fields of every served kind's status, never taken from a member copy
+_HUB_FIELDS = frozenset({"phase", "cluster", "epoch", "mode", "conditions"})
+
+
+def mirrored_status(schema: Mapping[str, Any], fields: Sequence[str],
+                    copy_status: object) -> tuple[dict[str, Any], dict[str, str]]:
+    """The member copy's own status fields named in `fields` (operator mode: what its operator wrote, e.g.
+    JobSet's replicatedJobsStatus), each checked against the kind's upstream schema `schema` (the whole
+    object's: its status.properties; types, known properties, nesting at most 16 deep) and within
+    MAX_MIRRORED_FIELD_BYTES of JSON (MAX_MIRRORED_BYTES in all). Returns (the fields kept, field name -> why
+    it was left out): a malformed or oversized field is left out whole (the hub's computed value stands), never
+    cut. Total: any input gives an answer."""
+    if not isinstance(copy_status, Mapping):
+        if copy_status is None:
+            return {}, {}
+        return {}, {name: "status is not an object" for name in fields if name not in _HUB_FIELDS}
+    properties = _properties(_properties(schema).get("status"))
+    kept: dict[str, Any] = {}
+    dropped: dict[str, str] = {}
+    total = 0
+    for name in fields:
+        if name not in copy_status or name in _HUB_FIELDS:
+            continue
+        value = copy_status[name]
+        node = properties.get(name)
+        error = _shape_error(value, node, f"status.{name}", 0) if isinstance(node, Mapping) \
+            else f"status.{name}: not in the kind's schema"
+        if error is None:
+            size = len(json.dumps(value, separators=(",", ":")))
+            room = min(MAX_MIRRORED_FIELD_BYTES, MAX_MIRRORED_BYTES - total)
+            if size > room:
+                error = f"status.{name}: {size} bytes of JSON, over the limit of {room}"
+            else:
+                total += size
+                kept[name] = value
+        if error is not None:
+            dropped[name] = error
+    return kept, dropped
+
+
+def _properties(node: object) -> Mapping[str, Any]:
+    raw = node.get("properties") if isinstance(node, Mapping) else None
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def _shape_error(value: object, node: Mapping[str, Any], path: str, depth: int) -> str | None:
+    """The first way `value` does not fit the structural schema `node`, or None."""
+    if depth > _MAX_DEPTH:
+        return f"{path}: nested too deeply"
+    if node.get("x-kubernetes-int-or-string"):
+        return None if type(value) in (int, str) else f"{path}: must be an integer or a string"
+    if node.get("x-kubernetes-preserve-unknown-fields") and "type" not in node:
+        return None
+    kind = node.get("type")
+    if kind == "object":
+        if not isinstance(value, Mapping):
+            return f"{path}: must be an object"
+        properties = node.get("properties")
+        extra = node.get("additionalProperties")
+        for key, child in value.items():
+            if not isinstance(key, str):
+                return f"{path}: keys must be strings"
+            if isinstance(properties, Mapping) and key in properties and isinstance(properties[key], Mapping):
+                error = _shape_error(child, properties[key], f"{path}.{key}", depth + 1)
+            elif isinstance(extra, Mapping):
+                error = _shape_error(child, extra, f"{path}[{key[:64]}]", depth + 1)
+            elif node.get("x-kubernetes-preserve-unknown-fields"):
+                error = None
+            else:
+                error = f"{path}.{key[:64]}: unknown field"
+            if error is not None:
+                return error
+        return None
+    if kind == "array":
+        if not isinstance(value, list):
+            return f"{path}: must be an array"
+        items = node.get("items")
+        for index, child in enumerate(value):
+            error = _shape_error(child, items, f"{path}[{index}]", depth + 1) if isinstance(items, Mapping) \
+                else None
+            if error is not None:
+                return error
+        return None
+    checks: dict[object, tuple[type, ...]] = {"string": (str,), "integer": (int,), "boolean": (bool,),
+                                              "number": (int, float)}
+    if kind in checks:
+        return None if type(value) in checks[kind] else f"{path}: must be of type {kind}"
+    return f"{path}: the schema gives no type"
