@@ -340,13 +340,14 @@ def test_a_name_taken_or_another_manager_makes_nothing(sim: ThreadedSim, api: cl
 
 def test_bad_secrets_are_refused(sim: ThreadedSim) -> None:
     ns = sim.new_namespace("sec")
-    for body, words in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"metadata": {"name": "s"}, "type": "kubernetes.io/ssh-auth", "data": {"x": "eA=="}}, "ssh-privatekey"),
         ({"metadata": {"name": "s"}, "data": {"k": "not base64!"}}, "must be base64-encoded"),
         ({"metadata": {"name": "s"}, "data": {"../k": "eA=="}}, "valid config key"),
         ({"metadata": {"name": "s"}, "data": {"k": base64.b64encode(b"x" * (1024 * 1024 + 1)).decode()}},
          "Too long"),
-    ]:
+    ]
+    for body, words in cases:
         code, answer = raw_request(sim, "POST", f"/api/v1/namespaces/{ns}/secrets",
                                    json.dumps({"apiVersion": "v1", "kind": "Secret", **body}).encode())
         assert code == 422 and words in answer["message"], answer

@@ -322,7 +322,7 @@ def _role_template(job: Mapping[str, Any], rtype: str, role: str, hostname: str)
     """The replica's template with the default labels, hostname, subdomain and DNS settings (newWorker,
     newLauncherPodTemplate): (its metadata, its spec)."""
     template = copy.deepcopy((_replica(job, rtype) or {}).get("template") or {})
-    meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    meta: dict[str, Any] = template["metadata"] if isinstance(template.get("metadata"), dict) else {}
     labels = {**(meta.get("labels") or {}), **default_labels(job["metadata"]["name"], role)}
     pod_spec = template.get("spec") or {}
     pod_spec["hostname"] = hostname
@@ -602,13 +602,13 @@ class MPIOperator:
         by_name = {p["metadata"]["name"]: p for p in pods}
         out: list[dict[str, Any]] = []
         for index in range(count):
-            pod = by_name.get(worker_name(name, index)) or await self._get(kinds.PODS, namespace,
-                                                                          worker_name(name, index))
-            if pod is None:
-                pod = await self.storage.create(kinds.PODS, worker_pod(job, index), namespace=namespace)
-            if not owned_by(pod, job):
-                raise self._not_ours(kinds.PODS, pod)
-            out.append(pod)
+            found: JSONObject | None = by_name.get(worker_name(name, index)) or await self._get(
+                kinds.PODS, namespace, worker_name(name, index))
+            if found is None:
+                found = await self.storage.create(kinds.PODS, worker_pod(job, index), namespace=namespace)
+            if not owned_by(found, job):
+                raise self._not_ours(kinds.PODS, found)
+            out.append(found)
         return out
 
     async def _delete_workers(self, job: Mapping[str, Any]) -> None:
@@ -635,9 +635,9 @@ class MPIOperator:
             current["spec"]["suspend"] = suspended
             return current
 
-        updated: JSONObject = await self.storage.guaranteed_update(JOB, namespace=meta["namespace"], name=meta["name"],
-                                                                   mutate=mutate)
-        return updated
+        updated = await self.storage.guaranteed_update(JOB, namespace=meta["namespace"], name=meta["name"],
+                                                       mutate=mutate)
+        return updated if updated is not None else launcher
 
     async def _launcher_pods(self, launcher: Mapping[str, Any]) -> list[dict[str, Any]]:
         """jobPods (1583): the pods the launcher Job controls."""
