@@ -279,6 +279,8 @@ def test_bad_mpijobs(sim: ThreadedSim, api: client.ApiClient, pi: dict[str, Any]
         ("spec.mpiReplicaSpecs.Worker.replicas", "two", "must be of type integer"),
         ("spec.runPolicy", {"suspend": "yes"}, "must be of type boolean"),
         ("spec.mpiImplementation", "LAM", "supported values"),
+        ("spec.mpiReplicaSpecs.Worker.replicas", 2 ** 31, "out of range for int32"),
+        ("spec.mpiReplicaSpecs.Launcher.template", "pod", "must be of type object"),
     ]:
         body = copy.deepcopy(pi)
         jobkinds_conftest.set_at(body, path, value)
@@ -302,8 +304,25 @@ def test_bad_mpijobs(sim: ThreadedSim, api: client.ApiClient, pi: dict[str, Any]
     assert event["message"].startswith("Found validation errors: ")
     assert "spec.mpiReplicaSpecs[Launcher].replicas" in event["message"] and "must be 1" in event["message"]
     assert "spec.mpiReplicaSpecs[Worker].restartPolicy" in event["message"]
-    [stored] = listed(sim, MPIJOB, ns)
-    assert "status" not in stored or not stored["status"]
+    for name, edit, words in [
+        ("x" * 55, {}, "will not able to create pod and service with invalid DNS label"),
+        ("no-containers", {"Worker": {"replicas": 1, "template": {"spec": {"containers": []}}}},
+         "spec.mpiReplicaSpecs[Worker].template.spec.containers: Required value: must define at least one container"),
+        ("no-workers", {"Worker": {"replicas": 0, "template": pi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]}},
+         "spec.mpiReplicaSpecs[Worker].replicas: Invalid value: 0: must be greater than or equal to 1"),
+    ]:
+        other = copy.deepcopy(pi)
+        other["metadata"]["name"] = name
+        other["spec"]["mpiReplicaSpecs"].update(edit)
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "mpijobs", other)
+
+        def named(events: list[dict[str, Any]], name: str = name) -> Any:
+            return next((e for e in events if e["involvedObject"]["name"] == name), None)
+
+        event = wait_objects(sim, kinds.EVENTS, ns, named, what=f"the ValidationError Event of {name}")
+        assert event["reason"] == "ValidationError" and words in event["message"], event["message"]
+    for stored in listed(sim, MPIJOB, ns):
+        assert not stored.get("status"), stored["metadata"]["name"]
     for rt in (kinds.PODS, kinds.SERVICES, kinds.CONFIG_MAPS, SECRETS, JOB):
         assert listed(sim, rt, ns) == [], rt.plural
 
