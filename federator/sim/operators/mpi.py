@@ -2,12 +2,12 @@
 kubeflow.org/v2beta1 MPIJob. Line numbers below are of tag v0.6.0 (mpi_job_controller.go unless named).
 
 For each MPIJob it does what syncHandler (551) does:
-- defaults it in memory (pkg/apis/kubeflow/v2beta1/default.go:27-78, SetDefaults_MPIJob): runPolicy.cleanPodPolicy
+- defaults it in memory (pkg/apis/kubeflow/v2beta1/default.go:27-80, SetDefaults_MPIJob): runPolicy.cleanPodPolicy
   None, slotsPerWorker 1, sshAuthMountPath /root/.ssh, mpiImplementation OpenMPI, launcherCreationPolicy
   AtStartup, Launcher replicas 1 restartPolicy OnFailure, Worker replicas 0 restartPolicy Never; the stored object
   keeps what was sent;
 - skips a job whose runPolicy.managedBy names another controller (managedByExternalController, 1728) or that is
-  being deleted; a job that fails pkg/apis/kubeflow/validation/validation.go (ValidateMPIJob, 49-163) gets a
+  being deleted; a job that fails pkg/apis/kubeflow/validation/validation.go (ValidateMPIJob, 49-160) gets a
   Warning Event `ValidationError` "Found validation errors: ..." and nothing else (the operator has no webhook:
   the object stays stored, without status);
 - sets Created (MPIJobCreated, "MPIJob <ns>/<name> is created.") first, startTime when not suspended;
@@ -149,7 +149,7 @@ def default_labels(job: str, role: str) -> dict[str, str]:
 
 
 def defaulted(job: Mapping[str, Any]) -> dict[str, Any]:
-    """SetDefaults_MPIJob on a copy (default.go:27-78)."""
+    """SetDefaults_MPIJob on a copy (default.go:27-80)."""
     out = copy.deepcopy(dict(job))
     spec = out.setdefault("spec", {})
     policy = spec.setdefault("runPolicy", {})
@@ -487,7 +487,7 @@ class MPIOperator:
         return None
 
     async def _validation_event(self, job: Mapping[str, Any], errs: list[FieldError]) -> None:
-        """c.recorder.Event(mpiJob, Warning, ValidationError, "Found validation errors: ...") (583)."""
+        """c.recorder.Event(mpiJob, Warning, ValidationError, "Found validation errors: ...") (594)."""
         meta = job["metadata"]
         listed = [str(e) for e in errs]  # field.ErrorList.ToAggregate: one error bare, more in brackets
         message = _truncate("Found validation errors: " + (listed[0] if len(listed) == 1 else
