@@ -93,9 +93,14 @@ def test_mpi_needs_batch_and_serves_mpijob_and_secret() -> None:
 
 
 @needs_kubectl
-def test_upstream_pi_example_runs_to_succeeded(sim: ThreadedSim, tmp_path: Path, pi: dict[str, Any]) -> None:
+def test_upstream_pi_example_while_it_runs(sim: ThreadedSim, tmp_path: Path, pi: dict[str, Any]) -> None:
+    """The pi example with a launcher that runs on (the kubelet's duration), so that its running state is seen
+    whatever the machine's load: the objects the operator made, then deleted with the job."""
     ns = sim.new_namespace("pi")
-    out = kubectl(sim, tmp_path, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(long_running_workers(pi)))
+    body = long_running_workers(pi)
+    body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"].setdefault("metadata", {})["annotations"] = \
+        dict(LONG_RUN)
+    out = kubectl(sim, tmp_path, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(body))
     assert out.stdout.strip() == "mpijob.kubeflow.org/pi created"
     # while it runs: every worker and the launcher pod running make it Running
     running = wait_objects(sim, MPIJOB, ns, with_condition("pi", "Running"), what="the MPIJob Running")
@@ -160,27 +165,41 @@ def test_upstream_pi_example_runs_to_succeeded(sim: ThreadedSim, tmp_path: Path,
         {"key": "hostfile", "path": "hostfile", "mode": 0o444},
         {"key": "discover_hosts.sh", "path": "discover_hosts.sh", "mode": 0o555}]}}
 
-    # the launcher ends (the kubelet's default run): the job Succeeded, the running workers deleted
-    # (cleanPodPolicy Running)
-    job = wait_objects(sim, MPIJOB, ns, with_condition("pi", "Succeeded"), what="the MPIJob Succeeded", timeout=60)
-    conditions = [(c["type"], c["status"], c["reason"], c["message"]) for c in job["status"]["conditions"]]
-    assert conditions == [
-        ("Created", "True", "MPIJobCreated", f"MPIJob {ns}/pi is created."),
-        ("Running", "False", "MPIJobRunning", f"MPIJob {ns}/pi is running."),
-        ("Succeeded", "True", "MPIJobSucceeded", f"MPIJob {ns}/pi successfully completed.")]
-    assert job["status"]["replicaStatuses"]["Launcher"] == {"succeeded": 1}
-    assert job["status"]["startTime"] and job["status"]["completionTime"]
-    wait_objects(sim, kinds.PODS, ns, lambda ps: not [p for p in ps if p["metadata"]["name"] in workers],
-                 what="the workers deleted (cleanPodPolicy Running)")
-    # the operator defaults in memory (the CRD's schema defaults mpiImplementation); the rest stays as sent
-    assert job["spec"]["mpiImplementation"] == "OpenMPI"
-    assert "restartPolicy" not in job["spec"]["mpiReplicaSpecs"]["Launcher"]
-    rows = [line.split() for line in kubectl(sim, tmp_path, "get", "mpijobs", "-n", ns).stdout.splitlines()]
-    assert rows[1][0] == "pi"
+    assert running["status"]["replicaStatuses"]["Launcher"] == {"active": 1}
+    assert [(c["type"], c["status"], c["reason"]) for c in running["status"]["conditions"]] == [
+        ("Created", "True", "MPIJobCreated"), ("Running", "True", "MPIJobRunning")]
     # deleting it takes every child (garbage collector)
     kubectl(sim, tmp_path, "delete", "-n", ns, "mpijob/pi")
     for rt in (kinds.PODS, kinds.SERVICES, kinds.CONFIG_MAPS, SECRETS, JOB):
         wait_objects(sim, rt, ns, lambda items: not items, what=f"the MPIJob's {rt.plural} to go")
+
+
+@needs_kubectl
+def test_upstream_pi_example_runs_to_succeeded(sim: ThreadedSim, tmp_path: Path, pi: dict[str, Any]) -> None:
+    """The pi example, its launcher ending after the kubelet's default run: Succeeded, the running workers
+    deleted (cleanPodPolicy Running)."""
+    ns = sim.new_namespace("pis")
+    out = kubectl(sim, tmp_path, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(long_running_workers(pi)))
+    assert out.stdout.strip() == "mpijob.kubeflow.org/pi created"
+    job = wait_objects(sim, MPIJOB, ns, with_condition("pi", "Succeeded"), what="the MPIJob Succeeded", timeout=60)
+    conditions = [(c["type"], c["status"], c["reason"], c["message"]) for c in job["status"]["conditions"]]
+    # Running (then False) is there when a pass of the operator saw the launcher and both workers running
+    assert [c for c in conditions if c[0] != "Running"] == [
+        ("Created", "True", "MPIJobCreated", f"MPIJob {ns}/pi is created."),
+        ("Succeeded", "True", "MPIJobSucceeded", f"MPIJob {ns}/pi successfully completed.")]
+    assert [c for c in conditions if c[0] == "Running"] in (
+        [], [("Running", "False", "MPIJobRunning", f"MPIJob {ns}/pi is running.")])
+    assert job["status"]["replicaStatuses"]["Launcher"] == {"succeeded": 1}
+    assert job["status"]["startTime"] and job["status"]["completionTime"]
+    wait_objects(sim, kinds.PODS, ns, lambda ps: not [p for p in ps if "-worker-" in p["metadata"]["name"]],
+                 what="the workers deleted (cleanPodPolicy Running)")
+    [cm] = listed(sim, kinds.CONFIG_MAPS, ns)
+    assert cm["data"]["hostfile"] == f"pi-worker-0.pi.{ns}.svc slots=1\npi-worker-1.pi.{ns}.svc slots=1\n"
+    # the operator defaults in memory (the CRD's schema defaults mpiImplementation); the rest stays as sent
+    assert job["spec"]["mpiImplementation"] == "OpenMPI"
+    assert "restartPolicy" not in job["spec"]["mpiReplicaSpecs"]["Launcher"]
+    rows = [line.split() for line in kubectl(sim, tmp_path, "get", "mpijobs", "-n", ns).stdout.splitlines()]
+    assert rows[1][:2] == ["pi", "Succeeded"]
 
 
 def test_intel_slots_default_mount_path_and_sshd(sim: ThreadedSim, api: client.ApiClient, pi: dict[str, Any]) -> None:
