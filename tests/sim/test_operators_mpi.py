@@ -390,3 +390,28 @@ def test_bad_secrets_are_refused(sim: ThreadedSim) -> None:
                                    json.dumps({"apiVersion": "v1", "kind": "Secret", **body}).encode())
         assert code == 422 and words in answer["message"], answer
     assert listed(sim, SECRETS, ns) == []
+
+
+def test_wait_for_workers_ready_creates_the_launcher_after_them(sim: ThreadedSim, api: client.ApiClient,
+                                                                pi: dict[str, Any]) -> None:
+    """launcherCreationPolicy WaitForWorkersReady: no launcher Job while a worker is not Ready (the workers start
+    late here); it comes once both are."""
+    from federator.sim.kubelet import ANNOTATION_START_DELAY
+
+    ns = sim.new_namespace("wait")
+    body = copy.deepcopy(pi)
+    body["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
+    body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "annotations": {**LONG_RUN, ANNOTATION_START_DELAY: "1.5"}}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, "mpijobs", body)
+    wait_objects(sim, kinds.PODS, ns, lambda ps: len(ps) == 2, what="the two workers")
+    jobs = listed(sim, JOB, ns)
+    if all(condition_status(p, "Ready") != "True" for p in listed(sim, kinds.PODS, ns)):
+        assert jobs == []  # none while they start (both lists read in that order: no worker was Ready before)
+    [launcher] = wait_objects(sim, JOB, ns, lambda items: items, what="the launcher Job", timeout=60)
+    ready = [c for p in listed(sim, kinds.PODS, ns, LABELS + "job-role=worker")
+             for c in p["status"]["conditions"] if c["type"] == "Ready" and c["status"] == "True"]
+    assert len(ready) == 2
+    assert all(c["lastTransitionTime"] <= launcher["metadata"]["creationTimestamp"] for c in ready)
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, "mpijobs", "pi")
+    wait_objects(sim, kinds.PODS, ns, lambda ps: not ps, what="the pods to go")
