@@ -279,6 +279,9 @@ class MemberOperator:
 #: the operators, built by e2e/kube/operators/build.sh. The Kubeflow training operator runs the kinds the hub
 #: serves from it (kubeflow.org/v1 PyTorchJob, TFJob, PaddleJob); its kubeflow.org/v1 MPIJob is not installed: the
 #: hub serves MPIJob kubeflow.org/v2beta1 (mpi-operator), whose CRD has the same name, so MPIJob stays render-only.
+#: The mpi-operator itself is not here: the Go module proxy refuses github.com/kubeflow/mpi-operator (`go list -m
+#: -versions` answers 403), so a profile's "mpi" (the simulator's emulation, federator/sim/operators/mpi.py) has no
+#: real operator and `profile_operators` leaves it out.
 OPERATORS: dict[str, MemberOperator] = {
     "jobset": MemberOperator("jobset", "jobset-controller", "jobset/default", "jobset-system",
                              "jobset-controller-manager", ("jobsets.jobset.x-k8s.io",)),

@@ -1,6 +1,6 @@
 """Issue 28's operator mode through the hub: a member that runs the kinds' own operators (a simulator started
-with operators on) gets the member copy of a JobSet and of a PyTorchJob applied to the hub with kubectl (the
-unchanged upstream examples); the emulated operator makes the pods, the job ends Succeeded on the hub with the
+with operators on) gets the member copy of a JobSet, a PyTorchJob, a TFJob, a PaddleJob, an MPIJob and a batch
+Job applied to the hub with kubectl (the unchanged upstream examples); the emulated operator makes the pods, the job ends Succeeded on the hub with the
 member's conditions mirrored; spec.operators "render" keeps the render path on the same member; a name taken in
 the member is never overwritten; deleting the hub object deletes the member copy; a bad spec.operators is a 422
 that changes nothing."""
@@ -22,7 +22,9 @@ from federator.apis.membercluster import OPERATOR_KINDS
 from federator.clusters.client import JOB_KIND_RESOURCES, PODS, MemberApiError
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_UID, LABEL_ROLE
 from federator.hub.kinds import SOURCE_FINALIZER
+from federator.sim import kinds
 from federator.sim.operators import OPERATOR_NAMES
+from federator.sim.operators.served import JOB, SECRETS
 
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import STANDARD, phase, wait_until
@@ -423,16 +425,24 @@ def _replicas(example: dict[str, Any]) -> int:
     return sum(int(replica.get("replicas", 1)) for replica in specs.values())
 
 
-@pytest.mark.parametrize("kind, terminal", [("TFJob", "Succeeded"), ("PaddleJob", "Succeeded"), ("Job", "Complete")])
+@pytest.mark.parametrize("kind, terminal", [("TFJob", "Succeeded"), ("PaddleJob", "Succeeded"), ("Job", "Complete"),
+                                            ("MPIJob", "Succeeded")])
 async def test_the_other_operated_kinds_run_to_their_end_under_the_members_operators(
         tmp_path: Path, kind: str, terminal: str) -> None:
-    """TFJob and PaddleJob (training-operator's own examples) and kube's Indexed pod-to-pod Job, unchanged, run
-    through their member copies under the member's operators (the emulated training-operator and Job controller)
-    to the operator's terminal condition, mirrored on the hub; deleting them on the hub deletes the copies."""
+    """TFJob and PaddleJob (training-operator's own examples), mpi-operator v0.6.0's pi example
+    (examples/v2beta1/pi/pi.yaml, from the Go module cache) and kube's Indexed pod-to-pod Job, unchanged, run
+    through their member copies under the member's operators (the emulated training-operator, mpi-operator and
+    Job controller; MPIJob's launcher is a batch Job) to the operator's terminal condition, mirrored on the hub;
+    deleting them on the hub deletes the copies."""
     example = in_default(indexed_job()) if kind == "Job" else upstream_example(*EXAMPLES[kind])
+    if kind == "MPIJob":
+        example = in_default(example)
     async with federation(tmp_path) as env:
         assert (await discovered(env))[KINDS[kind].source_key] == "operator"
         await run_in_operator_mode(env, tmp_path, example, terminal=terminal, pods=_replicas(example))
+        if kind == "MPIJob":
+            await _mpi_children_gone(env, example["metadata"]["name"])
+
 
 
 async def test_a_member_copys_odd_status_fields_are_left_out_and_the_hub_keeps_serving(
@@ -489,3 +499,21 @@ async def test_a_member_copys_odd_status_fields_are_left_out_and_the_hub_keeps_s
         assert "Mode:         operator" in out and "x" * 1000 not in out
         said = [line for line in capsys.readouterr().out.splitlines() if "does not mirror" in line]
         assert len(said) == 1 and "status.terminalState: 40002 bytes of JSON" in said[0], said  # once, and why
+
+
+async def _mpi_children_gone(env: Env, name: str) -> None:
+    """The member copy's children (the mpi-operator's Service, ConfigMap, ssh Secret, launcher Job, pods) go with
+    it (the member's garbage collector)."""
+    storage = env.fed.sims[CLUSTER].storage
+    names = {name, f"{name}-config", f"{name}-ssh", f"{name}-launcher"}
+
+    async def gone() -> bool:
+        for rt in (kinds.PODS, kinds.SERVICES, kinds.CONFIG_MAPS, SECRETS, JOB):
+            for obj in (await storage.list(rt, namespace="default")).items:
+                obj_name = obj["metadata"]["name"]
+                if obj_name in names or obj_name.startswith(f"{name}-worker-") or \
+                        obj_name.startswith(f"{name}-launcher-"):
+                    return False
+        return True
+
+    await wait_until(gone, timeout=60, what=f"MPIJob {name}'s children deleted in the member")

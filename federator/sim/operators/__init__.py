@@ -5,6 +5,8 @@
     batch     batch/v1 Job and kube-controller-manager's Job controller (batchjob.py)
     jobset    jobset.x-k8s.io/v1alpha2 JobSet and the JobSet controller (jobset.py); needs batch
     kubeflow  kubeflow.org/v1 PyTorchJob, TFJob, PaddleJob and the training-operator v1.8.1 (kubeflow.py)
+    mpi       kubeflow.org/v2beta1 MPIJob and the mpi-operator v0.6.0 (mpi.py; core v1 Secret served with it, for
+              its ssh-auth Secret); needs batch (its launcher is a batch/v1 Job)
 
 A cluster running any of them also runs the garbage collector (gc.py) over what they own. The operators emulate
 the real ones' code (names, labels, Services, env, status, suspend); docs/simulator-fidelity.md lists where they
@@ -48,6 +50,9 @@ def _operators() -> dict[str, Operator]:
     except ImportError:  # pragma: no cover - while kubeflow.py is being written
         return found
     found["kubeflow"] = Operator("kubeflow", KUBEFLOW_SERVED, run_training_operator)
+    from federator.sim.operators.mpi import MPI_SERVED, run_mpi_operator
+
+    found["mpi"] = Operator("mpi", MPI_SERVED, run_mpi_operator, needs=("batch",))
     return found
 
 
@@ -92,7 +97,8 @@ async def run_operators(*, storage: ObjectStorage, registry: Registry, stop: asy
 
     operators = resolve(names)
     owners = [rt for op in operators for rt in op.kinds]
-    dependents = [kinds.PODS, kinds.SERVICES, *(rt for rt in owners if rt.kind == "Job" and rt.group == "batch")]
+    dependents = [kinds.PODS, kinds.SERVICES, kinds.CONFIG_MAPS,
+                  *(rt for rt in owners if rt.group in ("batch", "") and rt.kind in ("Job", "Secret"))]
     gc = GarbageCollector(storage=storage, owners=owners, dependents=dependents, logger=logger.bind(part="gc"))
     loops = {f"operator:{op.name}": op.run(storage=storage, registry=registry, stop=stop,
                                            logger=logger.bind(operator=op.name)) for op in operators}

@@ -655,7 +655,7 @@ class TrainingOperator:
                                      f"{kind} {name} is failed because {failed} {rtype} replica(s) failed.")
 
 
-#: the kinds the training-operator serves here (MPIJob v2beta1 is the mpi-operator's, not emulated)
+#: the kinds the training-operator serves here (MPIJob v2beta1 is the mpi-operator's: mpi.py)
 def _webhook(fw: Framework) -> Callable[[JSONObject], list[FieldError]]:
     def validate(obj: JSONObject) -> list[FieldError]:
         return webhook_errors(fw, obj)

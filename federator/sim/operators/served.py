@@ -14,8 +14,11 @@ This module describes kinds only: it keeps no state, runs no controller and neve
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
@@ -27,6 +30,7 @@ from federator.apis.jobkinds.batchjob import JOB as JOB_KIND
 from federator.apis.jobkinds.jobset import JOBSET as JOBSET_KIND
 from federator.apis.jobkinds.kubeflow import KUBEFLOW_KINDS
 from federator.apis.timestamps import parse_time
+from federator.apiserver.clientschema import client_unknown_fields, with_client_schema
 from federator.apiserver.errors import FieldError
 from federator.apiserver.fieldvalidation import schema_unknown_fields
 from federator.apiserver.registry import JSONObject, ResourceType, SMPListStrategy, TableColumn
@@ -37,6 +41,7 @@ __all__ = [
     "JOB",
     "JOBSET",
     "KUBEFLOW",
+    "SECRETS",
     "JOB_CONTROLLER_UID_LABEL",
     "JOB_NAME_LABEL",
     "crd_schema_errors",
@@ -429,3 +434,69 @@ def _kubeflow(kind: JobKind) -> ResourceType:
 
 #: kind name -> its ResourceType, for PyTorchJob, TFJob, PaddleJob (v1) and MPIJob (v2beta1)
 KUBEFLOW: Final[Mapping[str, ResourceType]] = {k.kind: _kubeflow(k) for k in KUBEFLOW_KINDS}
+
+
+# ---------------------------------------------------------------- core v1 Secret (served beside the mpi-operator)
+
+_SECRET_KEY: Final = re.compile(r"[-._a-zA-Z0-9]+")
+#: corev1.MaxSecretSize
+MAX_SECRET_BYTES: Final = 1024 * 1024
+#: the keys kube's Secret validation requires per type (ValidateSecret)
+_SECRET_TYPE_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+    "kubernetes.io/basic-auth": (),
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+}
+
+
+def _secret_errors(secret: JSONObject) -> list[FieldError]:
+    """kube's ValidateSecret, reduced: data keys valid config keys with base64 values, stringData strings, at most
+    1 MiB in all, the keys its type needs."""
+    errs: list[FieldError] = []
+    size = 0
+    data = secret.get("data")
+    string_data = secret.get("stringData")
+    keys: set[str] = set()
+    for field, entries in (("data", data), ("stringData", string_data)):
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            errs.append(FieldError.invalid(field, json_type(entries), "must be an object"))
+            continue
+        for key, value in entries.items():
+            keys.add(key)
+            if len(key) > 253 or not _SECRET_KEY.fullmatch(key) or key in (".", "..") or key.startswith(".."):
+                errs.append(FieldError.invalid(f"{field}[{key}]", key, "a valid config key must consist of "
+                                                                       "alphanumeric characters, '-', '_' or '.'"))
+            if not isinstance(value, str):
+                errs.append(FieldError.invalid(f"{field}[{key}]", json_type(value), "must be a string"))
+                continue
+            if field == "data":
+                try:
+                    size += len(base64.b64decode(value, validate=True))
+                except (ValueError, binascii.Error):
+                    errs.append(FieldError.invalid(f"data[{key}]", "<secret data>", "must be base64-encoded"))
+            else:
+                size += len(value.encode())
+    if size > MAX_SECRET_BYTES:
+        errs.append(FieldError("data", "FieldValueTooLong", f"Too long: may not be more than {MAX_SECRET_BYTES} bytes",
+                               "", True))
+    kind = secret.get("type")
+    for needed in _SECRET_TYPE_KEYS.get(kind, ()) if isinstance(kind, str) else ():
+        if needed not in keys:
+            errs.append(FieldError.required(f"data[{needed}]"))
+    return errs
+
+
+SECRETS: Final = ResourceType(
+    group="", version="v1", kind="Secret", plural="secrets", singular="secret", namespaced=True,
+    status_subresource=False, validate=with_client_schema("V1Secret", _secret_errors),
+    unknown_fields=client_unknown_fields("V1Secret"), columns=(
+        TableColumn("Type", column_getter(".type")),
+        TableColumn("Data", lambda s: len(s.get("data") or {}), type="integer"),
+        _age(),
+    ),
+    openapi_name="io.k8s.api.core.v1.Secret",
+    description="Secret holds secret data of a certain type.",
+)
