@@ -119,7 +119,9 @@ async def test_kubectl_delete_namespace_removes_its_pytorchjob_its_twin_and_thei
         groups, pods = await env.fed.member_objects(CLUSTER, uid)
         assert len(groups) == 1 and len(pods) == 3
         held = await member_leftovers(env, uid)
-        assert len(held.get("services", ())) == 1, held  # the gang's headless Service
+        # the gang's headless Service and, in render mode, the training operator's per-replica Services
+        assert sorted(held.get("services", ())) == sorted([pods[0]["metadata"]["name"].rsplit("-", 2)[0],
+                                                           "mnist-master-0", "mnist-worker-0", "mnist-worker-1"]), held
 
         code, out, err = await hub.kubectl("admin", "delete", "ns", "vision", "--timeout=90s", timeout=120)
         assert code == 0 and 'namespace "vision" deleted' in out, err
