@@ -20,6 +20,10 @@ the upstream job kinds of `federator.apis.jobkinds.JOB_KINDS` (PyTorchJob, TFJob
 their own groups and versions, namespaced with /status, their upstream schema (plus the hub's status.phase,
 status.cluster, status.epoch), columns Phase, Cluster, Age; validated by translating them into their twin
 TrainingJob and running the TrainingJob validator on it, every error at the source's path (`jobkind_type`),
+Trainer's ClusterTrainingRuntime (cluster-scoped) and TrainingRuntime (namespaced) of trainer.kubeflow.org/v1alpha1
+with their upstream schemas, no /status, column Age (`runtime_type`; a TrainJob's spec.runtimeRef is resolved
+against them when it is created: `translate_source`, the one lookup, which the twin controller uses too; not
+stored: 422 at spec.runtimeRef.name; after creation only spec.suspend may change, `_admit_jobkind_update`),
 plus Kubernetes' own scheduling.k8s.io/v1 PriorityClass (short name pc,
 columns Value, Global-Default, Age, PreemptionPolicy, as kube prints them),
 and, from `federator.apiserver.events`, core v1 Events (what the controllers

@@ -1,30 +1,38 @@
 """trainer.kubeflow.org/v1alpha1 TrainJob as a gang (issue 28; upstream github.com/kubeflow/trainer/v2@v2.0.0).
 
 A TrainJob names a (Cluster)TrainingRuntime (spec.runtimeRef) that holds most of the job: the pod template, the
-ML policy (numNodes, torch's numProcPerNode). The hub serves no TrainingRuntime or ClusterTrainingRuntime kind, so
-it knows exactly one runtime, the one Trainer v2.0.0 installs by default for PyTorch:
-``ClusterTrainingRuntime torch-distributed`` (manifests/base/runtimes/torch_distributed.yaml: one replicatedJob
-`node` of one Job, container `node`, image pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime, mlPolicy numNodes 1,
-torch numProcPerNode auto). Every other runtimeRef is a 422 at spec.runtimeRef (kind TrainingRuntime, another
-apiGroup, another name): resolving those needs the runtime objects, which is the part of issue 28 left to do.
+ML policy (numNodes, torch's numProcPerNode). The hub serves both runtime kinds (runtimes.py); the translation is
+pure and takes the runtime as an input: `translate_trainjob` (`JobKind.translate`) checks only what the TrainJob
+holds and gives no spec, `translate_trainjob_on(obj, settings, runtime)` (`JobKind.translate_referenced`) makes
+the twin; admission and the twin controller look the runtime up (hub/kinds.py `translate_source`: the stored one,
+else the built-in torch-distributed for ClusterTrainingRuntime torch-distributed, else a 422 at
+spec.runtimeRef.name that it does not exist).
+
+The runtime shapes the gang runs (`runtime_shape`; anything else is an error at spec.runtimeRef naming the
+runtime's field): one replicatedJob (replicas 1: the trainer's Job, named `node` in Trainer's runtimes) whose pod
+has the container `node` (constants.Node); mlPolicy numNodes (default 1) and torch numProcPerNode (default auto),
+or no torch policy (plainml: framework none). Refused: mlPolicy.mpi (Trainer's MPI runtimes need a launcher
+Job beside the nodes), torch.elasticPolicy, initializer jobs, several replicatedJobs. Not read: podGroupPolicy
+(the hub gangs every job) and the JobSet's network, success and failure policies.
 
 The twin: framework pytorch with port 29500 (Trainer's ContainerTrainerPort, which its torch plugin puts in
-PET_MASTER_PORT) and nprocPerNode from spec.trainer.numProcPerNode (else the runtime's, auto); one role `worker`
-(the hub's pytorch role; worker 0 is the rendezvous host, as the torch plugin makes node 0) of spec.trainer.numNodes
-pods (else the runtime's 1), restartPolicy OnFailure (JobSet's default for the runtime's Job) and backoffLimit 6
-(the Job's default); its pod is the runtime's `node` container with spec.trainer's image, command, args (each
-replacing the runtime's when set), env (added; the torch plugin's reserved PET_NNODES, PET_NPROC_PER_NODE,
-PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT are refused, as Trainer's webhook refuses them) and
-resourcesPerNode (the container's resources). spec.podSpecOverrides aimed at the job `node` apply their
-serviceAccountName, nodeSelector, tolerations, volumes, schedulingGates and the `node` container's env and
-volumeMounts; one aimed at another job, or at another container, is refused (the runtime has none).
-spec.initializer is refused (torch-distributed has no initializer jobs). spec.managedBy: absent or Trainer's own
-controller (trainer.kubeflow.org/trainjob-controller). spec.suspend -> the twin's. spec.labels and
-spec.annotations go on Trainer's JobSet, not on pods: operator mode only. Queue, priority class, placement and
-failover: the labels and annotations (hints.py).
+PET_MASTER_PORT) and nprocPerNode from spec.trainer.numProcPerNode (else the runtime's), or framework none; one
+role `worker` (the hub's pytorch role; worker 0 is the rendezvous host, as the torch plugin makes node 0) of
+spec.trainer.numNodes pods (else the runtime's), restartPolicy the runtime pod's (else OnFailure, JobSet's
+default for the runtime's Job) and backoffLimit the runtime Job's (else 6, the Job's default); its pod template
+is the runtime Job's with, on the `node` container, spec.trainer's image, command, args (each replacing the
+runtime's when set), env (merged by name over the runtime's; the torch plugin's reserved PET_NNODES,
+PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT are refused, as Trainer's webhook refuses
+them) and resourcesPerNode (the container's resources). spec.podSpecOverrides aimed at the runtime's job apply
+their serviceAccountName, nodeSelector, tolerations, volumes, schedulingGates and a runtime container's env and
+volumeMounts; one aimed at another job, or at another container, is refused. spec.initializer is refused (the hub
+runs no initializer jobs). spec.managedBy: absent or Trainer's own controller
+(trainer.kubeflow.org/trainjob-controller). spec.suspend -> the twin's. spec.labels and spec.annotations go on
+Trainer's JobSet, not on pods: operator mode only. Queue, priority class, placement and failover: the labels and
+annotations (hints.py).
 
-The pod contract: Trainer runs a TrainJob as a JobSet of its own name with the replicatedJob `node` of one Job
-whose parallelism is numNodes, so the pods carry that JobSet's and Job's labels, annotations and
+The pod contract: Trainer runs a TrainJob as a JobSet of its own name with the runtime's replicatedJob (`node`) of
+one Job whose parallelism is numNodes, so the pods carry that JobSet's and Job's labels, annotations and
 JOB_COMPLETION_INDEX (jobset.py); the PET_* variables are the pytorch framework's (delegation/frameworks.py), not
 the contract's. PET_MASTER_ADDR then names the hub's worker 0, not `<name>-node-0-0.<name>`.
 
