@@ -175,6 +175,14 @@ async def test_a_trainjob_naming_a_missing_runtime_is_a_422_and_nothing_is_store
     status, body = await hub.request("POST", trainjobs_url("default"), body=trainjob("builtin",
                                                                                      {"name": "torch-distributed"}))
     assert status == 201, body
+    # a stored one of that name wins (here one the gang cannot run: Trainer's MPI runtime under that name)
+    mpi = yaml.safe_load(runtime_file("mpi_distributed.yaml").read_text(encoding="utf-8"))
+    mpi["metadata"]["name"] = "torch-distributed"
+    status, body = await hub.request("POST", CLUSTER_RUNTIMES, body=mpi)
+    assert status == 201, body
+    status, body = await hub.request("POST", trainjobs_url("default"), body=trainjob("stored",
+                                                                                     {"name": "torch-distributed"}))
+    assert status == 422 and "spec.mlPolicy.mpi" in json.dumps(body), body
 
 
 async def test_a_trainjob_may_only_be_suspended_once_its_runtime_is_gone(hub: RunningHub) -> None:
