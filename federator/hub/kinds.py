@@ -449,7 +449,9 @@ def _jobkind_schema(kind: JobKind) -> dict[str, Any]:
 
 def jobkind_validator(kind: JobKind, validation: ValidationSettings | None) -> Callable[[JSONObject], list[Any]]:
     """Validation of an upstream kind: its translation, then the TrainingJob validator on the twin it makes,
-    every error at the source's path (nothing is stored when either finds a problem)."""
+    every error at the source's path (nothing is stored when either finds a problem). A kind that reads another
+    object (TrainJob) is checked here for what it holds itself; the rest at admission (`_admit_jobkind`), so a
+    status or finalizer write never depends on that object."""
     settings = validation or ValidationSettings()
 
     def validate(obj: JSONObject) -> list[Any]:

@@ -33,7 +33,8 @@ SOURCE_KIND_ANNOTATION: Final = "federator.dev/source-kind"
 class Translation:
     """What `JobKind.translate` makes of one source object.
 
-    `spec` is the TrainingJob spec of the twin (None when `errors` is not empty). `errors` are kube-style
+    `spec` is the TrainingJob spec of the twin (None when `errors` is not empty, and always from `JobKind.translate`
+    of a kind that reads another object: `JobKind.reference`). `errors` are kube-style
     (path, message) causes whose paths name the *source* object's fields (e.g.
     "spec.pytorchReplicaSpecs[Worker].replicas"), so a 422 points at what the user wrote. `role_paths` maps each
     TrainingJob role name to the source path of its pod template ("spec.pytorchReplicaSpecs[Worker].template"),
