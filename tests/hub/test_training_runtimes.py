@@ -267,3 +267,27 @@ async def test_trainjobs_on_trainers_runtime_and_on_a_namespaced_one_run_to_succ
         assert code == 0, err
         rows = {line.split()[0]: line.split()[1:3] for line in out.splitlines()[1:]}
         assert rows == {"on-cluster": ["Succeeded", CLUSTER], "on-namespaced": ["Succeeded", CLUSTER]}, out
+
+
+async def test_a_suspended_trainjob_resumes_after_its_runtime_is_deleted(tmp_path: Path) -> None:
+    job = trainjob("resumed", {"name": "torch-small", "kind": "TrainingRuntime"})
+    job["spec"]["suspend"] = True
+    async with federation(tmp_path, run_seconds=2.0) as env:
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, namespaced_runtime()))
+        assert code == 0, err
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, job))
+        assert code == 0, err
+
+        async def shown(wanted: str) -> dict[str, Any] | None:
+            status = await source_status(env, job)
+            return status if status.get("phase") == wanted else None
+
+        await wait_until(lambda: shown("Suspended"), timeout=30, what="the TrainJob Suspended")
+        code, _, err = await env.hub.kubectl("admin", "delete", "trainingruntime", "torch-small", "-n", "default")
+        assert code == 0, err
+        code, _, err = await env.hub.kubectl("admin", "patch", "trainjob", "resumed", "-n", "default",
+                                             "--type=merge", "-p", '{"spec":{"suspend":false}}')
+        assert code == 0, err
+        await wait_until(lambda: shown("Succeeded"), timeout=60, what="the TrainJob Succeeded")
+        twin = await env.api.get("default", "resumed")
+        assert twin["spec"]["suspend"] is False and twin["spec"]["roles"][0]["replicas"] == 2
