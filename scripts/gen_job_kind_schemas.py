@@ -66,6 +66,7 @@ class UpstreamKind:
 
 _TRAINING_OPERATOR = ("github.com/kubeflow/training-operator", "v1.8.1")
 _MPI_OPERATOR = ("github.com/kubeflow/mpi-operator", "v0.6.0")
+_TRAINER = ("github.com/kubeflow/trainer/v2", "v2.0.0")
 
 
 def kube_version() -> str:
@@ -84,8 +85,12 @@ UPSTREAM_KINDS: tuple[UpstreamKind, ...] = (
     UpstreamKind("MPIJob", *_MPI_OPERATOR, "manifests/base/kubeflow.org_mpijobs.yaml", "v2beta1"),
     UpstreamKind("JobSet", "sigs.k8s.io/jobset", "v0.10.1",
                  "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml", "v1alpha2"),
-    UpstreamKind("TrainJob", "github.com/kubeflow/trainer/v2", "v2.0.0",
-                 "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml", "v1alpha1"),
+    UpstreamKind("TrainJob", *_TRAINER, "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml", "v1alpha1"),
+    # not job kinds: the runtimes a TrainJob's spec.runtimeRef names (apis/trainingruntime.py)
+    UpstreamKind("ClusterTrainingRuntime", *_TRAINER,
+                 "manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml", "v1alpha1"),
+    UpstreamKind("TrainingRuntime", *_TRAINER, "manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml",
+                 "v1alpha1"),
     UpstreamKind("Job", "k8s.io/kubernetes", kube_version(), "api/openapi-spec/v3/apis__batch__v1_openapi.json",
                  "v1", openapi_root="io.k8s.api.batch.v1.Job", group="batch", plural="jobs"),
 )

@@ -61,6 +61,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from federator.apis.jobkinds import JOB_KINDS
+from federator.apis.jobkinds.runtimes import CLUSTER_RUNTIME, TRAINING_RUNTIME
 from federator.apiserver.app import Principal
 from federator.apiserver.errors import ApiError, forbidden, unauthorized, warning_headers
 
@@ -430,6 +431,10 @@ ROLE_RULES: Final[Mapping[str, tuple[PolicyRule, ...]]] = {
         _rule(READ_VERBS, [FEDERATOR_GROUP], ["queues", "queues/status"],
               why="researchers may read queues and their status"),
         _rule(READ_VERBS, ["scheduling.k8s.io"], ["priorityclasses"], why="researchers may read priority classes"),
+        _rule(READ_VERBS, [CLUSTER_RUNTIME.group], [CLUSTER_RUNTIME.plural],
+              why="researchers may read the ClusterTrainingRuntimes their TrainJobs name (admins write them)"),
+        _rule(READ_VERBS, [TRAINING_RUNTIME.group], [TRAINING_RUNTIME.plural], scope=OWN_NAMESPACES,
+              why="researchers may read the TrainingRuntimes of their namespaces (admins write them)"),
         _rule(READ_VERBS, ["", "events.k8s.io"], ["events"], scope=OWN_NAMESPACES,
               why="researchers may read events in their namespaces"),
         # /api/v1/namespaces/<ns> is checked in the namespace <ns> itself (request_attributes), so this grants

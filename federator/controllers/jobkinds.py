@@ -49,8 +49,9 @@ from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apiserver.registry import ResourceType
 from federator.controllers.context import HubContext
+from federator.delegation.membercopy import suspended
 from federator.controllers.loops import background_loop, watch_hub_kind
-from federator.hub.kinds import SOURCE_FINALIZER
+from federator.hub.kinds import SOURCE_FINALIZER, translate_source
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 
@@ -169,7 +170,7 @@ class JobKindTwins:
             return
         blocked = None
         if twin is None:
-            translation = kind.translate(source, self.hub.settings.validation)
+            translation = await translate_source(self.hub.storage, kind, source, self.hub.settings.validation)
             if translation.spec is None:
                 blocked = "TranslationFailed: " + "; ".join(f"{p}: {m}" for p, m in translation.errors[:5])
             else:
@@ -203,10 +204,13 @@ class JobKindTwins:
 
     async def _follow_spec(self, kind: JobKind, source: Mapping[str, Any], twin: dict[str, Any],
                            key: _Key) -> dict[str, Any]:
-        translation = kind.translate(source, self.hub.settings.validation)
-        if translation.spec is None:
-            return twin
+        translation = await translate_source(self.hub.storage, kind, source, self.hub.settings.validation)
         wanted = translation.spec
+        if wanted is None:
+            if kind.reference is None:
+                return twin
+            # the object it reads is gone (a TrainJob's runtime deleted): the twin keeps its gang, follows suspend
+            wanted = {"suspend": suspended(kind, source)}
         bounds = {r["name"]: (r.get("minReplicas"), r.get("maxReplicas")) for r in wanted.get("roles") or ()}
 
         def mutate(job: dict[str, Any]) -> dict[str, Any] | None:

@@ -20,6 +20,10 @@ the upstream job kinds of `federator.apis.jobkinds.JOB_KINDS` (PyTorchJob, TFJob
 their own groups and versions, namespaced with /status, their upstream schema (plus the hub's status.phase,
 status.cluster, status.epoch, status.mode), columns Phase, Cluster, Age (-o wide: Mode); validated by translating them into their twin
 TrainingJob and running the TrainingJob validator on it, every error at the source's path (`jobkind_type`),
+Trainer's ClusterTrainingRuntime (cluster-scoped) and TrainingRuntime (namespaced) of trainer.kubeflow.org/v1alpha1
+with their upstream schemas, no /status, column Age (`runtime_type`; a TrainJob's spec.runtimeRef is resolved
+against them when it is created: `translate_source`, the one lookup, which the twin controller uses too; not
+stored: 422 at spec.runtimeRef.name; after creation only spec.suspend may change, `_admit_jobkind_update`),
 plus Kubernetes' own scheduling.k8s.io/v1 PriorityClass (short name pc,
 columns Value, Global-Default, Age, PreemptionPolicy, as kube prints them),
 and, from `federator.apiserver.events`, core v1 Events (what the controllers
@@ -79,7 +83,8 @@ import copy
 
 from federator.apis import drillreport, membercluster, priorityclass, queue, trainingjob
 from federator.apis.jobkinds import JOB_KINDS, JobKind
-from federator.apis.jobkinds.base import source_errors, twin_trainingjob
+from federator.apis.jobkinds.base import Translation, source_errors, twin_trainingjob
+from federator.apis.jobkinds.runtimes import RUNTIME_KINDS, RuntimeKind, validate_runtime
 from federator.apis.common import (
     API_GROUP,
     API_VERSION,
@@ -112,8 +117,10 @@ __all__ = [
     "priorityclass_type",
     "queue_for_namespace",
     "queue_type",
+    "runtime_type",
     "selects_namespace",
     "trainingjob_type",
+    "translate_source",
 ]
 
 HUB_GROUP: Final = API_GROUP
@@ -446,18 +453,56 @@ def _jobkind_schema(kind: JobKind) -> dict[str, Any]:
 
 def jobkind_validator(kind: JobKind, validation: ValidationSettings | None) -> Callable[[JSONObject], list[Any]]:
     """Validation of an upstream kind: its translation, then the TrainingJob validator on the twin it makes,
-    every error at the source's path (nothing is stored when either finds a problem)."""
+    every error at the source's path (nothing is stored when either finds a problem). A kind that reads another
+    object (TrainJob) is checked here for what it holds itself; the rest at admission (`_admit_jobkind`), so a
+    status or finalizer write never depends on that object."""
     settings = validation or ValidationSettings()
 
     def validate(obj: JSONObject) -> list[Any]:
         translation = kind.translate(obj, settings)
-        if translation.errors or translation.spec is None:
-            return list(translation.errors) or [("spec", "Invalid value: cannot be translated")]
-        twin = twin_trainingjob(kind, obj, translation)
-        found = trainingjob.validate_trainingjob(twin, settings=settings, include_generic_metadata=False)
-        return source_errors(found, translation)
+        if kind.reference is not None and not translation.errors:
+            return []  # the rest needs the object it names: admission (`translate_source`, `_admit_jobkind`)
+        return _translation_errors(kind, obj, translation, settings)
 
     return validate
+
+
+def _translation_errors(kind: JobKind, obj: JSONObject, translation: Translation,
+                        settings: ValidationSettings) -> list[Any]:
+    """A translation's errors, or those the TrainingJob validator finds in the twin it makes (at the source's
+    paths)."""
+    if translation.errors or translation.spec is None:
+        return list(translation.errors) or [("spec", "Invalid value: cannot be translated")]
+    twin = twin_trainingjob(kind, obj, translation)
+    found = trainingjob.validate_trainingjob(twin, settings=settings, include_generic_metadata=False)
+    return source_errors(found, translation)
+
+
+async def translate_source(storage: ObjectStorage, kind: JobKind, obj: Mapping[str, Any],
+                           settings: ValidationSettings) -> Translation:
+    """`kind.translate`, or for a kind that reads another object (`JobKind.reference`: a TrainJob's runtime) the
+    translation on that object as stored now (its `Reference.fallback` when none is stored; neither: the error
+    that it does not exist). The one place the object is looked up: admission and the twin controller call it."""
+    translation = kind.translate(obj, settings)
+    if kind.reference is None or kind.translate_referenced is None or translation.errors:
+        return translation
+    found: list[Any] = []
+    ref = kind.reference(obj, found)
+    if ref is None:
+        return Translation(spec=None, errors=found or [("spec", "Invalid value: names no object to translate on")])
+    rt = storage.registry.by_kind(ref.api_version, ref.kind)
+    referenced: Mapping[str, Any] | None = None
+    if rt is not None:
+        try:
+            referenced = await storage.get(rt, namespace=ref.namespace, name=ref.name)
+        except ApiError as e:
+            if e.code != 404:
+                raise
+    if referenced is None:
+        referenced = ref.fallback
+    if referenced is None:
+        return Translation(spec=None, errors=[ref.missing()])
+    return kind.translate_referenced(obj, settings, referenced)
 
 
 def _without_mutable(spec: Mapping[str, Any] | None) -> Any:
@@ -480,8 +525,8 @@ def jobkind_update_validator(kind: JobKind, validation: ValidationSettings | Non
                else "spec.suspend")
 
     def validate(new: JSONObject, old: JSONObject) -> list[Any]:
-        if new.get("spec") == old.get("spec") and _hints_of(new) == _hints_of(old):
-            return []
+        if kind.reference is not None or (new.get("spec") == old.get("spec") and _hints_of(new) == _hints_of(old)):
+            return []  # a kind that reads another object: `_admit_jobkind_update`
         before, after = kind.translate(old, settings), kind.translate(new, settings)
         if before.spec is None or after.spec is None:
             return []  # the create-time validator names what is wrong with `new`
@@ -505,9 +550,52 @@ def _admit_jobkind(kind: JobKind, validation: ValidationSettings | None
     settings = validation or ValidationSettings()
 
     async def admit(storage: ObjectStorage, obj: JSONObject) -> None:
-        translation = kind.translate(obj, settings)
+        if kind.reference is not None:
+            if kind.translate(obj, settings).errors:
+                return  # validation, which runs next, names them
+            translation = await translate_source(storage, kind, obj, settings)
+            found = _translation_errors(kind, obj, translation, settings)
+            if found:
+                raise errors.invalid(_served(storage, kind), _object_name(obj), found)
+        else:
+            translation = kind.translate(obj, settings)
         if translation.spec is not None:
             await _admit_trainingjob(storage, twin_trainingjob(kind, obj, translation))
+
+    return admit
+
+
+def _served(storage: ObjectStorage, kind: JobKind) -> ResourceType:
+    rt = storage.registry.by_kind(kind.api_version, kind.kind)
+    assert rt is not None, kind.kind
+    return rt
+
+
+def _admit_jobkind_update(kind: JobKind, validation: ValidationSettings | None
+                          ) -> Callable[[ObjectStorage, JSONObject, JSONObject], Any]:
+    """`jobkind_update_validator`'s rule for a kind that reads another object (TrainJob): the two translations
+    on the object as stored now; when it is gone (a runtime deleted under a running TrainJob, whose twin keeps
+    its gang), only spec.suspend may change."""
+    settings = validation or ValidationSettings()
+
+    def fixed(obj: Mapping[str, Any]) -> Any:
+        spec = obj.get("spec")
+        return ({k: v for k, v in spec.items() if k != "suspend"} if isinstance(spec, Mapping) else spec,
+                _hints_of(obj))
+
+    async def admit(storage: ObjectStorage, new: JSONObject, old: JSONObject) -> None:
+        if fixed(new) == fixed(old) or kind.translate(new, settings).errors:
+            return
+        before = await translate_source(storage, kind, old, settings)
+        after = await translate_source(storage, kind, new, settings)
+        if before.spec is not None and after.spec is None:
+            raise errors.invalid(_served(storage, kind), _object_name(new), _translation_errors(
+                kind, new, after, settings))
+        if before.spec is None or after.spec is None \
+                or _without_mutable(before.spec) != _without_mutable(after.spec):
+            raise errors.invalid(_served(storage, kind), _object_name(new), [(
+                "spec", "Forbidden: only spec.suspend may change after the job is created (delete and create it "
+                        "again to change the rest)")])
 
     return admit
 
@@ -527,6 +615,7 @@ def jobkind_type(kind: JobKind, validation: ValidationSettings | None = None, *,
         validate=jobkind_validator(kind, validation),
         validate_update=jobkind_update_validator(kind, validation),
         admit_create=_admit_jobkind(kind, validation),
+        admit_update=_admit_jobkind_update(kind, validation) if kind.reference is not None else None,
         columns=(
             TableColumn("Phase", _string_field(".status.phase"), description="The hub's phase of the job."),
             TableColumn("Cluster", _string_field(".status.cluster"), description="The member cluster it runs in."),
@@ -552,4 +641,21 @@ def hub_registry(
     return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
                      drillreport_type(validation), queue_type(validation), priorityclass_type(validation),
                      *(jobkind_type(kind, validation, source_finalizers=source_finalizers) for kind in JOB_KINDS),
+                     *(runtime_type(kind) for kind in RUNTIME_KINDS),
                      NAMESPACES, *event_types()])
+
+
+def runtime_type(kind: RuntimeKind) -> ResourceType:
+    """Trainer's ClusterTrainingRuntime (cluster-scoped) or TrainingRuntime (namespaced) as the hub serves it:
+    its upstream schema for OpenAPI and field validation, no /status (the CRD has none), Trainer's webhook's
+    validation (`runtimes.validate_runtime`), column Age. TrainJobs read it at admission (`translate_source`)."""
+    schema = copy.deepcopy(dict(kind.schema))
+    schema["x-kubernetes-group-version-kind"] = [{"group": kind.group, "kind": kind.kind, "version": kind.version}]
+    return ResourceType(
+        group=kind.group, version=kind.version, kind=kind.kind, plural=kind.plural, singular=kind.singular,
+        namespaced=kind.namespaced, status_subresource=False, managed_fields=True, openapi_schema=schema,
+        unknown_fields=schema_unknown_fields(schema), requires_type_meta=True, openapi_name=kind.openapi_name,
+        description=kind.description, validate=validate_runtime,
+        columns=(TableColumn("Age", column_getter(".metadata.creationTimestamp"), type="date",
+                             description="When the runtime was created."),),
+    )

@@ -1,4 +1,4 @@
-"""The upstream job kinds' schemas (federator/apis/jobkinds/*.json) are what scripts/gen_job_kind_schemas.py
+"""The upstream job kinds' schemas and Trainer's runtimes' (federator/apis/jobkinds/*.json) are what scripts/gen_job_kind_schemas.py
 extracts from the pinned sources in the Go module cache (CRDs, and kube's OpenAPI document for batch/v1 Job), and
 its kube OpenAPI inliner makes one structural schema."""
 
@@ -34,7 +34,8 @@ def test_each_committed_schema_cites_its_pinned_source() -> None:
     files = sorted(SCHEMA_DIR.glob("*.json"))
     rows = {row.kind: row for row in script().UPSTREAM_KINDS}
     assert {f.name for f in files} == {"pytorchjobs.json", "tfjobs.json", "paddlejobs.json", "mpijobs.json",
-                                       "jobsets.json", "trainjobs.json", "jobs.json"}
+                                       "jobsets.json", "trainjobs.json", "jobs.json", "clustertrainingruntimes.json",
+                                       "trainingruntimes.json"}
     kinds = set()
     for path in files:
         data = load_upstream_schema(path.name)

@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 
 from federator.apis.common import FieldError, ValidationSettings
 
-__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "PodDns", "StatusMirror", "Translation",
+__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "PodDns", "Reference", "StatusMirror", "Translation",
            "load_upstream_schema", "source_errors", "twin_trainingjob"]
 
 JSON = dict[str, Any]
@@ -33,7 +33,8 @@ SOURCE_KIND_ANNOTATION: Final = "federator.dev/source-kind"
 class Translation:
     """What `JobKind.translate` makes of one source object.
 
-    `spec` is the TrainingJob spec of the twin (None when `errors` is not empty). `errors` are kube-style
+    `spec` is the TrainingJob spec of the twin (None when `errors` is not empty, and always from `JobKind.translate`
+    of a kind that reads another object: `JobKind.reference`). `errors` are kube-style
     (path, message) causes whose paths name the *source* object's fields (e.g.
     "spec.pytorchReplicaSpecs[Worker].replicas"), so a 422 points at what the user wrote. `role_paths` maps each
     TrainingJob role name to the source path of its pod template ("spec.pytorchReplicaSpecs[Worker].template"),
@@ -87,6 +88,39 @@ class PodContract:
 
 #: (source object, settings) -> Translation. Pure and total: a malformed object gives errors, never an exception.
 Translator = Callable[[Mapping[str, Any], ValidationSettings], Translation]
+#: (source object, settings, the object its `JobKind.reference` names, as stored) -> Translation; pure and total
+ReferencedTranslator = Callable[[Mapping[str, Any], ValidationSettings, Mapping[str, Any]], Translation]
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """Another hub object a source object's translation reads (a TrainJob's runtime, spec.runtimeRef): the caller
+    looks it up (I/O) and passes it to `JobKind.translate_referenced`."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    #: None for a cluster-scoped kind
+    namespace: str | None
+    name: str
+    #: the source field that names it (where "does not exist" is reported)
+    path: str
+    #: the object to use when none of that name is stored (a built-in default), or None: not stored is an error
+    fallback: Mapping[str, Any] | None = None
+    #: the kind of the source object, for the message
+    needed_by: str = "object"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def missing(self) -> FieldError:
+        """The error when it is not stored and has no fallback (as Trainer's TrainJob webhook says it)."""
+        where = f" in namespace {self.namespace}" if self.namespace is not None else ""
+        lower = self.kind[0].lower() + self.kind[1:]
+        return (self.path, f'Not found: {self.plural}.{self.group} "{self.name}"{where} not found: specified '
+                           f"{lower} must be created before the {self.needed_by} is created")
 #: (job name, namespace, TrainingJob role name, pod index in the role, the twin's annotations) -> PodContract
 PodContractFn = Callable[[str, str, str, int, Mapping[str, str]], PodContract]
 
@@ -135,6 +169,12 @@ class JobKind:
     #: takes from the member copy, in place of those the kind's mirror computes from the hub's pod counts (e.g.
     #: JobSet's replicatedJobsStatus); each checked against `schema` and bounded (jobkinds.status.mirrored_status)
     mirrored_status_fields: tuple[str, ...] = ()
+    #: a kind whose translation reads another object (TrainJob: its runtime): which one a source names (errors
+    #: appended when it names none it may), and the translation given that object. `translate` alone then checks
+    #: only what the source itself holds and gives spec None; the API server's admission and the twin controller
+    #: look the object up and call `translate_referenced` (hub/kinds.py `translate_source`)
+    reference: Callable[[Mapping[str, Any], list[FieldError]], Reference | None] | None = None
+    translate_referenced: ReferencedTranslator | None = None
 
     @property
     def api_version(self) -> str:

@@ -1,5 +1,7 @@
 """Every translator and pod contract is total: any JSON value, however shaped, gives a Translation (a spec, or
-errors with paths) and a PodContract, never an exception; and a Translation with no spec always says why."""
+errors with paths) and a PodContract, never an exception; and a Translation with no spec always says why (a kind
+that reads another object, TrainJob: `translate` alone never gives a spec; on its runtime it does, or says why,
+whatever the TrainJob and whatever the runtime)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federator.apis.common import ValidationSettings
-from federator.apis.jobkinds.base import JobKind
+from federator.apis.jobkinds.base import JobKind, Translation
 from federator.apis.jobkinds.batchjob import CONTRACT_ANNOTATION, JOB
 from federator.apis.jobkinds.jobset import JOBSET
+from federator.apis.jobkinds.runtimes import BUILTIN_TORCH_DISTRIBUTED
 from federator.apis.jobkinds.trainjob import TRAINJOB
 
 KINDS = [JOB, JOBSET, TRAINJOB]
@@ -30,11 +33,22 @@ JSON = st.recursive(SCALARS, lambda children: st.lists(children, max_size=4)
                     | st.dictionaries(KEYS, children, max_size=5), max_leaves=30)
 
 
+def full(kind: JobKind, obj: Any, referenced: Any = BUILTIN_TORCH_DISTRIBUTED) -> Translation:
+    """The translation admission makes (on `referenced` for a kind that reads another object)."""
+    alone = kind.translate(obj, ValidationSettings())
+    if kind.translate_referenced is None:
+        return alone
+    assert alone.spec is None
+    on = kind.translate_referenced(obj, ValidationSettings(), referenced)
+    assert set(alone.errors) <= set(on.errors)
+    return on
+
+
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind)
 @settings(max_examples=150, deadline=None)
 @given(obj=JSON)
 def test_translate_is_total(kind: JobKind, obj: Any) -> None:
-    result = kind.translate(obj, ValidationSettings())
+    result = full(kind, obj)
     assert (result.spec is None) == bool(result.errors)
     assert all(isinstance(path, str) and isinstance(message, str) for path, message in result.errors)
 
@@ -79,12 +93,33 @@ def paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 @given(data=st.data())
 def test_an_example_with_any_field_replaced_is_total(kind: JobKind, example: dict[str, Any],
                                                      data: st.DataObject) -> None:
-    assert kind.translate(example, ValidationSettings()).errors == []
+    assert full(kind, example).errors == []
     obj = copy.deepcopy(example)
     where = data.draw(st.sampled_from(paths(obj)))
     node: Any = obj
     for key in where[:-1]:
         node = node[key]
     node[where[-1]] = data.draw(JSON)
-    result = kind.translate(obj, ValidationSettings())
+    result = full(kind, obj)
     assert (result.spec is None) == bool(result.errors)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_runtime_with_any_field_replaced_is_total(data: st.DataObject) -> None:
+    runtime = copy.deepcopy(dict(BUILTIN_TORCH_DISTRIBUTED))
+    where = data.draw(st.sampled_from(paths(runtime)))
+    node: Any = runtime
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = data.draw(JSON)
+    result = full(TRAINJOB, TRAINJOB_EXAMPLE, runtime)
+    assert (result.spec is None) == bool(result.errors)
+    assert all(isinstance(path, str) and isinstance(message, str) for path, message in result.errors)
+
+
+@settings(max_examples=150, deadline=None)
+@given(runtime=JSON)
+def test_any_runtime_is_total(runtime: Any) -> None:
+    result = full(TRAINJOB, TRAINJOB_EXAMPLE, runtime)
+    assert result.spec is None and result.errors

@@ -1,6 +1,6 @@
-"""Trainer's TrainJob on the built-in torch-distributed runtime: the upstream example (trainer v2.0.0
-CONTRIBUTING.md, from the Go module cache) translates into a pytorch gang whose twin validates; the runtime the
-hub knows is the module's own; runtimes it does not serve and bad input are 422s at the TrainJob's paths."""
+"""Trainer's TrainJob on the torch-distributed runtime: the upstream example (trainer v2.0.0 CONTRIBUTING.md, from
+the Go module cache) translates into a pytorch gang whose twin validates; the built-in default is the module's own
+torch_distributed.yaml; bad input is a 422 at the TrainJob's paths. Other runtimes: test_training_runtimes.py."""
 
 from __future__ import annotations
 
@@ -16,14 +16,27 @@ import yaml
 
 from federator.apis.common import FieldError, ValidationSettings
 from federator.apis.jobkinds.base import Translation
-from federator.apis.jobkinds.trainjob import BUILTIN_RUNTIMES, TRAINJOB
+from federator.apis.jobkinds.runtimes import BUILTIN_TORCH_DISTRIBUTED
+from federator.apis.jobkinds.trainjob import TRAINJOB
 
 TRAINER = "github.com/kubeflow/trainer/v2@v2.0.0"
 SETTINGS = ValidationSettings()
 
 
 def translate(obj: Any, settings: ValidationSettings = SETTINGS) -> Translation:
-    return TRAINJOB.translate(obj, settings)
+    """The translation on torch-distributed, as admission makes it (the source-only check first)."""
+    alone = TRAINJOB.translate(obj, settings)
+    assert TRAINJOB.translate_referenced is not None
+    on = TRAINJOB.translate_referenced(obj, settings, BUILTIN_TORCH_DISTRIBUTED)
+    assert alone.spec is None
+    assert set(alone.errors) <= set(on.errors)
+    return on
+
+
+def node_container() -> dict[str, Any]:
+    (rjob,) = BUILTIN_TORCH_DISTRIBUTED["spec"]["template"]["spec"]["replicatedJobs"]
+    (container,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
+    return dict(container)
 
 
 @pytest.fixture
@@ -61,19 +74,13 @@ def test_the_upstream_example_translates(upstream_example: dict[str, Any],
     assert result.spec["frameworkSettings"] == {"port": 29500, "nprocPerNode": "auto"}
     role = result.spec["roles"][0]
     assert (role["name"], role["replicas"], role["restartPolicy"]) == ("worker", 1, "OnFailure")
-    assert role["template"]["spec"]["containers"] == [dict(BUILTIN_RUNTIMES["torch-distributed"]["container"])]
+    assert role["template"]["spec"]["containers"] == [node_container()]
     assert result.role_paths == {}
 
 
 def test_the_builtin_runtime_is_the_modules_own(go_module: Callable[[str], Path]) -> None:
     runtime = yaml.safe_load((go_module(TRAINER) / "manifests/base/runtimes/torch_distributed.yaml").read_text())
-    assert runtime["kind"] == "ClusterTrainingRuntime" and runtime["metadata"]["name"] == "torch-distributed"
-    ours = BUILTIN_RUNTIMES["torch-distributed"]
-    assert runtime["spec"]["mlPolicy"] == {"numNodes": ours["numNodes"], "torch": {"numProcPerNode":
-                                                                                  ours["numProcPerNode"]}}
-    (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
-    assert rjob["name"] == "node"
-    assert rjob["template"]["spec"]["template"]["spec"] == {"containers": [dict(ours["container"])]}
+    assert runtime == BUILTIN_TORCH_DISTRIBUTED
 
 
 def test_the_trainer_fields(twin_errors: Callable[[Translation], list[FieldError]]) -> None:
@@ -124,10 +131,11 @@ def test_the_pod_contract_is_trainers_jobsets() -> None:
 
 
 @pytest.mark.parametrize(("path", "value", "where", "words"), [
-    ("spec.runtimeRef.name", "deepspeed-distributed", "spec.runtimeRef.name", "Unsupported value"),
-    ("spec.runtimeRef.name", "r" * 100_000, "spec.runtimeRef.name", "Unsupported value"),
+    ("spec.runtimeRef.name", "r" * 100_000, "spec.runtimeRef.name", "no more than 253 characters"),
+    ("spec.runtimeRef.name", "Torch_Distributed", "spec.runtimeRef.name", "RFC 1123 subdomain"),
     ("spec.runtimeRef.name", 5, "spec.runtimeRef.name", "must be of type string"),
-    ("spec.runtimeRef.kind", "TrainingRuntime", "spec.runtimeRef.kind", "serves no TrainingRuntime"),
+    ("spec.runtimeRef.name", "", "spec.runtimeRef.name", "Required value"),
+    ("spec.runtimeRef.kind", "TrainJob", "spec.runtimeRef.kind", "Unsupported value"),
     ("spec.runtimeRef.apiGroup", "kubeflow.org", "spec.runtimeRef.apiGroup", "Unsupported value"),
     ("spec.runtimeRef", ..., "spec.runtimeRef", "Required value"),
     ("spec.trainer.numNodes", 1025, "spec.trainer.numNodes", "less than or equal to 1024"),
