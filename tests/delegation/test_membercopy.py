@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from federator.apis.common import ValidationSettings
+from federator.apis.jobkinds.runtimes import BUILTIN_TORCH_DISTRIBUTED
 from federator.apis.jobkinds import JOB_KINDS, JobKind
 from federator.apis.jobkinds.base import twin_trainingjob
 from federator.delegation import RenderError, adapter_for
@@ -50,7 +51,8 @@ def example(kind: str) -> dict[str, Any]:
 
 
 def gang_of(kind: JobKind, source: dict[str, Any], scheduler: str = "volcano") -> tuple[OperatorGang, Any]:
-    translation = kind.translate(source, SETTINGS)
+    translation = (kind.translate_referenced(source, SETTINGS, BUILTIN_TORCH_DISTRIBUTED)
+                   if kind.translate_referenced is not None else kind.translate(source, SETTINGS))
     assert translation.spec is not None, translation.errors
     twin = twin_trainingjob(kind, source, translation)
     twin["metadata"]["uid"] = "twin-uid-1"

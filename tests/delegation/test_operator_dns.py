@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from federator.apis.common import ValidationSettings
+from federator.apis.jobkinds.runtimes import BUILTIN_TORCH_DISTRIBUTED
 from federator.apis.jobkinds import JOB_KINDS
 from federator.apis.jobkinds.base import twin_trainingjob
 from federator.delegation import adapter_for
@@ -67,7 +68,8 @@ def batch_job(name: str, subdomain: str | None = None) -> JSON:
 def render(source: JSON, *, epoch: int = 1) -> tuple[JSON, list[MemberObject]]:
     kind = KINDS[source["kind"]]
     source["metadata"].setdefault("uid", "source-uid-7")
-    translation = kind.translate(source, ValidationSettings())
+    translation = (kind.translate_referenced(source, ValidationSettings(), BUILTIN_TORCH_DISTRIBUTED)
+                   if kind.translate_referenced is not None else kind.translate(source, ValidationSettings()))
     assert translation.spec is not None, translation.errors
     twin = twin_trainingjob(kind, source, translation)
     twin["metadata"]["uid"] = UID
