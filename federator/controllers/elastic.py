@@ -121,6 +121,9 @@ class ElasticResizer:
         if cluster is None or phase_of(job) not in ACTIVE_PHASES or body.deleting \
                 or not isinstance(recorded, Mapping) or dict(recorded) != placed_replicas(job):
             return
+        if self.members.operated_gang(job, cluster=cluster, epoch=epoch):
+            await self._resize_copy(job, cluster=cluster, epoch=epoch)
+            return
         index = self.views.pods(cluster)
         if index is None:
             return
@@ -157,6 +160,22 @@ class ElasticResizer:
         except Exception as e:  # noqa: BLE001 - the next pass tries again
             _log.warning("could not bring an elastic gang to its size; trying again", job=ref.key, cluster=cluster,
                          error=f"{type(e).__name__}: {e}", waiting_for="the next elastic pass")
+
+    async def _resize_copy(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> bool:
+        """A gang the member's own operator runs (operator mode): its member copy brought to status.replicas by
+        dispatch (`MemberWrites.resize_member_copy`: a kind whose operator resizes in place; the others keep
+        their placed size and are never resized); the operator makes and deletes the pods. False (logged, the
+        next pass tries again) when that failed."""
+        ref = job_ref(job)
+        try:
+            if await self.members.resize_member_copy(job, cluster=cluster, epoch=epoch):
+                _log.info("elastic gang's member copy resized", job=ref.key, cluster=cluster, epoch=epoch,
+                          size=_sizes(placed_replicas(job)))
+            return True
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            _log.warning("could not resize an elastic gang's member copy; trying again", job=ref.key,
+                         cluster=cluster, error=f"{type(e).__name__}: {e}", waiting_for="the next elastic pass")
+            return False
 
     async def run(self) -> None:
         while True:
@@ -261,6 +280,9 @@ class ElasticResizer:
             _log.info("elastic gang grown", job=ref.key, cluster=growth.cluster, epoch=epoch,
                       size=_sizes(growth.replicas), pods=growth.pods)
             crash_point("after-grow-write", job=ref.key)
+            if self.members.operated_gang(stored, cluster=growth.cluster, epoch=epoch):
+                await self.members.resize_member_copy(stored, cluster=growth.cluster, epoch=epoch)
+                return
             names: dict[str, Mapping[str, str]] = {
                 pod_name(job_name=ref.name, job_uid=ref.uid, role=p.role, index=p.index): {} for p in growth.added}
             await self.members.recreate_pods(stored, cluster=growth.cluster, epoch=epoch, pods=names)

@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 
 from federator.apis.common import FieldError, ValidationSettings
 
-__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "StatusMirror", "Translation",
+__all__ = ["SOURCE_KIND_ANNOTATION", "InPlaceResize", "JobKind", "PodContract", "StatusMirror", "Translation",
            "load_upstream_schema", "source_errors", "twin_trainingjob"]
 
 JSON = dict[str, Any]
@@ -79,6 +79,25 @@ class StatusMirror(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class InPlaceResize:
+    """How the kind's own operator resizes one role of a running job in place (operator mode): the field the
+    kind's scale subresource names (its specReplicasPath, what an HPA or `kubectl scale` patches), and the
+    fields that bound it. Kinds without one (JobSet: replicatedJobs are immutable while the JobSet runs; TFJob,
+    PaddleJob, MPIJob, batch Job: no elastic roles here) keep the size they were placed at in operator mode."""
+
+    #: the twin role it resizes ("worker")
+    role: str
+    #: dotted path segments of the replica count in the object ("spec", "pytorchReplicaSpecs", "Worker", "replicas")
+    replicas_path: tuple[str, ...]
+    #: the bounds the operator holds the count to (an absent one defaults as the operator defaults it: to the
+    #: other, or both to the replica count)
+    min_path: tuple[str, ...]
+    max_path: tuple[str, ...]
+    #: the label the operator puts a pod's index within its role under (its pods do not carry the hub's)
+    index_label: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobKind:
     """One upstream kind the hub serves and translates."""
 
@@ -109,6 +128,9 @@ class JobKind:
     #: False when the object has no pod templates the hub's gang labels and fields can go on (TrainJob: Trainer
     #: makes the pod templates from its runtime), so operator mode cannot run it as the hub's gang: rendered
     operator_copyable: bool = True
+    #: how the kind's operator resizes a running job's elastic role in place (operator mode); None: it cannot,
+    #: and an elastic gang of the kind that the member's operator runs keeps its placed size
+    in_place_resize: InPlaceResize | None = None
 
     @property
     def api_version(self) -> str:
