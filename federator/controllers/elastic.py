@@ -19,6 +19,18 @@ b. grow: `placement.plan_growth` over the running gangs, the pending queue
    PLACED reservation of the new pods), written (status.replicas, history
    Resized reason Grown, an Event Grown), then dispatch creates its new pods.
 
+Operator mode (issue 28: the member's own operator runs the gang from the
+member copy dispatch created, `MemberWrites.operated_gang`): the hub creates
+and deletes none of its pods. (a) and the growth's last step then ask dispatch
+to patch the member copy to status.replicas instead
+(`MemberWrites.resize_member_copy`: PyTorchJob's Worker replicas, within its
+elasticPolicy, as the training operator's HPA does), and the operator creates
+the pods of new indices and deletes those above; a preemption's shrink does
+the same (`preemption.py`). A kind whose operator cannot resize in place
+(JobSet: replicatedJobs are immutable while it runs) keeps its placed size:
+`queue_accounting` hands placement such a gang as `RunningGang.fixed` (with
+the reason), so it is never grown (held back with that reason) nor shrunk.
+
 Crash safety: status.replicas is written before the member changes and is
 the truth: a hub that dies after writing a shrink leaves pods above the new
 size running until (a) deletes them on the next pass (the snapshot counts
@@ -32,8 +44,9 @@ until the new pods bind, a placement may take that room, and they wait in
 the member (the gang runs on).
 
 Must never: touch a gang that is not settled, in flight or being shrunk by a
-decision, write a size outside a role's minimum and maximum, or create or
-delete member objects itself (dispatch does, through `MemberWrites`).
+decision, write a size outside a role's minimum and maximum, create or delete
+one pod of a gang the member's operator runs, or create, delete or patch
+member objects itself (dispatch does, through `MemberWrites`).
 """
 
 from __future__ import annotations
