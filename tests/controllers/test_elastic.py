@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
+from federator.apis.jobkinds import JOB_KINDS
 from federator.controllers.elastic import ElasticResizer
 from federator.controllers.jobs import InFlight
 from federator.controllers.queue_accounting import Preempting, QueueAccounting, ShrinkPlan
@@ -196,6 +197,9 @@ def operator_pods(job: dict[str, Any], *, epoch: int, indices: list[int], node: 
     return pods
 
 
+KINDS = {k.kind: k for k in JOB_KINDS}
+
+
 def twin_of(kind_key: str, job: dict[str, Any]) -> dict[str, Any]:
     job["metadata"]["annotations"] = {"federator.dev/source-kind": kind_key}
     return job
@@ -222,21 +226,27 @@ async def test_an_operator_gang_grows_by_resizing_its_member_copy() -> None:
                                                                     "replicas": {"worker": 4}})]
 
 
+def operated_twin(kind_name: str) -> tuple[Parts, ClusterSnapshot]:
+    """Gang e, the twin of a `kind_name` object whose member copy the member's operator runs: 2 one-node pods
+    (n-0, n-1) of 6 at most in a 4-node cluster, as that operator labels them."""
+    kind = KINDS[kind_name]
+    job = twin_of(kind.source_key, elastic_gang(replicas=2))
+    snap = snapshot("c1", nodes=4, used={"n-0": 8, "n-1": 8}, bound_pods={"uid-e": 2})
+    parts = Parts(job, snapshots={"c1": snap})
+    parts.members.operated.add("uid-e")
+    make = operator_pods if kind.in_place_resize is not None else member_pods
+    index = GangIndex(make(job, epoch=2, indices=[0], node="n-0") + make(job, epoch=2, indices=[1], node="n-1"))
+    index.copies[("uid-e", kind.source_key)] = {"metadata": {"name": "e"}}
+    parts.views.indexes["c1"] = index
+    parts.views.builders["c1"] = Amounts()
+    return parts, snap
+
+
 async def test_an_operator_gang_of_a_kind_that_cannot_resize_in_place_keeps_its_size() -> None:
     """A JobSet's twin (elastic here only by hand: JobSet has no range of sizes) whose member copy the JobSet
     controller runs: the running gang lists no pods and is `fixed`, so the grow plan holds it back with the
     reason, and nothing of it is removable by a preemption."""
-    from federator.apis.jobkinds import JOB_KINDS
-    kinds = {k.kind: k for k in JOB_KINDS}
-    job = twin_of(kinds["JobSet"].source_key, elastic_gang(replicas=2))
-    snap = snapshot("c1", nodes=4, used={"n-0": 8, "n-1": 8}, bound_pods={"uid-e": 2})
-    parts = Parts(job, snapshots={"c1": snap})
-    parts.members.operated.add("uid-e")
-    index = GangIndex(member_pods(job, epoch=2, indices=[0], node="n-0")
-                      + member_pods(job, epoch=2, indices=[1], node="n-1"))
-    index.copies[("uid-e", kinds["JobSet"].source_key)] = {"metadata": {"name": "e"}}
-    parts.views.indexes["c1"] = index
-    parts.views.builders["c1"] = Amounts()
+    parts, snap = operated_twin("JobSet")
     assert await parts.elastic.elastic_pass() == 0
     growth = parts.elastic.last_growth
     assert growth is not None and not growth.growths
@@ -245,13 +255,7 @@ async def test_an_operator_gang_of_a_kind_that_cannot_resize_in_place_keeps_its_
     assert running.fixed and running.removable == () and running.pods == ()
 
     # the same gang as a PyTorchJob's twin: its operator resizes in place, so it grows
-    torch = twin_of(kinds["PyTorchJob"].source_key, elastic_gang(replicas=2))
-    parts = Parts(torch, snapshots={"c1": snap})
-    parts.members.operated.add("uid-e")
-    index = GangIndex(operator_pods(torch, epoch=2, indices=[0], node="n-0")
-                      + operator_pods(torch, epoch=2, indices=[1], node="n-1"))
-    index.copies[("uid-e", kinds["PyTorchJob"].source_key)] = {"metadata": {"name": "e"}}
-    parts.views.indexes["c1"] = index
+    parts, snap = operated_twin("PyTorchJob")
     [running] = [g for g in parts.accounting.running({"c1": snap}) if g.uid == "uid-e"]
     assert not running.fixed and [p.index for p in running.pods] == [0, 1]
     assert await parts.elastic.elastic_pass() == 1
