@@ -11,12 +11,12 @@ operator must run it) and its suspend field set: the copy is created suspended a
 the PodGroup exists. `terminal_phase` reads the operator's verdict off the member object's conditions.
 
 Elastic resizes in operator mode: `resize_patch(kind, source, replicas)` is the merge patch that sets the copy's
-elastic role to the gang's size where the kind's operator resizes a running job in place (`JobKind.in_place_resize`:
-PyTorchJob's Worker replicas, the field its scale subresource and its HPA change), held within the object's own
-bounds (elasticPolicy minReplicas/maxReplicas, an absent one the source's count, as the translation reads them). A kind whose operator
-cannot (JobSet v0.10.1's webhook holds spec.replicatedJobs immutable; the other kinds have no elastic roles here)
-is a RenderError: such a gang keeps the size it was placed at. `member_copy(..., replicas=...)` creates the copy
-at the size the gang was placed at.
+elastic role to the gang's size where the kind's operator resizes a running job in place
+(`JobKind.in_place_resize`: PyTorchJob's Worker replicas, the field its scale subresource and its HPA change), held
+within the object's own bounds (elasticPolicy minReplicas/maxReplicas, an absent one the source's count, as the
+translation reads them). A kind whose operator cannot (JobSet v0.10.1's webhook holds spec.replicatedJobs
+immutable; the other kinds have no elastic roles here) is a RenderError: such a gang keeps the size it was placed
+at. `member_copy(..., replicas=...)` creates the copy at the size the gang was placed at.
 
 Pure: no I/O; the source object is never changed. A source the copy cannot be made of (no template at a path
 the translation named, a kind without pod templates) is a RenderError naming the path.

@@ -3,8 +3,9 @@
 `plan_growth(running, snapshots, pending, profile, now=..., last_resized=..., cooldown_seconds=...)` is
 what a periodic pass of the controller calls. A running gang is a candidate when its `request` is
 elastic, it lists its `pods`, its size is not `fixed` (held back with that reason), some role runs
-below its max_replicas, its cluster has a snapshot, no reservation of it is in flight, and it was not resized within `cooldown_seconds` before `now` (the
-caller keeps the times: `last_resized`, uid -> time of its placement or last resize, same clock).
+below its max_replicas, its cluster has a snapshot, no reservation of it is in flight, and it was not
+resized within `cooldown_seconds` before `now` (the caller keeps the times: `last_resized`, uid ->
+time of its placement or last resize, same clock).
 
 Pending gangs first: the pending queue is run through `run_cycle` in explain mode (`preempt=False`)
 on the same snapshots, reservations, queues and running gangs, and only what is left afterwards may be

@@ -23,8 +23,16 @@ from federator.delegation.adapter import (
     LABEL_ROLE,
     OperatorGang,
 )
-from federator.delegation.membercopy import LAST_APPLIED, member_copy, resize_patch, resized_to, resume_patch, suspended, \
-    template_at, terminal_phase
+from federator.delegation.membercopy import (
+    LAST_APPLIED,
+    member_copy,
+    resize_patch,
+    resized_to,
+    resume_patch,
+    suspended,
+    template_at,
+    terminal_phase,
+)
 
 from ..apis.jobkinds.test_batchjob import POD_TO_POD
 from ..apis.jobkinds.test_trainjob import small as small_trainjob

@@ -404,7 +404,8 @@ _MPI = _Family("MPIJob", "mpi", "mpiReplicaSpecs", {"Launcher": "launcher", "Wor
 #: specReplicasPath .spec.pytorchReplicaSpecs.Worker.replicas), which the operator's HPA for elasticPolicy scales
 #: within elasticPolicy.minReplicas/maxReplicas (pkg/controller.v1/pytorch/hpa.go); the operator creates the pods of
 #: new indices and deletes those above the count (common/pod.go ReconcilePods)
-_PYTORCH_RESIZE: Final = InPlaceResize(role="worker", replicas_path=("spec", "pytorchReplicaSpecs", "Worker", "replicas"),
+_PYTORCH_RESIZE: Final = InPlaceResize(role="worker",
+                                      replicas_path=("spec", "pytorchReplicaSpecs", "Worker", "replicas"),
                                       min_path=("spec", "elasticPolicy", "minReplicas"),
                                       max_path=("spec", "elasticPolicy", "maxReplicas"),
                                       index_label="training.kubeflow.org/replica-index")
