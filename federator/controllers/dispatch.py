@@ -70,6 +70,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
@@ -124,7 +125,7 @@ from federator.delegation import (
     selector_for,
 )
 from federator.delegation.adapter import CONFIG_MAP_GVK, LABEL_INDEX, LABEL_ROLE, SERVICE_GVK, Gvk
-from federator.delegation.membercopy import member_copy, resume_patch, suspended
+from federator.delegation.membercopy import member_copy, resize_patch, resized_to, resume_patch, suspended
 from federator.obs import get_logger
 from federator.placement.decision import PodAssignment
 from federator.store.protocol import StoreError
@@ -339,7 +340,8 @@ def _operator_objects(adapter: SchedulerAdapter, job: Mapping[str, Any], operate
     """The PodGroup (if the scheduler has one) and the member copy of the source object, in creation order."""
     gang = adapter.render_operator_gang(job, cluster_scheduler_name=scheduler_name, epoch=epoch, hub_id=hub_id,
                                         namespace=namespace, priority_class_name=priority_class_name)
-    body = member_copy(operated.kind, operated.source, gang, role_paths=operated.role_paths)
+    body = member_copy(operated.kind, operated.source, gang, role_paths=operated.role_paths,
+                       replicas=placed_replicas(job))
     resource = JOB_KIND_RESOURCES[operated.kind.source_key]
     copy = MemberObject(gvk=Gvk(group=resource.group, version=resource.version, kind=resource.kind,
                                 plural=resource.plural), namespace=namespace, name=Body(body).name, body=body)
@@ -1036,6 +1038,49 @@ class Dispatcher:
             return 0
         outcome = await delete_member_objects(client, going, cluster=cluster)
         return outcome.requested
+
+    # ------------------------------------------------------------ an operator's gang resized in place
+
+    async def resize_member_copy(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> bool:
+        """Bring the member copy of an elastic gang the member's operator runs (operator mode) to the gang's
+        size (status.replicas): a merge patch of the field the kind's operator resizes in place
+        (`membercopy.resize_patch`: PyTorchJob's spec.pytorchReplicaSpecs.Worker.replicas, within its
+        elasticPolicy bounds, read off the hub's source object), as the training operator's HPA scales it; the
+        operator then creates the pods of new indices and deletes those above the count. True when a patch was
+        sent; False when there is nothing to do: the copy (as status sync's index last saw it) is at that size
+        already, no copy of this epoch is indexed, or the kind cannot be resized in place (its gang keeps its
+        placed size: placement plans no resize of it). Right before the patch the stored job is read again
+        (`_check_still_placed`). Raises DispatchError (a size the copy cannot take, the job moved on, the member
+        refused)."""
+        ref = job_ref(job)
+        source_key = Body(job).annotations.get(SOURCE_KIND_ANNOTATION)
+        kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
+        index = self.objects.get(cluster)
+        client = self.members.client(cluster)
+        if kind is None or kind.in_place_resize is None or index is None or not index.ready or client is None:
+            return False
+        found = index.member_copy(ref.uid, kind.source_key, epoch)
+        if found is None:
+            return False
+        resource, current = found
+        operated = await self._operated(job, cluster=cluster, wait=0.0)
+        if operated is None:
+            return False
+        try:
+            patch = resize_patch(kind, operated.source, placed_replicas(job))
+        except RenderError as e:
+            raise DispatchError(f"resizing its {kind.kind} in {cluster}: {e}", retryable=False) from None
+        if resized_to(kind, patch) == resized_to(kind, current):
+            return False
+        await self._check_still_placed(ref, cluster=cluster, epoch=epoch)
+        name = Body(current).name
+        try:
+            await client.patch(resource, namespace=ref.namespace, name=name, patch=patch)
+        except (MemberApiError, MemberClientError) as e:
+            raise DispatchError(f"resizing {kind.kind} {ref.namespace}/{name} in {cluster}: {e}") from None
+        _log.info("member copy resized in place", job=ref.key, cluster=cluster, epoch=epoch, kind=kind.kind,
+                  replicas=resized_to(kind, patch))
+        return True
 
     # ------------------------------------------------------------ after the dispatch
 

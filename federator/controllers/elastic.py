@@ -19,6 +19,18 @@ b. grow: `placement.plan_growth` over the running gangs, the pending queue
    PLACED reservation of the new pods), written (status.replicas, history
    Resized reason Grown, an Event Grown), then dispatch creates its new pods.
 
+Operator mode (issue 28: the member's own operator runs the gang from the
+member copy dispatch created, `MemberWrites.operated_gang`): the hub creates
+and deletes none of its pods. (a) and the growth's last step then ask dispatch
+to patch the member copy to status.replicas instead
+(`MemberWrites.resize_member_copy`: PyTorchJob's Worker replicas, within its
+elasticPolicy, as the training operator's HPA does), and the operator creates
+the pods of new indices and deletes those above; a preemption's shrink does
+the same (`preemption.py`). A kind whose operator cannot resize in place
+(JobSet: replicatedJobs are immutable while it runs) keeps its placed size:
+`queue_accounting` hands placement such a gang as `RunningGang.fixed` (with
+the reason), so it is never grown (held back with that reason) nor shrunk.
+
 Crash safety: status.replicas is written before the member changes and is
 the truth: a hub that dies after writing a shrink leaves pods above the new
 size running until (a) deletes them on the next pass (the snapshot counts
@@ -32,8 +44,9 @@ until the new pods bind, a placement may take that room, and they wait in
 the member (the gang runs on).
 
 Must never: touch a gang that is not settled, in flight or being shrunk by a
-decision, write a size outside a role's minimum and maximum, or create or
-delete member objects itself (dispatch does, through `MemberWrites`).
+decision, write a size outside a role's minimum and maximum, create or delete
+one pod of a gang the member's operator runs, or create, delete or patch
+member objects itself (dispatch does, through `MemberWrites`).
 """
 
 from __future__ import annotations
@@ -121,6 +134,9 @@ class ElasticResizer:
         if cluster is None or phase_of(job) not in ACTIVE_PHASES or body.deleting \
                 or not isinstance(recorded, Mapping) or dict(recorded) != placed_replicas(job):
             return
+        if self.members.operated_gang(job, cluster=cluster, epoch=epoch):
+            await self._resize_copy(job, cluster=cluster, epoch=epoch)
+            return
         index = self.views.pods(cluster)
         if index is None:
             return
@@ -157,6 +173,22 @@ class ElasticResizer:
         except Exception as e:  # noqa: BLE001 - the next pass tries again
             _log.warning("could not bring an elastic gang to its size; trying again", job=ref.key, cluster=cluster,
                          error=f"{type(e).__name__}: {e}", waiting_for="the next elastic pass")
+
+    async def _resize_copy(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> bool:
+        """A gang the member's own operator runs (operator mode): its member copy brought to status.replicas by
+        dispatch (`MemberWrites.resize_member_copy`: a kind whose operator resizes in place; the others keep
+        their placed size and are never resized); the operator makes and deletes the pods. False (logged, the
+        next pass tries again) when that failed."""
+        ref = job_ref(job)
+        try:
+            if await self.members.resize_member_copy(job, cluster=cluster, epoch=epoch):
+                _log.info("elastic gang's member copy resized", job=ref.key, cluster=cluster, epoch=epoch,
+                          size=_sizes(placed_replicas(job)))
+            return True
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            _log.warning("could not resize an elastic gang's member copy; trying again", job=ref.key,
+                         cluster=cluster, error=f"{type(e).__name__}: {e}", waiting_for="the next elastic pass")
+            return False
 
     async def run(self) -> None:
         while True:
@@ -261,6 +293,9 @@ class ElasticResizer:
             _log.info("elastic gang grown", job=ref.key, cluster=growth.cluster, epoch=epoch,
                       size=_sizes(growth.replicas), pods=growth.pods)
             crash_point("after-grow-write", job=ref.key)
+            if self.members.operated_gang(stored, cluster=growth.cluster, epoch=epoch):
+                await self.members.resize_member_copy(stored, cluster=growth.cluster, epoch=epoch)
+                return
             names: dict[str, Mapping[str, str]] = {
                 pod_name(job_name=ref.name, job_uid=ref.uid, role=p.role, index=p.index): {} for p in growth.added}
             await self.members.recreate_pods(stored, cluster=growth.cluster, epoch=epoch, pods=names)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.jobkinds import JOB_KINDS, JobKind
 from federator.apis.views import Body
 from federator.clusters.client import (
     JOB_KIND_KEYS,
@@ -45,6 +46,7 @@ from federator.controllers.jobs import hub_id
 from federator.controllers.membercluster import MemberClusters
 from federator.delegation import hub_selector
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
+from federator.delegation.membercopy import resized_to
 from federator.obs import RepeatedFailureLog, get_logger
 from federator.runtime.tasks import stop_tasks
 
@@ -70,7 +72,7 @@ class MemberObject:
     deleting: bool
 
 
-def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _slim(obj: Mapping[str, Any], resource: str = "") -> dict[str, Any]:
     """What status sync, GC and stuck detection read of a member object (not its spec or env)."""
     body = Body(obj)
     meta = body.metadata
@@ -85,10 +87,24 @@ def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
         slim["spec"] = {"nodeName": spec["nodeName"]}
     elif "minMember" in spec:
         slim["spec"] = {"minMember": spec["minMember"]}
+    kind = _RESIZABLE.get(resource)
+    count = resized_to(kind, obj) if kind is not None else None
+    if kind is not None and kind.in_place_resize is not None and count is not None:
+        # a member copy's size (operator mode), what dispatch's `resize_member_copy` compares with the gang's
+        node = slim
+        path = kind.in_place_resize.replicas_path
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = count
     status = obj.get("status")
     if isinstance(status, Mapping):
         slim["status"] = status
     return slim
+
+
+#: resource key -> the upstream job kind, for the kinds whose operator resizes a job in place
+_RESIZABLE: dict[str, JobKind] = {JOB_KIND_RESOURCES[kind.source_key].key: kind for kind in JOB_KINDS
+                                  if kind.in_place_resize is not None}
 
 
 def _epoch_of(labels: Mapping[str, Any]) -> int | None:
@@ -165,7 +181,7 @@ class ClusterObjects:
             if kind == "DELETED" or not self._mine(obj):
                 store.pop(key, None)
                 continue
-            slim = _slim(obj)
+            slim = _slim(obj, resource)
             store[key] = slim
             job_uid = Body(slim).labels.get(LABEL_JOB_UID)
             if isinstance(job_uid, str) and job_uid:

@@ -9,11 +9,12 @@ typed seams, as Kueue's scheduler is handed a cache and a client:
 - `MemberWrites`: what placement asks of dispatch (`controllers/dispatch.py`'s
   `Dispatcher`, the only writer of member objects): delete a moved or
   evicted gang's previous copy, delete some pods of a gang (a shrink),
-  create some pods of a gang again (a growth, a fill);
+  create some pods of a gang again (a growth, a fill); for a gang the member's
+  own operator runs (operator mode), resize its member copy instead;
 - `EventSink`: where Events go (the hub's recorder);
 - `MemberViews`: what placement reads of the members beyond the frozen
   snapshots: status sync's index of this hub's member objects (a gang's
-  pods) and member sync's snapshot builder (what a gang's pods hold per node).
+  pods, its member copy) and member sync's snapshot builder (what a gang's pods hold per node).
 
 Unit tests hand the parts in-memory fakes of these; the hub hands them the
 real ones: `HubJobStore`, `HubMemberViews` here, and the `Dispatcher`.
@@ -68,6 +69,14 @@ class MemberWrites(Protocol):
                             pods: Mapping[str, Mapping[str, str]]) -> int:
         ...
 
+    def operated_gang(self, job: Mapping[str, Any], *, cluster: str, epoch: int | None) -> bool:
+        """Whether the member's own operator runs the gang (operator mode): the hub creates and deletes none of
+        its pods, it resizes the member copy (`resize_member_copy`)."""
+        ...
+
+    async def resize_member_copy(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> bool:
+        ...
+
 
 class EventSink(Protocol):
     """Where Events are recorded (`apiserver.events.EventRecorder`, the hub's `hub.events`)."""
@@ -81,6 +90,10 @@ class GangPods(Protocol):
     """Status sync's index of this hub's objects in one member (`status_sync.ClusterObjects`)."""
 
     def gang(self, job_uid: str, epoch: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        ...
+
+    def member_copy(self, job_uid: str, source_key: str, epoch: int | None = None) -> tuple[Any, dict[str, Any]] | None:
+        """The job's member copy (operator mode) of kind `source_key` at `epoch`, as (its resource, the object)."""
         ...
 
 

@@ -18,7 +18,11 @@ A decision that carries victims (`Decision.preemption`) is carried out by
       with from, to, reason Preempted: "shrunk worker 6 -> 4: room for
       team-a/urgent (reason: ...)"), an Event Shrunk, then dispatch deletes
       the pods above the new size (`MemberWrites.delete_pods`, uid-guarded;
-      the elastic pass deletes what is missed);
+      the elastic pass deletes what is missed), or, for a gang the member's
+      own operator runs (operator mode), patches its member copy to the new
+      size (`MemberWrites.resize_member_copy`: PyTorchJob's Worker replicas)
+      and the operator deletes the pods above it (placement plans no shrink
+      of an operator's gang it cannot resize in place: `RunningGang.fixed`);
    b. each victim, whole: a fenced status write (only while it is still
       placed at the (cluster, epoch) the decision saw): history Preempted
       and condition Schedulable=False (reason Preempted: "preempted by
@@ -227,7 +231,11 @@ class Evictor:
                   pods=sorted(removed))
         crash_point("after-shrink-write", job=ref.key)
         try:
-            await self.members.delete_pods(stored, cluster=cluster, epoch=epoch, names=sorted(removed))
+            if self.members.operated_gang(stored, cluster=cluster, epoch=epoch):
+                # the member's operator deletes the pods above the count (the highest indices: the planned ones)
+                await self.members.resize_member_copy(stored, cluster=cluster, epoch=epoch)
+            else:
+                await self.members.delete_pods(stored, cluster=cluster, epoch=epoch, names=sorted(removed))
         except Exception as e:  # noqa: BLE001 - the elastic pass deletes what is left above the size
             _log.warning("could not delete a shrunk gang's pods; the elastic pass will", job=ref.key,
                          cluster=cluster, error=f"{type(e).__name__}: {e}")

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
 from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
 from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, REASON_BORROWED
@@ -62,7 +63,7 @@ from federator.placement.cycle import CycleResult
 from federator.placement.snapshot import ClusterSnapshot
 
 __all__ = ["MemberPod", "Preempting", "QueueAccounting", "QueueObjects", "QueueStatusSink", "ShrinkPlan",
-           "member_pod", "resource_version_of"]
+           "fixed_size", "member_pod", "resource_version_of"]
 
 _log = get_logger("controllers.placement")
 
@@ -135,18 +136,32 @@ class MemberPod:
     live: bool
 
 
-def member_pod(pod: Mapping[str, Any]) -> MemberPod | None:
-    """One member pod as a `MemberPod`; None without a name."""
+def member_pod(pod: Mapping[str, Any], *, index_label: str = "") -> MemberPod | None:
+    """One member pod as a `MemberPod`; None without a name. A pod without the hub's index label (one the
+    member's operator made, operator mode) has its index under `index_label` (`InPlaceResize.index_label`)."""
     body = Body(pod)
     labels, spec, name = body.labels, body.spec, body.name
     if not name:
         return None
     raw = labels.get(LABEL_INDEX)
+    if raw is None and index_label:
+        raw = labels.get(index_label)
     number = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else -1
     node = spec.get("nodeName")
     node = node if isinstance(node, str) else ""
     live = bool(node) and not body.deleting and body.phase not in ("Succeeded", "Failed")
     return MemberPod(name=name, role=str(labels.get(LABEL_ROLE) or ""), index=number, node=node, live=live)
+
+
+def fixed_size(kind: JobKind, gang: GangRequest) -> str:
+    """Why an elastic gang that `kind`'s own operator runs in its member keeps the size it was placed at ("" when
+    the operator resizes every elastic role of it in place: `JobKind.in_place_resize`)."""
+    resize = kind.in_place_resize
+    elastic = [role.name for role in gang.roles if role.elastic]
+    if resize is not None and all(name == resize.role for name in elastic):
+        return ""
+    return (f"its {kind.kind} runs under the member's own {kind.kind} operator, which cannot resize it in place: "
+            f"it keeps the size it was placed at (evicted whole, if at all)")
 
 
 class QueueAccounting:
@@ -286,11 +301,15 @@ class QueueAccounting:
             if gang is None:
                 continue
             started = placed_at(job, epoch=epoch) or gang.submitted_at
+            operated = self.operated_kind(job, cluster=cluster, epoch=epoch) if gang.elastic else None
+            fixed = fixed_size(operated, gang) if operated is not None else ""
             # an elastic gang lists its bound pods (what a preemption may shrink), unless its reservation
-            # still stands for pods not bound yet
-            pods = self._member_pods(uid, gang, job, cluster=cluster, epoch=epoch, started=started) \
-                if gang.elastic and reservation is None else ()
-            basis = (resource_version_of(job), bound, id(reservation), self.charged.get(uid), pods)
+            # still stands for pods not bound yet, or its size is fixed where it runs
+            resize = operated.in_place_resize if operated is not None else None
+            pods = self._member_pods(uid, gang, job, cluster=cluster, epoch=epoch, started=started,
+                                     index_label=resize.index_label if resize is not None else "") \
+                if gang.elastic and reservation is None and not fixed else ()
+            basis = (resource_version_of(job), bound, id(reservation), self.charged.get(uid), pods, fixed)
             cached = self.running_cache.get(uid)
             if cached is not None and cached[0] == basis:
                 out.append(cached[1])
@@ -309,7 +328,8 @@ class QueueAccounting:
                     demand=placed_gang(job, gang).total,
                     gpu_model=self._model_of(uid, gang, cluster=cluster, epoch=epoch,
                                              amounts=amounts or _pod_amounts(pods), snapshot=snapshot),
-                    amounts=amounts, borrowed=_borrowed(job), pods=pods, request=gang if pods else None,
+                    amounts=amounts, borrowed=_borrowed(job), pods=pods, request=gang if pods or fixed else None,
+                    fixed=fixed,
                 )
             except (ValueError, TypeError) as e:
                 _log.warning("a placed job cannot be counted against its queue", job=gang.key, error=str(e))
@@ -318,8 +338,18 @@ class QueueAccounting:
             out.append(gang_running)
         return out
 
+    def operated_kind(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> JobKind | None:
+        """The job's source kind when the member's own operator runs its gang at (cluster, epoch) (operator
+        mode: its member copy is in status sync's index of the cluster), else None."""
+        source_key = Body(job).annotations.get(SOURCE_KIND_ANNOTATION)
+        kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
+        index = self.members.pods(cluster) if kind is not None else None
+        if kind is None or index is None or index.member_copy(job_ref(job).uid, kind.source_key, epoch) is None:
+            return None
+        return kind
+
     def _member_pods(self, uid: str, gang: GangRequest, job: Mapping[str, Any], *, cluster: str, epoch: int,
-                     started: float) -> tuple[RunningPod, ...]:
+                     started: float, index_label: str = "") -> tuple[RunningPod, ...]:
         """The bound, live pods of an elastic gang at (cluster, epoch), from status sync's index of this hub's
         member objects; () when the index is not ready or a pod cannot be read (nothing is planned on it).
 
@@ -336,7 +366,7 @@ class QueueAccounting:
         sizes = placed_replicas(job)
         out: list[RunningPod] = []
         for pod in index.gang(uid, epoch)[1]:
-            view = member_pod(pod)
+            view = member_pod(pod, index_label=index_label)
             if view is None:
                 return ()
             name, role, number, node, live = view.name, view.role, view.index, view.node, view.live

@@ -10,6 +10,14 @@ the operator's pods join the PodGroup dispatch creates first. The kind's managed
 operator must run it) and its suspend field set: the copy is created suspended and `resume_patch` lets it go once
 the PodGroup exists. `terminal_phase` reads the operator's verdict off the member object's conditions.
 
+Elastic resizes in operator mode: `resize_patch(kind, source, replicas)` is the merge patch that sets the copy's
+elastic role to the gang's size where the kind's operator resizes a running job in place
+(`JobKind.in_place_resize`: PyTorchJob's Worker replicas, the field its scale subresource and its HPA change), held
+within the object's own bounds (elasticPolicy minReplicas/maxReplicas, an absent one the source's count, as the
+translation reads them). A kind whose operator cannot (JobSet v0.10.1's webhook holds spec.replicatedJobs
+immutable; the other kinds have no elastic roles here) is a RenderError: such a gang keeps the size it was placed
+at. `member_copy(..., replicas=...)` creates the copy at the size the gang was placed at.
+
 Pure: no I/O; the source object is never changed. A source the copy cannot be made of (no template at a path
 the translation named, a kind without pod templates) is a RenderError naming the path.
 """
@@ -25,7 +33,8 @@ from federator.apis.jobkinds.base import JobKind
 from federator.apis.views import Body
 from federator.delegation.adapter import LABEL_ROLE, OperatorGang, RenderError
 
-__all__ = ["LAST_APPLIED", "member_copy", "resume_patch", "suspended", "template_at", "terminal_phase"]
+__all__ = ["LAST_APPLIED", "member_copy", "resize_patch", "resized_to", "resume_patch", "suspended", "template_at",
+           "terminal_phase"]
 
 JSON = dict[str, Any]
 
@@ -87,9 +96,11 @@ def _drop_path(obj: JSON, path: tuple[str, ...]) -> None:
 
 
 def member_copy(kind: JobKind, source: Mapping[str, Any], gang: OperatorGang, *,
-                role_paths: Mapping[str, str]) -> JSON:
+                role_paths: Mapping[str, str], replicas: Mapping[str, int] | None = None) -> JSON:
     """The member copy of `source` (a `kind` object as the hub stored it), see the module docstring.
-    `role_paths` (twin role -> the source path of its pod template) is the translation's."""
+    `role_paths` (twin role -> the source path of its pod template) is the translation's. `replicas` (the gang's
+    placed size per twin role): where the kind's operator resizes in place, the copy starts at that size
+    (`resize_patch`); elsewhere it is not read (the copy keeps the source's sizes)."""
     if not kind.operator_copyable:
         raise RenderError(f"{kind.kind} has no pod templates the hub's gang labels can go on; it is rendered")
     meta = Body(source)
@@ -127,7 +138,81 @@ def member_copy(kind: JobKind, source: Mapping[str, Any], gang: OperatorGang, *,
             pod_spec.pop("priorityClassName", None)  # the member has no such class: the hub said so
     _drop_path(body, kind.managed_by_path)
     _set_path(body, kind.suspend_path, True)
+    if replicas is not None and kind.in_place_resize is not None:
+        _merge(body, resize_patch(kind, source, replicas))
     return body
+
+
+def _get_path(obj: Any, path: tuple[str, ...]) -> Any:
+    node = obj
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: the largest replica count a patch may carry (the CRDs' int32)
+_INT32_MAX: Final = 2**31 - 1
+
+
+def resize_patch(kind: JobKind, source: Mapping[str, Any], replicas: Mapping[str, int]) -> JSON:
+    """The merge patch that resizes a `kind` object (the member copy, or the source it was made of) in place to
+    `replicas` (twin role -> pods; only the kind's resizable role is read: the other roles of a gang the kind's
+    operator runs have fixed sizes), e.g. {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}}.
+    RenderError, naming the field, when the kind's operator cannot resize in place (`JobKind.in_place_resize`
+    None), the object has no such replica spec, `replicas` lacks the role or is not a count, or the count is
+    outside the object's bounds (minReplicas/maxReplicas; an absent one is the object's own count, as the hub's
+    translation reads it: pass the hub's source object, whose count is the one the gang was translated from, not
+    the member copy, whose count is what it was last resized to)."""
+    resize = kind.in_place_resize
+    if resize is None:
+        raise RenderError(f"{kind.kind}'s operator cannot resize a running {kind.kind} in place; its gang keeps "
+                          "the size it was placed at")
+    if not isinstance(source, Mapping) or not isinstance(source.get("spec"), Mapping):
+        raise RenderError(f"{kind.kind}: the object has no spec")
+    field = ".".join(resize.replicas_path)
+    holder = _get_path(source, resize.replicas_path[:-1])
+    if not isinstance(holder, Mapping):
+        raise RenderError(f"{kind.kind}: no replica spec at {'.'.join(resize.replicas_path[:-1])} to resize")
+    current = holder.get(resize.replicas_path[-1], 1)
+    current = 1 if current is None else current
+    if not _count(current):
+        raise RenderError(f"{kind.kind}: {field} is not an integer")
+    if not isinstance(replicas, Mapping) or resize.role not in replicas:
+        raise RenderError(f"{kind.kind}: the size of role {resize.role!r} is missing")
+    wanted = replicas[resize.role]
+    if not _count(wanted) or not 1 <= wanted <= _INT32_MAX:
+        shown = repr(wanted)[:32]
+        raise RenderError(f"{kind.kind}: {field}: {shown} is not a replica count of at least 1")
+    low, high = _get_path(source, resize.min_path), _get_path(source, resize.max_path)
+    for bound, path in ((low, resize.min_path), (high, resize.max_path)):
+        if bound is not None and not _count(bound):
+            raise RenderError(f"{kind.kind}: {'.'.join(path)} is not an integer")
+    low = current if low is None else low
+    high = current if high is None else high
+    if not low <= wanted <= high:
+        raise RenderError(f"{kind.kind}: {field}: {wanted} is outside {'.'.join(resize.min_path)} {low} .. "
+                          f"{'.'.join(resize.max_path)} {high}")
+    patch: JSON = {}
+    _set_path(patch, resize.replicas_path, wanted)
+    return patch
+
+
+def resized_to(kind: JobKind, obj: Mapping[str, Any]) -> int | None:
+    """The count at the kind's in-place resize field of `obj` (absent: 1, the operators' default); None when the
+    kind cannot resize in place or the object holds no count there."""
+    resize = kind.in_place_resize
+    if resize is None:
+        return None
+    holder = _get_path(obj, resize.replicas_path[:-1])
+    if not isinstance(holder, Mapping):
+        return None
+    value = holder.get(resize.replicas_path[-1], 1)
+    value = 1 if value is None else value
+    return value if _count(value) else None
 
 
 def resume_patch(kind: JobKind) -> JSON:

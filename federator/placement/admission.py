@@ -224,6 +224,12 @@ class RunningGang:
     min_replicas, the newest first (by start time, then index), all roles
     merged newest first: the only pods a preemption may take from it, in
     that order. Without an elastic `request` and `pods`, nothing is removable.
+
+    `fixed` (default ""): why the gang keeps the size it was placed at although its
+    request is elastic (the caller knows: the member's own operator runs it and
+    cannot resize it in place, e.g. a JobSet, whose replicatedJobs are immutable
+    while it runs). Then nothing is removable (a preemption evicts it whole or not
+    at all) and `growth.plan_growth` holds it back with that reason.
     """
 
     uid: str
@@ -238,6 +244,7 @@ class RunningGang:
     borrowed: bool = False
     pods: tuple[RunningPod, ...] = ()
     request: GangRequest | None = None
+    fixed: str = ""
     # Derived: pods above the minimum, newest first (see the class docstring).
     removable: tuple[RunningPod, ...] = field(init=False, compare=False, repr=False)
     # Derived: some of its pods hold no GPU (they may sit on nodes of any model).
@@ -269,10 +276,12 @@ class RunningGang:
             raise TypeError(f"running gang {self.key}: amounts must map node names to Resources")
         pods = tuple(self.pods)
         object.__setattr__(self, "pods", pods)
+        if type(self.fixed) is not str:
+            raise TypeError(f"running gang {self.key}: fixed must be a str")
         removable: tuple[RunningPod, ...] = ()
         if pods:
             amounts = self._check_pods(pods, amounts)
-            removable = self._removable(pods)
+            removable = () if self.fixed else self._removable(pods)
         object.__setattr__(self, "amounts", Map(amounts))
         object.__setattr__(self, "removable", removable)
         object.__setattr__(self, "has_gpu_free_pods", any(not amount.gpu for amount in amounts.values()))

@@ -2,9 +2,10 @@
 
 `plan_growth(running, snapshots, pending, profile, now=..., last_resized=..., cooldown_seconds=...)` is
 what a periodic pass of the controller calls. A running gang is a candidate when its `request` is
-elastic, it lists its `pods`, some role runs below its max_replicas, its cluster has a snapshot, no
-reservation of it is in flight, and it was not resized within `cooldown_seconds` before `now` (the
-caller keeps the times: `last_resized`, uid -> time of its placement or last resize, same clock).
+elastic, it lists its `pods`, its size is not `fixed` (held back with that reason), some role runs
+below its max_replicas, its cluster has a snapshot, no reservation of it is in flight, and it was not
+resized within `cooldown_seconds` before `now` (the caller keeps the times: `last_resized`, uid ->
+time of its placement or last resize, same clock).
 
 Pending gangs first: the pending queue is run through `run_cycle` in explain mode (`preempt=False`)
 on the same snapshots, reservations, queues and running gangs, and only what is left afterwards may be
@@ -171,6 +172,9 @@ def plan_growth(
     candidates: list[RunningGang] = []
     for gang in running_list:
         request = gang.request
+        if gang.fixed and request is not None and request.elastic:
+            held_back[gang.uid] = gang.fixed
+            continue
         if request is None or not request.elastic or not gang.pods or gang.cluster not in snapshots:
             continue
         counts = gang.replicas()

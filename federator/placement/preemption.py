@@ -42,7 +42,9 @@ Rules of the plan:
   fewest taken from the most senior gang first); then the cluster name. So
   a plan that only shrinks beats every eviction, a shrink never makes the
   search evict a more senior gang than it would have, and where no
-  candidate is elastic the plans are exactly as before.
+  candidate is elastic the plans are exactly as before. A gang whose size
+  is `fixed` (its member's operator cannot resize it in place) has nothing
+  removable: it is evicted whole, if at all.
 
 Search: best first over the clusters, exact wherever the budget allows.
 - Each cluster enters a priority queue with a bound on the best plan it

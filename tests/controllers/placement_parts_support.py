@@ -147,6 +147,17 @@ class Members:
         self._record("recreate_pods", job, cluster=cluster, epoch=epoch, names=sorted(pods))
         return len(pods)
 
+    #: uids of the gangs the member's own operator runs (operator mode)
+    operated: set[str] = field(default_factory=set)
+
+    def operated_gang(self, job: Mapping[str, Any], *, cluster: str, epoch: int | None) -> bool:
+        return str(job["metadata"]["uid"]) in self.operated
+
+    async def resize_member_copy(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> bool:
+        self._record("resize_member_copy", job, cluster=cluster, epoch=epoch,
+                     replicas=dict(job["status"].get("replicas") or {}))
+        return True
+
 
 @dataclass
 class Events:
@@ -166,9 +177,16 @@ class GangIndex:
 
     pods: list[dict[str, Any]] = field(default_factory=list)
 
+    #: (job uid, source kind key) -> the member copy (operator mode)
+    copies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
     def gang(self, job_uid: str, epoch: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         return None, [p for p in self.pods if p["metadata"]["labels"][LABEL_JOB_UID] == job_uid
                       and p["metadata"]["labels"][LABEL_EPOCH] == str(epoch)]
+
+    def member_copy(self, job_uid: str, source_key: str, epoch: int | None = None) -> tuple[Any, dict[str, Any]] | None:
+        found = self.copies.get((job_uid, source_key))
+        return (source_key, found) if found is not None else None
 
 
 @dataclass

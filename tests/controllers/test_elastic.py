@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
+from federator.apis.jobkinds import JOB_KINDS
 from federator.controllers.elastic import ElasticResizer
 from federator.controllers.jobs import InFlight
 from federator.controllers.queue_accounting import Preempting, QueueAccounting, ShrinkPlan
@@ -23,7 +24,7 @@ from federator.obs import Metrics
 from federator.placement import Profile, ReservationKind
 from federator.placement.snapshot import ClusterSnapshot
 
-from .placement_parts_support import (T0, Clock, Events, GangIndex, Jobs, Members, Queues, QueueSink, Views,
+from .placement_parts_support import (T0, Amounts, Clock, Events, GangIndex, Jobs, Members, Queues, QueueSink, Views,
                                       member_pods, snapshot, training_job)
 
 
@@ -178,3 +179,85 @@ async def test_a_gang_in_its_cooldown_or_with_a_pending_job_behind_it_does_not_g
     parts.queued.add("uid-w")
     assert await parts.elastic.elastic_pass() == 0  # the room is the pending job's
     assert len(parts.ledger) == 0 and parts.spawned == []
+
+
+# ------------------------------------------------------------ operator mode (the member's operator runs the gang)
+
+
+def operator_pods(job: dict[str, Any], *, epoch: int, indices: list[int], node: str = "n-0",
+                  index_label: str = "training.kubeflow.org/replica-index") -> list[dict[str, Any]]:
+    """Pods the member's operator made from the member copy's template: the gang's labels and role, no hub index
+    (the operator's own index label instead)."""
+    pods = member_pods(job, epoch=epoch, indices=indices, node=node)
+    for pod, index in zip(pods, indices, strict=True):
+        labels = pod["metadata"]["labels"]
+        labels.pop("federator.dev/index")
+        labels[index_label] = str(index)
+        pod["metadata"]["name"] = f"e-worker-{index}"
+    return pods
+
+
+KINDS = {k.kind: k for k in JOB_KINDS}
+
+
+def twin_of(kind_key: str, job: dict[str, Any]) -> dict[str, Any]:
+    job["metadata"]["annotations"] = {"federator.dev/source-kind": kind_key}
+    return job
+
+
+async def test_an_operator_gang_is_resized_through_its_member_copy_never_pod_by_pod() -> None:
+    job = elastic_gang(replicas=2)
+    parts = Parts(job)
+    parts.members.operated.add("uid-e")
+    parts.views.indexes["c1"] = GangIndex(operator_pods(job, epoch=2, indices=[0, 1, 2, 3]))
+    await parts.elastic.trim_and_fill(job)
+    assert parts.members.calls == [("resize_member_copy", "uid-e", {"cluster": "c1", "epoch": 2,
+                                                                    "replicas": {"worker": 2}})]
+
+
+async def test_an_operator_gang_grows_by_resizing_its_member_copy() -> None:
+    parts, job = growing()
+    parts.members.operated.add("uid-e")
+    assert await parts.elastic.elastic_pass() == 1
+    parts.members.calls.clear()  # the pass's trim (a no-op resize) before the growth
+    await parts.run_spawned()
+    assert parts.store.stored("uid-e")["status"]["replicas"] == {"worker": 4}
+    assert parts.members.calls == [("resize_member_copy", "uid-e", {"cluster": "c1", "epoch": 2,
+                                                                    "replicas": {"worker": 4}})]
+
+
+def operated_twin(kind_name: str) -> tuple[Parts, ClusterSnapshot]:
+    """Gang e, the twin of a `kind_name` object whose member copy the member's operator runs: 2 one-node pods
+    (n-0, n-1) of 6 at most in a 4-node cluster, as that operator labels them."""
+    kind = KINDS[kind_name]
+    job = twin_of(kind.source_key, elastic_gang(replicas=2))
+    snap = snapshot("c1", nodes=4, used={"n-0": 8, "n-1": 8}, bound_pods={"uid-e": 2})
+    parts = Parts(job, snapshots={"c1": snap})
+    parts.members.operated.add("uid-e")
+    make = operator_pods if kind.in_place_resize is not None else member_pods
+    index = GangIndex(make(job, epoch=2, indices=[0], node="n-0") + make(job, epoch=2, indices=[1], node="n-1"))
+    index.copies[("uid-e", kind.source_key)] = {"metadata": {"name": "e"}}
+    parts.views.indexes["c1"] = index
+    parts.views.builders["c1"] = Amounts()
+    return parts, snap
+
+
+async def test_an_operator_gang_of_a_kind_that_cannot_resize_in_place_keeps_its_size() -> None:
+    """A JobSet's twin (elastic here only by hand: JobSet has no range of sizes) whose member copy the JobSet
+    controller runs: the running gang lists no pods and is `fixed`, so the grow plan holds it back with the
+    reason, and nothing of it is removable by a preemption."""
+    parts, snap = operated_twin("JobSet")
+    assert await parts.elastic.elastic_pass() == 0
+    growth = parts.elastic.last_growth
+    assert growth is not None and not growth.growths
+    assert "cannot resize it in place" in growth.held_back["uid-e"]
+    [running] = [g for g in parts.accounting.running({"c1": snap}) if g.uid == "uid-e"]
+    assert running.fixed and running.removable == () and running.pods == ()
+
+    # the same gang as a PyTorchJob's twin: its operator resizes in place, so it grows
+    parts, snap = operated_twin("PyTorchJob")
+    [running] = [g for g in parts.accounting.running({"c1": snap}) if g.uid == "uid-e"]
+    assert not running.fixed and [p.index for p in running.pods] == [0, 1]
+    assert await parts.elastic.elastic_pass() == 1
+    await parts.run_spawned()
+    assert parts.members.calls[-1][0] == "resize_member_copy"

@@ -152,6 +152,19 @@ async def test_a_shrink_lowers_the_size_then_asks_dispatch_to_delete_its_pods() 
     assert parts.preempting.shrinking == {}
 
 
+async def test_a_shrink_of_a_gang_the_members_operator_runs_resizes_its_member_copy() -> None:
+    """Operator mode: the size is written as for any gang, then dispatch patches the member copy (its operator
+    deletes the pods above the count); no pod is deleted by the hub."""
+    parts, _, pods = elastic_parts()
+    parts.members.operated.add("uid-e")
+    d = decision(shrinks=(shrink_of(pods, 3, 2),))
+    victims = parts.evictor.mark(d)
+    assert await parts.evictor.make_room(parts.jobs["uid-p"], d, victims) is True
+    assert parts.store.stored("uid-e")["status"]["replicas"] == {"worker": 2}
+    assert parts.members.calls == [("resize_member_copy", "uid-e", {"cluster": "c1", "epoch": 1,
+                                                                    "replicas": {"worker": 2}})]
+
+
 async def test_a_shrink_below_the_minimum_or_not_of_the_highest_pods_is_refused() -> None:
     parts, _, pods = elastic_parts()
     d = decision(shrinks=(shrink_of(pods, 3, 2, 1),), victims=(victim("uid-v", "team/v"),))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from federator.clusters.client import PODS, podgroup_resource
+from federator.clusters.client import JOB_KIND_RESOURCES, PODS, podgroup_resource
 from federator.controllers.cleanup import orphan_reason
 from federator.controllers.memberobjects import ClusterObjects, MemberObject
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
@@ -165,3 +165,24 @@ def test_after_a_resumed_watch_the_index_is_complete_only_once_seeded_and_the_wa
     other.seed_failed(PODS.key)
     other.apply(PODS.key, [("ADDED", _obj("p0"))], resource_version="", received_at=0.0)
     assert not other.ready and not other.seeding
+
+
+@pytest.mark.parametrize(("worker", "kept"), [({"replicas": 3}, 3), ({}, 1), ({"replicas": "3"}, None),
+                                              ({"replicas": True}, None)])
+def test_a_member_copy_keeps_only_the_size_its_operator_resizes_in_place(worker: dict[str, Any],
+                                                                          kept: int | None) -> None:
+    """A PyTorchJob copy (operator mode) is slimmed like the rest but keeps its Worker replicas (dispatch compares
+    it with the gang's size); a JobSet copy keeps no spec at all."""
+    pytorch, jobset = JOB_KIND_RESOURCES["PyTorchJob.kubeflow.org"], JOB_KIND_RESOURCES["JobSet.jobset.x-k8s.io"]
+    objects = ClusterObjects("c1", (PODS, pytorch, jobset), lambda cluster, uids: None)
+    copy = _obj("resnet", spec={"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {
+        **worker, "template": {"spec": {"containers": [{"env": [{"name": "SECRET", "value": "x"}]}]}}}},
+        "elasticPolicy": {"minReplicas": 1, "maxReplicas": 3}})
+    objects.apply(pytorch.key, [("ADDED", copy)], resource_version="3", received_at=0.0)
+    found = objects.member_copy("job-1", "PyTorchJob.kubeflow.org", 2)
+    assert found is not None
+    assert found[1].get("spec") == ({"pytorchReplicaSpecs": {"Worker": {"replicas": kept}}} if kept else None)
+    objects.apply(jobset.key, [("ADDED", _obj("js", spec={"replicatedJobs": [{"name": "w", "replicas": 2}]}))],
+                  resource_version="4", received_at=0.0)
+    found = objects.member_copy("job-1", "JobSet.jobset.x-k8s.io", 2)
+    assert found is not None and "spec" not in found[1]

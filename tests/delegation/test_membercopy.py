@@ -24,8 +24,16 @@ from federator.delegation.adapter import (
     LABEL_ROLE,
     OperatorGang,
 )
-from federator.delegation.membercopy import LAST_APPLIED, member_copy, resume_patch, suspended, template_at, \
-    terminal_phase
+from federator.delegation.membercopy import (
+    LAST_APPLIED,
+    member_copy,
+    resize_patch,
+    resized_to,
+    resume_patch,
+    suspended,
+    template_at,
+    terminal_phase,
+)
 
 from ..apis.jobkinds.test_batchjob import POD_TO_POD
 from ..apis.jobkinds.test_trainjob import small as small_trainjob
@@ -217,3 +225,87 @@ def test_only_a_gang_joined_by_a_pod_spec_field_cannot_be_left_to_an_operator() 
 
     assert adapter_for("native").joins_by_pod_field
     assert {name for name in ADAPTERS if adapter_for(name).joins_by_pod_field} == {"native"}
+
+
+# ------------------------------------------------------------------ resizes in place (elastic gangs, operator mode)
+
+
+def elastic_pytorch(low: Any = 1, high: Any = 3, workers: Any = 2) -> dict[str, Any]:
+    source = example("PyTorchJob")
+    source["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
+    source["spec"]["elasticPolicy"] = {"minReplicas": low, "maxReplicas": high}
+    return source
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_a_pytorchjob_is_resized_by_its_worker_replicas_within_its_elastic_policy(size: int) -> None:
+    source = elastic_pytorch()
+    kept = copy.deepcopy(source)
+    patch = resize_patch(KINDS["PyTorchJob"], source, {"master": 1, "worker": size})
+    assert patch == {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": size}}}}
+    assert resized_to(KINDS["PyTorchJob"], patch) == size
+    assert source == kept
+
+
+def test_the_copy_starts_at_the_placed_size() -> None:
+    kind = KINDS["PyTorchJob"]
+    source = elastic_pytorch()
+    gang, translation = gang_of(kind, source)
+    body = member_copy(kind, source, gang, role_paths=translation.role_paths, replicas={"master": 1, "worker": 3})
+    assert body["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert resized_to(kind, body) == 3 and source["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    # a kind that cannot resize in place keeps the source's sizes
+    jobset = example("JobSet")
+    gang, translation = gang_of(KINDS["JobSet"], jobset)
+    body = member_copy(KINDS["JobSet"], jobset, gang, role_paths=translation.role_paths, replicas={"x": 9})
+    assert body["spec"]["replicatedJobs"] == [
+        {**rj, "template": body["spec"]["replicatedJobs"][i]["template"]}
+        for i, rj in enumerate(jobset["spec"]["replicatedJobs"])]
+
+
+@pytest.mark.parametrize("kind_name", ["JobSet", "TFJob", "PaddleJob", "MPIJob", "Job"])
+def test_a_kind_whose_operator_cannot_resize_in_place_is_refused(kind_name: str) -> None:
+    with pytest.raises(RenderError, match="cannot resize a running"):
+        resize_patch(KINDS[kind_name], example(kind_name) if kind_name != "MPIJob" else {"spec": {}}, {"worker": 2})
+    assert resized_to(KINDS[kind_name], {"spec": {}}) is None
+
+
+@pytest.mark.parametrize(("source", "replicas", "words"), [
+    (elastic_pytorch(), {"worker": 4}, "outside spec.elasticPolicy.minReplicas 1 .. spec.elasticPolicy.maxReplicas 3"),
+    (elastic_pytorch(low=2), {"worker": 1}, "outside"),
+    (elastic_pytorch(), {"worker": 0}, "not a replica count"),
+    (elastic_pytorch(), {"worker": -1}, "not a replica count"),
+    (elastic_pytorch(), {"worker": True}, "not a replica count"),
+    (elastic_pytorch(), {"worker": "3"}, "not a replica count"),
+    (elastic_pytorch(), {"worker": 2.0}, "not a replica count"),
+    (elastic_pytorch(), {"worker": 10**30}, "not a replica count"),
+    (elastic_pytorch(), {"master": 1}, "size of role 'worker' is missing"),
+    (elastic_pytorch(), ["worker", 2], "size of role 'worker' is missing"),
+    (elastic_pytorch(), None, "size of role 'worker' is missing"),
+    (elastic_pytorch(low="1"), {"worker": 2}, "spec.elasticPolicy.minReplicas is not an integer"),
+    (elastic_pytorch(high=[3]), {"worker": 2}, "spec.elasticPolicy.maxReplicas is not an integer"),
+    (elastic_pytorch(workers="2"), {"worker": 2}, "spec.pytorchReplicaSpecs.Worker.replicas is not an integer"),
+    ({"spec": {"pytorchReplicaSpecs": {"Master": {}}}}, {"worker": 1}, "no replica spec"),
+    ({"spec": {"pytorchReplicaSpecs": {"Worker": "x" * 100_000}}}, {"worker": 1}, "no replica spec"),
+    ({"spec": None}, {"worker": 1}, "no spec"),
+    ("not an object", {"worker": 1}, "no spec"),
+])
+def test_a_resize_the_object_cannot_take_is_a_render_error(source: Any, replicas: Any, words: str) -> None:
+    kept = copy.deepcopy(source)
+    with pytest.raises(RenderError) as err:
+        resize_patch(KINDS["PyTorchJob"], source, replicas)
+    assert words in str(err.value) and len(str(err.value)) < 300
+    assert source == kept
+
+
+def test_a_pytorchjob_without_elastic_bounds_keeps_its_own_count() -> None:
+    source = example("PyTorchJob")
+    source["spec"].pop("elasticPolicy", None)
+    count = source["spec"]["pytorchReplicaSpecs"]["Worker"].get("replicas", 1)
+    assert resize_patch(KINDS["PyTorchJob"], source, {"worker": count})
+    with pytest.raises(RenderError, match="outside"):
+        resize_patch(KINDS["PyTorchJob"], source, {"worker": count + 1})
+    source["spec"]["elasticPolicy"] = {"maxReplicas": count + 2}  # the minimum is the count, as translated
+    assert resize_patch(KINDS["PyTorchJob"], source, {"worker": count + 2})
+    with pytest.raises(RenderError, match="outside"):
+        resize_patch(KINDS["PyTorchJob"], source, {"worker": count - 1} if count > 1 else {"worker": count + 3})

@@ -889,3 +889,29 @@ def test_growth_never_double_books_and_stays_in_range_and_in_its_cluster(
             grown = next((g for g in result.growths if g.gang_uid == r.uid), None)
             if grown is None and r.uid in result.held_back:
                 assert "no room" in result.held_back[r.uid]
+
+
+# ---------------------------------------------------------------- a size fixed where it runs (operator mode)
+
+FIXED = "its JobSet runs under the member's own JobSet operator, which cannot resize it in place"
+
+
+def test_a_fixed_gang_is_evicted_whole_never_shrunk() -> None:
+    el = elastic_running("el", ["n-0", "n-0", "n-1", "n-1"], low=1)
+    fixed = dataclasses.replace(el, fixed=FIXED)
+    assert el.removable and fixed.removable == () and fixed.pods == el.pods
+    snaps = by_name(occupied_by("a", THREE, [el]))
+    queues = vision_queues(nominal={"A100": 16})
+    shrunk = run_cycle([HI], snaps, PROFILE, now=100.0, queues=queues, running=[el])
+    assert dict(shrunk.shrinks) == {"run-el": ("el-worker-3", "el-worker-2")} and shrunk.evictions == ()
+    evicted = run_cycle([HI], snaps, PROFILE, now=100.0, queues=queues, running=[fixed])
+    assert evicted.evictions == ("run-el",) and not evicted.shrinks
+
+
+def test_a_fixed_gang_is_held_back_from_growth_with_its_reason() -> None:
+    el, snaps = two_of_three()
+    result = grow([dataclasses.replace(el, fixed=FIXED)], snaps)
+    assert result.growths == () and result.held_back["run-el"] == FIXED
+    assert len(result.reservations) == 0
+    with pytest.raises(TypeError, match="fixed must be a str"):
+        dataclasses.replace(el, fixed=True)

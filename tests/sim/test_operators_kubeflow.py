@@ -206,6 +206,50 @@ def test_elastic_pytorch_example_gets_pet_env(sim: ThreadedSim, api: client.ApiC
     assert "initContainers" not in pods["elastic-example-echo-worker-1"]["spec"]
 
 
+def test_a_scaled_pytorchjob_gets_pods_of_new_indices_and_loses_those_above(sim: ThreadedSim, api: client.ApiClient,
+                                                                            examples: Path) -> None:
+    """A change of Worker replicas (what the scale subresource and the operator's HPA patch): pods and Services of
+    new indices are created with the env of the job as it is then, those at or above the count deleted; the env
+    of the pods that stay is not changed (ReconcilePods, ReconcileServices, createNewPod)."""
+    ns = sim.new_namespace("kfscale")
+    custom = client.CustomObjectsApi(api)
+    body = renamed(read_yaml(examples / "pytorch" / "simple.yaml"), "scaled", ns)  # Master 1, Worker 1
+    body["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3}
+    for rspec in body["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["metadata"] = {"annotations": dict(LONG_RUN)}
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", body)
+
+    def running(names: list[str]) -> Any:
+        def check(pods: list[dict[str, Any]]) -> Any:
+            live = sorted(p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp"))
+            return pods if live == names and all(p["status"].get("phase") == "Running" for p in pods) else None
+        return check
+
+    def world(pod: dict[str, Any]) -> str:
+        return dict(env_pairs(pod["spec"]["containers"][0]))["WORLD_SIZE"]
+
+    wait_objects(sim, kinds.PODS, ns, running(["scaled-master-0", "scaled-worker-0"]), what="master and 1 worker")
+    first = pods_by_name(sim, ns, "scaled")["scaled-worker-0"]
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", "scaled",
+                                          {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}})
+    wait_objects(sim, kinds.PODS, ns, running(["scaled-master-0", "scaled-worker-0", "scaled-worker-1",
+                                               "scaled-worker-2"]), what="3 workers")
+    pods = pods_by_name(sim, ns, "scaled")
+    assert world(pods["scaled-worker-2"]) == "4" and dict(env_pairs(pods["scaled-worker-2"]["spec"]["containers"][0]))[
+        "PET_NNODES"] == "1:3"
+    assert pods["scaled-worker-0"]["metadata"]["uid"] == first["metadata"]["uid"] and world(pods["scaled-worker-0"]) \
+        == "2"  # the pod that stays keeps its env
+    wait_objects(sim, kinds.SERVICES, ns, lambda ss: len(ss) == 4 and ss, what="a Service per pod")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", "scaled",
+                                          {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}})
+    wait_objects(sim, kinds.PODS, ns, lambda ps: sorted(p["metadata"]["name"] for p in ps) == [
+        "scaled-master-0", "scaled-worker-0", "scaled-worker-1"] and ps, what="worker 2 gone")
+    wait_objects(sim, kinds.SERVICES, ns, lambda ss: sorted(s["metadata"]["name"] for s in ss) == [
+        "scaled-master-0", "scaled-worker-0", "scaled-worker-1"] and ss, what="its Service gone")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "pytorchjobs", "scaled", propagation_policy="Background")
+    wait_objects(sim, kinds.PODS, ns, lambda ps: not ps, what="the deleted job's pods to go")
+
+
 def test_suspend_resume_and_cascade(sim: ThreadedSim, api: client.ApiClient, examples: Path) -> None:
     ns = sim.new_namespace("kfs")
     custom = client.CustomObjectsApi(api)

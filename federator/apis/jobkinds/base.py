@@ -19,7 +19,8 @@ from typing import Any, Final, Protocol
 
 from federator.apis.common import FieldError, ValidationSettings
 
-__all__ = ["SOURCE_KIND_ANNOTATION", "JobKind", "PodContract", "PodDns", "Reference", "StatusMirror", "Translation",
+__all__ = ["SOURCE_KIND_ANNOTATION", "InPlaceResize", "JobKind", "PodContract", "PodDns", "Reference", "StatusMirror",
+           "Translation",
            "load_upstream_schema", "source_errors", "twin_trainingjob"]
 
 JSON = dict[str, Any]
@@ -135,6 +136,25 @@ class StatusMirror(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class InPlaceResize:
+    """How the kind's own operator resizes one role of a running job in place (operator mode): the field the
+    kind's scale subresource names (its specReplicasPath, what an HPA or `kubectl scale` patches), and the
+    fields that bound it. Kinds without one (JobSet: replicatedJobs are immutable while the JobSet runs; TFJob,
+    PaddleJob, MPIJob, batch Job: no elastic roles here) keep the size they were placed at in operator mode."""
+
+    #: the twin role it resizes ("worker")
+    role: str
+    #: dotted path segments of the replica count in the object ("spec", "pytorchReplicaSpecs", "Worker", "replicas")
+    replicas_path: tuple[str, ...]
+    #: the bounds the operator holds the count to (an absent one defaults as the operator defaults it: to the
+    #: other, or both to the replica count)
+    min_path: tuple[str, ...]
+    max_path: tuple[str, ...]
+    #: the label the operator puts a pod's index within its role under (its pods do not carry the hub's)
+    index_label: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobKind:
     """One upstream kind the hub serves and translates."""
 
@@ -175,6 +195,9 @@ class JobKind:
     #: look the object up and call `translate_referenced` (hub/kinds.py `translate_source`)
     reference: Callable[[Mapping[str, Any], list[FieldError]], Reference | None] | None = None
     translate_referenced: ReferencedTranslator | None = None
+    #: how the kind's operator resizes a running job's elastic role in place (operator mode); None: it cannot,
+    #: and an elastic gang of the kind that the member's operator runs keeps its placed size
+    in_place_resize: InPlaceResize | None = None
 
     @property
     def api_version(self) -> str:

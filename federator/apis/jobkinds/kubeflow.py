@@ -61,7 +61,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings
-from federator.apis.jobkinds.base import JobKind, PodContract, PodDns, Translation, load_upstream_schema
+from federator.apis.jobkinds.base import (
+    InPlaceResize,
+    JobKind,
+    PodContract,
+    PodDns,
+    Translation,
+    load_upstream_schema,
+)
 from federator.apis.jobkinds.hints import LABEL_KUEUE_QUEUE, hints_from_metadata
 
 __all__ = ["HUB_MANAGED_BY", "KUBEFLOW_KINDS", "MPIJOB", "PADDLEJOB", "PYTORCHJOB", "REPLICA_TYPES_ANNOTATION",
@@ -387,7 +394,8 @@ def _contract(family: _Family) -> Callable[[str, str, str, int, Mapping[str, str
 
 
 def _kind(family: _Family, file_name: str, extras: Callable[[Mapping[str, Any], list[dict[str, Any]],
-                                                             list[FieldError], dict[str, Any]], None]) -> JobKind:
+                                                             list[FieldError], dict[str, Any]], None], *,
+          in_place_resize: InPlaceResize | None = None) -> JobKind:
     data = load_upstream_schema(file_name)
     return JobKind(
         group=data["group"], version=data["version"], kind=data["kind"], plural=data["plural"],
@@ -396,7 +404,7 @@ def _kind(family: _Family, file_name: str, extras: Callable[[Mapping[str, Any], 
         translate=_translate_family(family, extras), pod_contract=_contract(family),
         description=f"Kubeflow {data['kind']} ({data['group']}/{data['version']}), run by the hub as a gang.",
         suspend_path=("spec", "runPolicy", "suspend"), managed_by_path=("spec", "runPolicy", "managedBy"),
-        terminal_conditions={"Succeeded": "Succeeded", "Failed": "Failed"},
+        terminal_conditions={"Succeeded": "Succeeded", "Failed": "Failed"}, in_place_resize=in_place_resize,
         mirrored_status_fields=("replicaStatuses", "startTime", "completionTime"),
     )
 
@@ -411,7 +419,16 @@ _PADDLE = _Family("PaddleJob", "paddle", "paddleReplicaSpecs", {"Master": "maste
 _MPI = _Family("MPIJob", "mpi", "mpiReplicaSpecs", {"Launcher": "launcher", "Worker": "worker"}, "Never",
                "mpi-operator", own_managers=("kubeflow.org/mpi-operator",))
 
-PYTORCHJOB: Final = _kind(_PYTORCH, "pytorchjobs.json", _pytorch_extras)
+#: the PyTorchJob CRD's scale subresource (training-operator v1.8.1 manifests/base/crds/kubeflow.org_pytorchjobs.yaml:
+#: specReplicasPath .spec.pytorchReplicaSpecs.Worker.replicas), which the operator's HPA for elasticPolicy scales
+#: within elasticPolicy.minReplicas/maxReplicas (pkg/controller.v1/pytorch/hpa.go); the operator creates the pods of
+#: new indices and deletes those above the count (common/pod.go ReconcilePods)
+_PYTORCH_RESIZE: Final = InPlaceResize(role="worker",
+                                      replicas_path=("spec", "pytorchReplicaSpecs", "Worker", "replicas"),
+                                      min_path=("spec", "elasticPolicy", "minReplicas"),
+                                      max_path=("spec", "elasticPolicy", "maxReplicas"),
+                                      index_label="training.kubeflow.org/replica-index")
+PYTORCHJOB: Final = _kind(_PYTORCH, "pytorchjobs.json", _pytorch_extras, in_place_resize=_PYTORCH_RESIZE)
 TFJOB: Final = _kind(_TF, "tfjobs.json", _tf_extras)
 PADDLEJOB: Final = _kind(_PADDLE, "paddlejobs.json", _paddle_extras)
 MPIJOB: Final = _kind(_MPI, "mpijobs.json", _mpi_extras)

@@ -16,6 +16,10 @@ For each job it:
     TF       TF_CONFIG (cluster, task, environment "cloud") in the tensorflow container, when distributed;
     Paddle   PYTHONUNBUFFERED, PADDLE_JOB_ID, PADDLE_NNODES, PADDLE_MASTER, PADDLE_SERVER_NUM/PADDLE_TRAINER_NUM;
 - creates one headless Service per pod, of the same name, selecting it, with the default container's ports;
+- follows a change of a replica type's `replicas` (a scale, e.g. PyTorchJob's Worker through its scale
+  subresource): pods and Services of new indices are created, those at indices at or above the count deleted
+  (ReconcilePods, ReconcileServices); the env of running pods is not changed (a new pod's env, e.g. WORLD_SIZE
+  with a Master, is computed from the job as it is when the pod is made, as the operator's createNewPod does);
 - deletes a Failed pod to re-create it under restartPolicy OnFailure, Always or ExitCode with a retryable exit code
   (>= 128), condition Restarting; a non-retryable ExitCode failure fails the job;
 - keeps status as the operator does: conditions Created, Running, Restarting, Succeeded, Failed, Suspended with
@@ -96,6 +100,17 @@ FRAMEWORKS: Final[Mapping[str, Framework]] = {f.kind: f for f in (PYTORCH, TF, P
 
 def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _slice_size(pods: list[dict[str, Any]], replicas: int) -> int:
+    """core.CalculatePodSliceSize: the replica count, or one more than the highest replica-index label of the
+    pods if that is more (pods above the count are deleted by ReconcilePods: a scale down)."""
+    size = replicas
+    for pod in pods:
+        raw = pod["metadata"]["labels"].get(REPLICA_INDEX)
+        if isinstance(raw, str) and raw.isdigit() and len(raw) < 10:
+            size = max(size, int(raw) + 1)
+    return size
 
 
 def general_name(job: str, rtype: str, index: int) -> str:
@@ -531,8 +546,10 @@ class TrainingOperator:
         rs: dict[str, Any] = {}
         status["replicaStatuses"][rtype] = rs
         mine = [p for p in pods if p["metadata"]["labels"].get(REPLICA_TYPE) == rtype.lower()]
-        for index in range(count):
+        for index in range(_slice_size(mine, count)):
             slot = [p for p in mine if p["metadata"]["labels"].get(REPLICA_INDEX) == str(index)]
+            if not slot and index >= count:
+                continue
             if not slot:
                 try:
                     await self.storage.create(kinds.PODS, replica_pod(fw, job, rtype, index),
@@ -544,6 +561,8 @@ class TrainingOperator:
                             raise
                 continue
             pod = slot[0]
+            if index >= count:  # out of range (the job was scaled down): the operator deletes it
+                await delete_quietly(self.storage, kinds.PODS, pod)
             phase = (pod.get("status") or {}).get("phase")
             if phase == "Failed" and not pod["metadata"].get("deletionTimestamp"):
                 code = _exit_code(fw, pod)
@@ -569,8 +588,12 @@ class TrainingOperator:
 
     async def _reconcile_services(self, job: Mapping[str, Any], services: list[dict[str, Any]], rtype: str) -> None:
         count = _int(self.fw.spec_of(job)[rtype].get("replicas"), 1)
-        have = {s["metadata"]["labels"].get(REPLICA_INDEX) for s in services
-                if (s["metadata"].get("labels") or {}).get(REPLICA_TYPE) == rtype.lower()}
+        mine = [s for s in services if (s["metadata"].get("labels") or {}).get(REPLICA_TYPE) == rtype.lower()]
+        have = {s["metadata"]["labels"].get(REPLICA_INDEX) for s in mine}
+        for service in mine:
+            raw = service["metadata"]["labels"].get(REPLICA_INDEX)
+            if isinstance(raw, str) and raw.isdigit() and int(raw) >= count:  # scaled down: ReconcileServices
+                await delete_quietly(self.storage, kinds.SERVICES, service)
         for index in range(count):
             if str(index) in have:
                 continue
