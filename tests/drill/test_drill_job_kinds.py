@@ -80,7 +80,7 @@ async def test_a_partition_drill_on_a_cluster_running_every_job_kind_moves_each_
         if operators:  # the operators run these, from the hub's member copies
             client = await env.env.member(HOME)
             for obj in objects:
-                if obj["kind"] in ("JobSet", "PyTorchJob", "Job"):
+                if KINDS[obj["kind"]].operator_copyable:  # every kind but TrainJob, MPIJob's too
                     copied = await client.get(JOB_KIND_RESOURCES[KINDS[obj["kind"]].source_key], namespace=NS,
                                               name=obj["metadata"]["name"])
                     assert copied["metadata"]["labels"]["federator.dev/job-uid"] == \
