@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the operators a real member runs in operator mode (issue 28) from the
 # pinned Go modules in this folder, into a cache outside the work tree keyed by
-# the hash of their go.sum files (and the wrapper's main.go):
+# the hash of their go.sum files (and the wrappers' main.go):
 #   jobset-controller   sigs.k8s.io/jobset's own main package          (module ./jobset)
 #   training-operator   ./kubeflow/main.go: github.com/kubeflow/training-operator's
 #                       controllers and webhooks without in-cluster cert rotation (module ./kubeflow)
-#   mpi-operator        github.com/kubeflow/mpi-operator's own cmd/mpi-operator (MPIJob v2beta1) (module ./mpi)
+#   mpi-operator        ./mpi/main.go: github.com/kubeflow/mpi-operator's cmd/mpi-operator (MPIJob v2beta1)
+#                       with a loopback health address and no leader election (module ./mpi)
 # and copies their upstream install manifests (CRDs, RBAC, webhook configurations:
 # jobset's config/, the training operator's and the mpi-operator's manifests/) beside
 # them, which federator/dev/kube.py renders with `kubectl kustomize` and installs in a
@@ -28,7 +29,7 @@ command -v go >/dev/null 2>&1 || { echo "error: build of the member operators: n
 JOBSET_VERSION="$(awk '$1 == "sigs.k8s.io/jobset" {print $2; exit}' jobset/go.mod)"
 KUBEFLOW_VERSION="$(awk '$1 == "github.com/kubeflow/training-operator" {print $2; exit}' kubeflow/go.mod)"
 MPI_VERSION="$(awk '$1 == "github.com/kubeflow/mpi-operator" {print $2; exit}' mpi/go.mod)"
-hash="$(cat jobset/go.sum kubeflow/go.sum kubeflow/main.go mpi/go.sum | sha256sum | cut -c1-16)"
+hash="$(cat jobset/go.sum kubeflow/go.sum kubeflow/main.go mpi/go.sum mpi/main.go | sha256sum | cut -c1-16)"
 cache_root="${FEDERATOR_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/federator/kube}"
 out="$cache_root/operators-$hash"
 done_marker="$out/complete"
@@ -70,8 +71,8 @@ step "$kubeflow_mod" "copy manifests/ (CRDs, RBAC, webhooks) and examples/pytorc
 
 mpi_mod="github.com/kubeflow/mpi-operator@$MPI_VERSION"
 step "$mpi_mod" "download modules" -- bash -c "cd mpi && go mod download"
-step "$mpi_mod" "go build github.com/kubeflow/mpi-operator/cmd/mpi-operator" -- bash -c \
-    "cd mpi && go build -trimpath -ldflags \"-s -w -X 'github.com/kubeflow/mpi-operator/pkg/version.GitSHA=$MPI_VERSION'\" -o '$out/bin/mpi-operator.tmp' github.com/kubeflow/mpi-operator/cmd/mpi-operator"
+step "$mpi_mod" "go build ./mpi (mpi-operator)" -- bash -c \
+    "cd mpi && go build -trimpath -ldflags \"-s -w -X 'github.com/kubeflow/mpi-operator/pkg/version.GitSHA=$MPI_VERSION'\" -o '$out/bin/mpi-operator.tmp' ."
 mv "$out/bin/mpi-operator.tmp" "$out/bin/mpi-operator"
 mpi_dir="$(cd mpi && go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)"
 step "$mpi_mod" "copy manifests/ (CRD, RBAC)" -- bash -c \

@@ -1,14 +1,23 @@
 // Pinned source of the MPI operator a real member runs in operator mode
-// (issue 28): github.com/kubeflow/mpi-operator's own main package
-// (cmd/mpi-operator, MPIJob kubeflow.org/v2beta1), built unchanged by
-// ../build.sh with the dependency versions mpi-operator v0.6.0's go.mod pins
-// (it has no replace directives). Its own module because it pins Kubernetes
-// 0.31 / controller-runtime 0.19, between JobSet's and the training operator's.
+// (issue 28): main.go here is github.com/kubeflow/mpi-operator v0.6.0's
+// cmd/mpi-operator (MPIJob kubeflow.org/v2beta1) with a loopback health
+// address and no leader election (see there), built by ../build.sh with the
+// dependency versions mpi-operator v0.6.0's go.mod pins (it has no replace
+// directives). Its own module because it pins Kubernetes 0.31 /
+// controller-runtime 0.19, between JobSet's and the training operator's.
 module federator.dev/e2e/kube/operators/mpi
 
 go 1.24.0
 
-tool github.com/kubeflow/mpi-operator/cmd/mpi-operator
+require (
+	github.com/kubeflow/mpi-operator v0.6.0
+	github.com/prometheus/client_golang v1.19.1
+	k8s.io/api v0.31.1
+	k8s.io/apimachinery v0.31.1
+	k8s.io/apiserver v0.31.1
+	k8s.io/client-go v0.31.1
+	k8s.io/klog v1.0.0
+)
 
 require (
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
@@ -44,13 +53,11 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/kubeflow/mpi-operator v0.6.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/prometheus/client_golang v1.19.1 // indirect
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.55.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
@@ -89,12 +96,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.31.1 // indirect
-	k8s.io/apimachinery v0.31.1 // indirect
-	k8s.io/apiserver v0.31.1 // indirect
-	k8s.io/client-go v0.31.1 // indirect
 	k8s.io/component-base v0.31.1 // indirect
-	k8s.io/klog v1.0.0 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20240724180055-a0f77d9699d4 // indirect
 	k8s.io/utils v0.0.0-20240711033017-18e509b52bc8 // indirect
