@@ -135,7 +135,7 @@ def _members_help() -> str:
         "module proxy refuses the version lists of volcano.sh/volcano and sigs.k8s.io/scheduler-plugins, exact "
         "versions download, but none is pinned yet). A profile's operators (jobset, kubeflow, mpi) run as the real "
         "JobSet controller, Kubeflow training operator and mpi-operator beside its member (built from "
-        "e2e/kube/operators on first use, ~MPI_TOTAL min once). "
+        "e2e/kube/operators on first use, ~15 min once). "
         "Background load of a profile is not played on real members")
 
 
