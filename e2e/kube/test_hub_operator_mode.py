@@ -325,11 +325,19 @@ def test_a_paddlejob_and_a_batch_job_run_to_their_end_through_the_hub_under_the_
 
 
 def test_mpi_operators_pi_example_runs_to_succeeded_through_the_hub_under_the_real_mpi_operator(
-        fed: OperatorHub) -> None:
+        fed: OperatorHub, operator_binaries: OperatorBinaries) -> None:
     """mpi-operator v0.6.0's examples/v2beta1/pi/pi.yaml, unchanged, from the module the operator was built from:
     the real mpi-operator makes its SSH Secret, hostfile ConfigMap, workers pi-worker-<i> and launcher Job
     pi-launcher (whose pod kube's Job controller makes); kwok ends the launcher's pod Succeeded, so the launcher
     Job completes and the MPIJob Succeeded. The training operator (no --enable-scheme=mpijob) never touches it."""
+    # the wrapper (e2e/kube/operators/mpi/main.go) refuses what it does not serve, in one line, before any request
+    for flag, words in (("--gang-scheduling=volcano", "--gang-scheduling must be empty"),
+                        ("--monitoring-port=8443", "--monitoring-port is not served"),
+                        ("--gang-scheduling=" + "x" * 10000, "--gang-scheduling must be empty")):
+        done = subprocess.run([str(operator_binaries.path("mpi-operator")), flag, "--kubeConfig=/nonexistent"],
+                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert done.returncode == 2 and words in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
     discovered = wait_for("the member Ready with its operators discovered", lambda: _operators(fed), timeout=120)
     assert discovered["MPIJob.kubeflow.org"] == "operator", discovered
 
