@@ -41,8 +41,9 @@ def kube_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeBina
 
 @pytest.fixture(scope="session")
 def operator_binaries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorBinaries]:
-    """The JobSet controller and the Kubeflow training operator (e2e/kube/operators/build.sh; a cold build took
-    about 6 + 3.5 minutes on a loaded two-core machine), for members started with `operators=`."""
+    """The JobSet controller, the Kubeflow training operator and the mpi-operator (e2e/kube/operators/build.sh; a
+    cold build took about 6 + 3.5 + 4.5 minutes on a loaded two-core machine), for members started with
+    `operators=`."""
     yield _built(tmp_path_factory, lambda: find_operator_binaries(timeout=BUILD_TIMEOUT_SECONDS))
 
 

@@ -1,6 +1,6 @@
 """Issue 28's operator mode against a REAL member (the bar "a JobSet and a PyTorchJob run to Succeeded through the
-hub"): one real member (federator/dev/kube.py) that runs the real JobSet controller (sigs.k8s.io/jobset v0.10.1) and
-Kubeflow training operator (v1.8.1) beside its control plane, with deploy/member's RBAC applied and registered with
+hub"): one real member (federator/dev/kube.py) that runs the real JobSet controller (sigs.k8s.io/jobset v0.10.1),
+Kubeflow training operator (v1.8.1) and mpi-operator (v0.6.0) beside its control plane, with deploy/member's RBAC applied and registered with
 a hub (`federator up --clusters DIR`, every controller) under exactly that identity's kubeconfig.
 
 The member runs kube-scheduler only (the default scheduler: no PodGroup; on a `native` member the operators' pods
@@ -10,7 +10,8 @@ to the HUB with kubectl; the hub creates the member copy suspended and resumes i
 hub's create and patch before the operator's first create), the real operator creates the pods under the upstream
 names with the hub's labels, kwok's nodes end them Succeeded, and the hub's source object ends Succeeded with the
 operator's conditions and the cluster; `kubectl delete` on the hub takes the member copy and its pods away. The
-same for the PaddleJob example (the training operator) and kube's Indexed Job (the member's own Job controller).
+same for the PaddleJob example (the training operator), kube's Indexed Job (the member's own Job controller) and
+mpi-operator's pi example (MPIJob v2beta1; its launcher Job under the member's Job controller).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ _PROFILE = """\
 apiVersion: sim.federator.dev/v1alpha1
 kind: ClusterProfile
 name: {name}
-description: Two CPU nodes, the default scheduler, the real JobSet and Kubeflow training operators
+description: Two CPU nodes, the default scheduler, the real JobSet, Kubeflow training and MPI operators
 labels: {{tier: operators}}
 location: {{type: cloud, provider: gcp, region: europe-west4}}
 network: {{fabric: ethernet, bandwidthGbps: 100}}
@@ -106,7 +107,7 @@ def fed(kube_binaries: KubeBinaries, operator_binaries: OperatorBinaries,
     work = tmp_path_factory.mktemp("kube-hub-operators")
     (work / f"{CLUSTER}.yaml").write_text(_PROFILE.format(name=CLUSTER))
     profile = load_profile_file(work / f"{CLUSTER}.yaml")
-    with KubeMember(profile, directory=work / "kube", binaries=kube_binaries, operators=("jobset", "kubeflow"),
+    with KubeMember(profile, directory=work / "kube", binaries=kube_binaries, operators=("jobset", "kubeflow", "mpi"),
                     operator_binaries=operator_binaries) as member:
         member.apply_member_rbac()
         member.apply_member_rbac(_managed_namespace(member, "kubeflow"))
@@ -152,7 +153,8 @@ def _requests(fed: OperatorHub, user: str, verb: str, resource: str, namespace: 
 
 
 def _run_through_the_hub(fed: OperatorHub, example: Path, *, kind: str, resource: str, namespace: str,
-                         terminal: str, operator: str | None, child: str, pods: int) -> dict[str, dict[str, Any]]:
+                         terminal: str, operator: str | None, child: str,
+                         pods: int | None) -> dict[str, dict[str, Any]]:
     """Apply `example` to the hub; wait until its source object ends; check the member copy, the operator's
     pods, the mirrored status; the member's pods by name. `operator` None: kube's own Job controller runs the
     kind (its writes are kube-controller-manager's, which the member's audit policy leaves out)."""
@@ -208,16 +210,17 @@ def _run_through_the_hub(fed: OperatorHub, example: Path, *, kind: str, resource
     return _pods_done(fed, namespace, uid, pods)
 
 
-def _pods_done(fed: OperatorHub, namespace: str, uid: str, pods: int) -> dict[str, dict[str, Any]]:
+def _pods_done(fed: OperatorHub, namespace: str, uid: str, pods: int | None) -> dict[str, dict[str, Any]]:
     # the operator's pods: upstream names, the hub's labels (from the copy's templates), on kwok's nodes, done
+    # (pods None: the caller checks which are left and how they ended)
     made = {p["metadata"]["name"]: p for p in fed.in_member(
         "pods", "-n", namespace, "-l", f"{LABEL_JOB_UID}={uid}")["items"]}
-    assert len(made) == pods, sorted(made)
+    assert pods is None or len(made) == pods, sorted(made)
     nodes = {n["metadata"]["name"] for n in initial_nodes(fed.member.profile)}
     for pod in made.values():
         assert pod["metadata"]["labels"][LABEL_ROLE] and pod["metadata"]["labels"][LABEL_HUB]
         assert pod["spec"]["nodeName"] in nodes
-        assert pod["status"]["phase"] == "Succeeded", (pod["metadata"]["name"], pod["status"])
+        assert pods is None or pod["status"]["phase"] == "Succeeded", (pod["metadata"]["name"], pod["status"])
     return made
 
 
@@ -318,4 +321,62 @@ def test_a_paddlejob_and_a_batch_job_run_to_their_end_through_the_hub_under_the_
     _deleted_on_the_hub(fed, "jobs.batch", "example-job", "default", uid)
 
     refused = [f for f in fed.member.forbidden() if f.user == HUB_USER]
+    assert refused == [], refused
+
+
+def test_mpi_operators_pi_example_runs_to_succeeded_through_the_hub_under_the_real_mpi_operator(
+        fed: OperatorHub, operator_binaries: OperatorBinaries) -> None:
+    """mpi-operator v0.6.0's examples/v2beta1/pi/pi.yaml, unchanged, from the module the operator was built from:
+    the real mpi-operator makes its SSH Secret, hostfile ConfigMap, workers pi-worker-<i> and launcher Job
+    pi-launcher (whose pod kube's Job controller makes); kwok ends the launcher's pod Succeeded, so the launcher
+    Job completes and the MPIJob Succeeded. The training operator (no --enable-scheme=mpijob) never touches it."""
+    # the wrapper (e2e/kube/operators/mpi/main.go) refuses what it does not serve, in one line, before any request
+    for flag, words in (("--gang-scheduling=volcano", "--gang-scheduling must be empty"),
+                        ("--monitoring-port=8443", "--monitoring-port is not served"),
+                        ("--gang-scheduling=" + "x" * 10000, "--gang-scheduling must be empty")):
+        done = subprocess.run([str(operator_binaries.path("mpi-operator")), flag, "--kubeConfig=/nonexistent"],
+                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert done.returncode == 2 and words in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+    discovered = wait_for("the member Ready with its operators discovered", lambda: _operators(fed), timeout=120)
+    assert discovered["MPIJob.kubeflow.org"] == "operator", discovered
+
+    cache = subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True).stdout.strip()
+    pi = Path(cache) / "github.com" / "kubeflow" / "mpi-operator@v0.6.0" / "examples" / "v2beta1" / "pi" / "pi.yaml"
+    # the launcher Job: created suspended with the copy, resumed (an update) after the hub's resume
+    made = _run_through_the_hub(fed, pi, kind="MPIJob", resource="mpijobs.kubeflow.org", namespace="default",
+                                terminal="Succeeded", operator="mpi", child="jobs", pods=None)
+    mpi_user = OPERATORS["mpi"].user
+    # the upstream names: the launcher Job's one pod ended Succeeded (the MPIJob's end is the launcher's)
+    launchers = [p for n, p in made.items() if n.startswith("pi-launcher-")]
+    assert len(launchers) == 1 and launchers[0]["status"]["phase"] == "Succeeded", sorted(made)
+    assert launchers[0]["metadata"]["labels"]["training.kubeflow.org/job-role"] == "launcher"
+    # the workers, created by the operator after the hub's resume (none while suspended); cleanPodPolicy Running
+    # deletes those still running when the launcher ends, so the ones left ended Succeeded under kwok
+    resumed = _requests(fed, HUB_USER, "patch", "mpijobs", "default", "pi")[0]["requestReceivedTimestamp"]
+    workers = {e["objectRef"]["name"]: e for e in _requests(fed, mpi_user, "create", "pods", "default")
+               if e["objectRef"]["name"].startswith("pi-")}
+    assert sorted(workers) == ["pi-worker-0", "pi-worker-1"], sorted(workers)
+    assert all(e["requestReceivedTimestamp"] > resumed for e in workers.values()), (resumed, workers)
+    assert all(p["status"]["phase"] == "Succeeded" for n, p in made.items() if n.startswith("pi-worker-")), made
+    assert set(made) <= {launchers[0]["metadata"]["name"], "pi-worker-0", "pi-worker-1"}, sorted(made)
+    assert [e["objectRef"]["name"] for e in _requests(fed, mpi_user, "create", "jobs", "default")] == ["pi-launcher"]
+    # its SSH Secret and hostfile ConfigMap (the RBAC of its upstream ClusterRole let it)
+    assert _requests(fed, mpi_user, "create", "secrets", "default", "pi-ssh")
+    assert _requests(fed, mpi_user, "create", "configmaps", "default", "pi-config")
+    hostfile = fed.in_member("configmap", "pi-config", "-n", "default")["data"]["hostfile"]
+    assert hostfile.split() == ["pi-worker-0.pi.default.svc", "slots=1", "pi-worker-1.pi.default.svc", "slots=1"]
+
+    uid = launchers[0]["metadata"]["labels"][LABEL_JOB_UID]
+    _deleted_on_the_hub(fed, "mpijobs.kubeflow.org", "pi", "default", uid)
+    wait_for("the launcher Job, Secret and ConfigMap deleted (kube's garbage collector, by ownerReference)",
+             lambda: all(fed.in_member(kind, name, "-n", "default") is None for kind, name in (
+                 ("jobs", "pi-launcher"), ("secrets", "pi-ssh"), ("configmaps", "pi-config"))), timeout=90)
+
+    # the training operator never read or wrote an MPIJob (its v1 MPIJob is not enabled; same CRD name)
+    kubeflow_user = OPERATORS["kubeflow"].user
+    touched = [e for e in fed.audit() if e["user"]["username"] == kubeflow_user
+               and (e.get("objectRef") or {}).get("resource") == "mpijobs"]
+    assert touched == [], touched[:3]
+    refused = [f for f in fed.member.forbidden() if f.user in (HUB_USER, mpi_user)]
     assert refused == [], refused

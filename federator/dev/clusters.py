@@ -131,10 +131,11 @@ def _members_help() -> str:
         "of e2e/kube/tools on first use (needs Go, ~6 min once), with deploy/member's RBAC applied and the hub "
         "registered with exactly that identity. Real members run profiles whose gang scheduler is 'native' "
         "(kube-scheduler's own gang scheduling) or 'default' (default: "
-        f"{', '.join(DEFAULT_KUBE_PROFILES)}). Volcano, coscheduling and kube-batch cannot: volcano.sh/volcano, "
-        "volcano.sh/apis and sigs.k8s.io/scheduler-plugins are refused by the Go module proxy (403); KAI is not "
-        "among the pinned modules. A profile's operators (jobset, kubeflow) run as the real JobSet controller and "
-        "Kubeflow training operator beside its member (built from e2e/kube/operators on first use, ~10 min once). "
+        f"{', '.join(DEFAULT_KUBE_PROFILES)}). Volcano, coscheduling, kube-batch and KAI cannot: none is built here (the Go "
+        "module proxy refuses the version lists of volcano.sh/volcano and sigs.k8s.io/scheduler-plugins, exact "
+        "versions download, but none is pinned yet). A profile's operators (jobset, kubeflow, mpi) run as the real "
+        "JobSet controller, Kubeflow training operator and mpi-operator beside its member (built from "
+        "e2e/kube/operators on first use, ~15 min once). "
         "Background load of a profile is not played on real members")
 
 

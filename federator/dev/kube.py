@@ -144,12 +144,12 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 #: the gang schedulers a real member can run here, with the deploy/member overlay of each
 REAL_SCHEDULERS = {"native": "native", "default": "default"}
 _REFUSED = {
-    "volcano": "volcano.sh/volcano and volcano.sh/apis are refused by the Go module proxy (403 'This module "
-               "version is not available'): no vc-scheduler can be built",
-    "coscheduling": "sigs.k8s.io/scheduler-plugins is refused by the Go module proxy (403): no coscheduling "
-                    "scheduler can be built",
-    "kube-batch": "kube-batch is Volcano's predecessor (volcano.sh modules are refused by the Go module proxy) and "
-                  "is not built",
+    "volcano": "no vc-scheduler is built here (volcano.sh/volcano is not pinned in e2e/kube/tools: the Go module "
+               "proxy refuses its version list, exact versions such as v1.10.0 download)",
+    "coscheduling": "no coscheduling scheduler is built here (sigs.k8s.io/scheduler-plugins is not pinned in "
+                    "e2e/kube/tools: the Go module proxy refuses its version list, exact versions such as v0.31.8 "
+                    "download)",
+    "kube-batch": "kube-batch is Volcano's predecessor and is not built",
     "kai": "NVIDIA's KAI scheduler is not among the pinned Go modules (e2e/kube/tools/go.mod) and is not built",
 }
 _CONTROLLERS = ",".join((
@@ -277,17 +277,19 @@ class MemberOperator:
 
 
 #: the operators, built by e2e/kube/operators/build.sh. The Kubeflow training operator runs the kinds the hub
-#: serves from it (kubeflow.org/v1 PyTorchJob, TFJob, PaddleJob); its kubeflow.org/v1 MPIJob is not installed: the
-#: hub serves MPIJob kubeflow.org/v2beta1 (mpi-operator), whose CRD has the same name, so MPIJob stays render-only.
-#: The mpi-operator itself is not here: the Go module proxy refuses github.com/kubeflow/mpi-operator (`go list -m
-#: -versions` answers 403), so a profile's "mpi" (the simulator's emulation, federator/sim/operators/mpi.py) has no
-#: real operator and `profile_operators` leaves it out.
+#: serves from it (kubeflow.org/v1 PyTorchJob, TFJob, PaddleJob); its kubeflow.org/v1 MPIJob is neither installed
+#: nor enabled (--enable-scheme): the hub serves MPIJob kubeflow.org/v2beta1, whose CRD has the same name
+#: (mpijobs.kubeflow.org), and the mpi-operator (github.com/kubeflow/mpi-operator v0.6.0, "mpi") runs it: its
+#: CRD (v2beta1 only) is the one installed. The mpi-operator has no webhooks; it needs the member's batch Job
+#: controller (its launcher is a Job), which kube-controller-manager runs when "jobset" or "mpi" is asked for.
 OPERATORS: dict[str, MemberOperator] = {
     "jobset": MemberOperator("jobset", "jobset-controller", "jobset/default", "jobset-system",
                              "jobset-controller-manager", ("jobsets.jobset.x-k8s.io",)),
     "kubeflow": MemberOperator("kubeflow", "training-operator", "kubeflow/overlays/standalone", "kubeflow",
                                "training-operator", ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org",
                                                      "paddlejobs.kubeflow.org")),
+    "mpi": MemberOperator("mpi", "mpi-operator", "mpi/overlays/standalone", "mpi-operator", "mpi-operator",
+                          ("mpijobs.kubeflow.org",)),
 }
 #: the kinds the training operator reconciles (--enable-scheme), matching OPERATORS["kubeflow"].crds
 KUBEFLOW_SCHEMES = ("pytorchjob", "tfjob", "paddlejob")
@@ -340,7 +342,8 @@ def _cached_operators() -> OperatorBinaries | None:
 
     folder = operators_build_script().parent
     try:
-        data = b"".join((folder / f).read_bytes() for f in ("jobset/go.sum", "kubeflow/go.sum", "kubeflow/main.go"))
+        data = b"".join((folder / f).read_bytes() for f in ("jobset/go.sum", "kubeflow/go.sum", "kubeflow/main.go",
+                                                              "mpi/go.sum", "mpi/main.go"))
     except OSError:
         return None
     candidate = OperatorBinaries(_cache_root() / f"operators-{hashlib.sha256(data).hexdigest()[:16]}")
@@ -1075,11 +1078,17 @@ class KubeMember:
                     "--webhook-host=127.0.0.1", f"--webhook-port={self._ports[f'{component}-webhook']}",
                     f"--webhook-cert-dir={self.home / 'operator-certs'}",
                     *(f"--enable-scheme={s}" for s in KUBEFLOW_SCHEMES), "--zap-log-level=info"]
+        if component == "mpi-operator":
+            return [str(self._operator_binaries().path(component)),
+                    f"--kubeConfig={self.home / f'{component}.kubeconfig'}",
+                    f"--health-probe-bind-address=127.0.0.1:{self._ports[f'{component}-health']}",
+                    "--logtostderr=true", "--v=2"]
         raise ValueError(f"unknown component {component!r}")
 
     def _controllers(self) -> str:
-        # JobSet's child Jobs need kube's Job controller (the hub renders pods itself, so it is off otherwise)
-        return _CONTROLLERS + (",job-controller" if "jobset" in self.operators else "")
+        # JobSet's child Jobs and the mpi-operator's launcher Job need kube's Job controller (the hub renders pods
+        # itself, so it is off otherwise)
+        return _CONTROLLERS + (",job-controller" if {"jobset", "mpi"} & set(self.operators) else "")
 
     def _operator_binaries(self) -> OperatorBinaries:
         if self.operator_binaries is None:
@@ -1108,8 +1117,9 @@ class KubeMember:
         for name in self.operators:
             self.start_component(OPERATORS[name].process)
         for name in self.operators:
-            self._wait(f"the API server calls {name}'s webhooks", _WEBHOOK_PROBES[name](self),
-                       component=OPERATORS[name].process)
+            if name in _WEBHOOK_PROBES:  # (the mpi-operator has none)
+                self._wait(f"the API server calls {name}'s webhooks", _WEBHOOK_PROBES[name](self),
+                           component=OPERATORS[name].process)
 
     # ------------------------------------------------------------ readiness
 
@@ -1176,7 +1186,7 @@ class KubeMember:
                     return False
 
             self._wait("kwok /healthz", kwok_up, component=component)
-        elif component in ("jobset-controller", "training-operator"):
+        elif component in ("jobset-controller", "training-operator", "mpi-operator"):
             url = f"http://127.0.0.1:{self._ports[f'{component}-health']}/readyz"
 
             def operator_ready() -> bool:

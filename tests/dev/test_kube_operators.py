@@ -96,6 +96,29 @@ def test_the_kubeflow_install_keeps_only_the_served_kinds() -> None:
                      "validator.tfjob.training-operator.kubeflow.org"]
 
 
+def test_the_mpi_install_keeps_the_v2beta1_crd_and_rbac() -> None:
+    """mpi-operator's manifests/overlays/standalone, as kustomize renders it: its Deployment is not applied (the
+    process runs instead); its Namespace, ServiceAccount, RBAC and MPIJob v2beta1 CRD are; it has no webhooks."""
+    rendered = _rendered(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mpi-operator"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mpi-operator",
+                                                                    "namespace": "mpi-operator"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "mpi-operator"},
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list", "watch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "mpi-operator"},
+         "subjects": [{"kind": "ServiceAccount", "name": "mpi-operator", "namespace": "mpi-operator"}]},
+        _crd("mpijobs.kubeflow.org"),
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mpi-operator",
+                                                                     "namespace": "mpi-operator"}})
+    kept = operator_install(OPERATORS["mpi"], rendered, webhook_url=URL, ca_bundle="Q0E=")
+    assert [d["kind"] for d in kept] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "CustomResourceDefinition"]
+    assert OPERATORS["mpi"].user == "system:serviceaccount:mpi-operator:mpi-operator"
+    # the training operator's kubeflow.org/v1 MPIJob CRD has the same name: it is never among its own
+    assert "mpijobs.kubeflow.org" not in OPERATORS["kubeflow"].crds
+
+
 @pytest.mark.parametrize("rendered, words", [
     ("kind: [unclosed", "rendered install manifests"),
     ("- just\n- a list\n", "not a kube object"),
@@ -122,8 +145,8 @@ def test_a_webhook_path_that_would_leave_loopback_is_refused(path: object) -> No
 
 def test_an_unknown_operator_is_refused_before_anything_starts(tmp_path: Path) -> None:
     profile = load_profile_file(ROOT / "clusterconfigs" / "sim" / "cloud-native-gang.yaml")
-    with pytest.raises(KubeMemberError, match=r"unknown operator 'mpi' \(known: jobset, kubeflow\)"):
-        KubeMember(profile, directory=tmp_path, binaries=KubeBinaries(tmp_path), operators=("jobset", "mpi"))
+    with pytest.raises(KubeMemberError, match=r"unknown operator 'volcano' \(known: jobset, kubeflow, mpi\)"):
+        KubeMember(profile, directory=tmp_path, binaries=KubeBinaries(tmp_path), operators=("jobset", "volcano"))
     assert list(tmp_path.iterdir()) == []
     member = KubeMember(profile, directory=tmp_path, binaries=KubeBinaries(tmp_path),
                         operators=("kubeflow", "jobset", "kubeflow"))
@@ -132,17 +155,22 @@ def test_an_unknown_operator_is_refused_before_anything_starts(tmp_path: Path) -
 
 def test_federator_up_members_kube_runs_the_operators_a_profile_names(tmp_path: Path) -> None:
     """`federator up --members kube` (KubeMembers) gives each real member its profile's `operators`, as the
-    simulator reads them: batch is kube-controller-manager's own Job controller, so no process of its own; mpi
-    (the simulator's mpi-operator) has no real operator (the Go proxy refuses its module) and is left out."""
+    simulator reads them: batch is kube-controller-manager's own Job controller, so no process of its own; mpi is
+    the real mpi-operator, which turns that Job controller on (its launcher is a batch Job)."""
     plain = load_profile_file(ROOT / "clusterconfigs" / "sim" / "cloud-native-gang.yaml")
     operated = plain.model_copy(update={"name": "operated", "operators": ["batch", "jobset", "kubeflow",
                                                                                 "mpi"]})
     batch_only = plain.model_copy(update={"name": "batch-only", "operators": ["batch"]})
     assert profile_operators(plain) == () and profile_operators(batch_only) == ()
-    assert profile_operators(operated) == ("jobset", "kubeflow")
-    members = KubeMembers([plain, operated, batch_only], directory=tmp_path, binaries=KubeBinaries(tmp_path))
-    assert [m.operators for m in members] == [(), ("jobset", "kubeflow"), ()]
-    assert [m.components[len(COMPONENTS):] for m in members] == [(), ("jobset-controller", "training-operator"), ()]
+    mpi_only = plain.model_copy(update={"name": "mpi-only", "operators": ["mpi", "batch"]})
+    assert profile_operators(operated) == ("jobset", "kubeflow", "mpi")
+    members = KubeMembers([plain, operated, batch_only, mpi_only], directory=tmp_path,
+                          binaries=KubeBinaries(tmp_path))
+    assert [m.operators for m in members] == [(), ("jobset", "kubeflow", "mpi"), (), ("mpi",)]
+    assert [m.components[len(COMPONENTS):] for m in members] == [
+        (), ("jobset-controller", "training-operator", "mpi-operator"), (), ("mpi-operator",)]
+    # kube-controller-manager's Job controller runs for JobSet's child Jobs and the MPI launcher Job only
+    assert ["job-controller" in m._controllers().split(",") for m in members] == [False, True, False, True]
     assert list(tmp_path.iterdir()) == []  # nothing started
 
 

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Build the operators a real member runs in operator mode (issue 28) from the
 # pinned Go modules in this folder, into a cache outside the work tree keyed by
-# the hash of their go.sum files (and the wrapper's main.go):
+# the hash of their go.sum files (and the wrappers' main.go):
 #   jobset-controller   sigs.k8s.io/jobset's own main package          (module ./jobset)
 #   training-operator   ./kubeflow/main.go: github.com/kubeflow/training-operator's
 #                       controllers and webhooks without in-cluster cert rotation (module ./kubeflow)
+#   mpi-operator        ./mpi/main.go: github.com/kubeflow/mpi-operator's cmd/mpi-operator (MPIJob v2beta1)
+#                       with a loopback health address and no leader election (module ./mpi)
 # and copies their upstream install manifests (CRDs, RBAC, webhook configurations:
-# jobset's config/, the training operator's manifests/) beside them, which
-# federator/dev/kube.py renders with `kubectl kustomize` and installs in a member,
-# and the upstream PyTorchJob example (examples/pytorch-simple.yaml) the e2e tests apply.
-# Two modules because jobset v0.10.1 pins Kubernetes 0.34 / controller-runtime 0.22
-# and the training operator v1.8.1 pins 0.29 / 0.17, whose APIs differ.
+# jobset's config/, the training operator's and the mpi-operator's manifests/) beside
+# them, which federator/dev/kube.py renders with `kubectl kustomize` and installs in a
+# member, and the upstream PyTorchJob example (examples/pytorch-simple.yaml) the e2e
+# tests apply. Three modules because jobset v0.10.1 pins Kubernetes 0.34 /
+# controller-runtime 0.22, mpi-operator v0.6.0 0.31 / 0.19 and the training operator
+# v1.8.1 0.29 / 0.17, whose APIs differ.
 # Does nothing when everything is there. Prints the cache folder on its last line of
 # standard output. A failed step is one line naming the module and the step; the Go
 # tool's own output goes to a log file named there.
@@ -25,12 +28,14 @@ command -v go >/dev/null 2>&1 || { echo "error: build of the member operators: n
 
 JOBSET_VERSION="$(awk '$1 == "sigs.k8s.io/jobset" {print $2; exit}' jobset/go.mod)"
 KUBEFLOW_VERSION="$(awk '$1 == "github.com/kubeflow/training-operator" {print $2; exit}' kubeflow/go.mod)"
-hash="$(cat jobset/go.sum kubeflow/go.sum kubeflow/main.go | sha256sum | cut -c1-16)"
+MPI_VERSION="$(awk '$1 == "github.com/kubeflow/mpi-operator" {print $2; exit}' mpi/go.mod)"
+hash="$(cat jobset/go.sum kubeflow/go.sum kubeflow/main.go mpi/go.sum mpi/main.go | sha256sum | cut -c1-16)"
 cache_root="${FEDERATOR_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/federator/kube}"
 out="$cache_root/operators-$hash"
 done_marker="$out/complete"
 
-if [ -f "$done_marker" ] && [ -x "$out/bin/jobset-controller" ] && [ -x "$out/bin/training-operator" ]; then
+if [ -f "$done_marker" ] && [ -x "$out/bin/jobset-controller" ] && [ -x "$out/bin/training-operator" ] \
+        && [ -x "$out/bin/mpi-operator" ]; then
     echo "$out"
     exit 0
 fi
@@ -44,7 +49,7 @@ source "$here/../build-step.sh"
 
 export CGO_ENABLED=0
 t_start=$(date +%s)
-echo "building the member operators into $out (jobset $JOBSET_VERSION, training-operator $KUBEFLOW_VERSION); a cold build takes minutes" >&2
+echo "building the member operators into $out (jobset $JOBSET_VERSION, training-operator $KUBEFLOW_VERSION, mpi-operator $MPI_VERSION); a cold build takes minutes" >&2
 
 jobset_mod="sigs.k8s.io/jobset@$JOBSET_VERSION"
 step "$jobset_mod" "download modules" -- bash -c "cd jobset && go mod download"
@@ -64,6 +69,15 @@ kubeflow_dir="$(cd kubeflow && go list -m -f '{{.Dir}}' github.com/kubeflow/trai
 step "$kubeflow_mod" "copy manifests/ (CRDs, RBAC, webhooks) and examples/pytorch/simple.yaml" -- bash -c \
     "rm -rf '$out/manifests/kubeflow' && cp -r '$kubeflow_dir/manifests' '$out/manifests/kubeflow' && chmod -R u+w '$out/manifests/kubeflow' && mkdir -p '$out/examples' && cp '$kubeflow_dir/examples/pytorch/simple.yaml' '$out/examples/pytorch-simple.yaml' && chmod u+w '$out/examples/pytorch-simple.yaml'"
 
-printf 'jobset %s\ntraining-operator %s\n' "$JOBSET_VERSION" "$KUBEFLOW_VERSION" > "$done_marker"
+mpi_mod="github.com/kubeflow/mpi-operator@$MPI_VERSION"
+step "$mpi_mod" "download modules" -- bash -c "cd mpi && go mod download"
+step "$mpi_mod" "go build ./mpi (mpi-operator)" -- bash -c \
+    "cd mpi && go build -trimpath -ldflags \"-s -w -X 'github.com/kubeflow/mpi-operator/pkg/version.GitSHA=$MPI_VERSION'\" -o '$out/bin/mpi-operator.tmp' ."
+mv "$out/bin/mpi-operator.tmp" "$out/bin/mpi-operator"
+mpi_dir="$(cd mpi && go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)"
+step "$mpi_mod" "copy manifests/ (CRD, RBAC)" -- bash -c \
+    "rm -rf '$out/manifests/mpi' && cp -r '$mpi_dir/manifests' '$out/manifests/mpi' && chmod -R u+w '$out/manifests/mpi'"
+
+printf 'jobset %s\ntraining-operator %s\nmpi-operator %s\n' "$JOBSET_VERSION" "$KUBEFLOW_VERSION" "$MPI_VERSION" > "$done_marker"
 echo "built the member operators in $(( $(date +%s) - t_start ))s" >&2
 echo "$out"
