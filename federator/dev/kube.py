@@ -156,6 +156,9 @@ _CONTROLLERS = ",".join((
     "serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
     "garbage-collector-controller", "namespace-controller", "node-lifecycle-controller",
     "taint-eviction-controller", "pod-garbage-collector-controller", "podgroup-protection-controller",
+    # every real member serves batch/v1 Jobs, so discovery gives Job.batch operator mode: the hub's member copy
+    # of a batch Job runs under this controller, as do JobSet's child Jobs and the mpi-operator's launcher Job
+    "job-controller",
 ))
 _STOP_SECONDS = 10.0
 
@@ -1034,7 +1037,7 @@ class KubeMember:
                 f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1", f"--secure-port={self._ports['controller-manager']}",
                 f"--cert-dir={self.home / 'kcm-certs'}",
-                "--leader-elect=false", f"--controllers={self._controllers()}",
+                "--leader-elect=false", f"--controllers={_CONTROLLERS}",
                 f"--service-account-private-key-file={tls / 'service-account.key'}",
                 f"--root-ca-file={tls / 'ca.crt'}", "--use-service-account-credentials=true",
                 f"--node-monitor-grace-period={self.node_monitor_grace_seconds:g}s",
@@ -1084,11 +1087,6 @@ class KubeMember:
                     f"--health-probe-bind-address=127.0.0.1:{self._ports[f'{component}-health']}",
                     "--logtostderr=true", "--v=2"]
         raise ValueError(f"unknown component {component!r}")
-
-    def _controllers(self) -> str:
-        # JobSet's child Jobs and the mpi-operator's launcher Job need kube's Job controller (the hub renders pods
-        # itself, so it is off otherwise)
-        return _CONTROLLERS + (",job-controller" if {"jobset", "mpi"} & set(self.operators) else "")
 
     def _operator_binaries(self) -> OperatorBinaries:
         if self.operator_binaries is None:
