@@ -85,6 +85,7 @@ __all__ = [
     "TrainingJobStatus",
     "WhyNotRow",
     "DEFAULT_BACKOFF_LIMIT",
+    "MAX_DEADLINE_SECONDS",
     "HISTORY_RESIZED",
     "keep_admitted_fields",
     "placed_replicas",
@@ -107,6 +108,8 @@ RestartPolicy = Literal["Never", "OnFailure"]
 WorkerLossPolicy = Literal["shrink", "restart"]
 #: spec.backoffLimit when left out: a Kubernetes Job's default
 DEFAULT_BACKOFF_LIMIT = 6
+#: spec.activeDeadlineSeconds and spec.placement.giveUpAfterSeconds at most: a Kubernetes int64
+MAX_DEADLINE_SECONDS = 2**63 - 1
 #: status.history event of a resize (with `from`, `to` and `reason`)
 HISTORY_RESIZED = "Resized"
 
@@ -322,6 +325,11 @@ class PlacementSpec(ApiModel):
     cluster_selector: LabelSelector | None = Field(
         default=None, alias="clusterSelector", description="Only clusters whose labels match."
     )
+    give_up_after_seconds: StrictInt | None = Field(
+        default=None, alias="giveUpAfterSeconds", ge=1, le=MAX_DEADLINE_SECONDS, description=(
+        "Pending deadline: a job that has waited this long in phase Pending (fits nowhere), counted from its "
+        "creation or, after a requeue, from its newest Requeued history entry, is Failed with reason Unplaceable "
+        "and the why-not table in its Failed condition's message. Left out: it waits for as long as it takes."))
 
 
 class Failover(ApiModel):
@@ -372,6 +380,11 @@ class TrainingJobSpec(ApiModel):
             "annotation federator.dev/counted-failures): past it the job fails with reason "
             "BackoffLimitExceeded and the pods' reasons."))
 
+    active_deadline_seconds: StrictInt | None = Field(
+        default=None, alias="activeDeadlineSeconds", ge=1, le=MAX_DEADLINE_SECONDS, description=(
+        "As a Kubernetes Job's: how long the job may be active, counted from status.startTime (its first "
+        "placement) and across requeues and restarts; past it every copy is deleted and the job is Failed with "
+        "reason DeadlineExceeded."))
     framework: Framework | None = Field(default=None, description=(
         "The training framework whose environment the hub injects into every pod, as the Kubeflow operators "
         "do: pytorch (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK and torchrun's PET_* variables; roles master "
@@ -558,6 +571,8 @@ class TrainingJobStatus(ApiModel):
     pod_counts: dict[DNSLabel, PodCounts] | None = Field(default=None, alias="podCounts")
     requeues: StrictInt = Field(default=0, ge=0)
     observed_generation: StrictInt | None = Field(default=None, alias="observedGeneration", ge=0)
+    start_time: Timestamp | None = Field(default=None, alias="startTime", description=(
+        "When the job was first placed (as a Kubernetes Job's startTime): spec.activeDeadlineSeconds counts from it."))
     operator: OperatorStatus | None = Field(default=None, description=(
         "Operator mode (a twin of an upstream job kind run by the member's own operator): the member copy's "
         "cluster, epoch and conditions."))

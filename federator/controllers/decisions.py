@@ -36,6 +36,7 @@ from typing import Any
 
 from federator.apis.trainingjob import MAX_SCORE_PARTS, MAX_SCORE_ROWS
 from federator.apis.views import Body
+from federator.apis.timestamps import format_time
 from federator.controllers.jobs import (
     PHASE_PENDING,
     PHASE_PLACED,
@@ -187,6 +188,7 @@ class DecisionWriter:
                              decisionResourceVersion=decision.resource_version[:64] or "0", whyNot=rows,
                              scores=scores)
             status["placement"] = placement
+            status.setdefault("startTime", format_time(now))  # the first placement: spec.activeDeadlineSeconds
             size = record_placed_size(status, decision)
             model = f" on {decision.gpu_model}" if decision.gpu_model else ""
             message = (f"placed in {decision.cluster}{model} ({len(decision.assignment)} pods on "

@@ -23,6 +23,9 @@ Such a gang is pulled back, every step recorded in the job's history:
 4. "Requeued" (`jobs.requeue`): back to Pending with the cluster cleared;
    the next placement takes epoch + 1; the reservation is forgotten.
 
+The same loop then sweeps the jobs' deadlines (controllers/deadlines.py:
+spec.activeDeadlineSeconds and spec.placement.giveUpAfterSeconds).
+
 Status sync leaves a job alone while it is being pulled back
 (the term's `pulling_back`, controllers/pipeline.py). A cluster that is out of contact is not
 judged here (losing a cluster is failover's business). This module never
@@ -42,6 +45,7 @@ from federator.apis.timestamps import format_time
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.controllers.context import HubContext
+from federator.controllers.deadlines import JobDeadlines
 from federator.controllers.dispatch import Dispatcher
 from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
@@ -201,7 +205,7 @@ class StuckGangs:
                   excluded_until=format_time(until))
 
 
-async def _loop(hub: HubContext, stuck: StuckGangs) -> None:
+async def _loop(hub: HubContext, stuck: StuckGangs, deadlines: JobDeadlines) -> None:
     tick = lifecycle_tick_seconds(hub)
     while True:
         await asyncio.sleep(tick)
@@ -210,8 +214,14 @@ async def _loop(hub: HubContext, stuck: StuckGangs) -> None:
             await stuck.tick()
         except (ApiError, StoreError) as e:
             _log.warning("stuck-gang check failed; will retry", error=str(e))
-        hub.metrics.loop_phase_seconds.labels(loop="stuck_gangs", phase="check").observe(
-            time.perf_counter() - started)
+        checked = time.perf_counter()
+        hub.metrics.loop_phase_seconds.labels(loop="stuck_gangs", phase="check").observe(checked - started)
+        try:  # the same sweep over the job cache judges the jobs' deadlines (controllers/deadlines.py)
+            await deadlines.tick()
+        except (ApiError, StoreError) as e:
+            _log.warning("deadline check failed; will retry", error=str(e))
+        hub.metrics.loop_phase_seconds.labels(loop="stuck_gangs", phase="deadlines").observe(
+            time.perf_counter() - checked)
 
 
 async def stuck_gangs(hub: HubContext) -> AsyncIterator[None]:
@@ -219,9 +229,11 @@ async def stuck_gangs(hub: HubContext) -> AsyncIterator[None]:
     parts = hub.parts
     stuck = StuckGangs(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
                        pulling_back=parts.pulling_back)
+    deadlines = JobDeadlines(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
+                             pulling_back=parts.pulling_back)
     parts.running.stuck = stuck
     try:
-        async with background_loop(_loop(hub, stuck), name="stuckgangs:loop", what="stuck-gang loop", log=_log):
+        async with background_loop(_loop(hub, stuck, deadlines), name="stuckgangs:loop", what="stuck-gang loop", log=_log):
             yield
     finally:
         parts.running.stuck = None

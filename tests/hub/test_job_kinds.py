@@ -93,7 +93,9 @@ async def test_an_unknown_field_is_refused_under_strict_validation(hub: RunningH
      "spec.pytorchReplicaSpecs[Worker].replicas"),
     (lambda j: j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].update({"containers": []}),
      "spec.pytorchReplicaSpecs[Worker].template.spec.containers"),
-    (lambda j: j["spec"].update({"runPolicy": {"activeDeadlineSeconds": 5}}), "spec.runPolicy.activeDeadlineSeconds"),
+    (lambda j: j["spec"].update({"runPolicy": {"activeDeadlineSeconds": 0}}), "spec.runPolicy.activeDeadlineSeconds"),
+    (lambda j: j["spec"].update({"runPolicy": {"activeDeadlineSeconds": 2**63}}),
+     "spec.runPolicy.activeDeadlineSeconds"),
     (lambda j: j["metadata"].update({"annotations": {"federator.dev/network": "smoke-signals"}}),
      "metadata.annotations[federator.dev/network]"),
 ])

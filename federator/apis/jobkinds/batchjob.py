@@ -15,7 +15,9 @@ The rules (each refusal is a 422 naming the Job's field):
   spec.template.spec.priorityClassName its priorityClassName (it must agree with the hints' priority class).
 - Refused, since a gang cannot express them: spec.podFailurePolicy, spec.successPolicy, spec.backoffLimitPerIndex,
   spec.maxFailedIndexes, and a spec.managedBy other than kube's own Job controller (kubernetes.io/job-controller).
-- Documented defaults: spec.activeDeadlineSeconds, spec.ttlSecondsAfterFinished, spec.podReplacementPolicy,
+- spec.activeDeadlineSeconds becomes the twin's activeDeadlineSeconds (the hub enforces it, counted from the
+  twin's first placement; in operator mode the member's Job controller enforces the copy's own as well).
+- Documented defaults: spec.ttlSecondsAfterFinished, spec.podReplacementPolicy,
   spec.selector and spec.manualSelector are not part of the gang; a member whose own Job controller runs the Job
   (operator mode) honours them, the hub's own rendering does not.
 - Queue, priority class, placement and failover come from the labels and annotations (`hints.py`).
@@ -259,6 +261,9 @@ def translate_batch_job(obj: Mapping[str, Any], settings: ValidationSettings) ->
     suspend = source.get("suspend") if isinstance(source, Mapping) else None
     if suspend is not None and not isinstance(suspend, bool):
         errors.append(("spec.suspend", f"Invalid value: {shown(suspend)}: must be of type boolean"))
+    deadline = source.get("activeDeadlineSeconds") if isinstance(source, Mapping) else None
+    if deadline is not None and type(deadline) is not int:
+        errors.append(("spec.activeDeadlineSeconds", f"Invalid value: {shown(deadline)}: must be of type integer"))
     errors += merge_hints(spec, obj.get("metadata"), priority_class=gang.priority_class if gang else None,
                           priority_path="spec.template.spec.priorityClassName", settings=settings)
     if errors or gang is None:
@@ -269,6 +274,8 @@ def translate_batch_job(obj: Mapping[str, Any], settings: ValidationSettings) ->
         "backoffLimit": gang.backoff_limit,
         "suspend": bool(suspend),
     })
+    if deadline is not None:  # the twin's own field, same path and meaning: the hub enforces it
+        spec["activeDeadlineSeconds"] = deadline
     contract: dict[str, Any] = {"indexed": gang.indexed}
     template_spec = gang.template.get("spec") if isinstance(gang.template, Mapping) else None
     subdomain = template_spec.get("subdomain") if isinstance(template_spec, Mapping) else None

@@ -18,7 +18,7 @@ Translation (what each source field becomes; what it cannot express is a 422 nam
   Running, All) and ttlSecondsAfterFinished are accepted and the hub's own cleanup applies (the member objects
   are removed when the job is deleted); schedulingPolicy.minAvailable, minResources and scheduleTimeoutSeconds
   are accepted and the hub's gang rule applies (every role at its minimum, all or nothing).
-  `runPolicy.activeDeadlineSeconds` is a 422 (the hub enforces no deadline). `runPolicy.managedBy` (MPIJob)
+  `runPolicy.activeDeadlineSeconds` -> activeDeadlineSeconds (the hub enforces it). `runPolicy.managedBy` (MPIJob)
   may be left out or name the hub (`federator.dev/hub`) or the kind's own operator (kubeflow.org/mpi-operator:
   the hub stands in for it); anything else (e.g. kueue.x-k8s.io/multikueue) is a 422.
 - PyTorchJob: `elasticPolicy.minReplicas`/`maxReplicas` -> the worker role's minReplicas/maxReplicas;
@@ -209,9 +209,12 @@ def _run_policy(family: _Family, obj: Mapping[str, Any], spec: Mapping[str, Any]
             twin["suspend"] = suspend
         else:
             errors.append(("spec.runPolicy.suspend", _errors_type(suspend, "a boolean")))
-    if policy.get("activeDeadlineSeconds") is not None:
-        errors.append(("spec.runPolicy.activeDeadlineSeconds", "Forbidden: the hub enforces no deadline; "
-                                                               "leave it out"))
+    if (deadline := policy.get("activeDeadlineSeconds")) is not None:
+        if _int(deadline):
+            twin["activeDeadlineSeconds"] = deadline
+            field_paths["spec.activeDeadlineSeconds"] = "spec.runPolicy.activeDeadlineSeconds"
+        else:
+            errors.append(("spec.runPolicy.activeDeadlineSeconds", _errors_type(deadline, "an integer")))
     clean = policy.get("cleanPodPolicy")
     if clean is not None and clean not in _CLEAN_POD_POLICIES:
         shown = json.dumps(clean)[:32] if isinstance(clean, str) else type(clean).__name__
