@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from federator.apis.timestamps import parse_epoch
@@ -52,7 +53,8 @@ from federator.controllers.status_sync import CONDITION_FAILED
 from federator.obs import get_logger
 from federator.store.protocol import StoreError
 
-__all__ = ["DEADLINE_EXCEEDED", "DEADLINE_MESSAGE", "UNPLACEABLE", "JobDeadlines", "started_at", "why_not_text"]
+__all__ = ["DEADLINE_EXCEEDED", "DEADLINE_MESSAGE", "UNPLACEABLE", "JobDeadlines", "Verdict", "due", "started_at",
+           "why_not_text"]
 
 _log = get_logger("controllers.deadlines")
 
@@ -103,6 +105,38 @@ def why_not_text(job: Mapping[str, Any]) -> str:
     return text + (f"; and {more} more clusters" if more else "")
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A job past one of its deadlines: the reason (DEADLINE_EXCEEDED or UNPLACEABLE) and the message."""
+
+    reason: str
+    message: str
+
+
+def due(job: Mapping[str, Any], *, now: float) -> Verdict | None:
+    """The deadline `job` is past at `now`, if any: the active deadline first (from status.startTime, across
+    requeues), then, for a job Pending with no cluster, the pending deadline (from `queued_at`: creation or
+    the newest requeue). None for a finished or deleted job, or one within both."""
+    body = Body(job)
+    phase = body.phase or PHASE_PENDING
+    if phase in TERMINAL_PHASES or body.deleting:
+        return None
+    spec = body.spec
+    active = _seconds(spec, "activeDeadlineSeconds")
+    if active is not None and (start := started_at(job)) is not None and now - start >= active:
+        return Verdict(reason=DEADLINE_EXCEEDED, message=f"{DEADLINE_MESSAGE} (spec.activeDeadlineSeconds {active}, "
+                                                         f"started {round(now - start)}s ago)")
+    give_up = _seconds(spec, "placement", "giveUpAfterSeconds")
+    if give_up is None or phase != PHASE_PENDING or current_placement(job)[0] is not None:
+        return None
+    since = queued_at(job)
+    if since is None or now - since < give_up:
+        return None
+    return Verdict(reason=UNPLACEABLE, message=f"pending for {round(now - since)}s, past "
+                                               f"spec.placement.giveUpAfterSeconds {give_up}: it fits in no cluster: "
+                                               f"{why_not_text(job)}")
+
+
 class JobDeadlines:
     """See the module docstring."""
 
@@ -119,25 +153,11 @@ class JobDeadlines:
     async def tick(self) -> None:
         now = time.time()
         for uid, job in list(self.jobs.jobs.items()):
-            body = Body(job)
-            phase = body.phase or PHASE_PENDING
-            if phase in TERMINAL_PHASES or body.deleting or uid in self.pulling:
-                continue
-            spec = body.spec
-            active = _seconds(spec, "activeDeadlineSeconds")
-            if active is not None and (start := started_at(job)) is not None and now - start >= active:
-                await self._fail(job, reason=DEADLINE_EXCEEDED, now=now,
-                                 message=f"{DEADLINE_MESSAGE} (spec.activeDeadlineSeconds {active}, started "
-                                         f"{round(now - start)}s ago)")
-                continue
-            give_up = _seconds(spec, "placement", "giveUpAfterSeconds")
-            if give_up is None or phase != PHASE_PENDING or current_placement(job)[0] is not None:
-                continue
-            since = queued_at(job)
-            if since is not None and now - since >= give_up:
-                await self._fail(job, reason=UNPLACEABLE, now=now,
-                                 message=f"pending for {round(now - since)}s, past spec.placement.giveUpAfterSeconds "
-                                         f"{give_up}: it fits in no cluster: {why_not_text(job)}")
+            if uid in self.pulling:
+                continue  # the stuck-gang pull-back finishes first; the job is judged once requeued
+            verdict = due(job, now=now)
+            if verdict is not None:
+                await self._fail(job, reason=verdict.reason, message=verdict.message, now=now)
 
     async def _fail(self, job: Mapping[str, Any], *, reason: str, message: str, now: float) -> None:
         ref = job_ref(job)
