@@ -17,6 +17,13 @@ job cache: no timer per job. Two clocks:
   in phase Suspended is not pending.
 
 Either way the reservation is forgotten (queue quota follows the phase: a Failed job is charged nothing).
+Sources: batch/v1 JobSpec.activeDeadlineSeconds is "the duration in seconds relative to the startTime that
+the job may be active before the system tries to terminate it; value must be positive integer" (int64), and
+kube's Job controller fails such a Job with reason DeadlineExceeded, "Job was active longer than specified
+deadline" (pkg/controller/job, pastActiveDeadline). kubernetes-sigs/kueue#8602 ("MultiKueue: a mechanism to
+give up at some point") asks for the pending one: a workload that no worker cluster can ever admit should not
+hold the manager's quota forever; it proposes a time after which the workload is deactivated.
+
 This module never deletes objects of another job or hub, and never logs an object body or a credential.
 """
 
