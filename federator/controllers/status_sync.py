@@ -51,6 +51,13 @@ shrink above its minimum instead loses the failed pod: status.replicas one
 smaller, history Resized (reason WorkerLost), written before the pod is
 deleted. Roles with restartPolicy Never fail the gang as before.
 
+Retries by kind of failure: a job with spec.failurePolicy has its failed pods (and pods waiting on an image
+that cannot be pulled) matched against its rules and defaults (`apis/failurepolicy.match_pod_failure`,
+per gang `policy_verdict`, both pure); this loop acts: FailJob fails the job (reason PodFailurePolicy),
+Requeue sends the gang elsewhere with its cluster excluded, a RestartPod or Ignore in a role that restarts
+no single pod places the whole gang again, and per-pod restarts go as above with Ignore's pods not counted;
+a history entry FailurePolicy and an Event name the rule (docs/failover.md).
+
 It never creates or deletes member objects itself (the restarts are dispatch's), never decides placement, and
 never logs an object body or a credential.
 """
