@@ -45,6 +45,7 @@ __all__ = [
     "FailurePolicyRule",
     "OnExitCodes",
     "OnPodCondition",
+    "container_names",
     "failure_policy_errors",
     "failure_policy_of",
     "first_failure",
@@ -133,8 +134,27 @@ class FailurePolicy(ApiModel):
 # ---------------------------------------------------------------- validation (kube's rules and wording)
 
 
-def failure_policy_errors(policy: object, *, path: str) -> list[FieldError]:
-    """The cross-field rules the model cannot say, with exact paths; tolerates any shape."""
+def container_names(roles: object) -> frozenset[str]:
+    """The names a rule's onExitCodes.containerName may take: each full-form template's containers and init
+    containers, and each short-form role's one container (named after the role, as dispatch renders it)."""
+    names: set[str] = set()
+    for role in roles if isinstance(roles, list) else ():
+        template = role.get("template") if isinstance(role, Mapping) else None
+        if not isinstance(template, Mapping):
+            continue
+        spec = template.get("spec")
+        if isinstance(spec, Mapping):
+            for key in ("containers", "initContainers"):
+                names.update(str(c["name"]) for c in spec.get(key) or () if isinstance(c, Mapping)
+                             and isinstance(c.get("name"), str))
+        elif isinstance(role.get("name"), str):
+            names.add(role["name"])
+    return frozenset(names)
+
+
+def failure_policy_errors(policy: object, *, path: str, containers: frozenset[str] | None = None) -> list[FieldError]:
+    """The cross-field rules the model cannot say, with exact paths; tolerates any shape. With `containers`
+    (`container_names` of the job's roles), a containerName must be one of them, as kube requires."""
     if not isinstance(policy, Mapping):
         return []
     rules = policy.get("rules")
@@ -152,6 +172,11 @@ def failure_policy_errors(policy: object, *, path: str) -> list[FieldError]:
             errors.append((where, "Invalid value: specifying one of OnExitCodes and OnPodConditions is required"))
         if isinstance(codes, Mapping):
             errors += _exit_code_errors(codes, path=f"{where}.onExitCodes")
+            name = codes.get("containerName")
+            if containers is not None and isinstance(name, str) and name not in containers:
+                errors.append((f"{where}.onExitCodes.containerName", f'Invalid value: "{name}": must be one of the '
+                                                                      "container or initContainer names in the pod "
+                                                                      "templates"))
         if isinstance(conditions, list) and not conditions and codes is None:
             errors.append((f"{where}.onPodConditions", "Required value: at least one pattern"))
     return errors

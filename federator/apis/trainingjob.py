@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from federator.apis.failurepolicy import FailurePolicy, failure_policy_errors
+from federator.apis.failurepolicy import FailurePolicy, container_names, failure_policy_errors
 from federator.apis.frameworks import Framework, FrameworkSettings, framework_errors
 from federator.apis.podtemplate import is_full_form, pod_template_errors, toleration_errors
 from federator.apis.common import (
@@ -619,7 +619,8 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
                         for t_index, toleration in enumerate(tolerations):
                             errors += toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
         errors += framework_errors(spec)
-        errors += failure_policy_errors(spec.get("failurePolicy"), path="spec.failurePolicy")
+        errors += failure_policy_errors(spec.get("failurePolicy"), path="spec.failurePolicy",
+                                        containers=container_names(spec.get("roles")))
         placement = spec.get("placement")
         if isinstance(placement, Mapping):
             errors += duplicate_scalar_errors(placement.get("gpuModels"), path="spec.placement.gpuModels")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from federator.apis.failurepolicy import FailureAction, first_failure, image_pull_error, match_pod_failure
+from federator.apis.failurepolicy import FailureAction, container_names, first_failure, image_pull_error, match_pod_failure
 from federator.apis.trainingjob import validate_trainingjob
 
 BASE: dict[str, Any] = {
@@ -32,7 +32,7 @@ def exited(*codes: int, reason: str = "Error", name: str = "main", **extra: Any)
 
 def test_a_valid_policy_passes_unchanged() -> None:
     policy = {"rules": [
-        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [1, 42, 255]}},
+        {"action": "FailJob", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [1, 42, 255]}},
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}, {"type": "X", "status": "False"}]},
         {"action": "Requeue", "onExitCodes": {"operator": "NotIn", "values": [0, 1]}},
         {"action": "RestartPod", "onExitCodes": {"operator": "In", "values": [3]}},
@@ -87,12 +87,23 @@ def test_a_valid_policy_passes_unchanged() -> None:
      "spec.failurePolicy.rules[0].onPodConditions[0].type", ""),
     ({"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1], "x": 1}}]},
      "spec.failurePolicy.rules[0].onExitCodes.x", ""),
+    ({"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [1]}}]},
+     "spec.failurePolicy.rules[0].onExitCodes.containerName",
+     '"main": must be one of the container or initContainer names'),
     ({"rules": "all"}, "spec.failurePolicy.rules", ""),
     ("ignore", "spec.failurePolicy", ""),
 ])
 def test_bad_policies_name_the_field(policy: Any, field: str, words: str) -> None:
     found = errors(policy)
     assert any(path == field and words in message for path, message in found), found
+
+
+def test_container_names_are_the_templates() -> None:
+    full = {"name": "w", "template": {"spec": {"containers": [{"name": "main"}, {"name": "side"}],
+                                               "initContainers": [{"name": "init"}]}}}
+    short = {"name": "ps", "template": {"image": "x"}}
+    assert container_names([full, short, None, {"name": "x"}]) == {"main", "side", "init", "ps"}
+    assert container_names("x") == frozenset()
 
 
 def test_rules_match_in_order_and_kube_semantics() -> None:
