@@ -120,12 +120,22 @@ async def test_a_gpu_fault_requeues_the_gang_elsewhere_excluding_the_cluster(tmp
         entry = history(job, "FailurePolicy")[0]
         assert "exit code 134" in entry["message"] and "default (GPU fault): Requeue" in entry["message"], entry
         assert f"cluster {CLUSTER} excluded until" in entry["message"]
+        # ... and an Event says the same (recorded in the background: waited for)
+        event = await wait_until(lambda: _event(env, "xid", "FailurePolicy"), what="FailurePolicy Event", timeout=30)
+        assert "default (GPU fault): Requeue" in event["message"] and event["type"] == "Warning", event
         excluded = [e["cluster"] for e in placement_of(job).get("excludedClusters") or []]
         assert excluded == [CLUSTER] and job["status"]["requeues"] == 1
         # the only cluster is excluded: the job waits, and its old copy is deleted from the member
         assert await wait_until(lambda: _none_left(env, uid), what="old copy gone", timeout=30)
         job = await env.api.get(NS, "xid")
         assert phase(job) in ("Pending", "Requeued"), phase(job)
+
+
+async def _event(env: Env, name: str, reason: str) -> dict[str, Any] | None:
+    """The hub's Event of that reason about the TrainingJob `name` (through the hub's API), once recorded."""
+    code, body = await env.hub.request("GET", f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name={name}")
+    assert code == 200, body
+    return next((e for e in body.get("items") or () if e.get("reason") == reason), None)
 
 
 async def _none_left(env: Env, uid: str) -> bool | None:
