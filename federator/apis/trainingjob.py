@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from federator.apis.failurepolicy import FailurePolicy, container_names, failure_policy_errors
 from federator.apis.frameworks import Framework, FrameworkSettings, framework_errors
 from federator.apis.podtemplate import is_full_form, pod_template_errors, toleration_errors
 from federator.apis.common import (
@@ -385,6 +386,14 @@ class TrainingJobSpec(ApiModel):
         "As a Kubernetes Job's: how long the job may be active, counted from status.startTime (its first "
         "placement) and across requeues and restarts; past it every copy is deleted and the job is Failed with "
         "reason DeadlineExceeded."))
+    # ---- retries by kind of failure (issue 29 item 4; federator/apis/failurepolicy.py)
+    failure_policy: FailurePolicy | None = Field(default=None, alias="failurePolicy", description=(
+        "How a failed pod is handled by kind of failure, as a Kubernetes Job's podFailurePolicy: rules on exit "
+        "codes and pod conditions with actions RestartPod, Requeue, FailJob, Ignore or Count, and defaults for "
+        "what no rule matches (a lost node is ignored, a GPU fault requeues the gang elsewhere, OOMKilled and an "
+        "image pull error fail the job). Left out, every failure is handled as before (docs/failover.md)."))
+    # ---- end of failure policy
+
     framework: Framework | None = Field(default=None, description=(
         "The training framework whose environment the hub injects into every pod, as the Kubeflow operators "
         "do: pytorch (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK and torchrun's PET_* variables; roles master "
@@ -625,6 +634,8 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
                         for t_index, toleration in enumerate(tolerations):
                             errors += toleration_errors(toleration, path=f"{where}.tolerations[{t_index}]")
         errors += framework_errors(spec)
+        errors += failure_policy_errors(spec.get("failurePolicy"), path="spec.failurePolicy",
+                                        containers=container_names(spec.get("roles")))
         placement = spec.get("placement")
         if isinstance(placement, Mapping):
             errors += duplicate_scalar_errors(placement.get("gpuModels"), path="spec.placement.gpuModels")

@@ -64,6 +64,7 @@ from federator.controllers.jobs import (
     failover_policy,
     history_entry,
     job_ref,
+    max_requeues,
     phase_of,
     requeue,
     reservations,
@@ -275,7 +276,7 @@ class ClusterFailover:
             if Body(fresh).deleting:
                 return None
             requeues = int(status.get("requeues") or 0)
-            limit = _max_requeues(fresh)
+            limit = max_requeues(fresh)
             if policy == "wait":
                 if _waiting_for(fresh) == cluster:
                     return None
@@ -358,12 +359,6 @@ class ClusterFailover:
         except (ApiError, StoreError) as e:
             _log.warning("could not record a cluster's return on a waiting job; will retry", job=ref.key,
                          cluster=cluster, error=str(e))
-
-
-def _max_requeues(job: Mapping[str, Any]) -> int:
-    failover = Body(job).spec.get("failover") or {}
-    value = failover.get("maxRequeues") if isinstance(failover, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 3
 
 
 def _waiting_for(job: Mapping[str, Any]) -> str | None:

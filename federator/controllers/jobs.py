@@ -98,6 +98,7 @@ __all__ = [
     "history_entry",
     "hub_id",
     "job_ref",
+    "max_requeues",
     "member_client",
     "phase_of",
     "placed_at",
@@ -416,6 +417,13 @@ def set_phase(
     _log.info("job phase", job=job, cluster=cluster, phase=phase, previous=previous, reason=reason,
               message=message[:256], at=format_time(now))
     return True
+
+
+def max_requeues(job: Mapping[str, Any]) -> int:
+    """spec.failover.maxRequeues (3 when absent): how often a job moves whole before it fails."""
+    failover = Body(job).spec.get("failover") or {}
+    value = failover.get("maxRequeues") if isinstance(failover, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 3
 
 
 def requeue(

@@ -51,6 +51,13 @@ shrink above its minimum instead loses the failed pod: status.replicas one
 smaller, history Resized (reason WorkerLost), written before the pod is
 deleted. Roles with restartPolicy Never fail the gang as before.
 
+Retries by kind of failure: a job with spec.failurePolicy has its failed pods (and pods waiting on an image
+that cannot be pulled) matched against its rules and defaults (`apis/failurepolicy.match_pod_failure`,
+per gang `policy_verdict`, both pure); this loop acts: FailJob fails the job (reason PodFailurePolicy),
+Requeue sends the gang elsewhere with its cluster excluded, a RestartPod or Ignore in a role that restarts
+no single pod places the whole gang again, and per-pod restarts go as above with Ignore's pods not counted;
+a history entry FailurePolicy and an Event name the rule (docs/failover.md).
+
 It never creates or deletes member objects itself (the restarts are dispatch's), never decides placement, and
 never logs an object body or a credential.
 """
@@ -59,13 +66,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from federator.apis.failurepolicy import (
+    FailureAction,
+    FailureMatch,
+    failure_policy_of,
+    first_failure,
+    image_pull_error,
+    match_pod_failure,
+)
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
+from federator.apis.timestamps import format_time
 from federator.apis.views import Body, as_mapping
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import MemberClientError
@@ -89,6 +107,7 @@ from federator.controllers.jobs import (
     placed_at,
     requeue,
     job_ref,
+    max_requeues,
     reservations,
     set_condition,
     set_phase,
@@ -109,7 +128,9 @@ from federator.runtime.waits import LoopSlice, wait_event
 __all__ = [
     "ANNOTATION_ATTEMPT",
     "ANNOTATION_FAILURES",
+    "PolicyVerdict",
     "StatusSync",
+    "policy_verdict",
     "expected_roles",
     "gang_status",
     "lifecycle_tick_seconds",
@@ -322,6 +343,86 @@ def release_if_shown(hub: HubContext, job_uid: str) -> bool:
     return reservations(hub).release_when_bound(job_uid, hub.parts.members.snapshots)
 
 
+# ---------------------------------------------------------------- retries by kind of failure (spec.failurePolicy)
+
+HISTORY_FAILURE_POLICY = "FailurePolicy"
+#: the job's condition Failed reason when a FailJob rule (or default) matched: kube's JobReasonPodFailurePolicy
+REASON_POD_FAILURE_POLICY = "PodFailurePolicy"
+
+
+class GangOutcome(enum.Enum):
+    """What spec.failurePolicy makes of the gang's failed pods, worst first."""
+
+    #: the job fails (a FailJob rule or default)
+    FAIL = "fail"
+    #: the gang moves whole elsewhere, its cluster excluded (Requeue)
+    REQUEUE = "requeue"
+    #: the gang is placed again whole, its cluster not excluded (RestartPod or Ignore of a pod whose role
+    #: restarts no single pod: restartPolicy Never without onWorkerLoss shrink)
+    RESTART_GANG = "restart-gang"
+    #: per pod, as restart_plan does (its `uncounted` pods not counted)
+    PER_POD = "per-pod"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyVerdict:
+    """`policy_verdict`'s answer for one gang."""
+
+    outcome: GangOutcome
+    #: the match that decided (FAIL, REQUEUE, RESTART_GANG), with the pod and the member's words
+    match: FailureMatch | None = None
+    pod: str = ""
+    why: str = ""
+    #: RESTART_GANG and REQUEUE: counted in status.requeues (at most spec.failover.maxRequeues); Ignore is not
+    counted: bool = True
+    #: PER_POD: the failed pods whose failure is not counted toward spec.backoffLimit (Ignore)
+    uncounted: frozenset[str] = frozenset()
+    #: PER_POD: pod name -> the rule that matched it (FailureMatch.describe)
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    def message(self) -> str:
+        """One line for the history, the Event and the Failed condition."""
+        assert self.match is not None
+        return f"pod {self.pod} failed: {self.why}; matched {self.match.describe()}"
+
+
+def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> PolicyVerdict | None:
+    """What the job's spec.failurePolicy makes of its gang's failed pods (phase Failed, or waiting on an image
+    that cannot be pulled), or None when the job has no failurePolicy or no pod failed. FailJob wins over
+    Requeue, Requeue over a whole-gang restart, that over per-pod restarts. RestartPod and Ignore restart only
+    the failed pod where its role tolerates it (restartPolicy OnFailure, or onWorkerLoss shrink); in any other
+    role they restart the whole gang (placed again, the cluster not excluded). Pure."""
+    policy = failure_policy_of(Body(job).spec)
+    if policy is None:
+        return None
+    roles = {str(r.get("name")): r for r in Body(job).spec.get("roles") or () if isinstance(r, Mapping)}
+    tolerant = {name for name, r in roles.items()
+                if r.get("restartPolicy") == "OnFailure" or r.get("onWorkerLoss") == "shrink"}
+    seen: list[tuple[str, str, FailureMatch, str]] = []
+    for pod in sorted((Body(p) for p in pods), key=lambda p: p.name):
+        if pod.deleting:
+            continue
+        pulling = image_pull_error(pod.status) if pod.phase in ("Pending", "") else None
+        if pod.phase != "Failed" and pulling is None:
+            continue
+        role = str(pod.labels.get(LABEL_ROLE) or "")
+        seen.append((pod.name, role, match_pod_failure(policy, pod.status), pulling or _pod_failure(pod.status)[0]))
+    if not seen:
+        return None
+    decisive = first_failure([m for _, _, m, _ in seen])
+    if decisive is not None:
+        name, _, match, why = next(s for s in seen if s[2] is decisive)
+        outcome = GangOutcome.FAIL if match.action is FailureAction.FAIL_JOB else GangOutcome.REQUEUE
+        return PolicyVerdict(outcome=outcome, match=match, pod=name, why=why)
+    for name, role, match, why in seen:
+        if role not in tolerant and match.action in (FailureAction.RESTART_POD, FailureAction.IGNORE):
+            return PolicyVerdict(outcome=GangOutcome.RESTART_GANG, match=match, pod=name, why=why,
+                                 counted=match.action is FailureAction.RESTART_POD)
+    return PolicyVerdict(outcome=GangOutcome.PER_POD,
+                         uncounted=frozenset(n for n, _, m, _ in seen if m.action is FailureAction.IGNORE),
+                         notes={n: m.describe() for n, _, m, _ in seen})
+
+
 # ---------------------------------------------------------------- failed workers (restartPolicy OnFailure)
 
 HISTORY_POD_RESTARTED = "PodRestarted"
@@ -374,7 +475,8 @@ def _pod_failure(status: Mapping[str, Any]) -> tuple[str, bool]:
 
 
 def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, admitted: bool,
-                 expected: Mapping[str, int] | None = None) -> RestartPlan | None:
+                 expected: Mapping[str, int] | None = None,
+                 verdict: PolicyVerdict | None = None) -> RestartPlan | None:
     """The restarts (and shrinks) for the gang's failed pods, or None when there is nothing to do: roles
     with restartPolicy Never (and no onWorkerLoss shrink) keep failing the gang, as before.
 
@@ -387,7 +489,9 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     node was deleted). Failures the infrastructure caused (DisruptionTarget) do not count toward
     spec.backoffLimit; the others do. The count lives on the gang's pods (annotation
     federator.dev/counted-failures, carried over to the pod created again), so the window is the gang's
-    current placement: a gang placed again (another epoch) starts from 0, as its pods do."""
+    current placement: a gang placed again (another epoch) starts from 0, as its pods do. With a
+    spec.failurePolicy (`verdict`, from `policy_verdict`), the pods its rules or defaults Ignore are the ones
+    not counted, and each pod's line names the rule that matched."""
     body = Body(job)
     spec = body.spec
     roles = {str(r.get("name")): r for r in spec.get("roles") or () if isinstance(r, Mapping)}
@@ -421,6 +525,10 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     for name, uid, role, pod in failed:
         annotations = pod.annotations
         why, infra = _pod_failure(pod.status)
+        if verdict is not None:
+            infra = name in verdict.uncounted
+            if name in verdict.notes:
+                why = f"{why} [{verdict.notes[name]}]"
         attempt = _int_annotation(annotations, ANNOTATION_ATTEMPT)
         labels = pod.labels
         spec_role = roles[role]
@@ -437,7 +545,7 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
             return None  # at its minimum with restartPolicy Never: the gang fails, as before
         own = _int_annotation(annotations, ANNOTATION_FAILURES) + (0 if infra else 1)
         counted += 0 if infra else 1
-        reasons.append(f"{where} [{'infrastructure, not counted' if infra else 'counted'}]")
+        reasons.append(f"{where} [{('not counted' if verdict is not None else 'infrastructure, not counted') if infra else 'counted'}]")
         delete[name] = uid
         recreate[name] = {ANNOTATION_ATTEMPT: str(attempt + 1), ANNOTATION_FAILURES: str(own)}
     for role in sorted(r for r in shrinkable if sizes.get(r, 0) < before.get(r, 0)):
@@ -644,6 +752,49 @@ class StatusSync:
             _log.warning("gang killed by the member's fence agent; requeued", job=ref.key, cluster=cluster,
                          epoch=epoch)
 
+    async def _requeue_by_policy(self, job: Mapping[str, Any], verdict: PolicyVerdict, *, cluster: str, epoch: int,
+                                 now: float) -> None:
+        """spec.failurePolicy moves the gang (Requeue: elsewhere, the cluster excluded for
+        HubSettings.stuck.exclusion_seconds) or places it again whole (a RestartPod or Ignore of a pod whose
+        role restarts no single pod): history FailurePolicy then Requeued, the old copy deleted as a
+        preemption's is (status.placement.previous: the next dispatch waits until it is gone)."""
+        ref = job_ref(job)
+        exclude = verdict.outcome is GangOutcome.REQUEUE
+        until = now + self.hub.settings.stuck.exclusion_seconds if exclude else None
+        where = (f"the gang moves elsewhere, cluster {cluster} excluded until {format_time(math.ceil(until))}"
+                 if until is not None else "the whole gang is placed again")
+        message = (f"{verdict.message()}; {where} (epoch {epoch + 1}"
+                   + (", counted in status.requeues)" if verdict.counted else ", not counted)"))
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) \
+                    or Body(fresh).deleting:
+                return None
+            status = fresh["status"]
+            append_history(status, history_entry(HISTORY_FAILURE_POLICY, cluster=cluster, epoch=epoch,
+                                                 message=message, now=now))
+            requeue(status, reason=HISTORY_FAILURE_POLICY, message=f"requeued: {message}", now=now, job=ref.key,
+                    exclude_until=until, count=verdict.counted)
+            status["placement"]["previous"] = {"cluster": cluster, "epoch": epoch}
+            return fresh
+
+        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                         uid=ref.uid)
+        if stored is None:
+            return
+        self.hub.events.record(stored, controller="status-sync", reason=HISTORY_FAILURE_POLICY,
+                               action=verdict.match.action.value if verdict.match else "Requeue", warning=True,
+                               message=message)
+        reservations(self.hub).forget(ref.uid)
+        self.hub.metrics.job_requeues.labels(reason=HISTORY_FAILURE_POLICY).inc()
+        _log.warning("gang requeued by its failure policy", job=ref.key, cluster=cluster, epoch=epoch,
+                     action=verdict.match.action.value if verdict.match else "", excluded=exclude)
+        try:
+            await self.dispatcher.delete_previous(stored, cluster="")
+        except Exception as e:  # noqa: BLE001 - the GC deletes what is left (not placed there any more)
+            _log.warning("could not ask the member to delete a requeued gang; the GC will", job=ref.key,
+                         cluster=cluster, error=f"{type(e).__name__}: {e}")
+
     async def _restart(self, job: Mapping[str, Any], plan: RestartPlan, *, cluster: str, epoch: int,
                        now: float) -> None:
         """Delete the gang's failed pods and create them again (`restart_plan`); a history entry
@@ -786,8 +937,22 @@ class StatusSync:
                     operator = operator_status(copy, kind=kind, cluster=cluster, epoch=epoch, problems=dropped)
                     self._say_dropped(uid, kind, copy, cluster=cluster, epoch=epoch, dropped=dropped)
             else:
-                plan = restart_plan(job, objects.gang(uid, epoch)[1], expected=sizes,
-                                    admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])
+                pods = objects.gang(uid, epoch)[1]
+                policy = policy_verdict(job, pods)
+                if policy is not None and policy.outcome in (GangOutcome.REQUEUE, GangOutcome.RESTART_GANG) \
+                        and not (policy.counted and int(body.status.get("requeues") or 0) >= max_requeues(job)):
+                    await self._requeue_by_policy(job, policy, cluster=cluster, epoch=epoch, now=now)
+                    return
+                if policy is not None and policy.outcome is not GangOutcome.PER_POD:
+                    fail = policy.outcome is GangOutcome.FAIL
+                    gs = dataclasses.replace(
+                        gs, phase=GangPhase.FAILED, reason=REASON_POD_FAILURE_POLICY if fail else "RequeueLimit",
+                        message=policy.message() + ("" if fail else (
+                            f"; the job was requeued {int(body.status.get('requeues') or 0)} times already "
+                            f"(spec.failover.maxRequeues {max_requeues(job)})")))
+                else:
+                    plan = restart_plan(job, pods, expected=sizes, verdict=policy,
+                                        admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])
             if plan is not None and plan.exceeded:
                 gs = dataclasses.replace(gs, phase=GangPhase.FAILED, reason="BackoffLimitExceeded", message=(
                     f"{plan.counted} pod failures counted, more than spec.backoffLimit "

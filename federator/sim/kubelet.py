@@ -13,7 +13,13 @@ one timer heap for every pod of the cluster (no task per pod):
   reason Error}; under restartPolicy Never the pod turns Failed, under
   OnFailure/Always the container restarts in place as a kubelet does
   (restartCount + 1, lastState.terminated, CrashLoopBackOff with the
-  profile's doubling back-off, then running again);
+  profile's doubling back-off, then running again); with
+  `sim.federator.dev/exit-reason: OOMKilled` the kernel's OOM killer ends it
+  instead (reason OOMKilled, exit code 137, as the kubelet reports it);
+- a pod annotated `sim.federator.dev/image-pull-error` (a message) never
+  starts: its containers wait with ErrImagePull ("Failed to pull image ...:
+  <message>"), then ImagePullBackOff, tried again after the crash-loop
+  back-off, and the pod stays Pending, as kube's image puller leaves it;
 - GPUs are devices: a starting pod gets the node's lowest-numbered healthy free
   GPUs, named in `containerStatuses[].allocatedResourcesStatus` (kube's
   ResourceHealthStatus shape: {name nvidia.com/gpu, resources [{resourceID,
@@ -91,6 +97,13 @@ ANNOTATION_DURATION = "sim.federator.dev/duration-seconds"
 ANNOTATION_FAIL_AFTER = "sim.federator.dev/fail-after-seconds"
 ANNOTATION_EXIT_CODE = "sim.federator.dev/exit-code"
 ANNOTATION_START_DELAY = "sim.federator.dev/start-delay-seconds"
+#: "OOMKilled": the failing container is killed by the kernel's OOM killer (reason OOMKilled, exit code 137)
+ANNOTATION_EXIT_REASON = "sim.federator.dev/exit-reason"
+#: a message: the pod's images cannot be pulled (ErrImagePull, then ImagePullBackOff; the pod stays Pending)
+ANNOTATION_IMAGE_PULL_ERROR = "sim.federator.dev/image-pull-error"
+#: what the kubelet reports for a container the OOM killer ended (128 + SIGKILL)
+OOM_KILLED_REASON = "OOMKilled"
+OOM_EXIT_CODE = 137
 #: on a Node: how many of its GPUs the device plugin reports unhealthy
 ANNOTATION_UNHEALTHY_GPUS = "sim.federator.dev/unhealthy-gpus"
 
@@ -798,6 +811,10 @@ class Kubelet:
     async def _start(self, pod: _Pod) -> None:
         now_dt = datetime.now(UTC)
         now = _stamp(now_dt)
+        pull_error = pod.annotations.get(ANNOTATION_IMAGE_PULL_ERROR)
+        if isinstance(pull_error, str) and pull_error:
+            await self._image_pull_failed(pod, pull_error[:1024])
+            return
         host_ip = self.node_ip.get(pod.node, "10.0.0.1")
         wanted = sum(n for _, n in pod.gpu_requests)
         free = self._free_healthy_gpus(pod.node, exclude=pod.key) if wanted else []
@@ -841,6 +858,33 @@ class Kubelet:
             raise
         if written is None and self.runtime is not None:
             self.runtime.stop(pod.uid, grace=0)  # the pod changed meanwhile: its processes must not run on
+
+    async def _image_pull_failed(self, pod: _Pod, error: str) -> None:
+        """kube's image puller: the containers wait with ErrImagePull, then ImagePullBackOff (the pull tried
+        again after the back-off); the pod stays Pending."""
+        def change(obj: JSON) -> JSON | None:
+            status = obj.setdefault("status", {})
+            if status.get("phase") not in (None, "", "Pending"):
+                return None
+            before = status.get("containerStatuses") or [{}]
+            pulled_once = any(isinstance(cs, dict) and ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+                              == "ErrImagePull" for cs in before)
+            status.setdefault("qosClass", _qos_class(obj))
+            statuses = _container_statuses(obj, state={}, ready=False, started=False)
+            images = {c.get("name"): c.get("image") for c in (obj.get("spec") or {}).get("containers") or []
+                      if isinstance(c, dict)}
+            for cs in statuses:
+                image = images.get(cs["name"]) or ""
+                cs["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+                               } if pulled_once else {"waiting": {
+                                   "reason": "ErrImagePull", "message": f'Failed to pull image "{image}": {error}'}}
+            status["containerStatuses"] = statuses
+            return obj
+
+        await self._write_status(pod, change)
+        current = self.pods.get(pod.key)
+        if current is not None and current.uid == pod.uid:
+            self._push(time.monotonic() + max(1.0, self.timings.crash_loop_backoff_seconds), _START, current)
 
     async def _start_processes(self, pod: _Pod, *, ip: str) -> bool:
         """Start the pod's processes (process runtime); False when they cannot be set up from the pod: kube's
@@ -904,8 +948,9 @@ class Kubelet:
         """The containers exit: 0 (Succeeded), or non-zero (`exit_code`, else the pod's annotation): the pod
         fails under restartPolicy Never, its containers back off and restart under OnFailure/Always."""
         now = _stamp()
+        oom = failed and exit_code is None and pod.annotations.get(ANNOTATION_EXIT_REASON) == OOM_KILLED_REASON
         if failed and exit_code is None:
-            exit_code = self._exit_code(pod)
+            exit_code = OOM_EXIT_CODE if oom else self._exit_code(pod)
         code = exit_code if failed and exit_code is not None else 0
         restart = failed and pod.restart_policy in ("OnFailure", "Always")
         devices = dict(pod.devices)
@@ -929,7 +974,8 @@ class Kubelet:
                 if isinstance(running, dict) and running.get("startedAt"):
                     started = running["startedAt"]
                     break
-            term: JSON = {"exitCode": code, "reason": "Error" if failed else "Completed", "startedAt": started,
+            term: JSON = {"exitCode": code, "reason": (OOM_KILLED_REASON if oom else "Error") if failed else "Completed",
+                          "startedAt": started,
                           "finishedAt": now, "containerID": ""}
             if message:
                 term["message"] = message

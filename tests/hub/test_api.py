@@ -173,7 +173,43 @@ def _bad_specs() -> list[tuple[str, Any, list[str]]]:
         return change
 
     duplicate = several(set_in("spec", "roles", 1, "name", value="ps"))
+
+    def policy(*rules: Any) -> Any:
+        return set_in("spec", "failurePolicy", value={"rules": list(rules)})
+
+    codes = {"operator": "In", "values": [42]}
     return [
+        # spec.failurePolicy: kube's podFailurePolicy rules and limits (federator/apis/failurepolicy.py)
+        ("failurePolicy unknown action", with_spec(policy({"action": "Retry", "onExitCodes": codes})),
+         ["spec.failurePolicy.rules[0].action"]),
+        ("failurePolicy exit code out of range", with_spec(policy(
+            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 300]}})),
+         ["spec.failurePolicy.rules[0].onExitCodes.values[1]"]),
+        ("failurePolicy unknown operator", with_spec(policy(
+            {"action": "FailJob", "onExitCodes": {"operator": "Exists", "values": [1]}})),
+         ["spec.failurePolicy.rules[0].onExitCodes.operator"]),
+        ("failurePolicy 1000 rules", with_spec(policy(*[{"action": "Ignore", "onExitCodes": codes}] * 1000)),
+         ["spec.failurePolicy.rules"]),
+        ("failurePolicy empty values", with_spec(policy(
+            {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": []}})),
+         ["spec.failurePolicy.rules[0].onExitCodes.values"]),
+        ("failurePolicy both requirements", with_spec(policy(
+            {"action": "Ignore", "onExitCodes": codes, "onPodConditions": [{"type": "DisruptionTarget"}]})),
+         ["spec.failurePolicy.rules[0]"]),
+        ("failurePolicy neither requirement", with_spec(policy({"action": "Ignore"})), ["spec.failurePolicy.rules[0]"]),
+        ("failurePolicy 0 with In", with_spec(policy({"action": "Ignore", "onExitCodes": {"operator": "In",
+                                                                                          "values": [0, 1]}})),
+         ["spec.failurePolicy.rules[0].onExitCodes.values[0]"]),
+        ("failurePolicy unordered values", with_spec(policy(
+            {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [3, 1]}})),
+         ["spec.failurePolicy.rules[0].onExitCodes.values"]),
+        ("failurePolicy bad condition status", with_spec(policy(
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "Maybe"}]})),
+         ["spec.failurePolicy.rules[0].onPodConditions[0].status"]),
+        ("failurePolicy 300 values", with_spec(policy(
+            {"action": "Ignore", "onExitCodes": {"operator": "NotIn", "values": list(range(300))}})),
+         ["spec.failurePolicy.rules[0].onExitCodes.values"]),
+
         # Unknown fields are field validation's business (tests/apiserver/test_field_validation.py):
         # dropped with a warning by default, refused by kubectl's fieldValidation=Strict.
         ("wrong type", with_spec(set_in("spec", "priority", value="high")), ["spec.priority"]),

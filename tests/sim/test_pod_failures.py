@@ -23,9 +23,12 @@ from test_scheduler import start
 
 from federator.apiserver.errors import ApiError
 from federator.sim import kinds
+from federator.apis.failurepolicy import FailureAction, match_pod_failure
 from federator.sim.kubelet import (
     ANNOTATION_EXIT_CODE,
+    ANNOTATION_EXIT_REASON,
     ANNOTATION_FAIL_AFTER,
+    ANNOTATION_IMAGE_PULL_ERROR,
     ANNOTATION_START_DELAY,
     fail_node,
     gpu_device_ids,
@@ -336,3 +339,72 @@ def test_kubectl_shows_each_failure(lab: ThreadedSim, tmp_path: Path) -> None:
     assert rows["gpu"][2] == "Error"
     assert rows["refused"][2] == "UnexpectedAdmissionError"
     assert rows["looping"][2] in ("CrashLoopBackOff", "Running") and int(rows["looping"][3]) >= 1
+
+
+async def test_an_oom_killed_container_and_an_image_that_cannot_be_pulled_as_kube_shows_them() -> None:
+    """The failures spec.failurePolicy's defaults read (federator/apis/failurepolicy.py), as the simulator shows
+    them: the OOM killer (reason OOMKilled, exit code 137) and an image pull error (the pod stays Pending,
+    ErrImagePull then ImagePullBackOff); the defaults fail the job on both."""
+    cluster = await start(profile(backoff=0.2))
+    oom = {ANNOTATION_FAIL_AFTER: "0.1", ANNOTATION_EXIT_REASON: "OOMKilled", ANNOTATION_EXIT_CODE: "3"}
+    try:
+        await cluster.storage.create(kinds.PODS, pod("oom", annotations=oom), namespace="team")
+        await cluster.storage.create(kinds.PODS, pod("plain", annotations={ANNOTATION_FAIL_AFTER: "0.1"}),
+                                     namespace="team")
+        killed = await wait_for("oom failed", in_phase(cluster, "oom", "Failed"), timeout=WAIT)
+        (cs,) = killed["status"]["containerStatuses"]
+        assert cs["state"]["terminated"]["reason"] == "OOMKilled" and cs["state"]["terminated"]["exitCode"] == 137
+        assert decode(killed).status.container_statuses[0].state.terminated.reason == "OOMKilled"
+        match = match_pod_failure({}, killed["status"])
+        assert (match.action, match.rule) == (FailureAction.FAIL_JOB, None) and "OOMKilled" in match.why
+        plain = await wait_for("plain failed", in_phase(cluster, "plain", "Failed"), timeout=WAIT)
+        assert plain["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "Error"
+        assert match_pod_failure({}, plain["status"]).action is FailureAction.COUNT
+
+        bad = {ANNOTATION_IMAGE_PULL_ERROR: "rpc error: code = NotFound desc = manifest unknown"}
+        await cluster.storage.create(kinds.PODS, pod("nopull", annotations=bad), namespace="team")
+
+        def waiting(reason: str) -> Any:
+            async def check() -> JSON | None:
+                p = await get(cluster, "nopull")
+                states = [cs.get("state") or {} for cs in p["status"].get("containerStatuses") or []]
+                return p if states and states[0].get("waiting", {}).get("reason") == reason else None
+            return check
+
+        first = await wait_for("ErrImagePull", waiting("ErrImagePull"), timeout=WAIT)
+        assert first["status"]["phase"] == "Pending" and first["spec"]["nodeName"]
+        assert first["status"]["containerStatuses"][0]["state"]["waiting"]["message"] == (
+            'Failed to pull image "trainer:1.4": rpc error: code = NotFound desc = manifest unknown')
+        assert match_pod_failure({}, first["status"]).action is FailureAction.FAIL_JOB
+        later = await wait_for("ImagePullBackOff", waiting("ImagePullBackOff"), timeout=WAIT)
+        assert later["status"]["phase"] == "Pending"
+        assert later["status"]["containerStatuses"][0]["state"]["waiting"]["message"] == (
+            'Back-off pulling image "trainer:1.4"')
+        assert decode(later).status.container_statuses[0].state.waiting.reason == "ImagePullBackOff"
+    finally:
+        await cluster.stop()
+
+
+async def test_the_failure_policy_defaults_read_a_lost_node_and_a_gpu_fault() -> None:
+    cluster = await start(profile())
+    try:
+        await cluster.storage.create(kinds.PODS, pod("lost", gpus=4, node="gpu-0000"), namespace="team")
+        await cluster.storage.create(kinds.PODS, pod("gpu", gpus=4, node="gpu-0001"), namespace="team")
+        await wait_for("lost running", in_phase(cluster, "lost", "Running"), timeout=WAIT)
+        await wait_for("gpu running", in_phase(cluster, "gpu", "Running"), timeout=WAIT)
+        await fail_node(cluster.storage, cluster.registry, node="gpu-0000")
+        await set_unhealthy_gpus(cluster.storage, cluster.registry, node="gpu-0001", count=1)
+        lost = await wait_for("lost failed", in_phase(cluster, "lost", "Failed"), timeout=WAIT)
+        crashed = await wait_for("gpu failed", in_phase(cluster, "gpu", "Failed"), timeout=WAIT)
+        assert match_pod_failure({}, lost["status"]).action is FailureAction.IGNORE
+        fault = match_pod_failure({}, crashed["status"])
+        assert (fault.action, fault.why) == (FailureAction.REQUEUE, "GPU fault")
+        # a rule comes first: exit code 134 In [134] -> FailJob; DisruptionTarget -> Count
+        policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [134]}},
+                            {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+        assert match_pod_failure(policy, crashed["status"]).describe() == (
+            "spec.failurePolicy.rules[0] (exit code 134 In [134]): FailJob")
+        assert match_pod_failure(policy, lost["status"]).describe() == (
+            "spec.failurePolicy.rules[1] (condition DisruptionTarget=True): Count")
+    finally:
+        await cluster.stop()
