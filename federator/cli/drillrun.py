@@ -38,6 +38,18 @@ bench/failover.py run:
    - detectSeconds: until every faulted cluster's Lost condition is True (a
      drain: until the first gang left; a node failure: until the first
      affected gang changed);
+   - what became of each affected gang, counted in exactly one figure, so
+     that they sum to gangsAffected: gangsMoved (placed in another cluster
+     at a higher epoch), gangsUnplaceable (left its cluster and placed
+     nowhere; a drain: listed as unplaceable by the drain), gangsRodeOut (in
+     its cluster at its epoch at the end, its pods untouched: a fault under
+     the loss grace, or onClusterLoss wait; or succeeded there meanwhile),
+     gangsRestartedInPlace (placed again in its own cluster at a higher
+     epoch, or a pod of it seen there that was not there at the baseline),
+     gangsLost (vanished, or ended Failed, by its own failover policy too).
+     A gang in none of them (its final state fits no failover, e.g. in another
+     cluster at its old epoch) is `unaccounted`: the report's first note
+     names it and the text says "(accounted for N of M affected: must be all)";
    - redispatchSeconds / runningAgainSeconds: until every moved gang (placed
      in another cluster at a higher epoch) was placed / running there;
    - maxConcurrentCopies: the most clusters one job had running pods in at
@@ -667,7 +679,8 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
             outcome, message = "failedByPolicy", f"Failed ({_failed_reason(job)})"
         elif phase == "Failed":
             outcome, message = "lost", f"Failed ({_failed_reason(job) or 'no reason'})"
-        elif gang.placed_at is not None or (cluster not in (None, gang.from_cluster) and (epoch or 0) > gang.from_epoch):
+        elif gang.placed_at is not None or (cluster not in (None, gang.from_cluster)
+                                            and (epoch or 0) > gang.from_epoch):
             # placed elsewhere at a higher epoch (seen by a sample, or only in the final list)
             outcome = "moved"
         elif cluster is None or (gang.namespace, gang.name) in drain_stuck:
