@@ -64,6 +64,7 @@ __all__ = [
     "DrillReport",
     "DrillReportSpec",
     "GangOutcome",
+    "accounted",
     "drillreport_validator",
     "validate_drillreport",
 ]
@@ -110,6 +111,15 @@ Name = Annotated[StrictStr, Field(min_length=1, max_length=253)]
 
 GangOutcomeKind = Literal["moved", "unplaceable", "rodeOut", "restartedInPlace", "finished", "failedByPolicy", "lost",
                           "unaccounted"]
+
+
+def accounted(spec: Mapping[str, Any]) -> int | None:
+    """The affected gangs a report's spec counts in ACCOUNTED (None: a report from before those figures);
+    a report adds up when this equals gangsAffected."""
+    counts = [spec.get(key) for key in ACCOUNTED]
+    if not all(type(c) is int for c in counts):
+        return None
+    return sum(c for c in counts if type(c) is int)
 
 
 class GangOutcome(ApiModel):

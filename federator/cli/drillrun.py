@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from federator.apis.drillreport import ACCOUNTED, FIGURES, MAX_GANGS, OUTCOME_BUCKETS
+from federator.apis.drillreport import FIGURES, MAX_GANGS, OUTCOME_BUCKETS, accounted
 from federator.apis.timestamps import format_time, parse_time
 from federator.apis.views import Body
 from federator.cli.common import UserError
@@ -95,7 +95,6 @@ __all__ = [
     "DrillOptions",
     "DrillResult",
     "Observation",
-    "accounted",
     "figures",
     "plan_path",
     "render_report",
@@ -777,14 +776,6 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
 def figures(spec: Mapping[str, Any]) -> JSONObject:
     """Exactly the issue's keys, in its order."""
     return {key: spec.get(key) for key in FIGURES}
-
-
-def accounted(spec: Mapping[str, Any]) -> int | None:
-    """The affected gangs a report counts in ACCOUNTED (None: a report from before those figures)."""
-    counts = [spec.get(key) for key in ACCOUNTED]
-    if not all(type(c) is int for c in counts):
-        return None
-    return sum(c for c in counts if type(c) is int)
 
 
 def report_name(clusters: Sequence[str], when: dt.datetime) -> str:

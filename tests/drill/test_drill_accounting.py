@@ -9,8 +9,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from federator.apis.drillreport import ACCOUNTED, OUTCOME_BUCKETS, validate_drillreport
-from federator.cli.drillrun import DrillOptions, Observation, PodView, Sample, accounted, build_report, render_report
+from federator.apis.drillreport import ACCOUNTED, OUTCOME_BUCKETS, accounted, validate_drillreport
+from federator.cli.drillrun import DrillOptions, Observation, PodView, Sample, build_report, render_report
 
 HOME, OTHER, NODE = "home", "other", "node-1"
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

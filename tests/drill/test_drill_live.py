@@ -9,7 +9,11 @@
   samples can catch what they are there to catch;
 - a partition of every cluster at once moves nothing (the hub judges itself cut off);
 - a partition longer than the lease but shorter than the hub's move time: the agent kills the gang, and
-  the hub, back in contact, reads the agent's mark on the lease and requeues it (no job lost).
+  the hub, back in contact, reads the agent's mark on the lease and requeues it (no job lost);
+- every drill's figures add up (drilltest_support.figures): each affected gang is in exactly one of moved,
+  unplaceable, rode out, restarted in place and lost. A partition under the loss grace is ridden out; a
+  gang with onClusterLoss wait rides a long one out while its neighbour moves; a node failure counts each
+  gang by where the hub has it afterwards (today the hub fails a gang whose pod failed: lost).
 
 Timings are short (grace 2 s, lease 2 s + 1 s margin) but every wait is for an event, with a deadline;
 no test asserts a wall-clock time.
@@ -198,3 +202,33 @@ async def test_a_gang_whose_policy_is_wait_rides_a_long_partition_out(tmp_path: 
         waited = outcomes[f"{NS}/w1"]
         assert waited["outcome"] == "rodeOut" and waited["cluster"] == HOME, waited
         assert "onClusterLoss: wait" in waited["message"], waited
+
+
+async def test_a_node_failure_drill_counts_each_affected_gang_by_what_became_of_it(tmp_path: Path) -> None:
+    async with drill_env(tmp_path, [HOME, FALLBACK], **UNFENCED) as env:
+        uids = await _gangs_running_in_home(env, ["n1", "n2"])
+        code, out, err = await env.drill("--cluster", HOME, "--fault", "node-failure", "--duration", "5s",
+                                         "--settle-timeout", "90s", "-o", "json")
+        assert code == 0, err
+        found = figures(out)  # the five figures sum to gangsAffected
+        assert found["gangsAffected"] >= 1, (found, err)
+        report = await env.report(stored_name(out, err))
+        outcomes = _outcomes(report)
+        assert len(outcomes) == found["gangsAffected"]
+        # each gang's outcome agrees with where the hub has it now (read independently of the drill)
+        for key, outcome in outcomes.items():
+            job = await env.env.api.get(NS, key.split("/", 1)[1])
+            assert job["metadata"]["uid"] == uids[key.split("/", 1)[1]]
+            status = job.get("status") or {}
+            placement = status.get("placement") or {}
+            if status.get("phase") == "Failed":
+                expected = {"lost", "failedByPolicy"}
+            elif placement.get("cluster") not in (None, HOME):
+                expected = {"moved"}
+            elif placement.get("cluster") is None:
+                expected = {"unplaceable"}
+            elif placement.get("epoch") != outcome["fromEpoch"]:
+                expected = {"restartedInPlace"}
+            else:
+                expected = {"restartedInPlace", "rodeOut", "finished"}
+            assert outcome["outcome"] in expected, (outcome, status)
