@@ -682,7 +682,7 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
                                             and (epoch or 0) > gang.from_epoch):
             # placed elsewhere at a higher epoch (seen by a sample, or only in the final list)
             outcome = "moved"
-        elif cluster is None or (gang.namespace, gang.name) in drain_stuck:
+        elif (cluster is None and phase != "Succeeded") or (gang.namespace, gang.name) in drain_stuck:
             outcome = "unplaceable"
             why = ((job.get("status") or {}).get("placement") or {}).get("whyNot") or []
             if why and isinstance(why[0], Mapping):

@@ -56,6 +56,7 @@ def test_every_affected_gang_is_counted_once_and_the_counts_add_up() -> None:
         "broken": _job("broken", phase="Failed", reason="PodFailed"),
         "pending": _job("pending", phase="Pending", cluster=None, epoch=2),
         "done": _job("done", phase="Succeeded"),
+        "doneaway": _job("doneaway", phase="Succeeded", cluster=None),
         "wait": _job("wait", wait=True),
         "odd": _job("odd", cluster=OTHER, epoch=1),
     }
@@ -67,16 +68,17 @@ def test_every_affected_gang_is_counted_once_and_the_counts_add_up() -> None:
     assert outcomes == {
         "ride": "rodeOut", "restart": "restartedInPlace", "requeued": "restartedInPlace", "moved": "moved",
         "gone": "lost", "policy": "failedByPolicy", "broken": "lost", "pending": "unplaceable", "done": "finished",
+        "doneaway": "finished",
         "wait": "rodeOut", "odd": "unaccounted"}, outcomes
     # "odd" is in another cluster at its old epoch, which no failover does: the drill cannot say what
     # happened to it, and says so rather than dropping it
-    assert spec["gangsAffected"] == 11
-    assert {k: spec[k] for k in ACCOUNTED} == {"gangsMoved": 1, "gangsUnplaceable": 1, "gangsRodeOut": 3,
+    assert spec["gangsAffected"] == 12
+    assert {k: spec[k] for k in ACCOUNTED} == {"gangsMoved": 1, "gangsUnplaceable": 1, "gangsRodeOut": 4,
                                                "gangsRestartedInPlace": 2, "gangsLost": 3}
-    assert accounted(spec) == 10
+    assert accounted(spec) == 11
     assert spec["notes"][0].startswith("accounting violation: 1 affected gang(s)") and "ns/odd" in spec["notes"][0]
     text = render_report(spec)
-    assert "(accounted for 10 of 11 affected: must be all)" in text
+    assert "(accounted for 11 of 12 affected: must be all)" in text
     assert "ns/odd" in text and "unaccounted" in text
     assert spec["jobsLost"] == 2  # the policy's own failure is a lost gang but not a lost job
     body = {"apiVersion": "federator.dev/v1alpha1", "kind": "DrillReport", "metadata": {"name": "d"}, "spec": spec}
