@@ -390,7 +390,7 @@ class Metrics:
         )
         self.drill_reports = Gauge(
             "federator_drill_reports", "Stored DrillReports by fault and verdict (passed: no job lost, none seen "
-            "running twice; failed otherwise), read when /metrics is scraped", ["fault", "verdict"], registry=r,
+            "running twice, every affected gang accounted for; failed otherwise), read when /metrics is scraped", ["fault", "verdict"], registry=r,
         )
         self.member_lease_renewals = Counter(
             "federator_member_lease_renewals_total", "Renewals of the hub's fencing Lease in member clusters, "

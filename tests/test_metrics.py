@@ -5,7 +5,7 @@
   `LABEL_BOUNDS`). Names follow Prometheus' rules: `federator_` prefix, counters end in `_total`,
   histograms carry their unit.
 - A real hub (sqlite, two simulated member clusters, every job controller) runs three jobs with distinct
-  names in distinct namespaces to Succeeded, plus two stored DrillReports; its /metrics, read by a viewer,
+  names in distinct namespaces to Succeeded, plus three stored DrillReports; its /metrics, read by a viewer,
   exports only expected families, the new ones with the values the run implies, and no label value
   outside its bound (no job name, namespace or uid anywhere).
 - deploy/grafana/federator.json is Grafana dashboard JSON whose every panel query names only metrics that
@@ -209,7 +209,10 @@ async def _run_jobs_and_scrape(directory: Path) -> Scrape:
         passed, failed = report(), report()
         failed["metadata"]["name"] = "drill-failed"
         failed["spec"].update(fault="outage", duplicates=1, maxConcurrentCopies=2)
-        for body in (passed, failed):
+        short = report()  # counts 3 of 5 affected gangs: an accounting violation fails the drill's bar
+        short["metadata"]["name"] = "drill-short"
+        short["spec"].update(fault="drain", gangsAffected=5, gangsRodeOut=0, gangsRestartedInPlace=0, gangsLost=0)
+        for body in (passed, failed, short):
             status, answer = await env.hub.request("POST", f"{GROUP_PATH}/drillreports", body=body)
             assert status == 201, answer
         metrics = env.hub.metrics
@@ -290,7 +293,8 @@ def test_the_new_families_say_what_the_run_did(scrape: Scrape) -> None:
     assert value("federator_member_allocatable_gpus", cluster=CLUSTERS[1], gpu_model="H100") == 4 * 8
     assert value("federator_drill_reports", fault="partition", verdict="passed") == 1
     assert value("federator_drill_reports", fault="outage", verdict="failed") == 1
-    assert value("federator_drill_reports") == 2
+    assert value("federator_drill_reports", fault="drain", verdict="failed") == 1
+    assert value("federator_drill_reports") == 3
     assert value("federator_store_size_bytes", backend="sqlite") > 0
     # each job's Placed, Dispatched and Running Events at least (the last ones may still be on their way)
     assert value("federator_events_total", result="written") >= 3 * 3

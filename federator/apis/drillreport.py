@@ -6,10 +6,15 @@ and settles, and stores what it saw as a DrillReport, so that `federator
 drill list|show` and `kubectl get dr` read it back. The spec *is* the report:
 
 - the issue's figures, under exactly their names: cluster, fault,
-  gangsAffected, gangsMoved, gangsUnplaceable, detectSeconds,
+  gangsAffected, gangsMoved, gangsUnplaceable, gangsRodeOut,
+  gangsRestartedInPlace, gangsLost, detectSeconds,
   redispatchSeconds, runningAgainSeconds, jobsLost, maxConcurrentCopies,
   duplicates, stalePodsKilled, planMatched (the `-o json` of a drill is
-  these keys only);
+  these keys only); every affected gang is counted in exactly one of
+  gangsMoved, gangsUnplaceable, gangsRodeOut, gangsRestartedInPlace and
+  gangsLost (ACCOUNTED), so they sum to gangsAffected: a drill that cannot
+  place a gang in one says so in its notes (an accounting violation), and a
+  sum above gangsAffected is refused;
 - when and how the drill ran: mode (simulated: the drill injected the fault
   through the simulator's fault API; real: an operator did), durationSeconds,
   startedAt, finishedAt, samples and unansweredReads (how well it could see);
@@ -44,11 +49,13 @@ from federator.apis.common import (
 from federator.apis.timestamps import parse_time
 
 __all__ = [
+    "ACCOUNTED",
     "FAULTS",
     "FIGURES",
     "KIND",
     "MAX_CLUSTERS",
     "MAX_GANGS",
+    "OUTCOME_BUCKETS",
     "PLURAL",
     "SHORT_NAMES",
     "SINGULAR",
@@ -57,6 +64,7 @@ __all__ = [
     "DrillReport",
     "DrillReportSpec",
     "GangOutcome",
+    "accounted",
     "drillreport_validator",
     "validate_drillreport",
 ]
@@ -71,9 +79,22 @@ FAULTS: tuple[str, ...] = ("partition", "outage", "node-failure", "drain")
 
 #: The report's figures as the issue names them: `federator drill -o json` prints exactly these keys.
 FIGURES: tuple[str, ...] = (
-    "cluster", "fault", "gangsAffected", "gangsMoved", "gangsUnplaceable", "detectSeconds", "redispatchSeconds",
-    "runningAgainSeconds", "jobsLost", "maxConcurrentCopies", "duplicates", "stalePodsKilled", "planMatched",
+    "cluster", "fault", "gangsAffected", "gangsMoved", "gangsUnplaceable", "gangsRodeOut", "gangsRestartedInPlace",
+    "gangsLost", "detectSeconds", "redispatchSeconds", "runningAgainSeconds", "jobsLost", "maxConcurrentCopies",
+    "duplicates", "stalePodsKilled", "planMatched",
 )
+#: The figures every affected gang is counted in exactly once: they sum to gangsAffected.
+ACCOUNTED: tuple[str, ...] = ("gangsMoved", "gangsUnplaceable", "gangsRodeOut", "gangsRestartedInPlace", "gangsLost")
+#: A gang's outcome -> the figure it is counted in (an outcome absent here, "unaccounted", is in none: a violation).
+OUTCOME_BUCKETS: Mapping[str, str] = {
+    "moved": "gangsMoved",
+    "unplaceable": "gangsUnplaceable",
+    "rodeOut": "gangsRodeOut",
+    "finished": "gangsRodeOut",
+    "restartedInPlace": "gangsRestartedInPlace",
+    "lost": "gangsLost",
+    "failedByPolicy": "gangsLost",
+}
 
 #: Per-gang outcomes kept in one report; the rest are counted in gangsOmitted.
 MAX_GANGS = 1000
@@ -88,7 +109,17 @@ Count = Annotated[StrictInt, Field(ge=0, le=_MAX_COUNT)]
 Seconds = Annotated[StrictFloat, Field(ge=0, le=MAX_SECONDS)]
 Name = Annotated[StrictStr, Field(min_length=1, max_length=253)]
 
-GangOutcomeKind = Literal["moved", "stayed", "unplaceable", "failedByPolicy", "lost", "finished"]
+GangOutcomeKind = Literal["moved", "unplaceable", "rodeOut", "restartedInPlace", "finished", "failedByPolicy", "lost",
+                          "unaccounted"]
+
+
+def accounted(spec: Mapping[str, Any]) -> int | None:
+    """The affected gangs a report's spec counts in ACCOUNTED (None: a report from before those figures);
+    a report adds up when this equals gangsAffected."""
+    counts = [spec.get(key) for key in ACCOUNTED]
+    if not all(type(c) is int for c in counts):
+        return None
+    return sum(c for c in counts if type(c) is int)
 
 
 class GangOutcome(ApiModel):
@@ -104,8 +135,13 @@ class GangOutcome(ApiModel):
     cluster: DNSLabel | None = Field(default=None, description="Where the gang was at the end of the drill.")
     epoch: StrictInt | None = Field(default=None, ge=0)
     outcome: GangOutcomeKind = Field(
-        description="moved (placed elsewhere at a higher epoch), stayed, unplaceable (left, placed nowhere), "
-                    "failedByPolicy (onClusterLoss fail, maxRequeues), lost, finished (succeeded meanwhile).")
+        description="moved (placed elsewhere at a higher epoch; gangsMoved), unplaceable (left, placed nowhere; "
+                    "gangsUnplaceable), rodeOut (still in its cluster at its epoch, its pods untouched: a blip under "
+                    "the loss grace, or onClusterLoss wait; gangsRodeOut), finished (succeeded there meanwhile; "
+                    "gangsRodeOut), restartedInPlace (its pods recreated in the same cluster, or placed there again "
+                    "at a higher epoch; gangsRestartedInPlace), failedByPolicy (onClusterLoss fail, maxRequeues; "
+                    "gangsLost), lost (vanished or failed; gangsLost), unaccounted (none of these: an accounting "
+                    "violation).")
     placed_seconds: Seconds | None = Field(
         default=None, alias="placedSeconds", description="From the fault's start to placed elsewhere.")
     running_seconds: Seconds | None = Field(
@@ -136,6 +172,19 @@ class DrillReportSpec(ApiModel):
     gangs_moved: Count = Field(alias="gangsMoved", description="Affected gangs placed elsewhere at a higher epoch.")
     gangs_unplaceable: Count = Field(alias="gangsUnplaceable",
                                      description="Affected gangs that left and fit nowhere else.")
+    gangs_rode_out: Count = Field(
+        default=0, alias="gangsRodeOut",
+        description="Affected gangs still in their cluster at their epoch with their pods untouched (a fault under "
+                    "the loss grace, or onClusterLoss wait), or that succeeded there meanwhile.")
+    gangs_restarted_in_place: Count = Field(
+        default=0, alias="gangsRestartedInPlace",
+        description="Affected gangs whose pods were recreated in the same cluster, without a move.")
+    gangs_lost: Count = Field(
+        default=0, alias="gangsLost",
+        description="Affected gangs that vanished or ended Failed, their own failover policy's failures included "
+                    "(jobsLost leaves those out, and counts every job). gangsMoved + gangsUnplaceable + "
+                    "gangsRodeOut + gangsRestartedInPlace + gangsLost = gangsAffected; less is an accounting "
+                    "violation the report's notes name.")
     detect_seconds: Seconds | None = Field(
         alias="detectSeconds", description="Fault start to the cluster's Lost condition (drain: first gang moving).")
     redispatch_seconds: Seconds | None = Field(
@@ -197,13 +246,14 @@ def _semantic_errors(obj: Mapping[str, Any]) -> list[FieldError]:
                 errors.append(("spec.cluster", f"Invalid value: {shown!r}: each comma-separated cluster name: "
                                                f"{problems[0]}"))
                 break
-    counts = {key: spec.get(key) for key in ("gangsAffected", "gangsMoved", "gangsUnplaceable")}
-    if all(type(v) is int for v in counts.values()):
-        affected, moved, unplaceable = counts["gangsAffected"], counts["gangsMoved"], counts["gangsUnplaceable"]
-        assert isinstance(affected, int) and isinstance(moved, int) and isinstance(unplaceable, int)
-        if moved + unplaceable > affected:
-            errors.append(("spec.gangsMoved", f"Invalid value: {moved}: gangsMoved + gangsUnplaceable "
-                                              f"({moved + unplaceable}) may not exceed gangsAffected ({affected})"))
+    affected = spec.get("gangsAffected")
+    counts = [spec.get(key, 0) for key in ACCOUNTED]
+    if type(affected) is int and all(type(v) is int for v in counts):
+        total = sum(counts)
+        if total > affected:
+            errors.append(("spec.gangsMoved", f"Invalid value: {spec.get('gangsMoved')}: "
+                                              f"{' + '.join(ACCOUNTED)} ({total}) may not exceed gangsAffected "
+                                              f"({affected})"))
     started, finished = spec.get("startedAt"), spec.get("finishedAt")
     if isinstance(started, str) and isinstance(finished, str):
         start, finish = parse_time(started), parse_time(finished)

@@ -72,7 +72,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "drill", help="run a failover drill (partition, outage, node failure, drain) and report what moved",
         description="Fault one member cluster (or several), watch every gang of it fail over, and store a "
-                    "DrillReport: gangs affected, moved and unplaceable; seconds to detect, to redispatch and "
+                    "DrillReport: gangs affected, and each counted once as moved, unplaceable, rode out (in "
+                    "place, untouched), restarted in place or lost (the five sum to the affected; a gang in none "
+                    "is reported as an accounting violation); seconds to detect, to redispatch and "
                     "to run again; jobs lost; the most copies of one job seen running at once (must be 1); "
                     "duplicates; stale pods killed; whether the moves matched the dry-run plan.",
         epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -38,6 +38,18 @@ bench/failover.py run:
    - detectSeconds: until every faulted cluster's Lost condition is True (a
      drain: until the first gang left; a node failure: until the first
      affected gang changed);
+   - what became of each affected gang, counted in exactly one figure, so
+     that they sum to gangsAffected: gangsMoved (placed in another cluster
+     at a higher epoch), gangsUnplaceable (left its cluster and placed
+     nowhere; a drain: listed as unplaceable by the drain), gangsRodeOut (in
+     its cluster at its epoch at the end, its pods untouched: a fault under
+     the loss grace, or onClusterLoss wait; or succeeded there meanwhile),
+     gangsRestartedInPlace (placed again in its own cluster at a higher
+     epoch, or a pod of it seen there that was not there at the baseline),
+     gangsLost (vanished, or ended Failed, by its own failover policy too).
+     A gang in none of them (its final state fits no failover, e.g. in another
+     cluster at its old epoch) is `unaccounted`: the report's first note
+     names it and the text says "(accounted for N of M affected: must be all)";
    - redispatchSeconds / runningAgainSeconds: until every moved gang (placed
      in another cluster at a higher epoch) was placed / running there;
    - maxConcurrentCopies: the most clusters one job had running pods in at
@@ -69,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from federator.apis.drillreport import FIGURES, MAX_GANGS
+from federator.apis.drillreport import FIGURES, MAX_GANGS, OUTCOME_BUCKETS, accounted
 from federator.apis.timestamps import format_time, parse_time
 from federator.apis.views import Body
 from federator.cli.common import UserError
@@ -212,6 +224,10 @@ class AffectedGang:
     placed_at: float | None = None
     placed_cluster: str | None = None
     running_at: float | None = None
+    #: uids of the gang's live pods in from_cluster at the baseline (None: that cluster was not read)
+    baseline_pods: frozenset[str] | None = None
+    #: first time a pod of the gang not in baseline_pods was seen in from_cluster (a restart in place)
+    restarted_at: float | None = None
 
     @property
     def key(self) -> str:
@@ -263,8 +279,11 @@ class Observation:
                 continue
             if node is not None and uid not in on_node:
                 continue
+            read = sample.pods.get(cluster)
+            own = None if read is None else frozenset(p.uid for p in read if p.job_uid == uid and p.alive)
             self.affected[uid] = AffectedGang(uid=uid, namespace=namespace, name=name, from_cluster=cluster,
-                                              from_epoch=epoch, policy=_policy(job), baseline=(phase, cluster, epoch))
+                                              from_epoch=epoch, policy=_policy(job), baseline=(phase, cluster, epoch),
+                                              baseline_pods=own)
         self.add(sample)
 
     # ------------------------------------------------------------ every sample
@@ -280,6 +299,7 @@ class Observation:
                 self._clusters(sample)
             if sample.jobs is not None:
                 self._gangs(sample)
+            self._restarts(sample)
         if sample.jobs is not None:
             state = {uid: (_phase(job), *_placement(job)) for uid, job in sample.jobs.items()
                      if uid in self.affected}
@@ -338,6 +358,15 @@ class Observation:
                 gang.placed_at, gang.placed_cluster = sample.at, cluster
             if elsewhere and gang.running_at is None and phase in ("Running", "Succeeded"):
                 gang.running_at = sample.at
+
+    def _restarts(self, sample: Sample) -> None:
+        """A pod of an affected gang in its own cluster that was not there at the baseline: restarted in place."""
+        for gang in self.affected.values():
+            if gang.restarted_at is not None or not gang.baseline_pods:
+                continue
+            pods = sample.pods.get(gang.from_cluster)
+            if any(p.job_uid == gang.uid and p.alive and p.uid not in gang.baseline_pods for p in pods or ()):
+                gang.restarted_at = sample.at
 
     # ------------------------------------------------------------ summaries
 
@@ -633,7 +662,9 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
                  notes: Sequence[str]) -> JSONObject:
     """The DrillReport spec (see the module docstring for each figure)."""
     outcomes: list[JSONObject] = []
-    moved = unplaceable = matched = 0
+    moved = matched = 0
+    #: figure -> affected gangs counted in it ("": in none, an accounting violation)
+    buckets: dict[str, int] = {}
     drain_stuck = {(u.get("namespace"), u.get("name")) for d in obs.last_drain.values()
                    for u in d.get("unplaceable") or () if isinstance(u, Mapping)}
     for gang in sorted(obs.affected.values(), key=lambda g: g.key):
@@ -647,21 +678,32 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
             outcome, message = "failedByPolicy", f"Failed ({_failed_reason(job)})"
         elif phase == "Failed":
             outcome, message = "lost", f"Failed ({_failed_reason(job) or 'no reason'})"
-        elif gang.placed_at is not None:
+        elif gang.placed_at is not None or (cluster not in (None, gang.from_cluster)
+                                            and (epoch or 0) > gang.from_epoch):
+            # placed elsewhere at a higher epoch (seen by a sample, or only in the final list)
             outcome = "moved"
-        elif (gang.left_at is not None and cluster is None) or (gang.namespace, gang.name) in drain_stuck:
+        elif (cluster is None and phase != "Succeeded") or (gang.namespace, gang.name) in drain_stuck:
             outcome = "unplaceable"
             why = ((job.get("status") or {}).get("placement") or {}).get("whyNot") or []
             if why and isinstance(why[0], Mapping):
                 message = f"{why[0].get('cluster')}: {why[0].get('reason')} {why[0].get('message', '')}".strip()
-        elif phase == "Succeeded":
+        elif cluster == gang.from_cluster and (epoch or 0) > gang.from_epoch:
+            outcome, message = "restartedInPlace", f"placed again in {cluster} at epoch {epoch}"
+        elif cluster == gang.from_cluster and gang.restarted_at is not None:
+            outcome, message = "restartedInPlace", "its pods were recreated in the same cluster"
+        elif phase == "Succeeded" and cluster in (None, gang.from_cluster):
             outcome = "finished"
+        elif (cluster, epoch) == (gang.from_cluster, gang.from_epoch):
+            outcome = "rodeOut"
+            if gang.policy == "wait" and obs.lost_at is not None:
+                message = "waited for its cluster (onClusterLoss: wait)"
         else:
-            outcome = "stayed"
+            outcome = "unaccounted"
+            message = f"{phase} in {cluster or 'no cluster'} at epoch {epoch}: none of the drill's outcomes"
         if outcome == "moved":
             moved += 1
-            matched += int(gang.placed_cluster == gang.planned_target)
-        unplaceable += outcome == "unplaceable"
+            matched += int((gang.placed_cluster or cluster) == gang.planned_target)
+        buckets[OUTCOME_BUCKETS.get(outcome, "")] = buckets.get(OUTCOME_BUCKETS.get(outcome, ""), 0) + 1
         outcomes.append({
             "namespace": gang.namespace, "name": gang.name, "uid": gang.uid or None,
             "fromCluster": gang.from_cluster, "fromEpoch": gang.from_epoch, "plannedTarget": gang.planned_target,
@@ -693,13 +735,22 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
                         "movable": sum(int(p.get("movable") or 0) for p in plans.values()),
                         "unplaceable": sum(int(p.get("unplaceable") or 0) for p in plans.values())}
         plan_summary = {k: v for k, v in plan_summary.items() if v is not None}
+    unaccounted = [o for o in outcomes if o["outcome"] not in OUTCOME_BUCKETS]
+    if unaccounted:
+        shown = ", ".join(f"{o['namespace']}/{o['name']}" for o in unaccounted[:5])
+        notes = [f"accounting violation: {len(unaccounted)} affected gang(s) in none of moved, "
+                         f"unplaceable, rode out, restarted in place or lost ({shown}"
+                         f"{', ...' if len(unaccounted) > 5 else ''})", *notes]
     spec: JSONObject = {
         "cluster": options.label or ",".join(options.clusters),
         "fault": options.fault,
         "mode": mode,
         "gangsAffected": len(obs.affected),
         "gangsMoved": moved,
-        "gangsUnplaceable": unplaceable,
+        "gangsUnplaceable": buckets.get("gangsUnplaceable", 0),
+        "gangsRodeOut": buckets.get("gangsRodeOut", 0),
+        "gangsRestartedInPlace": buckets.get("gangsRestartedInPlace", 0),
+        "gangsLost": buckets.get("gangsLost", 0),
         "detectSeconds": _round(detect),
         "redispatchSeconds": _round(max(placed)) if placed else None,
         "runningAgainSeconds": _round(max(running)) if moved_gangs and len(running) == len(moved_gangs) else None,
@@ -742,22 +793,29 @@ def _seconds(value: Any) -> str:
 def render_report(spec: Mapping[str, Any], *, name: str | None = None) -> str:
     """The report as text: the figures, the bars, each gang's outcome and the notes."""
     plan = spec.get("planMatched")
+    accounting = ""
+    counted = accounted(spec)
+    if counted is not None and counted != spec.get("gangsAffected"):
+        accounting = f"   (accounted for {counted} of {spec.get('gangsAffected')} affected: must be all)"
     lines = [
         f"drill {spec.get('fault')} of {spec.get('cluster')} ({spec.get('mode', 'simulated')}, held "
         f"{float(spec.get('durationSeconds') or 0):g}s){': ' + name if name else ''}",
-        f"  gangs affected          {spec.get('gangsAffected')}",
-        f"  gangs moved             {spec.get('gangsMoved')}",
-        f"  gangs unplaceable       {spec.get('gangsUnplaceable')}",
-        f"  detect                  {_seconds(spec.get('detectSeconds'))}",
-        f"  redispatch              {_seconds(spec.get('redispatchSeconds'))}",
-        f"  running again           {_seconds(spec.get('runningAgainSeconds'))}",
-        f"  jobs lost               {spec.get('jobsLost')}{'' if spec.get('jobsLost') == 0 else '   (must be 0)'}",
-        f"  max concurrent copies   {spec.get('maxConcurrentCopies')}"
+        f"  gangs affected           {spec.get('gangsAffected')}",
+        f"  gangs moved              {spec.get('gangsMoved')}",
+        f"  gangs unplaceable        {spec.get('gangsUnplaceable')}",
+        f"  gangs rode out           {spec.get('gangsRodeOut', '-')}",
+        f"  gangs restarted in place {spec.get('gangsRestartedInPlace', '-')}",
+        f"  gangs lost               {spec.get('gangsLost', '-')}{accounting}",
+        f"  detect                   {_seconds(spec.get('detectSeconds'))}",
+        f"  redispatch               {_seconds(spec.get('redispatchSeconds'))}",
+        f"  running again            {_seconds(spec.get('runningAgainSeconds'))}",
+        f"  jobs lost                {spec.get('jobsLost')}{'' if spec.get('jobsLost') == 0 else '   (must be 0)'}",
+        f"  max concurrent copies    {spec.get('maxConcurrentCopies')}"
         f"{'   (must be 1)' if (spec.get('maxConcurrentCopies') or 0) > 1 else ''}",
-        f"  duplicates              {spec.get('duplicates')}",
-        f"  stale pods killed       {spec.get('stalePodsKilled')}",
-        f"  plan matched            {'-' if plan is None else f'{float(plan):.0%}'}",
-        f"  samples                 {spec.get('samples', 0)} ({spec.get('unansweredReads', 0)} member reads "
+        f"  duplicates               {spec.get('duplicates')}",
+        f"  stale pods killed        {spec.get('stalePodsKilled')}",
+        f"  plan matched             {'-' if plan is None else f'{float(plan):.0%}'}",
+        f"  samples                  {spec.get('samples', 0)} ({spec.get('unansweredReads', 0)} member reads "
         "unanswered)",
     ]
     gangs = spec.get("gangs") or []
@@ -772,7 +830,7 @@ def render_report(spec: Mapping[str, Any], *, name: str | None = None) -> str:
                 times = f"  placed {_seconds(g.get('placedSeconds'))}, running {_seconds(g.get('runningSeconds'))}"
             why = f"  {g.get('message')}" if g.get("message") else ""
             lines.append(f"  {(str(g.get('namespace')) + '/' + str(g.get('name'))).ljust(width)}  "
-                         f"{str(g.get('outcome')).ljust(14)} {where}{planned}{times}{why}")
+                         f"{str(g.get('outcome')).ljust(16)} {where}{planned}{times}{why}")
         if spec.get("gangsOmitted"):
             lines.append(f"  ... and {spec['gangsOmitted']} more")
     for note in spec.get("notes") or ():

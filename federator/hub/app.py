@@ -569,7 +569,7 @@ async def _count_drill_reports(state: HubState, metrics: Metrics) -> None:
     """federator_drill_reports{fault, verdict} from the stored DrillReports, at scrape time (every replica
     reads them from its watch cache). A store that does not answer within SCRAPE_READ_SECONDS leaves the
     last counts: the scrape itself must answer."""
-    from federator.apis.drillreport import FAULTS
+    from federator.apis.drillreport import FAULTS, accounted
 
     base = state.base or state.context
     try:
@@ -584,9 +584,12 @@ async def _count_drill_reports(state: HubState, metrics: Metrics) -> None:
         fault = spec.get("fault")
         if fault not in FAULTS:
             continue
-        # The drill's own bar (README, docs/failover.md): nothing lost, nothing ran twice.
+        # The drill's own bar (README, docs/failover.md): nothing lost, nothing ran twice, every affected gang
+        # accounted for (a report from before those figures is judged without them).
+        counted = accounted(spec)
         passed = (spec.get("jobsLost") == 0 and spec.get("duplicates") == 0
-                  and int(spec.get("maxConcurrentCopies") or 0) <= 1)
+                  and int(spec.get("maxConcurrentCopies") or 0) <= 1
+                  and counted in (None, spec.get("gangsAffected")))
         counts[(fault, "passed" if passed else "failed")] += 1
     for (fault, verdict), count in counts.items():
         metrics.drill_reports.labels(fault=fault, verdict=verdict).set(count)

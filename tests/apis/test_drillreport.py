@@ -68,6 +68,14 @@ Edit = Callable[[dict[str, Any]], None]
     (lambda r: r["spec"].update(cluster="Onprem_A"), "spec.cluster", "RFC 1123"),
     (lambda r: r["spec"].update(cluster="a,,b"), "spec.cluster", "RFC 1123"),
     (lambda r: r["spec"].update(gangsMoved=3), "spec.gangsMoved", "may not exceed gangsAffected"),
+    (lambda r: r["spec"].update(gangsRodeOut=1), "spec.gangsMoved", "gangsRodeOut"),
+    (lambda r: r["spec"].update(gangsLost=10_000_000, gangsAffected=10_000_000), "spec.gangsMoved",
+     "may not exceed gangsAffected"),
+    (lambda r: r["spec"].update(gangsRodeOut=-1), "spec.gangsRodeOut", "greater than or equal to 0"),
+    (lambda r: r["spec"].update(gangsRestartedInPlace="one"), "spec.gangsRestartedInPlace", "integer"),
+    (lambda r: r["spec"].update(gangsLost=10**12), "spec.gangsLost", "less than or equal to"),
+    (lambda r: r["spec"].update(gangsLost=True), "spec.gangsLost", "integer"),
+    (lambda r: r["spec"]["gangs"][0].update(outcome="stayed"), "spec.gangs[0].outcome", "Unsupported value"),
     (lambda r: r["spec"].update(finishedAt="2024-05-01T11:00:00Z"), "spec.finishedAt", "before startedAt"),
     (lambda r: r["spec"].update(startedAt="yesterday"), "spec.startedAt", "RFC 3339"),
     (lambda r: r["spec"]["gangs"][0].update(outcome="teleported"), "spec.gangs[0].outcome", "Unsupported value"),
@@ -108,3 +116,20 @@ def test_the_crd_schema_accepts_a_report_and_rejects_bad_figures() -> None:
     bad["spec"]["fault"] = "meteor"
     bad["spec"]["jobsLost"] = -1
     assert len(list(validator.iter_errors(bad))) == 2
+
+
+def test_a_report_that_counts_too_few_gangs_is_stored_and_one_that_counts_too_many_is_not() -> None:
+    # a drill that could not place a gang in any outcome still stores its report (its notes say so) ...
+    short = report()
+    short["spec"].update(gangsAffected=5, gangsRodeOut=1)
+    assert validate_drillreport(short) == []
+    # ... but more gangs counted than affected is not a report of anything
+    over = report()
+    over["spec"].update(gangsRestartedInPlace=1)
+    errors = validate_drillreport(over)
+    assert any(p == "spec.gangsMoved" and "(4) may not exceed gangsAffected (3)" in m for p, m in errors), errors
+    schema = crd("DrillReport")["spec"]["versions"][0]
+    wide = [c["name"] for c in schema["additionalPrinterColumns"] if c.get("priority") == 1]
+    assert {"Unplaceable", "RodeOut", "RestartedInPlace", "GangsLost"} <= set(wide), wide
+    properties = schema["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert {"gangsRodeOut", "gangsRestartedInPlace", "gangsLost"} <= set(properties)

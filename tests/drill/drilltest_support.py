@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from federator.apis.drillreport import ACCOUNTED, FIGURES
 from federator.controllers.jobs import DEFAULT_HUB_ID
 
 from ..controllers.jobtest_support import API, wait_until
@@ -140,8 +141,12 @@ def stored_name(out: str, err: str) -> str:
 
 
 def figures(out: str) -> dict[str, Any]:
+    """The `-o json` figures of a drill, checked for the accounting invariant every drill must keep: each
+    affected gang is in exactly one of moved, unplaceable, rode out, restarted in place and lost."""
     found = json.loads(out)
     assert isinstance(found, dict)
+    assert set(found) == set(FIGURES), found
+    assert sum(found[key] for key in ACCOUNTED) == found["gangsAffected"], found
     return found
 
 

@@ -9,7 +9,11 @@
   samples can catch what they are there to catch;
 - a partition of every cluster at once moves nothing (the hub judges itself cut off);
 - a partition longer than the lease but shorter than the hub's move time: the agent kills the gang, and
-  the hub, back in contact, reads the agent's mark on the lease and requeues it (no job lost).
+  the hub, back in contact, reads the agent's mark on the lease and requeues it (no job lost);
+- every drill's figures add up (drilltest_support.figures): each affected gang is in exactly one of moved,
+  unplaceable, rode out, restarted in place and lost. A partition under the loss grace is ridden out; a
+  gang with onClusterLoss wait rides a long one out while its neighbour moves; a node failure counts each
+  gang by where the hub has it afterwards (today the hub fails a gang whose pod failed: lost).
 
 Timings are short (grace 2 s, lease 2 s + 1 s margin) but every wait is for an event, with a deadline;
 no test asserts a wall-clock time.
@@ -135,11 +139,11 @@ async def test_a_partition_of_every_cluster_at_once_moves_nothing(tmp_path: Path
         assert found["cluster"] == "all" and found["gangsAffected"] == 2
         # both clusters turned Lost (the drill saw it), yet the hub blamed itself and moved nothing
         assert found["detectSeconds"] is not None, (found, err)
-        assert found["gangsMoved"] == 0 and found["gangsUnplaceable"] == 0
+        assert found["gangsMoved"] == 0 and found["gangsUnplaceable"] == 0 and found["gangsRodeOut"] == 2
         assert found["jobsLost"] == 0 and found["maxConcurrentCopies"] == 1 and found["duplicates"] == 0
         report = await env.report(stored_name(out, err))
         assert any("HubPartitioned" in note for note in report["spec"]["notes"]), report["spec"]["notes"]
-        assert {g["outcome"] for g in report["spec"]["gangs"]} == {"stayed"}
+        assert {g["outcome"] for g in report["spec"]["gangs"]} == {"rodeOut"}
         for name in ("a1", "a2"):
             await env.running_in(name, HOME)
 
@@ -156,3 +160,75 @@ async def test_a_partition_between_the_agents_fence_and_the_hubs_move_loses_no_j
         found = figures(out)
         assert found["stalePodsKilled"] == 2, found  # the agent did fence the old copy
         assert found["jobsLost"] == 0, found
+
+
+async def test_a_partition_shorter_than_the_loss_grace_is_ridden_out_and_counted_so(tmp_path: Path) -> None:
+    # the grace is far longer than the partition: the hub never judges the cluster lost, the gang stays put
+    async with drill_env(tmp_path, [HOME, FALLBACK], cluster_loss_grace_seconds=60.0, member_lease=False) as env:
+        await _gangs_running_in_home(env, ["r1"])
+        code, out, err = await env.drill("--cluster", HOME, "--fault", "partition", "--duration", "3s",
+                                         "--settle-timeout", "60s", "-o", "json")
+        assert code == 0, err
+        found = figures(out)  # checks moved + unplaceable + rode out + restarted + lost = affected
+        assert found["gangsAffected"] == 1 and found["gangsRodeOut"] == 1, found
+        assert found["gangsMoved"] == found["gangsUnplaceable"] == found["gangsRestartedInPlace"] == 0
+        assert found["gangsLost"] == 0 and found["jobsLost"] == 0 and found["detectSeconds"] is None
+        report = await env.report(stored_name(out, err))
+        (outcome,) = report["spec"]["gangs"]
+        assert outcome["outcome"] == "rodeOut" and outcome["cluster"] == HOME, outcome
+        assert outcome["epoch"] == outcome["fromEpoch"], outcome
+        assert any("never turned Lost" in note for note in report["spec"]["notes"]), report["spec"]["notes"]
+        await env.running_in("r1", HOME)
+        code, text, err = await env.drill("show", stored_name(out, err))
+        assert code == 0, err
+        assert "gangs rode out           1" in text and "rodeOut" in text and "must be all" not in text, text
+
+
+async def test_a_gang_whose_policy_is_wait_rides_a_long_partition_out(tmp_path: Path) -> None:
+    async with drill_env(tmp_path, [HOME, FALLBACK], **UNFENCED) as env:
+        await env.env.api.submit(gang("w1", onClusterLoss="wait"))
+        await env.env.api.submit(gang("m1"))
+        for name in ("w1", "m1"):
+            await env.running_in(name, HOME)
+        code, out, err = await env.drill("--cluster", HOME, "--fault", "partition", "--duration", "12s",
+                                         "--settle-timeout", "90s", "-o", "json")
+        assert code == 0, err
+        found = figures(out)
+        assert found["detectSeconds"] is not None, (found, err)  # the cluster did turn Lost
+        assert found["gangsAffected"] == 2 and found["gangsMoved"] == 1 and found["gangsRodeOut"] == 1, found
+        assert found["jobsLost"] == 0 and found["gangsLost"] == 0
+        outcomes = _outcomes(await env.report(stored_name(out, err)))
+        assert outcomes[f"{NS}/m1"]["outcome"] == "moved" and outcomes[f"{NS}/m1"]["cluster"] == FALLBACK
+        waited = outcomes[f"{NS}/w1"]
+        assert waited["outcome"] == "rodeOut" and waited["cluster"] == HOME, waited
+        assert "onClusterLoss: wait" in waited["message"], waited
+
+
+async def test_a_node_failure_drill_counts_each_affected_gang_by_what_became_of_it(tmp_path: Path) -> None:
+    async with drill_env(tmp_path, [HOME, FALLBACK], **UNFENCED) as env:
+        uids = await _gangs_running_in_home(env, ["n1", "n2"])
+        code, out, err = await env.drill("--cluster", HOME, "--fault", "node-failure", "--duration", "5s",
+                                         "--settle-timeout", "90s", "-o", "json")
+        assert code == 0, err
+        found = figures(out)  # the five figures sum to gangsAffected
+        assert found["gangsAffected"] >= 1, (found, err)
+        report = await env.report(stored_name(out, err))
+        outcomes = _outcomes(report)
+        assert len(outcomes) == found["gangsAffected"]
+        # each gang's outcome agrees with where the hub has it now (read independently of the drill)
+        for key, outcome in outcomes.items():
+            job = await env.env.api.get(NS, key.split("/", 1)[1])
+            assert job["metadata"]["uid"] == uids[key.split("/", 1)[1]]
+            status = job.get("status") or {}
+            placement = status.get("placement") or {}
+            if status.get("phase") == "Failed":
+                expected = {"lost", "failedByPolicy"}
+            elif placement.get("cluster") not in (None, HOME):
+                expected = {"moved"}
+            elif placement.get("cluster") is None:
+                expected = {"unplaceable"}
+            elif placement.get("epoch") != outcome["fromEpoch"]:
+                expected = {"restartedInPlace"}
+            else:
+                expected = {"restartedInPlace", "rodeOut", "finished"}
+            assert outcome["outcome"] in expected, (outcome, status)

@@ -59,6 +59,7 @@ async def test_kubectl_get_dr_shows_the_report_columns(hub: RunningHub) -> None:
     assert row.split()[:6] == ["drill-onprem-a-20240501-120000", "onprem-a", "partition", "2", "1", "0"]
     code, out, err = await hub.kubectl("researcher", "get", "drillreports", "-o", "wide")
     assert code == 0, err
-    assert out.splitlines()[0].split()[-4:] == ["AFFECTED", "DUPLICATES", "RUNNINGAGAIN", "PLANMATCHED"]
+    assert out.splitlines()[0].split()[-8:] == ["AFFECTED", "UNPLACEABLE", "RODEOUT", "RESTARTEDINPLACE", "GANGSLOST",
+                                                "DUPLICATES", "RUNNINGAGAIN", "PLANMATCHED"]
     code, out, err = await hub.kubectl("admin", "explain", "dr.spec.maxConcurrentCopies")
     assert code == 0 and "most clusters one job" in out, err

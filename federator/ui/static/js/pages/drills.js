@@ -11,7 +11,11 @@ import { seconds, timeElement } from "../format.js";
 const FAULTS = ["partition", "outage", "node-failure", "drain"];
 
 export function verdict(spec) {
-  const passed = spec.jobsLost === 0 && spec.duplicates === 0 && (spec.maxConcurrentCopies || 0) <= 1;
+  // as the hub's federator_drill_reports verdict: also every affected gang accounted for (when the report counts them)
+  const counted = ["gangsMoved", "gangsUnplaceable", "gangsRodeOut", "gangsRestartedInPlace", "gangsLost"]
+    .map((k) => spec[k]);
+  const addsUp = !counted.every(Number.isInteger) || counted.reduce((a, b) => a + b, 0) === spec.gangsAffected;
+  const passed = spec.jobsLost === 0 && spec.duplicates === 0 && (spec.maxConcurrentCopies || 0) <= 1 && addsUp;
   return passed ? { text: "Passed", kind: "good" } : { text: "Failed", kind: "bad" };
 }
 
@@ -49,7 +53,9 @@ function reportDetail(report) {
     ["Cluster", spec.cluster], ["Fault", spec.fault], ["Mode", spec.mode || "simulated"],
     ["Held for", seconds(spec.durationSeconds)],
     ["Gangs affected", spec.gangsAffected], ["Gangs moved", spec.gangsMoved],
-    ["Gangs unplaceable", spec.gangsUnplaceable], ["Seconds to detect", seconds(spec.detectSeconds)],
+    ["Gangs unplaceable", spec.gangsUnplaceable], ["Gangs that rode it out in place", spec.gangsRodeOut],
+    ["Gangs restarted in place", spec.gangsRestartedInPlace], ["Gangs lost", spec.gangsLost],
+    ["Seconds to detect", seconds(spec.detectSeconds)],
     ["Seconds to redispatch", seconds(spec.redispatchSeconds)],
     ["Seconds to run again", seconds(spec.runningAgainSeconds)], ["Jobs lost", spec.jobsLost],
     ["Most copies of one job at once", spec.maxConcurrentCopies], ["Duplicates", spec.duplicates],
