@@ -65,6 +65,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from federator.apis.checkpoint import CheckpointReport, latest_report
+from federator.apis.timestamps import format_time
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
 from federator.apis.views import Body, as_mapping
 from federator.apiserver.errors import ApiError
@@ -224,6 +226,36 @@ def with_operator(job: Mapping[str, Any], new: dict[str, Any] | None,
         return new
     base = dict(base)
     base["operator"] = dict(operator)
+    return base
+
+
+HISTORY_CHECKPOINTED = "Checkpointed"
+
+
+def with_checkpoint(job: Mapping[str, Any], new: dict[str, Any] | None, report: CheckpointReport | None, *,
+                    cluster: str, epoch: int, now: float) -> dict[str, Any] | None:
+    """`new` (None: nothing changes) with status.checkpoint set to `report` when it is newer than the recorded
+    one: a higher step of the same copy (cluster and epoch), or any report of a later copy. History stays
+    bounded: one Checkpointed entry per copy, replaced by each newer report while it is the latest entry."""
+    if report is None:
+        return new
+    base = new if new is not None else dict(Body(job).status)
+    old = base.get("checkpoint")
+    if isinstance(old, Mapping) and old.get("cluster") == cluster and old.get("epoch") == epoch \
+            and type(old.get("step")) is int and report.step <= old["step"]:
+        return new
+    base = dict(base)
+    base["checkpoint"] = {"time": format_time(now), "step": report.step, "location": report.location,
+                          "cluster": cluster, "epoch": epoch}
+    entry = history_entry(HISTORY_CHECKPOINTED, cluster=cluster, epoch=epoch, now=now,
+                          message=f"step {report.step} at {report.location}")
+    history = list(base.get("history") or ())
+    last = history[-1] if history else None
+    if isinstance(last, Mapping) and last.get("event") == HISTORY_CHECKPOINTED and last.get("epoch") == epoch \
+            and last.get("cluster") == cluster:
+        base["history"] = [*history[:-1], entry]
+    else:
+        append_history(base, entry)
     return base
 
 
@@ -530,6 +562,8 @@ class StatusSync:
         self._missing_since: dict[str, float] = {}
         #: job uid -> (cluster, epoch, the member copy's status fields left out) last logged
         self._dropped_said: dict[str, tuple[str, int, tuple[str, ...]]] = {}
+        #: job uid -> the malformed checkpoint reports (pod, why) last logged, so each is logged once
+        self._bad_reports_said: dict[str, tuple[tuple[str, str], ...]] = {}
         objects.subscribe(self._objects_changed)
         jobs.subscribe(self._job_changed)
 
@@ -747,11 +781,27 @@ class StatusSync:
                      name=Body(copy).name, cluster=cluster, epoch=epoch,
                      fields="; ".join(why[:200] for why in list(dropped.values())[:8]))
 
+    def _checkpoint_report(self, uid: str, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *,
+                           cluster: str) -> CheckpointReport | None:
+        """The newest checkpoint report on the gang's pods; a malformed one is logged once and ignored."""
+        report, bad = latest_report(pods)
+        said = tuple((b.pod, b.reason) for b in bad)
+        if said and self._bad_reports_said.get(uid) != said:
+            for b in bad:
+                _log.warning("checkpoint report ignored", job=job_ref(job).key, cluster=cluster, pod=b.pod,
+                             annotation="federator.dev/checkpoint", reason=b.reason)
+        if said:
+            self._bad_reports_said[uid] = said
+        else:
+            self._bad_reports_said.pop(uid, None)
+        return report
+
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)
         job = self.jobs.get(uid)
         if job is None:
             self._dropped_said.pop(uid, None)
+            self._bad_reports_said.pop(uid, None)
             return
         body = Body(job)
         phase = body.phase
@@ -764,6 +814,7 @@ class StatusSync:
         now = time.time()
         gs: GangStatus | None = None
         operator: dict[str, Any] | None = None
+        report: CheckpointReport | None = None
         watched = self._watched(cluster)
         if watched is not None:
             objects, adapter = watched
@@ -773,6 +824,7 @@ class StatusSync:
                 self._shrunk.pop(uid, None)
             sizes = shrunk[2] if shrunk is not None else None
             gs = gang_status(job, objects, adapter, epoch=epoch, expected=sizes)
+            report = self._checkpoint_report(uid, job, objects.gang(uid, epoch)[1], cluster=cluster)
             source_key = body.annotations.get(SOURCE_KIND_ANNOTATION)
             kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
             plan: RestartPlan | None = None
@@ -802,8 +854,9 @@ class StatusSync:
             missing = objects_missing(job, gs)
             if not missing:
                 self._missing_since.pop(uid, None)
-            if with_operator(job, synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now,
-                                                quiet=True), operator) is None:
+            if with_checkpoint(job, with_operator(job, synced_status(
+                    job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True), operator),
+                    report, cluster=cluster, epoch=epoch, now=now) is None:
                 gs = None  # the member shows nothing new
             elif missing:
                 verdict = self._fence_verdict(uid, job, cluster=cluster, epoch=epoch, now=now)
@@ -830,8 +883,9 @@ class StatusSync:
                 return None  # the job moved on (requeued, another epoch, deleted) since we looked
             if watched is None:
                 return None
-            new = with_operator(fresh, synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch,
-                                                     now=now), operator)
+            new = with_checkpoint(fresh, with_operator(fresh, synced_status(
+                fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch, now=now), operator),
+                report, cluster=cluster, epoch=epoch, now=now)
             if new is None:
                 return None
             fresh["status"] = new
