@@ -189,6 +189,7 @@ __all__ = [
     "PodGroupKind",
     "RenderError",
     "RoleCounts",
+    "checkpoint_pod_spec",
     "SchedulerAdapter",
     "extended_resource_tolerations",
     "gpu_node_labels",
@@ -435,7 +436,8 @@ class OperatorGang:
     what goes on the member copy of the source object: `labels` and `annotations` on the copy and on each of its
     pod templates (the same keys rendered pods carry: job uid, epoch, hub, ...; plus LABEL_ROLE per template),
     and on each pod template the adapter's gang membership (`pod_labels`, `pod_annotations`, and `pod_spec`:
-    schedulerName, the PodGroup spec field, priorityClassName)."""
+    schedulerName, the PodGroup spec field, priorityClassName). `checkpoint` and `restore_from` go into every
+    container of every pod template as into rendered pods (`checkpoint_pod_spec`)."""
 
     podgroup: MemberObject | None
     labels: Mapping[str, str]
@@ -444,6 +446,8 @@ class OperatorGang:
     pod_labels: Mapping[str, str]
     pod_annotations: Mapping[str, str]
     pod_spec: Mapping[str, Any]
+    checkpoint: CheckpointSpec | None = None
+    restore_from: str | None = None
 
 
 class Ownership(StrEnum):
@@ -822,7 +826,8 @@ class SchedulerAdapter:
                        group_name=group_name, priority_class_name=priority_class_name)
         return OperatorGang(podgroup=podgroup, labels=labels, annotations=annotations,
                             roles=tuple(role.name for role in model.spec.roles),
-                            pod_labels=pod_labels, pod_annotations=pod_annotations, pod_spec=pod_spec)
+                            pod_labels=pod_labels, pod_annotations=pod_annotations, pod_spec=pod_spec,
+                            checkpoint=model.spec.checkpoint, restore_from=restore_from(job, epoch))
 
     def _gang_podgroup(
         self, model: TrainingJob, *, epoch: int, namespace: str, labels: Mapping[str, str],
