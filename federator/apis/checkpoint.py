@@ -5,7 +5,7 @@ A training process reports a checkpoint by setting one annotation on its own pod
 
     federator.dev/checkpoint: {"step": 120, "location": "/ckpt/step-120"}
 
-(the pod's service account needs `patch` on pods in its namespace: deploy/member-rbac/checkpoint-reporter.yaml).
+(the pod's service account needs `patch` on pods in its namespace; docs/failover.md shows the Role).
 Status sync already watches every pod of the gang, so the report reaches the hub with no extra connection; the
 annotation holds only the latest report, so reports cannot pile up, and the hub writes status at most once per
 status batch.
