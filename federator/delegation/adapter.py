@@ -1430,6 +1430,8 @@ def checkpoint_pod_spec(pod_spec: JSON, *, checkpoint: CheckpointSpec | None, re
     if checkpoint is not None and checkpoint.uri is not None:
         ours.append((ENV_CHECKPOINT_URI, checkpoint.uri))
     mount = checkpoint is not None and checkpoint.volume is not None and checkpoint.mount_path is not None
+    if not ours and not mount:
+        return  # nothing of the hub's: the pod spec stays as the template wrote it
     for field in ("initContainers", "containers"):
         for container in pod_spec.get(field) or ():
             env = list(container.get("env") or ())
