@@ -71,7 +71,6 @@ __all__ = [
     "CheckpointStatus",
     "CheckpointVolume",
     "ClusterScore",
-    "MAX_SAVE_GRACE_SECONDS",
     "ExcludedCluster",
     "Failover",
     "HistoryEntry",
@@ -351,8 +350,6 @@ class Failover(ApiModel):
 
 # ---------------------------------------------------------------- checkpoints (issue 29, items 1 and 2)
 
-#: the hub's cap on spec.checkpoint.saveGraceSeconds (a pod given longer keeps its GPUs that much longer)
-MAX_SAVE_GRACE_SECONDS = 3600
 #: the checkpoint volume's name in every rendered pod (a template volume of that name is refused)
 CHECKPOINT_VOLUME = "federator-checkpoint"
 _MOUNT_PATH = r"^/[^:\x00]*$"
@@ -383,11 +380,19 @@ class CheckpointSpec(ApiModel):
                                   description=(
         "Where the job keeps its checkpoints outside the cluster (e.g. s3://bucket/run-7); the hub only passes "
         "it on, as env FEDERATOR_CHECKPOINT_URI. Exclusive with volume."))
-    save_grace_seconds: StrictInt = Field(default=DEFAULT_SAVE_GRACE_SECONDS, alias="saveGraceSeconds", ge=0, le=MAX_SAVE_GRACE_SECONDS,
+    save_grace_seconds: StrictInt = Field(default=DEFAULT_SAVE_GRACE_SECONDS, alias="saveGraceSeconds", ge=0,
                                           description=(
         "Preemption, drain and a requeue delete the old copy's pods with this grace period: SIGTERM, then "
         "SIGKILL after it, so the job can save. Fencing a partitioned cluster's copy stays immediate. At most "
-        "3600 (the hub's cap)."))
+        "the hub's validation.max_save_grace_seconds (default 3600)."))
+
+    @field_validator("save_grace_seconds")
+    @classmethod
+    def _grace_cap(cls, value: int, info: ValidationInfo) -> int:
+        cap = settings_of(info).max_save_grace_seconds
+        if value > cap:
+            raise ValueError(f"must be less than or equal to {cap} (the hub's max_save_grace_seconds)")
+        return value
 
     @model_validator(mode="after")
     def _where(self) -> CheckpointSpec:

@@ -18,7 +18,10 @@ from federator.apis.checkpoint import (
     restore_from,
     save_grace_seconds,
 )
-from federator.apis.trainingjob import MAX_SAVE_GRACE_SECONDS, TrainingJob, validate_trainingjob
+from federator.apis.common import ValidationSettings
+from federator.apis.trainingjob import TrainingJob, validate_trainingjob
+
+MAX_SAVE_GRACE_SECONDS = ValidationSettings().max_save_grace_seconds
 
 
 def _job(checkpoint: Any = None, **spec: Any) -> dict[str, Any]:
@@ -136,3 +139,11 @@ def test_the_checkpoint_volume_must_not_collide_with_the_template() -> None:
     fields = {path for path, _ in validate_trainingjob(copy.deepcopy(job))}
     assert {"spec.roles[0].template.spec.volumes",
             "spec.roles[0].template.spec.containers[0].volumeMounts"} <= fields
+
+
+def test_the_hubs_cap_on_the_grace_is_a_setting() -> None:
+    job = _job({"uri": "s3://b/r", "saveGraceSeconds": 120})
+    assert validate_trainingjob(job) == []
+    errors = validate_trainingjob(job, settings=ValidationSettings(max_save_grace_seconds=60))
+    assert errors == [("spec.checkpoint.saveGraceSeconds",
+                       "Invalid value: 120: must be less than or equal to 60 (the hub's max_save_grace_seconds)")]
