@@ -353,6 +353,7 @@ class Failover(ApiModel):
 #: the checkpoint volume's name in every rendered pod (a template volume of that name is refused)
 CHECKPOINT_VOLUME = "federator-checkpoint"
 _MOUNT_PATH = r"^/[^:\x00]*$"
+_URI = r"^[a-zA-Z][a-zA-Z0-9+.-]*://\S+$"
 
 
 class CheckpointVolume(ApiModel):
@@ -376,8 +377,7 @@ class CheckpointSpec(ApiModel):
     mount_path: StrictStr | None = Field(default=None, alias="mountPath", min_length=1, max_length=1024,
                                          pattern=_MOUNT_PATH, description=(
         "Where the volume is mounted (absolute, no '..'); required with volume; also env FEDERATOR_CHECKPOINT_DIR."))
-    uri: StrictStr | None = Field(default=None, min_length=1, max_length=2048, pattern=r"^[a-zA-Z][a-zA-Z0-9+.-]*://\S+$",
-                                  description=(
+    uri: StrictStr | None = Field(default=None, min_length=1, max_length=2048, pattern=_URI, description=(
         "Where the job keeps its checkpoints outside the cluster (e.g. s3://bucket/run-7); the hub only passes "
         "it on, as env FEDERATOR_CHECKPOINT_URI. Exclusive with volume."))
     save_grace_seconds: StrictInt = Field(default=DEFAULT_SAVE_GRACE_SECONDS, alias="saveGraceSeconds", ge=0,

@@ -36,7 +36,8 @@ def _job(checkpoint: Any = None, **spec: Any) -> dict[str, Any]:
 
 def test_a_well_formed_report_parses() -> None:
     assert parse_report('{"step": 120, "location": "/ckpt/step-120"}') == CheckpointReport(120, "/ckpt/step-120")
-    assert parse_report(json.dumps({"step": 0, "location": "s3://b/run 7/ü"})) == CheckpointReport(0, "s3://b/run 7/ü")
+    unicode = "s3://b/run 7/ü"
+    assert parse_report(json.dumps({"step": 0, "location": unicode})) == CheckpointReport(0, unicode)
 
 
 @pytest.mark.parametrize(("raw", "fragment"), [

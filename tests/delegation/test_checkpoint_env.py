@@ -54,7 +54,8 @@ def test_a_later_copy_restores_from_the_last_checkpoint_and_mounts_the_claim() -
         assert env["FEDERATOR_RESTORE_FROM"] == "/ckpt/step-140" and env["FEDERATOR_CHECKPOINT_DIR"] == "/ckpt"
         assert "FEDERATOR_CHECKPOINT_URI" not in env and env["FEDERATOR_EPOCH"] == "3"
         assert {"name": "federator-checkpoint", "mountPath": "/ckpt"} in container["volumeMounts"]
-        assert {"name": "federator-checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}} in pod["spec"]["volumes"]
+        volume = {"name": "federator-checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}}
+        assert volume in pod["spec"]["volumes"]
 
 
 @pytest.mark.parametrize("epoch", [0, 2])
