@@ -157,6 +157,15 @@ def _comma_list(raw: str, path: str, errors: list[FieldError]) -> list[str] | No
     return items
 
 
+def _decimal(raw: str, path: str, errors: list[FieldError]) -> int | None:
+    """A non-negative decimal integer of at most 10 digits (surrounding spaces ignored), else an error at `path`."""
+    text = raw.strip()
+    if text.isascii() and text.isdigit() and len(text) <= 10:
+        return int(text)
+    errors.append((path, f"Invalid value: {_shown(raw)}: must be a non-negative decimal integer"))
+    return None
+
+
 def hints_from_metadata(
     metadata: object, *, settings: ValidationSettings | None = None
 ) -> tuple[dict[str, Any], list[FieldError]]:
@@ -226,13 +235,9 @@ def hints_from_metadata(
     if ANNOTATION_ON_CLUSTER_LOSS in annotations:
         failover["onClusterLoss"] = annotations[ANNOTATION_ON_CLUSTER_LOSS].strip()
     if ANNOTATION_MAX_REQUEUES in annotations:
-        raw = annotations[ANNOTATION_MAX_REQUEUES]
-        text = raw.strip()
-        if text.isascii() and text.isdigit() and len(text) <= 10:
-            failover["maxRequeues"] = int(text)
-        else:
-            errors.append((at_annotation(ANNOTATION_MAX_REQUEUES),
-                           f"Invalid value: {_shown(raw)}: must be a non-negative decimal integer"))
+        count = _decimal(annotations[ANNOTATION_MAX_REQUEUES], at_annotation(ANNOTATION_MAX_REQUEUES), errors)
+        if count is not None:
+            failover["maxRequeues"] = count
     if failover:
         found = _sub_errors(Failover, failover, {"onClusterLoss": at_annotation(ANNOTATION_ON_CLUSTER_LOSS),
                                                  "maxRequeues": at_annotation(ANNOTATION_MAX_REQUEUES)}, chosen)
@@ -248,13 +253,10 @@ def hints_from_metadata(
     if ANNOTATION_CHECKPOINT_MOUNT_PATH in annotations:
         checkpoint["mountPath"] = annotations[ANNOTATION_CHECKPOINT_MOUNT_PATH].strip()
     if ANNOTATION_SAVE_GRACE_SECONDS in annotations:
-        raw = annotations[ANNOTATION_SAVE_GRACE_SECONDS]
-        text = raw.strip()
-        if text.isascii() and text.isdigit() and len(text) <= 10:
-            checkpoint["saveGraceSeconds"] = int(text)
-        else:
-            errors.append((at_annotation(ANNOTATION_SAVE_GRACE_SECONDS),
-                           f"Invalid value: {_shown(raw)}: must be a non-negative decimal integer"))
+        grace = _decimal(annotations[ANNOTATION_SAVE_GRACE_SECONDS], at_annotation(ANNOTATION_SAVE_GRACE_SECONDS),
+                         errors)
+        if grace is not None:
+            checkpoint["saveGraceSeconds"] = grace
     if checkpoint:
         # a rule across the fields (uri with a claim, a claim without a mount path) is at metadata.annotations
         found = _sub_errors(CheckpointSpec, checkpoint, {
