@@ -70,7 +70,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from federator.apis.checkpoint import save_grace_seconds
+from federator.apis.checkpoint import restore_from, save_grace_seconds
 from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
@@ -609,6 +609,15 @@ class Dispatcher:
         await self.wait_for_fence(cluster, wait=self.fence_wait_seconds)
         await self.wait_for_previous(job, cluster=cluster,
                                      wait=self.fence_wait_seconds + (save_grace_seconds(job) or 0))
+        if (Body(job).status.get("placement") or {}).get("previous") is not None:
+            # the previous copy may have reported a last checkpoint during its grace (status sync recorded it
+            # meanwhile): the new copy restores from that one
+            stored = await self._stored(ref)
+            if restore_from(stored, epoch) != restore_from(job, epoch):
+                job = {**job, "status": {**Body(job).status, "checkpoint": Body(stored).status.get("checkpoint")}}
+                adapter, priority_class, render = self._renderer(
+                    job, scheduler=scheduler, cluster=cluster, epoch=epoch, assignment=assignment, operated=operated)
+                objects = render(True)
         await self._ensure_namespace(client, cluster=cluster, namespace=ref.namespace)
         if priority_class is not None and not await self._ensure_priority_class(client, cluster=cluster,
                                                                                  priority_class=priority_class):

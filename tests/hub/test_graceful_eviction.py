@@ -3,13 +3,14 @@ spec.checkpoint.saveGraceSeconds to save before it is killed, and the new copy's
 FEDERATOR_RESTORE_FROM = the last checkpoint the old copy reported.
 
 A real hub with its controllers and two simulated members whose kubelets run pods as local processes (profile
-processRuntime). The job's one pod runs a shell that traps SIGTERM and, two seconds later (saving takes time:
-with a grace of 1 s SIGKILL comes first), writes a final checkpoint file into the checkpoint claim
-(spec.checkpoint.volume, mounted by the hub); the test reports a checkpoint as the process would (a PATCH of its
-pod's annotation through the member API)."""
+processRuntime). The job's one pod runs a shell that traps SIGTERM, then "saves" until the test says it is done
+(a file in the checkpoint claim, spec.checkpoint.volume, mounted by the hub) and writes a final checkpoint file.
+Meanwhile the test reports the saved checkpoint as the process would (a PATCH of its pod's annotation through
+the member API): the hub records it from the terminating copy, and the new copy restores from it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.xdist_group("process-runtime")
 SCRIPT = (
     'echo "start epoch=$FEDERATOR_EPOCH restore=${FEDERATOR_RESTORE_FROM:-none}" '
     '>> "$FEDERATOR_CHECKPOINT_DIR/start-$FEDERATOR_EPOCH"; '
-    'trap \'sleep 2; echo "saved at SIGTERM epoch=$FEDERATOR_EPOCH" '
+    'trap \'while [ ! -f "$FEDERATOR_CHECKPOINT_DIR/go-$FEDERATOR_EPOCH" ]; do sleep 0.1; done; '
+    'echo "saved at SIGTERM epoch=$FEDERATOR_EPOCH" '
     '> "$FEDERATOR_CHECKPOINT_DIR/final-$FEDERATOR_EPOCH"; '
     'exit 0\' TERM; '
     'while true; do sleep 0.2; done'
@@ -78,7 +80,24 @@ async def test_a_drained_process_gets_sigterm_and_saves_and_the_next_copy_restor
         await env.api.wait_job(NS, "gr", lambda j: ((j.get("status") or {}).get("checkpoint") or {}).get("step")
                                == 7, timeout=60, what="status.checkpoint at step 7")
 
-        code, out, err = await env.hub.cli("admin", "cluster", "drain", HOME, "--timeout", "3m", timeout=200)
+        drain = asyncio.get_running_loop().create_task(
+            env.hub.cli("admin", "cluster", "drain", HOME, "--timeout", "3m", timeout=200))
+
+        async def terminating() -> dict[str, Any] | None:
+            for found in await env.live_pods(HOME, uid):
+                if found["metadata"].get("deletionTimestamp"):
+                    return found
+            return None
+
+        old = await wait_until(terminating, timeout=120, what="the old copy's pod terminating")
+        assert old["metadata"]["deletionGracePeriodSeconds"] == 30
+        # the process saves during its grace and reports it; the hub records it from the terminating copy
+        await client.patch(PODS, namespace=NS, name=old["metadata"]["name"], patch={"metadata": {"annotations": {
+            ANNOTATION_CHECKPOINT: json.dumps({"step": 9, "location": f"{mount}/step-9"})}}})
+        await env.api.wait_job(NS, "gr", lambda j: j["status"]["checkpoint"]["step"] == 9, timeout=60,
+                               what="status.checkpoint at step 9, reported during the grace")
+        (_claim_dir(root, HOME) / f"go-{epoch}").write_text("saved\n")
+        code, out, err = await drain
         assert code == 0, (out, err)
         moved = await env.api.wait_job(NS, "gr", lambda j: placement_of(j).get("cluster") == FALLBACK
                                        and phase(j) == "Running", timeout=120, what="gr running in FALLBACK")
@@ -87,4 +106,4 @@ async def test_a_drained_process_gets_sigterm_and_saves_and_the_next_copy_restor
         assert final.is_file() and final.read_text().strip() == f"saved at SIGTERM epoch={epoch}"
         new_epoch = placement_of(moved)["epoch"]
         second = await wait_until(lambda: started(FALLBACK, new_epoch), timeout=120, what="the new copy's process")
-        assert f"restore={mount}/step-7" in str(second), second
+        assert f"restore={mount}/step-9" in str(second), second
