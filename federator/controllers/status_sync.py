@@ -51,6 +51,12 @@ shrink above its minimum instead loses the failed pod: status.replicas one
 smaller, history Resized (reason WorkerLost), written before the pod is
 deleted. Roles with restartPolicy Never fail the gang as before.
 
+Checkpoints (issue 29, docs/failover.md): the newest report on the gang's pods (annotation
+federator.dev/checkpoint, `apis.checkpoint.latest_report`), and on a moved gang's previous copy while its pods
+are still there (an evicted copy saves during its grace), becomes status.checkpoint when it is newer
+(`with_checkpoint`: a higher step of the same copy, or a later copy), with one Checkpointed history entry per
+copy; a malformed report is logged once and ignored.
+
 It never creates or deletes member objects itself (the restarts are dispatch's), never decides placement, and
 never logs an object body or a credential.
 """
