@@ -163,6 +163,8 @@ class ValidationSettings:
     max_containers_per_pod: int = 64
     #: a role template's size as compact JSON (the whole job must stay under the API's request limit)
     max_template_bytes: int = 128 * 1024
+    #: spec.checkpoint.saveGraceSeconds, at most (an evicted pod keeps its GPUs that long)
+    max_save_grace_seconds: int = 3600
     # A request that produces thousands of errors gets the first N and a count.
     max_errors: int = 100
     cpu_cap: Fraction = field(init=False, repr=False)
@@ -171,7 +173,7 @@ class ValidationSettings:
     def __post_init__(self) -> None:
         for name in ("max_replicas_per_role", "max_total_replicas", "max_roles", "max_gpus_per_pod",
                      "max_rdma_per_pod", "max_requeues", "max_errors", "max_containers_per_pod",
-                     "max_template_bytes"):
+                     "max_template_bytes", "max_save_grace_seconds"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"ValidationSettings.{name} must be a positive integer, got {value!r}")

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from federator.apis.checkpoint import DEFAULT_SAVE_GRACE_SECONDS
 from federator.apis.failurepolicy import FailurePolicy, container_names, failure_policy_errors
 from federator.apis.frameworks import Framework, FrameworkSettings, framework_errors
 from federator.apis.podtemplate import is_full_form, pod_template_errors, toleration_errors
@@ -66,6 +67,10 @@ __all__ = [
     "SHORT_NAMES",
     "SINGULAR",
     "EnvVar",
+    "CHECKPOINT_VOLUME",
+    "CheckpointSpec",
+    "CheckpointStatus",
+    "CheckpointVolume",
     "ClusterScore",
     "ExcludedCluster",
     "Failover",
@@ -352,6 +357,78 @@ class Failover(ApiModel):
         return value
 
 
+# ---------------------------------------------------------------- checkpoints (issue 29, items 1 and 2)
+
+#: the checkpoint volume's name in every rendered pod (a template volume of that name is refused)
+CHECKPOINT_VOLUME = "federator-checkpoint"
+_MOUNT_PATH = r"^/[^:\x00]*$"
+_URI = r"^[a-zA-Z][a-zA-Z0-9+.-]*://\S+$"
+
+
+class CheckpointVolume(ApiModel):
+    """A PersistentVolumeClaim of the member namespace, mounted in every pod at spec.checkpoint.mountPath."""
+
+    claim_name: DNSSubdomain = Field(alias="claimName", description=(
+        "The claim's name; the claim must exist in every member namespace the job can run in (a claim missing "
+        "there leaves the pods Pending, as kube does)."))
+
+
+class CheckpointSpec(ApiModel):
+    """Where the job keeps its checkpoints and how long it may take to save one when evicted.
+
+    A pod reports a checkpoint by setting annotation federator.dev/checkpoint on its own pod (docs/failover.md);
+    the hub records the latest in status.checkpoint and passes its location to the next copy as env
+    FEDERATOR_RESTORE_FROM."""
+
+    volume: CheckpointVolume | None = Field(default=None, description=(
+        "A PersistentVolumeClaim mounted in every container of every pod at mountPath (volume "
+        "federator-checkpoint). Exclusive with uri."))
+    mount_path: StrictStr | None = Field(default=None, alias="mountPath", min_length=1, max_length=1024,
+                                         pattern=_MOUNT_PATH, description=(
+        "Where the volume is mounted (absolute, no '..'); required with volume; also env FEDERATOR_CHECKPOINT_DIR."))
+    uri: StrictStr | None = Field(default=None, min_length=1, max_length=2048, pattern=_URI, description=(
+        "Where the job keeps its checkpoints outside the cluster (e.g. s3://bucket/run-7); the hub only passes "
+        "it on, as env FEDERATOR_CHECKPOINT_URI. Exclusive with volume."))
+    save_grace_seconds: StrictInt = Field(default=DEFAULT_SAVE_GRACE_SECONDS, alias="saveGraceSeconds", ge=0,
+                                          description=(
+        "Preemption, drain and a requeue delete the old copy's pods with this grace period: SIGTERM, then "
+        "SIGKILL after it, so the job can save. Fencing a partitioned cluster's copy stays immediate. At most "
+        "the hub's validation.max_save_grace_seconds (default 3600)."))
+
+    @field_validator("save_grace_seconds")
+    @classmethod
+    def _grace_cap(cls, value: int, info: ValidationInfo) -> int:
+        cap = settings_of(info).max_save_grace_seconds
+        if value > cap:
+            raise ValueError(f"must be less than or equal to {cap} (the hub's max_save_grace_seconds)")
+        return value
+
+    @model_validator(mode="after")
+    def _where(self) -> CheckpointSpec:
+        if self.volume is not None and self.uri is not None:
+            raise ValueError("volume and uri are exclusive: give one")
+        if self.volume is not None and self.mount_path is None:
+            raise ValueError("mountPath is required with volume")
+        if self.mount_path is not None and self.volume is None:
+            raise ValueError("mountPath is only meaningful with volume")
+        if self.mount_path is not None and ".." in self.mount_path.split("/"):
+            raise ValueError("mountPath must not contain '..'")
+        return self
+
+
+class CheckpointStatus(ApiModel):
+    """The latest checkpoint a pod of the job reported (annotation federator.dev/checkpoint)."""
+
+    time: Timestamp
+    step: StrictInt = Field(ge=0, le=2**63 - 1)
+    location: StrictStr = Field(min_length=1, max_length=1024)
+    cluster: StrictStr = Field(max_length=253)
+    epoch: StrictInt = Field(ge=0)
+
+
+# ---------------------------------------------------------------- the job
+
+
 class TrainingJobSpec(ApiModel):
     """The desired gang."""
 
@@ -406,6 +483,9 @@ class TrainingJobSpec(ApiModel):
     framework_settings: FrameworkSettings | None = Field(default=None, alias="frameworkSettings", description=(
         "Settings of spec.framework: port (pytorch, tensorflow, paddle, jax), nprocPerNode (pytorch), "
         "slotsPerWorker and mpiImplementation (mpi)."))
+    checkpoint: CheckpointSpec | None = Field(default=None, description=(
+        "Checkpoints the hub knows about: where they are kept, the grace to save one when evicted; the latest "
+        "reported is passed to the next copy as env FEDERATOR_RESTORE_FROM (docs/failover.md)."))
 
     @field_validator("roles")
     @classmethod
@@ -585,6 +665,9 @@ class TrainingJobStatus(ApiModel):
     operator: OperatorStatus | None = Field(default=None, description=(
         "Operator mode (a twin of an upstream job kind run by the member's own operator): the member copy's "
         "cluster, epoch and conditions."))
+    checkpoint: CheckpointStatus | None = Field(default=None, description=(
+        "The latest checkpoint a pod reported (time, step, location, cluster, epoch); kept across requeues, its "
+        "location is the next copy's FEDERATOR_RESTORE_FROM."))
 
 
 class TrainingJob(ApiModel):
@@ -636,6 +719,7 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
         errors += framework_errors(spec)
         errors += failure_policy_errors(spec.get("failurePolicy"), path="spec.failurePolicy",
                                         containers=container_names(spec.get("roles")))
+        errors += _checkpoint_volume_errors(spec)
         placement = spec.get("placement")
         if isinstance(placement, Mapping):
             errors += duplicate_scalar_errors(placement.get("gpuModels"), path="spec.placement.gpuModels")
@@ -650,6 +734,32 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
                 errors += [(f"status.history[{index}].{key}", "Required value: a Resized entry says the "
                                                               "pods per role before (from) and after (to)")
                            for key in ("from", "to") if key not in entry]
+    return errors
+
+
+def _checkpoint_volume_errors(spec: Mapping[str, Any]) -> list[FieldError]:
+    """spec.checkpoint's volume and mount must not collide with a full-form template's own."""
+    checkpoint, roles = spec.get("checkpoint"), spec.get("roles")
+    if not isinstance(checkpoint, Mapping) or not isinstance(checkpoint.get("volume"), Mapping) \
+            or not isinstance(roles, list):
+        return []
+    mount_path = checkpoint.get("mountPath")
+    errors: list[FieldError] = []
+    for index, role in enumerate(roles):
+        template = role.get("template") if isinstance(role, Mapping) else None
+        pod = template.get("spec") if isinstance(template, Mapping) else None
+        if not isinstance(pod, Mapping):
+            continue
+        where = f"spec.roles[{index}].template.spec"
+        if any(isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME for v in pod.get("volumes") or ()):
+            errors.append((f"{where}.volumes", f"Invalid value: {CHECKPOINT_VOLUME!r}: the name is the hub's "
+                                               "(spec.checkpoint.volume)"))
+        for field in ("initContainers", "containers"):
+            for c_index, container in enumerate(pod.get(field) or ()):
+                mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
+                if any(isinstance(m, Mapping) and m.get("mountPath") == mount_path for m in mounts or ()):
+                    errors.append((f"{where}.{field}[{c_index}].volumeMounts",
+                                   f"Invalid value: {mount_path!r}: spec.checkpoint.mountPath mounts there"))
     return errors
 
 

@@ -166,6 +166,7 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None, pods: JSONO
     failover = spec.get("failover") or {}
     add(f"Failover:     on cluster loss {failover.get('onClusterLoss', 'requeue')}, "
         f"at most {failover.get('maxRequeues', 3)} requeues")
+    add(f"Checkpoints:  {_checkpoint_text(spec.get('checkpoint'), status.get('checkpoint'))}")
 
     add("Placement explanation:")
     if cluster:
@@ -337,6 +338,22 @@ def source_kind_named(resource: str) -> JobKind:
     known = ", ".join([*TRAININGJOB_NAMES[:1], *(k.singular if k.group != "batch" else f"jobs.{k.group}"
                                                  for k in JOB_KINDS)])
     raise InputError(f"describe: unknown kind {resource!r}; one of: {known}")
+
+
+def _checkpoint_text(spec: object, last: object) -> str:
+    """spec.checkpoint (where, the eviction grace) and status.checkpoint (the latest reported), on one line."""
+    parts: list[str] = []
+    if isinstance(spec, Mapping):
+        volume = spec.get("volume")
+        if isinstance(volume, Mapping):
+            parts.append(f"claim {volume.get('claimName')} at {spec.get('mountPath')}")
+        if spec.get("uri"):
+            parts.append(str(spec["uri"]))
+        parts.append(f"save grace {spec.get('saveGraceSeconds', 30)}s")
+    if isinstance(last, Mapping):
+        parts.append(f"latest step {last.get('step')} at {last.get('location')} (cluster {last.get('cluster')}, "
+                     f"epoch {last.get('epoch')}, {last.get('time')})")
+    return "; ".join(parts) if parts else "<none>"
 
 
 def _mode_text(mode: object) -> str:

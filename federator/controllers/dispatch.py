@@ -70,6 +70,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from federator.apis.checkpoint import restore_from, save_grace_seconds
 from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
@@ -204,13 +205,15 @@ class DeleteOutcome:
 
 
 async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *, cluster: str,
-                                hub_id: str | None = None) -> DeleteOutcome:
+                                hub_id: str | None = None, pod_grace_seconds: int | None = None) -> DeleteOutcome:
     """Delete `objects` from one member (pods first, as given), each guarded by its uid: a 404 or a
     failed uid precondition (409: a newer object of that name) counts as already gone. Objects
     already terminating are left to finish. (`Dispatcher.delete_objects` is the way in for the other
     controllers; placement's own evictions still call this directly until they move into dispatch.)
     With `hub_id`, `objects` are whole gangs: each gang's Service and ConfigMaps (which no watch indexes)
-    go too (`delete_gang_companions`); a shrink's few pods pass none."""
+    go too (`delete_gang_companions`); a shrink's few pods pass none. `pod_grace_seconds` (an evicted copy's
+    spec.checkpoint.saveGraceSeconds) is the pods' deleteOptions.gracePeriodSeconds: SIGTERM, then SIGKILL
+    after it; None leaves each pod's own terminationGracePeriodSeconds."""
     if hub_id is not None:
         await delete_gang_companions(client, objects, hub_id=hub_id, cluster=cluster)
     outcome = DeleteOutcome()
@@ -221,6 +224,7 @@ async def delete_member_objects(client: Any, objects: Sequence[IndexedObject], *
         try:
             await client.delete(obj.resource, namespace=obj.namespace or None, name=obj.name,
                                 precondition_uid=obj.uid or None,
+                                grace_period_seconds=pod_grace_seconds if obj.resource.key == PODS.key else None,
                                 propagation_policy="Background" if obj.resource.key in JOB_KIND_KEYS else None)
             outcome.requested += 1
         except MemberApiError as e:
@@ -552,7 +556,10 @@ class Dispatcher:
         pending = [o for o in left if not o.deleting]
         if client is None or not pending:
             return 0
-        outcome = await delete_member_objects(client, pending, cluster=old_cluster, hub_id=self._hub_id)
+        # graceful eviction (drain, preemption, a move): the old copy's pods get spec.checkpoint.saveGraceSeconds
+        # to save; fencing a partitioned cluster's copy is the member agent's, and immediate (docs/failover.md)
+        outcome = await delete_member_objects(client, pending, cluster=old_cluster, hub_id=self._hub_id,
+                                              pod_grace_seconds=save_grace_seconds(job))
         return outcome.requested
 
     async def wait_for_previous(self, job: Mapping[str, Any], *, cluster: str, wait: float) -> None:
@@ -600,7 +607,17 @@ class Dispatcher:
                                                          assignment=assignment, operated=operated)
         objects = render(True)
         await self.wait_for_fence(cluster, wait=self.fence_wait_seconds)
-        await self.wait_for_previous(job, cluster=cluster, wait=self.fence_wait_seconds)
+        await self.wait_for_previous(job, cluster=cluster,
+                                     wait=self.fence_wait_seconds + (save_grace_seconds(job) or 0))
+        if (Body(job).status.get("placement") or {}).get("previous") is not None:
+            # the previous copy may have reported a last checkpoint during its grace (status sync recorded it
+            # meanwhile): the new copy restores from that one
+            stored = await self._stored(ref)
+            if restore_from(stored, epoch) != restore_from(job, epoch):
+                job = {**job, "status": {**Body(job).status, "checkpoint": Body(stored).status.get("checkpoint")}}
+                adapter, priority_class, render = self._renderer(
+                    job, scheduler=scheduler, cluster=cluster, epoch=epoch, assignment=assignment, operated=operated)
+                objects = render(True)
         await self._ensure_namespace(client, cluster=cluster, namespace=ref.namespace)
         if priority_class is not None and not await self._ensure_priority_class(client, cluster=cluster,
                                                                                  priority_class=priority_class):

@@ -446,6 +446,8 @@ _VALIDATION: Final[Mapping[str, _Spec]] = {
                                     "containers (and, apart, init containers) of a full pod template, at most", 1),
     "max_template_bytes": _Spec("max_template_bytes", "count", "bytes",
                                 "a role's full pod template as compact JSON, at most", 1),
+    "max_save_grace_seconds": _Spec("max_save_grace_seconds", "count", "s",
+                                    "spec.checkpoint.saveGraceSeconds, at most", 1),
 }
 
 

@@ -58,6 +58,12 @@ Requeue sends the gang elsewhere with its cluster excluded, a RestartPod or Igno
 no single pod places the whole gang again, and per-pod restarts go as above with Ignore's pods not counted;
 a history entry FailurePolicy and an Event name the rule (docs/failover.md).
 
+Checkpoints (issue 29, docs/failover.md): the newest report on the gang's pods (annotation
+federator.dev/checkpoint, `apis.checkpoint.latest_report`), and on a moved gang's previous copy while its pods
+are still there (an evicted copy saves during its grace), becomes status.checkpoint when it is newer
+(`with_checkpoint`: a higher step of the same copy, or a later copy), with one Checkpointed history entry per
+copy; a malformed report is logged once and ignored.
+
 It never creates or deletes member objects itself (the restarts are dispatch's), never decides placement, and
 never logs an object body or a credential.
 """
@@ -82,6 +88,7 @@ from federator.apis.failurepolicy import (
     image_pull_error,
     match_pod_failure,
 )
+from federator.apis.checkpoint import CheckpointReport, latest_report
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
 from federator.apis.timestamps import format_time
 from federator.apis.views import Body, as_mapping
@@ -246,6 +253,48 @@ def with_operator(job: Mapping[str, Any], new: dict[str, Any] | None,
     base = dict(base)
     base["operator"] = dict(operator)
     return base
+
+
+HISTORY_CHECKPOINTED = "Checkpointed"
+
+
+def with_checkpoint(job: Mapping[str, Any], new: dict[str, Any] | None, report: CheckpointReport | None, *,
+                    cluster: str, epoch: int, now: float) -> dict[str, Any] | None:
+    """`new` (None: nothing changes) with status.checkpoint set to `report` when it is newer than the recorded
+    one: a higher step of the same copy (cluster and epoch), or any report of a later copy (never one of an
+    earlier copy: an evicted copy's last report, read during its grace, loses to the new copy's). History
+    stays bounded: one Checkpointed entry per copy, replaced by each newer report while it is the latest."""
+    if report is None:
+        return new
+    base = new if new is not None else dict(Body(job).status)
+    old = base.get("checkpoint")
+    if isinstance(old, Mapping) and type(old.get("epoch")) is int:
+        if old["epoch"] > epoch or (old["epoch"] == epoch and old.get("cluster") == cluster
+                                    and type(old.get("step")) is int and report.step <= old["step"]):
+            return new
+    base = dict(base)
+    base["checkpoint"] = {"time": format_time(now), "step": report.step, "location": report.location,
+                          "cluster": cluster, "epoch": epoch}
+    entry = history_entry(HISTORY_CHECKPOINTED, cluster=cluster, epoch=epoch, now=now,
+                          message=f"step {report.step} at {report.location}")
+    history = list(base.get("history") or ())
+    last = history[-1] if history else None
+    if isinstance(last, Mapping) and last.get("event") == HISTORY_CHECKPOINTED and last.get("epoch") == epoch \
+            and last.get("cluster") == cluster:
+        base["history"] = [*history[:-1], entry]
+    else:
+        append_history(base, entry)
+    return base
+
+
+def with_checkpoints(job: Mapping[str, Any], new: dict[str, Any] | None, report: CheckpointReport | None,
+                     previous: tuple[str, int, CheckpointReport] | None, *, cluster: str, epoch: int,
+                     now: float) -> dict[str, Any] | None:
+    """`with_checkpoint` for the previous copy's report (cluster, epoch, report: a moved gang's old copy saving
+    during its grace), then for the current copy's."""
+    if previous is not None:
+        new = with_checkpoint(job, new, previous[2], cluster=previous[0], epoch=previous[1], now=now)
+    return with_checkpoint(job, new, report, cluster=cluster, epoch=epoch, now=now)
 
 
 def objects_missing(job: Mapping[str, Any], gs: GangStatus) -> bool:
@@ -638,6 +687,8 @@ class StatusSync:
         self._missing_since: dict[str, float] = {}
         #: job uid -> (cluster, epoch, the member copy's status fields left out) last logged
         self._dropped_said: dict[str, tuple[str, int, tuple[str, ...]]] = {}
+        #: (job uid, cluster) -> the malformed checkpoint reports (pod, why) last logged, so each is logged once
+        self._bad_reports_said: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
         objects.subscribe(self._objects_changed)
         jobs.subscribe(self._job_changed)
 
@@ -898,11 +949,44 @@ class StatusSync:
                      name=Body(copy).name, cluster=cluster, epoch=epoch,
                      fields="; ".join(why[:200] for why in list(dropped.values())[:8]))
 
+    def _checkpoint_report(self, uid: str, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *,
+                           cluster: str) -> CheckpointReport | None:
+        """The newest checkpoint report on the gang's pods; a malformed one is logged once and ignored."""
+        report, bad = latest_report(pods)
+        said = tuple((b.pod, b.reason) for b in bad)
+        if said and self._bad_reports_said.get((uid, cluster)) != said:
+            for b in bad:
+                _log.warning("checkpoint report ignored", job=job_ref(job).key, cluster=cluster, pod=b.pod,
+                             annotation="federator.dev/checkpoint", reason=b.reason)
+        if said:
+            self._bad_reports_said[(uid, cluster)] = said
+        else:
+            self._bad_reports_said.pop((uid, cluster), None)
+        return report
+
+    def _previous_report(self, uid: str, job: Mapping[str, Any]) -> tuple[str, int, CheckpointReport] | None:
+        """The newest report on the pods of a moved gang's previous copy (status.placement.previous) while they
+        are still there: an evicted copy saves during its grace (docs/failover.md)."""
+        placement = Body(job).status.get("placement")
+        previous = placement.get("previous") if isinstance(placement, Mapping) else None
+        if not isinstance(previous, Mapping):
+            return None
+        cluster, epoch = previous.get("cluster"), previous.get("epoch")
+        if not isinstance(cluster, str) or type(epoch) is not int:
+            return None
+        watched = self._watched(cluster)
+        if watched is None:
+            return None
+        report = self._checkpoint_report(uid, job, watched[0].gang(uid, epoch)[1], cluster=cluster)
+        return (cluster, epoch, report) if report is not None else None
+
     async def reconcile(self, uid: str) -> None:
         self.awaiting_release.discard(uid)
         job = self.jobs.get(uid)
         if job is None:
             self._dropped_said.pop(uid, None)
+            for key in [k for k in self._bad_reports_said if k[0] == uid]:
+                del self._bad_reports_said[key]
             return
         body = Body(job)
         phase = body.phase
@@ -915,6 +999,8 @@ class StatusSync:
         now = time.time()
         gs: GangStatus | None = None
         operator: dict[str, Any] | None = None
+        report: CheckpointReport | None = None
+        previous: tuple[str, int, CheckpointReport] | None = None
         watched = self._watched(cluster)
         if watched is not None:
             objects, adapter = watched
@@ -924,6 +1010,8 @@ class StatusSync:
                 self._shrunk.pop(uid, None)
             sizes = shrunk[2] if shrunk is not None else None
             gs = gang_status(job, objects, adapter, epoch=epoch, expected=sizes)
+            report = self._checkpoint_report(uid, job, objects.gang(uid, epoch)[1], cluster=cluster)
+            previous = self._previous_report(uid, job)
             source_key = body.annotations.get(SOURCE_KIND_ANNOTATION)
             kind = job_kind_by_source(source_key) if isinstance(source_key, str) else None
             plan: RestartPlan | None = None
@@ -967,8 +1055,9 @@ class StatusSync:
             missing = objects_missing(job, gs)
             if not missing:
                 self._missing_since.pop(uid, None)
-            if with_operator(job, synced_status(job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now,
-                                                quiet=True), operator) is None:
+            if with_checkpoints(job, with_operator(job, synced_status(
+                    job, gs, adapter=adapter, cluster=cluster, epoch=epoch, now=now, quiet=True), operator),
+                    report, previous, cluster=cluster, epoch=epoch, now=now) is None:
                 gs = None  # the member shows nothing new
             elif missing:
                 verdict = self._fence_verdict(uid, job, cluster=cluster, epoch=epoch, now=now)
@@ -995,8 +1084,9 @@ class StatusSync:
                 return None  # the job moved on (requeued, another epoch, deleted) since we looked
             if watched is None:
                 return None
-            new = with_operator(fresh, synced_status(fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch,
-                                                     now=now), operator)
+            new = with_checkpoints(fresh, with_operator(fresh, synced_status(
+                fresh, gs, adapter=watched[1], cluster=cluster, epoch=epoch, now=now), operator),
+                report, previous, cluster=cluster, epoch=epoch, now=now)
             if new is None:
                 return None
             fresh["status"] = new

@@ -134,7 +134,15 @@ from federator.apis.common import (
     label_value_errors,
 )
 from federator.apis.frameworks import FrameworkSettings
-from federator.apis.trainingjob import Role, TrainingJob, placed_replicas, validate_trainingjob
+from federator.apis.checkpoint import ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_URI, ENV_RESTORE_FROM, restore_from
+from federator.apis.trainingjob import (
+    CHECKPOINT_VOLUME,
+    CheckpointSpec,
+    Role,
+    TrainingJob,
+    placed_replicas,
+    validate_trainingjob,
+)
 from federator.apis.jobkinds.base import PodContract, PodDns
 from federator.delegation.contracts import contract_for, put_contract
 from federator.delegation.frameworks import GangLayout, GangRole, apply_framework, framework_config_maps, service_ports
@@ -181,6 +189,7 @@ __all__ = [
     "PodGroupKind",
     "RenderError",
     "RoleCounts",
+    "checkpoint_pod_spec",
     "SchedulerAdapter",
     "extended_resource_tolerations",
     "gpu_node_labels",
@@ -427,7 +436,8 @@ class OperatorGang:
     what goes on the member copy of the source object: `labels` and `annotations` on the copy and on each of its
     pod templates (the same keys rendered pods carry: job uid, epoch, hub, ...; plus LABEL_ROLE per template),
     and on each pod template the adapter's gang membership (`pod_labels`, `pod_annotations`, and `pod_spec`:
-    schedulerName, the PodGroup spec field, priorityClassName)."""
+    schedulerName, the PodGroup spec field, priorityClassName). `checkpoint` and `restore_from` go into every
+    container of every pod template as into rendered pods (`checkpoint_pod_spec`)."""
 
     podgroup: MemberObject | None
     labels: Mapping[str, str]
@@ -436,6 +446,8 @@ class OperatorGang:
     pod_labels: Mapping[str, str]
     pod_annotations: Mapping[str, str]
     pod_spec: Mapping[str, Any]
+    checkpoint: CheckpointSpec | None = None
+    restore_from: str | None = None
 
 
 class Ownership(StrEnum):
@@ -726,6 +738,7 @@ class SchedulerAdapter:
         total_pods = sum(counts[role.name] for role in roles)
         hints = _node_hints(assignment, counts, where=where)
         gpu_pin = _gpu_pin(gpu_node_labels)
+        restore = restore_from(job, epoch)
         group_name, podgroup = self._gang_podgroup(model, epoch=epoch, namespace=namespace, labels=common_labels,
                                                    annotations=common_annotations, where=where,
                                                    priority_class_name=priority_class_name)
@@ -745,6 +758,7 @@ class SchedulerAdapter:
                             job_namespace=job_namespace, job_name=job_name, role=role.name, index=index,
                             role_size=counts[role.name], gang_size=total_pods, epoch=epoch,
                             user_env=container.get("env") or ())
+                checkpoint_pod_spec(pod_spec, checkpoint=model.spec.checkpoint, restore=restore)
                 objects.append(self._render_pod(
                     role, index=index, name=name, namespace=namespace, pod_spec=pod_spec, role_pod=role_pod,
                     scheduler_name=cluster_scheduler_name, group_name=group_name,
@@ -812,7 +826,8 @@ class SchedulerAdapter:
                        group_name=group_name, priority_class_name=priority_class_name)
         return OperatorGang(podgroup=podgroup, labels=labels, annotations=annotations,
                             roles=tuple(role.name for role in model.spec.roles),
-                            pod_labels=pod_labels, pod_annotations=pod_annotations, pod_spec=pod_spec)
+                            pod_labels=pod_labels, pod_annotations=pod_annotations, pod_spec=pod_spec,
+                            checkpoint=model.spec.checkpoint, restore_from=restore_from(job, epoch))
 
     def _gang_podgroup(
         self, model: TrainingJob, *, epoch: int, namespace: str, labels: Mapping[str, str],
@@ -1400,6 +1415,34 @@ def _gang_env(*, job_namespace: str, job_name: str, role: str, index: int, role_
     )
     user_names = {e["name"] for e in user_env}
     return [{"name": n, "value": v} for n, v in ours if n not in user_names] + [dict(e) for e in user_env]
+
+
+def checkpoint_pod_spec(pod_spec: JSON, *, checkpoint: CheckpointSpec | None, restore: str | None) -> None:
+    """Put spec.checkpoint and the restore point into one pod spec (in place): env FEDERATOR_RESTORE_FROM (a
+    later copy: `checkpoint.restore_from`), FEDERATOR_CHECKPOINT_DIR or FEDERATOR_CHECKPOINT_URI into every
+    container and init container (the user's env of the same name wins), and the claim as volume
+    federator-checkpoint mounted at mountPath in every container."""
+    ours: list[tuple[str, str]] = []
+    if restore is not None:
+        ours.append((ENV_RESTORE_FROM, restore))
+    if checkpoint is not None and checkpoint.mount_path is not None:
+        ours.append((ENV_CHECKPOINT_DIR, checkpoint.mount_path))
+    if checkpoint is not None and checkpoint.uri is not None:
+        ours.append((ENV_CHECKPOINT_URI, checkpoint.uri))
+    mount = checkpoint is not None and checkpoint.volume is not None and checkpoint.mount_path is not None
+    if not ours and not mount:
+        return  # nothing of the hub's: the pod spec stays as the template wrote it
+    for field in ("initContainers", "containers"):
+        for container in pod_spec.get(field) or ():
+            env = list(container.get("env") or ())
+            present = {e.get("name") for e in env}
+            container["env"] = [*({"name": n, "value": v} for n, v in ours if n not in present), *env]
+            if mount and checkpoint is not None and checkpoint.mount_path is not None:
+                container["volumeMounts"] = [*(container.get("volumeMounts") or ()),
+                                             {"name": CHECKPOINT_VOLUME, "mountPath": checkpoint.mount_path}]
+    if mount and checkpoint is not None and checkpoint.volume is not None:
+        pod_spec["volumes"] = [*(pod_spec.get("volumes") or ()), {
+            "name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint.volume.claim_name}}]
 
 
 # ---------------------------------------------------------------- status helpers

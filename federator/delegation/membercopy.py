@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from federator.apis.jobkinds.base import JobKind
 from federator.apis.views import Body
-from federator.delegation.adapter import LABEL_ROLE, OperatorGang, RenderError
+from federator.delegation.adapter import LABEL_ROLE, OperatorGang, RenderError, checkpoint_pod_spec
 
 __all__ = ["LAST_APPLIED", "member_copy", "resize_patch", "resized_to", "resume_patch", "suspended", "template_at",
            "terminal_phase"]
@@ -134,6 +134,7 @@ def member_copy(kind: JobKind, source: Mapping[str, Any], gang: OperatorGang, *,
         if not isinstance(pod_spec, dict):
             pod_spec = template["spec"] = {}
         _merge(pod_spec, gang.pod_spec)
+        checkpoint_pod_spec(pod_spec, checkpoint=gang.checkpoint, restore=gang.restore_from)
         if "priorityClassName" not in gang.pod_spec:
             pod_spec.pop("priorityClassName", None)  # the member has no such class: the hub said so
     _drop_path(body, kind.managed_by_path)

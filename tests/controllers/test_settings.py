@@ -68,7 +68,7 @@ DEFAULTS: list[tuple[type, dict[str, Any]]] = [
                               max_cpu_per_pod="1024", max_memory_per_pod="64Ti", max_gpus_per_pod=64,
                               max_rdma_per_pod=64, max_bandwidth_gbps=100_000.0, max_cost_per_gpu_hour=1_000_000.0,
                               max_requeues=1000, max_errors=100, max_containers_per_pod=64,
-                              max_template_bytes=131072)),
+                              max_template_bytes=131072, max_save_grace_seconds=3600)),
 ]
 
 

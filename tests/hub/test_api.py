@@ -230,6 +230,14 @@ def _bad_specs() -> list[tuple[str, Any, list[str]]]:
         ("missing image", with_spec(drop("spec", "roles", 0, "template", "image")), ["spec.roles[0].template.image"]),
         ("bad network", with_spec(set_in("spec", "placement", "network", value="carrier-pigeon")),
          ["spec.placement.network"]),
+        ("negative save grace", with_spec(set_in("spec", "checkpoint", value={"saveGraceSeconds": -5})),
+         ["spec.checkpoint.saveGraceSeconds"]),
+        ("huge save grace", with_spec(set_in("spec", "checkpoint", value={"saveGraceSeconds": 10**6})),
+         ["spec.checkpoint.saveGraceSeconds"]),
+        ("checkpoint volume and uri", with_spec(set_in("spec", "checkpoint", value={
+            "volume": {"claimName": "ckpt"}, "mountPath": "/ckpt", "uri": "s3://b/r"})), ["spec.checkpoint"]),
+        ("bad checkpoint mountPath", with_spec(set_in("spec", "checkpoint", value={
+            "volume": {"claimName": "ckpt"}, "mountPath": "ckpt:rw"})), ["spec.checkpoint.mountPath"]),
         ("several at once", with_spec(several(set_in("spec", "priority", value="x"),
                                               set_in("spec", "roles", 0, "replicas", value=-1),
                                               set_in("spec", "failover", "onClusterLoss", value="panic"))),

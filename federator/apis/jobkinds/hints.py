@@ -16,6 +16,10 @@ annotation ``federator.dev/cluster-selector`` spec.placement.clusterSelector.mat
                                             ``key=value``: ``tier=research,region=eu``
 annotation ``federator.dev/on-cluster-loss`` spec.failover.onClusterLoss: ``requeue``, ``fail`` or ``wait``
 annotation ``federator.dev/max-requeues``   spec.failover.maxRequeues, a decimal integer
+annotation ``federator.dev/checkpoint-uri`` spec.checkpoint.uri (e.g. ``s3://bucket/run-7``)
+annotation ``federator.dev/checkpoint-claim`` spec.checkpoint.volume.claimName (with checkpoint-mount-path)
+annotation ``federator.dev/checkpoint-mount-path`` spec.checkpoint.mountPath
+annotation ``federator.dev/save-grace-seconds`` spec.checkpoint.saveGraceSeconds, a decimal integer
 ==========================================  ==================================================================
 
 Spaces around list items and values are ignored. Other federator.dev/ keys are left alone here (the hub's
@@ -42,9 +46,13 @@ from federator.apis.common import (
     errors_from_validation,
     json_type,
 )
-from federator.apis.trainingjob import Failover, PlacementSpec
+from federator.apis.trainingjob import CheckpointSpec, Failover, PlacementSpec
 
 __all__ = [
+    "ANNOTATION_CHECKPOINT_CLAIM",
+    "ANNOTATION_CHECKPOINT_MOUNT_PATH",
+    "ANNOTATION_CHECKPOINT_URI",
+    "ANNOTATION_SAVE_GRACE_SECONDS",
     "ANNOTATION_CLUSTER_SELECTOR",
     "ANNOTATION_DATASETS",
     "ANNOTATION_GPU_MODELS",
@@ -68,6 +76,10 @@ ANNOTATION_DATASETS = "federator.dev/datasets"
 ANNOTATION_CLUSTER_SELECTOR = "federator.dev/cluster-selector"
 ANNOTATION_ON_CLUSTER_LOSS = "federator.dev/on-cluster-loss"
 ANNOTATION_MAX_REQUEUES = "federator.dev/max-requeues"
+ANNOTATION_CHECKPOINT_URI = "federator.dev/checkpoint-uri"
+ANNOTATION_CHECKPOINT_CLAIM = "federator.dev/checkpoint-claim"
+ANNOTATION_CHECKPOINT_MOUNT_PATH = "federator.dev/checkpoint-mount-path"
+ANNOTATION_SAVE_GRACE_SECONDS = "federator.dev/save-grace-seconds"
 
 # How much of a hostile value a message repeats.
 _SHOWN = 64
@@ -145,6 +157,15 @@ def _comma_list(raw: str, path: str, errors: list[FieldError]) -> list[str] | No
     return items
 
 
+def _decimal(raw: str, path: str, errors: list[FieldError]) -> int | None:
+    """A non-negative decimal integer of at most 10 digits (surrounding spaces ignored), else an error at `path`."""
+    text = raw.strip()
+    if text.isascii() and text.isdigit() and len(text) <= 10:
+        return int(text)
+    errors.append((path, f"Invalid value: {_shown(raw)}: must be a non-negative decimal integer"))
+    return None
+
+
 def hints_from_metadata(
     metadata: object, *, settings: ValidationSettings | None = None
 ) -> tuple[dict[str, Any], list[FieldError]]:
@@ -214,17 +235,35 @@ def hints_from_metadata(
     if ANNOTATION_ON_CLUSTER_LOSS in annotations:
         failover["onClusterLoss"] = annotations[ANNOTATION_ON_CLUSTER_LOSS].strip()
     if ANNOTATION_MAX_REQUEUES in annotations:
-        raw = annotations[ANNOTATION_MAX_REQUEUES]
-        text = raw.strip()
-        if text.isascii() and text.isdigit() and len(text) <= 10:
-            failover["maxRequeues"] = int(text)
-        else:
-            errors.append((at_annotation(ANNOTATION_MAX_REQUEUES),
-                           f"Invalid value: {_shown(raw)}: must be a non-negative decimal integer"))
+        count = _decimal(annotations[ANNOTATION_MAX_REQUEUES], at_annotation(ANNOTATION_MAX_REQUEUES), errors)
+        if count is not None:
+            failover["maxRequeues"] = count
     if failover:
         found = _sub_errors(Failover, failover, {"onClusterLoss": at_annotation(ANNOTATION_ON_CLUSTER_LOSS),
                                                  "maxRequeues": at_annotation(ANNOTATION_MAX_REQUEUES)}, chosen)
         errors += found
         if not found and not any(path == at_annotation(ANNOTATION_MAX_REQUEUES) for path, _ in errors):
             spec["failover"] = failover
+
+    checkpoint: dict[str, Any] = {}
+    if ANNOTATION_CHECKPOINT_URI in annotations:
+        checkpoint["uri"] = annotations[ANNOTATION_CHECKPOINT_URI].strip()
+    if ANNOTATION_CHECKPOINT_CLAIM in annotations:
+        checkpoint["volume"] = {"claimName": annotations[ANNOTATION_CHECKPOINT_CLAIM].strip()}
+    if ANNOTATION_CHECKPOINT_MOUNT_PATH in annotations:
+        checkpoint["mountPath"] = annotations[ANNOTATION_CHECKPOINT_MOUNT_PATH].strip()
+    if ANNOTATION_SAVE_GRACE_SECONDS in annotations:
+        grace = _decimal(annotations[ANNOTATION_SAVE_GRACE_SECONDS], at_annotation(ANNOTATION_SAVE_GRACE_SECONDS),
+                         errors)
+        if grace is not None:
+            checkpoint["saveGraceSeconds"] = grace
+    if checkpoint:
+        # a rule across the fields (uri with a claim, a claim without a mount path) is at metadata.annotations
+        found = _sub_errors(CheckpointSpec, checkpoint, {
+            "uri": at_annotation(ANNOTATION_CHECKPOINT_URI), "volume": at_annotation(ANNOTATION_CHECKPOINT_CLAIM),
+            "mountPath": at_annotation(ANNOTATION_CHECKPOINT_MOUNT_PATH),
+            "saveGraceSeconds": at_annotation(ANNOTATION_SAVE_GRACE_SECONDS)}, chosen)
+        errors += found
+        if not found and not any(path == at_annotation(ANNOTATION_SAVE_GRACE_SECONDS) for path, _ in errors):
+            spec["checkpoint"] = checkpoint
     return (spec if not errors else {}), errors

@@ -114,3 +114,42 @@ def test_settings_cap_requeues() -> None:
 def test_any_shape_is_total(metadata: Any) -> None:
     spec, errors = hints_from_metadata(metadata)
     assert isinstance(spec, dict) and isinstance(errors, list)
+
+
+def _twin_validates(spec: dict[str, Any]) -> None:
+    job = {"apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": "j", "namespace": "ns"},
+           "spec": {"roles": [{"name": "worker", "replicas": 1, "template": {"image": "busybox"}}], **spec}}
+    assert validate_trainingjob(job) == []
+
+
+def test_checkpoint_hints_map_to_spec_checkpoint() -> None:
+    spec, errors = hints_from_metadata({"annotations": {
+        "federator.dev/checkpoint-claim": "ckpt", "federator.dev/checkpoint-mount-path": " /ckpt ",
+        "federator.dev/save-grace-seconds": "90"}})
+    assert errors == [] and spec == {"checkpoint": {"volume": {"claimName": "ckpt"}, "mountPath": "/ckpt",
+                                                    "saveGraceSeconds": 90}}
+    _twin_validates(spec)
+    spec, errors = hints_from_metadata({"annotations": {"federator.dev/checkpoint-uri": "s3://b/run-7"}})
+    assert errors == [] and spec == {"checkpoint": {"uri": "s3://b/run-7"}}
+    _twin_validates(spec)
+
+
+@pytest.mark.parametrize(("annotations", "path", "words"), [
+    ({"federator.dev/save-grace-seconds": "-5"}, "metadata.annotations[federator.dev/save-grace-seconds]",
+     "non-negative decimal integer"),
+    ({"federator.dev/save-grace-seconds": "99999999"}, "metadata.annotations[federator.dev/save-grace-seconds]",
+     "less than or equal to 3600"),
+    ({"federator.dev/checkpoint-uri": "not a uri"}, "metadata.annotations[federator.dev/checkpoint-uri]",
+     "regular expression"),
+    ({"federator.dev/checkpoint-claim": "Bad_Claim", "federator.dev/checkpoint-mount-path": "/c"},
+     "metadata.annotations[federator.dev/checkpoint-claim]", ""),
+    ({"federator.dev/checkpoint-claim": "c", "federator.dev/checkpoint-mount-path": "rel"},
+     "metadata.annotations[federator.dev/checkpoint-mount-path]", "regular expression"),
+    ({"federator.dev/checkpoint-claim": "c", "federator.dev/checkpoint-uri": "s3://b/r",
+      "federator.dev/checkpoint-mount-path": "/c"}, "metadata.annotations", "exclusive"),
+])
+def test_bad_checkpoint_hints_are_errors(annotations: dict[str, str], path: str, words: str) -> None:
+    spec, errors = hints_from_metadata({"annotations": annotations})
+    assert spec == {}
+    assert any(p == path and words in m for p, m in errors), errors
