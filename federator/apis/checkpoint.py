@@ -17,6 +17,7 @@ status batch.
 - `save_grace_seconds(job)`: the grace period (seconds) an evicted copy's pods get to save: spec.checkpoint's
   saveGraceSeconds (default DEFAULT_SAVE_GRACE_SECONDS), None without spec.checkpoint (the pod's own
   terminationGracePeriodSeconds applies, as before).
+- `restore_point(job, epoch)`: the same as a CheckpointReport (step and location; the drill reports the step).
 - `restore_from(job, epoch)`: the location the copy at `epoch` restores from: status.checkpoint's, when an
   earlier epoch reported it (a failover, drain, preemption or requeue made this copy), else None.
 
@@ -42,6 +43,7 @@ __all__ = [
     "latest_report",
     "parse_report",
     "restore_from",
+    "restore_point",
     "save_grace_seconds",
 ]
 
@@ -122,16 +124,24 @@ def latest_report(pods: Iterable[Mapping[str, Any]]) -> tuple[CheckpointReport |
     return best, bad
 
 
-def restore_from(job: Mapping[str, Any], epoch: int) -> str | None:
-    """The location the job's copy at `epoch` restores from: the last checkpoint reported by an earlier copy."""
+def restore_point(job: Mapping[str, Any], epoch: int) -> CheckpointReport | None:
+    """The checkpoint (step, location) the job's copy at `epoch` restores from: status.checkpoint, when an
+    earlier copy reported it."""
     status = job.get("status")
     checkpoint = status.get("checkpoint") if isinstance(status, Mapping) else None
     if not isinstance(checkpoint, Mapping):
         return None
-    location, reported_at = checkpoint.get("location"), checkpoint.get("epoch")
-    if not isinstance(location, str) or not location or type(reported_at) is not int or reported_at >= epoch:
+    location, reported_at, step = checkpoint.get("location"), checkpoint.get("epoch"), checkpoint.get("step")
+    if not isinstance(location, str) or not location or type(reported_at) is not int or reported_at >= epoch \
+            or type(step) is not int or step < 0:
         return None
-    return location
+    return CheckpointReport(step=step, location=location)
+
+
+def restore_from(job: Mapping[str, Any], epoch: int) -> str | None:
+    """The location the job's copy at `epoch` restores from: the last checkpoint reported by an earlier copy."""
+    point = restore_point(job, epoch)
+    return point.location if point is not None else None
 
 
 def save_grace_seconds(job: Mapping[str, Any]) -> int | None:

@@ -20,7 +20,9 @@ drill list|show` and `kubectl get dr` read it back. The spec *is* the report:
   startedAt, finishedAt, samples and unansweredReads (how well it could see);
 - the dry-run plan it started from (`plan`: for, generatedAt, movable,
   unplaceable) and one outcome per affected gang (`gangs`, at most
-  MAX_GANGS, the rest counted in gangsOmitted), and free-text notes.
+  MAX_GANGS, the rest counted in gangsOmitted; a gang placed again says
+  the checkpoint step its new copy restores from, restoredFromStep), and
+  free-text notes.
 
 A DrillReport has no status (nothing reconciles it). Bottom layer: pydantic
 and stdlib only, no I/O; validation never changes the submitted object.
@@ -146,6 +148,11 @@ class GangOutcome(ApiModel):
         default=None, alias="placedSeconds", description="From the fault's start to placed elsewhere.")
     running_seconds: Seconds | None = Field(
         default=None, alias="runningSeconds", description="From the fault's start to running elsewhere.")
+    restored_from_step: StrictInt | None = Field(
+        default=None, alias="restoredFromStep", ge=0, le=2**63 - 1,
+        description="The step of the checkpoint the gang's new copy (moved, or placed again in its cluster) "
+                    "restores from: the last one an earlier copy reported (its FEDERATOR_RESTORE_FROM); none "
+                    "without a reported checkpoint.")
     message: StrictStr = Field(default="", max_length=_MAX_TEXT)
 
 

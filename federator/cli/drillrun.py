@@ -62,7 +62,11 @@ bench/failover.py run:
      pods seen to disappear from a faulted cluster (the fence agent's kills;
      not counted for a drain, which deletes old copies on purpose);
    - planMatched: the share of moved gangs that went where the plan said (1
-     when none moved; null without a plan).
+     when none moved; null without a plan);
+   - per gang placed again (moved, or restarted in place at a higher epoch):
+     restoredFromStep, the step of the checkpoint its new copy restores from
+     (status.checkpoint of an earlier copy, the FEDERATOR_RESTORE_FROM it was
+     given), as last seen before that copy reported its own.
 
 It never deletes or changes a job, and never prints or logs a credential
 (the hub identity's token goes only to the simulator that issued it).
@@ -81,6 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from federator.apis.checkpoint import CheckpointReport, restore_point
 from federator.apis.drillreport import FIGURES, MAX_GANGS, OUTCOME_BUCKETS, accounted
 from federator.apis.timestamps import format_time, parse_time
 from federator.apis.views import Body
@@ -228,10 +233,20 @@ class AffectedGang:
     baseline_pods: frozenset[str] | None = None
     #: first time a pod of the gang not in baseline_pods was seen in from_cluster (a restart in place)
     restarted_at: float | None = None
+    #: the checkpoint its copy at a higher epoch restores from (status.checkpoint of an earlier copy), as
+    #: last seen while that copy had not reported its own
+    restored: CheckpointReport | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def note_restore_point(self, job: Mapping[str, Any]) -> None:
+        """Keep the checkpoint the job's current copy restores from, when that copy is a later one."""
+        cluster, epoch = _placement(job)
+        point = restore_point(job, epoch) if cluster is not None and epoch > self.from_epoch else None
+        if point is not None:
+            self.restored = point
 
 
 class Observation:
@@ -353,6 +368,7 @@ class Observation:
                 gang.changed_at = sample.at
             if gang.left_at is None and (cluster, epoch) != (gang.from_cluster, gang.from_epoch):
                 gang.left_at = sample.at
+            gang.note_restore_point(job)
             elsewhere = cluster is not None and cluster != gang.from_cluster and epoch > gang.from_epoch
             if elsewhere and gang.placed_at is None:
                 gang.placed_at, gang.placed_cluster = sample.at, cluster
@@ -672,6 +688,8 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
         cluster, epoch = _placement(job) if job is not None else (None, None)
         phase = _phase(job) if job is not None else ""
         message = ""
+        if job is not None:
+            gang.note_restore_point(job)
         if job is None:
             outcome, message = "lost", "the job vanished from the hub"
         elif phase == "Failed" and _failed_reason(job) in POLICY_FAILURES:
@@ -709,6 +727,8 @@ def build_report(obs: Observation, *, options: DrillOptions, final_jobs: Mapping
             "fromCluster": gang.from_cluster, "fromEpoch": gang.from_epoch, "plannedTarget": gang.planned_target,
             "cluster": cluster, "epoch": epoch, "outcome": outcome,
             "placedSeconds": _round(gang.placed_at), "runningSeconds": _round(gang.running_at),
+            "restoredFromStep": gang.restored.step if gang.restored is not None and (epoch or 0) > gang.from_epoch
+            else None,
             "message": message[:4096],
         })
     lost = 0
@@ -828,6 +848,8 @@ def render_report(spec: Mapping[str, Any], *, name: str | None = None) -> str:
             times = ""
             if g.get("placedSeconds") is not None:
                 times = f"  placed {_seconds(g.get('placedSeconds'))}, running {_seconds(g.get('runningSeconds'))}"
+            if g.get("restoredFromStep") is not None:
+                times += f"  restored from step {g['restoredFromStep']}"
             why = f"  {g.get('message')}" if g.get("message") else ""
             lines.append(f"  {(str(g.get('namespace')) + '/' + str(g.get('name'))).ljust(width)}  "
                          f"{str(g.get('outcome')).ljust(16)} {where}{planned}{times}{why}")

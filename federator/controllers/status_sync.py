@@ -1025,7 +1025,7 @@ class StatusSync:
                     operator = operator_status(copy, kind=kind, cluster=cluster, epoch=epoch, problems=dropped)
                     self._say_dropped(uid, kind, copy, cluster=cluster, epoch=epoch, dropped=dropped)
             else:
-                pods = objects.gang(uid, epoch)[1]
+                podgroup, pods = objects.gang(uid, epoch)
                 policy = policy_verdict(job, pods)
                 if policy is not None and policy.outcome in (GangOutcome.REQUEUE, GangOutcome.RESTART_GANG) \
                         and not (policy.counted and int(body.status.get("requeues") or 0) >= max_requeues(job)):
@@ -1038,7 +1038,10 @@ class StatusSync:
                         message=policy.message() + ("" if fail else (
                             f"; the job was requeued {int(body.status.get('requeues') or 0)} times already "
                             f"(spec.failover.maxRequeues {max_requeues(job)})")))
-                else:
+                elif not (adapter.pods_owned_by_group and podgroup is None and objects_missing(job, gs)):
+                    # (a gang whose owning PodGroup is gone too gets no pods created again: they would have
+                    # no owner, e.g. the member's fence agent deleted the whole gang; the fence verdict below
+                    # says whether it did, and the gang is requeued, or failed as a restartPolicy Never one)
                     plan = restart_plan(job, pods, expected=sizes, verdict=policy,
                                         admitted=_PHASE_RANK.get(phase, 0) >= _PHASE_RANK[PHASE_ADMITTED])
             if plan is not None and plan.exceeded:

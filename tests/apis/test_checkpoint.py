@@ -16,6 +16,7 @@ from federator.apis.checkpoint import (
     latest_report,
     parse_report,
     restore_from,
+    restore_point,
     save_grace_seconds,
 )
 from federator.apis.common import ValidationSettings
@@ -88,8 +89,18 @@ def test_restore_from_is_an_earlier_copys_checkpoint() -> None:
     job["status"] = {"checkpoint": {"step": 5, "location": "/c/5", "cluster": "a", "epoch": 2, "time": "t"}}
     assert restore_from(job, 2) is None  # the copy that reported it restores from nothing the hub passed
     assert restore_from(job, 3) == "/c/5"
+    assert restore_point(job, 3) == CheckpointReport(step=5, location="/c/5") and restore_point(job, 2) is None
     job["status"]["checkpoint"]["epoch"] = "2"
     assert restore_from(job, 3) is None
+
+
+def test_a_restore_point_needs_a_whole_record() -> None:
+    for checkpoint in ({"location": "/c/5", "epoch": 1}, {"step": -1, "location": "/c/5", "epoch": 1},
+                       {"step": True, "location": "/c/5", "epoch": 1}, {"step": 5, "location": "", "epoch": 1},
+                       {"step": 5, "location": ["/c/5"], "epoch": 1}, "step 5", None):
+        job = {**_job(), "status": {"checkpoint": checkpoint}}
+        assert restore_point(job, 3) is None and restore_from(job, 3) is None, checkpoint
+    assert restore_point({**_job(), "status": "hostile"}, 3) is None
 
 
 def test_save_grace() -> None:

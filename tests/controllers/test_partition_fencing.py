@@ -163,17 +163,23 @@ async def short_lease_env(tmp_path: Path) -> AsyncIterator[Env]:
         yield e
 
 
+@pytest.mark.parametrize("restart_policy", ["Never", "OnFailure"])
 async def test_gangs_the_agent_killed_while_the_hub_never_judged_the_cluster_lost_are_requeued_not_failed(
-        short_lease_env: Env, tmp_path: Path) -> None:
+        short_lease_env: Env, tmp_path: Path, restart_policy: str) -> None:
+    """OnFailure: the agent deletes the whole gang, its PodGroup included, and the restart of its missing pods
+    cannot work (their owner is gone): status sync asks the fencing lease first and requeues the gang as it
+    does one of restartPolicy Never (it used to retry the restart forever, reading the deleted PodGroup)."""
     env = short_lease_env
     home = env.fed.sims[HOME]
     agent = await FenceAgent.from_kubeconfig(home.write_agent_kubeconfig(tmp_path / "home-agent.kubeconfig"),
                                              hub_identity="federator", poll_seconds=0.2)
     stop = asyncio.Event()
+    job = _job("fenced")
+    job["spec"]["roles"][0]["restartPolicy"] = restart_policy
     try:
         async with _tasks(agent.run(stop)):
             await wait_until(lambda: agent.counters.renewals_seen >= 2, timeout=30, what="the agent seeing renewals")
-            created = await env.api.submit(_job("fenced"))
+            created = await env.api.submit(job)
             uid = created["metadata"]["uid"]
             job = await env.api.wait_job(NS, "fenced", lambda j: placement_of(j).get("cluster") == HOME
                                          and phase(j) == "Running", timeout=40, what="running in HOME")
@@ -191,7 +197,8 @@ async def test_gangs_the_agent_killed_while_the_hub_never_judged_the_cluster_los
     (fenced,) = history(back, "Fenced")
     assert fenced["cluster"] == HOME and fenced["epoch"] == epoch and "fence agent" in fenced["message"]
     assert placement_of(back)["epoch"] == epoch + 1
-    assert "Failed" not in [h["event"] for h in back["status"]["history"]]
+    said = [h["event"] for h in back["status"]["history"]]
+    assert "Failed" not in said and "PodRestarted" not in said, said
     assert back["status"].get("requeues", 0) == 0  # not the job's fault: not counted against maxRequeues
     assert uid == back["metadata"]["uid"]
     lease = env.hub.context.parts.members.syncs[HOME].lease

@@ -107,3 +107,37 @@ def test_a_gang_seen_placed_elsewhere_is_moved_and_a_wait_through_a_loss_says_so
 def test_every_outcome_but_unaccounted_is_in_exactly_one_counted_figure() -> None:
     assert set(OUTCOME_BUCKETS.values()) == set(ACCOUNTED)
     assert "unaccounted" not in OUTCOME_BUCKETS
+
+
+def _checkpointed(job: dict[str, Any], *, step: int, epoch: int) -> dict[str, Any]:
+    job["status"]["checkpoint"] = {"time": "2026-01-01T00:00:10Z", "step": step, "location": f"/ckpt/{step}",
+                                   "cluster": HOME, "epoch": epoch}
+    return job
+
+
+def test_a_gang_placed_again_reports_the_checkpoint_step_its_new_copy_restores_from() -> None:
+    names = ["moved", "own", "bare", "ride"]
+    obs = Observation(faulted=[HOME], fault="partition")
+    obs.set_baseline(Sample(at=-0.1, jobs={f"uid-{n}": _checkpointed(_job(n), step=300, epoch=1) for n in names},
+                            clusters={}, pods={HOME: [p for n in names for p in _pods(n, f"{n}-0")]}))
+    # a sample sees "own" at epoch 2 before its new copy reported: it restores from step 300 (epoch 1)
+    seen = {"moved": _checkpointed(_job("moved", cluster=OTHER, epoch=2), step=300, epoch=1),
+            "own": _checkpointed(_job("own", cluster=OTHER, epoch=2), step=300, epoch=1),
+            "bare": _job("bare", cluster=OTHER, epoch=2), "ride": _checkpointed(_job("ride"), step=300, epoch=1)}
+    obs.add(Sample(at=3.0, jobs={f"uid-{n}": j for n, j in seen.items()}, clusters={}, pods={HOME: None}))
+    final = {**seen, "own": _checkpointed(_job("own", cluster=OTHER, epoch=2), step=50, epoch=2)}
+    options = DrillOptions(clusters=(HOME,), fault="partition", duration=10.0, state_dir=Path("unused"))
+    spec = build_report(obs, options=options, final_jobs={f"uid-{n}": j for n, j in final.items()}, plans={},
+                        mode="simulated", started=START, finished=START + dt.timedelta(seconds=30), notes=[])
+    steps = {g["name"]: g["restoredFromStep"] for g in spec["gangs"]}
+    # the new copy's own report (step 50 at epoch 2) is not what it restored from; a gang that stayed at its
+    # epoch restored nothing; one with no checkpoint has none
+    assert steps == {"moved": 300, "own": 300, "bare": None, "ride": None}, steps
+    text = render_report(spec)
+    assert text.count("restored from step 300") == 2, text
+    body = {"apiVersion": "federator.dev/v1alpha1", "kind": "DrillReport", "metadata": {"name": "d"}, "spec": spec}
+    assert validate_drillreport(body) == []
+    for bad in (-1, "300", 2**63, 1.5, True):
+        hostile = {**body, "spec": {**spec, "gangs": [{**spec["gangs"][0], "restoredFromStep": bad}]}}
+        errors = validate_drillreport(hostile)
+        assert errors and all(path.startswith("spec.gangs[0].restoredFromStep") for path, _ in errors), (bad, errors)
