@@ -40,7 +40,12 @@ one timer heap for every pod of the cluster (no task per pod):
 - a bound pod with a deletionTimestamp is removed after the profile's
   termination time (capped by its grace period), unless its node is down:
   a dead kubelet cannot finish a delete, so such pods stay Terminating, as
-  in a real cluster;
+  in a real cluster; `sim.federator.dev/termination-seconds` on the pod is
+  how long its containers take to exit after SIGTERM instead (a job saving
+  a checkpoint): the pod stays Terminating, phase Running, that long, at
+  most its grace period, as kube's kubelet keeps it until its containers
+  exit or the grace ends (SIGKILL). Annotated on a terminating pod, it moves
+  the exit earlier, never later: "0" is its process saving and exiting now;
 - every Ready node's Lease in kube-node-lease is renewed every 10 s
   (`nodelease.NodeLeases`, one batched timer for all nodes);
 - what each container prints (start, epochs and steps with a loss, checkpoints,
@@ -97,6 +102,9 @@ ANNOTATION_DURATION = "sim.federator.dev/duration-seconds"
 ANNOTATION_FAIL_AFTER = "sim.federator.dev/fail-after-seconds"
 ANNOTATION_EXIT_CODE = "sim.federator.dev/exit-code"
 ANNOTATION_START_DELAY = "sim.federator.dev/start-delay-seconds"
+#: seconds its containers take to exit after SIGTERM (at most the grace period); the profile's terminationSeconds
+#: when absent. Set on a terminating pod, it brings the exit forward ("0": now), never later.
+ANNOTATION_TERMINATION = "sim.federator.dev/termination-seconds"
 #: "OOMKilled": the failing container is killed by the kernel's OOM killer (reason OOMKilled, exit code 137)
 ANNOTATION_EXIT_REASON = "sim.federator.dev/exit-reason"
 #: a message: the pod's images cannot be pulled (ErrImagePull, then ImagePullBackOff; the pod stays Pending)
@@ -345,6 +353,8 @@ class Kubelet:
         self._started: dict[str, float] = {}
         #: pod uid -> when its pending _FINISH timer is due (to bring it forward when the end moves earlier)
         self._finish_due: dict[str, float] = {}
+        #: pod uid -> when its pending _TERMINATE timer is due (brought forward when its containers exit sooner)
+        self._terminate_due: dict[str, float] = {}
         #: the process runtime (profile processRuntime): pods run as local processes; None simulates them
         self.runtime = runtime
         self.services_rt: ResourceType | None = registry.get("", "v1", "services") if runtime is not None else None
@@ -373,6 +383,17 @@ class Kubelet:
         if _FINISH not in pod.scheduled:
             self._finish_due[pod.uid] = due
         self._push(due, _FINISH, pod)
+
+    def _push_terminate(self, due: float, pod: _Pod) -> None:
+        """A deleted pod's removal: when its containers exit (`sim.federator.dev/termination-seconds`, else
+        the profile's termination time), at most its grace period after the delete; a later annotation that
+        ends it sooner brings the timer forward (the later timer, when it fires, finds the pod gone)."""
+        prior = self._terminate_due.get(pod.uid)
+        if prior is not None and due < prior:
+            pod.scheduled.discard(_TERMINATE)
+        if _TERMINATE not in pod.scheduled:
+            self._terminate_due[pod.uid] = due
+        self._push(due, _TERMINATE, pod)
 
     def apply_node(self, obj: Mapping[str, Any]) -> None:
         node = Body(obj)
@@ -480,6 +501,7 @@ class Kubelet:
                 self._stopping.discard(pod.uid)
             self._started.pop(pod.uid, None)
             self._finish_due.pop(pod.uid, None)
+            self._terminate_due.pop(pod.uid, None)
             keys = self.by_node.get(pod.node)
             if keys is not None:
                 keys.discard(key)
@@ -512,7 +534,12 @@ class Kubelet:
                     key, uid = pod.key, pod.uid
                     self.runtime.stop(uid, grace=pod.grace, then=lambda: self._stopped(key, uid))
             elif ready:
-                self._push(now + min(self.timings.termination_seconds, pod.grace), _TERMINATE, pod)
+                exits = _seconds(pod.annotations, ANNOTATION_TERMINATION)
+                exits = self.timings.termination_seconds if exits is None else exits
+                prior = self._terminate_due.get(pod.uid)
+                # the grace counts from the first time this kubelet saw the delete (its SIGTERM), not from now
+                deadline = now + pod.grace if prior is None else prior
+                self._push_terminate(min(now + exits, deadline), pod)
             return
         if not ready:
             if pod.phase not in TERMINAL:
