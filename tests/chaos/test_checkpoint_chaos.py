@@ -115,7 +115,15 @@ def _report(step: int) -> dict[str, Any]:
         {"step": step, "location": f"{BASE}/step-{step}"})}}}
 
 
-async def test_a_preemption_with_the_hub_killed_in_the_victims_grace_loses_no_checkpoint(lab: Lab) -> None:
+#: when the old copy's final report lands and when its process exits
+RECORDED_THEN_EXITS = "reports-while-no-hub-leads-exits-once-recorded"
+EXITS_WHILE_NO_HUB_LEADS = "reports-and-exits-while-no-hub-leads"
+EXITS_AFTER_TAKEOVER = "reports-and-exits-after-the-takeover"
+
+
+@pytest.mark.parametrize("exits", [RECORDED_THEN_EXITS, EXITS_WHILE_NO_HUB_LEADS, EXITS_AFTER_TAKEOVER])
+async def test_a_preemption_with_the_hub_killed_in_the_victims_grace_loses_no_checkpoint(lab: Lab,
+                                                                                        exits: str) -> None:
     ledger = Ledger(lab)
     violations = Violations()
     sampler = Sampler(lab, ledger, violations, interval=0.2, terminating_runs=True)
@@ -182,26 +190,37 @@ async def test_a_preemption_with_the_hub_killed_in_the_victims_grace_loses_no_ch
         await leader.kill()
         tl.add("fault", f"kill -9 hub {leader.name} (leader, pid {pid}) during the victim's grace")
 
-        # the old copy, still in its grace, reports its final checkpoint while no hub leads
-        await member.patch(PODS, namespace=NAMESPACE, name=saving[1]["metadata"]["name"], patch=_report(9))
-        tl.add("job", "the victim's terminating pod reports step 9")
-        restart = asyncio.create_task(leader.start(), name="restart-killed-hub")
+        final = _report(9)
+        exit_now = {ANNOTATION_TERMINATION: "0"}
 
+        async def exit_old_copy(*, with_report: bool) -> None:
+            """Its processes exit (the annotation brought to 0), the second pod's with its final report."""
+            for i, p in enumerate(saving):
+                patch = {"metadata": {"annotations": {**exit_now, **(
+                    final["metadata"]["annotations"] if with_report and i == 1 else {})}}}
+                await member.patch(PODS, namespace=NAMESPACE, name=p["metadata"]["name"], patch=patch)
+            tl.add("job", "the victim's old pods exit" + (", one reporting step 9 as it goes" if with_report else ""))
+
+        # the old copy, still in its grace, reports its final checkpoint while no hub leads
+        if exits == RECORDED_THEN_EXITS:
+            await member.patch(PODS, namespace=NAMESPACE, name=saving[1]["metadata"]["name"], patch=final)
+            tl.add("job", "the victim's terminating pod reports step 9")
+        elif exits == EXITS_WHILE_NO_HUB_LEADS:
+            await exit_old_copy(with_report=True)
+        restart = asyncio.create_task(leader.start(), name="restart-killed-hub")
         new_leader = await lab.find_leader(timeout=90)
         assert new_leader is not None, report("no replica leads after the kill")
+        if exits == EXITS_AFTER_TAKEOVER:
+            await exit_old_copy(with_report=True)
         recorded = await wait_for(lambda: checkpoint_at(9), timeout=120,
                                   what="status.checkpoint at step 9, reported during the grace")
         await restart
         assert recorded["status"]["checkpoint"]["epoch"] == epoch, job_line(recorded)
-        # the scenario held: the old copy was still there, being deleted, all along
-        still = await terminating()
-        assert still is not None, report("the old copy went before it exited: the grace was not held")
-
-        # the old copy saved: its process exits
-        for p in still:
-            await member.patch(PODS, namespace=NAMESPACE, name=p["metadata"]["name"],
-                               patch={"metadata": {"annotations": {ANNOTATION_TERMINATION: "0"}}})
-        tl.add("job", "the victim's old pods exit")
+        if exits == RECORDED_THEN_EXITS:
+            # the scenario held: the old copy was still there, being deleted, all along
+            still = await terminating()
+            assert still is not None, report("the old copy went before it exited: the grace was not held")
+            await exit_old_copy(with_report=False)
 
         async def moved() -> dict[str, Any] | None:
             found = await job("victim")
@@ -224,10 +243,11 @@ async def test_a_preemption_with_the_hub_killed_in_the_victims_grace_loses_no_ch
         assert len(new_pods) == 2, new_pods
         for p in new_pods:
             env = {e["name"]: e.get("value") for c in p["spec"]["containers"] for e in c.get("env") or ()}
-            assert env.get(ENV_RESTORE_FROM) == f"{BASE}/step-9", (p["metadata"]["name"], env)
+            assert env.get(ENV_RESTORE_FROM) == f"{BASE}/step-9", report(
+                f"{p['metadata']['name']} restores from {env.get(ENV_RESTORE_FROM)!r}, not from step 9")
         checkpoint = back["status"]["checkpoint"]
         assert (checkpoint["step"], checkpoint["location"], checkpoint["epoch"]) == (9, f"{BASE}/step-9", epoch), \
-            checkpoint
+            report(f"status.checkpoint {checkpoint}")
 
         unsettled = await settle(lab, ledger, timeout=120)
         assert unsettled is None, report(f"the federation did not settle: {unsettled}")
