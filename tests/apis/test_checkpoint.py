@@ -17,6 +17,7 @@ from federator.apis.checkpoint import (
     parse_report,
     restore_from,
     save_grace_seconds,
+    supersedes,
 )
 from federator.apis.common import ValidationSettings
 from federator.apis.trainingjob import TrainingJob, validate_trainingjob
@@ -90,6 +91,25 @@ def test_restore_from_is_an_earlier_copys_checkpoint() -> None:
     assert restore_from(job, 3) == "/c/5"
     job["status"]["checkpoint"]["epoch"] = "2"
     assert restore_from(job, 3) is None
+
+
+def test_a_report_supersedes_a_lower_step_of_its_copy_or_an_earlier_copys() -> None:
+    report = CheckpointReport(step=9, location="/c/9")
+    recorded = {"step": 5, "location": "/c/5", "cluster": "a", "epoch": 2}
+    assert supersedes(report, None, cluster="a", epoch=2)
+    assert supersedes(report, recorded, cluster="a", epoch=2)  # a higher step of the same copy
+    assert not supersedes(report, {**recorded, "step": 9}, cluster="a", epoch=2)  # not a repeat
+    assert not supersedes(report, {**recorded, "step": 12}, cluster="a", epoch=2)
+    assert supersedes(CheckpointReport(step=1, location="/c/1"), recorded, cluster="b", epoch=3)  # a later copy
+    # an earlier copy's report (an evicted copy read during its grace) never replaces the new copy's
+    assert not supersedes(report, recorded, cluster="b", epoch=1)
+    # the same epoch in another cluster is another copy: its report replaces the record
+    assert supersedes(CheckpointReport(step=1, location="/c/1"), recorded, cluster="b", epoch=2)
+    # a malformed record is replaced
+    bad: object
+    for bad in ({}, {"epoch": "2", "step": 100}, {"epoch": True}, [], "x"):
+        assert supersedes(report, bad, cluster="a", epoch=2), bad
+    assert supersedes(report, {**recorded, "step": "100"}, cluster="a", epoch=2)
 
 
 def test_save_grace() -> None:

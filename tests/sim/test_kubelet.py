@@ -5,6 +5,7 @@ they wait for a dead node), unhealthy GPUs, restart with running pods."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -250,7 +251,8 @@ async def test_a_pod_that_saves_stays_terminating_until_it_exits_or_its_grace_en
         for name in names[2:]:
             await cluster.storage.delete(kinds.PODS, namespace="team", name=name, grace_period_seconds=600)
         for name in names[2:]:
-            await wait_for(f"{name} removed after the profile's termination time", lambda n=name: _gone(cluster, n))
+            await wait_for(f"{name} removed after the profile's termination time",
+                           functools.partial(_gone, cluster, name))
         # the grace caps how long a pod may take: SIGKILL at its end
         await wait_for("capped removed at the end of its 1 s grace", lambda: _gone(cluster, "capped"))
         saving = await get(cluster, "saver")
