@@ -536,10 +536,10 @@ class Kubelet:
             elif ready:
                 exits = _seconds(pod.annotations, ANNOTATION_TERMINATION)
                 exits = self.timings.termination_seconds if exits is None else exits
+                # a later event never postpones the exit planned (a delete with a shorter grace brings it forward)
                 prior = self._terminate_due.get(pod.uid)
-                # the grace counts from the first time this kubelet saw the delete (its SIGTERM), not from now
-                deadline = now + pod.grace if prior is None else prior
-                self._push_terminate(min(now + exits, deadline), pod)
+                due = now + min(exits, pod.grace)
+                self._push_terminate(due if prior is None else min(due, prior), pod)
             return
         if not ready:
             if pod.phase not in TERMINAL:

@@ -239,22 +239,27 @@ async def test_a_pod_that_saves_stays_terminating_until_it_exits_or_its_grace_en
         slow = {ANNOTATION_TERMINATION: "3600"}
         await cluster.storage.create(kinds.PODS, pod("saver", gpus=1, annotations=slow), namespace="team")
         await cluster.storage.create(kinds.PODS, pod("capped", gpus=1, annotations=slow), namespace="team")
+        await cluster.storage.create(kinds.PODS, pod("shortened", gpus=1, annotations=slow), namespace="team")
         for name, bad in (("quick", None), ("garbled", "soon"), ("negative", "-1"), ("huge", "1e400"),
                           ("long", "9" * 5000)):
             annotations = {ANNOTATION_TERMINATION: bad} if bad is not None else {}
             await cluster.storage.create(kinds.PODS, pod(name, gpus=0, annotations=annotations), namespace="team")
-        names = ["saver", "capped", "quick", "garbled", "negative", "huge", "long"]
+        names = ["saver", "capped", "shortened", "quick", "garbled", "negative", "huge", "long"]
         await wait_for("every pod Running", lambda: _all_phase(cluster, names, "Running"))
         await cluster.storage.delete(kinds.PODS, namespace="team", name="saver", grace_period_seconds=600)
         await cluster.storage.delete(kinds.PODS, namespace="team", name="capped", grace_period_seconds=1)
+        await cluster.storage.delete(kinds.PODS, namespace="team", name="shortened", grace_period_seconds=600)
         # deleted after the saver: once these are gone, the kubelet has handled the saver's delete too
-        for name in names[2:]:
+        for name in names[3:]:
             await cluster.storage.delete(kinds.PODS, namespace="team", name=name, grace_period_seconds=600)
-        for name in names[2:]:
+        for name in names[3:]:
             await wait_for(f"{name} removed after the profile's termination time",
                            functools.partial(_gone, cluster, name))
         # the grace caps how long a pod may take: SIGKILL at its end
         await wait_for("capped removed at the end of its 1 s grace", lambda: _gone(cluster, "capped"))
+        # a second delete with a shorter grace shortens it, as kube's does
+        await cluster.storage.delete(kinds.PODS, namespace="team", name="shortened", grace_period_seconds=1)
+        await wait_for("shortened removed at the end of its shortened grace", lambda: _gone(cluster, "shortened"))
         saving = await get(cluster, "saver")
         assert saving["metadata"]["deletionTimestamp"] and saving["metadata"]["deletionGracePeriodSeconds"] == 600
         assert saving["status"]["phase"] == "Running"
