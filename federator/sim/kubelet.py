@@ -373,27 +373,27 @@ class Kubelet:
         heapq.heappush(self._heap, (due, self._seq, action, pod.key, pod.uid))
         self._wake.set()
 
+    def _push_sooner(self, due: float, action: int, pod: _Pod, dues: dict[str, float]) -> None:
+        """`_push` of a timer that a later event may bring forward (`dues`: pod uid -> when it is due); the
+        later timer, when it fires, finds the step done."""
+        prior = dues.get(pod.uid)
+        if prior is not None and due < prior:
+            pod.scheduled.discard(action)
+        if action not in pod.scheduled:
+            dues[pod.uid] = due
+        self._push(due, action, pod)
+
     def _push_finish(self, due: float, pod: _Pod) -> None:
         """The pod's end timer; brought forward when its end moved earlier, e.g. a
         `sim.federator.dev/fail-after-seconds` annotated on a running pod (a kwok stage fails it then; seen by
-        e2e/kube/test_same_scenario.py). The later timer, when it fires, finds the pod finished."""
-        prior = self._finish_due.get(pod.uid)
-        if prior is not None and due < prior:
-            pod.scheduled.discard(_FINISH)
-        if _FINISH not in pod.scheduled:
-            self._finish_due[pod.uid] = due
-        self._push(due, _FINISH, pod)
+        e2e/kube/test_same_scenario.py)."""
+        self._push_sooner(due, _FINISH, pod, self._finish_due)
 
     def _push_terminate(self, due: float, pod: _Pod) -> None:
         """A deleted pod's removal: when its containers exit (`sim.federator.dev/termination-seconds`, else
-        the profile's termination time), at most its grace period after the delete; a later annotation that
-        ends it sooner brings the timer forward (the later timer, when it fires, finds the pod gone)."""
-        prior = self._terminate_due.get(pod.uid)
-        if prior is not None and due < prior:
-            pod.scheduled.discard(_TERMINATE)
-        if _TERMINATE not in pod.scheduled:
-            self._terminate_due[pod.uid] = due
-        self._push(due, _TERMINATE, pod)
+        the profile's termination time), at most its grace period after the delete; brought forward by a later
+        annotation that ends it sooner, or a delete with a shorter grace."""
+        self._push_sooner(due, _TERMINATE, pod, self._terminate_due)
 
     def apply_node(self, obj: Mapping[str, Any]) -> None:
         node = Body(obj)
