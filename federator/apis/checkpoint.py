@@ -20,6 +20,8 @@ status batch.
 - `restore_point(job, epoch)`: the same as a CheckpointReport (step and location; the drill reports the step).
 - `restore_from(job, epoch)`: the location the copy at `epoch` restores from: status.checkpoint's, when an
   earlier epoch reported it (a failover, drain, preemption or requeue made this copy), else None.
+- `supersedes(report, recorded, cluster=, epoch=)`: whether a report of the copy at (cluster, epoch) replaces
+  the recorded status.checkpoint: a higher step of the same copy, or any report of a later copy.
 
 Pure: no I/O, no logging (callers log the malformed reports they see).
 """
@@ -45,6 +47,7 @@ __all__ = [
     "restore_from",
     "restore_point",
     "save_grace_seconds",
+    "supersedes",
 ]
 
 #: the pod annotation a training process sets to report a checkpoint
@@ -122,6 +125,18 @@ def latest_report(pods: Iterable[Mapping[str, Any]]) -> tuple[CheckpointReport |
         elif best is None or parsed.step > best.step:
             best = parsed
     return best, bad
+
+
+def supersedes(report: CheckpointReport, recorded: object, *, cluster: str, epoch: int) -> bool:
+    """Whether `report`, of the copy at (`cluster`, `epoch`), replaces `recorded` (a status.checkpoint): a higher
+    step of the same copy, or any report of a later copy (never one of an earlier copy: an evicted copy's last
+    report, read during its grace, loses to the new copy's)."""
+    if not isinstance(recorded, Mapping) or type(recorded.get("epoch")) is not int:
+        return True
+    if recorded["epoch"] > epoch:
+        return False
+    return not (recorded["epoch"] == epoch and recorded.get("cluster") == cluster
+                and type(recorded.get("step")) is int and report.step <= recorded["step"])
 
 
 def restore_point(job: Mapping[str, Any], epoch: int) -> CheckpointReport | None:

@@ -70,7 +70,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from federator.apis.checkpoint import restore_from, save_grace_seconds
+from federator.apis.checkpoint import latest_report, restore_from, save_grace_seconds, supersedes
 from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
@@ -545,6 +545,27 @@ class Dispatcher:
             return None
         return old_cluster, old_epoch, left
 
+    def _with_previous_report(self, job: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`job` with status.checkpoint set to its previous copy's last report as the member index shows it (its
+        pods, and those that left with one: a process that saved, reported and exited at once), when that is newer
+        than the recorded one: status sync records it too, but maybe only after this dispatch read the job."""
+        status = Body(job).status
+        previous = (status.get("placement") or {}).get("previous")
+        if not isinstance(previous, Mapping):
+            return job
+        old_cluster, old_epoch = previous.get("cluster"), previous.get("epoch")
+        if not isinstance(old_cluster, str) or type(old_epoch) is not int:
+            return job
+        index = self.objects.get(old_cluster)
+        if index is None:
+            return job
+        uid = job_ref(job).uid
+        report, _ = latest_report([*index.gang(uid, old_epoch)[1], *index.departed(uid, old_epoch)])
+        if report is None or not supersedes(report, status.get("checkpoint"), cluster=old_cluster, epoch=old_epoch):
+            return job
+        checkpoint = {"step": report.step, "location": report.location, "cluster": old_cluster, "epoch": old_epoch}
+        return {**job, "status": {**status, "checkpoint": checkpoint}}
+
     async def delete_previous(self, job: Mapping[str, Any], *, cluster: str) -> int:
         """Ask the member to delete a moved gang's previous copy (pods first, uid-guarded); how many
         deletes were requested. Waiting for them to be gone is `wait_for_previous`'s."""
@@ -612,7 +633,7 @@ class Dispatcher:
         if (Body(job).status.get("placement") or {}).get("previous") is not None:
             # the previous copy may have reported a last checkpoint during its grace (status sync recorded it
             # meanwhile): the new copy restores from that one
-            stored = await self._stored(ref)
+            stored = self._with_previous_report(await self._stored(ref))
             if restore_from(stored, epoch) != restore_from(job, epoch):
                 job = {**job, "status": {**Body(job).status, "checkpoint": Body(stored).status.get("checkpoint")}}
                 adapter, priority_class, render = self._renderer(

@@ -12,7 +12,11 @@ hub's objects per kind (`refresh`, from status sync's loop) has filled in the
 rest. Status sync reads it (the member's state of each gang; it is the only
 reader of member pods for the job lifecycle), and so do the GC (cleanup.py),
 the stuck-gang detector (stuck.py) and dispatch (a moved gang's previous copy);
-subscribers hear which jobs each batch touched.
+subscribers hear which jobs each batch touched. A pod that leaves the index
+carrying a checkpoint report (annotation federator.dev/checkpoint, as its
+deletion showed it last) is kept aside (`departed`, the newest
+MAX_DEPARTED_REPORTS per cluster): an evicted copy that saves, reports and
+exits at once leaves its last report nowhere else.
 
 The hub builds one per term (hub/app.py `build_pipeline`), before member sync
 starts, so that it sees every sync's first batch. It only reads members: it
@@ -28,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.checkpoint import ANNOTATION_CHECKPOINT
 from federator.apis.jobkinds import JOB_KINDS, JobKind
 from federator.apis.views import Body
 from federator.clusters.client import (
@@ -112,6 +117,10 @@ def _epoch_of(labels: Mapping[str, Any]) -> int | None:
     return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 10 else None
 
 
+#: pods kept per cluster after they left the index with a checkpoint report (the oldest go first)
+MAX_DEPARTED_REPORTS = 4096
+
+
 class ClusterObjects:
     """This hub's Pods and PodGroups in one member cluster, indexed by job uid (a ReflectorSink).
 
@@ -140,6 +149,8 @@ class ClusterObjects:
         self.awaiting_seed: set[str] = set()
         #: kind -> keys the watch touched while a seeding list of that kind is in flight
         self.seeding: dict[str, set[str]] = {}
+        #: pod uid -> (job uid, epoch, the pod as it left) for pods that left with a checkpoint report
+        self._departed: dict[str, tuple[str, int | None, dict[str, Any]]] = {}
 
     @property
     def podgroup_resource(self) -> ResourceKind | None:
@@ -179,7 +190,9 @@ class ClusterObjects:
                     if not members:
                         del self._by_job[old_job]
             if kind == "DELETED" or not self._mine(obj):
-                store.pop(key, None)
+                gone = store.pop(key, None)
+                if resource == PODS.key:
+                    self._depart(obj if kind == "DELETED" and self._mine(obj) else gone)
                 continue
             slim = _slim(obj, resource)
             store[key] = slim
@@ -193,6 +206,24 @@ class ClusterObjects:
         self.generation += 1
         if touched:
             self.on_change(self.cluster, touched)
+
+    def _depart(self, pod: Mapping[str, Any] | None) -> None:
+        """Keep a pod that left the index if it carries a checkpoint report (see the module docstring)."""
+        if pod is None:
+            return
+        body = Body(pod)
+        job_uid = body.labels.get(LABEL_JOB_UID)
+        if not body.uid or not isinstance(job_uid, str) or not job_uid \
+                or ANNOTATION_CHECKPOINT not in body.annotations:
+            return
+        self._departed.pop(body.uid, None)
+        self._departed[body.uid] = (job_uid, _epoch_of(body.labels), _slim(pod, PODS.key))
+        while len(self._departed) > MAX_DEPARTED_REPORTS:
+            del self._departed[next(iter(self._departed))]
+
+    def departed(self, job_uid: str, epoch: int) -> list[dict[str, Any]]:
+        """The job's pods at `epoch` that left this cluster's index with a checkpoint report, as they left."""
+        return [pod for uid, at, pod in self._departed.values() if uid == job_uid and at == epoch]
 
     def _mine(self, obj: Mapping[str, Any]) -> bool:
         if self.hub_id is None:

@@ -60,7 +60,8 @@ a history entry FailurePolicy and an Event name the rule (docs/failover.md).
 
 Checkpoints (issue 29, docs/failover.md): the newest report on the gang's pods (annotation
 federator.dev/checkpoint, `apis.checkpoint.latest_report`), and on a moved gang's previous copy while its pods
-are still there (an evicted copy saves during its grace), becomes status.checkpoint when it is newer
+are still there (an evicted copy saves during its grace) or as they left with one (`ClusterObjects.departed`: it
+reported and exited at once), becomes status.checkpoint when it is newer
 (`with_checkpoint`: a higher step of the same copy, or a later copy), with one Checkpointed history entry per
 copy; a malformed report is logged once and ignored.
 
@@ -88,7 +89,7 @@ from federator.apis.failurepolicy import (
     image_pull_error,
     match_pod_failure,
 )
-from federator.apis.checkpoint import CheckpointReport, latest_report
+from federator.apis.checkpoint import CheckpointReport, latest_report, supersedes
 from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, placed_replicas
 from federator.apis.timestamps import format_time
 from federator.apis.views import Body, as_mapping
@@ -267,11 +268,8 @@ def with_checkpoint(job: Mapping[str, Any], new: dict[str, Any] | None, report: 
     if report is None:
         return new
     base = new if new is not None else dict(Body(job).status)
-    old = base.get("checkpoint")
-    if isinstance(old, Mapping) and type(old.get("epoch")) is int:
-        if old["epoch"] > epoch or (old["epoch"] == epoch and old.get("cluster") == cluster
-                                    and type(old.get("step")) is int and report.step <= old["step"]):
-            return new
+    if not supersedes(report, base.get("checkpoint"), cluster=cluster, epoch=epoch):
+        return new
     base = dict(base)
     base["checkpoint"] = {"time": format_time(now), "step": report.step, "location": report.location,
                           "cluster": cluster, "epoch": epoch}
@@ -977,7 +975,9 @@ class StatusSync:
         watched = self._watched(cluster)
         if watched is None:
             return None
-        report = self._checkpoint_report(uid, job, watched[0].gang(uid, epoch)[1], cluster=cluster)
+        # its pods still there, and those that left with a report (a process that saved, reported and exited)
+        report = self._checkpoint_report(uid, job, watched[0].gang(uid, epoch)[1] + watched[0].departed(uid, epoch),
+                                         cluster=cluster)
         return (cluster, epoch, report) if report is not None else None
 
     async def reconcile(self, uid: str) -> None:

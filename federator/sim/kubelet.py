@@ -40,7 +40,12 @@ one timer heap for every pod of the cluster (no task per pod):
 - a bound pod with a deletionTimestamp is removed after the profile's
   termination time (capped by its grace period), unless its node is down:
   a dead kubelet cannot finish a delete, so such pods stay Terminating, as
-  in a real cluster;
+  in a real cluster; `sim.federator.dev/termination-seconds` on the pod is
+  how long its containers take to exit after SIGTERM instead (a job saving
+  a checkpoint): the pod stays Terminating, phase Running, that long, at
+  most its grace period, as kube's kubelet keeps it until its containers
+  exit or the grace ends (SIGKILL). Annotated on a terminating pod, it moves
+  the exit earlier, never later: "0" is its process saving and exiting now;
 - every Ready node's Lease in kube-node-lease is renewed every 10 s
   (`nodelease.NodeLeases`, one batched timer for all nodes);
 - what each container prints (start, epochs and steps with a loss, checkpoints,
@@ -97,6 +102,9 @@ ANNOTATION_DURATION = "sim.federator.dev/duration-seconds"
 ANNOTATION_FAIL_AFTER = "sim.federator.dev/fail-after-seconds"
 ANNOTATION_EXIT_CODE = "sim.federator.dev/exit-code"
 ANNOTATION_START_DELAY = "sim.federator.dev/start-delay-seconds"
+#: seconds its containers take to exit after SIGTERM (at most the grace period); the profile's terminationSeconds
+#: when absent. Set on a terminating pod, it brings the exit forward ("0": now), never later.
+ANNOTATION_TERMINATION = "sim.federator.dev/termination-seconds"
 #: "OOMKilled": the failing container is killed by the kernel's OOM killer (reason OOMKilled, exit code 137)
 ANNOTATION_EXIT_REASON = "sim.federator.dev/exit-reason"
 #: a message: the pod's images cannot be pulled (ErrImagePull, then ImagePullBackOff; the pod stays Pending)
@@ -345,6 +353,8 @@ class Kubelet:
         self._started: dict[str, float] = {}
         #: pod uid -> when its pending _FINISH timer is due (to bring it forward when the end moves earlier)
         self._finish_due: dict[str, float] = {}
+        #: pod uid -> when its pending _TERMINATE timer is due (brought forward when its containers exit sooner)
+        self._terminate_due: dict[str, float] = {}
         #: the process runtime (profile processRuntime): pods run as local processes; None simulates them
         self.runtime = runtime
         self.services_rt: ResourceType | None = registry.get("", "v1", "services") if runtime is not None else None
@@ -363,16 +373,27 @@ class Kubelet:
         heapq.heappush(self._heap, (due, self._seq, action, pod.key, pod.uid))
         self._wake.set()
 
+    def _push_sooner(self, due: float, action: int, pod: _Pod, dues: dict[str, float]) -> None:
+        """`_push` of a timer that a later event may bring forward (`dues`: pod uid -> when it is due); the
+        later timer, when it fires, finds the step done."""
+        prior = dues.get(pod.uid)
+        if prior is not None and due < prior:
+            pod.scheduled.discard(action)
+        if action not in pod.scheduled:
+            dues[pod.uid] = due
+        self._push(due, action, pod)
+
     def _push_finish(self, due: float, pod: _Pod) -> None:
         """The pod's end timer; brought forward when its end moved earlier, e.g. a
         `sim.federator.dev/fail-after-seconds` annotated on a running pod (a kwok stage fails it then; seen by
-        e2e/kube/test_same_scenario.py). The later timer, when it fires, finds the pod finished."""
-        prior = self._finish_due.get(pod.uid)
-        if prior is not None and due < prior:
-            pod.scheduled.discard(_FINISH)
-        if _FINISH not in pod.scheduled:
-            self._finish_due[pod.uid] = due
-        self._push(due, _FINISH, pod)
+        e2e/kube/test_same_scenario.py)."""
+        self._push_sooner(due, _FINISH, pod, self._finish_due)
+
+    def _push_terminate(self, due: float, pod: _Pod) -> None:
+        """A deleted pod's removal: when its containers exit (`sim.federator.dev/termination-seconds`, else
+        the profile's termination time), at most its grace period after the delete; brought forward by a later
+        annotation that ends it sooner, or a delete with a shorter grace."""
+        self._push_sooner(due, _TERMINATE, pod, self._terminate_due)
 
     def apply_node(self, obj: Mapping[str, Any]) -> None:
         node = Body(obj)
@@ -480,6 +501,7 @@ class Kubelet:
                 self._stopping.discard(pod.uid)
             self._started.pop(pod.uid, None)
             self._finish_due.pop(pod.uid, None)
+            self._terminate_due.pop(pod.uid, None)
             keys = self.by_node.get(pod.node)
             if keys is not None:
                 keys.discard(key)
@@ -512,7 +534,12 @@ class Kubelet:
                     key, uid = pod.key, pod.uid
                     self.runtime.stop(uid, grace=pod.grace, then=lambda: self._stopped(key, uid))
             elif ready:
-                self._push(now + min(self.timings.termination_seconds, pod.grace), _TERMINATE, pod)
+                exits = _seconds(pod.annotations, ANNOTATION_TERMINATION)
+                exits = self.timings.termination_seconds if exits is None else exits
+                # a later event never postpones the exit planned (a delete with a shorter grace brings it forward)
+                prior = self._terminate_due.get(pod.uid)
+                due = now + min(exits, pod.grace)
+                self._push_terminate(due if prior is None else min(due, prior), pod)
             return
         if not ready:
             if pod.phase not in TERMINAL:

@@ -18,6 +18,7 @@ from federator.apis.checkpoint import (
     restore_from,
     restore_point,
     save_grace_seconds,
+    supersedes,
 )
 from federator.apis.common import ValidationSettings
 from federator.apis.trainingjob import TrainingJob, validate_trainingjob
@@ -101,6 +102,25 @@ def test_a_restore_point_needs_a_whole_record() -> None:
         job = {**_job(), "status": {"checkpoint": checkpoint}}
         assert restore_point(job, 3) is None and restore_from(job, 3) is None, checkpoint
     assert restore_point({**_job(), "status": "hostile"}, 3) is None
+
+
+def test_a_report_supersedes_a_lower_step_of_its_copy_or_an_earlier_copys() -> None:
+    report = CheckpointReport(step=9, location="/c/9")
+    recorded = {"step": 5, "location": "/c/5", "cluster": "a", "epoch": 2}
+    assert supersedes(report, None, cluster="a", epoch=2)
+    assert supersedes(report, recorded, cluster="a", epoch=2)  # a higher step of the same copy
+    assert not supersedes(report, {**recorded, "step": 9}, cluster="a", epoch=2)  # not a repeat
+    assert not supersedes(report, {**recorded, "step": 12}, cluster="a", epoch=2)
+    assert supersedes(CheckpointReport(step=1, location="/c/1"), recorded, cluster="b", epoch=3)  # a later copy
+    # an earlier copy's report (an evicted copy read during its grace) never replaces the new copy's
+    assert not supersedes(report, recorded, cluster="b", epoch=1)
+    # the same epoch in another cluster is another copy: its report replaces the record
+    assert supersedes(CheckpointReport(step=1, location="/c/1"), recorded, cluster="b", epoch=2)
+    # a malformed record is replaced
+    bad: object
+    for bad in ({}, {"epoch": "2", "step": 100}, {"epoch": True}, [], "x"):
+        assert supersedes(report, bad, cluster="a", epoch=2), bad
+    assert supersedes(report, {**recorded, "step": "100"}, cluster="a", epoch=2)
 
 
 def test_save_grace() -> None:

@@ -22,7 +22,9 @@ against it (tests/chaos/test_chaos.py drives it with random faults; bench/ha.py 
 
 What counts as a running copy: a pod with phase Running and no deletionTimestamp. Pods being deleted
 (after a fence, by the agent or the hub's GC) are not running copies; Pending pods (created, not yet
-started by the member's scheduler and kubelet) are not either. Two copies at once means: one job's
+started by the member's scheduler and kubelet) are not either. A `Sampler(..., terminating_runs=True)` counts
+pods being deleted whose phase is still Running too: an evicted copy saving a checkpoint in its grace period
+runs until its process exits (tests/chaos/test_checkpoint_chaos.py). Two copies at once means: one job's
 running pods seen, in one sample, in two clusters or under two epochs.
 
 Read-only toward the hub: the lab never writes the hub's store, and reaches members only through the
@@ -290,6 +292,11 @@ class PodView:
     @property
     def running(self) -> bool:
         return self.kind == "pods" and self.phase == "Running" and not self.deleting
+
+    @property
+    def running_or_terminating(self) -> bool:
+        """Running, also while being deleted (a graceful delete: its process still runs until it exits)."""
+        return self.kind == "pods" and self.phase == "Running"
 
     def describe(self) -> str:
         return (f"{self.cluster}:{self.namespace}/{self.name} epoch={self.epoch} phase={self.phase}"
@@ -775,8 +782,10 @@ class Sampler:
     background and records violations (see the module docstring)."""
 
     def __init__(self, lab: Lab, ledger: Ledger, violations: Violations, *, interval: float = 0.5,
-                 jobs_interval: float = 1.0) -> None:
+                 jobs_interval: float = 1.0, terminating_runs: bool = False) -> None:
         self.lab = lab
+        #: pods being deleted whose phase is still Running count as running copies (see the module docstring)
+        self.terminating_runs = terminating_runs
         self.ledger = ledger
         self.violations = violations
         self.interval = interval
@@ -823,7 +832,7 @@ class Sampler:
         self.non_atomic += not snapshot.atomic
         running: dict[str, list[PodView]] = defaultdict(list)
         for pod in snapshot.pods():
-            if pod.running:
+            if pod.running or (self.terminating_runs and pod.running_or_terminating):
                 running[pod.job_uid].append(pod)
         for uid, pods in running.items():
             groups = [pods] if snapshot.atomic else [[p for p in pods if p.cluster == c]

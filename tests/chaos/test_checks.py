@@ -57,6 +57,18 @@ def test_an_old_copy_being_deleted_or_not_started_is_not_a_running_copy() -> Non
     assert s.max_copies == 1
 
 
+def test_with_terminating_runs_an_old_copy_saving_in_its_grace_is_a_running_copy() -> None:
+    s, violations, _ = sampler()
+    s.terminating_runs = True
+    # the evicted copy alone, saving: one copy; a finished pod being deleted runs nothing
+    s.check_members(snapshot(pod("a", "w0", epoch=1, deleting=True), pod("b", "w0", epoch=2, phase="Pending"),
+                             pod("a", "w1", epoch=1, phase="Succeeded", deleting=True)))
+    assert not violations and s.max_copies == 1
+    # the new copy running while the old one still saves: two copies
+    s.check_members(snapshot(pod("a", "w0", epoch=1, deleting=True), pod("b", "w0", epoch=2), at=2.0))
+    assert "2: never runs in two clusters at once" in invariants(violations)
+
+
 def test_two_epochs_running_in_one_cluster_is_a_violation() -> None:
     s, violations, _ = sampler()
     s.check_members(snapshot(pod("a", "w0", epoch=1), pod("a", "w1", epoch=2)))

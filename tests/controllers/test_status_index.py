@@ -8,12 +8,15 @@ crash it nor be attributed to a job's gang.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from federator.clusters.client import JOB_KIND_RESOURCES, PODS, podgroup_resource
 from federator.controllers.cleanup import orphan_reason
+from federator.apis.checkpoint import ANNOTATION_CHECKPOINT
+from federator.controllers import memberobjects
 from federator.controllers.memberobjects import ClusterObjects, MemberObject
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_HUB, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
 
@@ -139,6 +142,44 @@ def test_fed_from_the_member_watch_it_keeps_only_this_hubs_objects() -> None:
     del unlabelled["metadata"]["labels"][LABEL_HUB]
     objects.apply(PODS.key, [("MODIFIED", unlabelled)], resource_version="", received_at=0.0)
     assert objects.objects_of() == [] and changes[-1] == ("c1", {"job-1"})
+
+
+def test_pods_that_leave_with_a_checkpoint_report_are_kept_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evicted copy that saves, reports and exits at once: its report is in the pod's last state only (the
+    DELETED event's object). The index keeps such pods, per job and epoch, as they left (slimmed), a bounded
+    number; pods without a report, foreign pods, and a re-list's name-only DELETED keep nothing."""
+    objects = ClusterObjects("c1", (PODS,), lambda cluster, uids: None, hub_id="federator")
+    report = {ANNOTATION_CHECKPOINT: json.dumps({"step": 9, "location": "s3://b/9"})}
+
+    def reporting(name: str, **kw: Any) -> dict[str, Any]:
+        body = _obj(name, **kw)
+        body["metadata"]["annotations"] = dict(report)
+        return body
+
+    foreign = reporting("theirs", uid="job-9")
+    foreign["metadata"]["labels"][LABEL_HUB] = "another-hub"
+    objects.apply(PODS.key, [("ADDED", _obj("p0")), ("ADDED", _obj("p1")), ("ADDED", _obj("p2"))],
+                  resource_version="", received_at=0.0)
+    objects.apply(PODS.key, [("MODIFIED", reporting("p1")), ("DELETED", reporting("p1")), ("DELETED", _obj("p0")),
+                             ("DELETED", foreign), ("DELETED", {"metadata": {"name": "p2", "namespace": "vision"}})],
+                  resource_version="", received_at=0.0)
+    (left,) = objects.departed("job-1", 2)
+    assert left["metadata"]["name"] == "p1" and left["metadata"]["annotations"] == report
+    assert "containers" not in left.get("spec", {})  # slimmed: no env
+    assert objects.departed("job-1", 1) == [] and objects.departed("job-9", 2) == []
+    assert objects.gang("job-1", 2)[1] == []  # gone from the gang
+    # a pod that loses this hub's label leaves with the report it last showed
+    objects.apply(PODS.key, [("ADDED", reporting("p3", epoch="3"))], resource_version="", received_at=0.0)
+    unlabelled = _obj("p3", epoch="3", rv="9")
+    del unlabelled["metadata"]["labels"][LABEL_HUB]
+    objects.apply(PODS.key, [("MODIFIED", unlabelled)], resource_version="", received_at=0.0)
+    assert [p["metadata"]["name"] for p in objects.departed("job-1", 3)] == ["p3"]
+    # bounded: the oldest go first
+    monkeypatch.setattr(memberobjects, "MAX_DEPARTED_REPORTS", 3)
+    objects.apply(PODS.key, [("DELETED", reporting(f"q{i}", uid=f"job-q{i}")) for i in range(5)],
+                  resource_version="", received_at=0.0)
+    assert objects.departed("job-1", 2) == [] and objects.departed("job-q0", 2) == []
+    assert [len(objects.departed(f"job-q{i}", 2)) for i in range(2, 5)] == [1, 1, 1]
 
 
 def test_after_a_resumed_watch_the_index_is_complete_only_once_seeded_and_the_watch_wins() -> None:

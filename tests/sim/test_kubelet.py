@@ -5,6 +5,7 @@ they wait for a dead node), unhealthy GPUs, restart with running pods."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,6 +21,7 @@ from federator.sim.kubelet import (
     ANNOTATION_EXIT_CODE,
     ANNOTATION_FAIL_AFTER,
     ANNOTATION_START_DELAY,
+    ANNOTATION_TERMINATION,
     ANNOTATION_UNHEALTHY_GPUS,
     fail_node,
     recover_node,
@@ -226,6 +228,56 @@ async def test_restarted_kubelet_finishes_pods_it_did_not_start() -> None:
             await asyncio.wait_for(task2, 10)
     finally:
         await cluster.stop()
+
+
+async def test_a_pod_that_saves_stays_terminating_until_it_exits_or_its_grace_ends() -> None:
+    """kube's graceful deletion: a pod whose containers take long to exit after SIGTERM (annotation
+    termination-seconds) stays Terminating, phase Running, until they exit (the annotation brought forward to
+    "0" on the terminating pod) or its grace period ends; a malformed annotation is the profile's time."""
+    cluster = await start(profile(nodes=1))
+    try:
+        slow = {ANNOTATION_TERMINATION: "3600"}
+        await cluster.storage.create(kinds.PODS, pod("saver", gpus=1, annotations=slow), namespace="team")
+        await cluster.storage.create(kinds.PODS, pod("capped", gpus=1, annotations=slow), namespace="team")
+        await cluster.storage.create(kinds.PODS, pod("shortened", gpus=1, annotations=slow), namespace="team")
+        for name, bad in (("quick", None), ("garbled", "soon"), ("negative", "-1"), ("huge", "1e400"),
+                          ("long", "9" * 5000)):
+            annotations = {ANNOTATION_TERMINATION: bad} if bad is not None else {}
+            await cluster.storage.create(kinds.PODS, pod(name, gpus=0, annotations=annotations), namespace="team")
+        names = ["saver", "capped", "shortened", "quick", "garbled", "negative", "huge", "long"]
+        await wait_for("every pod Running", lambda: _all_phase(cluster, names, "Running"))
+        await cluster.storage.delete(kinds.PODS, namespace="team", name="saver", grace_period_seconds=600)
+        await cluster.storage.delete(kinds.PODS, namespace="team", name="capped", grace_period_seconds=1)
+        await cluster.storage.delete(kinds.PODS, namespace="team", name="shortened", grace_period_seconds=600)
+        # deleted after the saver: once these are gone, the kubelet has handled the saver's delete too
+        for name in names[3:]:
+            await cluster.storage.delete(kinds.PODS, namespace="team", name=name, grace_period_seconds=600)
+        for name in names[3:]:
+            await wait_for(f"{name} removed after the profile's termination time",
+                           functools.partial(_gone, cluster, name))
+        # the grace caps how long a pod may take: SIGKILL at its end
+        await wait_for("capped removed at the end of its 1 s grace", lambda: _gone(cluster, "capped"))
+        # a second delete with a shorter grace shortens it, as kube's does
+        await cluster.storage.delete(kinds.PODS, namespace="team", name="shortened", grace_period_seconds=1)
+        await wait_for("shortened removed at the end of its shortened grace", lambda: _gone(cluster, "shortened"))
+        saving = await get(cluster, "saver")
+        assert saving["metadata"]["deletionTimestamp"] and saving["metadata"]["deletionGracePeriodSeconds"] == 600
+        assert saving["status"]["phase"] == "Running"
+        # a later annotation never postpones; "0": its process saved and exited
+        await _annotate(cluster, "saver", {ANNOTATION_TERMINATION: "7200", "note": "still saving"})
+        assert (await get(cluster, "saver"))["metadata"]["annotations"]["note"] == "still saving"
+        await _annotate(cluster, "saver", {ANNOTATION_TERMINATION: "0"})
+        await wait_for("saver removed once it exited", lambda: _gone(cluster, "saver"))
+    finally:
+        await cluster.stop()
+
+
+async def _annotate(cluster: SimCluster, name: str, annotations: dict[str, str]) -> None:
+    def mutate(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"].setdefault("annotations", {}).update(annotations)
+        return obj
+
+    await cluster.storage.guaranteed_update(kinds.PODS, namespace="team", name=name, mutate=mutate)
 
 
 async def _all_phase(cluster: SimCluster, names: list[str], phase: str) -> bool:
