@@ -73,6 +73,7 @@ __all__ = [
     "SECRET_PATH_PREFIXES",
     "SHORT_NAMES",
     "SINGULAR",
+    "SPEC_LABELS_DEPRECATED",
     "ClusterCapacity",
     "ClusterCredentials",
     "ClusterDataset",
@@ -89,10 +90,12 @@ __all__ = [
     "MemberClusterSpec",
     "MemberClusterStatus",
     "SchedulerKind",
+    "cluster_labels",
     "contains_credentials",
     "effective_operator_mode",
     "effective_scheduler_name",
     "membercluster_validator",
+    "membercluster_warnings",
     "redact",
     "restore_redacted",
     "validate_membercluster",
@@ -376,7 +379,12 @@ class MemberClusterSpec(ApiModel):
     location: ClusterLocation
     network: ClusterNetwork
     scheduler: ClusterScheduler
-    labels: LabelMap | None = Field(default=None, description="Matched by TrainingJob clusterSelector.")
+    labels: LabelMap | None = Field(
+        default=None,
+        description="Deprecated: set metadata.labels (kubectl label membercluster NAME KEY=VALUE). Still matched by "
+                    "clusterSelector this release, metadata.labels winning on the same key; every write carrying "
+                    "it gets a Warning.",
+    )
     gpu_models: list[NameToken] | None = Field(
         default=None, alias="gpuModels", max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
         description="GPU models the platform team says the cluster has (nodes are authoritative).",
@@ -516,6 +524,29 @@ def _operators_errors(operators: object, *, path: str) -> list[FieldError]:
             errors.append((f"{path}[{str(key)[:80]}]", f"Unsupported value: {shown}: supported values: "
                                                        + ", ".join(f'"{k}"' for k in OPERATOR_KINDS)))
     return errors
+
+
+SPEC_LABELS_DEPRECATED = (
+    "spec.labels is deprecated: clusterSelector matches metadata.labels (kubectl label membercluster NAME "
+    "KEY=VALUE); spec.labels is still matched this release, metadata.labels winning on the same key"
+)
+
+
+def cluster_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    """The labels clusterSelector matches: metadata.labels over the deprecated spec.labels (still honoured for
+    one release; metadata wins on the same key). Malformed entries are skipped (validation rejects them)."""
+    out: dict[str, str] = {}
+    for holder in (obj.get("spec"), obj.get("metadata")):
+        labels = holder.get("labels") if isinstance(holder, Mapping) else None
+        if isinstance(labels, Mapping):
+            out.update((k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str))
+    return out
+
+
+def membercluster_warnings(obj: Mapping[str, Any]) -> list[str]:
+    """The apiserver's `ResourceType.warn` hook: a write that still carries spec.labels is told it is deprecated."""
+    spec = obj.get("spec")
+    return [SPEC_LABELS_DEPRECATED] if isinstance(spec, Mapping) and spec.get("labels") else []
 
 
 def validate_membercluster(

@@ -144,8 +144,6 @@ def registration_from_flags(args: argparse.Namespace) -> JSONObject:
         spec["network"]["rdmaKind"] = args.rdma_kind
     if args.scheduler_name:
         spec["scheduler"]["schedulerName"] = args.scheduler_name
-    if args.label:
-        spec["labels"] = dict(_pair(item, "--label", "KEY=VALUE") for item in args.label)
     if args.gpu_model:
         spec["gpuModels"] = list(args.gpu_model)
     if args.cost_per_gpu_hour is not None:
@@ -161,7 +159,10 @@ def registration_from_flags(args: argparse.Namespace) -> JSONObject:
         spec["datasets"] = datasets
     if args.cordoned:
         spec["cordoned"] = True
-    return {"apiVersion": GROUP_VERSION, "kind": "MemberCluster", "metadata": {"name": args.name}, "spec": spec}
+    metadata: dict[str, Any] = {"name": args.name}
+    if args.label:
+        metadata["labels"] = dict(_pair(item, "--label", "KEY=VALUE") for item in args.label)
+    return {"apiVersion": GROUP_VERSION, "kind": "MemberCluster", "metadata": metadata, "spec": spec}
 
 
 def _pair(item: str, flag: str, form: str) -> tuple[str, str]:
@@ -312,7 +313,9 @@ def _add_add(csub: Any) -> None:
     p.add_argument("--bandwidth-gbps", type=float, metavar="GBPS")
     p.add_argument("--scheduler", choices=list(DEFAULT_SCHEDULER_NAMES))
     p.add_argument("--scheduler-name", help="pod schedulerName (default: the scheduler's usual name)")
-    p.add_argument("--label", action="append", metavar="KEY=VALUE", help="cluster label (repeatable)")
+    p.add_argument("--label", action="append", metavar="KEY=VALUE",
+                   help="cluster label in metadata.labels, matched by clusterSelector (repeatable; "
+                        "later: kubectl label membercluster NAME KEY=VALUE)")
     p.add_argument("--gpu-model", action="append", metavar="MODEL", help="GPU model offered (repeatable)")
     p.add_argument("--cost-per-gpu-hour", type=float, metavar="COST")
     p.add_argument("--dataset", action="append", metavar="NAME=BYTES", help="cached dataset (repeatable)")
