@@ -226,7 +226,8 @@ def phase_of(job: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- TrainingJob -> GangRequest
 
 
-def _labels_selector(raw: Any) -> LabelSelector | None:
+def label_selector(raw: Any) -> LabelSelector | None:
+    """A stored (validated) label selector as placement's; None for an absent or empty one (selects all)."""
     if not isinstance(raw, Mapping):
         return None
     match_labels = raw.get("matchLabels") or {}
@@ -320,7 +321,7 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
         network=Network(placement.get("network") or "any"),
         gpu_models=tuple(placement.get("gpuModels") or ()),
         datasets=tuple(placement.get("datasets") or ()),
-        cluster_selector=_labels_selector(placement.get("clusterSelector")),
+        cluster_selector=label_selector(placement.get("clusterSelector")),
         node_selector=node_selector,
         tolerations=tuple(tolerations),
         priority=priority if type(priority) is int else 0,

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
@@ -50,7 +50,7 @@ from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
 from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, REASON_BORROWED
 from federator.controllers.jobs import (PHASE_PLACED, current_placement, gang_request, job_ref, phase_of, placed_at,
-                                        placed_gang)
+                                        placed_gang, queued_at)
 from federator.controllers.placement_ports import MemberViews
 from federator.controllers.queues import queue_status
 from federator.controllers.reservations import ReservationLedger
@@ -185,7 +185,7 @@ class QueueAccounting:
         self.charged: dict[str, tuple[str, int, str | None]] = {}
         #: uid -> (what it was built from, the RunningGang)
         self.running_cache: dict[str, tuple[tuple[Any, ...], RunningGang]] = {}
-        #: uid -> (spec generation, its GangRequest) of the active jobs
+        #: uid -> ((spec generation, queue tiers, queued at), its GangRequest) of the active jobs
         self.gang_cache: dict[str, tuple[Any, GangRequest]] = {}
         self._quota_filter_warned = False
 
@@ -248,15 +248,24 @@ class QueueAccounting:
         return views
 
     def gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
-        generation = Body(job).generation
+        """The job's GangRequest, with its queue's spill-over tiers and when it last entered the queue (what
+        the tiers count from): rebuilt when the spec, the queue's tiers or that time changed."""
+        body = Body(job)
+        queue = body.spec.get("queue")
+        quota = (self.queues.quotas() or {}).get(queue) if isinstance(queue, str) else None
+        tiers = quota.tiers if quota is not None else ()
+        since = queued_at(job) if tiers else None
+        key = (body.generation, tiers, since)
         cached = self.gang_cache.get(uid)
-        if cached is not None and cached[0] == generation:
+        if cached is not None and cached[0] == key:
             return cached[1]
         try:
             gang = gang_request(job, now=self.clock())
+            if tiers:
+                gang = replace(gang, tiers=tiers, waiting_since=since)
         except (ValueError, TypeError):
             return None
-        self.gang_cache[uid] = (generation, gang)
+        self.gang_cache[uid] = (key, gang)
         return gang
 
     def rebuild_reservations(self, unreserved: set[str], snapshots: Mapping[str, ClusterSnapshot], *,

@@ -77,6 +77,7 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "health",
     "exclusion",
     "cluster-selector",
+    "tier",
     "network",
     "gpu-model",
     "quota",
@@ -90,6 +91,9 @@ DEFAULT_FILTERS: tuple[str, ...] = (
 # topology, headroom and cost; a fixed-size gang scores 0 on it everywhere.
 DEFAULT_WEIGHTS: Mapping[str, float] = Map(
     {
+        # A lower tier of the gang's spill-over order first: one tier's step (at most 5 tiers, so at least
+        # 100 x 100 / 4 = 2500) outweighs all the other scores together (at most 20 x 100 = 2000).
+        "tier": 100.0,
         "data-locality": 8.0,
         "preference": 5.0,
         "elastic-size": 3.0,

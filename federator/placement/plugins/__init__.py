@@ -1,8 +1,8 @@
 """The built-in placement plugins, one per module, and the default registry that names them.
 
-Filters: health, exclusion, cluster-selector, network, gpu-model, quota,
-gang-fit. Scores: data-locality, packing, network-headroom, preference,
-cost, topology, elastic-size. Pure, like everything under placement.
+Filters: health, exclusion, cluster-selector, tier, network, gpu-model,
+quota, gang-fit. Scores: tier, data-locality, packing, network-headroom,
+preference, cost, topology, elastic-size. Pure, like everything under placement.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from federator.placement.plugins.network_headroom import NetworkHeadroomScore
 from federator.placement.plugins.packing import PackingScore
 from federator.placement.plugins.preference import PreferenceScore
 from federator.placement.plugins.quota import QuotaFilter
+from federator.placement.plugins.tier import TierFilter, TierScore
 from federator.placement.plugins.topology import TopologyScore
 
 __all__ = ["default_registry"]
@@ -30,12 +31,14 @@ _DEFAULT = PluginRegistry(
         HealthFilter(),
         ExclusionFilter(),
         ClusterSelectorFilter(),
+        TierFilter(),
         NetworkFilter(),
         GpuModelFilter(),
         QuotaFilter(),
         GangFitFilter(),
     ),
     scores=(
+        TierScore(),
         DataLocalityScore(),
         PackingScore(),
         NetworkHeadroomScore(),
