@@ -60,6 +60,7 @@ from federator.obs import get_logger
 from federator.placement import GangRequest, Profile, QueueQuota, ReservationKind, Resources, RunningGang, RunningPod
 from federator.placement.admission import QUOTA_EXCEEDED, QuotaLedger
 from federator.placement.cycle import CycleResult
+from federator.placement.gang import ClusterTier
 from federator.placement.snapshot import ClusterSnapshot
 
 __all__ = ["MemberPod", "Preempting", "QueueAccounting", "QueueObjects", "QueueStatusSink", "ShrinkPlan",
@@ -247,22 +248,30 @@ class QueueAccounting:
                 _log.warning("could not set a requeued gang's leftover pods aside", cluster=name, error=str(e))
         return views
 
-    def gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
-        """The job's GangRequest, with its queue's spill-over tiers and when it last entered the queue (what
-        the tiers count from): rebuilt when the spec, the queue's tiers or that time changed."""
-        body = Body(job)
-        queue = body.spec.get("queue")
+    def _tiers(self, job: Mapping[str, Any]) -> tuple[tuple[ClusterTier, ...], float | None]:
+        """The spill-over tiers of the job's queue and when the job last entered the placement queue (what
+        they count from); ((), None) for a queue without tiers."""
+        queue = Body(job).spec.get("queue")
         quota = (self.queues.quotas() or {}).get(queue) if isinstance(queue, str) else None
-        tiers = quota.tiers if quota is not None else ()
-        since = queued_at(job) if tiers else None
-        key = (body.generation, tiers, since)
+        if quota is None or not quota.tiers:
+            return (), None
+        return quota.tiers, queued_at(job)
+
+    def tiered(self, gang: GangRequest, job: Mapping[str, Any]) -> GangRequest:
+        """`gang` (`gang_request(job)`) with its queue's spill-over tiers: what every placement of a queued
+        job is asked about."""
+        tiers, since = self._tiers(job)
+        return replace(gang, tiers=tiers, waiting_since=since) if tiers else gang
+
+    def gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
+        """The job's GangRequest (`tiered`), rebuilt when the spec, the queue's tiers or when the job entered
+        the queue changed."""
+        key = (Body(job).generation, *self._tiers(job))
         cached = self.gang_cache.get(uid)
         if cached is not None and cached[0] == key:
             return cached[1]
         try:
-            gang = gang_request(job, now=self.clock())
-            if tiers:
-                gang = replace(gang, tiers=tiers, waiting_since=since)
+            gang = self.tiered(gang_request(job, now=self.clock()), job)
         except (ValueError, TypeError):
             return None
         self.gang_cache[uid] = (key, gang)
