@@ -311,6 +311,8 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
     for key in conflicting:
         node_selector.pop(key, None)
     placement = spec.get("placement") or {}
+    affinity = placement.get("affinity") or {}
+    preferred = [(t.get("weight"), label_selector(t.get("preference"))) for t in affinity.get("preferred") or ()]
     created = parse_epoch(Body(job).creation_timestamp)
     priority = spec.get("priority", 0)
     queue = spec.get("queue")
@@ -328,6 +330,11 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
         submitted_at=created if created is not None else now,
         excluded_clusters=excluded_clusters(job, now=now),
         queue=queue if isinstance(queue, str) else "",
+        cluster_names=frozenset(str(n) for n in affinity.get("clusterNames") or ()),
+        # an empty required term ({}) matches every cluster, as an absent one
+        required_terms=() if any(label_selector(t) is None for t in affinity.get("required") or ())
+        else tuple(s for s in (label_selector(t) for t in affinity.get("required") or ()) if s is not None),
+        preferred_terms=tuple((int(w), s or LabelSelector()) for w, s in preferred if type(w) is int),
     )
 
 

@@ -77,6 +77,7 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "health",
     "exclusion",
     "cluster-selector",
+    "affinity",
     "tier",
     "network",
     "gpu-model",
@@ -92,8 +93,10 @@ DEFAULT_FILTERS: tuple[str, ...] = (
 DEFAULT_WEIGHTS: Mapping[str, float] = Map(
     {
         # A lower tier of the gang's spill-over order first: one tier's step (at most 5 tiers, so at least
-        # 100 x 100 / 4 = 2500) outweighs all the other scores together (at most 20 x 100 = 2000).
-        "tier": 100.0,
+        # 150 x 100 / 4 = 3750) outweighs all the other scores together (at most 30 x 100 = 3000).
+        "tier": 150.0,
+        # What the job says it prefers (spec.placement.affinity.preferred) before what the hub infers.
+        "affinity": 10.0,
         "data-locality": 8.0,
         "preference": 5.0,
         "elastic-size": 3.0,

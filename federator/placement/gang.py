@@ -296,6 +296,11 @@ class GangRequest:
     # placement queue; None: submitted_at) is what a tier's spill_after_seconds counts from.
     tiers: tuple[ClusterTier, ...] = ()
     waiting_since: float | None = None
+    # spec.placement.affinity: pinned cluster names (empty: any), required terms (ORed; empty: any) and
+    # weighted preferred terms.
+    cluster_names: frozenset[str] = frozenset()
+    required_terms: tuple[LabelSelector, ...] = ()
+    preferred_terms: tuple[tuple[int, LabelSelector], ...] = ()
     # Derived in __post_init__.
     fit_order: tuple[RoleRequest, ...] = field(init=False, compare=False, repr=False)
     total: Resources = field(init=False, compare=False, repr=False)
@@ -354,6 +359,15 @@ class GangRequest:
         object.__setattr__(self, "tiers", tuple(self.tiers))
         if any(not isinstance(t, ClusterTier) for t in self.tiers):
             raise TypeError(f"gang {self.key}: tiers must be ClusterTiers")
+        object.__setattr__(self, "cluster_names", frozenset(self.cluster_names))
+        if any(not isinstance(n, str) or not n for n in self.cluster_names):
+            raise ValueError(f"gang {self.key}: cluster_names must be non-empty strings")
+        object.__setattr__(self, "required_terms", tuple(self.required_terms))
+        object.__setattr__(self, "preferred_terms", tuple(self.preferred_terms))
+        if any(not isinstance(t, LabelSelector) for t in self.required_terms) or any(
+                not isinstance(t, tuple) or len(t) != 2 or type(t[0]) is not int or not 1 <= t[0] <= 100
+                or not isinstance(t[1], LabelSelector) for t in self.preferred_terms):
+            raise ValueError(f"gang {self.key}: affinity terms must be LabelSelectors (preferred: weight 1..100)")
         since = self.waiting_since
         if since is not None and (isinstance(since, bool) or not isinstance(since, int | float)
                                   or not math.isfinite(since)):

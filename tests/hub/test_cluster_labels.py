@@ -58,6 +58,31 @@ async def test_kubectl_label_steers_the_next_placement(tmp_path: Path) -> None:
         assert code != 0 and "forbidden" in err.lower(), (out, err)
 
 
+async def test_affinity_pins_requires_and_prefers_clusters_by_their_labels(tmp_path: Path) -> None:
+    async with lifecycle_env(tmp_path, [FIRST, SECOND], run_seconds=None) as env:
+        code, out, err = await env.hub.kubectl("admin", "label", "membercluster", SECOND, "budget=cheap")
+        assert code == 0, err
+        wants = {"pinned": {"clusterNames": [SECOND]},
+                 "preferring": {"preferred": [{"weight": 50, "preference": {"matchLabels": {"budget": "cheap"}}}]},
+                 "requiring": {"required": [{"matchLabels": {"budget": "dear"}}, {"matchLabels": {"budget": "cheap"}}]}}
+        for name, affinity in wants.items():
+            job = aimed_job(name, FIRST)
+            job["spec"]["placement"] = {"affinity": affinity}
+            await env.api.submit(job)
+        for name in wants:
+            placed = await env.api.wait_job("team-a", name, lambda j: phase(j) == "Running", timeout=60,
+                                            what=f"{name} Running")
+            # (without the affinity the on-prem cluster, FIRST, wins on location preference)
+            assert placement_of(placed)["cluster"] == SECOND, name
+        job = aimed_job("unpinnable", FIRST)
+        job["spec"]["placement"] = {"affinity": {"clusterNames": ["no-such-cluster"]}}
+        await env.api.submit(job)
+        pending = await env.api.wait_job("team-a", "unpinnable",
+                                         lambda j: phase(j) == "Pending" and "pinned to" in why_not(j),
+                                         timeout=60, what="Pending: pinned to a cluster that does not exist")
+        assert "the job is pinned to no-such-cluster" in why_not(pending)
+
+
 async def test_spec_labels_still_match_and_every_write_is_warned(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [FIRST, SECOND], run_seconds=None) as env:
         body = json.loads(json.dumps(env.fed.registrations[FIRST]))

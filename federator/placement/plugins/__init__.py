@@ -1,13 +1,14 @@
 """The built-in placement plugins, one per module, and the default registry that names them.
 
-Filters: health, exclusion, cluster-selector, tier, network, gpu-model,
-quota, gang-fit. Scores: tier, data-locality, packing, network-headroom,
-preference, cost, topology, elastic-size. Pure, like everything under placement.
+Filters: health, exclusion, cluster-selector, affinity, tier, network,
+gpu-model, quota, gang-fit. Scores: tier, affinity, data-locality,
+packing, network-headroom, preference, cost, topology, elastic-size. Pure, like everything under placement.
 """
 
 from __future__ import annotations
 
 from federator.placement.framework import PluginRegistry
+from federator.placement.plugins.affinity import AffinityFilter, AffinityScore
 from federator.placement.plugins.cluster_selector import ClusterSelectorFilter
 from federator.placement.plugins.cost import CostScore
 from federator.placement.plugins.data_locality import DataLocalityScore
@@ -31,6 +32,7 @@ _DEFAULT = PluginRegistry(
         HealthFilter(),
         ExclusionFilter(),
         ClusterSelectorFilter(),
+        AffinityFilter(),
         TierFilter(),
         NetworkFilter(),
         GpuModelFilter(),
@@ -39,6 +41,7 @@ _DEFAULT = PluginRegistry(
     ),
     scores=(
         TierScore(),
+        AffinityScore(),
         DataLocalityScore(),
         PackingScore(),
         NetworkHeadroomScore(),
