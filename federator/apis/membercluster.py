@@ -75,6 +75,7 @@ __all__ = [
     "SINGULAR",
     "SPEC_LABELS_DEPRECATED",
     "ClusterCapacity",
+    "ClusterCost",
     "ClusterCredentials",
     "ClusterDataset",
     "ClusterDrain",
@@ -372,6 +373,43 @@ def effective_operator_mode(spec_operators: object, discovered: object, source_k
     return "render"
 
 
+def _capped_cost(value: float, info: ValidationInfo) -> float:
+    cap = settings_of(info).max_cost_per_gpu_hour
+    if value > cap:
+        raise ValueError(f"must be less than or equal to {cap:g}")
+    return value
+
+
+class ClusterCost(ApiModel):
+    """What a GPU-hour costs here, and whether the capacity is spot (cheap, but it can vanish)."""
+
+    per_gpu_hour: StrictFloat = Field(
+        default=0.0, alias="perGpuHour", ge=0,
+        description="Price of one GPU-hour (any currency, the same across clusters); 0 for capacity already paid "
+                    "for (on-prem).")
+    per_model: dict[NameToken, Annotated[StrictFloat, Field(ge=0)]] | None = Field(
+        default=None, alias="perModel", max_length=64,
+        description="Price of one GPU-hour by GPU model (the names of placement.gpuModels); overrides perGpuHour.")
+    spot: StrictBool = Field(
+        default=False, description="Spot or preemptible capacity: only jobs with spec.placement.spot allowed or "
+                                   "preferred go here; losing its nodes is a failover like any other.")
+    interruption_rate_per_hour: StrictFloat = Field(
+        default=0.0, alias="interruptionRatePerHour", ge=0, le=1,
+        description="Expected share of spot nodes lost per hour (0..1), shown in why-not tables.")
+
+    @field_validator("per_gpu_hour")
+    @classmethod
+    def _cost_cap(cls, value: float, info: ValidationInfo) -> float:
+        return _capped_cost(value, info)
+
+    @field_validator("per_model")
+    @classmethod
+    def _model_cost_cap(cls, value: dict[str, float] | None, info: ValidationInfo) -> dict[str, float] | None:
+        for price in (value or {}).values():
+            _capped_cost(price, info)
+        return value
+
+
 class MemberClusterSpec(ApiModel):
     """The registration of a member cluster."""
 
@@ -389,7 +427,10 @@ class MemberClusterSpec(ApiModel):
         default=None, alias="gpuModels", max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
         description="GPU models the platform team says the cluster has (nodes are authoritative).",
     )
-    cost_per_gpu_hour: StrictFloat = Field(default=0.0, alias="costPerGpuHour", ge=0)
+    cost_per_gpu_hour: StrictFloat = Field(
+        default=0.0, alias="costPerGpuHour", ge=0,
+        description="Price of one GPU-hour; cost.perGpuHour, when set, is used instead.")
+    cost: ClusterCost | None = Field(default=None, description="GPU-hour prices by model, and spot capacity.")
     datasets: list[ClusterDataset] | None = Field(
         default=None, max_length=1024,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
@@ -404,10 +445,7 @@ class MemberClusterSpec(ApiModel):
     @field_validator("cost_per_gpu_hour")
     @classmethod
     def _cost_cap(cls, value: float, info: ValidationInfo) -> float:
-        cap = settings_of(info).max_cost_per_gpu_hour
-        if value > cap:
-            raise ValueError(f"must be less than or equal to {cap:g}")
-        return value
+        return _capped_cost(value, info)
 
 
 class GpuCount(ApiModel):

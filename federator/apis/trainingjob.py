@@ -363,6 +363,9 @@ class PlacementSpec(ApiModel):
     )
     affinity: ClusterAffinity | None = Field(
         default=None, description="Pinning to named clusters, required and preferred cluster terms.")
+    spot: Literal["never", "allowed", "preferred"] | None = Field(
+        default=None, description="Spot capacity (MemberCluster spec.cost.spot: cheap, but its nodes can "
+                                  "vanish): never (the default when left out), allowed, or preferred.")
     give_up_after_seconds: StrictInt | None = Field(
         default=None, alias="giveUpAfterSeconds", ge=1, le=MAX_DEADLINE_SECONDS, description=(
         "Pending deadline: a job that has waited this long in phase Pending (fits nowhere), counted from its "

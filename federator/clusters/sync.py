@@ -128,6 +128,11 @@ def cluster_info(spec: Mapping[str, Any], *, healthy: bool, labels: Mapping[str,
             datasets[ds["name"]] = ds["sizeBytes"]
     fabric = Fabric.RDMA if network.get("type") == "rdma" else Fabric.ETHERNET
     rdma_kind = network.get("rdmaKind")
+    raw_cost = spec.get("cost")
+    cost: Mapping[str, Any] = raw_cost if isinstance(raw_cost, Mapping) else {}
+    per_gpu_hour = cost.get("perGpuHour", spec.get("costPerGpuHour"))
+    raw_models = cost.get("perModel")
+    per_model: Mapping[str, Any] = raw_models if isinstance(raw_models, Mapping) else {}
     return ClusterInfo(
         location=Location.CLOUD if location.get("type") == "cloud" else Location.ON_PREM,
         fabric=fabric,
@@ -136,7 +141,10 @@ def cluster_info(spec: Mapping[str, Any], *, healthy: bool, labels: Mapping[str,
         rdma_kind=RdmaKind(rdma_kind) if fabric is Fabric.RDMA and rdma_kind in ("infiniband", "roce") else None,
         bandwidth_gbps=float(network.get("bandwidthGbps") or 0.0),
         labels=dict(labels) if labels is not None else cluster_labels({"spec": spec}),
-        cost_per_gpu_hour=float(spec.get("costPerGpuHour") or 0.0),
+        cost_per_gpu_hour=float(per_gpu_hour or 0.0),
+        cost_per_model={str(model): float(price) for model, price in per_model.items()},
+        spot=cost.get("spot") is True,
+        interruption_rate_per_hour=float(cost.get("interruptionRatePerHour") or 0.0),
         datasets=datasets,
         cordoned=spec.get("cordoned") is True or isinstance(spec.get("drain"), Mapping),
         healthy=healthy,

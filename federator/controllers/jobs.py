@@ -63,7 +63,7 @@ from federator.placement import (
     RoleRequest,
     Toleration,
 )
-from federator.placement.gang import SelectorOperator, TolerationOperator
+from federator.placement.gang import SelectorOperator, SpotPolicy, TolerationOperator
 from federator.placement.resources import template_requests
 from federator.placement.snapshot import TaintEffect
 
@@ -335,6 +335,7 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
         required_terms=() if any(label_selector(t) is None for t in affinity.get("required") or ())
         else tuple(s for s in (label_selector(t) for t in affinity.get("required") or ()) if s is not None),
         preferred_terms=tuple((int(w), s or LabelSelector()) for w, s in preferred if type(w) is int),
+        spot=SpotPolicy(placement.get("spot") or "never"),
     )
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "Network",
     "RoleRequest",
     "SelectorOperator",
+    "SpotPolicy",
     "Toleration",
     "TolerationOperator",
 ]
@@ -53,6 +54,14 @@ __all__ = [
 # A gang larger than this is a typo or an attack; no member cluster runs one.
 MAX_GANG_PODS = 10_000
 _MAX_NAME = 253
+
+
+class SpotPolicy(StrEnum):
+    """Whether a gang may run on spot capacity (spec.placement.spot)."""
+
+    NEVER = "never"
+    ALLOWED = "allowed"
+    PREFERRED = "preferred"
 
 
 class Network(StrEnum):
@@ -301,6 +310,7 @@ class GangRequest:
     cluster_names: frozenset[str] = frozenset()
     required_terms: tuple[LabelSelector, ...] = ()
     preferred_terms: tuple[tuple[int, LabelSelector], ...] = ()
+    spot: SpotPolicy = SpotPolicy.NEVER
     # Derived in __post_init__.
     fit_order: tuple[RoleRequest, ...] = field(init=False, compare=False, repr=False)
     total: Resources = field(init=False, compare=False, repr=False)
@@ -359,6 +369,7 @@ class GangRequest:
         object.__setattr__(self, "tiers", tuple(self.tiers))
         if any(not isinstance(t, ClusterTier) for t in self.tiers):
             raise TypeError(f"gang {self.key}: tiers must be ClusterTiers")
+        object.__setattr__(self, "spot", SpotPolicy(self.spot))
         object.__setattr__(self, "cluster_names", frozenset(self.cluster_names))
         if any(not isinstance(n, str) or not n for n in self.cluster_names):
             raise ValueError(f"gang {self.key}: cluster_names must be non-empty strings")

@@ -137,6 +137,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
     ("selector-bad-operator", {"spec.placement.clusterSelector.matchExpressions": [
         {"key": "tier", "operator": "Near", "values": ["x"]}]},
      "spec.placement.clusterSelector.matchExpressions[0].operator", "Unsupported value"),
+    ("bad-spot", {"spec.placement.spot": "sometimes"}, "spec.placement.spot", "Unsupported value"),
     ("affinity-weight-zero", {"spec.placement.affinity": {"preferred": [
         {"weight": 0, "preference": {"matchLabels": {"site": "cloud"}}}]}},
      "spec.placement.affinity.preferred[0].weight", "greater than or equal to 1"),

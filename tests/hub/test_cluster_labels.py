@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from federator.apis.membercluster import SPEC_LABELS_DEPRECATED, cluster_labels, membercluster_warnings
+from federator.apis.membercluster import (SPEC_LABELS_DEPRECATED, cluster_labels, membercluster_warnings,
+                                         validate_membercluster)
 
 from ..controllers.jobtest_support import API, phase, placement_of
 from ..controllers.lifecycle_support import aimed_job, lifecycle_env
@@ -132,9 +133,13 @@ def test_registrations_written_by_the_cli_and_dev_carry_metadata_labels(tmp_path
         "users": [{"name": "m", "user": {"token": "t0ken"}}]}))
     args = build_parser().parse_args([
         "cluster", "add", "gpu-a", "--kubeconfig", str(kubeconfig), "--location", "onPrem", "--network", "ethernet",
-        "--bandwidth-gbps", "100", "--scheduler", "volcano", "--label", "tier=research", "--label", "zone=b"])
+        "--bandwidth-gbps", "100", "--scheduler", "volcano", "--label", "tier=research", "--label", "zone=b",
+        "--model-cost", "H100=4.5", "--model-cost", "A100=2", "--spot", "--interruption-rate", "0.05"])
     body = registration_from_flags(args)
     assert body["metadata"]["labels"] == {"tier": "research", "zone": "b"} and "labels" not in body["spec"]
+    assert body["spec"]["cost"] == {"perModel": {"H100": 4.5, "A100": 2.0}, "spot": True,
+                                    "interruptionRatePerHour": 0.05}
+    assert validate_membercluster(body) == []
     assert membercluster_warnings(body) == []
 
     profile = sim_profile("gpu-b").model_copy(update={"labels": {"tier": "research"}})

@@ -1,8 +1,9 @@
 """The built-in placement plugins, one per module, and the default registry that names them.
 
-Filters: health, exclusion, cluster-selector, affinity, tier, network,
-gpu-model, quota, gang-fit. Scores: tier, affinity, data-locality,
-packing, network-headroom, preference, cost, topology, elastic-size. Pure, like everything under placement.
+Filters: health, exclusion, cluster-selector, affinity, tier, spot,
+network, gpu-model, quota, gang-fit. Scores: tier, affinity, spot,
+data-locality, packing, network-headroom, preference, cost, topology,
+elastic-size. Pure, like everything under placement.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from federator.placement.plugins.network_headroom import NetworkHeadroomScore
 from federator.placement.plugins.packing import PackingScore
 from federator.placement.plugins.preference import PreferenceScore
 from federator.placement.plugins.quota import QuotaFilter
+from federator.placement.plugins.spot import SpotFilter, SpotScore
 from federator.placement.plugins.tier import TierFilter, TierScore
 from federator.placement.plugins.topology import TopologyScore
 
@@ -34,6 +36,7 @@ _DEFAULT = PluginRegistry(
         ClusterSelectorFilter(),
         AffinityFilter(),
         TierFilter(),
+        SpotFilter(),
         NetworkFilter(),
         GpuModelFilter(),
         QuotaFilter(),
@@ -42,6 +45,7 @@ _DEFAULT = PluginRegistry(
     scores=(
         TierScore(),
         AffinityScore(),
+        SpotScore(),
         DataLocalityScore(),
         PackingScore(),
         NetworkHeadroomScore(),
