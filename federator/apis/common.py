@@ -77,6 +77,7 @@ __all__ = [
     "label_value_errors",
     "parse_quantity",
     "raise_semantic",
+    "selector_selects_nothing",
     "settings_of",
     "split_cause",
 ]
@@ -562,6 +563,45 @@ def selector_errors(selector: object, *, path: str) -> list[FieldError]:
         for index, requirement in enumerate(expressions):
             errors += selector_requirement_errors(requirement, path=f"{path}.matchExpressions[{index}]")
     return errors
+
+
+def selector_selects_nothing(selector: object) -> str | None:
+    """Why a (structurally valid) label selector can match no object at all, or None: its terms contradict
+    each other (a key both required and forbidden, a value outside an In it must also satisfy...)."""
+    if not isinstance(selector, Mapping):
+        return None
+    # key -> the values it may take (keys without an In or matchLabels term: any), those it may not, and
+    # the keys that must be present / absent
+    allowed: dict[str, set[str]] = {}
+    forbidden: dict[str, set[str]] = {}
+    present: set[str] = set()
+    absent: set[str] = set()
+    labels = selector.get("matchLabels")
+    if isinstance(labels, Mapping):
+        for key, value in labels.items():
+            allowed[str(key)] = {str(value)}
+            present.add(str(key))
+    expressions = selector.get("matchExpressions")
+    for requirement in expressions if isinstance(expressions, list) else ():
+        if not isinstance(requirement, Mapping):
+            continue
+        key, operator = str(requirement.get("key")), requirement.get("operator")
+        values = {str(v) for v in requirement.get("values") or ()}
+        if operator == "In":
+            present.add(key)
+            allowed[key] = allowed[key] & values if key in allowed else values
+        elif operator == "NotIn":
+            forbidden.setdefault(key, set()).update(values)
+        elif operator == "Exists":
+            present.add(key)
+        elif operator == "DoesNotExist":
+            absent.add(key)
+    for key in sorted(present & absent):
+        return f"label {key!r} must both exist and not exist"
+    for key, possible in sorted(allowed.items()):
+        if not possible - forbidden.get(key, set()):
+            return f"no value of label {key!r} satisfies every term"
+    return None
 
 
 # --------------------------------------------------------------------------- errors

@@ -73,7 +73,9 @@ __all__ = [
     "SECRET_PATH_PREFIXES",
     "SHORT_NAMES",
     "SINGULAR",
+    "SPEC_LABELS_DEPRECATED",
     "ClusterCapacity",
+    "ClusterCost",
     "ClusterCredentials",
     "ClusterDataset",
     "ClusterDrain",
@@ -89,10 +91,12 @@ __all__ = [
     "MemberClusterSpec",
     "MemberClusterStatus",
     "SchedulerKind",
+    "cluster_labels",
     "contains_credentials",
     "effective_operator_mode",
     "effective_scheduler_name",
     "membercluster_validator",
+    "membercluster_warnings",
     "redact",
     "restore_redacted",
     "validate_membercluster",
@@ -369,6 +373,43 @@ def effective_operator_mode(spec_operators: object, discovered: object, source_k
     return "render"
 
 
+def _capped_cost(value: float, info: ValidationInfo) -> float:
+    cap = settings_of(info).max_cost_per_gpu_hour
+    if value > cap:
+        raise ValueError(f"must be less than or equal to {cap:g}")
+    return value
+
+
+class ClusterCost(ApiModel):
+    """What a GPU-hour costs here, and whether the capacity is spot (cheap, but it can vanish)."""
+
+    per_gpu_hour: StrictFloat = Field(
+        default=0.0, alias="perGpuHour", ge=0,
+        description="Price of one GPU-hour (any currency, the same across clusters); 0 for capacity already paid "
+                    "for (on-prem).")
+    per_model: dict[NameToken, Annotated[StrictFloat, Field(ge=0)]] | None = Field(
+        default=None, alias="perModel", max_length=64,
+        description="Price of one GPU-hour by GPU model (the names of placement.gpuModels); overrides perGpuHour.")
+    spot: StrictBool = Field(
+        default=False, description="Spot or preemptible capacity: only jobs with spec.placement.spot allowed or "
+                                   "preferred go here; losing its nodes is a failover like any other.")
+    interruption_rate_per_hour: StrictFloat = Field(
+        default=0.0, alias="interruptionRatePerHour", ge=0, le=1,
+        description="Expected share of spot nodes lost per hour (0..1), shown in why-not tables.")
+
+    @field_validator("per_gpu_hour")
+    @classmethod
+    def _cost_cap(cls, value: float, info: ValidationInfo) -> float:
+        return _capped_cost(value, info)
+
+    @field_validator("per_model")
+    @classmethod
+    def _model_cost_cap(cls, value: dict[str, float] | None, info: ValidationInfo) -> dict[str, float] | None:
+        for price in (value or {}).values():
+            _capped_cost(price, info)
+        return value
+
+
 class MemberClusterSpec(ApiModel):
     """The registration of a member cluster."""
 
@@ -376,12 +417,20 @@ class MemberClusterSpec(ApiModel):
     location: ClusterLocation
     network: ClusterNetwork
     scheduler: ClusterScheduler
-    labels: LabelMap | None = Field(default=None, description="Matched by TrainingJob clusterSelector.")
+    labels: LabelMap | None = Field(
+        default=None,
+        description="Deprecated: set metadata.labels (kubectl label membercluster NAME KEY=VALUE). Still matched by "
+                    "clusterSelector this release, metadata.labels winning on the same key; every write carrying "
+                    "it gets a Warning.",
+    )
     gpu_models: list[NameToken] | None = Field(
         default=None, alias="gpuModels", max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
         description="GPU models the platform team says the cluster has (nodes are authoritative).",
     )
-    cost_per_gpu_hour: StrictFloat = Field(default=0.0, alias="costPerGpuHour", ge=0)
+    cost_per_gpu_hour: StrictFloat = Field(
+        default=0.0, alias="costPerGpuHour", ge=0,
+        description="Price of one GPU-hour; cost.perGpuHour, when set, is used instead.")
+    cost: ClusterCost | None = Field(default=None, description="GPU-hour prices by model, and spot capacity.")
     datasets: list[ClusterDataset] | None = Field(
         default=None, max_length=1024,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
@@ -396,10 +445,7 @@ class MemberClusterSpec(ApiModel):
     @field_validator("cost_per_gpu_hour")
     @classmethod
     def _cost_cap(cls, value: float, info: ValidationInfo) -> float:
-        cap = settings_of(info).max_cost_per_gpu_hour
-        if value > cap:
-            raise ValueError(f"must be less than or equal to {cap:g}")
-        return value
+        return _capped_cost(value, info)
 
 
 class GpuCount(ApiModel):
@@ -516,6 +562,29 @@ def _operators_errors(operators: object, *, path: str) -> list[FieldError]:
             errors.append((f"{path}[{str(key)[:80]}]", f"Unsupported value: {shown}: supported values: "
                                                        + ", ".join(f'"{k}"' for k in OPERATOR_KINDS)))
     return errors
+
+
+SPEC_LABELS_DEPRECATED = (
+    "spec.labels is deprecated: clusterSelector matches metadata.labels (kubectl label membercluster NAME "
+    "KEY=VALUE); spec.labels is still matched this release, metadata.labels winning on the same key"
+)
+
+
+def cluster_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    """The labels clusterSelector matches: metadata.labels over the deprecated spec.labels (still honoured for
+    one release; metadata wins on the same key). Malformed entries are skipped (validation rejects them)."""
+    out: dict[str, str] = {}
+    for holder in (obj.get("spec"), obj.get("metadata")):
+        labels = holder.get("labels") if isinstance(holder, Mapping) else None
+        if isinstance(labels, Mapping):
+            out.update((k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str))
+    return out
+
+
+def membercluster_warnings(obj: Mapping[str, Any]) -> list[str]:
+    """The apiserver's `ResourceType.warn` hook: a write that still carries spec.labels is told it is deprecated."""
+    spec = obj.get("spec")
+    return [SPEC_LABELS_DEPRECATED] if isinstance(spec, Mapping) and spec.get("labels") else []
 
 
 def validate_membercluster(

@@ -61,6 +61,7 @@ from federator.apis.common import (
     metadata_errors,
     raise_semantic,
     selector_errors,
+    selector_selects_nothing,
     settings_of,
     validate_object,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "MAX_GPUS_PER_MODEL",
     "MAX_GPU_MODELS",
     "MAX_NAMESPACE_NAMES",
+    "MAX_TIERS",
     "MAX_WEIGHT",
     "NAMESPACE_NAME_LABEL",
     "PLURAL",
@@ -83,6 +85,7 @@ __all__ = [
     "QueueResources",
     "QueueSpec",
     "QueueStatus",
+    "QueueTier",
     "queue_validator",
     "resources_text",
     "validate_queue",
@@ -100,6 +103,10 @@ MAX_GPU_MODELS: Final = 64
 MAX_NAMESPACE_NAMES: Final = 1024
 MAX_GPUS_PER_MODEL: Final = 1_000_000
 MAX_WEIGHT: Final = 1_000_000
+#: at most this many tiers: the "tier" score then puts a lower tier ahead of every other score (placement)
+MAX_TIERS: Final = 5
+DEFAULT_SPILL_AFTER_SECONDS: Final = 300
+MAX_SPILL_AFTER_SECONDS: Final = 30 * 86400
 
 GpuCount = Annotated[StrictInt, Field(ge=0, le=MAX_GPUS_PER_MODEL)]
 
@@ -140,6 +147,21 @@ class QueuePreemption(ApiModel):
                     "borrowed, preempting their borrowing jobs.")
 
 
+class QueueTier(ApiModel):
+    """One tier of a queue's spill-over order: the clusters its selector picks, and how long a job waits with
+    no room in this tier (and the ones before it) before the next tier is considered too."""
+
+    name: DNSLabel = Field(description="Shown in why-not tables (\"tier 1 (on-prem) full for 3m of 5m\").")
+    cluster_selector: LabelSelector = Field(
+        alias="clusterSelector",
+        description="The MemberClusters of this tier, by their metadata.labels ({} selects every cluster). A "
+                    "cluster in several tiers belongs to the first.")
+    spill_after_seconds: Annotated[StrictInt, Field(ge=0, le=MAX_SPILL_AFTER_SECONDS)] = Field(
+        default=DEFAULT_SPILL_AFTER_SECONDS, alias="spillAfterSeconds",
+        description="How long a job waits for room in this tier before the next one is considered too "
+                    "(counted from when it last entered the placement queue). Ignored on the last tier.")
+
+
 class QueueSpec(ApiModel):
     """A share of the federation's GPUs for the TrainingJobs of some namespaces."""
 
@@ -155,6 +177,13 @@ class QueueSpec(ApiModel):
     weight: Annotated[StrictFloat, Field(gt=0, le=MAX_WEIGHT)] = Field(
         default=1.0, description="Fair-share weight against the other queues (> 0).")
     preemption: QueuePreemption | None = None
+    tiers: list[QueueTier] | None = Field(
+        default=None, max_length=MAX_TIERS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Spill-over order of the member clusters for this queue's jobs (for example on-prem, then "
+                    "cloud, then spot): a job goes only to the first tier until it has waited that tier's "
+                    "spillAfterSeconds, then the next is considered too, a lower tier always preferred. Clusters "
+                    "in no tier never take this queue's jobs. Unset: every cluster, scored as usual.")
     is_default: StrictBool = Field(
         default=False, alias="default",
         description="The default queue of the namespaces it selects: their new jobs that name no queue get it.")
@@ -208,6 +237,22 @@ def _selector_value_errors(selector: object, *, path: str) -> list[FieldError]:
     return errors
 
 
+def _tier_errors(tiers: object) -> list[FieldError]:
+    if not isinstance(tiers, list):
+        return []
+    errors = duplicate_errors(tiers, path="spec.tiers", key="name")
+    for index, tier in enumerate(tiers):
+        if not isinstance(tier, Mapping):
+            continue
+        path = f"spec.tiers[{index}].clusterSelector"
+        errors += selector_errors(tier.get("clusterSelector"), path=path)
+        errors += _selector_value_errors(tier.get("clusterSelector"), path=path)
+        why = selector_selects_nothing(tier.get("clusterSelector"))
+        if why is not None:
+            errors.append((path, f"Invalid value: the selector selects no cluster: {why}"))
+    return errors
+
+
 def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> list[FieldError]:
     """Rules across fields, with exact paths. Tolerates any shape (it runs on raw input too)."""
     del settings  # no configurable caps yet; the signature matches the other kinds'
@@ -222,6 +267,7 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
             errors += duplicate_scalar_errors(namespaces.get("names"), path="spec.namespaces.names")
             errors += selector_errors(namespaces.get("selector"), path="spec.namespaces.selector")
             errors += _selector_value_errors(namespaces.get("selector"), path="spec.namespaces.selector")
+        errors += _tier_errors(spec.get("tiers"))
         if spec.get("borrowingLimit") is not None and not spec.get("cohort"):
             errors.append(("spec.borrowingLimit", "Forbidden: may only be set together with spec.cohort "
                                                   "(a queue borrows from the other queues of its cohort)"))

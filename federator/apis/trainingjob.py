@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -56,6 +56,7 @@ from federator.apis.common import (
     parse_quantity,
     raise_semantic,
     selector_errors,
+    selector_selects_nothing,
     settings_of,
     validate_object,
 )
@@ -71,12 +72,14 @@ __all__ = [
     "CheckpointSpec",
     "CheckpointStatus",
     "CheckpointVolume",
+    "ClusterAffinity",
     "ClusterScore",
     "ExcludedCluster",
     "Failover",
     "HistoryEntry",
     "JobPhase",
     "PlacementSpec",
+    "PreferredClusterTerm",
     "PlacementStatus",
     "PodCounts",
     "PodTemplate",
@@ -316,6 +319,33 @@ class Role(ApiModel):
         return self.fewest < self.most
 
 
+MAX_AFFINITY_TERMS: Final = 16
+MAX_PINNED_CLUSTERS: Final = 64
+
+
+class PreferredClusterTerm(ApiModel):
+    """A soft preference for clusters whose labels match, weighed against the other terms (as node affinity's
+    preferredDuringSchedulingIgnoredDuringExecution)."""
+
+    weight: StrictInt = Field(ge=1, le=100, description="1..100: the share of the affinity score it carries.")
+    preference: LabelSelector = Field(description="The clusters preferred, by their metadata.labels.")
+
+
+class ClusterAffinity(ApiModel):
+    """Which clusters the gang must, or would rather, go to; every part that is set must hold."""
+
+    cluster_names: list[DNSLabel] | None = Field(
+        default=None, alias="clusterNames", max_length=MAX_PINNED_CLUSTERS,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Pinning: only these MemberClusters may take the gang.")
+    required: list[LabelSelector] | None = Field(
+        default=None, max_length=MAX_AFFINITY_TERMS,
+        description="Cluster selector terms, ORed (as nodeSelectorTerms): a cluster must match at least one.")
+    preferred: list[PreferredClusterTerm] | None = Field(
+        default=None, max_length=MAX_AFFINITY_TERMS,
+        description="Soft preferences: among clusters that fit, those matching more weight score higher.")
+
+
 class PlacementSpec(ApiModel):
     """What a cluster must offer to take the gang."""
 
@@ -331,6 +361,11 @@ class PlacementSpec(ApiModel):
     cluster_selector: LabelSelector | None = Field(
         default=None, alias="clusterSelector", description="Only clusters whose labels match."
     )
+    affinity: ClusterAffinity | None = Field(
+        default=None, description="Pinning to named clusters, required and preferred cluster terms.")
+    spot: Literal["never", "allowed", "preferred"] | None = Field(
+        default=None, description="Spot capacity (MemberCluster spec.cost.spot: cheap, but its nodes can "
+                                  "vanish): never (the default when left out), allowed, or preferred.")
     give_up_after_seconds: StrictInt | None = Field(
         default=None, alias="giveUpAfterSeconds", ge=1, le=MAX_DEADLINE_SECONDS, description=(
         "Pending deadline: a job that has waited this long in phase Pending (fits nowhere), counted from its "
@@ -685,6 +720,23 @@ class TrainingJob(ApiModel):
         return self
 
 
+def _affinity_errors(affinity: object, *, path: str) -> list[FieldError]:
+    if not isinstance(affinity, Mapping):
+        return []
+    errors = duplicate_scalar_errors(affinity.get("clusterNames"), path=f"{path}.clusterNames")
+    terms = [(f"{path}.required[{i}]", term) for i, term in enumerate(affinity.get("required") or ())
+             if isinstance(affinity.get("required"), list)]
+    terms += [(f"{path}.preferred[{i}].preference", term.get("preference"))
+              for i, term in enumerate(affinity.get("preferred") or ())
+              if isinstance(affinity.get("preferred"), list) and isinstance(term, Mapping)]
+    for where, term in terms:
+        errors += selector_errors(term, path=where)
+        why = selector_selects_nothing(term)
+        if why is not None:
+            errors.append((where, f"Invalid value: the term selects no cluster: {why}"))
+    return errors
+
+
 def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> list[FieldError]:
     """Rules across fields, with exact paths. Tolerates any shape (it runs on raw input too)."""
     errors = metadata_errors(obj.get("metadata"), namespaced=True)
@@ -725,6 +777,7 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
             errors += duplicate_scalar_errors(placement.get("gpuModels"), path="spec.placement.gpuModels")
             errors += duplicate_scalar_errors(placement.get("datasets"), path="spec.placement.datasets")
             errors += selector_errors(placement.get("clusterSelector"), path="spec.placement.clusterSelector")
+            errors += _affinity_errors(placement.get("affinity"), path="spec.placement.affinity")
     status = obj.get("status")
     if isinstance(status, Mapping):
         errors += duplicate_errors(status.get("conditions"), path="status.conditions", key="type")

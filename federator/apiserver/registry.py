@@ -131,6 +131,9 @@ class ResourceType:
     create_defaults: Defaulter | None = None
     validate: Validator | None = None
     validate_update: UpdateValidator | None = None
+    #: texts for `Warning` headers about a written body (kube's WarningsOnCreate/WarningsOnUpdate), e.g.
+    #: a deprecated field still honoured; the write goes ahead
+    warn: Callable[[JSONObject], list[str]] | None = None
     #: admission on create that reads other objects (see CreateAdmission)
     admit_create: CreateAdmission | None = None
     #: admission on an update that reads other objects (see UpdateAdmission)

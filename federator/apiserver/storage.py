@@ -339,6 +339,13 @@ def validate_metadata(meta: Any) -> list[FieldError]:
 FieldValidationArg = FieldValidation | str | None
 
 
+def _collect_warnings(rt: ResourceType, obj: JSONObject, field_validation: FieldValidationArg) -> None:
+    """The kind's warnings about a written body (`ResourceType.warn`, e.g. a deprecated field), kept on the
+    request's FieldValidation for the `Warning` headers; in-process writes (no FieldValidation) have none."""
+    if rt.warn is not None and isinstance(field_validation, FieldValidation):
+        field_validation.warnings.extend(rt.warn(obj))
+
+
 def _drop_unknown_fields(rt: ResourceType, obj: JSONObject, field_validation: FieldValidationArg,
                          name: str = "") -> None:
     """kube's server-side field validation (fieldvalidation.py): Strict refuses
@@ -774,6 +781,7 @@ class ObjectStorage:
         new: JSONObject = _copy(obj)
         _check_type_meta(rt, new)
         _drop_unknown_fields(rt, new, field_validation)
+        _collect_warnings(rt, new, field_validation)
         meta = new.get("metadata")
         if meta is None:
             meta = new["metadata"] = {}
@@ -923,6 +931,7 @@ class ObjectStorage:
         new = _copy(obj)
         _check_type_meta(rt, new)
         _drop_unknown_fields(rt, new, field_validation, old_meta.get("name", ""))
+        _collect_warnings(rt, new, field_validation)
         meta = new.get("metadata")
         meta_errs = validate_metadata(meta)
         if meta_errs:

@@ -144,12 +144,23 @@ def registration_from_flags(args: argparse.Namespace) -> JSONObject:
         spec["network"]["rdmaKind"] = args.rdma_kind
     if args.scheduler_name:
         spec["scheduler"]["schedulerName"] = args.scheduler_name
-    if args.label:
-        spec["labels"] = dict(_pair(item, "--label", "KEY=VALUE") for item in args.label)
     if args.gpu_model:
         spec["gpuModels"] = list(args.gpu_model)
     if args.cost_per_gpu_hour is not None:
         spec["costPerGpuHour"] = float(args.cost_per_gpu_hour)
+    cost: dict[str, Any] = {}
+    for item in args.model_cost or ():
+        model, price = _pair(item, "--model-cost", "MODEL=PRICE")
+        try:
+            cost.setdefault("perModel", {})[model] = float(price)
+        except ValueError:
+            raise InputError(f"--model-cost {model}: price must be a number") from None
+    if args.spot:
+        cost["spot"] = True
+    if args.interruption_rate is not None:
+        cost["interruptionRatePerHour"] = float(args.interruption_rate)
+    if cost:
+        spec["cost"] = cost
     if args.dataset:
         datasets = []
         for item in args.dataset:
@@ -161,7 +172,10 @@ def registration_from_flags(args: argparse.Namespace) -> JSONObject:
         spec["datasets"] = datasets
     if args.cordoned:
         spec["cordoned"] = True
-    return {"apiVersion": GROUP_VERSION, "kind": "MemberCluster", "metadata": {"name": args.name}, "spec": spec}
+    metadata: dict[str, Any] = {"name": args.name}
+    if args.label:
+        metadata["labels"] = dict(_pair(item, "--label", "KEY=VALUE") for item in args.label)
+    return {"apiVersion": GROUP_VERSION, "kind": "MemberCluster", "metadata": metadata, "spec": spec}
 
 
 def _pair(item: str, flag: str, form: str) -> tuple[str, str]:
@@ -312,9 +326,17 @@ def _add_add(csub: Any) -> None:
     p.add_argument("--bandwidth-gbps", type=float, metavar="GBPS")
     p.add_argument("--scheduler", choices=list(DEFAULT_SCHEDULER_NAMES))
     p.add_argument("--scheduler-name", help="pod schedulerName (default: the scheduler's usual name)")
-    p.add_argument("--label", action="append", metavar="KEY=VALUE", help="cluster label (repeatable)")
+    p.add_argument("--label", action="append", metavar="KEY=VALUE",
+                   help="cluster label in metadata.labels, matched by clusterSelector (repeatable; "
+                        "later: kubectl label membercluster NAME KEY=VALUE)")
     p.add_argument("--gpu-model", action="append", metavar="MODEL", help="GPU model offered (repeatable)")
-    p.add_argument("--cost-per-gpu-hour", type=float, metavar="COST")
+    p.add_argument("--cost-per-gpu-hour", type=float, metavar="COST", help="price of one GPU-hour here (0: already paid)")
+    p.add_argument("--model-cost", action="append", metavar="MODEL=PRICE",
+                   help="price of one GPU-hour of one GPU model, over --cost-per-gpu-hour (repeatable)")
+    p.add_argument("--spot", action="store_true",
+                   help="spot capacity: only jobs with spec.placement.spot allowed or preferred go here")
+    p.add_argument("--interruption-rate", type=float, metavar="RATE",
+                   help="share of spot nodes expected lost per hour (0..1), shown in why-not tables")
     p.add_argument("--dataset", action="append", metavar="NAME=BYTES", help="cached dataset (repeatable)")
     p.add_argument("--cordoned", action="store_true", help="register without accepting new gangs")
     hub_flags(p, member_kubeconfig=True)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from federator.apis.common import dns1123_subdomain_errors
-from federator.apis.membercluster import OperatorMode, effective_operator_mode
+from federator.apis.membercluster import OperatorMode, cluster_labels, effective_operator_mode
 from federator.clusters.checkpoint import CheckpointIdentity, CheckpointWriter, StoredCheckpoint, endpoint_hash
 from federator.clusters.client import (
     JOB_KIND_RESOURCES,
@@ -116,8 +116,10 @@ async def discover_operators(client: MemberClient) -> dict[str, OperatorMode]:
     return out
 
 
-def cluster_info(spec: Mapping[str, Any], *, healthy: bool) -> ClusterInfo:
-    """Placement's ClusterInfo from a (validated) MemberCluster spec."""
+def cluster_info(spec: Mapping[str, Any], *, healthy: bool, labels: Mapping[str, str] | None = None) -> ClusterInfo:
+    """Placement's ClusterInfo from a (validated) MemberCluster spec and the labels clusterSelector matches
+    (`membercluster.cluster_labels`: metadata.labels over the deprecated spec.labels; without `labels`,
+    spec.labels alone)."""
     location = spec.get("location") or {}
     network = spec.get("network") or {}
     datasets = {}
@@ -126,6 +128,11 @@ def cluster_info(spec: Mapping[str, Any], *, healthy: bool) -> ClusterInfo:
             datasets[ds["name"]] = ds["sizeBytes"]
     fabric = Fabric.RDMA if network.get("type") == "rdma" else Fabric.ETHERNET
     rdma_kind = network.get("rdmaKind")
+    raw_cost = spec.get("cost")
+    cost: Mapping[str, Any] = raw_cost if isinstance(raw_cost, Mapping) else {}
+    per_gpu_hour = cost.get("perGpuHour", spec.get("costPerGpuHour"))
+    raw_models = cost.get("perModel")
+    per_model: Mapping[str, Any] = raw_models if isinstance(raw_models, Mapping) else {}
     return ClusterInfo(
         location=Location.CLOUD if location.get("type") == "cloud" else Location.ON_PREM,
         fabric=fabric,
@@ -133,8 +140,11 @@ def cluster_info(spec: Mapping[str, Any], *, healthy: bool) -> ClusterInfo:
         region=str(location.get("region") or ""),
         rdma_kind=RdmaKind(rdma_kind) if fabric is Fabric.RDMA and rdma_kind in ("infiniband", "roce") else None,
         bandwidth_gbps=float(network.get("bandwidthGbps") or 0.0),
-        labels={str(k): str(v) for k, v in (spec.get("labels") or {}).items()},
-        cost_per_gpu_hour=float(spec.get("costPerGpuHour") or 0.0),
+        labels=dict(labels) if labels is not None else cluster_labels({"spec": spec}),
+        cost_per_gpu_hour=float(per_gpu_hour or 0.0),
+        cost_per_model={str(model): float(price) for model, price in per_model.items()},
+        spot=cost.get("spot") is True,
+        interruption_rate_per_hour=float(cost.get("interruptionRatePerHour") or 0.0),
         datasets=datasets,
         cordoned=spec.get("cordoned") is True or isinstance(spec.get("drain"), Mapping),
         healthy=healthy,
@@ -219,6 +229,7 @@ class ClusterSync:
         metrics: Metrics | None = None,
         list_gate: asyncio.Semaphore | None = None,
         lease_factory: LeaseFactory | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         #: builds the hub's fencing Lease in this member once a client exists (None: leases off)
@@ -227,6 +238,8 @@ class ClusterSync:
         self.list_gate = list_gate
         self.uid = uid
         self.spec = spec
+        #: what clusterSelector matches (`membercluster.cluster_labels` of the registration)
+        self.labels: dict[str, str] = dict(labels) if labels is not None else cluster_labels({"spec": spec})
         self.settings = settings or SyncSettings()
         self.writer = writer
         self.stored = stored
@@ -240,7 +253,7 @@ class ClusterSync:
         self.health = ClusterHealth(cluster=name, resources=self.resource_keys, settings=self.settings.health,
                                     metrics=self.metrics)
         self.health.loss_grace_seconds = loss_grace_seconds(spec, self.settings.health)
-        self.builder = SnapshotBuilder(cluster=name, info=cluster_info(spec, healthy=False),
+        self.builder = SnapshotBuilder(cluster=name, info=cluster_info(spec, healthy=False, labels=self.labels),
                                        resources=self.resource_keys)
         self.client: MemberClient | None = None
         #: the hub's fencing lease in this member, once a client exists (None when leases are off)
@@ -427,11 +440,12 @@ class ClusterSync:
         for condition in self.health.conditions.values():
             _remove_series(self.metrics.member_condition, self.name, condition.type)
 
-    def update_spec(self, spec: Mapping[str, Any]) -> None:
-        """A spec change that keeps the connection and scheduler (labels, cost, datasets, cordon, network...)."""
+    def update_spec(self, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> None:
+        """A change that keeps the connection and scheduler (labels, cost, datasets, cordon, network...)."""
         self.spec = spec
+        self.labels = dict(labels) if labels is not None else cluster_labels({"spec": spec})
         self.health.loss_grace_seconds = loss_grace_seconds(spec, self.settings.health)
-        self._publish(self.builder.set_info(cluster_info(spec, healthy=self.health.ready)))
+        self._publish(self.builder.set_info(cluster_info(spec, healthy=self.health.ready, labels=self.labels)))
 
     def needs_restart(self, spec: Mapping[str, Any]) -> bool:
         return (spec.get("connection") != self.spec.get("connection")

@@ -225,7 +225,7 @@ class ElasticResizer:
         pending: list[GangRequest] = []
         for uid in sorted(self.queued):
             try:
-                pending.append(gang_request(self.jobs[uid], now=now))
+                pending.append(self.accounting.tiered(gang_request(self.jobs[uid], now=now), self.jobs[uid]))
             except (ValueError, TypeError):
                 continue
         queues = self.accounting.cycle_queues(pending)

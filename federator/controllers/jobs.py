@@ -63,7 +63,7 @@ from federator.placement import (
     RoleRequest,
     Toleration,
 )
-from federator.placement.gang import SelectorOperator, TolerationOperator
+from federator.placement.gang import SelectorOperator, SpotPolicy, TolerationOperator
 from federator.placement.resources import template_requests
 from federator.placement.snapshot import TaintEffect
 
@@ -226,7 +226,8 @@ def phase_of(job: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- TrainingJob -> GangRequest
 
 
-def _labels_selector(raw: Any) -> LabelSelector | None:
+def label_selector(raw: Any) -> LabelSelector | None:
+    """A stored (validated) label selector as placement's; None for an absent or empty one (selects all)."""
     if not isinstance(raw, Mapping):
         return None
     match_labels = raw.get("matchLabels") or {}
@@ -310,6 +311,8 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
     for key in conflicting:
         node_selector.pop(key, None)
     placement = spec.get("placement") or {}
+    affinity = placement.get("affinity") or {}
+    preferred = [(t.get("weight"), label_selector(t.get("preference"))) for t in affinity.get("preferred") or ()]
     created = parse_epoch(Body(job).creation_timestamp)
     priority = spec.get("priority", 0)
     queue = spec.get("queue")
@@ -320,13 +323,19 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
         network=Network(placement.get("network") or "any"),
         gpu_models=tuple(placement.get("gpuModels") or ()),
         datasets=tuple(placement.get("datasets") or ()),
-        cluster_selector=_labels_selector(placement.get("clusterSelector")),
+        cluster_selector=label_selector(placement.get("clusterSelector")),
         node_selector=node_selector,
         tolerations=tuple(tolerations),
         priority=priority if type(priority) is int else 0,
         submitted_at=created if created is not None else now,
         excluded_clusters=excluded_clusters(job, now=now),
         queue=queue if isinstance(queue, str) else "",
+        cluster_names=frozenset(str(n) for n in affinity.get("clusterNames") or ()),
+        # an empty required term ({}) matches every cluster, as an absent one
+        required_terms=() if any(label_selector(t) is None for t in affinity.get("required") or ())
+        else tuple(s for s in (label_selector(t) for t in affinity.get("required") or ()) if s is not None),
+        preferred_terms=tuple((int(w), s or LabelSelector()) for w, s in preferred if type(w) is int),
+        spot=SpotPolicy(placement.get("spot") or "never"),
     )
 
 

@@ -36,6 +36,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from federator.apis.membercluster import cluster_labels
 from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.clusters.checkpoint import CheckpointWriter, StoredCheckpoint, load_checkpoints
@@ -250,11 +251,13 @@ class MemberSyncController:
         spec = obj.get("spec")
         if not name or not isinstance(spec, Mapping):
             return
+        labels = cluster_labels(obj)
         current = self.syncs.get(name)
         if current is not None:
             if current.uid == uid and not current.needs_restart(spec):
-                if spec != current.spec:
-                    current.update_spec(spec)
+                # `kubectl label mc` changes metadata only (no new generation): compared here all the same
+                if spec != current.spec or labels != current.labels:
+                    current.update_spec(spec, labels)
                     self._mark_status(name, urgent=False)
                 return
             same_object = current.uid == uid
@@ -265,7 +268,7 @@ class MemberSyncController:
             name=name, uid=str(uid), spec=spec, settings=self.settings, writer=self.writer,
             stored=self._stored.get(name), on_snapshot=self._publish, on_status_change=self._status_changed,
             on_applied=self._applied, metrics=self.hub.metrics, list_gate=self.list_gate,
-            lease_factory=self.lease_factory,
+            lease_factory=self.lease_factory, labels=labels,
         )
         self.syncs[name] = sync
         self.members.started(sync)  # before its first batch: the followers see every one

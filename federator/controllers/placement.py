@@ -390,7 +390,7 @@ class PlacementController:
             if not self._eligible(job, now=now):
                 continue
             try:
-                gang = gang_request(job, now=now)
+                gang = self.accounting.tiered(gang_request(job, now=now), job)
             except (ValueError, TypeError) as e:
                 await self.records.unschedulable(job, "InvalidSpec", str(e), now=now)
                 continue

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
@@ -50,7 +50,7 @@ from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
 from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, REASON_BORROWED
 from federator.controllers.jobs import (PHASE_PLACED, current_placement, gang_request, job_ref, phase_of, placed_at,
-                                        placed_gang)
+                                        placed_gang, queued_at)
 from federator.controllers.placement_ports import MemberViews
 from federator.controllers.queues import queue_status
 from federator.controllers.reservations import ReservationLedger
@@ -60,6 +60,7 @@ from federator.obs import get_logger
 from federator.placement import GangRequest, Profile, QueueQuota, ReservationKind, Resources, RunningGang, RunningPod
 from federator.placement.admission import QUOTA_EXCEEDED, QuotaLedger
 from federator.placement.cycle import CycleResult
+from federator.placement.gang import ClusterTier
 from federator.placement.snapshot import ClusterSnapshot
 
 __all__ = ["MemberPod", "Preempting", "QueueAccounting", "QueueObjects", "QueueStatusSink", "ShrinkPlan",
@@ -185,7 +186,7 @@ class QueueAccounting:
         self.charged: dict[str, tuple[str, int, str | None]] = {}
         #: uid -> (what it was built from, the RunningGang)
         self.running_cache: dict[str, tuple[tuple[Any, ...], RunningGang]] = {}
-        #: uid -> (spec generation, its GangRequest) of the active jobs
+        #: uid -> ((spec generation, queue tiers, queued at), its GangRequest) of the active jobs
         self.gang_cache: dict[str, tuple[Any, GangRequest]] = {}
         self._quota_filter_warned = False
 
@@ -247,16 +248,33 @@ class QueueAccounting:
                 _log.warning("could not set a requeued gang's leftover pods aside", cluster=name, error=str(e))
         return views
 
+    def _tiers(self, job: Mapping[str, Any]) -> tuple[tuple[ClusterTier, ...], float | None]:
+        """The spill-over tiers of the job's queue and when the job last entered the placement queue (what
+        they count from); ((), None) for a queue without tiers."""
+        queue = Body(job).spec.get("queue")
+        quota = (self.queues.quotas() or {}).get(queue) if isinstance(queue, str) else None
+        if quota is None or not quota.tiers:
+            return (), None
+        return quota.tiers, queued_at(job)
+
+    def tiered(self, gang: GangRequest, job: Mapping[str, Any]) -> GangRequest:
+        """`gang` (`gang_request(job)`) with its queue's spill-over tiers: what every placement of a queued
+        job is asked about."""
+        tiers, since = self._tiers(job)
+        return replace(gang, tiers=tiers, waiting_since=since) if tiers else gang
+
     def gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
-        generation = Body(job).generation
+        """The job's GangRequest (`tiered`), rebuilt when the spec, the queue's tiers or when the job entered
+        the queue changed."""
+        key = (Body(job).generation, *self._tiers(job))
         cached = self.gang_cache.get(uid)
-        if cached is not None and cached[0] == generation:
+        if cached is not None and cached[0] == key:
             return cached[1]
         try:
-            gang = gang_request(job, now=self.clock())
+            gang = self.tiered(gang_request(job, now=self.clock()), job)
         except (ValueError, TypeError):
             return None
-        self.gang_cache[uid] = (generation, gang)
+        self.gang_cache[uid] = (key, gang)
         return gang
 
     def rebuild_reservations(self, unreserved: set[str], snapshots: Mapping[str, ClusterSnapshot], *,

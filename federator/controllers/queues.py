@@ -37,11 +37,12 @@ from federator.apiserver.registry import ResourceType
 from federator.apis.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_millicores
 from federator.apis.views import Body
 from federator.controllers.context import HUB_API_VERSION, HubContext
-from federator.controllers.jobs import set_condition
+from federator.controllers.jobs import label_selector, set_condition
 from federator.controllers.loops import watch_hub_kind
 from federator.controllers.namespaces import NamespaceCache
 from federator.obs import get_logger
 from federator.placement.admission import QueueQuota, QueueUsage, QuotaAmounts, WithinQueue
+from federator.placement.gang import ClusterTier, LabelSelector
 from federator.store.protocol import StoreError
 from federator.runtime.waits import wait_event
 
@@ -70,6 +71,24 @@ def _amounts(raw: Any, *, what: str) -> QuotaAmounts:
     return QuotaAmounts(gpus={str(model): count for model, count in gpus.items()}, cpu_milli=cpu, memory=memory)
 
 
+def queue_tiers(raw: object) -> tuple[ClusterTier, ...]:
+    """A Queue's spec.tiers as placement's ClusterTiers; ValueError naming the field when it cannot be."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError("spec.tiers must be a list")
+    tiers = []
+    for index, tier in enumerate(raw):
+        if not isinstance(tier, Mapping):
+            raise ValueError(f"spec.tiers[{index}] must be an object")
+        spill = tier.get("spillAfterSeconds", 300)
+        if isinstance(spill, bool) or not isinstance(spill, int | float):
+            raise ValueError(f"spec.tiers[{index}].spillAfterSeconds must be a number")
+        tiers.append(ClusterTier(name=str(tier.get("name") or ""), spill_after_seconds=float(spill),
+                                 selector=label_selector(tier.get("clusterSelector")) or LabelSelector()))
+    return tuple(tiers)
+
+
 def queue_quota(obj: Mapping[str, Any]) -> QueueQuota:
     """A stored Queue as placement's QueueQuota; ValueError (or TypeError) naming the field when it cannot be."""
     spec = obj.get("spec")
@@ -90,6 +109,7 @@ def queue_quota(obj: Mapping[str, Any]) -> QueueQuota:
         weight=float(weight),
         within_queue=WithinQueue(preemption.get("withinQueue", WithinQueue.LOWER_PRIORITY.value)),
         reclaim_borrowed=preemption.get("reclaimBorrowed", True) is True,
+        tiers=queue_tiers(spec.get("tiers")),
     )
 
 

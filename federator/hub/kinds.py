@@ -354,6 +354,7 @@ def membercluster_type(validation: ValidationSettings | None = None) -> Resource
         field_selectors={"spec.scheduler.name": _string_field(".spec.scheduler.name")},
         present=_present_membercluster,
         prepare_update=_keep_stored_credentials,
+        warn=membercluster.membercluster_warnings,
     )
 
 

@@ -66,7 +66,7 @@ from immutables import Map
 
 from federator.apis.quantity import format_bytes, format_cpu
 from federator.placement.decision import QuotaBlock, VictimReason
-from federator.placement.gang import GangRequest
+from federator.placement.gang import ClusterTier, GangRequest
 from federator.placement.resources import Resources
 
 __all__ = [
@@ -154,6 +154,9 @@ class QueueQuota:
     within_queue: WithinQueue = WithinQueue.NEVER
     # May take back its nominal quota by evicting gangs other queues of its cohort run on borrowed quota.
     reclaim_borrowed: bool = False
+    # The spill-over order of its gangs across clusters (() : anywhere); the "tier" filter and score read it
+    # from the GangRequest, which the caller builds with these.
+    tiers: tuple[ClusterTier, ...] = ()
 
     def __post_init__(self) -> None:
         _check_name(self.name, "queue name")
@@ -168,6 +171,9 @@ class QueueQuota:
         object.__setattr__(self, "within_queue", WithinQueue(self.within_queue))
         if type(self.reclaim_borrowed) is not bool:
             raise TypeError(f"queue {self.name}: reclaim_borrowed must be a bool")
+        object.__setattr__(self, "tiers", tuple(self.tiers))
+        if any(not isinstance(t, ClusterTier) for t in self.tiers):
+            raise TypeError(f"queue {self.name}: tiers must be ClusterTiers")
 
     def nominal_of(self, key: ResourceKey) -> int | None:
         """Nominal quota of one resource; GPUs of an unlisted model: 0; cpu/memory unset: None (unlimited)."""

@@ -77,6 +77,9 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "health",
     "exclusion",
     "cluster-selector",
+    "affinity",
+    "tier",
+    "spot",
     "network",
     "gpu-model",
     "quota",
@@ -90,6 +93,13 @@ DEFAULT_FILTERS: tuple[str, ...] = (
 # topology, headroom and cost; a fixed-size gang scores 0 on it everywhere.
 DEFAULT_WEIGHTS: Mapping[str, float] = Map(
     {
+        # A lower tier of the gang's spill-over order first: one tier's step (at most 5 tiers, so at least
+        # 200 x 100 / 4 = 5000) outweighs all the other scores together (at most 40 x 100 = 4000).
+        "tier": 200.0,
+        # What the job says it prefers (spec.placement.affinity.preferred, spot: preferred) before what the
+        # hub infers.
+        "affinity": 10.0,
+        "spot": 10.0,
         "data-locality": 8.0,
         "preference": 5.0,
         "elastic-size": 3.0,
@@ -194,7 +204,8 @@ class FederationStats:
                 if size > sizes.get(name, -1):
                     sizes[name] = size
             bandwidth = max(bandwidth, float(info.bandwidth_gbps))
-            cost = float(info.cost_per_gpu_hour) if cost is None else min(cost, float(info.cost_per_gpu_hour))
+            cheapest = info.cheapest_price()
+            cost = cheapest if cost is None else min(cost, cheapest)
             largest = snapshot.index.max_node_allocatable
             cpu = max(cpu, largest.cpu_milli)
             memory = max(memory, largest.memory)

@@ -39,12 +39,14 @@ from federator.placement.snapshot import Taint, TaintEffect
 
 __all__ = [
     "MAX_GANG_PODS",
+    "ClusterTier",
     "GangRequest",
     "LabelRequirement",
     "LabelSelector",
     "Network",
     "RoleRequest",
     "SelectorOperator",
+    "SpotPolicy",
     "Toleration",
     "TolerationOperator",
 ]
@@ -52,6 +54,14 @@ __all__ = [
 # A gang larger than this is a typo or an attack; no member cluster runs one.
 MAX_GANG_PODS = 10_000
 _MAX_NAME = 253
+
+
+class SpotPolicy(StrEnum):
+    """Whether a gang may run on spot capacity (spec.placement.spot)."""
+
+    NEVER = "never"
+    ALLOWED = "allowed"
+    PREFERRED = "preferred"
 
 
 class Network(StrEnum):
@@ -150,6 +160,25 @@ class LabelSelector:
 
     def is_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTier:
+    """One tier of a gang's spill-over order (its queue's spec.tiers): the clusters `selector` picks, and how
+    long the gang waits with no room in this tier and the ones before it before the next is considered too."""
+
+    name: str
+    selector: LabelSelector
+    spill_after_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or len(self.name) > _MAX_NAME:
+            raise ValueError(f"tier name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.selector, LabelSelector):
+            raise TypeError(f"tier {self.name}: selector must be a LabelSelector")
+        spill = self.spill_after_seconds
+        if isinstance(spill, bool) or not isinstance(spill, int | float) or not math.isfinite(spill) or spill < 0:
+            raise ValueError(f"tier {self.name}: spill_after_seconds must be a finite number >= 0, got {spill!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +301,16 @@ class GangRequest:
     submitted_at: float = 0.0
     excluded_clusters: Mapping[str, float] = field(default_factory=Map)
     queue: str = ""
+    # Spill-over order (its queue's tiers): () places anywhere. `waiting_since` (when it last entered the
+    # placement queue; None: submitted_at) is what a tier's spill_after_seconds counts from.
+    tiers: tuple[ClusterTier, ...] = ()
+    waiting_since: float | None = None
+    # spec.placement.affinity: pinned cluster names (empty: any), required terms (ORed; empty: any) and
+    # weighted preferred terms.
+    cluster_names: frozenset[str] = frozenset()
+    required_terms: tuple[LabelSelector, ...] = ()
+    preferred_terms: tuple[tuple[int, LabelSelector], ...] = ()
+    spot: SpotPolicy = SpotPolicy.NEVER
     # Derived in __post_init__.
     fit_order: tuple[RoleRequest, ...] = field(init=False, compare=False, repr=False)
     total: Resources = field(init=False, compare=False, repr=False)
@@ -327,6 +366,23 @@ class GangRequest:
         object.__setattr__(self, "excluded_clusters", Map(excluded))
         if not isinstance(self.queue, str) or len(self.queue) > _MAX_NAME:
             raise ValueError(f"gang {self.key}: queue must be a string of at most {_MAX_NAME} characters")
+        object.__setattr__(self, "tiers", tuple(self.tiers))
+        if any(not isinstance(t, ClusterTier) for t in self.tiers):
+            raise TypeError(f"gang {self.key}: tiers must be ClusterTiers")
+        object.__setattr__(self, "spot", SpotPolicy(self.spot))
+        object.__setattr__(self, "cluster_names", frozenset(self.cluster_names))
+        if any(not isinstance(n, str) or not n for n in self.cluster_names):
+            raise ValueError(f"gang {self.key}: cluster_names must be non-empty strings")
+        object.__setattr__(self, "required_terms", tuple(self.required_terms))
+        object.__setattr__(self, "preferred_terms", tuple(self.preferred_terms))
+        if any(not isinstance(t, LabelSelector) for t in self.required_terms) or any(
+                not isinstance(t, tuple) or len(t) != 2 or type(t[0]) is not int or not 1 <= t[0] <= 100
+                or not isinstance(t[1], LabelSelector) for t in self.preferred_terms):
+            raise ValueError(f"gang {self.key}: affinity terms must be LabelSelectors (preferred: weight 1..100)")
+        since = self.waiting_since
+        if since is not None and (isinstance(since, bool) or not isinstance(since, int | float)
+                                  or not math.isfinite(since)):
+            raise ValueError(f"gang {self.key}: waiting_since must be a finite number or None")
         pod_count = sum(role.replicas for role in roles)
         most = sum(role.high for role in roles)
         if most > MAX_GANG_PODS:
@@ -413,6 +469,25 @@ class GangRequest:
         if all(replicas[role.name] == role.replicas for role in self.roles) and not self.elastic:
             return self
         return replace(self, roles=tuple(role.fixed(replicas[role.name]) for role in self.roles))
+
+    def tier_of(self, labels: Mapping[str, str]) -> int | None:
+        """The index of the first tier whose selector matches a cluster's labels; None: in no tier."""
+        for index, tier in enumerate(self.tiers):
+            if tier.selector.matches(labels):
+                return index
+        return None
+
+    def open_tiers(self, now: float) -> tuple[int, float]:
+        """(how many tiers are open at `now`, how long the gang has waited): tier k+1 opens once the gang has
+        waited the spill_after_seconds of tiers 0..k together."""
+        waited = max(0.0, now - (self.submitted_at if self.waiting_since is None else self.waiting_since))
+        opened, threshold = 1, 0.0
+        for tier in self.tiers[:-1]:
+            threshold += tier.spill_after_seconds
+            if waited < threshold:
+                break
+            opened += 1
+        return min(opened, len(self.tiers)), waited
 
     def tolerates(self, taints: tuple[Taint, ...]) -> bool:
         """True if every taint that blocks scheduling is tolerated by one of the gang's tolerations."""

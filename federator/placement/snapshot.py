@@ -122,6 +122,10 @@ class ClusterInfo:
     datasets: Mapping[str, int] = field(default_factory=Map)
     cordoned: bool = False
     healthy: bool = True
+    # GPU-hour prices by model (over cost_per_gpu_hour); spot capacity and its expected interruptions.
+    cost_per_model: Mapping[str, float] = field(default_factory=Map)
+    spot: bool = False
+    interruption_rate_per_hour: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "location", Location(self.location))
@@ -137,6 +141,17 @@ class ClusterInfo:
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"ClusterInfo.{name} must be a finite, non-negative number, got {value}")
         object.__setattr__(self, "labels", _frozen_str_map(self.labels, "cluster labels"))
+        prices = self.cost_per_model
+        if not isinstance(prices, Mapping) or any(
+                not isinstance(k, str) or not k or isinstance(v, bool) or not isinstance(v, int | float)
+                or not math.isfinite(v) or v < 0 for k, v in prices.items()):
+            raise ValueError("ClusterInfo.cost_per_model must map GPU models to finite, non-negative prices")
+        object.__setattr__(self, "cost_per_model", Map(prices))
+        rate = self.interruption_rate_per_hour
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"ClusterInfo.interruption_rate_per_hour must be within 0..1, got {rate!r}")
+        if type(self.spot) is not bool:
+            raise TypeError("ClusterInfo.spot must be a bool")
         datasets = self.datasets
         if not isinstance(datasets, Map):
             if not isinstance(datasets, Mapping):
@@ -148,6 +163,15 @@ class ClusterInfo:
             if type(size) is not int or size < 0:
                 raise ValueError(f"dataset {name!r} size must be a non-negative int of bytes, got {size!r}")
         object.__setattr__(self, "datasets", datasets)
+
+    def price(self, gpu_model: str | None) -> float:
+        """What one GPU-hour of `gpu_model` costs here (cost_per_model over cost_per_gpu_hour)."""
+        return float(self.cost_per_model.get(gpu_model, self.cost_per_gpu_hour)) if gpu_model \
+            else float(self.cost_per_gpu_hour)
+
+    def cheapest_price(self) -> float:
+        """The lowest GPU-hour price of any model here."""
+        return float(min((self.cost_per_gpu_hour, *self.cost_per_model.values())))
 
 
 @dataclass(frozen=True, slots=True)

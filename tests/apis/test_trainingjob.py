@@ -137,6 +137,23 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
     ("selector-bad-operator", {"spec.placement.clusterSelector.matchExpressions": [
         {"key": "tier", "operator": "Near", "values": ["x"]}]},
      "spec.placement.clusterSelector.matchExpressions[0].operator", "Unsupported value"),
+    ("bad-spot", {"spec.placement.spot": "sometimes"}, "spec.placement.spot", "Unsupported value"),
+    ("affinity-weight-zero", {"spec.placement.affinity": {"preferred": [
+        {"weight": 0, "preference": {"matchLabels": {"site": "cloud"}}}]}},
+     "spec.placement.affinity.preferred[0].weight", "greater than or equal to 1"),
+    ("affinity-weight-high", {"spec.placement.affinity": {"preferred": [
+        {"weight": 101, "preference": {}}]}}, "spec.placement.affinity.preferred[0].weight", "less than or equal"),
+    ("affinity-term-selects-nothing", {"spec.placement.affinity": {"required": [{"matchExpressions": [
+        {"key": "site", "operator": "Exists"}, {"key": "site", "operator": "DoesNotExist"}]}]}},
+     "spec.placement.affinity.required[0]", "selects no cluster"),
+    ("affinity-pin-duplicate", {"spec.placement.affinity": {"clusterNames": ["a", "a"]}},
+     "spec.placement.affinity.clusterNames[1]", "Duplicate value"),
+    ("affinity-pin-bad-name", {"spec.placement.affinity": {"clusterNames": ["Not A Cluster"]}},
+     "spec.placement.affinity.clusterNames[0]", "RFC 1123"),
+    ("affinity-too-many-terms", {"spec.placement.affinity": {"required": [{} for _ in range(1000)]}},
+     "spec.placement.affinity.required", "at most 16"),
+    ("affinity-unknown-field", {"spec.placement.affinity": {"preferredDuringScheduling": []}},
+     "spec.placement.affinity.preferredDuringScheduling", "Forbidden"),
     ("missing-image", {"spec.roles[0].template.image": DELETE}, "spec.roles[0].template.image", "Required value"),
     ("image-with-space", {"spec.roles[0].template.image": "trainer 1.4"}, "spec.roles[0].template.image",
      "without whitespace"),

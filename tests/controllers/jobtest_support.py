@@ -90,12 +90,12 @@ def registration(name: str, kubeconfig: Path, *, scheduler: str, network: str, l
         else {"type": "cloud", "provider": "gcp", "region": "us-central1"},
         "network": net,
         "scheduler": {"name": scheduler},
-        "labels": labels if labels is not None else {"tier": "research"},
         "costPerGpuHour": cost,
     }
     if datasets:
         spec["datasets"] = [{"name": "imagenet-22k", "sizeBytes": 107374182400}]
-    return {"apiVersion": API, "kind": "MemberCluster", "metadata": {"name": name}, "spec": spec}
+    return {"apiVersion": API, "kind": "MemberCluster",
+            "metadata": {"name": name, "labels": labels if labels is not None else {"tier": "research"}}, "spec": spec}
 
 
 #: the clusters of the issue: on-prem RDMA A100 with the dataset (volcano), a second RDMA A100 cluster

@@ -82,7 +82,7 @@ class RunningFederation(Federation):
             self.sims[name] = sim
             self.kubeconfigs[name] = sim.write_kubeconfig(self.workdir / f"{name}.kubeconfig")
             body = registration(name, await self.hub_kubeconfig(name, sim), **conf["reg"])  # type: ignore[arg-type]
-            body["spec"]["labels"] = {**body["spec"]["labels"], CLUSTER_LABEL: name}
+            body["metadata"]["labels"] = {**body["metadata"]["labels"], CLUSTER_LABEL: name}
             self.registrations[name] = body
 
 

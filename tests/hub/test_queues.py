@@ -103,6 +103,12 @@ async def test_admins_write_queues_and_classes_everyone_reads_them_and_status_is
     (lambda q: q["spec"]["quota"].update(gpus={f"m{i}": 1 for i in range(65)}), "spec.quota.gpus"),
     (lambda q: q["spec"]["quota"].update(cpu="1e400"), "spec.quota.cpu"),
     (lambda q: q["metadata"].update(name="Vision"), "metadata.name"),
+    (lambda q: q["spec"].update(tiers=[{"name": "on-prem", "clusterSelector": {"matchExpressions": [
+        {"key": "site", "operator": "In", "values": ["a"]}, {"key": "site", "operator": "NotIn", "values": ["a"]}]}}]),
+     "spec.tiers[0].clusterSelector"),
+    (lambda q: q["spec"].update(tiers=[{"name": "x", "clusterSelector": {}, "spillAfterSeconds": -1}]),
+     "spec.tiers[0].spillAfterSeconds"),
+    (lambda q: q["spec"].update(tiers=[{"name": f"t{i}", "clusterSelector": {}} for i in range(1000)]), "spec.tiers"),
 ])
 async def test_bad_queues_get_422_naming_the_field_and_store_nothing(hub: RunningHub, edit: Any, field: str) -> None:
     bad = example_queues()[0]

@@ -83,6 +83,7 @@ def cluster(
     healthy: bool = True,
     rv: str = "1",
     bound_pods: Mapping[str, int] | None = None,
+    **info_fields: object,
 ) -> ClusterSnapshot:
     if rdma_kind is None and fabric == "rdma":
         rdma_kind = "infiniband"
@@ -96,6 +97,7 @@ def cluster(
         datasets=dict(datasets or {}),
         cordoned=cordoned,
         healthy=healthy,
+        **info_fields,  # type: ignore[arg-type]
     )
     return ClusterSnapshot.build(name=name, info=info, nodes=cluster_nodes, resource_version=rv, bound_pods=bound_pods)
 

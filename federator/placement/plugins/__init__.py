@@ -1,13 +1,15 @@
 """The built-in placement plugins, one per module, and the default registry that names them.
 
-Filters: health, exclusion, cluster-selector, network, gpu-model, quota,
-gang-fit. Scores: data-locality, packing, network-headroom, preference,
-cost, topology, elastic-size. Pure, like everything under placement.
+Filters: health, exclusion, cluster-selector, affinity, tier, spot,
+network, gpu-model, quota, gang-fit. Scores: tier, affinity, spot,
+data-locality, packing, network-headroom, preference, cost, topology,
+elastic-size. Pure, like everything under placement.
 """
 
 from __future__ import annotations
 
 from federator.placement.framework import PluginRegistry
+from federator.placement.plugins.affinity import AffinityFilter, AffinityScore
 from federator.placement.plugins.cluster_selector import ClusterSelectorFilter
 from federator.placement.plugins.cost import CostScore
 from federator.placement.plugins.data_locality import DataLocalityScore
@@ -21,6 +23,8 @@ from federator.placement.plugins.network_headroom import NetworkHeadroomScore
 from federator.placement.plugins.packing import PackingScore
 from federator.placement.plugins.preference import PreferenceScore
 from federator.placement.plugins.quota import QuotaFilter
+from federator.placement.plugins.spot import SpotFilter, SpotScore
+from federator.placement.plugins.tier import TierFilter, TierScore
 from federator.placement.plugins.topology import TopologyScore
 
 __all__ = ["default_registry"]
@@ -30,12 +34,18 @@ _DEFAULT = PluginRegistry(
         HealthFilter(),
         ExclusionFilter(),
         ClusterSelectorFilter(),
+        AffinityFilter(),
+        TierFilter(),
+        SpotFilter(),
         NetworkFilter(),
         GpuModelFilter(),
         QuotaFilter(),
         GangFitFilter(),
     ),
     scores=(
+        TierScore(),
+        AffinityScore(),
+        SpotScore(),
         DataLocalityScore(),
         PackingScore(),
         NetworkHeadroomScore(),
