@@ -7,7 +7,8 @@ pkg/apis/batch/validation/validation.go `validatePodFailurePolicyRule*`), and th
 pod against a policy (`match_pod_failure` -> `FailureMatch`: which rule, which action, why), defaults
 included. Status sync (controllers/status_sync.py) is the one place that acts on a match.
 
-Defaults, when no rule matches (kube would count the failure; we know more about why ML pods fail):
+Defaults, when no rule matches, and for every job without a spec.failurePolicy (kube would count the failure;
+we know more about why ML pods fail):
 - a lost node (a DisruptionTarget=True condition: taint eviction, PodGC, preemption; or the NodeLost reason a
   lost node's pods carry) -> Ignore: never counted;
 - a GPU fault (a container's allocatedResourcesStatus names an Unhealthy GPU, or its message an Xid) ->
@@ -331,7 +332,7 @@ def match_pod_failure(policy: Mapping[str, Any], pod_status: Mapping[str, Any]) 
 
 
 def failure_policy_of(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """spec.failurePolicy as stored, or None when the job has none (today's handling then)."""
+    """spec.failurePolicy as stored, or None when the job has none (the defaults alone apply then)."""
     policy = spec.get("failurePolicy")
     return policy if isinstance(policy, Mapping) else None
 

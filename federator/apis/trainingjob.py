@@ -468,7 +468,7 @@ class TrainingJobSpec(ApiModel):
         "How a failed pod is handled by kind of failure, as a Kubernetes Job's podFailurePolicy: rules on exit "
         "codes and pod conditions with actions RestartPod, Requeue, FailJob, Ignore or Count, and defaults for "
         "what no rule matches (a lost node is ignored, a GPU fault requeues the gang elsewhere, OOMKilled and an "
-        "image pull error fail the job). Left out, every failure is handled as before (docs/failover.md)."))
+        "image pull error fail the job). Left out, the defaults alone apply (docs/failover.md)."))
     # ---- end of failure policy
 
     framework: Framework | None = Field(default=None, description=(

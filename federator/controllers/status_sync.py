@@ -49,14 +49,16 @@ placement); past the limit the job fails with reason BackoffLimitExceeded
 and the pods' reasons (`restart_plan`). An elastic role with onWorkerLoss
 shrink above its minimum instead loses the failed pod: status.replicas one
 smaller, history Resized (reason WorkerLost), written before the pod is
-deleted. Roles with restartPolicy Never fail the gang as before.
+deleted. Roles with restartPolicy Never fail the gang on a counted failure.
 
-Retries by kind of failure: a job with spec.failurePolicy has its failed pods (and pods waiting on an image
-that cannot be pulled) matched against its rules and defaults (`apis/failurepolicy.match_pod_failure`,
-per gang `policy_verdict`, both pure); this loop acts: FailJob fails the job (reason PodFailurePolicy),
-Requeue sends the gang elsewhere with its cluster excluded, a RestartPod or Ignore in a role that restarts
-no single pod places the whole gang again, and per-pod restarts go as above with Ignore's pods not counted;
-a history entry FailurePolicy and an Event name the rule (docs/failover.md).
+Retries by kind of failure: every job has its failed pods (and pods waiting on an image that cannot be
+pulled) matched against its spec.failurePolicy's rules, if any, and the defaults
+(`apis/failurepolicy.match_pod_failure`, per gang `policy_verdict`, both pure); this loop acts: FailJob
+fails the job (reason PodFailurePolicy), Requeue sends the gang elsewhere with its cluster excluded, a
+RestartPod or Ignore in a role that restarts no single pod places the whole gang again, and per-pod restarts
+go as above with Ignore's pods not counted; a history entry FailurePolicy and an Event name the rule
+(docs/failover.md). So a lost node's pod in a role with restartPolicy Never places the gang again (never
+counted) rather than failing it.
 
 Checkpoints (issue 29, docs/failover.md): the newest report on the gang's pods (annotation
 federator.dev/checkpoint, `apis.checkpoint.latest_report`), and on a moved gang's previous copy while its pods
@@ -436,14 +438,13 @@ class PolicyVerdict:
 
 
 def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> PolicyVerdict | None:
-    """What the job's spec.failurePolicy makes of its gang's failed pods (phase Failed, or waiting on an image
-    that cannot be pulled), or None when the job has no failurePolicy or no pod failed. FailJob wins over
-    Requeue, Requeue over a whole-gang restart, that over per-pod restarts. RestartPod and Ignore restart only
-    the failed pod where its role tolerates it (restartPolicy OnFailure, or onWorkerLoss shrink); in any other
-    role they restart the whole gang (placed again, the cluster not excluded). Pure."""
-    policy = failure_policy_of(Body(job).spec)
-    if policy is None:
-        return None
+    """What the job's spec.failurePolicy, and the defaults (which apply to every job, with or without a
+    policy), make of its gang's failed pods (phase Failed, or waiting on an image that cannot be pulled), or
+    None when no pod failed. FailJob wins over Requeue, Requeue over a whole-gang restart, that over per-pod
+    restarts. RestartPod and Ignore restart only the failed pod where its role tolerates it (restartPolicy
+    OnFailure, or onWorkerLoss shrink); in any other role they restart the whole gang (placed again, the
+    cluster not excluded). Pure."""
+    policy = failure_policy_of(Body(job).spec) or {}
     roles = {str(r.get("name")): r for r in Body(job).spec.get("roles") or () if isinstance(r, Mapping)}
     tolerant = {name for name, r in roles.items()
                 if r.get("restartPolicy") == "OnFailure" or r.get("onWorkerLoss") == "shrink"}
@@ -538,9 +539,9 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     node was deleted). Failures the infrastructure caused (DisruptionTarget) do not count toward
     spec.backoffLimit; the others do. The count lives on the gang's pods (annotation
     federator.dev/counted-failures, carried over to the pod created again), so the window is the gang's
-    current placement: a gang placed again (another epoch) starts from 0, as its pods do. With a
-    spec.failurePolicy (`verdict`, from `policy_verdict`), the pods its rules or defaults Ignore are the ones
-    not counted, and each pod's line names the rule that matched."""
+    current placement: a gang placed again (another epoch) starts from 0, as its pods do. With a `verdict`
+    (from `policy_verdict`: spec.failurePolicy's rules and the defaults), the pods its rules or defaults Ignore
+    are the ones not counted, and each pod's line names the rule that matched."""
     body = Body(job)
     spec = body.spec
     roles = {str(r.get("name")): r for r in spec.get("roles") or () if isinstance(r, Mapping)}

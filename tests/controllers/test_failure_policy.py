@@ -145,6 +145,7 @@ async def _none_left(env: Env, uid: str) -> bool | None:
 async def test_a_lost_node_never_counts_and_restarts_the_gang(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
         body = policy_job("lostnode")
+        del body["spec"]["failurePolicy"]  # the defaults apply to every job
         body["spec"]["failover"] = {"maxRequeues": 0}  # a counted whole-gang restart would fail it
         uid = (await env.api.submit(body))["metadata"]["uid"]
         job = await env.api.wait_job(NS, "lostnode", lambda j: phase(j) == "Running", timeout=30, what="running")
@@ -162,8 +163,10 @@ async def test_a_lost_node_never_counts_and_restarts_the_gang(tmp_path: Path) ->
 
 async def test_oom_killed_and_an_image_pull_error_fail_the_job_with_the_members_message(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
-        await env.api.submit(policy_job("oom", restart_policy="OnFailure", worker_annotations={
-            ANNOTATION_FAIL_AFTER: "0.5", ANNOTATION_EXIT_REASON: "OOMKilled"}))
+        oom = policy_job("oom", restart_policy="OnFailure", worker_annotations={
+            ANNOTATION_FAIL_AFTER: "0.5", ANNOTATION_EXIT_REASON: "OOMKilled"})
+        del oom["spec"]["failurePolicy"]  # the defaults apply to every job
+        await env.api.submit(oom)
         await env.api.submit(policy_job("nopull", worker_annotations={
             ANNOTATION_IMAGE_PULL_ERROR: "rpc error: code = NotFound desc = manifest unknown"}))
         job = await _failed(env, "oom")
@@ -195,8 +198,15 @@ def test_policy_verdict_orders_the_gangs_failures() -> None:
 
     running = pod("ps-0", "ps", {"phase": "Running"})
     assert policy_verdict(job, [running]) is None
+    # the defaults apply to a job without spec.failurePolicy: anything else is counted, a lost node is not
     no_policy = aimed_job("x", CLUSTER)
-    assert policy_verdict(no_policy, [pod("w-0", "worker", exited(3))]) is None  # today's handling
+    counted = policy_verdict(no_policy, [pod("w-0", "worker", exited(3))])
+    assert counted is not None and counted.outcome is GangOutcome.PER_POD and not counted.uncounted
+    assert counted.notes["w-0"] == "default (other failure): Count"
+    lost = policy_verdict(no_policy, [pod("w-0", "worker", {"phase": "Failed", "reason": "NodeLost"})])
+    assert lost is not None and lost.outcome is GangOutcome.RESTART_GANG and not lost.counted
+    oom = policy_verdict(no_policy, [pod("w-0", "worker", exited(137, "OOMKilled"))])
+    assert oom is not None and oom.outcome is GangOutcome.FAIL and oom.pod == "w-0"
     per_pod = policy_verdict(job, [running, pod("w-0", "worker", exited(3)), pod("w-1", "worker", exited(9))])
     assert per_pod is not None and per_pod.outcome is GangOutcome.PER_POD and per_pod.uncounted == {"w-0"}
     assert per_pod.notes["w-1"] == "default (other failure): Count"
