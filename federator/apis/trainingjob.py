@@ -62,6 +62,7 @@ from federator.apis.common import (
 
 __all__ = [
     "KIND",
+    "MAX_EXCLUDED_NODES",
     "MAX_SCORE_ROWS",
     "PLURAL",
     "SHORT_NAMES",
@@ -73,6 +74,7 @@ __all__ = [
     "CheckpointVolume",
     "ClusterScore",
     "ExcludedCluster",
+    "ExcludedNode",
     "Failover",
     "HistoryEntry",
     "JobPhase",
@@ -512,6 +514,19 @@ class ExcludedCluster(ApiModel):
     until: Timestamp
 
 
+#: at most this many entries in status.placement.excludedNodes (the oldest go first)
+MAX_EXCLUDED_NODES = 256
+
+
+class ExcludedNode(ApiModel):
+    """A node of a cluster the job's pods must not run on until `until` (a failure policy's Requeue with
+    exclude Node, e.g. after a GPU fault there); the rest of the cluster stays open to the job."""
+
+    cluster: StrictStr = Field(max_length=253)
+    node: StrictStr = Field(max_length=253)
+    until: Timestamp
+
+
 class PreviousCopy(ApiModel):
     """Where an earlier copy of the gang may still exist (a drained cluster, or a dispatch that failed
     and could not read the member to remove what it created): the next dispatch waits until that copy
@@ -575,6 +590,12 @@ class PlacementStatus(ApiModel):
     excluded_clusters: list[ExcludedCluster] | None = Field(
         default=None, alias="excludedClusters", max_length=256,
         description="Clusters this job must avoid for a while (pulled back from them), with until when.",
+    )
+    excluded_nodes: list[ExcludedNode] | None = Field(
+        default=None, alias="excludedNodes", max_length=MAX_EXCLUDED_NODES,
+        description="Nodes this job's pods must avoid for a while (a failure policy's Requeue with exclude Node), "
+                    "with their cluster and until when: placement does not count them and the pods rendered in "
+                    "that cluster get a required node affinity that keeps them off.",
     )
     previous: PreviousCopy | None = Field(
         default=None, description="An earlier copy to wait for before dispatching (drain, failed dispatch).")

@@ -54,7 +54,8 @@ deleted. Roles with restartPolicy Never fail the gang on a counted failure.
 Retries by kind of failure: every job has its failed pods (and pods waiting on an image that cannot be
 pulled) matched against its spec.failurePolicy's rules, if any, and the defaults
 (`apis/failurepolicy.match_pod_failure`, per gang `policy_verdict`, both pure); this loop acts: FailJob
-fails the job (reason PodFailurePolicy), Requeue sends the gang elsewhere with its cluster excluded, a
+fails the job (reason PodFailurePolicy), Requeue sends the gang elsewhere with its cluster (or, with
+requeue.exclude Node and by a GPU fault's default, only the failed pod's node) excluded, a
 RestartPod or Ignore in a role that restarts no single pod places the whole gang again, and per-pod restarts
 go as above with Ignore's pods not counted; a history entry FailurePolicy and an Event name the rule
 (docs/failover.md). So a lost node's pod in a role with restartPolicy Never places the gang again (never
@@ -83,6 +84,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federator.apis.failurepolicy import (
+    ExcludeScope,
     FailureAction,
     FailureMatch,
     failure_policy_of,
@@ -424,6 +426,8 @@ class PolicyVerdict:
     match: FailureMatch | None = None
     pod: str = ""
     why: str = ""
+    #: the node the decisive pod ran on ("" when it was never bound): what a Requeue excluding the node excludes
+    node: str = ""
     #: RESTART_GANG and REQUEUE: counted in status.requeues (at most spec.failover.maxRequeues); Ignore is not
     counted: bool = True
     #: PER_POD: the failed pods whose failure is not counted toward spec.backoffLimit (Ignore)
@@ -449,6 +453,7 @@ def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
     tolerant = {name for name, r in roles.items()
                 if r.get("restartPolicy") == "OnFailure" or r.get("onWorkerLoss") == "shrink"}
     seen: list[tuple[str, str, FailureMatch, str]] = []
+    nodes: dict[str, str] = {}
     for pod in sorted((Body(p) for p in pods), key=lambda p: p.name):
         if pod.deleting:
             continue
@@ -456,6 +461,8 @@ def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
         if pod.phase != "Failed" and pulling is None:
             continue
         role = str(pod.labels.get(LABEL_ROLE) or "")
+        node = pod.spec.get("nodeName")
+        nodes[pod.name] = node if isinstance(node, str) else ""
         seen.append((pod.name, role, match_pod_failure(policy, pod.status), pulling or _pod_failure(pod.status)[0]))
     if not seen:
         return None
@@ -463,7 +470,7 @@ def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
     if decisive is not None:
         name, _, match, why = next(s for s in seen if s[2] is decisive)
         outcome = GangOutcome.FAIL if match.action is FailureAction.FAIL_JOB else GangOutcome.REQUEUE
-        return PolicyVerdict(outcome=outcome, match=match, pod=name, why=why)
+        return PolicyVerdict(outcome=outcome, match=match, pod=name, why=why, node=nodes[name])
     for name, role, match, why in seen:
         if role not in tolerant and match.action in (FailureAction.RESTART_POD, FailureAction.IGNORE):
             return PolicyVerdict(outcome=GangOutcome.RESTART_GANG, match=match, pod=name, why=why,
@@ -806,15 +813,20 @@ class StatusSync:
 
     async def _requeue_by_policy(self, job: Mapping[str, Any], verdict: PolicyVerdict, *, cluster: str, epoch: int,
                                  now: float) -> None:
-        """spec.failurePolicy moves the gang (Requeue: elsewhere, the cluster excluded for
-        HubSettings.stuck.exclusion_seconds) or places it again whole (a RestartPod or Ignore of a pod whose
-        role restarts no single pod): history FailurePolicy then Requeued, the old copy deleted as a
-        preemption's is (status.placement.previous: the next dispatch waits until it is gone)."""
+        """spec.failurePolicy moves the gang (Requeue: elsewhere, the cluster, or with exclude Node the failed
+        pod's node, excluded for HubSettings.stuck.exclusion_seconds) or places it again whole (a RestartPod or
+        Ignore of a pod whose role restarts no single pod): history FailurePolicy then Requeued, the old copy
+        deleted as a preemption's is (status.placement.previous: the next dispatch waits until it is gone)."""
         ref = job_ref(job)
         exclude = verdict.outcome is GangOutcome.REQUEUE
         until = now + self.hub.settings.stuck.exclusion_seconds if exclude else None
-        where = (f"the gang moves elsewhere, cluster {cluster} excluded until {format_time(math.ceil(until))}"
-                 if until is not None else "the whole gang is placed again")
+        # a pod never bound has no node to exclude: its cluster is
+        node = verdict.node if exclude and verdict.match is not None \
+            and verdict.match.exclude is ExcludeScope.NODE and verdict.node else None
+        where = ("the whole gang is placed again" if until is None
+                 else f"the gang is placed again, node {node} of cluster {cluster} excluded until "
+                      f"{format_time(math.ceil(until))}" if node is not None
+                 else f"the gang moves elsewhere, cluster {cluster} excluded until {format_time(math.ceil(until))}")
         message = (f"{verdict.message()}; {where} (epoch {epoch + 1}"
                    + (", counted in status.requeues)" if verdict.counted else ", not counted)"))
 
@@ -826,7 +838,7 @@ class StatusSync:
             append_history(status, history_entry(HISTORY_FAILURE_POLICY, cluster=cluster, epoch=epoch,
                                                  message=message, now=now))
             requeue(status, reason=HISTORY_FAILURE_POLICY, message=f"requeued: {message}", now=now, job=ref.key,
-                    exclude_until=until, count=verdict.counted)
+                    exclude_until=until, exclude_node=node, count=verdict.counted)
             status["placement"]["previous"] = {"cluster": cluster, "epoch": epoch}
             return fresh
 
@@ -840,7 +852,8 @@ class StatusSync:
         reservations(self.hub).forget(ref.uid)
         self.hub.metrics.job_requeues.labels(reason=HISTORY_FAILURE_POLICY).inc()
         _log.warning("gang requeued by its failure policy", job=ref.key, cluster=cluster, epoch=epoch,
-                     action=verdict.match.action.value if verdict.match else "", excluded=exclude)
+                     action=verdict.match.action.value if verdict.match else "", excluded=exclude,
+                     excluded_node=node or "")
         try:
             await self.dispatcher.delete_previous(stored, cluster="")
         except Exception as e:  # noqa: BLE001 - the GC deletes what is left (not placed there any more)
