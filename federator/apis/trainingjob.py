@@ -469,7 +469,7 @@ class TrainingJobSpec(ApiModel):
     failure_policy: FailurePolicy | None = Field(default=None, alias="failurePolicy", description=(
         "How a failed pod is handled by kind of failure, as a Kubernetes Job's podFailurePolicy: rules on exit "
         "codes and pod conditions with actions RestartPod, Requeue, FailJob, Ignore or Count, and defaults for "
-        "what no rule matches (a lost node is ignored, a GPU fault requeues the gang elsewhere, OOMKilled and an "
+        "what no rule matches (a lost node is ignored, a GPU fault requeues the gang off its node, OOMKilled and an "
         "image pull error fail the job). Left out, the defaults alone apply (docs/failover.md)."))
     # ---- end of failure policy
 

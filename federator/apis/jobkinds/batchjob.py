@@ -163,7 +163,8 @@ class JobGang:
 
 def job_gang(spec: object, *, path: str, settings: ValidationSettings,
              default_restart_policy: str | None = None,
-             default_indexed: bool = False, pod_failure_policy: bool = False) -> tuple[JobGang | None, list[FieldError]]:
+             default_indexed: bool = False,
+             pod_failure_policy: bool = False) -> tuple[JobGang | None, list[FieldError]]:
     """The gang a batch/v1 JobSpec at `path` runs (the module docstring's rules), or the errors at its paths.
     `default_restart_policy`: what a template without restartPolicy gets, `default_indexed`: whether a Job without
     completionMode is Indexed (JobSet's webhook defaults OnFailure and Indexed; a plain Job must state its
