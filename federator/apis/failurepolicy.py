@@ -1,17 +1,20 @@
 """spec.failurePolicy of a TrainingJob: retries by kind of failure, in the style of batch/v1 Job's podFailurePolicy.
 
-The API types (`FailurePolicy` with its rules, each an action and one of `onExitCodes` or `onPodConditions`),
+The API types (`FailurePolicy` with its rules, each an action and one of `onExitCodes` or `onPodConditions`, and
+for Requeue what it excludes, `requeue.exclude`: Cluster, the default, or Node),
 their cross-field checks (`failure_policy_errors`, with kube's wording and limits: at most 20 rules, at most 20
 pod condition patterns, 1..255 exit code values, ordered, without duplicates, 0 not allowed with In; kube's
 pkg/apis/batch/validation/validation.go `validatePodFailurePolicyRule*`), and the pure matching of one failed
 pod against a policy (`match_pod_failure` -> `FailureMatch`: which rule, which action, why), defaults
 included. Status sync (controllers/status_sync.py) is the one place that acts on a match.
 
-Defaults, when no rule matches (kube would count the failure; we know more about why ML pods fail):
+Defaults, when no rule matches, and for every job without a spec.failurePolicy (kube would count the failure;
+we know more about why ML pods fail):
 - a lost node (a DisruptionTarget=True condition: taint eviction, PodGC, preemption; or the NodeLost reason a
   lost node's pods carry) -> Ignore: never counted;
 - a GPU fault (a container's allocatedResourcesStatus names an Unhealthy GPU, or its message an Xid) ->
-  Requeue: the gang moves elsewhere, the cluster excluded for a while;
+  Requeue excluding the node: the gang is placed again away from the failed pod's node for a while (the same
+  cluster's other nodes may take it);
 - OOMKilled -> FailJob with the member's message: the same template at the same size would be killed again
   (placement does not change a container's memory limit), so a retry only burns GPU-hours;
 - an image pull error (a container waiting with ErrImagePull, ImagePullBackOff, InvalidImageName or
@@ -39,12 +42,14 @@ __all__ = [
     "MAX_EXIT_CODE_VALUES",
     "MAX_POD_CONDITIONS",
     "MAX_RULES",
+    "ExcludeScope",
     "FailureAction",
     "FailureMatch",
     "FailurePolicy",
     "FailurePolicyRule",
     "OnExitCodes",
     "OnPodCondition",
+    "RequeueOptions",
     "container_names",
     "failure_policy_errors",
     "failure_policy_of",
@@ -84,6 +89,15 @@ class FailureAction(enum.StrEnum):
 
 FAILURE_POLICY_ACTIONS = tuple(a.value for a in FailureAction)
 
+
+class ExcludeScope(enum.StrEnum):
+    """What a Requeue keeps the gang away from for a while (HubSettings.stuck.exclusion_seconds)."""
+
+    #: the whole cluster the gang ran in (status.placement.excludedClusters)
+    CLUSTER = "Cluster"
+    #: only the failed pod's node (status.placement.excludedNodes): the gang may stay in the cluster
+    NODE = "Node"
+
 Action = Literal["RestartPod", "Requeue", "FailJob", "Ignore", "Count"]
 
 
@@ -107,13 +121,23 @@ class OnPodCondition(ApiModel):
     status: Literal["True", "False", "Unknown"] = Field(default="True", description="The condition's status.")
 
 
+class RequeueOptions(ApiModel):
+    """How a Requeue rule moves the gang."""
+
+    exclude: Literal["Cluster", "Node"] = Field(default="Cluster", description=(
+        "Cluster (the default): the gang goes to another cluster, its cluster excluded for a while; Node: only "
+        "the failed pod's node is excluded for a while, so the gang may be placed again in the same cluster."))
+
+
 class FailurePolicyRule(ApiModel):
     """One rule: an action and one of onExitCodes or onPodConditions, not both."""
 
     action: Action = Field(description=(
         "RestartPod (the failed pod again in place where its role tolerates it, else the whole gang; counted), "
-        "Requeue (the gang elsewhere, its cluster excluded), FailJob, Ignore (as RestartPod, never counted) "
-        "or Count (counted toward spec.backoffLimit, the default handling)."))
+        "Requeue (the gang elsewhere, its cluster or node excluded: requeue.exclude), FailJob, Ignore (as "
+        "RestartPod, never counted) or Count (counted toward spec.backoffLimit, the default handling)."))
+    requeue: RequeueOptions | None = Field(default=None, description=(
+        "Only with action Requeue: what the gang is kept away from (exclude: Cluster, the default, or Node)."))
     on_exit_codes: OnExitCodes | None = Field(default=None, alias="onExitCodes")
     on_pod_conditions: list[OnPodCondition] | None = Field(
         default=None, alias="onPodConditions", max_length=MAX_POD_CONDITIONS, json_schema_extra={
@@ -127,8 +151,8 @@ class FailurePolicy(ApiModel):
     rules: list[FailurePolicyRule] = Field(default_factory=list, max_length=MAX_RULES, json_schema_extra={
         "x-kubernetes-list-type": "atomic"}, description=(
         "Evaluated in order; the first that matches a pod's failure decides. When none matches the defaults "
-        "apply: a lost node is ignored, a GPU fault requeues the gang elsewhere, OOMKilled and an image pull "
-        "error fail the job, anything else counts toward spec.backoffLimit. At most 20 rules."))
+        "apply: a lost node is ignored, a GPU fault requeues the gang away from the node, OOMKilled and an image "
+        "pull error fail the job, anything else counts toward spec.backoffLimit. At most 20 rules."))
 
 
 # ---------------------------------------------------------------- validation (kube's rules and wording)
@@ -179,6 +203,8 @@ def failure_policy_errors(policy: object, *, path: str, containers: frozenset[st
                                                                       "templates"))
         if isinstance(conditions, list) and not conditions and codes is None:
             errors.append((f"{where}.onPodConditions", "Required value: at least one pattern"))
+        if rule.get("requeue") is not None and rule.get("action") != FailureAction.REQUEUE.value:
+            errors.append((f"{where}.requeue", "Invalid value: only with action Requeue"))
     return errors
 
 
@@ -219,6 +245,8 @@ class FailureMatch:
     rule: int | None
     #: the default's name (lost node, GPU fault, OOMKilled, image pull error, other) or the rule's requirement
     why: str
+    #: Requeue: what the gang is kept away from (the rule's requeue.exclude; a GPU fault's default: the node)
+    exclude: ExcludeScope = ExcludeScope.CLUSTER
 
     def describe(self) -> str:
         """`spec.failurePolicy.rules[1] (exit code In [42]): FailJob` or `default (OOMKilled): FailJob`."""
@@ -317,13 +345,16 @@ def match_pod_failure(policy: Mapping[str, Any], pod_status: Mapping[str, Any]) 
             continue  # kube: clients skip a rule with an unknown action
         seen = _rule_matches(rule, pod_status)
         if seen is not None:
-            return FailureMatch(action=FailureAction(rule["action"]), rule=index, why=seen)
+            options = rule.get("requeue")
+            scope = options.get("exclude") if isinstance(options, Mapping) else None
+            return FailureMatch(action=FailureAction(rule["action"]), rule=index, why=seen,
+                                exclude=ExcludeScope(scope) if scope in ("Cluster", "Node") else ExcludeScope.CLUSTER)
     if image_pull_error(pod_status) is not None:
         return FailureMatch(action=FailureAction.FAIL_JOB, rule=None, why="image pull error")
     if _node_lost(pod_status):
         return FailureMatch(action=FailureAction.IGNORE, rule=None, why="node lost")
     if _gpu_fault(pod_status):
-        return FailureMatch(action=FailureAction.REQUEUE, rule=None, why="GPU fault")
+        return FailureMatch(action=FailureAction.REQUEUE, rule=None, why="GPU fault", exclude=ExcludeScope.NODE)
     if _oom_killed(pod_status):
         return FailureMatch(action=FailureAction.FAIL_JOB, rule=None,
                             why="OOMKilled: not retried at the same size; raise the container's memory limit")
@@ -331,7 +362,7 @@ def match_pod_failure(policy: Mapping[str, Any], pod_status: Mapping[str, Any]) 
 
 
 def failure_policy_of(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """spec.failurePolicy as stored, or None when the job has none (today's handling then)."""
+    """spec.failurePolicy as stored, or None when the job has none (the defaults alone apply then)."""
     policy = spec.get("failurePolicy")
     return policy if isinstance(policy, Mapping) else None
 

@@ -63,6 +63,7 @@ from federator.apis.common import (
 
 __all__ = [
     "KIND",
+    "MAX_EXCLUDED_NODES",
     "MAX_SCORE_ROWS",
     "PLURAL",
     "SHORT_NAMES",
@@ -75,6 +76,7 @@ __all__ = [
     "ClusterAffinity",
     "ClusterScore",
     "ExcludedCluster",
+    "ExcludedNode",
     "Failover",
     "HistoryEntry",
     "JobPhase",
@@ -502,8 +504,8 @@ class TrainingJobSpec(ApiModel):
     failure_policy: FailurePolicy | None = Field(default=None, alias="failurePolicy", description=(
         "How a failed pod is handled by kind of failure, as a Kubernetes Job's podFailurePolicy: rules on exit "
         "codes and pod conditions with actions RestartPod, Requeue, FailJob, Ignore or Count, and defaults for "
-        "what no rule matches (a lost node is ignored, a GPU fault requeues the gang elsewhere, OOMKilled and an "
-        "image pull error fail the job). Left out, every failure is handled as before (docs/failover.md)."))
+        "what no rule matches (a lost node is ignored, a GPU fault requeues the gang off its node, OOMKilled and an "
+        "image pull error fail the job). Left out, the defaults alone apply (docs/failover.md)."))
     # ---- end of failure policy
 
     framework: Framework | None = Field(default=None, description=(
@@ -544,6 +546,19 @@ class ExcludedCluster(ApiModel):
     """A cluster the job must not be placed in until `until` (e.g. after its gang was pulled back from it)."""
 
     cluster: StrictStr = Field(max_length=253)
+    until: Timestamp
+
+
+#: at most this many entries in status.placement.excludedNodes (the oldest go first)
+MAX_EXCLUDED_NODES = 256
+
+
+class ExcludedNode(ApiModel):
+    """A node of a cluster the job's pods must not run on until `until` (a failure policy's Requeue with
+    exclude Node, e.g. after a GPU fault there); the rest of the cluster stays open to the job."""
+
+    cluster: StrictStr = Field(max_length=253)
+    node: StrictStr = Field(max_length=253)
     until: Timestamp
 
 
@@ -610,6 +625,12 @@ class PlacementStatus(ApiModel):
     excluded_clusters: list[ExcludedCluster] | None = Field(
         default=None, alias="excludedClusters", max_length=256,
         description="Clusters this job must avoid for a while (pulled back from them), with until when.",
+    )
+    excluded_nodes: list[ExcludedNode] | None = Field(
+        default=None, alias="excludedNodes", max_length=MAX_EXCLUDED_NODES,
+        description="Nodes this job's pods must avoid for a while (a failure policy's Requeue with exclude Node), "
+                    "with their cluster and until when: placement does not count them and the pods rendered in "
+                    "that cluster get a required node affinity that keeps them off.",
     )
     previous: PreviousCopy | None = Field(
         default=None, description="An earlier copy to wait for before dispatching (drain, failed dispatch).")

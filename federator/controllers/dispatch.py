@@ -99,6 +99,7 @@ from federator.controllers.jobs import (
     apply_dispatch_record,
     cluster_scheduler,
     current_placement,
+    excluded_nodes,
     history_entry,
     hub_id,
     job_ref,
@@ -125,7 +126,7 @@ from federator.delegation import (
     ownership_of,
     selector_for,
 )
-from federator.delegation.adapter import CONFIG_MAP_GVK, LABEL_INDEX, LABEL_ROLE, SERVICE_GVK, Gvk
+from federator.delegation.adapter import CONFIG_MAP_GVK, HOSTNAME_LABEL, LABEL_INDEX, LABEL_ROLE, SERVICE_GVK, Gvk
 from federator.delegation.membercopy import member_copy, resize_patch, resized_to, resume_patch, suspended
 from federator.obs import get_logger
 from federator.placement.decision import PodAssignment
@@ -797,6 +798,7 @@ class Dispatcher:
             adapter = adapter_for(kind)
             priority_class = member_priority_class(job)
             gpu_pin = self._gpu_node_labels(job, cluster=cluster, assignment=assignment)
+            avoid = self._avoid_hostnames(job, cluster=cluster)
         except (RenderError, KeyError) as e:
             raise DispatchError(f"cannot render the job for cluster {cluster}: {e}", retryable=False) from None
 
@@ -810,7 +812,7 @@ class Dispatcher:
                                              with_priority else None)
                 return adapter.render(job, cluster_scheduler_name=override or adapter.default_scheduler_name,
                                       epoch=epoch, hub_id=self._hub_id, namespace=ref.namespace,
-                                      assignment=assignment, gpu_node_labels=gpu_pin,
+                                      assignment=assignment, gpu_node_labels=gpu_pin, avoid_hostnames=avoid,
                                       priority_class_name=priority_class.name if priority_class and with_priority
                                       else None)
             except (RenderError, KeyError) as e:
@@ -879,6 +881,16 @@ class Dispatcher:
         if snapshot is None:
             return {}
         return gpu_node_labels(job, nodes=snapshot.nodes, assignment=assignment, label=GPU_PRODUCT_LABEL)
+
+    def _avoid_hostnames(self, job: Mapping[str, Any], *, cluster: str) -> list[str]:
+        """The kubernetes.io/hostname values of the job's excluded nodes in `cluster` (status.placement.excludedNodes
+        in force now; a node the snapshot does not know by that label goes by its name, as kubelet's default)."""
+        nodes = excluded_nodes(job, now=time.time()).get(cluster)
+        if not nodes:
+            return []
+        snapshot = self.members.snapshots.get(cluster)
+        known = snapshot.nodes if snapshot is not None else {}
+        return sorted({str(known[n].labels.get(HOSTNAME_LABEL) or n) if n in known else n for n in nodes})
 
     async def _create_one(
         self, client: Any, obj: MemberObject, *, ref_uid: str, epoch: int, cluster: str,

@@ -29,7 +29,8 @@ its epoch kept; the next decision takes epoch + 1, so every placement of a
 job has a fresh, larger epoch (the first one is 1).
 
 status.placement = {cluster, epoch, decisionResourceVersion, whyNot, scores
-(the decision's; a requeue drops them), excludedClusters: [{cluster, until}]};
+(the decision's; a requeue drops them), excludedClusters: [{cluster, until}], excludedNodes: [{cluster, node,
+until}]};
 status.replicas = the decision's pods per role (a requeue drops it too).
 
 This module does no I/O of its own except `update_job_status` (the hub
@@ -47,7 +48,7 @@ from typing import Any
 from federator.apiserver.errors import ApiError
 from federator.apis.podtemplate import is_full_form
 from federator.apis.timestamps import format_time, parse_epoch
-from federator.apis.trainingjob import placed_replicas
+from federator.apis.trainingjob import MAX_EXCLUDED_NODES, placed_replicas
 from federator.apis.views import Body
 from federator.controllers.context import HubContext
 from federator.controllers.reservations import ReservationLedger
@@ -94,6 +95,7 @@ __all__ = [
     "failover_policy",
     "dispatches_in_flight",
     "excluded_clusters",
+    "excluded_nodes",
     "gang_request",
     "history_entry",
     "hub_id",
@@ -265,6 +267,20 @@ def excluded_clusters(job: Mapping[str, Any], *, now: float) -> dict[str, float]
     return out
 
 
+def excluded_nodes(job: Mapping[str, Any], *, now: float) -> dict[str, frozenset[str]]:
+    """status.placement.excludedNodes still in force at `now`: cluster -> its excluded node names."""
+    placement = Body(job).status.get("placement") or {}
+    out: dict[str, set[str]] = {}
+    for item in placement.get("excludedNodes") or ():
+        if not isinstance(item, Mapping):
+            continue
+        cluster, node, until = item.get("cluster"), item.get("node"), parse_epoch(item.get("until"))
+        if isinstance(cluster, str) and cluster and isinstance(node, str) and node and until is not None \
+                and until > now:
+            out.setdefault(cluster, set()).add(node)
+    return {cluster: frozenset(nodes) for cluster, nodes in out.items()}
+
+
 def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
     """The stored TrainingJob `job` as a placement GangRequest.
 
@@ -329,6 +345,7 @@ def gang_request(job: Mapping[str, Any], *, now: float) -> GangRequest:
         priority=priority if type(priority) is int else 0,
         submitted_at=created if created is not None else now,
         excluded_clusters=excluded_clusters(job, now=now),
+        excluded_nodes=excluded_nodes(job, now=now),
         queue=queue if isinstance(queue, str) else "",
         cluster_names=frozenset(str(n) for n in affinity.get("clusterNames") or ()),
         # an empty required term ({}) matches every cluster, as an absent one
@@ -437,15 +454,21 @@ def max_requeues(job: Mapping[str, Any]) -> int:
 
 def requeue(
     status: dict[str, Any], *, reason: str, message: str, now: float, job: str,
-    exclude_until: float | None = None, count: bool = True,
+    exclude_until: float | None = None, exclude_node: str | None = None, count: bool = True,
 ) -> None:
     """Send the job back to the placement queue: phase Pending, no cluster, same epoch (the next
-    decision takes epoch + 1), a history entry; optionally exclude the cluster it left until
-    `exclude_until`, and count the requeue in status.requeues."""
+    decision takes epoch + 1), a history entry; optionally exclude the cluster it left (or, with
+    `exclude_node`, only that node of it) until `exclude_until`, and count the requeue in status.requeues."""
     placement = dict(status.get("placement") or {})
     cluster = placement.get("cluster")
     epoch = placement.get("epoch") if type(placement.get("epoch")) is int else 0
-    if exclude_until is not None and isinstance(cluster, str) and cluster:
+    if exclude_until is not None and isinstance(cluster, str) and cluster and exclude_node:
+        nodes = [e for e in placement.get("excludedNodes") or ()
+                 if isinstance(e, Mapping) and (e.get("cluster"), e.get("node")) != (cluster, exclude_node)
+                 and (parse_epoch(e.get("until")) or 0) > now]
+        nodes.append({"cluster": cluster, "node": exclude_node, "until": format_time(math.ceil(exclude_until))})
+        placement["excludedNodes"] = nodes[-MAX_EXCLUDED_NODES:]
+    elif exclude_until is not None and isinstance(cluster, str) and cluster:
         kept = [e for e in placement.get("excludedClusters") or ()
                 if isinstance(e, Mapping) and e.get("cluster") != cluster
                 and (parse_epoch(e.get("until")) or 0) > now]

@@ -49,14 +49,17 @@ placement); past the limit the job fails with reason BackoffLimitExceeded
 and the pods' reasons (`restart_plan`). An elastic role with onWorkerLoss
 shrink above its minimum instead loses the failed pod: status.replicas one
 smaller, history Resized (reason WorkerLost), written before the pod is
-deleted. Roles with restartPolicy Never fail the gang as before.
+deleted. Roles with restartPolicy Never fail the gang on a counted failure.
 
-Retries by kind of failure: a job with spec.failurePolicy has its failed pods (and pods waiting on an image
-that cannot be pulled) matched against its rules and defaults (`apis/failurepolicy.match_pod_failure`,
-per gang `policy_verdict`, both pure); this loop acts: FailJob fails the job (reason PodFailurePolicy),
-Requeue sends the gang elsewhere with its cluster excluded, a RestartPod or Ignore in a role that restarts
-no single pod places the whole gang again, and per-pod restarts go as above with Ignore's pods not counted;
-a history entry FailurePolicy and an Event name the rule (docs/failover.md).
+Retries by kind of failure: every job has its failed pods (and pods waiting on an image that cannot be
+pulled) matched against its spec.failurePolicy's rules, if any, and the defaults
+(`apis/failurepolicy.match_pod_failure`, per gang `policy_verdict`, both pure); this loop acts: FailJob
+fails the job (reason PodFailurePolicy), Requeue sends the gang elsewhere with its cluster (or, with
+requeue.exclude Node and by a GPU fault's default, only the failed pod's node) excluded, a
+RestartPod or Ignore in a role that restarts no single pod places the whole gang again, and per-pod restarts
+go as above with Ignore's pods not counted; a history entry FailurePolicy and an Event name the rule
+(docs/failover.md). So a lost node's pod in a role with restartPolicy Never places the gang again (never
+counted) rather than failing it.
 
 Checkpoints (issue 29, docs/failover.md): the newest report on the gang's pods (annotation
 federator.dev/checkpoint, `apis.checkpoint.latest_report`), and on a moved gang's previous copy while its pods
@@ -82,6 +85,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federator.apis.failurepolicy import (
+    ExcludeScope,
     FailureAction,
     FailureMatch,
     failure_policy_of,
@@ -420,6 +424,8 @@ class PolicyVerdict:
     match: FailureMatch | None = None
     pod: str = ""
     why: str = ""
+    #: the node the decisive pod ran on ("" when it was never bound): what a Requeue excluding the node excludes
+    node: str = ""
     #: RESTART_GANG and REQUEUE: counted in status.requeues (at most spec.failover.maxRequeues); Ignore is not
     counted: bool = True
     #: PER_POD: the failed pods whose failure is not counted toward spec.backoffLimit (Ignore)
@@ -434,18 +440,18 @@ class PolicyVerdict:
 
 
 def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> PolicyVerdict | None:
-    """What the job's spec.failurePolicy makes of its gang's failed pods (phase Failed, or waiting on an image
-    that cannot be pulled), or None when the job has no failurePolicy or no pod failed. FailJob wins over
-    Requeue, Requeue over a whole-gang restart, that over per-pod restarts. RestartPod and Ignore restart only
-    the failed pod where its role tolerates it (restartPolicy OnFailure, or onWorkerLoss shrink); in any other
-    role they restart the whole gang (placed again, the cluster not excluded). Pure."""
-    policy = failure_policy_of(Body(job).spec)
-    if policy is None:
-        return None
+    """What the job's spec.failurePolicy, and the defaults (which apply to every job, with or without a
+    policy), make of its gang's failed pods (phase Failed, or waiting on an image that cannot be pulled), or
+    None when no pod failed. FailJob wins over Requeue, Requeue over a whole-gang restart, that over per-pod
+    restarts. RestartPod and Ignore restart only the failed pod where its role tolerates it (restartPolicy
+    OnFailure, or onWorkerLoss shrink); in any other role they restart the whole gang (placed again, the
+    cluster not excluded). Pure."""
+    policy = failure_policy_of(Body(job).spec) or {}
     roles = {str(r.get("name")): r for r in Body(job).spec.get("roles") or () if isinstance(r, Mapping)}
     tolerant = {name for name, r in roles.items()
                 if r.get("restartPolicy") == "OnFailure" or r.get("onWorkerLoss") == "shrink"}
     seen: list[tuple[str, str, FailureMatch, str]] = []
+    nodes: dict[str, str] = {}
     for pod in sorted((Body(p) for p in pods), key=lambda p: p.name):
         if pod.deleting:
             continue
@@ -453,6 +459,8 @@ def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
         if pod.phase != "Failed" and pulling is None:
             continue
         role = str(pod.labels.get(LABEL_ROLE) or "")
+        node = pod.spec.get("nodeName")
+        nodes[pod.name] = node if isinstance(node, str) else ""
         seen.append((pod.name, role, match_pod_failure(policy, pod.status), pulling or _pod_failure(pod.status)[0]))
     if not seen:
         return None
@@ -460,7 +468,7 @@ def policy_verdict(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
     if decisive is not None:
         name, _, match, why = next(s for s in seen if s[2] is decisive)
         outcome = GangOutcome.FAIL if match.action is FailureAction.FAIL_JOB else GangOutcome.REQUEUE
-        return PolicyVerdict(outcome=outcome, match=match, pod=name, why=why)
+        return PolicyVerdict(outcome=outcome, match=match, pod=name, why=why, node=nodes[name])
     for name, role, match, why in seen:
         if role not in tolerant and match.action in (FailureAction.RESTART_POD, FailureAction.IGNORE):
             return PolicyVerdict(outcome=GangOutcome.RESTART_GANG, match=match, pod=name, why=why,
@@ -536,9 +544,9 @@ def restart_plan(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, a
     node was deleted). Failures the infrastructure caused (DisruptionTarget) do not count toward
     spec.backoffLimit; the others do. The count lives on the gang's pods (annotation
     federator.dev/counted-failures, carried over to the pod created again), so the window is the gang's
-    current placement: a gang placed again (another epoch) starts from 0, as its pods do. With a
-    spec.failurePolicy (`verdict`, from `policy_verdict`), the pods its rules or defaults Ignore are the ones
-    not counted, and each pod's line names the rule that matched."""
+    current placement: a gang placed again (another epoch) starts from 0, as its pods do. With a `verdict`
+    (from `policy_verdict`: spec.failurePolicy's rules and the defaults), the pods its rules or defaults Ignore
+    are the ones not counted, and each pod's line names the rule that matched."""
     body = Body(job)
     spec = body.spec
     roles = {str(r.get("name")): r for r in spec.get("roles") or () if isinstance(r, Mapping)}
@@ -803,15 +811,20 @@ class StatusSync:
 
     async def _requeue_by_policy(self, job: Mapping[str, Any], verdict: PolicyVerdict, *, cluster: str, epoch: int,
                                  now: float) -> None:
-        """spec.failurePolicy moves the gang (Requeue: elsewhere, the cluster excluded for
-        HubSettings.stuck.exclusion_seconds) or places it again whole (a RestartPod or Ignore of a pod whose
-        role restarts no single pod): history FailurePolicy then Requeued, the old copy deleted as a
-        preemption's is (status.placement.previous: the next dispatch waits until it is gone)."""
+        """spec.failurePolicy moves the gang (Requeue: elsewhere, the cluster, or with exclude Node the failed
+        pod's node, excluded for HubSettings.stuck.exclusion_seconds) or places it again whole (a RestartPod or
+        Ignore of a pod whose role restarts no single pod): history FailurePolicy then Requeued, the old copy
+        deleted as a preemption's is (status.placement.previous: the next dispatch waits until it is gone)."""
         ref = job_ref(job)
         exclude = verdict.outcome is GangOutcome.REQUEUE
         until = now + self.hub.settings.stuck.exclusion_seconds if exclude else None
-        where = (f"the gang moves elsewhere, cluster {cluster} excluded until {format_time(math.ceil(until))}"
-                 if until is not None else "the whole gang is placed again")
+        # a pod never bound has no node to exclude: its cluster is
+        node = verdict.node if exclude and verdict.match is not None \
+            and verdict.match.exclude is ExcludeScope.NODE and verdict.node else None
+        where = ("the whole gang is placed again" if until is None
+                 else f"the gang is placed again, node {node} of cluster {cluster} excluded until "
+                      f"{format_time(math.ceil(until))}" if node is not None
+                 else f"the gang moves elsewhere, cluster {cluster} excluded until {format_time(math.ceil(until))}")
         message = (f"{verdict.message()}; {where} (epoch {epoch + 1}"
                    + (", counted in status.requeues)" if verdict.counted else ", not counted)"))
 
@@ -823,7 +836,7 @@ class StatusSync:
             append_history(status, history_entry(HISTORY_FAILURE_POLICY, cluster=cluster, epoch=epoch,
                                                  message=message, now=now))
             requeue(status, reason=HISTORY_FAILURE_POLICY, message=f"requeued: {message}", now=now, job=ref.key,
-                    exclude_until=until, count=verdict.counted)
+                    exclude_until=until, exclude_node=node, count=verdict.counted)
             status["placement"]["previous"] = {"cluster": cluster, "epoch": epoch}
             return fresh
 
@@ -837,7 +850,8 @@ class StatusSync:
         reservations(self.hub).forget(ref.uid)
         self.hub.metrics.job_requeues.labels(reason=HISTORY_FAILURE_POLICY).inc()
         _log.warning("gang requeued by its failure policy", job=ref.key, cluster=cluster, epoch=epoch,
-                     action=verdict.match.action.value if verdict.match else "", excluded=exclude)
+                     action=verdict.match.action.value if verdict.match else "", excluded=exclude,
+                     excluded_node=node or "")
         try:
             await self.dispatcher.delete_previous(stored, cluster="")
         except Exception as e:  # noqa: BLE001 - the GC deletes what is left (not placed there any more)

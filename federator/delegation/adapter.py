@@ -93,8 +93,10 @@ member scheduler may ignore. Pods that request GPUs also get a *required*
 node affinity for the GPU model placement chose (`gpu_node_labels`: the
 `nvidia.com/gpu.product` values of that model's nodes in the cluster, which
 the dispatcher reads from the cluster's snapshot), so the member scheduler
-cannot put them on another model. The adapter never binds a pod itself; the
-member's scheduler decides.
+cannot put them on another model; and every pod a *required* node affinity
+`kubernetes.io/hostname NotIn` the job's excluded nodes in that cluster
+(`avoid_hostnames`: a failure policy's Requeue excluding a node). The
+adapter never binds a pod itself; the member's scheduler decides.
 
 Priority: a job with `spec.priorityClassName`, or with a non-zero
 `spec.priority`, needs a PriorityClass in the member (`member_priority_class`:
@@ -137,6 +139,7 @@ from federator.apis.frameworks import FrameworkSettings
 from federator.apis.checkpoint import ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_URI, ENV_RESTORE_FROM, restore_from
 from federator.apis.trainingjob import (
     CHECKPOINT_VOLUME,
+    MAX_EXCLUDED_NODES,
     CheckpointSpec,
     Role,
     TrainingJob,
@@ -183,6 +186,7 @@ __all__ = [
     "Gvk",
     "JobCondition",
     "MemberObject",
+    "HOSTNAME_LABEL",
     "NO_GANG_GUARANTEE",
     "OperatorGang",
     "Ownership",
@@ -642,6 +646,7 @@ class Adapter(Protocol):
         assignment: Iterable[PodAssignment] = (),
         priority_class_name: str | None = None,
         gpu_node_labels: Mapping[str, Sequence[str]] | None = None,
+        avoid_hostnames: Sequence[str] = (),
     ) -> list[MemberObject]: ...
 
     def read_status(
@@ -716,6 +721,7 @@ class SchedulerAdapter:
         assignment: Iterable[PodAssignment] = (),
         priority_class_name: str | None = None,
         gpu_node_labels: Mapping[str, Sequence[str]] | None = None,
+        avoid_hostnames: Sequence[str] = (),
     ) -> list[MemberObject]:
         """The member objects of `job` at `epoch`, in dispatch order (PodGroup first, then pods).
 
@@ -724,7 +730,10 @@ class SchedulerAdapter:
         node hint; `priority_class_name` (the name of `member_priority_class(job)`,
         once the member has it) goes on the pods and the PodGroup;
         `gpu_node_labels` (label -> allowed values) pins the pods that request
-        GPUs to nodes of the GPU model placement chose. Each role gets its
+        GPUs to nodes of the GPU model placement chose; `avoid_hostnames` (the
+        kubernetes.io/hostname values of the job's excluded nodes in this
+        cluster, status.placement.excludedNodes) keeps every pod off those
+        nodes by a required node affinity. Each role gets its
         placed number of pods (`placed_replicas(job)`, see the module docstring).
         Raises RenderError, naming the field, for anything that would not make
         valid member objects.
@@ -738,6 +747,7 @@ class SchedulerAdapter:
         total_pods = sum(counts[role.name] for role in roles)
         hints = _node_hints(assignment, counts, where=where)
         gpu_pin = _gpu_pin(gpu_node_labels)
+        avoid = _avoid_nodes(avoid_hostnames)
         restore = restore_from(job, epoch)
         group_name, podgroup = self._gang_podgroup(model, epoch=epoch, namespace=namespace, labels=common_labels,
                                                    annotations=common_annotations, where=where,
@@ -763,7 +773,7 @@ class SchedulerAdapter:
                     role, index=index, name=name, namespace=namespace, pod_spec=pod_spec, role_pod=role_pod,
                     scheduler_name=cluster_scheduler_name, group_name=group_name,
                     labels=common_labels, annotations=common_annotations, node=hints.get((role.name, index)),
-                    priority_class_name=priority_class_name, gpu_pin=gpu_pin))
+                    priority_class_name=priority_class_name, gpu_pin=gpu_pin, avoid=avoid))
         # network identity and the framework's environment, over the rendered pods (network.py, frameworks.py)
         gang = _gang_objects(model, objects, counts=counts, namespace=namespace, labels=common_labels,
                              annotations=common_annotations, where=where)
@@ -877,12 +887,12 @@ class SchedulerAdapter:
     def _render_pod(
         self, role: Role, *, index: int, name: str, namespace: str, pod_spec: JSON, role_pod: _RolePod,
         scheduler_name: str, group_name: str | None, labels: Mapping[str, str], annotations: Mapping[str, str],
-        node: str | None, priority_class_name: str | None, gpu_pin: list[JSON],
+        node: str | None, priority_class_name: str | None, gpu_pin: list[JSON], avoid: list[JSON],
     ) -> MemberObject:
         """The role's pod spec (the template's, or the short form's one container) with the hub's fields set on
         top: schedulerName, restartPolicy Never, priorityClassName, the PodGroup membership, the toleration of
-        the GPU taint, the GPU-model pin (ANDed into every required node selector term of the template) and the
-        node hint (added to its preferred terms). Template labels and annotations are kept; validation refused
+        the GPU taint, the GPU-model pin and the excluded nodes (`avoid`: both ANDed into every required node
+        selector term of the template) and the node hint (added to its preferred terms). Template labels and annotations are kept; validation refused
         the hub's keys in them."""
         pod_labels = {**role_pod.labels, **labels, LABEL_ROLE: role.name, LABEL_INDEX: str(index)}
         pod_annotations = {**role_pod.annotations, **annotations}
@@ -896,11 +906,12 @@ class SchedulerAdapter:
             spec["tolerations"] = tolerations
         affinity: JSON = dict(spec.get("affinity") or {})
         node_affinity: JSON = dict(affinity.get("nodeAffinity") or {})
-        if gpu_pin and _requests_gpus(role_pod.requests_container):
+        required_too = [*(gpu_pin if gpu_pin and _requests_gpus(role_pod.requests_container) else ()), *avoid]
+        if required_too:
             required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
             terms = [dict(term) for term in required.get("nodeSelectorTerms") or ()] or [{}]
             for term in terms:  # terms are ORed, a term's expressions ANDed: the pin holds in every term
-                term["matchExpressions"] = [*(term.get("matchExpressions") or ()), *_copy_json(gpu_pin)]
+                term["matchExpressions"] = [*(term.get("matchExpressions") or ()), *_copy_json(required_too)]
             node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
         if node is not None:
             pod_annotations[ANNOTATION_NODE_HINT] = node
@@ -1193,6 +1204,27 @@ def _check_class_name(name: Any, what: str) -> None:
     problems = dns1123_subdomain_errors(name) if isinstance(name, str) else ["must be a string"]
     if problems:
         raise RenderError(f"{what} {str(name)[:80]!r} cannot be a PriorityClass name: {problems[0]}")
+
+
+#: the node label kubelet sets to its hostname (k8s.io/api core/v1 LabelHostname): what `avoid_hostnames` names
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def _avoid_nodes(hostnames: Sequence[str]) -> list[JSON]:
+    """The matchExpression (kubernetes.io/hostname NotIn values) that keeps pods off the excluded nodes."""
+    if isinstance(hostnames, (str, bytes)) or not isinstance(hostnames, Sequence):
+        raise RenderError("avoid_hostnames must be a list of node hostnames")
+    values = sorted(set(hostnames))
+    if not values:
+        return []
+    if len(values) > MAX_EXCLUDED_NODES:
+        raise RenderError(f"avoid_hostnames: at most {MAX_EXCLUDED_NODES} nodes, got {len(values)}")
+    for value in values:
+        problems = (label_value_errors(value) or ([] if value else ["must not be empty"])) \
+            if isinstance(value, str) else ["must be a string"]
+        if problems:
+            raise RenderError(f"avoid_hostnames: {str(value)[:80]!r} is not a label value: {problems[0]}")
+    return [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": values}]
 
 
 def _gpu_pin(labels: Mapping[str, Sequence[str]] | None) -> list[JSON]:

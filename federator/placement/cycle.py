@@ -359,7 +359,7 @@ def _hold_still_valid(
         return False
     for name, amount in hold.amounts.items():
         node = view.nodes.get(name)
-        if node is None or not node_accepts_gang(gang, node) or not amount.fits_in(node.allocatable):
+        if node is None or not node_accepts_gang(gang, node, cluster=view.name) or not amount.fits_in(node.allocatable):
             return False
         if models is not None and amount.gpu and node.model_key not in models:
             return False  # its queue no longer has quota for the held nodes' model

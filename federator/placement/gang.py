@@ -282,7 +282,10 @@ class GangRequest:
     `key` is the job's "namespace/name" (for people), `uid` its identity (for
     reservations and for matching the member's pods). `excluded_clusters`
     maps a cluster name to the time (seconds, same clock as `now`) until
-    which the gang must not go there, e.g. after being pulled back from it.
+    which the gang must not go there, e.g. after being pulled back from it;
+    `excluded_nodes` maps a cluster name to nodes of it the gang's pods must
+    not use (a failure policy's Requeue with exclude Node), the rest of the
+    cluster staying open (`node_accepts_gang`).
     `queue` names the queue whose quota it is charged to; "" means no
     queue: no quota, no fair share, never preempted (placement as before
     queues existed).
@@ -300,6 +303,7 @@ class GangRequest:
     priority: int = 0
     submitted_at: float = 0.0
     excluded_clusters: Mapping[str, float] = field(default_factory=Map)
+    excluded_nodes: Mapping[str, frozenset[str]] = field(default_factory=Map)
     queue: str = ""
     # Spill-over order (its queue's tiers): () places anywhere. `waiting_since` (when it last entered the
     # placement queue; None: submitted_at) is what a tier's spill_after_seconds counts from.
@@ -364,6 +368,13 @@ class GangRequest:
         ):
             raise ValueError(f"gang {self.key}: excluded_clusters must map cluster names to finite times")
         object.__setattr__(self, "excluded_clusters", Map(excluded))
+        nodes = self.excluded_nodes
+        if not isinstance(nodes, Mapping) or any(
+            not isinstance(k, str) or not isinstance(v, frozenset | set | tuple | list)
+            or any(not isinstance(n, str) or not n for n in v) for k, v in nodes.items()
+        ):
+            raise ValueError(f"gang {self.key}: excluded_nodes must map cluster names to sets of node names")
+        object.__setattr__(self, "excluded_nodes", Map({k: frozenset(v) for k, v in nodes.items() if v}))
         if not isinstance(self.queue, str) or len(self.queue) > _MAX_NAME:
             raise ValueError(f"gang {self.key}: queue must be a string of at most {_MAX_NAME} characters")
         object.__setattr__(self, "tiers", tuple(self.tiers))

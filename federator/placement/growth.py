@@ -123,6 +123,7 @@ def _delta_gang(gang: RunningGang, request: GangRequest, target: Mapping[str, in
         node_selector=request.node_selector,
         tolerations=request.tolerations,
         priority=request.priority,
+        excluded_nodes=request.excluded_nodes,
         queue=request.queue,
     )
 

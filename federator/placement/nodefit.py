@@ -80,9 +80,12 @@ class GangFit:
         return amounts
 
 
-def node_accepts_gang(gang: GangRequest, node: NodeState) -> bool:
-    """Ready, schedulable, node selector matched and blocking taints tolerated."""
+def node_accepts_gang(gang: GangRequest, node: NodeState, *, cluster: str) -> bool:
+    """Ready, schedulable, not excluded for the gang in `cluster` (its excluded_nodes), node selector matched
+    and blocking taints tolerated."""
     if not (node.ready and node.schedulable):
+        return False
+    if gang.excluded_nodes and node.name in gang.excluded_nodes.get(cluster, ()):
         return False
     labels = node.labels
     for key, value in gang.node_selector.items():
@@ -123,7 +126,7 @@ def fit_gang(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_model: str | N
     nodes = snapshot.nodes
     index = snapshot.index
     buckets = index.buckets
-    restricted = bool(gang.node_selector)
+    restricted = bool(gang.node_selector) or snapshot.name in gang.excluded_nodes
     # Nodes with a blocking taint are indexed apart; a gang without tolerations never visits them.
     tolerant = bool(gang.tolerations)
     # Free resources left on the nodes this gang uses: [cpu, memory, gpu, rdma].
@@ -171,7 +174,7 @@ def fit_gang(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_model: str | N
                     if name in used or name in rejected:
                         continue
                     node = nodes[name]
-                    if (restricted or node.taints) and not node_accepts_gang(gang, node):
+                    if (restricted or node.taints) and not node_accepts_gang(gang, node, cluster=snapshot.name):
                         rejected.add(name)
                         continue
                     free = node.free
@@ -250,7 +253,7 @@ def fit_gang_on_capacity(gang: GangRequest, snapshot: ClusterSnapshot, *, gpu_mo
     are rare, never on the per-decision path.
     """
     candidates = sorted(
-        (node for node in snapshot.nodes.values() if node_accepts_gang(gang, node)),
+        (node for node in snapshot.nodes.values() if node_accepts_gang(gang, node, cluster=snapshot.name)),
         key=lambda node: (-node.free.gpu, -node.free.cpu_milli, -node.free.memory, node.name),
     )
     used: dict[str, list[int]] = {}

@@ -318,7 +318,7 @@ class _Search:
         known = self._accepts.get(name)
         if known is None:
             node = self.view.nodes[name]
-            ok = node_accepts_gang(self.gang, node)
+            ok = node_accepts_gang(self.gang, node, cluster=self.view.name)
             known = tuple(ok and (not role[3] or node.model_key == self.model) for role in self.roles)
             self._accepts[name] = known
         return known
@@ -843,7 +843,7 @@ def _frees_a_pod(view: ClusterSnapshot, victim: RunningGang, gang: GangRequest, 
     nodes = view.nodes
     for name, amount in victim.amounts.items():
         node = nodes.get(name)
-        if node is None or not node_accepts_gang(gang, node):
+        if node is None or not node_accepts_gang(gang, node, cluster=view.name):
             continue
         cap, alloc = node.allocatable, node.allocated
         before = _free_now(node)

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from federator.apis.failurepolicy import FailureAction, container_names, first_failure, image_pull_error, match_pod_failure
+from federator.apis.failurepolicy import (
+    ExcludeScope,
+    FailureAction,
+    container_names,
+    first_failure,
+    image_pull_error,
+    match_pod_failure,
+)
 from federator.apis.trainingjob import validate_trainingjob
 
 BASE: dict[str, Any] = {
@@ -35,6 +42,9 @@ def test_a_valid_policy_passes_unchanged() -> None:
         {"action": "FailJob", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [1, 42, 255]}},
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}, {"type": "X", "status": "False"}]},
         {"action": "Requeue", "onExitCodes": {"operator": "NotIn", "values": [0, 1]}},
+        {"action": "Requeue", "requeue": {"exclude": "Node"}, "onExitCodes": {"operator": "In", "values": [79]}},
+        {"action": "Requeue", "requeue": {"exclude": "Cluster"}, "onExitCodes": {"operator": "In", "values": [80]}},
+        {"action": "Requeue", "requeue": {}, "onExitCodes": {"operator": "In", "values": [81]}},
         {"action": "RestartPod", "onExitCodes": {"operator": "In", "values": [3]}},
         {"action": "Count", "onPodConditions": [{"type": "Ready", "status": "Unknown"}]},
     ]}
@@ -91,6 +101,18 @@ def test_a_valid_policy_passes_unchanged() -> None:
      "spec.failurePolicy.rules[0].onExitCodes.containerName",
      '"main": must be one of the container or initContainer names'),
     ({"rules": "all"}, "spec.failurePolicy.rules", ""),
+    ({"rules": [{"action": "Requeue", "requeue": {"exclude": "Rack"}, "onExitCodes": {"operator": "In", "values": [1]}}]},
+     "spec.failurePolicy.rules[0].requeue.exclude", 'supported values: "Cluster", "Node"'),
+    ({"rules": [{"action": "Requeue", "requeue": {"exclude": "x" * 100_000},
+                 "onExitCodes": {"operator": "In", "values": [1]}}]},
+     "spec.failurePolicy.rules[0].requeue.exclude", "Unsupported value"),
+    ({"rules": [{"action": "Requeue", "requeue": {"exclude": "Node", "nodes": ["n1"]},
+                 "onExitCodes": {"operator": "In", "values": [1]}}]},
+     "spec.failurePolicy.rules[0].requeue.nodes", ""),
+    ({"rules": [{"action": "Requeue", "requeue": "Node", "onExitCodes": {"operator": "In", "values": [1]}}]},
+     "spec.failurePolicy.rules[0].requeue", ""),
+    ({"rules": [{"action": "FailJob", "requeue": {"exclude": "Node"}, "onExitCodes": {"operator": "In", "values": [1]}}]},
+     "spec.failurePolicy.rules[0].requeue", "only with action Requeue"),
     ("ignore", "spec.failurePolicy", ""),
 ])
 def test_bad_policies_name_the_field(policy: Any, field: str, words: str) -> None:
@@ -128,6 +150,13 @@ def test_rules_match_in_order_and_kube_semantics() -> None:
     oom = exited(137, reason="OOMKilled")
     assert match_pod_failure({"rules": [{"action": "Requeue", "onExitCodes": {"operator": "In", "values": [137]}}]},
                              oom).action is FailureAction.REQUEUE
+    # a Requeue rule excludes the cluster unless it says Node (a stored object may hold anything: a bad value
+    # is the default)
+    for options, scope in ((None, ExcludeScope.CLUSTER), ({}, ExcludeScope.CLUSTER),
+                           ({"exclude": "Node"}, ExcludeScope.NODE), ({"exclude": "Cluster"}, ExcludeScope.CLUSTER),
+                           ({"exclude": "Rack"}, ExcludeScope.CLUSTER), ("Node", ExcludeScope.CLUSTER)):
+        rule = {"action": "Requeue", "requeue": options, "onExitCodes": {"operator": "In", "values": [137]}}
+        assert match_pod_failure({"rules": [rule]}, oom).exclude is scope, options
 
 
 def test_the_defaults() -> None:
@@ -140,7 +169,8 @@ def test_the_defaults() -> None:
     unhealthy = exited(134)
     unhealthy["containerStatuses"][0]["allocatedResourcesStatus"] = [
         {"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-1", "health": "Unhealthy"}]}]
-    assert match_pod_failure({}, unhealthy).action is FailureAction.REQUEUE
+    gpu = match_pod_failure({}, unhealthy)
+    assert gpu.action is FailureAction.REQUEUE and gpu.exclude is ExcludeScope.NODE  # off the node, not the cluster
     xid = exited(134)
     xid["containerStatuses"][0]["state"]["terminated"]["message"] = "Xid 79: GPU has fallen off the bus"
     assert match_pod_failure({}, xid).why == "GPU fault"

@@ -109,25 +109,63 @@ async def test_restart_pod_in_a_role_that_restarts_no_single_pod_places_the_whol
         assert not (placement_of(job).get("excludedClusters") or [])
 
 
-async def test_a_gpu_fault_requeues_the_gang_elsewhere_excluding_the_cluster(tmp_path: Path) -> None:
+async def test_a_gpu_fault_requeues_the_gang_off_the_node_in_the_same_cluster(tmp_path: Path) -> None:
+    """The default for a GPU fault: Requeue excluding the node. The only cluster stays open, so the gang is placed
+    there again at a new epoch, every pod kept off the faulty node (status.placement.excludedNodes, and a required
+    node affinity on the rendered pods)."""
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
-        uid = (await env.api.submit(policy_job("xid")))["metadata"]["uid"]
-        await env.api.wait_job(NS, "xid", lambda j: phase(j) == "Running", timeout=30, what="running")
+        body = policy_job("xid")
+        del body["spec"]["failurePolicy"]  # the defaults apply to every job
+        uid = (await env.api.submit(body))["metadata"]["uid"]
+        job = await env.api.wait_job(NS, "xid", lambda j: phase(j) == "Running", timeout=30, what="running")
+        epoch = placement_of(job)["epoch"]
         worker = await _worker(env, uid)
-        await env.fed.fault(CLUSTER, "gpu-unhealthy", {"node": worker["spec"]["nodeName"], "count": 1})
+        faulty = worker["spec"]["nodeName"]
+        await env.fed.fault(CLUSTER, "gpu-unhealthy", {"node": faulty, "count": 1})
         job = await env.api.wait_job(NS, "xid", lambda j: bool(history(j, "FailurePolicy")), timeout=30,
                                      what="requeued by the policy")
         entry = history(job, "FailurePolicy")[0]
         assert "exit code 134" in entry["message"] and "default (GPU fault): Requeue" in entry["message"], entry
-        assert f"cluster {CLUSTER} excluded until" in entry["message"]
+        assert f"node {faulty} of cluster {CLUSTER} excluded until" in entry["message"], entry
         # ... and an Event says the same (recorded in the background: waited for)
         event = await wait_until(lambda: _event(env, "xid", "FailurePolicy"), what="FailurePolicy Event", timeout=30)
         assert "default (GPU fault): Requeue" in event["message"] and event["type"] == "Warning", event
+        job = await env.api.wait_job(
+            NS, "xid", lambda j: phase(j) == "Running" and placement_of(j)["epoch"] > epoch, timeout=60,
+            what="running again at a new epoch")
+        assert placement_of(job)["cluster"] == CLUSTER and job["status"]["requeues"] == 1
+        assert not placement_of(job).get("excludedClusters")
+        assert [(e["cluster"], e["node"]) for e in placement_of(job)["excludedNodes"]] == [(CLUSTER, faulty)]
+        pods = await env.live_pods(CLUSTER, uid)
+        assert pods and all(p["metadata"]["labels"]["federator.dev/epoch"] == str(placement_of(job)["epoch"])
+                            for p in pods), pods
+        assert faulty not in {p["spec"]["nodeName"] for p in pods}
+        for pod in pods:
+            terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"]
+            assert all({"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [faulty]}
+                       in t["matchExpressions"] for t in terms), pod["spec"]["affinity"]
+
+
+async def test_a_requeue_rule_excluding_the_cluster_moves_the_gang_elsewhere(tmp_path: Path) -> None:
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
+        rules = [{"action": "Requeue", "requeue": {"exclude": "Cluster"},
+                  "onExitCodes": {"operator": "In", "values": [134]}}]
+        uid = (await env.api.submit(policy_job("xidc", rules=rules)))["metadata"]["uid"]
+        await env.api.wait_job(NS, "xidc", lambda j: phase(j) == "Running", timeout=30, what="running")
+        worker = await _worker(env, uid)
+        await env.fed.fault(CLUSTER, "gpu-unhealthy", {"node": worker["spec"]["nodeName"], "count": 1})
+        job = await env.api.wait_job(NS, "xidc", lambda j: bool(history(j, "FailurePolicy")), timeout=30,
+                                     what="requeued by the policy")
+        entry = history(job, "FailurePolicy")[0]
+        assert "spec.failurePolicy.rules[0] (exit code 134 In [134]): Requeue" in entry["message"], entry
+        assert f"cluster {CLUSTER} excluded until" in entry["message"]
         excluded = [e["cluster"] for e in placement_of(job).get("excludedClusters") or []]
         assert excluded == [CLUSTER] and job["status"]["requeues"] == 1
+        assert not placement_of(job).get("excludedNodes")
         # the only cluster is excluded: the job waits, and its old copy is deleted from the member
         assert await wait_until(lambda: _none_left(env, uid), what="old copy gone", timeout=30)
-        job = await env.api.get(NS, "xid")
+        job = await env.api.get(NS, "xidc")
         assert phase(job) in ("Pending", "Requeued"), phase(job)
 
 
@@ -145,6 +183,7 @@ async def _none_left(env: Env, uid: str) -> bool | None:
 async def test_a_lost_node_never_counts_and_restarts_the_gang(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
         body = policy_job("lostnode")
+        del body["spec"]["failurePolicy"]  # the defaults apply to every job
         body["spec"]["failover"] = {"maxRequeues": 0}  # a counted whole-gang restart would fail it
         uid = (await env.api.submit(body))["metadata"]["uid"]
         job = await env.api.wait_job(NS, "lostnode", lambda j: phase(j) == "Running", timeout=30, what="running")
@@ -162,8 +201,10 @@ async def test_a_lost_node_never_counts_and_restarts_the_gang(tmp_path: Path) ->
 
 async def test_oom_killed_and_an_image_pull_error_fail_the_job_with_the_members_message(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
-        await env.api.submit(policy_job("oom", restart_policy="OnFailure", worker_annotations={
-            ANNOTATION_FAIL_AFTER: "0.5", ANNOTATION_EXIT_REASON: "OOMKilled"}))
+        oom = policy_job("oom", restart_policy="OnFailure", worker_annotations={
+            ANNOTATION_FAIL_AFTER: "0.5", ANNOTATION_EXIT_REASON: "OOMKilled"})
+        del oom["spec"]["failurePolicy"]  # the defaults apply to every job
+        await env.api.submit(oom)
         await env.api.submit(policy_job("nopull", worker_annotations={
             ANNOTATION_IMAGE_PULL_ERROR: "rpc error: code = NotFound desc = manifest unknown"}))
         job = await _failed(env, "oom")
@@ -195,8 +236,15 @@ def test_policy_verdict_orders_the_gangs_failures() -> None:
 
     running = pod("ps-0", "ps", {"phase": "Running"})
     assert policy_verdict(job, [running]) is None
+    # the defaults apply to a job without spec.failurePolicy: anything else is counted, a lost node is not
     no_policy = aimed_job("x", CLUSTER)
-    assert policy_verdict(no_policy, [pod("w-0", "worker", exited(3))]) is None  # today's handling
+    counted = policy_verdict(no_policy, [pod("w-0", "worker", exited(3))])
+    assert counted is not None and counted.outcome is GangOutcome.PER_POD and not counted.uncounted
+    assert counted.notes["w-0"] == "default (other failure): Count"
+    lost = policy_verdict(no_policy, [pod("w-0", "worker", {"phase": "Failed", "reason": "NodeLost"})])
+    assert lost is not None and lost.outcome is GangOutcome.RESTART_GANG and not lost.counted
+    oom = policy_verdict(no_policy, [pod("w-0", "worker", exited(137, "OOMKilled"))])
+    assert oom is not None and oom.outcome is GangOutcome.FAIL and oom.pod == "w-0"
     per_pod = policy_verdict(job, [running, pod("w-0", "worker", exited(3)), pod("w-1", "worker", exited(9))])
     assert per_pod is not None and per_pod.outcome is GangOutcome.PER_POD and per_pod.uncounted == {"w-0"}
     assert per_pod.notes["w-1"] == "default (other failure): Count"

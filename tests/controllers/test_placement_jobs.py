@@ -19,6 +19,7 @@ from federator.controllers.jobs import (
     PHASE_PENDING,
     current_placement,
     excluded_clusters,
+    excluded_nodes,
     gang_request,
     requeue,
     set_condition,
@@ -106,6 +107,32 @@ def test_requeue_clears_the_cluster_keeps_the_epoch_and_records_it() -> None:
     assert "scores" not in status["placement"]  # the decision they explained no longer holds
     assert status["history"][-1] | {"time": None} == {"time": None, "event": "Requeued", "cluster": "x",
                                                         "epoch": 3, "message": "not admitted in time"}
+
+
+def test_a_requeue_excluding_a_node_keeps_the_cluster_open_and_placement_reads_it() -> None:
+    status: dict[str, Any] = {"phase": "Running", "placement": {"cluster": "x", "epoch": 3, "excludedNodes": [
+        {"cluster": "x", "node": "n1", "until": format_time(NOW - 1)},  # expired: dropped
+        {"cluster": "y", "node": "n2", "until": format_time(NOW + 60)}]}}
+    requeue(status, reason="FailurePolicy", message="GPU fault", now=NOW, job="vision/j", exclude_until=NOW + 300,
+            exclude_node="n7")
+    assert "excludedClusters" not in status["placement"]
+    assert status["placement"]["excludedNodes"] == [{"cluster": "y", "node": "n2", "until": format_time(NOW + 60)},
+                                                    {"cluster": "x", "node": "n7", "until": format_time(NOW + 300)}]
+    job = copy.deepcopy(JOB)
+    job["status"] = status
+    assert excluded_nodes(job, now=NOW) == {"x": frozenset({"n7"}), "y": frozenset({"n2"})}
+    assert dict(gang_request(job, now=NOW).excluded_nodes) == {"x": frozenset({"n7"}), "y": frozenset({"n2"})}
+    assert excluded_nodes(job, now=NOW + 100) == {"x": frozenset({"n7"})}
+    assert excluded_clusters(job, now=NOW) == {}
+    # the same node again (placed there again, failed again) replaces its entry; hostile entries are skipped
+    status["placement"]["cluster"] = "x"
+    requeue(status, reason="FailurePolicy", message="again", now=NOW + 10, job="vision/j", exclude_until=NOW + 400,
+            exclude_node="n7")
+    assert [(e["node"], e["until"]) for e in status["placement"]["excludedNodes"]] == [
+        ("n2", format_time(NOW + 60)), ("n7", format_time(NOW + 400))]
+    job["status"]["placement"]["excludedNodes"] += ["garbage", {"cluster": "x", "node": 7, "until": "x"},
+                                                    {"cluster": "", "node": "n9", "until": format_time(NOW + 60)}]
+    assert excluded_nodes(job, now=NOW) == {"x": frozenset({"n7"}), "y": frozenset({"n2"})}
 
 
 def test_set_condition_moves_the_transition_time_only_on_a_status_change() -> None:

@@ -102,9 +102,14 @@ async def test_a_job_in_each_cluster_type_runs_to_success_with_its_status_synced
             assert reservations(env.hub.context).get(uids[cluster]) is None
 
 
-async def test_a_lost_node_fails_the_running_gang_with_the_members_reason(tmp_path: Path) -> None:
+async def test_a_counted_lost_node_fails_the_running_gang_with_the_members_reason(tmp_path: Path) -> None:
+    # By default a lost node never counts (tests/controllers/test_failure_policy.py); a rule that counts it, as
+    # kube's Job would, fails a gang whose role restarts no pod (restartPolicy Never) with the member's reason.
     async with lifecycle_env(tmp_path, ["onprem-rdma-a100"], run_seconds=None) as env:
-        created = await env.api.submit(aimed_job("doomed", "onprem-rdma-a100", workers=2, gpus=8))
+        body = aimed_job("doomed", "onprem-rdma-a100", workers=2, gpus=8)
+        body["spec"]["failurePolicy"] = {"rules": [{"action": "Count",
+                                                    "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+        created = await env.api.submit(body)
         uid = created["metadata"]["uid"]
         job = await env.api.wait_job("team-a", "doomed", lambda j: phase(j) == "Running", what="running")
         assert job["status"]["podCounts"]["worker"]["running"] == 2

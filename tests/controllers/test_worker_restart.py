@@ -3,7 +3,7 @@ created again in the same cluster under the same name with the next attempt inde
 infrastructure caused (a lost node: DisruptionTarget) do not count toward spec.backoffLimit, a crashed
 container's (reason Error) do, and past the limit the job fails with the pods' reasons. Against a real hub
 and a simulated volcano cluster (4 nodes of 8 A100s), faults through the simulator's fault API.
-restartPolicy Never is tests/controllers/test_status_sync.py's lost-node test (unchanged: the gang fails)."""
+restartPolicy Never is tests/controllers/test_status_sync.py's lost-node test (a rule counts it: the gang fails)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,14 @@ from .lifecycle_support import Env, aimed_job, history, lifecycle_env
 CLUSTER = "onprem-rdma-a100"
 
 
-def restartable_job(name: str, *, backoff_limit: int) -> dict[str, Any]:
+def restartable_job(name: str, *, backoff_limit: int, count_gpu_faults: bool = False) -> dict[str, Any]:
+    """`count_gpu_faults`: a rule counts the simulator's GPU fault (exit code 134) as a plain crash, restarted in
+    place, instead of its default (Requeue: the gang moves, tests/controllers/test_failure_policy.py)."""
     body = aimed_job(name, CLUSTER, workers=2, gpus=8)
     body["spec"]["backoffLimit"] = backoff_limit
+    if count_gpu_faults:
+        body["spec"]["failurePolicy"] = {"rules": [{"action": "Count",
+                                                    "onExitCodes": {"operator": "In", "values": [134]}}]}
     for role in body["spec"]["roles"]:
         role["restartPolicy"] = "OnFailure"
     return body
@@ -60,7 +65,7 @@ async def _restarted(env: Env, uid: str, old: dict[str, Any], attempt: str) -> d
 
 async def test_failed_workers_restart_in_place_until_the_backoff_limit(tmp_path: Path) -> None:
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
-        uid = (await env.api.submit(restartable_job("retry", backoff_limit=1)))["metadata"]["uid"]
+        uid = (await env.api.submit(restartable_job("retry", backoff_limit=1, count_gpu_faults=True)))["metadata"]["uid"]
         await env.api.wait_job("team-a", "retry", lambda j: phase(j) == "Running", what="running")
         first = await _worker(env, uid)
         # a GPU of its node goes bad: the container crashes (exit 134, reason Error), counted
@@ -248,7 +253,7 @@ async def test_a_restart_creates_nothing_once_the_job_moved_on(tmp_path: Path,
     closed for chaos seed 1657557937): the re-create reads the stored decision right before it creates and
     creates nothing. The move happens between the failure being seen and the re-create, every time."""
     async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None) as env:
-        uid = (await env.api.submit(restartable_job("moved", backoff_limit=3)))["metadata"]["uid"]
+        uid = (await env.api.submit(restartable_job("moved", backoff_limit=3, count_gpu_faults=True)))["metadata"]["uid"]
         job = await env.api.wait_job("team-a", "moved", lambda j: phase(j) == "Running", what="running")
         epoch = placement_of(job)["epoch"]
         first = await _worker(env, uid)

@@ -628,6 +628,41 @@ def test_gpu_pods_are_pinned_to_the_chosen_model_and_keep_their_node_hint() -> N
     assert render("volcano", "volcano", gpu_node_labels={})[1:] == render("volcano", "volcano")[1:]
 
 
+def test_excluded_nodes_keep_every_pod_off_them_anded_with_the_gpu_pin() -> None:
+    pin = {"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-80GB"]}
+    objects = render("volcano", "volcano", gpu_node_labels=pin, avoid_hostnames=["gpu-7", "gpu-3", "gpu-7"])
+    avoid = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["gpu-3", "gpu-7"]}
+    w0 = next(o for o in objects if o.name == "resnet-ps-mssxt-worker-0")
+    assert w0.body["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]}, avoid]}]}
+    # a pod without GPUs is kept off them too (the node is suspect, not only its GPUs)
+    ps0 = next(o for o in objects if o.name == "resnet-ps-mssxt-ps-0")
+    assert ps0.body["spec"]["affinity"]["nodeAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [avoid]}]}}
+    # the template's own required terms are ORed: the exclusion is ANDed into each of them
+    job = example_job()
+    job["spec"]["roles"][0]["template"] = {"spec": {"containers": [{"name": "main", "image": "trainer:1.4"}],
+                                                    "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}}}}}
+    role = job["spec"]["roles"][0]["name"]
+    pod = next(o for o in render("volcano", "volcano", job=job, avoid_hostnames=["gpu-3"])
+               if o.kind == "Pod" and o.body["metadata"]["labels"]["federator.dev/role"] == role)
+    terms = pod.body["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert [t["matchExpressions"][-1] for t in terms] == [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["gpu-3"]}] * 2
+    assert render("volcano", "volcano", avoid_hostnames=[])[1:] == render("volcano", "volcano")[1:]
+
+
+@pytest.mark.parametrize("bad", ["gpu-1", [""], [7], ["not a hostname!"], [f"n{i}" for i in range(257)]])
+def test_bad_excluded_nodes_are_refused(bad: Any) -> None:
+    with pytest.raises(RenderError, match="avoid_hostnames"):
+        render("volcano", "volcano", avoid_hostnames=bad)
+
+
 @pytest.mark.parametrize("bad", [
     {"nvidia.com/gpu.product": []},
     {"nvidia.com/gpu.product": "A100"},

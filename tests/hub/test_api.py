@@ -209,6 +209,12 @@ def _bad_specs() -> list[tuple[str, Any, list[str]]]:
         ("failurePolicy 300 values", with_spec(policy(
             {"action": "Ignore", "onExitCodes": {"operator": "NotIn", "values": list(range(300))}})),
          ["spec.failurePolicy.rules[0].onExitCodes.values"]),
+        ("failurePolicy requeue exclude unknown", with_spec(policy(
+            {"action": "Requeue", "requeue": {"exclude": "Rack"}, "onExitCodes": codes})),
+         ["spec.failurePolicy.rules[0].requeue.exclude"]),
+        ("failurePolicy requeue options on FailJob", with_spec(policy(
+            {"action": "FailJob", "requeue": {"exclude": "Node"}, "onExitCodes": codes})),
+         ["spec.failurePolicy.rules[0].requeue"]),
 
         # Unknown fields are field validation's business (tests/apiserver/test_field_validation.py):
         # dropped with a warning by default, refused by kubectl's fieldValidation=Strict.

@@ -16,8 +16,9 @@ import yaml
 from federator.apis.jobkinds import JOB_KINDS
 from federator.clusters.client import ResourceKind
 from federator.hub.kinds import SOURCE_FINALIZER
+from federator.sim.kubelet import ANNOTATION_EXIT_CODE, ANNOTATION_FAIL_AFTER
 
-from ..apis.jobkinds.test_batchjob import POD_TO_POD
+from ..apis.jobkinds.test_batchjob import POD_FAILURE_POLICY, POD_TO_POD
 from ..apis.jobkinds.test_trainjob import small as small_trainjob
 from ..apis.test_job_kinds_kubeflow import EXAMPLES, upstream_example
 from ..controllers.jobtest_support import phase, placement_of, wait_until
@@ -518,6 +519,43 @@ async def test_an_indexed_batch_job_runs_to_complete_and_kubectl_get_jobs_shows_
         assert code == 0, err
         assert out.split("\n")[0].split() == ["NAME", "PHASE", "CLUSTER", "AGE"]
         assert out.splitlines()[1].split()[:3] == [name, "Succeeded", CLUSTER], out
+
+
+async def test_a_batch_jobs_pod_failure_policy_fails_it_on_a_bug_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    """spec.podFailurePolicy becomes the twin's spec.failurePolicy: a pod exiting 42 (the simulator's exit-code
+    annotation) fails the Job at once with kube's reason PodFailurePolicy; a FailIndex rule is a 422 naming the
+    rule's action, and nothing is stored."""
+    example = yaml.safe_load(POD_FAILURE_POLICY)
+    example["metadata"]["namespace"] = "default"
+    example["spec"]["template"]["metadata"] = {"annotations": {ANNOTATION_FAIL_AFTER: "0.5",
+                                                               ANNOTATION_EXIT_CODE: "42"}}
+    name = example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=None) as env:
+        url = object_url(example, "default")
+        bad = json.loads(json.dumps(example))
+        bad["spec"]["podFailurePolicy"]["rules"][0]["action"] = "FailIndex"
+        status, body = await env.hub.request("POST", url.rsplit("/", 1)[0], body=bad)
+        assert status == 422, body
+        assert [c["field"] for c in body["details"]["causes"]] == ["spec.podFailurePolicy.rules[0].action"], body
+        for where in (url, f"/apis/federator.dev/v1alpha1/namespaces/default/trainingjobs/{name}"):
+            assert (await env.hub.request("GET", where))[0] == 404, where
+
+        status, body = await env.hub.request("POST", url.rsplit("/", 1)[0], body=example)
+        assert status == 201, body
+        twin = await env.api.wait_job("default", name, lambda j: phase(j) == "Failed", timeout=60, what="failed")
+        assert twin["spec"]["failurePolicy"] == example["spec"]["podFailurePolicy"]
+        failed = next(c for c in twin["status"]["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "PodFailurePolicy", failed
+        assert "matched spec.failurePolicy.rules[0] (exit code 42 In [42]): FailJob" in failed["message"], failed
+
+        async def job_failed() -> dict[str, Any] | None:
+            found = await source_status(env, example)
+            return found if condition(found, "Failed") is not None else None
+
+        shown = await wait_until(job_failed, timeout=30, what="the Job Failed")
+        mirrored = condition(shown, "Failed")
+        assert mirrored is not None and (mirrored["status"], mirrored["reason"]) == ("True", "PodFailurePolicy")
+        assert "exit code 42" in mirrored["message"], mirrored
 
 
 def _over_cap_jobset(obj: dict[str, Any]) -> None:

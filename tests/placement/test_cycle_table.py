@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from placement_builders import GI, by_name, check_decisions, cluster, gang, node, nodes
@@ -241,3 +241,17 @@ def test_bad_input_is_rejected_and_changes_nothing() -> None:
     with pytest.raises(TypeError):
         run_cycle(["not a gang"], snaps, Profile(), now=0.0)  # type: ignore[list-item]
     assert snaps["a"].index.free_gpu_by_model["A100"] == 16
+
+
+def test_a_gang_keeps_off_its_excluded_nodes_but_not_the_cluster() -> None:
+    # a GPU fault on n-000 (a failure policy's Requeue excluding the node): the cluster still takes the gang,
+    # on its other nodes; with every node that could hold it excluded, it goes to the other cluster
+    snaps = by_name(cluster("a", nodes("n", 3)), cluster("b", nodes("m", 2), rv="2"))
+    g = replace(gang("g", pods=2, gpus=8), excluded_nodes={"a": frozenset({"n-000"})})
+    (decision,) = run_cycle([g], {"a": snaps["a"]}, Profile(), now=0.0).decisions
+    assert decision.cluster == "a" and decision.nodes == {"n-001", "n-002"}
+    away = replace(g, excluded_nodes={"a": frozenset({"n-000", "n-001"})})
+    result = run_cycle([away], snaps, Profile(), now=0.0)
+    (decision,) = result.decisions
+    assert decision.cluster == "b" and decision.why_not["a"].code == "GangDoesNotFit"
+    assert run_cycle([away], {"a": snaps["a"]}, Profile(), now=0.0).decisions == ()

@@ -45,6 +45,9 @@ def test_derived_totals_and_fit_order() -> None:
         ({"datasets": ("",)}, "datasets"),
         ({"submitted_at": float("inf")}, "submitted_at"),
         ({"excluded_clusters": {"a": "soon"}}, "excluded_clusters"),
+        ({"excluded_nodes": {"a": "node-1"}}, "excluded_nodes"),
+        ({"excluded_nodes": {"a": frozenset({""})}}, "excluded_nodes"),
+        ({"excluded_nodes": {"a": frozenset({3})}}, "excluded_nodes"),
         ({"node_selector": {"a": 1}}, "node_selector"),
     ],
 )

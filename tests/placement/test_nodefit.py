@@ -5,7 +5,9 @@ from __future__ import annotations
 from placement_builders import GI, cluster, gang, node, nodes
 
 from federator.placement import Resources, RoleRequest, Taint, Toleration
-from federator.placement.nodefit import fit_gang, fit_gang_on_capacity
+from dataclasses import replace
+
+from federator.placement.nodefit import fit_gang, fit_gang_on_capacity, node_accepts_gang
 
 
 def test_sixty_four_free_gpus_one_per_node_do_not_hold_eight_by_eight() -> None:
@@ -116,3 +118,22 @@ def test_capacity_fit_prefers_nodes_with_most_free_now() -> None:
     fit = fit_gang_on_capacity(gang("g", pods=2, gpus=8), snap, gpu_model="A100")
     assert fit.ok and [p.node for p in fit.placements] == ["idle-ish", "half"]
     assert not fit_gang_on_capacity(gang("g", pods=4, gpus=8), snap, gpu_model="A100").ok
+
+
+def test_a_node_excluded_for_the_gang_in_this_cluster_is_never_used() -> None:
+    snap = cluster("a", [node("six", used=6), node("half", used=4), node("empty", used=0)])
+    small = gang("small", gpus=2)
+    assert [p.node for p in fit_gang(small, snap, gpu_model="A100").placements] == ["six"]
+    # a GPU fault on "six" (a failure policy's Requeue with exclude Node): the next tightest node takes it
+    away = replace(small, excluded_nodes={"a": frozenset({"six"})})
+    assert [p.node for p in fit_gang(away, snap, gpu_model="A100").placements] == ["half"]
+    assert not node_accepts_gang(away, snap.nodes["six"], cluster="a")
+    assert node_accepts_gang(away, snap.nodes["half"], cluster="a")
+    assert "six" not in {p.node for p in fit_gang_on_capacity(away, snap, gpu_model="A100").placements}
+    # the same node name in another cluster is another node: not excluded there
+    elsewhere = replace(small, excluded_nodes={"b": frozenset({"six"})})
+    assert [p.node for p in fit_gang(elsewhere, snap, gpu_model="A100").placements] == ["six"]
+    assert node_accepts_gang(elsewhere, snap.nodes["six"], cluster="a")
+    # excluding every node that could hold the gang leaves it no room in the cluster
+    full = replace(gang("full", gpus=8), excluded_nodes={"a": frozenset({"empty"})})
+    assert not fit_gang(full, snap, gpu_model="A100").ok

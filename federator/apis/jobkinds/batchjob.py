@@ -13,8 +13,14 @@ The rules (each refusal is a 422 naming the Job's field):
   states none: the hub renders it); it is required, as kube requires it.
 - spec.backoffLimit (default 6) becomes the twin's backoffLimit; spec.suspend its suspend;
   spec.template.spec.priorityClassName its priorityClassName (it must agree with the hints' priority class).
-- Refused, since a gang cannot express them: spec.podFailurePolicy, spec.successPolicy, spec.backoffLimitPerIndex,
-  spec.maxFailedIndexes, and a spec.managedBy other than kube's own Job controller (kubernetes.io/job-controller).
+- spec.podFailurePolicy becomes the twin's spec.failurePolicy (federator/apis/failurepolicy.py: the same rules,
+  the same matching; an unmatched failure gets the hub's defaults, docs/failover.md), with kube's own rules: only
+  with restartPolicy Never, and actions FailJob, Ignore and Count (kube's FailIndex needs spec.backoffLimitPerIndex,
+  which a gang cannot express: it is refused, as kube refuses it without one; the hub's own actions Requeue and
+  RestartPod are not batch/v1's). Its errors come back at spec.podFailurePolicy's paths.
+- Refused, since a gang cannot express them: spec.successPolicy, spec.backoffLimitPerIndex, spec.maxFailedIndexes,
+  and a spec.managedBy other than kube's own Job controller (kubernetes.io/job-controller); a JobSet's Job template's
+  spec.podFailurePolicy (one policy per Job, while a JobSet's twin has one for the whole gang).
 - spec.activeDeadlineSeconds becomes the twin's activeDeadlineSeconds (the hub enforces it, counted from the
   twin's first placement; in operator mode the member's Job controller enforces the copy's own as well).
 - Documented defaults: spec.ttlSecondsAfterFinished, spec.podReplacementPolicy,
@@ -46,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from federator.apis.common import FieldError, ValidationSettings, json_type
+from federator.apis.failurepolicy import MAX_RULES
 from federator.apis.jobkinds.base import JobKind, PodContract, PodDns, Translation, load_upstream_schema
 from federator.apis.jobkinds.hints import hints_from_metadata
 from federator.apis.jobkinds.status import (
@@ -64,12 +71,14 @@ __all__ = [
     "CONTRACT_ANNOTATION",
     "JOB",
     "JOB_CONTROLLER",
+    "KUBE_POD_FAILURE_ACTIONS",
     "JobGang",
     "batch_job_pod_contract",
     "batch_job_status",
     "job_gang",
     "job_pod_contract",
     "merge_hints",
+    "pod_failure_policy_of",
     "read_contract",
     "shown",
     "spec_of",
@@ -92,8 +101,8 @@ COMPLETION_INDEX_ENV: Final = "JOB_COMPLETION_INDEX"
 
 _INT32_MAX: Final = 2**31 - 1
 _UNSUPPORTED: Final[Mapping[str, str]] = {
-    "podFailurePolicy": "the hub's gang fails or restarts pods per the role's restartPolicy and backoffLimit; it "
-                        "cannot apply a pod failure policy",
+    "podFailurePolicy": "the hub's gang has one failure policy, not one per Job (a batch Job's own "
+                        "spec.podFailurePolicy, or a TrainingJob's spec.failurePolicy)",
     "successPolicy": "the hub's gang succeeds when every pod has succeeded",
     "backoffLimitPerIndex": "the hub counts failures for the whole gang (spec.backoffLimit)",
     "maxFailedIndexes": "the hub's gang fails when any index fails past spec.backoffLimit",
@@ -154,15 +163,19 @@ class JobGang:
 
 def job_gang(spec: object, *, path: str, settings: ValidationSettings,
              default_restart_policy: str | None = None,
-             default_indexed: bool = False) -> tuple[JobGang | None, list[FieldError]]:
+             default_indexed: bool = False,
+             pod_failure_policy: bool = False) -> tuple[JobGang | None, list[FieldError]]:
     """The gang a batch/v1 JobSpec at `path` runs (the module docstring's rules), or the errors at its paths.
     `default_restart_policy`: what a template without restartPolicy gets, `default_indexed`: whether a Job without
     completionMode is Indexed (JobSet's webhook defaults OnFailure and Indexed; a plain Job must state its
-    restartPolicy and is NonIndexed by default)."""
+    restartPolicy and is NonIndexed by default); `pod_failure_policy`: spec.podFailurePolicy is the caller's to
+    translate (`pod_failure_policy_of`), not refused."""
     if not isinstance(spec, Mapping):
         return None, [(path, f"Invalid value: {json_type(spec)}: must be of type object")]
     errors: list[FieldError] = []
     for key, why in _UNSUPPORTED.items():
+        if key == "podFailurePolicy" and pod_failure_policy:
+            continue
         if spec.get(key) is not None:
             errors.append((f"{path}.{key}", f"Forbidden: not supported by the hub: {why}"))
     managed_by = spec.get("managedBy")
@@ -231,6 +244,39 @@ def job_gang(spec: object, *, path: str, settings: ValidationSettings,
                    indexed=indexed, priority_class=priority_class or None), []
 
 
+#: batch/v1 PodFailurePolicyAction values (k8s.io/api batch/v1 types.go)
+KUBE_POD_FAILURE_ACTIONS: Final = ("Count", "FailIndex", "FailJob", "Ignore")
+
+
+def pod_failure_policy_of(spec: Mapping[str, Any], *, restart_policy: str | None,
+                          errors: list[FieldError]) -> dict[str, Any] | None:
+    """A batch/v1 JobSpec's podFailurePolicy as the twin's spec.failurePolicy (the rules as written: the twin's
+    validator checks them, at spec.podFailurePolicy's paths through `Translation.field_paths`), or None when there
+    is none. kube's own rules go to `errors`: restartPolicy Never only, actions Count, FailJob and Ignore (FailIndex
+    needs backoffLimitPerIndex, which the hub refuses)."""
+    policy = spec.get("podFailurePolicy")
+    if policy is None:
+        return None
+    if not isinstance(policy, Mapping):
+        errors.append(("spec.podFailurePolicy", f"Invalid value: {json_type(policy)}: must be of type object"))
+        return None
+    if restart_policy is not None and restart_policy != "Never":
+        # kube's validatePodFailurePolicy: the Job controller must see every failed pod
+        errors.append(("spec.template.spec.restartPolicy", f"Invalid value: {shown(restart_policy)}: only "
+                                                           '"Never" is supported when podFailurePolicy is specified'))
+    rules = policy.get("rules")
+    for index, rule in enumerate(rules[:MAX_RULES] if isinstance(rules, list) else ()):
+        action = rule.get("action") if isinstance(rule, Mapping) else None
+        where = f"spec.podFailurePolicy.rules[{index}].action"
+        if action == "FailIndex":
+            errors.append((where, 'Invalid value: "FailIndex": requires spec.backoffLimitPerIndex, which the hub does '
+                                  "not support: a gang fails whole (use FailJob)"))
+        elif action is not None and action not in KUBE_POD_FAILURE_ACTIONS:
+            errors.append((where, f"Unsupported value: {shown(action)}: supported values: "
+                                  + ", ".join(f'"{a}"' for a in KUBE_POD_FAILURE_ACTIONS)))
+    return dict(policy)
+
+
 def merge_hints(spec: dict[str, Any], metadata: object, *, priority_class: str | None, priority_path: str,
                 settings: ValidationSettings) -> list[FieldError]:
     """Add the metadata's hints (`hints_from_metadata`) to a twin spec; the kind's own priority class (at
@@ -255,9 +301,11 @@ def translate_batch_job(obj: Mapping[str, Any], settings: ValidationSettings) ->
     """A batch/v1 Job's twin TrainingJob spec (the module docstring's rules), or its errors at the Job's paths."""
     if not isinstance(obj, Mapping):
         return Translation(spec=None, errors=[("", "Invalid value: must be a JSON object")])
-    gang, errors = job_gang(obj.get("spec"), path="spec", settings=settings)
+    gang, errors = job_gang(obj.get("spec"), path="spec", settings=settings, pod_failure_policy=True)
     spec: dict[str, Any] = {}
     source = obj.get("spec")
+    failure_policy = pod_failure_policy_of(source, restart_policy=gang.restart_policy if gang else None,
+                                           errors=errors) if isinstance(source, Mapping) else None
     suspend = source.get("suspend") if isinstance(source, Mapping) else None
     if suspend is not None and not isinstance(suspend, bool):
         errors.append(("spec.suspend", f"Invalid value: {shown(suspend)}: must be of type boolean"))
@@ -276,6 +324,8 @@ def translate_batch_job(obj: Mapping[str, Any], settings: ValidationSettings) ->
     })
     if deadline is not None:  # the twin's own field, same path and meaning: the hub enforces it
         spec["activeDeadlineSeconds"] = deadline
+    if failure_policy is not None:
+        spec["failurePolicy"] = failure_policy
     contract: dict[str, Any] = {"indexed": gang.indexed}
     template_spec = gang.template.get("spec") if isinstance(gang.template, Mapping) else None
     subdomain = template_spec.get("subdomain") if isinstance(template_spec, Mapping) else None
@@ -285,7 +335,8 @@ def translate_batch_job(obj: Mapping[str, Any], settings: ValidationSettings) ->
     if uid is not None:
         contract["uid"] = uid
     return Translation(spec=spec, role_paths={ROLE: "spec.template"},
-                       annotations={CONTRACT_ANNOTATION: json.dumps(contract, separators=(",", ":"))})
+                       annotations={CONTRACT_ANNOTATION: json.dumps(contract, separators=(",", ":"))},
+                       field_paths={"spec.failurePolicy": "spec.podFailurePolicy"})
 
 
 def read_contract(annotations: Mapping[str, str]) -> Mapping[str, Any]:

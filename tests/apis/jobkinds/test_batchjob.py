@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from federator.apis.common import FieldError, ValidationSettings
-from federator.apis.jobkinds.base import Translation
+from federator.apis.failurepolicy import FailureAction, match_pod_failure
+from federator.apis.jobkinds.base import Translation, source_errors
 from federator.apis.jobkinds.batchjob import CONTRACT_ANNOTATION, JOB
 
 SETTINGS = ValidationSettings()
@@ -223,7 +224,7 @@ def test_hints_and_priority_class() -> None:
     ("spec.completions", ..., "spec.completions", "Required value"),
     ("spec.completionMode", ..., "spec.completionMode", "must be Indexed"),
     ("spec.completionMode", "Sometimes", "spec.completionMode", "Unsupported value"),
-    ("spec.podFailurePolicy", {"rules": []}, "spec.podFailurePolicy", "Forbidden"),
+    ("spec.podFailurePolicy", [], "spec.podFailurePolicy", "must be of type object"),
     ("spec.successPolicy", {"rules": []}, "spec.successPolicy", "Forbidden"),
     ("spec.backoffLimitPerIndex", 1, "spec.backoffLimitPerIndex", "Forbidden"),
     ("spec.maxFailedIndexes", 1, "spec.maxFailedIndexes", "Forbidden"),
@@ -268,3 +269,114 @@ def test_unknown_fields_are_the_schemas_to_find(schema_unknown: Callable[..., li
 def test_any_shape_gives_errors_not_exceptions(obj: Any) -> None:
     result = translate(obj)
     assert result.spec is None and result.errors
+
+
+# https://kubernetes.io/docs/tasks/job/pod-failure-policy/ (kubernetes/website content/en/examples/controllers/
+# job-pod-failure-policy-example.yaml), made a gang of 3 at once: a bug (exit code 42) fails the Job, a
+# disruption is ignored.
+POD_FAILURE_POLICY = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: job-pod-failure-policy-example
+spec:
+  completions: 3
+  parallelism: 3
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: docker.io/library/bash:5
+        command: ["bash"]
+        args:
+        - -c
+        - echo "Hello world!" && sleep 5 && exit 42
+  backoffLimit: 6
+  podFailurePolicy:
+    rules:
+    - action: FailJob
+      onExitCodes:
+        containerName: main
+        operator: In
+        values: [42]
+    - action: Ignore
+      onPodConditions:
+      - type: DisruptionTarget
+"""
+
+
+def _exited(code: int) -> dict[str, Any]:
+    return {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+        "exitCode": code, "reason": "Error"}}}]}
+
+
+def test_pod_failure_policy_becomes_the_twins_failure_policy(
+        twin_errors: Callable[[Translation], list[FieldError]], schema_unknown: Callable[..., list[str]]) -> None:
+    job = load(POD_FAILURE_POLICY)
+    jsonschema.Draft7Validator(JOB.schema).validate(job)
+    assert schema_unknown(JOB.schema, job) == []
+    result = translate(job)
+    assert result.errors == [] and result.spec is not None
+    assert result.spec["failurePolicy"] == job["spec"]["podFailurePolicy"]
+    assert result.spec["roles"][0]["restartPolicy"] == "Never" and result.spec["backoffLimit"] == 6
+    assert twin_errors(result) == []
+    # the same rules decide on the twin as kube's Job controller would on the Job
+    policy = result.spec["failurePolicy"]
+    bug = match_pod_failure(policy, _exited(42))
+    assert (bug.action, bug.rule) == (FailureAction.FAIL_JOB, 0)
+    disrupted = match_pod_failure(policy, {"phase": "Failed", "conditions": [
+        {"type": "DisruptionTarget", "status": "True"}]})
+    assert (disrupted.action, disrupted.rule) == (FailureAction.IGNORE, 1)
+    other = match_pod_failure(policy, _exited(1))
+    assert (other.action, other.rule) == (FailureAction.COUNT, None)
+    count = load(POD_FAILURE_POLICY)
+    count["spec"]["podFailurePolicy"]["rules"][0]["action"] = "Count"
+    assert translate(count).errors == []
+    # without one the twin has none (the hub's defaults apply to it as to every job)
+    assert "failurePolicy" not in (translate(load(POD_TO_POD)).spec or {})
+
+
+@pytest.mark.parametrize(("path", "value", "where", "words"), [
+    ("spec.podFailurePolicy.rules.0.action", "FailIndex", "spec.podFailurePolicy.rules[0].action",
+     "requires spec.backoffLimitPerIndex"),
+    ("spec.podFailurePolicy.rules.1.action", "Requeue", "spec.podFailurePolicy.rules[1].action",
+     'supported values: "Count", "FailIndex", "FailJob", "Ignore"'),
+    ("spec.podFailurePolicy.rules.0.action", "x" * 10_000, "spec.podFailurePolicy.rules[0].action",
+     "Unsupported value"),
+    ("spec.podFailurePolicy.rules.0.action", {"a": 1}, "spec.podFailurePolicy.rules[0].action",
+     "Unsupported value: object"),
+    ("spec.template.spec.restartPolicy", "OnFailure", "spec.template.spec.restartPolicy",
+     'only "Never" is supported when podFailurePolicy is specified'),
+    ("spec.podFailurePolicy", "all of them", "spec.podFailurePolicy", "must be of type object"),
+])
+def test_a_bad_pod_failure_policy_names_the_jobs_field(path: str, value: Any, where: str, words: str,
+                                                      edited: Edit, assert_refused: Refused) -> None:
+    assert_refused(translate(edited(load(POD_FAILURE_POLICY), path, value)), where, words)
+
+
+@pytest.mark.parametrize(("change", "where"), [
+    (lambda p: p["rules"][0]["onExitCodes"].update({"values": [42, 256]}),
+     "spec.podFailurePolicy.rules[0].onExitCodes.values[1]"),
+    (lambda p: p["rules"][0]["onExitCodes"].update({"values": [42, 7]}),
+     "spec.podFailurePolicy.rules[0].onExitCodes.values"),
+    (lambda p: p["rules"][0]["onExitCodes"].update({"containerName": "sidecar"}),
+     "spec.podFailurePolicy.rules[0].onExitCodes.containerName"),
+    (lambda p: p["rules"][1].update({"onExitCodes": {"operator": "In", "values": [1]}}),
+     "spec.podFailurePolicy.rules[1]"),
+    (lambda p: p.update({"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}] * 1000}),
+     "spec.podFailurePolicy.rules"),
+    (lambda p: p["rules"][0]["onExitCodes"].update({"operator": "Within"}),
+     "spec.podFailurePolicy.rules[0].onExitCodes.operator"),
+])
+def test_the_twins_validator_refuses_a_bad_rule_at_the_jobs_path(
+        change: Callable[[dict[str, Any]], None], where: str,
+        twin_errors: Callable[[Translation], list[FieldError]]) -> None:
+    job = load(POD_FAILURE_POLICY)
+    change(job["spec"]["podFailurePolicy"])
+    result = translate(job)
+    assert result.errors == [], result.errors
+    errors = source_errors(twin_errors(result), result)
+    assert where in [p for p, _ in errors], errors
+    assert all(p.startswith("spec.podFailurePolicy") for p, _ in errors), errors
