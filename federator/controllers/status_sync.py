@@ -99,6 +99,7 @@ from federator.apis.timestamps import format_time
 from federator.apis.views import Body, as_mapping
 from federator.apiserver.errors import ApiError
 from federator.clusters.client import MemberClientError
+from federator.clusters.sync import HubLease
 from federator.controllers.context import HubContext
 from federator.controllers.dispatch import ANNOTATION_ATTEMPT, ANNOTATION_FAILURES, Dispatcher
 from federator.controllers.jobcache import JobCache
@@ -297,6 +298,48 @@ def with_checkpoints(job: Mapping[str, Any], new: dict[str, Any] | None, report:
     if previous is not None:
         new = with_checkpoint(job, new, previous[2], cluster=previous[0], epoch=previous[1], now=now)
     return with_checkpoint(job, new, report, cluster=cluster, epoch=epoch, now=now)
+
+
+def fence_verdict(lease: HubLease | None, job: Mapping[str, Any], *, epoch: int, missing_since: float,
+                  now: float) -> bool | None:
+    """Were the objects of the job's copy at `epoch`, seen gone since `missing_since`, killed by the member's
+    fence agent (`lease`: the hub's fencing Lease there; None: leases off)? None: not known yet (the next
+    acknowledged renewal says); after FENCE_VERDICT_PATIENCE_SECONDS without one, no."""
+    if lease is None:
+        return False
+    placed = placed_at(job, epoch=epoch)
+    verdict = lease.fence_verdict(placed=placed if placed is not None else 0.0, missing_since=missing_since)
+    if verdict is None and now - missing_since > FENCE_VERDICT_PATIENCE_SECONDS:
+        return False  # no renewal got through for that long: judge on what the member shows
+    return verdict
+
+
+async def requeue_fenced(hub: HubContext, job: Mapping[str, Any], *, cluster: str, epoch: int, now: float,
+                         controller: str) -> dict[str, Any] | None:
+    """The agent killed the gang (placed or running) while the hub was cut off, and the hub did not move it:
+    back to the queue, not Failed and its cluster not excluded: neither the job nor the cluster did wrong.
+    The stored job, or None when it had moved on."""
+    ref = job_ref(job)
+    message = (f"the fence agent in cluster {cluster} deleted the gang while this hub was out of contact "
+               f"(its lease there expired); the gang is placed again at epoch {epoch + 1}")
+
+    def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+        if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or Body(fresh).deleting:
+            return None
+        status = fresh["status"]
+        append_history(status, history_entry("Fenced", cluster=cluster, epoch=epoch, message=message, now=now))
+        requeue(status, reason="Fenced", message=message, now=now, job=ref.key, count=False)
+        return fresh
+
+    stored = await update_job_status(hub, namespace=ref.namespace, name=ref.name, mutate=mutate, uid=ref.uid)
+    if stored is not None:
+        hub.events.record(stored, controller=controller, reason="Requeued", action="Requeue", warning=True,
+                          message=message)
+        reservations(hub).forget(ref.uid)
+        hub.metrics.job_requeues.labels(reason="Fenced").inc()
+        _log.warning("gang killed by the member's fence agent; requeued", job=ref.key, cluster=cluster,
+                     epoch=epoch)
+    return stored
 
 
 def objects_missing(job: Mapping[str, Any], gs: GangStatus) -> bool:
@@ -773,41 +816,11 @@ class StatusSync:
                        now: float) -> bool | None:
         """Were the gang's objects (seen gone) killed by the member's fence agent? None: not known yet."""
         missing_since = self._missing_since.setdefault(uid, now)
-        lease = self.members.lease(cluster)
-        if lease is None:
-            return False
-        placed = placed_at(job, epoch=epoch)
-        verdict: bool | None = lease.fence_verdict(placed=placed if placed is not None else 0.0,
-                                                   missing_since=missing_since)
-        if verdict is None and now - missing_since > FENCE_VERDICT_PATIENCE_SECONDS:
-            return False  # no renewal got through for that long: judge on what the member shows
-        return verdict
+        return fence_verdict(self.members.lease(cluster), job, epoch=epoch, missing_since=missing_since, now=now)
 
     async def _requeue_fenced(self, job: Mapping[str, Any], *, cluster: str, epoch: int, now: float) -> None:
-        """The agent killed the gang while the hub was cut off (and the hub did not move it): back to the
-        queue, not Failed: the job did nothing wrong."""
-        ref = job_ref(job)
-        message = (f"the fence agent in cluster {cluster} deleted the gang while this hub was out of contact "
-                   f"(its lease there expired); the gang is placed again at epoch {epoch + 1}")
-
-        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
-            if phase_of(fresh) not in ACTIVE_PHASES or current_placement(fresh) != (cluster, epoch) or Body(fresh).deleting:
-                return None
-            status = fresh["status"]
-            append_history(status, history_entry("Fenced", cluster=cluster, epoch=epoch, message=message, now=now))
-            requeue(status, reason="Fenced", message=message, now=now, job=ref.key, count=False)
-            return fresh
-
-        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
-                                         uid=ref.uid)
-        self._missing_since.pop(ref.uid, None)
-        if stored is not None:
-            self.hub.events.record(stored, controller="status-sync", reason="Requeued", action="Requeue",
-                                   warning=True, message=message)
-            reservations(self.hub).forget(ref.uid)
-            self.hub.metrics.job_requeues.labels(reason="Fenced").inc()
-            _log.warning("gang killed by the member's fence agent; requeued", job=ref.key, cluster=cluster,
-                         epoch=epoch)
+        await requeue_fenced(self.hub, job, cluster=cluster, epoch=epoch, now=now, controller="status-sync")
+        self._missing_since.pop(job_ref(job).uid, None)
 
     async def _requeue_by_policy(self, job: Mapping[str, Any], verdict: PolicyVerdict, *, cluster: str, epoch: int,
                                  now: float) -> None:

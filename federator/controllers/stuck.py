@@ -62,10 +62,13 @@ from federator.controllers.jobs import (
     update_job_status,
 )
 from federator.controllers.memberobjects import MemberObjects
+from federator.controllers.membercluster import MemberClusters
 from federator.controllers.status_sync import (
     CONDITION_ADMITTED,
+    fence_verdict,
     gang_status,
     lifecycle_tick_seconds,
+    requeue_fenced,
 )
 from federator.delegation import GangPhase, adapter_for
 from federator.obs import get_logger
@@ -91,8 +94,9 @@ class StuckGangs:
     """See the module docstring. Run it with `stuck_gangs(hub)`."""
 
     def __init__(self, hub: HubContext, *, objects: MemberObjects, jobs: JobCache, dispatcher: Dispatcher,
-                 pulling_back: dict[str, PullBack]) -> None:
+                 pulling_back: dict[str, PullBack], members: MemberClusters | None = None) -> None:
         self.hub = hub
+        self.members = members
         self.objects = objects
         self.jobs = jobs
         self.dispatcher = dispatcher
@@ -177,6 +181,18 @@ class StuckGangs:
         if left:
             await self.dispatcher.delete_objects(pull.cluster, left)
             return
+        # Gone: if the member's fence agent deleted them (this hub's lease there expired after the placement,
+        # on a loaded machine or in a partition), the cluster did nothing wrong: placed again, not excluded.
+        lease = self.members.lease(pull.cluster) if self.members is not None else None
+        fenced = fence_verdict(lease, job, epoch=pull.epoch, missing_since=pull.started, now=now)
+        if fenced is None:
+            return  # the next acknowledged renewal of the lease says
+        if fenced:
+            await requeue_fenced(self.hub, job, cluster=pull.cluster, epoch=pull.epoch, now=now,
+                                 controller="stuck-gangs")
+            reservations(self.hub).forget(uid)
+            del self.pulling[uid]
+            return
         until = now + self.exclusion
         deleted_message = f"the gang's member objects of epoch {pull.epoch} are gone from cluster {pull.cluster}"
         excluded_message = f"cluster {pull.cluster} excluded for this job until {format_time(until)}"
@@ -228,7 +244,7 @@ async def stuck_gangs(hub: HubContext) -> AsyncIterator[None]:
     """cleanup_ctx-style factory: the stuck-gang loop over the term's parts (`hub.parts`)."""
     parts = hub.parts
     stuck = StuckGangs(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
-                       pulling_back=parts.pulling_back)
+                       pulling_back=parts.pulling_back, members=parts.members)
     deadlines = JobDeadlines(hub, objects=parts.objects, jobs=parts.jobs, dispatcher=parts.dispatcher,
                              pulling_back=parts.pulling_back)
     parts.running.stuck = stuck

@@ -356,3 +356,62 @@ async def test_a_fenced_gang_is_not_requeued_while_a_dispatch_of_it_is_in_flight
     (fenced,) = history(back, "Fenced")
     assert fenced["cluster"] == HOME and fenced["epoch"] == epoch
     assert placement_of(back)["epoch"] == epoch + 1
+
+
+def _local_pod(node: str, index: int) -> dict[str, Any]:
+    """Another tenant's pod, bound straight to `node`, taking every GPU there (the member cannot admit)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"local-{index}", "namespace": "default", "labels": {"tenant": "local"}},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [{
+                "name": "c", "image": "local:1", "resources": {"requests": {"nvidia.com/gpu": "8"},
+                                                               "limits": {"nvidia.com/gpu": "8"}}}]}}
+
+
+async def test_a_gang_the_agent_killed_before_admission_is_requeued_and_its_cluster_not_blamed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gang placed and created in HOME but not admitted yet is deleted by HOME's fence agent (the hub's
+    lease there expired: a partition here, a stall on a loaded machine in CI). Its objects are gone before
+    admission, so status sync does not judge it; the stuck-gang loop pulls it back, and now asks the fencing
+    lease first: the agent did it, so the gang is requeued as Fenced and HOME is not excluded (it used to be
+    excluded for stuck_exclusion_seconds, as if the member had refused the gang)."""
+    async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, cluster_loss_grace_seconds=120.0,
+                             member_lease_duration_seconds=2.0, member_lease_margin_seconds=1.0,
+                             stuck_timeout_seconds=6.0, stuck_exclusion_seconds=600.0) as env:
+        home = env.fed.sims[HOME]
+        agent = await FenceAgent.from_kubeconfig(home.write_agent_kubeconfig(tmp_path / "home-agent.kubeconfig"),
+                                                 hub_identity="federator", poll_seconds=0.2)
+        stop = asyncio.Event()
+        hold = asyncio.Event()
+        env.hold_dispatches(HOME, hold, monkeypatch)
+        try:
+            async with _tasks(agent.run(stop)):
+                await wait_until(lambda: agent.counters.renewals_seen >= 2, timeout=30,
+                                 what="the agent seeing renewals")
+                await env.api.submit(_job("unadmitted"))
+                first = await env.api.wait_job(NS, "unadmitted", lambda j: placement_of(j).get("cluster") == HOME,
+                                               timeout=40, what="placed in HOME")
+                epoch = placement_of(first)["epoch"]
+                # local load takes HOME's GPUs before the gang's objects arrive: created, never admitted
+                nodes = (await home.storage.list(kinds.NODES)).items
+                for index, node in enumerate(n["metadata"]["name"] for n in nodes
+                                             if n["status"]["allocatable"].get("nvidia.com/gpu")):
+                    await home.storage.create(kinds.PODS, _local_pod(node, index), namespace="default")
+                hold.set()
+
+                async def created() -> bool:
+                    pods = (await home.storage.list(kinds.PODS, label_selector=LABEL_HUB)).items
+                    return len(pods) == 2
+                await wait_until(created, timeout=30, what="the gang's pods created in HOME")
+                home.faults.start_partition(None, source=home.token)
+                await wait_until(lambda: agent.counters.pods_deleted >= 2, timeout=30, what="the agent fencing")
+                home.faults.end_partition()
+                back = await env.api.wait_job(NS, "unadmitted", lambda j: bool(history(j, "Fenced"))
+                                              and placement_of(j).get("epoch", 0) > epoch, timeout=60,
+                                              what="requeued as Fenced and placed again")
+        finally:
+            stop.set()
+            await agent.close()
+        (fenced,) = history(back, "Fenced")
+        assert fenced["cluster"] == HOME and fenced["epoch"] == epoch
+        assert not history(back, "ClusterExcluded") and not back["status"]["placement"].get("excludedClusters")
+        assert back["status"].get("requeues", 0) == 0
