@@ -93,9 +93,10 @@ def test_priorities_are_drawn_only_with_queues_and_change_nothing_else(tmp_path:
     plain = assign_attributes(trace, fed, seed=4)
     drawn = assign_attributes(trace, fed, seed=4, priorities=True)
     assert {j.priority for j in plain} == {0}
+    assert {j.checkpoint_seconds for j in plain} == {0.0}
     counts = Counter(j.priority for j in drawn)
     assert set(counts) == {0, 100, 1000} and counts[100] > counts[0] > counts[1000]
-    assert [dataclasses.replace(j, priority=0) for j in drawn] == plain
+    assert [dataclasses.replace(j, priority=0, checkpoint_seconds=0.0) for j in drawn] == plain
     assert "100 with probability 0.65" in describe_rule(RULE, priorities=True)
     assert "All jobs have priority 0" in describe_rule(RULE)
     with pytest.raises(ValueError, match="sum to 1"):
