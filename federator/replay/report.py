@@ -266,9 +266,10 @@ VICTIM_ORDER_TEXT = (
 
 def victim_order_comparison(aware: PolicyResult, by_start: PolicyResult) -> dict[str, Any]:
     """report.json's queues.checkpointAwareVictims: GPU-hours lost with the checkpoint-aware victim order and
-    without it, the difference (without - with) and preemptions of each."""
+    without it, the difference (without - with), preemptions of each and GPU-hours lost per preemption."""
     with_lost = float(aware.extra["gpuHoursLostToPreemption"])
     without_lost = float(by_start.extra["gpuHoursLostToPreemption"])
+    with_count, without_count = int(aware.extra["preemptions"]), int(by_start.extra["preemptions"])
     return {
         "rule": VICTIM_ORDER_TEXT,
         "with": aware.policy,
@@ -277,8 +278,10 @@ def victim_order_comparison(aware: PolicyResult, by_start: PolicyResult) -> dict
         "gpuHoursLostWithout": without_lost,
         "gpuHoursSaved": round(without_lost - with_lost, 3),
         "ratio": _ratio_value(with_lost, without_lost),
-        "preemptionsWith": aware.extra["preemptions"],
-        "preemptionsWithout": by_start.extra["preemptions"],
+        "preemptionsWith": with_count,
+        "preemptionsWithout": without_count,
+        "gpuHoursLostPerPreemptionWith": round(with_lost / with_count, 3) if with_count else 0.0,
+        "gpuHoursLostPerPreemptionWithout": round(without_lost / without_count, 3) if without_count else 0.0,
     }
 
 
@@ -406,11 +409,12 @@ def _queue_markdown(section: Mapping[str, Any]) -> list[str]:
             "",
             str(victims["rule"]),
             "",
-            "| victim order | GPU-hours lost to preemption | preemptions |",
-            "|---|---|---|",
-            f"| with ({victims['with']}) | {victims['gpuHoursLostWith']:,.1f} | {victims['preemptionsWith']:,} |",
+            "| victim order | GPU-hours lost to preemption | preemptions | GPU-hours lost per preemption |",
+            "|---|---|---|---|",
+            f"| with ({victims['with']}) | {victims['gpuHoursLostWith']:,.1f} | {victims['preemptionsWith']:,} | "
+            f"{victims['gpuHoursLostPerPreemptionWith']:,.2f} |",
             f"| without ({victims['without']}) | {victims['gpuHoursLostWithout']:,.1f} | "
-            f"{victims['preemptionsWithout']:,} |",
+            f"{victims['preemptionsWithout']:,} | {victims['gpuHoursLostPerPreemptionWithout']:,.2f} |",
             "",
             f"Difference (without - with): {victims['gpuHoursSaved']:,.1f} GPU-hours"
             + (f" (with / without: {ratio:.3g})." if ratio is not None else "."),

@@ -125,6 +125,9 @@ def test_compare_victims_reports_gpu_hours_lost_with_and_without_the_checkpoint_
         lost["federator-queues"], lost["federator-queues-by-start"])
     assert victims["gpuHoursSaved"] == pytest.approx(victims["gpuHoursLostWithout"] - victims["gpuHoursLostWith"])
     assert victims["preemptionsWith"] == queues["policies"]["federator-queues"]["preemptions"]
+    if victims["preemptionsWith"]:
+        assert victims["gpuHoursLostPerPreemptionWith"] == pytest.approx(
+            victims["gpuHoursLostWith"] / victims["preemptionsWith"], abs=1e-3)
     md = (out / "report.md").read_text()
     assert "### Checkpoint-aware victims" in md and victims["rule"] in md
     assert f"| with (federator-queues) | {victims['gpuHoursLostWith']:,.1f} |" in md

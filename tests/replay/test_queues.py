@@ -433,3 +433,23 @@ def test_a_ratio_of_two_zeros_is_one_and_of_something_to_zero_is_undefined(tmp_p
     with_delay = dataclasses.replace(results[0], metrics={**results[0].metrics, "meanQueueDelaySeconds": 5.0})
     ratios = queue_section([with_delay, without], queues=queues, jobs=jobs)["comparison"]["ratios"]
     assert ratios["meanQueueDelaySeconds"] is None
+
+
+def test_the_victim_order_comparison_of_one_run_by_hand() -> None:
+    jobs, fed = _checkpointed_pair()
+    queues = trace_queues(jobs, fed)  # type: ignore[arg-type]
+    aware = replay(jobs, fed, FederatorPolicy(queues=queues))[1]  # type: ignore[arg-type]
+    by_start = replay(jobs, fed, FederatorPolicy(queues=queues, profile=Profile(victims_by_lost_work=False)))[1]  # type: ignore[arg-type]
+    section = queue_section([aware, by_start], queues=queues, jobs=jobs)
+    compared = section["checkpointAwareVictims"]
+    assert (compared["gpuHoursLostWith"], compared["gpuHoursLostWithout"]) == (0.022, 0.22)
+    assert compared["gpuHoursSaved"] == pytest.approx(0.198) and compared["ratio"] == 0.1
+    assert (compared["preemptionsWith"], compared["preemptionsWithout"]) == (1, 1)
+    assert compared["gpuHoursLostPerPreemptionWith"] == 0.022
+    # No preemption at all: nothing per preemption, a ratio of two zeros is 1.
+    calm = [dataclasses.replace(r, extra={**r.extra, "preemptions": 0, "gpuHoursLostToPreemption": 0.0})
+            for r in (aware, by_start)]
+    quiet = queue_section(calm, queues=queues, jobs=jobs)["checkpointAwareVictims"]
+    assert quiet["gpuHoursLostPerPreemptionWith"] == 0.0 and quiet["ratio"] == 1.0 and quiet["gpuHoursSaved"] == 0
+    # Without the by-start run there is nothing to compare.
+    assert "checkpointAwareVictims" not in queue_section([aware], queues=queues, jobs=jobs)
