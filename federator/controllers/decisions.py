@@ -170,7 +170,7 @@ class DecisionWriter:
         now = self.clock()
         rows = why_not_rows(decision.why_not)
         scores = score_rows(decision)
-        # each victim with the GPU-seconds its eviction loses ("ns/a (loses 7,200 GPU-seconds since its last checkpoint)")
+        # each victim with what its eviction loses: "ns/a (loses 7,200 GPU-seconds since its last checkpoint)"
         preempted = ", ".join(f"{v.key} ({v.loss_text()})" if v.loss_text() else v.key
                               for v in decision.preemption.victims) if decision.preemption else ""
         shrunk = ", ".join(s.describe() for s in decision.preemption.shrinks) if decision.preemption else ""

@@ -495,9 +495,8 @@ class QuotaLedger:
                 raise ValueError(f"queue stored under {name!r} is named {queue.name!r}")
         self._queues: dict[str, QueueQuota] = dict(queues)
         self._models = tuple(sorted(set(models)))
-        if lost_work_at is not None and (
-            isinstance(lost_work_at, bool) or not isinstance(lost_work_at, int | float) or not math.isfinite(lost_work_at)
-        ):
+        at = lost_work_at
+        if at is not None and (isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)):
             raise ValueError(f"lost_work_at must be a finite number or None, got {lost_work_at!r}")
         self._lost_work_at = lost_work_at
         # uid -> its eviction rank (`eviction_rank`), computed when first asked.

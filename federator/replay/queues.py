@@ -29,7 +29,16 @@ from federator.placement import QueueQuota, QuotaAmounts, WithinQueue
 from federator.replay.attributes import ReplayJob
 from federator.replay.clusters import Federation
 
-__all__ = ["QUEUE_COHORT", "QUEUE_POLICY", "QUEUE_POLICY_BY_START", "apportion", "describe_queues", "federation_gpus", "queue_gpu_hours", "trace_queues"]
+__all__ = [
+    "QUEUE_COHORT",
+    "QUEUE_POLICY",
+    "QUEUE_POLICY_BY_START",
+    "apportion",
+    "describe_queues",
+    "federation_gpus",
+    "queue_gpu_hours",
+    "trace_queues",
+]
 
 QUEUE_COHORT = "itp"
 # The policy that replays with these queues: federator's, given them (`FederatorPolicy(queues=...)`).

@@ -250,7 +250,9 @@ def queue_section(
         )
         section["comparison"] = {"of": QUEUE_POLICY, "to": "federator", "ratios": ratios}
     if QUEUE_POLICY in by_name and QUEUE_POLICY_BY_START in by_name:
-        section["checkpointAwareVictims"] = victim_order_comparison(by_name[QUEUE_POLICY], by_name[QUEUE_POLICY_BY_START])
+        section["checkpointAwareVictims"] = victim_order_comparison(
+            by_name[QUEUE_POLICY], by_name[QUEUE_POLICY_BY_START]
+        )
     return section
 
 

@@ -343,7 +343,8 @@ def test_the_victim_that_loses_least_is_evicted_and_resumes_from_its_last_checkp
 
 def test_without_the_checkpoint_aware_order_the_newest_is_evicted_and_loses_more() -> None:
     jobs, fed = _checkpointed_pair()
-    policy = FederatorPolicy(queues=trace_queues(jobs, fed), profile=Profile(victims_by_lost_work=False))  # type: ignore[arg-type]
+    by_start = Profile(victims_by_lost_work=False)
+    policy = FederatorPolicy(queues=trace_queues(jobs, fed), profile=by_start)  # type: ignore[arg-type]
     assert policy.name == QUEUE_POLICY_BY_START
     engine, result = replay(jobs, fed, policy)  # type: ignore[arg-type]
     [record] = policy.preemptions
@@ -439,7 +440,8 @@ def test_the_victim_order_comparison_of_one_run_by_hand() -> None:
     jobs, fed = _checkpointed_pair()
     queues = trace_queues(jobs, fed)  # type: ignore[arg-type]
     aware = replay(jobs, fed, FederatorPolicy(queues=queues))[1]  # type: ignore[arg-type]
-    by_start = replay(jobs, fed, FederatorPolicy(queues=queues, profile=Profile(victims_by_lost_work=False)))[1]  # type: ignore[arg-type]
+    off = Profile(victims_by_lost_work=False)
+    by_start = replay(jobs, fed, FederatorPolicy(queues=queues, profile=off))[1]  # type: ignore[arg-type]
     section = queue_section([aware, by_start], queues=queues, jobs=jobs)
     compared = section["checkpointAwareVictims"]
     assert (compared["gpuHoursLostWith"], compared["gpuHoursLostWithout"]) == (0.022, 0.22)
