@@ -22,6 +22,10 @@ status batch.
   earlier epoch reported it (a failover, drain, preemption or requeue made this copy), else None.
 - `supersedes(report, recorded, cluster=, epoch=)`: whether a report of the copy at (cluster, epoch) replaces
   the recorded status.checkpoint: a higher step of the same copy, or any report of a later copy.
+- `checkpointed_at(job, cluster=, epoch=)`: when the copy at (cluster, epoch) last reported a checkpoint
+  (status.checkpoint.time, seconds since the epoch), else None: what preemption counts a victim's lost work
+  from (placement's `RunningGang.checkpointed_at`). Absent or malformed: None (the work since the copy
+  started is what its eviction loses).
 
 Pure: no I/O, no logging (callers log the malformed reports they see).
 """
@@ -33,6 +37,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from federator.apis.timestamps import parse_epoch
+
 __all__ = [
     "ANNOTATION_CHECKPOINT",
     "ENV_CHECKPOINT_DIR",
@@ -42,6 +48,7 @@ __all__ = [
     "MAX_REPORT_BYTES",
     "CheckpointReport",
     "ReportError",
+    "checkpointed_at",
     "latest_report",
     "parse_report",
     "restore_from",
@@ -157,6 +164,19 @@ def restore_from(job: Mapping[str, Any], epoch: int) -> str | None:
     """The location the job's copy at `epoch` restores from: the last checkpoint reported by an earlier copy."""
     point = restore_point(job, epoch)
     return point.location if point is not None else None
+
+
+def checkpointed_at(job: Mapping[str, Any], *, cluster: str, epoch: int) -> float | None:
+    """When the job's copy at (cluster, epoch) last reported a checkpoint (seconds since the epoch), else None
+    (none reported by this copy, or a status.checkpoint that is not what status sync writes)."""
+    status = job.get("status")
+    checkpoint = status.get("checkpoint") if isinstance(status, Mapping) else None
+    if not isinstance(checkpoint, Mapping):
+        return None
+    reported_by, reported_at = checkpoint.get("cluster"), checkpoint.get("epoch")
+    if type(reported_at) is not int or reported_at != epoch or reported_by != cluster:
+        return None
+    return parse_epoch(checkpoint.get("time"))
 
 
 def save_grace_seconds(job: Mapping[str, Any]) -> int | None:

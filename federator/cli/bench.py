@@ -81,7 +81,12 @@ def _register_replay(benches: Any) -> None:
     p.add_argument("--queues", action="store_true",
                    help="also replay federator with one queue per trace cluster (quota, fair share, priorities, "
                         "preemption) beside federator without them, and report per-queue delay, Jain fairness "
-                        "over queues and preemptions")
+                        "over queues and preemptions; jobs get a seeded checkpoint interval and an evicted job "
+                        "resumes from its last checkpoint")
+    p.add_argument("--compare-victims", action="store_true",
+                   help="with --queues: also replay federator-queues-by-start (victims of equal priority most "
+                        "recently started first, as before checkpoints; same jobs and checkpoints) and report "
+                        "GPU-hours lost to preemption with the checkpoint-aware victim order and without it")
     p.add_argument("--elastic-share", default=None, metavar="F",
                    help="make a seeded share F (0..1, default 0) of the multi-GPU jobs elastic (one worker per "
                         "GPU, min = half the workers, max = all); every policy is then replayed with and without "
@@ -101,7 +106,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         options = replay_options(
             trace=args.trace, clusters=args.clusters, seed=args.seed, jobs=args.jobs, policies=args.policies,
             workers=args.workers, out=args.out, progress=not args.no_progress, queues=args.queues,
-            elastic_share=args.elastic_share,
+            elastic_share=args.elastic_share, compare_victims=args.compare_victims,
         )
         report = run_replay(options)
     except ReplayInputError as e:
@@ -116,6 +121,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         for name, figures in queues["policies"].items():
             print(f"{name:<24} Jain over queues {figures['queueJainFairness']:.3f}   preemptions per 1,000 jobs "
                   f"{figures['preemptionsPer1000Jobs']:.2f}   GPU-hours lost {figures['gpuHoursLostToPreemption']:,.1f}",
+                  flush=True)
+        victims = queues.get("checkpointAwareVictims")
+        if victims:
+            print(f"GPU-hours lost to preemption: {victims['gpuHoursLostWith']:,.1f} with checkpoint-aware victims, "
+                  f"{victims['gpuHoursLostWithout']:,.1f} without ({victims['gpuHoursSaved']:,.1f} fewer with)",
                   flush=True)
     elasticity = report.get("elasticity")
     if elasticity:

@@ -8,7 +8,8 @@ read-mutate-CAS through a `JobStore`, checked again on the stored job):
   the scores (`score_rows`: the chosen cluster's breakdown per score plugin,
   the runners-up's totals), a history entry, condition Schedulable=True and,
   for a queued job, QuotaReserved (reason WithinQuota or Borrowed); with a
-  preemption, history Preempting and an Event Preempting. Only while the job
+  preemption, history Preempting and an Event Preempting, each naming the
+  victims with the GPU-seconds each eviction loses. Only while the job
   still waits for a placement (never placed twice);
 - `record_unplaced`: a gang that fits nowhere: phase Pending, the why-not
   table in status.placement.whyNot and condition Schedulable=False with
@@ -169,7 +170,9 @@ class DecisionWriter:
         now = self.clock()
         rows = why_not_rows(decision.why_not)
         scores = score_rows(decision)
-        preempted = ", ".join(victim.key for victim in decision.preemption.victims) if decision.preemption else ""
+        # each victim with what its eviction loses: "ns/a (loses 7,200 GPU-seconds since its last checkpoint)"
+        preempted = ", ".join(f"{v.key} ({v.loss_text()})" if v.loss_text() else v.key
+                              for v in decision.preemption.victims) if decision.preemption else ""
         shrunk = ", ".join(s.describe() for s in decision.preemption.shrinks) if decision.preemption else ""
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:

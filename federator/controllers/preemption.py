@@ -252,8 +252,9 @@ class Evictor:
         ref = job_ref(job)
         why = (f"lower priority in queue {victim.queue}" if victim.reason is VictimReason.LOWER_PRIORITY
                else f"reclaiming borrowed quota of queue {queue}")
+        loss = victim.loss_text()
         message = (f"preempted by {preemptor} (reason: {why}); its gang in {cluster} (epoch {epoch}) is deleted "
-                   f"and the job is queued again")
+                   f"and the job is queued again" + (f"; it {loss}" if loss else ""))
 
         def mutate(stored: dict[str, Any]) -> dict[str, Any] | None:
             if Body(stored).deleting or phase_of(stored) not in ACTIVE_PHASES \

@@ -6,7 +6,10 @@ and, through `QueueAccounting`, passes them to `run_cycle` as `QueueQuota`s
 `RunningGang` per placed, admitted or running job, not being deleted or
 evicted: queue, priority, when it was placed, demand, the GPU model it is
 charged to (`charge`: the one this loop placed it on), whether it borrowed
-(condition QuotaReserved, reason Borrowed, written with the decision), and
+(condition QuotaReserved, reason Borrowed, written with the decision), when
+its current copy last reported a checkpoint (status.checkpoint of that
+cluster and epoch, `apis.checkpoint.checkpointed_at`: preemption ranks
+victims of equal priority by the work their eviction loses), and
 per node what its member pods hold, from the cluster's snapshot builder, or
 its reservation while they are not bound). With no Queue at all and no job
 naming one, `cycle_queues` is None: placement exactly as before queues.
@@ -45,6 +48,7 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from federator.apis.checkpoint import checkpointed_at
 from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
 from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
@@ -347,7 +351,7 @@ class QueueAccounting:
                     gpu_model=self._model_of(uid, gang, cluster=cluster, epoch=epoch,
                                              amounts=amounts or _pod_amounts(pods), snapshot=snapshot),
                     amounts=amounts, borrowed=_borrowed(job), pods=pods, request=gang if pods or fixed else None,
-                    fixed=fixed,
+                    fixed=fixed, checkpointed_at=checkpointed_at(job, cluster=cluster, epoch=epoch),
                 )
             except (ValueError, TypeError) as e:
                 _log.warning("a placed job cannot be counted against its queue", job=gang.key, error=str(e))

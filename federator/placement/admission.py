@@ -73,6 +73,7 @@ __all__ = [
     "QUEUE_NOT_FOUND",
     "QUOTA_EXCEEDED",
     "Admission",
+    "EvictionRank",
     "FairQueue",
     "QueueQuota",
     "QueueUsage",
@@ -87,6 +88,10 @@ __all__ = [
 QUOTA_EXCEEDED = "QuotaExceeded"
 QUEUE_NOT_FOUND = "QueueNotFound"
 _MAX_NAME = 253
+
+# A candidate's place in the eviction order (`QuotaLedger.eviction_rank`): (0 if borrowed else 1, priority,
+# GPU-seconds its eviction loses (0 when not ranked by loss), -started_at, uid); smaller goes first.
+EvictionRank = tuple[int, int, float, float, str]
 
 # ("gpu", model) | ("cpu", "") | ("memory", "")
 ResourceKey = tuple[str, str]
@@ -231,6 +236,14 @@ class RunningGang:
     merged newest first: the only pods a preemption may take from it, in
     that order. Without an elastic `request` and `pods`, nothing is removable.
 
+    `checkpointed_at` (default None: never): when its current copy last reported
+    a checkpoint (the caller reads it from the job's status; a report of an
+    earlier copy is not this copy's). Work since `unsaved_since` (that time,
+    or `started_at` if later or absent) is what an eviction loses:
+    `lost_gpu_seconds(now)` is its GPUs times the seconds since then. Among
+    candidates of equal priority, preemption evicts the smallest loss first
+    (`QuotaLedger.eviction_rank`); `now` comes from the caller.
+
     `fixed` (default ""): why the gang keeps the size it was placed at although its
     request is elastic (the caller knows: the member's own operator runs it and
     cannot resize it in place, e.g. a JobSet, whose replicatedJobs are immutable
@@ -251,13 +264,13 @@ class RunningGang:
     pods: tuple[RunningPod, ...] = ()
     request: GangRequest | None = None
     fixed: str = ""
+    checkpointed_at: float | None = None
     # Derived: pods above the minimum, newest first (see the class docstring).
     removable: tuple[RunningPod, ...] = field(init=False, compare=False, repr=False)
     # Derived: some of its pods hold no GPU (they may sit on nodes of any model).
     has_gpu_free_pods: bool = field(init=False, compare=False, repr=False)
-    # Derived: the order preemption evicts in (smaller first): borrowed first, lowest priority, most
-    # recently started, then uid.
-    eviction_rank: tuple[int, int, float, str] = field(init=False, compare=False, repr=False)
+    # Derived: since when its work is not saved (the later of its start and its last checkpoint).
+    unsaved_since: float = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_name(self.uid, "running gang uid")
@@ -293,9 +306,17 @@ class RunningGang:
         object.__setattr__(self, "has_gpu_free_pods", any(not amount.gpu for amount in amounts.values()))
         if type(self.borrowed) is not bool:
             raise TypeError(f"running gang {self.key}: borrowed must be a bool")
-        object.__setattr__(
-            self, "eviction_rank", (0 if self.borrowed else 1, self.priority, -float(started), self.uid)
-        )
+        saved = self.checkpointed_at
+        if saved is not None and (
+            isinstance(saved, bool) or not isinstance(saved, int | float) or not math.isfinite(saved)
+        ):
+            raise ValueError(f"running gang {self.key}: checkpointed_at must be a finite number or None")
+        since = float(started) if saved is None else max(float(started), float(saved))
+        object.__setattr__(self, "unsaved_since", since)
+
+    def lost_gpu_seconds(self, now: float) -> float:
+        """GPU-seconds of work an eviction at `now` loses: its GPUs times the seconds since `unsaved_since`."""
+        return self.demand.gpu * max(0.0, now - self.unsaved_since)
 
     def _check_pods(self, pods: tuple[RunningPod, ...], amounts: Mapping[str, Resources]) -> Mapping[str, Resources]:
         """Validate `pods` (and `request`) and return the per-node amounts (their sum, which `amounts` must equal)."""
@@ -464,7 +485,12 @@ class QuotaLedger:
     """
 
     def __init__(
-        self, queues: Mapping[str, QueueQuota], running: Iterable[RunningGang], *, models: Iterable[str] = ()
+        self,
+        queues: Mapping[str, QueueQuota],
+        running: Iterable[RunningGang],
+        *,
+        models: Iterable[str] = (),
+        lost_work_at: float | None = None,
     ) -> None:
         if not isinstance(queues, Mapping):
             raise TypeError("queues must map queue names to QueueQuota")
@@ -475,6 +501,12 @@ class QuotaLedger:
                 raise ValueError(f"queue stored under {name!r} is named {queue.name!r}")
         self._queues: dict[str, QueueQuota] = dict(queues)
         self._models = tuple(sorted(set(models)))
+        at = lost_work_at
+        if at is not None and (isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)):
+            raise ValueError(f"lost_work_at must be a finite number or None, got {lost_work_at!r}")
+        self._lost_work_at = lost_work_at
+        # uid -> its eviction rank (`eviction_rank`), computed when first asked.
+        self._ranks: dict[str, EvictionRank] = {}
         self._used: dict[str, Counter[ResourceKey]] = {}
         self._held: dict[str, Counter[ResourceKey]] = {}
         self._quota_holder: dict[str, str] = {}
@@ -561,6 +593,28 @@ class QuotaLedger:
                 for key, amount in account.items():
                     if quota.nominal_of(key) is not None:
                         load[key] += amount
+
+    # ------------------------------------------------------------ eviction order
+
+    def eviction_rank(self, gang: RunningGang) -> EvictionRank:
+        """Where a candidate stands in the order preemption evicts in (smaller goes first).
+
+        Borrowed first, then the lowest priority; among equal priority (with `lost_work_at`, the
+        cycle's now) the fewest GPU-seconds its eviction loses (`RunningGang.lost_gpu_seconds`: work
+        since its last checkpoint, or since its start if it has none); then the most recently started,
+        then uid. Without `lost_work_at` every loss counts as 0: the order before checkpoints existed.
+        Remembered per uid for the cycle (a shrink's part of a gang ranks as the gang).
+        """
+        rank = self._ranks.get(gang.uid)
+        if rank is None:
+            at = self._lost_work_at
+            lost = gang.lost_gpu_seconds(at) if at is not None else 0.0
+            rank = (0 if gang.borrowed else 1, gang.priority, lost, -float(gang.started_at), gang.uid)
+            self._ranks[gang.uid] = rank
+        return rank
+
+    def _entry_rank(self, entry: tuple[RunningGang, VictimReason]) -> EvictionRank:
+        return self.eviction_rank(entry[0])
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -967,7 +1021,7 @@ class QuotaLedger:
                         or victim.has_gpu_free_pods
                     ):
                         listed.append(victim)
-                listed.sort(key=_eviction_rank)  # C-level key: a cycle builds many of these lists
+                listed.sort(key=self.eviction_rank)
                 self._lower_cache[key] = listed
             if listed:
                 out.append((listed, reason))
@@ -1034,7 +1088,7 @@ class QuotaLedger:
         streams = [
             _tagged(listed, reason) for listed, reason in sources if reason is VictimReason.LOWER_PRIORITY or reclaim
         ]
-        for victim, reason in heapq.merge(*streams, key=_entry_rank):
+        for victim, reason in heapq.merge(*streams, key=self._entry_rank):
             if self._admissible(victim, reason, excluded):
                 yield victim, reason
 
@@ -1057,7 +1111,7 @@ class QuotaLedger:
         without a queue, nor one in `excluded`. With `models`, only gangs
         that can free room on nodes of those models: charged to one of them,
         without GPUs, or with a pod that holds no GPU. In eviction order
-        (`RunningGang.eviction_rank`).
+        (`eviction_rank`).
         """
         sources = self._sources(gang, cluster, models)
         reclaim = self._reclaim_allowed(gang, sources, models)
@@ -1068,7 +1122,7 @@ class QuotaLedger:
             for victim in listed
             if self._admissible(victim, reason, excluded)
         ]
-        out.sort(key=_entry_rank)
+        out.sort(key=self._entry_rank)
         return out
 
     # ------------------------------------------------------------ fair share and status
@@ -1118,12 +1172,7 @@ def _tagged(listed: list[RunningGang], reason: VictimReason) -> Iterator[tuple[R
         yield victim, reason
 
 
-_eviction_rank = operator.attrgetter("eviction_rank")
 _priority = operator.attrgetter("priority")
-
-
-def _entry_rank(entry: tuple[RunningGang, VictimReason]) -> tuple[int, int, float, str]:
-    return entry[0].eviction_rank
 
 
 def _taken(victim: RunningGang, key: ResourceKey) -> int:

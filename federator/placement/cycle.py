@@ -538,7 +538,9 @@ def cycle_and_ledger(
         models: set[str] = set()
         for name in names:
             models.update(snapshots[name].index.gpu_models)
-        ledger = QuotaLedger(queues, running_list, models=models)
+        ledger = QuotaLedger(
+            queues, running_list, models=models, lost_work_at=now if profile.victims_by_lost_work else None
+        )
         order = FairQueue(pending, ledger)
     # Gangs whose placement is still in flight are no victims (their pods may not even exist yet).
     in_flight = {r.gang_uid for r in book if r.kind is ReservationKind.PLACED}

@@ -43,6 +43,7 @@ __all__ = [
     "Shrink",
     "Unplaced",
     "Victim",
+    "gpu_seconds_text",
     "VictimReason",
 ]
 
@@ -121,7 +122,11 @@ class VictimReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Victim:
-    """A running gang a preemption evicts, whole."""
+    """A running gang a preemption evicts, whole.
+
+    `lost_gpu_seconds`: the work its eviction loses when the plan was made (its GPUs times the seconds since
+    its last checkpoint, `checkpointed` True, or since its copy started); None where not known.
+    """
 
     uid: str
     key: str
@@ -129,10 +134,25 @@ class Victim:
     priority: int
     borrowed: bool
     reason: VictimReason
+    lost_gpu_seconds: float | None = None
+    checkpointed: bool = False
+
+    def loss_text(self) -> str:
+        """E.g. "loses 7,200 GPU-seconds since its last checkpoint"; "" when the loss is not known."""
+        if self.lost_gpu_seconds is None:
+            return ""
+        since = "since its last checkpoint" if self.checkpointed else "since it started (no checkpoint)"
+        return f"loses {gpu_seconds_text(self.lost_gpu_seconds)} GPU-seconds {since}"
 
     def describe(self) -> str:
         why = "lower priority" if self.reason is VictimReason.LOWER_PRIORITY else "borrowed quota"
-        return f"{self.key} (queue {self.queue}, priority {self.priority}, {why})"
+        loss = self.loss_text()
+        return f"{self.key} (queue {self.queue}, priority {self.priority}, {why}{', ' + loss if loss else ''})"
+
+
+def gpu_seconds_text(value: float) -> str:
+    """GPU-seconds as a whole number with thousands separators: 7200.4 -> "7,200"."""
+    return f"{round(value):,}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,9 @@
 `federator describe job` prints: the chosen cluster and its nodes, the score
 table of the clusters that passed, and the why-not table of the clusters a
 filter rejected (filter, reason code, message with the numbers). With
-queues: the queue a decision is charged to, the gangs it preempts (and
-why), the elastic gangs it shrinks instead (by how many pods), the quota an
+queues: the queue a decision is charged to, the gangs it preempts (why,
+and the GPU-seconds each eviction loses: work since the victim's last
+checkpoint, or since its start), the elastic gangs it shrinks instead (by how many pods), the quota an
 unplaced gang waits for, and, in explain mode, where it would fit after
 preempting whom. An elastic gang's decision says the size chosen per role.
 
@@ -16,7 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from federator.placement.decision import Decision, Preemption, Rejection, ScoreBreakdown, Unplaced, VictimReason
+from federator.placement.decision import (
+    Decision,
+    Preemption,
+    Rejection,
+    ScoreBreakdown,
+    Unplaced,
+    Victim,
+    VictimReason,
+    gpu_seconds_text,
+)
 
 __all__ = ["render_decision", "render_scores", "render_unplaced", "render_why_not"]
 
@@ -71,9 +81,19 @@ def _why(reason: VictimReason) -> str:
     return "lower priority" if reason is VictimReason.LOWER_PRIORITY else "borrowed quota"
 
 
+def _lost(victim: Victim) -> str:
+    """The GPU-seconds the eviction loses, and since when ("-" when not known)."""
+    if victim.lost_gpu_seconds is None:
+        return "-"
+    since = "since checkpoint" if victim.checkpointed else "since start"
+    return f"{gpu_seconds_text(victim.lost_gpu_seconds)} ({since})"
+
+
 def _victim_lines(preemption: Preemption) -> list[str]:
-    rows = [(v.key, v.queue, str(v.priority), _why(v.reason)) for v in preemption.victims]
-    lines = _table(("GANG", "QUEUE", "PRIORITY", "WHY"), rows) if rows else []
+    rows = [
+        (v.key, v.queue, str(v.priority), _why(v.reason), _lost(v)) for v in preemption.victims
+    ]
+    lines = _table(("GANG", "QUEUE", "PRIORITY", "WHY", "GPU-SECONDS LOST"), rows) if rows else []
     if preemption.shrinks:
         lines.append("  shrunk toward their minimum instead (their newest pods above it removed):")
         lines.extend(

@@ -153,6 +153,9 @@ class Profile:
     # Fit and score every cluster that passes the cheap filters, even those that cannot win
     # (same decisions, fuller explanations, slower): for describe and debugging.
     exhaustive: bool = False
+    # Among preemption candidates of equal priority, evict those whose eviction loses the fewest GPU-seconds
+    # (work since their last checkpoint) first; False: the order before checkpoints (most recently started).
+    victims_by_lost_work: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "filters", tuple(self.filters))
@@ -177,6 +180,8 @@ class Profile:
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ProfileError(f"profile {self.name!r}: {knob} must be a positive number")
+        if type(self.victims_by_lost_work) is not bool:
+            raise ProfileError(f"profile {self.name!r}: victims_by_lost_work must be a bool")
         if type(self.max_holds_per_cluster) is not int or self.max_holds_per_cluster < 0:
             raise ProfileError(f"profile {self.name!r}: max_holds_per_cluster must be a non-negative int")
 

@@ -27,10 +27,20 @@ Rules of the plan:
   preemptor is thus never on borrowed quota, and can be evicted again only
   by a gang of higher priority in its own queue.
 - Fewest victims first, across all clusters. Candidates are ranked
-  borrowed first, then lowest priority, then most recently started (then
-  uid); among sets of the fewest victims the one whose most senior victim
-  is least senior wins (then the next most senior, ...), then the cluster
-  name. A gang that fits without victims gets no plan.
+  borrowed first, then lowest priority; among equal priority, the fewest
+  GPU-seconds their eviction loses at the cycle's `now` (their GPUs times
+  the seconds since their last checkpoint on their current copy, or since
+  it started: `RunningGang.lost_gpu_seconds`; Profile
+  `victims_by_lost_work`, on by default; off, every loss counts as 0),
+  then most recently started (then uid): `QuotaLedger.eviction_rank`.
+  Priority always comes first: a gang of higher priority is never evicted
+  to save GPU-seconds. Among sets of the fewest victims the one whose most
+  senior victim is least senior (ranks last) wins (then the next most
+  senior, ...), then the cluster name. So among plans of as many victims,
+  a plan of equal-priority victims that lose less wins; the number of
+  victims still comes first. A gang that fits without victims gets no
+  plan. Each victim of the plan carries the GPU-seconds its eviction
+  loses (`Victim.lost_gpu_seconds`), which the decision's texts show.
 - Shrink instead of kill. A candidate that is a running elastic gang with
   pods above its minimum (`RunningGang.removable`) may be shrunk instead of
   evicted: its newest pods above the minimum are removed (never one below
@@ -96,7 +106,7 @@ from dataclasses import dataclass, replace
 
 from immutables import Map
 
-from federator.placement.admission import NO_ROOM, QuotaLedger, RoomTerm, RunningGang, RunningPod
+from federator.placement.admission import NO_ROOM, EvictionRank, QuotaLedger, RoomTerm, RunningGang, RunningPod
 from federator.placement.decision import Preemption, Shrink, Victim, VictimReason
 from federator.placement.framework import GANG_FIT, EvalContext, FederationStats, ResolvedProfile
 from federator.placement.gang import GangRequest
@@ -127,6 +137,8 @@ class PreemptionPlan:
     minimal: bool
     # Running elastic gangs shrunk toward their minimum, with the pods removed (newest first).
     shrinks: tuple[tuple[RunningGang, VictimReason, tuple[RunningPod, ...]], ...] = ()
+    # When the plan was made: the victims' lost GPU-seconds are counted to it (None: not shown).
+    now: float | None = None
 
     @property
     def victim_uids(self) -> tuple[str, ...]:
@@ -146,7 +158,17 @@ class PreemptionPlan:
             cluster=self.cluster,
             gpu_model=self.gpu_model,
             victims=tuple(
-                Victim(v.uid, v.key, v.queue, v.priority, v.borrowed, reason) for v, reason in self.victims
+                Victim(
+                    v.uid,
+                    v.key,
+                    v.queue,
+                    v.priority,
+                    v.borrowed,
+                    reason,
+                    lost_gpu_seconds=None if self.now is None else v.lost_gpu_seconds(self.now),
+                    checkpointed=v.checkpointed_at is not None and v.checkpointed_at >= v.started_at,
+                )
+                for v, reason in self.victims
             ),
             nodes=tuple(used),
             minimal=self.minimal,
@@ -169,8 +191,8 @@ def shrunk_part(victim: RunningGang, pods: Sequence[RunningPod]) -> RunningGang:
     return replace(victim, amounts=Map(amounts), demand=demand, pods=(), request=None)
 
 
-# Eviction rank of a candidate (`RunningGang.eviction_rank`); smaller goes first.
-Rank = tuple[int, int, float, str]
+# Eviction rank of a candidate (`QuotaLedger.eviction_rank`); smaller goes first.
+Rank = EvictionRank
 
 
 def released_view(view: ClusterSnapshot, victims: Sequence[RunningGang]) -> ClusterSnapshot:
@@ -300,11 +322,11 @@ class _Search:
                 useful = _shares_quota(victim, gang, model)
             if useful:
                 kept.append((victim, reason, amounts))
-        kept.sort(key=lambda entry: entry[0].eviction_rank)  # already in rank order: a cheap check
+        kept.sort(key=lambda entry: ledger.eviction_rank(entry[0]))  # already in rank order: a cheap check
         self.victims = [entry[0] for entry in kept]
         self.reasons = [entry[1] for entry in kept]
         self.amounts = [entry[2] for entry in kept]
-        self.keys = [v.eviction_rank for v in self.victims]
+        self.keys = [ledger.eviction_rank(v) for v in self.victims]
         # The quota rule's numbers now, and what each candidate's eviction frees of each (queue, cohort).
         self.terms = ledger.room_terms(gang, model)
         self.freeing = [[ledger.removal(gang, v, term.key) for term in self.terms] for v in self.victims]
@@ -662,7 +684,10 @@ class _ShrinkSearch:
         *,
         quota_free: bool,
     ) -> None:
-        self.gangs: list[tuple[RunningGang, VictimReason]] = sorted(candidates, key=lambda c: c[0].eviction_rank)
+        self.ledger = ledger
+        self.gangs: list[tuple[RunningGang, VictimReason]] = sorted(
+            candidates, key=lambda c: ledger.eviction_rank(c[0])
+        )
         self.removable: list[tuple[RunningPod, ...]] = []
         options: list[tuple[RunningGang, VictimReason]] = []
         self.whole: list[int] = []
@@ -700,8 +725,9 @@ class _ShrinkSearch:
         return self.full.fits(sorted(chosen))
 
     def key(self, whole: Sequence[int], vector: Mapping[int, int]) -> PlanKey:
-        evicted = tuple(sorted((self.gangs[g][0].eviction_rank for g in whole), reverse=True))
-        pods = tuple(sorted((self.gangs[g][0].eviction_rank for g, j in vector.items() for _ in range(j)), reverse=True))
+        rank = self.ledger.eviction_rank
+        evicted = tuple(sorted((rank(self.gangs[g][0]) for g in whole), reverse=True))
+        pods = tuple(sorted((rank(self.gangs[g][0]) for g, j in vector.items() for _ in range(j)), reverse=True))
         return (len(whole), evicted, sum(vector.values()), pods)
 
     def _elastic(self, whole: Sequence[int]) -> list[int]:
@@ -971,9 +997,9 @@ def plan_preemption(
             return (0, (), 0, name, -1, 0, None, [])  # a plan may evict nobody and only shrink
         for victim, _ in ledger.iter_candidates(gang, name, excluded=excluded, models=named):
             if may_be_alone(victim, view):
-                return (1, (victim.eviction_rank,), 0, name, -1, 0, None, [])
+                return (1, (ledger.eviction_rank(victim),), 0, name, -1, 0, None, [])
         # Candidates, but none is a plan by itself: plans here have two victims or more.
-        lowest = (-1, 0, 0.0, "")
+        lowest: Rank = (-1, 0, 0.0, 0.0, "")
         return (2, (lowest, lowest), 0, name, -1, 0, None, [])
 
     # Each cluster enters with its best-ranked candidate (any plan's best victim ranks no better); the scan
@@ -984,7 +1010,7 @@ def plan_preemption(
             if ledger.has_shrinkable(name):
                 heapq.heappush(heap, (0, (), 0, name, -2, len(heap), None, []))
             else:
-                heapq.heappush(heap, (1, (head[0].eviction_rank,), 0, name, -2, len(heap), None, []))
+                heapq.heappush(heap, (1, (ledger.eviction_rank(head[0]),), 0, name, -2, len(heap), None, []))
     # (plan key, cluster, model position), and the search with its plan: whole victims (indices into
     # `_Search.victims`) or, from a `_ShrinkSearch`, (evicted gangs, gang -> pods removed).
     Best = tuple[
@@ -1027,9 +1053,9 @@ def plan_preemption(
                     continue
                 first = next((v for v, _ in pool if alone_on(v, model, view)), None)
                 if first is not None:
-                    heapq.heappush(heap, (1, (first.eviction_rank,), 0, name, index, serial, None, pool))
+                    heapq.heappush(heap, (1, (ledger.eviction_rank(first),), 0, name, index, serial, None, pool))
                 elif pool:
-                    lowest = (-1, 0, 0.0, "")
+                    lowest = (-1, 0, 0.0, 0.0, "")
                     heapq.heappush(heap, (2, (lowest, lowest), 0, name, index, serial, None, pool))
             continue
         if search is None:
@@ -1086,4 +1112,5 @@ def plan_preemption(
         released=released,
         minimal=proven,
         shrinks=tuple(shrinks),
+        now=now,
     )

@@ -4,7 +4,11 @@ The ITP trace gives each job a submission time, a duration and a GPU
 count; a federation also needs its gang shape, dataset, network need,
 GPU-model constraint and team, and a replay with queues (`--queues`) a
 priority: the trace has no notion of one, so it is drawn too (a stated
-mix; without queues every job has priority 0). `RULE` fixes how they are drawn and
+mix; without queues every job has priority 0), and a checkpoint interval
+(`checkpoint_draw`: a share of the jobs never checkpoint, the others
+checkpoint every 10 min, 30 min, 1 h or 2 h of their run, uniform; drawn
+from BLAKE2b of "<seed>/checkpoint/<job uid>", so no other draw moves; only
+an eviction reads it, and evictions happen only with queues). `RULE` fixes how they are drawn and
 `describe_rule()` says it in words (printed in every report). Each job's
 draws come from BLAKE2b of "<seed>/<job uid>", so a job's attributes depend
 only on the seed, the job and the clusters file (for its home's models and
@@ -23,7 +27,15 @@ from dataclasses import dataclass
 from federator.replay.clusters import Federation
 from federator.replay.trace import TraceJob
 
-__all__ = ["RULE", "AttributeRule", "ReplayJob", "assign_attributes", "describe_rule", "elastic_draw"]
+__all__ = [
+    "RULE",
+    "AttributeRule",
+    "ReplayJob",
+    "assign_attributes",
+    "checkpoint_draw",
+    "describe_rule",
+    "elastic_draw",
+]
 
 GIB = 1 << 30
 
@@ -55,6 +67,10 @@ class AttributeRule:
     elastic_share: float = 0.0
     # The replay without elasticity: the same jobs drawn elastic keep their one-GPU workers, fixed (min = max).
     elastic_fixed: bool = False
+    # With queues: the share of jobs that never checkpoint; the others checkpoint every one of these many
+    # seconds of their run (uniform), from a draw of their own (`checkpoint_draw`).
+    no_checkpoint_share: float = 0.25
+    checkpoint_intervals: tuple[float, ...] = (600.0, 1800.0, 3600.0, 7200.0)
 
 
 RULE = AttributeRule()
@@ -84,6 +100,8 @@ class ReplayJob:
     priority: int = 0
     # An elastic gang's minimum pods (its max is `pods`); 0 for a fixed-size gang.
     min_pods: int = 0
+    # With queues: seconds of its run between two checkpoints (0: it never checkpoints); see `checkpoint_draw`.
+    checkpoint_seconds: float = 0.0
 
     @property
     def multi_pod(self) -> bool:
@@ -105,9 +123,18 @@ def describe_rule(rule: AttributeRule = RULE, *, priorities: bool = False) -> st
     other_dataset = 1 - r.no_dataset_share - r.home_dataset_share
     if priorities:
         mix = ", ".join(f"{value} with probability {share:g}" for value, share in r.priority_mix)
+        intervals = ", ".join(f"{seconds / 60:g} min" for seconds in r.checkpoint_intervals)
         priority_text = (
             f"Priority (the trace has none; drawn because queues are replayed): {mix}, from the digest's eighth "
             "draw, so every other attribute is the same as without queues. "
+            "Checkpoints (the trace has none; drawn because queues are replayed, and only an eviction reads "
+            "them): from BLAKE2b('<seed>/checkpoint/<job uid>'), u uniform in [0, 1): the job never "
+            f"checkpoints if u < {r.no_checkpoint_share:g}, else it checkpoints every I seconds of its run, I "
+            f"one of {intervals} (uniform over the rest of u). Its first checkpoint comes I seconds after "
+            "its training starts (after any dataset copy), then every I seconds, at no cost. An evicted job "
+            "keeps the work up to its last checkpoint: its next copy resumes from there (it still copies its "
+            "dataset if its new cluster lacks it), and GPU-hours lost to preemption are its GPUs times the "
+            "time since that checkpoint (or, without one in that run, since the run was bound). "
         )
     else:
         priority_text = "All jobs have priority 0. "
@@ -159,6 +186,17 @@ def _elastic_text(r: AttributeRule) -> str:
         "and never grow a gang: Armada asks its fit for the minimum (its gangMinimumCardinality); first-fit, "
         "random, none, Karmada and MultiKueue decide on the whole gang as before."
     )
+
+
+def checkpoint_draw(seed: int, uid: str, rule: AttributeRule = RULE) -> float:
+    """Seconds of its run between two checkpoints for a job (0: it never checkpoints); see `describe_rule`."""
+    digest = hashlib.blake2b(f"{seed}/checkpoint/{uid}".encode(), digest_size=8).digest()
+    u = int.from_bytes(digest, "big") / 2.0**64
+    share = rule.no_checkpoint_share
+    intervals = rule.checkpoint_intervals
+    if u < share or not intervals:
+        return 0.0
+    return intervals[min(len(intervals) - 1, int((u - share) / (1 - share) * len(intervals)))]
 
 
 def elastic_draw(seed: int, uid: str) -> float:
@@ -218,6 +256,8 @@ def assign_attributes(
         raise ValueError(f"elastic_share must be from 0 to 1, got {rule.elastic_share!r}")
     if priorities and (not rule.priority_mix or abs(sum(s for _, s in rule.priority_mix) - 1) > 1e-9):
         raise ValueError(f"priority_mix must be (priority, share) pairs whose shares sum to 1: {rule.priority_mix}")
+    if not 0 <= rule.no_checkpoint_share < 1 or not all(i > 0 for i in rule.checkpoint_intervals):
+        raise ValueError("no_checkpoint_share must be in [0, 1) and every checkpoint interval positive")
     sizes = federation.dataset_sizes
     catalogue = tuple(sizes)
     specs = {c.name: c for c in federation.clusters}
@@ -280,6 +320,7 @@ def assign_attributes(
                 dataset_bytes=sizes.get(dataset, 0) if dataset else 0,
                 priority=_priority(rule.priority_mix, u_priority) if priorities else 0,
                 min_pods=min_pods,
+                checkpoint_seconds=checkpoint_draw(seed, job.uid, rule) if priorities else 0.0,
             )
         )
     return out

@@ -33,13 +33,22 @@ pulled back, a finished gang cleaned up, or a gang evicted) the same again.
 Preemption (`evict`, asked by a policy with queues): a bound gang is
 evicted whole at once (its member objects deleted, every pod's node
 freed), its job goes back to not started with epoch + 1 (the policy
-requeues it), and its work is lost: it restarts from the beginning (its
-dataset copy too, if its next cluster does not cache the dataset), and
-the GPUs it held from binding until eviction count as GPU-hours lost to
-preemption. Its queueing delay is the time it waited: its final start
-minus its submission, less the time its evicted runs held their GPUs
-(that time is lost work, not waiting); its JCT is its final finish minus
-its submission, lost runs and all.
+requeues it), and its work since its last checkpoint is lost. A job
+checkpoints every `ReplayJob.checkpoint_seconds` of its run (0: never;
+drawn by the attribute rule, `attributes.checkpoint_draw`): the first
+checkpoint I seconds after its training starts (after any dataset copy),
+then every I seconds, at no cost (`last_checkpoint`). On eviction it keeps
+the work up to its last checkpoint in that run (`saved_work`: traced
+seconds), and its next copy runs only the rest (and copies its dataset
+again if its next cluster does not cache it); a job with no checkpoint in
+that run restarts from where its previous checkpoint left it (from the
+beginning if it never checkpointed). GPU-hours lost to preemption are its
+GPUs times the time since its last checkpoint in that run, or since the
+run was bound (dataset copy included) if it had none. Its queueing delay is
+the time it waited: its final start minus its submission, less the time
+its evicted runs held their GPUs (that time is not waiting); its JCT is
+its final finish minus its submission, lost runs and all. (Queues and
+elastic gangs are not replayed together, so no evicted run was resized.)
 
 Per queue (the trace cluster a job came from: the queues of `--queues`,
 measured for every policy) and per priority: jobs, mean, median and p95
@@ -218,6 +227,9 @@ class Engine:
         self.epoch = array("l", [0]) * n
         self.lost_gpu_seconds = array("d", [0.0]) * n
         self.evicted_run_seconds = array("d", [0.0]) * n
+        # Traced seconds of work each job has saved by checkpoints of evicted runs (its next run skips them).
+        self.saved_work = array("d", [0.0]) * n
+        self.resumed_from_checkpoint = 0
         self.evictions = 0
         # Elastic gangs: bound below their max, and pods added to running gangs.
         self.elastic_below_max = 0
@@ -283,10 +295,16 @@ class Engine:
         job = copy.job
         if copy.state != "bound" or math.isnan(self.bound_at[job.index]):
             raise ValueError(f"only a running gang can be evicted; {job.uid}'s copy in {copy.cluster} is {copy.state}")
+        checkpoint = self.last_checkpoint(copy)
         self.members[copy.cluster].evict(copy)
         self.writes += 1 + len(copy.pod_keys)
         self.busy_gpus -= copy.gpus
-        self.lost_gpu_seconds[job.index] += copy.gpus * (self.now - copy.bound_at)
+        if checkpoint is not None and copy.run_seconds > 0:
+            done = copy.work_left * (checkpoint - copy.trained_from) / copy.run_seconds
+            self.saved_work[job.index] = min(job.duration, job.duration - copy.work_left + done)
+            self.resumed_from_checkpoint += 1
+        lost_from = copy.bound_at if checkpoint is None else checkpoint
+        self.lost_gpu_seconds[job.index] += copy.gpus * (self.now - lost_from)
         self.evicted_run_seconds[job.index] += self.now - copy.bound_at
         self.evictions += 1
         self.epoch[job.index] += 1
@@ -294,6 +312,14 @@ class Engine:
         self.started_at[job.index] = math.nan
         self.cluster_of[job.index] = None
         self._dirty.add(copy.cluster)
+
+    def last_checkpoint(self, copy: GangCopy) -> float | None:
+        """When a bound run last checkpointed by now (None: not yet in this run, or its job never does)."""
+        every = copy.job.checkpoint_seconds
+        if copy.state != "bound" or every <= 0 or not self.now > copy.trained_from:
+            return None
+        count = math.floor((self.now - copy.trained_from) / every)
+        return copy.trained_from + count * every if count >= 1 else None
 
     def grow(self, copy: GangCopy, pods: int) -> int:
         """Create `pods` more pods of a running elastic gang in its member (which binds those that fit now).
@@ -358,7 +384,9 @@ class Engine:
         if stretch != 1:
             self.elastic_below_max += 1
         copy.segment_at = start
-        copy.remaining = job.duration * slowdown * stretch
+        copy.trained_from = start
+        copy.work_left = job.duration - self.saved_work[job.index]
+        copy.remaining = copy.run_seconds = copy.work_left * slowdown * stretch
         finish = copy.finish_at = start + copy.remaining
         self.bound_at[job.index] = self.now
         self.started_at[job.index] = start
@@ -529,6 +557,7 @@ class Engine:
             "preemptedJobs": sum(1 for e in self.epoch if e),
             "mostEvictionsOfOneJob": max(self.epoch, default=0),
             "gpuHoursLostToPreemption": round(sum(self.lost_gpu_seconds) / 3600, 3),
+            "evictionsResumedFromCheckpoint": self.resumed_from_checkpoint,
             "elasticJobs": sum(1 for job in jobs if job.elastic),
             "startedBelowMax": self.elastic_below_max,
             "resizes": self.resizes,

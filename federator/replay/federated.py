@@ -31,7 +31,13 @@ gangs: every gang dispatched and not finished, with the queue it is
 charged to, its priority, its start, the GPU model it runs on, whether it
 was admitted on borrowed quota (the decision's `borrowed`) and its
 per-node amounts from the member's binding (none yet for a copy still
-waiting in its member). A decision with a `preemption` is carried out
+waiting in its member), and when its run last checkpointed
+(`Engine.last_checkpoint`, refreshed before each cycle: placement ranks
+victims of equal priority by the GPU-seconds their eviction loses, as the
+hub does from status.checkpoint). The profile's `victims_by_lost_work`
+turns that ranking off (the policy `federator-queues-by-start`: victims of
+equal priority most recently started first, as before checkpoints; the
+same jobs and checkpoints). A decision with a `preemption` is carried out
 before its gang is dispatched: each victim's copy is evicted whole
 (`Engine.evict`: its PodGroup and pods deleted, counted as writes, its
 work lost) and its job requeued with its original submission time and
@@ -90,7 +96,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from immutables import Map
@@ -127,7 +133,7 @@ from federator.placement.plugins.gang_fit import EXCEEDS_CAPACITY
 from federator.replay.attributes import ReplayJob
 from federator.replay.engine import Engine, PolicyBase
 from federator.replay.member import GPU_PRODUCT_LABEL, GangCopy, Member
-from federator.replay.queues import QUEUE_POLICY
+from federator.replay.queues import QUEUE_POLICY, QUEUE_POLICY_BY_START
 from federator.sim.fit import CPU, GPU, MEMORY
 
 __all__ = ["FederatorPolicy", "PreemptionRecord", "gang_request_of"]
@@ -239,7 +245,7 @@ class FederatorPolicy(PolicyBase):
         self.exhaustive_queue = exhaustive_queue
         self.queues: dict[str, QueueQuota] | None = dict(queues) if queues is not None else None
         if self.queues is not None:
-            self.name = QUEUE_POLICY
+            self.name = QUEUE_POLICY if self.profile.victims_by_lost_work else QUEUE_POLICY_BY_START
         self.book: ReservationBook = EMPTY_BOOK
         self.snapshots: dict[str, ClusterSnapshot] = {}
         self._rv: dict[str, int] = {}
@@ -417,7 +423,19 @@ class FederatorPolicy(PolicyBase):
             gpu_model=model if gang.needs_gpu else None,
             amounts=amounts,
             borrowed=borrowed,
+            checkpointed_at=self.e.last_checkpoint(copy),
         )
+
+    def _refresh_checkpoints(self) -> None:
+        """Each running gang with the time its run last checkpointed by now (what status.checkpoint says)."""
+        running = self._running
+        for uid, gang in running.items():
+            copy = self._copies.get(uid)
+            if copy is None or not copy.job.checkpoint_seconds:
+                continue
+            at = self.e.last_checkpoint(copy)
+            if at != gang.checkpointed_at:
+                running[uid] = replace(gang, checkpointed_at=at)
 
     def _track_running(self, running: RunningGang) -> None:
         self._untrack_running(running.uid)
@@ -571,6 +589,8 @@ class FederatorPolicy(PolicyBase):
         candidates = self._candidates(now=now)
         if not candidates and not self.book.holds():
             return
+        if self.queues is not None:
+            self._refresh_checkpoints()
         result = run_cycle(
             candidates,
             self.snapshots,

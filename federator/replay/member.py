@@ -110,6 +110,12 @@ class GangCopy:
     segment_at: float = 0.0
     remaining: float = 0.0
     resizes: int = 0
+    # A bound run: when its training started (after any dataset copy), the traced seconds of work it had
+    # left then (less than the job's duration when it resumed from a checkpoint), and the run seconds that
+    # work takes (for the checkpoints of an eviction).
+    trained_from: float = float("nan")
+    work_left: float = 0.0
+    run_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         self.written = len(self.pod_keys)

@@ -29,11 +29,23 @@ from federator.placement import QueueQuota, QuotaAmounts, WithinQueue
 from federator.replay.attributes import ReplayJob
 from federator.replay.clusters import Federation
 
-__all__ = ["QUEUE_COHORT", "QUEUE_POLICY", "apportion", "describe_queues", "federation_gpus", "queue_gpu_hours", "trace_queues"]
+__all__ = [
+    "QUEUE_COHORT",
+    "QUEUE_POLICY",
+    "QUEUE_POLICY_BY_START",
+    "apportion",
+    "describe_queues",
+    "federation_gpus",
+    "queue_gpu_hours",
+    "trace_queues",
+]
 
 QUEUE_COHORT = "itp"
 # The policy that replays with these queues: federator's, given them (`FederatorPolicy(queues=...)`).
 QUEUE_POLICY = "federator-queues"
+# The same with the victim order before checkpoints (`--compare-victims`): among victims of equal priority the
+# most recently started first, whatever each loses (`Profile(victims_by_lost_work=False)`).
+QUEUE_POLICY_BY_START = "federator-queues-by-start"
 
 
 def federation_gpus(federation: Federation) -> dict[str, int]:

@@ -5,7 +5,11 @@
   `queues` (`queue_section`: the queue rule, each queue's GPU-hours and
   nominal quota, and per policy Jain's index over queues, preemptions per
   1,000 jobs, GPU-hours lost to preemption, and per queue and per priority
-  the mean, median and p95 queueing delay; federator-queues / federator);
+  the mean, median and p95 queueing delay; federator-queues / federator;
+  with `--compare-victims`, `checkpointAwareVictims`: GPU-hours lost to
+  preemption with the checkpoint-aware victim order (federator-queues)
+  and without it (federator-queues-by-start), same jobs and checkpoints,
+  and the difference);
   with `--elastic-share` F > 0 also `elasticity` (`elasticity_section`:
   the share, the elastic jobs and the multi-GPU jobs they were drawn
   from, and per policy its elastic jobs, how many started below their
@@ -33,9 +37,10 @@ from federator.placement import QueueQuota
 from federator.replay.attributes import ReplayJob
 from federator.replay.clusters import Federation
 from federator.replay.engine import PolicyResult
-from federator.replay.queues import QUEUE_POLICY, describe_queues, queue_gpu_hours
+from federator.replay.queues import QUEUE_POLICY, QUEUE_POLICY_BY_START, describe_queues, queue_gpu_hours
 
 __all__ = [
+    "VICTIM_ORDER_TEXT",
     "ELASTIC_KEYS",
     "FAIRNESS_TEXT",
     "METRIC_KEYS",
@@ -43,6 +48,7 @@ __all__ = [
     "QUEUE_KEYS",
     "elasticity_section",
     "queue_section",
+    "victim_order_comparison",
     "write_report",
 ]
 
@@ -70,6 +76,7 @@ QUEUE_KEYS: tuple[str, ...] = (
     "preemptedJobs",
     "mostEvictionsOfOneJob",
     "gpuHoursLostToPreemption",
+    "evictionsResumedFromCheckpoint",
 )
 # Per policy in report.json's elasticity.policies, with and without elasticity.
 ELASTIC_KEYS: tuple[str, ...] = ("meanQueueDelaySeconds", "p95QueueDelaySeconds", "gpuUtilization", "meanJctSeconds")
@@ -77,9 +84,12 @@ FAIRNESS_TEXT = (
     "queueJainFairness is Jain's index (sum x)^2 / (n sum x^2) over the queues (trace clusters) with a finished "
     "job, x = the queue's mean speed, a job's speed being its traced duration / its JCT (1: never waited, "
     "never slowed; a preempted job's JCT runs from its submission to its final finish). A preemption evicts "
-    "the victim whole and it restarts from the beginning: GPU-hours lost are the GPUs it held from binding "
-    "(dataset copy included) until eviction. Queueing delay is the time a job waited: submission to its final "
-    "start, less the time its evicted runs held GPUs (lost work, counted in its JCT)."
+    "the victim whole; it keeps the work up to its last checkpoint (the rule's checkpoint interval) and its "
+    "next copy resumes from there (one that never checkpointed restarts from the beginning): GPU-hours lost "
+    "are the GPUs it held from its last checkpoint in that run (without one, from binding, dataset copy "
+    "included) until eviction; evictionsResumedFromCheckpoint counts the evictions that kept some work. "
+    "Queueing delay is the time a job waited: submission to its final start, less the time its evicted runs "
+    "held GPUs (counted in its JCT)."
 )
 # federator-queues / federator in the queues section (delays and JCT lower is better; the rest higher).
 _COMPARED = ("meanQueueDelaySeconds", "p95QueueDelaySeconds", "p99QueueDelaySeconds", "meanJctSeconds",
@@ -239,7 +249,42 @@ def queue_section(
             float(with_q.extra["queueJainFairness"]), float(without.extra["queueJainFairness"])
         )
         section["comparison"] = {"of": QUEUE_POLICY, "to": "federator", "ratios": ratios}
+    if QUEUE_POLICY in by_name and QUEUE_POLICY_BY_START in by_name:
+        section["checkpointAwareVictims"] = victim_order_comparison(
+            by_name[QUEUE_POLICY], by_name[QUEUE_POLICY_BY_START]
+        )
     return section
+
+
+VICTIM_ORDER_TEXT = (
+    f"GPU-hours lost to preemption with the checkpoint-aware victim order ({QUEUE_POLICY}: among victims of equal "
+    "priority, those whose eviction loses the fewest GPU-seconds since their last checkpoint first, then the most "
+    f"recently started) and without it ({QUEUE_POLICY_BY_START}: equal priority, the most recently started first, "
+    "as before checkpoints), in the same invocation: the same jobs, queues, priorities and checkpoint intervals, "
+    "and in both an evicted job resumes from its last checkpoint. Priority comes first in both, and so does the "
+    "number of victims of a preemption."
+)
+
+
+def victim_order_comparison(aware: PolicyResult, by_start: PolicyResult) -> dict[str, Any]:
+    """report.json's queues.checkpointAwareVictims: GPU-hours lost with the checkpoint-aware victim order and
+    without it, the difference (without - with), preemptions of each and GPU-hours lost per preemption."""
+    with_lost = float(aware.extra["gpuHoursLostToPreemption"])
+    without_lost = float(by_start.extra["gpuHoursLostToPreemption"])
+    with_count, without_count = int(aware.extra["preemptions"]), int(by_start.extra["preemptions"])
+    return {
+        "rule": VICTIM_ORDER_TEXT,
+        "with": aware.policy,
+        "without": by_start.policy,
+        "gpuHoursLostWith": with_lost,
+        "gpuHoursLostWithout": without_lost,
+        "gpuHoursSaved": round(without_lost - with_lost, 3),
+        "ratio": _ratio_value(with_lost, without_lost),
+        "preemptionsWith": with_count,
+        "preemptionsWithout": without_count,
+        "gpuHoursLostPerPreemptionWith": round(with_lost / with_count, 3) if with_count else 0.0,
+        "gpuHoursLostPerPreemptionWithout": round(without_lost / without_count, 3) if without_count else 0.0,
+    }
 
 
 def elasticity_section(
@@ -357,6 +402,25 @@ def _queue_markdown(section: Mapping[str, Any]) -> list[str]:
                         f"{q['p95QueueDelaySeconds']:,.1f} | {q['meanSpeed']:.3f} | {q['evictions']:,}"
                     )
             lines.append(f"| {group} | " + " | ".join(cells) + " |")
+    victims = section.get("checkpointAwareVictims")
+    if isinstance(victims, Mapping):
+        ratio = victims["ratio"]
+        lines += [
+            "",
+            "### Checkpoint-aware victims",
+            "",
+            str(victims["rule"]),
+            "",
+            "| victim order | GPU-hours lost to preemption | preemptions | GPU-hours lost per preemption |",
+            "|---|---|---|---|",
+            f"| with ({victims['with']}) | {victims['gpuHoursLostWith']:,.1f} | {victims['preemptionsWith']:,} | "
+            f"{victims['gpuHoursLostPerPreemptionWith']:,.2f} |",
+            f"| without ({victims['without']}) | {victims['gpuHoursLostWithout']:,.1f} | "
+            f"{victims['preemptionsWithout']:,} | {victims['gpuHoursLostPerPreemptionWithout']:,.2f} |",
+            "",
+            f"Difference (without - with): {victims['gpuHoursSaved']:,.1f} GPU-hours"
+            + (f" (with / without: {ratio:.3g})." if ratio is not None else "."),
+        ]
     comparison = section.get("comparison")
     if isinstance(comparison, Mapping):
         lines += [

@@ -17,7 +17,14 @@ With `queues` (`--queues`): every job also gets a drawn priority (the
 rule's mix), the policy `federator-queues` (federator with one queue per
 trace cluster, `replay/queues.py`) is replayed beside `federator` (added
 if not chosen: the same jobs without queues, on the same machine in the
-same invocation), and the report gains its `queues` section.
+same invocation), and the report gains its `queues` section. Every job
+also gets a checkpoint interval (attributes.py): an evicted job loses only
+the work since its last checkpoint. With `compare_victims`
+(`--compare-victims`) `federator-queues-by-start` is replayed too: the same
+queues, jobs and checkpoints, with the victim order before checkpoints
+(equal priority: most recently started first); the `queues` section then
+gains `checkpointAwareVictims`, GPU-hours lost to preemption with the
+checkpoint-aware order (federator-queues) and without it, same run.
 
 With `elastic_share` F > 0 (`--elastic-share`): the rule marks a seeded
 share F of the multi-GPU jobs elastic, each one worker per GPU
@@ -47,7 +54,8 @@ from federator.replay.attributes import RULE, AttributeRule, ReplayJob, assign_a
 from federator.replay.clusters import ClustersFileError, Federation, load_clusters
 from federator.replay.engine import Engine, Policy, PolicyResult
 from federator.replay.federated import FederatorPolicy
-from federator.replay.queues import QUEUE_POLICY, trace_queues
+from federator.placement import Profile
+from federator.replay.queues import QUEUE_POLICY, QUEUE_POLICY_BY_START, trace_queues
 from federator.replay.policies import (
     ArmadaPolicy,
     FirstFitPolicy,
@@ -61,6 +69,7 @@ from federator.replay.trace import TraceError, load_trace
 __all__ = [
     "POLICIES",
     "QUEUE_POLICY",
+    "QUEUE_POLICY_BY_START",
     "ReplayInputError",
     "ReplayOptions",
     "default_clusters_file",
@@ -114,6 +123,7 @@ class ReplayOptions:
     progress: bool = True
     queues: bool = False
     elastic_share: float = 0.0
+    compare_victims: bool = False
 
     @property
     def rule(self) -> AttributeRule:
@@ -165,9 +175,12 @@ def replay_options(
     progress: bool = True,
     queues: bool = False,
     elastic_share: str | None = None,
+    compare_victims: bool = False,
 ) -> ReplayOptions:
     """Check the flags (not the files: `load_inputs` does) and return the options."""
     share = _share(elastic_share)
+    if compare_victims and not queues:
+        raise ReplayInputError("--compare-victims needs --queues (victims exist only with queues)")
     if share and queues:
         raise ReplayInputError("--elastic-share and --queues cannot be combined yet (elastic gangs are replayed "
                                "without queues)")
@@ -182,8 +195,9 @@ def replay_options(
         names = [p.strip() for p in policies.split(",")]
         if not names or any(not n for n in names):
             raise ReplayInputError(f"--policies must be a comma-separated list of: {', '.join(POLICIES)}")
-        if QUEUE_POLICY in names:
-            raise ReplayInputError(f"--policies: {QUEUE_POLICY} is replayed by --queues (beside federator)")
+        if QUEUE_POLICY in names or QUEUE_POLICY_BY_START in names:
+            raise ReplayInputError(f"--policies: {QUEUE_POLICY} is replayed by --queues (beside federator), "
+                                   f"{QUEUE_POLICY_BY_START} by --compare-victims")
         unknown = [n for n in names if n not in POLICIES]
         if unknown:
             raise ReplayInputError(f"--policies: unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
@@ -194,7 +208,8 @@ def replay_options(
         if "federator" not in chosen:
             chosen = ("federator", *chosen)
         at = chosen.index("federator") + 1
-        chosen = (*chosen[:at], QUEUE_POLICY, *chosen[at:])
+        extra = (QUEUE_POLICY, QUEUE_POLICY_BY_START) if compare_victims else (QUEUE_POLICY,)
+        chosen = (*chosen[:at], *extra, *chosen[at:])
     cpus = os.cpu_count() or 1
     workers_value = _int(workers, flag="--workers", low=1, high=MAX_WORKERS)
     if workers_value is None:
@@ -215,6 +230,7 @@ def replay_options(
         progress=progress,
         queues=queues,
         elastic_share=share,
+        compare_victims=compare_victims,
     )
 
 
@@ -242,10 +258,11 @@ def make_policy(
     """The named policy; `federator-queues` builds its queues from the jobs and the federation."""
     if name == "federator":
         return FederatorPolicy()
-    if name == QUEUE_POLICY:
+    if name in (QUEUE_POLICY, QUEUE_POLICY_BY_START):
         if federation is None:
-            raise ReplayInputError(f"{QUEUE_POLICY} needs the jobs and the federation to build its queues")
-        return FederatorPolicy(queues=trace_queues(jobs, federation))
+            raise ReplayInputError(f"{name} needs the jobs and the federation to build its queues")
+        profile = Profile(victims_by_lost_work=name == QUEUE_POLICY)
+        return FederatorPolicy(queues=trace_queues(jobs, federation), profile=profile)
     if name == "multikueue-allatonce":
         return MultiKueuePolicy(incremental=False)
     if name == "multikueue-incremental":

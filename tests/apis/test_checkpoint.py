@@ -13,6 +13,7 @@ from federator.apis.checkpoint import (
     ANNOTATION_CHECKPOINT,
     MAX_REPORT_BYTES,
     CheckpointReport,
+    checkpointed_at,
     latest_report,
     parse_report,
     restore_from,
@@ -121,6 +122,35 @@ def test_a_report_supersedes_a_lower_step_of_its_copy_or_an_earlier_copys() -> N
     for bad in ({}, {"epoch": "2", "step": 100}, {"epoch": True}, [], "x"):
         assert supersedes(report, bad, cluster="a", epoch=2), bad
     assert supersedes(report, {**recorded, "step": "100"}, cluster="a", epoch=2)
+
+
+def test_checkpointed_at_is_the_current_copys_report_time() -> None:
+    job = _job()
+    assert checkpointed_at(job, cluster="a", epoch=2) is None  # no status at all
+    job["status"] = {"checkpoint": {"step": 5, "location": "/c/5", "cluster": "a", "epoch": 2,
+                                    "time": "2026-11-29T08:00:10Z"}}
+    assert checkpointed_at(job, cluster="a", epoch=2) == 1795939210.0
+    assert checkpointed_at(job, cluster="a", epoch=3) is None  # an earlier copy's: not this copy's work
+    assert checkpointed_at(job, cluster="b", epoch=2) is None
+
+
+@pytest.mark.parametrize("status", [
+    "not a mapping",
+    {"checkpoint": None},
+    {"checkpoint": ["a", 2]},
+    {"checkpoint": {"cluster": "a", "epoch": 2}},  # no time
+    {"checkpoint": {"cluster": "a", "epoch": 2, "time": "yesterday"}},
+    {"checkpoint": {"cluster": "a", "epoch": 2, "time": 1795939210}},
+    {"checkpoint": {"cluster": "a", "epoch": 2, "time": "2026-11-29T08:00:10Z" + "0" * 10_000}},
+    {"checkpoint": {"cluster": "a", "epoch": "2", "time": "2026-11-29T08:00:10Z"}},
+    {"checkpoint": {"cluster": "a", "epoch": True, "time": "2026-11-29T08:00:10Z"}},
+    {"checkpoint": {"cluster": ["a"], "epoch": 2, "time": "2026-11-29T08:00:10Z"}},
+])
+def test_a_malformed_status_checkpoint_is_no_checkpoint(status: Any) -> None:
+    job = _job()
+    job["status"] = status
+    assert checkpointed_at(job, cluster="a", epoch=2) is None
+    assert checkpointed_at({"status": {"checkpoint": status}}, cluster="a", epoch=2) is None
 
 
 def test_save_grace() -> None:

@@ -8,11 +8,15 @@ nodes. The tests wait for the phases, conditions and member pods they assert on.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from federator.apis.checkpoint import ANNOTATION_CHECKPOINT
+from federator.apis.timestamps import parse_epoch
 from federator.cli.jobs import describe_job
 from federator.clusters.client import PODS
 from federator.delegation.adapter import LABEL_JOB_UID
@@ -241,7 +245,9 @@ async def test_preemption_evicts_the_fewest_lowest_priority_gangs_whole(tmp_path
         assert placement_of(urgent)["cluster"] == CLUSTER
         assert [p["spec"]["nodeName"] for p in await _pods_when(env, urgent)] == [low_pods[0]["spec"]["nodeName"]]
         [preempting] = history(urgent, "Preempting")
-        assert "team-a/low (queue vision, priority 1, lower priority)" in preempting["message"]
+        # the plan names each victim with the GPU-seconds its eviction loses (no checkpoint: since it started)
+        assert re.search(r"team-a/low \(queue vision, priority 1, lower priority, loses \d[\d,]* GPU-seconds since "
+                         r"it started \(no checkpoint\)\)", preempting["message"]), preempting["message"]
         assert "team-a/mid" not in preempting["message"]
         victim = await env.api.get("team-a", "low")
         [preempted] = history(victim, "Preempted")
@@ -272,9 +278,52 @@ async def test_explain_mode_says_whom_it_would_preempt_and_evicts_nobody(tmp_pat
         waiting = await env.api.wait_job("team-a", "urgent", reason_is("NoClusterFits"), timeout=30,
                                          what="urgent waits")
         message = (condition(waiting, "Schedulable") or {})["message"]
-        assert message.endswith(f"would fit on {CLUSTER} after preempting team-a/low (queue vision, priority 1, "
-                                "lower priority)")
+        assert re.search(f"would fit on {CLUSTER} after preempting team-a/low \\(queue vision, priority 1, "
+                         r"lower priority, loses \d[\d,]* GPU-seconds since it started \(no checkpoint\)\)$",
+                         message), message
         assert f"would fit on {CLUSTER} after preempting team-a/low" in describe_job(waiting)
         still = await env.api.get("team-a", "low")
         assert phase(still) == "Running" and placement_of(still)["epoch"] == placement_of(low)["epoch"]
         assert not history(still, "Preempted")
+
+
+async def test_among_equal_priority_the_victim_that_checkpointed_loses_least_and_the_plan_says_so(
+        tmp_path: Path) -> None:
+    """Issue 29 item 3: "older" would be spared by the order before checkpoints (the most recently started goes
+    first), but it reported a checkpoint after "newer" started, so its eviction loses fewer GPU-seconds."""
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None, profile_overrides=_nodes(2)) as env:
+        await create_queue(env, team_queue("vision", ["team-a"], gpus=64))
+        await env.api.submit(gang("older", queue="vision", priority=1))
+        older = await running(env, "older")
+        await env.api.submit(gang("newer", queue="vision", priority=1))
+        newer = await running(env, "newer")
+        newer_placed = parse_epoch(history(newer, "Placed")[-1]["time"])
+        assert newer_placed is not None
+        [pod] = await pods_of(env, older["metadata"]["uid"])
+        client = await env.member(CLUSTER)
+        step = 0
+        while True:  # status times are whole seconds: report until one is recorded after newer was placed
+            step += 1
+            await client.patch(PODS, namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"],
+                               patch={"metadata": {"annotations": {ANNOTATION_CHECKPOINT: json.dumps(
+                                   {"step": step, "location": f"s3://ckpt/older/{step}"})}}})
+            recorded = await env.api.wait_job(
+                "team-a", "older", lambda j, s=step: ((j.get("status") or {}).get("checkpoint") or {}).get("step")
+                == s, timeout=30, what=f"status.checkpoint at step {step}")
+            at = parse_epoch(recorded["status"]["checkpoint"]["time"])
+            if at is not None and at > newer_placed:
+                break
+            assert step < 20, "status.checkpoint.time never passed newer's placement"
+
+        await env.api.submit(gang("urgent", queue="vision", priority=10))
+        urgent = await running(env, "urgent")
+        [preempting] = history(urgent, "Preempting")
+        assert re.search(r"preempting team-a/older \(queue vision, priority 1, lower priority, loses \d[\d,]* "
+                         r"GPU-seconds since its last checkpoint\)$", preempting["message"]), preempting["message"]
+        assert "team-a/newer" not in preempting["message"]
+        assert "GPU-seconds since its last checkpoint" in describe_job(urgent)
+        evicted = await env.api.get("team-a", "older")
+        [preempted] = history(evicted, "Preempted")
+        assert re.search(r"; it loses \d[\d,]* GPU-seconds since its last checkpoint$", preempted["message"])
+        kept = await env.api.get("team-a", "newer")
+        assert phase(kept) == "Running" and placement_of(kept)["epoch"] == placement_of(newer)["epoch"]

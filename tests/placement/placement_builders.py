@@ -162,6 +162,7 @@ def running_gang(
     started_at: float = 0.0,
     borrowed: bool = False,
     model: str = "A100",
+    checkpointed_at: float | None = None,
 ) -> RunningGang:
     """A running gang (uid "run-<key>") holding `on[node]` GPUs per node, charged `gpus` (default: their sum)."""
     held = dict(on or {})
@@ -176,6 +177,7 @@ def running_gang(
         gpu_model=model,
         amounts={name: per_gpu(count) for name, count in held.items()},
         borrowed=borrowed,
+        checkpointed_at=checkpointed_at,
     )
 
 

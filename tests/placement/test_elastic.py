@@ -625,8 +625,9 @@ def _pods_fit(world: ShrinkWorld, cluster_name: str, freed: Mapping[str, int]) -
     return total
 
 
-def _rank(r: RunningGang) -> tuple[int, int, float, str]:
-    return (0 if r.borrowed else 1, r.priority, -r.started_at, r.uid)
+def _rank(r: RunningGang) -> tuple[int, int, float, float, str]:
+    """The eviction order at now=100: borrowed, priority, GPU-seconds lost since start (no checkpoints here)."""
+    return (0 if r.borrowed else 1, r.priority, r.demand.gpu * max(0.0, 100.0 - r.started_at), -r.started_at, r.uid)
 
 
 @SETTINGS

@@ -27,9 +27,10 @@ from federator.placement import (
     RoleRequest,
     run_cycle,
 )
-from federator.placement.admission import QueueQuota, QuotaAmounts, RunningGang, WithinQueue
+from federator.placement.admission import QueueQuota, QuotaAmounts, QuotaLedger, RunningGang, WithinQueue
 from federator.placement.cycle import CycleResult
 from federator.placement.explain import render_decision, render_unplaced
+from federator.placement.framework import ProfileError
 from federator.placement.reservation import ReservationKind
 
 PROFILE = Profile(hold_after_seconds=10_000.0)
@@ -255,6 +256,55 @@ CASES = [
         gang("vision/pair", pods=2, gpus=8, queue="vision", priority=5),
         expect=("a", ("s", "t")),
     ),
+    # Checkpoint-aware order (issue 29 item 3), at now=100: among equal priority the fewest GPU-seconds lost
+    # (GPUs x seconds since the later of its start and its last checkpoint) first, then today's order.
+    Case(
+        "equal priority: the gang that loses least since its last checkpoint, not the newest",
+        TWO_FULL,
+        [victim("fresh", {"n-0": 8}, started_at=20.0), victim("saved", {"n-1": 8}, started_at=10.0,
+                                                                 checkpointed_at=95.0)],
+        HI,
+        expect=("a", ("saved",)),  # 8 x 5 = 40 GPU-seconds, against 8 x 80 = 640
+    ),
+    Case(
+        "a fresh checkpoint never outranks priority",
+        TWO_FULL,
+        [victim("low", {"n-0": 8}, priority=0), victim("mid", {"n-1": 8}, priority=1, checkpointed_at=99.0)],
+        HI,
+        expect=("a", ("low",)),  # 800 GPU-seconds lost rather than 8, but priority comes first
+    ),
+    Case(
+        "equal loss falls back to the most recently started",
+        TWO_FULL,
+        [victim("old", {"n-0": 8}, started_at=10.0, checkpointed_at=90.0),
+         victim("new", {"n-1": 8}, started_at=20.0, checkpointed_at=90.0)],
+        HI,
+        expect=("a", ("new",)),
+    ),
+    Case(
+        "a checkpoint older than the current copy's start counts as none",
+        TWO_FULL,
+        [victim("stale", {"n-0": 8}, started_at=50.0, checkpointed_at=40.0),
+         victim("young", {"n-1": 8}, started_at=30.0, checkpointed_at=80.0)],
+        HI,
+        expect=("a", ("young",)),  # 8 x 20 = 160, against 8 x 50 = 400 (its start, not 40)
+    ),
+    Case(
+        "the loss counts GPUs times seconds",
+        TWO_FULL,
+        [victim("wide", {"n-0": 8}, started_at=60.0), victim("narrow", {"n-1": 4}, started_at=40.0),
+         victim("peer", {"n-1": 4}, priority=5)],
+        gang("vision/four", gpus=4, queue="vision", priority=5),
+        expect=("a", ("narrow",)),  # 4 x 60 = 240, against 8 x 40 = 320
+    ),
+    Case(
+        "fewer victims still beat a smaller loss",
+        TWO_FULL,
+        [victim("x", {"n-0": 4}, checkpointed_at=99.0), victim("y", {"n-0": 4}, checkpointed_at=99.0),
+         victim("z", {"n-1": 8})],
+        HI,
+        expect=("a", ("z",)),
+    ),
 ]
 
 
@@ -302,9 +352,83 @@ def test_the_decision_explains_whom_it_preempts_and_explain_mode_evicts_nothing(
     (waiting,) = explained.unplaced
     assert waiting.preemption is not None
     assert waiting.preemption.describe() == (
-        "would fit on a after preempting low0 (queue vision, priority 0, lower priority)"
+        "would fit on a after preempting low0 (queue vision, priority 0, lower priority, "
+        "loses 800 GPU-seconds since it started (no checkpoint))"
     )
     assert "Would fit on a after preempting low0" in render_unplaced(waiting)
+
+
+def test_the_plan_shows_the_gpu_seconds_each_eviction_loses() -> None:
+    saved = victim("saved", {"n-0": 8}, started_at=10.0, checkpointed_at=95.0)
+    fresh = victim("fresh", {"n-1": 8}, started_at=20.0)
+    case = Case("", TWO_FULL, [saved, fresh], gang("vision/pair", pods=2, gpus=8, queue="vision", priority=5))
+    (decision,) = _run(case).decisions
+    assert decision.preemption is not None
+    by_key = {v.key: v for v in decision.preemption.victims}
+    assert set(by_key) == {"saved", "fresh"}
+    assert (by_key["saved"].lost_gpu_seconds, by_key["saved"].checkpointed) == (40.0, True)
+    assert (by_key["fresh"].lost_gpu_seconds, by_key["fresh"].checkpointed) == (640.0, False)
+    assert by_key["saved"].describe() == (
+        "saved (queue vision, priority 0, lower priority, loses 40 GPU-seconds since its last checkpoint)"
+    )
+    text = render_decision(decision)
+    assert "GPU-SECONDS LOST" in text
+    assert "40 (since checkpoint)" in text and "640 (since start)" in text
+    (waiting,) = _run(case, preempt=False).unplaced
+    assert waiting.preemption is not None
+    assert "fresh (queue vision, priority 0, lower priority, loses 640 GPU-seconds since it started (no " \
+           "checkpoint))" in waiting.preemption.describe()
+
+
+def test_with_the_checkpoint_rule_off_equal_priority_goes_by_start_again() -> None:
+    running = [victim("fresh", {"n-0": 8}, started_at=20.0),
+               victim("saved", {"n-1": 8}, started_at=10.0, checkpointed_at=95.0)]
+    snaps = by_name(occupied("a", {"n-0": 8, "n-1": 8}, running))
+    off = Profile(hold_after_seconds=10_000.0, victims_by_lost_work=False)
+    (decision,) = run_cycle([HI], snaps, off, now=100.0, queues=vision(), running=running).decisions
+    assert decision.preempts == ("run-fresh",)
+    # The plan still says what the eviction loses.
+    assert decision.preemption is not None and decision.preemption.victims[0].lost_gpu_seconds == 640.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gangs=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 99), st.one_of(st.none(), st.integers(0, 100))),
+        min_size=1, max_size=6,
+    )
+)
+def test_one_victim_is_the_lowest_priority_then_the_smallest_loss(
+    gangs: list[tuple[int, int, int | None]],
+) -> None:
+    """Every node full with one 8-GPU gang of random priority, start and checkpoint; the preemptor (priority 5)
+    evicts exactly the candidate of lowest priority, then least loss, then newest, then uid, or none."""
+    running = [
+        victim(f"g{i}", {f"n-{i}": 8}, priority=p, started_at=float(s),
+               checkpointed_at=None if c is None else float(c))
+        for i, (p, s, c) in enumerate(gangs)
+    ]
+    snaps = by_name(occupied("a", {f"n-{i}": 8 for i in range(len(gangs))}, running))
+    result = run_cycle([HI], snaps, PROFILE, now=100.0, queues=vision(), running=running)
+    candidates = [r for r in running if r.priority < HI.priority]
+    if not candidates:
+        assert result.evictions == () and result.decisions == ()
+        return
+    expected = min(candidates, key=_rank)
+    assert result.evictions == (expected.uid,)
+
+
+def test_bad_checkpoint_times_and_clocks_are_refused() -> None:
+    for bad in (float("nan"), float("inf"), True, "95"):
+        with pytest.raises(ValueError, match="checkpointed_at"):
+            victim("bad", {"n-0": 8}, checkpointed_at=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lost_work_at"):
+        QuotaLedger(vision(), [], lost_work_at=float("nan"))
+    with pytest.raises(ProfileError, match="victims_by_lost_work"):
+        Profile(victims_by_lost_work=1)  # type: ignore[arg-type]
+    # A checkpoint in the future (a skewed clock) loses nothing, never a negative loss.
+    ahead = victim("ahead", {"n-0": 8}, started_at=10.0, checkpointed_at=500.0)
+    assert ahead.lost_gpu_seconds(100.0) == 0.0
 
 
 def test_the_preemptors_reservation_keeps_a_third_gang_off_the_freed_room_until_it_runs() -> None:
@@ -366,8 +490,9 @@ def test_a_gang_of_several_roles_is_packed_on_the_view_without_its_victims() -> 
     )
     result = run_cycle([ps_workers], snaps, PROFILE, now=100.0, queues=vision(), running=running)
     (decision,) = result.decisions
-    assert decision.preempts == ("run-low",)
-    fresh = {"a": occupied("a", {"n-0": 8, "n-1": 8}, running[1:])}
+    # Either alone makes room; low-b loses less (6 GPUs x 100 s, against 8 x 100).
+    assert decision.preempts == ("run-low-b",)
+    fresh = {"a": occupied("a", {"n-0": 8, "n-1": 8}, running[:1])}
     check_decisions([decision], {ps_workers.uid: ps_workers}, fresh)
 
 
@@ -411,6 +536,7 @@ def worlds(draw: st.DrawFn) -> World:
                     priority=draw(st.integers(0, 3)),
                     started_at=float(draw(st.integers(0, 5))),
                     borrowed=queue == "nlp" and draw(st.booleans()),
+                    checkpointed_at=draw(st.one_of(st.none(), st.integers(0, 100).map(float))),
                 )
             )
             count += 1
@@ -483,8 +609,11 @@ def _fits_plainly(world: World, cluster_name: str, gone: set[str]) -> bool:
     return bool(run_cycle([plain], {cluster_name: _snapshots(world, gone)[cluster_name]}, PROFILE, now=0.0).decisions)
 
 
-def _rank(r: RunningGang) -> tuple[int, int, float, str]:
-    return (0 if r.borrowed else 1, r.priority, -r.started_at, r.uid)
+def _rank(r: RunningGang) -> tuple[int, int, float, float, str]:
+    """The eviction order at now=100, read independently: borrowed first, lowest priority, then the fewest
+    GPU-seconds lost (GPUs x seconds since the later of its start and its checkpoint), most recently started."""
+    since = r.started_at if r.checkpointed_at is None else max(r.started_at, r.checkpointed_at)
+    return (0 if r.borrowed else 1, r.priority, r.demand.gpu * (100.0 - since), -r.started_at, r.uid)
 
 
 PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -499,7 +628,7 @@ def test_preemption_is_whole_minimal_in_one_cluster_and_only_when_needed(world: 
     by_uid = {r.uid: r for r in world.running}
     fits_without = any(_fits_plainly(world, name, set()) for name in world.node_gpus)
     # Brute force: the fewest eligible victims, all in one cluster, that let the gang fit there.
-    best: tuple[int, tuple[tuple[int, int, float, str], ...], str] | None = None
+    best: tuple[int, tuple[tuple[int, int, float, float, str], ...], str] | None = None
     for name in sorted(world.node_gpus):
         here = [r for r in eligible if r.cluster == name]
         for size in range(1, len(here) + 1):

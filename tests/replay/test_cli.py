@@ -102,6 +102,38 @@ def test_queues_replays_federator_with_and_without_queues_and_reports_fairness_a
     assert "federator-queues" not in baseline_header
 
 
+def test_compare_victims_reports_gpu_hours_lost_with_and_without_the_checkpoint_aware_order_in_one_run(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, clusters = inputs
+    out = tmp_path / "out"
+    code = main(["bench", "replay", "--trace", str(trace), "--clusters", str(clusters), "--seed", "3", "--jobs", "90",
+                 "--policies", "none", "--queues", "--compare-victims", "--workers", "1", "--no-progress",
+                 "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "with checkpoint-aware victims" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["policies"]) == ["federator", "federator-queues", "federator-queues-by-start", "none"]
+    assert "Checkpoints (the trace has none" in report["rule"]
+    queues = report["queues"]
+    victims = queues["checkpointAwareVictims"]
+    assert (victims["with"], victims["without"]) == ("federator-queues", "federator-queues-by-start")
+    lost = {name: queues["policies"][name]["gpuHoursLostToPreemption"]
+            for name in ("federator-queues", "federator-queues-by-start")}
+    assert (victims["gpuHoursLostWith"], victims["gpuHoursLostWithout"]) == (
+        lost["federator-queues"], lost["federator-queues-by-start"])
+    assert victims["gpuHoursSaved"] == pytest.approx(victims["gpuHoursLostWithout"] - victims["gpuHoursLostWith"])
+    assert victims["preemptionsWith"] == queues["policies"]["federator-queues"]["preemptions"]
+    if victims["preemptionsWith"]:
+        assert victims["gpuHoursLostPerPreemptionWith"] == pytest.approx(
+            victims["gpuHoursLostWith"] / victims["preemptionsWith"], abs=1e-3)
+    md = (out / "report.md").read_text()
+    assert "### Checkpoint-aware victims" in md and victims["rule"] in md
+    assert f"| with (federator-queues) | {victims['gpuHoursLostWith']:,.1f} |" in md
+    assert "restarts from the beginning:" not in md and "resumes from there" in md
+
+
 def test_queues_adds_federator_beside_the_chosen_policies(tmp_path: Path) -> None:
     def chosen(policies: str | None) -> tuple[str, ...]:
         return replay_options(trace=None, clusters=None, seed=None, jobs=None, policies=policies, workers=None,
@@ -110,6 +142,9 @@ def test_queues_adds_federator_beside_the_chosen_policies(tmp_path: Path) -> Non
     assert chosen("none") == ("federator", "federator-queues", "none")
     assert chosen("karmada,federator") == ("karmada", "federator", "federator-queues")
     assert chosen(None) == ("federator", "federator-queues", *POLICIES[1:])
+    compared = replay_options(trace=None, clusters=None, seed=None, jobs=None, policies="none", workers=None,
+                              out=str(tmp_path / "o"), queues=True, compare_victims=True).policies
+    assert compared == ("federator", "federator-queues", "federator-queues-by-start", "none")
 
 
 def _bad(tmp_path: Path, inputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], *flags: str) -> str:
@@ -150,6 +185,9 @@ def _bad(tmp_path: Path, inputs: tuple[Path, Path], capsys: pytest.CaptureFixtur
         (["--elastic-share", "\u0663"], "--elastic-share must be a number from 0 to 1"),
         (["--elastic-share", "0." + "1" * 5000], "--elastic-share must be a number from 0 to 1"),
         (["--elastic-share", "0.3", "--queues"], "--elastic-share and --queues cannot be combined"),
+        (["--compare-victims"], "--compare-victims needs --queues"),
+        (["--queues", "--compare-victims", "--policies", "none,federator-queues-by-start"],
+         "federator-queues-by-start by --compare-victims"),
     ],
 )
 def test_bad_flags(inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],

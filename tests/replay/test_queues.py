@@ -14,10 +14,18 @@ from replay_builders import TINY_CLUSTERS, federation, job, replay, synthetic_tr
 from federator.placement import QuotaAmounts, VictimReason, WithinQueue
 from federator.placement.decision import Decision
 from federator.placement.gang import GangRequest
-from federator.replay.attributes import RULE, AttributeRule, ReplayJob, assign_attributes, describe_rule
+from federator.placement import Profile
+from federator.replay.attributes import (
+    RULE,
+    AttributeRule,
+    ReplayJob,
+    assign_attributes,
+    checkpoint_draw,
+    describe_rule,
+)
 from federator.replay.engine import Engine, jain_index
 from federator.replay.federated import FederatorPolicy
-from federator.replay.queues import QUEUE_COHORT, apportion, trace_queues
+from federator.replay.queues import QUEUE_COHORT, QUEUE_POLICY, QUEUE_POLICY_BY_START, apportion, trace_queues
 from federator.replay.report import queue_section
 from federator.replay.trace import load_trace
 from federator.sim.fit import GPU
@@ -93,9 +101,10 @@ def test_priorities_are_drawn_only_with_queues_and_change_nothing_else(tmp_path:
     plain = assign_attributes(trace, fed, seed=4)
     drawn = assign_attributes(trace, fed, seed=4, priorities=True)
     assert {j.priority for j in plain} == {0}
+    assert {j.checkpoint_seconds for j in plain} == {0.0}
     counts = Counter(j.priority for j in drawn)
     assert set(counts) == {0, 100, 1000} and counts[100] > counts[0] > counts[1000]
-    assert [dataclasses.replace(j, priority=0) for j in drawn] == plain
+    assert [dataclasses.replace(j, priority=0, checkpoint_seconds=0.0) for j in drawn] == plain
     assert "100 with probability 0.65" in describe_rule(RULE, priorities=True)
     assert "All jobs have priority 0" in describe_rule(RULE)
     with pytest.raises(ValueError, match="sum to 1"):
@@ -273,6 +282,98 @@ def test_the_replay_with_queues_is_deterministic_per_seed(tmp_path: Path) -> Non
     assert runs[1][5] != runs[2][5] and runs[1][2] != runs[2][2], "another seed, other priorities and preemptions"
 
 
+# ---------------------------------------------------------------- checkpoints (issue 29 item 3)
+
+
+def test_the_checkpoint_interval_is_a_seeded_draw_per_job_as_the_rule_states() -> None:
+    uids = [f"cluster0{i % 9 + 1}-{i:06d}" for i in range(8000)]
+    drawn = [checkpoint_draw(1, uid) for uid in uids]
+    assert drawn == [checkpoint_draw(1, uid) for uid in uids]  # deterministic per (seed, job)
+    assert checkpoint_draw(1, uids[0], RULE) == drawn[0]
+    counts = Counter(drawn)
+    assert set(counts) == {0.0, *RULE.checkpoint_intervals}
+    assert abs(counts[0.0] / len(uids) - RULE.no_checkpoint_share) < 0.02
+    for interval in RULE.checkpoint_intervals:
+        assert abs(counts[interval] / len(uids) - (1 - RULE.no_checkpoint_share) / 4) < 0.02
+    other = [checkpoint_draw(2, uid) for uid in uids]
+    assert other != drawn and Counter(other).keys() == counts.keys()
+    # A rule with every job checkpointing, or none listed, and bad rules.
+    assert {checkpoint_draw(1, uid, AttributeRule(no_checkpoint_share=0.0)) for uid in uids[:500]} <= set(
+        RULE.checkpoint_intervals)
+    assert {checkpoint_draw(1, uid, AttributeRule(checkpoint_intervals=())) for uid in uids[:50]} == {0.0}
+    text = describe_rule(RULE, priorities=True)
+    assert "BLAKE2b('<seed>/checkpoint/<job uid>')" in text and "never checkpoints if u < 0.25" in text
+    assert "10 min, 30 min, 60 min, 120 min" in text
+
+
+@pytest.mark.parametrize("rule", [AttributeRule(no_checkpoint_share=1.0), AttributeRule(no_checkpoint_share=-0.1),
+                                  AttributeRule(checkpoint_intervals=(600.0, 0.0))])
+def test_a_bad_checkpoint_rule_is_refused(tmp_path: Path, rule: AttributeRule) -> None:
+    trace = load_trace(synthetic_trace(tmp_path / "trace", jobs_per_cluster=3))
+    with pytest.raises(ValueError, match="checkpoint"):
+        assign_attributes(trace, federation(), seed=1, priorities=True, rule=rule)
+
+
+def _checkpointed_pair() -> tuple[list[ReplayJob], object]:
+    """a checkpoints every 45 s (at 45 and 90), b never; hi (priority 1000) needs one of their nodes at 100."""
+    fed = federation(one_cluster("cluster01"))
+    jobs = [
+        dataclasses.replace(job("a", index=0, home="solo", submitted=0, duration=1000), checkpoint_seconds=45.0),
+        job("b", index=1, home="solo", submitted=1, duration=1000),
+        job("hi", index=2, home="solo", submitted=100, duration=500, priority=1000),
+    ]
+    return jobs, fed
+
+
+def test_the_victim_that_loses_least_is_evicted_and_resumes_from_its_last_checkpoint() -> None:
+    jobs, fed = _checkpointed_pair()
+    policy = FederatorPolicy(queues=trace_queues(jobs, fed))  # type: ignore[arg-type]
+    assert policy.name == QUEUE_POLICY
+    engine, result = replay(jobs, fed, policy)  # type: ignore[arg-type]
+    [record] = policy.preemptions
+    [victim] = record.victims
+    # a loses 8 GPUs x 10 s (since its checkpoint at 90); b would lose 8 x 99 (no checkpoint).
+    assert (victim.uid, victim.lost_gpu_seconds, victim.checkpointed) == ("a", 80.0, True)
+    assert result.extra["gpuHoursLostToPreemption"] == pytest.approx(round(80 / 3600, 3))
+    assert result.extra["evictionsResumedFromCheckpoint"] == 1
+    # a resumes when hi finishes (600) with 910 of its 1000 s left; b never stopped.
+    assert engine.started_at[0] == 600 and engine.finished_at[0] == 1510 and engine.epoch[0] == 1
+    assert engine.finished_at[1] == 1001 and engine.epoch[1] == 0
+
+
+def test_without_the_checkpoint_aware_order_the_newest_is_evicted_and_loses_more() -> None:
+    jobs, fed = _checkpointed_pair()
+    by_start = Profile(victims_by_lost_work=False)
+    policy = FederatorPolicy(queues=trace_queues(jobs, fed), profile=by_start)  # type: ignore[arg-type]
+    assert policy.name == QUEUE_POLICY_BY_START
+    engine, result = replay(jobs, fed, policy)  # type: ignore[arg-type]
+    [record] = policy.preemptions
+    assert [(v.uid, v.lost_gpu_seconds, v.checkpointed) for v in record.victims] == [("b", 792.0, False)]
+    assert result.extra["gpuHoursLostToPreemption"] == pytest.approx(round(792 / 3600, 3))
+    assert result.extra["evictionsResumedFromCheckpoint"] == 0
+    # b never checkpointed: it restarts from the beginning.
+    assert engine.started_at[1] == 600 and engine.finished_at[1] == 1600
+
+
+def test_checkpoints_on_a_contended_trace_are_deterministic_and_only_save_work(tmp_path: Path) -> None:
+    jobs, fed = contended_jobs(tmp_path, seed=1)
+    assert {j.checkpoint_seconds for j in jobs} > {0.0}, "some jobs checkpoint"
+    runs = []
+    for _ in range(2):
+        policy = FederatorPolicy(queues=trace_queues(jobs, fed))  # type: ignore[arg-type]
+        engine, result = replay(jobs, fed, policy, seed=1)  # type: ignore[arg-type]
+        runs.append(({k: v for k, v in result.metrics.items() if k != "wallSeconds"}, result.extra,
+                     policy.preemptions))
+        # Saved work never exceeds a job's duration; a job that never checkpoints saves nothing.
+        for j in jobs:
+            assert 0 <= engine.saved_work[j.index] <= j.duration
+            if not j.checkpoint_seconds:
+                assert engine.saved_work[j.index] == 0
+        assert all(m.ledger.overcommitted() == [] for m in engine.members.values())
+    assert runs[0] == runs[1]
+    assert runs[0][2], "preemptions happened"
+
+
 def test_an_eviction_of_a_gang_that_is_not_running_is_refused(tmp_path: Path) -> None:
     fed = federation(one_cluster("cluster01"))
     jobs = [job("a", index=0, home="solo")]
@@ -333,3 +434,24 @@ def test_a_ratio_of_two_zeros_is_one_and_of_something_to_zero_is_undefined(tmp_p
     with_delay = dataclasses.replace(results[0], metrics={**results[0].metrics, "meanQueueDelaySeconds": 5.0})
     ratios = queue_section([with_delay, without], queues=queues, jobs=jobs)["comparison"]["ratios"]
     assert ratios["meanQueueDelaySeconds"] is None
+
+
+def test_the_victim_order_comparison_of_one_run_by_hand() -> None:
+    jobs, fed = _checkpointed_pair()
+    queues = trace_queues(jobs, fed)  # type: ignore[arg-type]
+    aware = replay(jobs, fed, FederatorPolicy(queues=queues))[1]  # type: ignore[arg-type]
+    off = Profile(victims_by_lost_work=False)
+    by_start = replay(jobs, fed, FederatorPolicy(queues=queues, profile=off))[1]  # type: ignore[arg-type]
+    section = queue_section([aware, by_start], queues=queues, jobs=jobs)
+    compared = section["checkpointAwareVictims"]
+    assert (compared["gpuHoursLostWith"], compared["gpuHoursLostWithout"]) == (0.022, 0.22)
+    assert compared["gpuHoursSaved"] == pytest.approx(0.198) and compared["ratio"] == 0.1
+    assert (compared["preemptionsWith"], compared["preemptionsWithout"]) == (1, 1)
+    assert compared["gpuHoursLostPerPreemptionWith"] == 0.022
+    # No preemption at all: nothing per preemption, a ratio of two zeros is 1.
+    calm = [dataclasses.replace(r, extra={**r.extra, "preemptions": 0, "gpuHoursLostToPreemption": 0.0})
+            for r in (aware, by_start)]
+    quiet = queue_section(calm, queues=queues, jobs=jobs)["checkpointAwareVictims"]
+    assert quiet["gpuHoursLostPerPreemptionWith"] == 0.0 and quiet["ratio"] == 1.0 and quiet["gpuHoursSaved"] == 0
+    # Without the by-start run there is nothing to compare.
+    assert "checkpointAwareVictims" not in queue_section([aware], queues=queues, jobs=jobs)
