@@ -207,3 +207,12 @@ def seconds(stamp: str) -> float:
 
 async def list_pods(client: MemberClient, selector: str) -> list[dict[str, Any]]:
     return (await client.list_all(PODS, label_selector=selector)).items
+
+
+def local_pod(node: str, index: int) -> dict[str, Any]:
+    """Another tenant's pod, bound straight to `node` (by its own scheduler), taking every GPU there."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"local-{index}", "namespace": "default", "labels": {"tenant": "local"}},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [{
+                "name": "c", "image": "local:1", "resources": {"requests": {"nvidia.com/gpu": "8"},
+                                                               "limits": {"nvidia.com/gpu": "8"}}}]}}

@@ -28,7 +28,7 @@ from federator.sim import kinds
 from federator.sim.server import SimCluster
 
 from .jobtest_support import API, phase, placement_of, wait_until
-from .lifecycle_support import Env, aimed_job, history, lifecycle_env
+from .lifecycle_support import Env, aimed_job, history, lifecycle_env, local_pod
 
 pytestmark = pytest.mark.slow
 HOME, FALLBACK = "onprem-rdma-a100", "cloud-eth-h100"
@@ -358,15 +358,6 @@ async def test_a_fenced_gang_is_not_requeued_while_a_dispatch_of_it_is_in_flight
     assert placement_of(back)["epoch"] == epoch + 1
 
 
-def _local_pod(node: str, index: int) -> dict[str, Any]:
-    """Another tenant's pod, bound straight to `node`, taking every GPU there (the member cannot admit)."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"local-{index}", "namespace": "default", "labels": {"tenant": "local"}},
-            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [{
-                "name": "c", "image": "local:1", "resources": {"requests": {"nvidia.com/gpu": "8"},
-                                                               "limits": {"nvidia.com/gpu": "8"}}}]}}
-
-
 async def test_a_gang_the_agent_killed_before_admission_is_requeued_and_its_cluster_not_blamed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A gang placed and created in HOME but not admitted yet is deleted by HOME's fence agent (the hub's
@@ -395,7 +386,7 @@ async def test_a_gang_the_agent_killed_before_admission_is_requeued_and_its_clus
                 nodes = (await home.storage.list(kinds.NODES)).items
                 for index, node in enumerate(n["metadata"]["name"] for n in nodes
                                              if n["status"]["allocatable"].get("nvidia.com/gpu")):
-                    await home.storage.create(kinds.PODS, _local_pod(node, index), namespace="default")
+                    await home.storage.create(kinds.PODS, local_pod(node, index), namespace="default")
                 hold.set()
 
                 async def created() -> bool:

@@ -22,7 +22,7 @@ from federator.controllers.stuck import placed_at
 from federator.sim import kinds
 
 from .jobtest_support import API, condition, phase, placement_of, wait_until
-from .lifecycle_support import events, history, lifecycle_env, seconds
+from .lifecycle_support import events, history, lifecycle_env, local_pod, seconds
 
 pytestmark = pytest.mark.slow
 HOME, FALLBACK = "onprem-rdma-a100", "cloud-eth-h100"
@@ -43,15 +43,6 @@ def _job() -> dict[str, Any]:
     }
 
 
-def _local_pod(node: str, index: int) -> dict[str, Any]:
-    """Another tenant's pod, bound straight to `node` (by its own scheduler), taking every GPU there."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"local-{index}", "namespace": "default", "labels": {"tenant": "local"}},
-            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [{
-                "name": "c", "image": "local:1", "resources": {"requests": {"nvidia.com/gpu": "8"},
-                                                               "limits": {"nvidia.com/gpu": "8"}}}]}}
-
-
 async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, stuck_timeout_seconds=TIMEOUT,
@@ -69,7 +60,7 @@ async def test_a_gang_the_member_does_not_admit_is_pulled_back_and_lands_elsewhe
         nodes = (await home.storage.list(kinds.NODES)).items
         gpu_nodes = [n["metadata"]["name"] for n in nodes if n["status"]["allocatable"].get("nvidia.com/gpu")]
         for index, node in enumerate(gpu_nodes):
-            await home.storage.create(kinds.PODS, _local_pod(node, index), namespace="default")
+            await home.storage.create(kinds.PODS, local_pod(node, index), namespace="default")
         hold.set()
 
         # While it waits, the job says why, in the member's words.
