@@ -122,6 +122,9 @@ _QUIET_SECONDS = 2.0
 #: and the hub must have had this long, after the fault was lifted, to see the cluster back and act on what
 #: it finds there (e.g. a gang whose pods the fence agent deleted)
 _AFTER_LIFT_SECONDS = 5.0
+#: the baseline (the sample before the fault) is read again, this long at most, until the hub and every
+#: observed faulted cluster answered it: a kill is counted only for a pod seen before it went
+_BASELINE_PATIENCE_SECONDS = 30.0
 
 
 class DrillError(UserError):
@@ -431,6 +434,12 @@ class Observation:
 
 
 # ---------------------------------------------------------------- reading hub and members
+
+
+def _unanswered(sample: Sample, faulted: Sequence[str]) -> list[str]:
+    """What did not answer a sample: "the hub" (its job list) and the observed faulted clusters."""
+    missing = ["the hub"] if sample.jobs is None else []
+    return missing + [c for c in faulted if c in sample.pods and sample.pods[c] is None]
 
 
 def plan_path(cluster: str) -> str:
@@ -977,6 +986,15 @@ async def run_drill(hub: HubClient, options: DrillOptions, *, progress: Progress
     task: asyncio.Task[None] | None = None
     try:
         baseline = await sampler.take()
+        patience = time.monotonic() + _BASELINE_PATIENCE_SECONDS
+        while (missing := _unanswered(baseline, options.clusters)) and time.monotonic() < patience:
+            say(f"reading the baseline again: {', '.join(missing)} did not answer (a loaded machine or network); "
+                "the fault waits for a complete one")
+            await asyncio.sleep(options.sample_interval)
+            baseline = await sampler.take()
+        if missing:
+            notes.append(f"the baseline before the fault is incomplete ({', '.join(missing)} did not answer for "
+                         f"{_BASELINE_PATIENCE_SECONDS:g}s): pods killed there may be undercounted")
         node: str | None = None
         if options.fault == "node-failure":
             node = _busiest_node(baseline.pods.get(options.clusters[0]))

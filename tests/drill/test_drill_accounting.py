@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from federator.apis.drillreport import ACCOUNTED, OUTCOME_BUCKETS, accounted, validate_drillreport
-from federator.cli.drillrun import DrillOptions, Observation, PodView, Sample, build_report, render_report
+from federator.cli.drillrun import DrillOptions, Observation, PodView, Sample, _unanswered, build_report, render_report
 
 HOME, OTHER, NODE = "home", "other", "node-1"
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -141,3 +141,14 @@ def test_a_gang_placed_again_reports_the_checkpoint_step_its_new_copy_restores_f
         hostile = {**body, "spec": {**spec, "gangs": [{**spec["gangs"][0], "restoredFromStep": bad}]}}
         errors = validate_drillreport(hostile)
         assert errors and all(path.startswith("spec.gangs[0].restoredFromStep") for path, _ in errors), (bad, errors)
+
+
+def test_a_baseline_is_complete_only_when_the_hub_and_every_observed_faulted_cluster_answered() -> None:
+    """The drill reads the baseline again until it is complete: a pod the fence agent kills is counted only if
+    the drill saw it before (an unanswered baseline read on a loaded machine counted 0 kills)."""
+    answered = Sample(at=-0.1, jobs={}, clusters={}, pods={HOME: [], OTHER: None})
+    assert _unanswered(answered, [HOME]) == []  # OTHER is not faulted
+    assert _unanswered(Sample(at=-0.1, jobs={}, clusters={}, pods={HOME: None}), [HOME]) == [HOME]
+    assert _unanswered(Sample(at=-0.1, jobs=None, clusters=None, pods={HOME: None}), [HOME]) == ["the hub", HOME]
+    # a faulted cluster this machine cannot observe (no kubeconfig) is not waited for
+    assert _unanswered(Sample(at=-0.1, jobs={}, clusters={}, pods={}), [HOME]) == []
