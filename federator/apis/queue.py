@@ -86,6 +86,7 @@ __all__ = [
     "QueueSpec",
     "QueueStatus",
     "QueueTier",
+    "tier_errors",
     "queue_validator",
     "resources_text",
     "validate_queue",
@@ -237,19 +238,21 @@ def _selector_value_errors(selector: object, *, path: str) -> list[FieldError]:
     return errors
 
 
-def _tier_errors(tiers: object) -> list[FieldError]:
+def tier_errors(tiers: object, *, path: str = "spec.tiers") -> list[FieldError]:
+    """What QueueTier's model cannot check of a tiers list (duplicate names, selector operators and values, a
+    selector that selects nothing), as (field path under `path`, message); the replay's clusters file uses it too."""
     if not isinstance(tiers, list):
         return []
-    errors = duplicate_errors(tiers, path="spec.tiers", key="name")
+    errors = duplicate_errors(tiers, path=path, key="name")
     for index, tier in enumerate(tiers):
         if not isinstance(tier, Mapping):
             continue
-        path = f"spec.tiers[{index}].clusterSelector"
-        errors += selector_errors(tier.get("clusterSelector"), path=path)
-        errors += _selector_value_errors(tier.get("clusterSelector"), path=path)
+        where = f"{path}[{index}].clusterSelector"
+        errors += selector_errors(tier.get("clusterSelector"), path=where)
+        errors += _selector_value_errors(tier.get("clusterSelector"), path=where)
         why = selector_selects_nothing(tier.get("clusterSelector"))
         if why is not None:
-            errors.append((path, f"Invalid value: the selector selects no cluster: {why}"))
+            errors.append((where, f"Invalid value: the selector selects no cluster: {why}"))
     return errors
 
 
@@ -267,7 +270,7 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
             errors += duplicate_scalar_errors(namespaces.get("names"), path="spec.namespaces.names")
             errors += selector_errors(namespaces.get("selector"), path="spec.namespaces.selector")
             errors += _selector_value_errors(namespaces.get("selector"), path="spec.namespaces.selector")
-        errors += _tier_errors(spec.get("tiers"))
+        errors += tier_errors(spec.get("tiers"))
         if spec.get("borrowingLimit") is not None and not spec.get("cohort"):
             errors.append(("spec.borrowingLimit", "Forbidden: may only be set together with spec.cohort "
                                                   "(a queue borrows from the other queues of its cohort)"))

@@ -3,7 +3,7 @@
     federator bench [--quick] [--runs N] [--only a,b] [--skip a,b] [--bench-args NAME=ARGS]
                     [--bench-dir DIR] [--timeout SECONDS] --out DIR
     federator bench replay [--trace DIR] [--clusters FILE] [--seed N] [--jobs N]
-                           [--policies a,b,...] [--workers N] [--queues] [--elastic-share F] --out DIR
+                           [--policies a,b,...] [--workers N] [--queues] [--tiers] [--elastic-share F] --out DIR
     federator bench scale [bench/scale.py's arguments]
 
 Each benchmark is a subcommand of `bench`, registered by its own function
@@ -87,6 +87,12 @@ def _register_replay(benches: Any) -> None:
                    help="with --queues: also replay federator-queues-by-start (victims of equal priority most "
                         "recently started first, as before checkpoints; same jobs and checkpoints) and report "
                         "GPU-hours lost to preemption with the checkpoint-aware victim order and without it")
+    p.add_argument("--tiers", action="store_true",
+                   help="also replay federator-tiers: federator whose jobs carry the clusters file's tiers (a "
+                        "Queue's spec.tiers: on-prem first, cloud after spillAfterSeconds), beside federator "
+                        "without them; needs a clusters file with tiers: (bench/replay/clusters/tiers.yaml). Every "
+                        "report shows per policy the money spent (cloud GPU-hours x price; on-prem is sunk), the "
+                        "share of GPU-hours per tier and the median/p95 queueing delay")
     p.add_argument("--elastic-share", default=None, metavar="F",
                    help="make a seeded share F (0..1, default 0) of the multi-GPU jobs elastic (one worker per "
                         "GPU, min = half the workers, max = all); every policy is then replayed with and without "
@@ -106,7 +112,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         options = replay_options(
             trace=args.trace, clusters=args.clusters, seed=args.seed, jobs=args.jobs, policies=args.policies,
             workers=args.workers, out=args.out, progress=not args.no_progress, queues=args.queues,
-            elastic_share=args.elastic_share, compare_victims=args.compare_victims,
+            elastic_share=args.elastic_share, compare_victims=args.compare_victims, tiers=args.tiers,
         )
         report = run_replay(options)
     except ReplayInputError as e:
@@ -116,6 +122,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
               f"p95 {metrics['p95QueueDelaySeconds']:>9.1f} s   writes/job {metrics['memberWritesPerJob']:>6.2f}   "
               f"copied {metrics['datasetBytesCopied'] / 2**40:>9.1f} TiB   wall {metrics['wallSeconds']:>6.1f} s",
               flush=True)
+    if options.tiers:
+        for name, spend in report["spend"]["policies"].items():
+            print(f"{name:<24} money spent {spend['moneySpent']:>12,.1f}   cloud share {spend['cloudShare']:.3f}   "
+                  f"median delay {spend['medianQueueDelaySeconds']:>8.1f} s   p95 {spend['p95QueueDelaySeconds']:>9.1f} s",
+                  flush=True)
     queues = report.get("queues")
     if queues:
         for name, figures in queues["policies"].items():

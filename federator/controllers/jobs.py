@@ -57,14 +57,13 @@ from federator.obs import get_logger
 from federator.placement import (
     Decision,
     GangRequest,
-    LabelRequirement,
     LabelSelector,
     Network,
     Reservation,
     RoleRequest,
     Toleration,
 )
-from federator.placement.gang import SelectorOperator, SpotPolicy, TolerationOperator
+from federator.placement.gang import SpotPolicy, TolerationOperator
 from federator.placement.resources import template_requests
 from federator.placement.snapshot import TaintEffect
 
@@ -230,17 +229,7 @@ def phase_of(job: Mapping[str, Any]) -> str:
 
 def label_selector(raw: Any) -> LabelSelector | None:
     """A stored (validated) label selector as placement's; None for an absent or empty one (selects all)."""
-    if not isinstance(raw, Mapping):
-        return None
-    match_labels = raw.get("matchLabels") or {}
-    expressions = tuple(
-        LabelRequirement(key=str(e.get("key")), operator=SelectorOperator(str(e.get("operator"))),
-                         values=frozenset(str(v) for v in (e.get("values") or ())))
-        for e in (raw.get("matchExpressions") or ())
-        if isinstance(e, Mapping)
-    )
-    selector = LabelSelector(match_labels={str(k): str(v) for k, v in match_labels.items()},
-                             match_expressions=expressions)
+    selector = LabelSelector.from_wire(raw)
     return None if selector.is_empty() else selector
 
 

@@ -161,6 +161,20 @@ class LabelSelector:
     def is_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
 
+    @classmethod
+    def from_wire(cls, raw: object) -> LabelSelector:
+        """A (validated) wire label selector, {matchLabels, matchExpressions}; anything else selects all."""
+        if not isinstance(raw, Mapping):
+            return cls()
+        match_labels = raw.get("matchLabels") or {}
+        expressions = tuple(
+            LabelRequirement(key=str(e.get("key")), operator=SelectorOperator(str(e.get("operator"))),
+                             values=frozenset(str(v) for v in (e.get("values") or ())))
+            for e in (raw.get("matchExpressions") or ())
+            if isinstance(e, Mapping)
+        )
+        return cls(match_labels={str(k): str(v) for k, v in match_labels.items()}, match_expressions=expressions)
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterTier:

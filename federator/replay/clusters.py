@@ -10,6 +10,10 @@ YAML, documented in the README ("federator bench replay"):
         fabric: rdma                 # rdma | ethernet
         bandwidthGbps: 100           # how fast a dataset missing here is copied in
         costPerGpuHour: 2.1          # optional, default 0
+        cost:                        # optional, MemberCluster spec.cost's shape (no spot): overrides costPerGpuHour
+          perGpuHour: 2.1            #   when set
+          perModel: {H100: 4.5}      #   price by GPU model, over perGpuHour
+        labels: {location: on-prem}  # optional, what tiers' clusterSelectors match (MemberCluster metadata.labels)
         nodePools:                   # at least one
           - gpuModel: A100
             nodes: 64
@@ -18,10 +22,18 @@ YAML, documented in the README ("federator bench replay"):
             memory: 1000Gi           # optional, default 1000Gi
         datasets:                    # cached here: name -> size (a quantity: 150Gi, 1.2Ti)
           imagenet-22k: 1400Gi
+    tiers:                           # optional, a Queue's spec.tiers: spill-over order (the federator-tiers policy)
+      - name: on-prem
+        clusterSelector: {matchLabels: {location: on-prem}}
+        spillAfterSeconds: 1800      # default 300
+      - name: cloud
+        clusterSelector: {matchLabels: {location: cloud}}
 
 Every trace cluster must be the home of exactly one member cluster, so that
 each job has a home (the `none` policy keeps it there; the attribute rule
-draws its dataset mostly from there). `load_clusters` checks all of it
+draws its dataset mostly from there). Tiers are checked as a Queue's
+(apis.queue: QueueTier, `tier_errors`) and each must select at least one
+cluster of the file. `load_clusters` checks all of it
 and raises `ClustersFileError` with the offending field; it never fixes
 a file up. Pure apart from reading the file.
 """
@@ -29,15 +41,19 @@ a file up. Pure apart from reading the file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from federator.apis.common import LabelMap
+from federator.apis.membercluster import ClusterCost
 from federator.apis.quantity import QuantityError, parse_bytes, parse_millicores
+from federator.apis.queue import MAX_TIERS, QueueTier, tier_errors
+from federator.placement.gang import ClusterTier, LabelSelector
 
 __all__ = ["ClusterSpec", "ClustersFileError", "Federation", "PoolSpec", "load_clusters", "parse_clusters"]
 
@@ -74,6 +90,8 @@ class _Cluster(BaseModel):
     fabric: Literal["rdma", "ethernet"]
     bandwidth_gbps: Annotated[float, Field(alias="bandwidthGbps", gt=0, le=100_000, allow_inf_nan=False)]
     cost_per_gpu_hour: Annotated[float, Field(alias="costPerGpuHour", ge=0, le=10_000, allow_inf_nan=False)] = 0.0
+    cost: ClusterCost | None = None
+    labels: LabelMap | None = None
     node_pools: Annotated[list[_Pool], Field(alias="nodePools", min_length=1, max_length=16)]
     datasets: dict[str, str | int] = Field(default_factory=dict)
 
@@ -91,6 +109,7 @@ class _File(BaseModel):
 
     description: str = ""
     clusters: Annotated[list[_Cluster], Field(min_length=1, max_length=MAX_CLUSTERS)]
+    tiers: Annotated[list[QueueTier], Field(min_length=1, max_length=MAX_TIERS)] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +132,13 @@ class ClusterSpec:
     pools: tuple[PoolSpec, ...]
     # dataset name -> size in bytes
     datasets: Mapping[str, int]
+    # what tiers' selectors match; GPU-hour price by model (over cost_per_gpu_hour)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cost_per_model: Mapping[str, float] = field(default_factory=dict)
+
+    def price(self, gpu_model: str) -> float:
+        """What one GPU-hour of `gpu_model` costs here (as placement's ClusterInfo.price)."""
+        return float(self.cost_per_model.get(gpu_model, self.cost_per_gpu_hour))
 
     @property
     def gpus(self) -> int:
@@ -135,6 +161,13 @@ class Federation:
     description: str
     clusters: tuple[ClusterSpec, ...]
     home_of: Mapping[str, str]
+    # the file's tiers (a Queue's spec.tiers), in order; () when it has none
+    tiers: tuple[ClusterTier, ...] = ()
+
+    def tier_of(self, name: str) -> str | None:
+        """The name of the first tier whose selector matches cluster `name`'s labels; None: in no tier."""
+        labels = self.cluster(name).labels
+        return next((tier.name for tier in self.tiers if tier.selector.matches(labels)), None)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -222,6 +255,13 @@ def parse_clusters(text: str, *, path: str) -> Federation:
             total_nodes += p.nodes
         if total_nodes > MAX_NODES:
             raise ClustersFileError(f"clusters file {path}: more than {MAX_NODES} nodes in all")
+        cost = c.cost
+        if cost is not None and (cost.spot or cost.interruption_rate_per_hour):
+            field_name = "spot" if cost.spot else "interruptionRatePerHour"
+            raise ClustersFileError(f"{where}.cost.{field_name}: spot capacity is not replayed (leave it out)")
+        per_gpu_hour = c.cost_per_gpu_hour
+        if cost is not None and "per_gpu_hour" in cost.model_fields_set:
+            per_gpu_hour = cost.per_gpu_hour  # as the hub: cost.perGpuHour, when set, over costPerGpuHour
         datasets: dict[str, int] = {}
         for name, size in c.datasets.items():
             try:
@@ -235,12 +275,36 @@ def parse_clusters(text: str, *, path: str) -> Federation:
                 location=c.location,
                 fabric=c.fabric,
                 bandwidth_gbps=float(c.bandwidth_gbps),
-                cost_per_gpu_hour=float(c.cost_per_gpu_hour),
+                cost_per_gpu_hour=float(per_gpu_hour),
                 pools=tuple(pools),
                 datasets=datasets,
+                labels=dict(c.labels or {}),
+                cost_per_model=dict((cost.per_model or {}) if cost is not None else {}),
             )
         )
-    return Federation(path=path, description=parsed.description, clusters=tuple(clusters), home_of=home_of)
+    tiers = _tiers(raw.get("tiers"), parsed.tiers or [], clusters, path=path)
+    return Federation(path=path, description=parsed.description, clusters=tuple(clusters), home_of=home_of,
+                      tiers=tiers)
+
+
+def _tiers(
+    raw: object, parsed: Sequence[QueueTier], clusters: Sequence[ClusterSpec], *, path: str
+) -> tuple[ClusterTier, ...]:
+    """The file's tiers as placement's, checked as a Queue's spec.tiers are, each selecting some cluster here."""
+    errors = tier_errors(raw, path="tiers")
+    if errors:
+        where, message = errors[0]
+        raise ClustersFileError(f"clusters file {path}: {where}: {message}")
+    tiers: list[ClusterTier] = []
+    for index, tier in enumerate(parsed):
+        selector = LabelSelector.from_wire(tier.cluster_selector.model_dump(by_alias=True, exclude_none=True))
+        if not any(selector.matches(c.labels) for c in clusters):
+            raise ClustersFileError(
+                f"clusters file {path}: tiers[{index}].clusterSelector: selects none of the clusters (a tier "
+                "matches clusters by their labels)"
+            )
+        tiers.append(ClusterTier(name=tier.name, selector=selector, spill_after_seconds=float(tier.spill_after_seconds)))
+    return tuple(tiers)
 
 
 def load_clusters(path: Path) -> Federation:

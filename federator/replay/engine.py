@@ -57,6 +57,15 @@ evictions and GPU-hours lost (`PolicyResult.extra["queues"]` and
 `["priorities"]`); `queue_fairness` is Jain's index over the queues' mean
 speeds.
 
+Spend (`PolicyResult.extra["spend"]`, every policy): GPU-hours held per
+cluster and GPU model (bound gangs, dataset copy included, evicted runs
+too: the GPUs were held), money spent = the cloud clusters' GPU-hours
+times their price (`ClusterSpec.price(model)`; on-prem GPU-hours are sunk:
+shown, not counted in the money), the share of GPU-hours on-prem and in
+the cloud and in each tier of the clusters file (`untiered`: clusters in
+no tier, or all of them without tiers), and the mean, median, p90 and p95
+queueing delay.
+
 Must never: read a clock for the simulation (only `wall_seconds`
 measures the run), or let any policy see another's members.
 """
@@ -79,6 +88,7 @@ from federator.replay.member import GangCopy, Member, pod_requirements_of
 
 __all__ = [
     "FAILED_DISPATCH_NOTICE_SECONDS",
+    "UNTIERED",
     "Engine",
     "Policy",
     "PolicyBase",
@@ -88,6 +98,8 @@ __all__ = [
     "queue_fairness",
 ]
 
+# The tier share of GPU-hours in clusters no tier of the clusters file selects (all of them without tiers).
+UNTIERED = "untiered"
 # A gang written where it can never run stays Unschedulable; the dispatcher notices after this long
 # (karmada-descheduler's default unschedulable threshold is 5 minutes) and pulls it back.
 FAILED_DISPATCH_NOTICE_SECONDS = 300.0
@@ -241,6 +253,11 @@ class Engine:
         self.busy_gpus = 0
         self.total_gpus = sum(m.capacity["nvidia.com/gpu"] for m in self.members.values())
         self._busy_area = 0.0
+        # GPU-seconds held per (cluster, GPU model): what the spend figures price.
+        self._held: list[tuple[str, dict[str, int]]] = [(n, m.gpu_used_by_model) for n, m in self.members.items()]
+        self.gpu_seconds: dict[tuple[str, str], float] = {
+            (name, model): 0.0 for name, used in self._held for model in used
+        }
         self._last_t: float | None = None
         self._util_t = array("d")
         self._util_busy = array("d")
@@ -413,8 +430,14 @@ class Engine:
                 self.members[name].cycle(self._bound)
 
     def _advance(self, t: float) -> None:
-        if self._last_t is not None:
-            self._busy_area += self.busy_gpus * (t - self._last_t)
+        if self._last_t is not None and t > self._last_t and self.busy_gpus:
+            span = t - self._last_t
+            self._busy_area += self.busy_gpus * span
+            seconds = self.gpu_seconds
+            for name, used in self._held:
+                for model, gpus in used.items():
+                    if gpus:
+                        seconds[(name, model)] += gpus * span
         self._last_t = t
         self.now = t
 
@@ -508,6 +531,42 @@ class Engine:
             }
         return out
 
+    def _spend(self, delays: Sequence[float]) -> dict[str, Any]:
+        """Money spent, GPU-hours by location and tier, and queueing delay (report.py's spend section)."""
+        federation = self.federation
+        hours: dict[str, float] = {}
+        spent = 0.0
+        by_location = {"on-prem": 0.0, "cloud": 0.0}
+        by_tier: dict[str, float] = {tier.name: 0.0 for tier in federation.tiers}
+        for (name, model), seconds in self.gpu_seconds.items():
+            spec = federation.cluster(name)
+            gpu_hours = seconds / 3600
+            hours[name] = hours.get(name, 0.0) + gpu_hours
+            by_location[spec.location] += gpu_hours
+            if spec.location == "cloud":
+                spent += gpu_hours * spec.price(model)
+            tier = federation.tier_of(name) or UNTIERED
+            by_tier[tier] = by_tier.get(tier, 0.0) + gpu_hours
+        total = sum(hours.values())
+
+        def share(value: float) -> float:
+            return round(value / total, 6) if total > 0 else 0.0
+
+        return {
+            "moneySpent": round(spent, 3),
+            "gpuHours": round(total, 3),
+            "onPremGpuHours": round(by_location["on-prem"], 3),
+            "cloudGpuHours": round(by_location["cloud"], 3),
+            "onPremShare": share(by_location["on-prem"]),
+            "cloudShare": share(by_location["cloud"]),
+            "tierShares": {tier: share(value) for tier, value in by_tier.items()},
+            "meanQueueDelaySeconds": round(sum(delays) / len(delays), 3) if delays else 0.0,
+            "medianQueueDelaySeconds": round(quantile(delays, 0.5), 3),
+            "p90QueueDelaySeconds": round(quantile(delays, 0.9), 3),
+            "p95QueueDelaySeconds": round(quantile(delays, 0.95), 3),
+            "perClusterGpuHours": {name: round(value, 3) for name, value in sorted(hours.items())},
+        }
+
     def _result(self, *, wall: float, cpu: float) -> PolicyResult:
         jobs = self.jobs
         delays: list[float] = []
@@ -561,6 +620,7 @@ class Engine:
             "elasticJobs": sum(1 for job in jobs if job.elastic),
             "startedBelowMax": self.elastic_below_max,
             "resizes": self.resizes,
+            "spend": self._spend(delays),
         }
         return PolicyResult(
             policy=self.policy.name,

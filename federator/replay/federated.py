@@ -88,6 +88,18 @@ held a gang back ends. Not with queues (`--queues` and `--elastic-share`
 are refused together): running gangs would need their pods for quota
 and shrinking.
 
+Tiers (`tiers=`: the `federator-tiers` policy, the clusters file's
+`tiers:`): every gang carries them as a Queue's spec.tiers reach
+placement (`GangRequest.tiers`, `waiting_since` = its submission: a gang
+leaves the hub queue only when placed), so the real "tier" filter and
+score decide: the first tier at once, the next once the gang has waited
+the spillAfterSeconds before it, a lower tier always preferred. A gang
+gets a cycle at the instant each of its tiers opens; the selection's memo
+of cheap-filter answers is keyed by how many tiers the group's oldest gang
+has open (the oldest has the most, so its answer bounds the group's).
+The cluster's labels (clusters file `labels`) are what tiers select, and
+its `cost` (perGpuHour, perModel) is what the cost score reads.
+
 Must never: place through anything but `run_cycle`, or see the other
 policies' members.
 """
@@ -126,6 +138,7 @@ from federator.placement import (
     run_cycle,
 )
 from federator.placement.decision import Decision
+from federator.placement.gang import ClusterTier
 from federator.placement.framework import GANG_FIT, EvalContext, FederationStats, FilterResult
 from federator.placement.nodefit import candidate_gpu_models
 from federator.placement.plugins import default_registry
@@ -136,7 +149,10 @@ from federator.replay.member import GPU_PRODUCT_LABEL, GangCopy, Member
 from federator.replay.queues import QUEUE_POLICY, QUEUE_POLICY_BY_START
 from federator.sim.fit import CPU, GPU, MEMORY
 
-__all__ = ["FederatorPolicy", "PreemptionRecord", "gang_request_of"]
+__all__ = ["TIER_POLICY", "FederatorPolicy", "PreemptionRecord", "gang_request_of"]
+
+# federator with the clusters file's tiers (`--tiers`): every gang carries them as its queue's spec.tiers.
+TIER_POLICY = "federator-tiers"
 
 # A queue this short goes into the cycle whole: choosing would cost more than it saves.
 _SELECT_ABOVE = 16
@@ -179,8 +195,9 @@ def _requests_of(job: ReplayJob) -> Resources:
     return Resources(job.cpu_milli_per_pod, job.memory_per_pod, job.gpus_per_pod)
 
 
-def gang_request_of(job: ReplayJob, *, queue: str = "") -> GangRequest:
-    """The GangRequest the hub builds for a job of the replay (what `controllers.jobs.gang_request` reads)."""
+def gang_request_of(job: ReplayJob, *, queue: str = "", tiers: tuple[ClusterTier, ...] = ()) -> GangRequest:
+    """The GangRequest the hub builds for a job of the replay (what `controllers.jobs.gang_request` reads);
+    `tiers`: its queue's spill-over order, counted from the job's submission (it never leaves the queue)."""
     low, high = (job.low, job.pods) if job.elastic else (None, None)
     return GangRequest(
         key=f"{job.trace_cluster}/{job.uid}",
@@ -193,11 +210,14 @@ def gang_request_of(job: ReplayJob, *, queue: str = "") -> GangRequest:
         priority=job.priority,
         submitted_at=job.submitted,
         queue=queue,
+        tiers=tiers,
+        waiting_since=job.submitted if tiers else None,
     )
 
 
 def _signature(gang: GangRequest) -> Hashable:
-    return (gang.shape, gang.ranges, gang.network, gang.gpu_models, tuple(sorted(gang.node_selector.items())))
+    return (gang.shape, gang.ranges, gang.network, gang.gpu_models, tuple(sorted(gang.node_selector.items())),
+            gang.tiers)
 
 
 def _info(member: Member) -> ClusterInfo:
@@ -208,8 +228,9 @@ def _info(member: Member) -> ClusterInfo:
         fabric=Fabric(spec.fabric),
         rdma_kind=RdmaKind.INFINIBAND if rdma else None,
         bandwidth_gbps=spec.bandwidth_gbps,
-        labels={"federator.dev/fabric": spec.fabric},
+        labels={**spec.labels, "federator.dev/fabric": spec.fabric},
         cost_per_gpu_hour=spec.cost_per_gpu_hour,
+        cost_per_model=dict(spec.cost_per_model),
         datasets=dict(spec.datasets),
     )
 
@@ -239,13 +260,19 @@ class FederatorPolicy(PolicyBase):
         profile: Profile | None = None,
         exhaustive_queue: bool = False,
         queues: Mapping[str, QueueQuota] | None = None,
+        tiers: tuple[ClusterTier, ...] = (),
     ) -> None:
         super().__init__()
         self.profile = profile or Profile()
         self.exhaustive_queue = exhaustive_queue
         self.queues: dict[str, QueueQuota] | None = dict(queues) if queues is not None else None
+        if self.queues is not None and tiers:
+            raise ValueError("a replay with queues takes no tiers (federator-tiers is federator without queues)")
+        self.tiers = tuple(tiers)
         if self.queues is not None:
             self.name = QUEUE_POLICY if self.profile.victims_by_lost_work else QUEUE_POLICY_BY_START
+        elif self.tiers:
+            self.name = TIER_POLICY
         self.book: ReservationBook = EMPTY_BOOK
         self.snapshots: dict[str, ClusterSnapshot] = {}
         self._rv: dict[str, int] = {}
@@ -304,9 +331,15 @@ class FederatorPolicy(PolicyBase):
     # ------------------------------------------------------------ engine hooks
 
     def submit(self, job: ReplayJob) -> None:
-        self._enqueue(job, gang_request_of(job, queue=job.trace_cluster if self.queues is not None else ""))
+        self._enqueue(job, gang_request_of(job, queue=job.trace_cluster if self.queues is not None else "",
+                                           tiers=self.tiers))
         # Once old enough it may take a head-of-line hold: make sure a cycle runs then.
         self.e.timer(job.submitted + self.profile.hold_after_seconds, ("aged", job.uid))
+        # And when each of its next tiers opens (the tier filter lets it there from that instant).
+        opens = job.submitted
+        for tier in self.tiers[:-1]:
+            opens += tier.spill_after_seconds
+            self.e.timer(opens, ("aged", job.uid))
 
     def _enqueue(self, job: ReplayJob, gang: GangRequest, *, requeued: bool = False) -> None:
         group: _Group = (_signature(gang), gang.queue, gang.priority)
@@ -539,13 +572,15 @@ class FederatorPolicy(PolicyBase):
                 if memo is None or memo[0] is not snapshot:
                     memo = (snapshot, {})
                     self._memo[name] = memo
-                if signature in memo[1]:
-                    rejection = memo[1][signature]
+                # The tier filter's answer moves with time (tiers open as the gang waits): so does the key.
+                key = (signature, example.open_tiers(now)[0]) if example.tiers else signature
+                if key in memo[1]:
+                    rejection = memo[1][key]
                 else:
                     ctx = EvalContext(now=now, profile=self.profile, federation=federation)
                     # As the cycle does: the filters judge an elastic gang at its minimum.
                     rejection = self._rejection(example.minimum if example.elastic else example, snapshot, ctx)
-                    memo[1][signature] = rejection
+                    memo[1][key] = rejection
                 if rejection is None:
                     index = snapshot.index
                     role = example.roles[0]

@@ -15,7 +15,12 @@
   from, and per policy its elastic jobs, how many started below their
   max, resizes (growths), and ELASTIC_KEYS with elasticity (as
   `policies`) and without (the same jobs and shapes, min = max));
-- report.md: the inputs, every metric per policy, federator / each
+  and `spend` (`spend_section`, every report: how money is counted, each
+  cluster's location, price and tier, and per policy the money spent,
+  GPU-hours on-prem (sunk) and in the cloud, their shares and each tier's,
+  and the median, p90 and p95 queueing delay; with `--tiers` also
+  `comparison`: federator-tiers against federator);
+- report.md: the inputs, every metric per policy, the money-and-delay table, federator / each
   baseline per metric, jobs that never started, the queues section, the
   elasticity table, and the plots;
 - queue_delay_cdf.png, gpu_utilization.png, writes_and_bytes.png.
@@ -36,7 +41,8 @@ from typing import Any
 from federator.placement import QueueQuota
 from federator.replay.attributes import ReplayJob
 from federator.replay.clusters import Federation
-from federator.replay.engine import PolicyResult
+from federator.replay.engine import UNTIERED, PolicyResult
+from federator.replay.federated import TIER_POLICY
 from federator.replay.queues import QUEUE_POLICY, QUEUE_POLICY_BY_START, describe_queues, queue_gpu_hours
 
 __all__ = [
@@ -48,6 +54,8 @@ __all__ = [
     "QUEUE_KEYS",
     "elasticity_section",
     "queue_section",
+    "SPEND_TEXT",
+    "spend_section",
     "victim_order_comparison",
     "write_report",
 ]
@@ -194,6 +202,9 @@ def _markdown(
                 if better:
                     worse.append(f"- {key}: {', '.join(better)}")
             lines += worse or ["- nowhere: federator is best or tied on every metric"]
+    spend = report.get("spend")
+    if isinstance(spend, Mapping):
+        lines += _spend_markdown(spend)
     queues = report.get("queues")
     if isinstance(queues, Mapping):
         lines += _queue_markdown(queues)
@@ -212,6 +223,85 @@ def _markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+SPEND_TEXT = (
+    "Money spent is the cloud clusters' GPU-hours times their price per GPU-hour (by GPU model where the clusters "
+    "file gives perModel); on-prem GPU-hours are sunk (paid for whether used or not): shown, not counted. A GPU-hour "
+    "is a GPU held by a bound gang (its dataset copy and any run later evicted included). Tier shares split the "
+    f"GPU-hours by the clusters file's tiers ('{UNTIERED}': clusters in no tier, every cluster without tiers) for "
+    f"every policy; only {TIER_POLICY} places by them. Queueing delay counts the jobs that started."
+)
+# federator-tiers / federator in the spend section.
+_SPEND_COMPARED = ("moneySpent", "cloudGpuHours", "cloudShare", "meanQueueDelaySeconds", "medianQueueDelaySeconds",
+                   "p90QueueDelaySeconds", "p95QueueDelaySeconds")
+
+
+def spend_section(results: Sequence[PolicyResult], *, federation: Federation) -> dict[str, Any]:
+    """report.json's `spend`: how money is counted, the clusters' prices and tiers, and every policy's spend."""
+    section: dict[str, Any] = {
+        "rule": SPEND_TEXT,
+        "tiers": [
+            {"name": t.name, "spillAfterSeconds": t.spill_after_seconds,
+             "clusters": [c.name for c in federation.clusters if federation.tier_of(c.name) == t.name]}
+            for t in federation.tiers
+        ],
+        "clusters": {
+            c.name: {
+                "location": c.location,
+                "gpus": c.gpus,
+                "pricePerGpuHour": {m: c.price(m) for m in c.gpu_models},
+                "tier": federation.tier_of(c.name) or UNTIERED,
+            }
+            for c in federation.clusters
+        },
+        "policies": {r.policy: {**r.extra["spend"], "jobs": r.metrics["jobs"]} for r in results},
+    }
+    by_name = {r.policy: r.extra["spend"] for r in results}
+    if TIER_POLICY in by_name and "federator" in by_name:
+        on, off = by_name[TIER_POLICY], by_name["federator"]
+        section["comparison"] = {
+            "of": TIER_POLICY,
+            "to": "federator",
+            "difference": {key: round(float(on[key]) - float(off[key]), 6) for key in _SPEND_COMPARED},
+            "ratios": {key: _ratio_value(float(on[key]), float(off[key])) for key in _SPEND_COMPARED},
+        }
+    return section
+
+
+def _spend_markdown(section: Mapping[str, Any]) -> list[str]:
+    policies: Mapping[str, Any] = section["policies"]
+    tiers = [t["name"] for t in section["tiers"]]
+    shown = tiers + ([UNTIERED] if any(p["tierShares"].get(UNTIERED) for p in policies.values()) or not tiers else [])
+    lines = ["", "## Money, tiers and queueing delay", "", SPEND_TEXT, ""]
+    if section["tiers"]:
+        lines += ["Tiers: " + "; ".join(
+            f"{i + 1}. {t['name']} ({', '.join(t['clusters'])}"
+            + (f"; the next tier opens after {t['spillAfterSeconds']:g} s)" if i + 1 < len(section["tiers"]) else ")")
+            for i, t in enumerate(section["tiers"])) + ".", ""]
+    lines += [
+        "| policy | jobs | money spent | on-prem GPU-hours (sunk) | cloud GPU-hours | on-prem share | cloud share | "
+        + " | ".join(f"tier {t}" for t in shown) + " | mean delay (s) | median delay (s) | p90 delay (s) | p95 delay (s) |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(shown) + "---|---|---|---|",
+    ]
+    for name, p in policies.items():
+        lines.append(
+            f"| {name} | {p['jobs']:,} | {p['moneySpent']:,.1f} | {p['onPremGpuHours']:,.1f} | "
+            f"{p['cloudGpuHours']:,.1f} | {p['onPremShare']:.3f} | {p['cloudShare']:.3f} | "
+            + " | ".join(f"{p['tierShares'].get(t, 0.0):.3f}" for t in shown)
+            + f" | {p['meanQueueDelaySeconds']:,.1f} | {p['medianQueueDelaySeconds']:,.1f} | "
+            f"{p['p90QueueDelaySeconds']:,.1f} | {p['p95QueueDelaySeconds']:,.1f} |"
+        )
+    comparison = section.get("comparison")
+    if isinstance(comparison, Mapping):
+        diff = comparison["difference"]
+        lines += [
+            "",
+            f"{comparison['of']} - {comparison['to']} (same jobs, this invocation): money "
+            f"{diff['moneySpent']:+,.1f}, cloud GPU-hours {diff['cloudGpuHours']:+,.1f}, median delay "
+            f"{diff['medianQueueDelaySeconds']:+,.1f} s, p95 delay {diff['p95QueueDelaySeconds']:+,.1f} s.",
+        ]
+    return lines
 
 
 def queue_section(

@@ -26,6 +26,12 @@ queues, jobs and checkpoints, with the victim order before checkpoints
 gains `checkpointAwareVictims`, GPU-hours lost to preemption with the
 checkpoint-aware order (federator-queues) and without it, same run.
 
+With `tiers` (`--tiers`; the clusters file must have `tiers:`): the
+policy `federator-tiers` (federator whose gangs carry the file's tiers, as
+a Queue's spec.tiers) is replayed beside `federator` (added if not
+chosen: the same jobs, no tiers). Every report has the `spend` section
+(money, GPU-hours by location and tier, delay; report.py).
+
 With `elastic_share` F > 0 (`--elastic-share`): the rule marks a seeded
 share F of the multi-GPU jobs elastic, each one worker per GPU
 (attributes.py), every chosen policy is replayed twice, with elasticity
@@ -53,7 +59,7 @@ from typing import Any
 from federator.replay.attributes import RULE, AttributeRule, ReplayJob, assign_attributes, describe_rule
 from federator.replay.clusters import ClustersFileError, Federation, load_clusters
 from federator.replay.engine import Engine, Policy, PolicyResult
-from federator.replay.federated import FederatorPolicy
+from federator.replay.federated import TIER_POLICY, FederatorPolicy
 from federator.placement import Profile
 from federator.replay.queues import QUEUE_POLICY, QUEUE_POLICY_BY_START, trace_queues
 from federator.replay.policies import (
@@ -70,6 +76,7 @@ __all__ = [
     "POLICIES",
     "QUEUE_POLICY",
     "QUEUE_POLICY_BY_START",
+    "TIER_POLICY",
     "ReplayInputError",
     "ReplayOptions",
     "default_clusters_file",
@@ -124,6 +131,7 @@ class ReplayOptions:
     queues: bool = False
     elastic_share: float = 0.0
     compare_victims: bool = False
+    tiers: bool = False
 
     @property
     def rule(self) -> AttributeRule:
@@ -176,6 +184,7 @@ def replay_options(
     queues: bool = False,
     elastic_share: str | None = None,
     compare_victims: bool = False,
+    tiers: bool = False,
 ) -> ReplayOptions:
     """Check the flags (not the files: `load_inputs` does) and return the options."""
     share = _share(elastic_share)
@@ -195,20 +204,21 @@ def replay_options(
         names = [p.strip() for p in policies.split(",")]
         if not names or any(not n for n in names):
             raise ReplayInputError(f"--policies must be a comma-separated list of: {', '.join(POLICIES)}")
-        if QUEUE_POLICY in names or QUEUE_POLICY_BY_START in names:
+        if QUEUE_POLICY in names or QUEUE_POLICY_BY_START in names or TIER_POLICY in names:
             raise ReplayInputError(f"--policies: {QUEUE_POLICY} is replayed by --queues (beside federator), "
-                                   f"{QUEUE_POLICY_BY_START} by --compare-victims")
+                                   f"{QUEUE_POLICY_BY_START} by --compare-victims, {TIER_POLICY} by --tiers")
         unknown = [n for n in names if n not in POLICIES]
         if unknown:
             raise ReplayInputError(f"--policies: unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
         if len(set(names)) != len(names):
             raise ReplayInputError("--policies names a policy twice")
         chosen = tuple(names)
-    if queues:
+    if queues or tiers:
         if "federator" not in chosen:
             chosen = ("federator", *chosen)
         at = chosen.index("federator") + 1
-        extra = (QUEUE_POLICY, QUEUE_POLICY_BY_START) if compare_victims else (QUEUE_POLICY,)
+        extra = ((TIER_POLICY,) if tiers else ()) + ((QUEUE_POLICY,) if queues else ())
+        extra += (QUEUE_POLICY_BY_START,) if compare_victims else ()
         chosen = (*chosen[:at], *extra, *chosen[at:])
     cpus = os.cpu_count() or 1
     workers_value = _int(workers, flag="--workers", low=1, high=MAX_WORKERS)
@@ -231,6 +241,7 @@ def replay_options(
         queues=queues,
         elastic_share=share,
         compare_victims=compare_victims,
+        tiers=tiers,
     )
 
 
@@ -245,6 +256,9 @@ def load_inputs(options: ReplayOptions, *, fixed: bool = False) -> tuple[list[Re
         federation.check_trace({job.cluster for job in trace})
     except (TraceError, ClustersFileError) as e:
         raise ReplayInputError(str(e)) from None
+    if options.tiers and not federation.tiers:
+        raise ReplayInputError(f"--tiers: clusters file {options.clusters} has no tiers: list (for example "
+                               "bench/replay/clusters/tiers.yaml)")
     if options.jobs is not None:
         trace = trace[: options.jobs]
     rule = dataclasses.replace(options.rule, elastic_fixed=True) if fixed else options.rule
@@ -258,6 +272,10 @@ def make_policy(
     """The named policy; `federator-queues` builds its queues from the jobs and the federation."""
     if name == "federator":
         return FederatorPolicy()
+    if name == TIER_POLICY:
+        if federation is None or not federation.tiers:
+            raise ReplayInputError(f"{name} needs a clusters file with tiers")
+        return FederatorPolicy(tiers=federation.tiers)
     if name in (QUEUE_POLICY, QUEUE_POLICY_BY_START):
         if federation is None:
             raise ReplayInputError(f"{name} needs the jobs and the federation to build its queues")
@@ -395,7 +413,7 @@ def _run_all(options: ReplayOptions, *, total_jobs: int) -> tuple[dict[tuple[str
 
 def run_replay(options: ReplayOptions) -> dict[str, Any]:
     """Replay every chosen policy and write the report; returns report.json's content."""
-    from federator.replay.report import elasticity_section, queue_section, write_report
+    from federator.replay.report import elasticity_section, queue_section, spend_section, write_report
 
     jobs, federation = load_inputs(options)
     if not jobs:
@@ -412,6 +430,7 @@ def run_replay(options: ReplayOptions) -> dict[str, Any]:
         "rule": describe_rule(options.rule, priorities=options.queues),
         "machine": machine,
         "policies": {name: results[name].metrics for name in options.policies},
+        "spend": spend_section(ordered, federation=federation),
     }
     if options.queues:
         report["queues"] = queue_section(ordered, queues=trace_queues(jobs, federation), jobs=jobs)

@@ -13,7 +13,7 @@ from federator.cli import main
 from federator.replay.report import ELASTIC_KEYS, METRIC_KEYS, PLOTS, QUEUE_KEYS
 from federator.replay.run import POLICIES, load_inputs, replay_options, run_policy
 
-TOP_LEVEL = {"trace", "clustersFile", "seed", "rule", "machine", "policies"}
+TOP_LEVEL = {"trace", "clustersFile", "seed", "rule", "machine", "policies", "spend"}
 
 
 @pytest.fixture
