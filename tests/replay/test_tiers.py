@@ -55,10 +55,6 @@ tiers:
 """
 
 
-def _file(text: str = TWO + TIERS) -> str:
-    return text
-
-
 def test_labels_cost_and_tiers_parse_as_the_api_shapes() -> None:
     fed = parse_clusters(TWO + TIERS, path="t.yaml")
     onprem, cloud = fed.clusters
