@@ -118,3 +118,14 @@ def test_toleration_semantics() -> None:
     g = gang("a/b")
     assert g.tolerates((soft,))
     assert not g.tolerates((gpu_taint,))
+
+
+def test_label_selector_from_the_wire_shape() -> None:
+    selector = LabelSelector.from_wire({"matchLabels": {"location": "cloud"},
+                                        "matchExpressions": [{"key": "gpu", "operator": "In", "values": ["H100"]}]})
+    assert selector.matches({"location": "cloud", "gpu": "H100"})
+    assert not selector.matches({"location": "cloud", "gpu": "A100"})
+    assert not selector.matches({"gpu": "H100"})
+    # Absent or not an object: selects everything.
+    assert LabelSelector.from_wire(None).is_empty() and LabelSelector.from_wire(["x"]).is_empty()
+    assert LabelSelector.from_wire({}).matches({"any": "thing"})
