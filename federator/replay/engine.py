@@ -63,8 +63,8 @@ too: the GPUs were held), money spent = the cloud clusters' GPU-hours
 times their price (`ClusterSpec.price(model)`; on-prem GPU-hours are sunk:
 shown, not counted in the money), the share of GPU-hours on-prem and in
 the cloud and in each tier of the clusters file (`untiered`: clusters in
-no tier, or all of them without tiers), and the mean, median, p90 and p95
-queueing delay.
+no tier, or all of them without tiers), and the mean, median, p90, p95
+and p99 queueing delay.
 
 Must never: read a clock for the simulation (only `wall_seconds`
 measures the run), or let any policy see another's members.
@@ -564,6 +564,7 @@ class Engine:
             "medianQueueDelaySeconds": round(quantile(delays, 0.5), 3),
             "p90QueueDelaySeconds": round(quantile(delays, 0.9), 3),
             "p95QueueDelaySeconds": round(quantile(delays, 0.95), 3),
+            "p99QueueDelaySeconds": round(quantile(delays, 0.99), 3),
             "perClusterGpuHours": {name: round(value, 3) for name, value in sorted(hours.items())},
         }
 

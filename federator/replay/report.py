@@ -234,7 +234,7 @@ SPEND_TEXT = (
 )
 # federator-tiers / federator in the spend section.
 _SPEND_COMPARED = ("moneySpent", "cloudGpuHours", "cloudShare", "meanQueueDelaySeconds", "medianQueueDelaySeconds",
-                   "p90QueueDelaySeconds", "p95QueueDelaySeconds")
+                   "p90QueueDelaySeconds", "p95QueueDelaySeconds", "p99QueueDelaySeconds")
 
 
 def spend_section(results: Sequence[PolicyResult], *, federation: Federation) -> dict[str, Any]:
@@ -281,8 +281,8 @@ def _spend_markdown(section: Mapping[str, Any]) -> list[str]:
             for i, t in enumerate(section["tiers"])) + ".", ""]
     lines += [
         "| policy | jobs | money spent | on-prem GPU-hours (sunk) | cloud GPU-hours | on-prem share | cloud share | "
-        + " | ".join(f"tier {t}" for t in shown) + " | mean delay (s) | median delay (s) | p90 delay (s) | p95 delay (s) |",
-        "|---|---|---|---|---|---|---|" + "---|" * len(shown) + "---|---|---|---|",
+        + " | ".join(f"tier {t}" for t in shown) + " | mean delay (s) | median delay (s) | p90 delay (s) | p95 delay (s) | p99 delay (s) |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(shown) + "---|---|---|---|---|",
     ]
     for name, p in policies.items():
         lines.append(
@@ -290,7 +290,7 @@ def _spend_markdown(section: Mapping[str, Any]) -> list[str]:
             f"{p['cloudGpuHours']:,.1f} | {p['onPremShare']:.3f} | {p['cloudShare']:.3f} | "
             + " | ".join(f"{p['tierShares'].get(t, 0.0):.3f}" for t in shown)
             + f" | {p['meanQueueDelaySeconds']:,.1f} | {p['medianQueueDelaySeconds']:,.1f} | "
-            f"{p['p90QueueDelaySeconds']:,.1f} | {p['p95QueueDelaySeconds']:,.1f} |"
+            f"{p['p90QueueDelaySeconds']:,.1f} | {p['p95QueueDelaySeconds']:,.1f} | {p['p99QueueDelaySeconds']:,.1f} |"
         )
     comparison = section.get("comparison")
     if isinstance(comparison, Mapping):
@@ -298,8 +298,9 @@ def _spend_markdown(section: Mapping[str, Any]) -> list[str]:
         lines += [
             "",
             f"{comparison['of']} - {comparison['to']} (same jobs, this invocation): money "
-            f"{diff['moneySpent']:+,.1f}, cloud GPU-hours {diff['cloudGpuHours']:+,.1f}, median delay "
-            f"{diff['medianQueueDelaySeconds']:+,.1f} s, p95 delay {diff['p95QueueDelaySeconds']:+,.1f} s.",
+            f"{diff['moneySpent']:+,.1f}, cloud GPU-hours {diff['cloudGpuHours']:+,.1f}, mean delay "
+            f"{diff['meanQueueDelaySeconds']:+,.1f} s, median {diff['medianQueueDelaySeconds']:+,.1f} s, p95 "
+            f"{diff['p95QueueDelaySeconds']:+,.1f} s, p99 {diff['p99QueueDelaySeconds']:+,.1f} s.",
         ]
     return lines
 

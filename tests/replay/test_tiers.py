@@ -183,9 +183,10 @@ def test_spend_with_tiers_the_second_job_waits_for_on_prem_and_costs_nothing() -
     assert [engine.started_at[0], engine.started_at[1]] == [0.0, 3600.0]
     assert spend["moneySpent"] == 0.0 and spend["cloudGpuHours"] == 0.0 and spend["onPremGpuHours"] == 16.0
     assert spend["onPremShare"] == 1.0 and spend["tierShares"] == {"on-prem": 1.0, "cloud": 0.0}
-    # Delays 0 and 3600: mean and median 1800, p90 0 + 0.9 x 3600, p95 0 + 0.95 x 3600 (linear interpolation).
+    # Delays 0 and 3600: mean and median 1800, p90 0 + 0.9 x 3600, p95 and p99 likewise (linear interpolation).
     assert spend["meanQueueDelaySeconds"] == 1800.0 and spend["medianQueueDelaySeconds"] == 1800.0
     assert spend["p90QueueDelaySeconds"] == 3240.0 and spend["p95QueueDelaySeconds"] == 3420.0
+    assert spend["p99QueueDelaySeconds"] == 3564.0
 
 
 def test_a_tier_opens_at_its_spill_time_even_when_nothing_else_happens() -> None:
