@@ -93,6 +93,8 @@ __all__ = [
     "SHORT_NAMES",
     "SINGULAR",
     "budget_amount",
+    "budget_text",
+    "spend_text",
     "Queue",
     "QueueBudget",
     "QueueNamespaces",
@@ -239,7 +241,7 @@ class QueueBudget(ApiModel):
         default=None, json_schema_extra={"pattern": CURRENCY_PATTERN},
         description="ISO 4217 code of amount (three uppercase letters, e.g. USD). MemberCluster prices are in "
                     "the hub's one currency (its --currency, default USD): a budget in another one is not "
-                    "enforced, and the queue's BudgetEnforced condition says so.")
+                    "enforced, and the queue's OverBudget condition is Unknown (reason CurrencyMismatch).")
     gpu_hours: Annotated[StrictFloat, Field(ge=0, le=MAX_BUDGET_GPU_HOURS)] | None = Field(
         default=None, alias="gpuHours",
         description="GPU-hours per calendar month (UTC), whatever they cost: on-prem (price 0) hours count too.")
@@ -454,3 +456,32 @@ def resources_text(amounts: object) -> str:
         if text:
             parts.append(f"{resource}={text}")
     return ",".join(parts)
+
+
+def budget_text(budget: object) -> str:
+    """A Queue's spec.budget as one Table cell: "1500.00 USD" or "2000 GPU-hours"; "" for none."""
+    if not isinstance(budget, Mapping):
+        return ""
+    amount, currency, hours = budget.get("amount"), budget.get("currency"), budget.get("gpuHours")
+    text = _amount_text(amount)
+    if text and isinstance(currency, str) and len(currency) <= 8:
+        return f"{text} {currency}"
+    if isinstance(hours, int | float) and not isinstance(hours, bool):
+        return f"{hours:g} GPU-hours"
+    return ""
+
+
+def spend_text(spend: object) -> str:
+    """A Queue's status.spend as one Table cell: "1512.40 USD, 380.5 GPU-hours"; "" for none."""
+    if not isinstance(spend, Mapping):
+        return ""
+    spent, currency, hours = spend.get("spent"), spend.get("currency"), spend.get("gpuHours")
+    parts: list[str] = []
+    try:
+        if isinstance(spent, str) and len(spent) <= 32 and isinstance(currency, str) and len(currency) <= 8:
+            parts.append(f"{Decimal(spent):.2f} {currency}")
+    except InvalidOperation:
+        pass
+    if isinstance(hours, int | float) and not isinstance(hours, bool):
+        parts.append(f"{hours:.1f} GPU-hours")
+    return ", ".join(parts)

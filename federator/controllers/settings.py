@@ -360,7 +360,7 @@ class QueueSettings:
     currency: str = _knob(
         "USD", key="currency", kind="text", unit="ISO 4217 code", low=None, flag="--currency",
         doc="the one currency of every MemberCluster GPU-hour price and Queue status.spend; a Queue budget in "
-            "another currency is not enforced (its BudgetEnforced condition says so)")
+            "another currency is not enforced (its OverBudget condition is Unknown, reason CurrencyMismatch)")
     spend_interval_seconds: float = _knob(
         30.0, key="queue_spend_interval_seconds",
         doc="a Queue's status.spend (GPU time accrued from its jobs) is written at most this often while its jobs "

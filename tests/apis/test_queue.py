@@ -194,7 +194,7 @@ def test_the_crd_schema_accepts_the_example_and_has_the_columns() -> None:
     version = crd("Queue")["spec"]["versions"][0]
     assert crd("Queue")["spec"]["scope"] == "Cluster" and version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
-    assert columns == ["Quota", "Used", "Borrowed", "Pending", "Admitted", "Age"]
+    assert columns == ["Quota", "Used", "Borrowed", "Pending", "Admitted", "Budget", "Spent", "Age"]
     validator = jsonschema.Draft4Validator(version["schema"]["openAPIV3Schema"])
     for obj in example_queues():
         assert list(validator.iter_errors(obj)) == []
@@ -217,3 +217,13 @@ def test_table_cells_show_resource_maps_in_one_line() -> None:
         ("A100=64,H100=16,cpu=2048,memory=16Ti", "A100=70", "A100=6")
     assert (cells["Pending"](obj), cells["Admitted"](obj), cells["Default"](obj)) == (3, 9, True)
     assert cells["Used"](queue()) == ""
+    assert cells["Budget"](obj) == cells["Spent"](obj) == ""
+    obj["spec"]["budget"] = {"amount": "1500.00", "currency": "USD"}
+    obj["status"]["spend"] = {"spent": "1512.403219", "currency": "USD", "gpuHours": 380.54}
+    assert (cells["Budget"](obj), cells["Spent"](obj)) == ("1500.00 USD", "1512.40 USD, 380.5 GPU-hours")
+    obj["spec"]["budget"] = {"gpuHours": 2000}
+    assert cells["Budget"](obj) == "2000 GPU-hours"
+    obj["status"]["spend"] = {"spent": "x" * 10_000, "currency": ["USD"], "gpuHours": "many"}
+    assert cells["Spent"](obj) == ""
+    obj["status"]["spend"] = {"spent": "not-a-number", "currency": "USD"}
+    assert cells["Spent"](obj) == ""
