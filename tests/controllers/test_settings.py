@@ -287,6 +287,11 @@ def test_federator_up_flags_build_valid_settings() -> None:
     assert settings.compaction.interval_seconds == 0.0
     defaults = HubSettings.from_mapping(failover_knobs(argparse.Namespace()))
     assert defaults == HubSettings()
+    assert HubSettings.from_mapping(failover_knobs(argparse.Namespace(currency="EUR"))).queues.currency == "EUR"
+    for bad in ("usd", "EURO", "US$", "$" * 10_000):
+        with pytest.raises(ValueError, match="--currency .*unknown currency format") as raised:
+            failover_knobs(argparse.Namespace(currency=bad))
+        assert len(str(raised.value)) < 200
 
 
 # ------------------------------------------------------------------------------------------- docs and source
