@@ -205,6 +205,7 @@ class QueueAccounting:
         #: uid -> ((spec generation, queue tiers, queued at), its GangRequest) of the active jobs
         self.gang_cache: dict[str, tuple[Any, GangRequest]] = {}
         self._quota_filter_warned = False
+        self._budget_filter_warned = False
         #: the hub's one currency (MemberCluster prices, status.spend) and how often status.spend is written
         self.currency = currency
         self.spend_interval_seconds = spend_interval_seconds
@@ -552,6 +553,10 @@ class QueueAccounting:
             if job_runs is not None:
                 runs[queue].append(job_runs)
         self.spend, self.over_budget, self._budget_of = {}, {}, budgets
+        if budgets and "budget" not in self.profile.filters and not self._budget_filter_warned:
+            self._budget_filter_warned = True
+            _log.warning("the placement profile has no 'budget' filter: Queue budgets are tracked, not enforced",
+                         profile=self.profile.name)
         for name, budget in budgets.items():
             stored = self._stored_spend(name)
             gpus, money = burn.get(name, (0, 0.0))
