@@ -484,11 +484,12 @@ class QueueAccounting:
             _, intervals, gpus, model = cached
         else:
             intervals = tuple(running_intervals(job, gone_at=gone_at))
-            if not intervals:
-                return None
             try:
-                gang = gang_request(job, now=self.clock())
+                gang = gang_request(job, now=self.clock()) if intervals else None
             except (ValueError, TypeError):
+                gang = None
+            if gang is None:  # never ran (or unreadable): remembered, so that it is not read again every cycle
+                self._runs_cache[uid] = (rv, (), 0, cached[3] if cached is not None else None)
                 return None
             gpus = placed_gang(job, gang).total.gpu
             model = cached[3] if cached is not None else None
