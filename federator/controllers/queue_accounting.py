@@ -219,6 +219,7 @@ class QueueAccounting:
         #: cluster -> its last seen ClusterInfo (the price of a cluster no longer in the snapshots)
         self._cluster_infos: dict[str, ClusterInfo] = {}
         self._budget_of: dict[str, Budget] = {}
+        self._unreadable_budgets: set[tuple[str, str]] = set()
 
     def charge(self, uid: str, *, cluster: str, epoch: int, gpu_model: str | None) -> None:
         """This loop placed the job at (cluster, epoch) on `gpu_model`: it is charged to that model."""
@@ -513,7 +514,10 @@ class QueueAccounting:
             try:
                 budget = queue_budget(Body(obj).spec)
             except (ValueError, TypeError) as e:
-                _log.warning("a Queue's budget cannot be read; it is not enforced", queue=name, error=str(e))
+                key = (name, Body(obj).resource_version)
+                if key not in self._unreadable_budgets:
+                    self._unreadable_budgets.add(key)
+                    _log.warning("a Queue's budget cannot be read; it is not enforced", queue=name, error=str(e))
                 continue
             if budget is not None:
                 budgets[name] = budget
@@ -581,17 +585,17 @@ class QueueAccounting:
             return None
         stored = self._stored_spend(name)
         status = self.queue_status.stored_status(name) or {}
-        shown_over = any(isinstance(c, Mapping) and c.get("type") == CONDITION_OVER_BUDGET and c.get("status") == "True"
-                         for c in status.get("conditions") or ())
+        shown_over = any(isinstance(c, Mapping) and c.get("type") == CONDITION_OVER_BUDGET
+                         and c.get("status") == "True" for c in status.get("conditions") or ())
         accrued = parse_epoch((stored or {}).get("lastAccruedAt"))
-        due = (stored is None or update.new_period or accrued is None or shown_over != (update.over is not None)
-               or now - accrued >= self.spend_interval_seconds
+        period = update.spend["period"]
+        due = (stored is None or update.new_period or accrued is None or _spent(stored, period, budget) is None
+               or shown_over != (update.over is not None) or now - accrued >= self.spend_interval_seconds
                or any(queue == name for _, queue, _ in self.departed.values()))
         spend = dict(update.spend if due or stored is None else stored)
-        unit = budget.unit
         digits = 1 if budget.amount is None else 2
-        used = float(spend.get("gpuHours") or 0.0) if budget.amount is None else float(str(spend.get("spent")))
-        text = f"{used:,.{digits}f} of {budget.limit:,.{digits}f} {unit} this month"
+        used = _spent(spend, period, budget) or 0.0
+        text = f"{used:,.{digits}f} of {budget.limit:,.{digits}f} {budget.unit} this month"
         if budget.amount is not None and budget.currency != self.currency:
             return BudgetState(spend=spend, state="Unknown", reason="CurrencyMismatch", message=(
                 f"the budget is in {budget.currency} but the hub prices GPU-hours in {self.currency} (its "

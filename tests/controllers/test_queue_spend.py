@@ -247,3 +247,18 @@ def test_a_budget_in_another_currency_is_shown_but_not_enforced() -> None:
     [condition] = [c for c in sink.written["team-a"]["conditions"] if c["type"] == "OverBudget"]
     assert (condition["status"], condition["reason"]) == ("Unknown", "CurrencyMismatch")
     assert "in EUR but the hub prices GPU-hours in USD" in condition["message"]
+
+
+def test_a_hand_edited_stored_spend_is_replaced_not_a_crash() -> None:
+    running = job_with([entry("Running", NOW - 3600)], phase="Running")
+    accounting, sink, _ = _accounting(running, budget={"amount": "100", "currency": "USD"})
+    sink.written["team-a"] = {"spend": {"period": period_of(NOW), "spent": "lots", "gpuHours": 1.0,
+                                        "lastAccruedAt": stamp(NOW - 1)}}
+    accounting.update_spend({"cloud": _cluster("cloud", 4.5)}, now=NOW)
+    from federator.placement import QueueQuota
+    accounting.want_queue_status({"team-a": QueueQuota(name="team-a")}, [], result=None, now=NOW)
+    assert sink.written["team-a"]["spend"]["spent"] == "36.000000"
+    # a budget that cannot be read (only a hand-edited store makes one) is skipped, the others go on
+    accounting.queues.objects["team-a"]["spec"]["budget"] = {"amount": "lots", "currency": "USD"}
+    accounting.update_spend({"cloud": _cluster("cloud", 4.5)}, now=NOW + 60)
+    assert accounting.spend == {} and accounting.over_budget == {}
