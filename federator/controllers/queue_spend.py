@@ -9,7 +9,10 @@ from what was written: nothing is counted twice and nothing is lost (a job delet
 kept by the accounting until it is accrued: `departed`).
 
 What counts: a job's running intervals from its status.history, each from a "Running" entry to the next entry
-that leaves Running (another phase, ClusterLost, Preempted, Drained, PulledBack), or to now while it runs.
+that leaves Running (another phase, ClusterLost, Preempted, Drained, PulledBack), or to now while it runs (a
+running job whose Running entry was trimmed away, history keeping the newest entries, counts from the oldest
+entry of its current copy). Time the hub never saw running (a gang that went from Admitted to Succeeded between
+two looks) is not counted.
 Each interval costs GPUs (the gang as placed) x hours x the GPU-hour price of its cluster for the job's GPU
 model (`ClusterInfo.price`, in the hub's currency). A price-0 (already-paid) cluster costs nothing, but its
 GPU-hours count toward a gpuHours budget. A new calendar month starts again from 0 (the part of the window
@@ -112,22 +115,33 @@ def running_intervals(job: Mapping[str, Any], *, gone_at: float | None = None) -
     history = [e for e in Body(job).status.get("history") or () if isinstance(e, Mapping)]
     out: list[RunInterval] = []
     open_: RunInterval | None = None
+    cluster, epoch = current_placement(job)
+    running_now = phase_of(job) == PHASE_RUNNING and cluster is not None
+    #: the earliest moment the current copy may have run from, should its Running entry be trimmed away
+    trimmed_from: float | None = None
+    seen_running = False
     for entry in history:
         when = parse_epoch(entry.get("time"))
         event = entry.get("event")
         if when is None or not isinstance(event, str):
             continue
+        if trimmed_from is None or event in _LEAVES_RUNNING or entry.get("epoch") != epoch:
+            trimmed_from = when
         if open_ is not None and (event in _LEAVES_RUNNING or (event == PHASE_RUNNING and
                                                                entry.get("epoch") != open_.epoch)):
             out.append(RunInterval(open_.cluster, open_.epoch, open_.start, max(open_.start, when)))
             open_ = None
         if event == PHASE_RUNNING and open_ is None:
-            cluster, epoch = entry.get("cluster"), entry.get("epoch")
-            if isinstance(cluster, str) and cluster:
-                open_ = RunInterval(cluster, epoch if type(epoch) is int else 0, when, None)
+            where, number = entry.get("cluster"), entry.get("epoch")
+            if isinstance(where, str) and where:
+                open_ = RunInterval(where, number if type(number) is int else 0, when, None)
+                seen_running = seen_running or open_.epoch == epoch
+    if open_ is None and running_now and not seen_running and cluster is not None:
+        # it runs, but its Running entry is gone (history keeps the newest entries): it ran at least since the
+        # oldest entry of its current copy
+        open_ = RunInterval(cluster, epoch, trimmed_from if trimmed_from is not None else 0.0, None)
     if open_ is not None:
-        cluster, epoch = current_placement(job)
-        still = phase_of(job) == PHASE_RUNNING and (cluster, epoch) == (open_.cluster, open_.epoch)
+        still = running_now and (cluster, epoch) == (open_.cluster, open_.epoch)
         if gone_at is not None:
             out.append(RunInterval(open_.cluster, open_.epoch, open_.start, max(open_.start, gone_at)))
         elif still:

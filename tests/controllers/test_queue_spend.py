@@ -53,9 +53,14 @@ def test_running_stretches_come_from_the_history_and_end_where_the_copy_stops() 
     assert running_intervals(running, gone_at=NOW - 10) == [RunInterval("cloud", 0, NOW - 800, NOW - 10)]
     # left Running with no entry saying when (history trimmed): not counted on
     assert running_intervals(job_with(history[:2], phase="Failed")) == []
-    # hostile history entries are skipped
+    # a long-running job whose Running entry was trimmed away still runs: from its oldest entry of this copy
+    trimmed = job_with([entry("Checkpointed", NOW - 500), entry("Checkpointed", NOW - 400)], phase="Running")
+    assert running_intervals(trimmed) == [RunInterval("cloud", 0, NOW - 500, None)]
+        # hostile history entries are skipped
     junk = job_with([{"event": "Running", "time": "yesterday"}, "x", {"event": 7}, entry("Running", NOW, cluster="")],
                     phase="Running")
+    assert running_intervals(junk) == [RunInterval("cloud", 0, NOW, None)]  # it runs: from its oldest readable entry
+    junk["status"]["phase"] = "Failed"
     assert running_intervals(junk) == []
 
 
