@@ -385,8 +385,8 @@ class ClusterCost(ApiModel):
 
     per_gpu_hour: StrictFloat = Field(
         default=0.0, alias="perGpuHour", ge=0,
-        description="Price of one GPU-hour (any currency, the same across clusters); 0 for capacity already paid "
-                    "for (on-prem).")
+        description="Price of one GPU-hour, in the hub's one currency (its --currency, default USD; Queue budgets "
+                    "in money are in it); 0 for capacity already paid for (on-prem).")
     per_model: dict[NameToken, Annotated[StrictFloat, Field(ge=0)]] | None = Field(
         default=None, alias="perModel", max_length=64,
         description="Price of one GPU-hour by GPU model (the names of placement.gpuModels); overrides perGpuHour.")

@@ -27,10 +27,16 @@ cluster-scoped object, counted over every member cluster together:
     spec.default         the default queue of the namespaces it selects: a new
                          TrainingJob there that names no queue gets this one
                          (the hub's admission, hubapi.queue_for_namespace).
+    spec.budget          what the queue may spend per calendar month (UTC):
+                         money, {amount: "1500.00", currency: USD} (the hub
+                         prices GPU-hours in one currency, its --currency), or
+                         {gpuHours: 2000}; exactly one of the two. Over it, the
+                         queue's new jobs go only to already-paid clusters
+                         (price 0 for their GPU model) or wait.
     status               written only by the hub's controllers (the /status
                          subresource is read-only over HTTP): used and borrowed
                          (same shape as the quota), pendingJobs, admittedJobs,
-                         conditions.
+                         spend (this month's GPU-hours and money), conditions.
 
 Enforcing the quota (admission, borrowing, fair share, preemption) is the
 placement controller's job; this module only says what a valid Queue is.
@@ -40,10 +46,13 @@ submitted object.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, model_validator
+from pydantic import (Field, PlainValidator, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationInfo,
+                      WithJsonSchema, field_validator, model_validator)
 
 from federator.apis.common import (
     ApiModel,
@@ -53,6 +62,7 @@ from federator.apis.common import (
     LabelSelector,
     ObjectMeta,
     Quantity,
+    Timestamp,
     ValidationSettings,
     api_validator,
     duplicate_errors,
@@ -69,7 +79,10 @@ from federator.apis.trainingjob import NameToken
 
 __all__ = [
     "CATEGORIES",
+    "CURRENCY_PATTERN",
     "KIND",
+    "MAX_BUDGET_AMOUNT",
+    "MAX_BUDGET_GPU_HOURS",
     "MAX_GPUS_PER_MODEL",
     "MAX_GPU_MODELS",
     "MAX_NAMESPACE_NAMES",
@@ -79,11 +92,16 @@ __all__ = [
     "PLURAL",
     "SHORT_NAMES",
     "SINGULAR",
+    "budget_amount",
+    "budget_text",
+    "spend_text",
     "Queue",
+    "QueueBudget",
     "QueueNamespaces",
     "QueuePreemption",
     "QueueResources",
     "QueueSpec",
+    "QueueSpend",
     "QueueStatus",
     "QueueTier",
     "tier_errors",
@@ -110,6 +128,55 @@ DEFAULT_SPILL_AFTER_SECONDS: Final = 300
 MAX_SPILL_AFTER_SECONDS: Final = 30 * 86400
 
 GpuCount = Annotated[StrictInt, Field(ge=0, le=MAX_GPUS_PER_MODEL)]
+#: a monthly budget of at most this much money (any currency) or this many GPU-hours
+MAX_BUDGET_AMOUNT: Final = Decimal(10) ** 12
+MAX_BUDGET_GPU_HOURS: Final = 1e9
+#: ISO 4217 style: exactly three uppercase letters (USD, EUR, JPY)
+CURRENCY_PATTERN: Final = "^[A-Z]{3}$"
+_AMOUNT = re.compile(r"[0-9]{1,16}(\.[0-9]{1,2})?")
+
+
+def budget_amount(value: object) -> Decimal:
+    """A budget amount (an integer or a decimal string with at most 2 decimals, >= 0, at most
+    MAX_BUDGET_AMOUNT) as a Decimal; ValueError saying what is expected (never echoing a long value)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        kind = "a number with a fraction" if isinstance(value, float) else f"a {type(value).__name__}"
+        raise ValueError(f"must be a decimal string with at most 2 decimals (\"1500.00\") or an integer, not {kind}"
+                         + (" (write it as a string, e.g. \"1500.50\", so that it stays exact)"
+                            if isinstance(value, float) else ""))
+    if isinstance(value, int):
+        amount = Decimal(value)
+    else:
+        text = value.strip()
+        if text.startswith("-") and _AMOUNT.fullmatch(text[1:]):
+            raise ValueError("must be greater than or equal to 0")
+        if not _AMOUNT.fullmatch(text) or text != value:
+            raise ValueError("not an amount: a decimal string with at most 2 decimals, e.g. \"1500.00\"")
+        try:
+            amount = Decimal(text)
+        except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+            raise ValueError("is not a decimal amount") from None
+    if amount < 0:
+        raise ValueError("must be greater than or equal to 0")
+    if amount > MAX_BUDGET_AMOUNT:
+        raise ValueError(f"must be at most {MAX_BUDGET_AMOUNT:f} per month")
+    return amount
+
+
+def _validate_amount(value: object) -> str | int:
+    budget_amount(value)
+    return value  # type: ignore[return-value]  # budget_amount accepted only an int or a str
+
+
+BudgetAmount = Annotated[
+    str | int,
+    PlainValidator(_validate_amount),
+    WithJsonSchema({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": r"^[0-9]{1,16}(\.[0-9]{1,2})?$",
+        "x-kubernetes-int-or-string": True,
+    }),
+]
 
 
 class QueueResources(ApiModel):
@@ -163,6 +230,31 @@ class QueueTier(ApiModel):
                     "(counted from when it last entered the placement queue). Ignored on the last tier.")
 
 
+class QueueBudget(ApiModel):
+    """What a queue may spend per calendar month (UTC): money (amount and currency) or GPU-hours, not both."""
+
+    amount: BudgetAmount | None = Field(
+        default=None,
+        description="Money per calendar month (UTC), an integer or a decimal string with at most 2 decimals "
+                    "(\"1500.00\"); needs currency. The GPU-hours of the queue's jobs are charged at the "
+                    "MemberCluster.spec.cost price of the cluster they run on.")
+    currency: StrictStr | None = Field(
+        default=None, json_schema_extra={"pattern": CURRENCY_PATTERN},
+        description="ISO 4217 code of amount (three uppercase letters, e.g. USD). MemberCluster prices are in "
+                    "the hub's one currency (its --currency, default USD): a budget in another one is not "
+                    "enforced, and the queue's OverBudget condition is Unknown (reason CurrencyMismatch).")
+    gpu_hours: Annotated[StrictFloat, Field(ge=0, le=MAX_BUDGET_GPU_HOURS)] | None = Field(
+        default=None, alias="gpuHours",
+        description="GPU-hours per calendar month (UTC), whatever they cost: on-prem (price 0) hours count too.")
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(CURRENCY_PATTERN, value):
+            raise ValueError("unknown currency format: an ISO 4217 code is three uppercase letters (USD, EUR, JPY)")
+        return value
+
+
 class QueueSpec(ApiModel):
     """A share of the federation's GPUs for the TrainingJobs of some namespaces."""
 
@@ -188,6 +280,36 @@ class QueueSpec(ApiModel):
     is_default: StrictBool = Field(
         default=False, alias="default",
         description="The default queue of the namespaces it selects: their new jobs that name no queue get it.")
+    budget: QueueBudget | None = Field(
+        default=None,
+        description="Spending limit per calendar month (UTC): {amount, currency} or {gpuHours}, exactly one. Once "
+                    "this month's spend reaches it, the queue's new jobs go only to clusters whose GPU-hour "
+                    "price for their model is 0 (already paid for, e.g. on-prem) or wait; running jobs are not "
+                    "stopped. Only GPU time while a job runs is counted (status.spend).")
+
+
+_MoneyText = Annotated[StrictStr, Field(max_length=32, pattern=r"^-?[0-9]{1,20}(\.[0-9]{1,6})?$")]
+_Hours = Annotated[StrictFloat, Field(ge=0)]
+
+
+class QueueSpend(ApiModel):
+    """This calendar month's spend of the queue (UTC), accrued by the hub from the GPU time its jobs ran."""
+
+    period: StrictStr = Field(pattern=r"^[0-9]{4}-[0-9]{2}$", description="The calendar month (UTC), e.g. 2026-11.")
+    currency: StrictStr = Field(pattern=CURRENCY_PATTERN, description="The hub's currency (its --currency).")
+    spent: _MoneyText = Field(description="Money spent this month: GPU-hours x their cluster's price (6 decimals).")
+    gpu_hours: _Hours = Field(alias="gpuHours", description="GPU-hours run this month, whatever they cost.")
+    projected: _MoneyText = Field(
+        description="spent + the current burn rate (GPUs running now x their price per hour) x the rest of the "
+                    "month.")
+    projected_gpu_hours: _Hours = Field(
+        alias="projectedGpuHours", description="gpuHours + GPUs running now x the hours left in the month.")
+    remaining: _MoneyText | None = Field(
+        default=None, description="Money budget left this month (negative when over it); money budgets only.")
+    remaining_gpu_hours: StrictFloat | None = Field(
+        default=None, alias="remainingGpuHours", description="GPU-hours left this month; gpuHours budgets only.")
+    last_accrued_at: Timestamp = Field(
+        alias="lastAccruedAt", description="spent and gpuHours count the GPU time run up to this moment.")
 
 
 class QueueStatus(ApiModel):
@@ -197,6 +319,7 @@ class QueueStatus(ApiModel):
     borrowed: QueueResources | None = Field(default=None, description="The part of used beyond the nominal quota.")
     pending_jobs: StrictInt = Field(default=0, alias="pendingJobs", ge=0, description="Jobs waiting for quota.")
     admitted_jobs: StrictInt = Field(default=0, alias="admittedJobs", ge=0, description="Jobs holding quota.")
+    spend: QueueSpend | None = Field(default=None, description="This calendar month's GPU-hours and money.")
     conditions: list[Condition] | None = Field(
         default=None, max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
@@ -256,6 +379,22 @@ def tier_errors(tiers: object, *, path: str = "spec.tiers") -> list[FieldError]:
     return errors
 
 
+def _budget_errors(budget: object) -> list[FieldError]:
+    if not isinstance(budget, Mapping):
+        return []
+    money, hours = budget.get("amount") is not None, budget.get("gpuHours") is not None
+    if money and hours:
+        return [("spec.budget", "Invalid value: amount and gpuHours are exclusive: a budget is money or "
+                                "GPU-hours per month, not both")]
+    if not money and not hours:
+        return [("spec.budget", "Required value: amount (with currency) or gpuHours")]
+    if money and budget.get("currency") is None:
+        return [("spec.budget.currency", "Required value: the ISO 4217 code of amount, e.g. USD")]
+    if hours and budget.get("currency") is not None:
+        return [("spec.budget.currency", "Forbidden: only with amount (a gpuHours budget has no currency)")]
+    return []
+
+
 def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> list[FieldError]:
     """Rules across fields, with exact paths. Tolerates any shape (it runs on raw input too)."""
     del settings  # no configurable caps yet; the signature matches the other kinds'
@@ -271,6 +410,7 @@ def _semantic_errors(obj: Mapping[str, Any], settings: ValidationSettings) -> li
             errors += selector_errors(namespaces.get("selector"), path="spec.namespaces.selector")
             errors += _selector_value_errors(namespaces.get("selector"), path="spec.namespaces.selector")
         errors += tier_errors(spec.get("tiers"))
+        errors += _budget_errors(spec.get("budget"))
         if spec.get("borrowingLimit") is not None and not spec.get("cohort"):
             errors.append(("spec.borrowingLimit", "Forbidden: may only be set together with spec.cohort "
                                                   "(a queue borrows from the other queues of its cohort)"))
@@ -319,3 +459,32 @@ def resources_text(amounts: object) -> str:
         if text:
             parts.append(f"{resource}={text}")
     return ",".join(parts)
+
+
+def budget_text(budget: object) -> str:
+    """A Queue's spec.budget as one Table cell: "1500.00 USD" or "2000 GPU-hours"; "" for none."""
+    if not isinstance(budget, Mapping):
+        return ""
+    amount, currency, hours = budget.get("amount"), budget.get("currency"), budget.get("gpuHours")
+    text = _amount_text(amount)
+    if text and isinstance(currency, str) and len(currency) <= 8:
+        return f"{text} {currency}"
+    if isinstance(hours, int | float) and not isinstance(hours, bool):
+        return f"{hours:g} GPU-hours"
+    return ""
+
+
+def spend_text(spend: object) -> str:
+    """A Queue's status.spend as one Table cell: "1512.40 USD, 380.5 GPU-hours"; "" for none."""
+    if not isinstance(spend, Mapping):
+        return ""
+    spent, currency, hours = spend.get("spent"), spend.get("currency"), spend.get("gpuHours")
+    parts: list[str] = []
+    try:
+        if isinstance(spent, str) and len(spent) <= 32 and isinstance(currency, str) and len(currency) <= 8:
+            parts.append(f"{Decimal(spent):.2f} {currency}")
+    except InvalidOperation:
+        pass
+    if isinstance(hours, int | float) and not isinstance(hours, bool):
+        parts.append(f"{hours:.1f} GPU-hours")
+    return ", ".join(parts)

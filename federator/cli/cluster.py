@@ -330,7 +330,9 @@ def _add_add(csub: Any) -> None:
                    help="cluster label in metadata.labels, matched by clusterSelector (repeatable; "
                         "later: kubectl label membercluster NAME KEY=VALUE)")
     p.add_argument("--gpu-model", action="append", metavar="MODEL", help="GPU model offered (repeatable)")
-    p.add_argument("--cost-per-gpu-hour", type=float, metavar="COST", help="price of one GPU-hour here (0: already paid)")
+    p.add_argument("--cost-per-gpu-hour", type=float, metavar="COST",
+                   help="price of one GPU-hour here, in the hub's currency (federator up --currency, default USD); "
+                        "0: already paid (a Queue over its budget still runs jobs here)")
     p.add_argument("--model-cost", action="append", metavar="MODEL=PRICE",
                    help="price of one GPU-hour of one GPU model, over --cost-per-gpu-hour (repeatable)")
     p.add_argument("--spot", action="store_true",

@@ -70,6 +70,11 @@ def register(sub: Any) -> None:
                         "autoprovision creates the namespace first (kube's NamespaceAutoProvision, the hub's "
                         "behaviour before it served Namespaces). A Terminating namespace refuses new objects "
                         "either way (default: lifecycle) [setting namespaces]")
+    p.add_argument("--currency", default="USD", metavar="CODE",
+                   help="the hub's one currency, an ISO 4217 code (three uppercase letters): every MemberCluster "
+                        "GPU-hour price (spec.cost) is in it, and Queue budgets in money and status.spend are "
+                        "counted in it; a Queue budget in another currency is not enforced and its "
+                        "OverBudget condition is Unknown (CurrencyMismatch) (default: USD) [setting currency]")
     failover = p.add_argument_group("failover (docs/failover.md)")
     failover.add_argument("--cluster-loss-grace", default="60s", metavar="DURATION",
                           help="a cluster out of contact this long, from its first failed contact, is Lost and its "

@@ -137,7 +137,9 @@ class PlacementController:
                                       unplaced_refresh_seconds=self.unplaced_refresh_seconds)
         self.accounting = QueueAccounting(queues=self.queues, queue_status=self.queue_status, profile=self.profile,
                                           ledger=self.ledger, members=views, preempting=self.preempting,
-                                          jobs=self.jobs, active=self.active, queued=self.queued)
+                                          jobs=self.jobs, active=self.active, queued=self.queued,
+                                          currency=hub.settings.queues.currency,
+                                          spend_interval_seconds=hub.settings.queues.spend_interval_seconds)
         self.evictor = Evictor(store=store, members=dispatcher, events=hub.events, metrics=hub.metrics,
                                accounting=self.accounting, preempting=self.preempting, jobs=self.jobs,
                                remember=self._remember)
@@ -268,7 +270,9 @@ class PlacementController:
     def _forget_job(self, uid: str) -> None:
         # The job's reservation stays: its member pods may still exist and get bound (until the cleanup
         # deletes them, which forgets the reservation, or the snapshot shows them, which releases it).
-        self.jobs.pop(uid, None)
+        gone = self.jobs.pop(uid, None)
+        if gone is not None:
+            self.accounting.job_gone(gone, now=time.time())
         self.queued.discard(uid)
         self.suspending.discard(uid)
         self._count(uid, None)
@@ -337,7 +341,9 @@ class PlacementController:
         started = time.perf_counter()
         now = time.time()
         snapshots = self._snapshots()
-        # collect
+        # collect (after the budgets' spend is accrued: a queue over its budget sends its gangs only to
+        # already-paid clusters)
+        self.accounting.update_spend(snapshots, now=now)
         gangs, jobs_by_uid = await self._collect(now=now)
         queues = self.accounting.cycle_queues(gangs)
         views = self.accounting.without_leftovers(snapshots) if queues is not None else snapshots

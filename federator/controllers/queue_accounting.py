@@ -29,6 +29,14 @@ naming one, `cycle_queues` is None: placement exactly as before queues.
 - Queue status (used, borrowed, pendingJobs, admittedJobs, condition
   Admitting) is computed after each cycle (`want_queue_status`) and written
   on change, coalesced, by the queues' status writer.
+- Budgets (a Queue's spec.budget): before each cycle `update_spend` accrues
+  each budgeted queue's spend from its jobs' running history since its
+  stored status.spend (`queue_spend.accrue_spend`; jobs deleted since are
+  kept in `departed` until accrued), and marks its gangs over budget
+  (`GangRequest.over_budget`, which the pure "budget" filter reads: only
+  already-paid clusters). status.spend is written at most every
+  `queue_spend_interval_seconds`, sooner at a new month, after a deletion or
+  when the OverBudget condition flips. Running jobs are never stopped.
 
 A job found Placed when this hub started (decided by an earlier one) may
 have member pods not bound yet, which the snapshot does not count: its
@@ -49,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from federator.apis.checkpoint import checkpointed_at
+from federator.apis.timestamps import parse_epoch
 from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
 from federator.apis.trainingjob import placed_replicas
 from federator.apis.views import Body
@@ -56,7 +65,9 @@ from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, REASON_BOR
 from federator.controllers.jobs import (PHASE_PLACED, current_placement, gang_request, job_ref, phase_of, placed_at,
                                         placed_gang, queued_at)
 from federator.controllers.placement_ports import MemberViews
-from federator.controllers.queues import queue_status
+from federator.controllers.queue_spend import (Budget, JobRuns, SpendUpdate, accrue_spend, queue_budget,
+                                               running_intervals)
+from federator.controllers.queues import CONDITION_OVER_BUDGET, BudgetState, queue_status
 from federator.controllers.reservations import ReservationLedger
 from federator.delegation.adapter import LABEL_INDEX, LABEL_ROLE
 from federator.hub.kinds import selects_namespace
@@ -64,8 +75,8 @@ from federator.obs import get_logger
 from federator.placement import GangRequest, Profile, QueueQuota, ReservationKind, Resources, RunningGang, RunningPod
 from federator.placement.admission import QUOTA_EXCEEDED, QuotaLedger
 from federator.placement.cycle import CycleResult
-from federator.placement.gang import ClusterTier
-from federator.placement.snapshot import ClusterSnapshot
+from federator.placement.gang import BudgetExceeded, ClusterTier
+from federator.placement.snapshot import ClusterInfo, ClusterSnapshot
 
 __all__ = ["MemberPod", "Preempting", "QueueAccounting", "QueueObjects", "QueueStatusSink", "ShrinkPlan",
            "fixed_size", "member_pod", "resource_version_of"]
@@ -175,7 +186,8 @@ class QueueAccounting:
     def __init__(self, *, queues: QueueObjects, queue_status: QueueStatusSink, profile: Profile,
                  ledger: ReservationLedger, members: MemberViews, preempting: Preempting,
                  jobs: Mapping[str, dict[str, Any]], active: Set[str], queued: Set[str],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, currency: str = "USD",
+                 spend_interval_seconds: float = 30.0) -> None:
         self.queues = queues
         self.queue_status = queue_status
         self.profile = profile
@@ -193,6 +205,21 @@ class QueueAccounting:
         #: uid -> ((spec generation, queue tiers, queued at), its GangRequest) of the active jobs
         self.gang_cache: dict[str, tuple[Any, GangRequest]] = {}
         self._quota_filter_warned = False
+        self._budget_filter_warned = False
+        #: the hub's one currency (MemberCluster prices, status.spend) and how often status.spend is written
+        self.currency = currency
+        self.spend_interval_seconds = spend_interval_seconds
+        #: queue -> this cycle's accrued spend (`update_spend`), and the queues over their budget now
+        self.spend: dict[str, SpendUpdate] = {}
+        self.over_budget: dict[str, BudgetExceeded] = {}
+        #: uid -> (job as last seen, queue, when it went) of deleted jobs whose GPU time is not accrued yet
+        self.departed: dict[str, tuple[dict[str, Any], str, float]] = {}
+        #: uid -> (resourceVersion, running stretches, GPUs, GPU model) of the jobs of budgeted queues
+        self._runs_cache: dict[str, tuple[int, tuple[Any, ...], int, str | None]] = {}
+        #: cluster -> its last seen ClusterInfo (the price of a cluster no longer in the snapshots)
+        self._cluster_infos: dict[str, ClusterInfo] = {}
+        self._budget_of: dict[str, Budget] = {}
+        self._unreadable_budgets: set[tuple[str, str]] = set()
 
     def charge(self, uid: str, *, cluster: str, epoch: int, gpu_model: str | None) -> None:
         """This loop placed the job at (cluster, epoch) on `gpu_model`: it is charged to that model."""
@@ -265,12 +292,17 @@ class QueueAccounting:
         """`gang` (`gang_request(job)`) with its queue's spill-over tiers: what every placement of a queued
         job is asked about."""
         tiers, since = self._tiers(job)
+        over = self.over_budget.get(gang.queue) if gang.queue else None
+        if over is not None:
+            gang = replace(gang, over_budget=over)
         return replace(gang, tiers=tiers, waiting_since=since) if tiers else gang
 
     def gang_of(self, uid: str, job: Mapping[str, Any]) -> GangRequest | None:
         """The job's GangRequest (`tiered`), rebuilt when the spec, the queue's tiers or when the job entered
         the queue changed."""
-        key = (Body(job).generation, *self._tiers(job))
+        queue = Body(job).spec.get("queue")
+        key = (Body(job).generation, *self._tiers(job),
+               self.over_budget.get(queue) if isinstance(queue, str) else None)
         cached = self.gang_cache.get(uid)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -427,6 +459,153 @@ class QueueAccounting:
         return models[0] if models else "unknown"
 
 
+    # ------------------------------------------------------------ budgets
+
+    def job_gone(self, job: Mapping[str, Any], *, now: float) -> None:
+        """A job was deleted: its GPU time not accrued yet is kept (`departed`) until its queue's spend is."""
+        queue = Body(job).spec.get("queue")
+        uid = job_ref(job).uid
+        if not isinstance(queue, str) or not queue or not uid:
+            return
+        obj = self.queues.objects.get(queue)
+        if obj is None or Body(obj).spec.get("budget") is None or not running_intervals(job):
+            self._runs_cache.pop(uid, None)
+            return
+        self.departed[uid] = (dict(job), queue, now)
+
+    def _price(self, cluster: str, model: str | None) -> float:
+        info = self._cluster_infos.get(cluster)
+        return info.price(model) if info is not None else 0.0
+
+    def _runs_of(self, uid: str, job: Mapping[str, Any], *, gone_at: float | None = None) -> JobRuns | None:
+        """What the job ran (its stretches, GPUs as placed, the price of each cluster for its GPU model)."""
+        rv = resource_version_of(job)
+        cached = self._runs_cache.get(uid)
+        if cached is not None and cached[0] == rv and gone_at is None:
+            _, intervals, gpus, model = cached
+        else:
+            intervals = tuple(running_intervals(job, gone_at=gone_at))
+            try:
+                gang = gang_request(job, now=self.clock()) if intervals else None
+            except (ValueError, TypeError):
+                gang = None
+            if gang is None:  # never ran (or unreadable): remembered, so that it is not read again every cycle
+                self._runs_cache[uid] = (rv, (), 0, cached[3] if cached is not None else None)
+                return None
+            gpus = placed_gang(job, gang).total.gpu
+            model = cached[3] if cached is not None else None
+            charged = self.charged.get(uid)
+            running = self.running_gang(uid)
+            if charged is not None and charged[2]:
+                model = charged[2]
+            elif running is not None and running.gpu_model:
+                model = running.gpu_model
+            elif model is None and len(gang.gpu_models) == 1:
+                model = gang.gpu_models[0]
+            self._runs_cache[uid] = (rv, intervals, gpus, model)
+        if not intervals:
+            return None
+        return JobRuns(intervals=intervals, gpus=gpus,
+                       price={i.cluster: self._price(i.cluster, model) for i in intervals})
+
+    def _budgets(self) -> dict[str, Budget]:
+        budgets: dict[str, Budget] = {}
+        for name, obj in self.queues.objects.items():
+            try:
+                budget = queue_budget(Body(obj).spec)
+            except (ValueError, TypeError) as e:
+                key = (name, Body(obj).resource_version)
+                if key not in self._unreadable_budgets:
+                    self._unreadable_budgets.add(key)
+                    _log.warning("a Queue's budget cannot be read; it is not enforced", queue=name, error=str(e))
+                continue
+            if budget is not None:
+                budgets[name] = budget
+        return budgets
+
+    def _stored_spend(self, name: str) -> Mapping[str, Any] | None:
+        spend = (self.queue_status.stored_status(name) or {}).get("spend")
+        return spend if isinstance(spend, Mapping) else None
+
+    def update_spend(self, snapshots: Mapping[str, ClusterSnapshot], *, now: float) -> None:
+        """Accrue every budgeted queue's spend up to `now` (module docstring) and mark the queues over budget,
+        whose gangs `tiered` then sends only to already-paid clusters. Before the cycle collects its gangs."""
+        for name, snapshot in snapshots.items():
+            self._cluster_infos[name] = snapshot.info
+        budgets = self._budgets()
+        runs: dict[str, list[JobRuns]] = {name: [] for name in budgets}
+        burn: dict[str, tuple[int, float]] = {}
+        if budgets:
+            for uid, job in self.jobs.items():
+                queue = Body(job).spec.get("queue")
+                if not isinstance(queue, str) or queue not in budgets:
+                    continue
+                job_runs = self._runs_of(uid, job)
+                if job_runs is None:
+                    continue
+                runs[queue].append(job_runs)
+                last = job_runs.intervals[-1]
+                if last.end is None:
+                    gpus, money = burn.get(queue, (0, 0.0))
+                    burn[queue] = (gpus + job_runs.gpus, money + job_runs.gpus * job_runs.price[last.cluster])
+        for uid, (job, queue, gone_at) in list(self.departed.items()):
+            accrued = parse_epoch((self._stored_spend(queue) or {}).get("lastAccruedAt"))
+            if queue not in budgets or (accrued is not None and accrued >= gone_at):
+                self.departed.pop(uid, None)
+                self._runs_cache.pop(uid, None)
+                continue
+            job_runs = self._runs_of(uid, job, gone_at=gone_at)
+            if job_runs is not None:
+                runs[queue].append(job_runs)
+        self.spend, self.over_budget, self._budget_of = {}, {}, budgets
+        if budgets and "budget" not in self.profile.filters and not self._budget_filter_warned:
+            self._budget_filter_warned = True
+            _log.warning("the placement profile has no 'budget' filter: Queue budgets are tracked, not enforced",
+                         profile=self.profile.name)
+        for name, budget in budgets.items():
+            stored = self._stored_spend(name)
+            gpus, money = burn.get(name, (0, 0.0))
+            update = accrue_spend(stored, runs=runs[name], burn_gpus=gpus, burn_per_hour=money, budget=budget,
+                                  currency=self.currency, now=now)
+            self.spend[name] = update
+            if update.over is not None:
+                # the numbers the queue's status shows (written at most every spend interval), so that the
+                # why-not of its waiting jobs does not change every cycle
+                shown = _spent(stored, update.spend["period"], budget)
+                self.over_budget[name] = update.over if shown is None or shown < budget.limit \
+                    else replace(update.over, spent=shown)
+
+    def _budget_state(self, name: str, *, now: float) -> BudgetState | None:
+        """What queue `name`'s status shows of its budget this cycle: the spend just accrued when a write is due
+        (a new month, a deleted job's time, the over/under state flipped, or the spend interval passed), else
+        the stored spend; and the OverBudget condition."""
+        update = self.spend.get(name)
+        budget = self._budget_of.get(name)
+        if update is None or budget is None:
+            return None
+        stored = self._stored_spend(name)
+        status = self.queue_status.stored_status(name) or {}
+        shown_over = any(isinstance(c, Mapping) and c.get("type") == CONDITION_OVER_BUDGET
+                         and c.get("status") == "True" for c in status.get("conditions") or ())
+        accrued = parse_epoch((stored or {}).get("lastAccruedAt"))
+        period = update.spend["period"]
+        due = (stored is None or update.new_period or accrued is None or _spent(stored, period, budget) is None
+               or shown_over != (update.over is not None) or now - accrued >= self.spend_interval_seconds
+               or any(queue == name for _, queue, _ in self.departed.values()))
+        spend = dict(update.spend if due or stored is None else stored)
+        digits = 1 if budget.amount is None else 2
+        used = _spent(spend, period, budget) or 0.0
+        text = f"{used:,.{digits}f} of {budget.limit:,.{digits}f} {budget.unit} this month"
+        if budget.amount is not None and budget.currency != self.currency:
+            return BudgetState(spend=spend, state="Unknown", reason="CurrencyMismatch", message=(
+                f"the budget is in {budget.currency} but the hub prices GPU-hours in {self.currency} (its "
+                f"--currency): it is not enforced; this month's spend is {spend.get('spent')} {self.currency}"))
+        if update.over is not None:
+            return BudgetState(spend=spend, state="True", reason="OverBudget", message=(
+                f"over its budget ({text}): its new jobs go only to already-paid clusters (GPU-hour price 0) or "
+                f"wait until next month; running jobs keep running"))
+        return BudgetState(spend=spend, state="False", reason="WithinBudget", message=f"within its budget ({text})")
+
     def want_queue_status(self, queues: Mapping[str, QueueQuota], running: list[RunningGang], *,
                            result: CycleResult | None, now: float) -> None:
         """Each Queue's status after this cycle (written by `queue_status` only when it changed)."""
@@ -450,7 +629,17 @@ class QueueAccounting:
             self.queue_status.want(name, queue_status(
                 self.queue_status.stored_status(name), usage=usage.get(name), pending=pending.get(name, 0),
                 waiting_for_quota=len(waiting), head_block=waiting[0] if waiting else "",
-                generation=generation or None, now=now))
+                generation=generation or None, now=now, budget=self._budget_state(name, now=now)))
+
+
+def _spent(stored: Mapping[str, Any] | None, period: str, budget: Budget) -> float | None:
+    """What a stored status.spend of `period` counts against `budget` (money or GPU-hours); None without one."""
+    if stored is None or stored.get("period") != period:
+        return None
+    try:
+        return float(stored.get("gpuHours") or 0.0) if budget.amount is None else float(str(stored.get("spent")))
+    except (TypeError, ValueError):
+        return None
 
 
 def _pod_amounts(pods: tuple[RunningPod, ...]) -> dict[str, Resources]:

@@ -15,7 +15,8 @@
 - `queue_status(...)`: a Queue's status from what placement counted (used
   and borrowed GPUs per model, cpu, memory; admitted and pending jobs; the
   condition Admitting: False with reason QuotaExceeded while some of its
-  jobs wait for quota).
+  jobs wait for quota; for a queue with a budget, status.spend and the
+  condition OverBudget, `BudgetState`).
 - `QueueStatusWriter`: writes each Queue's status through the status
   subresource in-process (HTTP serves it read-only), only when it changed,
   and at most once per `queue_status_interval_seconds` (HubSettings.queues,
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from federator.apiserver.errors import ApiError
@@ -37,7 +39,7 @@ from federator.apiserver.registry import ResourceType
 from federator.apis.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_millicores
 from federator.apis.views import Body
 from federator.controllers.context import HUB_API_VERSION, HubContext
-from federator.controllers.jobs import label_selector, set_condition
+from federator.controllers.jobs import label_selector, remove_condition, set_condition
 from federator.controllers.loops import watch_hub_kind
 from federator.controllers.namespaces import NamespaceCache
 from federator.obs import get_logger
@@ -46,13 +48,26 @@ from federator.placement.gang import ClusterTier, LabelSelector
 from federator.store.protocol import StoreError
 from federator.runtime.waits import wait_event
 
-__all__ = ["CONDITION_ADMITTING", "QUEUE_KIND", "QueueCache", "QueueStatusWriter", "queue_quota", "queue_status"]
+__all__ = ["CONDITION_ADMITTING", "CONDITION_OVER_BUDGET", "QUEUE_KIND", "BudgetState", "QueueCache", "QueueStatusWriter", "queue_quota", "queue_status"]
 
 _log = get_logger("controllers.queues")
 
 QUEUE_KIND = "Queue"
 #: Queue condition: True while the queue admits its jobs, False (QuotaExceeded) while some wait for quota.
 CONDITION_ADMITTING = "Admitting"
+#: Queue condition of a queue with a budget: True (OverBudget) once this month's spend reached it, False
+#: (WithinBudget) below it, Unknown (CurrencyMismatch) for a money budget in another currency than the hub's
+CONDITION_OVER_BUDGET = "OverBudget"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """What a budgeted Queue's status shows of its budget: status.spend and the OverBudget condition."""
+
+    spend: dict[str, Any]
+    state: str
+    reason: str
+    message: str
 
 
 def _amounts(raw: Any, *, what: str) -> QuotaAmounts:
@@ -228,7 +243,7 @@ def _resources(amounts: QuotaAmounts) -> dict[str, Any] | None:
 
 def queue_status(
     old: Mapping[str, Any] | None, *, usage: QueueUsage | None, pending: int, waiting_for_quota: int,
-    head_block: str, generation: int | None, now: float,
+    head_block: str, generation: int | None, now: float, budget: BudgetState | None = None,
 ) -> dict[str, Any]:
     """A Queue's status: `usage` (None: nothing runs on it), `pending` jobs (waiting for a placement),
     `waiting_for_quota` of them refused by the quota in the last cycle, with `head_block` (the first's
@@ -250,6 +265,12 @@ def queue_status(
         set_condition(status, type=CONDITION_ADMITTING, state="True", reason="Admitting",
                       message=f"admits its jobs within its quota ({status['admittedJobs']} admitted, "
                               f"{status['pendingJobs']} pending)", now=now)
+    if budget is not None:
+        status["spend"] = budget.spend
+        set_condition(status, type=CONDITION_OVER_BUDGET, state=budget.state, reason=budget.reason,
+                      message=budget.message[:4096], now=now)
+    else:
+        remove_condition(status, CONDITION_OVER_BUDGET)
     if generation is not None:
         status["observedGeneration"] = generation
     return status

@@ -357,9 +357,21 @@ class QueueSettings:
 
     status_interval_seconds: float = _knob(0.5, key="queue_status_interval_seconds",
                                            doc="Queue statuses are written at most this often")
+    currency: str = _knob(
+        "USD", key="currency", kind="text", unit="ISO 4217 code", low=None, flag="--currency",
+        doc="the one currency of every MemberCluster GPU-hour price and Queue status.spend; a Queue budget in "
+            "another currency is not enforced (its OverBudget condition is Unknown, reason CurrencyMismatch)")
+    spend_interval_seconds: float = _knob(
+        30.0, key="queue_spend_interval_seconds",
+        doc="a Queue's status.spend (GPU time accrued from its jobs) is written at most this often while its jobs "
+            "run; sooner at a new month, when a job is deleted or when it goes over or under its budget")
 
     def __post_init__(self) -> None:
         _check(self)
+        if len(self.currency) != 3 or not self.currency.isascii() or not self.currency.isupper() \
+                or not self.currency.isalpha():
+            raise SettingsError(f"currency (QueueSettings.currency): unknown currency format {self.currency[:16]!r}: "
+                                f"an ISO 4217 code is three uppercase letters (USD, EUR, JPY)")
 
 
 @dataclass(frozen=True, slots=True)

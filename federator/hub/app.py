@@ -926,7 +926,19 @@ def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
         "failover_rate": number("--failover-rate", "failover_rate", "20", low=0.01, high=100_000.0),
         "compaction_interval_seconds": compaction_interval_flag(args),
         "namespaces": getattr(args, "namespaces", None) or "lifecycle",
+        "currency": currency_flag(args),
     }
+
+
+def currency_flag(args: argparse.Namespace) -> str:
+    """`--currency` (default USD); ValueError naming the flag unless it is three uppercase letters."""
+    import re
+
+    value = getattr(args, "currency", None) or "USD"
+    if not re.fullmatch("[A-Z]{3}", value):
+        raise ValueError(f"--currency {value[:16]!r}: unknown currency format: an ISO 4217 code is three uppercase "
+                         f"letters (USD, EUR, JPY)")
+    return str(value)
 
 
 def compaction_interval_flag(args: argparse.Namespace) -> float:

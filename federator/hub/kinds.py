@@ -13,8 +13,8 @@
                    Moved, MaxConcurrentCopies, JobsLost, Age
     Queue          cluster-scoped, short name q, /status read-only over HTTP
                    (the hub's controllers write it in-process), columns Quota,
-                   Used, Borrowed, Pending, Admitted, Age (-o wide: Cohort,
-                   Weight, Default)
+                   Used, Borrowed, Pending, Admitted, Budget, Spent, Age (-o
+                   wide: Cohort, Weight, Default)
 
 the upstream job kinds of `federator.apis.jobkinds.JOB_KINDS` (PyTorchJob, TFJob, PaddleJob, MPIJob, ...) at
 their own groups and versions, namespaced with /status, their upstream schema (plus the hub's status.phase,

@@ -124,6 +124,7 @@ from federator.placement.nodefit import GangFit, candidate_gpu_models, fit_gang_
 from federator.placement.plugins import default_registry
 from federator.placement.plugins.gang_fit import EXCEEDS_CAPACITY
 from federator.placement.plugins.gang_fit import largest_fit
+from federator.placement.plugins.budget import OVER_BUDGET
 from federator.placement.plugins.tier import TIER_NOT_YET
 from federator.placement.preemption import PreemptionPlan, plan_preemption
 from federator.placement.reservation import (
@@ -428,10 +429,12 @@ def _choose_hold(
 
 def _never_fits(evaluation: GangEvaluation) -> bool:
     """True if every cluster that passes the other filters lacks the capacity, even with all nodes free (a
-    tier of the gang's spill-over order not open yet may still have room: waiting helps then)."""
+    tier of the gang's spill-over order not open yet, or a cluster closed while its queue is over budget, may
+    still have room: waiting helps then)."""
     rejections = evaluation.why_not.values()
     return any(r.code == EXCEEDS_CAPACITY for r in rejections) and all(
-        r.code == EXCEEDS_CAPACITY or (r.filter != GANG_FIT and r.code != TIER_NOT_YET) for r in rejections
+        r.code == EXCEEDS_CAPACITY or (r.filter != GANG_FIT and r.code not in (TIER_NOT_YET, OVER_BUDGET))
+        for r in rejections
     )
 
 

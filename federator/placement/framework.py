@@ -82,6 +82,7 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "spot",
     "network",
     "gpu-model",
+    "budget",
     "quota",
     GANG_FIT,
 )

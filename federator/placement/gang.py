@@ -39,6 +39,7 @@ from federator.placement.snapshot import Taint, TaintEffect
 
 __all__ = [
     "MAX_GANG_PODS",
+    "BudgetExceeded",
     "ClusterTier",
     "GangRequest",
     "LabelRequirement",
@@ -196,6 +197,29 @@ class ClusterTier:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetExceeded:
+    """The gang's queue has reached its monthly budget (its Queue's spec.budget): `spent` of `limit` in `unit`
+    (a currency code, or "GPU-hours"). Set by the hub's queue accounting; the "budget" filter reads it."""
+
+    spent: float
+    limit: float
+    unit: str
+
+    def __post_init__(self) -> None:
+        for name in ("spent", "limit"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"BudgetExceeded.{name} must be a finite number, got {value!r}")
+        if not isinstance(self.unit, str) or not self.unit or len(self.unit) > 32:
+            raise ValueError(f"BudgetExceeded.unit must be a short non-empty string, got {self.unit!r}")
+
+    def text(self) -> str:
+        """"1,512.40 of 1,500.00 USD this month" (GPU-hours with one decimal)."""
+        digits = 1 if self.unit == "GPU-hours" else 2
+        return f"{self.spent:,.{digits}f} of {self.limit:,.{digits}f} {self.unit} this month"
+
+
+@dataclass(frozen=True, slots=True)
 class Toleration:
     """Kubernetes toleration semantics (an empty key with Exists tolerates every taint)."""
 
@@ -329,6 +353,8 @@ class GangRequest:
     required_terms: tuple[LabelSelector, ...] = ()
     preferred_terms: tuple[tuple[int, LabelSelector], ...] = ()
     spot: SpotPolicy = SpotPolicy.NEVER
+    # Its queue is over its monthly budget (None: it is not, or has none): only already-paid clusters ("budget").
+    over_budget: BudgetExceeded | None = None
     # Derived in __post_init__.
     fit_order: tuple[RoleRequest, ...] = field(init=False, compare=False, repr=False)
     total: Resources = field(init=False, compare=False, repr=False)
@@ -395,6 +421,8 @@ class GangRequest:
         if any(not isinstance(t, ClusterTier) for t in self.tiers):
             raise TypeError(f"gang {self.key}: tiers must be ClusterTiers")
         object.__setattr__(self, "spot", SpotPolicy(self.spot))
+        if self.over_budget is not None and not isinstance(self.over_budget, BudgetExceeded):
+            raise TypeError(f"gang {self.key}: over_budget must be a BudgetExceeded or None")
         object.__setattr__(self, "cluster_names", frozenset(self.cluster_names))
         if any(not isinstance(n, str) or not n for n in self.cluster_names):
             raise ValueError(f"gang {self.key}: cluster_names must be non-empty strings")

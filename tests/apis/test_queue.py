@@ -109,6 +109,38 @@ Edit = Callable[[dict[str, Any]], None]
      "spec.tiers", "at most 5"),
     (lambda q: q["spec"].update(tiers=[{"name": "On Prem", "clusterSelector": {}}]), "spec.tiers[0].name", "RFC 1123"),
     (lambda q: q["spec"].update(tiers="on-prem,cloud"), "spec.tiers", "array"),
+    (lambda q: q["spec"].update(budget={"amount": -1, "currency": "USD"}), "spec.budget.amount",
+     "greater than or equal to 0"),
+    (lambda q: q["spec"].update(budget={"amount": "-1500.00", "currency": "USD"}), "spec.budget.amount",
+     "greater than or equal to 0"),
+    (lambda q: q["spec"].update(budget={"amount": "1500.001", "currency": "USD"}), "spec.budget.amount",
+     "at most 2 decimals"),
+    (lambda q: q["spec"].update(budget={"amount": "1,500", "currency": "USD"}), "spec.budget.amount",
+     "not an amount"),
+    (lambda q: q["spec"].update(budget={"amount": "1e3", "currency": "USD"}), "spec.budget.amount", "not an amount"),
+    (lambda q: q["spec"].update(budget={"amount": 1500.5, "currency": "USD"}), "spec.budget.amount",
+     "write it as a string"),
+    (lambda q: q["spec"].update(budget={"amount": True, "currency": "USD"}), "spec.budget.amount", "not a bool"),
+    (lambda q: q["spec"].update(budget={"amount": 10**13, "currency": "USD"}), "spec.budget.amount", "at most"),
+    (lambda q: q["spec"].update(budget={"amount": "9" * 40, "currency": "USD"}), "spec.budget.amount",
+     "not an amount"),
+    (lambda q: q["spec"].update(budget={"amount": "100", "currency": "usd"}), "spec.budget.currency",
+     "unknown currency format"),
+    (lambda q: q["spec"].update(budget={"amount": "100", "currency": "US$"}), "spec.budget.currency",
+     "unknown currency format"),
+    (lambda q: q["spec"].update(budget={"amount": "100", "currency": "EURO"}), "spec.budget.currency",
+     "unknown currency format"),
+    (lambda q: q["spec"].update(budget={"amount": "100", "currency": 840}), "spec.budget.currency", "string"),
+    (lambda q: q["spec"].update(budget={"amount": "100"}), "spec.budget.currency", "Required value"),
+    (lambda q: q["spec"].update(budget={"gpuHours": 10, "currency": "USD"}), "spec.budget.currency", "Forbidden"),
+    (lambda q: q["spec"].update(budget={"amount": "100", "currency": "USD", "gpuHours": 10}), "spec.budget",
+     "not both"),
+    (lambda q: q["spec"].update(budget={}), "spec.budget", "Required value"),
+    (lambda q: q["spec"].update(budget={"gpuHours": -5}), "spec.budget.gpuHours", "greater than or equal to 0"),
+    (lambda q: q["spec"].update(budget={"gpuHours": "2000"}), "spec.budget.gpuHours", "number"),
+    (lambda q: q["spec"].update(budget={"gpuHours": 1e15}), "spec.budget.gpuHours", "less than or equal"),
+    (lambda q: q["spec"].update(budget={"dollars": 5}), "spec.budget.dollars", "Forbidden"),
+    (lambda q: q["spec"].update(budget="1500 USD"), "spec.budget", "object"),
     (lambda q: q.update(status={"pendingJobs": -1}), "status.pendingJobs", "greater than or equal to 0"),
     (lambda q: q.update(status={"used": {"gpus": {"A100": -3}}}), "status.used.gpus[A100]",
      "greater than or equal to 0"),
@@ -120,6 +152,19 @@ def test_every_bad_spec_names_its_field(edit: Edit, path: str, words: str) -> No
     edit(bad)
     errors = validate_queue(bad)
     assert any(p == path and words in message for p, message in errors), errors
+
+
+@pytest.mark.parametrize("budget", [
+    {"amount": "1500.00", "currency": "USD"}, {"amount": 1500, "currency": "EUR"}, {"amount": "0", "currency": "JPY"},
+    {"amount": "1000000000000", "currency": "USD"}, {"gpuHours": 2000}, {"gpuHours": 0.5}, {"gpuHours": 0},
+])
+def test_good_budgets_validate_unchanged(budget: dict[str, Any]) -> None:
+    good = queue()
+    good["spec"]["budget"] = copy.deepcopy(budget)
+    assert validate_queue(good) == []
+    assert good["spec"]["budget"] == budget
+    validator = jsonschema.Draft4Validator(crd("Queue")["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    assert list(validator.iter_errors(good)) == []
 
 
 def test_too_many_models_or_namespaces_are_refused() -> None:
@@ -149,7 +194,7 @@ def test_the_crd_schema_accepts_the_example_and_has_the_columns() -> None:
     version = crd("Queue")["spec"]["versions"][0]
     assert crd("Queue")["spec"]["scope"] == "Cluster" and version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
-    assert columns == ["Quota", "Used", "Borrowed", "Pending", "Admitted", "Age"]
+    assert columns == ["Quota", "Used", "Borrowed", "Pending", "Admitted", "Budget", "Spent", "Age"]
     validator = jsonschema.Draft4Validator(version["schema"]["openAPIV3Schema"])
     for obj in example_queues():
         assert list(validator.iter_errors(obj)) == []
@@ -172,3 +217,13 @@ def test_table_cells_show_resource_maps_in_one_line() -> None:
         ("A100=64,H100=16,cpu=2048,memory=16Ti", "A100=70", "A100=6")
     assert (cells["Pending"](obj), cells["Admitted"](obj), cells["Default"](obj)) == (3, 9, True)
     assert cells["Used"](queue()) == ""
+    assert cells["Budget"](obj) == cells["Spent"](obj) == ""
+    obj["spec"]["budget"] = {"amount": "1500.00", "currency": "USD"}
+    obj["status"]["spend"] = {"spent": "1512.403219", "currency": "USD", "gpuHours": 380.54}
+    assert (cells["Budget"](obj), cells["Spent"](obj)) == ("1500.00 USD", "1512.40 USD, 380.5 GPU-hours")
+    obj["spec"]["budget"] = {"gpuHours": 2000}
+    assert cells["Budget"](obj) == "2000 GPU-hours"
+    obj["status"]["spend"] = {"spent": "x" * 10_000, "currency": ["USD"], "gpuHours": "many"}
+    assert cells["Spent"](obj) == ""
+    obj["status"]["spend"] = {"spent": "not-a-number", "currency": "USD"}
+    assert cells["Spent"](obj) == ""

@@ -61,7 +61,7 @@ DEFAULTS: list[tuple[type, dict[str, Any]]] = [
     (FailoverSettings, dict(mass_loss_threshold=0.5, rate_per_second=20.0)),
     (GcSettings, dict(cleanup_grace_seconds=60.0, interval_seconds=30.0)),
     (StuckSettings, dict(timeout_seconds=120.0, exclusion_seconds=600.0)),
-    (QueueSettings, dict(status_interval_seconds=0.5)),
+    (QueueSettings, dict(status_interval_seconds=0.5, currency="USD", spend_interval_seconds=30.0)),
     (EventSettings, dict(ttl_seconds=3600.0, gc_interval_seconds=None, writes_per_second=100.0)),
     (CompactionSettings, dict(interval_seconds=300.0)),
     (ValidationSettings, dict(max_replicas_per_role=1024, max_total_replicas=8192, max_roles=32,
@@ -116,6 +116,8 @@ def _changed(knob: Knob) -> Any:
         return 0.25
     if knob.key == "namespaces":
         return "autoprovision"
+    if knob.key == "currency":
+        return "EUR"
     if default is None:
         return 7.5
     if isinstance(default, int):
@@ -129,6 +131,13 @@ def test_the_namespace_mode_is_one_of_two(value: Any) -> None:
         HubSettings.from_mapping({"namespaces": value})
     assert HubSettings().namespaces.mode == "lifecycle" and not HubSettings().namespaces.autoprovision
     assert HubSettings.from_mapping({"namespaces": "autoprovision"}).namespaces.autoprovision
+
+
+@pytest.mark.parametrize("value", ["usd", "EURO", "US$", "€", "", 840, None])
+def test_the_currency_is_three_uppercase_letters(value: Any) -> None:
+    with pytest.raises(SettingsError, match="currency"):
+        HubSettings.from_mapping({"currency": value})
+    assert HubSettings().queues.currency == "USD"
 
 
 @pytest.mark.parametrize("knob", list(knobs()), ids=lambda k: k.key)
@@ -278,6 +287,11 @@ def test_federator_up_flags_build_valid_settings() -> None:
     assert settings.compaction.interval_seconds == 0.0
     defaults = HubSettings.from_mapping(failover_knobs(argparse.Namespace()))
     assert defaults == HubSettings()
+    assert HubSettings.from_mapping(failover_knobs(argparse.Namespace(currency="EUR"))).queues.currency == "EUR"
+    for bad in ("usd", "EURO", "US$", "$" * 10_000):
+        with pytest.raises(ValueError, match="--currency .*unknown currency format") as raised:
+            failover_knobs(argparse.Namespace(currency=bad))
+        assert len(str(raised.value)) < 200
 
 
 # ------------------------------------------------------------------------------------------- docs and source

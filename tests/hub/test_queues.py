@@ -109,6 +109,17 @@ async def test_admins_write_queues_and_classes_everyone_reads_them_and_status_is
     (lambda q: q["spec"].update(tiers=[{"name": "x", "clusterSelector": {}, "spillAfterSeconds": -1}]),
      "spec.tiers[0].spillAfterSeconds"),
     (lambda q: q["spec"].update(tiers=[{"name": f"t{i}", "clusterSelector": {}} for i in range(1000)]), "spec.tiers"),
+    (lambda q: q["spec"].update(budget={"amount": "-1500.00", "currency": "USD"}), "spec.budget.amount"),
+    (lambda q: q["spec"].update(budget={"amount": -5, "currency": "USD"}), "spec.budget.amount"),
+    (lambda q: q["spec"].update(budget={"amount": "1500", "currency": "usd"}), "spec.budget.currency"),
+    (lambda q: q["spec"].update(budget={"amount": "1500", "currency": "US$"}), "spec.budget.currency"),
+    (lambda q: q["spec"].update(budget={"amount": "1500", "currency": "EURO"}), "spec.budget.currency"),
+    (lambda q: q["spec"].update(budget={"amount": "1500", "currency": "USD", "gpuHours": 10}), "spec.budget"),
+    (lambda q: q["spec"].update(budget={"amount": 10**30, "currency": "USD"}), "spec.budget.amount"),
+    (lambda q: q["spec"].update(budget={"amount": "9" * 100_000, "currency": "USD"}), "spec.budget.amount"),
+    (lambda q: q["spec"].update(budget={"gpuHours": -1}), "spec.budget.gpuHours"),
+    (lambda q: q["spec"].update(budget={"gpuHours": "2000"}), "spec.budget.gpuHours"),
+    (lambda q: q["spec"].update(budget={"gpuHours": 1e300}), "spec.budget.gpuHours"),
 ])
 async def test_bad_queues_get_422_naming_the_field_and_store_nothing(hub: RunningHub, edit: Any, field: str) -> None:
     bad = example_queues()[0]
@@ -293,8 +304,16 @@ async def test_kubectl_creates_and_shows_queues_and_priority_classes(hub: Runnin
     code, out, err = await hub.kubectl("researcher", "get", "queues")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "QUOTA", "USED", "BORROWED", "PENDING", "ADMITTED", "AGE"]
+    assert lines[0].split() == ["NAME", "QUOTA", "USED", "BORROWED", "PENDING", "ADMITTED", "BUDGET", "SPENT", "AGE"]
     assert lines[2].split()[:2] == ["vision", "A100=64,H100=16,cpu=2048,memory=16Ti"], out
+    code, out, err = await hub.kubectl("admin", "apply", "-f", str(EXAMPLES.parent / "queue-budget.yaml"))
+    assert code == 0, err
+    code, out, err = await hub.kubectl("researcher", "get", "queue", "ads-budget", "research-hours")
+    assert code == 0, err
+    rows = out.splitlines()
+    assert "1500.00 USD" in rows[1] and "2000 GPU-hours" in rows[2], out
+    code, out, err = await hub.kubectl("admin", "explain", "queue.spec.budget")
+    assert code == 0 and "calendar month (UTC)" in out, (out, err)
     code, out, err = await hub.kubectl("viewer", "get", "q", "-o", "wide")
     assert code == 0, err
     assert out.splitlines()[0].split()[-3:] == ["COHORT", "WEIGHT", "DEFAULT"]
@@ -324,9 +343,27 @@ async def test_federator_get_queues(hub: RunningHub) -> None:
     code, out, err = await hub.cli("researcher", "get", "queues")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "QUOTA", "USED", "BORROWED", "PENDING", "ADMITTED", "AGE"]
+    assert lines[0].split() == ["NAME", "QUOTA", "USED", "BORROWED", "PENDING", "ADMITTED", "BUDGET", "SPENT", "AGE"]
     assert [line.split()[:2] for line in lines[1:]] == [["nlp", "H100=48"],
                                                          ["vision", "A100=64,H100=16,cpu=2048,memory=16Ti"]]
+    # a budgeted queue shows its budget, and the spend the hub writes into its status
+    budgeted = team_queue("ads", {"names": ["ads"]}, default=False, budget={"amount": "1500.00", "currency": "USD"})
+    await _create(hub, QUEUES, budgeted)
+    rt = hub.context.registry.get("federator.dev", "v1alpha1", "queues")
+    assert rt is not None
+
+    def with_spend(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["status"] = {"spend": {"period": "2026-11", "currency": "USD", "spent": "1512.403219",
+                                   "gpuHours": 380.54, "projected": "2100.000000", "projectedGpuHours": 500.0,
+                                   "remaining": "-12.403219", "lastAccruedAt": "2026-11-29T11:00:00Z"}}
+        return obj
+
+    await hub.context.storage.guaranteed_update(rt, namespace=None, name="ads", mutate=with_spend,
+                                                subresource="status", trusted_status=True)
+    code, out, err = await hub.cli("researcher", "get", "queues")
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if line.startswith("ads ")]
+    assert "1500.00 USD" in row and "1512.40 USD, 380.5 GPU-hours" in row, out
     code, out, err = await hub.cli("viewer", "get", "q", "vision", "-o", "json")
     assert code == 0 and json.loads(out)["spec"]["cohort"] == "research", err
     code, out, err = await hub.cli("viewer", "get", "queues", "../../api/v1")

@@ -1,7 +1,7 @@
 """The built-in placement plugins, one per module, and the default registry that names them.
 
 Filters: health, exclusion, cluster-selector, affinity, tier, spot,
-network, gpu-model, quota, gang-fit. Scores: tier, affinity, spot,
+network, gpu-model, budget, quota, gang-fit. Scores: tier, affinity, spot,
 data-locality, packing, network-headroom, preference, cost, topology,
 elastic-size. Pure, like everything under placement.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from federator.placement.framework import PluginRegistry
 from federator.placement.plugins.affinity import AffinityFilter, AffinityScore
+from federator.placement.plugins.budget import BudgetFilter
 from federator.placement.plugins.cluster_selector import ClusterSelectorFilter
 from federator.placement.plugins.cost import CostScore
 from federator.placement.plugins.data_locality import DataLocalityScore
@@ -39,6 +40,7 @@ _DEFAULT = PluginRegistry(
         SpotFilter(),
         NetworkFilter(),
         GpuModelFilter(),
+        BudgetFilter(),
         QuotaFilter(),
         GangFitFilter(),
     ),
