@@ -26,7 +26,8 @@ against them when it is created: `translate_source`, the one lookup, which the t
 stored: 422 at spec.runtimeRef.name; after creation only spec.suspend may change, `_admit_jobkind_update`),
 SIG Multicluster's multicluster.x-k8s.io/v1alpha1 ClusterProfile (namespaced, /status, its upstream schema,
 spec.clusterManager immutable, columns Manager, Kubernetes, Age; `clusterprofile_type`: a cluster manager writes
-profiles here and controllers/clusterprofile.py joins each as a MemberCluster),
+profiles here and controllers/clusterprofile.py joins each as a MemberCluster; non-admins see the access
+providers' names but not their `cluster`, as they see no MemberCluster connection),
 plus Kubernetes' own scheduling.k8s.io/v1 PriorityClass (short name pc,
 columns Value, Global-Default, Age, PreemptionPolicy, as kube prints them),
 and, from `federator.apiserver.events`, core v1 Events (what the controllers
@@ -434,6 +435,24 @@ def priorityclass_type(validation: ValidationSettings | None = None) -> Resource
     )
 
 
+def _present_clusterprofile(obj: JSONObject) -> JSONObject:
+    """A ClusterProfile as a non-admin sees it: the access providers' names without their `cluster` (server, CA,
+    extensions), as a MemberCluster's connection is hidden from them (`CONNECTION_VISIBLE`)."""
+    if CONNECTION_VISIBLE.get():
+        return obj
+    status = obj.get("status")
+    if not isinstance(status, dict) or not any(isinstance(status.get(f), list)
+                                               for f in ("accessProviders", "credentialProviders")):
+        return obj
+    shown = copy.deepcopy(obj)
+    for field in ("accessProviders", "credentialProviders"):
+        entries = shown["status"].get(field)
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict):
+                entry.pop("cluster", None)
+    return shown
+
+
 def clusterprofile_type(validation: ValidationSettings | None = None) -> ResourceType:
     """SIG Multicluster's ClusterProfile as the hub serves it: namespaced, /status (the cluster manager's), its
     upstream schema, spec.clusterManager immutable."""
@@ -444,6 +463,7 @@ def clusterprofile_type(validation: ValidationSettings | None = None) -> Resourc
         plural=clusterprofile.PLURAL, singular=clusterprofile.SINGULAR, namespaced=True,
         validate=clusterprofile.clusterprofile_validator(validation),
         validate_update=clusterprofile.clusterprofile_update_validator(),
+        present=_present_clusterprofile,
         columns=(
             TableColumn("Manager", _string_field(".spec.clusterManager.name"),
                         description="The cluster manager that owns the profile."),
