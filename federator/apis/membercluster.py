@@ -2,7 +2,8 @@
 
 The spec is the platform team's registration: how to reach the cluster
 (a kubeconfig file on the hub, or a server URL plus credentials that the hub
-stores), where it is, its network fabric, its gang scheduler, labels, cost,
+stores, or a server URL plus an `accessProvider`: an exec plugin of the hub's
+access-provider file, as a ClusterProfile names it), where it is, its network fabric, its gang scheduler, labels, cost,
 cached datasets and whether it is cordoned. The status is what the hub's
 cluster controllers observe: Reachable/Synced/Ready conditions, the time of
 the first loss of contact, a capacity summary, datasets seen on nodes, member

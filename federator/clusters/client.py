@@ -4,7 +4,7 @@ Everything the hub asks of a member cluster (list, watch, get, create,
 patch, delete, a pod's log, a health probe) goes through a `MemberClient`. It is built
 from a kubeconfig file (`from_kubeconfig`) or from a MemberCluster's
 `spec.connection` (`from_connection`: a kubeconfigPath, or a server URL plus
-the credentials the hub stores).
+the credentials the hub stores or an accessProvider).
 
 It uses the official client's asyncio API, `kubernetes.aio` (shipped inside
 the `kubernetes` package since v35): `kubernetes.aio.config` loads the

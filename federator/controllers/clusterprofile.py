@@ -23,8 +23,7 @@ ClusterProfiles and MemberClusters and keeps, for each profile, one MemberCluste
 
 The fields it derives (connection, scheduler, network, location, the profile's labels) follow the profile;
 everything else an admin sets on the MemberCluster (cordon, cost, datasets, drains, other labels) stays. A
-profile deleted deletes its MemberCluster through the API (the same path as `kubectl delete membercluster`:
-member sync stops, failover moves its gangs). A MemberCluster of that name that this controller did not create
+profile deleted deletes its MemberCluster through the API storage (the same path as `federator cluster remove`). A MemberCluster of that name that this controller did not create
 is never taken over or deleted: the profile gets a Warning Event (NameConflict) instead, as it does when no
 access provider matches (NoAccess) or its labels say something invalid (InvalidProfile). It never writes a
 profile (its status conditions are the cluster manager's) and never logs a credential or a connection.
@@ -232,6 +231,9 @@ class ClusterProfileController:
                 _log.warning("could not reconcile a cluster profile; will retry", profile=key, error=str(e))
                 await asyncio.sleep(self.hub.settings.watch.backoff_initial_seconds)
                 self._enqueue(key)
+            except Exception as e:  # noqa: BLE001 - one profile's bug must not stop every other profile joining
+                _log.error("reconciling a cluster profile failed; it is looked at again on its next change",
+                           profile=key, error=f"{type(e).__name__}: {e}", exc_info=True)
 
     async def _reconcile(self, key: str) -> None:
         namespace, _, name = key.partition("/")
