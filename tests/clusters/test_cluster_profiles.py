@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from clustertest_support import Hub, Sims, profile, registration, wait_until
 from exec_plugin_support import provider_file, runs, write_plugin
 
@@ -136,6 +137,12 @@ async def test_a_profile_joins_through_its_access_provider_follows_changes_and_l
     plugin = tmp_path / "plugin"
     write_plugin(plugin, f"token {sim.token} 3600")
     providers = parse_provider_config(provider_file(plugin))
+    with structlog.testing.capture_logs() as logs:
+        await _join_follow_and_leave(tmp_path, sim, plugin, providers)
+    assert logs and sim.token not in str(logs), "the plugin's token reached a log line"
+
+
+async def _join_follow_and_leave(tmp_path: Path, sim: SimCluster, plugin: Path, providers: Any) -> None:
     async with running(tmp_path, cluster_profile_providers=providers) as inv:
         await inv.apply(cluster_profile("member-1", labels={"tier": "research", "federator.dev/scheduler": "volcano"}),
                         access_status(sim))

@@ -103,3 +103,30 @@ async def test_only_admins_write_profiles_and_see_how_to_reach_the_cluster(hub: 
     assert status == 200 and "10.0.0.7" not in json.dumps(listed)
     status, seen = await hub.request("GET", f"{url}/c")
     assert seen["status"]["accessProviders"][0]["cluster"]["server"] == "https://10.0.0.7:6443"
+
+
+def test_the_inventory_flags_fail_with_one_line_naming_the_flag(tmp_path: Path) -> None:
+    import argparse
+
+    from federator.hub.app import cluster_profile_knobs, failover_knobs
+
+    good = tmp_path / "providers.json"
+    good.write_text(json.dumps({"providers": [{"name": "p", "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": "/usr/local/bin/cp-creds"}}]}))
+    knobs = cluster_profile_knobs(argparse.Namespace(cluster_profile_providers=str(good),
+                                                     cluster_profile_kubeconfigs=str(tmp_path)))
+    assert [p.name for p in knobs["cluster_profile_providers"]] == ["p"]
+    assert knobs["cluster_profile_kubeconfig_dir"] == tmp_path
+    assert "cluster_profile_providers" in failover_knobs(argparse.Namespace(cluster_profile_providers=str(good)))
+    bad = tmp_path / "bad.json"
+    for content, words in (("{", "is not valid JSON"),
+                           ('{"providers": [{"name": "p", "execConfig": {"command": "x"}}]}',
+                            "providers[0].execConfig.apiVersion: Required value")):
+        bad.write_text(content)
+        with pytest.raises(ValueError) as raised:
+            cluster_profile_knobs(argparse.Namespace(cluster_profile_providers=str(bad)))
+        assert str(raised.value).startswith(f"--cluster-profile-providers {bad}: ") and words in str(raised.value)
+    with pytest.raises(ValueError, match="--cluster-profile-providers .*no-such.json: No such file"):
+        cluster_profile_knobs(argparse.Namespace(cluster_profile_providers=str(tmp_path / "no-such.json")))
+    with pytest.raises(ValueError, match="--cluster-profile-kubeconfigs .*: not a directory"):
+        cluster_profile_knobs(argparse.Namespace(cluster_profile_kubeconfigs=str(good)))
