@@ -370,7 +370,8 @@ class ExecCredentials:
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)
         except OSError as e:
-            raise self._fail(f"cannot be started: {e.strerror or type(e).__name__}") from None
+            hint = f" ({self.plugin.install_hint[:300]})" if self.plugin.install_hint else ""
+            raise self._fail(f"cannot be started: {e.strerror or type(e).__name__}{hint}") from None
         try:
             async with asyncio.timeout(self.timeout):
                 out, err = await asyncio.gather(process.stdout.read(_MAX_EXEC_OUTPUT + 1),  # type: ignore[union-attr]

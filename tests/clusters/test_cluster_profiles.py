@@ -235,3 +235,34 @@ async def test_a_broken_plugin_shows_in_the_member_cluster_and_the_hub_goes_on(s
         # the plugin is fixed: the next retry joins
         write_plugin(plugin, f"token {sim.token}")
         await inv.wait_member("member-5", ready, "member-5 Ready once the plugin answers")
+
+
+async def test_a_profile_deleted_while_no_hub_led_takes_its_cluster_with_it_at_the_next_start(
+        sims: Sims, tmp_path: Path) -> None:
+    sim = await sims.start(profile("m6", gpu_nodes=1, cpu_nodes=0))
+    plugin = tmp_path / "plugin"
+    write_plugin(plugin, f"token {sim.token}")
+    providers = parse_provider_config(provider_file(plugin))
+    async with running(tmp_path, cluster_profile_providers=providers) as inv:
+        await inv.apply(cluster_profile("member-6"), access_status(sim))
+        await inv.apply(cluster_profile("member-7"), access_status(sim))
+        await inv.wait_member("member-6")
+        await inv.wait_member("member-7")
+        await inv.hub.register(registration("hand-made", sims.kubeconfigs["m6"]))
+    hub = await Hub.open(f"sqlite://{tmp_path / 'hub.db'}")
+    try:  # no controller runs: the profile goes, its MemberCluster stays
+        rt = hub.registry.by_kind(API_VERSION, "ClusterProfile")
+        assert rt is not None
+        await hub.storage.delete(rt, namespace="fleet", name="member-6")
+        assert await hub.get("fleet-member-6")
+    finally:
+        await hub.close()
+    async with running(tmp_path, cluster_profile_providers=providers) as inv:
+        await wait_until(lambda: _gone(inv, "member-6"), what="the orphaned MemberCluster removed at start")
+        assert await inv.member("member-7") is not None
+        assert await inv.hub.get("hand-made")
+        # deleting a profile's MemberCluster by hand while the profile exists brings it back
+        before = (await inv.hub.get("fleet-member-7"))["metadata"]["uid"]
+        await inv.hub.storage.delete(inv.hub.rt, namespace=None, name="fleet-member-7")
+        await inv.wait_member("member-7", lambda mc: mc["metadata"]["uid"] != before,
+                              "the profile's MemberCluster put back")

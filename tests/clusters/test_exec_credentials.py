@@ -112,6 +112,8 @@ async def test_an_unknown_provider_or_a_missing_program_is_a_clear_error(sims: S
     with pytest.raises(KubeconfigError, match="access provider 'token-provider' is not in the hub's "
                                               "--cluster-profile-providers file"):
         await MemberClient.from_connection(connection(sim), cluster="c", exec_plugins={})
-    missing = exec_config(tmp_path).model_copy(update={"command": str(tmp_path / "no-such-plugin")})
-    with pytest.raises(KubeconfigError, match="cannot be started"):
+    missing = exec_config(tmp_path).model_copy(update={"command": str(tmp_path / "no-such-plugin"),
+                                                       "install_hint": "install cp-creds from your cluster manager"})
+    with pytest.raises(KubeconfigError, match="cannot be started: No such file or directory "
+                                              r"\(install cp-creds from your cluster manager\)"):
         await MemberClient.from_connection(connection(sim), cluster="c", exec_plugins={"token-provider": missing})
