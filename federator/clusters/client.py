@@ -56,6 +56,7 @@ import json
 import os
 import time
 import random
+import signal
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -372,20 +373,19 @@ class ExecCredentials:
         except OSError as e:
             hint = f" ({self.plugin.install_hint[:300]})" if self.plugin.install_hint else ""
             raise self._fail(f"cannot be started: {e.strerror or type(e).__name__}{hint}") from None
+        assert process.stdout is not None and process.stderr is not None
         try:
             async with asyncio.timeout(self.timeout):
-                out, err = await asyncio.gather(process.stdout.read(_MAX_EXEC_OUTPUT + 1),  # type: ignore[union-attr]
-                                                process.stderr.read(64 * 1024))  # type: ignore[union-attr]
+                out, err = await asyncio.gather(_drain(process.stdout, keep=_MAX_EXEC_OUTPUT + 1, tail=False),
+                                                _drain(process.stderr, keep=4096, tail=True))
                 code = await process.wait()
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+            _kill_group(process)
             await process.wait()
             raise self._fail(f"did not answer within {self.timeout:g}s (killed)") from None
         finally:
             if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
+                _kill_group(process)
                 await process.wait()
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] if err.strip() else []
         said = f": {tail[0][:300]}" if tail else ""
@@ -419,6 +419,27 @@ class ExecCredentials:
         if isinstance(cert, str) and isinstance(key, str) and "-----BEGIN" in cert and "-----BEGIN" in key:
             return ExecCredential(client_certificate=cert, client_key=key, expires_at=expires)
         raise self._fail("printed an ExecCredential with neither a token nor a PEM client certificate and key")
+
+
+async def _drain(stream: asyncio.StreamReader, *, keep: int, tail: bool) -> bytes:
+    """Everything `stream` gives until EOF (so the process never blocks on a full pipe), keeping `keep` bytes:
+    the first ones, or with `tail` the last ones."""
+    kept = bytearray()
+    while chunk := await stream.read(64 * 1024):
+        if tail:
+            kept += chunk
+            del kept[:-keep]
+        elif len(kept) < keep:
+            kept += chunk[:keep - len(kept)]
+    return bytes(kept)
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """Kill the plugin and whatever it started (it runs in a session of its own: its pid is the group's)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
 
 
 class MemberClient:

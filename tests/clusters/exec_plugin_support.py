@@ -11,6 +11,8 @@
     garbage                               print text that is not JSON (holding <token> of `secret.txt`)
     wrong-version                         print an ExecCredential of client.authentication.k8s.io/v1beta1
     empty                                 print an ExecCredential with an empty status
+    chunked <token>                       print the ExecCredential a few bytes at a time, and 400 KiB of stderr
+    huge                                  print 2 MiB
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ elif mode[0] == "wrong-version":
     credential({"token": mode[1]}, "client.authentication.k8s.io/v1beta1")
 elif mode[0] == "empty":
     credential({})
+elif mode[0] == "chunked":
+    text = json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                       "status": {"token": mode[1]}})
+    for i in range(0, len(text), 7):
+        sys.stdout.write(text[i:i + 7])
+        sys.stdout.flush()
+        time.sleep(0.01)
+    print("chatty plugin line\n" * 20000, file=sys.stderr)
+    print("last words", file=sys.stderr)
+elif mode[0] == "huge":
+    sys.stdout.write("x" * (2 * 1024 * 1024))
 '''
 
 

@@ -93,6 +93,7 @@ async def test_a_401_runs_the_plugin_again_and_retries_once(sims: Sims, tmp_path
     ("garbage", "printed no JSON ExecCredential"),
     ("wrong-version secret-token-abcdef", "answered apiVersion \"client.authentication.k8s.io/v1beta1\""),
     ("empty", "neither a token nor a PEM client certificate and key"),
+    ("huge", "printed more than 1 MiB"),
 ])
 async def test_a_broken_plugin_is_a_clear_error_that_shows_no_secret(sims: Sims, tmp_path: Path, mode: str,
                                                                      words: str) -> None:
@@ -117,3 +118,11 @@ async def test_an_unknown_provider_or_a_missing_program_is_a_clear_error(sims: S
     with pytest.raises(KubeconfigError, match="cannot be started: No such file or directory "
                                               r"\(install cp-creds from your cluster manager\)"):
         await MemberClient.from_connection(connection(sim), cluster="c", exec_plugins={"token-provider": missing})
+
+
+async def test_output_in_many_small_writes_and_a_lot_of_stderr_is_read_whole(sims: Sims, tmp_path: Path) -> None:
+    sim = await sims.start(profile("c", gpu_nodes=1, cpu_nodes=0))
+    plugin = tmp_path / "plugin"
+    write_plugin(plugin, f"chunked {sim.token}")
+    async with await client_for(sim, plugin) as client:
+        assert len((await client.list(NODES)).items) == 1
