@@ -8,7 +8,9 @@ ClusterProfiles and MemberClusters and keeps, for each profile, one MemberCluste
   the mark that this controller owns it: a cluster-scoped MemberCluster cannot carry an ownerReference to a
   namespaced profile);
 - labelled with the profile's labels and its status.properties (a property whose name and value are a valid
-  label key and value; properties win on the same key), so clusterSelector and queue tiers select it;
+  label key and value; properties win on the same key), so clusterSelector and queue tiers select it; the keys
+  it brought are kept in the annotation `federator.dev/cluster-profile-labels`, so that a label the profile
+  drops is removed and one an admin added stays;
 - scheduler, network and location from the labels `federator.dev/scheduler` (default `default`),
   `federator.dev/network` (`ethernet`; `rdma` needs `federator.dev/rdma-kind`), `federator.dev/bandwidth-gbps`
   (10), `federator.dev/location` (`cloud`), `federator.dev/region`, `federator.dev/provider`: the profile says
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -54,12 +57,27 @@ __all__ = ["PROFILE_ANNOTATION", "ClusterProfileController", "cluster_profiles",
 
 #: on each MemberCluster this controller made: "<namespace>/<name>" of its ClusterProfile
 PROFILE_ANNOTATION: Final = "federator.dev/cluster-profile"
+#: and the label keys the profile brought (a JSON list): a key the profile drops is removed, others stay
+LABELS_ANNOTATION: Final = "federator.dev/cluster-profile-labels"
 #: the Secret data key of a kubeconfig for a profile (KEP-4322's Secret format)
 KUBECONFIG_KEY: Final = "Config"
 CONTROLLER: Final = "cluster-profile"
 _MAX_LABEL = 63
 
 _log = get_logger("controllers.clusterprofile")
+
+
+def _keys(labels: Mapping[str, str]) -> str:
+    return json.dumps(sorted(labels), separators=(",", ":"))
+
+
+def _brought(value: object) -> list[str]:
+    """The label keys a profile brought last time (the annotation's JSON list; anything else: none)."""
+    try:
+        keys = json.loads(value) if isinstance(value, str) else []
+    except ValueError:
+        return []
+    return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
 
 
 def member_name(namespace: str, name: str) -> str:
@@ -316,8 +334,7 @@ class ClusterProfileController:
     async def _create(self, profile: Mapping[str, Any], target: str, key: str, desired: Desired) -> None:
         obj = {"apiVersion": "federator.dev/v1alpha1", "kind": "MemberCluster",
                "metadata": {"name": target, "labels": desired.labels,
-                            "annotations": {PROFILE_ANNOTATION: key,
-                                            "federator.dev/cluster-profile-uid": Body(profile).uid}},
+                            "annotations": {PROFILE_ANNOTATION: key, LABELS_ANNOTATION: _keys(desired.labels)}},
                "spec": desired.spec}
         try:
             await self.hub.storage.create(self.members_rt, obj, namespace=None)
@@ -338,9 +355,14 @@ class ClusterProfileController:
             if (meta.get("annotations") or {}).get(PROFILE_ANNOTATION) != key:
                 return None
             spec = obj.setdefault("spec", {})
+            annotations = dict(meta.get("annotations") or {})
             labels = dict(meta.get("labels") or {})
+            for gone in set(_brought(annotations.get(LABELS_ANNOTATION))) - set(desired.labels):
+                labels.pop(gone, None)  # the profile no longer says it
             labels.update(desired.labels)
-            changed = labels != (meta.get("labels") or {})
+            annotations[LABELS_ANNOTATION] = _keys(desired.labels)
+            changed = labels != (meta.get("labels") or {}) or annotations != (meta.get("annotations") or {})
+            meta["annotations"] = annotations
             for field, value in desired.spec.items():
                 if spec.get(field) != value:
                     spec[field] = value

@@ -160,9 +160,16 @@ async def _join_follow_and_leave(tmp_path: Path, sim: SimCluster, plugin: Path, 
         # an admin's cordon stays; the profile's labels follow it
         await inv.hub.storage.guaranteed_update(inv.hub.rt, namespace=None, name="fleet-member-1",
                                                 mutate=lambda o: {**o, "spec": {**o["spec"], "cordoned": True}})
-        await inv.apply(cluster_profile("member-1", labels={"tier": "batch", "federator.dev/scheduler": "volcano"}))
-        mc = await inv.wait_member("member-1", lambda m: m["metadata"]["labels"].get("tier") == "batch")
+        await inv.hub.storage.guaranteed_update(
+            inv.hub.rt, namespace=None, name="fleet-member-1",
+            mutate=lambda o: {**o, "metadata": {**o["metadata"], "labels": {**o["metadata"]["labels"], "team": "a"}}})
+        await inv.apply(cluster_profile("member-1", labels={"tier": "batch", "federator.dev/scheduler": "volcano",
+                                                            "new": "yes"}),
+                        {**access_status(sim), "properties": []})
+        mc = await inv.wait_member("member-1", lambda m: m["metadata"]["labels"].get("tier") == "batch"
+                                   and "location" not in m["metadata"]["labels"])
         assert mc["spec"]["cordoned"] is True
+        assert mc["metadata"]["labels"]["team"] == "a" and mc["metadata"]["labels"]["new"] == "yes"
         await inv.delete("member-1")
         await wait_until(lambda: _gone(inv, "member-1"),
                          what="the MemberCluster removed with its profile")
