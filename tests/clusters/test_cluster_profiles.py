@@ -273,3 +273,22 @@ async def test_a_profile_deleted_while_no_hub_led_takes_its_cluster_with_it_at_t
         await inv.hub.storage.delete(inv.hub.rt, namespace=None, name="fleet-member-7")
         await inv.wait_member("member-7", lambda mc: mc["metadata"]["uid"] != before,
                               "the profile's MemberCluster put back")
+
+
+@pytest.mark.parametrize(("labels", "words"), [
+    ({"federator.dev/bandwidth-gbps": "fast"}, "federator.dev/bandwidth-gbps 'fast' is not a number"),
+    ({"federator.dev/scheduler": "evil"}, "scheduler.name: Unsupported value: \"evil\""),
+    ({"federator.dev/network": "rdma"}, "network.rdmaKind: Required value"),
+])
+async def test_a_profile_whose_labels_make_no_registration_gets_a_warning_and_nothing(
+        sims: Sims, tmp_path: Path, labels: dict[str, str], words: str) -> None:
+    sim = await sims.start(profile("m8", gpu_nodes=1, cpu_nodes=0))
+    plugin = tmp_path / "plugin"
+    write_plugin(plugin, f"token {sim.token}")
+    async with running(tmp_path, cluster_profile_providers=parse_provider_config(provider_file(plugin))) as inv:
+        await inv.apply(cluster_profile("member-8", labels=labels), access_status(sim))
+        event = await inv.wait_event("member-8", "InvalidProfile")
+        assert words in event["message"], event["message"]
+        assert await inv.member("member-8") is None
+        await inv.apply(cluster_profile("member-8", labels={}), access_status(sim))
+        await inv.wait_member("member-8", ready, "member-8 joins once its labels are fixed")
