@@ -274,7 +274,8 @@ class ClusterProfileController:
             self._warn(profile, problem.reason, problem.message)
             return
         if existing is None:
-            await self._create(profile, target, key, desired)
+            if not await self._create(profile, target, key, desired):
+                return
         else:
             await self._update(target, key, desired)
         self._warned.pop(key, None)
@@ -331,7 +332,8 @@ class ClusterProfileController:
             raise ProfileProblem("InvalidProfile", f"cannot join as a MemberCluster: {shown}: {why}"[:1024])
         return Desired(labels=labels, spec=spec)
 
-    async def _create(self, profile: Mapping[str, Any], target: str, key: str, desired: Desired) -> None:
+    async def _create(self, profile: Mapping[str, Any], target: str, key: str, desired: Desired) -> bool:
+        """Create the profile's MemberCluster; False when it was not (made by hand meanwhile, or refused)."""
         obj = {"apiVersion": "federator.dev/v1alpha1", "kind": "MemberCluster",
                "metadata": {"name": target, "labels": desired.labels,
                             "annotations": {PROFILE_ANNOTATION: key, LABELS_ANNOTATION: _keys(desired.labels)}},
@@ -340,14 +342,15 @@ class ClusterProfileController:
             await self.hub.storage.create(self.members_rt, obj, namespace=None)
         except ApiError as e:
             if e.code == 409:  # made by hand meanwhile: the MemberCluster watch brings it back here
-                return
+                return False
             if e.code == 422:
                 self._warn(profile, "InvalidProfile", f"cannot join as a MemberCluster: {e}"[:1024])
-                return
+                return False
             raise
         _log.info("cluster profile joined", profile=key, cluster=target)
         self.hub.events.record(profile, controller=CONTROLLER, reason="Joined", action="Join",
                                message=f"joined as MemberCluster {target}")
+        return True
 
     async def _update(self, target: str, key: str, desired: Desired) -> None:
         def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
