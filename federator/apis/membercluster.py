@@ -2,7 +2,8 @@
 
 The spec is the platform team's registration: how to reach the cluster
 (a kubeconfig file on the hub, or a server URL plus credentials that the hub
-stores), where it is, its network fabric, its gang scheduler, labels, cost,
+stores, or a server URL plus an `accessProvider`: an exec plugin of the hub's
+access-provider file, as a ClusterProfile names it), where it is, its network fabric, its gang scheduler, labels, cost,
 cached datasets and whether it is cordoned. The status is what the hub's
 cluster controllers observe: Reachable/Synced/Ready conditions, the time of
 the first loss of contact, a capacity summary, datasets seen on nodes, member
@@ -84,6 +85,7 @@ __all__ = [
     "ClusterNetwork",
     "ClusterScheduler",
     "Connection",
+    "ConnectionAccessProvider",
     "DrainStatus",
     "DrainedGang",
     "GpuCount",
@@ -91,6 +93,7 @@ __all__ = [
     "MemberClusterSpec",
     "MemberClusterStatus",
     "SchedulerKind",
+    "ServerURL",
     "cluster_labels",
     "contains_credentials",
     "effective_operator_mode",
@@ -178,6 +181,12 @@ def _check_path(value: str) -> str:
     return value
 
 
+def _check_config_size(value: Any) -> Any:
+    if len(json.dumps(value, separators=(",", ":"))) > _MAX_SECRET:
+        raise ValueError(f"must be at most {_MAX_SECRET} bytes as JSON")
+    return value
+
+
 def _check_token(value: str) -> str:
     if not value or any(c.isspace() for c in value):
         raise ValueError("must be a non-empty token without whitespace")
@@ -201,8 +210,20 @@ class ClusterCredentials(ApiModel):
     ] | None = Field(default=None, alias="clientKeyData")
 
 
+class ConnectionAccessProvider(ApiModel):
+    """Credentials from an exec plugin of the hub's access-provider file (`--cluster-profile-providers`), as a
+    ClusterProfile's status.accessProviders names it: the plugin's command is the file's, never the API's."""
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=253)] = Field(
+        description="A provider of the hub's --cluster-profile-providers file.")
+    config: Annotated[Any, AfterValidator(_check_config_size)] = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="Handed to the plugin as ExecCredential spec.cluster.config (provideClusterInfo); the "
+                    "profile's client.authentication.k8s.io/exec extension.")
+
+
 class Connection(ApiModel):
-    """How the hub reaches the member: kubeconfigPath, or server plus credentials."""
+    """How the hub reaches the member: kubeconfigPath, or server plus credentials or an access provider."""
 
     kubeconfig_path: Annotated[StrictStr, Field(max_length=4096), AfterValidator(_check_path)] | None = Field(
         default=None, alias="kubeconfigPath", description="Absolute path of a kubeconfig file on the hub host.",
@@ -219,6 +240,10 @@ class Connection(ApiModel):
     credentials: ClusterCredentials | None = Field(
         default=None, description="Stored by the hub, never returned (reads show \"<redacted>\")."
     )
+    access_provider: ConnectionAccessProvider | None = Field(
+        default=None, alias="accessProvider",
+        description="With server: credentials from an exec plugin of the hub's access-provider file (set by "
+                    "the ClusterProfile controller).")
 
 
 def _connection_errors(connection: object, *, path: str) -> list[FieldError]:
@@ -230,17 +255,20 @@ def _connection_errors(connection: object, *, path: str) -> list[FieldError]:
     credentials = connection.get("credentials")
     if not has_path and not has_server:
         errors.append((path, "Required value: either kubeconfigPath, or server with credentials, must be set"))
+    provider = connection.get("accessProvider")
     if has_path:
-        for name in ("server", "credentials", "certificateAuthorityData"):
+        for name in ("server", "credentials", "certificateAuthorityData", "accessProvider"):
             if connection.get(name) is not None:
                 errors.append((f"{path}.{name}", "Forbidden: may not be set together with kubeconfigPath"))
         if connection.get("insecureSkipTLSVerify") is True:
             errors.append((f"{path}.insecureSkipTLSVerify", "Forbidden: may not be set together with kubeconfigPath"))
     elif connection.get("context") is not None:
         errors.append((f"{path}.context", "Forbidden: only meaningful with kubeconfigPath"))
-    if has_server and not has_path and credentials is None:
+    if has_server and not has_path and credentials is None and provider is None:
         errors.append((f"{path}.credentials", "Required value: server needs credentials (token, or client "
-                                              "certificate and key)"))
+                                              "certificate and key) or an accessProvider"))
+    if credentials is not None and provider is not None:
+        errors.append((f"{path}.accessProvider", "Forbidden: may not be set together with credentials"))
     if connection.get("insecureSkipTLSVerify") is True and connection.get("certificateAuthorityData"):
         errors.append((f"{path}.insecureSkipTLSVerify",
                        "Forbidden: may not be set together with certificateAuthorityData"))

@@ -96,6 +96,19 @@ def register(sub: Any) -> None:
                                "[setting mass_loss_threshold]")
     failover.add_argument("--failover-rate", default="20", metavar="GANGS_PER_SECOND",
                           help="at most this many gangs fail over per second (default: 20) [setting failover_rate]")
+    inventory = p.add_argument_group("cluster inventory (README: Joining clusters from an inventory)")
+    inventory.add_argument("--cluster-profile-providers", default=None, metavar="FILE",
+                           help="access-provider file (JSON, sigs.k8s.io/cluster-inventory-api's format: "
+                                "{\"providers\": [{\"name\": ..., \"execConfig\": {\"apiVersion\": "
+                                "\"client.authentication.k8s.io/v1\", \"command\": ..., \"args\": [...], \"env\": "
+                                "[...], \"provideClusterInfo\": true}}]}): a ClusterProfile whose "
+                                "status.accessProviders lists one of these names joins as a MemberCluster whose "
+                                "credentials the hub gets by running that plugin (the first match in file order) "
+                                "[setting cluster_profile_providers]")
+    inventory.add_argument("--cluster-profile-kubeconfigs", default=None, metavar="DIR",
+                           help="kubeconfig Secrets mounted on the hub: a ClusterProfile NS/NAME that no provider "
+                                "matches joins with DIR/NS/NAME/Config as its kubeconfig (mount the Secret, data "
+                                "key Config, at DIR/NS/NAME) [setting cluster_profile_kubeconfig_dir]")
     from federator.dev.clusters import add_arguments as add_devcluster_arguments
 
     add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-ephemeral, --sim-run-seconds

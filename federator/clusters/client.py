@@ -4,7 +4,7 @@ Everything the hub asks of a member cluster (list, watch, get, create,
 patch, delete, a pod's log, a health probe) goes through a `MemberClient`. It is built
 from a kubeconfig file (`from_kubeconfig`) or from a MemberCluster's
 `spec.connection` (`from_connection`: a kubeconfigPath, or a server URL plus
-the credentials the hub stores).
+the credentials the hub stores or an accessProvider).
 
 It uses the official client's asyncio API, `kubernetes.aio` (shipped inside
 the `kubernetes` package since v35): `kubernetes.aio.config` loads the
@@ -31,9 +31,16 @@ aiohttp response it hands back (`_preload_content=False`) ourselves:
   connect and read limits: every call has one.
 - the kubeconfig loader materialises `*-data` fields as mode-0600 temporary
   files (its own cache, removed at interpreter exit), because Python's ssl
-  module loads client keys only from files. Tokens from exec plugins are
-  loaded once per client; the controller rebuilds the client when a member
-  answers 401.
+  module loads client keys only from files. Tokens from exec plugins of a
+  kubeconfig file are loaded once per client (the loader's own plugin code).
+- a connection with an `accessProvider` (a ClusterProfile's, KEP-5339) gets
+  its credentials from `ExecCredentials`: the plugin the hub's
+  access-provider file names, run without a shell, with a timeout, with
+  KUBERNETES_EXEC_INFO (and the cluster's server, CA and extension config
+  when provideClusterInfo) in its environment, its ExecCredential parsed and
+  kept until its expirationTimestamp; a 401 runs it again and retries once.
+  A plugin that hangs, fails or prints garbage is a `KubeconfigError` that
+  says which (with the tail of its stderr), never a token.
 
 Must never: put a token, key, certificate or kubeconfig body into a log
 line, metric label, exception message or repr. Errors name the cluster and
@@ -45,11 +52,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
+import time
 import random
+import signal
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -60,7 +70,9 @@ from kubernetes.aio import client as kube_client
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.config.config_exception import ConfigException
 
+from federator.apis.clusterprofile import ExecConfig
 from federator.apis.jobkinds import JOB_KINDS
+from federator.apis.timestamps import parse_epoch
 from federator.apis.views import Body
 from federator.obs import METRICS, Metrics, get_logger
 
@@ -71,6 +83,8 @@ __all__ = [
     "PODGROUP_RESOURCES",
     "PODS",
     "ClientTimeouts",
+    "ExecCredential",
+    "ExecCredentials",
     "Expired",
     "KubeconfigError",
     "ListResult",
@@ -234,6 +248,8 @@ class ClientTimeouts:
     probe: float = 3.0
     #: a watch with no bytes for this long (beyond its timeoutSeconds) is dead
     watch_idle: float = 60.0
+    #: an exec credential plugin (accessProvider) that has not answered in this long is killed
+    exec_plugin: float = 10.0
 
 
 EventBatch = list[WatchEvent]
@@ -279,6 +295,153 @@ def _secrets_in_kubeconfig(document: Any) -> list[str]:
     return found
 
 
+#: what an exec plugin may print (an ExecCredential is a few KiB)
+_MAX_EXEC_OUTPUT = 1024 * 1024
+#: a credential is run again this long before its expirationTimestamp
+_EXEC_REFRESH_MARGIN_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExecCredential:
+    """What an exec plugin returned: a bearer token, or a client certificate and key (PEM), and when it expires
+    (seconds since the epoch; None: until the member refuses it). Its repr shows no secret."""
+
+    token: str | None = field(default=None, repr=False)
+    client_certificate: str | None = field(default=None, repr=False)
+    client_key: str | None = field(default=None, repr=False)
+    expires_at: float | None = None
+
+
+class ExecCredentials:
+    """One member's exec credential plugin (an accessProvider of the hub's provider file): runs it, keeps its
+    ExecCredential until shortly before it expires, and runs it again when asked to (`get(force=True)`, after
+    a 401). One run at a time; never logs or raises what the plugin printed on stdout."""
+
+    def __init__(self, *, cluster: str, provider: str, plugin: ExecConfig, server: str, ca_data: str | None,
+                 insecure: bool, config: Any, timeout: float) -> None:
+        self.cluster = cluster
+        self.provider = provider
+        self.plugin = plugin
+        self.timeout = timeout
+        self._cluster_info: dict[str, Any] = {"server": server}
+        if ca_data:
+            self._cluster_info["certificate-authority-data"] = ca_data
+        if insecure:
+            self._cluster_info["insecure-skip-tls-verify"] = True
+        if config is not None:
+            self._cluster_info["config"] = config
+        self._current: ExecCredential | None = None
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"ExecCredentials(cluster={self.cluster!r}, provider={self.provider!r})"
+
+    def _fail(self, why: str) -> KubeconfigError:
+        return KubeconfigError(f"cluster {self.cluster}: access provider {self.provider!r}: exec plugin "
+                               f"{self.plugin.command!r} {why}")
+
+    def fresh(self) -> bool:
+        current = self._current
+        return current is not None and (current.expires_at is None
+                                        or time.time() < current.expires_at - _EXEC_REFRESH_MARGIN_SECONDS)
+
+    async def get(self, *, force: bool = False) -> ExecCredential:
+        """The current credential, from the plugin when there is none, it is about to expire, or `force`."""
+        stale = self._current
+        async with self._lock:
+            if self._current is not None and self.fresh() and not (force and self._current is stale):
+                return self._current
+            self._current = await self._run()
+            return self._current
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update((var.name, var.value) for var in self.plugin.env or ())
+        info: dict[str, Any] = {"apiVersion": self.plugin.api_version, "kind": "ExecCredential",
+                                "spec": {"interactive": False}}
+        if self.plugin.provide_cluster_info:
+            info["spec"]["cluster"] = self._cluster_info
+        env["KUBERNETES_EXEC_INFO"] = json.dumps(info, separators=(",", ":"))
+        return env
+
+    async def _run(self) -> ExecCredential:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                self.plugin.command, *(self.plugin.args or ()), env=self._environment(),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True)
+        except OSError as e:
+            hint = f" ({self.plugin.install_hint[:300]})" if self.plugin.install_hint else ""
+            raise self._fail(f"cannot be started: {e.strerror or type(e).__name__}{hint}") from None
+        assert process.stdout is not None and process.stderr is not None
+        try:
+            async with asyncio.timeout(self.timeout):
+                out, err = await asyncio.gather(_drain(process.stdout, keep=_MAX_EXEC_OUTPUT + 1, tail=False),
+                                                _drain(process.stderr, keep=4096, tail=True))
+                code = await process.wait()
+        except TimeoutError:
+            _kill_group(process)
+            await process.wait()
+            raise self._fail(f"did not answer within {self.timeout:g}s (killed)") from None
+        finally:
+            if process.returncode is None:
+                _kill_group(process)
+                await process.wait()
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] if err.strip() else []
+        said = f": {tail[0][:300]}" if tail else ""
+        if code != 0:
+            raise self._fail(f"exited with status {code}{said}")
+        if len(out) > _MAX_EXEC_OUTPUT:
+            raise self._fail("printed more than 1 MiB")
+        return self._parse(out)
+
+    def _parse(self, out: bytes) -> ExecCredential:
+        try:
+            document = json.loads(out)
+        except (ValueError, UnicodeDecodeError):
+            raise self._fail("printed no JSON ExecCredential") from None  # its output may hold a secret: not shown
+        if not isinstance(document, dict) or document.get("kind") != "ExecCredential":
+            raise self._fail("printed JSON that is not an ExecCredential")
+        if document.get("apiVersion") != self.plugin.api_version:
+            shown = json.dumps(str(document.get("apiVersion"))[:80])
+            raise self._fail(f"answered apiVersion {shown}, not the {self.plugin.api_version} it was run with")
+        status = document.get("status")
+        if not isinstance(status, dict):
+            raise self._fail("printed an ExecCredential without status")
+        token, cert, key = status.get("token"), status.get("clientCertificateData"), status.get("clientKeyData")
+        expires: float | None = None
+        if status.get("expirationTimestamp") is not None:
+            expires = parse_epoch(status.get("expirationTimestamp"))
+            if expires is None:
+                raise self._fail("printed an expirationTimestamp that is not an RFC 3339 time")
+        if isinstance(token, str) and token and not any(c.isspace() for c in token):
+            return ExecCredential(token=token, expires_at=expires)
+        if isinstance(cert, str) and isinstance(key, str) and "-----BEGIN" in cert and "-----BEGIN" in key:
+            return ExecCredential(client_certificate=cert, client_key=key, expires_at=expires)
+        raise self._fail("printed an ExecCredential with neither a token nor a PEM client certificate and key")
+
+
+async def _drain(stream: asyncio.StreamReader, *, keep: int, tail: bool) -> bytes:
+    """Everything `stream` gives until EOF (so the process never blocks on a full pipe), keeping `keep` bytes:
+    the first ones, or with `tail` the last ones."""
+    kept = bytearray()
+    while chunk := await stream.read(64 * 1024):
+        if tail:
+            kept += chunk
+            del kept[:-keep]
+        elif len(kept) < keep:
+            kept += chunk[:keep - len(kept)]
+    return bytes(kept)
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """Kill the plugin and whatever it started (it runs in a session of its own: its pid is the group's)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+
+
 class MemberClient:
     """HTTP access to one member cluster's API (see the module docstring)."""
 
@@ -299,6 +462,24 @@ class MemberClient:
         #: the API server URL (no credentials): safe to log
         self.server = _server_of(str(configuration.host))
         self._closed = False
+        #: the accessProvider's plugin, when the credentials come from one
+        self._exec: ExecCredentials | None = None
+
+    def _use_exec_credentials(self, source: ExecCredentials) -> None:
+        """Take the bearer token from `source` on every request (run again when it is about to expire). A client
+        certificate from a plugin is the client's for its lifetime (TLS is set up once); a 401 then means the
+        member sync rebuilds the client."""
+        self._exec = source
+
+        async def refresh(configuration: Any) -> None:
+            if not source.fresh():
+                await self._take(await source.get())
+
+        self._configuration.refresh_api_key_hook = refresh
+
+    async def _take(self, credential: ExecCredential) -> None:
+        if credential.token is not None:
+            self._configuration.api_key["BearerToken"] = f"Bearer {credential.token}"
 
     def __repr__(self) -> str:
         return f"MemberClient(cluster={self.cluster!r}, server={self.server!r})"
@@ -362,8 +543,10 @@ class MemberClient:
         cluster: str,
         timeouts: ClientTimeouts | None = None,
         metrics: Metrics | None = None,
+        exec_plugins: Mapping[str, ExecConfig] | None = None,
     ) -> MemberClient:
-        """A client for a MemberCluster `spec.connection` (kubeconfigPath, or server + credentials)."""
+        """A client for a MemberCluster `spec.connection` (kubeconfigPath, or server + credentials, or server +
+        an accessProvider: one of `exec_plugins`, the hub's access-provider file, run now for a credential)."""
         path = connection.get("kubeconfigPath")
         if isinstance(path, str) and path:
             context = connection.get("context")
@@ -375,6 +558,23 @@ class MemberClient:
         credentials = connection.get("credentials")
         if not isinstance(server, str) or not server:
             raise KubeconfigError(f"cluster {cluster}: spec.connection has neither kubeconfigPath nor server")
+        source: ExecCredentials | None = None
+        provider = connection.get("accessProvider")
+        if isinstance(provider, Mapping) and isinstance(provider.get("name"), str):
+            name = provider["name"]
+            plugin = (exec_plugins or {}).get(name)
+            if plugin is None:
+                raise KubeconfigError(f"cluster {cluster}: access provider {name!r} is not in the hub's "
+                                      "--cluster-profile-providers file")
+            ca = connection.get("certificateAuthorityData")
+            source = ExecCredentials(cluster=cluster, provider=name, plugin=plugin, server=server,
+                                     ca_data=ca if isinstance(ca, str) else None,
+                                     insecure=connection.get("insecureSkipTLSVerify") is True,
+                                     config=provider.get("config"), timeout=(timeouts or ClientTimeouts()).exec_plugin)
+            credential = await source.get()
+            credentials = {"token": credential.token} if credential.token is not None else {
+                "clientCertificateData": base64.b64encode((credential.client_certificate or "").encode()).decode(),
+                "clientKeyData": base64.b64encode((credential.client_key or "").encode()).decode()}
         if not isinstance(credentials, Mapping):
             raise KubeconfigError(f"cluster {cluster}: spec.connection.server needs credentials")
         user: dict[str, Any] = {}
@@ -407,7 +607,10 @@ class MemberClient:
         except (ConfigException, KeyError, TypeError, ValueError, OSError) as e:
             message = _scrub(str(e), _secrets_in_kubeconfig(document))
             raise KubeconfigError(f"cluster {cluster}: spec.connection: {message}") from None
-        return cls._checked(cluster=cluster, configuration=configuration, timeouts=timeouts, metrics=metrics)
+        client = cls._checked(cluster=cluster, configuration=configuration, timeouts=timeouts, metrics=metrics)
+        if source is not None:
+            client._use_exec_credentials(source)
+        return client
 
     @classmethod
     def _checked(
@@ -448,6 +651,7 @@ class MemberClient:
         body: Any = None,
         content_type: str | None = None,
         timeout: aiohttp.ClientTimeout,
+        retried: bool = False,
     ) -> aiohttp.ClientResponse:
         """Issue one request through the official client; returns the raw response (caller releases it)."""
         if self._closed:
@@ -472,6 +676,13 @@ class MemberClient:
                 _request_timeout=timeout, _preload_content=False,
             )
             response: aiohttp.ClientResponse = result.response
+            if response.status == 401 and self._exec is not None and not retried:
+                # the plugin's credential may have been revoked or rotated early: ask it again, retry once
+                response.release()
+                code = "401"
+                await self._take(await self._exec.get(force=True))
+                return await self._send(method, path, verb=verb, query=query, body=body, content_type=content_type,
+                                        timeout=timeout, retried=True)
             code = str(response.status)
             return response
         except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError, OSError) as e:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from federator.apis.clusterprofile import ExecConfig
 from federator.apis.common import dns1123_subdomain_errors
 from federator.apis.membercluster import OperatorMode, cluster_labels, effective_operator_mode
 from federator.clusters.checkpoint import CheckpointIdentity, CheckpointWriter, StoredCheckpoint, endpoint_hash
@@ -74,6 +75,8 @@ class SyncSettings:
     page_size: int = 500
     #: the hub identity: the Lease's name and holder (jobs.hub_id)
     hub_identity: str = "federator"
+    #: the exec credential plugins a connection's accessProvider may name (the hub's access-provider file)
+    exec_plugins: Mapping[str, ExecConfig] = field(default_factory=dict)
 
 
 class HubLease(Protocol):
@@ -305,7 +308,7 @@ class ClusterSync:
     async def _connect(self) -> None:
         self.client = await MemberClient.from_connection(
             self.spec.get("connection") or {}, cluster=self.name, timeouts=self.settings.timeouts,
-            metrics=self.metrics)
+            metrics=self.metrics, exec_plugins=self.settings.exec_plugins)
         self.client_error = None
         self.identity = CheckpointIdentity(uid=self.uid, endpoint=endpoint_hash(self.client.server),
                                            resources=self.resource_keys)

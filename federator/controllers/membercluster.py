@@ -148,7 +148,9 @@ def sync_settings(hub: HubContext) -> SyncSettings:
             request=s.request_timeout_seconds,
             probe=s.probe_timeout_seconds,
             watch_idle=s.watch_idle_seconds,
+            exec_plugin=hub.settings.cluster_profiles.exec_timeout_seconds,
         ),
+        exec_plugins={p.name: p.exec_config for p in hub.settings.cluster_profiles.providers},
     )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from federator.apiserver.events import EVENT_TTL_SECONDS
+from federator.apis.clusterprofile import AccessProviderConfig
 from federator.apis.common import ValidationSettings
 from federator.clusters.health import DEFAULT_LOSS_GRACE_SECONDS
 from federator.placement.framework import Profile
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_HUB_ID",
+    "ClusterProfileSettings",
     "CompactionSettings",
     "DispatchSettings",
     "ElasticSettings",
@@ -63,7 +65,8 @@ __all__ = [
 DEFAULT_HUB_ID: Final = "federator"
 
 #: how a knob's value is checked: seconds and numbers are int or float (not bool, not str), counts are int
-ValueKind = Literal["seconds", "optional_seconds", "number", "count", "flag", "text", "pair", "hook", "profile"]
+ValueKind = Literal["seconds", "optional_seconds", "number", "count", "flag", "text", "pair", "hook", "profile",
+                    "providers", "path"]
 
 
 class SettingsError(ValueError):
@@ -115,6 +118,17 @@ def _checked(owner: str, name: str, spec: _Spec, value: Any) -> Any:
         if not isinstance(value, Profile):
             raise SettingsError(f"{where}: expected a placement Profile, got {_describe(value)}")
         return value
+    if spec.kind == "providers":
+        if not isinstance(value, tuple) or not all(isinstance(p, AccessProviderConfig) for p in value):
+            raise SettingsError(f"{where}: expected a tuple of access providers (clusterprofile.parse_provider_config), "
+                                f"got {_describe(value)}")
+        return value
+    if spec.kind == "path":
+        if value is None or isinstance(value, Path):
+            return value
+        if isinstance(value, str) and value:
+            return Path(value)
+        raise SettingsError(f"{where}: expected a path or None, got {_describe(value)}")
     if spec.kind == "flag":
         if not isinstance(value, bool):
             raise SettingsError(f"{where}: expected true or false, got {_describe(value)}")
@@ -198,6 +212,30 @@ class MemberSyncSettings:
     on_applied: AppliedCallback | None = _knob(
         None, key="member_on_applied", kind="hook", unit="callable",
         doc="hook for benchmarks and tests, called after every applied batch of member events")
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterProfileSettings:
+    """Clusters joined from the cluster inventory (controllers/clusterprofile.py): how the hub gets credentials
+    for a ClusterProfile."""
+
+    providers: tuple[AccessProviderConfig, ...] = _knob(
+        (), key="cluster_profile_providers", kind="providers", unit="providers", low=None,
+        flag="--cluster-profile-providers",
+        doc="the exec credential plugins a ClusterProfile's status.accessProviders may name (upstream's "
+            "access-provider file, `{\"providers\": [{\"name\", \"execConfig\"}]}`); the first the profile also "
+            "lists is used")
+    kubeconfig_dir: Path | None = _knob(
+        None, key="cluster_profile_kubeconfig_dir", kind="path", unit="directory", low=None,
+        flag="--cluster-profile-kubeconfigs",
+        doc="kubeconfig Secrets mounted on the hub: a profile NS/NAME that no provider matches joins with "
+            "DIR/NS/NAME/Config (the Secret's key `Config`) as its kubeconfigPath")
+    exec_timeout_seconds: float = _positive(
+        10.0, key="cluster_profile_exec_timeout_seconds",
+        doc="an exec credential plugin that has not answered in this long is killed (the cluster shows why)")
 
     def __post_init__(self) -> None:
         _check(self)
@@ -477,6 +515,7 @@ class HubSettings:
     #: find their objects by it, so it must stay the same across restarts)
     hub_id: str = DEFAULT_HUB_ID
     member_sync: MemberSyncSettings = field(default_factory=MemberSyncSettings)
+    cluster_profiles: ClusterProfileSettings = field(default_factory=ClusterProfileSettings)
     lease: MemberLeaseSettings = field(default_factory=MemberLeaseSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
@@ -537,6 +576,7 @@ class HubSettings:
 
 _CONCERNS: Final[Mapping[str, type]] = {
     "member_sync": MemberSyncSettings,
+    "cluster_profiles": ClusterProfileSettings,
     "lease": MemberLeaseSettings,
     "watch": WatchSettings,
     "placement": PlacementSettings,
@@ -600,6 +640,8 @@ def _shown_default(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, Profile):
         return "Profile()"
+    if value == ():
+        return "none"
     if isinstance(value, tuple):
         return ", ".join(_shown_default(v) for v in value)
     if isinstance(value, float):

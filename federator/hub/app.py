@@ -132,6 +132,9 @@ def hub_controllers() -> list[ControllerFactory]:
     controllers.append(event_recording)
     from federator.controllers.membercluster import member_sync
     controllers.append(member_sync)
+    # the cluster inventory (issue 30): each ClusterProfile joins as a MemberCluster
+    from federator.controllers.clusterprofile import cluster_profiles
+    controllers.append(cluster_profiles)
     # the one TrainingJob list+watch that every job controller below subscribes to
     from federator.controllers.jobcache import job_cache
     controllers.append(job_cache)
@@ -916,7 +919,7 @@ def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"{flag} {value!r}: must be between {low:g} and {high:g}")
         return parsed
 
-    knobs: dict[str, Any] = {}
+    knobs: dict[str, Any] = cluster_profile_knobs(args)
     if getattr(args, "member_lease_duration", None) is not None:
         knobs["member_lease_duration_seconds"] = duration("--member-lease-duration", "member_lease_duration", "")
     return knobs | {
@@ -939,6 +942,30 @@ def currency_flag(args: argparse.Namespace) -> str:
         raise ValueError(f"--currency {value[:16]!r}: unknown currency format: an ISO 4217 code is three uppercase "
                          f"letters (USD, EUR, JPY)")
     return str(value)
+
+
+def cluster_profile_knobs(args: argparse.Namespace) -> dict[str, Any]:
+    """HubSettings keys from --cluster-profile-providers (the file read and parsed now) and
+    --cluster-profile-kubeconfigs; ValueError naming the flag when one is wrong."""
+    from federator.apis.clusterprofile import ProviderConfigError, parse_provider_config
+
+    knobs: dict[str, Any] = {}
+    providers = getattr(args, "cluster_profile_providers", None)
+    if providers:
+        try:
+            with open(providers, "rb") as fh:
+                raw = fh.read(1024 * 1024 + 1)
+            knobs["cluster_profile_providers"] = parse_provider_config(raw)
+        except OSError as e:
+            raise ValueError(f"--cluster-profile-providers {providers}: {e.strerror or e}") from None
+        except ProviderConfigError as e:
+            raise ValueError(f"--cluster-profile-providers {providers}: {e}") from None
+    directory = getattr(args, "cluster_profile_kubeconfigs", None)
+    if directory:
+        if not Path(directory).is_dir():
+            raise ValueError(f"--cluster-profile-kubeconfigs {directory}: not a directory")
+        knobs["cluster_profile_kubeconfig_dir"] = Path(directory).absolute()
+    return knobs
 
 
 def compaction_interval_flag(args: argparse.Namespace) -> float:

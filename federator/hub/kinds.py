@@ -24,6 +24,10 @@ Trainer's ClusterTrainingRuntime (cluster-scoped) and TrainingRuntime (namespace
 with their upstream schemas, no /status, column Age (`runtime_type`; a TrainJob's spec.runtimeRef is resolved
 against them when it is created: `translate_source`, the one lookup, which the twin controller uses too; not
 stored: 422 at spec.runtimeRef.name; after creation only spec.suspend may change, `_admit_jobkind_update`),
+SIG Multicluster's multicluster.x-k8s.io/v1alpha1 ClusterProfile (namespaced, /status, its upstream schema,
+spec.clusterManager immutable, columns Manager, Kubernetes, Age; `clusterprofile_type`: a cluster manager writes
+profiles here and controllers/clusterprofile.py joins each as a MemberCluster; non-admins see the access
+providers' names but not their `cluster`, as they see no MemberCluster connection),
 plus Kubernetes' own scheduling.k8s.io/v1 PriorityClass (short name pc,
 columns Value, Global-Default, Age, PreemptionPolicy, as kube prints them),
 and, from `federator.apiserver.events`, core v1 Events (what the controllers
@@ -81,7 +85,7 @@ from typing import Any, Final
 
 import copy
 
-from federator.apis import drillreport, membercluster, priorityclass, queue, trainingjob
+from federator.apis import clusterprofile, drillreport, membercluster, priorityclass, queue, trainingjob
 from federator.apis.jobkinds import JOB_KINDS, JobKind
 from federator.apis.jobkinds.base import Translation, source_errors, twin_trainingjob
 from federator.apis.jobkinds.runtimes import RUNTIME_KINDS, RuntimeKind, validate_runtime
@@ -105,6 +109,7 @@ from federator.apiserver.storage import ObjectStorage
 
 __all__ = [
     "CONNECTION_VISIBLE",
+    "clusterprofile_type",
     "HUB_GROUP",
     "HUB_VERSION",
     "MEMBER_CLEANUP_FINALIZER",
@@ -430,6 +435,49 @@ def priorityclass_type(validation: ValidationSettings | None = None) -> Resource
     )
 
 
+def _present_clusterprofile(obj: JSONObject) -> JSONObject:
+    """A ClusterProfile as a non-admin sees it: the access providers' names without their `cluster` (server, CA,
+    extensions), as a MemberCluster's connection is hidden from them (`CONNECTION_VISIBLE`)."""
+    if CONNECTION_VISIBLE.get():
+        return obj
+    status = obj.get("status")
+    if not isinstance(status, dict) or not any(isinstance(status.get(f), list)
+                                               for f in ("accessProviders", "credentialProviders")):
+        return obj
+    shown = copy.deepcopy(obj)
+    for field in ("accessProviders", "credentialProviders"):
+        entries = shown["status"].get(field)
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict):
+                entry.pop("cluster", None)
+    return shown
+
+
+def clusterprofile_type(validation: ValidationSettings | None = None) -> ResourceType:
+    """SIG Multicluster's ClusterProfile as the hub serves it: namespaced, /status (the cluster manager's), its
+    upstream schema, spec.clusterManager immutable."""
+    schema = model_openapi_schema(clusterprofile.ClusterProfile, group=clusterprofile.GROUP,
+                                  version=clusterprofile.VERSION, kind=clusterprofile.KIND)
+    return ResourceType(
+        group=clusterprofile.GROUP, version=clusterprofile.VERSION, kind=clusterprofile.KIND,
+        plural=clusterprofile.PLURAL, singular=clusterprofile.SINGULAR, namespaced=True,
+        validate=clusterprofile.clusterprofile_validator(validation),
+        validate_update=clusterprofile.clusterprofile_update_validator(),
+        present=_present_clusterprofile,
+        columns=(
+            TableColumn("Manager", _string_field(".spec.clusterManager.name"),
+                        description="The cluster manager that owns the profile."),
+            TableColumn("Kubernetes", _string_field(".status.version.kubernetes"),
+                        description="The cluster's Kubernetes version."),
+            TableColumn("Age", column_getter(".metadata.creationTimestamp"), type="date",
+                        description="When the profile was created."),
+        ),
+        managed_fields=True, openapi_schema=schema, unknown_fields=schema_unknown_fields(schema),
+        requires_type_meta=True, openapi_name="io.k8s.x-k8s.multicluster.v1alpha1.ClusterProfile",
+        description=(clusterprofile.ClusterProfile.__doc__ or "").strip(),
+    )
+
+
 # --------------------------------------------------------------------------- upstream job kinds (issue 28)
 
 #: what the hub adds to an upstream kind's status (its own reading of the twin), for the Phase and Cluster columns
@@ -641,6 +689,7 @@ def hub_registry(
     controller removes."""
     return Registry([membercluster_type(validation), trainingjob_type(validation, job_finalizers=job_finalizers),
                      drillreport_type(validation), queue_type(validation), priorityclass_type(validation),
+                     clusterprofile_type(validation),
                      *(jobkind_type(kind, validation, source_finalizers=source_finalizers) for kind in JOB_KINDS),
                      *(runtime_type(kind) for kind in RUNTIME_KINDS),
                      NAMESPACES, *event_types()])

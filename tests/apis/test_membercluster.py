@@ -292,3 +292,31 @@ def test_too_many_operators_is_refused() -> None:
 ])
 def test_effective_operator_mode(spec: Any, discovered: Any, want: str) -> None:
     assert effective_operator_mode(spec, discovered, "Job.batch") == want
+
+
+def _with_connection(connection: dict[str, Any]) -> dict[str, Any]:
+    cluster = registration()
+    cluster["spec"]["connection"] = connection
+    return cluster
+
+
+def test_an_access_provider_connection_validates_and_excludes_the_other_ways() -> None:
+    provider = {"name": "token-provider", "config": {"audience": "fleet"}}
+    assert validate_membercluster(_with_connection(
+        {"server": "https://10.0.0.1:6443", "certificateAuthorityData": PEM_CERT, "accessProvider": provider})) == []
+    cases = [
+        ({"server": "https://10.0.0.1:6443", "credentials": {"token": TOKEN}, "accessProvider": provider},
+         "spec.connection.accessProvider", "Forbidden"),
+        ({"kubeconfigPath": "/etc/k.kubeconfig", "accessProvider": provider}, "spec.connection.accessProvider",
+         "Forbidden"),
+        ({"server": "https://10.0.0.1:6443", "accessProvider": {"name": ""}}, "spec.connection.accessProvider.name",
+         "at least 1"),
+        ({"server": "https://10.0.0.1:6443", "accessProvider": {"name": "p", "config": {"x": "y" * 70_000}}},
+         "spec.connection.accessProvider.config", "at most"),
+        ({"server": "https://10.0.0.1:6443", "accessProvider": {"name": "p", "command": "/bin/sh"}},
+         "spec.connection.accessProvider.command", "not declared"),
+        ({"server": "https://10.0.0.1:6443"}, "spec.connection.credentials", "or an accessProvider"),
+    ]
+    for connection, path, fragment in cases:
+        errors = validate_membercluster(_with_connection(connection))
+        assert any(p == path and fragment in m for p, m in errors), (connection, errors)

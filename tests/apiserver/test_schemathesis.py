@@ -54,6 +54,8 @@ async def seed(hub: RunningHub, tmp_path: Path) -> None:
              "spec": {"namespaces": {"names": ["0"]}, "quota": {"gpus": {"A100": 8}}}}
     priority_class = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "0"},
                       "value": 100}
+    cluster_profile = {"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+                       "metadata": {"name": "0", "namespace": "0"}, "spec": {"clusterManager": {"name": "0"}}}
     event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "0", "namespace": "0"},
              "involvedObject": {"apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob", "name": "0",
                                 "namespace": "0"}, "reason": "Placed", "message": "seeded"}
@@ -62,6 +64,7 @@ async def seed(hub: RunningHub, tmp_path: Path) -> None:
                        ("/apis/federator.dev/v1alpha1/drillreports", drill),
                        ("/apis/federator.dev/v1alpha1/queues", queue),
                        ("/apis/scheduling.k8s.io/v1/priorityclasses", priority_class),
+                       ("/apis/multicluster.x-k8s.io/v1alpha1/namespaces/0/clusterprofiles", cluster_profile),
                        ("/api/v1/namespaces/0/events", event)):
         status, answer = await hub.request("POST", path, body=body)
         assert status == 201, (path, answer)
@@ -107,7 +110,8 @@ async def documents(hub: RunningHub) -> dict[str, dict[str, Any]]:
         assert status == 200
         out[gv] = document
     assert set(out) == {"api/v1", "apis/events.k8s.io/v1", "apis/federator.dev/v1alpha1",
-                        "apis/scheduling.k8s.io/v1", *(f"apis/{k.api_version}" for k in JOB_KINDS)}
+                        "apis/scheduling.k8s.io/v1", "apis/multicluster.x-k8s.io/v1alpha1",
+                        *(f"apis/{k.api_version}" for k in JOB_KINDS)}
     return out
 
 

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from federator.apis.common import ValidationSettings
+from federator.apis.clusterprofile import parse_provider_config
 from federator.controllers.settings import (
+    ClusterProfileSettings,
     CompactionSettings,
     DispatchSettings,
     ElasticSettings,
@@ -50,6 +52,7 @@ DEFAULTS: list[tuple[type, dict[str, Any]]] = [
         checkpoint_meta_refresh_seconds=30.0, watch_timeout_seconds=(300, 600), watch_idle_seconds=90.0,
         connect_timeout_seconds=5.0, request_timeout_seconds=30.0, probe_timeout_seconds=3.0, concurrent_lists=4,
         on_applied=None)),
+    (ClusterProfileSettings, dict(providers=(), kubeconfig_dir=None, exec_timeout_seconds=10.0)),
     (MemberLeaseSettings, dict(enabled=True, duration_seconds=None, margin_seconds=5.0)),
     (WatchSettings, dict(backoff_initial_seconds=0.2, backoff_max_seconds=10.0)),
     (PlacementSettings, dict(profile=Profile(), tick_seconds=1.0, snapshot_poll_seconds=0.1, debounce_seconds=0.005,
@@ -118,6 +121,11 @@ def _changed(knob: Knob) -> Any:
         return "autoprovision"
     if knob.key == "currency":
         return "EUR"
+    if knob.unit == "providers":
+        return parse_provider_config(b'{"providers": [{"name": "p", "execConfig": {"apiVersion": '
+                                     b'"client.authentication.k8s.io/v1", "command": "/bin/true"}}]}')
+    if knob.unit == "directory":
+        return Path("/srv/kubeconfigs")
     if default is None:
         return 7.5
     if isinstance(default, int):

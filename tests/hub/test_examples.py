@@ -23,7 +23,7 @@ pytestmark = pytest.mark.kubectl
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FILES = sorted(EXAMPLES.rglob("*.yaml"))
 PLURALS = {"TrainingJob": "trainingjobs", "Queue": "queues", "PriorityClass": "priorityclasses",
-           "Namespace": "namespaces", **{kind.kind: kind.plural for kind in JOB_KINDS}}
+           "Namespace": "namespaces", "ClusterProfile": "clusterprofiles", **{kind.kind: kind.plural for kind in JOB_KINDS}}
 NAMESPACES_FILE = EXAMPLES / "00-namespaces.yaml"
 FRAMEWORK_EXAMPLES = {
     "pytorch-ddp/pytorch-ddp.yaml": ("pytorch", {"worker"}),
