@@ -1,12 +1,14 @@
 """The storage's read-modify-write retry (`retry_on_conflict`): a lost race is read again and
-resolves, a race lost every time is the caller's 409 after the limit, and a 409 that is a
-decision (a precondition) is never retried.
+resolves, a race lost every time is the caller's 409 after the limit (in-process writes), a patch
+or an apply retries without a limit until its deadline (kube's GuaranteedUpdate: a 504 Timeout,
+never a 409), and a 409 that is a decision (a precondition) is never retried.
 
 The races are real: the kind's update admission (which runs between the read and the
 compare-and-swap write) writes the same object through the same storage first."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 from apitest_support import WIDGETS, widget
 
 from federator.apiserver.errors import ApiError, conflict
+from federator.apiserver.patch import SMPListStrategy
 from federator.apiserver.registry import JSONObject, Registry
 from federator.apiserver.storage import LostRace, ObjectStorage, retry_on_conflict
 from federator.obs import Metrics
@@ -46,7 +49,8 @@ class Racer:
 
 
 RACER = Racer()
-RACY = dataclasses.replace(WIDGETS, admit_update=RACER, managed_fields=True)
+RACY = dataclasses.replace(WIDGETS, admit_update=RACER, managed_fields=True,
+                           strategic_merge={"spec.items": SMPListStrategy("name")})
 
 
 @pytest.fixture
@@ -104,6 +108,64 @@ async def test_a_race_lost_every_time_is_a_409_after_the_limit(racy: tuple[Objec
     assert (e.value.code, e.value.reason) == (409, "Conflict")
     assert RACER.calls == LIMIT
     assert (await storage.get(RACY, namespace="ns1", name="w1"))["spec"]["size"] == 1
+
+
+@pytest.mark.parametrize(("content_type", "body"), [
+    ("application/merge-patch+json", b'{"spec": {"size": 5, "items": [{"name": "a"}]}}'),
+    ("application/json-patch+json", b'[{"op": "replace", "path": "/spec/size", "value": 5},'
+                                    b' {"op": "add", "path": "/spec/items", "value": [{"name": "a"}]}]'),
+    ("application/strategic-merge-patch+json", b'{"spec": {"size": 5, "items": [{"name": "a"}]}}'),
+])
+async def test_a_patch_outlasts_any_number_of_lost_races(racy: tuple[ObjectStorage, Metrics], content_type: str,
+                                                          body: bytes) -> None:
+    """Past the in-process limit: each attempt applies the patch to the object as just read (the
+    status the racer wrote meanwhile survives), and the patch lands."""
+    storage, _ = racy
+    RACER.races = 3 * LIMIT
+    out = await storage.patch(RACY, namespace="ns1", name="w1", patch=body, content_type=content_type)
+    assert RACER.calls == 3 * LIMIT + 1
+    stored = await storage.get(RACY, namespace="ns1", name="w1")
+    assert stored["spec"]["size"] == 5 and stored["spec"]["items"] == [{"name": "a"}]
+    assert stored["status"]["bumps"] == 3 * LIMIT and out["metadata"]["resourceVersion"] == \
+        stored["metadata"]["resourceVersion"]
+
+
+async def test_an_apply_outlasts_any_number_of_lost_races(racy: tuple[ObjectStorage, Metrics]) -> None:
+    storage, _ = racy
+    RACER.races = 2 * LIMIT
+    applied, created = await storage.apply(RACY, namespace="ns1", name="w1", field_manager="t", force=True,
+                                           config=widget("w1", size=9))
+    assert not created and applied["spec"]["size"] == 9 and RACER.calls == 2 * LIMIT + 1
+
+
+@pytest.mark.parametrize("verb", ["patch", "apply"])
+async def test_a_race_lost_until_the_deadline_is_a_504_timeout(racy: tuple[ObjectStorage, Metrics],
+                                                               verb: str) -> None:
+    storage, _ = racy
+    RACER.races = 10**9
+    deadline = asyncio.get_running_loop().time() + 0.3
+    with pytest.raises(ApiError) as e:
+        if verb == "patch":
+            await storage.patch(RACY, namespace="ns1", name="w1", patch=b'{"spec": {"size": 5}}',
+                                content_type="application/merge-patch+json", deadline=deadline)
+        else:
+            await storage.apply(RACY, namespace="ns1", name="w1", field_manager="t", force=True,
+                                config=widget("w1", size=9), deadline=deadline)
+    assert (e.value.code, e.value.reason) == (504, "Timeout")
+    assert e.value.message.startswith("Timeout: request did not complete within requested timeout")
+    assert RACER.calls >= 1  # it raced, and stopped at the deadline (the limit is not one: see above)
+    stored = await storage.get(RACY, namespace="ns1", name="w1")
+    assert stored["spec"]["size"] == 1 and stored["status"]["bumps"] == RACER.calls
+
+
+async def test_a_deadline_already_past_writes_nothing(racy: tuple[ObjectStorage, Metrics]) -> None:
+    storage, metrics = racy
+    before = reads(metrics)
+    with pytest.raises(ApiError) as e:
+        await storage.patch(RACY, namespace="ns1", name="w1", patch=b'{"spec": {"size": 5}}',
+                            content_type="application/merge-patch+json",
+                            deadline=asyncio.get_running_loop().time() - 1)
+    assert e.value.code == 504 and reads(metrics) == before and RACER.calls == 0
 
 
 @pytest.mark.parametrize("verb", ["patch", "delete-rv", "delete-uid"])
@@ -171,3 +233,17 @@ async def test_anything_but_a_lost_race_is_raised_at_once() -> None:
     assert calls == 1
     with pytest.raises(ValueError):
         await retry_on_conflict(attempt, what="t", attempts=0)
+
+
+async def test_no_attempt_limit_retries_until_won() -> None:
+    calls = 0
+
+    async def attempt() -> str:
+        nonlocal calls
+        calls += 1
+        if calls <= 5 * LIMIT:
+            raise lost()
+        return "won"
+
+    assert await retry_on_conflict(attempt, what="t", attempts=None) == "won"
+    assert calls == 5 * LIMIT + 1
