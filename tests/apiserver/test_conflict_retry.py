@@ -17,8 +17,7 @@ import pytest
 from apitest_support import WIDGETS, widget
 
 from federator.apiserver.errors import ApiError, conflict
-from federator.apiserver.patch import SMPListStrategy
-from federator.apiserver.registry import JSONObject, Registry
+from federator.apiserver.registry import JSONObject, Registry, SMPListStrategy
 from federator.apiserver.storage import LostRace, ObjectStorage, retry_on_conflict
 from federator.obs import Metrics
 from federator.store.memory import MemoryStore
