@@ -13,8 +13,9 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
-from apitest_support import WIDGETS, widget
+from apitest_support import THINGS, WIDGETS, Api, widget
 
 from federator.apiserver.errors import ApiError, conflict
 from federator.apiserver.registry import JSONObject, Registry, SMPListStrategy
@@ -246,3 +247,60 @@ async def test_no_attempt_limit_retries_until_won() -> None:
 
     assert await retry_on_conflict(attempt, what="t", attempts=None) == "won"
     assert calls == 5 * LIMIT + 1
+
+
+# ---------------------------------------------------------------- over HTTP, strategic patches included
+
+
+async def test_strategic_merge_and_json_patches_racing_status_writes_over_http(api: Api) -> None:
+    """Strategic (spec.items merged by name), merge and JSON patches from concurrent clients of a
+    real socket race status writes of the same Thing: every one is a 200 and every change is kept."""
+    await api.storage.create(THINGS, {"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "t1",
+                                      "annotations": {"seed": "x"}}, "spec": {"items": [{"name": "seed"}]}},
+                             namespace="ns1")
+    done = asyncio.Event()
+    writes = 0
+
+    def bump(obj: JSONObject) -> JSONObject:
+        status = obj.setdefault("status", {})
+        status["bumps"] = status.get("bumps", 0) + 1
+        return obj
+
+    async def status_writer() -> None:
+        nonlocal writes
+        while not done.is_set():
+            await api.storage.guaranteed_update(THINGS, namespace="ns1", name="t1", mutate=bump, subresource="status")
+            writes += 1
+            await asyncio.sleep(0)
+
+    def patch_for(i: int) -> tuple[str, bytes]:
+        if i % 3 == 0:
+            return "application/strategic-merge-patch+json", orjson.dumps({"spec": {"items": [{"name": f"i{i}"}]}})
+        if i % 3 == 1:
+            return "application/json-patch+json", orjson.dumps(
+                [{"op": "add", "path": f"/metadata/annotations/p{i}", "value": "v"}])
+        return "application/merge-patch+json", orjson.dumps({"metadata": {"annotations": {f"p{i}": "v"}}})
+
+    pending = list(range(60))
+    codes: list[tuple[int, Any]] = []
+
+    async def client() -> None:
+        while pending:
+            content_type, body = patch_for(pending.pop())
+            code, answer, _ = await api.request("PATCH", "/api/v1/namespaces/ns1/things/t1", data=body,
+                                                headers={"Content-Type": content_type})
+            codes.append((code, answer if code != 200 else None))
+
+    writers = [asyncio.create_task(status_writer()) for _ in range(3)]
+    try:
+        await asyncio.gather(*(client() for _ in range(6)))
+    finally:
+        done.set()
+        await asyncio.gather(*writers)
+    assert [c for c in codes if c[0] != 200] == [] and len(codes) == 60
+    stored = await api.storage.get(THINGS, namespace="ns1", name="t1")
+    names = {item["name"] for item in stored["spec"]["items"]}
+    assert names == {"seed"} | {f"i{i}" for i in range(0, 60, 3)}
+    annotations = stored["metadata"]["annotations"]
+    assert {k for k in annotations if k != "seed"} == {f"p{i}" for i in range(60) if i % 3}
+    assert writes > 0 and stored["status"]["bumps"] == writes
