@@ -1684,7 +1684,7 @@ async def _backoff(retry: int, *, what: str, deadline: float | None) -> None:
     backoff with full jitter, never past `deadline`."""
     delay = 0.0
     if retry > _QUIET_RETRIES:
-        delay = min(0.05, 0.001 * (2 ** (retry - _QUIET_RETRIES))) * random.random()
+        delay = min(0.1, 0.002 * 2 ** min(retry - _QUIET_RETRIES, 10)) * random.random()
         if deadline is not None:
             delay = max(0.0, min(delay, deadline - asyncio.get_running_loop().time()))
     _log.debug("retrying after a write conflict", waiting_for=what, attempt=retry + 1, delay_s=round(delay, 4))

@@ -19,7 +19,7 @@ from apitest_support import THINGS, WIDGETS, Api, widget
 
 from federator.apiserver.errors import ApiError, conflict
 from federator.apiserver.registry import JSONObject, Registry, SMPListStrategy
-from federator.apiserver.storage import LostRace, ObjectStorage, retry_on_conflict
+from federator.apiserver.storage import LostRace, ObjectStorage, _backoff, retry_on_conflict
 from federator.obs import Metrics
 from federator.store.memory import MemoryStore
 
@@ -304,3 +304,10 @@ async def test_strategic_merge_and_json_patches_racing_status_writes_over_http(a
     annotations = stored["metadata"]["annotations"]
     assert {k for k in annotations if k != "seed"} == {f"p{i}" for i in range(60) if i % 3}
     assert writes > 0 and stored["status"]["bumps"] == writes
+
+
+async def test_the_backoff_of_a_very_long_race_stays_capped_and_within_the_deadline() -> None:
+    """A patch may retry for 60 s: the millionth retry's backoff must neither overflow nor outlast the deadline."""
+    loop = asyncio.get_running_loop()
+    await _backoff(10**6, what="t", deadline=loop.time())  # capped, then clipped to the deadline: returns
+    await _backoff(10**6, what="t", deadline=None)  # capped at 0.1 s
