@@ -168,6 +168,23 @@ async def test_a_deadline_already_past_writes_nothing(racy: tuple[ObjectStorage,
     assert e.value.code == 504 and reads(metrics) == before and RACER.calls == 0
 
 
+async def test_a_failed_json_patch_test_is_a_422_decided_on_the_fresh_object(racy: tuple[ObjectStorage, Metrics]) -> None:
+    """A JSON patch `test` op is checked against each fresh read: one that fails is kube's 422, at once."""
+    storage, metrics = racy
+    RACER.races = 2
+    out = await storage.patch(RACY, namespace="ns1", name="w1", content_type="application/json-patch+json",
+                              patch=b'[{"op": "test", "path": "/spec/size", "value": 1},'
+                                    b' {"op": "replace", "path": "/spec/size", "value": 2}]')
+    assert out["spec"]["size"] == 2 and RACER.calls == 3
+    before = reads(metrics)
+    with pytest.raises(ApiError) as e:
+        await storage.patch(RACY, namespace="ns1", name="w1", content_type="application/json-patch+json",
+                            patch=b'[{"op": "test", "path": "/spec/size", "value": 1},'
+                                  b' {"op": "replace", "path": "/spec/size", "value": 3}]')
+    assert (e.value.code, e.value.reason) == (422, "Invalid") and reads(metrics) - before == 1
+    assert (await storage.get(RACY, namespace="ns1", name="w1"))["spec"]["size"] == 2
+
+
 @pytest.mark.parametrize("verb", ["patch", "delete-rv", "delete-uid"])
 async def test_a_precondition_failure_is_never_retried(racy: tuple[ObjectStorage, Metrics], verb: str) -> None:
     storage, metrics = racy
