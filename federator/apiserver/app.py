@@ -57,7 +57,7 @@ from federator.apiserver.managedfields import default_manager, field_manager_err
 from federator.apiserver.patch import APPLY_PATCH, JSON_PATCH, accepted_patch_types
 from federator.apiserver.registry import JSONObject, Registry, ResourceType
 from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, handler_args
-from federator.apiserver.storage import ObjectList, ObjectStorage
+from federator.apiserver.storage import REQUEST_TIMEOUT_SECONDS, ObjectList, ObjectStorage
 from federator.apiserver.table import build_table, wants_table
 from federator.apiserver.watch import WatchOptions, parse_bool, serve_watch
 from federator.obs import METRICS, Metrics, get_logger
@@ -331,6 +331,56 @@ def _int_param(query: Mapping[str, str], name: str) -> int | None:
     if value < 0:
         raise errors.bad_request(f"invalid value for query parameter {name}: {shown!r} must be >= 0")
     return value
+
+
+_GO_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0,
+                      "m": 60.0, "h": 3600.0}
+_GO_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)([a-z\u00b5\u03bc]+)")
+
+
+def _go_duration_seconds(text: str) -> float:
+    """Seconds of a Go duration (time.ParseDuration: "30s", "1m30s", "1.5h", "500ms", "0");
+    ValueError in Go's words for anything else."""
+    quoted = orjson.dumps(text if len(text) <= 40 else text[:40] + "...").decode()
+    rest = text
+    sign = 1.0
+    if rest[:1] in ("-", "+"):
+        sign, rest = (-1.0 if rest[0] == "-" else 1.0), rest[1:]
+    if rest == "0":
+        return 0.0
+    if not rest:
+        raise ValueError(f"time: invalid duration {quoted}")
+    total, pos = 0.0, 0
+    while pos < len(rest):
+        m = _GO_DURATION_PART.match(rest, pos)
+        if m is None or m.group(1) in ("", "."):
+            if m is None and re.fullmatch(r"[0-9.]+", rest[pos:]):
+                raise ValueError(f"time: missing unit in duration {quoted}")
+            raise ValueError(f"time: invalid duration {quoted}")
+        unit = _GO_DURATION_UNITS.get(m.group(2))
+        if unit is None:
+            raise ValueError(f"time: unknown unit {orjson.dumps(m.group(2)[:10]).decode()} in duration {quoted}")
+        total += float(m.group(1)) * unit
+        pos = m.end()
+    if total > 2**63 / 1e9:
+        raise ValueError(f"time: invalid duration {quoted}")
+    return sign * total
+
+
+def _request_deadline(request: web.Request) -> float:
+    """The loop-clock deadline of a non-long-running request, as kube's WithRequestDeadline sets
+    it: `?timeout=` (a Go duration) if positive and shorter, else the server's 60 s; a timeout that
+    does not parse is a 400."""
+    seconds = REQUEST_TIMEOUT_SECONDS
+    raw = request.query.get("timeout")
+    if raw:
+        try:
+            asked = _go_duration_seconds(raw)
+        except ValueError as e:
+            raise errors.bad_request(f"invalid timeout specified in the request URL - {e}") from None
+        if 0 < asked < seconds:
+            seconds = asked
+    return asyncio.get_running_loop().time() + seconds
 
 
 def _dry_run(query: Any, body: JSONObject | None = None) -> bool:
@@ -828,11 +878,12 @@ class _Handlers:
     async def _patch(self, request: web.Request, t: _Target) -> web.StreamResponse:
         rt = t.rt
         assert rt is not None and t.name is not None
+        deadline = _request_deadline(request)
         ct = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         if ct not in accepted_patch_types(rt):
             raise errors.unsupported_media(ct, accepted_patch_types(rt))
         if ct == APPLY_PATCH:
-            return await self._apply(request, t)
+            return await self._apply(request, t, deadline)
         if "force" in request.query:
             raise options_invalid("PatchOptions", [errors.FieldError.forbidden(
                 "force", "may not be specified for non-apply patch")])
@@ -847,10 +898,11 @@ class _Handlers:
             subresource=t.subresource, dry_run=_dry_run(request.query),
             field_validation=validation,
             field_manager=manager,
+            deadline=deadline,
         )
         return json_response(_shown(rt, patched))
 
-    async def _apply(self, request: web.Request, t: _Target) -> web.StreamResponse:
+    async def _apply(self, request: web.Request, t: _Target, deadline: float) -> web.StreamResponse:
         """Server-side apply (kube's applyPatcher): `fieldManager` is required, `force` takes
         fields other managers own; 201 when the apply created the object."""
         rt = t.rt
@@ -873,7 +925,7 @@ class _Handlers:
         obj, created = await self.state.storage.apply(
             rt, namespace=t.namespace, name=t.name, config=config, field_manager=manager,
             force=parse_bool(query.get("force")), subresource=t.subresource, dry_run=_dry_run(query),
-            field_validation=validation,
+            field_validation=validation, deadline=deadline,
         )
         return json_response(_shown(rt, obj), status=201 if created else 200)
 

@@ -96,6 +96,9 @@ _SERVER_OWNED_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTi
 _MAX_ANNOTATIONS_BYTES = 256 * 1024
 #: attempts of a read-modify-write before a lost race is the caller's 409 (`retry_on_conflict`)
 _UPDATE_RETRIES = 16
+#: kube-apiserver's --request-timeout: how long a patch or an apply without a deadline of its own
+#: retries a lost race before it is a 504 Timeout (the API passes the request's, `?timeout=`)
+REQUEST_TIMEOUT_SECONDS = 60.0
 _T = TypeVar("_T")
 
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
@@ -1121,8 +1124,15 @@ class ObjectStorage:
         dry_run: bool = False,
         field_validation: FieldValidationArg = None,
         field_manager: str | None = None,
+        deadline: float | None = None,
     ) -> JSONObject:
+        """Apply a JSON, merge or strategic merge patch kube's way (GuaranteedUpdate): each attempt
+        applies the patch to the object as just read; a lost race is read and patched again until it
+        lands or `deadline` (the loop's clock; default: `REQUEST_TIMEOUT_SECONDS` from now) passes, a
+        504 Timeout. The only 409 is a failed precondition: a `metadata.resourceVersion` in the patch
+        that is not the stored one."""
         doc = self.decode_patch(rt, patch, content_type)
+        deadline = _deadline_or_default(deadline)
         ct = content_type.split(";", 1)[0].strip().lower()
         key = self.object_key(rt, namespace, name)
 
@@ -1166,7 +1176,8 @@ class ObjectStorage:
                                subresource=subresource)
             return await lost_race_on_conflict(self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run))
 
-        return await retry_on_conflict(attempt, what=f"conflict patching {rt.plural}/{name}")
+        return await retry_on_conflict(attempt, what=f"conflict patching {rt.plural}/{name}", attempts=None,
+                                       deadline=deadline)
 
     # ------------------------------------------------------------ managedFields and server-side apply
 
@@ -1211,11 +1222,13 @@ class ObjectStorage:
         subresource: str | None = None,
         dry_run: bool = False,
         field_validation: Any = None,
+        deadline: float | None = None,
     ) -> tuple[JSONObject, bool]:
         """Server-side apply (PATCH application/apply-patch+yaml) of `config` by `field_manager`,
         kube's way (managedfields.py): (the object as stored, whether it was created). Creates the
         object when it does not exist (not through a subresource); a conflict with another
-        manager is a 409 unless `force`."""
+        manager is a 409 unless `force`. A lost race is applied again until `deadline`, as `patch`."""
+        deadline = _deadline_or_default(deadline)
         if not rt.managed_fields:
             raise errors.unsupported_media(APPLY_PATCH, accepted_patch_types(rt))
         if not isinstance(config, dict):
@@ -1293,7 +1306,8 @@ class ObjectStorage:
             return await lost_race_on_conflict(
                 self._write_update(rt, key, kv.mod_revision, old, new, dry_run=dry_run)), False
 
-        return await retry_on_conflict(attempt, what=f"conflict applying {rt.plural}/{name}")
+        return await retry_on_conflict(attempt, what=f"conflict applying {rt.plural}/{name}", attempts=None,
+                                       deadline=deadline)
 
 
     # ------------------------------------------------------------ delete
@@ -1622,26 +1636,56 @@ async def lost_race_on_conflict(write: Awaitable[_T]) -> _T:
 
 
 async def retry_on_conflict(attempt: Callable[[], Awaitable[_T]], *, what: str,
-                            attempts: int = _UPDATE_RETRIES) -> _T:
+                            attempts: int | None = _UPDATE_RETRIES, deadline: float | None = None) -> _T:
     """Run `attempt` (read, modify, compare-and-swap write) until it does not lose the race: after a
-    `LostRace`, back off (capped, jittered) and run it again, at most `attempts` times in all; the last
-    loss is raised as its 409. Anything else `attempt` raises is raised at once."""
-    if attempts < 1:
+    `LostRace`, run it again, at most `attempts` times in all (None: no limit, kube's
+    GuaranteedUpdate); the last loss is raised as its 409. The first `_QUIET_RETRIES` retries follow
+    at once, later ones after a capped, jittered backoff, so a hot object does not spin.
+
+    `deadline` (the event loop's clock) is the request's: an attempt never starts after it, and a
+    race still being lost then is a 504 Timeout (kube's "request did not complete within requested
+    timeout"), never a 409. Anything else `attempt` raises is raised at once."""
+    if attempts is not None and attempts < 1:
         raise ValueError("retry_on_conflict needs at least one attempt")
-    for n in range(attempts):
+    loop = asyncio.get_running_loop()
+    n = 0
+    while True:
+        if deadline is not None and loop.time() >= deadline:
+            raise request_timed_out()
         try:
             return await attempt()
         except LostRace as lost:
-            if n == attempts - 1:
+            n += 1
+            if attempts is not None and n >= attempts:
                 raise lost.error from None
             if lost.back_off:
-                await _backoff(n, what=what)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+                await _backoff(n, what=what, deadline=deadline)
+            else:
+                _log.debug("retrying after a write conflict", waiting_for=what, attempt=n + 1, delay_s=0)
 
 
-async def _backoff(attempt: int, *, what: str) -> None:
-    """Capped exponential backoff with full jitter between CAS retries."""
-    delay = min(0.2, 0.002 * (2 ** attempt)) * random.random()
-    _log.debug("retrying after a write conflict", waiting_for=what, attempt=attempt + 1, delay_s=round(delay, 4))
+def _deadline_or_default(deadline: float | None) -> float:
+    if deadline is not None:
+        return deadline
+    return asyncio.get_running_loop().time() + REQUEST_TIMEOUT_SECONDS
+
+
+def request_timed_out() -> ApiError:
+    """kube's 504 for a request whose deadline (`?timeout=`, else 60 s) passed before it completed."""
+    return errors.timeout("Timeout: request did not complete within requested timeout - context deadline exceeded")
+
+
+#: retries of a lost race that follow at once (kube's GuaranteedUpdate never waits); later ones back off
+_QUIET_RETRIES = 3
+
+
+async def _backoff(retry: int, *, what: str, deadline: float | None) -> None:
+    """Nothing for the first `_QUIET_RETRIES` retries (a yield to the loop), then capped exponential
+    backoff with full jitter, never past `deadline`."""
+    delay = 0.0
+    if retry > _QUIET_RETRIES:
+        delay = min(0.1, 0.002 * 2 ** min(retry - _QUIET_RETRIES, 10)) * random.random()
+        if deadline is not None:
+            delay = max(0.0, min(delay, deadline - asyncio.get_running_loop().time()))
+    _log.debug("retrying after a write conflict", waiting_for=what, attempt=retry + 1, delay_s=round(delay, 4))
     await asyncio.sleep(delay)
-
