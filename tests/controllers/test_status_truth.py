@@ -165,10 +165,13 @@ async def test_a_suspended_job_shows_suspended_then_resumes(tmp_path: Path) -> N
         assert (condition(pending, "Schedulable") or {}).get("status") == "False"
         assert (condition(pending, "Suspended") or {}).get("reason") == "Resumed"
 
-        # suspending a placed job stops nothing (and says so), it does not pretend the gang is gone
+        # suspending a running job stops its gang (tests/controllers/test_suspend_placed.py has the rest)
         running = await env.api.wait_job("team-a", "later", lambda j: phase(j) == "Running", what="running")
         await env.api.patch("team-a", "later", {"spec": {"suspend": True}})
-        again = await env.api.wait_job("team-a", "later", lambda j: j["spec"].get("suspend") is True, what="patched")
-        assert phase(again) == "Running"
-        assert "suspend stops placement; a gang already placed keeps running" in describe_job(again)
-        await wait_until(lambda: env.live_pods(CLUSTER, running["metadata"]["uid"]), what="its pods still there")
+        again = await env.api.wait_job("team-a", "later", lambda j: phase(j) == "Suspended", what="suspended")
+        assert "Phase:        Suspended since " in describe_job(again)
+        await wait_until(lambda: _no_pods(env, running["metadata"]["uid"]), what="its pods gone")
+
+
+async def _no_pods(env: Env, uid: str) -> bool:
+    return not await env.live_pods(CLUSTER, uid)
