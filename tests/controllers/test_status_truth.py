@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,7 @@ async def test_a_suspended_job_shows_suspended_then_resumes(tmp_path: Path) -> N
             assert suspended is not None and suspended["status"] == "True"
             assert (job["status"].get("placement") or {}).get("cluster") is None
         assert await env.live_pods(CLUSTER, job["metadata"]["uid"]) == []
-        assert "Phase:        Suspended: spec.suspend is true" in describe_job(job)
+        assert re.search(r"Phase:        Suspended since \S+Z: spec.suspend is true", describe_job(job))
         assert env.hub.metrics.jobs.labels(phase="Suspended")._value.get() == 2
         code, out, err = await env.hub.kubectl("admin", "get", "tj", "-n", "team-a")
         assert code == 0, err
