@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from federator.apis.checkpoint import ANNOTATION_CHECKPOINT, ENV_RESTORE_FROM
 from federator.cli.jobs import describe_job
+from federator.clusters.client import PODS
 
 from .jobtest_support import condition, phase, placement_of, wait_until
 from .lifecycle_support import Env, aimed_job, history, lifecycle_env
@@ -37,6 +39,13 @@ async def test_a_running_gang_is_deleted_on_suspend_and_placed_again_on_resume(t
         uid, epoch = first["metadata"]["uid"], placement_of(first)["epoch"]
         groups, pods = await env.fed.member_objects(CLUSTER, uid)
         assert groups and pods
+        # its copy reports a checkpoint: the resumed copy restores from it
+        client = await env.member(CLUSTER)
+        await client.patch(PODS, namespace=pods[0]["metadata"]["namespace"], name=pods[0]["metadata"]["name"],
+                           patch={"metadata": {"annotations": {ANNOTATION_CHECKPOINT: json.dumps(
+                               {"step": 7, "location": "s3://ckpt/first/7"})}}})
+        await env.api.wait_job("team-a", "first", lambda j: (j["status"].get("checkpoint") or {}).get("step") == 7,
+                               timeout=30, what="status.checkpoint at step 7")
         await env.api.submit(gang("second", queue="vision"))
         await env.api.wait_job("team-a", "second", reason_is("QuotaExceeded"), timeout=30, what="QuotaExceeded")
 
@@ -56,6 +65,7 @@ async def test_a_running_gang_is_deleted_on_suspend_and_placed_again_on_resume(t
         assert [(h["cluster"], h["epoch"]) for h in entries] == [(CLUSTER, epoch)]
         assert "deleted" in entries[0]["message"]
         assert suspended["status"].get("requeues", 0) == 0  # a suspend is no failure: not counted
+        assert suspended["status"]["checkpoint"]["location"] == "s3://ckpt/first/7"
         text = describe_job(suspended)
         assert "Phase:        Suspended since " in text and "Cluster:      <none>" in text
         await wait_until(lambda: _reasons_include(env, "team-a", "first", {"Suspended"}), timeout=20,
@@ -77,6 +87,9 @@ async def test_a_running_gang_is_deleted_on_suspend_and_placed_again_on_resume(t
         assert placement_of(back)["cluster"] == CLUSTER and placement_of(back)["epoch"] > epoch
         groups, pods = await env.fed.member_objects(CLUSTER, uid)
         assert pods and all(int(p["metadata"]["labels"]["federator.dev/epoch"]) > epoch for p in pods)
+        envs = [{e["name"]: e.get("value") for e in c.get("env") or ()} for p in pods
+                for c in p["spec"]["containers"]]
+        assert envs and all(e.get(ENV_RESTORE_FROM) == "s3://ckpt/first/7" for e in envs), envs
 
 
 async def test_a_placed_gang_not_yet_dispatched_is_suspended_and_never_reaches_its_member(
