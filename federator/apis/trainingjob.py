@@ -486,7 +486,9 @@ class TrainingJobSpec(ApiModel):
         "The Queue whose quota the job uses. Left out, the hub writes the default Queue of the job's "
         "namespace on create (none: the job uses no queue). Once set it can be changed, not removed."))
     suspend: StrictBool = Field(default=False, description=(
-        "While true the job is not placed (phase Suspended); a gang already placed keeps running."))
+        "While true the job is not placed (phase Suspended); a gang already placed or running is deleted from "
+        "its cluster (history Suspended, its quota released). Set to false, the job is queued and placed again at "
+        "a higher epoch, resuming from its last checkpoint."))
     backoff_limit: StrictInt = Field(
         default=DEFAULT_BACKOFF_LIMIT, alias="backoffLimit", ge=0, le=2**31 - 1, description=(
             "How many pod failures of roles with restartPolicy OnFailure the job survives (each failed pod "

@@ -276,11 +276,18 @@ def _phase_text(meta: Meta, spec: Mapping[str, Any], status: Mapping[str, Any]) 
         return (f"Terminating (was {phase or 'not yet seen by the hub'}): the job is being deleted; its member "
                 "objects go first (condition Terminating)")
     if phase == "Suspended":
-        return "Suspended: spec.suspend is true, so the job is not placed until it is set to false"
+        condition = next((c for c in status.get("conditions") or () if isinstance(c, Mapping)
+                          and c.get("type") == "Suspended" and c.get("status") == "True"), None)
+        since = f" since {condition.get('lastTransitionTime')}" if condition and condition.get("lastTransitionTime") \
+            else ""
+        if spec.get("suspend") is not True:
+            return f"Suspended{since}: spec.suspend is false again, so the job is queued for a placement"
+        return (f"Suspended{since}: spec.suspend is true, so the job is not placed (a placed gang's member objects "
+                "are deleted) until it is set to false")
     if not phase:
         return "<none> (not yet seen by the hub)"
     if spec.get("suspend") is True:
-        return f"{phase} (spec.suspend is true: suspend stops placement; a gang already placed keeps running)"
+        return f"{phase} (spec.suspend is true: its gang is being deleted and the job suspended)"
     return str(phase)
 
 

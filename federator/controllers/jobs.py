@@ -138,7 +138,8 @@ PHASE_RUNNING = "Running"
 PHASE_SUCCEEDED = "Succeeded"
 PHASE_FAILED = "Failed"
 PHASE_REQUEUED = "Requeued"
-#: waiting, not placed, because spec.suspend is true (written by placement; set it false to queue the job)
+#: not placed because spec.suspend is true (written by placement for a queued job, by status sync for a placed
+#: one, whose gang it deletes; set it false to queue the job)
 PHASE_SUSPENDED = "Suspended"
 TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 #: every phase a TrainingJob can be in (apis/trainingjob.JobPhase): the label values of obs' federator_jobs
@@ -444,10 +445,13 @@ def max_requeues(job: Mapping[str, Any]) -> int:
 def requeue(
     status: dict[str, Any], *, reason: str, message: str, now: float, job: str,
     exclude_until: float | None = None, exclude_node: str | None = None, count: bool = True,
+    phase: str = PHASE_PENDING, event: str = "Requeued",
 ) -> None:
     """Send the job back to the placement queue: phase Pending, no cluster, same epoch (the next
     decision takes epoch + 1), a history entry; optionally exclude the cluster it left (or, with
-    `exclude_node`, only that node of it) until `exclude_until`, and count the requeue in status.requeues."""
+    `exclude_node`, only that node of it) until `exclude_until`, and count the requeue in status.requeues.
+    A suspended gang leaves its cluster the same way, into `phase` Suspended with history `event` Suspended
+    (`status_sync.StatusSync.suspend_placed`): setting spec.suspend false queues it like any requeue."""
     placement = dict(status.get("placement") or {})
     cluster = placement.get("cluster")
     epoch = placement.get("epoch") if type(placement.get("epoch")) is int else 0
@@ -472,9 +476,9 @@ def requeue(
     status["placement"] = placement
     if count:
         status["requeues"] = int(status.get("requeues") or 0) + 1
-    append_history(status, history_entry("Requeued", cluster=cluster if isinstance(cluster, str) else None,
+    append_history(status, history_entry(event, cluster=cluster if isinstance(cluster, str) else None,
                                          epoch=epoch, message=message, now=now))
-    set_phase(status, PHASE_PENDING, reason=reason, message=message, now=now, job=job,
+    set_phase(status, phase, reason=reason, message=message, now=now, job=job,
               cluster=cluster if isinstance(cluster, str) else None)
     status.pop("podCounts", None)
 

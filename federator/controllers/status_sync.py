@@ -61,6 +61,15 @@ go as above with Ignore's pods not counted; a history entry FailurePolicy and an
 (docs/failover.md). So a lost node's pod in a role with restartPolicy Never places the gang again (never
 counted) rather than failing it.
 
+Suspend (issue 31): a placed, admitted or running job whose spec.suspend turns true leaves its cluster as a
+preempted gang does (`suspend_placed`): one fenced status write (only while it is still placed at the cluster
+and epoch this loop saw and still suspended) moves it to phase Suspended with no cluster and its epoch kept
+(`jobs.requeue`, not counted), history Suspended, conditions Suspended=True and QuotaReserved=False, and
+status.placement.previous, so its next dispatch waits until this copy is gone; then an Event Suspended, its
+reservation forgotten, and dispatch deletes the copy (`Dispatcher.delete_previous`: pods first with their
+checkpoint grace; the GC takes what is missed). Its status.checkpoint stays: set spec.suspend false and the job
+is queued, placed at a higher epoch and resumed from it like any requeued job.
+
 Checkpoints (issue 29, docs/failover.md): the newest report on the gang's pods (annotation
 federator.dev/checkpoint, `apis.checkpoint.latest_report`), and on a moved gang's previous copy while its pods
 are still there (an evicted copy saves during its grace) or as they left with one (`ClusterObjects.departed`: it
@@ -101,6 +110,7 @@ from federator.apiserver.errors import ApiError
 from federator.clusters.client import MemberClientError
 from federator.clusters.sync import HubLease
 from federator.controllers.context import HubContext
+from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, CONDITION_SUSPENDED
 from federator.controllers.dispatch import ANNOTATION_ATTEMPT, ANNOTATION_FAILURES, Dispatcher
 from federator.controllers.jobcache import JobCache
 from federator.controllers.jobs import (
@@ -111,6 +121,7 @@ from federator.controllers.jobs import (
     PHASE_PLACED,
     PHASE_RUNNING,
     PHASE_SUCCEEDED,
+    PHASE_SUSPENDED,
     TERMINAL_PHASES,
     append_history,
     cluster_scheduler,
@@ -757,7 +768,8 @@ class StatusSync:
             self._job_views.pop(uid, None)
             self._shrunk.pop(uid, None)
             return
-        view = (Body(job).phase, *current_placement(job))
+        body = Body(job)
+        view = (body.phase, *current_placement(job), body.spec.get("suspend") is True)
         if self._job_views.get(uid) != view:
             self._job_views[uid] = view
             self.work.mark((uid,))
@@ -869,6 +881,45 @@ class StatusSync:
             await self.dispatcher.delete_previous(stored, cluster="")
         except Exception as e:  # noqa: BLE001 - the GC deletes what is left (not placed there any more)
             _log.warning("could not ask the member to delete a requeued gang; the GC will", job=ref.key,
+                         cluster=cluster, error=f"{type(e).__name__}: {e}")
+
+    async def suspend_placed(self, job: Mapping[str, Any], *, cluster: str, epoch: int, now: float) -> None:
+        """spec.suspend is true on a placed gang: it leaves `cluster` as a preempted one does (see the module
+        docstring), into phase Suspended; nothing when it moved on or was resumed meanwhile."""
+        ref = job_ref(job)
+        message = (f"spec.suspend is true: the gang in cluster {cluster} (epoch {epoch}) is deleted and its quota "
+                   f"released; set spec.suspend to false to place the job again (it resumes from its last "
+                   f"checkpoint at epoch {epoch + 1} or later)")
+
+        def mutate(fresh: dict[str, Any]) -> dict[str, Any] | None:
+            body = Body(fresh)
+            if body.spec.get("suspend") is not True or body.deleting or phase_of(fresh) not in ACTIVE_PHASES \
+                    or current_placement(fresh) != (cluster, epoch):
+                return None
+            status = fresh["status"]
+            requeue(status, reason="Suspended", message=message, now=now, job=ref.key, count=False,
+                    phase=PHASE_SUSPENDED, event="Suspended")
+            # its next dispatch, wherever it goes, waits until this copy is gone (design.md invariant 2)
+            status["placement"]["previous"] = {"cluster": cluster, "epoch": epoch}
+            set_condition(status, type=CONDITION_SUSPENDED, state="True", reason="Suspended", message=message,
+                          now=now)
+            set_condition(status, type=CONDITION_QUOTA_RESERVED, state="False", reason="Suspended",
+                          message=message, now=now)
+            return fresh
+
+        stored = await update_job_status(self.hub, namespace=ref.namespace, name=ref.name, mutate=mutate,
+                                         uid=ref.uid)
+        if stored is None:
+            return
+        self._missing_since.pop(ref.uid, None)
+        self.hub.events.record(stored, controller="status-sync", reason="Suspended", action="Suspend",
+                               message=message)
+        reservations(self.hub).forget(ref.uid)
+        _log.info("placed gang suspended; deleting its member objects", job=ref.key, cluster=cluster, epoch=epoch)
+        try:
+            await self.dispatcher.delete_previous(stored, cluster="")
+        except Exception as e:  # noqa: BLE001 - the GC deletes what is left (not placed there any more)
+            _log.warning("could not ask the member to delete a suspended gang; the GC will", job=ref.key,
                          cluster=cluster, error=f"{type(e).__name__}: {e}")
 
     async def _restart(self, job: Mapping[str, Any], plan: RestartPlan, *, cluster: str, epoch: int,
@@ -1024,6 +1075,9 @@ class StatusSync:
             self._missing_since.pop(uid, None)
             return
         now = time.time()
+        if body.spec.get("suspend") is True:
+            await self.suspend_placed(job, cluster=cluster, epoch=epoch, now=now)
+            return
         gs: GangStatus | None = None
         operator: dict[str, Any] | None = None
         report: CheckpointReport | None = None

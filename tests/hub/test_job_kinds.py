@@ -671,3 +671,40 @@ async def test_describe_of_an_unknown_kind_or_object_is_one_error_line(hub: Runn
     assert code != 0 and out == "", out
     (line,) = err.strip().splitlines()
     assert line.startswith(("error: ", "Error from server")) and message in line, err
+
+
+async def test_suspending_a_running_upstream_job_deletes_its_gang_and_resuming_runs_it_again(tmp_path: Path) -> None:
+    """runPolicy.suspend of a running PyTorchJob flows into its twin, whose gang leaves the member as a
+    suspended TrainingJob's does (issue 31 item 6); false places it again at a higher epoch."""
+    example = upstream_example(*EXAMPLES["PyTorchJob"])
+    namespace, name = example["metadata"]["namespace"], example["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=None) as env:
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, example))
+        assert code == 0, err
+        twin = await env.api.wait_job(namespace, name, lambda j: phase(j) == "Running", timeout=60)
+        uid, epoch = twin["metadata"]["uid"], placement_of(twin)["epoch"]
+        assert await env.live_pods(CLUSTER, uid)
+        code, _, err = await env.hub.kubectl("admin", "patch", "pytorchjob", name, "-n", namespace, "--type=merge",
+                                             "-p", '{"spec":{"runPolicy":{"suspend":true}}}')
+        assert code == 0, err
+        await env.api.wait_job(namespace, name, lambda j: phase(j) == "Suspended", timeout=30, what="Suspended")
+
+        async def gone() -> bool:
+            groups, pods = await env.fed.member_objects(CLUSTER, uid)
+            return not groups and not pods
+
+        await wait_until(gone, timeout=30, what="the twin's gang gone from the member")
+
+        async def shown(wanted: str) -> dict[str, Any] | None:
+            status = await source_status(env, example)
+            return status if status.get("phase") == wanted else None
+
+        status = await wait_until(lambda: shown("Suspended"), timeout=30, what="the PyTorchJob Suspended")
+        assert (condition(status, "Suspended") or {}).get("status") == "True"
+        code, _, err = await env.hub.kubectl("admin", "patch", "pytorchjob", name, "-n", namespace, "--type=merge",
+                                             "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
+        assert code == 0, err
+        back = await env.api.wait_job(namespace, name, lambda j: phase(j) == "Running", timeout=60,
+                                      what="Running again")
+        assert placement_of(back)["epoch"] > epoch
+        await wait_until(lambda: shown("Running"), timeout=30, what="the PyTorchJob Running again")

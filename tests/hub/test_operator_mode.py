@@ -517,3 +517,36 @@ async def _mpi_children_gone(env: Env, name: str) -> None:
         return True
 
     await wait_until(gone, timeout=60, what=f"MPIJob {name}'s children deleted in the member")
+
+
+async def test_suspending_a_jobset_run_by_the_members_operator_deletes_its_member_copy(tmp_path: Path) -> None:
+    """Operator mode: spec.suspend of the hub's JobSet deletes the member copy (and so its pods) as a suspended
+    TrainingJob's gang goes (issue 31 item 6); false creates it again at a higher epoch."""
+    jobset = jobset_example()
+    jobset["metadata"]["namespace"] = "default"
+    name = jobset["metadata"]["name"]
+    async with federation(tmp_path, run_seconds=600.0) as env:
+        assert (await discovered(env))[JOBSET_KEY] == "operator"
+        code, _, err = await env.hub.kubectl("admin", "apply", "-f", write(tmp_path, jobset))
+        assert code == 0, err
+        twin = await env.api.wait_job("default", name, lambda j: phase(j) == "Running", timeout=60)
+        uid, epoch = twin["metadata"]["uid"], twin["status"]["placement"]["epoch"]
+        assert twin["status"]["placement"].get("mode") == "operator"
+        assert await member_copy(env, jobset) is not None
+        code, _, err = await env.hub.kubectl("admin", "patch", "jobset", name, "-n", "default", "--type=merge",
+                                             "-p", '{"spec":{"suspend":true}}')
+        assert code == 0, err
+        await env.api.wait_job("default", name, lambda j: phase(j) == "Suspended", timeout=30, what="Suspended")
+
+        async def gone() -> bool:
+            return await member_copy(env, jobset) is None and not await env.live_pods(CLUSTER, uid)
+
+        await wait_until(gone, timeout=30, what="the member copy and its pods gone")
+        code, _, err = await env.hub.kubectl("admin", "patch", "jobset", name, "-n", "default", "--type=merge",
+                                             "-p", '{"spec":{"suspend":false}}')
+        assert code == 0, err
+        back = await env.api.wait_job("default", name, lambda j: phase(j) == "Running", timeout=60,
+                                      what="Running again")
+        assert back["status"]["placement"]["epoch"] > epoch
+        again = await member_copy(env, jobset)
+        assert again is not None and int(again["metadata"]["labels"][LABEL_EPOCH]) > epoch

@@ -10,7 +10,7 @@
 
 import { ListWatch, jobsPath } from "../api.js";
 import { empty, failure, fill, h, loading } from "../dom.js";
-import { isFullTemplate, jobGpus, jobPhase, jobSource, timeElement } from "../format.js";
+import { condition, isFullTemplate, jobGpus, jobPhase, jobSource, timeElement } from "../format.js";
 import { deleteJob } from "./jobs.js";
 
 const POD_POLL_MS = 5000;
@@ -86,6 +86,18 @@ function placedScore(events) {
   return match ? match[1] : null;
 }
 
+// What the Phase line adds about spec.suspend: since when the job is Suspended (its condition), or that a placed
+// gang is being stopped.
+function suspendedText(job) {
+  const spec = job.spec || {};
+  const suspended = condition(job, "Suspended");
+  if (jobPhase(job) === "Suspended" && suspended && suspended.status === "True") {
+    return [" since ", timeElement(suspended.lastTransitionTime),
+      spec.suspend ? ": spec.suspend is true (its gang, if it was placed, is deleted)" : ": spec.suspend is false again, queued"];
+  }
+  return spec.suspend ? " (spec.suspend is true: its gang is being stopped)" : "";
+}
+
 function summary(job) {
   const meta = job.metadata;
   const spec = job.spec || {};
@@ -100,7 +112,7 @@ function summary(job) {
     source ? [h("dt", "Submitted as"), h("dd", `${source.kind} ${meta.namespace}/${source.name} (${source.apiVersion}); `
       + "this is its gang, which the hub places and moves")] : null,
     h("dt", "Phase"), h("dd", h(`span.phase.phase-${jobPhase(job).toLowerCase()}`, jobPhase(job)),
-      spec.suspend ? " (spec.suspend is true)" : ""),
+      suspendedText(job)),
     h("dt", "Cluster"), h("dd", placement.cluster || "—"),
     h("dt", "Epoch"), h("dd", String(placement.epoch || 0)),
     h("dt", "Queue"), h("dd", spec.queue || "—"),
