@@ -136,9 +136,10 @@ def _never_sent(e: grpc.aio.AioRpcError) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _GuardedWrite:
-    """A txn of one guarded write to one key, the shape of create (create == 0, Put), a compare-and-swap
-    update (mod == N, Put) and a guarded delete (mod == N, Delete), with at most a Get of the same key
-    when the guard fails: at most one of its attempts can commit, so it may be sent again."""
+    """A txn of one guarded write to one key: the shape of create (create == 0, Put), a compare-and-swap
+    update (mod == N, Put) and a guarded delete (mod == N, Delete), possibly with compares on other keys
+    (a leader's fencing token: leader.py's `fenced_txn`) and only reads when a compare fails. Its guard
+    lets at most one of its attempts commit, so it may be sent again."""
 
     key: str
     guard: Compare
@@ -146,16 +147,15 @@ class _GuardedWrite:
 
 
 def _guarded_write(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]) -> _GuardedWrite | None:
-    if len(compares) != 1 or len(success) != 1 or len(failure) > 1:
+    if len(success) != 1 or not isinstance(success[0], (Put, Delete)) or any(not isinstance(f, Get) for f in failure):
         return None
-    guard, write = compares[0], success[0]
-    if not isinstance(write, (Put, Delete)) or guard.key != write.key or guard.op != "=":
+    write = success[0]
+    guards = [c for c in compares if c.key == write.key]
+    if len(guards) != 1 or guards[0].op != "=" or not isinstance(guards[0].value, int):
         return None
-    if any(not isinstance(f, Get) or f.key != write.key for f in failure):
-        return None
-    if guard.target == "create" and guard.value == 0 and isinstance(write, Put):
-        return _GuardedWrite(write.key, guard, write)
-    if guard.target == "mod" and isinstance(guard.value, int) and guard.value > 0:
+    guard, expected = guards[0], guards[0].value
+    if (guard.target == "create" and expected == 0 and isinstance(write, Put)) or (
+            guard.target == "mod" and isinstance(expected, int) and expected > 0):
         return _GuardedWrite(write.key, guard, write)
     return None
 

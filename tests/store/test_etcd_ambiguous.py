@@ -18,7 +18,8 @@ import pytest
 
 from federator.store.etcd import EtcdStore
 from federator.store.etcd_process import EtcdProcess
-from federator.store.protocol import Compare, Get, KeyExists, KeyValue, Put, RevisionMismatch
+from federator.store.leader import FencedStore, FencingToken
+from federator.store.protocol import Compare, FencedOut, Get, KeyExists, KeyValue, Put, RevisionMismatch
 
 PREFIX = "/federator/ambiguous/"
 
@@ -187,6 +188,27 @@ async def test_an_apiserver_shaped_txn_update_whose_answer_was_lost_succeeds(etc
 
         kv = await commit_unanswered(proxy, write(), committed)
         assert kv == await direct.get(key)
+
+
+async def test_a_leaders_fenced_update_whose_answer_was_lost_succeeds(etcd_server: EtcdProcess) -> None:
+    """The hub's controllers write through a FencedStore: each write also compares the leader key."""
+    async with behind_proxy(etcd_server) as (proxy, through, direct):
+        key, leader_key = PREFIX + "fenced-update", PREFIX + "leader"
+        lead = await direct.create(leader_key, b"me")
+        fenced = FencedStore(through, FencingToken(leader_key, lead.create_revision, "me"))
+        before = await fenced.create(key, b"v1")
+
+        async def committed() -> bool:
+            now = await direct.get(key)
+            return now is not None and now.value == b"v2"
+
+        kv = await commit_unanswered(
+            proxy, fenced.update(key, b"v2", expected_mod_revision=before.mod_revision), committed
+        )
+        assert kv == await direct.get(key)
+        await direct.delete(leader_key)
+        with pytest.raises(FencedOut):  # a deposed leader still writes nothing
+            await fenced.update(key, b"v3", expected_mod_revision=kv.mod_revision)
 
 
 async def test_a_delete_whose_answer_was_lost_is_its_own_success(etcd_server: EtcdProcess) -> None:
