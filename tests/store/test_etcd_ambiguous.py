@@ -124,6 +124,14 @@ async def until(check: Callable[[], Awaitable[bool]]) -> None:
             await asyncio.sleep(0.02)
 
 
+def holds(store: EtcdStore, key: str, value: bytes) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        now = await store.get(key)
+        return now is not None and now.value == value
+
+    return check
+
+
 async def commit_unanswered(proxy: CuttingProxy, write: Awaitable[KeyValue],
                             committed: Callable[[], Awaitable[bool]]) -> KeyValue:
     """Run `write` through the proxy with etcd's answers held; once `committed` sees its effect straight in
@@ -157,12 +165,8 @@ async def test_an_update_whose_answer_was_lost_is_its_own_success(etcd_server: E
         key = PREFIX + "update"
         before = await through.create(key, b"v1")
 
-        async def committed() -> bool:
-            now = await direct.get(key)
-            return now is not None and now.value == b"v2"
-
         kv = await commit_unanswered(
-            proxy, through.update(key, b"v2", expected_mod_revision=before.mod_revision), committed
+            proxy, through.update(key, b"v2", expected_mod_revision=before.mod_revision), holds(direct, key, b"v2")
         )
         assert kv == await direct.get(key)
         assert kv.mod_revision > before.mod_revision and kv.version == 2
@@ -182,11 +186,7 @@ async def test_an_apiserver_shaped_txn_update_whose_answer_was_lost_succeeds(etc
             assert kv is not None and kv.mod_revision == r.revision
             return kv
 
-        async def committed() -> bool:
-            now = await direct.get(key)
-            return now is not None and now.value == b"v2"
-
-        kv = await commit_unanswered(proxy, write(), committed)
+        kv = await commit_unanswered(proxy, write(), holds(direct, key, b"v2"))
         assert kv == await direct.get(key)
 
 
@@ -198,12 +198,8 @@ async def test_a_leaders_fenced_update_whose_answer_was_lost_succeeds(etcd_serve
         fenced = FencedStore(through, FencingToken(leader_key, lead.create_revision, "me"))
         before = await fenced.create(key, b"v1")
 
-        async def committed() -> bool:
-            now = await direct.get(key)
-            return now is not None and now.value == b"v2"
-
         kv = await commit_unanswered(
-            proxy, fenced.update(key, b"v2", expected_mod_revision=before.mod_revision), committed
+            proxy, fenced.update(key, b"v2", expected_mod_revision=before.mod_revision), holds(direct, key, b"v2")
         )
         assert kv == await direct.get(key)
         await direct.delete(leader_key)
