@@ -16,11 +16,16 @@ RPCs ourselves, for two reasons:
   UNAVAILABLE with capped exponential backoff plus jitter, log what they
   wait for, and raise `StoreUnavailable` once the budget is spent.
 
-Writes are retried only on an UNAVAILABLE that says the request never left
-(no connection to send it on: `_NOT_SENT`); a write that timed out or whose
-connection broke after it was sent ("Stream removed", "Connection reset") is
-reported as StoreUnavailable, never silently retried, because it may have
-been applied (a retried create would then find its own object: 409). A watch that loses its server
+A write is retried on an UNAVAILABLE that says the request never left (no
+connection to send it on: `_NOT_SENT`). A write that timed out or whose
+connection broke after it was sent ("Stream removed", "Connection reset") may
+have been applied: an arbitrary txn is then reported as StoreUnavailable
+(outcome unknown), never silently sent again. A single-key guarded write (a
+create, a compare-and-swap update, a guarded delete: `_guarded_write`) is sent
+again, because its guard lets at most one of its attempts commit, and a resent
+one whose guard fails is resolved by reading the key back (`_resolve_resent`):
+if the stored state is the one this write produced, it is this write's
+success, not a 409 for the hub's own object. A watch that loses its server
 reconnects from the revision after the last event it delivered, within the
 same budget, and otherwise raises StoreUnavailable: it never hangs silently.
 
@@ -39,7 +44,7 @@ import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 # The hub, `federator up` and the tests start processes (etcd, a real member's kube-apiserver) while grpc's
@@ -129,6 +134,32 @@ def _never_sent(e: grpc.aio.AioRpcError) -> bool:
     return e.code() == grpc.StatusCode.UNAVAILABLE and any(text in details for text in _NOT_SENT)
 
 
+@dataclass(frozen=True, slots=True)
+class _GuardedWrite:
+    """A txn of one guarded write to one key: the shape of create (create == 0, Put), a compare-and-swap
+    update (mod == N, Put) and a guarded delete (mod == N, Delete), possibly with compares on other keys
+    (a leader's fencing token: leader.py's `fenced_txn`) and only reads when a compare fails. Its guard
+    lets at most one of its attempts commit, so it may be sent again."""
+
+    key: str
+    guard: Compare
+    write: Put | Delete
+
+
+def _guarded_write(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]) -> _GuardedWrite | None:
+    if len(success) != 1 or not isinstance(success[0], (Put, Delete)) or any(not isinstance(f, Get) for f in failure):
+        return None
+    write = success[0]
+    guards = [c for c in compares if c.key == write.key]
+    if len(guards) != 1 or guards[0].op != "=" or not isinstance(guards[0].value, int):
+        return None
+    guard, expected = guards[0], guards[0].value
+    if (guard.target == "create" and expected == 0 and isinstance(write, Put)) or (
+            guard.target == "mod" and isinstance(expected, int) and expected > 0):
+        return _GuardedWrite(write.key, guard, write)
+    return None
+
+
 def _enc(key: str) -> bytes:
     return key.encode("utf-8")
 
@@ -192,6 +223,9 @@ class EtcdStore(BaseStore):
         self._watch_stub = pb.rpc_pb2_grpc.WatchStub(self._channel)
         self._maintenance_stub = pb.rpc_pb2_grpc.MaintenanceStub(self._channel)
         self._known_compact = 0
+        #: the highest store revision any response has shown this client: a write sent after it commits at
+        #: a higher revision (raft orders it after that one), the bound `_resolve_resent` relies on
+        self._seen_revision = 0
         self._closed = False
         self._watch_calls: set[Any] = set()
 
@@ -237,26 +271,32 @@ class EtcdStore(BaseStore):
         *,
         idempotent: bool,
         budget_seconds: float | None = None,
+        resend: bool = False,
     ) -> T:
+        """Run `fn` (given the request timeout), retrying what may be retried within the budget: anything
+        unavailable for a read (`idempotent`); for a write only a request that never left, or, with `resend`
+        (a guarded write whose caller resolves an earlier attempt's commit by reading back), any
+        unavailable, timed-out or cut-off attempt."""
         if self._closed:
             raise StoreUnavailable(f"etcd store ({self._where}) is closed")
         retry = _Retry(budget_seconds=self._budget if budget_seconds is None else budget_seconds)
         while True:
             try:
-                return await fn(self._timeout)
+                result = await fn(self._timeout)
             except grpc.aio.AioRpcError as e:
                 code = e.code()
                 retriable = (
-                    (code == grpc.StatusCode.UNAVAILABLE or _timed_out(e) or _cut_off(e)) if idempotent
+                    (code == grpc.StatusCode.UNAVAILABLE or _timed_out(e) or _cut_off(e)) if idempotent or resend
                     else _never_sent(e)
                 )
                 if not retriable:
                     raise self._translate(e, op) from None
                 delay = retry.next_delay()
                 if delay is None:
+                    unknown = "; its outcome is unknown" if resend else ""
                     raise StoreUnavailable(
                         f"etcd at {self._where} unavailable: {op} failed {retry.attempt} times "
-                        f"within its {retry.budget:g}s retry budget; last error {code.name}: {e.details()}"
+                        f"within its {retry.budget:g}s retry budget; last error {code.name}: {e.details()}{unknown}"
                     ) from None
                 self._metrics.retry(op)
                 _log.warning(
@@ -264,6 +304,11 @@ class EtcdStore(BaseStore):
                     wait_seconds=round(delay, 3), error=f"{code.name}: {e.details()}",
                 )
                 await asyncio.sleep(delay)
+            else:
+                header = getattr(result, "header", None)
+                if header is not None:
+                    self._seen_revision = max(self._seen_revision, int(header.revision))
+                return result
 
     def _translate(self, e: grpc.aio.AioRpcError, op: str) -> StoreError:
         code, details = e.code(), e.details() or ""
@@ -320,18 +365,86 @@ class EtcdStore(BaseStore):
     async def _txn(
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
     ) -> TxnResult:
+        guarded = _guarded_write(compares, success, failure)
+        bound = self._seen_revision
         request = rpc.TxnRequest(
             compare=[self._compare(c) for c in compares],
             success=[self._op(o) for o in success],
             failure=[self._op(o) for o in failure],
         )
+        attempts = 0
+
+        def send(timeout: float) -> Awaitable[Any]:
+            nonlocal attempts
+            attempts += 1
+            call: Awaitable[Any] = self._kv_stub.Txn(request, timeout=timeout)
+            return call
+
         try:
-            resp = await self._call("txn", lambda t: self._kv_stub.Txn(request, timeout=t), idempotent=False)
+            resp = await self._call("txn", send, idempotent=False, resend=guarded is not None)
         except StoreError as e:
             if "lease not found" in str(e):
                 leases = [o.lease for o in (*success, *failure) if isinstance(o, Put) and o.lease]
                 raise LeaseNotFound(leases[0] if leases else 0) from None
             raise
+        result = self._txn_result(resp, success, failure)
+        if result.succeeded or guarded is None or attempts == 1:
+            # A resent guarded write that succeeded is the only one of its attempts that committed: the
+            # guard of a committed earlier attempt would have failed it.
+            return result
+        return await self._resolve_resent(guarded, bound=bound, failed=result)
+
+    async def _resolve_resent(self, w: _GuardedWrite, *, bound: int, failed: TxnResult) -> TxnResult:
+        """A guarded write was sent more than once (an attempt was cut off, timed out or met UNAVAILABLE
+        after it may have left) and the last attempt's guard failed: that is either an earlier attempt's
+        own commit or another writer's. Read the key back; the write is ours, and succeeded, when the
+        stored state is the one it produced, committed after `bound` (the highest revision this client
+        had seen before the first attempt, so the state did not exist before the write was sent):
+
+        - a create: the key holds our value and lease at version 1 (unmodified since), created after bound;
+        - an update guarded by mod == N: the key holds our value and lease, in the lifetime that held N
+          (created at or before N), last modified after N and after bound;
+        - a delete guarded by mod == N: the key as of N had mod_revision N, and the key is gone now or was
+          created again after N (its lifetime at N ended: the object the delete named is gone).
+
+        Identical bytes from another writer would look the same (ABA), but every object the hub stores
+        carries its uid, creationTimestamp and the fields of the request that produced it, so two writers
+        producing the same bytes for the same key after the same revision is not a case that occurs.
+        A delete that another writer won is reported as this one's success: the object it named is gone,
+        which is what its caller asked for. Anything else keeps the guard's failure (a genuine 409/404)."""
+        current = await self._get(w.key)
+        guard = int(w.guard.value) if isinstance(w.guard.value, int) else 0
+        kv: KeyValue | None = None
+        revision = 0
+        if isinstance(w.write, Put):
+            if (current is not None and current.value == bytes(w.write.value) and current.lease == w.write.lease
+                    and current.mod_revision > bound):
+                ours = (current.version == 1 if w.guard.target == "create"
+                        else current.create_revision <= guard < current.mod_revision)
+                if ours:
+                    kv, revision = current, current.mod_revision
+        elif current is None or current.create_revision > guard:
+            try:
+                at_guard = await self._range_call(rpc.RangeRequest(key=_enc(w.key), revision=guard), guard)
+            except Compacted:
+                raise StoreUnavailable(
+                    f"etcd at {self._where}: delete of {w.key!r} was sent again after its outcome was unknown, "
+                    f"and revision {guard} is compacted: its outcome is unknown"
+                ) from None
+            prev = _kv(at_guard.kvs[0]) if at_guard.kvs else None
+            if prev is not None and prev.mod_revision == guard:
+                # The delete's own revision is not known without history: the revision at which the key was
+                # read gone (or recreated) is at or after it.
+                kv, revision = prev, self._seen_revision
+        if kv is None:
+            return failed
+        _log.info("etcd write sent again after an unknown outcome found its own commit",
+                  op="create" if w.guard.target == "create" else ("update" if isinstance(w.write, Put) else "delete"),
+                  key=w.key, revision=revision)
+        return TxnResult(succeeded=True, revision=revision, results=(kv,))
+
+    @staticmethod
+    def _txn_result(resp: Any, success: Sequence[Op], failure: Sequence[Op]) -> TxnResult:
         rev = resp.header.revision
         ops = success if resp.succeeded else failure
         results: list[KeyValue | None] = []
