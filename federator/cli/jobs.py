@@ -216,7 +216,7 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None, pods: JSONO
             add("    <none yet>")
 
     add("Conditions:")
-    conditions = status.get("conditions") or []
+    conditions = [c for c in status.get("conditions") or () if isinstance(c, Mapping)]
     if conditions:
         add(_indent(render_table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"],
                                  [[str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason", "")),
@@ -226,7 +226,7 @@ def describe_job(job: JSONObject, *, now: dt.datetime | None = None, pods: JSONO
         add("  <none>")
 
     add("History:")
-    history = status.get("history") or []
+    history = [h for h in status.get("history") or () if isinstance(h, Mapping)]
     if history:
         add(_indent(render_table(["TIME", "EVENT", "CLUSTER", "EPOCH", "MESSAGE"],
                                  [[str(h.get("time", "")), str(h.get("event", "")), str(h.get("cluster") or ""),

@@ -44,3 +44,14 @@ def test_a_condition_without_a_time_says_no_time() -> None:
     job = _job(suspend=True, status={"phase": "Suspended", "conditions": [{"type": "Suspended",
                                                                                 "status": "True"}]})
     assert _phase(describe_job(job)).startswith("Phase:        Suspended: spec.suspend is true")
+
+
+def test_a_status_with_junk_entries_still_describes() -> None:
+    """A status a hostile client wrote through /status with non-object conditions or history entries is
+    described from the entries that are objects, not a crash."""
+    job = _job(suspend=True, status={"phase": "Suspended", "conditions": ["junk", 3, None, SUSPENDED],
+                                     "history": ["junk", {"time": "2026-01-01T00:05:00Z", "event": "Suspended"}],
+                                     "placement": {"scores": ["junk"]}})
+    text = describe_job(job)
+    assert "Suspended since 2026-01-01T00:05:00Z" in text
+    assert "junk" not in text
