@@ -177,7 +177,11 @@ async def start_hub(
         **({"leader_ttl_seconds": leader_ttl_seconds} if leader_ttl_seconds is not None else {}),
     )
     runner = api_runner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except BaseException:
+        await runner.cleanup()  # what started before the failure (the store, the leadership) stops
+        raise
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(tls.server_cert, tls.server_key))
         await site.start()

@@ -19,7 +19,7 @@ import pytest
 import structlog
 
 from federator.hub.app import HUB_STORE_PREFIX
-from federator.store.encryption import EncryptionConfig, parse_encryption_config, read_encryption_config
+from federator.store.encryption import DecryptionError, EncryptionConfig, parse_encryption_config, read_encryption_config
 from federator.store.etcd import EtcdStore
 from federator.store.etcd_process import EtcdProcess
 
@@ -134,6 +134,10 @@ async def test_store_rewrite_after_a_key_rotation(tmp_path: Path) -> None:
     rotated.write_text(config_text(SECRETBOX_2, AESGCM_1))
     only_new = tmp_path / "only-new.yaml"
     only_new.write_text(config_text(SECRETBOX_2))
+    # a hub without the key the store needs does not start (its watch cache cannot list), naming the key
+    with pytest.raises(DecryptionError, match="provider 'aesgcm' with key 'key1'"):
+        async with start_hub(tmp_path / "hub", encryption=config(SECRETBOX_2)):
+            pass
     before = db.read_bytes()
     # a key the store needs is missing: one line, nothing written
     done = await asyncio.to_thread(_cli, "store", "rewrite", "--store", f"sqlite://{db}",
