@@ -64,6 +64,9 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     from federator.store.open import open_store
     from federator.store.protocol import StoreError
 
+    from federator.obs import configure_logging
+
+    configure_logging(level="warning")  # the store's own info lines (opened, closed) are not this command's output
     path = args.encryption_provider_config
     registry = hub_registry()
     try:

@@ -116,7 +116,7 @@ class _Provider:
         raise NotImplementedError
 
     def decrypt(self, store_key: str, value: bytes) -> bytes | None:
-        """The plain value, or None when the value is not this provider's (another prefix)."""
+        """The plain value, or None when the value is not this provider's (another prefix or key name)."""
         raise NotImplementedError
 
     def is_current(self, value: bytes) -> bool:
@@ -187,9 +187,7 @@ class _Keyed(_Provider):
                     raise DecryptionError(f"cannot decrypt {store_key!r} with {self.name} key {name!r}: "
                                           f"authentication failed (tampered, or not written for this key)"
                                           ) from e
-        rest = value[len(self._all):].split(b":", 1)[0][:64].decode("ascii", "replace")
-        raise DecryptionError(f"cannot decrypt {store_key!r}: it was written with {self.name} key {rest!r}, "
-                              f"which the encryption configuration does not list (add it back to read it)")
+        return None  # another key name: a later provider of this type may have it (Transformer says if none)
 
     def is_current(self, value: bytes) -> bool:
         return value.startswith(self.prefix(self.keys[0][0]))
@@ -268,7 +266,8 @@ class Transformer:
             kind = parts[0][:32].decode("ascii", "replace")
             key_name = parts[2][:64].decode("ascii", "replace") if len(parts) > 2 else "?"
             raise DecryptionError(f"cannot decrypt {store_key!r}: it was written by provider {kind!r} with key "
-                                  f"{key_name!r}, which the encryption configuration does not list")
+                                  f"{key_name!r}, which the encryption configuration does not list (add it back "
+                                  f"to read it)")
         raise DecryptionError(f"cannot read {store_key!r}: it is stored in plain text and the encryption "
                               f"configuration has no identity provider (list `- identity: {{}}` last until "
                               f"`federator store rewrite` has encrypted every object)")
@@ -357,6 +356,8 @@ def parse_encryption_config(raw: bytes) -> EncryptionConfig:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise EncryptionConfigError(f"not YAML{where}") from None
+    except RecursionError:
+        raise EncryptionConfigError("nested too deeply to be an EncryptionConfiguration") from None
     if not isinstance(doc, Mapping):
         raise EncryptionConfigError(f"expected a YAML mapping (apiVersion: {API_VERSION}, kind: {KIND})")
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:

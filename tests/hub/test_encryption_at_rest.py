@@ -154,7 +154,8 @@ async def test_store_rewrite_after_a_key_rotation(tmp_path: Path) -> None:
     done = await asyncio.to_thread(_cli, "store", "rewrite", "--store", f"sqlite://{db}",
                                    "--encryption-provider-config", str(rotated))
     assert done.returncode == 0, done.stderr
-    assert "2 objects rewritten with secretbox:key2, 0 already current" in done.stdout, done.stdout
+    assert done.stdout == "2 objects rewritten with secretbox:key2, 0 already current\n", done.stdout
+    assert done.stderr == "", done.stderr
     done = await asyncio.to_thread(_cli, "store", "rewrite", "--store", f"sqlite://{db}",
                                    "--encryption-provider-config", str(rotated))
     assert "0 objects rewritten with secretbox:key2, 2 already current" in done.stdout, done.stdout

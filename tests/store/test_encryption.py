@@ -113,11 +113,19 @@ async def test_rotation_rewrite_and_retired_key() -> None:
     # key1 removed before a rewrite: the error names the key name, and rewrite writes nothing
     await old.put(MC + "d", PLAIN)
     revision = await inner.current_revision()
-    with pytest.raises(DecryptionError, match="key 'key1'.*does not list"):
+    with pytest.raises(DecryptionError, match="provider 'aesgcm' with key 'key1'.*does not list"):
         await only_new.get(MC + "d")
     with pytest.raises(DecryptionError, match="provider 'aesgcm' with key 'key2'"):
         await rewrite(inner, config(secretbox("key2")), REGISTRY)
     assert await inner.current_revision() == revision
+
+
+async def test_two_entries_of_one_provider_type_each_read_their_keys() -> None:
+    inner = MemoryStore(prefix=HUB_STORE_PREFIX)
+    await wrap(inner, config(aesgcm("key1"))).put(MC + "a", PLAIN)
+    both = config(aesgcm("key2"), aesgcm("key1"))
+    assert (await wrap(inner, both).get(MC + "a")).value == PLAIN  # type: ignore[union-attr]
+    assert (await rewrite(inner, both, REGISTRY)).rewritten == 1
 
 
 async def test_identity_first_writes_plain_and_still_reads_encrypted() -> None:
@@ -200,10 +208,16 @@ def test_hostile_config_files_are_refused(tmp_path: Path) -> None:
     zero.symlink_to("/dev/zero")
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("[" * 100_000)
+    aliases = tmp_path / "aliases.yaml"  # a billion laughs: aliases are shared, not copied
+    aliases.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)))
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00garbage")
     cases = [(huge, "larger than"), (zero, "not a regular file"), (fifo, "not a regular file"),
-             (tmp_path, "not a regular file"), (tmp_path / "missing", "No such file"), (binary, "not UTF-8")]
+             (tmp_path, "not a regular file"), (tmp_path / "missing", "No such file"), (binary, "not UTF-8"),
+             (nested, "not YAML|nested too deeply"), (aliases, "apiVersion/kind")]
     for path, why in cases:
         with pytest.raises(EncryptionConfigError, match=why):
             read_encryption_config(path)
