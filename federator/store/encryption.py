@@ -509,8 +509,11 @@ class EncryptedStore(ForwardsUpkeep):
                 results.append(kv)
         return replace(r, results=tuple(results))
 
-    async def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
-        events = self.inner.watch(prefix, from_revision=from_revision)
+    def watch(self, prefix: str, *, from_revision: int) -> AsyncIterator[Event]:
+        # the inner watch starts now, as the caller's would (not at the first event asked for)
+        return self._decrypted(self.inner.watch(prefix, from_revision=from_revision))
+
+    async def _decrypted(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         try:
             async for ev in events:
                 if self.transformer(ev.kv.key) is None:
