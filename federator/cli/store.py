@@ -5,7 +5,8 @@
 Kube's `kubectl get secrets -A -o json | kubectl replace -f -` for the hub: every stored object of the
 resources the configuration names whose value is not what its first provider writes (an older key, another
 provider, plain text) is written again with the first provider (federator/hub/encryption.py's `rewrite`).
-Each write is a compare-and-swap on the object's revision, so hubs may run meanwhile; give the same
+Each write is a compare-and-swap on the object's revision, so hubs on etcd may run meanwhile (a sqlite
+file takes one process: stop its hub first); give the same
 configuration to the hubs first (with the new key first), then rewrite, then drop the old key.
 
 Every object is read and decrypted before anything is written: a bad flag, a configuration that cannot be
@@ -37,7 +38,8 @@ def register(sub: Any) -> None:
             "Re-write every stored object of the resources --encryption-provider-config names whose value is "
             "not what the configuration's first provider writes (written with an older key, another provider, "
             "or in plain text), as kube's `kubectl get secrets -A -o json | kubectl replace -f -` does after a "
-            "key rotation. Each write is a compare-and-swap on the object's revision: hubs may run meanwhile. "
+            "key rotation. Each write is a compare-and-swap on the object's revision: hubs on etcd may run meanwhile "
+            "(a sqlite file takes one process: stop its hub first). "
             "Everything is read and decrypted first: a value no listed key reads stops the command before it "
             "writes anything. It prints progress and a summary (N rewritten, M already current).", width=79),
         epilog=(
