@@ -22,6 +22,7 @@ from federator.hub.app import HUB_STORE_PREFIX
 from federator.store.encryption import DecryptionError, EncryptionConfig, parse_encryption_config, read_encryption_config
 from federator.store.etcd import EtcdStore
 from federator.store.etcd_process import EtcdProcess
+from federator.store.protocol import KeyValue
 
 from .hubtest_support import ROOT, start_hub
 from .test_credentials import SECRETS, _exercise_every_read_and_write, assert_no_secret, cert_cluster, token_cluster
@@ -98,20 +99,50 @@ async def test_sqlite_file_holds_no_credential(tmp_path: Path) -> None:
 
 
 @pytest.mark.etcd
-async def test_etcd_data_and_keys_hold_no_credential(tmp_path: Path,
-                                                     etcd_factory: Callable[[], EtcdProcess]) -> None:
+async def test_etcd_data_and_keys_hold_no_credential_and_rewrite_runs_beside_a_hub(
+        tmp_path: Path, etcd_factory: Callable[[], EtcdProcess]) -> None:
     etcd = etcd_factory()
-    async with start_hub(tmp_path / "hub", store_url=etcd.url, encryption=config(SECRETBOX_2, AESGCM_1)) as hub:
-        await _exercise_every_read_and_write(hub)
+
+    async def raw_kvs() -> list[KeyValue]:
         raw = await EtcdStore.connect([etcd.endpoint], prefix=HUB_STORE_PREFIX)
         try:
-            kvs = (await raw.range(HUB_STORE_PREFIX)).kvs
-            clusters = [kv for kv in kvs if kv.key.startswith(MC_PREFIX)]
-            assert clusters and all(kv.value.startswith(b"k8s:enc:secretbox:v1:key2:") for kv in clusters)
-            for kv in kvs:
-                assert_no_credential_bytes(kv.key.encode() + kv.value, f"etcd key {kv.key}")
+            return list((await raw.range(HUB_STORE_PREFIX)).kvs)
         finally:
             await raw.close()
+
+    async with start_hub(tmp_path / "a", store_url=etcd.url, encryption=config(AESGCM_1)) as hub:
+        await _exercise_every_read_and_write(hub)
+    kvs = await raw_kvs()
+    assert [kv for kv in kvs if kv.key.startswith(MC_PREFIX)]
+    for kv in kvs:
+        assert kv.value.startswith(b"k8s:enc:aesgcm:v1:key1:") or not kv.key.startswith(MC_PREFIX), kv.key
+        assert_no_credential_bytes(kv.key.encode() + kv.value, f"etcd key {kv.key}")
+
+    # key2 first on the running hub; `federator store rewrite` beside it while it writes the same object
+    rotated = tmp_path / "rotated.yaml"
+    rotated.write_text(config_text(SECRETBOX_2, AESGCM_1))
+    async with start_hub(tmp_path / "b", store_url=etcd.url, encryption=config(SECRETBOX_2, AESGCM_1)) as hub:
+        await hub.request("POST", "/apis/federator.dev/v1alpha1/memberclusters", body=cert_cluster())
+        rewriting = asyncio.create_task(asyncio.to_thread(
+            _cli, "store", "rewrite", "--store", etcd.url, "--encryption-provider-config", str(rotated)))
+        bandwidth = 1.0
+        while not rewriting.done():
+            bandwidth += 1
+            status, answer = await hub.request(
+                "PATCH", "/apis/federator.dev/v1alpha1/memberclusters/with-token",
+                body={"spec": {"network": {"bandwidthGbps": bandwidth}}},
+                headers={"Content-Type": "application/merge-patch+json"})
+            assert status == 200, answer
+        done = await rewriting
+        assert done.returncode == 0 and " objects rewritten with secretbox:key2" in done.stdout, done
+        stored = await hub.context.storage.get(hub.context.kind("MemberCluster"), namespace=None, name="with-token")
+        assert stored["spec"]["network"]["bandwidthGbps"] == bandwidth
+        assert stored["spec"]["connection"]["credentials"]["token"] == SECRETS[0]
+    kvs = await raw_kvs()
+    clusters = [kv for kv in kvs if kv.key.startswith(MC_PREFIX)]
+    assert len(clusters) == 2 and all(kv.value.startswith(b"k8s:enc:secretbox:v1:key2:") for kv in clusters)
+    for kv in kvs:
+        assert_no_credential_bytes(kv.key.encode() + kv.value, f"etcd key {kv.key}")
     etcd.stop()
     for path in etcd.data_dir.rglob("*"):
         if path.is_file():
