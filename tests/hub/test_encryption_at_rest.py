@@ -195,6 +195,13 @@ async def test_store_rewrite_after_a_key_rotation(tmp_path: Path) -> None:
         rt = hub.context.kind("MemberCluster")
         stored = await hub.context.storage.get(rt, namespace=None, name="with-token")
         assert stored["spec"]["connection"]["credentials"]["token"] == SECRETS[0]
+        # a value no listed key reads (written by a hub with another file, say): 500 naming the key, not garbage
+        raw = hub.state.base.store.target.inner  # type: ignore[union-attr, attr-defined]
+        kv = await raw.get(MC_PREFIX + "_/with-cert")
+        await raw.update(kv.key, b"k8s:enc:aesgcm:v1:elsewhere:" + kv.value[40:], expected_mod_revision=kv.mod_revision)
+        status, answer = await hub.request("GET", "/apis/federator.dev/v1alpha1/memberclusters/with-cert")
+        assert status == 500 and "with key 'elsewhere'" in answer["message"], answer
+        assert_no_secret(json.dumps(answer), "the 500 answer")
 
 
 @pytest.mark.parametrize("text,why", [
