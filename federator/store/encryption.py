@@ -257,10 +257,17 @@ class Transformer:
         return self.providers[0].encrypt(store_key, plain)
 
     def decrypt(self, store_key: str, value: bytes) -> bytes:
+        first: DecryptionError | None = None
         for provider in self.providers:
-            plain = provider.decrypt(store_key, value)
+            try:
+                plain = provider.decrypt(store_key, value)
+            except DecryptionError as e:  # as kube: a later provider with the same prefix may read it
+                first = first or e
+                continue
             if plain is not None:
                 return plain
+        if first is not None:
+            raise first
         if value.startswith(_ENC_PREFIX):
             parts = value[len(_ENC_PREFIX):].split(b":", 3)
             kind = parts[0][:32].decode("ascii", "replace")

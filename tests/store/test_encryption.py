@@ -32,11 +32,14 @@ PLAIN = b'{"spec":{"connection":{"credentials":{"token":"s3cr3t-token-value"}}}}
 REGISTRY = hub_registry()
 
 
-def config(*providers: str, resources: str = "memberclusters.federator.dev") -> EncryptionConfig:
+def config_text(*providers: str, resources: str = "memberclusters.federator.dev") -> str:
     body = "\n".join(f"      - {p}" for p in providers)
-    return parse_encryption_config(
-        f"apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n"
-        f"  - resources: [{resources}]\n    providers:\n{body}\n".encode())
+    return (f"apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n"
+            f"  - resources: [{resources}]\n    providers:\n{body}\n")
+
+
+def config(*providers: str, resources: str = "memberclusters.federator.dev") -> EncryptionConfig:
+    return parse_encryption_config(config_text(*providers, resources=resources).encode())
 
 
 def aesgcm(*names: str) -> str:
@@ -126,6 +129,11 @@ async def test_two_entries_of_one_provider_type_each_read_their_keys() -> None:
     both = config(aesgcm("key2"), aesgcm("key1"))
     assert (await wrap(inner, both).get(MC + "a")).value == PLAIN  # type: ignore[union-attr]
     assert (await rewrite(inner, both, REGISTRY)).rewritten == 1
+    # one key name in two entries (two secrets): each is tried, as kube tries every matching prefix
+    await wrap(inner, config(aesgcm("key1"))).put(MC + "b", PLAIN)
+    same_name = parse_encryption_config(config_text(
+        f"aesgcm: {{keys: [{{name: key1, secret: {KEY2}}}]}}", aesgcm("key1")).encode())
+    assert (await wrap(inner, same_name).get(MC + "b")).value == PLAIN  # type: ignore[union-attr]
 
 
 async def test_identity_first_writes_plain_and_still_reads_encrypted() -> None:
