@@ -10,8 +10,8 @@ it, so the hub's error paths log against it all along). Hostile requests: malfor
 without a colon carrying the admin token, an oversized header carrying the viewer token, a bad
 Content-Length), and the member's token sent to the hub as a bearer token.
 
-Searched: the hub's stdout and stderr, the CLI's output, the simulated member's process output and the
-fence agents' logs; for each secret, the secret itself and its base64 forms (at every alignment, plain
+Searched: the hub's stdout and stderr, the CLI's output, the simulated member's process output, the
+fence agents' logs and the hub's sqlite store files (the hub runs with --encryption-provider-config); for each secret, the secret itself and its base64 forms (at every alignment, plain
 and URL-safe), and no PEM private key at all. Also: every stderr line is JSON, each malformed request is
 one `malformed HTTP request` line, and the hub's probes and /metrics answer by role on the real process.
 """
@@ -53,6 +53,13 @@ schedulers: [{{type: default}}]
 kubelet: {{startDelaySeconds: 0.1, terminationSeconds: 0.1, defaultRunSeconds: 2}}
 nodePools:
   - {{name: gpu, count: 2, cpu: "32", memory: 128Gi, gpus: 4, gpuProduct: NVIDIA-L4}}
+"""
+ENCRYPTION_CONFIG = """\
+apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [memberclusters.federator.dev]
+    providers: [{{secretbox: {{keys: [{{name: e2e, secret: {key}}}]}}}}]
 """
 JOB = {
     "apiVersion": "federator.dev/v1alpha1", "kind": "TrainingJob",
@@ -157,7 +164,10 @@ def test_a_full_up_run_logs_no_planted_secret(tmp_path: Path) -> None:
     dev_profile.write_text(PROFILE.format(name="obs-dev"))
 
     member, member_kubeconfig = _start_member(tmp_path)
-    up = FederatorUp(work, "--sim-profile", str(dev_profile), "--sim-run-seconds", "2")
+    encryption = tmp_path / "encryption-config.yaml"  # the hub store keeps the registrations' credentials encrypted
+    encryption.write_text(ENCRYPTION_CONFIG.format(key=base64.b64encode(os.urandom(32)).decode()))
+    up = FederatorUp(work, "--sim-profile", str(dev_profile), "--sim-run-seconds", "2",
+                     "--encryption-provider-config", str(encryption))
     cli_output: list[str] = []
     try:
         ready = up.start()
@@ -262,6 +272,15 @@ def test_a_full_up_run_logs_no_planted_secret(tmp_path: Path) -> None:
         for what, secret in secrets.items():
             for form in {secret} | base64_forms(secret):
                 assert form not in text, f"{what} ({'as is' if form == secret else 'base64'}) leaked into {where}"
+
+    # the hub store at rest (--encryption-provider-config): the sqlite file, its WAL and shared memory
+    stored = {path.name: path.read_bytes().decode("latin-1") for path in state.glob("hub.db*")}
+    assert "hub.db" in stored and "k8s:enc:secretbox:v1:e2e:" in stored["hub.db"] + stored.get("hub.db-wal", "")
+    for where, text in stored.items():
+        assert "PRIVATE KEY" not in text, f"a private key in {where}"
+        for what, secret in secrets.items():
+            for form in {secret} | base64_forms(secret):
+                assert form not in text, f"{what} ({'as is' if form == secret else 'base64'}) is in {where}"
 
     plain = [line for line in up.stderr_lines if line.strip() and not line.startswith("{")]
     assert not plain, f"plain-text lines on the hub's stderr: {plain[:10]}"

@@ -257,6 +257,11 @@ class Metrics:
             "(the retain window of memory and sqlite, compact calls); etcd's own auto-compaction is counted by "
             "etcd", ["backend"], registry=r,
         )
+        self.store_encryption = Gauge(
+            "federator_store_encryption_provider", "1 for each resource the hub store encrypts at rest "
+            "(--encryption-provider-config), labelled with the provider and key name that write it (e.g. "
+            "aesgcm:key1, or identity); never a key", ["resource", "writes"], registry=r,
+        )
         self.leader = Gauge(
             "federator_leader", "1 while this process holds the hub leadership", ["backend"], registry=r
         )

@@ -50,6 +50,7 @@ EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "federator_store_size_bytes": ("gauge", ("backend",)),
     "federator_store_keys": ("gauge", ("backend",)),
     "federator_store_compactions_total": ("counter", ("backend",)),
+    "federator_store_encryption_provider": ("gauge", ("resource", "writes")),
     "federator_leader": ("gauge", ("backend",)),
     "federator_leader_transitions_total": ("counter", ("backend", "event")),
     # loops
@@ -118,6 +119,8 @@ LABEL_BOUNDS: dict[str, str] = {
     "outcome": "failover outcomes: requeued, failed, waiting, requeue_limit",
     "fault": "drill faults (partition, outage, node-failure, drain) or simulator fault names",
     "verdict": "passed, failed",
+    "writes": "provider:keyname of the --encryption-provider-config's first provider per resource (key names "
+              "from that file, never a key)",
 }
 
 #: values some labels may take, where the set is closed (label, or (family, label))

@@ -61,7 +61,7 @@ from federator.apiserver.storage import REQUEST_TIMEOUT_SECONDS, ObjectList, Obj
 from federator.apiserver.table import build_table, wants_table
 from federator.apiserver.watch import WatchOptions, parse_bool, serve_watch
 from federator.obs import METRICS, Metrics, get_logger
-from federator.store.protocol import StoreUnavailable
+from federator.store.protocol import StoreError, StoreUnavailable
 
 _log = get_logger("apiserver")
 
@@ -1008,6 +1008,12 @@ def _error_middleware(state: ApiServerState) -> Any:
             return status_response(errors.service_unavailable(
                 "the storage backend is unavailable (it did not answer within its retry budget); "
                 "try again later", retry_after_seconds=STORE_RETRY_AFTER_SECONDS))
+        except StoreError as e:
+            # e.g. a value no configured encryption key reads (store/encryption.py): kube's 500 "Internal
+            # error occurred: ..." with the store's one line (a key and a key name, never a value)
+            _log.warning("request failed: store error", server=state.server_name, method=request.method,
+                         path=request.path, error=str(e))
+            return status_response(errors.internal(f"storage error: {e}"))
         except web.HTTPRequestEntityTooLarge:
             return status_response(errors.too_large(state.max_body_bytes))
         except web.HTTPMethodNotAllowed:

@@ -104,6 +104,11 @@ _T = TypeVar("_T")
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
 
 
+def resource_key_prefix(store_prefix: str, rt: ResourceType) -> str:
+    """The store keys of every object of `rt` start with this (see the key layout above)."""
+    return f"{store_prefix}registry/{rt.storage_path}/"
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectList:
     items: list[JSONObject]
@@ -447,7 +452,7 @@ class ObjectStorage:
     # ------------------------------------------------------------ keys
 
     def collection_prefix(self, rt: ResourceType, namespace: str | None = None) -> str:
-        base = f"{self._root}{rt.storage_path}/"
+        base = resource_key_prefix(self.store.prefix, rt)
         if not rt.namespaced:
             return base + "_/"
         if namespace:

@@ -13,6 +13,7 @@ One module per command group (kubectl's `pkg/cmd/<verb>` layout), each with
     dashboard.py   federator dashboard                  the web dashboard through a local proxy (kubeconfig credentials)
     agent.py       federator agent                      the member-side fence agent
     etcd.py        federator etcd                       a local N-member etcd cluster for development
+    store.py       federator store rewrite              re-encrypt the hub store after a key rotation
     bench.py       federator bench [replay|scale]       every benchmark into one report; the trace replay; scale
     common.py      UserError, InputError, hub access flags and runner, manifests, tables and printers
     hubclient.py   the one way the CLI talks to the hub API (kubeconfig loading like kubectl, then HTTPS)
@@ -58,9 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The command groups, in the order `federator --help` lists their commands; a new group is a
     # module of this package with `register(sub)`, added here. (Imported here, not at the top, so that
     # `from federator.cli.common import ...` does not load every command.)
-    from federator.cli import agent, bench, cluster, dashboard, drill, etcd, jobs, kubeconfig, sim, up, version
+    from federator.cli import agent, bench, cluster, dashboard, drill, etcd, jobs, kubeconfig, sim, store, up, version
 
-    for group in (up, jobs, cluster, drill, dashboard, kubeconfig, version, sim, agent, etcd, bench):
+    for group in (up, jobs, cluster, drill, dashboard, kubeconfig, version, sim, agent, etcd, store, bench):
         group.register(sub)
     return parser
 

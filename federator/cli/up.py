@@ -58,6 +58,12 @@ def register(sub: Any) -> None:
                          "from the store) is replaced by another replica on the same etcd within about this long; "
                          "shorter means faster takeover and more store traffic (default: 10s, 1s to 5m)")
     store = p.add_argument_group("store")
+    store.add_argument("--encryption-provider-config", default=None, metavar="FILE",
+                       help="encrypt resources at rest in the store, as kube-apiserver's flag of that name: an "
+                            "EncryptionConfiguration (apiserver.config.k8s.io/v1; providers aesgcm, secretbox, "
+                            "identity; the first writes, all read), e.g. examples/encryption-config.yaml for "
+                            "memberclusters.federator.dev (their credentials). After a key rotation run "
+                            "`federator store rewrite`. A file that cannot be used stops the hub with one line")
     store.add_argument("--compaction-interval", default="5m", metavar="DURATION",
                        help="the store keeps DURATION of history (up to 1.2x): the leading hub compacts older "
                             "revisions every fifth of it (kube-apiserver's --etcd-compaction-interval, whose "

@@ -80,6 +80,8 @@ from federator.runtime.gcpolicy import server_gc
 from federator.dev.certs import ensure_dev_tls, server_ssl_context, write_kubeconfig, write_private_file
 from federator.hub.kinds import CONNECTION_VISIBLE, MEMBER_CLEANUP_FINALIZER, SOURCE_FINALIZER, hub_registry
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, configure_logging, get_logger
+from federator.hub.encryption import encrypting, resolve as resolve_encryption
+from federator.store.encryption import EncryptionConfig, EncryptionConfigError, read_encryption_config
 from federator.store.forwarding import ForwardsUpkeep
 from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
 from federator.store.open import open_store
@@ -385,9 +387,11 @@ def build_hub_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     bookmark_interval: float = 10.0,
     limits: ServerLimits = DEFAULT_LIMITS,
+    encryption: EncryptionConfig | None = None,
 ) -> web.Application:
     """The hub as one aiohttp Application (see the module docstring). Serve it
-    with an AppRunner; nothing is opened before the runner sets it up."""
+    with an AppRunner; nothing is opened before the runner sets it up. `encryption`
+    (--encryption-provider-config) encrypts the resources it names in the store (hub/encryption.py)."""
     metrics = metrics or METRICS
     slot = _StoreSlot(HUB_STORE_PREFIX)
     registry = hub_registry(settings.validation, job_finalizers=job_finalizers,
@@ -431,6 +435,12 @@ def build_hub_app(
     async def store_ctx(_: web.Application) -> AsyncIterator[None]:
         _log.info("hub starting", version=__version__, store=store_url)
         store = await open_store(store_url, prefix=HUB_STORE_PREFIX, metrics=metrics)
+        if encryption is not None:
+            try:
+                store = encrypting(store, encryption, registry, metrics=metrics)
+            except EncryptionConfigError:
+                await store.close()
+                raise
         slot.plug(store)
         try:
             yield
@@ -894,6 +904,8 @@ class _Plan:
     #: from the flags (failover_knobs), validated
     settings: HubSettings
     leader_ttl: float = LEADER_TTL_SECONDS
+    #: --encryption-provider-config, read and checked against the hub's kinds
+    encryption: EncryptionConfig | None = None
 
 
 def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
@@ -1005,6 +1017,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     # Flags first: a wrong one is one line, with nothing written yet.
     settings = HubSettings.from_mapping({"state_dir": state_dir, **failover_knobs(args)})
     leader_ttl = leader_ttl_flag(args)
+    encryption = encryption_flag(args)
     _prepare_state(store_url, state_dir)
     cert_arg, key_arg = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
     if (cert_arg is None) != (key_arg is None):
@@ -1038,7 +1051,21 @@ def _plan(args: argparse.Namespace) -> _Plan:
         read_registrations(clusters_dir)  # malformed files fail before anything starts
     return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
-                 kubeconfig_dir=state_dir, settings=settings, leader_ttl=leader_ttl)
+                 kubeconfig_dir=state_dir, settings=settings, leader_ttl=leader_ttl, encryption=encryption)
+
+
+def encryption_flag(args: argparse.Namespace) -> EncryptionConfig | None:
+    """`--encryption-provider-config FILE` read, parsed and checked against the hub's resources; ValueError
+    naming the flag, the file and the field when it cannot be used (the hub does not start)."""
+    path = getattr(args, "encryption_provider_config", None)
+    if not path:
+        return None
+    try:
+        config = read_encryption_config(path)
+        resolve_encryption(config, hub_registry(), HUB_STORE_PREFIX)
+    except EncryptionConfigError as e:
+        raise ValueError(f"--encryption-provider-config {path}: {e}") from None
+    return config
 
 
 def default_store_url(state_dir: Path) -> str:
@@ -1082,7 +1109,7 @@ async def _serve(plan: _Plan) -> int:
     authenticator = TokenAuthenticator.from_file(plan.token_file, logger=get_logger("hub.auth"))
     app = build_hub_app(plan.settings, store_url=plan.store_url, controllers=hub_controllers(),
                         authenticator=authenticator, clusters_dir=plan.clusters_dir,
-                        leader_ttl_seconds=plan.leader_ttl)
+                        leader_ttl_seconds=plan.leader_ttl, encryption=plan.encryption)
     state = hub_state(app)
     # api_runner: what the HTTP parser refuses (oversized URL or header...) is a kube Status too.
     runner = api_runner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)

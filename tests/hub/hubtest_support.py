@@ -41,6 +41,7 @@ from federator.controllers.settings import NamespaceSettings
 from federator.dev.certs import ensure_dev_tls, generate_ca, server_ssl_context, write_kubeconfig
 from federator.hub.app import HubState, build_hub_app, hub_state
 from federator.obs import Metrics, get_logger
+from federator.store.encryption import EncryptionConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_PATH = "/apis/federator.dev/v1alpha1"
@@ -149,6 +150,7 @@ async def start_hub(
     bookmark_interval: float = 1.0,
     leader_ttl_seconds: float | None = None,
     wait_for_lead: bool = True,
+    encryption: EncryptionConfig | None = None,
 ) -> AsyncIterator[RunningHub]:
     """Serve a hub until the block ends; its files live under `directory`. With `wait_for_lead`
     it yields once the hub leads, else once its first campaign has an answer (a follower)."""
@@ -171,10 +173,15 @@ async def start_hub(
         max_body_bytes=max_body_bytes,
         limits=limits,
         bookmark_interval=bookmark_interval,
+        encryption=encryption,
         **({"leader_ttl_seconds": leader_ttl_seconds} if leader_ttl_seconds is not None else {}),
     )
     runner = api_runner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except BaseException:
+        await runner.cleanup()  # what started before the failure (the store, the leadership) stops
+        raise
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(tls.server_cert, tls.server_key))
         await site.start()
