@@ -469,6 +469,12 @@ class _Pending:
 
 _AUDIT: Final = web.RequestKey("federator_audit", _Pending)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: (request) -> the context in which that request's objects are presented
+View = Callable[[web.Request], contextlib.AbstractContextManager[None]]
+
+
+def _no_view(_: web.Request) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 class AuditLog:
@@ -488,6 +494,8 @@ class AuditLog:
         self._thread = threading.Thread(target=self._run, name="audit-log-writer", daemon=True)
         self._thread.start()
         self._closed = False
+        #: the context a request's objects are presented in (`install`'s view)
+        self._view: View = _no_view
 
     # ------------------------------------------------------------ writing
 
@@ -586,6 +594,12 @@ class AuditLog:
                             source_ips=[request.remote] if request.remote else [],
                             user_agent=request.headers.get("User-Agent", ""), level=level, now=time.time())
         annotations: dict[str, str] = {}
+        if pending.attributes.verb == "create" and not pending.attributes.name and "objectRef" in event:
+            # as kube's LogRequestObject: a create names its object by the body (the answer's, else the request's)
+            name = _object_name(response.body if isinstance(response, web.Response) else None) \
+                or _object_name(request.get(REQUEST_BODY))
+            if name:
+                event["objectRef"]["name"] = name
         if response is not None:
             event["responseStatus"] = self._response_status(response, level=level)
         elif error is not None:
@@ -625,8 +639,12 @@ class AuditLog:
             return None, ""
         if len(body) > MAX_LOGGED_OBJECT_BYTES:
             return None, "too large"
+        # patch media types (merge-patch+json, json-patch+json, apply-patch+yaml...) decode as JSON or YAML
+        content_type = request.content_type
+        media = "application/yaml" if "yaml" in content_type else "application/json" if "json" in content_type \
+            else content_type
         try:
-            value = decode_body(body, request.content_type)
+            value = decode_body(body, media)
         except ApiError:
             return None, "not decodable"
         present = self._present(request, pending)
@@ -634,7 +652,8 @@ class AuditLog:
             if not isinstance(value, dict):
                 # e.g. a JSON patch of a kind whose credentials the API redacts: it cannot be shown redacted
                 return None, "may carry credentials"
-            value = present(value)
+            with self._view(request):
+                value = present(value)
         return (_without_managed_fields(value) if pending.omit_managed_fields else value), ""
 
     def _response_object(self, response: web.StreamResponse, pending: _Pending) -> tuple[Any, str]:
@@ -693,8 +712,12 @@ class AuditLog:
 
         return outer, inner
 
-    def install(self, app: web.Application) -> None:
-        """ResponseStarted events for streamed answers (watches, followed logs), and the writer closed with the app."""
+    def install(self, app: web.Application, *, view: View | None = None) -> None:
+        """ResponseStarted events for streamed answers (watches, followed logs), and the writer closed with the app.
+        `view(request)` is entered around a request body's `present`, so that it is shown as the API shows
+        that caller's objects (the hub's MemberCluster connection, for an admin)."""
+        if view is not None:
+            self._view = view
 
         async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
             pending = request.get(_AUDIT)
@@ -733,6 +756,19 @@ class AuditLog:
         event["responseStatus"] = status
         event["annotations"] = {CLUSTER_ANNOTATION: cluster, REASON_ANNOTATION: why}
         self._emit(event)
+
+
+def _object_name(body: object) -> str:
+    """metadata.name of a JSON object body ("" when there is none)."""
+    if not isinstance(body, bytes) or not body or len(body) > MAX_LOGGED_OBJECT_BYTES:
+        return ""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    meta = value.get("metadata") if isinstance(value, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _principal(request: web.Request) -> Principal | None:

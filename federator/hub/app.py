@@ -49,7 +49,7 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -351,18 +351,25 @@ async def _job_pods(state: HubState, req: SubresourceRequest) -> web.StreamRespo
     return json_response(await job_pods(state.context, job))
 
 
-@web.middleware
-async def _connection_visibility(request: web.Request, handler: Any) -> web.StreamResponse:
+@contextlib.contextmanager
+def _as_caller_sees(request: web.Request) -> Iterator[None]:
     """Admins see MemberClusters' spec.connection (credentials redacted); researchers and viewers do not
-    (hubapi.CONNECTION_VISIBLE, read by the kind's `present` for every object this request returns, watch
-    events included: they are written inside the handler)."""
+    (hubapi.CONNECTION_VISIBLE, read by the kind's `present`)."""
     principal = request.get(PRINCIPAL_KEY)
     token = CONNECTION_VISIBLE.set(principal is not None and "admin" in principal_roles(principal))
     try:
-        response: web.StreamResponse = await handler(request)
-        return response
+        yield
     finally:
         CONNECTION_VISIBLE.reset(token)
+
+
+@web.middleware
+async def _connection_visibility(request: web.Request, handler: Any) -> web.StreamResponse:
+    """`_as_caller_sees` for every object this request returns, watch events included: they are written inside
+    the handler."""
+    with _as_caller_sees(request):
+        response: web.StreamResponse = await handler(request)
+        return response
 
 
 def _audit_halves(audit: AuditLog | None, half: int) -> list[Any]:
@@ -444,7 +451,7 @@ def build_hub_app(
     )
     app[HUB_STATE] = state
     if audit is not None:
-        audit.install(app)
+        audit.install(app, view=_as_caller_sees)  # request bodies in the log as the caller would see them
 
     async def metrics_handler(_: web.Request) -> web.Response:
         await _count_drill_reports(state, metrics)
