@@ -109,7 +109,7 @@ def register(sub: Any) -> None:
                            help="kubeconfig Secrets mounted on the hub: a ClusterProfile NS/NAME that no provider "
                                 "matches joins with DIR/NS/NAME/Config as its kubeconfig (mount the Secret, data "
                                 "key Config, at DIR/NS/NAME) [setting cluster_profile_kubeconfig_dir]")
-    audit = p.add_argument_group("audit log (docs/security.md: Audit log)")
+    audit = p.add_argument_group("audit log (docs/audit.md)")
     audit.add_argument("--audit-log-path", default=None, metavar="FILE",
                        help="write an audit log in kube-apiserver's format (audit.k8s.io/v1 Event objects, one "
                             "JSON per line) to FILE; - is stdout. Every API request (who, verb, object, response "
