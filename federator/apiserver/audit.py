@@ -39,6 +39,7 @@ header, and never import the simulator or the hub.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import os
@@ -464,7 +465,8 @@ class _Pending:
     level: str | None = None
     omit_stages: frozenset[str] = frozenset()
     omit_managed_fields: bool = False
-    started: bool = False
+    #: the streamed answer once it began (ResponseStarted logged)
+    started_response: web.StreamResponse | None = None
 
 
 _AUDIT: Final = web.RequestKey("federator_audit", _Pending)
@@ -603,8 +605,11 @@ class AuditLog:
         if response is not None:
             event["responseStatus"] = self._response_status(response, level=level)
         elif error is not None:
-            event["responseStatus"] = {"metadata": {}, "status": "Failure", "reason": "InternalError",
-                                       "message": f"the request failed: {type(error).__name__}", "code": 500}
+            cancelled = isinstance(error, (asyncio.CancelledError, ConnectionResetError))
+            event["responseStatus"] = {
+                "metadata": {}, "status": "Failure", "reason": "InternalError", "code": 500,
+                "message": "the request was cancelled (the client went away)" if cancelled
+                else f"the request failed: {type(error).__name__}"}
         if level in ("Request", "RequestResponse"):
             obj, why = self._request_object(request, pending)
             if obj is not None:
@@ -695,6 +700,14 @@ class AuditLog:
             except web.HTTPException as e:  # a redirect or an error raised past the API's own middlewares
                 self._request_event(request, pending, stage="ResponseComplete", response=e)
                 raise
+            except (asyncio.CancelledError, ConnectionResetError) as e:
+                # the client went away: a stream that had begun is complete (kube logs a watch so), else Panic
+                started = pending.started_response
+                if started is not None:
+                    self._request_event(request, pending, stage="ResponseComplete", response=started)
+                else:
+                    self._request_event(request, pending, stage="Panic", response=None, error=e)
+                raise
             except BaseException as e:
                 self._request_event(request, pending, stage="Panic", response=None, error=e)
                 raise
@@ -721,9 +734,9 @@ class AuditLog:
 
         async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
             pending = request.get(_AUDIT)
-            if pending is None or isinstance(response, web.Response) or pending.started:
+            if pending is None or isinstance(response, web.Response) or pending.started_response is not None:
                 return
-            pending.started = True
+            pending.started_response = response
             response.headers[AUDIT_ID_HEADER] = pending.audit_id
             self._request_event(request, pending, stage="ResponseStarted", response=response)
 

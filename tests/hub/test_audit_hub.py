@@ -127,6 +127,24 @@ async def test_a_watch_is_logged_when_it_starts_and_when_it_ends(audited: tuple[
     assert {e["verb"] for e in events} == {"watch"} and events[-1]["responseStatus"]["code"] == 200
     assert "responseObject" not in events[-1]  # a stream is not an object
 
+    # a client that leaves a watch ends it: ResponseComplete still, with the code the stream began with
+    async with aiohttp.ClientSession() as session:
+        async with session.get(hub.url + jobs_url("default") + "?watch=true&allowWatchBookmarks=true",
+                               ssl=hub.ssl_context(), headers={"Authorization": f"Bearer {TOKENS['admin']}"}) as response:
+            assert response.status == 200
+            left = response.headers["Audit-Id"]
+
+    async def completed() -> list[dict[str, Any]]:
+        events = [e for e in await _events(audit, path) if e["auditID"] == left]
+        return events if any(e["stage"] == "ResponseComplete" for e in events) else []
+
+    for _ in range(400):
+        if events := await completed():
+            break
+        await asyncio.sleep(0.05)
+    assert [e["stage"] for e in events] == ["RequestReceived", "ResponseStarted", "ResponseComplete"]
+    assert events[-1]["responseStatus"]["code"] == 200
+
 
 async def test_no_credential_or_token_reaches_the_audit_log(audited: tuple[RunningHub, AuditLog, Path]) -> None:
     hub, audit, path = audited
