@@ -58,9 +58,11 @@ import orjson
 import yaml
 from aiohttp import web
 
+from federator.apis.timestamps import format_micro_time
 from federator.apiserver import auth
 from federator.apiserver.app import API_STATE, PRINCIPAL_KEY, REQUEST_BODY, Principal, decode_body
 from federator.apiserver.errors import ApiError
+from federator.apiserver.managedfields import without_managed_fields
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 
 __all__ = [
@@ -438,21 +440,6 @@ class AuditLogSettings:
     max_age_days: int = 0
 
 
-def _timestamp(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _without_managed_fields(obj: Any) -> Any:
-    if not isinstance(obj, dict):
-        return obj
-    out = dict(obj)
-    meta = out.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    items = out.get("items")
-    if isinstance(items, list):
-        out["items"] = [_without_managed_fields(i) for i in items]
-    return out
 
 
 @dataclass
@@ -566,8 +553,8 @@ class AuditLog:
             ref = {"resource": a.resource, "namespace": a.namespace, "name": a.name, "apiGroup": a.group,
                    "apiVersion": a.version, "subresource": a.subresource}
             event["objectRef"] = {k: v for k, v in ref.items() if v}
-        event["requestReceivedTimestamp"] = _timestamp(pending.received)
-        event["stageTimestamp"] = _timestamp(now)
+        event["requestReceivedTimestamp"] = format_micro_time(pending.received)
+        event["stageTimestamp"] = format_micro_time(now)
         return event
 
     def _decide(self, request: web.Request, pending: _Pending) -> None:
@@ -659,7 +646,7 @@ class AuditLog:
                 return None, "may carry credentials"
             with self._view(request):
                 value = present(value)
-        return (_without_managed_fields(value) if pending.omit_managed_fields else value), ""
+        return (without_managed_fields(value) if pending.omit_managed_fields else value), ""
 
     def _response_object(self, response: web.StreamResponse, pending: _Pending) -> tuple[Any, str]:
         # The body as sent: what the API shows (a kind's `present` already applied, e.g. credentials redacted).
@@ -673,7 +660,7 @@ class AuditLog:
             value = orjson.loads(response.body)
         except orjson.JSONDecodeError:
             return None, ""
-        return (_without_managed_fields(value) if pending.omit_managed_fields else value), ""
+        return (without_managed_fields(value) if pending.omit_managed_fields else value), ""
 
     @staticmethod
     def _present(request: web.Request, pending: _Pending) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
