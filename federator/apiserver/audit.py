@@ -369,15 +369,20 @@ class AuditFile:
         self._fh = os.fdopen(fd, "ab")
         self._size = os.fstat(fd).st_size
 
-    def write(self, data: bytes) -> None:
+    def write(self, lines: Sequence[bytes]) -> None:
+        """Append `lines` (each ending in a newline), rotating before a line that would pass the size limit
+        (a line larger than the limit gets a file of its own), then flush."""
         if self._fh is None:
             self.open()
-        if self.path != "-" and self.max_bytes > 0 and self._size > 0 and self._size + len(data) > self.max_bytes:
-            self.rotate()
-        assert self._fh is not None
-        self._fh.write(data)
-        self._fh.flush()
-        self._size += len(data)
+        for line in lines:
+            if self.path != "-" and self.max_bytes > 0 and self._size > 0 \
+                    and self._size + len(line) > self.max_bytes:
+                self.rotate()
+            assert self._fh is not None
+            self._fh.write(line)
+            self._size += len(line)
+        if self._fh is not None:
+            self._fh.flush()
 
     def _backup_name(self, when: dt.datetime) -> Path:
         path = Path(self.path)
@@ -509,7 +514,7 @@ class AuditLog:
             lines = [b for b in batch if b is not None]
             try:
                 if lines:
-                    self._file.write(b"".join(lines))
+                    self._file.write(lines)
                     self.metrics.audit_events.labels(result="written").inc(len(lines))
                     self._failures.succeeded("audit log writes work again")
             except (OSError, ValueError) as e:

@@ -179,8 +179,9 @@ def test_rotation_by_size_keeps_max_backups(tmp_path: Path) -> None:
     path = tmp_path / "audit" / "audit.log"
     audit_file = AuditFile(str(path), max_bytes=1000, max_backups=2)
     line = b"x" * 99 + b"\n"
-    for _ in range(55):  # 5500 bytes: 5 rotations of 10 lines each (a line that would pass 1000 starts a file)
-        audit_file.write(line)
+    audit_file.write([line] * 25)  # one batch: rotated inside it, line by line
+    for _ in range(30):  # 5500 bytes in all: 5 rotations of 10 lines each (a line that would pass 1000 starts a file)
+        audit_file.write([line])
     audit_file.close()
     backups = sorted(p.name for p in path.parent.iterdir() if p.name != "audit.log")
     assert len(backups) == 2, backups
