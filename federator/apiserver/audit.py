@@ -52,7 +52,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, Protocol
 
 import orjson
 import yaml
@@ -70,6 +70,8 @@ __all__ = [
     "CLUSTER_ANNOTATION",
     "REASON_ANNOTATION",
     "CONTROLLER_USER",
+    "FENCE_AGENT_USER",
+    "MemberWriteRecord",
     "DEFAULT_POLICY",
     "LEVELS",
     "STAGES",
@@ -95,6 +97,8 @@ AUDIT_ID_HEADER: Final = "Audit-Id"
 #: Who the hub's own member writes are logged as.
 CONTROLLER_USER: Final = "system:federator:controller"
 CONTROLLER_GROUPS: Final = ("system:federator",)
+#: Who the member-side fence agent's writes are logged as (`federator agent --audit-log-path`).
+FENCE_AGENT_USER: Final = "system:federator:fence-agent"
 CLUSTER_ANNOTATION: Final = "federator.dev/cluster"
 REASON_ANNOTATION: Final = "federator.dev/reason"
 #: Set when a body was not logged (too large, or not redactable).
@@ -461,6 +465,38 @@ class _Pending:
     started_response: web.StreamResponse | None = None
 
 
+class MemberWriteRecord(Protocol):
+    """What `record_member_write` reads of a write to a member (clusters/client.py's MemberWrite, which this
+    module may not import: apiserver serves both halves)."""
+
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def verb(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def resource(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def subresource(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def code(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def why(self) -> str: ...
+
+
 _AUDIT: Final = web.RequestKey("federator_audit", _Pending)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: (request) -> the context in which that request's objects are presented
@@ -740,26 +776,26 @@ class AuditLog:
 
     # ------------------------------------------------------------ the hub's own writes
 
-    def record_member_write(self, *, cluster: str, why: str, verb: str, group: str, version: str, resource: str,
-                            namespace: str, name: str, subresource: str, path: str, code: int, reason: str,
-                            started: float, user: str = CONTROLLER_USER) -> None:
-        """One write the hub made to a member cluster, at Metadata (or not at all when the policy says None for
-        this user and verb): objectRef is the member object, annotations name the cluster and why."""
-        attributes = auth.RequestAttributes(True, path, verb, group, version, resource, subresource, namespace, name)
+    def record_member_write(self, write: MemberWriteRecord, *, user: str = CONTROLLER_USER) -> None:
+        """One write federator made to a member cluster (clusters/client.py's MemberWrite), at Metadata (or not at
+        all when the policy says None for this user, verb and object): objectRef is the member object,
+        annotations name the cluster and why."""
+        attributes = auth.RequestAttributes(True, write.path, write.verb, write.group, write.version, write.resource,
+                                            write.subresource, write.namespace, write.name)
         level, omit, _ = self.policy.decide(user=user, groups=CONTROLLER_GROUPS, attributes=attributes)
         if level == "None" or "ResponseComplete" in omit:
             return
-        pending = _Pending(audit_id=str(uuid.uuid4()), received=started, attributes=attributes)
-        event = self._event(pending, stage="ResponseComplete", user={"username": user, "groups": list(CONTROLLER_GROUPS)},
-                            request_uri=path, source_ips=(), user_agent="federator-hub", level="Metadata",
-                            now=time.time())
-        status: dict[str, Any] = {"metadata": {}, "code": code}
-        if code >= 300 or code == 0:
+        pending = _Pending(audit_id=str(uuid.uuid4()), received=write.started, attributes=attributes)
+        event = self._event(pending, stage="ResponseComplete",
+                            user={"username": user, "groups": list(CONTROLLER_GROUPS)}, request_uri=write.path,
+                            source_ips=(), user_agent="federator", level="Metadata", now=time.time())
+        status: dict[str, Any] = {"metadata": {}, "code": write.code}
+        if write.code >= 300 or write.code == 0:
             status["status"] = "Failure"
-            if reason:
-                status["reason"] = reason
+            if write.reason:
+                status["reason"] = write.reason
         event["responseStatus"] = status
-        event["annotations"] = {CLUSTER_ANNOTATION: cluster, REASON_ANNOTATION: why}
+        event["annotations"] = {CLUSTER_ANNOTATION: write.cluster, REASON_ANNOTATION: write.why}
         self._emit(event)
 
 

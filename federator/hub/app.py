@@ -75,7 +75,6 @@ from federator.apiserver.registry import JSONObject
 from federator.apiserver.reviews import review_resources
 from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
 from federator.apiserver.storage import ObjectStorage
-from federator.clusters.client import MemberWrite, MemberWriteLog
 from federator.clusters.reflector import Backoff
 from federator.controllers.context import HUB_GROUP, HUB_VERSION, ControllerFactory, HubContext, HubSettings
 from federator.runtime.gcpolicy import server_gc
@@ -376,18 +375,6 @@ def _audit_halves(audit: AuditLog | None, half: int) -> list[Any]:
     return [audit.middlewares()[half]] if audit is not None else []
 
 
-def _member_write_log(audit: AuditLog) -> MemberWriteLog:
-    """The port through which member clients report the hub's writes (clusters/client.py) into the audit log."""
-
-    def record(write: MemberWrite) -> None:
-        audit.record_member_write(
-            cluster=write.cluster, why=write.why, verb=write.verb, group=write.group, version=write.version,
-            resource=write.resource, namespace=write.namespace, name=write.name, subresource=write.subresource,
-            path=write.path, code=write.code, reason=write.reason, started=write.started)
-
-    return record
-
-
 def hub_state(app: web.Application) -> HubState:
     return app[HUB_STATE]
 
@@ -421,7 +408,8 @@ def build_hub_app(
                             source_finalizers=source_finalizers)
     storage = ObjectStorage(slot, registry, autoprovision_namespaces=settings.namespaces.autoprovision)
     context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics,
-                         member_writes=_member_write_log(audit) if audit is not None else None)
+                         # member clients report the hub's writes to members (clusters/client.py) into the log
+                         member_writes=audit.record_member_write if audit is not None else None)
     state = HubState(context=context, store_url=store_url, base=context)
     app = build_api_app(
         storage=storage, registry=registry, server_name=HUB_SERVER_NAME,

@@ -22,6 +22,7 @@ from federator.apiserver.audit import (
     settings_from_flags,
 )
 from federator.apiserver.auth import request_attributes
+from federator.clusters.client import MemberWrite
 from federator.obs import Metrics
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "audit-policy.yaml"
@@ -192,27 +193,27 @@ def test_rotation_by_size_keeps_max_backups(tmp_path: Path) -> None:
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
+def _write(verb: str, name: str, *, code: int, why: str = "place", reason: str = "") -> MemberWrite:
+    return MemberWrite(cluster="c", verb=verb, group="", version="v1", resource="pods", namespace="a", name=name,
+                       subresource="", path=f"/api/v1/namespaces/a/pods/{name}", code=code, reason=reason,
+                       started=1.0, why=why)
+
+
 def test_a_failing_disk_drops_events_and_the_writer_goes_on(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     metrics = Metrics()
     audit = AuditLog(AuditLogSettings(path=str(path)), metrics=metrics)
     try:
-        audit.record_member_write(cluster="c", why="place", verb="create", group="", version="v1", resource="pods",
-                                  namespace="a", name="p", subresource="", path="/api/v1/namespaces/a/pods", code=201,
-                                  reason="", started=1.0)
+        audit.record_member_write(_write("create", "p", code=201))
         audit.flush()
         path.unlink()
         path.mkdir()  # the path is now a directory: reopening fails as a full or read-only disk does
         audit._file.close()  # noqa: SLF001 - force the reopen that fails
-        audit.record_member_write(cluster="c", why="place", verb="delete", group="", version="v1", resource="pods",
-                                  namespace="a", name="p", subresource="", path="/api/v1/namespaces/a/pods/p",
-                                  code=200, reason="", started=1.0)
+        audit.record_member_write(_write("delete", "p", code=200))
         audit.flush()
         assert metrics.audit_events.labels(result="error")._value.get() == 1  # noqa: SLF001
         os.rmdir(path)
-        audit.record_member_write(cluster="c", why="cleanup", verb="delete", group="", version="v1",
-                                  resource="pods", namespace="a", name="q", subresource="",
-                                  path="/api/v1/namespaces/a/pods/q", code=404, reason="NotFound", started=1.0)
+        audit.record_member_write(_write("delete", "q", code=404, why="cleanup", reason="NotFound"))
         audit.flush()
     finally:
         audit.close()

@@ -34,10 +34,7 @@ async def test_member_writes_are_logged_at_metadata_with_cluster_and_reason(sims
 
     def record(write: MemberWrite) -> None:
         seen.append(write)
-        audit.record_member_write(cluster=write.cluster, why=write.why, verb=write.verb, group=write.group,
-                                  version=write.version, resource=write.resource, namespace=write.namespace,
-                                  name=write.name, subresource=write.subresource, path=write.path, code=write.code,
-                                  reason=write.reason, started=write.started)
+        audit.record_member_write(write)
 
     try:
         async with await MemberClient.from_kubeconfig(sims.kubeconfigs["m"], cluster="m") as client:
