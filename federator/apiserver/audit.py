@@ -369,9 +369,13 @@ class AuditFile:
             self._fh = sys.stdout.buffer
             return
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         self._fh = os.fdopen(fd, "ab")
         self._size = os.fstat(fd).st_size
+        if self._size and os.pread(fd, 1, self._size - 1) != b"\n":
+            # a line cut short (the disk filled up mid-write): the next event starts on a line of its own
+            self._fh.write(b"\n")
+            self._size += 1
 
     def write(self, lines: Sequence[bytes]) -> None:
         """Append `lines` (each ending in a newline), rotating before a line that would pass the size limit
@@ -447,8 +451,6 @@ class AuditLogSettings:
     max_backups: int = 0
     #: rotated files older than this many days are removed; 0 keeps all
     max_age_days: int = 0
-
-
 
 
 @dataclass

@@ -222,3 +222,12 @@ def test_a_failing_disk_drops_events_and_the_writer_goes_on(tmp_path: Path) -> N
         == [("delete", "q", 404)]
     assert events[0]["annotations"] == {"federator.dev/cluster": "c", "federator.dev/reason": "cleanup"}
     assert events[0]["level"] == "Metadata" and events[0]["user"]["username"] == "system:federator:controller"
+
+
+def test_a_line_cut_short_is_not_continued(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    path.write_bytes(b'{"kind":"Event"}\n{"kind":"Ev')  # the disk filled up in the middle of a line
+    audit_file = AuditFile(str(path))
+    audit_file.write([b'{"kind":"Event","n":2}\n'])
+    audit_file.close()
+    assert path.read_bytes().splitlines()[-1] == b'{"kind":"Event","n":2}'
