@@ -166,8 +166,13 @@ def test_a_full_up_run_logs_no_planted_secret(tmp_path: Path) -> None:
     member, member_kubeconfig = _start_member(tmp_path)
     encryption = tmp_path / "encryption-config.yaml"  # the hub store keeps the registrations' credentials encrypted
     encryption.write_text(ENCRYPTION_CONFIG.format(key=base64.b64encode(os.urandom(32)).decode()))
+    # the audit log at RequestResponse (every body) for everything: searched like every other output
+    policy = tmp_path / "audit-policy.yaml"
+    policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: RequestResponse}]\n")
+    audit_log = tmp_path / "audit" / "audit.log"
     up = FederatorUp(work, "--sim-profile", str(dev_profile), "--sim-run-seconds", "2",
-                     "--encryption-provider-config", str(encryption))
+                     "--encryption-provider-config", str(encryption),
+                     "--audit-log-path", str(audit_log), "--audit-policy-file", str(policy))
     cli_output: list[str] = []
     try:
         ready = up.start()
@@ -266,6 +271,15 @@ def test_a_full_up_run_logs_no_planted_secret(tmp_path: Path) -> None:
                "CLI output": "\n".join(cli_output), "member process": member_out}
     for agent_log in (state / "sim").glob("*-agent.log"):
         outputs[agent_log.name] = agent_log.read_text()
+    outputs["audit log"] = audit_log.read_text()
+    audit_events = [json.loads(line) for line in outputs["audit log"].splitlines()]
+    registered = [e for e in audit_events if e["verb"] == "create" and e["stage"] == "ResponseComplete"
+                  and e.get("objectRef", {}).get("resource") == "memberclusters"
+                  and e["objectRef"].get("name") == ADDED]
+    assert len(registered) == 1 and "<redacted>" in json.dumps(registered[0]["requestObject"]), registered
+    assert any(e.get("annotations", {}).get("federator.dev/cluster") == ADDED
+               and e["annotations"]["federator.dev/reason"] == "place" for e in audit_events), \
+        "the hub's dispatch to its member is not in the audit log"
     assert "hub ready" in outputs["hub stderr"] and "secret-scan" in outputs["hub stderr"]
     for where, text in outputs.items():
         assert "PRIVATE KEY" not in text, f"a private key in {where}"

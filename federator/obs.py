@@ -290,6 +290,10 @@ class Metrics:
             "federator_events_total", "Events the hub's controllers recorded, by outcome", ["result"], registry=r
         )
         # member clusters (clusters/): label values are cluster names, never URLs or credentials
+        self.audit_events = Counter(
+            "federator_audit_events_total", "Audit events: written, dropped (queue full) or lost to a write error",
+            ["result"], registry=r,
+        )
         self.member_requests = Counter(
             "federator_member_requests_total", "Requests the hub sent to member clusters",
             ["cluster", "verb", "code"], registry=r,

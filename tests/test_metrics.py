@@ -61,6 +61,8 @@ EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "federator_api_watchers": ("gauge", ("server", "resource")),
     # Events the hub's controllers record (apiserver/events.py)
     "federator_events_total": ("counter", ("result",)),
+    # the audit log (apiserver/audit.py)
+    "federator_audit_events_total": ("counter", ("result",)),
     # member clusters (clusters/)
     "federator_member_requests_total": ("counter", ("cluster", "verb", "code")),
     "federator_member_request_seconds": ("histogram", ("cluster", "verb")),

@@ -283,6 +283,9 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
 
 #: Set on a request whose connection must be closed after the answer (a body that never came).
 _CLOSE_CONNECTION: web.RequestKey[bool] = web.RequestKey("federator_close_connection", bool)
+#: The request body as read (`read_body`), for the audit log (audit.py), which shows it only through the
+#: kind's `present` hook.
+REQUEST_BODY: web.RequestKey[bytes] = web.RequestKey("federator_request_body", bytes)
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -304,7 +307,8 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     except TimeoutError:
         request[_CLOSE_CONNECTION] = True
         raise errors.timeout(f"Timeout: the request body did not arrive within {seconds:g}s") from None
-    return bytes(data)
+    body = request[REQUEST_BODY] = bytes(data)
+    return body
 
 
 #: Integer query parameters are int64 in kube (strconv.ParseInt: optional sign, ASCII digits).

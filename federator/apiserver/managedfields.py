@@ -60,6 +60,7 @@ __all__ = [
     "encode",
     "field_manager_errors",
     "field_manager_for",
+    "without_managed_fields",
     "manager_id",
     "options_invalid",
     "print_manager",
@@ -528,3 +529,17 @@ def field_manager_for(*, openapi_schema: Mapping[str, Any] | None, api_version: 
                            subresource=subresource, ignored=ignored)
     _CACHE[key] = (openapi_schema, manager)
     return manager
+
+
+def without_managed_fields(obj: Any) -> Any:
+    """A copy of an object (or of a list's items) without metadata.managedFields: what kubectl prints unless
+    --show-managed-fields, and what an audit policy's omitManagedFields logs."""
+    if not isinstance(obj, dict):
+        return obj
+    out = dict(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if isinstance(out.get("items"), list):
+        out["items"] = [without_managed_fields(item) for item in out["items"]]
+    return out

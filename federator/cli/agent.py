@@ -2,6 +2,7 @@
 
     federator agent --kubeconfig MEMBER.kubeconfig --hub-identity ID
                     [--namespace federator-system] [--poll-seconds 1] [--log-level info]
+                    [--audit-log-path FILE [--audit-policy-file FILE] [--audit-log-maxsize MB] ...]
 
 It runs inside a member cluster (in a real cluster a Deployment from deploy/; beside each simulated
 cluster, started by `federator up`) and deletes every pod and PodGroup the hub `ID` made there once
@@ -15,14 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from federator.apis.common import dns1123_label_errors
 from federator.cli.common import InputError, UserError, parse_duration
+
+if TYPE_CHECKING:
+    from federator.apiserver.audit import AuditLog, AuditLogSettings
 
 DEFAULT_NAMESPACE = "federator-system"
 
@@ -57,6 +62,20 @@ def register(sub: Any) -> None:
                         "agent fences at most about this much later than leaseDuration after the last renewal")
     p.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
                    help="log verbosity (default: info)")
+    audit = p.add_argument_group("audit log (docs/audit.md)")
+    audit.add_argument("--audit-log-path", default=None, metavar="FILE",
+                       help="log every write the agent makes to its member (its fencing deletes, the Lease's "
+                            "fence-lifted mark, its Events) as kube audit events (audit.k8s.io/v1, one JSON per "
+                            "line; - is stdout) at Metadata, user system:federator:fence-agent, annotations "
+                            "federator.dev/cluster and federator.dev/reason: fence. Off without this flag")
+    audit.add_argument("--audit-policy-file", default=None, metavar="FILE",
+                       help="a kube audit Policy (as federator up's) to leave some of them out (default: all)")
+    audit.add_argument("--audit-log-maxsize", default=0, type=int, metavar="MB",
+                       help="rotate the file past MB megabytes (NAME-<UTC time>.EXT; default: 0, never)")
+    audit.add_argument("--audit-log-maxbackup", default=0, type=int, metavar="N",
+                       help="rotated files kept (default: 0, all)")
+    audit.add_argument("--audit-log-maxage", default=0, type=int, metavar="DAYS",
+                       help="rotated files older than DAYS are removed (default: 0, none)")
     # for a parent process (federator up) that gives the agent a stdin pipe only it holds
     p.add_argument("--stop-with-parent", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=_cmd_agent)
@@ -87,13 +106,35 @@ def _settings(args: argparse.Namespace) -> tuple[Path, str, str, float]:
     return kubeconfig, identity, namespace, poll
 
 
+def _audit_settings(args: argparse.Namespace) -> AuditLogSettings | None:
+    """The --audit-* flags, or UserError naming the flag (and the policy's field)."""
+    from federator.apiserver.audit import settings_from_flags
+
+    try:
+        return settings_from_flags(path=args.audit_log_path, policy_file=args.audit_policy_file,
+                                   max_size_mb=args.audit_log_maxsize, max_backups=args.audit_log_maxbackup,
+                                   max_age_days=args.audit_log_maxage)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 def _cmd_agent(args: argparse.Namespace) -> int:
     kubeconfig, identity, namespace, poll = _settings(args)
+    audit_settings = _audit_settings(args)
+    from federator.apiserver.audit import open_audit_log
     from federator.obs import configure_logging
 
     configure_logging(level=args.log_level)
-    return asyncio.run(_serve(kubeconfig, identity=identity, namespace=namespace, poll_seconds=poll,
-                              stop_with_parent=bool(getattr(args, "stop_with_parent", False))))
+    try:
+        audit = open_audit_log(audit_settings) if audit_settings is not None else None
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    try:
+        return asyncio.run(_serve(kubeconfig, identity=identity, namespace=namespace, poll_seconds=poll,
+                                  stop_with_parent=bool(getattr(args, "stop_with_parent", False)), audit=audit))
+    finally:
+        if audit is not None:
+            audit.close()
 
 
 def _stop_when_stdin_closes(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -117,9 +158,10 @@ def _stop_when_stdin_closes(loop: asyncio.AbstractEventLoop, stop: asyncio.Event
 
 
 async def _serve(kubeconfig: Path, *, identity: str, namespace: str, poll_seconds: float,
-                 stop_with_parent: bool = False) -> int:
+                 stop_with_parent: bool = False, audit: AuditLog | None = None) -> int:
+    from federator.apiserver.audit import FENCE_AGENT_USER
     from federator.fencing.agent import FenceAgent
-    from federator.clusters.client import KubeconfigError
+    from federator.clusters.client import KubeconfigError, member_write_reason
 
     try:
         agent = await FenceAgent.from_kubeconfig(kubeconfig, hub_identity=identity, namespace=namespace,
@@ -135,8 +177,11 @@ async def _serve(kubeconfig: Path, *, identity: str, namespace: str, poll_second
             pass
     if stop_with_parent:
         _stop_when_stdin_closes(loop, stop)
+    if audit is not None:
+        agent.client.write_log = functools.partial(audit.record_member_write, user=FENCE_AGENT_USER)
     try:
-        await agent.run(stop)
+        with member_write_reason("fence"):  # everything the agent writes is fencing
+            await agent.run(stop)
     finally:
         if stop_with_parent:
             loop.remove_reader(sys.stdin.fileno())

@@ -26,6 +26,7 @@ import yaml
 
 from federator.apis.common import json_type, parse_duration_seconds
 from federator.apis.views import Body
+from federator.apiserver.managedfields import without_managed_fields
 from federator.cli.hubclient import (
     API_GROUP,
     API_VERSION,
@@ -293,23 +294,11 @@ class Printer:
 def dump(obj: Any, output: str, out: TextIO) -> None:
     """`obj` as `-o json` (kubectl's four-space indent) or `-o yaml`, without metadata.managedFields
     (of a list's items too), as kubectl prints objects unless given --show-managed-fields."""
-    obj = _without_managed_fields(obj)
+    obj = without_managed_fields(obj)
     if output == "json":
         print(json.dumps(obj, indent=4), file=out, flush=True)
     else:
         print(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False).rstrip("\n"), file=out, flush=True)
-
-
-def _without_managed_fields(obj: Any) -> Any:
-    if not isinstance(obj, dict):
-        return obj
-    out = dict(obj)
-    meta = out.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    if isinstance(out.get("items"), list):
-        out["items"] = [_without_managed_fields(item) for item in out["items"]]
-    return out
 
 
 # ---------------------------------------------------------------- get (also `cluster list`)

@@ -115,6 +115,27 @@ def register(sub: Any) -> None:
                            help="kubeconfig Secrets mounted on the hub: a ClusterProfile NS/NAME that no provider "
                                 "matches joins with DIR/NS/NAME/Config as its kubeconfig (mount the Secret, data "
                                 "key Config, at DIR/NS/NAME) [setting cluster_profile_kubeconfig_dir]")
+    audit = p.add_argument_group("audit log (docs/audit.md)")
+    audit.add_argument("--audit-log-path", default=None, metavar="FILE",
+                       help="write an audit log in kube-apiserver's format (audit.k8s.io/v1 Event objects, one "
+                            "JSON per line) to FILE; - is stdout. Every API request (who, verb, object, response "
+                            "code) and every write of the hub's controllers to a member cluster (Metadata, user "
+                            "system:federator:controller, annotations federator.dev/cluster and "
+                            "federator.dev/reason). Credentials and tokens are never written (bodies are redacted "
+                            "as the API redacts them). Off without this flag")
+    audit.add_argument("--audit-policy-file", default=None, metavar="FILE",
+                       help="which requests to log at which level (None, Metadata, Request, RequestResponse): a "
+                            "Policy in kube's format (apiVersion audit.k8s.io/v1, kind Policy, rules; the first "
+                            "matching rule wins; examples/audit-policy.yaml). Default: Metadata for everything but "
+                            "the health probes, /metrics and the hub's fencing-Lease renewals, RequestReceived "
+                            "omitted. A policy that does not parse stops the hub with one line naming the field")
+    audit.add_argument("--audit-log-maxsize", default=0, type=int, metavar="MB",
+                       help="rotate the audit log when it would grow past MB megabytes: FILE is renamed "
+                            "NAME-<UTC time>.EXT (kube's lumberjack naming) and a new one begun (default: 0, never)")
+    audit.add_argument("--audit-log-maxbackup", default=0, type=int, metavar="N",
+                       help="rotated audit files kept; older ones are removed (default: 0, keep all)")
+    audit.add_argument("--audit-log-maxage", default=0, type=int, metavar="DAYS",
+                       help="rotated audit files older than DAYS are removed (default: 0, keep all)")
     from federator.dev.clusters import add_arguments as add_devcluster_arguments
 
     add_devcluster_arguments(p)  # --no-sim, --sim-profile, --sim-port-base, --sim-ephemeral, --sim-run-seconds

@@ -42,6 +42,11 @@ aiohttp response it hands back (`_preload_content=False`) ourselves:
   A plugin that hangs, fails or prints garbage is a `KubeconfigError` that
   says which (with the tail of its stderr), never a token.
 
+Every write (create, patch, delete) is reported, once answered or failed, to the client's `write_log`
+(a `MemberWriteLog`, the hub's audit log; never a body): the cluster, the verb, the object, the response
+code and why (`member_write_reason`, set by the controller that asks: place, requeue, failover, suspend,
+drain, cleanup, fence...).
+
 Must never: put a token, key, certificate or kubeconfig body into a log
 line, metric label, exception message or repr. Errors name the cluster and
 the server URL only (a URL with user information is refused up front).
@@ -52,13 +57,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import contextvars
 import json
 import os
 import time
 import random
 import signal
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -77,6 +83,10 @@ from federator.apis.views import Body
 from federator.obs import METRICS, Metrics, get_logger
 
 __all__ = [
+    "MEMBER_WRITE_WHY",
+    "MemberWrite",
+    "MemberWriteLog",
+    "member_write_reason",
     "JOB_KIND_KEYS",
     "JOB_KIND_RESOURCES",
     "NODES",
@@ -104,6 +114,55 @@ _MAX_ERROR_BODY = 64 * 1024
 #: A single watch event larger than this is refused (kube objects are <= 1.5 MiB).
 _MAX_EVENT_BYTES = 16 * 1024 * 1024
 _JSON = "application/json"
+
+
+# ---------------------------------------------------------------- the write log port
+
+
+@dataclass(frozen=True, slots=True)
+class MemberWrite:
+    """One write the hub made to a member, as its audit log records it (never a body or a credential)."""
+
+    cluster: str
+    #: create | patch | delete (kube's verbs)
+    verb: str
+    group: str
+    version: str
+    resource: str
+    namespace: str
+    name: str
+    subresource: str
+    #: the request path (no query)
+    path: str
+    #: the member's HTTP answer; 0 when none came (unreachable, timed out)
+    code: int
+    #: the Status reason of a failure ("" on success)
+    reason: str
+    #: time.time() when the request was sent
+    started: float
+    #: why the hub wrote (MEMBER_WRITE_WHY)
+    why: str
+
+
+#: Where a client reports its writes (the hub wires its audit log in; None: nowhere).
+MemberWriteLog = Callable[[MemberWrite], None]
+#: Why the current task writes to members: set by the controller that asks (`member_write_reason`).
+MEMBER_WRITE_WHY: contextvars.ContextVar[str] = contextvars.ContextVar("federator_member_write_why",
+                                                                     default="unspecified")
+
+
+@contextlib.contextmanager
+def member_write_reason(why: str, *, keep: bool = False) -> Iterator[None]:
+    """Writes to members inside the block are logged with reason `why`; with `keep`, a reason already set by a
+    caller (failover asking dispatch, say) stays."""
+    if keep and MEMBER_WRITE_WHY.get() != "unspecified":
+        yield
+        return
+    token = MEMBER_WRITE_WHY.set(why)
+    try:
+        yield
+    finally:
+        MEMBER_WRITE_WHY.reset(token)
 
 
 # ---------------------------------------------------------------- errors
@@ -464,6 +523,8 @@ class MemberClient:
         self._closed = False
         #: the accessProvider's plugin, when the credentials come from one
         self._exec: ExecCredentials | None = None
+        #: where writes are reported (the hub's audit log); None: nowhere
+        self.write_log: MemberWriteLog | None = None
 
     def _use_exec_credentials(self, source: ExecCredentials) -> None:
         """Take the bearer token from `source` on every request (run again when it is about to expire). A client
@@ -822,10 +883,35 @@ class MemberClient:
     async def get(self, resource: ResourceKind, *, namespace: str | None, name: str) -> dict[str, Any]:
         return await self._json("GET", resource.object_path(namespace=namespace, name=name), verb="get")
 
+    @contextlib.asynccontextmanager
+    async def _logged_write(self, resource: ResourceKind, *, verb: str, path: str, namespace: str | None,
+                            name: str, subresource: str | None = None) -> AsyncIterator[None]:
+        """Report the write made inside the block to `write_log` (its code, or the failure's)."""
+        started = time.time()
+        code, reason = 0, "MemberUnreachable"
+        try:
+            yield
+            code, reason = 200 if verb != "create" else 201, ""
+        except MemberApiError as e:
+            code, reason = e.code, e.reason
+            raise
+        finally:
+            if self.write_log is not None:
+                with contextlib.suppress(Exception):  # the audit log never fails a write
+                    self.write_log(MemberWrite(
+                        cluster=self.cluster, verb=verb, group=resource.group, version=resource.version,
+                        resource=resource.plural, namespace=namespace or "", name=name,
+                        subresource=subresource or "", path=path, code=code, reason=reason, started=started,
+                        why=MEMBER_WRITE_WHY.get()))
+
     async def create(self, resource: ResourceKind, obj: Mapping[str, Any], *, namespace: str | None,
                      timeout_seconds: float | None = None) -> dict[str, Any]:
-        return await self._json("POST", resource.collection_path(namespace), verb="create", body=dict(obj),
-                                content_type=_JSON, timeout_seconds=timeout_seconds)
+        path = resource.collection_path(namespace)
+        meta = obj.get("metadata")
+        name = str(meta.get("name") or meta.get("generateName") or "") if isinstance(meta, Mapping) else ""
+        async with self._logged_write(resource, verb="create", path=path, namespace=namespace, name=name):
+            return await self._json("POST", path, verb="create", body=dict(obj), content_type=_JSON,
+                                    timeout_seconds=timeout_seconds)
 
     async def patch(
         self,
@@ -840,8 +926,10 @@ class MemberClient:
     ) -> dict[str, Any]:
         """A patch; `timeout_seconds` shortens the client's request timeout for this call."""
         path = resource.object_path(namespace=namespace, name=name, subresource=subresource)
-        return await self._json("PATCH", path, verb="patch", body=patch, content_type=content_type,
-                                timeout_seconds=timeout_seconds)
+        async with self._logged_write(resource, verb="patch", path=path, namespace=namespace, name=name,
+                                      subresource=subresource):
+            return await self._json("PATCH", path, verb="patch", body=patch, content_type=content_type,
+                                    timeout_seconds=timeout_seconds)
 
     async def delete(
         self,
@@ -860,8 +948,9 @@ class MemberClient:
             body["propagationPolicy"] = propagation_policy
         if precondition_uid:
             body["preconditions"] = {"uid": precondition_uid}
-        return await self._json("DELETE", resource.object_path(namespace=namespace, name=name), verb="delete",
-                                body=body, content_type=_JSON)
+        path = resource.object_path(namespace=namespace, name=name)
+        async with self._logged_write(resource, verb="delete", path=path, namespace=namespace, name=name):
+            return await self._json("DELETE", path, verb="delete", body=body, content_type=_JSON)
 
     async def served_resources(self, *, group: str, version: str) -> frozenset[str]:
         """The resource names (plurals and subresources, e.g. "pytorchjobs", "pytorchjobs/status") the member's

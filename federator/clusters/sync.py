@@ -48,6 +48,7 @@ from federator.clusters.client import (
     MemberApiError,
     MemberClient,
     MemberClientError,
+    MemberWriteLog,
     ResourceKind,
     podgroup_resource,
 )
@@ -77,6 +78,8 @@ class SyncSettings:
     hub_identity: str = "federator"
     #: the exec credential plugins a connection's accessProvider may name (the hub's access-provider file)
     exec_plugins: Mapping[str, ExecConfig] = field(default_factory=dict)
+    #: where the member client reports the hub's writes (the audit log); None: nowhere
+    write_log: MemberWriteLog | None = None
 
 
 class HubLease(Protocol):
@@ -309,6 +312,7 @@ class ClusterSync:
         self.client = await MemberClient.from_connection(
             self.spec.get("connection") or {}, cluster=self.name, timeouts=self.settings.timeouts,
             metrics=self.metrics, exec_plugins=self.settings.exec_plugins)
+        self.client.write_log = self.settings.write_log
         self.client_error = None
         self.identity = CheckpointIdentity(uid=self.uid, endpoint=endpoint_hash(self.client.server),
                                            resources=self.resource_keys)

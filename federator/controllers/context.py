@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from federator.apiserver.events import EventRecorder
 from federator.apiserver.registry import Registry, ResourceType
 from federator.apiserver.storage import ObjectStorage
+from federator.clusters.client import MemberWriteLog
 from federator.controllers.settings import HubSettings as HubSettings
 from federator.obs import Metrics
 from federator.store.leader import FencingToken
@@ -52,6 +53,8 @@ class HubContext:
     #: controllers/events.py's event_recording replaces it with the term's recorder and runs its writer.
     #: Until then (and in tests without that controller) records stay in memory, bounded, unwritten.
     events: EventRecorder = field(default_factory=EventRecorder)
+    #: where member clients report the hub's writes to members (hub/app.py wires the audit log); None: nowhere
+    member_writes: MemberWriteLog | None = None
 
     @property
     def parts(self) -> Pipeline:

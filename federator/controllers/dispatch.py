@@ -66,9 +66,10 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from federator.apis.checkpoint import latest_report, restore_from, save_grace_seconds, supersedes
 from federator.apis.trainingjob import placed_replicas
@@ -76,6 +77,8 @@ from federator.apis.views import Body
 from federator.apiserver.errors import ApiError
 from federator.apis.jobkinds import SOURCE_KIND_ANNOTATION, JobKind, job_kind_by_source
 from federator.clusters.client import (
+    MEMBER_WRITE_WHY,
+    member_write_reason,
     JOB_KIND_KEYS,
     JOB_KIND_RESOURCES,
     PODS,
@@ -163,6 +166,25 @@ _STALE_WAIT_SECONDS = 10.0
 #: (status_sync.restart_plan decides them; `restart_pods` writes them)
 ANNOTATION_ATTEMPT = "federator.dev/attempt"
 ANNOTATION_FAILURES = "federator.dev/counted-failures"
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _writes_for(why: str) -> Callable[[Callable[_P, Coroutine[Any, Any, _R]]], Callable[_P, Coroutine[Any, Any, _R]]]:
+    """The member writes of the decorated method are audited with reason `why`, unless its caller named one
+    (suspend, drain, ...: `member_write_reason`)."""
+
+    def decorate(method: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
+        @functools.wraps(method)
+        async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with member_write_reason(why, keep=True):
+                return await method(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def crash_point(point: str, *, job: str) -> None:
@@ -383,6 +405,7 @@ class Dispatcher:
 
     # ------------------------------------------------------------ the dispatch
 
+    @_writes_for("place")
     async def dispatch(
         self, job: Mapping[str, Any], *, cluster: str, epoch: int, assignment: Sequence[PodAssignment] = (),
         wait_for_client: float = 0.0, decision_stored: bool = False,
@@ -578,10 +601,13 @@ class Dispatcher:
         pending = [o for o in left if not o.deleting]
         if client is None or not pending:
             return 0
+        # audited as its caller's reason (suspend, drain...), else a requeue: also inside a new copy's dispatch
+        asked = MEMBER_WRITE_WHY.get()
         # graceful eviction (drain, preemption, a move): the old copy's pods get spec.checkpoint.saveGraceSeconds
         # to save; fencing a partitioned cluster's copy is the member agent's, and immediate (docs/failover.md)
-        outcome = await delete_member_objects(client, pending, cluster=old_cluster, hub_id=self._hub_id,
-                                              pod_grace_seconds=save_grace_seconds(job))
+        with member_write_reason("requeue" if asked in ("unspecified", "place") else asked):
+            outcome = await delete_member_objects(client, pending, cluster=old_cluster, hub_id=self._hub_id,
+                                                  pod_grace_seconds=save_grace_seconds(job))
         return outcome.requested
 
     async def wait_for_previous(self, job: Mapping[str, Any], *, cluster: str, wait: float) -> None:
@@ -959,6 +985,7 @@ class Dispatcher:
 
     # ------------------------------------------------------------ deletes other controllers ask for
 
+    @_writes_for("cleanup")
     async def delete_objects(self, cluster: str, objects: Sequence[IndexedObject]) -> DeleteOutcome | None:
         """Delete `objects` (this hub's, as the member object index or a member list showed them) from
         `cluster`, pods first as given, each guarded by its uid (`delete_member_objects`): the GC's orphans,
@@ -968,6 +995,7 @@ class Dispatcher:
             return None
         return await delete_member_objects(client, objects, cluster=cluster, hub_id=self._hub_id)
 
+    @_writes_for("cleanup")
     async def delete_companions(self, cluster: str, objects: Sequence[IndexedObject]) -> int:
         """Delete the Services and ConfigMaps of the gangs `objects` belong to (the GC's orphaned gangs whose
         pods are already gone). How many deletes were requested; 0 when the cluster has no client now."""
@@ -978,6 +1006,7 @@ class Dispatcher:
 
     # ------------------------------------------------------------ one pod again
 
+    @_writes_for("restart")
     async def restart_pods(self, job: Mapping[str, Any], *, cluster: str, epoch: int, delete: Mapping[str, str],
                            recreate: Mapping[str, Mapping[str, str]]) -> int:
         """Status sync's restart of a gang's failed workers (and shrink of lost ones): delete the pods named
@@ -995,6 +1024,7 @@ class Dispatcher:
                         raise
         return await self.recreate_pods(job, cluster=cluster, epoch=epoch, pods=recreate) if recreate else 0
 
+    @_writes_for("restart")
     async def recreate_pods(self, job: Mapping[str, Any], *, cluster: str, epoch: int,
                             pods: Mapping[str, Mapping[str, str]]) -> int:
         """Create again the named pods of the gang at (cluster, epoch) (status sync's restart of failed
@@ -1072,6 +1102,7 @@ class Dispatcher:
 
     # ------------------------------------------------------------ some pods less (placement's elastic resizes)
 
+    @_writes_for("resize")
     async def delete_pods(self, job: Mapping[str, Any], *, cluster: str, epoch: int, names: Sequence[str]) -> int:
         """Ask `cluster` to delete the named pods of the job's gang at `epoch` (a shrink: its highest indices),
         in the order given, each guarded by its uid, as status sync's index of this hub's member objects
@@ -1091,6 +1122,7 @@ class Dispatcher:
 
     # ------------------------------------------------------------ an operator's gang resized in place
 
+    @_writes_for("resize")
     async def resize_member_copy(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> bool:
         """Bring the member copy of an elastic gang the member's operator runs (operator mode) to the gang's
         size (status.replicas): a merge patch of the field the kind's operator resizes in place
@@ -1158,6 +1190,7 @@ class Dispatcher:
             _log.warning("could not record the dispatch in the job's status", job=ref.key, cluster=cluster,
                          error=str(e))
 
+    @_writes_for("cleanup")
     async def _cleanup_epoch(self, job: Mapping[str, Any], *, cluster: str, epoch: int) -> tuple[int, bool]:
         """Delete this epoch's objects of the job in `cluster` (best effort): (how many deletes were
         requested, whether the member was read in full: False when some of the epoch may remain)."""

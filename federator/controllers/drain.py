@@ -40,6 +40,7 @@ from dataclasses import replace
 from typing import Any
 
 from federator.apiserver.errors import ApiError
+from federator.clusters.client import member_write_reason
 from federator.apis.timestamps import format_time
 from federator.apis.views import Body
 from federator.controllers.context import HubContext
@@ -296,7 +297,8 @@ class ClusterDrain:
             _log.info("drain: gang moving", job=ref.key, cluster=cluster, target=target, epoch=epoch + 1)
             self.hub.events.record(stored, controller="drain", reason="Drained", action="Drain", message=message)
             # The old copy goes first (the dispatcher waits until the member shows it gone).
-            await self.dispatcher.delete_previous(stored, cluster=target)
+            with member_write_reason("drain"):
+                await self.dispatcher.delete_previous(stored, cluster=target)
             result = await self.dispatcher.dispatch(stored, cluster=target, epoch=epoch + 1,
                                                     assignment=decision.assignment, decision_stored=True)
             if not result.ok:

@@ -151,6 +151,7 @@ def sync_settings(hub: HubContext) -> SyncSettings:
             exec_plugin=hub.settings.cluster_profiles.exec_timeout_seconds,
         ),
         exec_plugins={p.name: p.exec_config for p in hub.settings.cluster_profiles.providers},
+        write_log=hub.member_writes,
     )
 
 

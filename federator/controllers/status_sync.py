@@ -107,7 +107,7 @@ from federator.apis.trainingjob import DEFAULT_BACKOFF_LIMIT, HISTORY_RESIZED, p
 from federator.apis.timestamps import format_time
 from federator.apis.views import Body, as_mapping
 from federator.apiserver.errors import ApiError
-from federator.clusters.client import MemberClientError
+from federator.clusters.client import MemberClientError, member_write_reason
 from federator.clusters.sync import HubLease
 from federator.controllers.context import HubContext
 from federator.controllers.decisions import CONDITION_QUOTA_RESERVED, CONDITION_SUSPENDED
@@ -917,7 +917,8 @@ class StatusSync:
         reservations(self.hub).forget(ref.uid)
         _log.info("placed gang suspended; deleting its member objects", job=ref.key, cluster=cluster, epoch=epoch)
         try:
-            await self.dispatcher.delete_previous(stored, cluster="")
+            with member_write_reason("suspend"):
+                await self.dispatcher.delete_previous(stored, cluster="")
         except Exception as e:  # noqa: BLE001 - the GC deletes what is left (not placed there any more)
             _log.warning("could not ask the member to delete a suspended gang; the GC will", job=ref.key,
                          cluster=cluster, error=f"{type(e).__name__}: {e}")

@@ -55,7 +55,7 @@ from typing import Any
 
 from federator.apis.timestamps import format_micro_time
 from federator.apis.views import Body
-from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberClientError
+from federator.clusters.client import LEASES, MemberApiError, MemberClient, MemberClientError, member_write_reason
 from federator.clusters.health import ClusterHealth
 from federator.obs import METRICS, Metrics, RepeatedFailureLog, get_logger
 
@@ -238,24 +238,8 @@ class MemberLease:
         duration = self.duration()
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": format_micro_time(sent)}
         try:
-            try:
-                patch: dict[str, Any] = {"spec": spec}
-                handled = self._handled_count(sent)
-                if handled is not None:
-                    patch["metadata"] = {"annotations": {FENCE_SEEN: str(handled)}}
-                answer = await self.client.patch(LEASES, namespace=self.settings.namespace, name=self.identity,
-                                                 patch=patch, timeout_seconds=self.request_timeout)
-            except MemberApiError as e:
-                if e.code != 404:
-                    raise
-                body: dict[str, Any] = {
-                    "apiVersion": LEASES.api_version, "kind": LEASES.kind,
-                    "metadata": {"name": self.identity, "namespace": self.settings.namespace,
-                                 "labels": {"app.kubernetes.io/managed-by": "federator"}},
-                    "spec": {**spec, "acquireTime": format_micro_time(sent), "leaseTransitions": 0},
-                }
-                answer = await self.client.create(LEASES, body, namespace=self.settings.namespace,
-                                                  timeout_seconds=self.request_timeout)
+            with member_write_reason("fence"):
+                answer = await self._write(spec, sent)
         except MemberApiError as e:
             if e.code in _OUTCOME_UNKNOWN_CODES:
                 self._unknown(sent, e)
@@ -280,6 +264,27 @@ class MemberLease:
         self.metrics.member_lease_renewals.labels(cluster=self.cluster, result="ok").inc()
         self._failures.succeeded("the hub's fencing lease in the member is renewed again")
         return True
+
+    async def _write(self, spec: dict[str, Any], sent: float) -> dict[str, Any]:
+        """Patch the Lease; create it when it is missing (404)."""
+        try:
+            patch: dict[str, Any] = {"spec": spec}
+            handled = self._handled_count(sent)
+            if handled is not None:
+                patch["metadata"] = {"annotations": {FENCE_SEEN: str(handled)}}
+            return await self.client.patch(LEASES, namespace=self.settings.namespace, name=self.identity,
+                                           patch=patch, timeout_seconds=self.request_timeout)
+        except MemberApiError as e:
+            if e.code != 404:
+                raise
+        body: dict[str, Any] = {
+            "apiVersion": LEASES.api_version, "kind": LEASES.kind,
+            "metadata": {"name": self.identity, "namespace": self.settings.namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "federator"}},
+            "spec": {**spec, "acquireTime": format_micro_time(sent), "leaseTransitions": 0},
+        }
+        return await self.client.create(LEASES, body, namespace=self.settings.namespace,
+                                        timeout_seconds=self.request_timeout)
 
     def _handled_count(self, now: float) -> int | None:
         """The FENCE_COUNT to record as handled in this renewal (None: nothing new to record)."""

@@ -49,7 +49,7 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +59,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from federator import __version__
 from federator.apis.views import Body
+from federator.apiserver.audit import AuditLog, AuditLogSettings, open_audit_log, settings_from_flags
 from federator.apiserver.app import Subresource, SubresourceRequest, build_api_app, json_response
 from federator.apiserver.auth import (
     PRINCIPAL_KEY,
@@ -351,18 +352,29 @@ async def _job_pods(state: HubState, req: SubresourceRequest) -> web.StreamRespo
     return json_response(await job_pods(state.context, job))
 
 
-@web.middleware
-async def _connection_visibility(request: web.Request, handler: Any) -> web.StreamResponse:
+@contextlib.contextmanager
+def _as_caller_sees(request: web.Request) -> Iterator[None]:
     """Admins see MemberClusters' spec.connection (credentials redacted); researchers and viewers do not
-    (hubapi.CONNECTION_VISIBLE, read by the kind's `present` for every object this request returns, watch
-    events included: they are written inside the handler)."""
+    (hubapi.CONNECTION_VISIBLE, read by the kind's `present`)."""
     principal = request.get(PRINCIPAL_KEY)
     token = CONNECTION_VISIBLE.set(principal is not None and "admin" in principal_roles(principal))
     try:
-        response: web.StreamResponse = await handler(request)
-        return response
+        yield
     finally:
         CONNECTION_VISIBLE.reset(token)
+
+
+@web.middleware
+async def _connection_visibility(request: web.Request, handler: Any) -> web.StreamResponse:
+    """`_as_caller_sees` for every object this request returns, watch events included: they are written inside
+    the handler."""
+    with _as_caller_sees(request):
+        response: web.StreamResponse = await handler(request)
+        return response
+
+
+def _audit_halves(audit: AuditLog | None, half: int) -> list[Any]:
+    return [audit.middlewares()[half]] if audit is not None else []
 
 
 def hub_state(app: web.Application) -> HubState:
@@ -388,16 +400,21 @@ def build_hub_app(
     bookmark_interval: float = 10.0,
     limits: ServerLimits = DEFAULT_LIMITS,
     encryption: EncryptionConfig | None = None,
+    audit: AuditLog | None = None,
 ) -> web.Application:
     """The hub as one aiohttp Application (see the module docstring). Serve it
     with an AppRunner; nothing is opened before the runner sets it up. `encryption`
-    (--encryption-provider-config) encrypts the resources it names in the store (hub/encryption.py)."""
+    (--encryption-provider-config) encrypts the resources it names in the store (hub/encryption.py). With
+    `audit`, every API request and every write of the controllers to a member is an audit event
+    (apiserver/audit.py); the app closes it."""
     metrics = metrics or METRICS
     slot = _StoreSlot(HUB_STORE_PREFIX)
     registry = hub_registry(settings.validation, job_finalizers=job_finalizers,
                             source_finalizers=source_finalizers)
     storage = ObjectStorage(slot, registry, autoprovision_namespaces=settings.namespaces.autoprovision)
-    context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics)
+    context = HubContext(store=slot, storage=storage, registry=registry, settings=settings, metrics=metrics,
+                         # member clients report the hub's writes to members (clusters/client.py) into the log
+                         member_writes=audit.record_member_write if audit is not None else None)
     state = HubState(context=context, store_url=store_url, base=context)
     app = build_api_app(
         storage=storage, registry=registry, server_name=HUB_SERVER_NAME,
@@ -405,8 +422,10 @@ def build_hub_app(
         # authenticate hook would only repeat the first half.
         # ui_middleware first: the dashboard's static files (/ui/) need no token; the page then calls this API
         # with the user's own credentials.
-        middlewares=[ui_middleware, auth_middleware(authenticator, logger=get_logger("hub.auth")),
-                     _connection_visibility],
+        # The audit log's outer half sees every answer (401 and 403 too), its inner half runs once the user
+        # is known (RequestReceived).
+        middlewares=[ui_middleware, *_audit_halves(audit, 0), auth_middleware(authenticator, logger=get_logger("hub.auth")),
+                     *_audit_halves(audit, 1), _connection_visibility],
         # gitVersion stays kube-like (kubectl warns on a skewed minor); ours rides along.
         version_info={"federatorVersion": __version__},
         max_body_bytes=max_body_bytes, bookmark_interval=bookmark_interval, metrics=metrics, limits=limits,
@@ -424,6 +443,8 @@ def build_hub_app(
         verb_only_resources=review_resources(),
     )
     app[HUB_STATE] = state
+    if audit is not None:
+        audit.install(app, view=_as_caller_sees)  # request bodies in the log as the caller would see them
 
     async def metrics_handler(_: web.Request) -> web.Response:
         await _count_drill_reports(state, metrics)
@@ -503,7 +524,8 @@ def _took_lead(state: HubState, election: LeaderElection, token: FencingToken, m
     base = state.base or state.context
     fenced = FencedStore(base.store, token, metrics=metrics)
     state.context = HubContext(store=fenced, storage=base.storage.writing_through(fenced), registry=base.registry,
-                               settings=base.settings, metrics=base.metrics, fencing=token)
+                               settings=base.settings, metrics=base.metrics, fencing=token,
+                               member_writes=base.member_writes)
     build_pipeline(state.context)
     state.terms += 1
     state.term_over.clear()
@@ -874,7 +896,12 @@ def run_hub(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_serve(plan))
+        audit = open_audit_log(plan.audit, metrics=METRICS) if plan.audit is not None else None
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_serve(plan, audit))
     except RegistrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -886,6 +913,9 @@ def run_hub(args: argparse.Namespace) -> int:
         _log.error("hub stopped", error=str(e))
         print(f"error: cannot serve on {plan.host}:{plan.port}: {e.strerror or e}", file=sys.stderr)
         return 1
+    finally:
+        if audit is not None:
+            audit.close()  # what is queued is written
 
 
 @dataclass(frozen=True, slots=True)
@@ -906,6 +936,8 @@ class _Plan:
     leader_ttl: float = LEADER_TTL_SECONDS
     #: --encryption-provider-config, read and checked against the hub's kinds
     encryption: EncryptionConfig | None = None
+    #: --audit-log-* (audit_flags); None: no audit log
+    audit: AuditLogSettings | None = None
 
 
 def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
@@ -1018,6 +1050,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     settings = HubSettings.from_mapping({"state_dir": state_dir, **failover_knobs(args)})
     leader_ttl = leader_ttl_flag(args)
     encryption = encryption_flag(args)
+    audit = audit_flags(args)
     _prepare_state(store_url, state_dir)
     cert_arg, key_arg = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
     if (cert_arg is None) != (key_arg is None):
@@ -1051,7 +1084,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
         read_registrations(clusters_dir)  # malformed files fail before anything starts
     return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
-                 kubeconfig_dir=state_dir, settings=settings, leader_ttl=leader_ttl, encryption=encryption)
+                 kubeconfig_dir=state_dir, settings=settings, leader_ttl=leader_ttl, encryption=encryption,
+                 audit=audit)
 
 
 def encryption_flag(args: argparse.Namespace) -> EncryptionConfig | None:
@@ -1066,6 +1100,20 @@ def encryption_flag(args: argparse.Namespace) -> EncryptionConfig | None:
     except EncryptionConfigError as e:
         raise ValueError(f"--encryption-provider-config {path}: {e}") from None
     return config
+
+
+def audit_flags(args: argparse.Namespace) -> AuditLogSettings | None:
+    """The audit log's settings from `federator up`'s --audit-* flags (the policy file read and checked now);
+    ValueError naming the flag (and the policy's field) when one is wrong; None without --audit-log-path."""
+
+    def count(name: str) -> int:
+        value = getattr(args, name, None)
+        return int(value) if value is not None else 0
+
+    return settings_from_flags(path=getattr(args, "audit_log_path", None),
+                               policy_file=getattr(args, "audit_policy_file", None),
+                               max_size_mb=count("audit_log_maxsize"), max_backups=count("audit_log_maxbackup"),
+                               max_age_days=count("audit_log_maxage"))
 
 
 def default_store_url(state_dir: Path) -> str:
@@ -1101,7 +1149,7 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _serve(plan: _Plan) -> int:
+async def _serve(plan: _Plan, audit: AuditLog | None = None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -1109,7 +1157,7 @@ async def _serve(plan: _Plan) -> int:
     authenticator = TokenAuthenticator.from_file(plan.token_file, logger=get_logger("hub.auth"))
     app = build_hub_app(plan.settings, store_url=plan.store_url, controllers=hub_controllers(),
                         authenticator=authenticator, clusters_dir=plan.clusters_dir,
-                        leader_ttl_seconds=plan.leader_ttl, encryption=plan.encryption)
+                        leader_ttl_seconds=plan.leader_ttl, encryption=plan.encryption, audit=audit)
     state = hub_state(app)
     # api_runner: what the HTTP parser refuses (oversized URL or header...) is a kube Status too.
     runner = api_runner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)

@@ -49,3 +49,22 @@ def test_up_rejects_a_bad_flag_naming_it_before_it_starts(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert done.stderr.strip() == "error: --mass-loss-threshold '2': must be between 0 and 1"
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(("policy", "says"), [
+    ("rules: [\n", "not YAML: "),
+    ("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Verbose}]\n",
+     'rules[0].level: Unsupported value: "Verbose"'),
+])
+def test_up_with_a_bad_audit_policy_is_one_line_and_starts_nothing(tmp_path: Path, policy: str, says: str) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy)
+    # without --no-sim: the policy is checked before any simulated cluster starts
+    done = subprocess.run(
+        [sys.executable, "-m", "federator.cli", "up", "--state-dir", str(tmp_path / "state"),
+         "--audit-log-path", str(tmp_path / "audit.log"), "--audit-policy-file", str(path)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: --audit-policy-file {path}: {says}"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
+    assert not (tmp_path / "state").exists() and not (tmp_path / "audit.log").exists()

@@ -39,6 +39,8 @@ from federator.sim.profile import ProcessRuntimeSpec
 from federator.sim.rbac import RbacPolicy
 from federator.sim.server import SimCluster
 
+from federator.apiserver.audit import AuditLog
+
 from ..hub.hubtest_support import RunningHub, start_hub
 from .jobtest_support import API, STANDARD, Federation, HubApi, fast_settings, registration, sim_profile
 
@@ -140,7 +142,7 @@ async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float 
                         profile_overrides: dict[str, dict[str, Any]] | None = None,
                         federation: RunningFederation | None = None,
                         controllers: Sequence[ControllerFactory] = LIFECYCLE, source_finalizers: Sequence[str] = (),
-                        **extra: Any) -> AsyncIterator[Env]:
+                        audit: AuditLog | None = None, **extra: Any) -> AsyncIterator[Env]:
     """`federation` (not started) replaces the default RunningFederation(tmp_path / "members", run_seconds);
     `controllers` the hub's controllers (LIFECYCLE, or LIFECYCLE_WITH_TWINS with `source_finalizers=(SOURCE_FINALIZER,)`
     to serve the upstream job kinds through their twins)."""
@@ -151,7 +153,8 @@ async def lifecycle_env(tmp_path: Path, names: list[str], *, run_seconds: float 
     knobs.update(extra)
     try:
         async with start_hub(tmp_path / "hub", controllers=controllers, job_finalizers=(MEMBER_CLEANUP_FINALIZER,),
-                             source_finalizers=source_finalizers, settings=fast_settings(tmp_path / "hub" / "state", **knobs)) as hub:
+                             source_finalizers=source_finalizers, settings=fast_settings(tmp_path / "hub" / "state", **knobs),
+                             audit=audit) as hub:
             api = await HubApi.connect(hub.kubeconfigs["admin"])
             try:
                 for body in fed.registrations.values():

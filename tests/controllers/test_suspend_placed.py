@@ -14,6 +14,7 @@ import pytest
 
 from federator.apis.checkpoint import ANNOTATION_CHECKPOINT, ENV_RESTORE_FROM
 from federator.cli.jobs import describe_job
+from federator.apiserver.audit import AuditLog, AuditLogSettings, iter_events
 from federator.clusters.client import PODS
 
 from .jobtest_support import condition, phase, placement_of, wait_until
@@ -31,7 +32,9 @@ async def _gone_from_member(env: Env, uid: str) -> bool:
 
 
 async def test_a_running_gang_is_deleted_on_suspend_and_placed_again_on_resume(tmp_path: Path) -> None:
-    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None,
+    # the hub's audit log (default policy) says which member writes placed the gang and which suspended it
+    audit = AuditLog(AuditLogSettings(path=str(tmp_path / "audit.log")))
+    async with lifecycle_env(tmp_path, [CLUSTER], run_seconds=None, audit=audit,
                              profile_overrides={CLUSTER: {"gpu_nodes": 2, "cpu_nodes": 0}}) as env:
         await create_queue(env, team_queue("vision", ["team-a"], gpus=8, within="Never"))
         await env.api.submit(gang("first", queue="vision"))
@@ -55,6 +58,12 @@ async def test_a_running_gang_is_deleted_on_suspend_and_placed_again_on_resume(t
         assert code == 0, err
         await wait_until(lambda: _gone_from_member(env, uid), timeout=40, what="the gang gone from its member")
         suspended = await env.api.wait_job("team-a", "first", lambda j: phase(j) == "Suspended", what="Suspended")
+        await asyncio.to_thread(audit.flush)
+        member_writes = {(e["verb"], e["objectRef"]["resource"], e["annotations"]["federator.dev/reason"])
+                         for e in iter_events(tmp_path / "audit.log")
+                         if e.get("annotations", {}).get("federator.dev/cluster") == CLUSTER}
+        assert ("create", "pods", "place") in member_writes and ("delete", "pods", "suspend") in member_writes, \
+            member_writes
         assert placement_of(suspended).get("cluster") is None
         assert placement_of(suspended)["epoch"] == epoch
         assert placement_of(suspended)["previous"] == {"cluster": CLUSTER, "epoch": epoch}

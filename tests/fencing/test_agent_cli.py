@@ -35,6 +35,8 @@ FEDERATOR = [sys.executable, "-m", "federator.cli"]
     (["--kubeconfig", "{kc}", "--hub-identity", "hub-a", "--namespace", "No_Such"], "not a valid namespace"),
     (["--kubeconfig", "{kc}", "--hub-identity", "hub-a", "--namespace", "team\n"], "not a valid namespace"),
     (["--kubeconfig", "{garbage}", "--hub-identity", "hub-a"], "is not a kubeconfig document"),
+    (["--kubeconfig", "{kc}", "--hub-identity", "hub-a", "--audit-log-path", "{dir}/audit.log", "--audit-policy-file",
+      "{kc}"], '--audit-policy-file {kc}: apiVersion: Unsupported value: "v1"'),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     kc = tmp_path / "member.kubeconfig"
@@ -89,14 +91,16 @@ class Process:
                 stream.close()
 
 
-async def test_the_agent_process_fences_and_stops_on_sigterm(member: Member, renewer: Renewer) -> None:
+async def test_the_agent_process_fences_and_stops_on_sigterm(member: Member, renewer: Renewer,
+                                                             tmp_path: Path) -> None:
     renewer.start()
     await wait_until("the lease", lambda: renewer.renewals >= 1)
     ns = await member.namespace()
     await member.pod(ns, "ps-0", hub=HUB)
     await member.pod(ns, "keep", hub="someone-else")
+    audit_log = tmp_path / "agent-audit.log"
     agent = Process([*AGENT, "--kubeconfig", str(member.agent_kubeconfig), "--hub-identity", HUB,
-                     "--poll-seconds", "200ms", "--log-level", "info"])
+                     "--poll-seconds", "200ms", "--log-level", "info", "--audit-log-path", str(audit_log)])
     try:
         await wait_until("the agent to start watching", lambda: agent.said("fence agent watching"))
         await renewer.stop()
@@ -113,6 +117,14 @@ async def test_the_agent_process_fences_and_stops_on_sigterm(member: Member, ren
         agent.proc.send_signal(signal.SIGTERM)
         assert await agent.wait() == 0
         assert agent.said("fence agent stopped") and not agent.said("Traceback")
+        # its writes, in kube's audit format: the fencing delete, with the cluster and why
+        events = [json.loads(line) for line in audit_log.read_text().splitlines()]
+        deletes = [e for e in events if e["verb"] == "delete" and e["objectRef"]["resource"] == "pods"]
+        assert [(e["objectRef"]["namespace"], e["objectRef"]["name"]) for e in deletes] == [(ns, "ps-0")]
+        assert deletes[0]["user"]["username"] == "system:federator:fence-agent"
+        assert deletes[0]["annotations"] == {"federator.dev/cluster": member.cluster.name,
+                                             "federator.dev/reason": "fence"}
+        assert member.cluster.agent_token not in audit_log.read_text()
     finally:
         await agent.close()
 

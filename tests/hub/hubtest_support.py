@@ -33,6 +33,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from federator.apiserver.audit import AuditLog
 from federator.apiserver.auth import TokenAuthenticator
 from federator.apiserver.errors import DEFAULT_MAX_BODY_BYTES
 from federator.apiserver.serving import DEFAULT_LIMITS, ServerLimits, api_runner
@@ -151,6 +152,7 @@ async def start_hub(
     leader_ttl_seconds: float | None = None,
     wait_for_lead: bool = True,
     encryption: EncryptionConfig | None = None,
+    audit: AuditLog | None = None,
 ) -> AsyncIterator[RunningHub]:
     """Serve a hub until the block ends; its files live under `directory`. With `wait_for_lead`
     it yields once the hub leads, else once its first campaign has an answer (a follower)."""
@@ -174,6 +176,7 @@ async def start_hub(
         limits=limits,
         bookmark_interval=bookmark_interval,
         encryption=encryption,
+        audit=audit,
         **({"leader_ttl_seconds": leader_ttl_seconds} if leader_ttl_seconds is not None else {}),
     )
     runner = api_runner(app, access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
