@@ -70,7 +70,7 @@ async def test_bad_urls_are_clear_errors_and_create_nothing(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreError, match=why) as err:
         await open_store(url)
-    assert "expected memory://, sqlite://PATH or etcd://" in str(err.value)
+    assert "expected memory://, sqlite://PATH, etcd://HOST:PORT[,HOST:PORT...] or etcds://" in str(err.value)
     assert not isinstance(err.value, StoreUnavailable)
     assert list(tmp_path.iterdir()) == []
 
