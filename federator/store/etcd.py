@@ -90,6 +90,8 @@ from federator.store.protocol import (
     TxnResult,
 )
 
+from federator.store.open import is_ip_address
+
 if TYPE_CHECKING:
     from federator.store.open import EtcdCredentials
 
@@ -222,6 +224,11 @@ class EtcdStore(BaseStore):
         self._budget = retry_budget_seconds
         self._timeout = request_timeout_seconds
         manager = ConnectionManager(self.endpoints, keepalive_time_ms=5_000, keepalive_timeout_ms=5_000)
+        host = self.endpoints[0].rpartition(":")[0]
+        if len(self.endpoints) == 1 and not is_ip_address(host):
+            # One DNS name (a headless Service): grpc resolves it to every member, balances over them and
+            # resolves it again when they move; the manager's ipv4: target takes addresses only.
+            manager.target = f"dns:///{self.endpoints[0]}"
         # Reconnect fast after etcd comes back (gRPC's default backoff grows to 120 s),
         # and accept large ranges.
         manager.grpc_options += [

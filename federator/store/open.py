@@ -135,19 +135,41 @@ def _positive_int(url: str, name: str, text: str) -> int:
 
 
 def parse_etcd_endpoints(url: str, netloc: str) -> list[str]:
+    """HOST:PORT list of an etcd URL: IP addresses (any number: the client balances over them), or one DNS
+    name that resolves to every member (a headless Service, `etcd:2379`; grpc re-resolves it when members
+    move). Several DNS names are refused: grpc balances over one name's addresses, not over several names."""
     endpoints = []
+    names = []
     for part in netloc.split(","):
         host, sep, port = part.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise _bad(url, f"etcd endpoint {part!r} must be HOST:PORT")
         endpoints.append(f"{host}:{int(port)}")
+        if not is_ip_address(host):
+            names.append(host)
+    if names and len(endpoints) > 1:
+        raise _bad(url, f"several etcd endpoints with a DNS name ({', '.join(names)}): give IP addresses, or one "
+                        "name that resolves to every member (e.g. the headless Service: etcds://etcd:2379)")
     return endpoints
 
 
-def check_store_url(url: str, etcd_tls: EtcdTLS | None = None) -> None:
+def is_ip_address(host: str) -> bool:
+    """An IPv4 literal, or localhost (which the etcd client connects to as 127.0.0.1)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).version == 4
+    except ValueError:
+        return False
+
+
+def check_store_url(url: str, etcd_tls: EtcdTLS | None = None, *, read_files: bool = True) -> None:
     """Every check `open_store` makes before it opens anything (the URL, and the TLS options and files against
-    it): StoreMisconfigured of one line, nothing opened or created."""
-    _parse(url, etcd_tls)
+    it; without `read_files`, not the files: a manifest's check, whose files exist only in its pods):
+    StoreMisconfigured of one line, nothing opened or created."""
+    _parse(url, etcd_tls, read_files=read_files)
 
 
 async def open_store(
@@ -167,7 +189,7 @@ async def open_store(
 _Opener = Callable[[str, "Metrics | None", float], Awaitable[Store]]
 
 
-def _parse(url: str, etcd_tls: EtcdTLS | None) -> _Opener:
+def _parse(url: str, etcd_tls: EtcdTLS | None, *, read_files: bool = True) -> _Opener:
     if not isinstance(url, str) or "://" not in url:
         raise _bad(str(url), "no scheme")
     scheme, rest = url.split("://", 1)
@@ -231,7 +253,7 @@ def _parse(url: str, etcd_tls: EtcdTLS | None) -> _Opener:
             if etcd_tls is None:
                 raise StoreMisconfigured(f"{CA_FLAG}, {CERT_FLAG} and {KEY_FLAG} missing for the store URL {url!r} "
                                          f"(etcd over TLS): {_MUTUAL}")
-            credentials = etcd_tls.load()
+            credentials = etcd_tls.load() if read_files else None
 
         async def open_etcd(prefix: str, metrics: Metrics | None, timeout: float) -> Store:
             from federator.store.etcd import EtcdStore

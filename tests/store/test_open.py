@@ -58,6 +58,8 @@ async def test_etcd_url(etcd_server: EtcdProcess) -> None:
         ("sqlite://hub.db?retain=", "exactly one value"),
         ("etcd://", "at least one HOST:PORT"),
         ("etcd://localhost", "must be HOST:PORT"),
+        ("etcd://etcd-0.etcd:2379,etcd-1.etcd:2379", "several etcd endpoints with a DNS name"),
+        ("etcds://127.0.0.1:2379,etcd:2379", "several etcd endpoints with a DNS name"),
         ("etcd://h:1,h:99999", "must be HOST:PORT"),
         ("etcd://h:2379/path", "no path"),
         ("etcd://h:2379?x=1", "unknown option"),
