@@ -29,6 +29,16 @@ success, not a 409 for the hub's own object. A watch that loses its server
 reconnects from the revision after the last event it delivered, within the
 same budget, and otherwise raises StoreUnavailable: it never hangs silently.
 
+With `tls` (open.py's `EtcdTLS.load()`: etcds://) the channel is mutual TLS
+(ConnectionManager's ssl credentials: our CA, client certificate and key).
+grpc verifies every member against the first endpoint's host, since one
+target lists them all. A handshake that fails for good at connect (etcd's
+certificate not signed by our CA, or ours refused by etcd) is a
+StoreMisconfigured of one line at once, never retried; plain gRPC against a
+TLS etcd, or TLS against a plain one, is said the same way once the connect
+budget is spent. Endpoints are IP addresses, or one DNS name (a headless
+Service) that grpc resolves to every member and balances over.
+
 Lease TTLs are whole seconds in etcd (rounded up here), and etcd enforces a
 minimum TTL derived from its election timeout.
 
