@@ -327,9 +327,15 @@ class EtcdStore(BaseStore):
         """A TLS handshake that failed for good (a certificate that did not verify, ours or etcd's): one line
         naming the member and the flag to check; None for anything else."""
         details = e.details() or ""
+        host = self.endpoints[0].rpartition(":")[0]
+        where = _endpoint_in(details) or self._where
+        if e.code() == grpc.StatusCode.UNAVAILABLE and "hostname verification check failed" in details.lower():
+            return StoreMisconfigured(
+                f"etcd {where} refused the TLS handshake: its server certificate does not name {host} (every "
+                "member's certificate must name the store URL's first host: use that name in --store, or "
+                "reissue the certificate with it)")
         if e.code() != grpc.StatusCode.UNAVAILABLE or "handshake failed" not in details.lower():
             return None
-        where = _endpoint_in(details) or self._where
         found = re.search(r"OPENSSL_internal:([A-Z0-9_]+)(?::\s*([^:]+))?", details)
         code = found.group(1) if found else ""
         parts = (code.replace("_", " ").lower(), (found.group(2) or "").strip() if found else "")
@@ -337,16 +343,11 @@ class EtcdStore(BaseStore):
         if "VERIFY_FAILED" in code:
             return StoreMisconfigured(
                 f"etcd {where} refused the TLS handshake: {reason} (is --etcd-cafile the CA that signed etcd's "
-                f"server certificate, and does that certificate name {self.endpoints[0].rpartition(':')[0]}?)")
+                "server certificate?)")
         if "ALERT" in code:
             return StoreMisconfigured(
                 f"etcd {where} refused the TLS handshake: {reason} (etcd did not accept this client's certificate: "
                 "is --etcd-certfile signed by a CA in etcd's --trusted-ca-file?)")
-        if "peer certificate" in details.lower():  # grpc's own name check: "Peer name X is not in peer certificate"
-            return StoreMisconfigured(
-                f"etcd {where} refused the TLS handshake: its server certificate does not name "
-                f"{self.endpoints[0].rpartition(':')[0]} (every member's certificate must name the first "
-                "endpoint's host)")
         return None
 
     def _protocol_mismatch(self, details: str) -> StoreMisconfigured | None:

@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 
 from federator.dev.certs import ensure_etcd_tls
 from federator.store.etcd import EtcdStore
-from federator.store.etcd_process import EtcdCluster, EtcdProcess
+from federator.store.etcd_process import EtcdCluster, EtcdProcess, port_is_free
 from federator.store.open import EtcdTLS, check_store_url, etcd_tls_from_flags, open_store
 from federator.store.protocol import StoreMisconfigured
 
@@ -135,6 +136,25 @@ async def test_a_client_certificate_etcd_does_not_trust_or_none_is_refused_in_on
         await EtcdStore.connect(etcd_tls_cluster.endpoints, tls=replace(credentials, cert_pem=None, key_pem=None),  # type: ignore[arg-type]
                                 connect_timeout_seconds=10)
     _one_line(err.value)
+
+
+async def test_a_server_certificate_that_does_not_name_the_host_is_refused_in_one_line(tmp_path: Path) -> None:
+    tls = ensure_etcd_tls(tmp_path / "tls", hosts=("etcd.example.invalid",))
+    member = EtcdProcess(tmp_path / "m", fsync=False, tls=tls)
+    member.start(wait_healthy=False)  # its /health cannot be checked: the certificate names another host
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while port_is_free(member.client_port):  # wait for it to listen
+            member.check_alive()
+            assert time.monotonic() < deadline, "etcd never listened"
+            await asyncio.sleep(0.05)
+        with pytest.raises(StoreMisconfigured) as err:
+            await open_store(member.url, etcd_tls=tls.client)
+        text = _one_line(err.value)
+        assert f"etcd {member.endpoint} refused the TLS handshake: its server certificate does not name 127.0.0.1" \
+            in text, text
+    finally:
+        member.kill()
 
 
 async def test_plain_etcd_url_against_a_tls_etcd_says_to_use_etcds(etcd_tls_cluster: EtcdCluster) -> None:
