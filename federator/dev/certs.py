@@ -36,6 +36,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from federator.store.etcd_process import EtcdServerTLS
+
 __all__ = [
     "DEFAULT_HOSTS",
     "DEV_USERS",
@@ -43,7 +45,9 @@ __all__ = [
     "DevTLS",
     "ensure_dev_credentials",
     "ensure_dev_tls",
+    "ensure_etcd_tls",
     "generate_ca",
+    "generate_certificate",
     "generate_server_certificate",
     "server_ssl_context",
     "write_kubeconfig",
@@ -136,21 +140,48 @@ def generate_server_certificate(
     """A server certificate for `hosts` (IPs and DNS names as SANs), signed by the CA: (cert PEM, key PEM)."""
     if not hosts:
         raise ValueError("a server certificate needs at least one host")
+    return generate_certificate(ca_cert_pem, ca_key_pem, common_name=hosts[0], hosts=hosts, server=True,
+                                client=False, valid_days=valid_days)
+
+
+def generate_certificate(
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    *,
+    common_name: str,
+    hosts: Sequence[str] = (),
+    server: bool,
+    client: bool,
+    valid_days: int = SERVER_VALID_DAYS,
+) -> tuple[bytes, bytes]:
+    """A certificate signed by the CA for serving (`server`: extended key usage serverAuth, `hosts` as SANs),
+    for authenticating as a client (`client`: clientAuth, the subject `common_name` being who it is), or both
+    (an etcd peer certificate): (cert PEM, key PEM)."""
+    if not (server or client):
+        raise ValueError("a certificate is for a server, a client or both")
+    if server and not hosts:
+        raise ValueError("a server certificate needs at least one host")
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("the CA key must be an EC key (as generate_ca makes)")
     key = _new_key()
     now = _now()
-    cert = (
+    usages = [oid for oid, wanted in ((ExtendedKeyUsageOID.SERVER_AUTH, server),
+                                      (ExtendedKeyUsageOID.CLIENT_AUTH, client)) if wanted]
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _CLOCK_SKEW)
         .not_valid_after(min(now + dt.timedelta(days=valid_days), ca_cert.not_valid_after_utc))
-        .add_extension(x509.SubjectAlternativeName(_san(hosts)), critical=False)
+    )
+    if hosts:
+        builder = builder.add_extension(x509.SubjectAlternativeName(_san(hosts)), critical=False)
+    cert = (
+        builder
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
@@ -158,7 +189,7 @@ def generate_server_certificate(
                           encipher_only=False, decipher_only=False),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
@@ -189,32 +220,56 @@ def write_private_file(path: Path, data: bytes, *, mode: int = 0o600) -> None:
 
 def _still_good(tls: DevTLS, hosts: Sequence[str]) -> bool:
     """Whether existing files form a usable chain for `hosts` that does not expire soon."""
+    return _issued_and_good(tls.ca_cert, tls.ca_key, tls.server_cert, tls.server_key, hosts)
+
+
+def _issued_and_good(ca_cert: Path, ca_key: Path, cert_file: Path, key_file: Path, hosts: Sequence[str]) -> bool:
+    """Whether `cert_file` (with `key_file`) was issued by the CA, names `hosts` and expires not soon."""
     try:
-        ca = x509.load_pem_x509_certificate(tls.ca_cert.read_bytes())
-        server = x509.load_pem_x509_certificate(tls.server_cert.read_bytes())
-        server_key = serialization.load_pem_private_key(tls.server_key.read_bytes(), password=None)
-        serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
+        ca = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        cert_key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
     except (OSError, ValueError):
         return False
     deadline = _now() + _RENEW_BEFORE
-    if ca.not_valid_after_utc < deadline or server.not_valid_after_utc < deadline:
+    if ca.not_valid_after_utc < deadline or cert.not_valid_after_utc < deadline:
         return False
-    if server.issuer != ca.subject:
+    if cert.issuer != ca.subject:
         return False
     try:
-        server.verify_directly_issued_by(ca)
+        cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):
         return False
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    if server.public_key().public_bytes(serialization.Encoding.DER, spki) != server_key.public_key().public_bytes(
+    if cert.public_key().public_bytes(serialization.Encoding.DER, spki) != cert_key.public_key().public_bytes(
         serialization.Encoding.DER, spki
     ):
         return False
+    if not hosts:
+        return True
     try:
-        san = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return False
     return set(_san(hosts)) <= set(san)
+
+
+def _ensure_ca(ca_cert: Path, ca_key: Path, *, common_name: str) -> tuple[bytes, bytes, bool]:
+    """The CA in these files if usable and not expiring soon, else a new one written there: (cert PEM,
+    key PEM, whether it is new)."""
+    try:
+        ca = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+        if ca.not_valid_after_utc > _now() + _RENEW_BEFORE:
+            cert_pem, key_pem = ca_cert.read_bytes(), ca_key.read_bytes()
+            serialization.load_pem_private_key(key_pem, password=None)
+            return cert_pem, key_pem, False
+    except (OSError, ValueError):
+        pass
+    cert_pem, key_pem = generate_ca(common_name=common_name)
+    write_private_file(ca_key, key_pem)
+    write_private_file(ca_cert, cert_pem, mode=0o644)
+    return cert_pem, key_pem, True
 
 
 def ensure_dev_tls(state_dir: str | os.PathLike[str], *, hosts: Sequence[str] = DEFAULT_HOSTS) -> DevTLS:
@@ -235,22 +290,42 @@ def ensure_dev_tls(state_dir: str | os.PathLike[str], *, hosts: Sequence[str] = 
     )
     if _still_good(tls, hosts):
         return tls
-    ca_cert_pem: bytes | None = None
-    ca_key_pem: bytes | None = None
-    try:
-        ca = x509.load_pem_x509_certificate(tls.ca_cert.read_bytes())
-        if ca.not_valid_after_utc > _now() + _RENEW_BEFORE:
-            ca_cert_pem, ca_key_pem = tls.ca_cert.read_bytes(), tls.ca_key.read_bytes()
-            serialization.load_pem_private_key(ca_key_pem, password=None)
-    except (OSError, ValueError):
-        ca_cert_pem = ca_key_pem = None
-    if ca_cert_pem is None or ca_key_pem is None:
-        ca_cert_pem, ca_key_pem = generate_ca()
-        write_private_file(tls.ca_key, ca_key_pem)
-        write_private_file(tls.ca_cert, ca_cert_pem, mode=0o644)
+    ca_cert_pem, ca_key_pem, _ = _ensure_ca(tls.ca_cert, tls.ca_key, common_name="federator-dev-ca")
     server_cert_pem, server_key_pem = generate_server_certificate(ca_cert_pem, ca_key_pem, hosts=hosts)
     write_private_file(tls.server_key, server_key_pem)
     write_private_file(tls.server_cert, server_cert_pem, mode=0o644)
+    return tls
+
+
+ETCD_CLIENT_NAME = "federator-hub"
+
+
+def ensure_etcd_tls(directory: str | os.PathLike[str], *, hosts: Sequence[str] = DEFAULT_HOSTS) -> EtcdServerTLS:
+    """A CA and the certificates of a local etcd over mutual TLS under `directory` (`federator etcd --tls`
+    puts them in DIR/tls/): server.crt for the members' client URLs and peer.crt for their peer URLs (both
+    naming `hosts`; the peer certificate serves and authenticates as a client), and client.crt for the hub
+    (subject CN=federator-hub). Valid files are reused, so a restarted cluster and its clients keep working;
+    a new CA reissues everything. Keys are 0600, the directory 0700."""
+    base = Path(directory)
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o700)
+    tls = EtcdServerTLS(
+        directory=base, ca=base / "ca.crt", ca_key=base / "ca.key",
+        server_cert=base / "server.crt", server_key=base / "server.key",
+        peer_cert=base / "peer.crt", peer_key=base / "peer.key",
+        client_cert=base / "client.crt", client_key=base / "client.key",
+    )
+    ca_pem, ca_key_pem, new_ca = _ensure_ca(tls.ca, tls.ca_key, common_name="federator-etcd-ca")
+    wanted = ((tls.server_cert, tls.server_key, hosts, "etcd-server", True, False),
+              (tls.peer_cert, tls.peer_key, hosts, "etcd-peer", True, True),
+              (tls.client_cert, tls.client_key, (), ETCD_CLIENT_NAME, False, True))
+    for cert_file, key_file, names, common_name, server, client in wanted:
+        if not new_ca and _issued_and_good(tls.ca, tls.ca_key, cert_file, key_file, names):
+            continue
+        cert_pem, key_pem = generate_certificate(ca_pem, ca_key_pem, common_name=common_name, hosts=names,
+                                                 server=server, client=client)
+        write_private_file(key_file, key_pem)
+        write_private_file(cert_file, cert_pem, mode=0o644)
     return tls
 
 

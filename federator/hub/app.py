@@ -85,7 +85,7 @@ from federator.hub.encryption import encrypting, resolve as resolve_encryption
 from federator.store.encryption import EncryptionConfig, EncryptionConfigError, read_encryption_config
 from federator.store.forwarding import ForwardsUpkeep
 from federator.store.leader import FencedStore, FencingToken, LeaderElection, holder_of
-from federator.store.open import open_store
+from federator.store.open import EtcdTLS, check_store_url, etcd_tls_from_flags, open_store
 from federator.store.protocol import (
     Compare,
     KeyValue,
@@ -93,6 +93,7 @@ from federator.store.protocol import (
     RangeResult,
     Store,
     StoreError,
+    StoreMisconfigured,
     StoreUnavailable,
     TxnResult,
 )
@@ -389,6 +390,7 @@ def build_hub_app(
     settings: HubSettings,
     *,
     store_url: str,
+    etcd_tls: EtcdTLS | None = None,
     controllers: Sequence[ControllerFactory],
     authenticator: TokenAuthenticator,
     job_finalizers: Sequence[str] = JOB_FINALIZERS,
@@ -455,7 +457,7 @@ def build_hub_app(
 
     async def store_ctx(_: web.Application) -> AsyncIterator[None]:
         _log.info("hub starting", version=__version__, store=store_url)
-        store = await open_store(store_url, prefix=HUB_STORE_PREFIX, metrics=metrics)
+        store = await open_store(store_url, prefix=HUB_STORE_PREFIX, metrics=metrics, etcd_tls=etcd_tls)
         if encryption is not None:
             try:
                 store = encrypting(store, encryption, registry, metrics=metrics)
@@ -892,7 +894,7 @@ def run_hub(args: argparse.Namespace) -> int:
     configure_logging(level=getattr(args, "log_level", "info"))
     try:
         plan = _plan(args)
-    except (ValueError, OSError, TokenFileError, RegistrationError) as e:
+    except (ValueError, OSError, TokenFileError, RegistrationError, StoreMisconfigured) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
@@ -902,7 +904,8 @@ def run_hub(args: argparse.Namespace) -> int:
         return 2
     try:
         return asyncio.run(_serve(plan, audit))
-    except RegistrationError as e:
+    except (RegistrationError, StoreMisconfigured) as e:
+        # a refused TLS handshake with etcd: the flags are wrong, as with a bad --store
         print(f"error: {e}", file=sys.stderr)
         return 2
     except StoreError as e:
@@ -921,6 +924,7 @@ def run_hub(args: argparse.Namespace) -> int:
 @dataclass(frozen=True, slots=True)
 class _Plan:
     store_url: str
+    etcd_tls: EtcdTLS | None
     state_dir: Path
     host: str
     port: int
@@ -1044,7 +1048,7 @@ def leader_ttl_flag(args: argparse.Namespace) -> float:
 
 def _plan(args: argparse.Namespace) -> _Plan:
     state_dir = Path(args.state_dir)
-    store_url: str = getattr(args, "store", None) or default_store_url(state_dir)
+    store_url, etcd_tls = store_flags(args)
     host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
     # Flags first: a wrong one is one line, with nothing written yet.
     settings = HubSettings.from_mapping({"state_dir": state_dir, **failover_knobs(args)})
@@ -1082,7 +1086,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     clusters_dir = Path(clusters) if clusters else None
     if clusters_dir is not None:
         read_registrations(clusters_dir)  # malformed files fail before anything starts
-    return _Plan(store_url=store_url, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
+    return _Plan(store_url=store_url, etcd_tls=etcd_tls, state_dir=state_dir, host=host, port=port, cert=cert, key=key,
                  ca_pem=ca_pem, token_file=token_file, dev_tokens=dev_tokens, clusters_dir=clusters_dir,
                  kubeconfig_dir=state_dir, settings=settings, leader_ttl=leader_ttl, encryption=encryption,
                  audit=audit)
@@ -1114,6 +1118,16 @@ def audit_flags(args: argparse.Namespace) -> AuditLogSettings | None:
                                policy_file=getattr(args, "audit_policy_file", None),
                                max_size_mb=count("audit_log_maxsize"), max_backups=count("audit_log_maxbackup"),
                                max_age_days=count("audit_log_maxage"))
+
+
+def store_flags(args: argparse.Namespace) -> tuple[str, EtcdTLS | None]:
+    """--store (default: the sqlite file in --state-dir) and --etcd-cafile/--etcd-certfile/--etcd-keyfile, checked
+    against each other and the files read: StoreMisconfigured of one line naming the flag, nothing opened."""
+    store_url: str = getattr(args, "store", None) or default_store_url(Path(args.state_dir))
+    etcd_tls = etcd_tls_from_flags(getattr(args, "etcd_cafile", None), getattr(args, "etcd_certfile", None),
+                                   getattr(args, "etcd_keyfile", None))
+    check_store_url(store_url, etcd_tls)
+    return store_url, etcd_tls
 
 
 def default_store_url(state_dir: Path) -> str:
@@ -1155,7 +1169,7 @@ async def _serve(plan: _Plan, audit: AuditLog | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     authenticator = TokenAuthenticator.from_file(plan.token_file, logger=get_logger("hub.auth"))
-    app = build_hub_app(plan.settings, store_url=plan.store_url, controllers=hub_controllers(),
+    app = build_hub_app(plan.settings, store_url=plan.store_url, etcd_tls=plan.etcd_tls, controllers=hub_controllers(),
                         authenticator=authenticator, clusters_dir=plan.clusters_dir,
                         leader_ttl_seconds=plan.leader_ttl, encryption=plan.encryption, audit=audit)
     state = hub_state(app)

@@ -29,6 +29,16 @@ success, not a 409 for the hub's own object. A watch that loses its server
 reconnects from the revision after the last event it delivered, within the
 same budget, and otherwise raises StoreUnavailable: it never hangs silently.
 
+With `tls` (open.py's `EtcdTLS.load()`: etcds://) the channel is mutual TLS
+(ConnectionManager's ssl credentials: our CA, client certificate and key).
+grpc verifies every member against the first endpoint's host, since one
+target lists them all. A handshake that fails for good at connect (etcd's
+certificate not signed by our CA, or ours refused by etcd) is a
+StoreMisconfigured of one line at once, never retried; plain gRPC against a
+TLS etcd, or TLS against a plain one, is said the same way once the connect
+budget is spent. Endpoints are IP addresses, or one DNS name (a headless
+Service) that grpc resolves to every member and balances over.
+
 Lease TTLs are whole seconds in etcd (rounded up here), and etcd enforces a
 minimum TTL derived from its election timeout.
 
@@ -42,10 +52,11 @@ import asyncio
 import math
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 # The hub, `federator up` and the tests start processes (etcd, a real member's kube-apiserver) while grpc's
 # threads run. With fork support on, grpc's fork handlers run in the forked child before it execs, and one
@@ -53,6 +64,8 @@ from typing import Any, TypeVar
 # epoll_wait error: Bad file descriptor" (a loaded CI run, e2e/kube/test_real_member_ha.py). No child of ours
 # uses grpc (each execs at once), so the handlers are turned off; grpc reads this when it is first imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# grpc's core logs every failed TLS handshake to stderr on its own; StoreMisconfigured says it in one line.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc  # noqa: E402 (after the fork-support setting above)
 import grpc.aio  # noqa: E402
@@ -81,10 +94,16 @@ from federator.store.protocol import (
     Put,
     RangeResult,
     StoreError,
+    StoreMisconfigured,
     StoreUnavailable,
     StoreUsage,
     TxnResult,
 )
+
+from federator.store.open import is_ip_address
+
+if TYPE_CHECKING:
+    from federator.store.open import EtcdCredentials
 
 _log = get_logger("store.etcd")
 pb: Any = _protobuf  # generated modules: untyped
@@ -160,6 +179,12 @@ def _guarded_write(compares: Sequence[Compare], success: Sequence[Op], failure: 
     return None
 
 
+def _endpoint_in(details: str) -> str | None:
+    """The HOST:PORT grpc names in an error's details ("... ipv4:127.0.0.1:2379: Socket closed")."""
+    found = re.search(r"ipv[46]:(\S+?:\d+)", details)
+    return found.group(1) if found else None
+
+
 def _enc(key: str) -> bytes:
     return key.encode("utf-8")
 
@@ -201,6 +226,7 @@ class EtcdStore(BaseStore):
         metrics: Metrics | None,
         retry_budget_seconds: float,
         request_timeout_seconds: float,
+        tls: EtcdCredentials | None = None,
     ) -> None:
         super().__init__(prefix=prefix, metrics=metrics)
         self.endpoints = list(endpoints)
@@ -208,6 +234,11 @@ class EtcdStore(BaseStore):
         self._budget = retry_budget_seconds
         self._timeout = request_timeout_seconds
         manager = ConnectionManager(self.endpoints, keepalive_time_ms=5_000, keepalive_timeout_ms=5_000)
+        host = self.endpoints[0].rpartition(":")[0]
+        if len(self.endpoints) == 1 and not is_ip_address(host):
+            # One DNS name (a headless Service): grpc resolves it to every member, balances over them and
+            # resolves it again when they move; the manager's ipv4: target takes addresses only.
+            manager.target = f"dns:///{self.endpoints[0]}"
         # Reconnect fast after etcd comes back (gRPC's default backoff grows to 120 s),
         # and accept large ranges.
         manager.grpc_options += [
@@ -217,7 +248,15 @@ class EtcdStore(BaseStore):
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
         ]
-        self._channel = manager.get_channel()
+        self.tls = tls is not None
+        if tls is None:
+            self._channel = manager.get_channel()
+        else:
+            # One target lists every endpoint (round robin), so grpc cannot take the name to verify from it:
+            # every member's server certificate must name the first endpoint's host (one certificate for all
+            # members, as `federator etcd --tls` and deploy/ make, or each naming all of them).
+            self._channel = manager.get_channel(ca_cert=tls.ca_pem, cert_key=tls.key_pem, cert_chain=tls.cert_pem,
+                                                tls_server_name=self.endpoints[0].rpartition(":")[0].strip("[]"))
         self._kv_stub = pb.rpc_pb2_grpc.KVStub(self._channel)
         self._lease_stub = pb.rpc_pb2_grpc.LeaseStub(self._channel)
         self._watch_stub = pb.rpc_pb2_grpc.WatchStub(self._channel)
@@ -239,9 +278,13 @@ class EtcdStore(BaseStore):
         connect_timeout_seconds: float = 10.0,
         retry_budget_seconds: float = 10.0,
         request_timeout_seconds: float = 5.0,
+        tls: EtcdCredentials | None = None,
     ) -> EtcdStore:
         """Connect and check that etcd answers (retrying for at most
-        `connect_timeout_seconds`); StoreUnavailable if it never does."""
+        `connect_timeout_seconds`); StoreUnavailable if it never does, StoreMisconfigured at once if a member
+        refuses the TLS handshake or speaks the other protocol (TLS against plain gRPC, or the reverse).
+        `tls` (open.py's EtcdTLS.load()) makes it mutual TLS: the CA that verifies etcd, our certificate and
+        key."""
         if not endpoints:
             raise StoreError("etcd store needs at least one endpoint HOST:PORT")
         store = cls(
@@ -250,17 +293,78 @@ class EtcdStore(BaseStore):
             metrics=metrics,
             retry_budget_seconds=retry_budget_seconds,
             request_timeout_seconds=request_timeout_seconds,
+            tls=tls,
         )
+
+        last_details = [""]
+
+        async def first_read(timeout: float) -> Any:
+            try:
+                return await store._kv_stub.Range(rpc.RangeRequest(key=_enc(prefix), count_only=True), timeout=timeout)
+            except grpc.aio.AioRpcError as e:
+                refused = store._refusal(e)
+                if refused is not None:
+                    raise refused from None
+                last_details[0] = e.details() or ""
+                raise
+
         try:
-            revision = await store._call(
-                "connect", lambda t: store._kv_stub.Range(rpc.RangeRequest(key=_enc(prefix), count_only=True), timeout=t),
-                idempotent=True, budget_seconds=connect_timeout_seconds,
-            )
+            revision = await store._call("connect", first_read, idempotent=True,
+                                         budget_seconds=connect_timeout_seconds)
+        except StoreUnavailable:
+            await store._channel.close()
+            mismatch = store._protocol_mismatch(last_details[0])
+            if mismatch is not None:
+                raise mismatch from None
+            raise
         except BaseException:
             await store._channel.close()
             raise
         _log.info("etcd store connected", endpoints=store._where, revision=revision.header.revision)
         return store
+
+    def _refusal(self, e: grpc.aio.AioRpcError) -> StoreMisconfigured | None:
+        """A TLS handshake that failed for good (a certificate that did not verify, ours or etcd's): one line
+        naming the member and the flag to check; None for anything else."""
+        details = e.details() or ""
+        host = self.endpoints[0].rpartition(":")[0]
+        where = _endpoint_in(details) or self._where
+        if e.code() == grpc.StatusCode.UNAVAILABLE and "hostname verification check failed" in details.lower():
+            return StoreMisconfigured(
+                f"etcd {where} refused the TLS handshake: its server certificate does not name {host} (every "
+                "member's certificate must name the store URL's first host: use that name in --store, or "
+                "reissue the certificate with it)")
+        if e.code() != grpc.StatusCode.UNAVAILABLE or "handshake failed" not in details.lower():
+            return None
+        found = re.search(r"OPENSSL_internal:([A-Z0-9_]+)(?::\s*([^:]+))?", details)
+        code = found.group(1) if found else ""
+        parts = (code.replace("_", " ").lower(), (found.group(2) or "").strip() if found else "")
+        reason = ": ".join(p for p in parts if p and p.lower() != "ok")
+        if "VERIFY_FAILED" in code:
+            return StoreMisconfigured(
+                f"etcd {where} refused the TLS handshake: {reason} (is --etcd-cafile the CA that signed etcd's "
+                "server certificate?)")
+        if "ALERT" in code:
+            return StoreMisconfigured(
+                f"etcd {where} refused the TLS handshake: {reason} (etcd did not accept this client's certificate: "
+                "is --etcd-certfile signed by a CA in etcd's --trusted-ca-file?)")
+        return None
+
+    def _protocol_mismatch(self, details: str) -> StoreMisconfigured | None:
+        """What connect's last error says when every attempt failed: a plain gRPC channel closed by a TLS
+        server, or a TLS handshake a plain server never answered (only after the whole connect budget: a
+        member that crashes mid-connection looks alike once)."""
+        where = _endpoint_in(details) or self._where
+        lowered = details.lower()
+        if not self.tls and "socket closed" in lowered:
+            return StoreMisconfigured(
+                f"etcd {where} closed every plain gRPC connection: does it serve TLS (etcd's --cert-file)? Then "
+                f"use etcds://{self._where} with --etcd-cafile, --etcd-certfile and --etcd-keyfile")
+        if self.tls and "handshake read failed" in lowered:
+            return StoreMisconfigured(
+                f"etcd {where} did not answer the TLS handshake: does it serve plain gRPC (no --cert-file)? Then "
+                f"use etcd://{self._where} without --etcd-cafile, --etcd-certfile and --etcd-keyfile")
+        return None
 
     # ------------------------------------------------------------ RPC with retries
 

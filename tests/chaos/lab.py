@@ -1,7 +1,8 @@
 """The chaos lab: a whole federation in one test, built from real parts, and the design's invariants checked
 against it (tests/chaos/test_chaos.py drives it with random faults; bench/ha.py measures leader takeovers).
 
-- `Lab`: an `EtcdCluster` (3 members, processes), simulated member clusters (`Federation`: SimClusters on
+- `Lab`: an `EtcdCluster` (3 members, processes; over mutual TLS, as deploy/etcd runs it, unless
+  LabSettings(etcd_tls=False) or CHAOS_ETCD_TLS=0), simulated member clusters (`Federation`: SimClusters on
   the caller's loop), one fence agent process per cluster (`federator agent` with the cluster's agent
   identity), and `federator up` replicas (`HubProcess`, one per `Replica`) on that etcd with
   `--clusters DIR`; every process is stopped by `Lab.stop()`, whatever state it is in (paused ones are
@@ -54,6 +55,7 @@ from kubernetes.aio.client.exceptions import ApiException
 from federator.controllers.jobs import DEFAULT_HUB_ID
 from federator.delegation.adapter import LABEL_EPOCH, LABEL_JOB_NAME, LABEL_JOB_NAMESPACE, LABEL_JOB_UID
 from federator.sim.server import ADMIN_USER
+from federator.dev.certs import ensure_etcd_tls
 from federator.store.etcd_process import EtcdCluster
 
 from ..controllers.jobtest_support import (
@@ -269,6 +271,9 @@ class LabSettings:
     cpu_nodes: int = 2
     #: the fence agents (issue 12); off only for a lab that measures something else
     agents: bool = True
+    #: etcd serves clients and peers over mutual TLS and the hubs use etcds:// with --etcd-* flags
+    #: (CHAOS_ETCD_TLS=0 for plain etcd://)
+    etcd_tls: bool = field(default_factory=lambda: os.environ.get("CHAOS_ETCD_TLS", "1") != "0")
 
     def hub_args(self) -> list[str]:
         return ["--leader-ttl", self.leader_ttl, "--cluster-loss-grace", self.cluster_loss_grace,
@@ -333,9 +338,13 @@ class Lab:
     async def start(self) -> None:
         s = self.settings
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.etcd = EtcdCluster(self.workdir / "etcd", members=s.etcd_members, fsync=False, start_timeout_seconds=90)
+        tls = ensure_etcd_tls(self.workdir / "etcd-tls") if s.etcd_tls else None
+        self.etcd = EtcdCluster(self.workdir / "etcd", members=s.etcd_members, fsync=False, start_timeout_seconds=90,
+                                tls=tls)
         await asyncio.to_thread(self.etcd.start)
-        self.timeline.add("lab", f"etcd: {s.etcd_members} members at {','.join(self.etcd.endpoints)}")
+        self.timeline.add("lab", f"etcd: {s.etcd_members} members at {self.etcd.url}")
+        store_args = [] if tls is None else ["--etcd-cafile", str(tls.ca), "--etcd-certfile", str(tls.client_cert),
+                                             "--etcd-keyfile", str(tls.client_key)]
         await self.fed.start(list(s.clusters), **{c: {"gpu_nodes": s.gpu_nodes, "cpu_nodes": s.cpu_nodes}
                                                    for c in s.clusters})
         for name, body in self.fed.registrations.items():
@@ -351,7 +360,7 @@ class Lab:
         for i in range(s.replicas):
             name = f"hub-{'abcdefgh'[i]}"
             hub = HubProcess(self.workdir / name, self.clusters_dir, store_url=self.etcd.url,
-                             extra_args=[*s.hub_args(), "--log-level", "info"])
+                             extra_args=[*s.hub_args(), *store_args, "--log-level", "info"])
             self.replicas.append(Replica(name, hub, self.timeline))
         # the first one leads (its registrations land first), the others follow
         await self.replicas[0].start()

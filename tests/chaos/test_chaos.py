@@ -1,7 +1,9 @@
 """Chaos: randomised fault sequences against a whole federation (issue 13, item 4), then design.md's
 invariants.
 
-Each sequence runs on a fresh lab (tests/chaos/lab.py): 3 etcd members, 2 `federator up` replicas, 3
+Each sequence runs on a fresh lab (tests/chaos/lab.py): 3 etcd members (over mutual TLS, the hubs on
+etcds:// with --etcd-cafile/--etcd-certfile/--etcd-keyfile, as deploy/ runs them; CHAOS_ETCD_TLS=0 for plain
+etcd://), 2 `federator up` replicas, 3
 simulated member clusters with their fence agents. About 50 jobs are submitted through either replica
 (some deleted right after their create, mid-dispatch) while 10-16 faults from tests/chaos/sequence.py hit
 it: kill -9 of the leading hub (restarted: it comes back as a follower), SIGSTOP/SIGCONT of a hub (past its

@@ -133,9 +133,47 @@ def crd_schemas() -> dict[tuple[str, str], Obj]:
     return schemas
 
 
+_ISSUER_REF = {"type": "object", "required": ["name", "kind"], "additionalProperties": False,
+               "properties": {"name": {"type": "string"}, "kind": {"enum": ["Issuer", "ClusterIssuer"]},
+                              "group": {"const": "cert-manager.io"}}}
+_METADATA = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
+#: cert-manager.io/v1 (deploy/overlays/cert-manager), the fields we use as cert-manager's CRDs define them
+#: (https://cert-manager.io/docs/reference/api-docs/), strict: a misspelt field fails as it would at apply
+CERT_MANAGER_SCHEMAS: dict[tuple[str, str], Obj] = {
+    ("cert-manager.io/v1", "Issuer"): {
+        "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {"apiVersion": {}, "kind": {}, "metadata": _METADATA, "spec": {
+            "type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
+            "properties": {"selfSigned": {"type": "object"},
+                           "ca": {"type": "object", "required": ["secretName"], "additionalProperties": False,
+                                  "properties": {"secretName": {"type": "string"}}}}}},
+        "additionalProperties": False},
+    ("cert-manager.io/v1", "Certificate"): {
+        "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {"apiVersion": {}, "kind": {}, "metadata": _METADATA, "spec": {
+            "type": "object", "required": ["secretName", "issuerRef"], "additionalProperties": False,
+            "properties": {
+                "secretName": {"type": "string"}, "commonName": {"type": "string", "maxLength": 64},
+                "isCA": {"type": "boolean"}, "duration": {"type": "string"}, "renewBefore": {"type": "string"},
+                "dnsNames": {"type": "array", "items": {"type": "string"}},
+                "ipAddresses": {"type": "array", "items": {"type": "string"}},
+                "usages": {"type": "array", "items": {"enum": [
+                    "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+                    "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",
+                    "server auth", "client auth", "code signing", "email protection", "s/mime", "ipsec end system",
+                    "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing", "microsoft sgc", "netscape sgc"]}},
+                "privateKey": {"type": "object", "additionalProperties": False, "properties": {
+                    "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]}, "size": {"type": "integer"},
+                    "encoding": {"enum": ["PKCS1", "PKCS8"]}, "rotationPolicy": {"enum": ["Never", "Always"]}}},
+                "issuerRef": _ISSUER_REF}}},
+        "additionalProperties": False},
+}
+
+
 def schema_problems(obj: Obj, *, custom: Mapping[tuple[str, str], Obj] | None = None) -> list[str]:
-    """What is wrong with `obj` by the Kubernetes 1.30 schema of its kind (or our CRD's schema)."""
-    custom = crd_schemas() if custom is None else custom
+    """What is wrong with `obj` by the Kubernetes 1.30 schema of its kind (or our CRD's schema, or
+    cert-manager's for its Issuer and Certificate)."""
+    custom = {**crd_schemas(), **CERT_MANAGER_SCHEMAS} if custom is None else custom
     if not isinstance(obj.get("apiVersion"), str) or not isinstance(obj.get("kind"), str):
         return [f"{name_of(obj)}: no apiVersion or kind"]
     schema = custom.get((obj["apiVersion"], obj["kind"]))
@@ -366,14 +404,17 @@ def parse_federator(argv: Sequence[str]) -> tuple[Any, str | None]:
 
 
 _PATH_FLAGS_UP = {"tls_cert": "--tls-cert", "tls_key": "--tls-key", "tls_ca": "--tls-ca",
-                  "token_file": "--token-file", "clusters": "--clusters", "state_dir": "--state-dir"}
+                  "token_file": "--token-file", "clusters": "--clusters", "state_dir": "--state-dir",
+                  "etcd_cafile": "--etcd-cafile", "etcd_certfile": "--etcd-certfile", "etcd_keyfile": "--etcd-keyfile"}
+_FILE_FLAGS_UP = ("tls_cert", "tls_key", "tls_ca", "token_file", "etcd_cafile", "etcd_certfile", "etcd_keyfile")
 
 
 def _up_problems(args: Any, at: str, pod: Mapping[str, Any], container: Mapping[str, Any], *,
                  replicas: int, objects: Sequence[Obj], complete: bool) -> list[str]:
     """The checks `federator up` itself makes before it starts, short of reading files."""
     from federator.hub.app import failover_knobs, leader_ttl_flag, parse_listen
-    from federator.store.open import parse_etcd_endpoints
+    from federator.store.open import check_store_url, etcd_tls_from_flags, parse_etcd_endpoints
+    from federator.store.protocol import StoreMisconfigured
 
     problems: list[str] = []
     for check in (lambda: parse_listen(args.listen), lambda: failover_knobs(args), lambda: leader_ttl_flag(args)):
@@ -388,14 +429,19 @@ def _up_problems(args: Any, at: str, pod: Mapping[str, Any], container: Mapping[
     if not args.clusters and not args.no_sim:
         problems.append(f"{at}: neither --clusters nor --no-sim: the hub would start simulated clusters")
     store = args.store or ""
-    if not store.startswith(("etcd://", "etcd+http://")):
-        problems.append(f"{at}: --store {store!r} is not etcd://: replicas need a shared etcd")
+    if not store.startswith(("etcd://", "etcd+http://", "etcds://", "etcd+https://")):
+        problems.append(f"{at}: --store {store!r} is not etcd:// or etcds://: replicas need a shared etcd")
     else:
         try:
+            check_store_url(store, etcd_tls_from_flags(args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile),
+                            read_files=False)
             endpoints = parse_etcd_endpoints(store, store.split("://", 1)[1])
-        except Exception as e:  # noqa: BLE001 - StoreError, said as a problem
+        except StoreMisconfigured as e:
             problems.append(f"{at}: {e}")
             endpoints = []
+        if store.startswith(("etcd://", "etcd+http://")):
+            problems.append(f"{at}: --store {store!r} is plain gRPC: the hub's store holds member credentials, "
+                            "use etcds:// with --etcd-cafile, --etcd-certfile and --etcd-keyfile")
         if complete:
             problems += _in_cluster_endpoint_problems(at, endpoints, objects)
     if replicas < 1:
@@ -411,7 +457,7 @@ def _up_problems(args: Any, at: str, pod: Mapping[str, Any], container: Mapping[
         mount, volume = found
         if attribute == "state_dir" and not _writable(mount, volume):
             problems.append(f"{at}: {flag} {value} is not on a writable emptyDir or volume")
-        elif attribute in ("tls_cert", "tls_key", "tls_ca", "token_file") and not _file_in_volume(volume, mount, value):
+        elif attribute in _FILE_FLAGS_UP and not _file_in_volume(volume, mount, value):
             problems.append(f"{at}: {flag} {value}: volume {volume.get('name')} does not provide that file")
     return problems
 
@@ -424,6 +470,14 @@ def _in_cluster_endpoint_problems(at: str, endpoints: Sequence[str], objects: Se
     for endpoint in endpoints:
         host, _, port = endpoint.rpartition(":")
         labels = host.split(".")
+        if len(labels) == 1 or (len(labels) >= 3 and labels[2] == "svc"):  # a Service: SERVICE or SERVICE.NS.svc
+            service = find(objects, "Service", labels[0])
+            if service is None:
+                if labels[0] not in ("localhost",):
+                    problems.append(f"{at}: store endpoint {endpoint}: no Service {labels[0]} is rendered here")
+            elif int(port) not in {p.get("port") for p in (service.get("spec") or {}).get("ports") or []}:
+                problems.append(f"{at}: store endpoint {endpoint}: Service {labels[0]} has no port {port}")
+            continue
         match = re.fullmatch(r"(.+)-(\d+)", labels[0])
         if len(labels) < 2 or match is None:
             continue
@@ -576,12 +630,13 @@ def etcd_problems(statefulset: Obj, objects: Sequence[Obj], *, help_flags: froze
     forms = ["{pod}.{service}", "{pod}.{service}.{namespace}.svc"]
     advertised = values.get("initial-advertise-peer-urls")
     form = next((f for f in forms
-                 if advertised == f"http://{f.format(pod=pod0, service=service, namespace=namespace)}:2380"), None)
+                 if advertised == f"https://{f.format(pod=pod0, service=service, namespace=namespace)}:2380"), None)
     if form is None:
         problems.append(f"{where}: --initial-advertise-peer-urls is {advertised!r} for {pod0}, not its stable name "
-                        f"http://{pod0}.{service}:2380")
+                        f"https://{pod0}.{service}:2380")
         form = forms[0]
-    wanted = ",".join(f"{name}-{i}=http://{form.format(pod=f'{name}-{i}', service=service, namespace=namespace)}:2380"
+    problems += _etcd_tls_problems(where, values, pod, etcd)
+    wanted = ",".join(f"{name}-{i}=https://{form.format(pod=f'{name}-{i}', service=service, namespace=namespace)}:2380"
                       for i in range(replicas))
     if values.get("initial-cluster") != wanted:
         problems.append(f"{where}: --initial-cluster is {values.get('initial-cluster')!r}, but {replicas} "
@@ -604,6 +659,30 @@ def etcd_problems(statefulset: Obj, objects: Sequence[Obj], *, help_flags: froze
     affinity = ((pod.get("affinity") or {}).get("podAntiAffinity") or {})
     if replicas > 1 and not affinity.get("requiredDuringSchedulingIgnoredDuringExecution"):
         problems.append(f"{where}: members may share a node (no required pod anti-affinity)")
+    return problems
+
+
+def _etcd_tls_problems(where: str, values: Mapping[str, str], pod: Mapping[str, Any],
+                       etcd: Mapping[str, Any]) -> list[str]:
+    """Clients and peers on mutual TLS (https URLs, a certificate required of the other side), every TLS file
+    on a volume that provides it."""
+    problems: list[str] = []
+    for flag in ("listen-client-urls", "advertise-client-urls", "listen-peer-urls"):
+        if not all(url.startswith("https://") for url in values.get(flag, "").split(",")):
+            problems.append(f"{where}: --{flag} {values.get(flag)!r} is not https://")
+    for side, auth, files in (("client", "client-cert-auth", ("trusted-ca-file", "cert-file", "key-file")),
+                              ("peer", "peer-client-cert-auth",
+                               ("peer-trusted-ca-file", "peer-cert-file", "peer-key-file"))):
+        if auth not in values or values[auth] not in ("", "true"):
+            problems.append(f"{where}: no --{auth}: etcd's {side}s would need no certificate")
+        for flag in files:
+            path = values.get(flag)
+            if not path:
+                problems.append(f"{where}: no --{flag} for {side} TLS")
+                continue
+            found = volume_for_path(pod, etcd, path)
+            if found is None or not _file_in_volume(found[1], found[0], path):
+                problems.append(f"{where}: --{flag} {path} is on no volume that provides it")
     return problems
 
 

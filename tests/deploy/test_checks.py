@@ -40,6 +40,8 @@ ETCD_FLAGS = frozenset({
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-peer-urls",
     "initial-advertise-peer-urls", "initial-cluster", "initial-cluster-state", "initial-cluster-token",
     "listen-metrics-urls", "auto-compaction-mode", "auto-compaction-retention", "quota-backend-bytes",
+    "client-cert-auth", "trusted-ca-file", "cert-file", "key-file", "peer-client-cert-auth", "peer-trusted-ca-file",
+    "peer-cert-file", "peer-key-file",
 })
 
 Obj = dict[str, Any]
@@ -168,12 +170,22 @@ def test_an_init_container_is_held_to_the_same_rules(prod: list[Obj]) -> None:
     (lambda c, s: s["data"].update(FEDERATOR_LEADER_TTL="10m"), "between 1s and 5m"),
     (lambda c, s: s["data"].update(FEDERATOR_CLUSTER_LOSS_GRACE="-1s"), "--cluster-loss-grace"),
     (lambda c, s: s["data"].update(FEDERATOR_STORE="sqlite:///var/lib/federator/hub.db"), "is not etcd://"),
-    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcd://etcd-0.etcd"), "must be HOST:PORT"),
-    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcd://etcd-0.etcd:2379,etcd-3.etcd:2379"),
-     "has only 3 replicas"),
-    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcd://etcd-0.etcd:2390"), "has no port 2390"),
-    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcd://etcd-0.etcdd:2379"), "not etcdd"),
-    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcd://etc-0.etcd:2379"), "no StatefulSet etc"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etcd-0.etcd"), "must be HOST:PORT"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etcd-3.etcd:2379"), "has only 3 replicas"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etcd-0.etcd:2379,etcd-1.etcd:2379"),
+     "several etcd endpoints with a DNS name"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etcd-0.etcd:2390"), "has no port 2390"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etcd:2390"), "Service etcd has no port 2390"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etcdd:2379"), "no Service etcdd is rendered here"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etcd-0.etcdd:2379"), "not etcdd"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcds://etc-0.etcd:2379"), "no StatefulSet etc"),
+    (lambda c, s: s["data"].update(FEDERATOR_STORE="etcd://etcd:2379"), "are for etcds:// only"),
+    (lambda c, s: (s["data"].update(FEDERATOR_STORE="etcd://etcd:2379"),
+                   [c["args"].remove(a) for a in list(c["args"]) if a.startswith("--etcd-")]), "is plain gRPC"),
+    (lambda c, s: c["args"].remove("--etcd-keyfile=/etc/federator/etcd/tls.key"), "--etcd-keyfile missing"),
+    (lambda c, s: _set_arg(c, "--etcd-cafile=", "--etcd-cafile=/etc/federator/etcd/root.crt"),
+     "--etcd-cafile /etc/federator/etcd/root.crt: volume etcd-client-tls does not provide that file"),
+    (lambda c, s: c["volumeMounts"].pop(), "--etcd-certfile /etc/federator/etcd/tls.crt is on no volume"),
     (lambda c, s: s["data"].pop("FEDERATOR_STORE"), "is not rendered here"),
     (lambda c, s: c["env"].pop(1), "undefined $(VAR)"),
     (lambda c, s: _set_arg(c, "--listen=", "--listen=0.0.0.0:http"), "expected HOST:PORT"),
@@ -280,6 +292,16 @@ def _env(container: Obj, name: str) -> Obj:
               "etcd-2=http://etcd-2.etcd:2380"), "--initial-cluster is"),
     (lambda s, c: s["spec"]["template"]["spec"].pop("affinity"), "may share a node"),
     (lambda s, c: c.update(command=["/bin/sh"]), "no container runs etcd"),
+    (lambda s, c: c["args"].remove("--client-cert-auth"), "no --client-cert-auth"),
+    (lambda s, c: c["args"].remove("--peer-client-cert-auth"), "no --peer-client-cert-auth"),
+    (lambda s, c: _set_arg(c, "--listen-client-urls=", "--listen-client-urls=http://0.0.0.0:2379"),
+     "--listen-client-urls 'http://0.0.0.0:2379' is not https://"),
+    (lambda s, c: _set_arg(c, "--initial-advertise-peer-urls=",
+                           "--initial-advertise-peer-urls=http://$(POD_NAME).etcd:2380"), "not its stable name"),
+    (lambda s, c: c["args"].remove("--peer-key-file=/etc/etcd/tls/peer/tls.key"), "no --peer-key-file"),
+    (lambda s, c: _set_arg(c, "--cert-file=", "--cert-file=/etc/etcd/tls/server/server.crt"),
+     "--cert-file /etc/etcd/tls/server/server.crt is on no volume that provides it"),
+    (lambda s, c: c["volumeMounts"].pop(), "--peer-trusted-ca-file /etc/etcd/tls/peer/ca.crt is on no volume"),
 ])
 def test_an_etcd_statefulset_that_cannot_form_its_cluster_fails(prod: list[Obj], mutate: Callable[[Obj, Obj], Any],
                                                                  expected: str) -> None:
@@ -299,7 +321,7 @@ def test_the_namespaced_peer_name_form_is_accepted_when_used_throughout(prod: li
     container["args"] = [a.replace("$(POD_NAME).etcd:2380", "$(POD_NAME).etcd.$(NS).svc:2380")
                          for a in container["args"]]
     _env(container, "ETCD_INITIAL_CLUSTER")["value"] = ",".join(
-        f"etcd-{i}=http://etcd-{i}.etcd.federator-system.svc:2380" for i in range(3))
+        f"etcd-{i}=https://etcd-{i}.etcd.federator-system.svc:2380" for i in range(3))
     assert etcd_problems(etcd, objects, help_flags=ETCD_FLAGS) == []
 
 

@@ -59,7 +59,7 @@ def _by_name(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, A
 
 def test_every_kustomization_of_deploy_is_found() -> None:
     expected = {DEPLOY / "base", DEPLOY / "etcd", DEPLOY / "overlays" / "prod", DEPLOY / "overlays" / "dev",
-                DEPLOY / "overlays" / "external-etcd"}
+                DEPLOY / "overlays" / "external-etcd", DEPLOY / "overlays" / "cert-manager"}
     assert expected <= set(DIRS)
     if (DEPLOY / "member" / "kustomization.yaml").is_file():
         assert DEPLOY / "member" in DIRS
@@ -143,7 +143,7 @@ def test_prod_runs_two_hub_replicas_on_a_three_member_etcd() -> None:
     assert etcd["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
     settings = next(o for o in objects if o["kind"] == "ConfigMap"
                     and o["metadata"]["name"].startswith("federator-hub-settings"))
-    assert settings["data"]["FEDERATOR_STORE"] == "etcd://etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379"
+    assert settings["data"]["FEDERATOR_STORE"] == "etcds://etcd:2379"
     for kind in ("Service", "PodDisruptionBudget", "NetworkPolicy", "ServiceAccount"):
         _by_name(objects, kind, "federator-hub")
     for kind in ("Service", "PodDisruptionBudget", "NetworkPolicy"):
@@ -174,7 +174,7 @@ def test_dev_runs_one_hub_and_one_etcd_member() -> None:
     assert _by_name(objects, "Deployment", "federator-hub")["spec"]["replicas"] == 1
     assert _by_name(objects, "StatefulSet", "etcd")["spec"]["replicas"] == 1
     settings = next(o for o in objects if o["metadata"]["name"].startswith("federator-hub-settings"))
-    assert settings["data"]["FEDERATOR_STORE"] == "etcd://etcd-0.etcd:2379"
+    assert settings["data"]["FEDERATOR_STORE"] == "etcds://etcd:2379"
     assert settings["data"]["FEDERATOR_LOG_LEVEL"] == "debug"
 
 
@@ -182,8 +182,8 @@ def test_external_etcd_runs_no_etcd() -> None:
     objects = render(DEPLOY / "overlays" / "external-etcd")
     assert not [o for o in objects if (o.get("metadata") or {}).get("name") == "etcd"]
     settings = next(o for o in objects if o["metadata"]["name"].startswith("federator-hub-settings"))
-    assert settings["data"]["FEDERATOR_STORE"].startswith("etcd://")
-    assert "etcd-0.etcd:" not in settings["data"]["FEDERATOR_STORE"]
+    assert settings["data"]["FEDERATOR_STORE"].startswith("etcds://")
+    assert settings["data"]["FEDERATOR_STORE"] != "etcds://etcd:2379"
 
 
 def test_the_crds_are_installed_as_they_are() -> None:
@@ -222,9 +222,37 @@ def test_the_readme_names_every_secret_the_hub_mounts_with_its_keys() -> None:
     section = readme.split("## Deploying on Kubernetes", 1)[1].split("\n## ", 1)[0]
     hub = _by_name(render(DEPLOY / "overlays" / "prod"), "Deployment", "federator-hub")
     secrets = [v["secret"] for v in hub["spec"]["template"]["spec"]["volumes"] if "secret" in v]
-    assert {s["secretName"] for s in secrets} == {"federator-tls", "federator-tokens", "federator-members"}
+    assert {s["secretName"] for s in secrets} == {"federator-tls", "federator-tokens", "federator-members",
+                                                  "etcd-client-tls"}
     for secret in secrets:
         row = next((line for line in section.splitlines() if line.startswith(f"| `{secret['secretName']}`")), None)
         assert row is not None, f"README's table does not list Secret {secret['secretName']}"
         for item in secret.get("items") or []:
             assert f"`{item['key']}`" in row, f"README does not name key {item['key']} of {secret['secretName']}"
+
+
+def test_cert_manager_makes_every_etcd_tls_secret_that_etcd_and_the_hub_mount() -> None:
+    objects = render(DEPLOY / "overlays" / "cert-manager")
+    certificates = {c["spec"]["secretName"]: c for c in objects if c.get("kind") == "Certificate"}
+    issuers = {o["metadata"]["name"]: o for o in objects if o.get("kind") == "Issuer"}
+    etcd = _by_name(objects, "StatefulSet", "etcd")
+    hub = _by_name(objects, "Deployment", "federator-hub")
+    mounted = {v["secret"]["secretName"] for w in (etcd, hub) for v in w["spec"]["template"]["spec"]["volumes"]
+               if "secret" in v and v["secret"]["secretName"].startswith("etcd-")}
+    assert mounted == {"etcd-server-tls", "etcd-peer-tls", "etcd-client-tls"} <= set(certificates)
+    for name in mounted:  # one CA signs all three: each side's ca.crt trusts the others
+        assert certificates[name]["spec"]["issuerRef"] == {"name": "etcd-ca", "kind": "Issuer"}
+    assert issuers["etcd-ca"]["spec"]["ca"]["secretName"] == certificates["etcd-ca"]["spec"]["secretName"]
+    assert certificates["etcd-ca"]["spec"]["isCA"] is True
+    assert "client auth" in certificates["etcd-client-tls"]["spec"]["usages"]
+    assert {"server auth", "client auth"} <= set(certificates["etcd-peer-tls"]["spec"]["usages"])
+    # the hub's store host and every member's stable name are in etcd's server certificate
+    store = next(o for o in objects if o["metadata"]["name"].startswith("federator-hub-settings"))["data"][
+        "FEDERATOR_STORE"]
+    assert store == "etcds://etcd:2379"
+    assert {"etcd", "*.etcd"} <= set(certificates["etcd-server-tls"]["spec"]["dnsNames"])
+    args = etcd["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--client-cert-auth" in args and "--peer-client-cert-auth" in args
+    hub_args = hub["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--etcd-cafile=/etc/federator/etcd/ca.crt", "--etcd-certfile=/etc/federator/etcd/tls.crt",
+            "--etcd-keyfile=/etc/federator/etcd/tls.key"} <= set(hub_args)

@@ -43,6 +43,7 @@ from federator.dev.certs import ensure_dev_tls, generate_ca, server_ssl_context,
 from federator.hub.app import HubState, build_hub_app, hub_state
 from federator.obs import Metrics, get_logger
 from federator.store.encryption import EncryptionConfig
+from federator.store.open import EtcdTLS
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_PATH = "/apis/federator.dev/v1alpha1"
@@ -141,6 +142,7 @@ async def start_hub(
     directory: Path,
     *,
     store_url: str | None = None,
+    etcd_tls: EtcdTLS | None = None,
     controllers: Sequence[ControllerFactory] = (),
     settings: HubSettings | None = None,
     clusters_dir: Path | None = None,
@@ -166,6 +168,7 @@ async def start_hub(
         # jobs go into namespaces nobody created; tests of the lifecycle pass settings of their own
         settings or HubSettings(state_dir=directory / "state", namespaces=NamespaceSettings(mode="autoprovision")),
         store_url=store_url or f"sqlite://{directory / 'hub.db'}",
+        etcd_tls=etcd_tls,
         controllers=controllers,
         authenticator=TokenAuthenticator.from_file(token_file, logger=get_logger("hub.auth")),
         job_finalizers=job_finalizers,

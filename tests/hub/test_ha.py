@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from federator.controllers.context import HubContext
-from federator.store.etcd_process import EtcdProcess
+from federator.store.etcd_process import EtcdCluster, EtcdProcess
 from federator.store.leader import FencedStore
 from federator.store.protocol import FencedOut
 
@@ -214,6 +214,28 @@ async def test_the_follower_takes_over_when_the_leader_stops(
         await wait_until(lambda: len(recorder.entered) == 1, what="the new leader's controllers")
         code, text = await readyz(follower)
         assert code == 200 and text.startswith("ok: leader")
+
+
+@pytest.mark.xdist_group("etcd-tls")
+async def test_replicas_over_mutual_tls_elect_one_leader_and_hand_over(
+    tmp_path: Path, etcd_tls_cluster: EtcdCluster,
+) -> None:
+    # The store and the leader election both ride the etcds:// connection (conftest's 3-member TLS etcd).
+    url, tls = etcd_tls_cluster.url, etcd_tls_cluster.client_tls
+    recorder = Recorder()
+    async with start_hub(tmp_path / "b", store_url=url, etcd_tls=tls, controllers=[_recorder_factory(recorder)],
+                         leader_ttl_seconds=2, wait_for_lead=False) as follower:
+        async with start_hub(tmp_path / "a", store_url=url, etcd_tls=tls, leader_ttl_seconds=2,
+                             wait_for_lead=False) as other:
+            await wait_until(lambda: other.state.leading.is_set() or follower.state.leading.is_set(),
+                             what="someone to lead")
+            assert not (other.state.leading.is_set() and follower.state.leading.is_set())
+            status, _ = await other.request("POST", MC_PATH, body=cluster_body("over-tls"))
+            assert status == 201
+        await wait_until(lambda: follower.state.leading.is_set(), what="the remaining replica to lead")
+        await wait_until(lambda: len(recorder.entered) >= 1, what="the leader's controllers")
+        status, body = await follower.request("GET", MC_PATH)
+        assert "over-tls" in [i["metadata"]["name"] for i in body["items"]]
 
 
 def _admin_token() -> str:

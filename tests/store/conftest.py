@@ -1,5 +1,6 @@
 """The `store` fixture: each contract test runs once per backend (memory,
-sqlite on a temp file, etcd on the session's real etcd process)."""
+sqlite on a temp file, etcd on the session's real etcd process; test_contract.py
+adds etcd-tls, the session's 3-member etcd over mutual TLS)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from federator.store.etcd import EtcdStore
-from federator.store.etcd_process import EtcdProcess
+from federator.store.etcd_process import EtcdCluster, EtcdProcess
 from federator.store.memory import MemoryStore
 from federator.store.protocol import Store
 from federator.store.sqlite import SqliteStore
@@ -42,6 +43,11 @@ async def store_factory(
             store = MemoryStore(prefix=unique_prefix)
         elif backend == "sqlite":
             store = await SqliteStore.open(tmp_path / "store.db", prefix=unique_prefix)
+        elif backend == "etcd-tls":
+            cluster: EtcdCluster = request.getfixturevalue("etcd_tls_cluster")
+            assert cluster.client_tls is not None
+            store = await EtcdStore.connect(cluster.endpoints, prefix=unique_prefix, retry_budget_seconds=5,
+                                            tls=cluster.client_tls.load())
         else:
             etcd: EtcdProcess = request.getfixturevalue("etcd_server")
             store = await EtcdStore.connect([etcd.endpoint], prefix=unique_prefix, retry_budget_seconds=5)

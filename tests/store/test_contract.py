@@ -1,4 +1,5 @@
-"""The store contract: every test runs against memory, sqlite and a real etcd.
+"""The store contract: every test runs against memory, sqlite, a real etcd and
+a 3-member etcd over mutual TLS (the session's `etcd_tls_cluster`).
 
 Keys live under the test's own prefix (`store.prefix`), so tests that share
 the session's etcd never see each other's keys; revisions are compared
@@ -34,6 +35,13 @@ from federator.store.protocol import (
 )
 
 WAIT = 15.0  # generous deadline for anything that should happen "soon"
+
+
+@pytest.fixture(params=["memory", "sqlite", "etcd",
+                        pytest.param("etcd-tls", marks=[pytest.mark.etcd, pytest.mark.xdist_group("etcd-tls")])])
+def backend(request: pytest.FixtureRequest) -> str:
+    """conftest.py's backends plus etcd-tls, here only: the contract is what TLS could break."""
+    return str(request.param)
 
 
 async def collect(store: Store, prefix: str, *, from_revision: int, count: int) -> list[Event]:
@@ -522,6 +530,7 @@ async def test_usage_is_what_the_backend_tells_cheaply_and_is_exported(store: St
     for i in range(20):
         await store.put(p + f"k{i:02}", b"v" * 1000)
     usage = await store.usage()
+    label = "etcd" if backend == "etcd-tls" else backend
     if backend == "memory":
         assert usage.size_bytes is None and before.keys is not None and usage.keys == before.keys + 20
         assert METRICS.store_keys.labels(backend="memory")._value.get() == usage.keys
@@ -530,13 +539,13 @@ async def test_usage_is_what_the_backend_tells_cheaply_and_is_exported(store: St
         if backend == "sqlite":  # 20 kB of values went into the file or its write-ahead log
             assert before.size_bytes is not None and usage.size_bytes >= before.size_bytes + 20_000
         assert usage.size_bytes > 0
-        assert METRICS.store_size_bytes.labels(backend=backend)._value.get() == usage.size_bytes
+        assert METRICS.store_size_bytes.labels(backend=label)._value.get() == usage.size_bytes
 
 
 async def test_compactions_are_counted_once_each(store: Store, backend: str) -> None:
     from federator.obs import METRICS
 
-    counted = METRICS.store_compactions.labels(backend=backend)
+    counted = METRICS.store_compactions.labels(backend="etcd" if backend == "etcd-tls" else backend)
     p = store.prefix
     await store.put(p + "a", b"1")
     at = (await store.put(p + "a", b"2")).mod_revision

@@ -58,6 +58,8 @@ async def test_etcd_url(etcd_server: EtcdProcess) -> None:
         ("sqlite://hub.db?retain=", "exactly one value"),
         ("etcd://", "at least one HOST:PORT"),
         ("etcd://localhost", "must be HOST:PORT"),
+        ("etcd://etcd-0.etcd:2379,etcd-1.etcd:2379", "several etcd endpoints with a DNS name"),
+        ("etcds://127.0.0.1:2379,etcd:2379", "several etcd endpoints with a DNS name"),
         ("etcd://h:1,h:99999", "must be HOST:PORT"),
         ("etcd://h:2379/path", "no path"),
         ("etcd://h:2379?x=1", "unknown option"),
@@ -70,7 +72,7 @@ async def test_bad_urls_are_clear_errors_and_create_nothing(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreError, match=why) as err:
         await open_store(url)
-    assert "expected memory://, sqlite://PATH or etcd://" in str(err.value)
+    assert "expected memory://, sqlite://PATH, etcd://HOST:PORT[,HOST:PORT...] or etcds://" in str(err.value)
     assert not isinstance(err.value, StoreUnavailable)
     assert list(tmp_path.iterdir()) == []
 
