@@ -77,6 +77,19 @@ def hub_flags(parser: argparse.ArgumentParser, *, member_kubeconfig: bool = Fals
                        help="give up on a request after this long (default: 30; at most a day)")
 
 
+def etcd_tls_flags(group: Any, *, who: str) -> None:
+    """--etcd-cafile, --etcd-certfile and --etcd-keyfile (kube-apiserver's names) for a command that takes an
+    etcds:// store URL (`federator up`, `federator store rewrite`); federator/store/open.py checks them."""
+    group.add_argument("--etcd-cafile", metavar="FILE",
+                       help="etcds:// only: the CA (PEM) that signed etcd's server certificate (kube-apiserver's "
+                            "flag of this name); with several endpoints every member's certificate must name the "
+                            "first endpoint's host")
+    group.add_argument("--etcd-certfile", metavar="FILE",
+                       help=f"etcds:// only: {who} client certificate (PEM), signed by a CA in etcd's "
+                            "--trusted-ca-file (etcd runs with --client-cert-auth)")
+    group.add_argument("--etcd-keyfile", metavar="FILE", help="etcds:// only: the key (PEM) of --etcd-certfile")
+
+
 def request_timeout(text: str) -> float:
     """--request-timeout: seconds, more than 0 and at most a day (argparse turns the error into usage + one line)."""
     try:

@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from federator.cli.common import UserError
+from federator.cli.common import UserError, etcd_tls_flags
 
 
 def register(sub: Any) -> None:
@@ -52,7 +52,9 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("--store", required=True, metavar="URL",
-                   help="the hub store: sqlite://PATH or etcd://HOST:PORT[,HOST:PORT...]")
+                   help="the hub store: sqlite://PATH, etcd://HOST:PORT[,HOST:PORT...] or etcds://... (mutual "
+                        "TLS, with the three --etcd-* flags)")
+    etcd_tls_flags(r, who="this command's")
     r.add_argument("--encryption-provider-config", required=True, metavar="FILE",
                    help="the EncryptionConfiguration the hubs run with (its first provider writes)")
     r.set_defaults(handler=_cmd_rewrite)
@@ -63,8 +65,8 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     from federator.hub.encryption import RewriteSummary, resolve, rewrite
     from federator.hub.kinds import hub_registry
     from federator.store.encryption import EncryptionConfigError, read_encryption_config
-    from federator.store.open import open_store
-    from federator.store.protocol import StoreError
+    from federator.store.open import check_store_url, etcd_tls_from_flags, open_store
+    from federator.store.protocol import StoreError, StoreMisconfigured
 
     from federator.obs import configure_logging
 
@@ -76,6 +78,11 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
         resolve(config, registry, HUB_STORE_PREFIX)
     except EncryptionConfigError as e:
         raise UserError(f"--encryption-provider-config {path}: {e}") from None
+    try:
+        etcd_tls = etcd_tls_from_flags(args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile)
+        check_store_url(args.store, etcd_tls)
+    except StoreMisconfigured as e:
+        raise UserError(str(e)) from None
     if str(args.store).startswith("memory:"):
         raise UserError("--store memory:// is this process's own empty store: name the hub's sqlite:// or etcd://")
     if str(args.store).startswith("sqlite://"):
@@ -88,7 +95,8 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
             print(f"rewrote {summary.rewritten} objects so far (now {resource})", flush=True)
 
     async def run() -> RewriteSummary:
-        store = await open_store(args.store, prefix=HUB_STORE_PREFIX, connect_timeout_seconds=10.0)
+        store = await open_store(args.store, prefix=HUB_STORE_PREFIX, connect_timeout_seconds=10.0,
+                                 etcd_tls=etcd_tls)
         try:
             return await rewrite(store, config, registry, progress=progress)
         finally:
@@ -96,6 +104,8 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
 
     try:
         summary = asyncio.run(run())
+    except StoreMisconfigured as e:  # a refused TLS handshake: the flags are wrong
+        raise UserError(f"store rewrite: {e}") from None
     except StoreError as e:
         raise UserError(f"store rewrite: {e}", exit_code=1) from None
     writes = sorted({rule.transformer.writes for rule in config.rules})

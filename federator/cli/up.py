@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from federator.cli.common import etcd_tls_flags
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -60,14 +62,7 @@ def register(sub: Any) -> None:
                          "from the store) is replaced by another replica on the same etcd within about this long; "
                          "shorter means faster takeover and more store traffic (default: 10s, 1s to 5m)")
     store = p.add_argument_group("store")
-    store.add_argument("--etcd-cafile", metavar="FILE",
-                       help="etcds:// only: the CA (PEM) that signed etcd's server certificate (kube-apiserver's "
-                            "flag of this name); with several endpoints every member's certificate must name the "
-                            "first endpoint's host")
-    store.add_argument("--etcd-certfile", metavar="FILE",
-                       help="etcds:// only: the hub's client certificate (PEM), signed by a CA in etcd's "
-                            "--trusted-ca-file (etcd runs with --client-cert-auth)")
-    store.add_argument("--etcd-keyfile", metavar="FILE", help="etcds:// only: the key (PEM) of --etcd-certfile")
+    etcd_tls_flags(store, who="the hub's")
     store.add_argument("--encryption-provider-config", default=None, metavar="FILE",
                        help="encrypt resources at rest in the store, as kube-apiserver's flag of that name: an "
                             "EncryptionConfiguration (apiserver.config.k8s.io/v1; providers aesgcm, secretbox, "

@@ -12,12 +12,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import structlog
 
+from federator.dev.certs import ensure_etcd_tls
 from federator.hub.app import HUB_STORE_PREFIX
 from federator.store.encryption import DecryptionError, EncryptionConfig, parse_encryption_config, read_encryption_config
 from federator.store.etcd import EtcdStore
@@ -99,18 +99,31 @@ async def test_sqlite_file_holds_no_credential(tmp_path: Path) -> None:
 
 
 @pytest.mark.etcd
-async def test_etcd_data_and_keys_hold_no_credential_and_rewrite_runs_beside_a_hub(
-        tmp_path: Path, etcd_factory: Callable[[], EtcdProcess]) -> None:
-    etcd = etcd_factory()
+async def test_etcd_data_and_keys_hold_no_credential_and_rewrite_runs_beside_a_hub(tmp_path: Path) -> None:
+    """On an etcd over mutual TLS (issue 31 item 1), as production runs it: the hub and `store rewrite` with
+    the three --etcd-* files; without the client certificate the rewrite is one line and writes nothing."""
+    etcd = EtcdProcess(tmp_path / "etcd", fsync=False, tls=ensure_etcd_tls(tmp_path / "tls"))
+    etcd.start()
+    tls = etcd.client_tls
+    assert tls is not None
+    tls_flags = ["--etcd-cafile", str(tls.ca), "--etcd-certfile", str(tls.cert), "--etcd-keyfile", str(tls.key)]
+    try:
+        await _etcd_holds_no_credential(tmp_path, etcd, tls_flags)
+    finally:
+        etcd.kill()
+
+
+async def _etcd_holds_no_credential(tmp_path: Path, etcd: EtcdProcess, tls_flags: list[str]) -> None:
+    tls = etcd.client_tls
 
     async def raw_kvs() -> list[KeyValue]:
-        raw = await EtcdStore.connect([etcd.endpoint], prefix=HUB_STORE_PREFIX)
+        raw = await EtcdStore.connect([etcd.endpoint], prefix=HUB_STORE_PREFIX, tls=tls.load() if tls else None)
         try:
             return list((await raw.range(HUB_STORE_PREFIX)).kvs)
         finally:
             await raw.close()
 
-    async with start_hub(tmp_path / "a", store_url=etcd.url, encryption=config(AESGCM_1)) as hub:
+    async with start_hub(tmp_path / "a", store_url=etcd.url, etcd_tls=tls, encryption=config(AESGCM_1)) as hub:
         await _exercise_every_read_and_write(hub)
     kvs = await raw_kvs()
     assert [kv for kv in kvs if kv.key.startswith(MC_PREFIX)]
@@ -121,10 +134,16 @@ async def test_etcd_data_and_keys_hold_no_credential_and_rewrite_runs_beside_a_h
     # key2 first on the running hub; `federator store rewrite` beside it while it writes the same object
     rotated = tmp_path / "rotated.yaml"
     rotated.write_text(config_text(SECRETBOX_2, AESGCM_1))
-    async with start_hub(tmp_path / "b", store_url=etcd.url, encryption=config(SECRETBOX_2, AESGCM_1)) as hub:
+    refused = await asyncio.to_thread(_cli, "store", "rewrite", "--store", etcd.url, *tls_flags[:2],
+                                      "--encryption-provider-config", str(rotated))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--etcd-certfile and --etcd-keyfile missing" in refused.stderr, refused.stderr
+    assert all(kv.value.startswith(b"k8s:enc:aesgcm:v1:key1:") for kv in await raw_kvs() if kv.key.startswith(MC_PREFIX))
+    async with start_hub(tmp_path / "b", store_url=etcd.url, etcd_tls=tls,
+                         encryption=config(SECRETBOX_2, AESGCM_1)) as hub:
         await hub.request("POST", "/apis/federator.dev/v1alpha1/memberclusters", body=cert_cluster())
         rewriting = asyncio.create_task(asyncio.to_thread(
-            _cli, "store", "rewrite", "--store", etcd.url, "--encryption-provider-config", str(rotated)))
+            _cli, "store", "rewrite", "--store", etcd.url, *tls_flags, "--encryption-provider-config", str(rotated)))
         bandwidth = 1.0
         while not rewriting.done():
             bandwidth += 1
