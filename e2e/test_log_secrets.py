@@ -10,7 +10,8 @@ it, so the hub's error paths log against it all along). Hostile requests: malfor
 without a colon carrying the admin token, an oversized header carrying the viewer token, a bad
 Content-Length), and the member's token sent to the hub as a bearer token.
 
-Searched: the hub's stdout and stderr, the CLI's output, the simulated member's process output, the
+Searched: the hub's stdout and stderr, the CLI's output, the admin's answers of /metrics, the
+MemberClusters (list and one) and Events, the audit log (every body, RequestResponse), the simulated member's process output, the
 fence agents' logs and the hub's sqlite store files (the hub runs with --encryption-provider-config); for each secret, the secret itself and its base64 forms (at every alignment, plain
 and URL-safe), and no PEM private key at all. Also: every stderr line is JSON, each malformed request is
 one `malformed HTTP request` line, and the hub's probes and /metrics answer by role on the real process.
@@ -128,10 +129,13 @@ def _tls() -> ssl.SSLContext:
     return context
 
 
-def _get(url: str, token: str | None) -> int:
+def _get(url: str, token: str | None, *, body: list[str] | None = None) -> int:
+    """The status of GET `url`; with `body`, its text is appended there (searched for secrets)."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, context=_tls(), timeout=20) as response:
+            if body is not None:
+                body.append(response.read().decode("utf-8", "replace"))
             return int(response.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
@@ -174,6 +178,7 @@ def test_a_full_up_run_logs_no_planted_secret(tmp_path: Path) -> None:
                      "--encryption-provider-config", str(encryption),
                      "--audit-log-path", str(audit_log), "--audit-policy-file", str(policy))
     cli_output: list[str] = []
+    responses: list[str] = []
     try:
         ready = up.start()
         url = str(ready["url"])
@@ -223,6 +228,10 @@ def test_a_full_up_run_logs_no_planted_secret(tmp_path: Path) -> None:
                                                     hub_tokens["viewer"], hub_tokens["admin"])] == \
             [401, 401, 403, 200, 200]
         assert _get(url + "/apis/federator.dev/v1alpha1/trainingjobs", member_token) == 401
+        # what the API and /metrics answer an admin: searched below with every other output
+        for path in ("/metrics", "/apis/federator.dev/v1alpha1/memberclusters",
+                     f"/apis/federator.dev/v1alpha1/memberclusters/{ADDED}", "/api/v1/events?limit=500"):
+            assert _get(url + path, hub_tokens["admin"], body=responses) == 200, path
 
         # malformed HTTP, two of them carrying hub tokens
         malformed = [
@@ -268,7 +277,8 @@ def test_a_full_up_run_logs_no_planted_secret(tmp_path: Path) -> None:
     assert secrets["client-key-data b"] in ghost.read_text()
 
     outputs = {"hub stdout": "\n".join(up.stdout), "hub stderr": "\n".join(up.stderr_lines),
-               "CLI output": "\n".join(cli_output), "member process": member_out}
+               "CLI output": "\n".join(cli_output), "member process": member_out,
+               "API and /metrics answers": "\n".join(responses)}
     for agent_log in (state / "sim").glob("*-agent.log"):
         outputs[agent_log.name] = agent_log.read_text()
     outputs["audit log"] = audit_log.read_text()
