@@ -11,7 +11,7 @@ clusters' kubeconfigs in .federator/sim/):
   room for every gang (`--nodes` nodes of 64 CPUs and 250 pods each; pods run for an hour);
 - the hub in its own process, built as `federator up` builds it (`hub_controllers()`, HTTPS, token auth,
   the failover settings from `--grace`, `--lease`, `--margin`, `--failover-rate` through
-  `hub.failover_knobs`, as `federator up --cluster-loss-grace ... --member-lease-duration ...
+  `hub.settings_knobs`, as `federator up --cluster-loss-grace ... --member-lease-duration ...
   --lease-margin ... --failover-rate ...`);
 - the fence agent of `home` in its own process (`federator agent --kubeconfig
   .federator/sim/home-agent.kubeconfig --hub-identity federator`), as `federator up` runs it.
@@ -382,11 +382,11 @@ async def main() -> None:
         parser.error("--runs and --gangs must be positive")
     from federator.apis.common import parse_duration_seconds
     from federator.controllers.settings import HubSettings
-    from federator.hub.app import failover_knobs
+    from federator.hub.app import settings_knobs
     from federator.obs import configure_logging
 
     configure_logging(level="error", json=True)
-    knobs = failover_knobs(argparse.Namespace(cluster_loss_grace=args.grace, member_lease_duration=args.lease,
+    knobs = settings_knobs(argparse.Namespace(cluster_loss_grace=args.grace, member_lease_duration=args.lease,
                                               lease_margin=args.margin, mass_loss_threshold=None,
                                               failover_rate=args.failover_rate))
     for item in args.knob:

@@ -541,13 +541,13 @@ def _print_clusters(clusters: Sequence[DevCluster], *, registrations: Path, admi
 
 def run_up(args: argparse.Namespace) -> int:
     """`federator up`: the hub, with simulated member clusters unless --clusters or --no-sim."""
-    from federator.hub.app import audit_flags, encryption_flag, failover_knobs, run_hub, store_flags
+    from federator.hub.app import audit_flags, encryption_flag, settings_knobs, run_hub, store_flags
     from federator.store.protocol import StoreMisconfigured
 
     if getattr(args, "clusters", None) or getattr(args, "no_sim", False):
         return run_hub(args)
     try:
-        failover_knobs(args)  # a wrong flag fails before any simulated cluster starts
+        settings_knobs(args)  # a wrong flag fails before any simulated cluster starts
         store_flags(args)
         encryption_flag(args)
         audit_flags(args)  # a bad audit policy too

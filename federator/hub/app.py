@@ -935,7 +935,7 @@ class _Plan:
     dev_tokens: dict[str, str] | None
     clusters_dir: Path | None
     kubeconfig_dir: Path
-    #: from the flags (failover_knobs), validated
+    #: from the flags (settings_knobs), validated
     settings: HubSettings
     leader_ttl: float = LEADER_TTL_SECONDS
     #: --encryption-provider-config, read and checked against the hub's kinds
@@ -944,8 +944,10 @@ class _Plan:
     audit: AuditLogSettings | None = None
 
 
-def failover_knobs(args: argparse.Namespace) -> dict[str, Any]:
-    """HubSettings keys (HubSettings.from_mapping) from `federator up`'s failover flags and --compaction-interval;
+def settings_knobs(args: argparse.Namespace) -> dict[str, Any]:
+    """HubSettings keys (HubSettings.from_mapping) from `federator up`'s settings flags: failover
+    (--cluster-loss-grace, --lease-margin, --member-lease-duration, --mass-loss-threshold, --failover-rate),
+    --compaction-interval, --namespaces, --currency and the cluster inventory's (cluster_profile_knobs);
     ValueError naming the flag when one is wrong (devclusters.run_up calls it before any simulated cluster
     starts)."""
     from federator.apis.common import parse_duration_seconds
@@ -1051,7 +1053,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     store_url, etcd_tls = store_flags(args)
     host, port = parse_listen(getattr(args, "listen", None) or DEFAULT_LISTEN)
     # Flags first: a wrong one is one line, with nothing written yet.
-    settings = HubSettings.from_mapping({"state_dir": state_dir, **failover_knobs(args)})
+    settings = HubSettings.from_mapping({"state_dir": state_dir, **settings_knobs(args)})
     leader_ttl = leader_ttl_flag(args)
     encryption = encryption_flag(args)
     audit = audit_flags(args)

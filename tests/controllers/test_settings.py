@@ -284,21 +284,21 @@ def test_test_hooks_are_typed_optional_fields() -> None:
 def test_federator_up_flags_build_valid_settings() -> None:
     import argparse
 
-    from federator.hub.app import failover_knobs
+    from federator.hub.app import settings_knobs
 
     args = argparse.Namespace(cluster_loss_grace="2m", member_lease_duration="30s", lease_margin="3s",
                               mass_loss_threshold="0.3", failover_rate="50", compaction_interval="0")
-    settings = HubSettings.from_mapping(failover_knobs(args))
+    settings = HubSettings.from_mapping(settings_knobs(args))
     assert settings.member_sync.cluster_loss_grace_seconds == 120.0
     assert settings.lease == MemberLeaseSettings(duration_seconds=30.0, margin_seconds=3.0)
     assert settings.failover == FailoverSettings(mass_loss_threshold=0.3, rate_per_second=50.0)
     assert settings.compaction.interval_seconds == 0.0
-    defaults = HubSettings.from_mapping(failover_knobs(argparse.Namespace()))
+    defaults = HubSettings.from_mapping(settings_knobs(argparse.Namespace()))
     assert defaults == HubSettings()
-    assert HubSettings.from_mapping(failover_knobs(argparse.Namespace(currency="EUR"))).queues.currency == "EUR"
+    assert HubSettings.from_mapping(settings_knobs(argparse.Namespace(currency="EUR"))).queues.currency == "EUR"
     for bad in ("usd", "EURO", "US$", "$" * 10_000):
         with pytest.raises(ValueError, match="--currency .*unknown currency format") as raised:
-            failover_knobs(argparse.Namespace(currency=bad))
+            settings_knobs(argparse.Namespace(currency=bad))
         assert len(str(raised.value)) < 200
 
 

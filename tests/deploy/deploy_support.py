@@ -412,12 +412,12 @@ _FILE_FLAGS_UP = ("tls_cert", "tls_key", "tls_ca", "token_file", "etcd_cafile", 
 def _up_problems(args: Any, at: str, pod: Mapping[str, Any], container: Mapping[str, Any], *,
                  replicas: int, objects: Sequence[Obj], complete: bool) -> list[str]:
     """The checks `federator up` itself makes before it starts, short of reading files."""
-    from federator.hub.app import failover_knobs, leader_ttl_flag, parse_listen
+    from federator.hub.app import settings_knobs, leader_ttl_flag, parse_listen
     from federator.store.open import check_store_url, etcd_tls_from_flags, parse_etcd_endpoints
     from federator.store.protocol import StoreMisconfigured
 
     problems: list[str] = []
-    for check in (lambda: parse_listen(args.listen), lambda: failover_knobs(args), lambda: leader_ttl_flag(args)):
+    for check in (lambda: parse_listen(args.listen), lambda: settings_knobs(args), lambda: leader_ttl_flag(args)):
         try:
             check()
         except ValueError as e:

@@ -108,7 +108,7 @@ async def test_only_admins_write_profiles_and_see_how_to_reach_the_cluster(hub: 
 def test_the_inventory_flags_fail_with_one_line_naming_the_flag(tmp_path: Path) -> None:
     import argparse
 
-    from federator.hub.app import cluster_profile_knobs, failover_knobs
+    from federator.hub.app import cluster_profile_knobs, settings_knobs
 
     good = tmp_path / "providers.json"
     good.write_text(json.dumps({"providers": [{"name": "p", "execConfig": {
@@ -117,7 +117,7 @@ def test_the_inventory_flags_fail_with_one_line_naming_the_flag(tmp_path: Path) 
                                                      cluster_profile_kubeconfigs=str(tmp_path)))
     assert [p.name for p in knobs["cluster_profile_providers"]] == ["p"]
     assert knobs["cluster_profile_kubeconfig_dir"] == tmp_path
-    assert "cluster_profile_providers" in failover_knobs(argparse.Namespace(cluster_profile_providers=str(good)))
+    assert "cluster_profile_providers" in settings_knobs(argparse.Namespace(cluster_profile_providers=str(good)))
     bad = tmp_path / "bad.json"
     for content, words in (("{", "is not valid JSON"),
                            ('{"providers": [{"name": "p", "execConfig": {"command": "x"}}]}',
