@@ -405,14 +405,18 @@ def parse_federator(argv: Sequence[str]) -> tuple[Any, str | None]:
 
 _PATH_FLAGS_UP = {"tls_cert": "--tls-cert", "tls_key": "--tls-key", "tls_ca": "--tls-ca",
                   "token_file": "--token-file", "clusters": "--clusters", "state_dir": "--state-dir",
-                  "etcd_cafile": "--etcd-cafile", "etcd_certfile": "--etcd-certfile", "etcd_keyfile": "--etcd-keyfile"}
-_FILE_FLAGS_UP = ("tls_cert", "tls_key", "tls_ca", "token_file", "etcd_cafile", "etcd_certfile", "etcd_keyfile")
+                  "etcd_cafile": "--etcd-cafile", "etcd_certfile": "--etcd-certfile", "etcd_keyfile": "--etcd-keyfile",
+                  "encryption_provider_config": "--encryption-provider-config", "audit_log_path": "--audit-log-path"}
+_FILE_FLAGS_UP = ("tls_cert", "tls_key", "tls_ca", "token_file", "etcd_cafile", "etcd_certfile", "etcd_keyfile",
+                  "encryption_provider_config")
+#: flags whose path the hub writes: on a writable emptyDir or volume
+_WRITTEN_FLAGS_UP = ("state_dir", "audit_log_path")
 
 
 def _up_problems(args: Any, at: str, pod: Mapping[str, Any], container: Mapping[str, Any], *,
                  replicas: int, objects: Sequence[Obj], complete: bool) -> list[str]:
     """The checks `federator up` itself makes before it starts, short of reading files."""
-    from federator.hub.app import settings_knobs, leader_ttl_flag, parse_listen
+    from federator.hub.app import leader_ttl_flag, parse_listen, settings_knobs
     from federator.store.open import check_store_url, etcd_tls_from_flags, parse_etcd_endpoints
     from federator.store.protocol import StoreMisconfigured
 
@@ -455,7 +459,7 @@ def _up_problems(args: Any, at: str, pod: Mapping[str, Any], container: Mapping[
             problems.append(f"{at}: {flag} {value} is on no volume (the root filesystem is read-only)")
             continue
         mount, volume = found
-        if attribute == "state_dir" and not _writable(mount, volume):
+        if attribute in _WRITTEN_FLAGS_UP and not _writable(mount, volume):
             problems.append(f"{at}: {flag} {value} is not on a writable emptyDir or volume")
         elif attribute in _FILE_FLAGS_UP and not _file_in_volume(volume, mount, value):
             problems.append(f"{at}: {flag} {value}: volume {volume.get('name')} does not provide that file")

@@ -73,6 +73,10 @@ def _container(obj: Obj) -> Obj:
     return first
 
 
+def _drop_mount(container: Obj, name: str) -> None:
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != name]
+
+
 def _set_arg(container: Obj, prefix: str, new: str) -> None:
     args: list[str] = container["args"]
     index = next(i for i, a in enumerate(args) if a.startswith(prefix))
@@ -185,7 +189,14 @@ def test_an_init_container_is_held_to_the_same_rules(prod: list[Obj]) -> None:
     (lambda c, s: c["args"].remove("--etcd-keyfile=/etc/federator/etcd/tls.key"), "--etcd-keyfile missing"),
     (lambda c, s: _set_arg(c, "--etcd-cafile=", "--etcd-cafile=/etc/federator/etcd/root.crt"),
      "--etcd-cafile /etc/federator/etcd/root.crt: volume etcd-client-tls does not provide that file"),
-    (lambda c, s: c["volumeMounts"].pop(), "--etcd-certfile /etc/federator/etcd/tls.crt is on no volume"),
+    (lambda c, s: _drop_mount(c, "etcd-client-tls"), "--etcd-certfile /etc/federator/etcd/tls.crt is on no volume"),
+    (lambda c, s: _drop_mount(c, "encryption"),
+     "--encryption-provider-config /etc/federator/encryption/encryption-config.yaml is on no volume"),
+    (lambda c, s: _set_arg(c, "--encryption-provider-config=", "--encryption-provider-config=/etc/federator/encryption/x"),
+     "volume encryption does not provide that file"),
+    (lambda c, s: _drop_mount(c, "audit"), "--audit-log-path /var/log/federator/audit.log is on no volume"),
+    (lambda c, s: _set_arg(c, "--audit-log-path=", "--audit-log-path=/etc/federator/tls/audit.log"),
+     "--audit-log-path /etc/federator/tls/audit.log is not on a writable"),
     (lambda c, s: s["data"].pop("FEDERATOR_STORE"), "is not rendered here"),
     (lambda c, s: c["env"].pop(1), "undefined $(VAR)"),
     (lambda c, s: _set_arg(c, "--listen=", "--listen=0.0.0.0:http"), "expected HOST:PORT"),

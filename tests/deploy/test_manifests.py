@@ -223,6 +223,7 @@ def test_the_readme_names_every_secret_the_hub_mounts_with_its_keys() -> None:
     hub = _by_name(render(DEPLOY / "overlays" / "prod"), "Deployment", "federator-hub")
     secrets = [v["secret"] for v in hub["spec"]["template"]["spec"]["volumes"] if "secret" in v]
     assert {s["secretName"] for s in secrets} == {"federator-tls", "federator-tokens", "federator-members",
+                                                  "federator-encryption",
                                                   "etcd-client-tls"}
     for secret in secrets:
         row = next((line for line in section.splitlines() if line.startswith(f"| `{secret['secretName']}`")), None)
