@@ -498,3 +498,15 @@ async def iterate_log(
                 on_event()
                 yield ev
         cursor = batch[-1].kv.mod_revision + 1
+
+
+def is_ip_address(host: str) -> bool:
+    """An etcd endpoint's host that is an IPv4 literal, or localhost (which the etcd client connects to as 127.0.0.1)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).version == 4
+    except ValueError:
+        return False

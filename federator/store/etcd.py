@@ -78,6 +78,7 @@ from federator.store._base import (
     BaseStore,
     check_lease_id,
     check_prefix_arg,
+    is_ip_address,
     prefix_end,
 )
 from federator.store.protocol import (
@@ -99,8 +100,6 @@ from federator.store.protocol import (
     StoreUsage,
     TxnResult,
 )
-
-from federator.store.open import is_ip_address
 
 if TYPE_CHECKING:
     from federator.store.open import EtcdCredentials

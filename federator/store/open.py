@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from federator.obs import Metrics
-from federator.store._base import DEFAULT_PREFIX
+from federator.store._base import DEFAULT_PREFIX, is_ip_address
 from federator.store.protocol import Store, StoreMisconfigured
 
 _FORMS = "memory://, sqlite://PATH, etcd://HOST:PORT[,HOST:PORT...] or etcds://HOST:PORT[,HOST:PORT...]"
@@ -151,18 +151,6 @@ def parse_etcd_endpoints(url: str, netloc: str) -> list[str]:
         raise _bad(url, f"several etcd endpoints with a DNS name ({', '.join(names)}): give IP addresses, or one "
                         "name that resolves to every member (e.g. the headless Service: etcds://etcd:2379)")
     return endpoints
-
-
-def is_ip_address(host: str) -> bool:
-    """An IPv4 literal, or localhost (which the etcd client connects to as 127.0.0.1)."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).version == 4
-    except ValueError:
-        return False
 
 
 def check_store_url(url: str, etcd_tls: EtcdTLS | None = None, *, read_files: bool = True) -> None:
