@@ -43,7 +43,8 @@ clock from the moment before each create):
 - writesPerJob: the federation identity's writes in the workers' audit logs over the phase, per job;
 - mismatched: jobs whose JobSet was released in a worker whose fabric or GPU model they did not ask for;
   unfinished: jobs not Running within --timeout;
-- cutoff (after the burst): the worker running the most movable jobs (ones another worker could run) loses
+- cutoff (after a burst of at most 6 jobs, two of each ask, which fit in the two workers left with the default
+  --nodes 4): the worker running the most movable jobs (ones another worker could run) loses
   its kube-apiserver (SIGKILL); movedSeconds: from then until each movable job that was there is Running
   elsewhere (p50, max); maxCopies: the most clusters any job was Running in at once (the cut worker's last
   known state counts: its nodes keep running what they ran); then the API server comes back and
@@ -93,6 +94,9 @@ WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollectio
 #: the Kueue webhooks kept: those of Kueue's own kinds and of JobSet (the one integration enabled)
 KUEUE_WEBHOOK_GROUPS = frozenset({"kueue.x-k8s.io", "jobset.x-k8s.io"})
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+#: Kueue v0.17.0's Incremental dispatcher nominates workers in rounds of this long (incrementalDispatcherRoundTimeout);
+#: a workload evicted from a lost worker is nominated again only when its round is over
+INCREMENTAL_ROUND_SECONDS = 300.0
 
 
 # ---------------------------------------------------------------- pure parts: clusters, jobs, manifests
@@ -747,7 +751,7 @@ class Bench:
 
         await self.observer.wait(f"{system}: every movable job Running elsewhere",
                                  lambda: all(moved(j) is not None for j in movable),
-                                 timeout=self.args.grace + self.args.timeout)
+                                 timeout=self.args.grace + max(self.args.timeout, INCREMENTAL_ROUND_SECONDS + 60))
         seconds = [s for s in (moved(j) for j in movable) if s is not None]
         figures: dict[str, float] = {
             "cutoffMovableJobs": float(len(movable)), "cutoffMovedJobs": float(len(seconds)),
@@ -767,8 +771,9 @@ class Bench:
         """Every phase of one system: burst, steady (unless --quick), cutoff after a second burst."""
         figures: dict[str, float] = {}
         prefix = f"r{run}-{system.replace('mk-', 'mk')}"
+        # the cut-off phase's jobs fit in the two workers left, whichever is cut off: two of each ask
         burst, steady, cut = (jobs_for(f"{prefix}-b", self.args.jobs), jobs_for(f"{prefix}-s", self.args.jobs),
-                              jobs_for(f"{prefix}-c", self.args.jobs))
+                              jobs_for(f"{prefix}-c", min(self.args.jobs, 2 * len(ASKS))))
         if system == "federator":
             from failover import Hub  # bench/failover.py: the hub as `federator up` builds it, a child process
 
@@ -926,6 +931,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 print(f"run {run + 1}/{args.runs}: {system}", file=sys.stderr)
                 results[system].append(await bench.run_system(system, run))
                 print(json.dumps({system: results[system][-1]}), file=sys.stderr)
+            print(f"after run {run + 1}:\n{table(results)}", file=sys.stderr, flush=True)
     finally:
         if bench.observer is not None:
             await bench.observer.stop()
