@@ -880,12 +880,14 @@ ROWS = (
     ("steady.admittedP50Seconds", "steady: to admitted p50 (s)"), ("steady.admittedP99Seconds", "steady: to admitted p99 (s)"),
     ("steady.runningP50Seconds", "steady: to Running p50 (s)"), ("steady.runningP99Seconds", "steady: to Running p99 (s)"),
     ("steady.writesPerJob", "steady: worker writes per job"), ("steady.mismatched", "steady: mismatched"),
+    ("steady.unfinished", "steady: not Running"),
     ("cutoff.cutoffMovableJobs", "cutoff: movable jobs on the cut worker"),
     ("cutoff.cutoffMovedJobs", "cutoff: of them Running elsewhere"),
     ("cutoff.movedP50Seconds", "cutoff: Running elsewhere p50 (s)"),
     ("cutoff.movedMaxSeconds", "cutoff: Running elsewhere, last (s)"),
     ("cutoff.maxCopies", "cutoff: max copies Running at once"),
     ("cutoff.staleGoneSeconds", "cutoff: worker back -> stale copies gone (s)"),
+    ("cutoff.staleCopiesLeft", "cutoff: jobs still Running twice 180 s after"),
 )
 
 
