@@ -10,7 +10,8 @@ Each benchmark is a subcommand of `bench`, registered by its own function
 below (`_register_replay`, ...); a subcommand's handler loads its engine
 lazily, so `federator --help` does not import matplotlib.
 
-`federator bench --out DIR` alone runs every benchmark (`_register_run_all`):
+`federator bench --out DIR` alone runs every benchmark (`_register_run_all`) but
+bench/multikueue.py, which runs only when named (`--only multikueue`):
 those under bench/ of the source checkout as processes (they are not part
 of the installed package; without a checkout it says so and runs nothing),
 the replay as `federator bench replay`; and writes one report (report.md,
@@ -172,6 +173,8 @@ class BenchSpec:
     quick_timeout: float = 600.0
     #: "json": `python bench/NAME.py --runs N --json FILE`; "replay": `federator bench replay --out DIR`
     protocol: str = "json"
+    #: run by `federator bench --out DIR` alone; False: only when named (`--only NAME`)
+    by_default: bool = True
 
 
 BENCHES: tuple[BenchSpec, ...] = (
@@ -190,6 +193,8 @@ BENCHES: tuple[BenchSpec, ...] = (
     BenchSpec("ha", runs=5, quick_runs=1),
     # a full soak run is 30 minutes; a quick one a minute (compaction every 10 s)
     BenchSpec("soak", runs=1, quick_runs=1, quick_args=("--quick", "--minutes", "1"), timeout=7200.0),
+    # four real control planes, Kueue built from its Go module on first use (tens of minutes cold): only when named
+    BenchSpec("multikueue", runs=3, quick_runs=1, timeout=10800.0, quick_timeout=3600.0, by_default=False),
 )
 BENCH_NAMES = tuple(spec.name for spec in BENCHES)
 #: modules of bench/ that are not benchmarks (imported by them; `python bench/NAME.py --json FILE` does nothing)
@@ -637,7 +642,7 @@ def _cmd_run_all(args: argparse.Namespace) -> int:
     bench_dir = _bench_dir(args.bench_dir)
     specs = benches_in(bench_dir)
     known = [spec.name for spec in specs]
-    chosen = _names(args.only, "--only", known) or known
+    chosen = _names(args.only, "--only", known) or [spec.name for spec in specs if spec.by_default]
     skipped = _names(args.skip, "--skip", known)
     chosen = [n for n in chosen if n not in skipped]
     if not chosen:
