@@ -23,7 +23,8 @@ Everything is set up from nothing, on loopback, by this script:
   MultiKueueConfig of the three MultiKueueClusters, each a kubeconfig Secret in kueue-system), a LocalQueue;
 - the hub (`federator up` as bench/failover.py runs it, a child process), the three workers registered with
   `registration_for` (their fabric, GPU models and cost), the same cluster-loss grace as MultiKueue's
-  workerLostTimeout (`--grace`, default the hub's own default, 60 s).
+  workerLostTimeout (`--grace`, default the hub's own default, 60 s; `--worker-lost-timeout 900` sets
+  MultiKueue's alone, to its documented default).
 
 MultiKueue and the hub reach the workers with the SAME identity (the workers' `hub_kubeconfig`, a token of
 `federator-hub-access`, bound to cluster-admin for the bench), so each worker's audit log counts what each
@@ -52,8 +53,9 @@ clock from the moment before each create):
 
 Phases per run and system (federator, mk-allatonce, mk-incremental): burst (every job at once), steady (one
 every --interval seconds), cutoff; the workers are reset (every JobSet and Workload deleted, every pod gone)
-between phases, and the hub and the manager's Kueue are restarted per system. Medians over --runs; --quick is
-a smoke run (fewer jobs, no steady phase). Output: a table and `--json FILE` (bench/benchresult.py).
+between phases, and the hub and the manager's Kueue are restarted per system; `--phases` runs some of them
+(`--phases cutoff`: only the cut-off, after its own burst). Medians over --runs; --quick is a smoke run (fewer
+jobs, no steady phase). Output: a table and `--json FILE` (bench/benchresult.py).
 
 Never part of the test run. Needs Go (Kueue, Kubernetes and the operators are built on first use: minutes to
 tens of minutes cold) and kubectl.
@@ -88,6 +90,8 @@ MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 DISPATCHERS = {"mk-allatonce": "kueue.x-k8s.io/multikueue-dispatcher-all-at-once",
                "mk-incremental": "kueue.x-k8s.io/multikueue-dispatcher-incremental"}
 SYSTEMS = ("federator", *DISPATCHERS)
+#: what a run does per system, in this order (--phases picks some)
+PHASES = ("burst", "steady", "cutoff")
 PODS_PER_JOB = 2
 GPUS_PER_POD = 4
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -622,7 +626,8 @@ class Bench:
             member.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(
                 worker_queue_objects(self.spec[member.name], nodes=self.args.nodes)))
         # installed once: its webhook configurations name its ports, which every restart keeps
-        self.manager_kueue = Kueue(self.manager, self.kueue_dir, worker_lost_seconds=self.args.grace)
+        self.manager_kueue = Kueue(self.manager, self.kueue_dir,
+                                   worker_lost_seconds=self.args.worker_lost_timeout)
         self.manager_kueue.install()
         kubeconfigs = {m.name: m.hub_kubeconfig.read_text() for m in self.workers}
         self._manager_objects = yaml.safe_dump_all(manager_queue_objects(kubeconfigs, nodes=self.args.nodes))
@@ -751,7 +756,8 @@ class Bench:
 
         await self.observer.wait(f"{system}: every movable job Running elsewhere",
                                  lambda: all(moved(j) is not None for j in movable),
-                                 timeout=self.args.grace + max(self.args.timeout, INCREMENTAL_ROUND_SECONDS + 60))
+                                 timeout=max(self.args.grace, self.args.worker_lost_timeout)
+                                 + max(self.args.timeout, INCREMENTAL_ROUND_SECONDS + 60))
         seconds = [s for s in (moved(j) for j in movable) if s is not None]
         figures: dict[str, float] = {
             "cutoffMovableJobs": float(len(movable)), "cutoffMovedJobs": float(len(seconds)),
@@ -825,16 +831,17 @@ class Bench:
 
     async def _phases(self, system: str, figures: dict[str, float], burst: list[Job], steady: list[Job],
                       cut: list[Job], post: Callable[..., Any], delete: Callable[[str], Any]) -> None:
-        print(f"  {system}: burst of {len(burst)}", file=sys.stderr)
-        figures.update({f"burst.{k}": v for k, v in (await self.phase(system, "burst", burst, interval=0,
-                                                                      post=post)).items()})
-        await self.reset(delete)
-        if not self.args.quick:
+        if "burst" in self.args.phases:
+            print(f"  {system}: burst of {len(burst)}", file=sys.stderr)
+            figures.update({f"burst.{k}": v for k, v in (await self.phase(system, "burst", burst, interval=0,
+                                                                          post=post)).items()})
+            await self.reset(delete)
+        if "steady" in self.args.phases:
             print(f"  {system}: steady, one every {self.args.interval:g}s", file=sys.stderr)
             figures.update({f"steady.{k}": v for k, v in (await self.phase(
                 system, "steady", steady, interval=self.args.interval, post=post)).items()})
             await self.reset(delete)
-        if not self.args.no_cutoff:
+        if "cutoff" in self.args.phases:
             print(f"  {system}: cutoff", file=sys.stderr)
             await self.phase(system, "cutoff-burst", cut, interval=0, post=post)
             figures.update({f"cutoff.{k}": v for k, v in (await self.cutoff(system, cut)).items()})
@@ -945,8 +952,9 @@ async def main_async(args: argparse.Namespace) -> int:
         result.add_runs(runs, prefix=f"{system}.")
     result.notes.append(f"versions: {json.dumps(bench.versions)}; workers: "
                         + ", ".join(f"{w.name} ({w.fabric}, {w.product}, {args.nodes}x8 GPUs)" for w in WORKERS))
-    result.notes.append(f"jobs per phase {args.jobs}, steady interval {args.interval:g}s, grace {args.grace:g}s "
-                        f"(hub cluster-loss grace = MultiKueue workerLostTimeout), runs {args.runs}")
+    result.notes.append(f"phases {', '.join(args.phases)}; jobs per phase {args.jobs}, steady interval "
+                        f"{args.interval:g}s, hub cluster-loss grace {args.grace:g}s, MultiKueue workerLostTimeout "
+                        f"{args.worker_lost_timeout:g}s, runs {args.runs}")
     print(table(results))
     for note in result.notes:
         print(note)
@@ -967,14 +975,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "hub's default; MultiKueue's is 900)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds a phase waits for Running")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma list of " + ", ".join(SYSTEMS))
-    parser.add_argument("--no-cutoff", action="store_true", help="skip the cut-off phase")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help="comma list of the phases to run, in this order: " + ", ".join(PHASES)
+                             + " (all; --quick leaves steady out)")
+    parser.add_argument("--worker-lost-timeout", type=float, default=None,
+                        help="MultiKueue's workerLostTimeout alone, seconds (default: --grace; 900 is its "
+                             "documented default, for the cut-off phase at both systems' defaults)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit logs)")
     parser.add_argument("--json", default=None, help="write bench/benchresult.py's JSON here")
     args = parser.parse_args(argv)
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown or not phases:
+        parser.error(f"--phases: unknown {unknown[0]!r} (known: {', '.join(PHASES)})" if unknown
+                     else f"--phases: name at least one of {', '.join(PHASES)}")
+    args.phases = tuple(p for p in PHASES if p in phases)
     if args.quick:
         args.runs, args.jobs = 1, 6
-    if args.runs < 1 or args.jobs < 1 or args.nodes < 1 or args.interval < 0 or args.grace <= 0:
-        parser.error("--runs, --jobs and --nodes must be >= 1, --interval >= 0, --grace > 0")
+        args.phases = tuple(p for p in args.phases if p != "steady") or ("burst",)
+    if args.worker_lost_timeout is None:
+        args.worker_lost_timeout = args.grace
+    if (args.runs < 1 or args.jobs < 1 or args.nodes < 1 or args.interval < 0 or args.grace <= 0
+            or args.worker_lost_timeout <= 0):
+        parser.error("--runs, --jobs and --nodes must be >= 1, --interval >= 0, --grace and "
+                     "--worker-lost-timeout > 0")
     return args
 
 

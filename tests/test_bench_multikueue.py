@@ -188,7 +188,10 @@ def test_table_shows_medians_per_system_and_marks_what_was_not_measured() -> Non
 
 @pytest.mark.parametrize(("argv", "words"), [
     (["--runs", "0"], "--runs, --jobs and --nodes must be >= 1"),
-    (["--grace", "0"], "--grace > 0"),
+    (["--grace", "0"], "--grace and --worker-lost-timeout > 0"),
+    (["--worker-lost-timeout", "-1"], "--grace and --worker-lost-timeout > 0"),
+    (["--phases", "burst,cutof"], "--phases: unknown 'cutof' (known: burst, steady, cutoff)"),
+    (["--phases", " , "], "--phases: name at least one of burst, steady, cutoff"),
     (["--jobs", "many"], "invalid int value: 'many'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], words: str,
@@ -199,9 +202,18 @@ def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], words: str,
     assert words in capsys.readouterr().err
 
 
-def test_quick_is_one_run_of_six_jobs() -> None:
+def test_quick_is_one_run_of_six_jobs_without_the_steady_phase() -> None:
     args = mk.parse_args(["--quick"])
-    assert (args.runs, args.jobs) == (1, 6)
+    assert (args.runs, args.jobs, args.phases) == (1, 6, ("burst", "cutoff"))
+    assert mk.parse_args(["--quick", "--phases", "steady"]).phases == ("burst",)
+
+
+def test_phases_run_in_their_own_order_and_multikueue_s_timeout_defaults_to_the_grace() -> None:
+    args = mk.parse_args(["--phases", "cutoff,burst", "--grace", "45"])
+    assert args.phases == ("burst", "cutoff")
+    assert args.worker_lost_timeout == 45
+    assert mk.parse_args([]).phases == mk.PHASES
+    assert mk.parse_args(["--worker-lost-timeout", "900"]).worker_lost_timeout == 900
 
 
 def test_an_unknown_system_is_one_line_before_anything_starts(capsys: pytest.CaptureFixture[str],
