@@ -205,8 +205,19 @@ async def test_gangs_the_agent_killed_while_the_hub_never_judged_the_cluster_los
     assert lease.fence_noticed_at is not None and lease.fence_count >= 1
 
 
+@pytest.fixture
+async def long_lease_env(tmp_path: Path) -> AsyncIterator[Env]:
+    # A hub takes an agent that never marks its fence lifted for gone once its renewals have been acknowledged
+    # for a whole lease duration (hublease.py). The test below holds the agent's sweep until it has seen the
+    # hub's dispatch wait; a 2 s lease let that fallback expire first on a loaded CI machine (2 CPU hogs), and
+    # the released sweep killed the new copy. 10 s is longer than any stall of this process seen there.
+    async with lifecycle_env(tmp_path, [HOME, FALLBACK], run_seconds=None, cluster_loss_grace_seconds=2.0,
+                             member_lease_duration_seconds=10.0, member_lease_margin_seconds=1.0) as e:
+        yield e
+
+
 async def test_a_gang_placed_back_into_a_returning_cluster_waits_until_its_agent_has_lifted_the_fence(
-        env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        long_lease_env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chaos seed 2061632721: a partition of the hub from HOME outlasts the lease and the grace; the agent
     kills the gang, the hub moves it, and placement sends it straight back to HOME the moment HOME returns,
     while a step of the agent that read the Lease before the hub's first renewal landed is still sweeping.
@@ -215,6 +226,7 @@ async def test_a_gang_placed_back_into_a_returning_cluster_waits_until_its_agent
 
     The agent's sweep is held at its start for the moment HOME returns (the slow step of a loaded machine);
     everything else is real: SimClusters, the hub and its controllers, the agent on HOME."""
+    env = long_lease_env
     home = env.fed.sims[HOME]
     agent = await FenceAgent.from_kubeconfig(home.write_agent_kubeconfig(tmp_path / "home-agent.kubeconfig"),
                                              hub_identity="federator", poll_seconds=0.2)
