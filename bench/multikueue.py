@@ -992,7 +992,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.phases = tuple(p for p in PHASES if p in phases)
     if args.quick:
         args.runs, args.jobs = 1, 6
-        args.phases = tuple(p for p in args.phases if p != "steady") or ("burst",)
+        args.phases = tuple(p for p in args.phases if p != "steady")
+        if not args.phases:
+            parser.error("--quick leaves the steady phase out: with it, --phases must name burst or cutoff")
     if args.worker_lost_timeout is None:
         args.worker_lost_timeout = args.grace
     if (args.runs < 1 or args.jobs < 1 or args.nodes < 1 or args.interval < 0 or args.grace <= 0
